@@ -1,0 +1,44 @@
+# qfold — top-level commands. CMake does the building; this file names the jobs.
+#   make          build the library (static + shared) and build/qfold
+#   make test     install what is missing, build, run every test (ctest)
+#   make demo     install what is missing, build, run qfold on the bundled example
+#   make test-asan  the whole suite under AddressSanitizer + UBSan (build-asan/)
+#   make install  install (PREFIX=/usr/local)
+BUILD ?= build
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all build deps deps-build test test-asan demo install clean
+
+all: build
+
+deps-build:
+	@scripts/deps.sh --build
+
+deps:
+	@scripts/deps.sh
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+
+build: $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: deps
+	$(MAKE) build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps
+	$(MAKE) build BUILD=build-asan CMAKE_FLAGS="-DQF_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L asan
+
+demo: deps
+	$(MAKE) build
+	examples/demo.sh $(BUILD)/qfold
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD) build-asan

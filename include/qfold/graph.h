@@ -1,0 +1,203 @@
+/* qfold — the graph IR.
+ *
+ *   qf_graph *g;
+ *   QF_TRY(qf_graph_init(&g));
+ *   int64_t d[] = {1, 8};
+ *   qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+ *   qf_node *n = qf_graph_add_node(g, QF_OP_RELU, "relu0", 1, &x, 1);
+ *   qf_graph_add_output(g, n->outputs[0]);
+ *   QF_TRY(qf_graph_infer_shapes(g));
+ *   QF_TRY(qf_graph_verify(g));
+ *   qf_graph_free(g);
+ *
+ * A value is one tensor edge (SSA): produced by one node, or a graph input,
+ * or a constant (initializer). Each value keeps its use list. Nodes are kept
+ * in a doubly linked list, in topological order after qf_graph_toposort().
+ * The graph owns everything reachable from it: nodes, values, names,
+ * attributes (an arena) and constant payloads (each its own allocation, so a
+ * rewrite can replace one without growing the graph).
+ */
+#ifndef QFOLD_GRAPH_H
+#define QFOLD_GRAPH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qfold/op.h"
+#include "qfold/status.h"
+#include "qfold/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qf_graph qf_graph;
+typedef struct qf_node qf_node;
+typedef struct qf_value qf_value;
+
+typedef enum qf_value_kind {
+    QF_VALUE_ACTIVATION = 0, /* produced by a node */
+    QF_VALUE_INPUT,          /* graph input, fed at run time */
+    QF_VALUE_CONSTANT,       /* initializer that is neither trained nor tracked */
+    QF_VALUE_PARAMETER,      /* trainable initializer: weights, bias, BN gamma / beta */
+    QF_VALUE_BUFFER          /* state updated by training, not by the optimizer: BN mean / var */
+} qf_value_kind;
+
+typedef struct qf_use {
+    qf_node *node;
+    int slot; /* input index in node */
+} qf_use;
+
+struct qf_value {
+    uint32_t id;          /* index in graph->values */
+    const char *name;     /* unique in the graph */
+    qf_value_kind kind;
+    qf_tensor type;       /* dtype + shape; .data = payload for constants, else NULL */
+    qf_node *producer;    /* NULL for inputs and constants */
+    int producer_slot;
+    qf_use *uses;
+    int nuses, cap_uses;
+    bool is_output;       /* listed in graph->outputs */
+};
+
+typedef enum qf_attr_type {
+    QF_ATTR_INT = 0,
+    QF_ATTR_FLOAT,
+    QF_ATTR_STRING,
+    QF_ATTR_INTS,
+    QF_ATTR_FLOATS,
+    QF_ATTR_TENSOR
+} qf_attr_type;
+
+typedef struct qf_attr {
+    const char *name;
+    qf_attr_type type;
+    int64_t i;
+    float f;              /* ONNX stores float attributes in single precision */
+    const char *s;
+    int64_t *ints;        /* n entries */
+    float *floats;        /* n entries */
+    int n;
+    qf_tensor *t;         /* QF_ATTR_TENSOR: owned by the graph */
+} qf_attr;
+
+struct qf_node {
+    uint32_t id;
+    qf_op op;
+    const char *name;     /* unique in the graph */
+    int ninputs, noutputs;
+    qf_value **inputs;    /* an entry is NULL for an omitted optional input */
+    qf_value **outputs;
+    int nattrs, cap_attrs;
+    qf_attr *attrs;
+    qf_node *prev, *next;
+};
+
+struct qf_graph {
+    const char *name;
+    int64_t opset;        /* default-domain opset (11..17) */
+    int64_t ir_version;
+    const char *producer_name;
+    qf_node *first, *last;
+    int nnodes;
+    qf_value **values;    /* by id; NULL where a value was removed */
+    int nvalues, cap_values;
+    qf_value **inputs;
+    int ninputs, cap_inputs;
+    qf_value **outputs;
+    int noutputs, cap_outputs;
+    uint32_t next_node_id;
+    struct qf_graph_impl *impl; /* arena, name table */
+};
+
+/* --- life cycle ---------------------------------------------------------- */
+qf_status qf_graph_init(qf_graph **out);
+void qf_graph_free(qf_graph *g);
+
+/* Copy a string into the graph's arena (NULL on out-of-memory). */
+const char *qf_graph_strdup(qf_graph *g, const char *s);
+/* Allocate zeroed memory in the graph's arena (freed with the graph). */
+void *qf_graph_alloc(qf_graph *g, size_t size);
+
+/* --- values -------------------------------------------------------------- */
+/* A new value. name may be NULL (a unique name is made); a name already in
+ * use gets a suffix. Returns NULL on out-of-memory (message recorded). */
+qf_value *qf_graph_add_value(qf_graph *g, const char *name, qf_value_kind kind,
+                             qf_dtype dt, int ndim, const int64_t *dims);
+qf_value *qf_graph_add_input(qf_graph *g, const char *name, qf_dtype dt, int ndim,
+                             const int64_t *dims);
+/* A constant value that takes ownership of t's data (t is left empty). */
+qf_value *qf_graph_add_constant(qf_graph *g, const char *name, qf_value_kind kind, qf_tensor *t);
+/* Replace a constant's payload (takes ownership; the old payload is freed). */
+void qf_value_set_data(qf_value *v, qf_tensor *t);
+qf_status qf_graph_add_output(qf_graph *g, qf_value *v);
+qf_value *qf_graph_find_value(const qf_graph *g, const char *name);
+bool qf_value_is_const(const qf_value *v); /* constant, parameter or buffer with data */
+/* Remove a value with no producer and no uses (e.g. an unused initializer). */
+void qf_graph_remove_value(qf_graph *g, qf_value *v);
+
+/* --- nodes --------------------------------------------------------------- */
+/* A new node appended at the end of the node list, with `noutputs` fresh
+ * activation values (names "<node>_out<i>" unless renamed). inputs may hold
+ * NULL entries for omitted optional inputs. Returns NULL on out-of-memory. */
+qf_node *qf_graph_add_node(qf_graph *g, qf_op op, const char *name, int ninputs,
+                           qf_value *const *inputs, int noutputs);
+/* Same, but the node is linked right before / after `pos`. */
+qf_node *qf_graph_insert_node(qf_graph *g, qf_node *pos, bool after, qf_op op, const char *name,
+                              int ninputs, qf_value *const *inputs, int noutputs);
+qf_node *qf_graph_find_node(const qf_graph *g, const char *name);
+/* Rewire input `slot` of n to v (v may be NULL); use lists are kept. */
+qf_status qf_node_set_input(qf_graph *g, qf_node *n, int slot, qf_value *v);
+/* Append one more input. */
+qf_status qf_node_add_input(qf_graph *g, qf_node *n, qf_value *v);
+/* Every use of `from` becomes a use of `to`; graph outputs follow (the
+ * output keeps its name: `to` is renamed to it when `from` was an output). */
+qf_status qf_graph_replace_uses(qf_graph *g, qf_value *from, qf_value *to);
+/* Unlink and free a node. Its outputs must have no uses and not be graph
+ * outputs; they are removed with it. Inputs lose the use. */
+void qf_graph_remove_node(qf_graph *g, qf_node *n);
+/* Remove nodes whose outputs are unused and not graph outputs, and constants
+ * nobody uses. Returns the number of nodes removed. */
+int qf_graph_dce(qf_graph *g);
+
+/* --- attributes ---------------------------------------------------------- */
+const qf_attr *qf_node_attr(const qf_node *n, const char *name);
+int64_t qf_node_attr_int(const qf_node *n, const char *name, int64_t dflt);
+float qf_node_attr_float(const qf_node *n, const char *name, float dflt);
+const char *qf_node_attr_string(const qf_node *n, const char *name, const char *dflt);
+/* Returns the array and sets *count; NULL and *count = 0 when absent. */
+const int64_t *qf_node_attr_ints(const qf_node *n, const char *name, int *count);
+const float *qf_node_attr_floats(const qf_node *n, const char *name, int *count);
+qf_status qf_node_set_attr_int(qf_graph *g, qf_node *n, const char *name, int64_t v);
+qf_status qf_node_set_attr_float(qf_graph *g, qf_node *n, const char *name, float v);
+qf_status qf_node_set_attr_string(qf_graph *g, qf_node *n, const char *name, const char *v);
+qf_status qf_node_set_attr_ints(qf_graph *g, qf_node *n, const char *name, const int64_t *v, int count);
+qf_status qf_node_set_attr_floats(qf_graph *g, qf_node *n, const char *name, const float *v, int count);
+/* Takes ownership of t's data. */
+qf_status qf_node_set_attr_tensor(qf_graph *g, qf_node *n, const char *name, qf_tensor *t);
+void qf_node_remove_attr(qf_node *n, const char *name);
+
+/* --- whole-graph operations ---------------------------------------------- */
+/* Reorder the node list topologically (stable: keeps the current order where
+ * it can). QF_ERR_INVALID naming a node on the cycle if there is one. */
+qf_status qf_graph_toposort(qf_graph *g);
+/* Run every node's shape inference in order (graph must be sorted). */
+qf_status qf_graph_infer_shapes(qf_graph *g);
+/* Check every invariant: ids, names, SSA, use lists, order, arity, shapes. */
+qf_status qf_graph_verify(const qf_graph *g);
+/* Mark initializers as parameters / buffers by how the op table's input
+ * roles use them (conv weight -> parameter, BN running mean -> buffer). */
+void qf_graph_classify_constants(qf_graph *g);
+
+/* --- printing ------------------------------------------------------------- */
+void qf_graph_print(const qf_graph *g, FILE *f);
+void qf_graph_print_dot(const qf_graph *g, FILE *f);
+const char *qf_value_kind_name(qf_value_kind k);
+
+#define qf_graph_for_each_node(g, n) for (qf_node *n = (g)->first; n; n = n->next)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

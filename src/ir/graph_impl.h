@@ -1,0 +1,27 @@
+/* Private parts of qf_graph: the arena and the name tables. */
+#ifndef QF_GRAPH_IMPL_H
+#define QF_GRAPH_IMPL_H
+
+#include "../core/arena.h"
+#include "qfold/graph.h"
+
+/* Open-addressing map from a name (owned by the arena) to a pointer. */
+typedef struct qf_name_map {
+    const char **keys;
+    void **vals;
+    size_t cap, count; /* cap is a power of two */
+} qf_name_map;
+
+struct qf_graph_impl {
+    qf_arena arena;
+    qf_name_map value_names;
+    qf_name_map node_names;
+    uint32_t name_counter; /* for generated names */
+};
+
+void *qf_name_map_get(const qf_name_map *m, const char *key);
+qf_status qf_name_map_put(qf_name_map *m, const char *key, void *val);
+void qf_name_map_del(qf_name_map *m, const char *key);
+void qf_name_map_free(qf_name_map *m);
+
+#endif
