@@ -190,6 +190,15 @@ qf_status qf_graph_verify(const qf_graph *g);
  * roles use them (conv weight -> parameter, BN running mean -> buffer). */
 void qf_graph_classify_constants(qf_graph *g);
 
+/* --- binding inputs -------------------------------------------------------- */
+/* Give graph input i a concrete shape (e.g. a batch size read from a .npy);
+ * run qf_graph_infer_shapes afterwards. */
+qf_status qf_graph_set_input_shape(qf_graph *g, int i, int ndim, const int64_t *dims);
+/* Turn graph input i into a constant with t's data (takes ownership); it
+ * leaves the input list. Used for shape-like int64 inputs (a Reshape's shape
+ * fed as an input) so that shapes stay static. */
+qf_status qf_graph_bind_input(qf_graph *g, int i, qf_tensor *t);
+
 /* --- printing ------------------------------------------------------------- */
 void qf_graph_print(const qf_graph *g, FILE *f);
 void qf_graph_print_dot(const qf_graph *g, FILE *f);

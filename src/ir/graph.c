@@ -150,6 +150,40 @@ qf_status qf_graph_add_output(qf_graph *g, qf_value *v)
     return QF_OK;
 }
 
+qf_status qf_graph_set_input_shape(qf_graph *g, int i, int ndim, const int64_t *dims)
+{
+    if (i < 0 || i >= g->ninputs) return qf_error(QF_ERR_INVALID, "graph has no input %d", i);
+    qf_value *v = g->inputs[i];
+    char want[128], got[128];
+    if (ndim != v->type.ndim)
+        return qf_error(QF_ERR_SHAPE, "input '%s' expects shape %s, got %s", v->name,
+                        qf_shape_str(v->type.ndim, v->type.dims, want, sizeof want),
+                        qf_shape_str(ndim, dims, got, sizeof got));
+    for (int d = 0; d < ndim; d++) {
+        if (v->type.dims[d] >= 0 && v->type.dims[d] != dims[d])
+            return qf_error(QF_ERR_SHAPE, "input '%s' expects shape %s, got %s", v->name,
+                            qf_shape_str(v->type.ndim, v->type.dims, want, sizeof want),
+                            qf_shape_str(ndim, dims, got, sizeof got));
+    }
+    for (int d = 0; d < ndim; d++) v->type.dims[d] = dims[d];
+    return QF_OK;
+}
+
+qf_status qf_graph_bind_input(qf_graph *g, int i, qf_tensor *t)
+{
+    if (i < 0 || i >= g->ninputs) return qf_error(QF_ERR_INVALID, "graph has no input %d", i);
+    qf_value *v = g->inputs[i];
+    if (t->dtype != v->type.dtype)
+        return qf_error(QF_ERR_INVALID, "input '%s' expects %s, got %s", v->name,
+                        qf_dtype_name(v->type.dtype), qf_dtype_name(t->dtype));
+    QF_TRY(qf_graph_set_input_shape(g, i, t->ndim, t->dims));
+    memmove(&g->inputs[i], &g->inputs[i + 1], sizeof *g->inputs * (size_t)(g->ninputs - i - 1));
+    g->ninputs--;
+    v->kind = QF_VALUE_CONSTANT;
+    qf_value_set_data(v, t);
+    return QF_OK;
+}
+
 qf_value *qf_graph_find_value(const qf_graph *g, const char *name)
 {
     return qf_name_map_get(&g->impl->value_names, name);
