@@ -29,6 +29,9 @@ qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, q
  * same directory and renamed into place. */
 qf_status qf_onnx_save(const qf_graph *g, const char *path);
 
+/* Read one serialized TensorProto (the ONNX backend tests' input_0.pb). */
+qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out);
+
 /* .npy version 1.0-3.0, C order, little-endian: float32, float64, int8,
  * uint8, int32, int64, bool. */
 qf_status qf_npy_load(const char *path, qf_tensor *out);
