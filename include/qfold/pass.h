@@ -1,0 +1,105 @@
+/* qfold — graph rewrites and the pass manager.
+ *
+ *   qf_pass_report *r;
+ *   QF_TRY(qf_pipeline_run(g, "ptq", &(qf_pass_options){.verify = true}, &r));
+ *   qf_pass_report_print(r, stderr);        // per pass: changed, rewrites, skips
+ *   qf_pass_report_write_json(r, "r.json");
+ *   qf_pass_report_free(r);
+ *
+ * A pass is {name, summary, run}. `run` rewrites the graph and records, in its
+ * qf_pass_ctx, how many rewrites it made and every node it skipped with the
+ * reason ("conv output has 2 users"). The manager runs a list of passes once
+ * or to a fixpoint, verifies the graph after each pass, runs dead-code
+ * elimination at the end and returns one report.
+ */
+#ifndef QFOLD_PASS_H
+#define QFOLD_PASS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "qfold/graph.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qf_pass_ctx qf_pass_ctx;
+
+typedef struct qf_pass {
+    const char *name;     /* "fuse_batch_norm" */
+    const char *summary;  /* one line for `qfold passes` */
+    /* Rewrite g. Set *changed when the graph changed. Record rewrites and
+     * skips through qf_pass_rewrite / qf_pass_skip. */
+    qf_status (*run)(qf_graph *g, qf_pass_ctx *ctx, bool *changed);
+} qf_pass;
+
+typedef struct qf_pipeline {
+    const char *name;     /* "ptq" */
+    const char *summary;
+    const char *const *passes; /* NULL-terminated pass names */
+} qf_pipeline;
+
+typedef struct qf_pass_options {
+    bool verify;          /* run qf_graph_verify after every pass (always on in tests) */
+    bool fixpoint;        /* repeat the list until no pass changes the graph */
+    int max_iterations;   /* fixpoint bound; 0 = 8 */
+} qf_pass_options;
+
+/* One record of what a pass did to one node. */
+typedef struct qf_pass_event {
+    const char *node;     /* node name (owned by the report) */
+    const char *op;       /* ONNX / qfold op name */
+    const char *reason;   /* skips: why; rewrites: what was done */
+    const char *detail;   /* optional JSON object text with numbers (diagnostics), or NULL */
+} qf_pass_event;
+
+typedef struct qf_pass_result {
+    const char *pass;
+    bool changed;
+    int rewrites;
+    qf_pass_event *rewritten; int nrewritten;
+    qf_pass_event *skipped; int nskipped;
+    double seconds;
+    int iteration;
+} qf_pass_result;
+
+typedef struct qf_pass_report {
+    qf_pass_result *results;
+    int nresults;
+    int dce_removed;
+    double seconds;
+} qf_pass_report;
+
+/* Registry. */
+const qf_pass *qf_pass_find(const char *name);
+const qf_pass *const *qf_pass_list(int *count);
+const qf_pipeline *qf_pipeline_find(const char *name);
+const qf_pipeline *const *qf_pipeline_list(int *count);
+
+/* Called by passes. `fmt` is the reason, printf-style. */
+void qf_pass_rewrite(qf_pass_ctx *ctx, const qf_node *n, const char *detail_json, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+void qf_pass_skip(qf_pass_ctx *ctx, const qf_node *n, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Run the named passes (NULL-terminated) / a named pipeline. *out gets the
+ * report (also on failure, when it could be built); free it. */
+qf_status qf_passes_run(qf_graph *g, const char *const *names, const qf_pass_options *opt,
+                        qf_pass_report **out);
+qf_status qf_pipeline_run(qf_graph *g, const char *pipeline, const qf_pass_options *opt,
+                          qf_pass_report **out);
+void qf_pass_report_print(const qf_pass_report *r, FILE *f);
+qf_status qf_pass_report_write_json(const qf_pass_report *r, const char *path);
+void qf_pass_report_free(qf_pass_report *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
