@@ -133,6 +133,8 @@ qf_value *qf_graph_add_constant(qf_graph *g, const char *name, qf_value_kind kin
 void qf_value_set_data(qf_value *v, qf_tensor *t);
 qf_status qf_graph_add_output(qf_graph *g, qf_value *v);
 qf_value *qf_graph_find_value(const qf_graph *g, const char *name);
+/* Give v a new name. QF_ERR_INVALID if another value already has it. */
+qf_status qf_graph_rename_value(qf_graph *g, qf_value *v, const char *name);
 bool qf_value_is_const(const qf_value *v); /* constant, parameter or buffer with data */
 /* Remove a value with no producer and no uses (e.g. an unused initializer). */
 void qf_graph_remove_value(qf_graph *g, qf_value *v);

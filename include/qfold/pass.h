@@ -65,10 +65,13 @@ typedef struct qf_pass_result {
 } qf_pass_result;
 
 typedef struct qf_pass_report {
-    qf_pass_result *results;
+    qf_pass_result *results;  /* one per pass run, in run order (all iterations) */
     int nresults;
-    int dce_removed;
+    int dce_removed;          /* nodes removed by every `dce` run */
     double seconds;
+    const char *pipeline;     /* pipeline name, or NULL for an explicit list */
+    int iterations;           /* times the list ran (1 unless opt->fixpoint) */
+    bool converged;           /* fixpoint: the last iteration changed nothing */
 } qf_pass_report;
 
 /* Registry. */
@@ -77,7 +80,10 @@ const qf_pass *const *qf_pass_list(int *count);
 const qf_pipeline *qf_pipeline_find(const char *name);
 const qf_pipeline *const *qf_pipeline_list(int *count);
 
-/* Called by passes. `fmt` is the reason, printf-style. */
+/* Called by passes. `fmt` is the reason, printf-style. Call them while the
+ * node is still in the graph (its name and op are copied into the report).
+ * n may be NULL for a graph-level event. detail_json is NULL or one JSON
+ * value (an object with numbers: per-channel diagnostics), copied verbatim. */
 void qf_pass_rewrite(qf_pass_ctx *ctx, const qf_node *n, const char *detail_json, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
@@ -95,6 +101,12 @@ qf_status qf_passes_run(qf_graph *g, const char *const *names, const qf_pass_opt
                         qf_pass_report **out);
 qf_status qf_pipeline_run(qf_graph *g, const char *pipeline, const qf_pass_options *opt,
                           qf_pass_report **out);
+/* Same with pass objects instead of names (tests, out-of-tree passes). */
+qf_status qf_passes_run_list(qf_graph *g, const qf_pass *const *passes, int npasses,
+                             const qf_pass_options *opt, qf_pass_report **out);
+/* The report as one JSON object (text owned by the caller: qf_free). `extra`
+ * is NULL or JSON members ("\"verify\": {...}") added to the top-level object. */
+qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char **out, size_t *len);
 void qf_pass_report_print(const qf_pass_report *r, FILE *f);
 qf_status qf_pass_report_write_json(const qf_pass_report *r, const char *path);
 void qf_pass_report_free(qf_pass_report *r);

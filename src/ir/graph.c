@@ -189,6 +189,18 @@ qf_value *qf_graph_find_value(const qf_graph *g, const char *name)
     return qf_name_map_get(&g->impl->value_names, name);
 }
 
+qf_status qf_graph_rename_value(qf_graph *g, qf_value *v, const char *name)
+{
+    qf_value *other = qf_name_map_get(&g->impl->value_names, name);
+    if (other == v) return QF_OK;
+    if (other) return qf_error(QF_ERR_INVALID, "value name '%s' is already in use", name);
+    const char *copy = qf_graph_strdup(g, name);
+    if (!copy) return QF_ERR_NOMEM;
+    qf_name_map_del(&g->impl->value_names, v->name);
+    v->name = copy;
+    return qf_name_map_put(&g->impl->value_names, v->name, v);
+}
+
 bool qf_value_is_const(const qf_value *v)
 {
     return v && v->type.data && (v->kind == QF_VALUE_CONSTANT || v->kind == QF_VALUE_PARAMETER ||

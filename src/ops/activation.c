@@ -1,101 +1,266 @@
-/* activation ops: placeholder until the family is written. */
+/* Activations: Relu, relu6, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid,
+ * HardSwish, Softmax.
+ *
+ * Float kernels are written once over a type T (float or double) with
+ * <tgmath.h>, so exp / tanh pick expf / tanhf for float32. NaN propagates
+ * through Relu, relu6 and Clip (comparisons are arranged so that a NaN input
+ * falls through to the output), as in PyTorch.
+ */
+#include <string.h>
+#include <tgmath.h>
+
 #include "kernels.h"
 
-qf_status qf_relu_infer(qf_graph *g, qf_node *n)
+static const char *op_label(const qf_node *n)
 {
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    return qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : qf_op_name(n->op);
 }
+
+static qf_status unsupported_dtype(const qf_node *n, qf_dtype dt)
+{
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input dtype %s is not supported", n->name,
+                    op_label(n), qf_dtype_name(dt));
+}
+
+/* Output = input's dtype and shape, after checking the dtype is allowed. */
+static qf_status same_infer(qf_node *n, const qf_dtype *allowed, int count)
+{
+    if (n->ninputs < 1 || !n->inputs[0])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input 0 is missing", n->name, op_label(n));
+    const qf_tensor *x = &n->inputs[0]->type;
+    bool ok = false;
+    for (int i = 0; i < count; i++) ok |= x->dtype == allowed[i];
+    if (!ok) return unsupported_dtype(n, x->dtype);
+    qf_tensor *y = &n->outputs[0]->type;
+    y->dtype = x->dtype;
+    y->ndim = x->ndim;
+    memcpy(y->dims, x->dims, sizeof(int64_t) * (size_t)x->ndim);
+    return QF_OK;
+}
+
+static const qf_dtype float_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64};
+static const qf_dtype relu_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, QF_DTYPE_I64, QF_DTYPE_I8};
+static const qf_dtype clip_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32,
+                                       QF_DTYPE_I64, QF_DTYPE_I8,  QF_DTYPE_U8};
+
+/* y[i] = EXPR(x) over the input, for element type T. */
+#define QF_MAP_T_(T, EXPR)                                              \
+    do {                                                                \
+        const T *p_ = io->in[0]->data;                                  \
+        T *y_ = io->out[0]->data;                                       \
+        int64_t n_ = qf_tensor_numel(io->in[0]);                        \
+        for (int64_t i_ = 0; i_ < n_; i_++) {                           \
+            const T x = p_[i_];                                         \
+            y_[i_] = (T)(EXPR);                                         \
+        }                                                               \
+    } while (0)
+
+/* The same EXPR for float32 and float64 (T is the element type). */
+#define QF_MAP_FLOAT_(EXPR)                                                      \
+    do {                                                                         \
+        if (io->in[0]->dtype == QF_DTYPE_F32) {                                  \
+            typedef float T;                                                     \
+            QF_MAP_T_(T, EXPR);                                                  \
+        } else if (io->in[0]->dtype == QF_DTYPE_F64) {                           \
+            typedef double T;                                                    \
+            QF_MAP_T_(T, EXPR);                                                  \
+        } else {                                                                 \
+            return unsupported_dtype(io->node, io->in[0]->dtype);                \
+        }                                                                        \
+    } while (0)
+
+/* --- Relu, relu6 --------------------------------------------------------- */
+
+qf_status qf_relu_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, relu_dtypes, 5); }
 
 qf_status qf_relu_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    switch (io->in[0]->dtype) {
+    case QF_DTYPE_I32: QF_MAP_T_(int32_t, x < 0 ? 0 : x); return QF_OK;
+    case QF_DTYPE_I64: QF_MAP_T_(int64_t, x < 0 ? 0 : x); return QF_OK;
+    case QF_DTYPE_I8: QF_MAP_T_(int8_t, x < 0 ? 0 : x); return QF_OK;
+    default: break;
+    }
+    QF_MAP_FLOAT_(x < 0 ? (T)0 : x);
+    return QF_OK;
 }
 
-qf_status qf_relu6_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
-}
+qf_status qf_relu6_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
 qf_status qf_relu6_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    QF_MAP_FLOAT_(x < 0 ? (T)0 : x > 6 ? (T)6 : x);
+    return QF_OK;
 }
 
+/* --- Clip ------------------------------------------------------------------ */
+
+/* Clip (opset 11+): min and max are optional scalar inputs of x's dtype. */
 qf_status qf_clip_infer(qf_graph *g, qf_node *n)
 {
+    QF_TRY(same_infer(n, clip_dtypes, 6));
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    for (int i = 1; i < n->ninputs && i < 3; i++) {
+        const qf_value *v = n->inputs[i];
+        if (!v) continue;
+        if (v->type.dtype != n->inputs[0]->type.dtype)
+            return qf_error(QF_ERR_INVALID, "node '%s' (Clip): %s has dtype %s, input has %s", n->name,
+                            i == 1 ? "min" : "max", qf_dtype_name(v->type.dtype),
+                            qf_dtype_name(n->inputs[0]->type.dtype));
+        int64_t k = qf_shape_numel(v->type.ndim, v->type.dims);
+        if (k >= 0 && k != 1) {
+            char s[128];
+            return qf_error(QF_ERR_SHAPE, "node '%s' (Clip): %s must be a scalar, has shape %s", n->name,
+                            i == 1 ? "min" : "max", qf_shape_str(v->type.ndim, v->type.dims, s, sizeof s));
+        }
+    }
+    return QF_OK;
 }
+
+/* Bounds: the optional input, else the opset < 11 attribute, else the
+ * dtype's range (written as +-infinity for floats). */
+#define QF_CLIP_T_(T, LO, HI)                                                        \
+    do {                                                                             \
+        T lo_ = (LO), hi_ = (HI);                                                    \
+        if (io->nin > 1 && io->in[1]) lo_ = *(const T *)io->in[1]->data;            \
+        if (io->nin > 2 && io->in[2]) hi_ = *(const T *)io->in[2]->data;            \
+        /* min(max(x, lo), hi): lo > hi gives hi everywhere, as numpy's clip. */    \
+        QF_MAP_T_(T, x < lo_ ? (x > hi_ ? hi_ : lo_) : (x > hi_ ? hi_ : x));         \
+    } while (0)
 
 qf_status qf_clip_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_node *n = io->node;
+    switch (io->in[0]->dtype) {
+    case QF_DTYPE_F32:
+        QF_CLIP_T_(float, qf_node_attr_float(n, "min", -INFINITY), qf_node_attr_float(n, "max", INFINITY));
+        break;
+    case QF_DTYPE_F64:
+        QF_CLIP_T_(double, qf_node_attr_float(n, "min", -INFINITY), qf_node_attr_float(n, "max", INFINITY));
+        break;
+    case QF_DTYPE_I32: QF_CLIP_T_(int32_t, INT32_MIN, INT32_MAX); break;
+    case QF_DTYPE_I64: QF_CLIP_T_(int64_t, INT64_MIN, INT64_MAX); break;
+    case QF_DTYPE_I8: QF_CLIP_T_(int8_t, INT8_MIN, INT8_MAX); break;
+    case QF_DTYPE_U8: QF_CLIP_T_(uint8_t, 0, UINT8_MAX); break;
+    default: return unsupported_dtype(n, io->in[0]->dtype);
+    }
+    return QF_OK;
 }
 
-qf_status qf_leaky_relu_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
-}
+/* --- pointwise float activations ------------------------------------------ */
+
+qf_status qf_leaky_relu_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
 qf_status qf_leaky_relu_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const float alpha = qf_node_attr_float(io->node, "alpha", 0.01f);
+    QF_MAP_FLOAT_(x < 0 ? (T)alpha * x : x);
+    return QF_OK;
 }
 
-qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
-}
+qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
 qf_status qf_sigmoid_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    /* Two branches so that exp never overflows: for x < 0,
+     * 1 / (1 + e^-x) = e^x / (1 + e^x). */
+    QF_MAP_FLOAT_(x >= 0 ? (T)1 / ((T)1 + exp(-x)) : exp(x) / ((T)1 + exp(x)));
+    return QF_OK;
 }
 
-qf_status qf_tanh_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
-}
+qf_status qf_tanh_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
 qf_status qf_tanh_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    QF_MAP_FLOAT_(tanh(x));
+    return QF_OK;
 }
 
-qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
-}
+qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
 qf_status qf_hard_sigmoid_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const float alpha = qf_node_attr_float(io->node, "alpha", 0.2f);
+    const float beta = qf_node_attr_float(io->node, "beta", 0.5f);
+    QF_MAP_FLOAT_(fmax((T)0, fmin((T)1, (T)alpha * x + (T)beta)));
+    return QF_OK;
 }
 
-qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
-}
+qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
 qf_status qf_hard_swish_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    /* ONNX: x * max(0, min(1, alpha * x + beta)) with alpha = 1/6, beta = 0.5. */
+    QF_MAP_FLOAT_(x * fmax((T)0, fmin((T)1, x * ((T)1 / (T)6) + (T)0.5)));
+    return QF_OK;
+}
+
+/* --- Softmax ----------------------------------------------------------------- */
+
+/* Softmax changed meaning at opset 13: before, the input is coerced to 2-D
+ * [prod(dims[:axis]), prod(dims[axis:])] (default axis 1) and each row is
+ * normalised; from 13 on, it is normalised along one axis (default -1). Both
+ * are "outer x len x inner" loops: opset < 13 is inner = 1 with len the
+ * product of the trailing dims. An opset of 0 (a graph built in code) means
+ * the current semantics. */
+static bool softmax_legacy(int64_t opset) { return opset > 0 && opset < 13; }
+
+static qf_status softmax_axis(const qf_node *n, int64_t opset, int ndim, int *axis)
+{
+    int64_t a = qf_node_attr_int(n, "axis", softmax_legacy(opset) ? 1 : -1);
+    if (a < -ndim || a >= ndim || ndim == 0)
+        return qf_error(QF_ERR_INVALID, "node '%s' (Softmax): axis %lld out of range for rank %d", n->name,
+                        (long long)a, ndim);
+    *axis = (int)(a < 0 ? a + ndim : a);
+    return QF_OK;
 }
 
 qf_status qf_softmax_infer(qf_graph *g, qf_node *n)
 {
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    QF_TRY(same_infer(n, float_dtypes, 2));
+    int axis;
+    return softmax_axis(n, g->opset, n->inputs[0]->type.ndim, &axis);
 }
+
+#define QF_SOFTMAX_T_(T)                                                              \
+    do {                                                                              \
+        const T *p = x->data;                                                         \
+        T *y = io->out[0]->data;                                                      \
+        for (int64_t o = 0; o < outer; o++) {                                         \
+            for (int64_t j = 0; j < inner; j++) {                                     \
+                const T *xp = p + o * len * inner + j;                                \
+                T *yp = y + o * len * inner + j;                                      \
+                T m = xp[0];                                                          \
+                for (int64_t k = 1; k < len; k++) m = xp[k * inner] > m ? xp[k * inner] : m; \
+                double sum = 0;                                                       \
+                for (int64_t k = 0; k < len; k++) {                                   \
+                    T e = exp(xp[k * inner] - m);                                     \
+                    yp[k * inner] = e;                                                \
+                    sum += e;                                                         \
+                }                                                                     \
+                T inv = (T)(1.0 / sum);                                               \
+                for (int64_t k = 0; k < len; k++) yp[k * inner] *= inv;               \
+            }                                                                         \
+        }                                                                             \
+    } while (0)
 
 qf_status qf_softmax_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *x = io->in[0];
+    int axis;
+    QF_TRY(softmax_axis(io->node, io->opset, x->ndim, &axis));
+    int64_t outer = 1, len = 1, inner = 1;
+    for (int i = 0; i < axis; i++) outer *= x->dims[i];
+    if (softmax_legacy(io->opset)) {
+        for (int i = axis; i < x->ndim; i++) len *= x->dims[i];
+    } else {
+        len = x->dims[axis];
+        for (int i = axis + 1; i < x->ndim; i++) inner *= x->dims[i];
+    }
+    if (len == 0 || outer == 0 || inner == 0) return QF_OK;
+    /* Subtracting the row maximum keeps exp <= 1: no overflow for any input. */
+    if (x->dtype == QF_DTYPE_F32) QF_SOFTMAX_T_(float);
+    else if (x->dtype == QF_DTYPE_F64) QF_SOFTMAX_T_(double);
+    else return unsupported_dtype(io->node, x->dtype);
+    return QF_OK;
 }

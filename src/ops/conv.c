@@ -1,36 +1,391 @@
-/* conv ops: placeholder until the family is written. */
+/* Conv and ConvTranspose (ONNX opsets 11..17), float32, 1-D to 3-D.
+ *
+ * Layouts: X [N, C, spatial...]; Conv W [M, C/group, k...]; ConvTranspose W
+ * [C, M/group, k...]; optional bias B [M]; Y [N, M, spatial'...].
+ *
+ * Both run through a real GEMM (OpenBLAS cblas_sgemm, which threads itself):
+ *   Conv:          Y_g (M/g x P_out) = W_g (M/g x K) * im2col(X_g) (K x P_out),
+ *                  K = C/g * prod(k). 1x1 kernels with stride 1 and no pads
+ *                  skip im2col (X_g already is the column matrix); depthwise
+ *                  convs (one input channel per group) use a direct loop,
+ *                  since a GEMM with M/g = 1 and K = 9 wastes im2col's copy.
+ *   ConvTranspose: col (K x P_in) = W_g^T (K x C/g) * X_g (C/g x P_in),
+ *                  K = M/g * prod(k), then col2im adds every column entry
+ *                  into the output position it lands on.
+ * Every problem is lifted to 3-D (leading size-1 dims, see spatial.h), so one
+ * im2col / col2im serves 1-D, 2-D and 3-D.
+ */
+#include <cblas.h>
+#include <string.h>
+
 #include "kernels.h"
+#include "spatial.h"
+
+typedef struct conv_geom {
+    qf_spatial s;      /* real rank */
+    qf_spatial l;      /* lifted to 3-D */
+    int64_t n, c, m;   /* batch, input channels, output channels */
+    int64_t group, cg, mg;
+    int64_t ksize;     /* prod(kernel) */
+    int64_t k;         /* GEMM inner (Conv) or row count (ConvTranspose) */
+    int64_t in_plane, out_plane;
+    bool transpose;
+} conv_geom;
+
+typedef enum conv_path { CONV_PATH_IM2COL, CONV_PATH_POINTWISE, CONV_PATH_DEPTHWISE } conv_path;
+
+static qf_status check_float(const qf_node *n, const qf_tensor *t, const char *what)
+{
+    if (t->dtype == QF_DTYPE_F32) return QF_OK;
+    if (t->dtype == QF_DTYPE_F64)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s is float64; only float32 convolutions are supported",
+                        n->name, qf_spatial_op_label(n), what);
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s has dtype %s, expected float32", n->name,
+                    qf_spatial_op_label(n), what, qf_dtype_name(t->dtype));
+}
+
+/* Validate X, W, B and the attributes; compute every size (-1 where unknown).
+ * x, w, b are the values' types in inference and the real tensors in the
+ * kernel: the same checks run in both. */
+static qf_status conv_setup(const qf_node *n, const qf_tensor *x, const qf_tensor *w, const qf_tensor *b,
+                            bool transpose, conv_geom *cg)
+{
+    const char *op = qf_spatial_op_label(n);
+    memset(cg, 0, sizeof *cg);
+    cg->transpose = transpose;
+    QF_TRY(check_float(n, x, "input X"));
+    QF_TRY(check_float(n, w, "weight W"));
+    if (b) QF_TRY(check_float(n, b, "bias B"));
+    if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected 3 to %d (N, C, spatial...)",
+                        n->name, op, x->ndim, 2 + QF_SPATIAL_MAX);
+    if (w->ndim != x->ndim)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): weight W has rank %d but input X has rank %d", n->name, op,
+                        w->ndim, x->ndim);
+    int rank = x->ndim - 2;
+    cg->group = qf_node_attr_int(n, "group", 1);
+    if (cg->group < 1)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): group = %lld, must be >= 1", n->name, op,
+                        (long long)cg->group);
+    cg->n = x->dims[0];
+    cg->c = x->dims[1];
+    if (cg->c >= 0 && cg->c % cg->group != 0)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): %lld input channels are not divisible by group %lld", n->name,
+                        op, (long long)cg->c, (long long)cg->group);
+    if (!transpose) {
+        /* W [M, C/group, k...] */
+        cg->m = w->dims[0];
+        cg->cg = w->dims[1];
+        if (cg->m >= 0 && cg->m % cg->group != 0)
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): W has %lld output channels, not divisible by group %lld",
+                            n->name, op, (long long)cg->m, (long long)cg->group);
+        if (cg->c >= 0 && cg->cg >= 0 && cg->c != cg->cg * cg->group)
+            return qf_error(QF_ERR_SHAPE,
+                            "node '%s' (%s): input X has %lld channels but W expects %lld (W.dims[1] = %lld x group %lld)",
+                            n->name, op, (long long)cg->c, (long long)(cg->cg * cg->group), (long long)cg->cg,
+                            (long long)cg->group);
+        cg->mg = cg->m >= 0 ? cg->m / cg->group : -1;
+    } else {
+        /* W [C, M/group, k...] */
+        if (cg->c >= 0 && w->dims[0] >= 0 && cg->c != w->dims[0])
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has %lld channels but W.dims[0] = %lld", n->name,
+                            op, (long long)cg->c, (long long)w->dims[0]);
+        if (w->dims[0] >= 0 && w->dims[0] % cg->group != 0)
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): W.dims[0] = %lld is not divisible by group %lld", n->name,
+                            op, (long long)w->dims[0], (long long)cg->group);
+        if (cg->c < 0) cg->c = w->dims[0];
+        cg->cg = cg->c >= 0 ? cg->c / cg->group : -1;
+        cg->mg = w->dims[1];
+        cg->m = cg->mg >= 0 ? cg->mg * cg->group : -1;
+    }
+    if (b) {
+        if (b->ndim != 1 || (cg->m >= 0 && b->dims[0] >= 0 && b->dims[0] != cg->m)) {
+            char buf[64];
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): bias B has shape %s, expected [%lld]", n->name, op,
+                            qf_shape_str(b->ndim, b->dims, buf, sizeof buf), (long long)cg->m);
+        }
+    }
+    QF_TRY(qf_spatial_parse(n, rank, w->dims + 2, QF_SPATIAL_CONV, &cg->s));
+    if (transpose) QF_TRY(qf_spatial_transpose_dims(n, &cg->s, x->dims + 2));
+    else QF_TRY(qf_spatial_forward_dims(n, &cg->s, x->dims + 2, false));
+    cg->l = qf_spatial_lift3(&cg->s);
+    cg->ksize = qf_spatial_prod(rank, cg->s.kernel);
+    int64_t per = transpose ? cg->mg : cg->cg;
+    cg->k = per >= 0 && cg->ksize >= 0 ? per * cg->ksize : -1;
+    cg->in_plane = qf_spatial_prod(rank, cg->s.in);
+    cg->out_plane = qf_spatial_prod(rank, cg->s.out);
+    return QF_OK;
+}
+
+static conv_path conv_choose_path(const conv_geom *cg)
+{
+    if (cg->cg == 1 && cg->group > 1) return CONV_PATH_DEPTHWISE;
+    for (int i = 0; i < QF_SPATIAL_MAX; i++)
+        if (cg->l.kernel[i] != 1 || cg->l.stride[i] != 1 || cg->l.pad_begin[i] != 0 || cg->l.pad_end[i] != 0)
+            return CONV_PATH_IM2COL;
+    return CONV_PATH_POINTWISE;
+}
+
+static qf_status conv_set_output(qf_node *n, const qf_tensor *x, const conv_geom *cg)
+{
+    qf_tensor *y = &n->outputs[0]->type;
+    y->dtype = QF_DTYPE_F32;
+    y->ndim = x->ndim;
+    y->dims[0] = cg->n;
+    y->dims[1] = cg->m;
+    for (int i = 0; i < cg->s.rank; i++) y->dims[2 + i] = cg->s.out[i];
+    return QF_OK;
+}
+
+static const qf_tensor *opt_type(const qf_node *n, int i)
+{
+    return i < n->ninputs && n->inputs[i] ? &n->inputs[i]->type : NULL;
+}
+
+static qf_status conv_infer_common(qf_node *n, bool transpose)
+{
+    if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): inputs X and W are required", n->name,
+                        qf_spatial_op_label(n));
+    conv_geom cg;
+    QF_TRY(conv_setup(n, &n->inputs[0]->type, &n->inputs[1]->type, opt_type(n, 2), transpose, &cg));
+    return conv_set_output(n, &n->inputs[0]->type, &cg);
+}
+
+/* Index range [lo, hi) of outputs o for which i = o * st + off lies in
+ * [0, size): the positions of one kernel tap that read real input. */
+static void tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64_t *lo, int64_t *hi)
+{
+    int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;
+    int64_t b = size - 1 - off < 0 ? 0 : (size - 1 - off) / st + 1;
+    if (b > nout) b = nout;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* Column matrix of `channels` input planes: row (c, kd, kh, kw), column
+ * (od, oh, ow) holds X[c, od*sd - pd + kd*dd, ...] or 0 in the padding. */
+static void im2col3(const float *x, int64_t channels, const qf_spatial *l, float *col)
+{
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];
+    float *dst = col;
+    for (int64_t c = 0; c < channels; c++) {
+        const float *xc = x + c * ID * IH * IW;
+        for (int64_t kd = 0; kd < l->kernel[0]; kd++)
+            for (int64_t kh = 0; kh < l->kernel[1]; kh++)
+                for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
+                    int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
+                    tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
+                    for (int64_t od = 0; od < OD; od++) {
+                        int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
+                        for (int64_t oh = 0; oh < OH; oh++, dst += OW) {
+                            int64_t ih = oh * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
+                            if (id < 0 || id >= ID || ih < 0 || ih >= IH) {
+                                memset(dst, 0, sizeof *dst * (size_t)OW);
+                                continue;
+                            }
+                            const float *row = xc + (id * IH + ih) * IW;
+                            if (lo > 0) memset(dst, 0, sizeof *dst * (size_t)lo);
+                            if (l->stride[2] == 1) {
+                                memcpy(dst + lo, row + lo + offw, sizeof *dst * (size_t)(hi - lo));
+                            } else {
+                                for (int64_t ow = lo; ow < hi; ow++) dst[ow] = row[ow * l->stride[2] + offw];
+                            }
+                            if (hi < OW) memset(dst + hi, 0, sizeof *dst * (size_t)(OW - hi));
+                        }
+                    }
+                }
+    }
+}
+
+/* The adjoint of im2col: col row (c, kd, kh, kw), column (id, ih, iw) is
+ * added into Y[c, id*sd - pd + kd*dd, ...] when that lies in the output. */
+static void col2im3(const float *col, int64_t channels, const qf_spatial *l, float *y)
+{
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];
+    const float *src = col;
+    for (int64_t c = 0; c < channels; c++) {
+        float *yc = y + c * OD * OH * OW;
+        for (int64_t kd = 0; kd < l->kernel[0]; kd++)
+            for (int64_t kh = 0; kh < l->kernel[1]; kh++)
+                for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
+                    int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
+                    tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
+                    for (int64_t id = 0; id < ID; id++) {
+                        int64_t od = id * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
+                        for (int64_t ih = 0; ih < IH; ih++, src += IW) {
+                            int64_t oh = ih * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
+                            if (od < 0 || od >= OD || oh < 0 || oh >= OH) continue;
+                            float *row = yc + (od * OH + oh) * OW;
+                            for (int64_t iw = lo; iw < hi; iw++) row[iw * l->stride[2] + offw] += src[iw];
+                        }
+                    }
+                }
+    }
+}
+
+/* Depthwise (one input channel per group, any channel multiplier): each
+ * kernel tap sweeps the output plane once, a vectorizable multiply-add. */
+static void conv_depthwise(const conv_geom *cg, const float *x, const float *w, const float *b, float *y)
+{
+    const qf_spatial *l = &cg->l;
+    const int64_t IH = l->in[1], IW = l->in[2];
+    const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];
+    for (int64_t bn = 0; bn < cg->n; bn++)
+        for (int64_t co = 0; co < cg->m; co++) {
+            const float *xp = x + (bn * cg->c + co / cg->mg) * cg->in_plane;
+            float *yp = y + (bn * cg->m + co) * cg->out_plane;
+            const float *wk = w + co * cg->ksize;
+            float bias = b ? b[co] : 0.0f;
+            for (int64_t i = 0; i < cg->out_plane; i++) yp[i] = bias;
+            for (int64_t kd = 0; kd < l->kernel[0]; kd++)
+                for (int64_t kh = 0; kh < l->kernel[1]; kh++)
+                    for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
+                        float wv = *wk++;
+                        int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
+                        tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
+                        for (int64_t od = 0; od < OD; od++) {
+                            int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
+                            if (id < 0 || id >= l->in[0]) continue;
+                            for (int64_t oh = 0; oh < OH; oh++) {
+                                int64_t ih = oh * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
+                                if (ih < 0 || ih >= IH) continue;
+                                const float *xr = xp + (id * IH + ih) * IW;
+                                float *yr = yp + (od * OH + oh) * OW;
+                                if (l->stride[2] == 1) {
+                                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + offw];
+                                } else {
+                                    const int64_t sw = l->stride[2];
+                                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * sw + offw];
+                                }
+                            }
+                        }
+                    }
+        }
+}
+
+static size_t conv_scratch_bytes(const conv_geom *cg)
+{
+    if (cg->k < 0 || cg->in_plane < 0 || cg->out_plane < 0) return 0;
+    if (cg->transpose) return sizeof(float) * (size_t)cg->k * (size_t)cg->in_plane;
+    if (conv_choose_path(cg) != CONV_PATH_IM2COL) return 0;
+    return sizeof(float) * (size_t)cg->k * (size_t)cg->out_plane;
+}
+
+static size_t conv_scratch_common(const qf_node *n, bool transpose)
+{
+    if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1]) return 0;
+    conv_geom cg;
+    qf_status st = conv_setup(n, &n->inputs[0]->type, &n->inputs[1]->type, opt_type(n, 2), transpose, &cg);
+    if (st != QF_OK) {
+        qf_error_clear();
+        return 0;
+    }
+    return conv_scratch_bytes(&cg);
+}
+
+/* Fill each of `rows` rows of `plane` floats with bias[row] (or 0). */
+static void fill_bias(float *y, const float *bias, int64_t rows, int64_t plane)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float v = bias ? bias[r] : 0.0f;
+        float *row = y + r * plane;
+        for (int64_t i = 0; i < plane; i++) row[i] = v;
+    }
+}
+
+static qf_status conv_kernel_setup(const qf_kernel_io *io, bool transpose, conv_geom *cg)
+{
+    const qf_node *n = io->node;
+    if (io->nin < 2 || !io->in[0] || !io->in[1])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): inputs X and W are required", n->name,
+                        qf_spatial_op_label(n));
+    const qf_tensor *b = io->nin > 2 ? io->in[2] : NULL;
+    QF_TRY(conv_setup(n, io->in[0], io->in[1], b, transpose, cg));
+    const qf_tensor *y = io->out[0];
+    if (cg->n < 0 || cg->in_plane < 0 || cg->out_plane < 0 || y->dims[0] != cg->n || y->dims[1] != cg->m ||
+        qf_spatial_prod(cg->s.rank, y->dims + 2) != cg->out_plane)
+        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): output buffer shape does not match the inputs", n->name,
+                        qf_spatial_op_label(n));
+    size_t need = conv_scratch_bytes(cg);
+    if (io->scratch_size < need)
+        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, the kernel needs %zu", n->name,
+                        qf_spatial_op_label(n), io->scratch_size, need);
+    return QF_OK;
+}
+
+/* --- Conv ----------------------------------------------------------------- */
 
 qf_status qf_conv_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    return conv_infer_common(n, false);
 }
+
+size_t qf_conv_scratch(const qf_node *n) { return conv_scratch_common(n, false); }
 
 qf_status qf_conv_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    conv_geom cg;
+    QF_TRY(conv_kernel_setup(io, false, &cg));
+    const float *x = io->in[0]->data, *w = io->in[1]->data;
+    const float *b = io->nin > 2 && io->in[2] ? io->in[2]->data : NULL;
+    float *y = io->out[0]->data;
+    conv_path path = conv_choose_path(&cg);
+    if (path == CONV_PATH_DEPTHWISE) {
+        conv_depthwise(&cg, x, w, b, y);
+        return QF_OK;
+    }
+    float *col = io->scratch;
+    const int M = (int)cg.mg, P = (int)cg.out_plane, K = (int)cg.k;
+    for (int64_t bn = 0; bn < cg.n; bn++)
+        for (int64_t g = 0; g < cg.group; g++) {
+            const float *xg = x + (bn * cg.c + g * cg.cg) * cg.in_plane;
+            float *yg = y + (bn * cg.m + g * cg.mg) * cg.out_plane;
+            const float *wg = w + g * cg.mg * cg.k;
+            const float *bg = b ? b + g * cg.mg : NULL;
+            const float *colm = xg;
+            if (path == CONV_PATH_IM2COL) {
+                im2col3(xg, cg.cg, &cg.l, col);
+                colm = col;
+            }
+            if (bg) fill_bias(yg, bg, cg.mg, cg.out_plane);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, P, K, 1.0f, wg, K, colm, P,
+                        bg ? 1.0f : 0.0f, yg, P);
+        }
+    return QF_OK;
 }
 
-size_t qf_conv_scratch(const qf_node *n)
-{
-    (void)n;
-    return 0;
-}
+/* --- ConvTranspose -------------------------------------------------------- */
 
 qf_status qf_conv_transpose_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    return conv_infer_common(n, true);
 }
+
+size_t qf_conv_transpose_scratch(const qf_node *n) { return conv_scratch_common(n, true); }
 
 qf_status qf_conv_transpose_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
-}
-
-size_t qf_conv_transpose_scratch(const qf_node *n)
-{
-    (void)n;
-    return 0;
+    conv_geom cg;
+    QF_TRY(conv_kernel_setup(io, true, &cg));
+    const float *x = io->in[0]->data, *w = io->in[1]->data;
+    const float *b = io->nin > 2 && io->in[2] ? io->in[2]->data : NULL;
+    float *y = io->out[0]->data;
+    float *col = io->scratch;
+    const int K = (int)cg.k, P = (int)cg.in_plane, C = (int)cg.cg;
+    for (int64_t bn = 0; bn < cg.n; bn++)
+        for (int64_t g = 0; g < cg.group; g++) {
+            const float *xg = x + (bn * cg.c + g * cg.cg) * cg.in_plane;
+            const float *wg = w + g * cg.cg * cg.k;
+            float *yg = y + (bn * cg.m + g * cg.mg) * cg.out_plane;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, C, 1.0f, wg, K, xg, P, 0.0f, col, P);
+            fill_bias(yg, b ? b + g * cg.mg : NULL, cg.mg, cg.out_plane);
+            col2im3(col, cg.mg, &cg.l, yg);
+        }
+    return QF_OK;
 }

@@ -1,90 +1,417 @@
-/* elementwise ops: placeholder until the family is written. */
+/* Elementwise arithmetic: Add, Sub, Mul, Div, Pow (numpy broadcasting) and
+ * Sqrt, Reciprocal, Neg.
+ *
+ * Binary kernels work row by row (see broadcast.h): a row function gets two
+ * operand pointers with steps 0 or 1 and specialises the four step patterns,
+ * so same-shape, scalar and per-channel operands run without index math.
+ * Integer arithmetic wraps like numpy (done in unsigned types: signed
+ * overflow is undefined in C); integer division truncates toward zero and a
+ * zero divisor is QF_ERR_NUMERIC.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "broadcast.h"
 #include "kernels.h"
 
-qf_status qf_add_infer(qf_graph *g, qf_node *n)
+static const char *op_label(const qf_node *n)
+{
+    return qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : qf_op_name(n->op);
+}
+
+static void set_output(qf_node *n, qf_dtype dt, int ndim, const int64_t *dims)
+{
+    qf_tensor *t = &n->outputs[0]->type;
+    t->dtype = dt;
+    t->ndim = ndim;
+    memcpy(t->dims, dims, sizeof(int64_t) * (size_t)ndim);
+}
+
+static bool dtype_in(qf_dtype dt, const qf_dtype *set, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (set[i] == dt) return true;
+    return false;
+}
+
+static qf_status check_inputs(const qf_node *n, int count)
+{
+    if (n->ninputs != count)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects %d inputs, has %d", n->name, op_label(n),
+                        count, n->ninputs);
+    for (int i = 0; i < count; i++)
+        if (!n->inputs[i])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, op_label(n), i);
+    return QF_OK;
+}
+
+static qf_status unsupported_dtype(const qf_node *n, const char *what, qf_dtype dt)
+{
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s dtype %s is not supported", n->name, op_label(n),
+                    what, qf_dtype_name(dt));
+}
+
+/* ------------------------------------------------------------------------ */
+/* shape inference                                                           */
+
+static const qf_dtype arith_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32,
+                                        QF_DTYPE_I64, QF_DTYPE_I8, QF_DTYPE_U8};
+
+static qf_status binary_infer(qf_node *n)
+{
+    QF_TRY(check_inputs(n, 2));
+    const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
+    if (a->dtype != b->dtype)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input dtypes differ (%s and %s)", n->name, op_label(n),
+                        qf_dtype_name(a->dtype), qf_dtype_name(b->dtype));
+    if (!dtype_in(a->dtype, arith_dtypes, 6)) return unsupported_dtype(n, "input", a->dtype);
+    int ny;
+    int64_t y[QF_MAX_DIMS];
+    QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
+    set_output(n, a->dtype, ny, y);
+    return QF_OK;
+}
+
+qf_status qf_add_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+qf_status qf_sub_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+qf_status qf_mul_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+qf_status qf_div_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+
+static const qf_dtype pow_base_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, QF_DTYPE_I64};
+
+/* Pow (opset 12+) lets the exponent have its own dtype; the output has the
+ * base's. */
+qf_status qf_pow_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    QF_TRY(check_inputs(n, 2));
+    const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
+    if (!dtype_in(a->dtype, pow_base_dtypes, 4)) return unsupported_dtype(n, "base", a->dtype);
+    if (!dtype_in(b->dtype, arith_dtypes, 6)) return unsupported_dtype(n, "exponent", b->dtype);
+    int ny;
+    int64_t y[QF_MAX_DIMS];
+    QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
+    set_output(n, a->dtype, ny, y);
+    return QF_OK;
+}
+
+static qf_status unary_infer(qf_node *n, const qf_dtype *allowed, int count)
+{
+    QF_TRY(check_inputs(n, 1));
+    const qf_tensor *x = &n->inputs[0]->type;
+    if (!dtype_in(x->dtype, allowed, count)) return unsupported_dtype(n, "input", x->dtype);
+    set_output(n, x->dtype, x->ndim, x->dims);
+    return QF_OK;
+}
+
+static const qf_dtype float_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64};
+static const qf_dtype signed_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, QF_DTYPE_I64, QF_DTYPE_I8};
+
+qf_status qf_sqrt_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, float_dtypes, 2); }
+qf_status qf_reciprocal_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, float_dtypes, 2); }
+qf_status qf_neg_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, signed_dtypes, 5); }
+
+/* ------------------------------------------------------------------------ */
+/* binary row functions                                                      */
+
+/* y[i] = a[i * sa] OP b[i * sb] for i < n, sa and sb in {0, 1}. Returns false
+ * only for an integer division by zero. */
+typedef bool (*row_fn)(const void *a, int64_t sa, const void *b, int64_t sb, void *y, int64_t n);
+
+/* A row function for `EXPR` (in terms of x = a element, z = b element), with
+ * one loop per step pattern so that the compiler vectorises each. */
+#define QF_ROW_(fname, T, EXPR)                                                           \
+    static bool fname(const void *a_, int64_t sa, const void *b_, int64_t sb, void *y_,   \
+                      int64_t n)                                                          \
+    {                                                                                     \
+        const T *a = a_, *b = b_;                                                         \
+        T *y = y_;                                                                        \
+        if (sa && sb) {                                                                   \
+            for (int64_t i = 0; i < n; i++) { T x = a[i], z = b[i]; y[i] = (T)(EXPR); }   \
+        } else if (sa) {                                                                  \
+            const T z = b[0];                                                             \
+            for (int64_t i = 0; i < n; i++) { T x = a[i]; y[i] = (T)(EXPR); }             \
+        } else if (sb) {                                                                  \
+            const T x = a[0];                                                             \
+            for (int64_t i = 0; i < n; i++) { T z = b[i]; y[i] = (T)(EXPR); }             \
+        } else {                                                                          \
+            const T x = a[0], z = b[0];                                                   \
+            const T v = (T)(EXPR);                                                        \
+            for (int64_t i = 0; i < n; i++) y[i] = v;                                     \
+        }                                                                                 \
+        return true;                                                                      \
+    }
+
+/* Wrapping integer arithmetic through the unsigned type U. int8 / uint8
+ * promote to int, which cannot overflow; the store truncates (wraps). */
+#define QF_WRAP_(U, T, x, op, z) ((T)((U)(x) op (U)(z)))
+
+QF_ROW_(add_f32, float, x + z)
+QF_ROW_(add_f64, double, x + z)
+QF_ROW_(add_i32, int32_t, QF_WRAP_(uint32_t, int32_t, x, +, z))
+QF_ROW_(add_i64, int64_t, QF_WRAP_(uint64_t, int64_t, x, +, z))
+QF_ROW_(add_i8, int8_t, x + z)
+QF_ROW_(add_u8, uint8_t, x + z)
+QF_ROW_(sub_f32, float, x - z)
+QF_ROW_(sub_f64, double, x - z)
+QF_ROW_(sub_i32, int32_t, QF_WRAP_(uint32_t, int32_t, x, -, z))
+QF_ROW_(sub_i64, int64_t, QF_WRAP_(uint64_t, int64_t, x, -, z))
+QF_ROW_(sub_i8, int8_t, x - z)
+QF_ROW_(sub_u8, uint8_t, x - z)
+QF_ROW_(mul_f32, float, x * z)
+QF_ROW_(mul_f64, double, x * z)
+QF_ROW_(mul_i32, int32_t, QF_WRAP_(uint32_t, int32_t, x, *, z))
+QF_ROW_(mul_i64, int64_t, QF_WRAP_(uint64_t, int64_t, x, *, z))
+QF_ROW_(mul_i8, int8_t, x * z)
+QF_ROW_(mul_u8, uint8_t, x * z)
+QF_ROW_(div_f32, float, x / z)
+QF_ROW_(div_f64, double, x / z)
+QF_ROW_(pow_f32, float, powf(x, z))
+QF_ROW_(pow_f64, double, pow(x, z))
+
+/* Integer division, truncating toward zero as C does. The one overflowing
+ * case, MIN / -1, wraps to MIN (numpy's result) instead of trapping. */
+#define QF_DIV_SIGNED_(fname, T, U)                                                       \
+    static bool fname(const void *a_, int64_t sa, const void *b_, int64_t sb, void *y_,   \
+                      int64_t n)                                                          \
+    {                                                                                     \
+        const T *a = a_, *b = b_;                                                         \
+        T *y = y_;                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                 \
+            T x = a[i * sa], z = b[i * sb];                                               \
+            if (z == 0) return false;                                                     \
+            y[i] = z == -1 ? (T)(0u - (U)x) : (T)(x / z);                                 \
+        }                                                                                 \
+        return true;                                                                      \
+    }
+
+QF_DIV_SIGNED_(div_i32, int32_t, uint32_t)
+QF_DIV_SIGNED_(div_i64, int64_t, uint64_t)
+QF_DIV_SIGNED_(div_i8, int8_t, uint8_t)
+
+static bool div_u8(const void *a_, int64_t sa, const void *b_, int64_t sb, void *y_, int64_t n)
+{
+    const uint8_t *a = a_, *b = b_;
+    uint8_t *y = y_;
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t z = b[i * sb];
+        if (z == 0) return false;
+        y[i] = (uint8_t)(a[i * sa] / z);
+    }
+    return true;
+}
+
+/* Run a row function over a broadcast binary op. */
+static qf_status binary_run(const qf_kernel_io *io, row_fn fn)
+{
+    const qf_tensor *a = io->in[0], *b = io->in[1];
+    qf_tensor *y = io->out[0];
+    const char *pa = a->data, *pb = b->data;
+    char *py = y->data;
+    size_t ea = qf_dtype_size(a->dtype), eb = qf_dtype_size(b->dtype), ey = qf_dtype_size(y->dtype);
+    int64_t na = qf_tensor_numel(a), nb = qf_tensor_numel(b), ny = qf_tensor_numel(y);
+    bool ok = true;
+
+    if (ny == 0) return QF_OK;
+    /* Fast paths. An operand with as many elements as the output has the
+     * output's layout (broadcasting only ever adds elements). */
+    if (na == ny && nb == ny) ok = fn(pa, 1, pb, 1, py, ny);
+    else if (na == ny && nb == 1) ok = fn(pa, 1, pb, 0, py, ny);
+    else if (na == 1 && nb == ny) ok = fn(pa, 0, pb, 1, py, ny);
+    else {
+        const qf_tensor *ops[2] = {a, b};
+        qf_bcast_iter it;
+        qf_bcast_iter_init(&it, y->ndim, y->dims, 2, ops);
+        for (int64_t r = 0; r < it.rows && ok; r++, qf_bcast_iter_next(&it))
+            ok = fn(pa + (size_t)it.off[0] * ea, it.step[0], pb + (size_t)it.off[1] * eb, it.step[1],
+                    py + (size_t)(r * it.len) * ey, it.len);
+    }
+    if (!ok)
+        return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): integer division by zero", io->node->name,
+                        op_label(io->node));
+    return QF_OK;
+}
+
+static qf_status binary_dispatch(const qf_kernel_io *io, const row_fn fns[6])
+{
+    /* fns follows arith_dtypes: f32, f64, i32, i64, i8, u8. */
+    for (int i = 0; i < 6; i++)
+        if (io->in[0]->dtype == arith_dtypes[i] && io->in[1]->dtype == arith_dtypes[i])
+            return binary_run(io, fns[i]);
+    return unsupported_dtype(io->node, "input", io->in[0]->dtype);
 }
 
 qf_status qf_add_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
-}
-
-qf_status qf_sub_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    static const row_fn fns[6] = {add_f32, add_f64, add_i32, add_i64, add_i8, add_u8};
+    return binary_dispatch(io, fns);
 }
 
 qf_status qf_sub_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
-}
-
-qf_status qf_mul_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    static const row_fn fns[6] = {sub_f32, sub_f64, sub_i32, sub_i64, sub_i8, sub_u8};
+    return binary_dispatch(io, fns);
 }
 
 qf_status qf_mul_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
-}
-
-qf_status qf_div_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    static const row_fn fns[6] = {mul_f32, mul_f64, mul_i32, mul_i64, mul_i8, mul_u8};
+    return binary_dispatch(io, fns);
 }
 
 qf_status qf_div_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    static const row_fn fns[6] = {div_f32, div_f64, div_i32, div_i64, div_i8, div_u8};
+    return binary_dispatch(io, fns);
 }
 
-qf_status qf_pow_infer(qf_graph *g, qf_node *n)
+/* ------------------------------------------------------------------------ */
+/* Pow with mixed dtypes                                                     */
+
+static double load_f64(const void *p, qf_dtype dt, int64_t i)
 {
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    switch (dt) {
+    case QF_DTYPE_F32: return ((const float *)p)[i];
+    case QF_DTYPE_F64: return ((const double *)p)[i];
+    case QF_DTYPE_I32: return ((const int32_t *)p)[i];
+    case QF_DTYPE_I64: return (double)((const int64_t *)p)[i];
+    case QF_DTYPE_I8: return ((const int8_t *)p)[i];
+    case QF_DTYPE_U8: return ((const uint8_t *)p)[i];
+    default: return 0.0;
+    }
+}
+
+static int64_t load_i64(const void *p, qf_dtype dt, int64_t i)
+{
+    switch (dt) {
+    case QF_DTYPE_I32: return ((const int32_t *)p)[i];
+    case QF_DTYPE_I64: return ((const int64_t *)p)[i];
+    case QF_DTYPE_I8: return ((const int8_t *)p)[i];
+    case QF_DTYPE_U8: return ((const uint8_t *)p)[i];
+    default: return 0;
+    }
+}
+
+static bool is_int(qf_dtype dt) { return dt == QF_DTYPE_I32 || dt == QF_DTYPE_I64 || dt == QF_DTYPE_I8 || dt == QF_DTYPE_U8; }
+
+/* Integer power by squaring, wrapping in uint64. A negative exponent gives
+ * the truncated real result: 1 for base 1, +-1 for base -1, else 0. */
+static int64_t ipow(int64_t base, int64_t e)
+{
+    if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? -1 : 1) : 0;
+    uint64_t r = 1, b = (uint64_t)base;
+    while (e) {
+        if (e & 1) r *= b;
+        b *= b;
+        e >>= 1;
+    }
+    return (int64_t)r;
+}
+
+/* A double to the integer type's range (truncating; NaN -> 0). */
+static int64_t sat_i64(double v, double lo, double hi)
+{
+    if (v != v) return 0;
+    if (v <= lo) return (int64_t)lo;
+    if (v >= hi) return (int64_t)hi;
+    return (int64_t)v;
+}
+
+static void pow_elem(const qf_tensor *a, int64_t ia, const qf_tensor *b, int64_t ib, qf_tensor *y, int64_t iy)
+{
+    if (is_int(a->dtype) && is_int(b->dtype)) {
+        int64_t r = ipow(load_i64(a->data, a->dtype, ia), load_i64(b->data, b->dtype, ib));
+        if (y->dtype == QF_DTYPE_I32) ((int32_t *)y->data)[iy] = (int32_t)(uint32_t)(uint64_t)r;
+        else ((int64_t *)y->data)[iy] = r;
+        return;
+    }
+    double r = pow(load_f64(a->data, a->dtype, ia), load_f64(b->data, b->dtype, ib));
+    switch (y->dtype) {
+    case QF_DTYPE_F32: ((float *)y->data)[iy] = (float)r; break;
+    case QF_DTYPE_F64: ((double *)y->data)[iy] = r; break;
+    case QF_DTYPE_I32: ((int32_t *)y->data)[iy] = (int32_t)sat_i64(r, -2147483648.0, 2147483647.0); break;
+    case QF_DTYPE_I64: ((int64_t *)y->data)[iy] = sat_i64(r, -9223372036854775808.0, 9223372036854774784.0); break;
+    default: break;
+    }
 }
 
 qf_status qf_pow_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *a = io->in[0], *b = io->in[1];
+    qf_tensor *y = io->out[0];
+    if (a->dtype == QF_DTYPE_F32 && b->dtype == QF_DTYPE_F32) return binary_run(io, pow_f32);
+    if (a->dtype == QF_DTYPE_F64 && b->dtype == QF_DTYPE_F64) return binary_run(io, pow_f64);
+    if (!dtype_in(a->dtype, pow_base_dtypes, 4)) return unsupported_dtype(io->node, "base", a->dtype);
+    if (!dtype_in(b->dtype, arith_dtypes, 6)) return unsupported_dtype(io->node, "exponent", b->dtype);
+    if (qf_tensor_numel(y) == 0) return QF_OK;
+    /* Mixed dtypes are rare (exponents): one element at a time. */
+    const qf_tensor *ops[2] = {a, b};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, y->ndim, y->dims, 2, ops);
+    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it))
+        for (int64_t i = 0; i < it.len; i++)
+            pow_elem(a, it.off[0] + i * it.step[0], b, it.off[1] + i * it.step[1], y, r * it.len + i);
+    return QF_OK;
 }
 
-qf_status qf_sqrt_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
-}
+/* ------------------------------------------------------------------------ */
+/* unary                                                                     */
 
 qf_status qf_sqrt_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
-}
-
-qf_status qf_reciprocal_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    const qf_tensor *x = io->in[0];
+    int64_t n = qf_tensor_numel(x);
+    if (x->dtype == QF_DTYPE_F32) {
+        const float *p = x->data;
+        float *y = io->out[0]->data;
+        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(p[i]);
+    } else if (x->dtype == QF_DTYPE_F64) {
+        const double *p = x->data;
+        double *y = io->out[0]->data;
+        for (int64_t i = 0; i < n; i++) y[i] = sqrt(p[i]);
+    } else {
+        return unsupported_dtype(io->node, "input", x->dtype);
+    }
+    return QF_OK;
 }
 
 qf_status qf_reciprocal_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *x = io->in[0];
+    int64_t n = qf_tensor_numel(x);
+    if (x->dtype == QF_DTYPE_F32) {
+        const float *p = x->data;
+        float *y = io->out[0]->data;
+        for (int64_t i = 0; i < n; i++) y[i] = 1.0f / p[i];
+    } else if (x->dtype == QF_DTYPE_F64) {
+        const double *p = x->data;
+        double *y = io->out[0]->data;
+        for (int64_t i = 0; i < n; i++) y[i] = 1.0 / p[i];
+    } else {
+        return unsupported_dtype(io->node, "input", x->dtype);
+    }
+    return QF_OK;
 }
 
-qf_status qf_neg_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
-}
+#define QF_NEG_(T, EXPR)                                        \
+    do {                                                        \
+        const T *p = x->data;                                   \
+        T *y = io->out[0]->data;                                \
+        for (int64_t i = 0; i < n; i++) y[i] = (T)(EXPR);       \
+    } while (0)
 
 qf_status qf_neg_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *x = io->in[0];
+    int64_t n = qf_tensor_numel(x);
+    switch (x->dtype) {
+    case QF_DTYPE_F32: QF_NEG_(float, -p[i]); break;
+    case QF_DTYPE_F64: QF_NEG_(double, -p[i]); break;
+    /* Negating MIN wraps to MIN (two's complement), as numpy does. */
+    case QF_DTYPE_I32: QF_NEG_(int32_t, 0u - (uint32_t)p[i]); break;
+    case QF_DTYPE_I64: QF_NEG_(int64_t, (uint64_t)0 - (uint64_t)p[i]); break;
+    case QF_DTYPE_I8: QF_NEG_(int8_t, -p[i]); break;
+    default: return unsupported_dtype(io->node, "input", x->dtype);
+    }
+    return QF_OK;
 }

@@ -1,35 +1,260 @@
-/* linear ops: placeholder until the family is written. */
+/* Matrix products: Gemm, MatMul (numpy matmul) and the internal `linear`
+ * (ATen: y = x W^T + b with W [out, in]). Everything goes through
+ * cblas_sgemm / cblas_dgemm, row-major.
+ */
+#include <cblas.h>
+#include <limits.h>
+#include <string.h>
+
+#include "broadcast.h"
 #include "kernels.h"
+
+static const char *op_label(const qf_node *n)
+{
+    return qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : qf_op_name(n->op);
+}
+
+static void set_output(qf_node *n, qf_dtype dt, int ndim, const int64_t *dims)
+{
+    qf_tensor *t = &n->outputs[0]->type;
+    t->dtype = dt;
+    t->ndim = ndim;
+    memcpy(t->dims, dims, sizeof(int64_t) * (size_t)ndim);
+}
+
+/* Inputs [0, required) present, float32 / float64, all present ones of one
+ * dtype. */
+static qf_status check_float_inputs(const qf_node *n, int required)
+{
+    for (int i = 0; i < required; i++)
+        if (i >= n->ninputs || !n->inputs[i])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, op_label(n), i);
+    qf_dtype dt = n->inputs[0]->type.dtype;
+    if (dt != QF_DTYPE_F32 && dt != QF_DTYPE_F64)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s is not supported (float32, float64)",
+                        n->name, op_label(n), qf_dtype_name(dt));
+    for (int i = 1; i < n->ninputs; i++)
+        if (n->inputs[i] && n->inputs[i]->type.dtype != dt)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d has dtype %s, input 0 has %s", n->name,
+                            op_label(n), i, qf_dtype_name(n->inputs[i]->type.dtype), qf_dtype_name(dt));
+    return QF_OK;
+}
+
+static bool dims_differ(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
+
+/* One row-major GEMM: C = alpha * op(A) op(B) + beta * C, C is [M, N] with
+ * leading dimension N. BLAS wants int sizes and leading dimensions >= 1. */
+static qf_status gemm_call(const qf_node *n, qf_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                           double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
+                           void *C)
+{
+    if (M == 0 || N == 0) return QF_OK;
+    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX || ldb > INT_MAX)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): matrix too large for BLAS", n->name, op_label(n));
+    lda = lda < 1 ? 1 : lda;
+    ldb = ldb < 1 ? 1 : ldb;
+    enum CBLAS_TRANSPOSE a_t = ta ? CblasTrans : CblasNoTrans, b_t = tb ? CblasTrans : CblasNoTrans;
+    if (dt == QF_DTYPE_F32)
+        cblas_sgemm(CblasRowMajor, a_t, b_t, (int)M, (int)N, (int)K, (float)alpha, A, (int)lda, B, (int)ldb,
+                    (float)beta, C, (int)N);
+    else
+        cblas_dgemm(CblasRowMajor, a_t, b_t, (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C,
+                    (int)N);
+    return QF_OK;
+}
+
+/* y = src broadcast to y's shape (y contiguous, same dtype). */
+static void broadcast_fill(const qf_tensor *src, qf_tensor *y)
+{
+    size_t es = qf_dtype_size(y->dtype);
+    int64_t ny = qf_tensor_numel(y);
+    if (qf_tensor_numel(src) == ny) {
+        memcpy(y->data, src->data, (size_t)ny * es);
+        return;
+    }
+    const qf_tensor *ops[1] = {src};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, y->ndim, y->dims, 1, ops);
+    char *py = y->data;
+    const char *ps = src->data;
+    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {
+        char *row = py + (size_t)(r * it.len) * es;
+        if (it.step[0]) {
+            memcpy(row, ps + (size_t)it.off[0] * es, (size_t)it.len * es);
+        } else {
+            for (int64_t i = 0; i < it.len; i++) memcpy(row + (size_t)i * es, ps + (size_t)it.off[0] * es, es);
+        }
+    }
+}
+
+/* --- Gemm ------------------------------------------------------------------ */
 
 qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    QF_TRY(check_float_inputs(n, 2));
+    const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
+    const qf_tensor *c = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
+    char sa[128], sb[128];
+    if (a->ndim != 2 || b->ndim != 2)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (Gemm): A and B must be 2-D, have shapes %s and %s", n->name,
+                        qf_shape_str(a->ndim, a->dims, sa, sizeof sa), qf_shape_str(b->ndim, b->dims, sb, sizeof sb));
+    bool ta = qf_node_attr_int(n, "transA", 0) != 0, tb = qf_node_attr_int(n, "transB", 0) != 0;
+    int64_t M = a->dims[ta ? 1 : 0], K = a->dims[ta ? 0 : 1];
+    int64_t Kb = b->dims[tb ? 1 : 0], N = b->dims[tb ? 0 : 1];
+    if (dims_differ(K, Kb))
+        return qf_error(QF_ERR_SHAPE, "node '%s' (Gemm): inner dimensions differ: A %s (transA=%d) and B %s (transB=%d)",
+                        n->name, qf_shape_str(a->ndim, a->dims, sa, sizeof sa), ta,
+                        qf_shape_str(b->ndim, b->dims, sb, sizeof sb), tb);
+    int64_t y[2] = {M, N};
+    if (c && !qf_broadcast_to_ok(c->ndim, c->dims, 2, y))
+        return qf_error(QF_ERR_SHAPE, "node '%s' (Gemm): C %s cannot be broadcast to the output %s", n->name,
+                        qf_shape_str(c->ndim, c->dims, sa, sizeof sa), qf_shape_str(2, y, sb, sizeof sb));
+    set_output(n, a->dtype, 2, y);
+    return QF_OK;
 }
 
 qf_status qf_gemm_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *a = io->in[0], *b = io->in[1];
+    const qf_tensor *c = io->nin > 2 ? io->in[2] : NULL;
+    qf_tensor *y = io->out[0];
+    bool ta = qf_node_attr_int(io->node, "transA", 0) != 0, tb = qf_node_attr_int(io->node, "transB", 0) != 0;
+    double alpha = qf_node_attr_float(io->node, "alpha", 1.0f);
+    double beta = qf_node_attr_float(io->node, "beta", 1.0f);
+    int64_t M = y->dims[0], N = y->dims[1], K = a->dims[ta ? 0 : 1];
+    /* Y starts as C (broadcast), and BLAS adds alpha * A'B' to beta * Y. With
+     * no C, beta 0 makes BLAS ignore Y's (uninitialised) contents. */
+    if (c && beta != 0.0 && qf_tensor_numel(y) > 0) broadcast_fill(c, y);
+    else beta = 0.0;
+    return gemm_call(io->node, y->dtype, ta, tb, M, N, K, alpha, a->data, a->dims[1], b->data, b->dims[1], beta,
+                     y->data);
+}
+
+/* --- MatMul ------------------------------------------------------------------ */
+
+/* numpy matmul's view of the operands: A [..., M, K], B [..., K, N]; a 1-D A
+ * is [1, K] and a 1-D B is [K, 1], and those dims are dropped from the
+ * output. The batch dims (all but the last two) broadcast. */
+typedef struct mm_dims {
+    int64_t M, K, Kb, N;
+    int na, nb;                      /* batch ranks */
+    const int64_t *ba, *bb;          /* batch dims */
+} mm_dims;
+
+static void mm_dims_get(const qf_tensor *a, const qf_tensor *b, mm_dims *d)
+{
+    d->M = a->ndim >= 2 ? a->dims[a->ndim - 2] : 1;
+    d->K = a->dims[a->ndim - 1];
+    d->Kb = b->ndim >= 2 ? b->dims[b->ndim - 2] : b->dims[0];
+    d->N = b->ndim >= 2 ? b->dims[b->ndim - 1] : 1;
+    d->na = a->ndim > 2 ? a->ndim - 2 : 0;
+    d->nb = b->ndim > 2 ? b->ndim - 2 : 0;
+    d->ba = a->dims;
+    d->bb = b->dims;
 }
 
 qf_status qf_matmul_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    QF_TRY(check_float_inputs(n, 2));
+    const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
+    char sa[128], sb[128];
+    if (a->ndim < 1 || b->ndim < 1)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (MatMul): operands must have rank >= 1, have shapes %s and %s",
+                        n->name, qf_shape_str(a->ndim, a->dims, sa, sizeof sa),
+                        qf_shape_str(b->ndim, b->dims, sb, sizeof sb));
+    mm_dims d;
+    mm_dims_get(a, b, &d);
+    int ny;
+    int64_t y[QF_MAX_DIMS];
+    if (dims_differ(d.K, d.Kb) || !qf_broadcast_shape(d.na, d.ba, d.nb, d.bb, &ny, y))
+        return qf_error(QF_ERR_SHAPE, "node '%s' (MatMul): shapes %s and %s do not fit (%s)", n->name,
+                        qf_shape_str(a->ndim, a->dims, sa, sizeof sa), qf_shape_str(b->ndim, b->dims, sb, sizeof sb),
+                        dims_differ(d.K, d.Kb) ? "inner dimensions differ" : "batch dimensions do not broadcast");
+    if (a->ndim >= 2) y[ny++] = d.M;
+    if (b->ndim >= 2) y[ny++] = d.N;
+    set_output(n, a->dtype, ny, y);
+    return QF_OK;
 }
 
 qf_status qf_matmul_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *a = io->in[0], *b = io->in[1];
+    qf_tensor *y = io->out[0];
+    mm_dims d;
+    mm_dims_get(a, b, &d);
+    size_t es = qf_dtype_size(y->dtype);
+    int64_t nbatch_b = qf_shape_numel(d.nb, d.bb);
+    if (qf_tensor_numel(y) == 0) return QF_OK;
+
+    /* B shared by every batch (2-D, or leading 1s): A's rows are contiguous,
+     * so the whole batch is one GEMM with M * batch rows. */
+    if (nbatch_b == 1) {
+        int64_t rows = qf_shape_numel(d.na, d.ba) * d.M;
+        return gemm_call(io->node, y->dtype, false, false, rows, d.N, d.K, 1.0, a->data, d.K, b->data, d.N, 0.0,
+                         y->data);
+    }
+
+    /* One GEMM per output batch entry; the batch index walks A's and B's
+     * (broadcast) batch dims like an elementwise op over the batch shapes. */
+    int nyb;
+    int64_t yb[QF_MAX_DIMS];
+    qf_broadcast_shape(d.na, d.ba, d.nb, d.bb, &nyb, yb);
+    qf_tensor va, vb;
+    qf_tensor_view(&va, a->dtype, d.na, d.ba, NULL);
+    qf_tensor_view(&vb, b->dtype, d.nb, d.bb, NULL);
+    const qf_tensor *ops[2] = {&va, &vb};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, nyb, yb, 2, ops);
+    const char *pa = a->data, *pb = b->data;
+    char *py = y->data;
+    size_t sa = (size_t)(d.M * d.K) * es, sb = (size_t)(d.K * d.N) * es, sy = (size_t)(d.M * d.N) * es;
+    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {
+        for (int64_t i = 0; i < it.len; i++) {
+            int64_t ia = it.off[0] + i * it.step[0], ib = it.off[1] + i * it.step[1], iy = r * it.len + i;
+            QF_TRY(gemm_call(io->node, y->dtype, false, false, d.M, d.N, d.K, 1.0, pa + (size_t)ia * sa, d.K,
+                             pb + (size_t)ib * sb, d.N, 0.0, py + (size_t)iy * sy));
+        }
+    }
+    return QF_OK;
 }
+
+/* --- linear (ATen) --------------------------------------------------------- */
 
 qf_status qf_linear_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    QF_TRY(check_float_inputs(n, 2));
+    const qf_tensor *x = &n->inputs[0]->type, *w = &n->inputs[1]->type;
+    const qf_tensor *b = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
+    char sx[128], sw[128];
+    if (x->ndim < 1 || w->ndim != 2 || dims_differ(x->dims[x->ndim - 1], w->dims[1]))
+        return qf_error(QF_ERR_SHAPE, "node '%s' (linear): input %s does not fit weight %s ([out, in])", n->name,
+                        qf_shape_str(x->ndim, x->dims, sx, sizeof sx), qf_shape_str(w->ndim, w->dims, sw, sizeof sw));
+    if (b && (b->ndim != 1 || dims_differ(b->dims[0], w->dims[0])))
+        return qf_error(QF_ERR_SHAPE, "node '%s' (linear): bias %s does not fit weight %s ([out, in])", n->name,
+                        qf_shape_str(b->ndim, b->dims, sx, sizeof sx), qf_shape_str(w->ndim, w->dims, sw, sizeof sw));
+    int64_t y[QF_MAX_DIMS];
+    memcpy(y, x->dims, sizeof(int64_t) * (size_t)x->ndim);
+    y[x->ndim - 1] = w->dims[0];
+    set_output(n, x->dtype, x->ndim, y);
+    return QF_OK;
 }
 
 qf_status qf_linear_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *x = io->in[0], *w = io->in[1];
+    const qf_tensor *b = io->nin > 2 ? io->in[2] : NULL;
+    qf_tensor *y = io->out[0];
+    int64_t in = w->dims[1], out = w->dims[0];
+    int64_t rows = out > 0 ? qf_tensor_numel(y) / out : 0;
+    double beta = 0.0;
+    /* Every row of y starts as the bias; the GEMM adds x W^T on top. */
+    if (b && rows > 0) {
+        size_t row = (size_t)out * qf_dtype_size(y->dtype);
+        for (int64_t r = 0; r < rows; r++) memcpy((char *)y->data + (size_t)r * row, b->data, row);
+        beta = 1.0;
+    }
+    return gemm_call(io->node, y->dtype, false, true, rows, out, in, 1.0, x->data, in, w->data, in, beta, y->data);
 }

@@ -1,13 +1,143 @@
-/* norm ops: placeholder until the family is written. */
+/* BatchNormalization (ONNX opsets 11..17), X float32 [N, C, ...] (rank >= 2).
+ *
+ * Inputs: X, scale (gamma) [C], B (beta) [C], input_mean [C], input_var [C];
+ * the four parameter tensors may be float32 or float64.
+ *
+ * Inference (training_mode = 0, the default):
+ *     y = (x - mean_c) / sqrt(var_c + eps) * scale_c + B_c
+ * computed as y = x * a_c + d_c, with a_c and d_c formed in double.
+ *
+ * Training (training_mode = 1, opset 14+; or opset < 14 with the optional
+ * mean / var outputs present): y uses the batch mean and the *biased* batch
+ * variance (divide by the count), and the optional outputs are
+ *     running_mean = input_mean * momentum + batch_mean * (1 - momentum)
+ *     running_var  = input_var  * momentum + batch_var  * (1 - momentum)
+ * with the same biased batch_var, as the ONNX spec's reference and its node
+ * tests (test_batchnorm_*_training_mode) do. Note: PyTorch updates its
+ * running_var with the unbiased variance (count / (count - 1)).
+ */
+#include <math.h>
+
 #include "kernels.h"
+#include "spatial.h"
+
+static const char *const bn_param_names[4] = {"scale", "B", "input_mean", "input_var"};
+
+static bool bn_training(const qf_node *n, int64_t opset)
+{
+    if (opset >= 14) return qf_node_attr_int(n, "training_mode", 0) != 0;
+    return n->noutputs > 1;
+}
 
 qf_status qf_batch_norm_infer(qf_graph *g, qf_node *n)
 {
-    (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    const char *op = qf_spatial_op_label(n);
+    if (n->ninputs != 5)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expected 5 inputs (X, scale, B, mean, var), got %d", n->name,
+                        op, n->ninputs);
+    for (int i = 0; i < 5; i++)
+        if (!n->inputs[i])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, op, i);
+    const qf_tensor *x = &n->inputs[0]->type;
+    if (x->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s, only float32 is supported",
+                        n->name, op, qf_dtype_name(x->dtype));
+    if (x->ndim < 2)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected >= 2 (N, C, ...)", n->name, op,
+                        x->ndim);
+    int64_t c = x->dims[1];
+    for (int i = 1; i < 5; i++) {
+        const qf_tensor *p = &n->inputs[i]->type;
+        if (p->dtype != QF_DTYPE_F32 && p->dtype != QF_DTYPE_F64)
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s has dtype %s, expected float32 or float64",
+                            n->name, op, bn_param_names[i - 1], qf_dtype_name(p->dtype));
+        if (p->ndim != 1 || (c >= 0 && p->dims[0] >= 0 && p->dims[0] != c)) {
+            char buf[64];
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): %s has shape %s, expected [%lld] (the channels of X)",
+                            n->name, op, bn_param_names[i - 1], qf_shape_str(p->ndim, p->dims, buf, sizeof buf),
+                            (long long)c);
+        }
+        if (c < 0) c = p->dims[0];
+    }
+    bool training = bn_training(n, g->opset);
+    if (n->noutputs > 1 && !training)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %d outputs but training_mode is 0 (only Y is defined)",
+                        n->name, op, n->noutputs);
+    if (n->noutputs == 2)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): 2 outputs; expected Y alone or Y, running_mean, running_var",
+                        n->name, op);
+    qf_tensor *y = &n->outputs[0]->type;
+    y->dtype = QF_DTYPE_F32;
+    y->ndim = x->ndim;
+    for (int i = 0; i < x->ndim; i++) y->dims[i] = x->dims[i];
+    for (int i = 1; i < n->noutputs; i++) {
+        qf_tensor *o = &n->outputs[i]->type;
+        o->dtype = n->inputs[2 + i]->type.dtype;
+        o->ndim = 1;
+        o->dims[0] = c;
+    }
+    return QF_OK;
+}
+
+static void store(const qf_tensor *t, int64_t i, double v)
+{
+    if (t->dtype == QF_DTYPE_F64) ((double *)t->data)[i] = v;
+    else ((float *)t->data)[i] = (float)v;
 }
 
 qf_status qf_batch_norm_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_node *n = io->node;
+    const char *op = qf_spatial_op_label(n);
+    const qf_tensor *x = io->in[0];
+    const qf_tensor *scale = io->in[1], *bias = io->in[2], *mean = io->in[3], *var = io->in[4];
+    const int64_t nb = x->dims[0], c = x->dims[1];
+    int64_t inner = 1;
+    for (int i = 2; i < x->ndim; i++) inner *= x->dims[i];
+    const double eps = qf_node_attr_float(n, "epsilon", 1e-5f);
+    const double momentum = qf_node_attr_float(n, "momentum", 0.9f);
+    const bool training = bn_training(n, io->opset);
+    const float *xd = x->data;
+    float *yd = io->out[0]->data;
+
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mu, v;
+        if (training) {
+            /* Two passes in double: the mean, then the centred sum of squares. */
+            double s = 0.0, ss = 0.0;
+            for (int64_t b = 0; b < nb; b++) {
+                const float *p = xd + (b * c + ch) * inner;
+                for (int64_t i = 0; i < inner; i++) s += p[i];
+            }
+            double cnt = (double)(nb * inner);
+            mu = cnt > 0 ? s / cnt : 0.0;
+            for (int64_t b = 0; b < nb; b++) {
+                const float *p = xd + (b * c + ch) * inner;
+                for (int64_t i = 0; i < inner; i++) {
+                    double d = p[i] - mu;
+                    ss += d * d;
+                }
+            }
+            v = cnt > 0 ? ss / cnt : 0.0;
+            if (io->nout == 3) {
+                store(io->out[1], ch, qf_tensor_get_f64(mean, ch) * momentum + mu * (1.0 - momentum));
+                store(io->out[2], ch, qf_tensor_get_f64(var, ch) * momentum + v * (1.0 - momentum));
+            }
+        } else {
+            mu = qf_tensor_get_f64(mean, ch);
+            v = qf_tensor_get_f64(var, ch);
+        }
+        if (!(v + eps > 0.0))
+            return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): channel %lld: variance %g + epsilon %g is not > 0",
+                            n->name, op, (long long)ch, v, eps);
+        double a = qf_tensor_get_f64(scale, ch) / sqrt(v + eps);
+        double d = qf_tensor_get_f64(bias, ch) - mu * a;
+        const float af = (float)a, df = (float)d;
+        for (int64_t b = 0; b < nb; b++) {
+            const float *p = xd + (b * c + ch) * inner;
+            float *q = yd + (b * c + ch) * inner;
+            for (int64_t i = 0; i < inner; i++) q[i] = p[i] * af + df;
+        }
+    }
+    return QF_OK;
 }

@@ -1,46 +1,455 @@
-/* pool ops: placeholder until the family is written. */
+/* Pooling and mean reduction (ONNX opsets 11..17): MaxPool, AveragePool,
+ * GlobalAveragePool, ReduceMean.
+ *
+ * X is [N, C, spatial...] with 1 to 3 spatial dims; each (n, c) plane is
+ * pooled on its own, as a 3-D problem (spatial.h lifts 1-D and 2-D). Window
+ * sizes and pads follow spatial.h. MaxPool handles float32, int8 and uint8
+ * and can return Indices: int64 offsets into the whole flattened X (plane
+ * offset + position; storage_order 1 numbers a plane's positions
+ * column-major), as ONNX Runtime does. Sums are accumulated in double.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
 #include "kernels.h"
+#include "spatial.h"
+
+/* --- window pools ---------------------------------------------------------- */
+
+typedef struct pool_geom {
+    qf_spatial s, l;
+    int64_t planes;          /* N * C */
+    int64_t in_plane, out_plane;
+} pool_geom;
+
+static qf_status pool_setup(const qf_node *n, const qf_tensor *x, qf_spatial_kind kind, pool_geom *pg)
+{
+    const char *op = qf_spatial_op_label(n);
+    if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected 3 to %d (N, C, spatial...)",
+                        n->name, op, x->ndim, 2 + QF_SPATIAL_MAX);
+    bool ceil_mode = qf_node_attr_int(n, "ceil_mode", 0) != 0;
+    QF_TRY(qf_spatial_parse(n, x->ndim - 2, NULL, kind, &pg->s));
+    QF_TRY(qf_spatial_forward_dims(n, &pg->s, x->dims + 2, ceil_mode));
+    pg->l = qf_spatial_lift3(&pg->s);
+    pg->planes = x->dims[0] >= 0 && x->dims[1] >= 0 ? x->dims[0] * x->dims[1] : -1;
+    pg->in_plane = qf_spatial_prod(pg->s.rank, pg->s.in);
+    pg->out_plane = qf_spatial_prod(pg->s.rank, pg->s.out);
+    return QF_OK;
+}
+
+static void pool_set_output(qf_tensor *y, qf_dtype dt, const qf_tensor *x, const pool_geom *pg)
+{
+    y->dtype = dt;
+    y->ndim = x->ndim;
+    y->dims[0] = x->dims[0];
+    y->dims[1] = x->dims[1];
+    for (int i = 0; i < pg->s.rank; i++) y->dims[2 + i] = pg->s.out[i];
+}
+
+/* Index range [lo, hi) of kernel taps k with o + k * d inside [0, size). */
+static inline void tap_window(int64_t start, int64_t dil, int64_t k, int64_t size, int64_t *lo, int64_t *hi)
+{
+    int64_t a, b;
+    if (dil == 1) { /* the common case, without the divisions */
+        a = start >= 0 ? 0 : -start;
+        b = size - start < 0 ? 0 : size - start;
+    } else {
+        a = start >= 0 ? 0 : (-start + dil - 1) / dil;
+        b = size - 1 - start < 0 ? 0 : (size - 1 - start) / dil + 1;
+    }
+    if (b > k) b = k;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* One max-pool kernel per element type; T is the type, LOWEST its minimum. */
+#define QF_MAX_POOL_BODY(T, LOWEST)                                                                          \
+    const qf_spatial *l = &pg->l;                                                                            \
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];                                               \
+    for (int64_t p = 0; p < pg->planes; p++) {                                                               \
+        const T *xp = x + p * pg->in_plane;                                                                  \
+        T *yp = y + p * pg->out_plane;                                                                       \
+        int64_t *ip = ind ? ind + p * pg->out_plane : NULL;                                                 \
+        for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
+            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
+            tap_window(sd, l->dilation[0], l->kernel[0], ID, &d0, &d1);                                      \
+            for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
+                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
+                tap_window(sh, l->dilation[1], l->kernel[1], IH, &h0, &h1);                                  \
+                for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
+                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
+                    tap_window(sw, l->dilation[2], l->kernel[2], IW, &w0, &w1);                              \
+                    T best = LOWEST;                                                                         \
+                    int64_t bd = -1, bh = -1, bw = -1;                                                       \
+                    for (int64_t kd = d0; kd < d1; kd++) {                                                   \
+                        int64_t id = sd + kd * l->dilation[0];                                               \
+                        for (int64_t kh = h0; kh < h1; kh++) {                                               \
+                            int64_t ih = sh + kh * l->dilation[1];                                           \
+                            const T *row = xp + (id * IH + ih) * IW;                                         \
+                            for (int64_t kw = w0; kw < w1; kw++) {                                           \
+                                int64_t iw = sw + kw * l->dilation[2];                                       \
+                                if (row[iw] > best || bd < 0) {                                              \
+                                    best = row[iw];                                                          \
+                                    bd = id, bh = ih, bw = iw;                                               \
+                                }                                                                            \
+                            }                                                                                \
+                        }                                                                                    \
+                    }                                                                                        \
+                    *yp = best;                                                                              \
+                    if (ip) {                                                                                \
+                        int64_t pos = bd < 0 ? 0                                                             \
+                                      : col_major ? bd + ID * (bh + IH * bw)                                 \
+                                                  : (bd * IH + bh) * IW + bw;                                \
+                        *ip++ = p * pg->in_plane + pos;                                                      \
+                    }                                                                                        \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+/* Without Indices: a plain running maximum (the hot path of inference). */
+#define QF_MAX_POOL_PLAIN(T, LOWEST)                                                                         \
+    const qf_spatial *l = &pg->l;                                                                            \
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];                                               \
+    const int64_t dd = l->dilation[0], dh = l->dilation[1], dw = l->dilation[2];                             \
+    for (int64_t p = 0; p < pg->planes; p++) {                                                               \
+        const T *xp = x + p * pg->in_plane;                                                                  \
+        T *yp = y + p * pg->out_plane;                                                                       \
+        for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
+            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
+            tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);                                                  \
+            for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
+                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
+                tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);                                              \
+                for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
+                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
+                    tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);                                          \
+                    T best = LOWEST;                                                                         \
+                    for (int64_t kd = d0; kd < d1; kd++)                                                     \
+                        for (int64_t kh = h0; kh < h1; kh++) {                                               \
+                            const T *row = xp + ((sd + kd * dd) * IH + sh + kh * dh) * IW;                   \
+                            for (int64_t kw = w0; kw < w1; kw++) {                                           \
+                                T v = row[sw + kw * dw];                                                     \
+                                best = v > best ? v : best;                                                  \
+                            }                                                                                \
+                        }                                                                                    \
+                    *yp = best;                                                                              \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+static void max_pool_f32(const pool_geom *pg, const float *x, float *y, int64_t *ind, bool col_major)
+{
+    if (ind) {
+        QF_MAX_POOL_BODY(float, -INFINITY)
+    } else {
+        QF_MAX_POOL_PLAIN(float, -INFINITY)
+    }
+}
+
+static void max_pool_u8(const pool_geom *pg, const uint8_t *x, uint8_t *y, int64_t *ind, bool col_major)
+{
+    if (ind) {
+        QF_MAX_POOL_BODY(uint8_t, 0)
+    } else {
+        QF_MAX_POOL_PLAIN(uint8_t, 0)
+    }
+}
+
+static void max_pool_i8(const pool_geom *pg, const int8_t *x, int8_t *y, int64_t *ind, bool col_major)
+{
+    if (ind) {
+        QF_MAX_POOL_BODY(int8_t, INT8_MIN)
+    } else {
+        QF_MAX_POOL_PLAIN(int8_t, INT8_MIN)
+    }
+}
+
+#undef QF_MAX_POOL_BODY
+#undef QF_MAX_POOL_PLAIN
 
 qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    const char *op = qf_spatial_op_label(n);
+    if (n->ninputs < 1 || !n->inputs[0])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input X is required", n->name, op);
+    const qf_tensor *x = &n->inputs[0]->type;
+    if (x->dtype != QF_DTYPE_F32 && x->dtype != QF_DTYPE_U8 && x->dtype != QF_DTYPE_I8)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s; float32, int8 and uint8 are supported",
+                        n->name, op, qf_dtype_name(x->dtype));
+    int64_t so = qf_node_attr_int(n, "storage_order", 0);
+    if (so != 0 && so != 1)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): storage_order = %lld, must be 0 or 1", n->name, op,
+                        (long long)so);
+    pool_geom pg;
+    QF_TRY(pool_setup(n, x, QF_SPATIAL_MAX_POOL, &pg));
+    pool_set_output(&n->outputs[0]->type, x->dtype, x, &pg);
+    if (n->noutputs > 1) pool_set_output(&n->outputs[1]->type, QF_DTYPE_I64, x, &pg);
+    return QF_OK;
 }
 
 qf_status qf_max_pool_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    pool_geom pg;
+    const qf_tensor *x = io->in[0];
+    QF_TRY(pool_setup(io->node, x, QF_SPATIAL_MAX_POOL, &pg));
+    int64_t *ind = io->nout > 1 && io->out[1] ? io->out[1]->data : NULL;
+    bool col_major = qf_node_attr_int(io->node, "storage_order", 0) == 1;
+    switch (x->dtype) {
+    case QF_DTYPE_F32: max_pool_f32(&pg, x->data, io->out[0]->data, ind, col_major); break;
+    case QF_DTYPE_U8: max_pool_u8(&pg, x->data, io->out[0]->data, ind, col_major); break;
+    case QF_DTYPE_I8: max_pool_i8(&pg, x->data, io->out[0]->data, ind, col_major); break;
+    default:
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s", io->node->name,
+                        qf_spatial_op_label(io->node), qf_dtype_name(x->dtype));
+    }
+    return QF_OK;
 }
 
 qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    const char *op = qf_spatial_op_label(n);
+    if (n->ninputs < 1 || !n->inputs[0])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input X is required", n->name, op);
+    const qf_tensor *x = &n->inputs[0]->type;
+    if (x->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s, only float32 is supported", n->name,
+                        op, qf_dtype_name(x->dtype));
+    pool_geom pg;
+    QF_TRY(pool_setup(n, x, QF_SPATIAL_AVG_POOL, &pg));
+    pool_set_output(&n->outputs[0]->type, QF_DTYPE_F32, x, &pg);
+    return QF_OK;
+}
+
+/* Taps of a window along one axis: [lo, hi) inside the input, and the count
+ * used by count_include_pad = 1: the window clipped to the padded extent
+ * [-pad_begin, size + pad_end) (a ceil_mode window may reach past it). */
+static int64_t padded_count(int64_t start, int64_t k, int64_t size, int64_t pad_end)
+{
+    int64_t end = start + k;
+    if (end > size + pad_end) end = size + pad_end;
+    return end - start;
 }
 
 qf_status qf_avg_pool_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    pool_geom pg;
+    const qf_tensor *x = io->in[0];
+    QF_TRY(pool_setup(io->node, x, QF_SPATIAL_AVG_POOL, &pg));
+    const bool include_pad = qf_node_attr_int(io->node, "count_include_pad", 0) != 0;
+    const qf_spatial *l = &pg.l;
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    const float *xd = x->data;
+    float *yp = io->out[0]->data;
+    for (int64_t p = 0; p < pg.planes; p++) {
+        const float *xp = xd + p * pg.in_plane;
+        for (int64_t od = 0; od < l->out[0]; od++) {
+            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
+            tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
+            int64_t cd = padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
+            for (int64_t oh = 0; oh < l->out[1]; oh++) {
+                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
+                tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
+                int64_t ch = padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
+                for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {
+                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
+                    tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
+                    double sum = 0.0;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            const float *row = xp + ((sd + kd) * IH + sh + kh) * IW;
+                            for (int64_t kw = w0; kw < w1; kw++) sum += row[sw + kw];
+                        }
+                    int64_t cnt = include_pad ? cd * ch * padded_count(sw, l->kernel[2], IW, l->pad_end[2])
+                                              : (d1 - d0) * (h1 - h0) * (w1 - w0);
+                    *yp = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
+                }
+            }
+        }
+    }
+    return QF_OK;
 }
+
+/* --- GlobalAveragePool ----------------------------------------------------- */
 
 qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    const char *op = qf_spatial_op_label(n);
+    if (n->ninputs < 1 || !n->inputs[0])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input X is required", n->name, op);
+    const qf_tensor *x = &n->inputs[0]->type;
+    if (x->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s, only float32 is supported", n->name,
+                        op, qf_dtype_name(x->dtype));
+    if (x->ndim < 3)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected >= 3 (N, C, spatial...)",
+                        n->name, op, x->ndim);
+    qf_tensor *y = &n->outputs[0]->type;
+    y->dtype = QF_DTYPE_F32;
+    y->ndim = x->ndim;
+    y->dims[0] = x->dims[0];
+    y->dims[1] = x->dims[1];
+    for (int i = 2; i < x->ndim; i++) y->dims[i] = 1;
+    return QF_OK;
 }
 
 qf_status qf_global_avg_pool_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *x = io->in[0];
+    const int64_t planes = x->dims[0] * x->dims[1];
+    int64_t inner = 1;
+    for (int i = 2; i < x->ndim; i++) inner *= x->dims[i];
+    const float *xd = x->data;
+    float *yd = io->out[0]->data;
+    for (int64_t p = 0; p < planes; p++) {
+        const float *xp = xd + p * inner;
+        double s = 0.0;
+        for (int64_t i = 0; i < inner; i++) s += xp[i];
+        yd[p] = inner > 0 ? (float)(s / (double)inner) : 0.0f;
+    }
+    return QF_OK;
+}
+
+/* --- ReduceMean ------------------------------------------------------------ */
+
+/* The reduced axes of n as a mask over x's rank. Axes come from the `axes`
+ * attribute (opsets <= 17) or a constant second input (opset 18 form); none
+ * means all axes unless noop_with_empty_axes. *noop is set for that case. */
+static qf_status reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
+{
+    const char *op = qf_spatial_op_label(n);
+    int count = 0;
+    const int64_t *axes = qf_node_attr_ints(n, "axes", &count);
+    int64_t from_input[QF_MAX_DIMS];
+    if (n->ninputs > 1 && n->inputs[1]) {
+        const qf_value *av = n->inputs[1];
+        if (!qf_value_is_const(av))
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): axes input '%s' is not a constant; dynamic shapes are not supported",
+                            n->name, op, av->name);
+        int64_t na = qf_tensor_numel(&av->type);
+        if (na > QF_MAX_DIMS)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): %lld axes for a rank-%d input", n->name, op,
+                            (long long)na, rank);
+        for (int64_t i = 0; i < na; i++) from_input[i] = qf_tensor_get_i64(&av->type, i);
+        axes = from_input;
+        count = (int)na;
+    }
+    *noop = false;
+    for (int i = 0; i < rank; i++) mask[i] = false;
+    if (count == 0) {
+        if (qf_node_attr_int(n, "noop_with_empty_axes", 0)) *noop = true;
+        else
+            for (int i = 0; i < rank; i++) mask[i] = true;
+        return QF_OK;
+    }
+    for (int i = 0; i < count; i++) {
+        int64_t a = axes[i];
+        if (a < -rank || a >= rank)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld is out of range for rank %d", n->name, op,
+                            (long long)a, rank);
+        if (a < 0) a += rank;
+        if (mask[a])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld is listed twice", n->name, op, (long long)a);
+        mask[a] = true;
+    }
+    return QF_OK;
 }
 
 qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    const char *op = qf_spatial_op_label(n);
+    if (n->ninputs < 1 || !n->inputs[0])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input data is required", n->name, op);
+    const qf_tensor *x = &n->inputs[0]->type;
+    if (x->dtype != QF_DTYPE_F32 && x->dtype != QF_DTYPE_F64)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input has dtype %s; float32 and float64 are supported",
+                        n->name, op, qf_dtype_name(x->dtype));
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(reduce_axes(n, x->ndim, mask, &noop));
+    bool keep = qf_node_attr_int(n, "keepdims", 1) != 0;
+    qf_tensor *y = &n->outputs[0]->type;
+    y->dtype = x->dtype;
+    int k = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (!mask[i]) y->dims[k++] = x->dims[i];
+        else if (keep) y->dims[k++] = 1;
+    }
+    y->ndim = k;
+    return QF_OK;
 }
 
 qf_status qf_reduce_mean_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_node *n = io->node;
+    const qf_tensor *x = io->in[0];
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(reduce_axes(n, x->ndim, mask, &noop));
+    const int rank = x->ndim;
+    const int64_t total = qf_tensor_numel(x);
+    if (noop) {
+        memcpy(io->out[0]->data, x->data, qf_tensor_nbytes(x));
+        return QF_OK;
+    }
+    /* Split the axes into kept and reduced ones, each with its input stride;
+     * an odometer walks the kept axes (one output element each) and, inside,
+     * the reduced ones. The innermost reduced axes are usually contiguous. */
+    int64_t stride[QF_MAX_DIMS], kd[QF_MAX_DIMS], ks[QF_MAX_DIMS], rd[QF_MAX_DIMS], rs[QF_MAX_DIMS];
+    int nk = 0, nr = 0;
+    int64_t st = 1, rcount = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        stride[i] = st;
+        st *= x->dims[i];
+    }
+    for (int i = 0; i < rank; i++) {
+        if (mask[i]) {
+            rd[nr] = x->dims[i];
+            rs[nr++] = stride[i];
+            rcount *= x->dims[i];
+        } else {
+            kd[nk] = x->dims[i];
+            ks[nk++] = stride[i];
+        }
+    }
+    const int64_t nout = qf_tensor_numel(io->out[0]);
+    const bool f64 = x->dtype == QF_DTYPE_F64;
+    int64_t kidx[QF_MAX_DIMS] = {0}, ridx[QF_MAX_DIMS];
+    int64_t base = 0;
+    for (int64_t o = 0; o < nout && total > 0; o++) {
+        double s = 0.0;
+        for (int i = 0; i < nr; i++) ridx[i] = 0;
+        int64_t off = base;
+        for (int64_t r = 0; r < rcount; r++) {
+            s += f64 ? ((const double *)x->data)[off] : ((const float *)x->data)[off];
+            for (int i = nr - 1; i >= 0; i--) {
+                off += rs[i];
+                if (++ridx[i] < rd[i]) break;
+                off -= rs[i] * rd[i];
+                ridx[i] = 0;
+            }
+        }
+        double mean = rcount > 0 ? s / (double)rcount : NAN;
+        if (f64) ((double *)io->out[0]->data)[o] = mean;
+        else ((float *)io->out[0]->data)[o] = (float)mean;
+        for (int i = nk - 1; i >= 0; i--) {
+            base += ks[i];
+            if (++kidx[i] < kd[i]) break;
+            base -= ks[i] * kd[i];
+            kidx[i] = 0;
+        }
+    }
+    if (total == 0) {
+        for (int64_t o = 0; o < nout; o++) {
+            if (f64) ((double *)io->out[0]->data)[o] = NAN;
+            else ((float *)io->out[0]->data)[o] = NAN;
+        }
+    }
+    return QF_OK;
 }

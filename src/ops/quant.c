@@ -1,24 +1,194 @@
-/* quant ops: placeholder until the family is written. */
+/* QuantizeLinear / DequantizeLinear (ONNX opsets 10..17), per tensor and per
+ * axis. The arithmetic is in quant_math.h, shared with fake-quant and the
+ * int8 kernels.
+ *
+ *   Quantize:   y = saturate(round_half_even(x / scale) + zp)   x float32
+ *   Dequantize: y = (x - zp) * scale                            x int8 / uint8 / int32
+ *
+ * scale (float32) and zp have one element (per tensor) or are 1-D with
+ * dims[axis] elements (per axis; `axis` defaults to 1, negative counts from
+ * the end). The zero point is optional: Quantize then produces uint8 with
+ * zp 0, Dequantize uses 0.
+ */
+#include <string.h>
+
 #include "kernels.h"
+#include "quant_math.h"
+
+static const char *op_label(const qf_node *n) { return n->op == QF_OP_QUANTIZE ? "QuantizeLinear" : "DequantizeLinear"; }
+
+/* Per-tensor (channels = 1) or per-axis layout of one node's parameters:
+ * element i of x uses parameter (i / inner) % channels. */
+typedef struct qparam_layout {
+    int64_t channels, inner;
+} qparam_layout;
+
+/* Check scale / zp and work out the layout. x may have unknown dims during
+ * inference; the per-axis length is checked only when known. */
+static qf_status qparam_check(const qf_node *n, const qf_tensor *x, const qf_tensor *scale,
+                              const qf_tensor *zp, qparam_layout *lay)
+{
+    char s1[128], s2[128];
+    lay->channels = 1;
+    lay->inner = 1;
+    if (scale->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scale dtype %s is not supported (float32)", n->name,
+                        op_label(n), qf_dtype_name(scale->dtype));
+    if (zp && (zp->ndim != scale->ndim || !qf_shape_equal(zp->ndim, zp->dims, scale->ndim, scale->dims)))
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): zero point %s and scale %s differ in shape", n->name,
+                        op_label(n), qf_shape_str(zp->ndim, zp->dims, s1, sizeof s1),
+                        qf_shape_str(scale->ndim, scale->dims, s2, sizeof s2));
+    int64_t k = qf_shape_numel(scale->ndim, scale->dims);
+    /* One element, whatever its rank, is per tensor (ONNX Runtime does the same). */
+    if (k == 1) return QF_OK;
+    if (scale->ndim != 1)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): scale must be a scalar or 1-D, has shape %s", n->name,
+                        op_label(n), qf_shape_str(scale->ndim, scale->dims, s1, sizeof s1));
+    int64_t axis = qf_node_attr_int(n, "axis", 1);
+    if (axis < -x->ndim || axis >= x->ndim)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld out of range for input %s", n->name,
+                        op_label(n), (long long)axis, qf_shape_str(x->ndim, x->dims, s1, sizeof s1));
+    if (axis < 0) axis += x->ndim;
+    int64_t c = x->dims[axis];
+    if (c >= 0 && k >= 0 && c != k)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): per-axis scale %s does not match axis %lld of input %s",
+                        n->name, op_label(n), qf_shape_str(scale->ndim, scale->dims, s1, sizeof s1),
+                        (long long)axis, qf_shape_str(x->ndim, x->dims, s2, sizeof s2));
+    lay->channels = c;
+    for (int i = (int)axis + 1; i < x->ndim; i++) lay->inner = lay->inner * (x->dims[i] < 0 ? 1 : x->dims[i]);
+    return QF_OK;
+}
+
+static qf_status need_input(const qf_node *n, int i)
+{
+    if (i >= n->ninputs || !n->inputs[i])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, op_label(n), i);
+    return QF_OK;
+}
+
+static void set_output(qf_node *n, qf_dtype dt, const qf_tensor *x)
+{
+    qf_tensor *t = &n->outputs[0]->type;
+    t->dtype = dt;
+    t->ndim = x->ndim;
+    memcpy(t->dims, x->dims, sizeof(int64_t) * (size_t)x->ndim);
+}
+
+static int32_t zp_at(const qf_tensor *zp, int64_t c)
+{
+    if (!zp) return 0;
+    switch (zp->dtype) {
+    case QF_DTYPE_I8: return ((const int8_t *)zp->data)[c];
+    case QF_DTYPE_U8: return ((const uint8_t *)zp->data)[c];
+    case QF_DTYPE_I32: return ((const int32_t *)zp->data)[c];
+    default: return 0;
+    }
+}
+
+/* --- QuantizeLinear ---------------------------------------------------------- */
 
 qf_status qf_quantize_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    QF_TRY(need_input(n, 0));
+    QF_TRY(need_input(n, 1));
+    const qf_tensor *x = &n->inputs[0]->type, *scale = &n->inputs[1]->type;
+    const qf_tensor *zp = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
+    if (x->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (QuantizeLinear): input dtype %s is not supported (float32)",
+                        n->name, qf_dtype_name(x->dtype));
+    qf_dtype out = zp ? zp->dtype : QF_DTYPE_U8;
+    if (out != QF_DTYPE_I8 && out != QF_DTYPE_U8)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (QuantizeLinear): zero point dtype %s is not supported (int8, uint8)",
+                        n->name, qf_dtype_name(out));
+    qparam_layout lay;
+    QF_TRY(qparam_check(n, x, scale, zp, &lay));
+    set_output(n, out, x);
+    return QF_OK;
 }
 
 qf_status qf_quantize_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *x = io->in[0], *scale = io->in[1];
+    const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
+    qf_tensor *y = io->out[0];
+    qparam_layout lay;
+    QF_TRY(qparam_check(io->node, x, scale, zp, &lay));
+    const float *px = x->data, *ps = scale->data;
+    int64_t n = qf_tensor_numel(x);
+    int64_t block = lay.channels * lay.inner;
+    if (n == 0) return QF_OK;
+    /* Walk x as [outer, channels, inner]; per tensor is channels = inner = 1. */
+    for (int64_t base = 0; base < n; base += block) {
+        for (int64_t c = 0; c < lay.channels; c++) {
+            const float s = ps[c];
+            const int32_t z = zp_at(zp, c);
+            int64_t i0 = base + c * lay.inner;
+            if (y->dtype == QF_DTYPE_I8) {
+                int8_t *py = y->data;
+                for (int64_t i = i0; i < i0 + lay.inner; i++) py[i] = qf_quantize_s8(px[i], s, z);
+            } else {
+                uint8_t *py = y->data;
+                for (int64_t i = i0; i < i0 + lay.inner; i++) py[i] = qf_quantize_u8(px[i], s, z);
+            }
+        }
+    }
+    return QF_OK;
 }
+
+/* --- DequantizeLinear -------------------------------------------------------- */
 
 qf_status qf_dequantize_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': op %s not implemented yet", n->name, qf_op_name(n->op));
+    QF_TRY(need_input(n, 0));
+    QF_TRY(need_input(n, 1));
+    const qf_tensor *x = &n->inputs[0]->type, *scale = &n->inputs[1]->type;
+    const qf_tensor *zp = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
+    if (x->dtype != QF_DTYPE_I8 && x->dtype != QF_DTYPE_U8 && x->dtype != QF_DTYPE_I32)
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "node '%s' (DequantizeLinear): input dtype %s is not supported (int8, uint8, int32)", n->name,
+                        qf_dtype_name(x->dtype));
+    if (zp && zp->dtype != x->dtype)
+        return qf_error(QF_ERR_INVALID, "node '%s' (DequantizeLinear): zero point dtype %s differs from input dtype %s",
+                        n->name, qf_dtype_name(zp->dtype), qf_dtype_name(x->dtype));
+    qparam_layout lay;
+    QF_TRY(qparam_check(n, x, scale, zp, &lay));
+    set_output(n, QF_DTYPE_F32, x);
+    return QF_OK;
 }
 
 qf_status qf_dequantize_forward(const qf_kernel_io *io)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s': kernel not implemented yet", io->node->name);
+    const qf_tensor *x = io->in[0], *scale = io->in[1];
+    const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
+    qparam_layout lay;
+    QF_TRY(qparam_check(io->node, x, scale, zp, &lay));
+    const float *ps = scale->data;
+    float *py = io->out[0]->data;
+    int64_t n = qf_tensor_numel(x);
+    int64_t block = lay.channels * lay.inner;
+    if (n == 0) return QF_OK;
+    for (int64_t base = 0; base < n; base += block) {
+        for (int64_t c = 0; c < lay.channels; c++) {
+            const float s = ps[c];
+            const int32_t z = zp_at(zp, c);
+            int64_t i0 = base + c * lay.inner, i1 = i0 + lay.inner;
+            switch (x->dtype) {
+            case QF_DTYPE_I8:
+                for (int64_t i = i0; i < i1; i++) py[i] = qf_dequantize_f32(((const int8_t *)x->data)[i], s, z);
+                break;
+            case QF_DTYPE_U8:
+                for (int64_t i = i0; i < i1; i++) py[i] = qf_dequantize_f32(((const uint8_t *)x->data)[i], s, z);
+                break;
+            case QF_DTYPE_I32:
+                for (int64_t i = i0; i < i1; i++) py[i] = qf_dequantize_f32(((const int32_t *)x->data)[i], s, z);
+                break;
+            default:
+                return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (DequantizeLinear): input dtype %s is not supported",
+                                io->node->name, qf_dtype_name(x->dtype));
+            }
+        }
+    }
+    return QF_OK;
 }

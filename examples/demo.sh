@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The bundled example end to end: describe the model, run it with qfold's
+# reference executor, compare with PyTorch's output.
+#   examples/demo.sh [QFOLD_BINARY]       (default: build/qfold)
+# Files it writes go to out/demo/ (git-ignored): the output and a DOT graph.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+qfold=${1:-build/qfold}
+shown=$qfold   # as the user typed it, for the echoed commands
+# The binary path is relative to where the script was started; resolve it
+# before moving to the repository root.
+case "$qfold" in
+  */*) qfold=$(cd "$(dirname "$qfold")" && pwd)/$(basename "$qfold") ;;
+esac
+cd "$root"
+if ! command -v "$qfold" >/dev/null 2>&1; then
+  echo "demo: no qfold binary at '$qfold' (run 'make' first)" >&2
+  exit 2
+fi
+out=out/demo
+mkdir -p "$out"
+model=examples/tiny_cnn.onnx
+
+# Echo a qfold command line (bold on a terminal), then run it.
+bold="" plain=""
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; fi
+step() {
+  printf '\n%s$ %s %s%s\n' "$bold" "$shown" "${*:2}" "$plain"
+  "$@"
+}
+
+step "$qfold" --version
+step "$qfold" inspect "$model" --dot "$out/tiny_cnn.dot"
+step "$qfold" run "$model" -i examples/input.npy -o "$out/logits.npy"
+
+# Compare with PyTorch's output (examples/expected.npy, made by make_example.py).
+# The error is relative to the output's scale: max |qfold - torch| / max |torch|.
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+echo
+verdict="output not compared (no numpy)"
+if "$py" -c 'import numpy' >/dev/null 2>&1; then
+  "$py" - "$out/logits.npy" examples/expected.npy <<'EOF'
+import sys
+import numpy as np
+got, want = np.load(sys.argv[1]), np.load(sys.argv[2])
+if got.shape != want.shape or got.dtype != want.dtype:
+    print("demo: FAIL: output is %s %s, PyTorch gave %s %s"
+          % (got.dtype, list(got.shape), want.dtype, list(want.shape)))
+    sys.exit(1)
+err = float(np.max(np.abs(got.astype(np.float64) - want)))
+scale = float(np.max(np.abs(want)))
+rel = err / scale if scale > 0 else err
+ok = rel <= 1e-4 and np.argmax(got) == np.argmax(want)
+print("qfold vs PyTorch: max abs error %.3g, relative %.3g, top class %d vs %d -> %s"
+      % (err, rel, int(np.argmax(got)), int(np.argmax(want)), "OK" if ok else "FAIL"))
+sys.exit(0 if ok else 1)
+EOF
+  verdict="its output matches PyTorch's"
+else
+  echo "demo: numpy is not available ($py): output not compared (scripts/deps.sh installs it)"
+fi
+
+echo
+nbn=$("$qfold" inspect "$model" | sed -n 's/^batch norms *//p')
+echo "Summary: qfold loaded $model ($nbn BatchNormalization nodes) and ran it on"
+echo "examples/input.npy with its reference executor: $verdict."
+echo "Files: $out/logits.npy, $out/tiny_cnn.dot$(command -v dot >/dev/null 2>&1 && echo " (dot -Tsvg $out/tiny_cnn.dot -o $out/tiny_cnn.svg)")"

@@ -1,0 +1,296 @@
+/* Helpers shared by the subcommands: exit codes, error lines, the option
+ * parser, JSON and number formatting, atomic file output. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "qfold/io.h"
+
+int qf_cli_exit_code(qf_status st)
+{
+    switch (st) {
+    case QF_OK: return QF_EXIT_OK;
+    case QF_ERR_MISMATCH:
+    case QF_ERR_NOMEM:
+    case QF_ERR_INTERNAL: return QF_EXIT_FAIL;
+    case QF_ERR_IO:
+    case QF_ERR_PARSE:
+    case QF_ERR_UNSUPPORTED:
+    case QF_ERR_INVALID:
+    case QF_ERR_SHAPE:
+    case QF_ERR_NUMERIC: return QF_EXIT_USAGE;
+    }
+    return QF_EXIT_FAIL;
+}
+
+int qf_cli_fail(qf_status st)
+{
+    const char *msg = qf_error_message();
+    /* A status with no message recorded (should not happen) still says what
+     * kind of failure it was. */
+    if (!msg || !*msg || strcmp(msg, "no error") == 0) msg = qf_status_name(st);
+    fprintf(stderr, "qfold: %s\n", msg);
+    return qf_cli_exit_code(st);
+}
+
+int qf_cli_error(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("qfold: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+int qf_cli_usage_error(const qf_cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("qfold: ", stderr);
+    if (cmd) fprintf(stderr, "%s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    if (cmd)
+        fprintf(stderr, "usage: %s\n", cmd->usage);
+    else
+        fputs("usage: qfold COMMAND [ARGS]   (commands: qfold help)\n", stderr);
+    return QF_EXIT_USAGE;
+}
+
+/* --- option parser ------------------------------------------------------- */
+
+qf_cli_args qf_cli_args_begin(const qf_cli_command *cmd, int argc, char **argv)
+{
+    return (qf_cli_args){.cmd = cmd, .argc = argc, .argv = argv, .i = 0};
+}
+
+bool qf_cli_args_next(qf_cli_args *a)
+{
+    if (a->failed) return false;
+    a->i++;
+    if (a->i < a->argc && !a->only_positional && strcmp(a->argv[a->i], "--") == 0) {
+        a->only_positional = true;
+        a->i++;
+    }
+    return a->i < a->argc;
+}
+
+static bool qf_cli_is_option(const qf_cli_args *a)
+{
+    const char *s = a->argv[a->i];
+    /* "-" alone conventionally means stdin/stdout: treat it as an argument. */
+    return !a->only_positional && s[0] == '-' && s[1] != '\0';
+}
+
+bool qf_cli_args_flag(qf_cli_args *a, const char *name, const char *alias)
+{
+    if (!qf_cli_is_option(a)) return false;
+    const char *s = a->argv[a->i];
+    return strcmp(s, name) == 0 || (alias && strcmp(s, alias) == 0);
+}
+
+/* s is `name` or `name=...`; returns the part after '=' or "" for an exact
+ * match, NULL for no match. */
+static const char *qf_cli_match(const char *s, const char *name)
+{
+    size_t k = strlen(name);
+    if (strncmp(s, name, k) != 0) return NULL;
+    if (s[k] == '\0') return "";
+    /* "--name=value"; short options ("-o") take their value separately. */
+    if (s[k] == '=' && name[1] == '-') return s + k + 1;
+    return NULL;
+}
+
+bool qf_cli_args_value(qf_cli_args *a, const char *name, const char *alias, const char **val)
+{
+    if (!qf_cli_is_option(a)) return false;
+    const char *s = a->argv[a->i];
+    const char *m = qf_cli_match(s, name);
+    const char *used = name;
+    if (!m && alias) {
+        m = qf_cli_match(s, alias);
+        used = alias;
+    }
+    if (!m) return false;
+    if (*m) {
+        *val = m;
+        return true;
+    }
+    if (s[strlen(used)] == '=') { /* "--name=" with nothing after it */
+        qf_cli_usage_error(a->cmd, "option '%s' needs a value", used);
+        a->failed = true;
+        return true;
+    }
+    if (a->i + 1 >= a->argc) {
+        qf_cli_usage_error(a->cmd, "option '%s' needs a value", used);
+        a->failed = true;
+        return true;
+    }
+    *val = a->argv[++a->i];
+    return true;
+}
+
+bool qf_cli_args_positional(qf_cli_args *a, const char **val)
+{
+    if (qf_cli_is_option(a)) return false;
+    *val = a->argv[a->i];
+    return true;
+}
+
+int qf_cli_args_unknown(qf_cli_args *a)
+{
+    a->failed = true;
+    if (qf_cli_is_option(a))
+        return qf_cli_usage_error(a->cmd, "unknown option '%s'", a->argv[a->i]);
+    return qf_cli_usage_error(a->cmd, "unexpected argument '%s'", a->argv[a->i]);
+}
+
+/* --- JSON and numbers ---------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s, or 0 if it is not one (overlong
+ * forms, surrogates and code points past U+10FFFF are invalid). */
+static int qf_utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0];
+    int n;
+    unsigned cp, min;
+    if (c < 0x80) return 1;
+    if ((c & 0xE0) == 0xC0) {
+        n = 2;
+        cp = c & 0x1F;
+        min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3;
+        cp = c & 0x0F;
+        min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 4;
+        cp = c & 0x07;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    for (int k = 1; k < n; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+}
+
+void qf_cli_json_string(FILE *f, const char *s)
+{
+    const unsigned char *p = (const unsigned char *)(s ? s : "");
+    fputc('"', f);
+    while (*p) {
+        unsigned c = *p;
+        if (c == '"' || c == '\\') {
+            fputc('\\', f);
+            fputc((int)c, f);
+            p++;
+        } else if (c == '\n') {
+            fputs("\\n", f);
+            p++;
+        } else if (c == '\t') {
+            fputs("\\t", f);
+            p++;
+        } else if (c == '\r') {
+            fputs("\\r", f);
+            p++;
+        } else if (c < 0x20 || c == 0x7F) {
+            fprintf(f, "\\u%04x", c);
+            p++;
+        } else if (c < 0x80) {
+            fputc((int)c, f);
+            p++;
+        } else {
+            int n = qf_utf8_len(p);
+            if (n == 0) {
+                fputs("\\ufffd", f);
+                p++;
+            } else {
+                fwrite(p, 1, (size_t)n, f);
+                p += n;
+            }
+        }
+    }
+    fputc('"', f);
+}
+
+void qf_cli_json_shape(FILE *f, int ndim, const int64_t *dims)
+{
+    fputc('[', f);
+    for (int i = 0; i < ndim; i++) {
+        if (i) fputs(", ", f);
+        if (dims[i] < 0)
+            fputs("null", f);
+        else
+            fprintf(f, "%lld", (long long)dims[i]);
+    }
+    fputc(']', f);
+}
+
+char *qf_cli_thousands(long long v, char *buf, size_t size)
+{
+    char digits[32];
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    int n = snprintf(digits, sizeof digits, "%llu", u);
+    size_t k = 0;
+    if (v < 0 && k + 1 < size) buf[k++] = '-';
+    for (int i = 0; i < n && k + 1 < size; i++) {
+        if (i && (n - i) % 3 == 0 && k + 2 < size) buf[k++] = ',';
+        buf[k++] = digits[i];
+    }
+    buf[k] = '\0';
+    return buf;
+}
+
+char *qf_cli_bytes(unsigned long long v, char *buf, size_t size)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double x = (double)v;
+    int u = 0;
+    while (x >= 1024.0 && u < 4) {
+        x /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, size, "%llu B", v);
+    else
+        snprintf(buf, size, "%.1f %s", x, unit[u]);
+    return buf;
+}
+
+/* --- files --------------------------------------------------------------- */
+
+qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void *ctx),
+                            const void *ctx)
+{
+    /* Build the whole text in memory, then hand it to the library's atomic
+     * writer (temporary file + fsync + rename). open_memstream's buffer comes
+     * from libc's malloc, so it is released with free(). */
+    char *buf = NULL;
+    size_t size = 0;
+    FILE *mem = open_memstream(&buf, &size);
+    if (!mem) return qf_error(QF_ERR_NOMEM, "out of memory while writing '%s'", path);
+    print(mem, ctx);
+    if (fclose(mem) != 0 || !buf) {
+        free(buf);
+        return qf_error(QF_ERR_NOMEM, "out of memory while writing '%s'", path);
+    }
+    qf_status st = qf_file_write_atomic(path, buf, size);
+    free(buf);
+    return st;
+}
+
+bool qf_cli_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return false;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}

@@ -1,0 +1,123 @@
+/* The qfold command: shared declarations of the subcommands.
+ *
+ * Adding a subcommand `foo`:
+ *   1. write src/cli/foo.c defining
+ *        const qf_cli_command qf_cli_cmd_foo = {"foo", "one-line summary",
+ *            "qfold foo IN.onnx -o OUT.onnx [--bar]", "options text", qf_cli_foo};
+ *   2. add `X(foo)` to QF_CLI_COMMANDS below (the order is the order `qfold help` lists).
+ * main.c builds its dispatch table from that list; nothing else changes.
+ *
+ * A command's function gets argv with argv[0] = the command name and returns
+ * the process exit status: QF_EXIT_OK, QF_EXIT_FAIL (processing failed: a
+ * verification mismatch, out of memory, a bug) or QF_EXIT_USAGE (bad usage or
+ * a bad input file). Errors go to stderr as one line "qfold: <message>".
+ */
+#ifndef QF_CLI_H
+#define QF_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qfold/status.h"
+
+#define QF_CLI_COMMANDS(X) \
+    X(help)                \
+    X(inspect)             \
+    X(run)                 \
+    X(fuse)                \
+    X(passes)
+
+enum { QF_EXIT_OK = 0, QF_EXIT_FAIL = 1, QF_EXIT_USAGE = 2 };
+
+typedef struct qf_cli_command {
+    const char *name;
+    const char *summary; /* one line for `qfold help` */
+    const char *usage;   /* synopsis, without the leading "usage: " */
+    const char *details; /* option descriptions for `qfold help CMD` (may be NULL) */
+    int (*fn)(int argc, char **argv);
+} qf_cli_command;
+
+#define QF_CLI_DECLARE_(name) extern const qf_cli_command qf_cli_cmd_##name;
+QF_CLI_COMMANDS(QF_CLI_DECLARE_)
+#undef QF_CLI_DECLARE_
+
+/* The dispatch table (main.c), in QF_CLI_COMMANDS order. */
+const qf_cli_command *const *qf_cli_commands(int *count);
+const qf_cli_command *qf_cli_find(const char *name);
+/* Full help of one command on f: usage line, summary, details. */
+void qf_cli_print_help(const qf_cli_command *cmd, FILE *f);
+/* The top-level help: synopsis and the list of commands. */
+void qf_cli_print_overview(FILE *f);
+
+/* --- errors and exit codes ------------------------------------------------ */
+/* QF_OK -> 0; MISMATCH, NOMEM, INTERNAL -> 1; what the input causes -> 2. */
+int qf_cli_exit_code(qf_status st);
+/* Print "qfold: <library message>" (or the status name if none) on stderr
+ * and return the exit code for st. */
+int qf_cli_fail(qf_status st);
+/* Print "qfold: <message>" on stderr and return `code`. */
+int qf_cli_error(int code, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Print "qfold: <message>" and the command's usage line on stderr; returns
+ * QF_EXIT_USAGE. */
+int qf_cli_usage_error(const qf_cli_command *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* --- a tiny option parser ---------------------------------------------------
+ *
+ *   qf_cli_args a = qf_cli_args_begin(&qf_cli_cmd_run, argc, argv);
+ *   const char *v;
+ *   while (qf_cli_args_next(&a)) {
+ *       if (qf_cli_args_flag(&a, "--json", NULL)) json = true;
+ *       else if (qf_cli_args_value(&a, "-o", "--output", &v)) out = v;
+ *       else if (qf_cli_args_positional(&a, &v)) model = v;
+ *       else return qf_cli_args_unknown(&a);
+ *   }
+ *   if (a.failed) return QF_EXIT_USAGE;
+ *
+ * Options take their value as the next argument ("-o x", "--output x") or
+ * after '=' ("--output=x"). "--" ends the options. A missing value prints a
+ * usage error and sets `failed`, which also ends the loop.
+ */
+typedef struct qf_cli_args {
+    const qf_cli_command *cmd;
+    int argc;
+    char **argv;
+    int i;                /* index of the current argument */
+    bool only_positional; /* after "--" */
+    bool failed;
+} qf_cli_args;
+
+qf_cli_args qf_cli_args_begin(const qf_cli_command *cmd, int argc, char **argv);
+bool qf_cli_args_next(qf_cli_args *a);
+bool qf_cli_args_flag(qf_cli_args *a, const char *name, const char *alias);
+bool qf_cli_args_value(qf_cli_args *a, const char *name, const char *alias, const char **val);
+bool qf_cli_args_positional(qf_cli_args *a, const char **val);
+/* "unknown option" / "unexpected argument" usage error; returns QF_EXIT_USAGE. */
+int qf_cli_args_unknown(qf_cli_args *a);
+
+/* --- output helpers ------------------------------------------------------- */
+/* s as a JSON string literal (quotes, escapes; invalid UTF-8 becomes U+FFFD). */
+void qf_cli_json_string(FILE *f, const char *s);
+/* A shape as a JSON array; unknown dims as null. */
+void qf_cli_json_shape(FILE *f, int ndim, const int64_t *dims);
+/* "1,234,567" into buf; returns buf. */
+char *qf_cli_thousands(long long v, char *buf, size_t size);
+/* "12.3 KiB" / "512 B" into buf; returns buf. */
+char *qf_cli_bytes(unsigned long long v, char *buf, size_t size);
+/* Write what `print(f, ctx)` prints to `path` through a temporary file in the
+ * same directory + rename, so a failure never leaves a truncated file. */
+qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void *ctx),
+                            const void *ctx);
+/* true when the two paths name the same existing file. */
+bool qf_cli_same_file(const char *a, const char *b);
+
+#endif

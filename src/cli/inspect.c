@@ -1,0 +1,232 @@
+/* qfold inspect MODEL.onnx [--json] [--dot FILE] */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qfold/graph.h"
+#include "qfold/io.h"
+
+typedef struct qf_tally {
+    int tensors;
+    long long elems;
+    unsigned long long bytes;
+} qf_tally;
+
+typedef struct qf_op_count {
+    const char *name; /* ONNX op_type; qfold's name for internal ops (linear, relu6) */
+    int count;
+} qf_op_count;
+
+typedef struct qf_inspect {
+    const char *path;
+    const qf_graph *g;
+    qf_op_count ops[QF_OP_COUNT];
+    int nops;
+    qf_tally params, buffers, consts;
+    int batch_norms;
+} qf_inspect;
+
+static void qf_tally_add(qf_tally *t, const qf_tensor *x)
+{
+    int64_t n = qf_tensor_numel(x);
+    t->tensors++;
+    if (n > 0) {
+        t->elems += n;
+        t->bytes += qf_tensor_nbytes(x);
+    }
+}
+
+/* Most frequent first; ties by name, so the order is stable across runs. */
+static int qf_op_count_cmp(const void *a, const void *b)
+{
+    const qf_op_count *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static void qf_inspect_collect(qf_inspect *in)
+{
+    const qf_graph *g = in->g;
+    int per_op[QF_OP_COUNT] = {0};
+    for (const qf_node *n = g->first; n; n = n->next) {
+        if ((unsigned)n->op < QF_OP_COUNT) per_op[n->op]++;
+        if (n->op == QF_OP_BATCH_NORM) in->batch_norms++;
+        /* A Constant node's payload is model data too. */
+        for (int a = 0; a < n->nattrs; a++)
+            if (n->attrs[a].type == QF_ATTR_TENSOR && n->attrs[a].t)
+                qf_tally_add(&in->consts, n->attrs[a].t);
+    }
+    for (int op = 0; op < QF_OP_COUNT; op++) {
+        if (!per_op[op]) continue;
+        const char *onnx = qf_op_onnx_name((qf_op)op);
+        in->ops[in->nops++] = (qf_op_count){onnx ? onnx : qf_op_name((qf_op)op), per_op[op]};
+    }
+    qsort(in->ops, (size_t)in->nops, sizeof in->ops[0], qf_op_count_cmp);
+    for (int i = 0; i < g->nvalues; i++) {
+        const qf_value *v = g->values[i];
+        if (!v || v->producer || !v->type.data) continue;
+        switch (v->kind) {
+        case QF_VALUE_PARAMETER: qf_tally_add(&in->params, &v->type); break;
+        case QF_VALUE_BUFFER: qf_tally_add(&in->buffers, &v->type); break;
+        case QF_VALUE_CONSTANT: qf_tally_add(&in->consts, &v->type); break;
+        case QF_VALUE_INPUT:
+        case QF_VALUE_ACTIVATION: break;
+        }
+    }
+}
+
+static void qf_print_tally_text(FILE *f, const char *what, const qf_tally *t)
+{
+    char n[32], b[32];
+    fprintf(f, "%-12s%d tensors, %s values, %s\n", what, t->tensors,
+            qf_cli_thousands(t->elems, n, sizeof n), qf_cli_bytes(t->bytes, b, sizeof b));
+}
+
+static void qf_print_values_text(FILE *f, const char *title, qf_value *const *vs, int n)
+{
+    int width = 0;
+    for (int i = 0; i < n; i++) {
+        int w = (int)strlen(vs[i]->name);
+        if (w > width) width = w;
+    }
+    fprintf(f, "%s (%d):\n", title, n);
+    for (int i = 0; i < n; i++) {
+        char shape[256];
+        fprintf(f, "  %-*s  %s %s\n", width, vs[i]->name, qf_dtype_name(vs[i]->type.dtype),
+                qf_shape_str(vs[i]->type.ndim, vs[i]->type.dims, shape, sizeof shape));
+    }
+}
+
+static void qf_inspect_text(const qf_inspect *in, FILE *f)
+{
+    const qf_graph *g = in->g;
+    fprintf(f, "%-12s%s\n", "model", in->path);
+    fprintf(f, "%-12s%s\n", "name", g->name ? g->name : "");
+    fprintf(f, "%-12s%" PRId64 " (ir_version %" PRId64 ")\n", "opset", g->opset, g->ir_version);
+    fprintf(f, "%-12s%s\n", "producer",
+            g->producer_name && *g->producer_name ? g->producer_name : "-");
+    qf_print_values_text(f, "inputs", g->inputs, g->ninputs);
+    qf_print_values_text(f, "outputs", g->outputs, g->noutputs);
+    int width = 0;
+    for (int i = 0; i < in->nops; i++) {
+        int w = (int)strlen(in->ops[i].name);
+        if (w > width) width = w;
+    }
+    fprintf(f, "ops (%d nodes):\n", g->nnodes);
+    for (int i = 0; i < in->nops; i++)
+        fprintf(f, "  %-*s  %d\n", width, in->ops[i].name, in->ops[i].count);
+    qf_print_tally_text(f, "parameters", &in->params);
+    qf_print_tally_text(f, "buffers", &in->buffers);
+    qf_print_tally_text(f, "constants", &in->consts);
+    fprintf(f, "%-12s%d\n", "batch norms", in->batch_norms);
+}
+
+static void qf_print_values_json(FILE *f, qf_value *const *vs, int n)
+{
+    fputc('[', f);
+    for (int i = 0; i < n; i++) {
+        fputs(i ? ", {\"name\": " : "{\"name\": ", f);
+        qf_cli_json_string(f, vs[i]->name);
+        fputs(", \"dtype\": ", f);
+        qf_cli_json_string(f, qf_dtype_name(vs[i]->type.dtype));
+        fputs(", \"shape\": ", f);
+        qf_cli_json_shape(f, vs[i]->type.ndim, vs[i]->type.dims);
+        fputc('}', f);
+    }
+    fputc(']', f);
+}
+
+static void qf_print_tally_json(FILE *f, const char *key, const qf_tally *t)
+{
+    fprintf(f, "  \"%s\": {\"tensors\": %d, \"elements\": %lld, \"bytes\": %llu},\n", key,
+            t->tensors, t->elems, t->bytes);
+}
+
+static void qf_inspect_json(const qf_inspect *in, FILE *f)
+{
+    const qf_graph *g = in->g;
+    fputs("{\n  \"model\": ", f);
+    qf_cli_json_string(f, in->path);
+    fputs(",\n  \"name\": ", f);
+    qf_cli_json_string(f, g->name);
+    fprintf(f, ",\n  \"opset\": %" PRId64 ",\n  \"ir_version\": %" PRId64 ",\n  \"producer\": ",
+            g->opset, g->ir_version);
+    qf_cli_json_string(f, g->producer_name);
+    fputs(",\n  \"inputs\": ", f);
+    qf_print_values_json(f, g->inputs, g->ninputs);
+    fputs(",\n  \"outputs\": ", f);
+    qf_print_values_json(f, g->outputs, g->noutputs);
+    fprintf(f, ",\n  \"nodes\": %d,\n  \"ops\": {", g->nnodes);
+    for (int i = 0; i < in->nops; i++) {
+        if (i) fputs(", ", f);
+        qf_cli_json_string(f, in->ops[i].name);
+        fprintf(f, ": %d", in->ops[i].count);
+    }
+    fputs("},\n", f);
+    qf_print_tally_json(f, "parameters", &in->params);
+    qf_print_tally_json(f, "buffers", &in->buffers);
+    qf_print_tally_json(f, "constants", &in->consts);
+    fprintf(f, "  \"batch_norms\": %d\n}\n", in->batch_norms);
+}
+
+static void qf_print_dot_cb(FILE *f, const void *g) { qf_graph_print_dot(g, f); }
+
+static int qf_cli_inspect(int argc, char **argv)
+{
+    const char *model = NULL, *dot = NULL, *v;
+    bool json = false, dump = false;
+    qf_cli_args a = qf_cli_args_begin(&qf_cli_cmd_inspect, argc, argv);
+    while (qf_cli_args_next(&a)) {
+        if (qf_cli_args_flag(&a, "--json", NULL)) {
+            json = true;
+        } else if (qf_cli_args_flag(&a, "--graph", NULL)) {
+            dump = true;
+        } else if (qf_cli_args_value(&a, "--dot", NULL, &v)) {
+            dot = v;
+        } else if (!model && qf_cli_args_positional(&a, &v)) {
+            model = v;
+        } else {
+            return qf_cli_args_unknown(&a);
+        }
+    }
+    if (a.failed) return QF_EXIT_USAGE;
+    if (!model) return qf_cli_usage_error(a.cmd, "no model given");
+    if (json && dump) return qf_cli_usage_error(a.cmd, "--graph and --json do not mix");
+    if (dot && qf_cli_same_file(dot, model))
+        return qf_cli_error(QF_EXIT_USAGE, "--dot '%s' would overwrite the model", dot);
+
+    qf_graph *g = NULL;
+    qf_status st = qf_onnx_load(model, &g);
+    if (st != QF_OK) return qf_cli_fail(st);
+
+    qf_inspect in = {.path = model, .g = g};
+    qf_inspect_collect(&in);
+    if (json)
+        qf_inspect_json(&in, stdout);
+    else
+        qf_inspect_text(&in, stdout);
+    if (dump) {
+        fputc('\n', stdout);
+        qf_graph_print(g, stdout);
+    }
+    if (dot) st = qf_cli_write_file(dot, qf_print_dot_cb, g);
+    qf_graph_free(g);
+    return st == QF_OK ? QF_EXIT_OK : qf_cli_fail(st);
+}
+
+const qf_cli_command qf_cli_cmd_inspect = {
+    .name = "inspect",
+    .summary = "describe a model: inputs, outputs, ops, parameters, BatchNorms",
+    .usage = "qfold inspect MODEL.onnx [--json] [--graph] [--dot FILE]",
+    .details =
+        "Shows the graph as qfold imports it. Op names are ONNX op types (qfold's own\n"
+        "name for its internal ops, such as linear and relu6).\n\n"
+        "options:\n"
+        "  --json       print the same information as one JSON object\n"
+        "  --graph      also print the whole graph, one node per line\n"
+        "  --dot FILE   also write the graph as Graphviz DOT (dot -Tsvg FILE > graph.svg)\n\n"
+        "Counts: parameters are trainable initializers (weights, biases, BN gamma/beta),\n"
+        "buffers are BN running statistics, constants are everything else.\n",
+    .fn = qf_cli_inspect,
+};

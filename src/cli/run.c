@@ -1,0 +1,201 @@
+/* qfold run MODEL.onnx -i IN.npy [-i IN2.npy ...] -o OUT.npy [-o OUT2.npy ...] */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qfold/exec.h"
+#include "qfold/graph.h"
+#include "qfold/io.h"
+
+typedef struct qf_run_args {
+    const char *model;
+    const char **in; /* -i paths, in graph-input order */
+    int nin;
+    const char **out; /* -o paths, in graph-output order */
+    int nout;
+} qf_run_args;
+
+/* Everything run allocates, released in one place on every path. */
+typedef struct qf_run_state {
+    qf_graph *g;
+    qf_plan *plan;
+    qf_tensor *tensors;     /* one per -i, owned until bound into the graph */
+    const qf_tensor **feed; /* the tensors fed to the plan (non-bound inputs) */
+} qf_run_state;
+
+static void qf_run_state_free(qf_run_state *s, int ntensors)
+{
+    qf_plan_free(s->plan);
+    qf_graph_free(s->g);
+    for (int i = 0; s->tensors && i < ntensors; i++) qf_tensor_free(&s->tensors[i]);
+    qf_free(s->tensors);
+    qf_free(s->feed);
+}
+
+/* "x, y, z" (the graph's input names) into buf, for the count message. */
+static const char *qf_run_names(qf_value *const *vs, int n, char *buf, size_t size)
+{
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && k + 1 < size; i++)
+        k += (size_t)snprintf(buf + k, size - k, "%s'%s'", i ? ", " : "", vs[i]->name);
+    return buf;
+}
+
+/* The .npy must have the input's dtype, its rank, and every dim the graph
+ * fixes; unknown graph dims take the array's size. */
+static qf_status qf_run_check_input(const qf_value *v, const qf_tensor *t, const char *path)
+{
+    bool ok = t->dtype == v->type.dtype && t->ndim == v->type.ndim;
+    for (int d = 0; ok && d < t->ndim; d++)
+        if (v->type.dims[d] >= 0 && v->type.dims[d] != t->dims[d]) ok = false;
+    if (ok) return QF_OK;
+    char want[256], got[256];
+    return qf_error(t->dtype == v->type.dtype ? QF_ERR_SHAPE : QF_ERR_INVALID,
+                    "input '%s' (%s): expected %s %s, got %s %s (wrong %s)", v->name, path,
+                    qf_dtype_name(v->type.dtype),
+                    qf_shape_str(v->type.ndim, v->type.dims, want, sizeof want),
+                    qf_dtype_name(t->dtype), qf_shape_str(t->ndim, t->dims, got, sizeof got),
+                    t->dtype == v->type.dtype ? "shape" : "dtype");
+}
+
+/* Load the inputs, bind their shapes, build the plan, run, save. */
+static qf_status qf_run_model(const qf_run_args *ra, qf_run_state *s)
+{
+    qf_graph *g = s->g;
+    int n = ra->nin;
+    s->tensors = qf_calloc((size_t)(n ? n : 1), sizeof *s->tensors);
+    s->feed = qf_calloc((size_t)(n ? n : 1), sizeof *s->feed);
+    if (!s->tensors || !s->feed) return QF_ERR_NOMEM;
+
+    /* Check every input against the graph before changing the graph. */
+    for (int i = 0; i < n; i++) {
+        qf_status st = qf_npy_load(ra->in[i], &s->tensors[i]);
+        if (st != QF_OK) return qf_error_prefix(st, "input '%s': ", g->inputs[i]->name);
+        QF_TRY(qf_run_check_input(g->inputs[i], &s->tensors[i], ra->in[i]));
+    }
+    /* Unknown dims (a dynamic batch) take the arrays' sizes. int64 inputs
+     * are shape-like (a Reshape's target fed at run time): they become
+     * constants so that every shape stays static. Binding removes an input
+     * from the list, so bind from the last one backwards. */
+    for (int i = 0; i < n; i++)
+        if (s->tensors[i].dtype != QF_DTYPE_I64)
+            QF_TRY(qf_graph_set_input_shape(g, i, s->tensors[i].ndim, s->tensors[i].dims));
+    int nfeed = 0;
+    for (int i = 0; i < n; i++)
+        if (s->tensors[i].dtype != QF_DTYPE_I64) s->feed[nfeed++] = &s->tensors[i];
+    for (int i = n - 1; i >= 0; i--)
+        if (s->tensors[i].dtype == QF_DTYPE_I64) QF_TRY(qf_graph_bind_input(g, i, &s->tensors[i]));
+
+    QF_TRY(qf_plan_init(&s->plan, g));
+    QF_TRY(qf_plan_run(s->plan, s->feed, nfeed));
+    int nout = qf_plan_num_outputs(s->plan);
+    if (nout != ra->nout)
+        return qf_error(QF_ERR_INTERNAL, "the plan has %d outputs, the graph %d", nout, ra->nout);
+    for (int i = 0; i < nout; i++) {
+        const qf_tensor *y = qf_plan_output(s->plan, i);
+        qf_status st = qf_npy_save(ra->out[i], y);
+        if (st != QF_OK) return qf_error_prefix(st, "output '%s': ", g->outputs[i]->name);
+        char shape[256];
+        printf("%s: %s %s -> %s\n", g->outputs[i]->name, qf_dtype_name(y->dtype),
+               qf_shape_str(y->ndim, y->dims, shape, sizeof shape), ra->out[i]);
+    }
+    return QF_OK;
+}
+
+static int qf_run_check_counts(const qf_run_args *ra, const qf_graph *g)
+{
+    char names[1024];
+    if (ra->nin != g->ninputs)
+        return qf_cli_error(QF_EXIT_USAGE, "'%s' has %d input%s (%s): give %d -i, got %d",
+                            ra->model, g->ninputs, g->ninputs == 1 ? "" : "s",
+                            qf_run_names(g->inputs, g->ninputs, names, sizeof names), g->ninputs,
+                            ra->nin);
+    if (ra->nout != g->noutputs)
+        return qf_cli_error(QF_EXIT_USAGE, "'%s' has %d output%s (%s): give %d -o, got %d",
+                            ra->model, g->noutputs, g->noutputs == 1 ? "" : "s",
+                            qf_run_names(g->outputs, g->noutputs, names, sizeof names), g->noutputs,
+                            ra->nout);
+    return QF_EXIT_OK;
+}
+
+/* An output must not clobber the model or an input, nor another output. */
+static int qf_run_check_paths(const qf_run_args *ra)
+{
+    for (int o = 0; o < ra->nout; o++) {
+        if (qf_cli_same_file(ra->out[o], ra->model))
+            return qf_cli_error(QF_EXIT_USAGE, "output '%s' would overwrite the model", ra->out[o]);
+        for (int i = 0; i < ra->nin; i++)
+            if (strcmp(ra->out[o], ra->in[i]) == 0 || qf_cli_same_file(ra->out[o], ra->in[i]))
+                return qf_cli_error(QF_EXIT_USAGE, "output '%s' would overwrite input '%s'",
+                                    ra->out[o], ra->in[i]);
+        for (int k = 0; k < o; k++)
+            if (strcmp(ra->out[o], ra->out[k]) == 0)
+                return qf_cli_error(QF_EXIT_USAGE, "output '%s' is given twice", ra->out[o]);
+    }
+    return QF_EXIT_OK;
+}
+
+static int qf_cli_run(int argc, char **argv)
+{
+    /* At most argc paths of each kind: size the lists once. */
+    qf_run_args ra = {0};
+    ra.in = qf_calloc((size_t)argc, sizeof *ra.in);
+    ra.out = qf_calloc((size_t)argc, sizeof *ra.out);
+    if (!ra.in || !ra.out) {
+        qf_free(ra.in);
+        qf_free(ra.out);
+        return qf_cli_fail(QF_ERR_NOMEM);
+    }
+    int rc = QF_EXIT_OK;
+    const char *v;
+    qf_cli_args a = qf_cli_args_begin(&qf_cli_cmd_run, argc, argv);
+    while (rc == QF_EXIT_OK && qf_cli_args_next(&a)) {
+        if (qf_cli_args_value(&a, "-i", "--input", &v)) {
+            if (!a.failed) ra.in[ra.nin++] = v;
+        } else if (qf_cli_args_value(&a, "-o", "--output", &v)) {
+            if (!a.failed) ra.out[ra.nout++] = v;
+        } else if (!ra.model && qf_cli_args_positional(&a, &v)) {
+            ra.model = v;
+        } else {
+            rc = qf_cli_args_unknown(&a);
+        }
+    }
+    if (a.failed) rc = QF_EXIT_USAGE;
+    if (rc == QF_EXIT_OK && !ra.model) rc = qf_cli_usage_error(a.cmd, "no model given");
+    if (rc == QF_EXIT_OK && ra.nout == 0)
+        rc = qf_cli_usage_error(a.cmd, "no output given (-o OUT.npy)");
+    if (rc == QF_EXIT_OK) rc = qf_run_check_paths(&ra);
+
+    qf_run_state s = {0};
+    if (rc == QF_EXIT_OK) {
+        qf_status st = qf_onnx_load(ra.model, &s.g);
+        if (st != QF_OK) rc = qf_cli_fail(st);
+    }
+    if (rc == QF_EXIT_OK) rc = qf_run_check_counts(&ra, s.g);
+    if (rc == QF_EXIT_OK) {
+        qf_status st = qf_run_model(&ra, &s);
+        if (st != QF_OK) rc = qf_cli_fail(st);
+    }
+    qf_run_state_free(&s, ra.nin);
+    qf_free(ra.in);
+    qf_free(ra.out);
+    return rc;
+}
+
+const qf_cli_command qf_cli_cmd_run = {
+    .name = "run",
+    .summary = "run a model on .npy inputs with the reference executor, write .npy outputs",
+    .usage = "qfold run MODEL.onnx -i IN.npy [-i IN2.npy ...] -o OUT.npy [-o OUT2.npy ...]",
+    .details =
+        "Inputs follow the graph's input order, outputs its output order; give one -i per\n"
+        "graph input and one -o per graph output ('qfold inspect' lists them).\n\n"
+        "options:\n"
+        "  -i, --input FILE    a .npy array for the next graph input: same dtype, same rank,\n"
+        "                      same size in every dimension the graph fixes (a dynamic\n"
+        "                      dimension takes the array's size; int64 inputs are bound\n"
+        "                      as constants)\n"
+        "  -o, --output FILE   where to write the next graph output (.npy, written to a\n"
+        "                      temporary file and renamed into place)\n",
+    .fn = qf_cli_run,
+};

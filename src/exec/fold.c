@@ -1,0 +1,177 @@
+/* Constant folding: evaluate nodes whose inputs are all constants (and Shape
+ * of a value whose shape is known) with their own kernels, and replace them
+ * by constant values that keep the output names. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../ir/graph_impl.h"
+#include "exec_impl.h"
+
+/* Folding a node whose output is much larger than its inputs (ConstantOfShape
+ * of a big shape, an Expand) trades a small graph for a big file; only small
+ * outputs are folded then. */
+#define QF_FOLD_MAX_GROWTH 16
+#define QF_FOLD_SMALL_BYTES ((size_t)64 * 1024)
+
+static const char *qf_fold_op_name(const qf_node *n)
+{
+    const char *onnx = qf_op_onnx_name(n->op);
+    return onnx ? onnx : qf_op_name(n->op);
+}
+
+/* Whether every input n reads is known at import time. */
+static bool qf_fold_inputs_known(const qf_node *n)
+{
+    if (n->op == QF_OP_SHAPE)
+        return n->ninputs >= 1 && n->inputs[0] && qf_tensor_numel(&n->inputs[0]->type) >= 0;
+    for (int i = 0; i < n->ninputs; i++)
+        if (n->inputs[i] && !qf_value_is_const(n->inputs[i])) return false;
+    return true;
+}
+
+static qf_status qf_fold_infer(qf_graph *g, qf_node *n)
+{
+    for (int i = 0; i < n->ninputs; i++) {
+        if (n->inputs[i] && n->inputs[i]->type.dtype == QF_DTYPE_UNDEFINED)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d '%s' has no type", n->name,
+                            qf_fold_op_name(n), i, n->inputs[i]->name);
+    }
+    const qf_op_info *info = qf_op_info_get(n->op);
+    if (!info->infer) return qf_error(QF_ERR_INTERNAL, "op %s has no shape inference", info->name);
+    return info->infer(g, n);
+}
+
+/* Give constant c the name `name` (freed by the removal of the value that
+ * had it). */
+static qf_status qf_fold_rename(qf_graph *g, qf_value *c, const char *name)
+{
+    if (strcmp(c->name, name) == 0) return QF_OK;
+    qf_name_map_del(&g->impl->value_names, c->name);
+    c->name = name;
+    return qf_name_map_put(&g->impl->value_names, c->name, c);
+}
+
+/* Evaluate n (shapes inferred, inputs known) and splice constants in. */
+static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
+{
+    int nin = n->ninputs, nout = n->noutputs;
+    qf_tensor *outs = qf_calloc((size_t)(nout ? nout : 1), sizeof *outs);
+    qf_tensor **outp = qf_calloc((size_t)(nout ? nout : 1), sizeof *outp);
+    const qf_tensor **inp = qf_calloc((size_t)(nin ? nin : 1), sizeof *inp);
+    qf_value **olds = qf_calloc((size_t)(nin ? nin : 1), sizeof *olds);
+    qf_value **consts = qf_calloc((size_t)(nout ? nout : 1), sizeof *consts);
+    const char **names = qf_calloc((size_t)(nout ? nout : 1), sizeof *names);
+    void *scratch = NULL;
+    size_t scratch_size = 0;
+    qf_status st = QF_OK;
+    if (!outs || !outp || !inp || !olds || !consts || !names) {
+        st = QF_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < nin; i++) {
+        olds[i] = n->inputs[i];
+        /* Shape reads only the dims of its input, whose data may be absent. */
+        inp[i] = n->inputs[i] ? &n->inputs[i]->type : NULL;
+    }
+    for (int i = 0; i < nout; i++) {
+        const qf_tensor *t = &n->outputs[i]->type;
+        st = qf_tensor_init(&outs[i], t->dtype, t->ndim, t->dims);
+        if (st != QF_OK) {
+            qf_error_prefix(st, "node '%s' (%s): cannot fold: ", n->name, qf_fold_op_name(n));
+            goto done;
+        }
+        outp[i] = &outs[i];
+    }
+    const qf_op_info *info = qf_op_info_get(n->op);
+    if (info->scratch) scratch_size = info->scratch(n);
+    if (scratch_size) {
+        scratch = qf_malloc(scratch_size);
+        if (!scratch) {
+            st = QF_ERR_NOMEM;
+            goto done;
+        }
+    }
+    qf_kernel_io io = {.node = n, .opset = g->opset, .nin = nin, .nout = nout, .in = inp,
+                       .out = outp, .scratch = scratch, .scratch_size = scratch_size};
+    st = qf_exec_node(&io);
+    if (st != QF_OK) goto done;
+
+    /* Each output becomes a constant under a temporary name; replace_uses
+     * swaps names when the output is a graph output, otherwise the constant
+     * takes the name once the node (and its output) is gone. */
+    for (int i = 0; i < nout; i++) {
+        qf_value *v = n->outputs[i];
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "%.560s_folded", v->name);
+        names[i] = v->name;
+        consts[i] = qf_graph_add_constant(g, tmp, QF_VALUE_CONSTANT, &outs[i]);
+        if (!consts[i]) {
+            st = QF_ERR_NOMEM;
+            goto done;
+        }
+        st = qf_graph_replace_uses(g, v, consts[i]);
+        if (st != QF_OK) goto done;
+    }
+    qf_graph_remove_node(g, n);
+    for (int i = 0; i < nout; i++) {
+        st = qf_fold_rename(g, consts[i], names[i]);
+        if (st != QF_OK) goto done;
+    }
+    /* Constants only the folded node read are dead now (graph inputs stay). */
+    for (int i = 0; i < nin; i++) {
+        qf_value *v = olds[i];
+        if (v && g->values[v->id] == v && qf_value_is_const(v) && !v->nuses && !v->is_output)
+            qf_graph_remove_value(g, v);
+    }
+done:
+    if (outs)
+        for (int i = 0; i < nout; i++) qf_tensor_free(&outs[i]);
+    qf_free(outs);
+    qf_free(outp);
+    qf_free(inp);
+    qf_free(olds);
+    qf_free(consts);
+    qf_free(names);
+    qf_free(scratch);
+    return st;
+}
+
+qf_status qf_graph_fold_node(qf_graph *g, qf_node *n)
+{
+    QF_TRY(qf_fold_infer(g, n));
+    if (!qf_fold_inputs_known(n))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): cannot fold: its inputs are not all constants",
+                        n->name, qf_fold_op_name(n));
+    return qf_fold_eval(g, n);
+}
+
+static size_t qf_fold_bytes(qf_value *const *vs, int count, bool data_only)
+{
+    size_t total = 0;
+    for (int i = 0; i < count; i++)
+        if (vs[i] && (!data_only || vs[i]->type.data)) total += qf_tensor_nbytes(&vs[i]->type);
+    return total;
+}
+
+qf_status qf_graph_fold_constants(qf_graph *g, int *count)
+{
+    int folded = 0;
+    if (count) *count = 0;
+    for (qf_node *n = g->first, *next; n; n = next) {
+        next = n->next;
+        QF_TRY(qf_fold_infer(g, n));
+        /* The QDQ structure is the quantized model: it must survive. */
+        if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) continue;
+        if (!qf_fold_inputs_known(n)) continue;
+        bool known = true;
+        for (int i = 0; i < n->noutputs; i++) known = known && qf_tensor_numel(&n->outputs[i]->type) >= 0;
+        if (!known) continue;
+        size_t in_bytes = qf_fold_bytes(n->inputs, n->ninputs, true);
+        size_t out_bytes = qf_fold_bytes(n->outputs, n->noutputs, false);
+        if (out_bytes >= QF_FOLD_SMALL_BYTES && out_bytes > QF_FOLD_MAX_GROWTH * in_bytes) continue;
+        QF_TRY(qf_fold_eval(g, n));
+        folded++;
+        if (count) *count = folded;
+    }
+    return QF_OK;
+}

@@ -1,0 +1,299 @@
+/* .npy arrays: read versions 1.0, 2.0, 3.0; write version 1.0.
+ *
+ * Layout: "\x93NUMPY", major, minor, header length (uint16 LE in v1, uint32
+ * LE in v2/v3), an ASCII (v3: UTF-8) Python dict literal
+ *   {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }
+ * padded with spaces and ended by '\n', then the raw C-order data. The dict
+ * is parsed strictly (exactly these three keys, Python literal syntax); the
+ * data must be exactly numel * itemsize bytes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io_internal.h"
+
+static const struct {
+    const char *descr;
+    qf_dtype dt;
+} qf_npy_types[] = {
+    {"<f4", QF_DTYPE_F32}, {"<f8", QF_DTYPE_F64}, {"|i1", QF_DTYPE_I8},   {"|u1", QF_DTYPE_U8},
+    {"<i4", QF_DTYPE_I32}, {"<i8", QF_DTYPE_I64}, {"|b1", QF_DTYPE_BOOL},
+};
+
+#define QF_NPY_NTYPES (sizeof qf_npy_types / sizeof qf_npy_types[0])
+
+static qf_status qf_npy_bad(const char *why)
+{
+    return qf_error(QF_ERR_PARSE, "not a valid .npy file (%s)", why);
+}
+
+/* --- header dict parser ------------------------------------------------------ */
+
+typedef struct qf_npy_header {
+    char descr[16];
+    int fortran; /* -1 = not seen */
+    int ndim;    /* -1 = not seen */
+    int64_t dims[QF_MAX_DIMS];
+} qf_npy_header;
+
+static const char *qf_skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* A quoted Python string without escapes into buf; NULL on error. */
+static const char *qf_npy_string(const char *p, const char *end, char *buf, size_t size)
+{
+    if (p >= end || (*p != '\'' && *p != '"')) return NULL;
+    char q = *p++;
+    size_t n = 0;
+    while (p < end && *p != q) {
+        if (*p == '\\' || *p == '\n' || n + 1 >= size) return NULL;
+        buf[n++] = *p++;
+    }
+    if (p >= end) return NULL;
+    buf[n] = '\0';
+    return p + 1;
+}
+
+static qf_status qf_npy_shape(const char **pp, const char *end, qf_npy_header *h)
+{
+    const char *p = *pp;
+    if (p >= end || *p != '(') return qf_npy_bad("'shape' is not a tuple");
+    p = qf_skip_ws(p + 1, end);
+    int n = 0;
+    bool comma = false;
+    while (p < end && *p != ')') {
+        if (*p < '0' || *p > '9') return qf_npy_bad("'shape' holds something other than non-negative integers");
+        int64_t v = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (v > (INT64_MAX - 9) / 10) return qf_npy_bad("a dimension in 'shape' is too large");
+            v = v * 10 + (*p++ - '0');
+        }
+        if (p < end && *p == 'L') p++; /* Python 2 long literal */
+        if (n == QF_MAX_DIMS)
+            return qf_error(QF_ERR_UNSUPPORTED, "the array has more than %d dimensions", QF_MAX_DIMS);
+        h->dims[n++] = v;
+        p = qf_skip_ws(p, end);
+        comma = p < end && *p == ',';
+        if (comma) p = qf_skip_ws(p + 1, end);
+        else if (p < end && *p != ')') return qf_npy_bad("'shape' is not a tuple");
+    }
+    if (p >= end) return qf_npy_bad("'shape' is not closed");
+    /* "(3)" is the integer 3 in Python, not a tuple. */
+    if (n == 1 && !comma) return qf_npy_bad("'shape' is not a tuple");
+    h->ndim = n;
+    *pp = p + 1;
+    return QF_OK;
+}
+
+static qf_status qf_npy_dict(const char *p, const char *end, qf_npy_header *h)
+{
+    h->descr[0] = '\0';
+    h->fortran = -1;
+    h->ndim = -1;
+    p = qf_skip_ws(p, end);
+    if (p >= end || *p != '{') return qf_npy_bad("the header is not a dict");
+    p = qf_skip_ws(p + 1, end);
+    while (p < end && *p != '}') {
+        char key[32];
+        if (!(p = qf_npy_string(p, end, key, sizeof key))) return qf_npy_bad("bad key in the header");
+        p = qf_skip_ws(p, end);
+        if (p >= end || *p != ':') return qf_npy_bad("the header is not a dict");
+        p = qf_skip_ws(p + 1, end);
+        if (strcmp(key, "descr") == 0) {
+            if (h->descr[0]) return qf_npy_bad("'descr' appears twice");
+            if (!(p = qf_npy_string(p, end, h->descr, sizeof h->descr)) || !h->descr[0])
+                return qf_npy_bad("'descr' is not a simple dtype string");
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (h->fortran >= 0) return qf_npy_bad("'fortran_order' appears twice");
+            if (end - p >= 4 && memcmp(p, "True", 4) == 0) {
+                h->fortran = 1;
+                p += 4;
+            } else if (end - p >= 5 && memcmp(p, "False", 5) == 0) {
+                h->fortran = 0;
+                p += 5;
+            } else {
+                return qf_npy_bad("'fortran_order' is not True or False");
+            }
+        } else if (strcmp(key, "shape") == 0) {
+            if (h->ndim >= 0) return qf_npy_bad("'shape' appears twice");
+            QF_TRY(qf_npy_shape(&p, end, h));
+        } else {
+            return qf_npy_bad("unexpected key in the header");
+        }
+        p = qf_skip_ws(p, end);
+        if (p < end && *p == ',') p = qf_skip_ws(p + 1, end);
+        else if (p < end && *p != '}') return qf_npy_bad("the header is not a dict");
+    }
+    if (p >= end) return qf_npy_bad("the header dict is not closed");
+    if (qf_skip_ws(p + 1, end) != end) return qf_npy_bad("text after the header dict");
+    if (!h->descr[0] || h->fortran < 0 || h->ndim < 0)
+        return qf_npy_bad("the header lacks 'descr', 'fortran_order' or 'shape'");
+    return QF_OK;
+}
+
+static qf_status qf_npy_dtype(const char *descr, qf_dtype *dt)
+{
+    for (size_t i = 0; i < QF_NPY_NTYPES; i++) {
+        const char *d = qf_npy_types[i].descr;
+        /* 1-byte types have no byte order: accept '|', '<' and '=' alike. */
+        bool one = d[0] == '|' && (descr[0] == '<' || descr[0] == '=' || descr[0] == '|');
+        if (strcmp(descr, d) == 0 || (one && strcmp(descr + 1, d + 1) == 0)) {
+            *dt = qf_npy_types[i].dt;
+            return QF_OK;
+        }
+    }
+    if (descr[0] == '>')
+        return qf_error(QF_ERR_UNSUPPORTED, "big-endian data ('%s'); qfold reads little-endian arrays", descr);
+    return qf_error(QF_ERR_UNSUPPORTED,
+                    "dtype '%s'; qfold reads float32, float64, int8, uint8, int32, int64 and bool arrays", descr);
+}
+
+/* --- load ----------------------------------------------------------------------- */
+
+static qf_status qf_read_exact(int fd, void *buf, size_t n, size_t *got)
+{
+    unsigned char *p = buf;
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = read(fd, p + *got, n - *got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return qf_error(QF_ERR_IO, "read failed: %s", strerror(errno));
+        }
+        if (r == 0) break;
+        *got += (size_t)r;
+    }
+    return QF_OK;
+}
+
+/* Header, then the data read straight into the tensor: no second copy of a
+ * large calibration set. */
+static qf_status qf_npy_read(int fd, qf_tensor *out)
+{
+    unsigned char pre[12];
+    size_t got;
+    QF_TRY(qf_read_exact(fd, pre, 10, &got));
+    if (got < 10 && (got < 6 || memcmp(pre, "\x93NUMPY", 6) == 0))
+        return qf_npy_bad(got ? "the file is too short" : "the file is empty");
+    if (memcmp(pre, "\x93NUMPY", 6) != 0) return qf_npy_bad("bad magic");
+    int major = pre[6], minor = pre[7];
+    if (major < 1 || major > 3 || minor != 0) {
+        char why[64];
+        snprintf(why, sizeof why, "unknown format version %d.%d", major, minor);
+        return qf_npy_bad(why);
+    }
+    size_t hlen = (size_t)pre[8] | (size_t)pre[9] << 8, off = 10;
+    if (major >= 2) {
+        QF_TRY(qf_read_exact(fd, pre + 10, 2, &got));
+        if (got < 2) return qf_npy_bad("truncated header");
+        hlen |= (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+        off = 12;
+    }
+    if (hlen == 0 || hlen > (1u << 20)) return qf_npy_bad("bad header length");
+    char *hdr = qf_malloc(hlen);
+    if (!hdr) return QF_ERR_NOMEM;
+    qf_status st = qf_read_exact(fd, hdr, hlen, &got);
+    if (st == QF_OK && got < hlen) st = qf_npy_bad("truncated header");
+    if (st == QF_OK && hdr[hlen - 1] != '\n') st = qf_npy_bad("the header does not end with a newline");
+    if (st == QF_OK && memchr(hdr, '\0', hlen)) st = qf_npy_bad("NUL byte in the header");
+    qf_npy_header h;
+    if (st == QF_OK) st = qf_npy_dict(hdr, hdr + hlen, &h);
+    qf_free(hdr);
+    QF_TRY(st);
+
+    qf_dtype dt;
+    QF_TRY(qf_npy_dtype(h.descr, &dt));
+    if (h.fortran)
+        return qf_error(QF_ERR_UNSUPPORTED, "Fortran-order array; save it in C order (np.ascontiguousarray)");
+    size_t es = qf_dtype_size(dt);
+    int64_t numel = 1;
+    for (int i = 0; i < h.ndim; i++) {
+        if (h.dims[i] && numel > (int64_t)(SIZE_MAX / es / 2) / h.dims[i]) return qf_npy_bad("shape too large");
+        numel *= h.dims[i];
+    }
+    size_t nbytes = (size_t)numel * es;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        uint64_t rest = (uint64_t)sb.st_size - (off + hlen);
+        if ((uint64_t)sb.st_size < off + hlen || rest != nbytes) {
+            char why[200], shape[160];
+            snprintf(why, sizeof why, "%" PRIu64 " data bytes, but shape %s of %s needs %zu",
+                     (uint64_t)sb.st_size < off + hlen ? 0 : rest,
+                     qf_shape_str(h.ndim, h.dims, shape, sizeof shape), qf_dtype_name(dt), nbytes);
+            return qf_npy_bad(why);
+        }
+    }
+    qf_tensor t;
+    QF_TRY(qf_tensor_init(&t, dt, h.ndim, h.dims));
+    st = qf_read_exact(fd, t.data, nbytes, &got);
+    unsigned char extra;
+    size_t more = 0;
+    if (st == QF_OK && got == nbytes) st = qf_read_exact(fd, &extra, 1, &more);
+    if (st == QF_OK && (got != nbytes || more))
+        st = qf_npy_bad(got != nbytes ? "truncated data" : "extra bytes after the data");
+    if (st != QF_OK) {
+        qf_tensor_free(&t);
+        return st;
+    }
+    *out = t;
+    return QF_OK;
+}
+
+qf_status qf_npy_load(const char *path, qf_tensor *out)
+{
+    memset(out, 0, sizeof *out);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return qf_error(QF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    qf_status st = qf_npy_read(fd, out);
+    close(fd);
+    if (st != QF_OK) return qf_error_prefix(st, "%s: ", path);
+    return QF_OK;
+}
+
+/* --- save ------------------------------------------------------------------------ */
+
+qf_status qf_npy_save(const char *path, const qf_tensor *t)
+{
+    const char *descr = NULL;
+    for (size_t i = 0; i < QF_NPY_NTYPES; i++)
+        if (qf_npy_types[i].dt == t->dtype) descr = qf_npy_types[i].descr;
+    if (!descr)
+        return qf_error(QF_ERR_UNSUPPORTED, "%s: cannot save a tensor of dtype %s", path, qf_dtype_name(t->dtype));
+    if (t->ndim < 0 || t->ndim > QF_MAX_DIMS || qf_tensor_numel(t) < 0)
+        return qf_error(QF_ERR_INVALID, "%s: the tensor's shape is not known", path);
+    size_t nbytes = qf_tensor_nbytes(t);
+    if (nbytes && !t->data) return qf_error(QF_ERR_INVALID, "%s: the tensor has no data", path);
+
+    char shape[QF_MAX_DIMS * 24 + 8];
+    size_t k = 0;
+    k += (size_t)snprintf(shape + k, sizeof shape - k, "(");
+    for (int i = 0; i < t->ndim; i++)
+        k += (size_t)snprintf(shape + k, sizeof shape - k, "%s%" PRId64, i ? ", " : "", t->dims[i]);
+    snprintf(shape + k, sizeof shape - k, t->ndim == 1 ? ",)" : ")");
+
+    /* 10 bytes of preamble + dict + spaces + '\n', padded to a multiple of 64
+     * as numpy does (aligned data for memory-mapping readers). */
+    char hdr[512];
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    int dict = snprintf(hdr + 10, sizeof hdr - 10, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                        descr, shape);
+    size_t total = 10 + (size_t)dict + 1;
+    total = (total + 63) / 64 * 64;
+    memset(hdr + 10 + dict, ' ', total - 10 - (size_t)dict - 1);
+    hdr[total - 1] = '\n';
+    size_t hlen = total - 10;
+    hdr[8] = (char)(hlen & 0xff);
+    hdr[9] = (char)(hlen >> 8);
+
+    const void *parts[2] = {hdr, t->data};
+    size_t sizes[2] = {total, nbytes};
+    qf_status st = qf_file_write_parts(path, nbytes ? 2 : 1, parts, sizes);
+    return st;
+}

@@ -1,0 +1,484 @@
+/* ONNX export: qf_graph -> ModelProto -> one packed buffer -> atomic write.
+ *
+ * The protobuf structs are built in a scratch arena and point at the
+ * graph's own names and tensor payloads (nothing is copied but the final
+ * packed bytes). Internal ops are lowered here:
+ *   linear(x, W[out, in], b)  rank-2 x: Gemm(x, W, b, transB=1)
+ *                             else:     MatMul(x, W^T) [-> Add(b)]
+ *   relu6(x)                  Clip(x, 0, 6) with scalar initializers
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "../core/arena.h"
+#include "onnx_proto.h"
+
+typedef struct qf_transposed {
+    uint32_t id;       /* the weight's value id */
+    const char *name;  /* its transposed copy (initializer or Transpose output) */
+} qf_transposed;
+
+typedef struct qf_export {
+    const qf_graph *g;
+    qf_arena arena;                 /* every protobuf struct and generated name */
+    Onnx__NodeProto **nodes;
+    size_t nnodes, cap_nodes;
+    Onnx__TensorProto **extra;      /* initializers made by lowering */
+    size_t nextra, cap_extra;
+    const char **gen;               /* generated names (values and nodes) */
+    size_t ngen, cap_gen;
+    qf_transposed *tcache;
+    size_t ntcache, cap_tcache;
+    bool *used;                     /* value id -> read by an exported node */
+    const char *relu6_min[2], *relu6_max[2]; /* [0] float32, [1] float64 */
+} qf_export;
+
+static void *qf_ex_alloc(qf_export *ex, size_t size)
+{
+    void *p = qf_arena_alloc(&ex->arena, size ? size : 1);
+    if (!p) qf_error(QF_ERR_NOMEM, "out of memory");
+    return p;
+}
+
+static qf_status qf_ex_push(void **arr, size_t *n, size_t *cap, size_t elem, const void *item)
+{
+    if (*n == *cap) {
+        size_t ncap = *cap ? *cap * 2 : 16;
+        void *p = qf_realloc(*arr, ncap * elem);
+        if (!p) return QF_ERR_NOMEM;
+        *arr = p;
+        *cap = ncap;
+    }
+    memcpy((char *)*arr + *n * elem, item, elem);
+    (*n)++;
+    return QF_OK;
+}
+
+static bool qf_ex_taken(const qf_export *ex, const char *name)
+{
+    if (qf_graph_find_value(ex->g, name) || qf_graph_find_node(ex->g, name)) return true;
+    for (size_t i = 0; i < ex->ngen; i++)
+        if (strcmp(ex->gen[i], name) == 0) return true;
+    return false;
+}
+
+/* A name used by no value, node or earlier generated name. */
+static const char *qf_ex_unique(qf_export *ex, const char *base)
+{
+    char buf[600];
+    snprintf(buf, sizeof buf, "%.560s", base);
+    for (unsigned k = 1; qf_ex_taken(ex, buf); k++) snprintf(buf, sizeof buf, "%.560s_%u", base, k);
+    char *s = qf_arena_strdup(&ex->arena, buf);
+    if (!s || qf_ex_push((void **)&ex->gen, &ex->ngen, &ex->cap_gen, sizeof *ex->gen, &s)) {
+        qf_error(QF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    return s;
+}
+
+/* --- tensors, types, attributes ------------------------------------------------ */
+
+static Onnx__TensorProto *qf_ex_tensor(qf_export *ex, const char *name, const qf_tensor *t)
+{
+    Onnx__TensorProto *tp = qf_ex_alloc(ex, sizeof *tp);
+    int64_t *dims = qf_ex_alloc(ex, sizeof *dims * (size_t)(t->ndim ? t->ndim : 1));
+    if (!tp || !dims) return NULL;
+    onnx__tensor_proto__init(tp);
+    tp->name = name && *name ? (char *)name : NULL;
+    tp->has_data_type = 1;
+    tp->data_type = (int32_t)t->dtype;
+    for (int i = 0; i < t->ndim; i++) dims[i] = t->dims[i];
+    tp->n_dims = (size_t)t->ndim;
+    tp->dims = dims;
+    tp->has_raw_data = 1;
+    tp->raw_data.len = qf_tensor_nbytes(t);
+    tp->raw_data.data = t->data;
+    return tp;
+}
+
+static Onnx__ValueInfoProto *qf_ex_value_info(qf_export *ex, const qf_value *v, const char *what)
+{
+    if (!qf_dtype_valid(v->type.dtype)) {
+        qf_error(QF_ERR_INVALID, "%s '%s' has no known dtype (shapes were not inferred)", what, v->name);
+        return NULL;
+    }
+    Onnx__ValueInfoProto *vi = qf_ex_alloc(ex, sizeof *vi);
+    Onnx__TypeProto *tp = qf_ex_alloc(ex, sizeof *tp);
+    Onnx__TypeProto__Tensor *tt = qf_ex_alloc(ex, sizeof *tt);
+    Onnx__TensorShapeProto *sh = qf_ex_alloc(ex, sizeof *sh);
+    int nd = v->type.ndim;
+    Onnx__TensorShapeProto__Dimension **dims = qf_ex_alloc(ex, sizeof *dims * (size_t)(nd ? nd : 1));
+    if (!vi || !tp || !tt || !sh || !dims) return NULL;
+    onnx__value_info_proto__init(vi);
+    onnx__type_proto__init(tp);
+    onnx__type_proto__tensor__init(tt);
+    onnx__tensor_shape_proto__init(sh);
+    for (int i = 0; i < nd; i++) {
+        Onnx__TensorShapeProto__Dimension *d = qf_ex_alloc(ex, sizeof *d);
+        if (!d) return NULL;
+        onnx__tensor_shape_proto__dimension__init(d);
+        if (v->type.dims[i] >= 0) {
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+            d->dim_value = v->type.dims[i];
+        } else {
+            /* A symbolic dim: "N" for the leading (batch) dim, "d<i>" elsewhere. */
+            char buf[16];
+            snprintf(buf, sizeof buf, i == 0 ? "N" : "d%d", i);
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            d->dim_param = qf_arena_strdup(&ex->arena, buf);
+            if (!d->dim_param) return NULL;
+        }
+        dims[i] = d;
+    }
+    sh->n_dim = (size_t)nd;
+    sh->dim = dims;
+    tt->has_elem_type = 1;
+    tt->elem_type = (int32_t)v->type.dtype;
+    tt->shape = sh;
+    tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    tp->tensor_type = tt;
+    vi->name = (char *)v->name;
+    vi->type = tp;
+    return vi;
+}
+
+static Onnx__AttributeProto *qf_ex_attr(qf_export *ex, const qf_attr *a)
+{
+    Onnx__AttributeProto *ap = qf_ex_alloc(ex, sizeof *ap);
+    if (!ap) return NULL;
+    onnx__attribute_proto__init(ap);
+    ap->name = (char *)a->name;
+    ap->has_type = 1;
+    switch (a->type) {
+    case QF_ATTR_INT:
+        ap->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+        ap->has_i = 1;
+        ap->i = a->i;
+        break;
+    case QF_ATTR_FLOAT:
+        ap->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+        ap->has_f = 1;
+        ap->f = a->f;
+        break;
+    case QF_ATTR_STRING:
+        ap->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+        ap->has_s = 1;
+        ap->s.len = strlen(a->s ? a->s : "");
+        ap->s.data = (uint8_t *)(a->s ? a->s : "");
+        break;
+    case QF_ATTR_INTS:
+        ap->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+        ap->n_ints = (size_t)a->n;
+        ap->ints = a->ints;
+        break;
+    case QF_ATTR_FLOATS:
+        ap->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS;
+        ap->n_floats = (size_t)a->n;
+        ap->floats = a->floats;
+        break;
+    case QF_ATTR_TENSOR:
+        ap->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+        ap->t = qf_ex_tensor(ex, NULL, a->t);
+        if (!ap->t) return NULL;
+        break;
+    }
+    return ap;
+}
+
+/* --- nodes ------------------------------------------------------------------------ */
+
+/* The name a node input is written with ("" for an omitted one); marks the
+ * value as read, which decides the initializer list. */
+static const char *qf_ex_use(qf_export *ex, const qf_value *v)
+{
+    if (!v) return "";
+    ex->used[v->id] = true;
+    return v->name;
+}
+
+/* A NodeProto with room for `nattrs` attributes, appended to the output list.
+ * `in` holds input names ("" = omitted optional input). */
+static Onnx__NodeProto *qf_ex_node(qf_export *ex, const char *name, const char *op_type, int nin,
+                                   const char *const *in, int nout, const char *const *out, int nattrs)
+{
+    while (nin > 0 && !in[nin - 1][0]) nin--; /* trailing omitted inputs: just shorter */
+    Onnx__NodeProto *np = qf_ex_alloc(ex, sizeof *np);
+    char **ins = qf_ex_alloc(ex, sizeof *ins * (size_t)(nin ? nin : 1));
+    char **outs = qf_ex_alloc(ex, sizeof *outs * (size_t)(nout ? nout : 1));
+    Onnx__AttributeProto **attrs = qf_ex_alloc(ex, sizeof *attrs * (size_t)(nattrs ? nattrs : 1));
+    if (!np || !ins || !outs || !attrs) return NULL;
+    onnx__node_proto__init(np);
+    for (int i = 0; i < nin; i++) ins[i] = (char *)in[i];
+    for (int i = 0; i < nout; i++) outs[i] = (char *)out[i];
+    np->name = (char *)name;
+    np->op_type = (char *)op_type;
+    np->n_input = (size_t)nin;
+    np->input = ins;
+    np->n_output = (size_t)nout;
+    np->output = outs;
+    np->attribute = attrs;
+    if (qf_ex_push((void **)&ex->nodes, &ex->nnodes, &ex->cap_nodes, sizeof *ex->nodes, &np)) return NULL;
+    return np;
+}
+
+static qf_status qf_ex_add_attr_int(qf_export *ex, Onnx__NodeProto *np, const char *name, int64_t v)
+{
+    qf_attr a = {.name = name, .type = QF_ATTR_INT, .i = v};
+    Onnx__AttributeProto *ap = qf_ex_attr(ex, &a);
+    if (!ap) return QF_ERR_NOMEM;
+    np->attribute[np->n_attribute++] = ap;
+    return QF_OK;
+}
+
+static qf_status qf_ex_add_attr_ints(qf_export *ex, Onnx__NodeProto *np, const char *name,
+                                     const int64_t *v, int n)
+{
+    int64_t *copy = qf_ex_alloc(ex, sizeof *copy * (size_t)n);
+    if (!copy) return QF_ERR_NOMEM;
+    memcpy(copy, v, sizeof *copy * (size_t)n);
+    qf_attr a = {.name = name, .type = QF_ATTR_INTS, .ints = copy, .n = n};
+    Onnx__AttributeProto *ap = qf_ex_attr(ex, &a);
+    if (!ap) return QF_ERR_NOMEM;
+    np->attribute[np->n_attribute++] = ap;
+    return QF_OK;
+}
+
+/* A constant made by lowering: an initializer written after the graph's own. */
+static qf_status qf_ex_add_initializer(qf_export *ex, const char *name, const qf_tensor *t)
+{
+    Onnx__TensorProto *tp = qf_ex_tensor(ex, name, t);
+    if (!tp) return QF_ERR_NOMEM;
+    return qf_ex_push((void **)&ex->extra, &ex->nextra, &ex->cap_extra, sizeof *ex->extra, &tp);
+}
+
+/* The name of W^T for a linear weight: a transposed initializer when W is a
+ * constant, else the output of a Transpose node. One per weight. */
+static qf_status qf_ex_transposed(qf_export *ex, const qf_node *n, const qf_value *w, const char **out)
+{
+    for (size_t i = 0; i < ex->ntcache; i++) {
+        if (ex->tcache[i].id == w->id) {
+            *out = ex->tcache[i].name;
+            return QF_OK;
+        }
+    }
+    if (w->type.ndim != 2)
+        return qf_error(QF_ERR_INVALID, "node '%s' (linear): weight '%s' has rank %d, expected 2", n->name,
+                        w->name, w->type.ndim);
+    char base[600];
+    snprintf(base, sizeof base, "%.560s_T", w->name);
+    const char *name = qf_ex_unique(ex, base);
+    if (!name) return QF_ERR_NOMEM;
+    if (qf_value_is_const(w)) {
+        int64_t rows = w->type.dims[0], cols = w->type.dims[1];
+        size_t es = qf_dtype_size(w->type.dtype);
+        qf_tensor t = {.dtype = w->type.dtype, .ndim = 2, .dims = {cols, rows}};
+        t.data = qf_ex_alloc(ex, qf_tensor_nbytes(&t));
+        if (!t.data) return QF_ERR_NOMEM;
+        const unsigned char *src = w->type.data;
+        unsigned char *dst = t.data;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t c = 0; c < cols; c++)
+                memcpy(dst + ((size_t)c * (size_t)rows + (size_t)r) * es,
+                       src + ((size_t)r * (size_t)cols + (size_t)c) * es, es);
+        QF_TRY(qf_ex_add_initializer(ex, name, &t));
+    } else {
+        snprintf(base, sizeof base, "%.560s_transpose", n->name);
+        const char *tname = qf_ex_unique(ex, base);
+        if (!tname) return QF_ERR_NOMEM;
+        const char *in = qf_ex_use(ex, w);
+        Onnx__NodeProto *tp = qf_ex_node(ex, tname, "Transpose", 1, &in, 1, &name, 1);
+        static const int64_t perm[2] = {1, 0};
+        if (!tp) return QF_ERR_NOMEM;
+        QF_TRY(qf_ex_add_attr_ints(ex, tp, "perm", perm, 2));
+    }
+    qf_transposed e = {w->id, name};
+    QF_TRY(qf_ex_push((void **)&ex->tcache, &ex->ntcache, &ex->cap_tcache, sizeof *ex->tcache, &e));
+    *out = name;
+    return QF_OK;
+}
+
+static qf_status qf_ex_linear(qf_export *ex, const qf_node *n)
+{
+    const qf_value *x = n->inputs[0], *w = n->inputs[1], *b = n->ninputs > 2 ? n->inputs[2] : NULL;
+    const char *out = n->outputs[0]->name;
+    if (x->type.ndim == 2) {
+        const char *in[3] = {qf_ex_use(ex, x), qf_ex_use(ex, w), qf_ex_use(ex, b)};
+        Onnx__NodeProto *np = qf_ex_node(ex, n->name, "Gemm", 3, in, 1, &out, 1);
+        if (!np) return QF_ERR_NOMEM;
+        return qf_ex_add_attr_int(ex, np, "transB", 1);
+    }
+    /* MatMul broadcasts over leading dims but has no transpose flag and no bias. */
+    const char *in[2] = {qf_ex_use(ex, x), NULL};
+    QF_TRY(qf_ex_transposed(ex, n, w, &in[1]));
+    const char *mm_out = out;
+    char base[600];
+    if (b) {
+        snprintf(base, sizeof base, "%.560s_matmul", out);
+        if (!(mm_out = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    }
+    if (!qf_ex_node(ex, n->name, "MatMul", 2, in, 1, &mm_out, 0)) return QF_ERR_NOMEM;
+    if (!b) return QF_OK;
+    snprintf(base, sizeof base, "%.560s_bias", n->name);
+    const char *add_name = qf_ex_unique(ex, base);
+    if (!add_name) return QF_ERR_NOMEM;
+    const char *add_in[2] = {mm_out, qf_ex_use(ex, b)};
+    return qf_ex_node(ex, add_name, "Add", 2, add_in, 1, &out, 0) ? QF_OK : QF_ERR_NOMEM;
+}
+
+static qf_status qf_ex_relu6(qf_export *ex, const qf_node *n)
+{
+    const qf_value *x = n->inputs[0];
+    int k = x->type.dtype == QF_DTYPE_F64 ? 1 : 0;
+    if (x->type.dtype != QF_DTYPE_F32 && x->type.dtype != QF_DTYPE_F64)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (relu6): input dtype %s cannot be exported", n->name,
+                        qf_dtype_name(x->type.dtype));
+    if (!ex->relu6_min[k]) {
+        /* Scalar bounds shared by every relu6 of this dtype. */
+        for (int j = 0; j < 2; j++) {
+            qf_tensor t = {.dtype = x->type.dtype, .ndim = 0};
+            t.data = qf_ex_alloc(ex, 8);
+            if (!t.data) return QF_ERR_NOMEM;
+            if (k)
+                *(double *)t.data = j ? 6.0 : 0.0;
+            else
+                *(float *)t.data = j ? 6.0f : 0.0f;
+            const char *name = qf_ex_unique(ex, j ? "relu6_max" : "relu6_min");
+            if (!name) return QF_ERR_NOMEM;
+            QF_TRY(qf_ex_add_initializer(ex, name, &t));
+            if (j)
+                ex->relu6_max[k] = name;
+            else
+                ex->relu6_min[k] = name;
+        }
+    }
+    const char *out = n->outputs[0]->name;
+    const char *in[3] = {qf_ex_use(ex, x), ex->relu6_min[k], ex->relu6_max[k]};
+    return qf_ex_node(ex, n->name, "Clip", 3, in, 1, &out, 0) ? QF_OK : QF_ERR_NOMEM;
+}
+
+static qf_status qf_ex_plain(qf_export *ex, const qf_node *n, const char *op_type)
+{
+    const char **outs = qf_ex_alloc(ex, sizeof *outs * (size_t)(n->noutputs ? n->noutputs : 1));
+    const char **ins = qf_ex_alloc(ex, sizeof *ins * (size_t)(n->ninputs ? n->ninputs : 1));
+    if (!outs || !ins) return QF_ERR_NOMEM;
+    for (int i = 0; i < n->noutputs; i++) outs[i] = n->outputs[i]->name;
+    for (int i = 0; i < n->ninputs; i++) ins[i] = qf_ex_use(ex, n->inputs[i]);
+    Onnx__NodeProto *np = qf_ex_node(ex, n->name, op_type, n->ninputs, ins, n->noutputs, outs, n->nattrs);
+    if (!np) return QF_ERR_NOMEM;
+    for (int i = 0; i < n->nattrs; i++) {
+        Onnx__AttributeProto *ap = qf_ex_attr(ex, &n->attrs[i]);
+        if (!ap) return QF_ERR_NOMEM;
+        np->attribute[np->n_attribute++] = ap;
+    }
+    return QF_OK;
+}
+
+static qf_status qf_ex_nodes(qf_export *ex)
+{
+    qf_graph_for_each_node(ex->g, n)
+    {
+        const char *op_type = qf_op_onnx_name(n->op);
+        if (op_type) {
+            QF_TRY(qf_ex_plain(ex, n, op_type));
+        } else if (n->op == QF_OP_LINEAR) {
+            QF_TRY(qf_ex_linear(ex, n));
+        } else if (n->op == QF_OP_RELU6) {
+            QF_TRY(qf_ex_relu6(ex, n));
+        } else {
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': internal op %s has no ONNX form", n->name,
+                            qf_op_name(n->op));
+        }
+    }
+    return QF_OK;
+}
+
+/* --- model --------------------------------------------------------------------- */
+
+static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
+{
+    const qf_graph *g = ex->g;
+    QF_TRY(qf_ex_nodes(ex));
+    gp->name = (char *)(g->name && *g->name ? g->name : "qfold");
+    gp->n_node = ex->nnodes;
+    gp->node = ex->nodes;
+
+    gp->input = qf_ex_alloc(ex, sizeof *gp->input * (size_t)(g->ninputs ? g->ninputs : 1));
+    gp->output = qf_ex_alloc(ex, sizeof *gp->output * (size_t)(g->noutputs ? g->noutputs : 1));
+    if (!gp->input || !gp->output) return QF_ERR_NOMEM;
+    for (int i = 0; i < g->ninputs; i++)
+        if (!(gp->input[gp->n_input++] = qf_ex_value_info(ex, g->inputs[i], "graph input"))) return QF_ERR_INVALID;
+    for (int i = 0; i < g->noutputs; i++)
+        if (!(gp->output[gp->n_output++] = qf_ex_value_info(ex, g->outputs[i], "graph output")))
+            return QF_ERR_INVALID;
+
+    /* Initializers: constants some exported node reads (or graph outputs),
+     * in value-id order, then those the lowering made. */
+    size_t count = ex->nextra;
+    for (int i = 0; i < g->nvalues; i++) {
+        const qf_value *v = g->values[i];
+        if (v && !v->producer && v->kind != QF_VALUE_INPUT && v->type.data && (ex->used[i] || v->is_output))
+            count++;
+    }
+    gp->initializer = qf_ex_alloc(ex, sizeof *gp->initializer * (count ? count : 1));
+    if (!gp->initializer) return QF_ERR_NOMEM;
+    for (int i = 0; i < g->nvalues; i++) {
+        const qf_value *v = g->values[i];
+        if (!v || v->producer || v->kind == QF_VALUE_INPUT || !v->type.data || !(ex->used[i] || v->is_output))
+            continue;
+        Onnx__TensorProto *tp = qf_ex_tensor(ex, v->name, &v->type);
+        if (!tp) return QF_ERR_NOMEM;
+        gp->initializer[gp->n_initializer++] = tp;
+    }
+    for (size_t i = 0; i < ex->nextra; i++) gp->initializer[gp->n_initializer++] = ex->extra[i];
+    return QF_OK;
+}
+
+static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path)
+{
+    size_t size = onnx__model_proto__get_packed_size(m);
+    /* Protobuf messages are limited to 2 GiB; past that readers reject them. */
+    if (size > 0x7fffffffu)
+        return qf_error(QF_ERR_UNSUPPORTED, "the model is %zu bytes, over protobuf's 2 GiB limit", size);
+    uint8_t *buf = qf_malloc(size);
+    if (!buf) return QF_ERR_NOMEM;
+    size_t packed = onnx__model_proto__pack(m, buf);
+    qf_status st = packed == size ? qf_file_write_atomic(path, buf, size)
+                                  : qf_error(QF_ERR_INTERNAL, "protobuf packing wrote %zu of %zu bytes", packed, size);
+    qf_free(buf);
+    return st;
+}
+
+qf_status qf_onnx_save(const qf_graph *g, const char *path)
+{
+    qf_export ex = {.g = g};
+    qf_arena_init(&ex.arena);
+    qf_status st = QF_OK;
+    ex.used = qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof *ex.used);
+    if (!ex.used) st = QF_ERR_NOMEM;
+
+    Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
+    Onnx__GraphProto gp = ONNX__GRAPH_PROTO__INIT;
+    Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT;
+    Onnx__OperatorSetIdProto *opsets[1] = {&opset};
+    if (st == QF_OK) st = qf_ex_graph(&ex, &gp);
+    if (st == QF_OK) {
+        m.has_ir_version = 1;
+        m.ir_version = g->ir_version > 0 ? g->ir_version : 8;
+        m.producer_name = (char *)(g->producer_name && *g->producer_name ? g->producer_name : "qfold");
+        opset.domain = "";
+        opset.has_version = 1;
+        opset.version = g->opset;
+        m.n_opset_import = 1;
+        m.opset_import = opsets;
+        m.graph = &gp;
+        st = qf_ex_write(&m, path);
+    }
+    qf_free(ex.used);
+    qf_free(ex.nodes);
+    qf_free(ex.extra);
+    qf_free(ex.gen);
+    qf_free(ex.tcache);
+    qf_arena_free(&ex.arena);
+    if (st != QF_OK) return qf_error_prefix(st, "%s: ", path);
+    return QF_OK;
+}

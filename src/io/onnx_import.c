@@ -1,0 +1,430 @@
+/* ONNX import: ModelProto (protobuf-c) -> qf_graph.
+ *
+ * Steps: pre-check the wire format, unpack, check the opset, then build the
+ * graph in three passes over the GraphProto — initializers and inputs, nodes
+ * (created with empty input slots so that the ONNX node order need not be
+ * topological), then node inputs and graph outputs bound by name. The
+ * protobuf is freed before the graph is sorted, folded, inferred and
+ * verified. Every check names the node / value and the problem, because the
+ * input file may be anything (truncated, random, crafted). */
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../ops/op_table.h"
+#include "onnx_proto.h"
+#include "qfold/exec.h"
+
+#define QF_OPSET_MIN 11
+#define QF_OPSET_MAX 17
+
+typedef struct qf_import {
+    qf_graph *g;
+    const Onnx__GraphProto *gp;
+    qf_node **nodes;   /* qf node of ONNX node i */
+    const char **names; /* node name used in messages (ONNX name or generated) */
+    uint32_t id0;      /* id of the first node created */
+} qf_import;
+
+static const char *qf_str(const char *s) { return s ? s : ""; }
+
+static bool qf_default_domain(const char *d) { return !d || !*d || strcmp(d, "ai.onnx") == 0; }
+
+static qf_status qf_import_opset(const Onnx__ModelProto *m, int64_t *opset)
+{
+    if (m->n_opset_import == 0)
+        return qf_error(QF_ERR_PARSE, "not a valid ONNX model (it imports no operator set)");
+    int64_t best = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if (qf_default_domain(o->domain) && o->has_version && o->version > best) best = o->version;
+    }
+    if (best < 0)
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "model imports no opset of the default ONNX domain; qfold handles opsets %d to %d",
+                        QF_OPSET_MIN, QF_OPSET_MAX);
+    if (best < QF_OPSET_MIN || best > QF_OPSET_MAX)
+        return qf_error(QF_ERR_UNSUPPORTED, "model uses opset %" PRId64 "; qfold handles opsets %d to %d",
+                        best, QF_OPSET_MIN, QF_OPSET_MAX);
+    *opset = best;
+    return QF_OK;
+}
+
+/* dtype and shape of a graph input from its ValueInfo; dim_param or a
+ * missing dim_value is an unknown dim (-1), bound later from the data. */
+static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char *what, qf_tensor *ty)
+{
+    const Onnx__TypeProto *tp = vi->type;
+    if (!tp) return qf_error(QF_ERR_INVALID, "%s has no type", what);
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+        return qf_error(QF_ERR_UNSUPPORTED, "%s is not a tensor (sequences, maps, optionals and sparse "
+                                            "tensors are not supported)", what);
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    if (!tt->has_elem_type) return qf_error(QF_ERR_INVALID, "%s has no element type", what);
+    memset(ty, 0, sizeof *ty);
+    QF_TRY(qf_onnx_dtype(tt->elem_type, what, &ty->dtype));
+    if (!tt->shape)
+        return qf_error(QF_ERR_UNSUPPORTED, "%s has no shape; qfold needs the rank of every graph input", what);
+    if (tt->shape->n_dim > QF_MAX_DIMS)
+        return qf_error(QF_ERR_UNSUPPORTED, "%s has rank %zu (qfold handles up to %d)", what,
+                        tt->shape->n_dim, QF_MAX_DIMS);
+    ty->ndim = (int)tt->shape->n_dim;
+    for (int i = 0; i < ty->ndim; i++) {
+        const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
+        ty->dims[i] = -1;
+        if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+            if (d->dim_value < 0)
+                return qf_error(QF_ERR_INVALID, "%s has a negative dimension (%" PRId64 ")", what, d->dim_value);
+            ty->dims[i] = d->dim_value;
+        }
+    }
+    return QF_OK;
+}
+
+static qf_status qf_import_initializers(qf_import *im)
+{
+    const Onnx__GraphProto *gp = im->gp;
+    if (gp->n_sparse_initializer)
+        return qf_error(QF_ERR_UNSUPPORTED, "sparse initializer '%s' (sparse tensors are not supported)",
+                        gp->sparse_initializer[0]->values ? qf_str(gp->sparse_initializer[0]->values->name)
+                                                          : "");
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        const char *name = qf_str(tp->name);
+        if (!*name) return qf_error(QF_ERR_INVALID, "initializer %zu has no name", i);
+        if (qf_graph_find_value(im->g, name))
+            return qf_error(QF_ERR_INVALID, "initializer '%s' is defined twice", name);
+        char what[300];
+        snprintf(what, sizeof what, "initializer '%.256s'", name);
+        qf_tensor t;
+        QF_TRY(qf_onnx_tensor_from_proto(tp, what, &t));
+        if (!qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t)) {
+            qf_tensor_free(&t);
+            return QF_ERR_NOMEM;
+        }
+    }
+    return QF_OK;
+}
+
+static qf_status qf_import_inputs(qf_import *im)
+{
+    const Onnx__GraphProto *gp = im->gp;
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = gp->input[i];
+        const char *name = qf_str(vi->name);
+        if (!*name) return qf_error(QF_ERR_INVALID, "graph input %zu has no name", i);
+        qf_value *old = qf_graph_find_value(im->g, name);
+        /* An input that is also an initializer is a constant with a default
+         * value (old exporters list every weight as an input): keep the constant. */
+        if (old && old->kind == QF_VALUE_CONSTANT) continue;
+        if (old) return qf_error(QF_ERR_INVALID, "graph input '%s' is listed twice", name);
+        char what[300];
+        snprintf(what, sizeof what, "graph input '%.256s'", name);
+        qf_tensor ty;
+        QF_TRY(qf_import_value_type(vi, what, &ty));
+        if (!qf_graph_add_input(im->g, name, ty.dtype, ty.ndim, ty.dims)) return QF_ERR_NOMEM;
+    }
+    return QF_OK;
+}
+
+/* --- attributes --------------------------------------------------------------- */
+
+static const char *qf_attr_type_name(int t)
+{
+    switch (t) {
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH: return "GRAPH";
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__SPARSE_TENSOR: return "SPARSE_TENSOR";
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TYPE_PROTO: return "TYPE_PROTO";
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS: return "STRINGS";
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSORS: return "TENSORS";
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS: return "GRAPHS";
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__SPARSE_TENSORS: return "SPARSE_TENSORS";
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TYPE_PROTOS: return "TYPE_PROTOS";
+    default: return "UNDEFINED";
+    }
+}
+
+static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, const Onnx__AttributeProto *a)
+{
+    const char *name = qf_str(a->name);
+    if (!*name) return qf_error(QF_ERR_INVALID, "node '%s': an attribute has no name", node);
+    if (qf_node_attr(n, name))
+        return qf_error(QF_ERR_INVALID, "node '%s': attribute '%s' is given twice", node, name);
+    if (a->ref_attr_name && *a->ref_attr_name)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' refers to a function attribute",
+                        node, name);
+    if (!a->has_type) return qf_error(QF_ERR_INVALID, "node '%s': attribute '%s' has no type", node, name);
+    switch (a->type) {
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT:
+        return qf_node_set_attr_int(g, n, name, a->i);
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
+        return qf_node_set_attr_float(g, n, name, a->f);
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING: {
+        char *s = qf_malloc(a->s.len + 1);
+        if (!s) return QF_ERR_NOMEM;
+        if (a->s.len) memcpy(s, a->s.data, a->s.len);
+        s[a->s.len] = '\0';
+        qf_status st = qf_node_set_attr_string(g, n, name, s);
+        qf_free(s);
+        return st;
+    }
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS:
+        if (a->n_ints > INT_MAX)
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' is too long", node, name);
+        return qf_node_set_attr_ints(g, n, name, a->ints, (int)a->n_ints);
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS:
+        if (a->n_floats > INT_MAX)
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' is too long", node, name);
+        return qf_node_set_attr_floats(g, n, name, a->floats, (int)a->n_floats);
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
+        if (!a->t) return qf_error(QF_ERR_INVALID, "node '%s': tensor attribute '%s' is empty", node, name);
+        char what[600];
+        snprintf(what, sizeof what, "node '%.256s': attribute '%.256s'", node, name);
+        qf_tensor t;
+        QF_TRY(qf_onnx_tensor_from_proto(a->t, what, &t));
+        qf_status st = qf_node_set_attr_tensor(g, n, name, &t);
+        if (st != QF_OK) qf_tensor_free(&t);
+        return st;
+    }
+    default:
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' has type %s, which qfold does not handle",
+                        node, name, qf_attr_type_name(a->type));
+    }
+}
+
+/* --- nodes ---------------------------------------------------------------------- */
+
+/* Count of names after dropping trailing empty ones ("" = omitted optional). */
+static size_t qf_trim_count(char *const *names, size_t n)
+{
+    while (n && (!names[n - 1] || !names[n - 1][0])) n--;
+    return n;
+}
+
+/* A node output whose ONNX name was "" (an unused optional output): it keeps
+ * a generated name, which no ONNX reference may bind to. */
+static bool qf_is_anonymous(const qf_import *im, const qf_value *v)
+{
+    if (!v->producer) return false;
+    const Onnx__NodeProto *np = im->gp->node[v->producer->id - im->id0];
+    return v->producer_slot >= (int)np->n_output || !qf_str(np->output[v->producer_slot])[0];
+}
+
+static qf_value *qf_import_find(const qf_import *im, const char *name)
+{
+    qf_value *v = qf_graph_find_value(im->g, name);
+    return v && !qf_is_anonymous(im, v) ? v : NULL;
+}
+
+static qf_status qf_import_node_outputs(qf_import *im, size_t i, qf_node *n)
+{
+    const Onnx__NodeProto *np = im->gp->node[i];
+    for (int k = 0; k < n->noutputs; k++) {
+        const char *name = qf_str(np->output[k]);
+        if (!*name) continue;
+        qf_value *other = qf_graph_find_value(im->g, name);
+        if (other && other != n->outputs[k]) {
+            if (qf_is_anonymous(im, other)) {
+                /* A generated name that happens to be a real name here: move it away. */
+                char alt[600];
+                for (unsigned s = 1;; s++) {
+                    snprintf(alt, sizeof alt, "%.500s_anon%u", name, s);
+                    if (!qf_graph_find_value(im->g, alt)) break;
+                }
+                QF_TRY(qf_graph_rename_value(im->g, other, alt));
+            } else if (other->producer) {
+                return qf_error(QF_ERR_INVALID, "node '%s' writes '%s', which node '%s' already produces",
+                                im->names[i], name, im->names[other->producer->id - im->id0]);
+            } else {
+                return qf_error(QF_ERR_INVALID, "node '%s' writes '%s', which is already a graph %s",
+                                im->names[i], name,
+                                other->kind == QF_VALUE_INPUT ? "input" : "initializer");
+            }
+        }
+        QF_TRY(qf_graph_rename_value(im->g, n->outputs[k], name));
+    }
+    return QF_OK;
+}
+
+static qf_status qf_import_node(qf_import *im, size_t i)
+{
+    const Onnx__NodeProto *np = im->gp->node[i];
+    const char *op_type = qf_str(np->op_type);
+    char gen[160];
+    const char *name = qf_str(np->name);
+    if (!*name) {
+        snprintf(gen, sizeof gen, "%.120s_%zu", op_type, i);
+        name = gen;
+    }
+    if (!qf_default_domain(np->domain))
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': unsupported op '%s' (from domain '%s')", name,
+                        op_type, np->domain);
+    qf_op op = qf_op_from_onnx(op_type);
+    if (op == QF_OP_COUNT) return qf_error(QF_ERR_UNSUPPORTED, "node '%s': unsupported op '%s'", name, op_type);
+
+    /* Arity from the op table: slots below min_inputs are required. Checked
+     * here because shape inference indexes inputs without looking. */
+    const qf_op_info *info = qf_op_info_get(op);
+    size_t nin = qf_trim_count(np->input, np->n_input);
+    size_t nout = qf_trim_count(np->output, np->n_output);
+    if ((int64_t)nin < info->min_inputs || (info->max_inputs >= 0 && (int64_t)nin > info->max_inputs))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu inputs, the op takes %d to %d", name, op_type,
+                        nin, info->min_inputs, info->max_inputs);
+    if ((int64_t)nout < info->min_outputs || (info->max_outputs >= 0 && (int64_t)nout > info->max_outputs))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu outputs, the op has %d to %d", name, op_type,
+                        nout, info->min_outputs, info->max_outputs);
+    for (int k = 0; k < info->min_inputs; k++)
+        if (!qf_str(np->input[k])[0])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): required input %d is empty", name, op_type, k);
+    if (nin > INT_MAX || nout > INT_MAX) return qf_error(QF_ERR_UNSUPPORTED, "node '%s': too many inputs", name);
+
+    /* Inputs are bound in a later pass, once every producer exists. */
+    qf_value **none = qf_calloc(nin ? nin : 1, sizeof *none);
+    if (!none) return QF_ERR_NOMEM;
+    qf_node *n = qf_graph_add_node(im->g, op, name, (int)nin, none, (int)nout);
+    qf_free(none);
+    if (!n) return QF_ERR_NOMEM;
+    im->nodes[i] = n;
+    im->names[i] = n->name;
+    if (n->id - im->id0 != i) return qf_error(QF_ERR_INTERNAL, "node ids are not sequential");
+    QF_TRY(qf_import_node_outputs(im, i, n));
+    for (size_t k = 0; k < np->n_attribute; k++) QF_TRY(qf_import_attr(im->g, n, n->name, np->attribute[k]));
+    return QF_OK;
+}
+
+static qf_status qf_import_node_inputs(qf_import *im, size_t i)
+{
+    const Onnx__NodeProto *np = im->gp->node[i];
+    qf_node *n = im->nodes[i];
+    for (int k = 0; k < n->ninputs; k++) {
+        const char *name = qf_str(np->input[k]);
+        if (!*name) continue;
+        qf_value *v = qf_import_find(im, name);
+        if (!v)
+            return qf_error(QF_ERR_INVALID,
+                            "node '%s' reads '%s', which is neither a graph input, an initializer nor a "
+                            "node output",
+                            n->name, name);
+        QF_TRY(qf_node_set_input(im->g, n, k, v));
+    }
+    return QF_OK;
+}
+
+static qf_status qf_import_outputs(qf_import *im)
+{
+    const Onnx__GraphProto *gp = im->gp;
+    if (gp->n_output == 0) return qf_error(QF_ERR_INVALID, "the graph has no outputs");
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const char *name = qf_str(gp->output[i]->name);
+        if (!*name) return qf_error(QF_ERR_INVALID, "graph output %zu has no name", i);
+        qf_value *v = qf_import_find(im, name);
+        if (!v)
+            return qf_error(QF_ERR_INVALID,
+                            "graph output '%s' is neither produced by a node nor a graph input or an "
+                            "initializer",
+                            name);
+        if (v->is_output) return qf_error(QF_ERR_INVALID, "graph output '%s' is listed twice", name);
+        QF_TRY(qf_graph_add_output(im->g, v));
+    }
+    return QF_OK;
+}
+
+static qf_status qf_import_graph(qf_import *im, const Onnx__ModelProto *m)
+{
+    qf_graph *g = im->g;
+    const Onnx__GraphProto *gp = im->gp;
+    QF_TRY(qf_import_opset(m, &g->opset));
+    g->ir_version = m->ir_version;
+    if (gp->name && *gp->name && !(g->name = qf_graph_strdup(g, gp->name))) return QF_ERR_NOMEM;
+    if (m->producer_name && *m->producer_name && !(g->producer_name = qf_graph_strdup(g, m->producer_name)))
+        return QF_ERR_NOMEM;
+    QF_TRY(qf_import_initializers(im));
+    QF_TRY(qf_import_inputs(im));
+    im->nodes = qf_calloc(gp->n_node ? gp->n_node : 1, sizeof *im->nodes);
+    im->names = qf_calloc(gp->n_node ? gp->n_node : 1, sizeof *im->names);
+    if (!im->nodes || !im->names) return QF_ERR_NOMEM;
+    im->id0 = g->next_node_id;
+    for (size_t i = 0; i < gp->n_node; i++) QF_TRY(qf_import_node(im, i));
+    for (size_t i = 0; i < gp->n_node; i++) QF_TRY(qf_import_node_inputs(im, i));
+    return qf_import_outputs(im);
+}
+
+/* Protobuf -> graph; the ModelProto is freed by the caller right after. */
+static qf_status qf_import_model(const Onnx__ModelProto *m, qf_graph **out)
+{
+    if (!m->has_ir_version || !m->graph)
+        return qf_error(QF_ERR_PARSE, "not a valid ONNX model (it has no %s)",
+                        m->has_ir_version ? "graph" : "ir_version");
+    qf_import im = {.gp = m->graph};
+    QF_TRY(qf_graph_init(&im.g));
+    qf_status st = qf_import_graph(&im, m);
+    qf_free(im.nodes);
+    qf_free(im.names);
+    if (st != QF_OK) {
+        qf_graph_free(im.g);
+        return st;
+    }
+    *out = im.g;
+    return QF_OK;
+}
+
+/* Sort, fold shape chains, infer, classify, verify. */
+static qf_status qf_import_finish(qf_graph *g)
+{
+    QF_TRY(qf_graph_toposort(g));
+    QF_TRY(qf_graph_fold_constants(g, NULL));
+    QF_TRY(qf_graph_infer_shapes(g));
+    qf_graph_classify_constants(g);
+    return qf_graph_verify(g);
+}
+
+qf_status qf_onnx_parse(const void *data, size_t size, void *owned, qf_graph **out)
+{
+    *out = NULL;
+    qf_status st = size ? qf_pb_check(&onnx__model_proto__descriptor, data, size, "ONNX model")
+                        : qf_error(QF_ERR_PARSE, "not a valid ONNX model (the file is empty)");
+    Onnx__ModelProto *m = NULL;
+    bool oom;
+    ProtobufCAllocator alloc = qf_pb_allocator_make(&oom);
+    if (st == QF_OK) {
+        m = onnx__model_proto__unpack(&alloc, size, data);
+        if (!m) st = qf_pb_unpack_failed(oom, "ONNX model");
+    }
+    /* The file bytes are not needed once decoded: free them before the
+     * weights are copied again, so a big model is held twice, not three times. */
+    qf_free(owned);
+    if (st == QF_OK) st = qf_import_model(m, out);
+    if (m) onnx__model_proto__free_unpacked(m, &alloc);
+    return st;
+}
+
+/* `owned`, when not NULL, is the buffer holding data (freed once decoded). */
+static qf_status qf_onnx_load_impl(const void *data, size_t size, void *owned, const char *what,
+                                   qf_graph **out)
+{
+    *out = NULL;
+    qf_graph *g = NULL;
+    qf_status st = qf_onnx_parse(data, size, owned, &g);
+    if (st == QF_OK) {
+        st = qf_import_finish(g);
+        if (st != QF_OK) qf_graph_free(g);
+    }
+    if (st != QF_OK) return what ? qf_error_prefix(st, "%s: ", what) : st;
+    *out = g;
+    return QF_OK;
+}
+
+qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, qf_graph **out)
+{
+    return qf_onnx_load_impl(data, size, NULL, what, out);
+}
+
+qf_status qf_onnx_load(const char *path, qf_graph **out)
+{
+    *out = NULL;
+    void *data;
+    size_t size;
+    QF_TRY(qf_file_read(path, &data, &size));
+    return qf_onnx_load_impl(data, size, data, path, out);
+}

@@ -1,0 +1,251 @@
+/* The protobuf side of ONNX: allocator hook, a wire-format pre-check, dtypes,
+ * TensorProto -> qf_tensor, and the TensorProto file loader. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "onnx_proto.h"
+
+/* raw_data is little-endian by definition; qfold copies it as is. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "qfold's ONNX reader assumes a little-endian host"
+#endif
+
+static void *qf_pb_alloc(void *ud, size_t size)
+{
+    void *p = qf_malloc(size);
+    if (!p && ud) *(bool *)ud = true;
+    return p;
+}
+
+static void qf_pb_free(void *ud, void *p)
+{
+    (void)ud;
+    qf_free(p);
+}
+
+ProtobufCAllocator qf_pb_allocator_make(bool *failed)
+{
+    *failed = false;
+    return (ProtobufCAllocator){qf_pb_alloc, qf_pb_free, failed};
+}
+
+qf_status qf_pb_unpack_failed(bool alloc_failed, const char *kind)
+{
+    if (alloc_failed) return qf_error(QF_ERR_NOMEM, "out of memory while decoding the %s", kind);
+    return qf_error(QF_ERR_PARSE, "not a valid %s (protobuf decoding failed)", kind);
+}
+
+/* --- wire-format pre-check ------------------------------------------------ */
+
+#define QF_PB_MAX_DEPTH 64
+
+enum { QF_PB_OK = 0, QF_PB_MALFORMED, QF_PB_TOO_DEEP };
+
+static int qf_pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (*p >= end) return -1;
+        uint8_t b = *(*p)++;
+        if (shift < 64) r |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Walk one message. Only length-delimited fields that the descriptor says
+ * are messages are descended into; everything else is skipped by size, so
+ * the walk costs nothing for raw_data blobs. */
+static int qf_pb_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
+                      int depth)
+{
+    if (depth > QF_PB_MAX_DEPTH) return QF_PB_TOO_DEEP;
+    while (p < end) {
+        uint64_t key, len;
+        if (qf_pb_varint(&p, end, &key) || (key >> 3) == 0 || (key >> 3) > 0x1fffffff)
+            return QF_PB_MALFORMED;
+        switch (key & 7) {
+        case 0:
+            if (qf_pb_varint(&p, end, &len)) return QF_PB_MALFORMED;
+            break;
+        case 1:
+            if (end - p < 8) return QF_PB_MALFORMED;
+            p += 8;
+            break;
+        case 5:
+            if (end - p < 4) return QF_PB_MALFORMED;
+            p += 4;
+            break;
+        case 2: {
+            if (qf_pb_varint(&p, end, &len) || len > (uint64_t)(end - p)) return QF_PB_MALFORMED;
+            const ProtobufCFieldDescriptor *f =
+                d ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
+            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+                int r = qf_pb_walk(f->descriptor, p, p + len, depth + 1);
+                if (r) return r;
+            }
+            p += len;
+            break;
+        }
+        default: /* groups (3, 4) are not used by onnx.proto; 6, 7 do not exist */
+            return QF_PB_MALFORMED;
+        }
+    }
+    return QF_PB_OK;
+}
+
+qf_status qf_pb_check(const ProtobufCMessageDescriptor *d, const void *data, size_t size,
+                      const char *kind)
+{
+    const uint8_t *p = data;
+    int r = qf_pb_walk(d, p, p + size, 0);
+    if (r == QF_PB_MALFORMED)
+        return qf_error(QF_ERR_PARSE, "not a valid %s (malformed or truncated protobuf data)", kind);
+    if (r == QF_PB_TOO_DEEP)
+        return qf_error(QF_ERR_PARSE, "not a valid %s (messages nested more than %d levels deep)",
+                        kind, QF_PB_MAX_DEPTH);
+    return QF_OK;
+}
+
+/* --- dtypes ----------------------------------------------------------------- */
+
+const char *qf_onnx_dtype_name(int code)
+{
+    static const char *const names[] = {
+        "undefined", "float32", "uint8",  "int8",    "uint16",    "int16",      "int32",   "int64",  "string",
+        "bool",      "float16", "float64", "uint32", "uint64",    "complex64",  "complex128", "bfloat16"};
+    if (code >= 0 && code < (int)(sizeof names / sizeof names[0])) return names[code];
+    return "unknown";
+}
+
+qf_status qf_onnx_dtype(int code, const char *what, qf_dtype *out)
+{
+    if (code == 0 || !qf_dtype_valid(code))
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "%s has dtype %s (code %d); qfold handles float32, float64, int8, uint8, "
+                        "int32, int64 and bool",
+                        what, qf_onnx_dtype_name(code), code);
+    *out = (qf_dtype)code;
+    return QF_OK;
+}
+
+/* --- TensorProto -> qf_tensor ---------------------------------------------- */
+
+/* Typed-field payloads: count check, then one conversion loop (the typed
+ * fields are only used by small tensors; big weights come as raw_data). */
+static qf_status qf_tensor_typed(const Onnx__TensorProto *tp, const char *what, qf_tensor *t,
+                                 int64_t numel, const char *shape)
+{
+    size_t have;
+    switch (t->dtype) {
+    case QF_DTYPE_F32: have = tp->n_float_data; break;
+    case QF_DTYPE_F64: have = tp->n_double_data; break;
+    case QF_DTYPE_I64: have = tp->n_int64_data; break;
+    default: have = tp->n_int32_data; break;
+    }
+    if (have != (uint64_t)numel)
+        return qf_error(QF_ERR_PARSE, "%s holds %zu values, but its shape %s of %s needs %" PRId64, what,
+                        have, shape, qf_dtype_name(t->dtype), numel);
+    size_t n = (size_t)numel;
+    switch (t->dtype) {
+    case QF_DTYPE_F32: memcpy(t->data, tp->float_data, n * sizeof(float)); break;
+    case QF_DTYPE_F64: memcpy(t->data, tp->double_data, n * sizeof(double)); break;
+    case QF_DTYPE_I64: memcpy(t->data, tp->int64_data, n * sizeof(int64_t)); break;
+    case QF_DTYPE_I32: memcpy(t->data, tp->int32_data, n * sizeof(int32_t)); break;
+    case QF_DTYPE_I8:
+        for (size_t i = 0; i < n; i++) ((int8_t *)t->data)[i] = (int8_t)tp->int32_data[i];
+        break;
+    case QF_DTYPE_U8:
+        for (size_t i = 0; i < n; i++) ((uint8_t *)t->data)[i] = (uint8_t)tp->int32_data[i];
+        break;
+    case QF_DTYPE_BOOL:
+        for (size_t i = 0; i < n; i++) ((uint8_t *)t->data)[i] = tp->int32_data[i] != 0;
+        break;
+    case QF_DTYPE_UNDEFINED: break;
+    }
+    return QF_OK;
+}
+
+qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, qf_tensor *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!tp->has_data_type) return qf_error(QF_ERR_PARSE, "%s has no data type", what);
+    qf_dtype dt;
+    QF_TRY(qf_onnx_dtype(tp->data_type, what, &dt));
+    if (tp->n_dims > QF_MAX_DIMS)
+        return qf_error(QF_ERR_UNSUPPORTED, "%s has rank %zu (qfold handles up to %d)", what, tp->n_dims,
+                        QF_MAX_DIMS);
+    if (tp->segment) return qf_error(QF_ERR_UNSUPPORTED, "%s is a segment of a tensor", what);
+    if (tp->n_external_data ||
+        (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "%s keeps its data in an external file; qfold reads models whose weights are "
+                        "inside the .onnx file",
+                        what);
+    /* Guard the element count: dims come from the file, and a product that
+     * overflows would size the allocation wrongly. */
+    size_t esize = qf_dtype_size(dt);
+    int64_t numel = 1;
+    for (size_t i = 0; i < tp->n_dims; i++) {
+        int64_t d = tp->dims[i];
+        if (d < 0) return qf_error(QF_ERR_PARSE, "%s has a negative dimension (%" PRId64 ")", what, d);
+        if (d && numel > (int64_t)(SIZE_MAX / esize / 2) / d)
+            return qf_error(QF_ERR_PARSE, "%s: its shape has too many elements", what);
+        numel *= d;
+    }
+    qf_tensor t = {.dtype = dt, .ndim = (int)tp->n_dims};
+    for (size_t i = 0; i < tp->n_dims; i++) t.dims[i] = tp->dims[i];
+    char shape[160];
+    qf_shape_str(t.ndim, t.dims, shape, sizeof shape);
+    size_t nbytes = (size_t)numel * esize;
+    if (tp->has_raw_data && tp->raw_data.len != nbytes)
+        return qf_error(QF_ERR_PARSE, "%s has %zu bytes of raw_data, but its shape %s of %s needs %zu",
+                        what, tp->raw_data.len, shape, qf_dtype_name(dt), nbytes);
+    t.data = qf_malloc(nbytes ? nbytes : 1);
+    if (!t.data) return QF_ERR_NOMEM;
+    t.owns = true;
+    if (tp->has_raw_data) {
+        if (nbytes) memcpy(t.data, tp->raw_data.data, nbytes);
+    } else if (numel > 0) {
+        qf_status st = qf_tensor_typed(tp, what, &t, numel, shape);
+        if (st != QF_OK) {
+            qf_tensor_free(&t);
+            return st;
+        }
+    }
+    *out = t;
+    return QF_OK;
+}
+
+qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out)
+{
+    memset(out, 0, sizeof *out);
+    void *buf;
+    size_t size;
+    QF_TRY(qf_file_read(path, &buf, &size));
+    qf_status st = size ? qf_pb_check(&onnx__tensor_proto__descriptor, buf, size, "ONNX tensor file")
+                        : qf_error(QF_ERR_PARSE, "not a valid ONNX tensor file (the file is empty)");
+    Onnx__TensorProto *tp = NULL;
+    bool oom;
+    ProtobufCAllocator alloc = qf_pb_allocator_make(&oom);
+    if (st == QF_OK) {
+        tp = onnx__tensor_proto__unpack(&alloc, size, buf);
+        if (!tp) st = qf_pb_unpack_failed(oom, "ONNX tensor file");
+    }
+    qf_free(buf);
+    if (st == QF_OK) {
+        char what[300];
+        if (tp->name && tp->name[0])
+            snprintf(what, sizeof what, "tensor '%.256s'", tp->name);
+        else
+            snprintf(what, sizeof what, "the tensor");
+        st = qf_onnx_tensor_from_proto(tp, what, out);
+    }
+    if (tp) onnx__tensor_proto__free_unpacked(tp, &alloc);
+    if (st != QF_OK) return qf_error_prefix(st, "%s: ", path);
+    return QF_OK;
+}

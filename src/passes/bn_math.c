@@ -1,0 +1,290 @@
+/* BatchNorm fold math shared by the BN passes: guards on the BN node, the
+ * per-channel scale and shift in double, numeric validation, installing a
+ * rewritten constant, and the diagnostics JSON. */
+#include "bn_math.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const qf_bn_param_names[4] = {"scale (gamma)", "bias (beta)", "mean", "var"};
+
+bool qf_bn_why(char *why, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, size, fmt, ap);
+    va_end(ap);
+    return true;
+}
+
+bool qf_bn_is_training(const qf_graph *g, const qf_node *bn)
+{
+    if (qf_node_attr_int(bn, "training_mode", 0) != 0) return true;
+    /* Before opset 14 the mode is given by the number of outputs: the
+     * running-statistics outputs exist only in training mode. */
+    if (g->opset < 14 && bn->noutputs > 1) return true;
+    for (int i = 1; i < bn->noutputs; i++)
+        if (bn->outputs[i] && (bn->outputs[i]->nuses || bn->outputs[i]->is_output)) return true;
+    return false;
+}
+
+static bool qf_bn_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
+
+bool qf_bn_check(const qf_graph *g, const qf_node *bn, char *buf, size_t size)
+{
+    if (qf_bn_is_training(g, bn)) {
+        snprintf(buf, size, "BN is in training mode");
+        return true;
+    }
+    if (bn->ninputs < 5) {
+        snprintf(buf, size, "BN has %d inputs, expected 5", bn->ninputs);
+        return true;
+    }
+    int64_t c = -1;
+    for (int i = 0; i < 4; i++) {
+        const qf_value *p = bn->inputs[QF_BN_IN_SCALE + i];
+        if (!p || !qf_value_is_const(p)) {
+            snprintf(buf, size, "BN %s is not a constant", qf_bn_param_names[i]);
+            return true;
+        }
+        if (!qf_bn_is_float(p->type.dtype)) {
+            snprintf(buf, size, "BN %s is %s, expected a float tensor", qf_bn_param_names[i],
+                     qf_dtype_name(p->type.dtype));
+            return true;
+        }
+        int64_t n = qf_tensor_numel(&p->type);
+        if (p->type.ndim != 1 || (c >= 0 && n != c)) {
+            char sh[96];
+            snprintf(buf, size, "BN %s has shape %s, expected [%" PRId64 "]", qf_bn_param_names[i],
+                     qf_shape_str(p->type.ndim, p->type.dims, sh, sizeof sh), c >= 0 ? c : n);
+            return true;
+        }
+        c = n;
+    }
+    const qf_value *x = bn->inputs[QF_BN_IN_X];
+    if (x && x->type.ndim >= 2 && x->type.dims[1] >= 0 && x->type.dims[1] != c) {
+        snprintf(buf, size, "channel counts differ: BN has %" PRId64 " parameters, its input has %" PRId64
+                 " channels", c, x->type.dims[1]);
+        return true;
+    }
+    return false;
+}
+
+void qf_bn_affine_free(qf_bn_affine *a)
+{
+    qf_free(a->scale);
+    qf_free(a->shift);
+    qf_free(a->mean);
+    qf_free(a->beta);
+    qf_free(a->small_var);
+    qf_free(a->dead);
+    memset(a, 0, sizeof *a);
+}
+
+qf_status qf_bn_check_finite(const qf_value *v, const qf_node *n)
+{
+    const qf_tensor *t = &v->type;
+    int64_t count = qf_tensor_numel(t);
+    if (t->dtype == QF_DTYPE_F32) {
+        const float *p = t->data;
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(p[i]))
+                return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
+                                n->name, qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
+    } else if (t->dtype == QF_DTYPE_F64) {
+        const double *p = t->data;
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(p[i]))
+                return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
+                                n->name, qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
+    }
+    return QF_OK;
+}
+
+qf_status qf_bn_affine_init(qf_bn_affine *a, const qf_node *bn)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < 4; i++) QF_TRY(qf_bn_check_finite(bn->inputs[QF_BN_IN_SCALE + i], bn));
+    const qf_tensor *gamma = &bn->inputs[QF_BN_IN_SCALE]->type, *beta = &bn->inputs[QF_BN_IN_BIAS]->type;
+    const qf_tensor *mean = &bn->inputs[QF_BN_IN_MEAN]->type, *var = &bn->inputs[QF_BN_IN_VAR]->type;
+    int64_t c = qf_tensor_numel(gamma);
+    size_t n = (size_t)(c > 0 ? c : 1);
+    a->channels = c;
+    /* epsilon is a float attribute: widen the float ONNX Runtime uses too. */
+    a->eps = (double)qf_node_attr_float(bn, "epsilon", 1e-5f);
+    a->scale = qf_malloc(n * sizeof *a->scale);
+    a->shift = qf_malloc(n * sizeof *a->shift);
+    a->mean = qf_malloc(n * sizeof *a->mean);
+    a->beta = qf_malloc(n * sizeof *a->beta);
+    a->small_var = qf_malloc(n * sizeof *a->small_var);
+    a->dead = qf_malloc(n * sizeof *a->dead);
+    if (!a->scale || !a->shift || !a->mean || !a->beta || !a->small_var || !a->dead) {
+        qf_bn_affine_free(a);
+        return QF_ERR_NOMEM;
+    }
+    for (int64_t k = 0; k < c; k++) {
+        double g = qf_tensor_get_f64(gamma, k), v = qf_tensor_get_f64(var, k);
+        double den = v + a->eps;
+        if (!(den > 0) || !isfinite(den)) {
+            qf_status st = qf_error(QF_ERR_NUMERIC,
+                                    "node '%s' (BatchNormalization): channel %" PRId64
+                                    ": var + epsilon = %g + %g = %g is not positive",
+                                    bn->name, k, v, a->eps, den);
+            qf_bn_affine_free(a);
+            return st;
+        }
+        double s = g / sqrt(den);
+        a->scale[k] = s;
+        a->mean[k] = qf_tensor_get_f64(mean, k);
+        a->beta[k] = qf_tensor_get_f64(beta, k);
+        a->shift[k] = a->beta[k] - a->mean[k] * s;
+        if (den < QF_BN_SMALL_VAR) a->small_var[a->nsmall_var++] = k;
+        if (g == 0) a->dead[a->ndead++] = k;
+    }
+    return QF_OK;
+}
+
+bool qf_bn_is_f32_const(const qf_value *v)
+{
+    return v && qf_value_is_const(v) && v->type.dtype == QF_DTYPE_F32;
+}
+
+bool qf_bn_can_write_in_place(const qf_value *v, const qf_node *n, int slot)
+{
+    return v && qf_value_is_const(v) && v->type.owns && !v->is_output && v->nuses == 1 &&
+           v->uses[0].node == n && v->uses[0].slot == slot;
+}
+
+qf_status qf_bn_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t, const char *name_hint)
+{
+    qf_value *old = slot < n->ninputs ? n->inputs[slot] : NULL;
+    /* A constant that only this node reads may change in place; one shared
+     * with another node (tied weights) must keep its value for that node. */
+    if (old && qf_value_is_const(old) && !old->is_output && old->nuses == 1 &&
+        old->uses[0].node == n && old->uses[0].slot == slot) {
+        qf_value_set_data(old, t);
+        return QF_OK;
+    }
+    qf_value_kind kind = old && qf_value_is_const(old) ? old->kind : QF_VALUE_PARAMETER;
+    qf_value *v = qf_graph_add_constant(g, name_hint, kind, t);
+    if (!v) {
+        qf_tensor_free(t);
+        return QF_ERR_NOMEM;
+    }
+    while (n->ninputs < slot) QF_TRY(qf_node_add_input(g, n, NULL));
+    if (slot == n->ninputs)
+        QF_TRY(qf_node_add_input(g, n, v));
+    else
+        QF_TRY(qf_node_set_input(g, n, slot, v));
+    if (old && qf_value_is_const(old) && !old->nuses && !old->is_output) qf_graph_remove_value(g, old);
+    return QF_OK;
+}
+
+void qf_bn_drop_unused_params(qf_graph *g, qf_value *const params[4])
+{
+    for (int i = 0; i < 4; i++) {
+        qf_value *v = params[i];
+        /* The same constant may feed two slots (gamma and var both 1s):
+         * qf_graph_remove_value tolerates only live values, so skip repeats. */
+        bool seen = false;
+        for (int j = 0; j < i; j++) seen |= params[j] == v;
+        if (!seen && v && qf_value_is_const(v) && !v->nuses && !v->is_output) qf_graph_remove_value(g, v);
+    }
+}
+
+/* --- diagnostics JSON ------------------------------------------------------ */
+typedef struct qf_sbuf {
+    char *p;
+    size_t len, cap;
+    bool oom;
+} qf_sbuf;
+
+static void qf_sbuf_printf(qf_sbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void qf_sbuf_printf(qf_sbuf *b, const char *fmt, ...)
+{
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = true;
+            return;
+        }
+        if ((size_t)k < b->cap - b->len) {
+            b->len += (size_t)k;
+            return;
+        }
+        size_t ncap = b->cap * 2 + (size_t)k + 64;
+        char *np = qf_realloc(b->p, ncap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+}
+
+static int qf_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* At most this many channel indices are listed; the count is always exact. */
+#define QF_BN_DIAG_LIST_MAX 64
+
+static void qf_sbuf_list(qf_sbuf *b, const char *key, const int64_t *idx, int n)
+{
+    qf_sbuf_printf(b, ",\"%s_count\":%d,\"%s\":[", key, n, key);
+    for (int i = 0; i < n && i < QF_BN_DIAG_LIST_MAX; i++)
+        qf_sbuf_printf(b, "%s%" PRId64, i ? "," : "", idx[i]);
+    qf_sbuf_printf(b, "]");
+}
+
+char *qf_bn_diag_json(const qf_bn_affine *a, const double *ranges, int64_t nranges)
+{
+    qf_sbuf b = {qf_malloc(256), 0, 256, false};
+    if (!b.p) return NULL;
+    b.p[0] = '\0';
+    qf_sbuf_printf(&b, "{\"channels\":%" PRId64 ",\"eps\":%.9g", a->channels, a->eps);
+    qf_sbuf_list(&b, "small_var_channels", a->small_var, a->nsmall_var);
+    qf_sbuf_list(&b, "dead_channels", a->dead, a->ndead);
+    if (ranges && nranges > 0) {
+        double *sorted = qf_malloc((size_t)nranges * sizeof *sorted);
+        if (!sorted) {
+            qf_free(b.p);
+            return NULL;
+        }
+        memcpy(sorted, ranges, (size_t)nranges * sizeof *sorted);
+        qsort(sorted, (size_t)nranges, sizeof *sorted, qf_cmp_double);
+        double mx = sorted[nranges - 1];
+        double med = nranges % 2 ? sorted[nranges / 2]
+                                 : 0.5 * (sorted[nranges / 2 - 1] + sorted[nranges / 2]);
+        qf_free(sorted);
+        qf_sbuf_printf(&b, ",\"weight_range_max\":%.9g,\"weight_range_median\":%.9g", mx, med);
+        /* JSON has no Inf: a zero median (mostly dead channels) gives null. */
+        if (med > 0)
+            qf_sbuf_printf(&b, ",\"weight_range_spread\":%.6g", mx / med);
+        else
+            qf_sbuf_printf(&b, ",\"weight_range_spread\":null");
+    }
+    qf_sbuf_printf(&b, "}");
+    if (b.oom) {
+        qf_free(b.p);
+        qf_error(QF_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    return b.p;
+}

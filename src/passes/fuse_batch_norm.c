@@ -1,0 +1,311 @@
+/* fuse_batch_norm: fold an inference BatchNorm into the conv, conv_transpose,
+ * linear, Gemm or MatMul that produces its input.
+ *
+ * With s_o = gamma_o / sqrt(var_o + eps) for output channel o:
+ *   W'[o, ...] = W[o, ...] * s_o,   b'_o = (b_o - mu_o) * s_o + beta_o
+ * computed in double and rounded once to float. Where the output channel
+ * sits in W depends on the producer:
+ *   conv [O, C/g, k...], linear [O, K], Gemm transB=1 [O, K]   axis 0
+ *   conv_transpose [C_in, O/g, k...]    channel g*(O/g) + j is axis 1 inside group g
+ *   Gemm transB=0 [K, O]                axis 1
+ *   MatMul with a constant [K, O]       axis 1; the node becomes a linear with
+ *                                       the transposed weight [O, K] and a bias,
+ *                                       the op canonicalize makes of MatMul + Add
+ *                                       (one node, and what the quantizer expects).
+ * Gemm's alpha and beta are folded as well (W' = alpha*W*s, C' = (beta*C - mu)*s + beta_bn)
+ * and both attributes set to 1.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bn_math.h"
+#include "qfold/pass.h"
+
+typedef enum fold_layout {
+    FOLD_AXIS0,     /* W [O, ...] */
+    FOLD_CONVT,     /* W [C_in, O/g, k...] */
+    FOLD_AXIS1,     /* W [K, O] */
+    FOLD_TRANSPOSE  /* W [K, O] written as [O, K] (MatMul -> linear) */
+} fold_layout;
+
+typedef struct fold {
+    qf_node *bn, *prod;
+    qf_value *x;      /* producer output = BN input */
+    qf_value *w, *b;  /* b: NULL when the producer has no bias */
+    fold_layout layout;
+    int64_t out_ch;
+    int64_t groups;   /* conv_transpose */
+    double alpha, beta; /* Gemm; 1 otherwise */
+} fold;
+
+/* Fill f for bn, or write why it cannot be folded and return true. */
+static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_t size)
+{
+    memset(f, 0, sizeof *f);
+    f->bn = bn;
+    f->alpha = f->beta = 1.0;
+    if (qf_bn_check(g, bn, why, size)) return true;
+    qf_value *x = bn->inputs[QF_BN_IN_X];
+    qf_node *p = x ? x->producer : NULL;
+    if (!p) return qf_bn_why(why, size, "BN input '%s' is not produced by a node", x ? x->name : "?");
+    const char *pn = qf_op_name(p->op);
+    switch (p->op) {
+    case QF_OP_CONV: case QF_OP_CONV_TRANSPOSE: case QF_OP_LINEAR: case QF_OP_GEMM: case QF_OP_MATMUL:
+        break;
+    default:
+        return qf_bn_why(why, size, "BN input comes from %s, not a conv / conv_transpose / linear / gemm / matmul", pn);
+    }
+    f->prod = p;
+    f->x = x;
+    /* The BN output replaces the producer's output: nobody else may see the
+     * unnormalized value. */
+    if (x->is_output) return qf_bn_why(why, size, "%s output is a graph output", pn);
+    if (x->nuses != 1) return qf_bn_why(why, size, "%s output has %d users", pn, x->nuses);
+    if (p->ninputs < 2 || !p->inputs[1]) return qf_bn_why(why, size, "%s has no weight input", pn);
+    f->w = p->inputs[1];
+    if (!qf_value_is_const(f->w))
+        return qf_bn_why(why, size, "weight is not a constant ('%s' is %s)", f->w->name,
+                           f->w->producer ? "computed by a node" : qf_value_kind_name(f->w->kind));
+    if (f->w->type.dtype != QF_DTYPE_F32)
+        return qf_bn_why(why, size, "weight '%s' is %s; only float32 weights are folded", f->w->name,
+                           qf_dtype_name(f->w->type.dtype));
+    if (p->op != QF_OP_MATMUL && p->ninputs > 2 && p->inputs[2]) {
+        f->b = p->inputs[2];
+        if (!qf_value_is_const(f->b)) return qf_bn_why(why, size, "bias '%s' is not a constant", f->b->name);
+        if (f->b->type.dtype != QF_DTYPE_F32)
+            return qf_bn_why(why, size, "bias '%s' is %s; only float32 is folded", f->b->name,
+                               qf_dtype_name(f->b->type.dtype));
+    }
+    const qf_tensor *w = &f->w->type;
+    int64_t c = qf_tensor_numel(&bn->inputs[QF_BN_IN_SCALE]->type);
+    switch (p->op) {
+    case QF_OP_CONV:
+        if (w->ndim < 3) return qf_bn_why(why, size, "conv weight has rank %d", w->ndim);
+        f->layout = FOLD_AXIS0;
+        f->out_ch = w->dims[0];
+        break;
+    case QF_OP_CONV_TRANSPOSE: {
+        if (w->ndim < 3) return qf_bn_why(why, size, "conv_transpose weight has rank %d", w->ndim);
+        int64_t grp = qf_node_attr_int(p, "group", 1);
+        if (grp < 1 || w->dims[0] % grp)
+            return qf_bn_why(why, size, "conv_transpose group %" PRId64 " does not divide %" PRId64 " input channels",
+                               grp, w->dims[0]);
+        f->layout = FOLD_CONVT;
+        f->groups = grp;
+        f->out_ch = w->dims[1] * grp;
+        break;
+    }
+    case QF_OP_LINEAR: case QF_OP_GEMM: case QF_OP_MATMUL:
+        /* BN1d on [N, C]: the channel is the last axis only for rank 2. */
+        if (x->type.ndim != 2) return qf_bn_why(why, size, "%s output is rank %d", pn, x->type.ndim);
+        if (w->ndim != 2) return qf_bn_why(why, size, "%s weight is rank %d", pn, w->ndim);
+        if (p->op == QF_OP_LINEAR) {
+            f->layout = FOLD_AXIS0;
+        } else if (p->op == QF_OP_GEMM) {
+            f->layout = qf_node_attr_int(p, "transB", 0) ? FOLD_AXIS0 : FOLD_AXIS1;
+            f->alpha = qf_node_attr_float(p, "alpha", 1.0f);
+            f->beta = qf_node_attr_float(p, "beta", 1.0f);
+        } else {
+            f->layout = FOLD_TRANSPOSE;
+        }
+        f->out_ch = f->layout == FOLD_AXIS0 ? w->dims[0] : w->dims[1];
+        break;
+    default:
+        break;
+    }
+    if (f->out_ch != c)
+        return qf_bn_why(why, size, "channel counts differ: %s has %" PRId64 " output channels, BN has %" PRId64,
+                           pn, f->out_ch, c);
+    if (f->b) {
+        const qf_tensor *b = &f->b->type;
+        if (p->op == QF_OP_GEMM) {
+            /* C broadcasts to [M, O]: accept [], [1], [O], [1|M, 1|O]. */
+            int64_t cn = b->ndim >= 1 ? b->dims[b->ndim - 1] : 1;
+            if (b->ndim > 2 || (cn != 1 && cn != f->out_ch)) {
+                char sh[96];
+                return qf_bn_why(why, size, "gemm C has shape %s", qf_shape_str(b->ndim, b->dims, sh, sizeof sh));
+            }
+        } else if (b->ndim != 1 || b->dims[0] != f->out_ch) {
+            char sh[96];
+            return qf_bn_why(why, size, "bias has shape %s, expected [%" PRId64 "]",
+                               qf_shape_str(b->ndim, b->dims, sh, sizeof sh), f->out_ch);
+        }
+    }
+    return false;
+}
+
+/* W' = alpha * W * s_o, rounded once; ranges[o] = max |W'| of channel o. */
+static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, double *ranges)
+{
+    const qf_tensor *wt = &f->w->type;
+    const float *src = wt->data;
+    int64_t numel = qf_tensor_numel(wt), O = f->out_ch;
+    qf_tensor fresh;
+    memset(&fresh, 0, sizeof fresh);
+    float *dst;
+    bool in_place = f->layout != FOLD_TRANSPOSE && qf_bn_can_write_in_place(f->w, f->prod, 1);
+    if (in_place) {
+        dst = wt->data;
+    } else {
+        int64_t tdims[2] = {O, wt->dims[0]};
+        if (f->layout == FOLD_TRANSPOSE)
+            QF_TRY(qf_tensor_init(&fresh, QF_DTYPE_F32, 2, tdims));
+        else
+            QF_TRY(qf_tensor_init(&fresh, QF_DTYPE_F32, wt->ndim, wt->dims));
+        dst = fresh.data;
+    }
+    for (int64_t o = 0; o < O; o++) ranges[o] = 0;
+    switch (f->layout) {
+    case FOLD_AXIS0: {
+        int64_t inner = O ? numel / O : 0;
+        for (int64_t o = 0; o < O; o++) {
+            double s = f->alpha * a->scale[o], r = 0;
+            for (int64_t k = o * inner; k < (o + 1) * inner; k++) {
+                float v = (float)((double)src[k] * s);
+                dst[k] = v;
+                r = fmax(r, fabs((double)v));
+            }
+            ranges[o] = r;
+        }
+        break;
+    }
+    case FOLD_CONVT: {
+        /* Input channel c belongs to group c / (C_in/g); inside the group,
+         * axis-1 index j is output channel grp*(O/g) + j. */
+        int64_t cin = wt->dims[0], og = wt->dims[1], cin_g = cin / f->groups;
+        int64_t kk = cin > 0 && og > 0 ? numel / (cin * og) : 0;
+        for (int64_t c = 0; c < cin; c++) {
+            int64_t grp = c / cin_g;
+            for (int64_t j = 0; j < og; j++) {
+                int64_t o = grp * og + j, base = (c * og + j) * kk;
+                double s = a->scale[o], r = ranges[o];
+                for (int64_t k = base; k < base + kk; k++) {
+                    float v = (float)((double)src[k] * s);
+                    dst[k] = v;
+                    r = fmax(r, fabs((double)v));
+                }
+                ranges[o] = r;
+            }
+        }
+        break;
+    }
+    case FOLD_AXIS1: case FOLD_TRANSPOSE: {
+        int64_t rows = wt->dims[0];
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t o = 0; o < O; o++) {
+                float v = (float)((double)src[r * O + o] * (f->alpha * a->scale[o]));
+                if (f->layout == FOLD_AXIS1)
+                    dst[r * O + o] = v;
+                else
+                    dst[o * rows + r] = v;
+                ranges[o] = fmax(ranges[o], fabs((double)v));
+            }
+        }
+        break;
+    }
+    }
+    if (in_place) return QF_OK;
+    char hint[512];
+    snprintf(hint, sizeof hint, "%.480s_bnfold", f->w->name);
+    return qf_bn_install_const(g, f->prod, 1, &fresh, hint);
+}
+
+/* b'_o = (beta_gemm * b_o - mu_o) * s_o + beta_o (b = 0 when absent). */
+static qf_status fold_bias(qf_graph *g, const fold *f, const qf_bn_affine *a)
+{
+    int64_t O = f->out_ch, rows = 1, cn = O;
+    const qf_tensor *bt = f->b ? &f->b->type : NULL;
+    if (bt && f->prod->op == QF_OP_GEMM) {
+        /* Gemm's C may broadcast along either axis: keep its rows, widen its columns. */
+        rows = bt->ndim == 2 ? bt->dims[0] : 1;
+        cn = bt->ndim >= 1 ? bt->dims[bt->ndim - 1] : 1;
+    }
+    qf_tensor t;
+    int64_t dims[2] = {rows, O};
+    if (rows > 1)
+        QF_TRY(qf_tensor_init(&t, QF_DTYPE_F32, 2, dims));
+    else
+        QF_TRY(qf_tensor_init(&t, QF_DTYPE_F32, 1, &O));
+    float *dst = t.data;
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t o = 0; o < O; o++) {
+            double b = bt ? f->beta * qf_tensor_get_f64(bt, r * cn + (cn == 1 ? 0 : o)) : 0.0;
+            dst[r * O + o] = (float)((b - a->mean[o]) * a->scale[o] + a->beta[o]);
+        }
+    }
+    char hint[512];
+    if (f->b)
+        snprintf(hint, sizeof hint, "%.480s_bnfold", f->b->name);
+    else
+        snprintf(hint, sizeof hint, "%.480s_bias", f->prod->name);
+    return qf_bn_install_const(g, f->prod, 2, &t, hint);
+}
+
+static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
+{
+    qf_node *bn = f->bn, *p = f->prod;
+    qf_bn_affine a;
+    QF_TRY(qf_bn_affine_init(&a, bn));
+    double *ranges = NULL;
+    char *detail = NULL;
+    qf_status st = qf_bn_check_finite(f->w, p);
+    if (st == QF_OK && f->b) st = qf_bn_check_finite(f->b, p);
+    if (st == QF_OK) {
+        ranges = qf_malloc((size_t)(f->out_ch > 0 ? f->out_ch : 1) * sizeof *ranges);
+        if (!ranges) st = QF_ERR_NOMEM;
+    }
+    /* The bias reads only b, so its order with the weight does not matter. */
+    if (st == QF_OK) st = fold_bias(g, f, &a);
+    if (st == QF_OK) st = fold_weight(g, f, &a, ranges);
+    if (st == QF_OK && p->op == QF_OP_GEMM) {
+        if (qf_node_attr(p, "alpha")) st = qf_node_set_attr_float(g, p, "alpha", 1.0f);
+        if (st == QF_OK && qf_node_attr(p, "beta")) st = qf_node_set_attr_float(g, p, "beta", 1.0f);
+    }
+    if (st == QF_OK && p->op == QF_OP_MATMUL) p->op = QF_OP_LINEAR;
+    if (st == QF_OK) {
+        detail = qf_bn_diag_json(&a, ranges, f->out_ch);
+        if (!detail) st = QF_ERR_NOMEM;
+    }
+    if (st == QF_OK) {
+        const char *pn = f->layout == FOLD_TRANSPOSE ? "matmul (now linear)" : qf_op_name(p->op);
+        qf_pass_rewrite(ctx, bn, detail, "folded into %s '%s'", pn, p->name);
+        qf_value *params[4] = {bn->inputs[1], bn->inputs[2], bn->inputs[3], bn->inputs[4]};
+        /* The producer's output takes over the BN output's readers (and its
+         * name, when the BN output is a graph output). */
+        st = qf_graph_replace_uses(g, bn->outputs[0], f->x);
+        if (st == QF_OK) {
+            qf_graph_remove_node(g, bn);
+            qf_bn_drop_unused_params(g, params);
+        }
+    }
+    qf_free(detail);
+    qf_free(ranges);
+    qf_bn_affine_free(&a);
+    return st;
+}
+
+static qf_status fuse_batch_norm_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    *changed = false;
+    for (qf_node *n = g->first, *next; n; n = next) {
+        next = n->next;
+        if (n->op != QF_OP_BATCH_NORM) continue;
+        fold f;
+        char why[256];
+        if (fold_match(g, n, &f, why, sizeof why)) {
+            qf_pass_skip(ctx, n, "%s", why);
+            continue;
+        }
+        QF_TRY(fold_apply(g, ctx, &f));
+        *changed = true;
+    }
+    return QF_OK;
+}
+
+const qf_pass qf_pass_fuse_batch_norm = {
+    "fuse_batch_norm",
+    "fold inference BatchNorm into the conv / conv_transpose / linear / gemm / matmul before it",
+    fuse_batch_norm_run,
+};

@@ -1,0 +1,487 @@
+/* The pass manager: the registry of passes and pipelines, running a list of
+ * passes once or to a fixpoint, the verifier after every pass, dead-code
+ * elimination at the end, timing, and the report (text and JSON).
+ *
+ * The report owns every string it holds (node names, reasons, details) in
+ * one arena, so it stays valid after the graph is changed or freed. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/arena.h"
+#include "qfold/io.h"
+#include "qfold/pass.h"
+
+/* --- registry --------------------------------------------------------------- */
+
+extern const qf_pass qf_pass_canonicalize;
+extern const qf_pass qf_pass_fuse_batch_norm;
+extern const qf_pass qf_pass_fuse_batch_norm_forward;
+extern const qf_pass qf_pass_decompose_batch_norm;
+extern const qf_pass qf_pass_dce;
+
+static const qf_pass *const qf_passes[] = {
+    &qf_pass_canonicalize,
+    &qf_pass_fuse_batch_norm,
+    &qf_pass_fuse_batch_norm_forward,
+    &qf_pass_decompose_batch_norm,
+    &qf_pass_dce,
+};
+
+/* Pipelines mirror the Neutron backend's default pass lists. qat_prepare and
+ * qat_finalize are registered once their passes (qat_bn_*) exist. */
+static const char *const qf_ptq_passes[] = {"canonicalize", "fuse_batch_norm",
+                                            "fuse_batch_norm_forward", "dce", NULL};
+
+static const qf_pipeline qf_pipeline_ptq = {
+    .name = "ptq",
+    .summary = "post-training: canonicalize, fold BatchNorm into the op before / after it, dce",
+    .passes = qf_ptq_passes,
+};
+
+static const qf_pipeline *const qf_pipelines[] = {&qf_pipeline_ptq};
+
+#define QF_COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+const qf_pass *qf_pass_find(const char *name)
+{
+    for (int i = 0; i < QF_COUNT_OF(qf_passes); i++)
+        if (strcmp(qf_passes[i]->name, name) == 0) return qf_passes[i];
+    return NULL;
+}
+
+const qf_pass *const *qf_pass_list(int *count)
+{
+    *count = QF_COUNT_OF(qf_passes);
+    return qf_passes;
+}
+
+const qf_pipeline *qf_pipeline_find(const char *name)
+{
+    for (int i = 0; i < QF_COUNT_OF(qf_pipelines); i++)
+        if (strcmp(qf_pipelines[i]->name, name) == 0) return qf_pipelines[i];
+    return NULL;
+}
+
+const qf_pipeline *const *qf_pipeline_list(int *count)
+{
+    *count = QF_COUNT_OF(qf_pipelines);
+    return qf_pipelines;
+}
+
+/* --- report and context -------------------------------------------------------- */
+
+/* The public report is the first member, so a qf_pass_report* is the impl. */
+typedef struct qf_report_impl {
+    qf_pass_report pub;
+    qf_arena arena;
+    int cap_results;
+} qf_report_impl;
+
+typedef struct qf_event_list {
+    qf_pass_event *ev;
+    int n, cap;
+} qf_event_list;
+
+struct qf_pass_ctx {
+    qf_report_impl *rep;
+    qf_event_list rewritten, skipped;
+    bool oom; /* an event could not be recorded: the run fails with NOMEM */
+};
+
+static double qf_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void qf_ctx_record(qf_pass_ctx *ctx, qf_event_list *l, const qf_node *n, const char *detail,
+                          const char *fmt, va_list ap)
+{
+    if (ctx->oom) return;
+    if (l->n == l->cap) {
+        int ncap = l->cap ? l->cap * 2 : 16;
+        qf_pass_event *p = qf_realloc(l->ev, sizeof *p * (size_t)ncap);
+        if (!p) {
+            ctx->oom = true;
+            return;
+        }
+        l->ev = p;
+        l->cap = ncap;
+    }
+    char reason[1024];
+    vsnprintf(reason, sizeof reason, fmt, ap);
+    qf_arena *a = &ctx->rep->arena;
+    qf_pass_event e = {
+        .node = qf_arena_strdup(a, n ? n->name : ""),
+        .op = qf_arena_strdup(a, n ? qf_op_name(n->op) : ""),
+        .reason = qf_arena_strdup(a, reason),
+        .detail = detail ? qf_arena_strdup(a, detail) : NULL,
+    };
+    if (!e.node || !e.op || !e.reason || (detail && !e.detail)) {
+        ctx->oom = true;
+        return;
+    }
+    l->ev[l->n++] = e;
+}
+
+void qf_pass_rewrite(qf_pass_ctx *ctx, const qf_node *n, const char *detail_json, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    qf_ctx_record(ctx, &ctx->rewritten, n, detail_json, fmt, ap);
+    va_end(ap);
+}
+
+void qf_pass_skip(qf_pass_ctx *ctx, const qf_node *n, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    qf_ctx_record(ctx, &ctx->skipped, n, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void qf_pass_report_free(qf_pass_report *r)
+{
+    if (!r) return;
+    qf_report_impl *ri = (qf_report_impl *)r;
+    for (int i = 0; i < r->nresults; i++) {
+        qf_free(r->results[i].rewritten);
+        qf_free(r->results[i].skipped);
+    }
+    qf_free(r->results);
+    qf_arena_free(&ri->arena);
+    qf_free(ri);
+}
+
+static qf_status qf_report_new(qf_report_impl **out, const char *pipeline)
+{
+    qf_report_impl *ri = qf_calloc(1, sizeof *ri);
+    if (!ri) return QF_ERR_NOMEM;
+    qf_arena_init(&ri->arena);
+    ri->pub.converged = true;
+    if (pipeline) {
+        ri->pub.pipeline = qf_arena_strdup(&ri->arena, pipeline);
+        if (!ri->pub.pipeline) {
+            qf_pass_report_free(&ri->pub);
+            return qf_error(QF_ERR_NOMEM, "out of memory");
+        }
+    }
+    *out = ri;
+    return QF_OK;
+}
+
+/* Run one pass and append its result to the report. */
+static qf_status qf_run_one(qf_graph *g, const qf_pass *p, const qf_pass_options *opt, int iteration,
+                            qf_report_impl *ri, bool *changed)
+{
+    qf_pass_report *r = &ri->pub;
+    if (r->nresults == ri->cap_results) {
+        int ncap = ri->cap_results ? ri->cap_results * 2 : 8;
+        qf_pass_result *nr = qf_realloc(r->results, sizeof *nr * (size_t)ncap);
+        if (!nr) return qf_error(QF_ERR_NOMEM, "out of memory");
+        r->results = nr;
+        ri->cap_results = ncap;
+    }
+    qf_pass_ctx ctx = {.rep = ri};
+    *changed = false;
+    double t0 = qf_now();
+    qf_status st = p->run(g, &ctx, changed);
+    /* Keep the node list sorted for the passes after this one: a pass may
+     * insert a node where it was convenient (O(n) when already sorted). */
+    bool sort_failed = false;
+    if (st == QF_OK && *changed) sort_failed = (st = qf_graph_toposort(g)) != QF_OK;
+    double t1 = qf_now();
+
+    qf_pass_result *res = &r->results[r->nresults++];
+    *res = (qf_pass_result){
+        .pass = p->name,
+        .changed = *changed,
+        .rewrites = ctx.rewritten.n,
+        .rewritten = ctx.rewritten.ev,
+        .nrewritten = ctx.rewritten.n,
+        .skipped = ctx.skipped.ev,
+        .nskipped = ctx.skipped.n,
+        .seconds = t1 - t0,
+        .iteration = iteration,
+    };
+    if (strcmp(p->name, "dce") == 0) r->dce_removed += ctx.rewritten.n;
+    if (sort_failed && st != QF_ERR_NOMEM) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", qf_error_message());
+        return qf_error(QF_ERR_INTERNAL, "pass '%s' left the graph invalid: %s", p->name, msg);
+    }
+    if (st != QF_OK) return qf_error_prefix(st, "pass '%s': ", p->name);
+    if (ctx.oom) return qf_error(QF_ERR_NOMEM, "pass '%s': out of memory recording its report", p->name);
+    if (opt->verify) {
+        st = qf_graph_verify(g);
+        if (st != QF_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", qf_error_message());
+            return qf_error(QF_ERR_INTERNAL, "pass '%s' left the graph invalid: %s", p->name, msg);
+        }
+    }
+    return QF_OK;
+}
+
+static qf_status qf_run_list(qf_graph *g, const qf_pass *const *passes, int npasses,
+                             const qf_pass_options *opt, qf_report_impl *ri)
+{
+    qf_pass_report *r = &ri->pub;
+    if (opt->verify) {
+        qf_status st = qf_graph_verify(g);
+        if (st != QF_OK) return qf_error_prefix(st, "graph is invalid before the first pass: ");
+    }
+    int max_it = opt->fixpoint ? (opt->max_iterations > 0 ? opt->max_iterations : 8) : 1;
+    const char *last_changer = NULL;
+    bool any = false;
+    for (int it = 0; it < max_it; it++) {
+        any = false;
+        r->iterations = it + 1;
+        for (int i = 0; i < npasses; i++) {
+            bool changed = false;
+            QF_TRY(qf_run_one(g, passes[i], opt, it, ri, &changed));
+            if (changed) {
+                any = true;
+                last_changer = passes[i]->name;
+            }
+        }
+        if (!any) break;
+    }
+    /* In fixpoint mode the last iteration must have changed nothing; a list
+     * that keeps changing the graph has two passes undoing each other. */
+    if (opt->fixpoint && any) {
+        r->converged = false;
+        return qf_error(QF_ERR_INTERNAL,
+                        "passes did not reach a fixpoint in %d iterations (pass '%s' still changes the graph)",
+                        max_it, last_changer ? last_changer : "?");
+    }
+    if (npasses == 0 || strcmp(passes[npasses - 1]->name, "dce") != 0) {
+        bool changed = false;
+        QF_TRY(qf_run_one(g, &qf_pass_dce, opt, r->iterations > 0 ? r->iterations - 1 : 0, ri, &changed));
+    }
+    return QF_OK;
+}
+
+static qf_status qf_run_report(qf_graph *g, const qf_pass *const *passes, int npasses,
+                               const qf_pass_options *opt, const char *pipeline, qf_pass_report **out)
+{
+    static const qf_pass_options dflt = {0};
+    if (!opt) opt = &dflt;
+    *out = NULL;
+    qf_report_impl *ri;
+    QF_TRY(qf_report_new(&ri, pipeline));
+    double t0 = qf_now();
+    qf_status st = qf_run_list(g, passes, npasses, opt, ri);
+    ri->pub.seconds = qf_now() - t0;
+    *out = &ri->pub;
+    return st;
+}
+
+qf_status qf_passes_run_list(qf_graph *g, const qf_pass *const *passes, int npasses,
+                             const qf_pass_options *opt, qf_pass_report **out)
+{
+    return qf_run_report(g, passes, npasses, opt, NULL, out);
+}
+
+#define QF_MAX_LIST 64
+
+static qf_status qf_resolve(const char *const *names, const qf_pass **list, int *n)
+{
+    *n = 0;
+    for (int i = 0; names[i]; i++) {
+        if (*n == QF_MAX_LIST) return qf_error(QF_ERR_INVALID, "more than %d passes in one list", QF_MAX_LIST);
+        const qf_pass *p = qf_pass_find(names[i]);
+        if (!p) return qf_error(QF_ERR_INVALID, "unknown pass '%s' (see `qfold passes`)", names[i]);
+        list[(*n)++] = p;
+    }
+    return QF_OK;
+}
+
+qf_status qf_passes_run(qf_graph *g, const char *const *names, const qf_pass_options *opt,
+                        qf_pass_report **out)
+{
+    const qf_pass *list[QF_MAX_LIST];
+    int n;
+    *out = NULL;
+    QF_TRY(qf_resolve(names, list, &n));
+    return qf_run_report(g, list, n, opt, NULL, out);
+}
+
+qf_status qf_pipeline_run(qf_graph *g, const char *pipeline, const qf_pass_options *opt,
+                          qf_pass_report **out)
+{
+    *out = NULL;
+    const qf_pipeline *pl = qf_pipeline_find(pipeline);
+    if (!pl) return qf_error(QF_ERR_INVALID, "unknown pipeline '%s' (see `qfold passes`)", pipeline);
+    const qf_pass *list[QF_MAX_LIST];
+    int n;
+    QF_TRY(qf_resolve(pl->passes, list, &n));
+    return qf_run_report(g, list, n, opt, pl->name, out);
+}
+
+/* --- text ------------------------------------------------------------------------ */
+
+static void qf_print_events(const qf_pass_event *ev, int n, const char *verb, FILE *f)
+{
+    for (int i = 0; i < n; i++)
+        fprintf(f, "    %s %s '%s': %s\n", verb, ev[i].op, ev[i].node, ev[i].reason);
+}
+
+void qf_pass_report_print(const qf_pass_report *r, FILE *f)
+{
+    if (r->pipeline) fprintf(f, "pipeline %s", r->pipeline);
+    else fprintf(f, "passes");
+    fprintf(f, ": %d iteration%s, %.3f ms\n", r->iterations, r->iterations == 1 ? "" : "s",
+            r->seconds * 1e3);
+    for (int i = 0; i < r->nresults; i++) {
+        const qf_pass_result *res = &r->results[i];
+        fprintf(f, "  %-26s iter %d  %-9s %3d rewrite%s %3d skip%s  %8.3f ms\n", res->pass,
+                res->iteration + 1, res->changed ? "changed" : "unchanged", res->rewrites,
+                res->rewrites == 1 ? " " : "s", res->nskipped, res->nskipped == 1 ? " " : "s",
+                res->seconds * 1e3);
+        qf_print_events(res->rewritten, res->nrewritten, "rewrote", f);
+        qf_print_events(res->skipped, res->nskipped, "skipped", f);
+    }
+    if (!r->converged) fprintf(f, "  did not reach a fixpoint\n");
+}
+
+/* --- JSON ------------------------------------------------------------------------ */
+
+typedef struct qf_buf {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} qf_buf;
+
+static void qf_buf_put(qf_buf *b, const char *s, size_t k)
+{
+    if (b->oom) return;
+    if (b->n + k + 1 > b->cap) {
+        size_t ncap = b->cap ? b->cap * 2 : 4096;
+        while (ncap < b->n + k + 1) ncap *= 2;
+        char *np = qf_realloc(b->p, ncap);
+        if (!np) {
+            b->oom = true;
+            return;
+        }
+        b->p = np;
+        b->cap = ncap;
+    }
+    memcpy(b->p + b->n, s, k);
+    b->n += k;
+    b->p[b->n] = '\0';
+}
+
+static void qf_buf_puts(qf_buf *b, const char *s) { qf_buf_put(b, s, strlen(s)); }
+
+static void qf_buf_printf(qf_buf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void qf_buf_printf(qf_buf *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    qf_buf_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
+}
+
+static void qf_buf_str(qf_buf *b, const char *s)
+{
+    qf_buf_puts(b, "\"");
+    for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
+        if (*c == '"' || *c == '\\') {
+            char e[2] = {'\\', (char)*c};
+            qf_buf_put(b, e, 2);
+        } else if (*c < 0x20) {
+            qf_buf_printf(b, "\\u%04x", *c);
+        } else {
+            qf_buf_put(b, (const char *)c, 1);
+        }
+    }
+    qf_buf_puts(b, "\"");
+}
+
+static void qf_buf_num(qf_buf *b, double x)
+{
+    if (isfinite(x)) qf_buf_printf(b, "%.9g", x);
+    else qf_buf_puts(b, "null");
+}
+
+static void qf_json_events(qf_buf *b, const char *key, const qf_pass_event *ev, int n)
+{
+    qf_buf_printf(b, ", \"%s\": [", key);
+    for (int i = 0; i < n; i++) {
+        qf_buf_puts(b, i ? ",\n        {\"node\": " : "\n        {\"node\": ");
+        qf_buf_str(b, ev[i].node);
+        qf_buf_puts(b, ", \"op\": ");
+        qf_buf_str(b, ev[i].op);
+        qf_buf_puts(b, ", \"reason\": ");
+        qf_buf_str(b, ev[i].reason);
+        if (ev[i].detail) {
+            qf_buf_puts(b, ", \"detail\": ");
+            qf_buf_put(b, ev[i].detail, strlen(ev[i].detail));
+        }
+        qf_buf_puts(b, "}");
+    }
+    qf_buf_puts(b, "]");
+}
+
+qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char **out, size_t *len)
+{
+    qf_buf b = {0};
+    *out = NULL;
+    if (len) *len = 0;
+    qf_buf_puts(&b, "{\n  \"pipeline\": ");
+    if (r->pipeline) qf_buf_str(&b, r->pipeline);
+    else qf_buf_puts(&b, "null");
+    qf_buf_puts(&b, ",\n  \"seconds\": ");
+    qf_buf_num(&b, r->seconds);
+    qf_buf_printf(&b, ",\n  \"iterations\": %d,\n  \"converged\": %s,\n  \"dce_removed\": %d,\n",
+                  r->iterations, r->converged ? "true" : "false", r->dce_removed);
+    if (extra && *extra) {
+        qf_buf_puts(&b, "  ");
+        qf_buf_put(&b, extra, strlen(extra));
+        qf_buf_puts(&b, ",\n");
+    }
+    qf_buf_puts(&b, "  \"passes\": [");
+    for (int i = 0; i < r->nresults; i++) {
+        const qf_pass_result *res = &r->results[i];
+        qf_buf_puts(&b, i ? ",\n    {\"pass\": " : "\n    {\"pass\": ");
+        qf_buf_str(&b, res->pass);
+        qf_buf_printf(&b, ", \"iteration\": %d, \"changed\": %s, \"rewrites\": %d, \"skips\": %d, \"seconds\": ",
+                      res->iteration, res->changed ? "true" : "false", res->rewrites, res->nskipped);
+        qf_buf_num(&b, res->seconds);
+        qf_json_events(&b, "rewritten", res->rewritten, res->nrewritten);
+        qf_json_events(&b, "skipped", res->skipped, res->nskipped);
+        qf_buf_puts(&b, "}");
+    }
+    qf_buf_puts(&b, "\n  ]\n}\n");
+    if (b.oom) {
+        qf_free(b.p);
+        return qf_error(QF_ERR_NOMEM, "out of memory writing the pass report");
+    }
+    *out = b.p;
+    if (len) *len = b.n;
+    return QF_OK;
+}
+
+qf_status qf_pass_report_write_json(const qf_pass_report *r, const char *path)
+{
+    char *text;
+    size_t n;
+    QF_TRY(qf_pass_report_json(r, NULL, &text, &n));
+    qf_status st = qf_file_write_atomic(path, text, n);
+    qf_free(text);
+    return st;
+}

@@ -1,0 +1,322 @@
+#!/usr/bin/python3
+"""Tests of the qfold command line (registered by tests/cli.cmake).
+
+    cli_test.py --qfold BIN --examples DIR --work DIR --version V CASE
+
+Each CASE is one ctest. A case fails with a message that says which command
+ran, what it printed and what was expected.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+ARGS = None
+
+
+class Fail(Exception):
+    pass
+
+
+def qfold(*argv, expect=0):
+    """Run qfold; check the exit status; return (stdout, stderr)."""
+    cmd = [ARGS.qfold] + [str(a) for a in argv]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    if p.returncode != expect:
+        raise Fail("`%s` exited %d, expected %d\nstdout:\n%s\nstderr:\n%s"
+                   % (" ".join(cmd), p.returncode, expect, p.stdout, p.stderr))
+    return p.stdout, p.stderr
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def one_error_line(err, *needles):
+    """A failure prints one line 'qfold: <message>' (usage errors may add the
+    usage lines after it); the message holds every needle."""
+    lines = err.strip().splitlines()
+    check(lines and lines[0].startswith("qfold: "), "stderr does not start with 'qfold: ':\n" + err)
+    for n in needles:
+        check(n in lines[0], "error line lacks %r:\n%s" % (n, err))
+    return lines[0]
+
+
+def example(name):
+    return os.path.join(ARGS.examples, name)
+
+
+def work(name):
+    return os.path.join(ARGS.work, name)
+
+
+def rel_error(got, want):
+    scale = float(np.max(np.abs(want))) or 1.0
+    return float(np.max(np.abs(got.astype(np.float64) - want))) / scale
+
+
+# --- cases ----------------------------------------------------------------------
+
+def case_version():
+    out, _ = qfold("--version")
+    check(out == "qfold %s\n" % ARGS.version, "--version printed %r" % out)
+
+
+def case_help():
+    out, _ = qfold("help")
+    for cmd in ("inspect", "run"):
+        check("\n  %s " % cmd in out, "'qfold help' does not list %s:\n%s" % (cmd, out))
+    out2, _ = qfold("--help")
+    check(out2 == out, "'qfold --help' differs from 'qfold help'")
+    for cmd in ("inspect", "run", "help"):
+        a, _ = qfold("help", cmd)
+        b, _ = qfold(cmd, "--help")
+        check(a.startswith("usage: qfold %s" % cmd), "'qfold help %s' printed:\n%s" % (cmd, a))
+        check(a == b, "'qfold help %s' and 'qfold %s --help' differ" % (cmd, cmd))
+    _, err = qfold("help", "nosuchcommand", expect=2)
+    one_error_line(err, "nosuchcommand")
+
+
+def onnx_counts():
+    """What inspect must report, computed from the .onnx with the onnx package."""
+    import onnx
+    m = onnx.load(example("tiny_cnn.onnx"))
+    params = [t for t in m.graph.initializer if "running_" not in t.name]
+    buffers = [t for t in m.graph.initializer if "running_" in t.name]
+    size = lambda ts: sum(int(np.prod(t.dims)) for t in ts)
+    ops = [n.op_type for n in m.graph.node]
+    return m, params, buffers, size, ops
+
+
+def case_inspect():
+    out, _ = qfold("inspect", example("tiny_cnn.onnx"))
+    m, params, buffers, size, ops = onnx_counts()
+    lines = {l.split()[0]: l for l in out.splitlines() if l and not l.startswith(" ")}
+    check("opset" in lines and lines["opset"].split()[1] == "13", "opset line:\n" + out)
+    check("  input  float32 [1, 3, 32, 32]" in out, "input line missing:\n" + out)
+    check("  logits  float32 [1, 10]" in out, "output line missing:\n" + out)
+    check("batch norms 4\n" in out, "batch norm count missing:\n" + out)
+    want = "%d tensors, %s values" % (len(params), format(size(params), ","))
+    check(want in lines.get("parameters", ""), "parameters: want %r in\n%s" % (want, out))
+    want = "%d tensors, %s values" % (len(buffers), format(size(buffers), ","))
+    check(want in lines.get("buffers", ""), "buffers: want %r in\n%s" % (want, out))
+
+
+def case_inspect_json():
+    out, _ = qfold("inspect", example("tiny_cnn.onnx"), "--json")
+    try:
+        j = json.loads(out)
+    except ValueError as e:
+        raise Fail("--json output is not JSON (%s):\n%s" % (e, out))
+    m, params, buffers, size, ops = onnx_counts()
+    check(j["opset"] == 13 and j["producer"] == "pytorch", "opset/producer: %r" % j)
+    check(j["inputs"] == [{"name": "input", "dtype": "float32", "shape": [1, 3, 32, 32]}],
+          "inputs: %r" % j["inputs"])
+    check(j["outputs"] == [{"name": "logits", "dtype": "float32", "shape": [1, 10]}],
+          "outputs: %r" % j["outputs"])
+    check(j["batch_norms"] == 4, "batch_norms: %r" % j["batch_norms"])
+    check(j["ops"].get("BatchNormalization") == 4 and j["ops"].get("Conv") == 3,
+          "ops: %r" % j["ops"])
+    check(sum(j["ops"].values()) == j["nodes"], "op histogram does not add up to nodes: %r" % j)
+    check(j["parameters"]["tensors"] == len(params)
+          and j["parameters"]["elements"] == size(params)
+          and j["parameters"]["bytes"] == 4 * size(params), "parameters: %r" % j["parameters"])
+    check(j["buffers"]["tensors"] == len(buffers) and j["buffers"]["elements"] == size(buffers),
+          "buffers: %r" % j["buffers"])
+    # Text and JSON say the same.
+    text, _ = qfold("inspect", example("tiny_cnn.onnx"))
+    check("ops (%d nodes)" % j["nodes"] in text, "node count differs between text and JSON")
+
+
+def case_inspect_dot():
+    dot = work("tiny_cnn.dot")
+    if os.path.exists(dot):
+        os.unlink(dot)
+    qfold("inspect", example("tiny_cnn.onnx"), "--dot", dot)
+    text = open(dot).read()
+    check(text.startswith("digraph ") and text.rstrip().endswith("}"), "not a DOT graph:\n" + text)
+    check(text.count('label="BatchNormalization\\n') == 4, "DOT lacks the 4 BatchNormalization boxes")
+    check(not [f for f in os.listdir(ARGS.work) if ".tmp." in f], "a temporary file was left")
+    if shutil.which("dot"):
+        p = subprocess.run(["dot", "-Tsvg", dot], capture_output=True, text=True)
+        check(p.returncode == 0 and "<svg" in p.stdout, "dot -Tsvg rejects the file:\n" + p.stderr)
+    # --dot must not overwrite the model.
+    _, err = qfold("inspect", example("tiny_cnn.onnx"), "--dot", example("tiny_cnn.onnx"), expect=2)
+    one_error_line(err, "overwrite")
+
+
+def case_inspect_escape():
+    """Names with quotes, backslashes, newlines and non-ASCII text must come out
+    as valid JSON and valid DOT."""
+    import onnx
+    from onnx import TensorProto, helper
+    x = 'in "x"\\'
+    y = "out\ny\t\u00e9"
+    g = helper.make_graph([helper.make_node("Relu", [x], ["mid"], name='relu "1"\\'),
+                           helper.make_node("Sigmoid", ["mid"], [y], name="sig\n{2}")],
+                          'graph "q" \\ \u03b1', [helper.make_tensor_value_info(x, TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)],
+                          producer_name="t\u00e9st \"p\"")
+    m.ir_version = 7
+    model = work("escape.onnx")
+    onnx.save(m, model)
+    out, _ = qfold("inspect", model, "--json")
+    try:
+        j = json.loads(out)
+    except ValueError as e:
+        raise Fail("--json output is not JSON (%s):\n%s" % (e, out))
+    check(j["name"] == g.name and j["producer"] == m.producer_name, "names: %r" % j)
+    check(j["inputs"][0]["name"] == x and j["outputs"][0]["name"] == y, "io names: %r" % j)
+    dot = work("escape.dot")
+    qfold("inspect", model, "--dot", dot)
+    if shutil.which("dot"):
+        p = subprocess.run(["dot", "-Tsvg", dot], capture_output=True, text=True)
+        check(p.returncode == 0 and "<svg" in p.stdout,
+              "dot -Tsvg rejects the file:\n%s\n%s" % (p.stderr, open(dot).read()))
+
+
+def case_run():
+    out = work("logits.npy")
+    if os.path.exists(out):
+        os.unlink(out)
+    stdout, _ = qfold("run", example("tiny_cnn.onnx"), "-i", example("input.npy"), "-o", out)
+    check("logits" in stdout, "run does not name the output it wrote:\n" + stdout)
+    got, want = np.load(out), np.load(example("expected.npy"))
+    check(got.dtype == np.float32 and got.shape == want.shape,
+          "output is %s %s, expected %s %s" % (got.dtype, got.shape, want.dtype, want.shape))
+    err = rel_error(got, want)
+    check(err <= 1e-4, "qfold vs PyTorch: relative error %.3g > 1e-4\n%s\n%s" % (err, got, want))
+    # Long option spellings and --opt=value.
+    qfold("run", example("tiny_cnn.onnx"), "--input=" + example("input.npy"), "--output", out)
+    check(rel_error(np.load(out), want) <= 1e-4, "long options gave another result")
+
+
+def make_two_io_model(path):
+    """x: [N, 4], y: [N, 4] -> d = x - y, r = relu(x): order matters both ways,
+    and N is a symbolic dim that the .npy binds."""
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    d = helper.make_tensor_value_info("d", TensorProto.FLOAT, ["N", 4])
+    r = helper.make_tensor_value_info("r", TensorProto.FLOAT, ["N", 4])
+    g = helper.make_graph([helper.make_node("Sub", ["x", "y"], ["d"], name="sub"),
+                           helper.make_node("Relu", ["x"], ["r"], name="relu")],
+                          "two_io", [x, y], [d, r])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], producer_name="cli_test")
+    m.ir_version = 7
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+
+
+def case_run_multi():
+    model = work("two_io.onnx")
+    make_two_io_model(model)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    y = rng.standard_normal((3, 4)).astype(np.float32)
+    np.save(work("x.npy"), x)
+    np.save(work("y.npy"), y)
+    qfold("run", model, "-i", work("x.npy"), "-i", work("y.npy"),
+          "-o", work("d.npy"), "-o", work("r.npy"))
+    check(np.array_equal(np.load(work("d.npy")), x - y), "output d != x - y")
+    check(np.array_equal(np.load(work("r.npy")), np.maximum(x, 0)), "output r != relu(x)")
+    # One -i too few: the message says how many and names the inputs.
+    _, err = qfold("run", model, "-i", work("x.npy"), "-o", work("d.npy"), "-o", work("r.npy"),
+                   expect=2)
+    one_error_line(err, "2 inputs", "'x'", "'y'")
+    _, err = qfold("run", model, "-i", work("x.npy"), "-i", work("y.npy"), "-o", work("d.npy"),
+                   expect=2)
+    one_error_line(err, "2 outputs", "'d'", "'r'")
+    # The symbolic N binds, the fixed 4 must match.
+    np.save(work("x5.npy"), np.zeros((3, 5), np.float32))
+    _, err = qfold("run", model, "-i", work("x5.npy"), "-i", work("y.npy"),
+                   "-o", work("d.npy"), "-o", work("r.npy"), expect=2)
+    one_error_line(err, "input 'x' (%s): expected float32 [?, 4], got float32 [3, 5]" % work("x5.npy"))
+
+
+def case_run_errors():
+    model = example("tiny_cnn.onnx")
+    # Wrong shape: the exact message of the contract.
+    small = work("small.npy")
+    np.save(small, np.zeros((1, 3, 16, 16), np.float32))
+    _, err = qfold("run", model, "-i", small, "-o", work("o.npy"), expect=2)
+    one_error_line(err, "input 'input' (%s): expected float32 [1, 3, 32, 32], got float32 [1, 3, 16, 16]"
+                   % small)
+    # Wrong dtype.
+    f64 = work("f64.npy")
+    np.save(f64, np.zeros((1, 3, 32, 32), np.float64))
+    _, err = qfold("run", model, "-i", f64, "-o", work("o.npy"), expect=2)
+    one_error_line(err, "expected float32 [1, 3, 32, 32], got float64 [1, 3, 32, 32]")
+    # Missing files, a file that is not a model, a file that is not .npy.
+    _, err = qfold("run", work("missing.onnx"), "-i", small, "-o", work("o.npy"), expect=2)
+    one_error_line(err, "missing.onnx")
+    _, err = qfold("run", model, "-i", work("missing.npy"), "-o", work("o.npy"), expect=2)
+    one_error_line(err, "missing.npy")
+    junk = work("junk.onnx")
+    with open(junk, "wb") as f:
+        f.write(b"this is not a protobuf \xff\xff\xff\xff")
+    _, err = qfold("inspect", junk, expect=2)
+    one_error_line(err)
+    _, err = qfold("run", model, "-i", junk, "-o", work("o.npy"), expect=2)
+    one_error_line(err)
+    # Outputs never clobber the model or an input.
+    _, err = qfold("run", model, "-i", example("input.npy"), "-o", model, expect=2)
+    one_error_line(err, "overwrite")
+    _, err = qfold("run", model, "-i", small, "-o", small, expect=2)
+    one_error_line(err, "overwrite")
+    check(not os.path.exists(work("o.npy")), "a failed run left an output file")
+
+
+def case_usage():
+    _, err = qfold(expect=2)
+    check("usage: qfold COMMAND" in err, "no-argument usage:\n" + err)
+    _, err = qfold("frobnicate", expect=2)
+    one_error_line(err, "unknown command 'frobnicate'")
+    _, err = qfold("--frobnicate", expect=2)
+    one_error_line(err, "unknown option '--frobnicate'")
+    _, err = qfold("inspect", expect=2)
+    one_error_line(err, "no model")
+    _, err = qfold("inspect", example("tiny_cnn.onnx"), "--bogus", expect=2)
+    one_error_line(err, "unknown option '--bogus'")
+    _, err = qfold("inspect", example("tiny_cnn.onnx"), "extra", expect=2)
+    one_error_line(err, "unexpected argument 'extra'")
+    _, err = qfold("inspect", example("tiny_cnn.onnx"), "--dot", expect=2)
+    one_error_line(err, "'--dot' needs a value")
+    _, err = qfold("run", example("tiny_cnn.onnx"), "-i", example("input.npy"), expect=2)
+    one_error_line(err, "no output")
+    _, err = qfold("run", example("tiny_cnn.onnx"), "-i", expect=2)
+    one_error_line(err, "'-i' needs a value")
+    _, err = qfold("run", "-i", example("input.npy"), "-o", work("o.npy"), expect=2)
+    one_error_line(err, "no model")
+
+
+def main():
+    global ARGS
+    cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qfold", required=True)
+    ap.add_argument("--examples", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--version", required=True)
+    ap.add_argument("case", choices=sorted(cases))
+    ARGS = ap.parse_args()
+    ARGS.work = os.path.join(ARGS.work, ARGS.case)  # cases may run in parallel
+    os.makedirs(ARGS.work, exist_ok=True)
+    try:
+        cases[ARGS.case]()
+    except Fail as e:
+        print("FAIL cli %s: %s" % (ARGS.case, e))
+        return 1
+    print("ok cli %s" % ARGS.case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

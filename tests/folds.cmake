@@ -1,0 +1,33 @@
+# BatchNorm folds (issue 3): unit tests of fuse_batch_norm,
+# fuse_batch_norm_forward and decompose_batch_norm on graphs built with the
+# IR API, then end-to-end tests of `qfold fuse` on PyTorch models checked
+# with python onnx, `qfold run` and ONNX Runtime.
+add_executable(test_bn_folds ${CMAKE_CURRENT_SOURCE_DIR}/folds/test_bn_folds.c)
+target_compile_options(test_bn_folds PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_bn_folds PRIVATE qfold_static)
+add_test(NAME folds_unit COMMAND test_bn_folds)
+set_tests_properties(folds_unit PROPERTIES LABELS "folds;asan" TIMEOUT 120)
+
+# End-to-end: one ctest per case of tests/folds/fuse_e2e.py. resnet18 and
+# mobilenet_v2 reuse the ref fixture's exported models (tests/ref.cmake).
+set(QF_FOLDS_WORK "${QF_TEST_WORK}/folds")
+set(QF_FOLDS_CASES
+  conv2d_bias conv2d_nobias_eps1e-3 conv2d_grouped_dilated conv2d_depthwise conv1d_bias
+  conv1d_depthwise_nobias convtranspose2d_groups2 convtranspose1d_bias linear_bn1d_bias
+  linear_bn1d_nobias matmul_bn1d gemm_only_fuse forward_bn_conv forward_bn_depthwise
+  forward_padded_kept decompose decompose_rank2 skip_connection conv_is_output weight_not_const
+  training_mode numeric_error resnet18 mobilenet_v2)
+if(QF_NODE)
+  foreach(c ${QF_FOLDS_CASES})
+    add_test(NAME folds_${c}
+      COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/folds/fuse_e2e.py $<TARGET_FILE:qfold> ${QF_NODE}
+              ${QF_TEST_DIR}/ref/ort_run.js ${QF_FOLDS_WORK} ${QF_TEST_WORK}/models ${c})
+    if(c STREQUAL "resnet18" OR c STREQUAL "mobilenet_v2")
+      set_tests_properties(folds_${c} PROPERTIES LABELS "folds" TIMEOUT 600 FIXTURES_REQUIRED ref_models)
+    else()
+      set_tests_properties(folds_${c} PROPERTIES LABELS "folds;asan" TIMEOUT 300)
+    endif()
+  endforeach()
+else()
+  message(WARNING "node not found: the folds end-to-end tests are not registered (scripts/deps.sh)")
+endif()

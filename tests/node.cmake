@@ -1,0 +1,22 @@
+# ONNX backend node tests (issue 2): generated offline from python3-onnx once
+# per ctest run (fixture node_data), one ctest per op: node_Conv, node_Add, ...
+# Tests whose model chains several supported ops run as node_expanded.
+add_executable(node_runner ${CMAKE_CURRENT_SOURCE_DIR}/node/node_runner.c)
+target_compile_options(node_runner PRIVATE ${QF_WARNINGS})
+target_link_libraries(node_runner PRIVATE qfold_static)
+
+set(QF_NODE_WORK "${QF_TEST_WORK}/node")
+add_test(NAME node_generate
+  COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/node/gen_node_tests.py ${QF_NODE_WORK}
+          ${QF_TEST_DIR}/node/excluded.txt)
+set_tests_properties(node_generate PROPERTIES FIXTURES_SETUP node_data LABELS "node;asan" TIMEOUT 120)
+
+set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Div Pow Sqrt
+  Reciprocal Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish Softmax MaxPool AveragePool
+  GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeeze Unsqueeze Pad
+  Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear
+  expanded)
+foreach(op ${QF_NODE_OPS})
+  add_test(NAME node_${op} COMMAND node_runner ${QF_NODE_WORK}/manifest/${op}.txt)
+  set_tests_properties(node_${op} PROPERTIES FIXTURES_REQUIRED node_data LABELS "node;asan" TIMEOUT 120)
+endforeach()

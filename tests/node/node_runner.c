@@ -1,0 +1,279 @@
+/* Runs ONNX backend node tests through qfold and compares with the expected
+ * outputs.
+ *
+ *   node_runner MANIFEST.txt       (one test directory per line)
+ *   node_runner TEST_DIR...
+ *
+ * Each test directory holds model.onnx, qf_meta.txt (input / output names in
+ * order, written by gen_node_tests.py) and test_data_set_0/{input,output}_<j>.pb.
+ * int64 and bool inputs are bound as constants (shape-like operands must be
+ * constant for qfold's static shapes); the others set the input shapes.
+ * Floats compare as onnx's backend does (|got - want| <= atol + rtol |want|,
+ * rtol 1e-3, atol 1e-7); integers and bools exactly. One line per test, then
+ * "N passed, M failed"; exit status 1 if any failed or none ran.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qfold/exec.h"
+#include "qfold/io.h"
+
+#define NR_MAX_IO 16
+#define NR_RTOL 1e-3
+#define NR_ATOL 1e-7
+
+typedef struct nr_meta {
+    int nin, nout;
+    char in[NR_MAX_IO][256];
+    char out[NR_MAX_IO][256];
+} nr_meta;
+
+static int nr_read_meta(const char *dir, nr_meta *m, char *err, size_t errsz)
+{
+    char path[4096], kind[16], name[256];
+    int j;
+    snprintf(path, sizeof path, "%s/qf_meta.txt", dir);
+    FILE *f = fopen(path, "r");
+    memset(m, 0, sizeof *m);
+    if (!f) {
+        snprintf(err, errsz, "cannot open %s", path);
+        return -1;
+    }
+    while (fscanf(f, "%15s %d %255s", kind, &j, name) == 3) {
+        if (j < 0 || j >= NR_MAX_IO) continue;
+        if (strcmp(kind, "input") == 0) {
+            snprintf(m->in[j], sizeof m->in[j], "%s", name);
+            if (j + 1 > m->nin) m->nin = j + 1;
+        } else if (strcmp(kind, "output") == 0) {
+            snprintf(m->out[j], sizeof m->out[j], "%s", name);
+            if (j + 1 > m->nout) m->nout = j + 1;
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+static int nr_input_index(const qf_graph *g, const char *name)
+{
+    for (int i = 0; i < g->ninputs; i++)
+        if (strcmp(g->inputs[i]->name, name) == 0) return i;
+    return -1;
+}
+
+static int nr_output_index(const qf_graph *g, const char *name)
+{
+    for (int i = 0; i < g->noutputs; i++)
+        if (strcmp(g->outputs[i]->name, name) == 0) return i;
+    return -1;
+}
+
+static int nr_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
+
+/* 0 when equal within tolerance; otherwise a message in err. */
+static int nr_compare(const char *name, const qf_tensor *got, const qf_tensor *want, char *err,
+                      size_t errsz)
+{
+    char a[128], b[128];
+    if (got->dtype != want->dtype) {
+        snprintf(err, errsz, "output '%s': dtype %s, expected %s", name, qf_dtype_name(got->dtype),
+                 qf_dtype_name(want->dtype));
+        return -1;
+    }
+    if (!qf_shape_equal(got->ndim, got->dims, want->ndim, want->dims)) {
+        snprintf(err, errsz, "output '%s': shape %s, expected %s", name,
+                 qf_shape_str(got->ndim, got->dims, a, sizeof a),
+                 qf_shape_str(want->ndim, want->dims, b, sizeof b));
+        return -1;
+    }
+    int64_t n = qf_tensor_numel(want);
+    if (n > 0 && !got->data) {
+        snprintf(err, errsz, "output '%s': no data", name);
+        return -1;
+    }
+    int64_t bad = 0, first = -1;
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int ok;
+        if (nr_is_float(want->dtype)) {
+            double x = qf_tensor_get_f64(got, i), y = qf_tensor_get_f64(want, i);
+            if (isnan(y)) ok = isnan(x);
+            else if (isinf(y)) ok = x == y;
+            else {
+                double d = fabs(x - y);
+                ok = d <= NR_ATOL + NR_RTOL * fabs(y);
+                if (!(d <= worst)) worst = d;
+                if (isnan(x)) ok = 0;
+            }
+        } else {
+            ok = qf_tensor_get_i64(got, i) == qf_tensor_get_i64(want, i);
+        }
+        if (!ok) {
+            if (first < 0) first = i;
+            bad++;
+        }
+    }
+    if (!bad) return 0;
+    if (nr_is_float(want->dtype))
+        snprintf(err, errsz,
+                 "output '%s': %lld of %lld elements differ; first at [%lld]: got %.9g, expected "
+                 "%.9g (max |diff| %.3g)",
+                 name, (long long)bad, (long long)n, (long long)first, qf_tensor_get_f64(got, first),
+                 qf_tensor_get_f64(want, first), worst);
+    else
+        snprintf(err, errsz, "output '%s': %lld of %lld elements differ; first at [%lld]: got %lld, "
+                 "expected %lld",
+                 name, (long long)bad, (long long)n, (long long)first,
+                 (long long)qf_tensor_get_i64(got, first), (long long)qf_tensor_get_i64(want, first));
+    return -1;
+}
+
+static const char *nr_status_msg(qf_status st, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s: %s", qf_status_name(st), qf_error_message());
+    return buf;
+}
+
+/* Runs one test; 0 pass, -1 fail with the reason in err. */
+static int nr_run_test(const char *dir, char *err, size_t errsz)
+{
+    nr_meta m;
+    char path[4096];
+    qf_graph *g = NULL;
+    qf_plan *p = NULL;
+    qf_tensor in[NR_MAX_IO], want[NR_MAX_IO];
+    const qf_tensor *feed[NR_MAX_IO];
+    int nin_loaded = 0, nwant = 0, rc = -1;
+    qf_status st;
+
+    memset(in, 0, sizeof in);
+    memset(want, 0, sizeof want);
+    if (nr_read_meta(dir, &m, err, errsz)) return -1;
+
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    qf_error_clear();
+    if ((st = qf_onnx_load(path, &g)) != QF_OK) {
+        nr_status_msg(st, err, errsz);
+        g = NULL;
+        goto out;
+    }
+    for (int j = 0; j < m.nin; j++, nin_loaded++) {
+        snprintf(path, sizeof path, "%s/test_data_set_0/input_%d.pb", dir, j);
+        if ((st = qf_onnx_tensor_load(path, &in[j])) != QF_OK) {
+            snprintf(err, errsz, "reading input_%d.pb: %s: %s", j, qf_status_name(st), qf_error_message());
+            goto out;
+        }
+    }
+    for (int j = 0; j < m.nout; j++, nwant++) {
+        snprintf(path, sizeof path, "%s/test_data_set_0/output_%d.pb", dir, j);
+        if ((st = qf_onnx_tensor_load(path, &want[j])) != QF_OK) {
+            snprintf(err, errsz, "reading output_%d.pb: %s: %s", j, qf_status_name(st), qf_error_message());
+            goto out;
+        }
+    }
+    /* Bind or shape every input. An input the importer dropped (unused by
+     * any node) is skipped. */
+    for (int j = 0; j < m.nin; j++) {
+        int i = nr_input_index(g, m.in[j]);
+        if (i < 0) continue;
+        if (in[j].dtype == QF_DTYPE_I64 || in[j].dtype == QF_DTYPE_BOOL) {
+            qf_tensor t;
+            if ((st = qf_tensor_copy(&t, &in[j])) != QF_OK ||
+                (st = qf_graph_bind_input(g, i, &t)) != QF_OK) {
+                qf_tensor_free(&t);
+                snprintf(err, errsz, "binding input '%s': %s: %s", m.in[j], qf_status_name(st),
+                         qf_error_message());
+                goto out;
+            }
+            qf_tensor_free(&t);
+        } else if ((st = qf_graph_set_input_shape(g, i, in[j].ndim, in[j].dims)) != QF_OK) {
+            snprintf(err, errsz, "shaping input '%s': %s: %s", m.in[j], qf_status_name(st),
+                     qf_error_message());
+            goto out;
+        }
+    }
+    if ((st = qf_plan_init(&p, g)) != QF_OK) {
+        nr_status_msg(st, err, errsz);
+        p = NULL;
+        goto out;
+    }
+    for (int i = 0; i < g->ninputs; i++) {
+        feed[i] = NULL;
+        for (int j = 0; j < m.nin; j++)
+            if (strcmp(g->inputs[i]->name, m.in[j]) == 0) feed[i] = &in[j];
+        if (!feed[i]) {
+            snprintf(err, errsz, "graph input '%s' has no test data", g->inputs[i]->name);
+            goto out;
+        }
+    }
+    if ((st = qf_plan_run(p, feed, g->ninputs)) != QF_OK) {
+        nr_status_msg(st, err, errsz);
+        goto out;
+    }
+    if (qf_plan_num_outputs(p) != m.nout) {
+        snprintf(err, errsz, "%d outputs, expected %d", qf_plan_num_outputs(p), m.nout);
+        goto out;
+    }
+    for (int j = 0; j < m.nout; j++) {
+        int k = nr_output_index(g, m.out[j]);
+        if (k < 0) {
+            snprintf(err, errsz, "output '%s' is missing from the graph", m.out[j]);
+            goto out;
+        }
+        if (nr_compare(m.out[j], qf_plan_output(p, k), &want[j], err, errsz)) goto out;
+    }
+    rc = 0;
+out:
+    qf_plan_free(p);
+    qf_graph_free(g);
+    for (int j = 0; j < nin_loaded; j++) qf_tensor_free(&in[j]);
+    for (int j = 0; j < nwant; j++) qf_tensor_free(&want[j]);
+    return rc;
+}
+
+static const char *nr_basename(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static void nr_one(const char *dir, int *passed, int *failed)
+{
+    char err[2048] = "";
+    if (nr_run_test(dir, err, sizeof err) == 0) {
+        printf("PASS %s\n", nr_basename(dir));
+        ++*passed;
+    } else {
+        printf("FAIL %s: %s\n", nr_basename(dir), err);
+        ++*failed;
+    }
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    int passed = 0, failed = 0;
+    if (argc < 2) {
+        fprintf(stderr, "usage: node_runner MANIFEST.txt | TEST_DIR...\n");
+        return 2;
+    }
+    size_t len = strlen(argv[1]);
+    if (argc == 2 && len > 4 && strcmp(argv[1] + len - 4, ".txt") == 0) {
+        FILE *f = fopen(argv[1], "r");
+        char line[4096];
+        if (!f) {
+            fprintf(stderr, "node_runner: cannot open %s\n", argv[1]);
+            return 2;
+        }
+        while (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\r\n")] = '\0';
+            if (line[0]) nr_one(line, &passed, &failed);
+        }
+        fclose(f);
+    } else {
+        for (int i = 1; i < argc; i++) nr_one(argv[i], &passed, &failed);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed || passed == 0 ? 1 : 0;
+}

@@ -1,0 +1,11 @@
+# Pass manager, canonicalize, dce and the `qfold fuse` / `qfold passes`
+# commands (issue 3). The C unit tests build graphs with the IR API; the
+# model tests export small torch models and compare `qfold run` of the
+# original, `qfold run` of the fused file and ONNX Runtime on the fused file.
+add_executable(test_pass_manager ${CMAKE_CURRENT_SOURCE_DIR}/passes/test_pass_manager.c)
+target_compile_options(test_pass_manager PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_pass_manager PRIVATE qfold_static m)
+set(QF_PASSES_WORK "${QF_TEST_WORK}/passes")
+file(MAKE_DIRECTORY "${QF_PASSES_WORK}")
+add_test(NAME passes_manager COMMAND test_pass_manager ${QF_PASSES_WORK})
+set_tests_properties(passes_manager PROPERTIES LABELS "passes;asan" TIMEOUT 60)

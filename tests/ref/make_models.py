@@ -1,0 +1,141 @@
+#!/usr/bin/python3
+"""Build the PyTorch reference models once per ctest run (fixture ref_models).
+
+    make_models.py OUTDIR [NAME...]
+
+For every model NAME writes OUTDIR/NAME.onnx (exported with BatchNorm kept:
+training=PRESERVE on an eval model, no constant folding), OUTDIR/NAME.in0.npy
+(a random input) and OUTDIR/NAME.out0.npy (torch's output on it, float32).
+BatchNorm statistics, gamma and beta are randomized: a freshly built BN is
+the identity and would hide every mistake in BN, folding or export.
+"""
+import os
+import sys
+import warnings
+
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torchvision  # noqa: E402
+
+
+def randomize_bn(model, gen, negative_gamma):
+    """mean ~ N(0, s) with s ~ U(0.1, 0.5) per layer, var ~ U(0.5, 2),
+    gamma ~ U(0.5, 1.5) (a random sign on small models), beta ~ N(0, 0.1)."""
+    for m in model.modules():
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            c = m.num_features
+            s = float(torch.empty(1).uniform_(0.1, 0.5, generator=gen))
+            with torch.no_grad():
+                m.running_mean.copy_(torch.randn(c, generator=gen) * s)
+                m.running_var.copy_(torch.empty(c).uniform_(0.5, 2.0, generator=gen))
+                g = torch.empty(c).uniform_(0.5, 1.5, generator=gen)
+                if negative_gamma:
+                    g = g * torch.where(torch.rand(c, generator=gen) < 0.3, -1.0, 1.0)
+                m.weight.copy_(g)
+                m.bias.copy_(torch.randn(c, generator=gen) * 0.1)
+
+
+class Seq(nn.Sequential):
+    pass
+
+
+class Linear3d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return torch.relu(self.fc(x))
+
+
+class Pools(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 6, 3, padding=1)
+        self.maxp = nn.MaxPool2d(3, stride=2, padding=1)
+        self.avgp = nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)
+        self.avgp2 = nn.AvgPool2d(2)
+        self.gap = nn.AdaptiveAvgPool2d(1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        a = self.avgp2(self.maxp(y))
+        b = self.avgp2(self.avgp(y))
+        return self.gap(a + b).flatten(1)
+
+
+class FlattenLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, stride=2)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(torch.relu(self.bn(self.conv(x))), 1))
+
+
+def small_models():
+    """name -> (module, input shape)."""
+    return {
+        "tiny_cnn": (Seq(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 4 * 4, 3)), (1, 3, 8, 8)),
+        "conv1d_bn": (Seq(nn.Conv1d(4, 8, 3, padding=1), nn.BatchNorm1d(8), nn.ReLU()), (2, 4, 16)),
+        "convtranspose_bn": (Seq(nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1,
+                                                    groups=2), nn.BatchNorm2d(6)), (2, 4, 7, 7)),
+        "grouped_conv": (Seq(nn.Conv2d(8, 12, 3, padding=1, groups=4), nn.BatchNorm2d(12), nn.ReLU()),
+                         (1, 8, 10, 10)),
+        "depthwise_conv": (Seq(nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8, bias=False),
+                               nn.BatchNorm2d(8), nn.ReLU6()), (2, 8, 9, 9)),
+        "linear_bn1d": (Seq(nn.Linear(16, 10), nn.BatchNorm1d(10)), (4, 16)),
+        "linear_3d": (Linear3d(), (2, 5, 16)),
+        "relu6": (Seq(nn.Conv2d(3, 5, 3), nn.ReLU6()), (1, 3, 8, 8)),
+        "hardswish": (Seq(nn.Conv2d(3, 5, 3), nn.BatchNorm2d(5), nn.Hardswish()), (1, 3, 8, 8)),
+        "sigmoid": (Seq(nn.Conv2d(3, 5, 1), nn.Sigmoid()), (1, 3, 6, 6)),
+        "pools": (Pools(), (2, 3, 12, 12)),
+        "flatten_linear": (FlattenLinear(), (3, 3, 9, 9)),
+        "softmax": (Seq(nn.Linear(12, 7), nn.Softmax(dim=1)), (3, 12)),
+    }
+
+
+def big_models():
+    return {
+        "resnet18": (torchvision.models.resnet18(weights=None), (2, 3, 224, 224)),
+        "mobilenet_v2": (torchvision.models.mobilenet_v2(weights=None), (1, 3, 224, 224)),
+    }
+
+
+def build(name, module, shape, outdir, seed):
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    randomize_bn(module, gen, negative_gamma=name not in ("resnet18", "mobilenet_v2"))
+    module.eval()
+    x = torch.randn(*shape, generator=gen)
+    with torch.no_grad():
+        y = module(x)
+    path = os.path.join(outdir, name + ".onnx")
+    torch.onnx.export(module, (x,), path, input_names=["input"], output_names=["output"],
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
+    np.save(os.path.join(outdir, name + ".in0.npy"), x.numpy().astype(np.float32))
+    np.save(os.path.join(outdir, name + ".out0.npy"), y.numpy().astype(np.float32))
+
+
+def main():
+    outdir = sys.argv[1]
+    os.makedirs(outdir, exist_ok=True)
+    torch.set_num_threads(1)
+    models = {**small_models(), **big_models()}
+    names = sys.argv[2:] or list(models)
+    for i, name in enumerate(sorted(models)):
+        if name in names:
+            module, shape = models[name]
+            build(name, module, shape, outdir, 1000 + i)
+    print("make_models: wrote " + " ".join(names))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

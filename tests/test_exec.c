@@ -1,0 +1,709 @@
+/* Tests of the executor (plan, arena reuse, input checks, constant folding)
+ * and of the layout / constant op kernels against numpy fixtures.
+ *
+ *   test_exec FIXTURE_DIR     (FIXTURE_DIR written by tests/exec_fixtures.py)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qfold/exec.h"
+#include "qfold/graph.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                     \
+    do {                                                                                \
+        if (!(cond)) {                                                                  \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
+            failures++;                                                                 \
+        }                                                                               \
+    } while (0)
+
+#define CHECK_OK(expr)                                                                  \
+    do {                                                                                \
+        qf_status st_ = (expr);                                                         \
+        if (st_ != QF_OK) {                                                             \
+            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr,    \
+                    qf_status_name(st_), qf_error_message());                           \
+            failures++;                                                                 \
+        }                                                                               \
+    } while (0)
+
+/* Expect `expr` to fail with `code` and a message containing both strings. */
+#define CHECK_ERR(expr, code, s1, s2)                                                   \
+    do {                                                                                \
+        qf_status st_ = (expr);                                                         \
+        const char *m_ = qf_error_message();                                            \
+        if (st_ != (code) || !strstr(m_, (s1)) || !strstr(m_, (s2))) {                  \
+            fprintf(stderr, "%s:%d: %s: expected %s with '%s', '%s'; got %s: %s\n",      \
+                    __FILE__, __LINE__, #expr, qf_status_name(code), (s1), (s2),        \
+                    qf_status_name(st_), m_);                                           \
+            failures++;                                                                 \
+        }                                                                               \
+    } while (0)
+
+/* --- a minimal .npy reader (fixtures only: C order, little-endian) ---------- */
+static int load_npy(const char *path, qf_tensor *t)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    unsigned char head[12];
+    if (fread(head, 1, 10, f) != 10 || memcmp(head, "\x93NUMPY", 6) != 0) goto fail;
+    size_t hlen = (size_t)head[8] | (size_t)head[9] << 8;
+    if (head[6] >= 2) {
+        if (fread(head + 10, 1, 2, f) != 2) goto fail;
+        hlen |= (size_t)head[10] << 16 | (size_t)head[11] << 24;
+    }
+    char hdr[1024];
+    if (hlen >= sizeof hdr || fread(hdr, 1, hlen, f) != hlen) goto fail;
+    hdr[hlen] = '\0';
+    static const struct { const char *descr; qf_dtype dt; } types[] = {
+        {"<f4", QF_DTYPE_F32}, {"<f8", QF_DTYPE_F64}, {"|i1", QF_DTYPE_I8}, {"|u1", QF_DTYPE_U8},
+        {"<i4", QF_DTYPE_I32}, {"<i8", QF_DTYPE_I64}, {"|b1", QF_DTYPE_BOOL}};
+    const char *d = strstr(hdr, "'descr': '");
+    const char *s = strstr(hdr, "'shape': (");
+    if (!d || !s || strstr(hdr, "'fortran_order': True")) goto fail;
+    d += 10;
+    qf_dtype dt = QF_DTYPE_UNDEFINED;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strncmp(d, types[i].descr, 3) == 0) dt = types[i].dt;
+    if (dt == QF_DTYPE_UNDEFINED) goto fail;
+    int64_t dims[QF_MAX_DIMS];
+    int ndim = 0;
+    for (s += 10; *s && *s != ')';) {
+        char *end;
+        long long v = strtoll(s, &end, 10);
+        if (end == s) break;
+        dims[ndim++] = v;
+        s = end;
+        while (*s == ',' || *s == ' ') s++;
+    }
+    if (qf_tensor_init(t, dt, ndim, dims) != QF_OK) goto fail;
+    size_t nb = qf_tensor_nbytes(t);
+    if (nb && fread(t->data, 1, nb, f) != nb) {
+        qf_tensor_free(t);
+        goto fail;
+    }
+    fclose(f);
+    return 0;
+fail:
+    fclose(f);
+    return -1;
+}
+
+/* --- op cases ----------------------------------------------------------------- */
+typedef struct attr_spec {
+    const char *name; /* NULL: unused slot */
+    qf_attr_type type;
+    int64_t i;
+    int n;
+    int64_t ints[8];
+    float floats[4];
+    const char *s;
+} attr_spec;
+
+typedef struct op_case {
+    const char *name;
+    qf_op op;
+    int nin;
+    unsigned const_mask; /* bit k: input k is a constant (initializer) */
+    int nout;
+    int64_t opset;       /* 0: 17 */
+    attr_spec attrs[2];
+} op_case;
+
+#define A_INT(nm, v) {.name = nm, .type = QF_ATTR_INT, .i = v}
+#define A_INTS(nm, cnt, ...) {.name = nm, .type = QF_ATTR_INTS, .n = cnt, .ints = {__VA_ARGS__}}
+#define A_STR(nm, v) {.name = nm, .type = QF_ATTR_STRING, .s = v}
+
+static const op_case cases[] = {
+    {"flatten_axis1", QF_OP_FLATTEN, 1, 0, 1, 0, {A_INT("axis", 1)}},
+    {"flatten_neg", QF_OP_FLATTEN, 1, 0, 1, 0, {A_INT("axis", -2)}},
+    {"flatten_axis0", QF_OP_FLATTEN, 1, 0, 1, 0, {A_INT("axis", 0)}},
+    {"reshape_zero_copy", QF_OP_RESHAPE, 2, 2, 1, 0, {{0}}},
+    {"reshape_infer", QF_OP_RESHAPE, 2, 2, 1, 0, {{0}}},
+    {"reshape_allowzero", QF_OP_RESHAPE, 2, 2, 1, 0, {A_INT("allowzero", 1)}},
+    {"reshape_int8", QF_OP_RESHAPE, 2, 2, 1, 0, {{0}}},
+    {"transpose_default", QF_OP_TRANSPOSE, 1, 0, 1, 0, {{0}}},
+    {"transpose_perm", QF_OP_TRANSPOSE, 1, 0, 1, 0, {A_INTS("perm", 4, 0, 2, 3, 1)}},
+    {"transpose_f64", QF_OP_TRANSPOSE, 1, 0, 1, 0, {A_INTS("perm", 2, 1, 0)}},
+    {"concat_axis1", QF_OP_CONCAT, 3, 2, 1, 0, {A_INT("axis", 1)}},
+    {"concat_neg", QF_OP_CONCAT, 2, 0, 1, 0, {A_INT("axis", -2)}},
+    {"concat_bool", QF_OP_CONCAT, 2, 0, 1, 0, {A_INT("axis", 0)}},
+    {"slice_basic", QF_OP_SLICE, 5, 0x1e, 1, 0, {{0}}},
+    {"slice_neg_step", QF_OP_SLICE, 5, 0x1e, 1, 0, {{0}}},
+    {"slice_default_axes", QF_OP_SLICE, 3, 0x6, 1, 0, {{0}}},
+    {"slice_int32_params", QF_OP_SLICE, 5, 0x1e, 1, 0, {{0}}},
+    {"slice_empty", QF_OP_SLICE, 4, 0xe, 1, 0, {{0}}},
+    {"split_input", QF_OP_SPLIT, 2, 2, 2, 0, {A_INT("axis", 1)}},
+    {"split_equal", QF_OP_SPLIT, 1, 0, 3, 0, {{0}}},
+    {"split_attr", QF_OP_SPLIT, 1, 0, 2, 11, {A_INT("axis", -1), A_INTS("split", 2, 1, 4)}},
+    {"squeeze_axes", QF_OP_SQUEEZE, 2, 2, 1, 0, {{0}}},
+    {"squeeze_all", QF_OP_SQUEEZE, 1, 0, 1, 0, {{0}}},
+    {"squeeze_attr", QF_OP_SQUEEZE, 1, 0, 1, 11, {A_INTS("axes", 1, 2)}},
+    {"unsqueeze_axes", QF_OP_UNSQUEEZE, 2, 2, 1, 0, {{0}}},
+    {"unsqueeze_attr", QF_OP_UNSQUEEZE, 1, 0, 1, 12, {A_INTS("axes", 1, 1)}},
+    {"pad_constant", QF_OP_PAD, 3, 2, 1, 0, {A_STR("mode", "constant")}},
+    {"pad_negative", QF_OP_PAD, 2, 2, 1, 0, {{0}}},
+    {"pad_reflect", QF_OP_PAD, 2, 2, 1, 0, {A_STR("mode", "reflect")}},
+    {"pad_edge", QF_OP_PAD, 2, 2, 1, 0, {A_STR("mode", "edge")}},
+    {"identity", QF_OP_IDENTITY, 1, 0, 1, 0, {{0}}},
+    {"dropout_mask", QF_OP_DROPOUT, 1, 0, 2, 0, {{0}}},
+    {"constant_floats", QF_OP_CONSTANT, 0, 0, 1, 0,
+     {{.name = "value_floats", .type = QF_ATTR_FLOATS, .n = 3, .floats = {1.5f, -2.25f, 3.0f}}}},
+    {"constant_int", QF_OP_CONSTANT, 0, 0, 1, 0, {A_INT("value_int", 7)}},
+    {"constant_tensor", QF_OP_CONSTANT, 0, 0, 1, 0, {{.name = "value", .type = QF_ATTR_TENSOR}}},
+    {"cos_default", QF_OP_CONSTANT_OF_SHAPE, 1, 1, 1, 0, {{0}}},
+    {"cos_int32", QF_OP_CONSTANT_OF_SHAPE, 1, 1, 1, 0, {{.name = "value", .type = QF_ATTR_TENSOR}}},
+    {"cos_scalar", QF_OP_CONSTANT_OF_SHAPE, 1, 1, 1, 0, {{.name = "value", .type = QF_ATTR_TENSOR}}},
+    {"shape_full", QF_OP_SHAPE, 1, 0, 1, 0, {{0}}},
+    {"shape_start_end", QF_OP_SHAPE, 1, 0, 1, 0, {A_INT("start", 1), A_INT("end", 3)}},
+    {"shape_neg_start", QF_OP_SHAPE, 1, 0, 1, 15, {A_INT("start", -2)}},
+    {"gather_axis1", QF_OP_GATHER, 2, 0, 1, 0, {A_INT("axis", 1)}},
+    {"gather_int32_neg", QF_OP_GATHER, 2, 2, 1, 0, {{0}}},
+    {"gather_scalar_lastaxis", QF_OP_GATHER, 2, 0, 1, 0, {A_INT("axis", -1)}},
+    {"cast_f32_i32", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_I32)}},
+    {"cast_f32_i8", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_I8)}},
+    {"cast_f32_bool", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_BOOL)}},
+    {"cast_f32_f64", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_F64)}},
+    {"cast_f64_f32", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_F32)}},
+    {"cast_i64_u8", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_U8)}},
+    {"cast_i64_f32", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_F32)}},
+    {"cast_i64_bool", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_BOOL)}},
+    {"cast_bool_f32", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_F32)}},
+    {"cast_u8_i8", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_I8)}},
+    {"cast_u8_i64", QF_OP_CAST, 1, 0, 1, 0, {A_INT("to", QF_DTYPE_I64)}},
+};
+
+/* The tensor attributes of the cases that have one. */
+static qf_status set_tensor_attr(qf_graph *g, qf_node *n, const op_case *c)
+{
+    qf_tensor t;
+    if (strcmp(c->name, "constant_tensor") == 0) {
+        int64_t d[2] = {2, 2};
+        QF_TRY(qf_tensor_init(&t, QF_DTYPE_I32, 2, d));
+        int32_t v[4] = {1, 2, 3, 4};
+        memcpy(t.data, v, sizeof v);
+    } else {
+        int64_t one = 1;
+        QF_TRY(qf_tensor_init(&t, QF_DTYPE_I32, 1, &one));
+        *(int32_t *)t.data = 5;
+    }
+    return qf_node_set_attr_tensor(g, n, "value", &t);
+}
+
+static qf_status set_attrs(qf_graph *g, qf_node *n, const op_case *c)
+{
+    for (int i = 0; i < 2 && c->attrs[i].name; i++) {
+        const attr_spec *a = &c->attrs[i];
+        switch (a->type) {
+        case QF_ATTR_INT: QF_TRY(qf_node_set_attr_int(g, n, a->name, a->i)); break;
+        case QF_ATTR_INTS: QF_TRY(qf_node_set_attr_ints(g, n, a->name, a->ints, a->n)); break;
+        case QF_ATTR_FLOATS: QF_TRY(qf_node_set_attr_floats(g, n, a->name, a->floats, a->n)); break;
+        case QF_ATTR_STRING: QF_TRY(qf_node_set_attr_string(g, n, a->name, a->s)); break;
+        case QF_ATTR_TENSOR: QF_TRY(set_tensor_attr(g, n, c)); break;
+        case QF_ATTR_FLOAT: QF_TRY(qf_node_set_attr_float(g, n, a->name, a->floats[0])); break;
+        }
+    }
+    return QF_OK;
+}
+
+static void compare(const char *what, const qf_tensor *got, const qf_tensor *want)
+{
+    char a[128], b[128];
+    if (got->dtype != want->dtype || !qf_shape_equal(got->ndim, got->dims, want->ndim, want->dims)) {
+        fprintf(stderr, "%s: got %s %s, want %s %s\n", what, qf_dtype_name(got->dtype),
+                qf_shape_str(got->ndim, got->dims, a, sizeof a), qf_dtype_name(want->dtype),
+                qf_shape_str(want->ndim, want->dims, b, sizeof b));
+        failures++;
+        return;
+    }
+    size_t esz = qf_dtype_size(got->dtype);
+    int64_t n = qf_tensor_numel(got), bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (memcmp((const char *)got->data + i * (int64_t)esz, (const char *)want->data + i * (int64_t)esz,
+                   esz) == 0)
+            continue;
+        if (bad++ < 5)
+            fprintf(stderr, "%s: element %lld: got %g, want %g\n", what, (long long)i,
+                    qf_tensor_get_f64(got, i), qf_tensor_get_f64(want, i));
+    }
+    if (bad) {
+        fprintf(stderr, "%s: %lld of %lld elements differ\n", what, (long long)bad, (long long)n);
+        failures++;
+    }
+}
+
+static void run_case(const char *dir, const op_case *c)
+{
+    int before = failures;
+    qf_graph *g;
+    CHECK_OK(qf_graph_init(&g));
+    g->opset = c->opset ? c->opset : 17;
+    qf_value *ins[6];
+    qf_tensor feeds[6];
+    const qf_tensor *feed_ptrs[6];
+    int nfeeds = 0;
+    char path[1024];
+    for (int k = 0; k < c->nin; k++) {
+        qf_tensor t;
+        snprintf(path, sizeof path, "%s/%s.in%d.npy", dir, c->name, k);
+        if (load_npy(path, &t) != 0) {
+            fprintf(stderr, "%s: cannot read %s\n", c->name, path);
+            failures++;
+            qf_graph_free(g);
+            return;
+        }
+        char vname[32];
+        snprintf(vname, sizeof vname, "in%d", k);
+        if (c->const_mask & (1u << k)) {
+            ins[k] = qf_graph_add_constant(g, vname, QF_VALUE_CONSTANT, &t);
+        } else {
+            ins[k] = qf_graph_add_input(g, vname, t.dtype, t.ndim, t.dims);
+            feeds[nfeeds] = t;
+            feed_ptrs[nfeeds] = &feeds[nfeeds];
+            nfeeds++;
+        }
+    }
+    qf_node *n = qf_graph_add_node(g, c->op, c->name, c->nin, ins, c->nout);
+    CHECK(n != NULL);
+    CHECK_OK(set_attrs(g, n, c));
+    for (int j = 0; j < c->nout; j++) CHECK_OK(qf_graph_add_output(g, n->outputs[j]));
+    qf_plan *p = NULL;
+    qf_status st = qf_plan_init(&p, g);
+    if (st == QF_OK) st = qf_plan_run(p, feed_ptrs, nfeeds);
+    if (st != QF_OK) {
+        fprintf(stderr, "%s: %s: %s\n", c->name, qf_status_name(st), qf_error_message());
+        failures++;
+    } else {
+        CHECK_OK(qf_graph_verify(g));
+        for (int j = 0; j < c->nout; j++) {
+            qf_tensor want;
+            snprintf(path, sizeof path, "%s/%s.out%d.npy", dir, c->name, j);
+            if (load_npy(path, &want) != 0) {
+                fprintf(stderr, "%s: cannot read %s\n", c->name, path);
+                failures++;
+                continue;
+            }
+            char what[128];
+            snprintf(what, sizeof what, "%s output %d", c->name, j);
+            compare(what, qf_plan_output(p, j), &want);
+            qf_tensor_free(&want);
+        }
+    }
+    /* The same node folded to constants must give the same values. */
+    if (st == QF_OK && nfeeds == 0 && c->op != QF_OP_CONSTANT) {
+        int count = -1;
+        CHECK_OK(qf_graph_fold_constants(g, &count));
+        CHECK(count == 1 && g->nnodes == 0);
+        for (int j = 0; j < c->nout; j++) {
+            qf_tensor want;
+            snprintf(path, sizeof path, "%s/%s.out%d.npy", dir, c->name, j);
+            if (load_npy(path, &want) != 0) continue;
+            char what[128];
+            snprintf(what, sizeof what, "%s folded output %d", c->name, j);
+            CHECK(qf_value_is_const(g->outputs[j]));
+            compare(what, &g->outputs[j]->type, &want);
+            qf_tensor_free(&want);
+        }
+    }
+    qf_plan_free(p);
+    for (int k = 0; k < nfeeds; k++) qf_tensor_free(&feeds[k]);
+    qf_graph_free(g);
+    if (failures != before) fprintf(stderr, "case %s FAILED\n", c->name);
+}
+
+/* --- planner ------------------------------------------------------------------ */
+/* A chain of 10 transposes of a [64, 32] float tensor: a planned arena needs
+ * two buffers (the one being read and the one being written), not ten. */
+static void test_arena_reuse(void)
+{
+    qf_graph *g;
+    CHECK_OK(qf_graph_init(&g));
+    int64_t d[2] = {64, 32};
+    qf_value *v = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+    for (int i = 0; i < 10; i++) {
+        qf_node *n = qf_graph_add_node(g, QF_OP_TRANSPOSE, NULL, 1, &v, 1);
+        v = n->outputs[0];
+    }
+    CHECK_OK(qf_graph_add_output(g, v));
+    qf_plan *p;
+    CHECK_OK(qf_plan_init(&p, g));
+    if (!p) {
+        qf_graph_free(g);
+        return;
+    }
+    size_t one = 64 * 32 * sizeof(float);
+    CHECK(qf_plan_naive_bytes(p) == 10 * one);
+    CHECK(qf_plan_arena_bytes(p) == 2 * one);
+    CHECK(qf_plan_arena_bytes(p) < qf_plan_naive_bytes(p));
+    qf_tensor x;
+    CHECK_OK(qf_tensor_init(&x, QF_DTYPE_F32, 2, d));
+    float *xd = x.data;
+    for (int i = 0; i < 64 * 32; i++) xd[i] = (float)i;
+    const qf_tensor *in[] = {&x};
+    for (int rep = 0; rep < 2; rep++) {
+        CHECK_OK(qf_plan_run(p, in, 1));
+        const qf_tensor *y = qf_plan_output(p, 0);
+        CHECK(y && y->dims[0] == 64 && y->dims[1] == 32);
+        CHECK(y && memcmp(y->data, x.data, one) == 0);
+        CHECK(y && ((uintptr_t)y->data % 64) == 0);
+    }
+    qf_tensor_free(&x);
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* Branches: a value read by a later node stays live across the nodes between. */
+static void test_arena_liveness(void)
+{
+    qf_graph *g;
+    CHECK_OK(qf_graph_init(&g));
+    int64_t d[2] = {2, 3};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_I64, 2, d);
+    qf_value *a = qf_graph_add_node(g, QF_OP_IDENTITY, "a", 1, &x, 1)->outputs[0];
+    qf_value *b = qf_graph_add_node(g, QF_OP_TRANSPOSE, "b", 1, &a, 1)->outputs[0];
+    qf_value *c = qf_graph_add_node(g, QF_OP_TRANSPOSE, "c", 1, &b, 1)->outputs[0];
+    qf_value *e = qf_graph_add_node(g, QF_OP_IDENTITY, "e", 1, &c, 1)->outputs[0];
+    qf_value *cat[2] = {a, e};
+    qf_node *cn = qf_graph_add_node(g, QF_OP_CONCAT, "cat", 2, cat, 1);
+    CHECK_OK(qf_node_set_attr_int(g, cn, "axis", 0));
+    CHECK_OK(qf_graph_add_output(g, cn->outputs[0]));
+    CHECK_OK(qf_graph_add_output(g, x)); /* an input as an output */
+    qf_plan *p;
+    CHECK_OK(qf_plan_init(&p, g));
+    if (!p) {
+        qf_graph_free(g);
+        return;
+    }
+    qf_tensor t;
+    CHECK_OK(qf_tensor_init(&t, QF_DTYPE_I64, 2, d));
+    for (int i = 0; i < 6; i++) ((int64_t *)t.data)[i] = 10 + i;
+    const qf_tensor *in[] = {&t};
+    CHECK_OK(qf_plan_run(p, in, 1));
+    const qf_tensor *y = qf_plan_output(p, 0);
+    CHECK(y->ndim == 2 && y->dims[0] == 4 && y->dims[1] == 3);
+    for (int i = 0; i < 12; i++) CHECK(((int64_t *)y->data)[i] == 10 + i % 6);
+    CHECK(qf_plan_output(p, 1)->data == t.data);
+    CHECK(qf_plan_output(p, 2) == NULL);
+    CHECK(qf_plan_num_outputs(p) == 2);
+    qf_tensor_free(&t);
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+static void test_input_errors(void)
+{
+    qf_graph *g;
+    CHECK_OK(qf_graph_init(&g));
+    int64_t d[2] = {2, 3};
+    qf_value *x = qf_graph_add_input(g, "image", QF_DTYPE_F32, 2, d);
+    qf_node *n = qf_graph_add_node(g, QF_OP_IDENTITY, "id", 1, &x, 1);
+    CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
+    qf_plan *p;
+    CHECK_OK(qf_plan_init(&p, g));
+    if (!p) {
+        qf_graph_free(g);
+        return;
+    }
+    qf_tensor good, wrong_shape, wrong_dtype;
+    int64_t d2[2] = {3, 2};
+    CHECK_OK(qf_tensor_init(&good, QF_DTYPE_F32, 2, d));
+    CHECK_OK(qf_tensor_init(&wrong_shape, QF_DTYPE_F32, 2, d2));
+    CHECK_OK(qf_tensor_init(&wrong_dtype, QF_DTYPE_I32, 2, d));
+    const qf_tensor *in1[] = {&wrong_shape};
+    CHECK_ERR(qf_plan_run(p, in1, 1), QF_ERR_SHAPE, "'image'", "expects shape [2, 3], got [3, 2]");
+    const qf_tensor *in2[] = {&wrong_dtype};
+    CHECK_ERR(qf_plan_run(p, in2, 1), QF_ERR_INVALID, "'image'", "expects float32, got int32");
+    const qf_tensor *in3[] = {&good, &good};
+    CHECK_ERR(qf_plan_run(p, in3, 2), QF_ERR_INVALID, "1 input", "got 2");
+    CHECK_OK(qf_plan_run(p, in3, 1));
+    qf_tensor_free(&good);
+    qf_tensor_free(&wrong_shape);
+    qf_tensor_free(&wrong_dtype);
+    qf_plan_free(p);
+    qf_graph_free(g);
+
+    /* An input with an unknown dimension cannot be planned. */
+    CHECK_OK(qf_graph_init(&g));
+    int64_t du[2] = {-1, 3};
+    x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, du);
+    n = qf_graph_add_node(g, QF_OP_IDENTITY, "id", 1, &x, 1);
+    CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_SHAPE, "input 'x' has unknown dimension 0", "give its shape");
+    CHECK(p == NULL);
+    /* ... and works once the shape is given. */
+    CHECK_OK(qf_graph_set_input_shape(g, 0, 2, d));
+    CHECK_OK(qf_plan_init(&p, g));
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* Kernel and inference errors name the node. */
+static void test_op_errors(void)
+{
+    qf_graph *g;
+    qf_plan *p = NULL;
+    int64_t d[2] = {3, 4}, di = 2;
+
+    CHECK_OK(qf_graph_init(&g));
+    qf_value *ins[2];
+    ins[0] = qf_graph_add_input(g, "data", QF_DTYPE_F32, 2, d);
+    ins[1] = qf_graph_add_input(g, "idx", QF_DTYPE_I64, 1, &di);
+    qf_node *n = qf_graph_add_node(g, QF_OP_GATHER, "my_gather", 2, ins, 1);
+    CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
+    CHECK_OK(qf_plan_init(&p, g));
+    qf_tensor x, ix;
+    CHECK_OK(qf_tensor_init(&x, QF_DTYPE_F32, 2, d));
+    CHECK_OK(qf_tensor_init(&ix, QF_DTYPE_I64, 1, &di));
+    ((int64_t *)ix.data)[1] = 3;
+    const qf_tensor *in[] = {&x, &ix};
+    CHECK_ERR(qf_plan_run(p, in, 2), QF_ERR_INVALID, "'my_gather'", "index 3 out of range");
+    ((int64_t *)ix.data)[1] = -3;
+    CHECK_OK(qf_plan_run(p, in, 2));
+    qf_tensor_free(&x);
+    qf_tensor_free(&ix);
+    qf_plan_free(p);
+    qf_graph_free(g);
+
+    /* Cast to a dtype qfold does not have. */
+    CHECK_OK(qf_graph_init(&g));
+    ins[0] = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+    n = qf_graph_add_node(g, QF_OP_CAST, "to_half", 1, ins, 1);
+    CHECK_OK(qf_node_set_attr_int(g, n, "to", 10));
+    CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'to_half'", "float16");
+    qf_graph_free(g);
+
+    /* Pad with an unknown mode; Reshape to a wrong element count. */
+    CHECK_OK(qf_graph_init(&g));
+    ins[0] = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+    qf_tensor pads;
+    int64_t four = 4;
+    CHECK_OK(qf_tensor_init(&pads, QF_DTYPE_I64, 1, &four));
+    ins[1] = qf_graph_add_constant(g, "pads", QF_VALUE_CONSTANT, &pads);
+    n = qf_graph_add_node(g, QF_OP_PAD, "my_pad", 2, ins, 1);
+    CHECK_OK(qf_node_set_attr_string(g, n, "mode", "wrap"));
+    CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'my_pad'", "'wrap'");
+    qf_graph_free(g);
+
+    CHECK_OK(qf_graph_init(&g));
+    ins[0] = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+    qf_tensor shape;
+    CHECK_OK(qf_tensor_init(&shape, QF_DTYPE_I64, 1, &di));
+    ((int64_t *)shape.data)[0] = 5;
+    ((int64_t *)shape.data)[1] = -1;
+    ins[1] = qf_graph_add_constant(g, "shape", QF_VALUE_CONSTANT, &shape);
+    n = qf_graph_add_node(g, QF_OP_RESHAPE, "my_reshape", 2, ins, 1);
+    CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_SHAPE, "'my_reshape'", "[3, 4]");
+    qf_graph_free(g);
+
+    /* A Reshape whose shape is computed at run time is a dynamic shape. */
+    CHECK_OK(qf_graph_init(&g));
+    ins[0] = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+    ins[1] = qf_graph_add_input(g, "s", QF_DTYPE_I64, 1, &di);
+    n = qf_graph_add_node(g, QF_OP_RESHAPE, "dyn", 2, ins, 1);
+    CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'dyn'", "dynamic shapes");
+    qf_graph_free(g);
+
+    /* Dropout in training mode. */
+    CHECK_OK(qf_graph_init(&g));
+    ins[0] = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+    qf_tensor tm;
+    CHECK_OK(qf_tensor_init(&tm, QF_DTYPE_BOOL, 0, NULL));
+    *(uint8_t *)tm.data = 1;
+    qf_value *din[3] = {ins[0], NULL, qf_graph_add_constant(g, "tm", QF_VALUE_CONSTANT, &tm)};
+    n = qf_graph_add_node(g, QF_OP_DROPOUT, "drop", 3, din, 1);
+    CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'drop'", "training_mode");
+    qf_graph_free(g);
+}
+
+/* --- folding ------------------------------------------------------------------- */
+static qf_value *const_i64(qf_graph *g, const char *name, int ndim, const int64_t *vals, int count)
+{
+    qf_tensor t;
+    int64_t c = count;
+    if (qf_tensor_init(&t, QF_DTYPE_I64, ndim, &c) != QF_OK) return NULL;
+    memcpy(t.data, vals, sizeof *vals * (size_t)count);
+    return qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, &t);
+}
+
+/* x.reshape(x.shape[0], -1) as torch exports it:
+ * Shape -> Gather(0) -> Unsqueeze -> Concat([-1]) -> Reshape. */
+static void test_fold_shape_chain(void)
+{
+    qf_graph *g;
+    CHECK_OK(qf_graph_init(&g));
+    int64_t d[3] = {2, 3, 4};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 3, d);
+    qf_value *s = qf_graph_add_node(g, QF_OP_SHAPE, "shape", 1, &x, 1)->outputs[0];
+    int64_t zero = 0, minus1 = -1;
+    qf_value *gin[2] = {s, const_i64(g, "zero", 0, &zero, 1)};
+    qf_value *b = qf_graph_add_node(g, QF_OP_GATHER, "gather", 2, gin, 1)->outputs[0];
+    qf_value *uin[2] = {b, const_i64(g, "axes0", 1, &zero, 1)};
+    qf_value *u = qf_graph_add_node(g, QF_OP_UNSQUEEZE, "unsq", 2, uin, 1)->outputs[0];
+    qf_value *cin[2] = {u, const_i64(g, "minus1", 1, &minus1, 1)};
+    qf_node *cat = qf_graph_add_node(g, QF_OP_CONCAT, "cat", 2, cin, 1);
+    CHECK_OK(qf_node_set_attr_int(g, cat, "axis", 0));
+    const char *cat_name = cat->outputs[0]->name;
+    qf_value *rin[2] = {x, cat->outputs[0]};
+    qf_node *r = qf_graph_add_node(g, QF_OP_RESHAPE, "reshape", 2, rin, 1);
+    CHECK_OK(qf_graph_add_output(g, r->outputs[0]));
+    CHECK_OK(qf_graph_toposort(g));
+    int count = -1;
+    CHECK_OK(qf_graph_fold_constants(g, &count));
+    CHECK(count == 4);
+    CHECK(g->nnodes == 1 && g->first == r);
+    qf_value *shape = r->inputs[1];
+    CHECK(qf_value_is_const(shape));
+    CHECK(strcmp(shape->name, cat_name) == 0);
+    CHECK(qf_graph_find_value(g, cat_name) == shape);
+    CHECK(shape->type.ndim == 1 && shape->type.dims[0] == 2);
+    CHECK(((int64_t *)shape->type.data)[0] == 2 && ((int64_t *)shape->type.data)[1] == -1);
+    /* The constants the chain read are gone; only the input and the two values remain. */
+    CHECK(!qf_graph_find_value(g, "zero") && !qf_graph_find_value(g, "axes0") &&
+          !qf_graph_find_value(g, "minus1"));
+    CHECK_OK(qf_graph_verify(g));
+    qf_plan *p;
+    CHECK_OK(qf_plan_init(&p, g));
+    if (p) {
+        const qf_tensor *y = qf_plan_output(p, 0);
+        CHECK(y->ndim == 2 && y->dims[0] == 2 && y->dims[1] == 12);
+        qf_plan_free(p);
+    }
+    qf_graph_free(g);
+}
+
+/* A folded graph output keeps its name; big ConstantOfShape stays a node;
+ * Shape of an input with an unknown dimension is not folded. */
+static void test_fold_guards(void)
+{
+    qf_graph *g;
+    CHECK_OK(qf_graph_init(&g));
+    int64_t big[2] = {1024, 1024}, small[2] = {4, 4};
+    qf_value *bs = const_i64(g, "big_shape", 1, big, 2);
+    qf_value *ss = const_i64(g, "small_shape", 1, small, 2);
+    qf_node *nb = qf_graph_add_node(g, QF_OP_CONSTANT_OF_SHAPE, "big", 1, &bs, 1);
+    qf_node *ns = qf_graph_add_node(g, QF_OP_CONSTANT_OF_SHAPE, "small", 1, &ss, 1);
+    qf_node *nc = qf_graph_add_node(g, QF_OP_CONSTANT, "c", 0, NULL, 1);
+    CHECK_OK(qf_node_set_attr_int(g, nc, "value_int", 42));
+    int64_t du[2] = {-1, 3};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, du);
+    qf_node *nsh = qf_graph_add_node(g, QF_OP_SHAPE, "shape_x", 1, &x, 1);
+    CHECK_OK(qf_graph_add_output(g, nb->outputs[0]));
+    CHECK_OK(qf_graph_add_output(g, ns->outputs[0]));
+    CHECK_OK(qf_graph_add_output(g, nc->outputs[0]));
+    CHECK_OK(qf_graph_add_output(g, nsh->outputs[0]));
+    const char *cname = nc->outputs[0]->name;
+    int count = -1;
+    CHECK_OK(qf_graph_fold_constants(g, &count));
+    CHECK(count == 2);
+    CHECK(g->nnodes == 2 && g->first == nb && g->last == nsh);
+    CHECK(!g->outputs[1]->producer && qf_value_is_const(g->outputs[1]));
+    CHECK(strcmp(g->outputs[1]->name, "small_out") == 0);
+    CHECK(qf_tensor_numel(&g->outputs[1]->type) == 16);
+    CHECK(strcmp(g->outputs[2]->name, cname) == 0);
+    CHECK(qf_value_is_const(g->outputs[2]) && *(int64_t *)g->outputs[2]->type.data == 42);
+    CHECK(qf_graph_find_value(g, "small_shape") == NULL);
+    CHECK(qf_graph_find_value(g, "big_shape") == bs);
+    CHECK_OK(qf_graph_verify(g));
+
+    /* Shape folds once the input's shape is known; outputs that are
+     * constants are readable from a plan. */
+    int64_t dk[2] = {5, 3};
+    CHECK_OK(qf_graph_set_input_shape(g, 0, 2, dk));
+    CHECK_OK(qf_graph_fold_constants(g, &count));
+    CHECK(count == 1 && g->nnodes == 1);
+    qf_plan *p;
+    CHECK_OK(qf_plan_init(&p, g));
+    if (p) {
+        qf_tensor xt;
+        CHECK_OK(qf_tensor_init(&xt, QF_DTYPE_F32, 2, dk));
+        const qf_tensor *in[] = {&xt};
+        CHECK_OK(qf_plan_run(p, in, 1));
+        const qf_tensor *o3 = qf_plan_output(p, 3);
+        CHECK(o3->dtype == QF_DTYPE_I64 && o3->dims[0] == 2);
+        CHECK(((int64_t *)o3->data)[0] == 5 && ((int64_t *)o3->data)[1] == 3);
+        CHECK(*(int64_t *)qf_plan_output(p, 2)->data == 42);
+        CHECK(((float *)qf_plan_output(p, 0)->data)[1024 * 1024 - 1] == 0.0f);
+        qf_tensor_free(&xt);
+        qf_plan_free(p);
+    }
+    /* qf_graph_fold_node refuses a node that reads a run-time value. */
+    qf_graph_free(g);
+    CHECK_OK(qf_graph_init(&g));
+    x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, dk);
+    qf_node *id = qf_graph_add_node(g, QF_OP_IDENTITY, "ident", 1, &x, 1);
+    CHECK_OK(qf_graph_add_output(g, id->outputs[0]));
+    CHECK_ERR(qf_graph_fold_node(g, id), QF_ERR_INVALID, "'ident'", "not all constants");
+    qf_graph_free(g);
+}
+
+/* Allocation failures come back as QF_ERR_NOMEM, never as a crash or leak. */
+static int fail_after = -1;
+static void *failing_alloc(void *ud, void *ptr, size_t nsize)
+{
+    (void)ud;
+    if (nsize == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (fail_after == 0) return NULL;
+    if (fail_after > 0) fail_after--;
+    return realloc(ptr, nsize);
+}
+
+static void test_alloc_failures(void)
+{
+    int64_t d[2] = {2, 3};
+    for (int k = 0; k < 200; k++) {
+        qf_graph *g;
+        CHECK_OK(qf_graph_init(&g));
+        qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+        qf_node *s = qf_graph_add_node(g, QF_OP_SHAPE, "s", 1, &x, 1);
+        qf_node *t = qf_graph_add_node(g, QF_OP_TRANSPOSE, "t", 1, &x, 1);
+        CHECK_OK(qf_graph_add_output(g, s->outputs[0]));
+        CHECK_OK(qf_graph_add_output(g, t->outputs[0]));
+        qf_set_allocator(failing_alloc, NULL);
+        fail_after = k;
+        int count;
+        qf_status st = qf_graph_fold_constants(g, &count);
+        qf_plan *p = NULL;
+        if (st == QF_OK) st = qf_plan_init(&p, g);
+        fail_after = -1;
+        CHECK(st == QF_OK || st == QF_ERR_NOMEM);
+        CHECK(st != QF_OK || p != NULL);
+        qf_plan_free(p);
+        qf_graph_free(g);
+        qf_set_allocator(NULL, NULL);
+        if (st == QF_OK) break;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_exec FIXTURE_DIR\n");
+        return 2;
+    }
+    test_arena_reuse();
+    test_arena_liveness();
+    test_input_errors();
+    test_op_errors();
+    test_fold_shape_chain();
+    test_fold_guards();
+    test_alloc_failures();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(argv[1], &cases[i]);
+    if (failures) {
+        fprintf(stderr, "test_exec: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_exec: %zu op cases and the planner / folding tests passed\n",
+           sizeof cases / sizeof cases[0]);
+    return 0;
+}

@@ -1,0 +1,18 @@
+# C unit tests: the graph IR and allocation-failure injection.
+add_executable(test_ir ${CMAKE_CURRENT_SOURCE_DIR}/test_ir.c)
+target_include_directories(test_ir PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_ir PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_ir PRIVATE qfold_static)
+add_test(NAME unit_ir COMMAND test_ir)
+set_tests_properties(unit_ir PROPERTIES LABELS "unit;asan" TIMEOUT 60)
+
+# Uses the small torch model of the ref_models fixture (tests/ref.cmake).
+add_executable(test_alloc_fail ${CMAKE_CURRENT_SOURCE_DIR}/test_alloc_fail.c)
+target_include_directories(test_alloc_fail PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_options(test_alloc_fail PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_alloc_fail PRIVATE qfold_static)
+file(MAKE_DIRECTORY "${QF_TEST_WORK}/alloc_fail")
+add_test(NAME unit_alloc_fail
+  COMMAND test_alloc_fail ${QF_TEST_WORK}/models/tiny_cnn.onnx ${QF_TEST_WORK}/models/tiny_cnn.in0.npy
+          ${QF_TEST_WORK}/alloc_fail)
+set_tests_properties(unit_alloc_fail PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit;asan" TIMEOUT 300)
