@@ -35,36 +35,59 @@ step "$qfold" --version
 step "$qfold" inspect "$model" --dot "$out/tiny_cnn.dot"
 step "$qfold" run "$model" -i examples/input.npy -o "$out/logits.npy"
 
-# Compare with PyTorch's output (examples/expected.npy, made by make_example.py).
-# The error is relative to the output's scale: max |qfold - torch| / max |torch|.
+# Compare an output with PyTorch's (examples/expected.npy, made by
+# make_example.py). The error is relative to the output's scale:
+# max |qfold - torch| / max |torch|; the top class must agree too.
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-echo
-verdict="output not compared (no numpy)"
-if "$py" -c 'import numpy' >/dev/null 2>&1; then
-  "$py" - "$out/logits.npy" examples/expected.npy <<'EOF'
+have_numpy=false
+"$py" -c 'import numpy' >/dev/null 2>&1 && have_numpy=true
+compare() {
+  if ! $have_numpy; then
+    echo "demo: numpy is not available ($py): output not compared (scripts/deps.sh installs it)"
+    return 0
+  fi
+  "$py" - "$1" examples/expected.npy "$2" <<'EOF'
 import sys
 import numpy as np
-got, want = np.load(sys.argv[1]), np.load(sys.argv[2])
+got, want, what = np.load(sys.argv[1]), np.load(sys.argv[2]), sys.argv[3]
 if got.shape != want.shape or got.dtype != want.dtype:
-    print("demo: FAIL: output is %s %s, PyTorch gave %s %s"
-          % (got.dtype, list(got.shape), want.dtype, list(want.shape)))
+    print("demo: FAIL: %s output is %s %s, PyTorch gave %s %s"
+          % (what, got.dtype, list(got.shape), want.dtype, list(want.shape)))
     sys.exit(1)
 err = float(np.max(np.abs(got.astype(np.float64) - want)))
 scale = float(np.max(np.abs(want)))
 rel = err / scale if scale > 0 else err
 ok = rel <= 1e-4 and np.argmax(got) == np.argmax(want)
-print("qfold vs PyTorch: max abs error %.3g, relative %.3g, top class %d vs %d -> %s"
-      % (err, rel, int(np.argmax(got)), int(np.argmax(want)), "OK" if ok else "FAIL"))
+print("%s vs PyTorch: max abs error %.3g, relative %.3g, top class %d vs %d -> %s"
+      % (what, err, rel, int(np.argmax(got)), int(np.argmax(want)), "OK" if ok else "FAIL"))
 sys.exit(0 if ok else 1)
 EOF
-  verdict="its output matches PyTorch's"
-else
-  echo "demo: numpy is not available ($py): output not compared (scripts/deps.sh installs it)"
+}
+echo
+compare "$out/logits.npy" "qfold run"
+
+bn_count() { "$qfold" inspect "$1" | sed -n 's/^batch norms *//p'; }
+nbn=$(bn_count "$model")
+files="$out/logits.npy, $out/tiny_cnn.dot"
+if $have_numpy; then agree="matches PyTorch (relative error <= 1e-4)"; else agree="ran (not compared)"; fi
+summary=("$model: $nbn BatchNormalization nodes; 'qfold run' $agree")
+
+# Fold the BatchNorms (when this qfold has the fuse command), run the folded
+# model and compare it with PyTorch too.
+if "$qfold" help fuse >/dev/null 2>&1; then
+  step "$qfold" fuse "$model" -o "$out/tiny_cnn_fused.onnx" --verify --report "$out/fuse_report.json"
+  step "$qfold" run "$out/tiny_cnn_fused.onnx" -i examples/input.npy -o "$out/logits_fused.npy"
+  echo
+  compare "$out/logits_fused.npy" "fused model"
+  summary+=("'qfold fuse': $(bn_count "$out/tiny_cnn_fused.onnx") BatchNormalization nodes left; the folded model $agree")
+  files="$files, $out/tiny_cnn_fused.onnx, $out/fuse_report.json"
 fi
 
 echo
-nbn=$("$qfold" inspect "$model" | sed -n 's/^batch norms *//p')
-echo "Summary: qfold loaded $model ($nbn BatchNormalization nodes) and ran it on"
-echo "examples/input.npy with its reference executor: $verdict."
-echo "Files: $out/logits.npy, $out/tiny_cnn.dot$(command -v dot >/dev/null 2>&1 && echo " (dot -Tsvg $out/tiny_cnn.dot -o $out/tiny_cnn.svg)")"
+echo "Summary:"
+for line in "${summary[@]}"; do echo "  - $line"; done
+echo "  - files: $files"
+if command -v dot >/dev/null 2>&1; then
+  echo "  - graph: dot -Tsvg $out/tiny_cnn.dot -o $out/tiny_cnn.svg"
+fi

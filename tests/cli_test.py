@@ -241,6 +241,33 @@ def case_run_multi():
     one_error_line(err, "input 'x' (%s): expected float32 [?, 4], got float32 [3, 5]" % work("x5.npy"))
 
 
+def case_run_int64():
+    """An int64 input (a Reshape's target shape fed at run time) is bound as a
+    constant, so the shapes stay static; the other inputs keep their order."""
+    import onnx
+    from onnx import TensorProto, helper
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])
+    shape = helper.make_tensor_value_info("shape", TensorProto.INT64, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+                           helper.make_node("Relu", ["r"], ["y"], name="relu")], "i64", [x, shape], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 7
+    model = work("i64.onnx")
+    onnx.save(m, model)
+    xv = np.arange(-6, 6, dtype=np.float32).reshape(2, 6)
+    np.save(work("x.npy"), xv)
+    np.save(work("shape.npy"), np.array([3, 4], np.int64))
+    qfold("run", model, "-i", work("x.npy"), "-i", work("shape.npy"), "-o", work("y.npy"))
+    got = np.load(work("y.npy"))
+    check(got.shape == (3, 4) and np.array_equal(got, np.maximum(xv.reshape(3, 4), 0)),
+          "reshape by an int64 input gave %s %r" % (got.shape, got))
+    # An int64 array where the graph wants float32 is a dtype error, not a binding.
+    _, err = qfold("run", model, "-i", work("shape.npy"), "-i", work("shape.npy"), "-o", work("y.npy"),
+                   expect=2)
+    one_error_line(err, "input 'x'", "expected float32 [2, 6], got int64 [2]")
+
+
 def case_run_errors():
     model = example("tiny_cnn.onnx")
     # Wrong shape: the exact message of the contract.

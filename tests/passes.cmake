@@ -9,3 +9,14 @@ set(QF_PASSES_WORK "${QF_TEST_WORK}/passes")
 file(MAKE_DIRECTORY "${QF_PASSES_WORK}")
 add_test(NAME passes_manager COMMAND test_pass_manager ${QF_PASSES_WORK})
 set_tests_properties(passes_manager PROPERTIES LABELS "passes;asan" TIMEOUT 60)
+
+# Model and command-line tests (Python drives qfold, ONNX Runtime and torch).
+set(QF_PASSES_CASES linear2d linear3d relu6 gemm_attrs passthru cli_verify_fail cli_same_path cli_usage cli_passes)
+if(QF_NODE)
+  foreach(c ${QF_PASSES_CASES})
+    add_test(NAME passes_${c}
+      COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/passes/fuse_models.py $<TARGET_FILE:qfold> ${QF_NODE}
+              ${QF_TEST_DIR}/ref/ort_run.js ${QF_PASSES_WORK}/${c} ${c})
+    set_tests_properties(passes_${c} PROPERTIES LABELS "passes;asan" TIMEOUT 180)
+  endforeach()
+endif()

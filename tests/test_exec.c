@@ -592,18 +592,36 @@ static void test_fold_guards(void)
     qf_node *ns = qf_graph_add_node(g, QF_OP_CONSTANT_OF_SHAPE, "small", 1, &ss, 1);
     qf_node *nc = qf_graph_add_node(g, QF_OP_CONSTANT, "c", 0, NULL, 1);
     CHECK_OK(qf_node_set_attr_int(g, nc, "value_int", 42));
+    /* A weight read by a Transpose stays (its name matters); a float chain
+     * that starts at a Constant node folds. */
+    qf_tensor wt;
+    int64_t wd = 3;
+    CHECK_OK(qf_tensor_init(&wt, QF_DTYPE_F32, 1, &wd));
+    qf_value *w = qf_graph_add_constant(g, "fc.weight", QF_VALUE_CONSTANT, &wt);
+    qf_node *ntw = qf_graph_add_node(g, QF_OP_TRANSPOSE, "transpose_w", 1, &w, 1);
+    qf_node *nf = qf_graph_add_node(g, QF_OP_CONSTANT, "cf", 0, NULL, 1);
+    float fv[2] = {0.5f, 2.0f};
+    CHECK_OK(qf_node_set_attr_floats(g, nf, "value_floats", fv, 2));
+    qf_node *nfi = qf_graph_add_node(g, QF_OP_IDENTITY, "cf_id", 1, &nf->outputs[0], 1);
     int64_t du[2] = {-1, 3};
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, du);
     qf_node *nsh = qf_graph_add_node(g, QF_OP_SHAPE, "shape_x", 1, &x, 1);
+    qf_value *mm[2] = {ntw->outputs[0], nfi->outputs[0]};
+    qf_node *ncat = qf_graph_add_node(g, QF_OP_CONCAT, "cat_w", 2, mm, 1);
+    CHECK_OK(qf_node_set_attr_int(g, ncat, "axis", 0));
     CHECK_OK(qf_graph_add_output(g, nb->outputs[0]));
     CHECK_OK(qf_graph_add_output(g, ns->outputs[0]));
     CHECK_OK(qf_graph_add_output(g, nc->outputs[0]));
     CHECK_OK(qf_graph_add_output(g, nsh->outputs[0]));
+    CHECK_OK(qf_graph_add_output(g, ncat->outputs[0]));
     const char *cname = nc->outputs[0]->name;
     int count = -1;
     CHECK_OK(qf_graph_fold_constants(g, &count));
-    CHECK(count == 2);
-    CHECK(g->nnodes == 2 && g->first == nb && g->last == nsh);
+    CHECK(count == 4);
+    CHECK(g->nnodes == 4 && g->first == nb);
+    CHECK(qf_graph_find_node(g, "transpose_w") == ntw && qf_graph_find_node(g, "shape_x") == nsh);
+    CHECK(qf_graph_find_value(g, "fc.weight") == w && ntw->inputs[0] == w);
+    CHECK(ncat->inputs[1]->kind == QF_VALUE_CONSTANT && ncat->inputs[1]->type.dims[0] == 2);
     CHECK(!g->outputs[1]->producer && qf_value_is_const(g->outputs[1]));
     CHECK(strcmp(g->outputs[1]->name, "small_out") == 0);
     CHECK(qf_tensor_numel(&g->outputs[1]->type) == 16);
@@ -618,7 +636,7 @@ static void test_fold_guards(void)
     int64_t dk[2] = {5, 3};
     CHECK_OK(qf_graph_set_input_shape(g, 0, 2, dk));
     CHECK_OK(qf_graph_fold_constants(g, &count));
-    CHECK(count == 1 && g->nnodes == 1);
+    CHECK(count == 1 && g->nnodes == 3);
     qf_plan *p;
     CHECK_OK(qf_plan_init(&p, g));
     if (p) {
@@ -631,6 +649,8 @@ static void test_fold_guards(void)
         CHECK(((int64_t *)o3->data)[0] == 5 && ((int64_t *)o3->data)[1] == 3);
         CHECK(*(int64_t *)qf_plan_output(p, 2)->data == 42);
         CHECK(((float *)qf_plan_output(p, 0)->data)[1024 * 1024 - 1] == 0.0f);
+        const qf_tensor *o4 = qf_plan_output(p, 4);
+        CHECK(o4->ndim == 1 && o4->dims[0] == 5 && ((float *)o4->data)[3] == 0.5f);
         qf_tensor_free(&xt);
         qf_plan_free(p);
     }

@@ -41,8 +41,10 @@ size_t qf_plan_naive_bytes(const qf_plan *p);
  * constants (used by import to fold shape-computation chains). The node is
  * removed and its outputs become constant values of the same names. */
 qf_status qf_graph_fold_node(qf_graph *g, qf_node *n);
-/* Fold every node whose inputs are constant, except ops that would blow up
- * constant memory; returns the number folded in *count (may be NULL). */
+/* Fold every node whose inputs are constant (and Shape of a known shape),
+ * except QuantizeLinear / DequantizeLinear, nodes reading a float
+ * initializer (weights keep their names) and nodes whose output would blow
+ * up constant memory; returns the number folded in *count (may be NULL). */
 qf_status qf_graph_fold_constants(qf_graph *g, int *count);
 
 #ifdef __cplusplus

@@ -273,9 +273,13 @@ static void qf_fuse_summary(const qf_fuse_args *fa, const qf_graph *g, const qf_
         fprintf(f, "  %-24s %4d rewrite%s %4d skip%s  %8.3f ms\n", r->results[i].pass, rw, rw == 1 ? " " : "s", sk,
                 sk == 1 ? " " : "s", sec * 1e3);
     }
-    int bn_after = qf_fuse_count_bn(g);
+    int bn_after = qf_fuse_count_bn(g), decomposed = 0;
+    for (int i = 0; i < r->nresults; i++)
+        if (strcmp(r->results[i].pass, "decompose_batch_norm") == 0) decomposed += r->results[i].rewrites;
     fprintf(f, "  BatchNorm: %d before, %d after", bn_before, bn_after);
-    if (bn_before) fprintf(f, " (%d folded or decomposed)", bn_before - bn_after);
+    if (bn_before) fprintf(f, " (%d folded", bn_before - bn_after - decomposed);
+    if (bn_before && decomposed) fprintf(f, ", %d decomposed into Mul + Add", decomposed);
+    if (bn_before) fputc(')', f);
     fputc('\n', f);
     /* Why each remaining BN stayed: the skips of the last iteration. */
     qf_graph_for_each_node(g, n) {
@@ -331,7 +335,7 @@ static void qf_fuse_extra_json(const qf_fuse_args *fa, const qf_graph *g, int bn
 
 static int qf_fuse_parse(int argc, char **argv, qf_fuse_args *fa)
 {
-    const char *v;
+    const char *v = NULL;
     *fa = (qf_fuse_args){.tol = QF_FUSE_DEFAULT_TOL};
     qf_cli_args a = qf_cli_args_begin(&qf_cli_cmd_fuse, argc, argv);
     while (qf_cli_args_next(&a)) {

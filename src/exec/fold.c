@@ -153,25 +153,44 @@ static size_t qf_fold_bytes(qf_value *const *vs, int count, bool data_only)
     return total;
 }
 
+static bool qf_fold_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
+
 qf_status qf_graph_fold_constants(qf_graph *g, int *count)
 {
     int folded = 0;
     if (count) *count = 0;
+    /* Float initializers are weights: a node reading one (a torch export's
+     * Transpose(fc.weight) before MatMul) stays, so the weight keeps its name
+     * and stays a parameter for the passes, the quantizer and training.
+     * Values made by folding get ids past n0 and are never weights. */
+    int n0 = g->nvalues;
+    bool *weight = qf_calloc((size_t)(n0 ? n0 : 1), sizeof *weight);
+    if (!weight) return QF_ERR_NOMEM;
+    for (int i = 0; i < n0; i++) {
+        const qf_value *v = g->values[i];
+        weight[i] = v && !v->producer && qf_value_is_const(v) && qf_fold_is_float(v->type.dtype);
+    }
+    qf_status st = QF_OK;
     for (qf_node *n = g->first, *next; n; n = next) {
         next = n->next;
-        QF_TRY(qf_fold_infer(g, n));
+        st = qf_fold_infer(g, n);
+        if (st != QF_OK) break;
         /* The QDQ structure is the quantized model: it must survive. */
         if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) continue;
         if (!qf_fold_inputs_known(n)) continue;
-        bool known = true;
-        for (int i = 0; i < n->noutputs; i++) known = known && qf_tensor_numel(&n->outputs[i]->type) >= 0;
-        if (!known) continue;
+        bool keep = false;
+        for (int i = 0; i < n->ninputs; i++)
+            keep = keep || (n->inputs[i] && (int)n->inputs[i]->id < n0 && weight[n->inputs[i]->id]);
+        for (int i = 0; i < n->noutputs; i++) keep = keep || qf_tensor_numel(&n->outputs[i]->type) < 0;
+        if (keep) continue;
         size_t in_bytes = qf_fold_bytes(n->inputs, n->ninputs, true);
         size_t out_bytes = qf_fold_bytes(n->outputs, n->noutputs, false);
         if (out_bytes >= QF_FOLD_SMALL_BYTES && out_bytes > QF_FOLD_MAX_GROWTH * in_bytes) continue;
-        QF_TRY(qf_fold_eval(g, n));
+        st = qf_fold_eval(g, n);
+        if (st != QF_OK) break;
         folded++;
         if (count) *count = folded;
     }
-    return QF_OK;
+    qf_free(weight);
+    return st;
 }

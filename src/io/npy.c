@@ -208,7 +208,7 @@ static qf_status qf_npy_read(int fd, qf_tensor *out)
     qf_free(hdr);
     QF_TRY(st);
 
-    qf_dtype dt;
+    qf_dtype dt = QF_DTYPE_UNDEFINED;
     QF_TRY(qf_npy_dtype(h.descr, &dt));
     if (h.fortran)
         return qf_error(QF_ERR_UNSUPPORTED, "Fortran-order array; save it in C order (np.ascontiguousarray)");

@@ -438,12 +438,14 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path)
     size_t size = onnx__model_proto__get_packed_size(m);
     /* Protobuf messages are limited to 2 GiB; past that readers reject them. */
     if (size > 0x7fffffffu)
-        return qf_error(QF_ERR_UNSUPPORTED, "the model is %zu bytes, over protobuf's 2 GiB limit", size);
+        return qf_error(QF_ERR_UNSUPPORTED, "%s: the model is %zu bytes, over protobuf's 2 GiB limit", path,
+                        size);
     uint8_t *buf = qf_malloc(size);
     if (!buf) return QF_ERR_NOMEM;
     size_t packed = onnx__model_proto__pack(m, buf);
     qf_status st = packed == size ? qf_file_write_atomic(path, buf, size)
-                                  : qf_error(QF_ERR_INTERNAL, "protobuf packing wrote %zu of %zu bytes", packed, size);
+                                  : qf_error(QF_ERR_INTERNAL, "%s: protobuf packing wrote %zu of %zu bytes",
+                                             path, packed, size);
     qf_free(buf);
     return st;
 }
@@ -461,6 +463,7 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT;
     Onnx__OperatorSetIdProto *opsets[1] = {&opset};
     if (st == QF_OK) st = qf_ex_graph(&ex, &gp);
+    if (st != QF_OK) qf_error_prefix(st, "%s: ", path); /* write errors name the file already */
     if (st == QF_OK) {
         m.has_ir_version = 1;
         m.ir_version = g->ir_version > 0 ? g->ir_version : 8;
@@ -479,6 +482,5 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     qf_free(ex.gen);
     qf_free(ex.tcache);
     qf_arena_free(&ex.arena);
-    if (st != QF_OK) return qf_error_prefix(st, "%s: ", path);
-    return QF_OK;
+    return st;
 }

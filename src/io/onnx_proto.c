@@ -174,7 +174,7 @@ qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *wha
 {
     memset(out, 0, sizeof *out);
     if (!tp->has_data_type) return qf_error(QF_ERR_PARSE, "%s has no data type", what);
-    qf_dtype dt;
+    qf_dtype dt = QF_DTYPE_UNDEFINED;
     QF_TRY(qf_onnx_dtype(tp->data_type, what, &dt));
     if (tp->n_dims > QF_MAX_DIMS)
         return qf_error(QF_ERR_UNSUPPORTED, "%s has rank %zu (qfold handles up to %d)", what, tp->n_dims,

@@ -16,6 +16,7 @@
  * im2col / col2im serves 1-D, 2-D and 3-D.
  */
 #include <cblas.h>
+#include <limits.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -310,6 +311,12 @@ static qf_status conv_kernel_setup(const qf_kernel_io *io, bool transpose, conv_
         qf_spatial_prod(cg->s.rank, y->dims + 2) != cg->out_plane)
         return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): output buffer shape does not match the inputs", n->name,
                         qf_spatial_op_label(n));
+    /* cblas takes int sizes. */
+    if (cg->k > INT_MAX || cg->in_plane > INT_MAX || cg->out_plane > INT_MAX || cg->mg > INT_MAX ||
+        cg->cg > INT_MAX)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): GEMM dimensions exceed 2^31 (K %lld, planes %lld, %lld)",
+                        n->name, qf_spatial_op_label(n), (long long)cg->k, (long long)cg->in_plane,
+                        (long long)cg->out_plane);
     size_t need = conv_scratch_bytes(cg);
     if (io->scratch_size < need)
         return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, the kernel needs %zu", n->name,
