@@ -21,23 +21,39 @@ extern "C" {
 /* Import an ONNX model (opsets 11..17). Initializers become constants (then
  * classified as parameters / buffers), shape-computation chains with static
  * shapes are folded to constants, shapes are inferred and the graph verified.
- * Any op outside QF_OP_LIST fails with QF_ERR_UNSUPPORTED naming op and node. */
+ * Any op outside QF_OP_LIST fails with QF_ERR_UNSUPPORTED naming op and node.
+ * Statuses: QF_ERR_IO (unreadable file), QF_ERR_PARSE (not a valid ONNX
+ * model: empty, truncated, malformed), QF_ERR_UNSUPPORTED (opset, op, dtype,
+ * attribute type, external data), QF_ERR_INVALID (dangling name, value
+ * produced twice, cycle), or whatever shape inference reports. Messages start
+ * with the file name: "m.onnx: node 'conv1': ...". Graph inputs keep unknown
+ * dims (dim_param) as -1. The protobuf is not kept: weights are copied once. */
 qf_status qf_onnx_load(const char *path, qf_graph **out);
+/* Same from memory; `what` (may be NULL) prefixes error messages. */
 qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, qf_graph **out);
-/* Export: names, opset and initializer order preserved; internal ops
- * (linear, relu6) lowered to ONNX ops. Written to a temporary file in the
- * same directory and renamed into place. */
+/* Export: names, opset, ir_version, producer and initializer order preserved
+ * (initializers = constants that a node reads or that are graph outputs, in
+ * value-id order, as raw_data); graph inputs and outputs carry dtype and
+ * shape (dim_param "N" / "d<i>" for unknown dims, so shapes must have been
+ * inferred). Internal ops are lowered: linear -> Gemm(transB=1) on rank-2
+ * input, else MatMul(x, W^T) [+ Add(b)]; relu6 -> Clip(x, 0, 6). Written to a
+ * temporary file in the same directory and renamed into place. */
 qf_status qf_onnx_save(const qf_graph *g, const char *path);
 
 /* Read one serialized TensorProto (the ONNX backend tests' input_0.pb). */
 qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out);
 
-/* .npy version 1.0-3.0, C order, little-endian: float32, float64, int8,
- * uint8, int32, int64, bool. */
+/* .npy version 1.0-3.0 read (version 1.0 written), C order, little-endian:
+ * float32, float64, int8, uint8, int32, int64, bool. The header is checked
+ * strictly and the data must be exactly numel * itemsize bytes, else
+ * QF_ERR_PARSE naming the file; Fortran order, big-endian data and other
+ * dtypes are QF_ERR_UNSUPPORTED. */
 qf_status qf_npy_load(const char *path, qf_tensor *out);
 qf_status qf_npy_save(const char *path, const qf_tensor *t);
 
-/* Write `size` bytes to path through a temporary file + rename. */
+/* Write `size` bytes to path through a temporary file in the same directory
+ * (fsync, then rename): a failure never leaves a partial file. An existing
+ * file's mode is kept; a new file gets 0644. */
 qf_status qf_file_write_atomic(const char *path, const void *data, size_t size);
 /* Read a whole file (owned buffer in *data, freed with qf_free). */
 qf_status qf_file_read(const char *path, void **data, size_t *size);

@@ -96,12 +96,8 @@ static Onnx__TensorProto *qf_ex_tensor(qf_export *ex, const char *name, const qf
     return tp;
 }
 
-static Onnx__ValueInfoProto *qf_ex_value_info(qf_export *ex, const qf_value *v, const char *what)
+static Onnx__ValueInfoProto *qf_ex_value_info(qf_export *ex, const qf_value *v)
 {
-    if (!qf_dtype_valid(v->type.dtype)) {
-        qf_error(QF_ERR_INVALID, "%s '%s' has no known dtype (shapes were not inferred)", what, v->name);
-        return NULL;
-    }
     Onnx__ValueInfoProto *vi = qf_ex_alloc(ex, sizeof *vi);
     Onnx__TypeProto *tp = qf_ex_alloc(ex, sizeof *tp);
     Onnx__TypeProto__Tensor *tt = qf_ex_alloc(ex, sizeof *tt);
@@ -405,11 +401,20 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
     gp->input = qf_ex_alloc(ex, sizeof *gp->input * (size_t)(g->ninputs ? g->ninputs : 1));
     gp->output = qf_ex_alloc(ex, sizeof *gp->output * (size_t)(g->noutputs ? g->noutputs : 1));
     if (!gp->input || !gp->output) return QF_ERR_NOMEM;
-    for (int i = 0; i < g->ninputs; i++)
-        if (!(gp->input[gp->n_input++] = qf_ex_value_info(ex, g->inputs[i], "graph input"))) return QF_ERR_INVALID;
-    for (int i = 0; i < g->noutputs; i++)
-        if (!(gp->output[gp->n_output++] = qf_ex_value_info(ex, g->outputs[i], "graph output")))
-            return QF_ERR_INVALID;
+    for (int i = 0; i < g->ninputs + g->noutputs; i++) {
+        bool is_in = i < g->ninputs;
+        const qf_value *v = is_in ? g->inputs[i] : g->outputs[i - g->ninputs];
+        /* The 1.12 checker rejects interface values without a type. */
+        if (!qf_dtype_valid(v->type.dtype))
+            return qf_error(QF_ERR_INVALID, "graph %s '%s' has no known dtype (shapes were not inferred)",
+                            is_in ? "input" : "output", v->name);
+        Onnx__ValueInfoProto *vi = qf_ex_value_info(ex, v);
+        if (!vi) return QF_ERR_NOMEM;
+        if (is_in)
+            gp->input[gp->n_input++] = vi;
+        else
+            gp->output[gp->n_output++] = vi;
+    }
 
     /* Initializers: constants some exported node reads (or graph outputs),
      * in value-id order, then those the lowering made. */

@@ -15,6 +15,7 @@
  * Gemm's alpha and beta are folded as well (W' = alpha*W*s, C' = (beta*C - mu)*s + beta_bn)
  * and both attributes set to 1.
  */
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -136,7 +137,20 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
     return false;
 }
 
-/* W' = alpha * W * s_o, rounded once; ranges[o] = max |W'| of channel o. */
+/* One element of the fold: w' = w * s rounded once; tracks the channel's
+ * max |w'| and whether w was NaN / Inf (the comparison is false for NaN). */
+static inline float fold_one(float w, double s, float *r, int *bad)
+{
+    float v = (float)((double)w * s), m = fabsf(v);
+    *bad |= !(fabsf(w) <= FLT_MAX);
+    if (m > *r) *r = m;
+    return v;
+}
+
+/* W' = alpha * W * s_o, rounded once; ranges[o] = max |W'| of channel o.
+ * One pass over W, in place when only this node reads it: the NaN / Inf
+ * check rides along, so on that error W may be half scaled (the pass fails
+ * and nothing is written). */
 static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, double *ranges)
 {
     const qf_tensor *wt = &f->w->type;
@@ -156,18 +170,18 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
             QF_TRY(qf_tensor_init(&fresh, QF_DTYPE_F32, wt->ndim, wt->dims));
         dst = fresh.data;
     }
-    for (int64_t o = 0; o < O; o++) ranges[o] = 0;
+    float *rf = qf_calloc((size_t)(O > 0 ? O : 1), sizeof *rf);
+    if (!rf) {
+        qf_tensor_free(&fresh);
+        return QF_ERR_NOMEM;
+    }
+    int bad = 0;
     switch (f->layout) {
     case FOLD_AXIS0: {
         int64_t inner = O ? numel / O : 0;
         for (int64_t o = 0; o < O; o++) {
-            double s = f->alpha * a->scale[o], r = 0;
-            for (int64_t k = o * inner; k < (o + 1) * inner; k++) {
-                float v = (float)((double)src[k] * s);
-                dst[k] = v;
-                r = fmax(r, fabs((double)v));
-            }
-            ranges[o] = r;
+            double s = f->alpha * a->scale[o];
+            for (int64_t k = o * inner; k < (o + 1) * inner; k++) dst[k] = fold_one(src[k], s, &rf[o], &bad);
         }
         break;
     }
@@ -180,13 +194,8 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
             int64_t grp = c / cin_g;
             for (int64_t j = 0; j < og; j++) {
                 int64_t o = grp * og + j, base = (c * og + j) * kk;
-                double s = a->scale[o], r = ranges[o];
-                for (int64_t k = base; k < base + kk; k++) {
-                    float v = (float)((double)src[k] * s);
-                    dst[k] = v;
-                    r = fmax(r, fabs((double)v));
-                }
-                ranges[o] = r;
+                double s = a->scale[o];
+                for (int64_t k = base; k < base + kk; k++) dst[k] = fold_one(src[k], s, &rf[o], &bad);
             }
         }
         break;
@@ -195,16 +204,22 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
         int64_t rows = wt->dims[0];
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t o = 0; o < O; o++) {
-                float v = (float)((double)src[r * O + o] * (f->alpha * a->scale[o]));
+                float v = fold_one(src[r * O + o], f->alpha * a->scale[o], &rf[o], &bad);
                 if (f->layout == FOLD_AXIS1)
                     dst[r * O + o] = v;
                 else
                     dst[o * rows + r] = v;
-                ranges[o] = fmax(ranges[o], fabs((double)v));
             }
         }
         break;
     }
+    }
+    for (int64_t o = 0; o < O; o++) ranges[o] = rf[o];
+    qf_free(rf);
+    if (bad) {
+        qf_tensor_free(&fresh);
+        return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds NaN or Inf", f->prod->name,
+                        qf_op_name(f->prod->op), f->w->name);
     }
     if (in_place) return QF_OK;
     char hint[512];
@@ -250,8 +265,8 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     QF_TRY(qf_bn_affine_init(&a, bn));
     double *ranges = NULL;
     char *detail = NULL;
-    qf_status st = qf_bn_check_finite(f->w, p);
-    if (st == QF_OK && f->b) st = qf_bn_check_finite(f->b, p);
+    /* The weight's NaN / Inf check is part of fold_weight's single pass. */
+    qf_status st = f->b ? qf_bn_check_finite(f->b, p) : QF_OK;
     if (st == QF_OK) {
         ranges = qf_malloc((size_t)(f->out_ch > 0 ? f->out_ch : 1) * sizeof *ranges);
         if (!ranges) st = QF_ERR_NOMEM;
