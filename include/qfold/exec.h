@@ -42,9 +42,11 @@ size_t qf_plan_naive_bytes(const qf_plan *p);
  * removed and its outputs become constant values of the same names. */
 qf_status qf_graph_fold_node(qf_graph *g, qf_node *n);
 /* Fold every node whose inputs are constant (and Shape of a known shape),
- * except QuantizeLinear / DequantizeLinear, nodes reading a float
- * initializer (weights keep their names) and nodes whose output would blow
- * up constant memory; returns the number folded in *count (may be NULL). */
+ * except QuantizeLinear / DequantizeLinear, nodes whose output would blow up
+ * constant memory, and nodes reading several float initializers or one that
+ * others read too (a node that is a weight's only reader, e.g. Transpose(W),
+ * folds and the result keeps the weight's name); returns the number folded
+ * in *count (may be NULL). */
 qf_status qf_graph_fold_constants(qf_graph *g, int *count);
 
 #ifdef __cplusplus

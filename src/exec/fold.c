@@ -155,42 +155,90 @@ static size_t qf_fold_bytes(qf_value *const *vs, int count, bool data_only)
 
 static bool qf_fold_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
 
+/* weight[id]: value id is a float initializer (or a fold of one). */
+typedef struct qf_fold_weights {
+    bool *is;
+    int n;
+} qf_fold_weights;
+
+static bool qf_fold_weight(const qf_fold_weights *w, const qf_value *v)
+{
+    return v && (int)v->id < w->n && w->is[v->id];
+}
+
+static qf_status qf_fold_mark(qf_fold_weights *w, const qf_value *v)
+{
+    if ((int)v->id >= w->n) {
+        int nn = (int)v->id + 1;
+        bool *p = qf_realloc(w->is, sizeof *p * (size_t)nn);
+        if (!p) return QF_ERR_NOMEM;
+        memset(p + w->n, 0, sizeof *p * (size_t)(nn - w->n));
+        w->is = p;
+        w->n = nn;
+    }
+    w->is[v->id] = true;
+    return QF_OK;
+}
+
+/* Fold one node if the rules allow; *done says whether it was folded. */
+static qf_status qf_fold_try(qf_graph *g, qf_node *n, qf_fold_weights *wts, bool *done)
+{
+    *done = false;
+    /* The QDQ structure is the quantized model: it must survive. */
+    if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) return QF_OK;
+    if (!qf_fold_inputs_known(n)) return QF_OK;
+    for (int i = 0; i < n->noutputs; i++)
+        if (qf_tensor_numel(&n->outputs[i]->type) < 0) return QF_OK;
+    size_t in_bytes = qf_fold_bytes(n->inputs, n->ninputs, true);
+    size_t out_bytes = qf_fold_bytes(n->outputs, n->noutputs, false);
+    if (out_bytes >= QF_FOLD_SMALL_BYTES && out_bytes > QF_FOLD_MAX_GROWTH * in_bytes) return QF_OK;
+    /* Float initializers are weights. A node that re-lays one out (a torch
+     * export's Transpose(fc.weight) before MatMul) folds only when it is the
+     * weight's sole reader; the result then takes the weight's name, so the
+     * parameter survives import under the name the model gave it. Nodes that
+     * mix several weights, or share one, stay. */
+    const qf_value *w = NULL;
+    int nw = 0;
+    for (int i = 0; i < n->ninputs; i++)
+        if (qf_fold_weight(wts, n->inputs[i])) {
+            nw++;
+            w = n->inputs[i];
+        }
+    if (nw > 1 || (nw == 1 && (w->nuses != 1 || w->is_output || n->noutputs != 1 ||
+                                n->outputs[0]->is_output)))
+        return QF_OK;
+    const char *wname = w ? w->name : NULL, *oname = n->outputs[0]->name;
+    QF_TRY(qf_fold_eval(g, n));
+    *done = true;
+    if (wname) {
+        qf_value *c = qf_graph_find_value(g, oname);
+        if (!c) return qf_error(QF_ERR_INTERNAL, "fold: value '%s' vanished", oname);
+        QF_TRY(qf_fold_rename(g, c, wname));
+        QF_TRY(qf_fold_mark(wts, c));
+    }
+    return QF_OK;
+}
+
 qf_status qf_graph_fold_constants(qf_graph *g, int *count)
 {
     int folded = 0;
     if (count) *count = 0;
-    /* Float initializers are weights: a node reading one (a torch export's
-     * Transpose(fc.weight) before MatMul) stays, so the weight keeps its name
-     * and stays a parameter for the passes, the quantizer and training.
-     * Values made by folding get ids past n0 and are never weights. */
-    int n0 = g->nvalues;
-    bool *weight = qf_calloc((size_t)(n0 ? n0 : 1), sizeof *weight);
-    if (!weight) return QF_ERR_NOMEM;
-    for (int i = 0; i < n0; i++) {
+    qf_fold_weights wts = {qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof(bool)), g->nvalues};
+    if (!wts.is) return QF_ERR_NOMEM;
+    for (int i = 0; i < wts.n; i++) {
         const qf_value *v = g->values[i];
-        weight[i] = v && !v->producer && qf_value_is_const(v) && qf_fold_is_float(v->type.dtype);
+        wts.is[i] = v && !v->producer && qf_value_is_const(v) && qf_fold_is_float(v->type.dtype);
     }
     qf_status st = QF_OK;
     for (qf_node *n = g->first, *next; n; n = next) {
         next = n->next;
         st = qf_fold_infer(g, n);
         if (st != QF_OK) break;
-        /* The QDQ structure is the quantized model: it must survive. */
-        if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) continue;
-        if (!qf_fold_inputs_known(n)) continue;
-        bool keep = false;
-        for (int i = 0; i < n->ninputs; i++)
-            keep = keep || (n->inputs[i] && (int)n->inputs[i]->id < n0 && weight[n->inputs[i]->id]);
-        for (int i = 0; i < n->noutputs; i++) keep = keep || qf_tensor_numel(&n->outputs[i]->type) < 0;
-        if (keep) continue;
-        size_t in_bytes = qf_fold_bytes(n->inputs, n->ninputs, true);
-        size_t out_bytes = qf_fold_bytes(n->outputs, n->noutputs, false);
-        if (out_bytes >= QF_FOLD_SMALL_BYTES && out_bytes > QF_FOLD_MAX_GROWTH * in_bytes) continue;
-        st = qf_fold_eval(g, n);
+        bool done;
+        st = qf_fold_try(g, n, &wts, &done);
         if (st != QF_OK) break;
-        folded++;
-        if (count) *count = folded;
+        if (done && count) *count = ++folded;
     }
-    qf_free(weight);
+    qf_free(wts.is);
     return st;
 }

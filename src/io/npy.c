@@ -69,7 +69,8 @@ static qf_status qf_npy_shape(const char **pp, const char *end, qf_npy_header *h
     int n = 0;
     bool comma = false;
     while (p < end && *p != ')') {
-        if (*p < '0' || *p > '9') return qf_npy_bad("'shape' holds something other than non-negative integers");
+        if (*p < '0' || *p > '9')
+            return qf_npy_bad("'shape' holds something other than non-negative integers");
         int64_t v = 0;
         while (p < end && *p >= '0' && *p <= '9') {
             if (v > (INT64_MAX - 9) / 10) return qf_npy_bad("a dimension in 'shape' is too large");
@@ -77,12 +78,15 @@ static qf_status qf_npy_shape(const char **pp, const char *end, qf_npy_header *h
         }
         if (p < end && *p == 'L') p++; /* Python 2 long literal */
         if (n == QF_MAX_DIMS)
-            return qf_error(QF_ERR_UNSUPPORTED, "the array has more than %d dimensions", QF_MAX_DIMS);
+            return qf_error(QF_ERR_UNSUPPORTED, "the array has more than %d dimensions",
+                            QF_MAX_DIMS);
         h->dims[n++] = v;
         p = qf_skip_ws(p, end);
         comma = p < end && *p == ',';
-        if (comma) p = qf_skip_ws(p + 1, end);
-        else if (p < end && *p != ')') return qf_npy_bad("'shape' is not a tuple");
+        if (comma)
+            p = qf_skip_ws(p + 1, end);
+        else if (p < end && *p != ')')
+            return qf_npy_bad("'shape' is not a tuple");
     }
     if (p >= end) return qf_npy_bad("'shape' is not closed");
     /* "(3)" is the integer 3 in Python, not a tuple. */
@@ -102,7 +106,8 @@ static qf_status qf_npy_dict(const char *p, const char *end, qf_npy_header *h)
     p = qf_skip_ws(p + 1, end);
     while (p < end && *p != '}') {
         char key[32];
-        if (!(p = qf_npy_string(p, end, key, sizeof key))) return qf_npy_bad("bad key in the header");
+        if (!(p = qf_npy_string(p, end, key, sizeof key)))
+            return qf_npy_bad("bad key in the header");
         p = qf_skip_ws(p, end);
         if (p >= end || *p != ':') return qf_npy_bad("the header is not a dict");
         p = qf_skip_ws(p + 1, end);
@@ -128,8 +133,10 @@ static qf_status qf_npy_dict(const char *p, const char *end, qf_npy_header *h)
             return qf_npy_bad("unexpected key in the header");
         }
         p = qf_skip_ws(p, end);
-        if (p < end && *p == ',') p = qf_skip_ws(p + 1, end);
-        else if (p < end && *p != '}') return qf_npy_bad("the header is not a dict");
+        if (p < end && *p == ',')
+            p = qf_skip_ws(p + 1, end);
+        else if (p < end && *p != '}')
+            return qf_npy_bad("the header is not a dict");
     }
     if (p >= end) return qf_npy_bad("the header dict is not closed");
     if (qf_skip_ws(p + 1, end) != end) return qf_npy_bad("text after the header dict");
@@ -150,9 +157,12 @@ static qf_status qf_npy_dtype(const char *descr, qf_dtype *dt)
         }
     }
     if (descr[0] == '>')
-        return qf_error(QF_ERR_UNSUPPORTED, "big-endian data ('%s'); qfold reads little-endian arrays", descr);
-    return qf_error(QF_ERR_UNSUPPORTED,
-                    "dtype '%s'; qfold reads float32, float64, int8, uint8, int32, int64 and bool arrays", descr);
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "big-endian data ('%s'); qfold reads little-endian arrays", descr);
+    return qf_error(
+        QF_ERR_UNSUPPORTED,
+        "dtype '%s'; qfold reads float32, float64, int8, uint8, int32, int64 and bool arrays",
+        descr);
 }
 
 /* --- load ----------------------------------------------------------------------- */
@@ -201,7 +211,8 @@ static qf_status qf_npy_read(int fd, qf_tensor *out)
     if (!hdr) return QF_ERR_NOMEM;
     qf_status st = qf_read_exact(fd, hdr, hlen, &got);
     if (st == QF_OK && got < hlen) st = qf_npy_bad("truncated header");
-    if (st == QF_OK && hdr[hlen - 1] != '\n') st = qf_npy_bad("the header does not end with a newline");
+    if (st == QF_OK && hdr[hlen - 1] != '\n')
+        st = qf_npy_bad("the header does not end with a newline");
     if (st == QF_OK && memchr(hdr, '\0', hlen)) st = qf_npy_bad("NUL byte in the header");
     qf_npy_header h;
     if (st == QF_OK) st = qf_npy_dict(hdr, hdr + hlen, &h);
@@ -211,11 +222,13 @@ static qf_status qf_npy_read(int fd, qf_tensor *out)
     qf_dtype dt = QF_DTYPE_UNDEFINED;
     QF_TRY(qf_npy_dtype(h.descr, &dt));
     if (h.fortran)
-        return qf_error(QF_ERR_UNSUPPORTED, "Fortran-order array; save it in C order (np.ascontiguousarray)");
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "Fortran-order array; save it in C order (np.ascontiguousarray)");
     size_t es = qf_dtype_size(dt);
     int64_t numel = 1;
     for (int i = 0; i < h.ndim; i++) {
-        if (h.dims[i] && numel > (int64_t)(SIZE_MAX / es / 2) / h.dims[i]) return qf_npy_bad("shape too large");
+        if (h.dims[i] && numel > (int64_t)(SIZE_MAX / es / 2) / h.dims[i])
+            return qf_npy_bad("shape too large");
         numel *= h.dims[i];
     }
     size_t nbytes = (size_t)numel * es;
@@ -265,7 +278,8 @@ qf_status qf_npy_save(const char *path, const qf_tensor *t)
     for (size_t i = 0; i < QF_NPY_NTYPES; i++)
         if (qf_npy_types[i].dt == t->dtype) descr = qf_npy_types[i].descr;
     if (!descr)
-        return qf_error(QF_ERR_UNSUPPORTED, "%s: cannot save a tensor of dtype %s", path, qf_dtype_name(t->dtype));
+        return qf_error(QF_ERR_UNSUPPORTED, "%s: cannot save a tensor of dtype %s", path,
+                        qf_dtype_name(t->dtype));
     if (t->ndim < 0 || t->ndim > QF_MAX_DIMS || qf_tensor_numel(t) < 0)
         return qf_error(QF_ERR_INVALID, "%s: the tensor's shape is not known", path);
     size_t nbytes = qf_tensor_nbytes(t);
@@ -282,8 +296,8 @@ qf_status qf_npy_save(const char *path, const qf_tensor *t)
      * as numpy does (aligned data for memory-mapping readers). */
     char hdr[512];
     memcpy(hdr, "\x93NUMPY\x01\x00", 8);
-    int dict = snprintf(hdr + 10, sizeof hdr - 10, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                        descr, shape);
+    int dict = snprintf(hdr + 10, sizeof hdr - 10,
+                        "{'descr': '%s', 'fortran_order': False, 'shape': %s, }", descr, shape);
     size_t total = 10 + (size_t)dict + 1;
     total = (total + 63) / 64 * 64;
     memset(hdr + 10 + dict, ' ', total - 10 - (size_t)dict - 1);

@@ -14,22 +14,22 @@
 #include "onnx_proto.h"
 
 typedef struct qf_transposed {
-    uint32_t id;       /* the weight's value id */
-    const char *name;  /* its transposed copy (initializer or Transpose output) */
+    uint32_t id;      /* the weight's value id */
+    const char *name; /* its transposed copy (initializer or Transpose output) */
 } qf_transposed;
 
 typedef struct qf_export {
     const qf_graph *g;
-    qf_arena arena;                 /* every protobuf struct and generated name */
+    qf_arena arena; /* every protobuf struct and generated name */
     Onnx__NodeProto **nodes;
     size_t nnodes, cap_nodes;
-    Onnx__TensorProto **extra;      /* initializers made by lowering */
+    Onnx__TensorProto **extra; /* initializers made by lowering */
     size_t nextra, cap_extra;
-    const char **gen;               /* generated names (values and nodes) */
+    const char **gen; /* generated names (values and nodes) */
     size_t ngen, cap_gen;
     qf_transposed *tcache;
     size_t ntcache, cap_tcache;
-    bool *used;                     /* value id -> read by an exported node */
+    bool *used;                              /* value id -> read by an exported node */
     const char *relu6_min[2], *relu6_max[2]; /* [0] float32, [1] float64 */
 } qf_export;
 
@@ -103,7 +103,8 @@ static Onnx__ValueInfoProto *qf_ex_value_info(qf_export *ex, const qf_value *v)
     Onnx__TypeProto__Tensor *tt = qf_ex_alloc(ex, sizeof *tt);
     Onnx__TensorShapeProto *sh = qf_ex_alloc(ex, sizeof *sh);
     int nd = v->type.ndim;
-    Onnx__TensorShapeProto__Dimension **dims = qf_ex_alloc(ex, sizeof *dims * (size_t)(nd ? nd : 1));
+    Onnx__TensorShapeProto__Dimension **dims =
+        qf_ex_alloc(ex, sizeof *dims * (size_t)(nd ? nd : 1));
     if (!vi || !tp || !tt || !sh || !dims) return NULL;
     onnx__value_info_proto__init(vi);
     onnx__type_proto__init(tp);
@@ -195,7 +196,8 @@ static const char *qf_ex_use(qf_export *ex, const qf_value *v)
 /* A NodeProto with room for `nattrs` attributes, appended to the output list.
  * `in` holds input names ("" = omitted optional input). */
 static Onnx__NodeProto *qf_ex_node(qf_export *ex, const char *name, const char *op_type, int nin,
-                                   const char *const *in, int nout, const char *const *out, int nattrs)
+                                   const char *const *in, int nout, const char *const *out,
+                                   int nattrs)
 {
     while (nin > 0 && !in[nin - 1][0]) nin--; /* trailing omitted inputs: just shorter */
     Onnx__NodeProto *np = qf_ex_alloc(ex, sizeof *np);
@@ -213,7 +215,8 @@ static Onnx__NodeProto *qf_ex_node(qf_export *ex, const char *name, const char *
     np->n_output = (size_t)nout;
     np->output = outs;
     np->attribute = attrs;
-    if (qf_ex_push((void **)&ex->nodes, &ex->nnodes, &ex->cap_nodes, sizeof *ex->nodes, &np)) return NULL;
+    if (qf_ex_push((void **)&ex->nodes, &ex->nnodes, &ex->cap_nodes, sizeof *ex->nodes, &np))
+        return NULL;
     return np;
 }
 
@@ -249,7 +252,8 @@ static qf_status qf_ex_add_initializer(qf_export *ex, const char *name, const qf
 
 /* The name of W^T for a linear weight: a transposed initializer when W is a
  * constant, else the output of a Transpose node. One per weight. */
-static qf_status qf_ex_transposed(qf_export *ex, const qf_node *n, const qf_value *w, const char **out)
+static qf_status qf_ex_transposed(qf_export *ex, const qf_node *n, const qf_value *w,
+                                  const char **out)
 {
     for (size_t i = 0; i < ex->ntcache; i++) {
         if (ex->tcache[i].id == w->id) {
@@ -258,8 +262,8 @@ static qf_status qf_ex_transposed(qf_export *ex, const qf_node *n, const qf_valu
         }
     }
     if (w->type.ndim != 2)
-        return qf_error(QF_ERR_INVALID, "node '%s' (linear): weight '%s' has rank %d, expected 2", n->name,
-                        w->name, w->type.ndim);
+        return qf_error(QF_ERR_INVALID, "node '%s' (linear): weight '%s' has rank %d, expected 2",
+                        n->name, w->name, w->type.ndim);
     char base[600];
     snprintf(base, sizeof base, "%.560s_T", w->name);
     const char *name = qf_ex_unique(ex, base);
@@ -326,8 +330,8 @@ static qf_status qf_ex_relu6(qf_export *ex, const qf_node *n)
     const qf_value *x = n->inputs[0];
     int k = x->type.dtype == QF_DTYPE_F64 ? 1 : 0;
     if (x->type.dtype != QF_DTYPE_F32 && x->type.dtype != QF_DTYPE_F64)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (relu6): input dtype %s cannot be exported", n->name,
-                        qf_dtype_name(x->type.dtype));
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (relu6): input dtype %s cannot be exported",
+                        n->name, qf_dtype_name(x->type.dtype));
     if (!ex->relu6_min[k]) {
         /* Scalar bounds shared by every relu6 of this dtype. */
         for (int j = 0; j < 2; j++) {
@@ -359,7 +363,8 @@ static qf_status qf_ex_plain(qf_export *ex, const qf_node *n, const char *op_typ
     if (!outs || !ins) return QF_ERR_NOMEM;
     for (int i = 0; i < n->noutputs; i++) outs[i] = n->outputs[i]->name;
     for (int i = 0; i < n->ninputs; i++) ins[i] = qf_ex_use(ex, n->inputs[i]);
-    Onnx__NodeProto *np = qf_ex_node(ex, n->name, op_type, n->ninputs, ins, n->noutputs, outs, n->nattrs);
+    Onnx__NodeProto *np =
+        qf_ex_node(ex, n->name, op_type, n->ninputs, ins, n->noutputs, outs, n->nattrs);
     if (!np) return QF_ERR_NOMEM;
     for (int i = 0; i < n->nattrs; i++) {
         Onnx__AttributeProto *ap = qf_ex_attr(ex, &n->attrs[i]);
@@ -381,8 +386,8 @@ static qf_status qf_ex_nodes(qf_export *ex)
         } else if (n->op == QF_OP_RELU6) {
             QF_TRY(qf_ex_relu6(ex, n));
         } else {
-            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': internal op %s has no ONNX form", n->name,
-                            qf_op_name(n->op));
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': internal op %s has no ONNX form",
+                            n->name, qf_op_name(n->op));
         }
     }
     return QF_OK;
@@ -406,7 +411,8 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
         const qf_value *v = is_in ? g->inputs[i] : g->outputs[i - g->ninputs];
         /* The 1.12 checker rejects interface values without a type. */
         if (!qf_dtype_valid(v->type.dtype))
-            return qf_error(QF_ERR_INVALID, "graph %s '%s' has no known dtype (shapes were not inferred)",
+            return qf_error(QF_ERR_INVALID,
+                            "graph %s '%s' has no known dtype (shapes were not inferred)",
                             is_in ? "input" : "output", v->name);
         Onnx__ValueInfoProto *vi = qf_ex_value_info(ex, v);
         if (!vi) return QF_ERR_NOMEM;
@@ -421,14 +427,16 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
     size_t count = ex->nextra;
     for (int i = 0; i < g->nvalues; i++) {
         const qf_value *v = g->values[i];
-        if (v && !v->producer && v->kind != QF_VALUE_INPUT && v->type.data && (ex->used[i] || v->is_output))
+        if (v && !v->producer && v->kind != QF_VALUE_INPUT && v->type.data &&
+            (ex->used[i] || v->is_output))
             count++;
     }
     gp->initializer = qf_ex_alloc(ex, sizeof *gp->initializer * (count ? count : 1));
     if (!gp->initializer) return QF_ERR_NOMEM;
     for (int i = 0; i < g->nvalues; i++) {
         const qf_value *v = g->values[i];
-        if (!v || v->producer || v->kind == QF_VALUE_INPUT || !v->type.data || !(ex->used[i] || v->is_output))
+        if (!v || v->producer || v->kind == QF_VALUE_INPUT || !v->type.data ||
+            !(ex->used[i] || v->is_output))
             continue;
         Onnx__TensorProto *tp = qf_ex_tensor(ex, v->name, &v->type);
         if (!tp) return QF_ERR_NOMEM;
@@ -443,14 +451,15 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path)
     size_t size = onnx__model_proto__get_packed_size(m);
     /* Protobuf messages are limited to 2 GiB; past that readers reject them. */
     if (size > 0x7fffffffu)
-        return qf_error(QF_ERR_UNSUPPORTED, "%s: the model is %zu bytes, over protobuf's 2 GiB limit", path,
-                        size);
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "%s: the model is %zu bytes, over protobuf's 2 GiB limit", path, size);
     uint8_t *buf = qf_malloc(size);
     if (!buf) return QF_ERR_NOMEM;
     size_t packed = onnx__model_proto__pack(m, buf);
-    qf_status st = packed == size ? qf_file_write_atomic(path, buf, size)
-                                  : qf_error(QF_ERR_INTERNAL, "%s: protobuf packing wrote %zu of %zu bytes",
-                                             path, packed, size);
+    qf_status st = packed == size
+                       ? qf_file_write_atomic(path, buf, size)
+                       : qf_error(QF_ERR_INTERNAL, "%s: protobuf packing wrote %zu of %zu bytes",
+                                  path, packed, size);
     qf_free(buf);
     return st;
 }
@@ -472,7 +481,8 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     if (st == QF_OK) {
         m.has_ir_version = 1;
         m.ir_version = g->ir_version > 0 ? g->ir_version : 8;
-        m.producer_name = (char *)(g->producer_name && *g->producer_name ? g->producer_name : "qfold");
+        m.producer_name =
+            (char *)(g->producer_name && *g->producer_name ? g->producer_name : "qfold");
         opset.domain = "";
         opset.has_version = 1;
         opset.version = g->opset;

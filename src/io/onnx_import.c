@@ -22,9 +22,9 @@
 typedef struct qf_import {
     qf_graph *g;
     const Onnx__GraphProto *gp;
-    qf_node **nodes;   /* qf node of ONNX node i */
+    qf_node **nodes;    /* qf node of ONNX node i */
     const char **names; /* node name used in messages (ONNX name or generated) */
-    uint32_t id0;      /* id of the first node created */
+    uint32_t id0;       /* id of the first node created */
 } qf_import;
 
 static const char *qf_str(const char *s) { return s ? s : ""; }
@@ -41,31 +41,37 @@ static qf_status qf_import_opset(const Onnx__ModelProto *m, int64_t *opset)
         if (qf_default_domain(o->domain) && o->has_version && o->version > best) best = o->version;
     }
     if (best < 0)
-        return qf_error(QF_ERR_UNSUPPORTED,
-                        "model imports no opset of the default ONNX domain; qfold handles opsets %d to %d",
-                        QF_OPSET_MIN, QF_OPSET_MAX);
+        return qf_error(
+            QF_ERR_UNSUPPORTED,
+            "model imports no opset of the default ONNX domain; qfold handles opsets %d to %d",
+            QF_OPSET_MIN, QF_OPSET_MAX);
     if (best < QF_OPSET_MIN || best > QF_OPSET_MAX)
-        return qf_error(QF_ERR_UNSUPPORTED, "model uses opset %" PRId64 "; qfold handles opsets %d to %d",
-                        best, QF_OPSET_MIN, QF_OPSET_MAX);
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "model uses opset %" PRId64 "; qfold handles opsets %d to %d", best,
+                        QF_OPSET_MIN, QF_OPSET_MAX);
     *opset = best;
     return QF_OK;
 }
 
 /* dtype and shape of a graph input from its ValueInfo; dim_param or a
  * missing dim_value is an unknown dim (-1), bound later from the data. */
-static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char *what, qf_tensor *ty)
+static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char *what,
+                                      qf_tensor *ty)
 {
     const Onnx__TypeProto *tp = vi->type;
     if (!tp) return qf_error(QF_ERR_INVALID, "%s has no type", what);
     if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-        return qf_error(QF_ERR_UNSUPPORTED, "%s is not a tensor (sequences, maps, optionals and sparse "
-                                            "tensors are not supported)", what);
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "%s is not a tensor (sequences, maps, optionals and sparse "
+                        "tensors are not supported)",
+                        what);
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     if (!tt->has_elem_type) return qf_error(QF_ERR_INVALID, "%s has no element type", what);
     memset(ty, 0, sizeof *ty);
     QF_TRY(qf_onnx_dtype(tt->elem_type, what, &ty->dtype));
     if (!tt->shape)
-        return qf_error(QF_ERR_UNSUPPORTED, "%s has no shape; qfold needs the rank of every graph input", what);
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "%s has no shape; qfold needs the rank of every graph input", what);
     if (tt->shape->n_dim > QF_MAX_DIMS)
         return qf_error(QF_ERR_UNSUPPORTED, "%s has rank %zu (qfold handles up to %d)", what,
                         tt->shape->n_dim, QF_MAX_DIMS);
@@ -75,7 +81,8 @@ static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char
         ty->dims[i] = -1;
         if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
             if (d->dim_value < 0)
-                return qf_error(QF_ERR_INVALID, "%s has a negative dimension (%" PRId64 ")", what, d->dim_value);
+                return qf_error(QF_ERR_INVALID, "%s has a negative dimension (%" PRId64 ")", what,
+                                d->dim_value);
             ty->dims[i] = d->dim_value;
         }
     }
@@ -86,9 +93,10 @@ static qf_status qf_import_initializers(qf_import *im)
 {
     const Onnx__GraphProto *gp = im->gp;
     if (gp->n_sparse_initializer)
-        return qf_error(QF_ERR_UNSUPPORTED, "sparse initializer '%s' (sparse tensors are not supported)",
-                        gp->sparse_initializer[0]->values ? qf_str(gp->sparse_initializer[0]->values->name)
-                                                          : "");
+        return qf_error(
+            QF_ERR_UNSUPPORTED, "sparse initializer '%s' (sparse tensors are not supported)",
+            gp->sparse_initializer[0]->values ? qf_str(gp->sparse_initializer[0]->values->name)
+                                              : "");
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *tp = gp->initializer[i];
         const char *name = qf_str(tp->name);
@@ -145,19 +153,20 @@ static const char *qf_attr_type_name(int t)
     }
 }
 
-static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, const Onnx__AttributeProto *a)
+static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node,
+                                const Onnx__AttributeProto *a)
 {
     const char *name = qf_str(a->name);
     if (!*name) return qf_error(QF_ERR_INVALID, "node '%s': an attribute has no name", node);
     if (qf_node_attr(n, name))
         return qf_error(QF_ERR_INVALID, "node '%s': attribute '%s' is given twice", node, name);
     if (a->ref_attr_name && *a->ref_attr_name)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' refers to a function attribute",
-                        node, name);
-    if (!a->has_type) return qf_error(QF_ERR_INVALID, "node '%s': attribute '%s' has no type", node, name);
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "node '%s': attribute '%s' refers to a function attribute", node, name);
+    if (!a->has_type)
+        return qf_error(QF_ERR_INVALID, "node '%s': attribute '%s' has no type", node, name);
     switch (a->type) {
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT:
-        return qf_node_set_attr_int(g, n, name, a->i);
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: return qf_node_set_attr_int(g, n, name, a->i);
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
         return qf_node_set_attr_float(g, n, name, a->f);
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING: {
@@ -171,14 +180,18 @@ static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, const
     }
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS:
         if (a->n_ints > INT_MAX)
-            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' is too long", node, name);
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' is too long", node,
+                            name);
         return qf_node_set_attr_ints(g, n, name, a->ints, (int)a->n_ints);
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS:
         if (a->n_floats > INT_MAX)
-            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' is too long", node, name);
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' is too long", node,
+                            name);
         return qf_node_set_attr_floats(g, n, name, a->floats, (int)a->n_floats);
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
-        if (!a->t) return qf_error(QF_ERR_INVALID, "node '%s': tensor attribute '%s' is empty", node, name);
+        if (!a->t)
+            return qf_error(QF_ERR_INVALID, "node '%s': tensor attribute '%s' is empty", node,
+                            name);
         char what[600];
         snprintf(what, sizeof what, "node '%.256s': attribute '%.256s'", node, name);
         qf_tensor t;
@@ -188,8 +201,9 @@ static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, const
         return st;
     }
     default:
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': attribute '%s' has type %s, which qfold does not handle",
-                        node, name, qf_attr_type_name(a->type));
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "node '%s': attribute '%s' has type %s, which qfold does not handle", node,
+                        name, qf_attr_type_name(a->type));
     }
 }
 
@@ -234,12 +248,13 @@ static qf_status qf_import_node_outputs(qf_import *im, size_t i, qf_node *n)
                 }
                 QF_TRY(qf_graph_rename_value(im->g, other, alt));
             } else if (other->producer) {
-                return qf_error(QF_ERR_INVALID, "node '%s' writes '%s', which node '%s' already produces",
+                return qf_error(QF_ERR_INVALID,
+                                "node '%s' writes '%s', which node '%s' already produces",
                                 im->names[i], name, im->names[other->producer->id - im->id0]);
             } else {
-                return qf_error(QF_ERR_INVALID, "node '%s' writes '%s', which is already a graph %s",
-                                im->names[i], name,
-                                other->kind == QF_VALUE_INPUT ? "input" : "initializer");
+                return qf_error(QF_ERR_INVALID,
+                                "node '%s' writes '%s', which is already a graph %s", im->names[i],
+                                name, other->kind == QF_VALUE_INPUT ? "input" : "initializer");
             }
         }
         QF_TRY(qf_graph_rename_value(im->g, n->outputs[k], name));
@@ -258,26 +273,31 @@ static qf_status qf_import_node(qf_import *im, size_t i)
         name = gen;
     }
     if (!qf_default_domain(np->domain))
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': unsupported op '%s' (from domain '%s')", name,
-                        op_type, np->domain);
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': unsupported op '%s' (from domain '%s')",
+                        name, op_type, np->domain);
     qf_op op = qf_op_from_onnx(op_type);
-    if (op == QF_OP_COUNT) return qf_error(QF_ERR_UNSUPPORTED, "node '%s': unsupported op '%s'", name, op_type);
+    if (op == QF_OP_COUNT)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': unsupported op '%s'", name, op_type);
 
     /* Arity from the op table: slots below min_inputs are required. Checked
      * here because shape inference indexes inputs without looking. */
     const qf_op_info *info = qf_op_info_get(op);
     size_t nin = qf_trim_count(np->input, np->n_input);
     size_t nout = qf_trim_count(np->output, np->n_output);
-    if ((int64_t)nin < info->min_inputs || (info->max_inputs >= 0 && (int64_t)nin > info->max_inputs))
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu inputs, the op takes %d to %d", name, op_type,
-                        nin, info->min_inputs, info->max_inputs);
-    if ((int64_t)nout < info->min_outputs || (info->max_outputs >= 0 && (int64_t)nout > info->max_outputs))
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu outputs, the op has %d to %d", name, op_type,
-                        nout, info->min_outputs, info->max_outputs);
+    if ((int64_t)nin < info->min_inputs ||
+        (info->max_inputs >= 0 && (int64_t)nin > info->max_inputs))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu inputs, the op takes %d to %d", name,
+                        op_type, nin, info->min_inputs, info->max_inputs);
+    if ((int64_t)nout < info->min_outputs ||
+        (info->max_outputs >= 0 && (int64_t)nout > info->max_outputs))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu outputs, the op has %d to %d", name,
+                        op_type, nout, info->min_outputs, info->max_outputs);
     for (int k = 0; k < info->min_inputs; k++)
         if (!qf_str(np->input[k])[0])
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): required input %d is empty", name, op_type, k);
-    if (nin > INT_MAX || nout > INT_MAX) return qf_error(QF_ERR_UNSUPPORTED, "node '%s': too many inputs", name);
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): required input %d is empty", name,
+                            op_type, k);
+    if (nin > INT_MAX || nout > INT_MAX)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': too many inputs", name);
 
     /* Inputs are bound in a later pass, once every producer exists. */
     qf_value **none = qf_calloc(nin ? nin : 1, sizeof *none);
@@ -289,7 +309,8 @@ static qf_status qf_import_node(qf_import *im, size_t i)
     im->names[i] = n->name;
     if (n->id - im->id0 != i) return qf_error(QF_ERR_INTERNAL, "node ids are not sequential");
     QF_TRY(qf_import_node_outputs(im, i, n));
-    for (size_t k = 0; k < np->n_attribute; k++) QF_TRY(qf_import_attr(im->g, n, n->name, np->attribute[k]));
+    for (size_t k = 0; k < np->n_attribute; k++)
+        QF_TRY(qf_import_attr(im->g, n, n->name, np->attribute[k]));
     return QF_OK;
 }
 
@@ -302,10 +323,11 @@ static qf_status qf_import_node_inputs(qf_import *im, size_t i)
         if (!*name) continue;
         qf_value *v = qf_import_find(im, name);
         if (!v)
-            return qf_error(QF_ERR_INVALID,
-                            "node '%s' reads '%s', which is neither a graph input, an initializer nor a "
-                            "node output",
-                            n->name, name);
+            return qf_error(
+                QF_ERR_INVALID,
+                "node '%s' reads '%s', which is neither a graph input, an initializer nor a "
+                "node output",
+                n->name, name);
         QF_TRY(qf_node_set_input(im->g, n, k, v));
     }
     return QF_OK;
@@ -320,11 +342,13 @@ static qf_status qf_import_outputs(qf_import *im)
         if (!*name) return qf_error(QF_ERR_INVALID, "graph output %zu has no name", i);
         qf_value *v = qf_import_find(im, name);
         if (!v)
-            return qf_error(QF_ERR_INVALID,
-                            "graph output '%s' is neither produced by a node nor a graph input or an "
-                            "initializer",
-                            name);
-        if (v->is_output) return qf_error(QF_ERR_INVALID, "graph output '%s' is listed twice", name);
+            return qf_error(
+                QF_ERR_INVALID,
+                "graph output '%s' is neither produced by a node nor a graph input or an "
+                "initializer",
+                name);
+        if (v->is_output)
+            return qf_error(QF_ERR_INVALID, "graph output '%s' is listed twice", name);
         QF_TRY(qf_graph_add_output(im->g, v));
     }
     return QF_OK;
@@ -337,7 +361,8 @@ static qf_status qf_import_graph(qf_import *im, const Onnx__ModelProto *m)
     QF_TRY(qf_import_opset(m, &g->opset));
     g->ir_version = m->ir_version;
     if (gp->name && *gp->name && !(g->name = qf_graph_strdup(g, gp->name))) return QF_ERR_NOMEM;
-    if (m->producer_name && *m->producer_name && !(g->producer_name = qf_graph_strdup(g, m->producer_name)))
+    if (m->producer_name && *m->producer_name &&
+        !(g->producer_name = qf_graph_strdup(g, m->producer_name)))
         return QF_ERR_NOMEM;
     QF_TRY(qf_import_initializers(im));
     QF_TRY(qf_import_inputs(im));

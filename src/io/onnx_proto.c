@@ -104,7 +104,8 @@ qf_status qf_pb_check(const ProtobufCMessageDescriptor *d, const void *data, siz
     const uint8_t *p = data;
     int r = qf_pb_walk(d, p, p + size, 0);
     if (r == QF_PB_MALFORMED)
-        return qf_error(QF_ERR_PARSE, "not a valid %s (malformed or truncated protobuf data)", kind);
+        return qf_error(QF_ERR_PARSE, "not a valid %s (malformed or truncated protobuf data)",
+                        kind);
     if (r == QF_PB_TOO_DEEP)
         return qf_error(QF_ERR_PARSE, "not a valid %s (messages nested more than %d levels deep)",
                         kind, QF_PB_MAX_DEPTH);
@@ -115,9 +116,10 @@ qf_status qf_pb_check(const ProtobufCMessageDescriptor *d, const void *data, siz
 
 const char *qf_onnx_dtype_name(int code)
 {
-    static const char *const names[] = {
-        "undefined", "float32", "uint8",  "int8",    "uint16",    "int16",      "int32",   "int64",  "string",
-        "bool",      "float16", "float64", "uint32", "uint64",    "complex64",  "complex128", "bfloat16"};
+    static const char *const names[] = {"undefined",  "float32", "uint8",  "int8",   "uint16",
+                                        "int16",      "int32",   "int64",  "string", "bool",
+                                        "float16",    "float64", "uint32", "uint64", "complex64",
+                                        "complex128", "bfloat16"};
     if (code >= 0 && code < (int)(sizeof names / sizeof names[0])) return names[code];
     return "unknown";
 }
@@ -148,8 +150,8 @@ static qf_status qf_tensor_typed(const Onnx__TensorProto *tp, const char *what, 
     default: have = tp->n_int32_data; break;
     }
     if (have != (uint64_t)numel)
-        return qf_error(QF_ERR_PARSE, "%s holds %zu values, but its shape %s of %s needs %" PRId64, what,
-                        have, shape, qf_dtype_name(t->dtype), numel);
+        return qf_error(QF_ERR_PARSE, "%s holds %zu values, but its shape %s of %s needs %" PRId64,
+                        what, have, shape, qf_dtype_name(t->dtype), numel);
     size_t n = (size_t)numel;
     switch (t->dtype) {
     case QF_DTYPE_F32: memcpy(t->data, tp->float_data, n * sizeof(float)); break;
@@ -177,22 +179,24 @@ qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *wha
     qf_dtype dt = QF_DTYPE_UNDEFINED;
     QF_TRY(qf_onnx_dtype(tp->data_type, what, &dt));
     if (tp->n_dims > QF_MAX_DIMS)
-        return qf_error(QF_ERR_UNSUPPORTED, "%s has rank %zu (qfold handles up to %d)", what, tp->n_dims,
-                        QF_MAX_DIMS);
+        return qf_error(QF_ERR_UNSUPPORTED, "%s has rank %zu (qfold handles up to %d)", what,
+                        tp->n_dims, QF_MAX_DIMS);
     if (tp->segment) return qf_error(QF_ERR_UNSUPPORTED, "%s is a segment of a tensor", what);
     if (tp->n_external_data ||
         (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
-        return qf_error(QF_ERR_UNSUPPORTED,
-                        "%s keeps its data in an external file; qfold reads models whose weights are "
-                        "inside the .onnx file",
-                        what);
+        return qf_error(
+            QF_ERR_UNSUPPORTED,
+            "%s keeps its data in an external file; qfold reads models whose weights are "
+            "inside the .onnx file",
+            what);
     /* Guard the element count: dims come from the file, and a product that
      * overflows would size the allocation wrongly. */
     size_t esize = qf_dtype_size(dt);
     int64_t numel = 1;
     for (size_t i = 0; i < tp->n_dims; i++) {
         int64_t d = tp->dims[i];
-        if (d < 0) return qf_error(QF_ERR_PARSE, "%s has a negative dimension (%" PRId64 ")", what, d);
+        if (d < 0)
+            return qf_error(QF_ERR_PARSE, "%s has a negative dimension (%" PRId64 ")", what, d);
         if (d && numel > (int64_t)(SIZE_MAX / esize / 2) / d)
             return qf_error(QF_ERR_PARSE, "%s: its shape has too many elements", what);
         numel *= d;
@@ -203,8 +207,9 @@ qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *wha
     qf_shape_str(t.ndim, t.dims, shape, sizeof shape);
     size_t nbytes = (size_t)numel * esize;
     if (tp->has_raw_data && tp->raw_data.len != nbytes)
-        return qf_error(QF_ERR_PARSE, "%s has %zu bytes of raw_data, but its shape %s of %s needs %zu",
-                        what, tp->raw_data.len, shape, qf_dtype_name(dt), nbytes);
+        return qf_error(QF_ERR_PARSE,
+                        "%s has %zu bytes of raw_data, but its shape %s of %s needs %zu", what,
+                        tp->raw_data.len, shape, qf_dtype_name(dt), nbytes);
     t.data = qf_malloc(nbytes ? nbytes : 1);
     if (!t.data) return QF_ERR_NOMEM;
     t.owns = true;
@@ -227,8 +232,9 @@ qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out)
     void *buf;
     size_t size;
     QF_TRY(qf_file_read(path, &buf, &size));
-    qf_status st = size ? qf_pb_check(&onnx__tensor_proto__descriptor, buf, size, "ONNX tensor file")
-                        : qf_error(QF_ERR_PARSE, "not a valid ONNX tensor file (the file is empty)");
+    qf_status st = size
+                       ? qf_pb_check(&onnx__tensor_proto__descriptor, buf, size, "ONNX tensor file")
+                       : qf_error(QF_ERR_PARSE, "not a valid ONNX tensor file (the file is empty)");
     Onnx__TensorProto *tp = NULL;
     bool oom;
     ProtobufCAllocator alloc = qf_pb_allocator_make(&oom);

@@ -55,6 +55,7 @@ void qf_broadcast_strides(int n, const int64_t *dims, int nout, const int64_t *o
             strides[i] = 0;
         } else {
             assert(dims[j] == out[i]);
+            (void)out; /* only checked in debug builds */
             strides[i] = s;
             s *= dims[j];
         }

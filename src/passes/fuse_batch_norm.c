@@ -39,7 +39,20 @@ typedef struct fold {
     int64_t out_ch;
     int64_t groups;   /* conv_transpose */
     double alpha, beta; /* Gemm; 1 otherwise */
+    bool via_transpose; /* MatMul(x, Transpose(W)): w is W [O, K] */
 } fold;
+
+/* v = Transpose(W) with W a 2-D constant (perm absent or [1, 0]). */
+static bool fold_transposed_weight(const qf_value *v)
+{
+    const qf_node *t = v->producer;
+    if (!t || t->op != QF_OP_TRANSPOSE || t->ninputs < 1 || !qf_value_is_const(t->inputs[0]) ||
+        t->inputs[0]->type.ndim != 2)
+        return false;
+    int np = 0;
+    const int64_t *perm = qf_node_attr_ints(t, "perm", &np);
+    return np == 0 || (np == 2 && perm[0] == 1 && perm[1] == 0);
+}
 
 /* Fill f for bn, or write why it cannot be folded and return true. */
 static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_t size)
@@ -66,6 +79,12 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
     if (x->nuses != 1) return qf_bn_why(why, size, "%s output has %d users", pn, x->nuses);
     if (p->ninputs < 2 || !p->inputs[1]) return qf_bn_why(why, size, "%s has no weight input", pn);
     f->w = p->inputs[1];
+    /* PyTorch exports a bias-free Linear (opset <= 13) as MatMul(x, Transpose(W))
+     * and import keeps the Transpose of a weight: read W [O, K] through it. */
+    if (p->op == QF_OP_MATMUL && fold_transposed_weight(f->w)) {
+        f->w = f->w->producer->inputs[0];
+        f->via_transpose = true;
+    }
     if (!qf_value_is_const(f->w))
         return qf_bn_why(why, size, "weight is not a constant ('%s' is %s)", f->w->name,
                            f->w->producer ? "computed by a node" : qf_value_kind_name(f->w->kind));
@@ -109,7 +128,7 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
             f->alpha = qf_node_attr_float(p, "alpha", 1.0f);
             f->beta = qf_node_attr_float(p, "beta", 1.0f);
         } else {
-            f->layout = FOLD_TRANSPOSE;
+            f->layout = f->via_transpose ? FOLD_AXIS0 : FOLD_TRANSPOSE;
         }
         f->out_ch = f->layout == FOLD_AXIS0 ? w->dims[0] : w->dims[1];
         break;
@@ -159,7 +178,7 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
     qf_tensor fresh;
     memset(&fresh, 0, sizeof fresh);
     float *dst;
-    bool in_place = f->layout != FOLD_TRANSPOSE && qf_bn_can_write_in_place(f->w, f->prod, 1);
+    bool in_place = f->layout != FOLD_TRANSPOSE && !f->via_transpose && qf_bn_can_write_in_place(f->w, f->prod, 1);
     if (in_place) {
         dst = wt->data;
     } else {
@@ -284,7 +303,7 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
         if (!detail) st = QF_ERR_NOMEM;
     }
     if (st == QF_OK) {
-        const char *pn = f->layout == FOLD_TRANSPOSE ? "matmul (now linear)" : qf_op_name(p->op);
+        const char *pn = f->layout == FOLD_TRANSPOSE || f->via_transpose ? "matmul (now linear)" : qf_op_name(p->op);
         qf_pass_rewrite(ctx, bn, detail, "folded into %s '%s'", pn, p->name);
         qf_value *params[4] = {bn->inputs[1], bn->inputs[2], bn->inputs[3], bn->inputs[4]};
         /* The producer's output takes over the BN output's readers (and its

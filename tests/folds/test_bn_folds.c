@@ -295,6 +295,26 @@ static void test_gemm(void)
 
 static void test_matmul(void) { check_dense(DENSE_MATMUL, false, 0); }
 
+/* MatMul(x, Transpose(W [O, K])) -> BN: PyTorch's bias-free Linear at opset <= 13. */
+static void test_matmul_transposed_weight(void)
+{
+    qf_graph *g;
+    CHECK_OK(qf_graph_init(&g));
+    int64_t xd[2] = {3, 5}, wd[2] = {7, 5};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, xd);
+    qf_value *w = rconst(g, "w", 2, wd, -1, 1);
+    qf_node *t = qf_graph_add_node(g, QF_OP_TRANSPOSE, "wT", 1, &w, 1);
+    qf_value *in[2] = {x, t->outputs[0]};
+    qf_node *m = qf_graph_add_node(g, QF_OP_MATMUL, "fc0", 2, in, 1);
+    qf_node *bn = add_bn(g, "bn0", m->outputs[0], 7, 1e-3f);
+    qf_graph_add_output(g, bn->outputs[0]);
+    qf_pass_report *r = fold_and_compare(g, FUSE, 1e-5);
+    CHECK(count_op(g, QF_OP_BATCH_NORM) == 0 && count_op(g, QF_OP_TRANSPOSE) == 0);
+    CHECK(m->op == QF_OP_LINEAR && m->ninputs == 3 && qf_value_is_const(m->inputs[1]));
+    qf_pass_report_free(r);
+    qf_graph_free(g);
+}
+
 /* Expect one skip with `reason` (substring) and the BN kept. */
 static void expect_skip(qf_graph *g, const char *pass, const char *reason)
 {
@@ -556,6 +576,7 @@ int main(void)
     RUN(test_linear);
     RUN(test_gemm);
     RUN(test_matmul);
+    RUN(test_matmul_transposed_weight);
     RUN(test_skip_two_users);
     RUN(test_skip_graph_output);
     RUN(test_skip_training);
