@@ -280,7 +280,7 @@ static qf_status qf_transpose_perm(const qf_node *n, int rank, int *perm)
                         k, rank);
     bool seen[QF_MAX_DIMS] = {false};
     for (int i = 0; i < k; i++) {
-        int a;
+        int a = 0;
         QF_TRY(qf_lay_axis(n, p[i], rank, false, &a));
         if (seen[a])
             return qf_error(QF_ERR_INVALID, "node '%s' (Transpose): perm repeats axis %d", n->name, a);

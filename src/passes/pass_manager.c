@@ -273,7 +273,7 @@ static qf_status qf_run_report(qf_graph *g, const qf_pass *const *passes, int np
     static const qf_pass_options dflt = {0};
     if (!opt) opt = &dflt;
     *out = NULL;
-    qf_report_impl *ri;
+    qf_report_impl *ri = NULL;
     QF_TRY(qf_report_new(&ri, pipeline));
     double t0 = qf_now();
     qf_status st = qf_run_list(g, passes, npasses, opt, ri);

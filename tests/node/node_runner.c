@@ -38,7 +38,7 @@ static int nr_read_meta(const char *dir, nr_meta *m, char *err, size_t errsz)
     FILE *f = fopen(path, "r");
     memset(m, 0, sizeof *m);
     if (!f) {
-        snprintf(err, errsz, "cannot open %s", path);
+        snprintf(err, errsz, "cannot open %.1500s", path);
         return -1;
     }
     while (fscanf(f, "%15s %d %255s", kind, &j, name) == 3) {
