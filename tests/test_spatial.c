@@ -218,10 +218,10 @@ static void run_manifest(const char *dir)
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = 0;
         if (!strncmp(line, "case ", 5)) {
-            snprintf(cname, sizeof cname, "%s", line + 5);
+            snprintf(cname, sizeof cname, "%.250s", line + 5);
             na = nt = 0;
         } else if (!strncmp(line, "op ", 3)) {
-            snprintf(opname, sizeof opname, "%s", line + 3);
+            snprintf(opname, sizeof opname, "%.60s", line + 3);
         } else if (!strncmp(line, "opset ", 6)) {
             opset = atoll(line + 6);
         } else if (!strncmp(line, "attr ", 5) && na < 32) {

@@ -1,38 +1,27 @@
-/* Whole-file reads and atomic writes (temporary file + fsync + rename). */
+/* Whole-file reads, read-only views (mapped when possible) and atomic writes
+ * (temporary file + fsync + rename), buffered or not. */
+/* madvise() and its MADV_* hints are not in POSIX (posix_madvise's DONTNEED
+ * is a no-op in glibc); _DEFAULT_SOURCE exposes them next to _POSIX_C_SOURCE. */
+#define _DEFAULT_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "io_internal.h"
 
-qf_status qf_file_read(const char *path, void **data, size_t *size)
+/* Read from fd until EOF into a buffer of at least `hint` bytes, growing it
+ * when the file is longer (pipes, /proc files: st_size is only a hint). */
+static qf_status qf_fd_read_all(int fd, const char *path, size_t hint, void **data, size_t *size)
 {
-    *data = NULL;
-    *size = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return qf_error(QF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return qf_error(QF_ERR_IO, "cannot read '%s': %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return qf_error(QF_ERR_IO, "cannot read '%s': it is a directory", path);
-    }
-    /* st_size is only a hint for regular files; read until EOF whatever it says,
-     * growing the buffer when the file is longer (pipes, /proc files). */
-    size_t cap = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 65536;
+    size_t cap = hint ? hint : 65536;
     unsigned char *buf = qf_malloc(cap + 1);
-    if (!buf) {
-        close(fd);
-        return QF_ERR_NOMEM;
-    }
+    if (!buf) return QF_ERR_NOMEM;
     size_t n = 0;
     for (;;) {
         if (n == cap) {
@@ -40,7 +29,6 @@ qf_status qf_file_read(const char *path, void **data, size_t *size)
             unsigned char *nb = ncap > cap ? qf_realloc(buf, ncap + 1) : NULL;
             if (!nb) {
                 qf_free(buf);
-                close(fd);
                 return QF_ERR_NOMEM;
             }
             buf = nb;
@@ -51,18 +39,111 @@ qf_status qf_file_read(const char *path, void **data, size_t *size)
             if (errno == EINTR) continue;
             int e = errno;
             qf_free(buf);
-            close(fd);
             return qf_error(QF_ERR_IO, "cannot read '%s': %s", path, strerror(e));
         }
         if (r == 0) break;
         n += (size_t)r;
     }
-    close(fd);
     buf[n] = 0; /* a terminator for text readers; not counted in size */
     *data = buf;
     *size = n;
     return QF_OK;
 }
+
+/* open + fstat, refusing directories. */
+static qf_status qf_file_open_read(const char *path, int *fd, struct stat *st)
+{
+    *fd = open(path, O_RDONLY);
+    if (*fd < 0) return qf_error(QF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fstat(*fd, st) != 0) {
+        int e = errno;
+        close(*fd);
+        return qf_error(QF_ERR_IO, "cannot read '%s': %s", path, strerror(e));
+    }
+    if (S_ISDIR(st->st_mode)) {
+        close(*fd);
+        return qf_error(QF_ERR_IO, "cannot read '%s': it is a directory", path);
+    }
+    return QF_OK;
+}
+
+qf_status qf_file_read(const char *path, void **data, size_t *size)
+{
+    *data = NULL;
+    *size = 0;
+    int fd;
+    struct stat st;
+    QF_TRY(qf_file_open_read(path, &fd, &st));
+    size_t hint = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0;
+    qf_status s = qf_fd_read_all(fd, path, hint, data, size);
+    close(fd);
+    return s;
+}
+
+/* --- read-only views ---------------------------------------------------------- */
+
+qf_status qf_file_view_open(const char *path, qf_file_view *v)
+{
+    memset(v, 0, sizeof *v);
+    int fd;
+    struct stat st;
+    QF_TRY(qf_file_open_read(path, &fd, &st));
+    /* Map regular, non-empty files: the bytes are read straight from the page
+     * cache, and pages already decoded can be handed back (qf_file_view_release),
+     * so a model is not held twice. Anything else (pipes, /proc files, an
+     * empty file, a failed mmap) is read into a buffer. A mapped file that
+     * another process truncates meanwhile would fault (SIGBUS): like every
+     * mmap reader, qfold assumes its input is not rewritten under it. */
+    if (S_ISREG(st.st_mode) && st.st_size > 0 && (uintmax_t)st.st_size <= SIZE_MAX) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p != MAP_FAILED) {
+            close(fd);
+#ifdef MADV_SEQUENTIAL
+            (void)madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
+#endif
+            v->map = p;
+            v->data = p;
+            v->size = (size_t)st.st_size;
+            return QF_OK;
+        }
+    }
+    size_t hint = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0;
+    qf_status s = qf_fd_read_all(fd, path, hint, &v->buf, &v->size);
+    close(fd);
+    v->data = v->buf;
+    return s;
+}
+
+void qf_file_view_release(qf_file_view *v, size_t end)
+{
+#ifdef MADV_DONTNEED
+    if (!v->map) return;
+    if (end > v->size) end = v->size;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t page = pg > 0 ? (size_t)pg : 4096;
+    /* Whole pages below `end` only; a page that also holds later bytes stays. */
+    size_t from = v->released / page * page, to = end == v->size ? end : end / page * page;
+    if (to > from) {
+        /* On a private, never-written file mapping DONTNEED only drops the
+         * page-table entries: a later read faults the page in again from the
+         * page cache, so this can never lose data. */
+        (void)madvise((unsigned char *)v->map + from, to - from, MADV_DONTNEED);
+        v->released = to;
+    }
+#else
+    (void)v;
+    (void)end;
+#endif
+}
+
+void qf_file_view_close(qf_file_view *v)
+{
+    if (v->map) munmap(v->map, v->size);
+    qf_free(v->buf);
+    memset(v, 0, sizeof *v);
+}
+
+/* --- atomic writes ------------------------------------------------------------ */
 
 static qf_status qf_write_all(int fd, const void *data, size_t size, const char *tmp)
 {
@@ -94,25 +175,90 @@ static void qf_dir_of(const char *path, char *buf, size_t size)
     }
 }
 
-qf_status qf_file_write_parts(const char *path, int nparts, const void *const *data,
-                              const size_t *size)
+qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsize)
 {
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    w->path = path;
     size_t plen = strlen(path);
-    char *tmp = qf_malloc(plen + 16);
-    if (!tmp) return QF_ERR_NOMEM;
+    w->tmp = qf_malloc(plen + 16);
+    if (!w->tmp) return QF_ERR_NOMEM;
+    if (bufsize) {
+        w->buf = qf_malloc(bufsize);
+        if (!w->buf) {
+            qf_free(w->tmp);
+            w->tmp = NULL;
+            return QF_ERR_NOMEM;
+        }
+        w->cap = bufsize;
+    }
     /* The temporary file lives in the target's directory so that rename() is
      * atomic (same file system): readers see the old file or the whole new one. */
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp.XXXXXX", 12);
-    int fd = mkstemp(tmp);
-    if (fd < 0) {
-        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
-                                strerror(errno));
-        qf_free(tmp);
+    memcpy(w->tmp, path, plen);
+    memcpy(w->tmp + plen, ".tmp.XXXXXX", 12);
+    w->fd = mkstemp(w->tmp);
+    if (w->fd < 0) {
+        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s",
+                                path, strerror(errno));
+        qf_free(w->tmp);
+        qf_free(w->buf);
+        memset(w, 0, sizeof *w);
+        w->fd = -1;
         return st;
     }
-    qf_status st = QF_OK;
-    for (int i = 0; i < nparts && st == QF_OK; i++) st = qf_write_all(fd, data[i], size[i], tmp);
+    return QF_OK;
+}
+
+static void qf_file_writer_flush(qf_file_writer *w)
+{
+    if (w->st == QF_OK && w->len) w->st = qf_write_all(w->fd, w->buf, w->len, w->tmp);
+    w->len = 0;
+}
+
+void qf_file_writer_put(qf_file_writer *w, const void *data, size_t size)
+{
+    if (w->st != QF_OK || !size) return;
+    w->written += size;
+    if (w->len + size > w->cap) qf_file_writer_flush(w);
+    if (size >= w->cap) {
+        /* Big pieces (weights) go straight from the caller's memory to the file. */
+        if (w->st == QF_OK) w->st = qf_write_all(w->fd, data, size, w->tmp);
+        return;
+    }
+    memcpy(w->buf + w->len, data, size);
+    w->len += size;
+}
+
+void qf_file_writer_fail(qf_file_writer *w, qf_status st)
+{
+    if (w->st == QF_OK) w->st = st;
+}
+
+static void qf_file_writer_release(qf_file_writer *w)
+{
+    qf_free(w->tmp);
+    qf_free(w->buf);
+    w->tmp = NULL;
+    w->buf = NULL;
+    w->fd = -1;
+}
+
+void qf_file_writer_abort(qf_file_writer *w)
+{
+    if (w->fd >= 0) {
+        close(w->fd);
+        unlink(w->tmp);
+    }
+    qf_file_writer_release(w);
+}
+
+qf_status qf_file_writer_commit(qf_file_writer *w)
+{
+    if (w->fd < 0) return QF_ERR_INTERNAL;
+    qf_file_writer_flush(w);
+    qf_status st = w->st;
+    int fd = w->fd;
+    const char *path = w->path, *tmp = w->tmp;
     /* mkstemp creates the file 0600; give it the target's mode when it exists,
      * else the usual 0644 of a file written by a tool. */
     struct stat old;
@@ -137,8 +283,17 @@ qf_status qf_file_write_parts(const char *path, int nparts, const void *const *d
             close(dfd);
         }
     }
-    qf_free(tmp);
+    qf_file_writer_release(w);
     return st;
+}
+
+qf_status qf_file_write_parts(const char *path, int nparts, const void *const *data,
+                              const size_t *size)
+{
+    qf_file_writer w;
+    QF_TRY(qf_file_writer_open(&w, path, 0));
+    for (int i = 0; i < nparts; i++) qf_file_writer_put(&w, data[i], size[i]);
+    return qf_file_writer_commit(&w);
 }
 
 qf_status qf_file_write_atomic(const char *path, const void *data, size_t size)

@@ -9,4 +9,44 @@
 qf_status qf_file_write_parts(const char *path, int nparts, const void *const *data,
                               const size_t *size);
 
+/* A file's bytes for reading: mapped read-only (private) when it is a
+ * non-empty regular file, else read into an owned buffer. */
+typedef struct qf_file_view {
+    const unsigned char *data;
+    size_t size;
+    void *map;       /* the mapping, or NULL */
+    void *buf;       /* the owned buffer, or NULL */
+    size_t released; /* bytes below this offset were handed back */
+} qf_file_view;
+qf_status qf_file_view_open(const char *path, qf_file_view *v);
+/* A hint that bytes [0, end) will not be read again: their mapped pages leave
+ * this process's memory (a later read would fault them in again, so this
+ * never loses data). No-op for a buffered view. */
+void qf_file_view_release(qf_file_view *v, size_t end);
+void qf_file_view_close(qf_file_view *v);
+
+/* A file written piece by piece to a temporary file next to `path`, renamed
+ * into place by commit (same contract as qf_file_write_parts). Pieces smaller
+ * than `bufsize` are gathered in a buffer; larger ones are written directly.
+ * The first error sticks: later puts do nothing, commit reports it and
+ * removes the temporary file. */
+typedef struct qf_file_writer {
+    const char *path;
+    char *tmp;
+    int fd;
+    unsigned char *buf;
+    size_t len, cap;
+    size_t written; /* bytes put so far */
+    qf_status st;
+} qf_file_writer;
+qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsize);
+void qf_file_writer_put(qf_file_writer *w, const void *data, size_t size);
+/* Record an error found by the caller (the first error sticks). */
+void qf_file_writer_fail(qf_file_writer *w, qf_status st);
+/* Flush, set the mode, fsync, close, rename; on any error the temporary file
+ * is removed. Frees the writer either way. */
+qf_status qf_file_writer_commit(qf_file_writer *w);
+/* Close and remove the temporary file. */
+void qf_file_writer_abort(qf_file_writer *w);
+
 #endif
