@@ -149,6 +149,10 @@ qf_node *qf_graph_add_node(qf_graph *g, qf_op op, const char *name, int ninputs,
 qf_node *qf_graph_insert_node(qf_graph *g, qf_node *pos, bool after, qf_op op, const char *name,
                               int ninputs, qf_value *const *inputs, int noutputs);
 qf_node *qf_graph_find_node(const qf_graph *g, const char *name);
+/* Give n a new name. QF_ERR_INVALID if another node already has it. A
+ * rewrite that replaces a node gives the new one the old name once the old
+ * node is removed, so rewriting twice does not grow names. */
+qf_status qf_graph_rename_node(qf_graph *g, qf_node *n, const char *name);
 /* Rewire input `slot` of n to v (v may be NULL); use lists are kept. */
 qf_status qf_node_set_input(qf_graph *g, qf_node *n, int slot, qf_value *v);
 /* Append one more input. */

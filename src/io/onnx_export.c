@@ -1,8 +1,10 @@
-/* ONNX export: qf_graph -> ModelProto -> one packed buffer -> atomic write.
+/* ONNX export: qf_graph -> ModelProto -> streamed to a temporary file ->
+ * renamed into place.
  *
  * The protobuf structs are built in a scratch arena and point at the
- * graph's own names and tensor payloads (nothing is copied but the final
- * packed bytes). Internal ops are lowered here:
+ * graph's own names and tensor payloads; the weights go from the graph to
+ * the file without another copy in memory (qf_ex_write). Internal ops are
+ * lowered here:
  *   linear(x, W[out, in], b)  rank-2 x: Gemm(x, W, b, transB=1)
  *                             else:     MatMul(x, W^T) [-> Add(b)]
  *   relu6(x)                  Clip(x, 0, 6) with scalar initializers
@@ -446,6 +448,105 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
     return QF_OK;
 }
 
+/* --- streaming the model to the file ------------------------------------------- */
+
+/* protobuf-c packs a message into one buffer, and its pack_to_buffer packs
+ * every nested message (the graph, each initializer) into a temporary buffer
+ * first: either way the whole model would be copied once more in memory. So
+ * the two levels that hold the weights are written by hand, in the field
+ * order protobuf-c uses (ascending field numbers), and only the small
+ * remainders are packed by protobuf-c:
+ *   ModelProto  fields before graph (ir_version 1, producer_name 2), graph (7)
+ *               as a key + length, then the rest (opset_import 8)
+ *   GraphProto  node (1), name (2), each initializer (5) as key + length,
+ *               then the rest (input 11, output 12, ...)
+ *   TensorProto everything but raw_data packed (dims 1, data_type 2, name 8;
+ *               export sets nothing after raw_data), then raw_data (9) written
+ *               straight from the tensor's memory.
+ * The output is byte for byte what onnx__model_proto__pack would produce. */
+typedef struct qf_ex_stream {
+    qf_file_writer w;
+    uint8_t *scratch; /* packing buffer for the small messages */
+    size_t cap;
+} qf_ex_stream;
+
+enum { QF_PB_LEN = 2 }; /* the length-delimited wire type */
+
+static void qf_ex_put_key_len(qf_ex_stream *s, uint32_t field, uint64_t len)
+{
+    uint8_t b[20];
+    size_t n = 0;
+    for (uint64_t v = ((uint64_t)field << 3) | QF_PB_LEN, k = 0; k < 2; k++, v = len) {
+        do {
+            b[n] = v & 0x7f;
+            v >>= 7;
+            b[n++] |= v ? 0x80 : 0;
+        } while (v);
+    }
+    qf_file_writer_put(&s->w, b, n);
+}
+
+static void qf_ex_put_msg(qf_ex_stream *s, const ProtobufCMessage *msg)
+{
+    size_t n = protobuf_c_message_get_packed_size(msg);
+    if (!n) return;
+    if (n > s->cap) {
+        uint8_t *p = qf_realloc(s->scratch, n);
+        if (!p) {
+            qf_file_writer_fail(&s->w, QF_ERR_NOMEM);
+            return;
+        }
+        s->scratch = p;
+        s->cap = n;
+    }
+    if (protobuf_c_message_pack(msg, s->scratch) != n) {
+        qf_file_writer_fail(&s->w, qf_error(QF_ERR_INTERNAL, "protobuf packing went wrong"));
+        return;
+    }
+    qf_file_writer_put(&s->w, s->scratch, n);
+}
+
+static void qf_ex_put_tensor(qf_ex_stream *s, const Onnx__TensorProto *tp)
+{
+    Onnx__TensorProto head = *tp;
+    head.has_raw_data = 0;
+    head.raw_data.len = 0;
+    head.raw_data.data = NULL;
+    qf_ex_put_key_len(s, 5, onnx__tensor_proto__get_packed_size(tp));
+    qf_ex_put_msg(s, &head.base);
+    if (tp->has_raw_data) {
+        qf_ex_put_key_len(s, 9, tp->raw_data.len);
+        qf_file_writer_put(&s->w, tp->raw_data.data, tp->raw_data.len);
+    }
+}
+
+static void qf_ex_put_model(qf_ex_stream *s, const Onnx__ModelProto *m)
+{
+    const Onnx__GraphProto *gp = m->graph;
+    Onnx__ModelProto mhead = *m, mtail = ONNX__MODEL_PROTO__INIT;
+    mhead.graph = NULL;
+    mhead.n_opset_import = 0;
+    mhead.opset_import = NULL;
+    mtail.n_opset_import = m->n_opset_import;
+    mtail.opset_import = m->opset_import;
+    Onnx__GraphProto ghead = ONNX__GRAPH_PROTO__INIT, gtail = *gp;
+    ghead.n_node = gp->n_node;
+    ghead.node = gp->node;
+    ghead.name = gp->name;
+    gtail.n_node = 0;
+    gtail.node = NULL;
+    gtail.name = NULL;
+    gtail.n_initializer = 0;
+    gtail.initializer = NULL;
+
+    qf_ex_put_msg(s, &mhead.base);
+    qf_ex_put_key_len(s, 7, onnx__graph_proto__get_packed_size(gp));
+    qf_ex_put_msg(s, &ghead.base);
+    for (size_t i = 0; i < gp->n_initializer; i++) qf_ex_put_tensor(s, gp->initializer[i]);
+    qf_ex_put_msg(s, &gtail.base);
+    qf_ex_put_msg(s, &mtail.base);
+}
+
 static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path)
 {
     size_t size = onnx__model_proto__get_packed_size(m);
@@ -453,15 +554,17 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path)
     if (size > 0x7fffffffu)
         return qf_error(QF_ERR_UNSUPPORTED,
                         "%s: the model is %zu bytes, over protobuf's 2 GiB limit", path, size);
-    uint8_t *buf = qf_malloc(size);
-    if (!buf) return QF_ERR_NOMEM;
-    size_t packed = onnx__model_proto__pack(m, buf);
-    qf_status st = packed == size
-                       ? qf_file_write_atomic(path, buf, size)
-                       : qf_error(QF_ERR_INTERNAL, "%s: protobuf packing wrote %zu of %zu bytes",
-                                  path, packed, size);
-    qf_free(buf);
-    return st;
+    qf_ex_stream s = {0};
+    /* 1 MiB gathers the small pieces (names, nodes, BN vectors) into few
+     * write() calls; weights of 1 MiB and more are written from the graph. */
+    QF_TRY(qf_file_writer_open(&s.w, path, (size_t)1 << 20));
+    qf_ex_put_model(&s, m);
+    if (s.w.st == QF_OK && s.w.written != size)
+        qf_file_writer_fail(&s.w, qf_error(QF_ERR_INTERNAL,
+                                           "%s: protobuf packing wrote %zu of %zu bytes", path,
+                                           s.w.written, size));
+    qf_free(s.scratch);
+    return qf_file_writer_commit(&s.w);
 }
 
 qf_status qf_onnx_save(const qf_graph *g, const char *path)

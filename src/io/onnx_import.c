@@ -1,7 +1,9 @@
 /* ONNX import: ModelProto (protobuf-c) -> qf_graph.
  *
- * Steps: pre-check the wire format, unpack, check the opset, then build the
- * graph in three passes over the GraphProto — initializers and inputs, nodes
+ * Steps: map the file, pre-check the wire format, unpack (the graph's
+ * initializers one at a time, see qf_onnx_decode), check the opset, then
+ * build the graph in three passes over the GraphProto — initializers and
+ * inputs, nodes
  * (created with empty input slots so that the ONNX node order need not be
  * topological), then node inputs and graph outputs bound by name. The
  * protobuf is freed before the graph is sorted, folded, inferred and
@@ -21,7 +23,16 @@
 
 typedef struct qf_import {
     qf_graph *g;
-    const Onnx__GraphProto *gp;
+    Onnx__GraphProto *gp;
+    /* The fast path (qf_onnx_split_model): initializers decoded one at a time
+     * from their byte ranges in `data` (the file), each range handed back to
+     * the system once decoded. ninit == 0: they are in gp->initializer. */
+    const uint8_t *data;
+    const qf_onnx_range *init;
+    size_t ninit;
+    qf_file_view *view; /* NULL when data is a caller's buffer */
+    ProtobufCAllocator *alloc;
+    bool *oom;
     qf_node **nodes;    /* qf node of ONNX node i */
     const char **names; /* node name used in messages (ONNX name or generated) */
     uint32_t id0;       /* id of the first node created */
@@ -89,6 +100,24 @@ static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char
     return QF_OK;
 }
 
+/* Initializer i as a tensor (its raw_data buffer taken over, not copied). */
+static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProto *tp)
+{
+    const char *name = qf_str(tp->name);
+    if (!*name) return qf_error(QF_ERR_INVALID, "initializer %zu has no name", i);
+    if (qf_graph_find_value(im->g, name))
+        return qf_error(QF_ERR_INVALID, "initializer '%s' is defined twice", name);
+    char what[300];
+    snprintf(what, sizeof what, "initializer '%.256s'", name);
+    qf_tensor t;
+    QF_TRY(qf_onnx_tensor_take(tp, what, &t));
+    if (!qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t)) {
+        qf_tensor_free(&t);
+        return QF_ERR_NOMEM;
+    }
+    return QF_OK;
+}
+
 static qf_status qf_import_initializers(qf_import *im)
 {
     const Onnx__GraphProto *gp = im->gp;
@@ -97,20 +126,18 @@ static qf_status qf_import_initializers(qf_import *im)
             QF_ERR_UNSUPPORTED, "sparse initializer '%s' (sparse tensors are not supported)",
             gp->sparse_initializer[0]->values ? qf_str(gp->sparse_initializer[0]->values->name)
                                               : "");
-    for (size_t i = 0; i < gp->n_initializer; i++) {
-        const Onnx__TensorProto *tp = gp->initializer[i];
-        const char *name = qf_str(tp->name);
-        if (!*name) return qf_error(QF_ERR_INVALID, "initializer %zu has no name", i);
-        if (qf_graph_find_value(im->g, name))
-            return qf_error(QF_ERR_INVALID, "initializer '%s' is defined twice", name);
-        char what[300];
-        snprintf(what, sizeof what, "initializer '%.256s'", name);
-        qf_tensor t;
-        QF_TRY(qf_onnx_tensor_from_proto(tp, what, &t));
-        if (!qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t)) {
-            qf_tensor_free(&t);
-            return QF_ERR_NOMEM;
-        }
+    for (size_t i = 0; i < gp->n_initializer; i++)
+        QF_TRY(qf_import_initializer(im, i, gp->initializer[i]));
+    for (size_t i = 0; i < im->ninit; i++) {
+        const qf_onnx_range *r = &im->init[i];
+        Onnx__TensorProto *tp = onnx__tensor_proto__unpack(im->alloc, r->len, im->data + r->off);
+        if (!tp) return qf_pb_unpack_failed(*im->oom, "ONNX model");
+        qf_status st = qf_import_initializer(im, i, tp);
+        onnx__tensor_proto__free_unpacked(tp, im->alloc);
+        /* The graph now holds these weights: drop the file's pages of them, so
+         * that the model is in memory about once, not twice, at the peak. */
+        if (im->view) qf_file_view_release(im->view, r->off + r->len);
+        QF_TRY(st);
     }
     return QF_OK;
 }
@@ -154,7 +181,7 @@ static const char *qf_attr_type_name(int t)
 }
 
 static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node,
-                                const Onnx__AttributeProto *a)
+                                Onnx__AttributeProto *a)
 {
     const char *name = qf_str(a->name);
     if (!*name) return qf_error(QF_ERR_INVALID, "node '%s': an attribute has no name", node);
@@ -195,7 +222,7 @@ static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node,
         char what[600];
         snprintf(what, sizeof what, "node '%.256s': attribute '%.256s'", node, name);
         qf_tensor t;
-        QF_TRY(qf_onnx_tensor_from_proto(a->t, what, &t));
+        QF_TRY(qf_onnx_tensor_take(a->t, what, &t));
         qf_status st = qf_node_set_attr_tensor(g, n, name, &t);
         if (st != QF_OK) qf_tensor_free(&t);
         return st;
@@ -376,21 +403,21 @@ static qf_status qf_import_graph(qf_import *im, const Onnx__ModelProto *m)
 }
 
 /* Protobuf -> graph; the ModelProto is freed by the caller right after. */
-static qf_status qf_import_model(const Onnx__ModelProto *m, qf_graph **out)
+static qf_status qf_import_model(qf_import *im, const Onnx__ModelProto *m, qf_graph **out)
 {
     if (!m->has_ir_version || !m->graph)
         return qf_error(QF_ERR_PARSE, "not a valid ONNX model (it has no %s)",
                         m->has_ir_version ? "graph" : "ir_version");
-    qf_import im = {.gp = m->graph};
-    QF_TRY(qf_graph_init(&im.g));
-    qf_status st = qf_import_graph(&im, m);
-    qf_free(im.nodes);
-    qf_free(im.names);
+    im->gp = m->graph;
+    QF_TRY(qf_graph_init(&im->g));
+    qf_status st = qf_import_graph(im, m);
+    qf_free(im->nodes);
+    qf_free(im->names);
     if (st != QF_OK) {
-        qf_graph_free(im.g);
+        qf_graph_free(im->g);
         return st;
     }
-    *out = im.g;
+    *out = im->g;
     return QF_OK;
 }
 
@@ -404,33 +431,70 @@ static qf_status qf_import_finish(qf_graph *g)
     return qf_graph_verify(g);
 }
 
-qf_status qf_onnx_parse(const void *data, size_t size, void *owned, qf_graph **out)
+/* Check, decode and import `data` (the file's bytes: `view` when mapped or
+ * read from a file, NULL for a caller's buffer). `owned` is freed once the
+ * bytes are no longer needed.
+ *
+ * Memory: the usual model (one graph field) is decoded as a skeleton without
+ * initializers, then each initializer on its own; protobuf-c's copy of its
+ * raw_data becomes the tensor's data, and the file's pages of it are handed
+ * back, so the weights exist about once at any time. Any other shape is
+ * decoded whole (the weights twice at the peak, as protobuf-c copies them),
+ * the file's pages handed back right after. */
+static qf_status qf_onnx_decode(const void *data, size_t size, qf_file_view *view, void *owned,
+                                qf_graph **out)
 {
     *out = NULL;
     qf_status st = size ? qf_pb_check(&onnx__model_proto__descriptor, data, size, "ONNX model")
                         : qf_error(QF_ERR_PARSE, "not a valid ONNX model (the file is empty)");
+    qf_onnx_split split = {0};
+    if (st == QF_OK) st = qf_onnx_split_model(data, size, &split);
     Onnx__ModelProto *m = NULL;
     bool oom;
     ProtobufCAllocator alloc = qf_pb_allocator_make(&oom);
     if (st == QF_OK) {
-        m = onnx__model_proto__unpack(&alloc, size, data);
+        if (split.skeleton)
+            m = onnx__model_proto__unpack(&alloc, split.skeleton_size, split.skeleton);
+        else
+            m = onnx__model_proto__unpack(&alloc, size, data);
         if (!m) st = qf_pb_unpack_failed(oom, "ONNX model");
     }
-    /* The file bytes are not needed once decoded: free them before the
-     * weights are copied again, so a big model is held twice, not three times. */
-    qf_free(owned);
-    if (st == QF_OK) st = qf_import_model(m, out);
+    qf_free(split.skeleton);
+    split.skeleton = NULL;
+    if (!split.init) {
+        /* Decoded whole (or failed): the file bytes are not needed any more. */
+        qf_free(owned);
+        owned = NULL;
+        if (view) qf_file_view_release(view, size);
+    }
+    if (st == QF_OK) {
+        qf_import im = {.data = data,
+                        .init = split.init,
+                        .ninit = split.ninit,
+                        .view = view,
+                        .alloc = &alloc,
+                        .oom = &oom};
+        st = qf_import_model(&im, m, out);
+    }
     if (m) onnx__model_proto__free_unpacked(m, &alloc);
+    qf_onnx_split_free(&split);
+    qf_free(owned);
     return st;
 }
 
-/* `owned`, when not NULL, is the buffer holding data (freed once decoded). */
-static qf_status qf_onnx_load_impl(const void *data, size_t size, void *owned, const char *what,
-                                   qf_graph **out)
+qf_status qf_onnx_parse(const void *data, size_t size, void *owned, qf_graph **out)
+{
+    return qf_onnx_decode(data, size, NULL, owned, out);
+}
+
+/* Decode, then finish; `what` (may be NULL) prefixes error messages. */
+static qf_status qf_onnx_load_impl(const void *data, size_t size, qf_file_view *view,
+                                   const char *what, qf_graph **out)
 {
     *out = NULL;
     qf_graph *g = NULL;
-    qf_status st = qf_onnx_parse(data, size, owned, &g);
+    qf_status st = qf_onnx_decode(data, size, view, NULL, &g);
+    if (view) qf_file_view_close(view); /* before the finish steps allocate */
     if (st == QF_OK) {
         st = qf_import_finish(g);
         if (st != QF_OK) qf_graph_free(g);
@@ -448,8 +512,7 @@ qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, q
 qf_status qf_onnx_load(const char *path, qf_graph **out)
 {
     *out = NULL;
-    void *data;
-    size_t size;
-    QF_TRY(qf_file_read(path, &data, &size));
-    return qf_onnx_load_impl(data, size, data, path, out);
+    qf_file_view v;
+    QF_TRY(qf_file_view_open(path, &v));
+    return qf_onnx_load_impl(v.data, v.size, &v, path, out);
 }

@@ -1,5 +1,6 @@
 /* The protobuf side of ONNX: allocator hook, a wire-format pre-check, dtypes,
- * TensorProto -> qf_tensor, and the TensorProto file loader. */
+ * TensorProto -> qf_tensor, the model split of the import fast path, and the
+ * TensorProto file loader. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -172,7 +173,10 @@ static qf_status qf_tensor_typed(const Onnx__TensorProto *tp, const char *what, 
     return QF_OK;
 }
 
-qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, qf_tensor *out)
+/* Shared by the copying and the taking decoder: `take`, when not NULL, is
+ * tp itself, whose raw_data buffer the tensor may take over. */
+static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto *take,
+                                  const char *what, qf_tensor *out)
 {
     memset(out, 0, sizeof *out);
     if (!tp->has_data_type) return qf_error(QF_ERR_PARSE, "%s has no data type", what);
@@ -210,6 +214,20 @@ qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *wha
         return qf_error(QF_ERR_PARSE,
                         "%s has %zu bytes of raw_data, but its shape %s of %s needs %zu", what,
                         tp->raw_data.len, shape, qf_dtype_name(dt), nbytes);
+    if (take && tp->has_raw_data && nbytes && tp->raw_data.data &&
+        (uintptr_t)tp->raw_data.data % esize == 0) {
+        /* protobuf-c allocated raw_data through qf_pb_alloc (qf_malloc) for
+         * exactly these bytes: the tensor takes the buffer over instead of
+         * copying it, and the message forgets it (free_unpacked skips NULL).
+         * The alignment check is for allocation hooks weaker than malloc. */
+        t.data = take->raw_data.data;
+        t.owns = true;
+        take->raw_data.data = NULL;
+        take->raw_data.len = 0;
+        take->has_raw_data = 0;
+        *out = t;
+        return QF_OK;
+    }
     t.data = qf_malloc(nbytes ? nbytes : 1);
     if (!t.data) return QF_ERR_NOMEM;
     t.owns = true;
@@ -226,30 +244,163 @@ qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *wha
     return QF_OK;
 }
 
+qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, qf_tensor *out)
+{
+    return qf_tensor_decode(tp, NULL, what, out);
+}
+
+qf_status qf_onnx_tensor_take(Onnx__TensorProto *tp, const char *what, qf_tensor *out)
+{
+    return qf_tensor_decode(tp, tp, what, out);
+}
+
+/* --- the model split of the import fast path ---------------------------------- */
+
+/* One field of a message: key at `start`, payload from `body` to `end`. */
+typedef struct qf_pb_field {
+    uint64_t num;
+    unsigned wire;
+    size_t start, body, end;
+} qf_pb_field;
+
+/* The field at *pos in data[0, size), or false when the bytes are not a
+ * well-formed field (qf_pb_check has run, so this only guards the walk). */
+static bool qf_pb_next(const uint8_t *data, size_t size, size_t *pos, qf_pb_field *f)
+{
+    const uint8_t *p = data + *pos, *end = data + size;
+    uint64_t key, len;
+    f->start = *pos;
+    if (qf_pb_varint(&p, end, &key)) return false;
+    f->num = key >> 3;
+    f->wire = (unsigned)(key & 7);
+    switch (f->wire) {
+    case 0:
+        f->body = (size_t)(p - data);
+        if (qf_pb_varint(&p, end, &len)) return false;
+        break;
+    case 1:
+    case 5: {
+        size_t n = f->wire == 1 ? 8 : 4;
+        if ((size_t)(end - p) < n) return false;
+        f->body = (size_t)(p - data);
+        p += n;
+        break;
+    }
+    case 2:
+        if (qf_pb_varint(&p, end, &len) || len > (uint64_t)(end - p)) return false;
+        f->body = (size_t)(p - data);
+        p += len;
+        break;
+    default: return false;
+    }
+    f->end = (size_t)(p - data);
+    *pos = f->end;
+    return true;
+}
+
+static size_t qf_pb_put_varint(uint8_t *out, uint64_t v)
+{
+    size_t n = 0;
+    do {
+        uint8_t b = v & 0x7f;
+        v >>= 7;
+        out[n++] = (uint8_t)(b | (v ? 0x80 : 0));
+    } while (v);
+    return n;
+}
+
+/* ModelProto.graph = 7, GraphProto.initializer = 5, both length-delimited. */
+#define QF_PB_MODEL_GRAPH 7
+#define QF_PB_GRAPH_INITIALIZER 5
+
+void qf_onnx_split_free(qf_onnx_split *s)
+{
+    qf_free(s->skeleton);
+    qf_free(s->init);
+    memset(s, 0, sizeof *s);
+}
+
+qf_status qf_onnx_split_model(const void *data, size_t size, qf_onnx_split *out)
+{
+    memset(out, 0, sizeof *out);
+    const uint8_t *d = data;
+    qf_pb_field f, graph = {0};
+    size_t ngraph = 0;
+    for (size_t pos = 0; pos < size;) {
+        if (!qf_pb_next(d, size, &pos, &f)) return QF_OK;
+        if (f.num == QF_PB_MODEL_GRAPH && f.wire == 2) {
+            graph = f;
+            ngraph++;
+        }
+    }
+    /* Two graph fields would be merged by the decoder: leave that to it. */
+    if (ngraph != 1) return QF_OK;
+    size_t ninit = 0, init_bytes = 0;
+    for (size_t pos = graph.body; pos < graph.end;) {
+        if (!qf_pb_next(d, graph.end, &pos, &f)) return QF_OK;
+        if (f.num == QF_PB_GRAPH_INITIALIZER && f.wire == 2) {
+            ninit++;
+            init_bytes += f.end - f.start;
+        }
+    }
+    if (ninit == 0) return QF_OK;
+
+    /* skeleton = model bytes before the graph field, the graph field with
+     * its initializers cut out (new length), the model bytes after it. The
+     * fields keep their order, so decoding it gives the same ModelProto less
+     * the initializers. */
+    size_t body = graph.end - graph.body - init_bytes;
+    uint8_t hdr[1 + 10];
+    hdr[0] = (QF_PB_MODEL_GRAPH << 3) | 2;
+    size_t hlen = 1 + qf_pb_put_varint(hdr + 1, body);
+    out->skeleton_size = graph.start + hlen + body + (size - graph.end);
+    out->skeleton = qf_malloc(out->skeleton_size);
+    out->init = qf_malloc(ninit * sizeof *out->init);
+    if (!out->skeleton || !out->init) {
+        qf_onnx_split_free(out);
+        return QF_ERR_NOMEM;
+    }
+    uint8_t *w = out->skeleton;
+    memcpy(w, d, graph.start);
+    w += graph.start;
+    memcpy(w, hdr, hlen);
+    w += hlen;
+    for (size_t pos = graph.body; pos < graph.end;) {
+        qf_pb_next(d, graph.end, &pos, &f); /* succeeded on the same bytes above */
+        if (f.num == QF_PB_GRAPH_INITIALIZER && f.wire == 2) {
+            out->init[out->ninit++] = (qf_onnx_range){f.body, f.end - f.body};
+        } else {
+            memcpy(w, d + f.start, f.end - f.start);
+            w += f.end - f.start;
+        }
+    }
+    memcpy(w, d + graph.end, size - graph.end);
+    return QF_OK;
+}
+
 qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out)
 {
     memset(out, 0, sizeof *out);
-    void *buf;
-    size_t size;
-    QF_TRY(qf_file_read(path, &buf, &size));
-    qf_status st = size
-                       ? qf_pb_check(&onnx__tensor_proto__descriptor, buf, size, "ONNX tensor file")
-                       : qf_error(QF_ERR_PARSE, "not a valid ONNX tensor file (the file is empty)");
+    qf_file_view v;
+    QF_TRY(qf_file_view_open(path, &v));
+    qf_status st =
+        v.size ? qf_pb_check(&onnx__tensor_proto__descriptor, v.data, v.size, "ONNX tensor file")
+               : qf_error(QF_ERR_PARSE, "not a valid ONNX tensor file (the file is empty)");
     Onnx__TensorProto *tp = NULL;
     bool oom;
     ProtobufCAllocator alloc = qf_pb_allocator_make(&oom);
     if (st == QF_OK) {
-        tp = onnx__tensor_proto__unpack(&alloc, size, buf);
+        tp = onnx__tensor_proto__unpack(&alloc, v.size, v.data);
         if (!tp) st = qf_pb_unpack_failed(oom, "ONNX tensor file");
     }
-    qf_free(buf);
+    qf_file_view_close(&v);
     if (st == QF_OK) {
         char what[300];
         if (tp->name && tp->name[0])
             snprintf(what, sizeof what, "tensor '%.256s'", tp->name);
         else
             snprintf(what, sizeof what, "the tensor");
-        st = qf_onnx_tensor_from_proto(tp, what, out);
+        st = qf_onnx_tensor_take(tp, what, out);
     }
     if (tp) onnx__tensor_proto__free_unpacked(tp, &alloc);
     if (st != QF_OK) return qf_error_prefix(st, "%s: ", path);

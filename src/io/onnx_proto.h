@@ -29,6 +29,32 @@ qf_status qf_onnx_dtype(int code, const char *what, qf_dtype *out);
  * checks dims, rank, element count against the data size. */
 qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, qf_tensor *out);
 
+/* The same, but when raw_data holds the payload the tensor takes over its
+ * buffer instead of copying it (tp's raw_data is then empty). tp must come
+ * from a protobuf-c unpack with qf_pb_allocator_make's allocator. */
+qf_status qf_onnx_tensor_take(Onnx__TensorProto *tp, const char *what, qf_tensor *out);
+
+/* The import fast path. A big model is almost all initializers' raw_data;
+ * decoding the whole ModelProto at once would hold every weight twice (the
+ * file and protobuf-c's copy). The split cuts the graph's initializers out:
+ * `skeleton` is the model without them (small: nodes, inputs, outputs),
+ * `init` the byte range of each initializer's TensorProto in file order,
+ * to be decoded one at a time. Run on bytes that passed qf_pb_check. When
+ * the model does not have the usual shape (not exactly one graph field, no
+ * initializers) nothing is split: skeleton is NULL and the whole model is
+ * decoded as one. */
+typedef struct qf_onnx_range {
+    size_t off, len;
+} qf_onnx_range;
+typedef struct qf_onnx_split {
+    uint8_t *skeleton;
+    size_t skeleton_size;
+    qf_onnx_range *init;
+    size_t ninit;
+} qf_onnx_split;
+qf_status qf_onnx_split_model(const void *data, size_t size, qf_onnx_split *out);
+void qf_onnx_split_free(qf_onnx_split *s);
+
 /* Decode a ModelProto and build the graph, without the sort / fold / infer /
  * verify steps of qf_onnx_load (tests use it on graphs the kernels cannot
  * run yet). `owned` (may be NULL) is freed as soon as data is decoded. */

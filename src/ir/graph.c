@@ -317,6 +317,18 @@ qf_node *qf_graph_find_node(const qf_graph *g, const char *name)
     return qf_name_map_get(&g->impl->node_names, name);
 }
 
+qf_status qf_graph_rename_node(qf_graph *g, qf_node *n, const char *name)
+{
+    qf_node *other = qf_name_map_get(&g->impl->node_names, name);
+    if (other == n) return QF_OK;
+    if (other) return qf_error(QF_ERR_INVALID, "node name '%s' is already in use", name);
+    const char *copy = qf_graph_strdup(g, name);
+    if (!copy) return QF_ERR_NOMEM;
+    qf_name_map_del(&g->impl->node_names, n->name);
+    n->name = copy;
+    return qf_name_map_put(&g->impl->node_names, n->name, n);
+}
+
 qf_status qf_node_set_input(qf_graph *g, qf_node *n, int slot, qf_value *v)
 {
     (void)g;

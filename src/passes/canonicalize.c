@@ -152,8 +152,10 @@ static qf_status qf_canon_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_nod
                     beta, bias ? "" : ", no bias");
     const char *rename;
     QF_TRY(qf_take_over(g, n->outputs[0], lin->outputs[0], &rename));
+    const char *old_name = n->name; /* arena string: outlives the node */
     qf_graph_remove_node(g, n);
     if (rename) QF_TRY(qf_graph_rename_value(g, lin->outputs[0], rename));
+    QF_TRY(qf_graph_rename_node(g, lin, old_name));
     *next = lin->next;
     *changed = true;
     return QF_OK;
@@ -225,9 +227,11 @@ static qf_status qf_canon_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *m, qf_n
     qf_pass_rewrite(ctx, m, NULL, "matmul + add '%s' -> linear", add->name);
     const char *rename;
     QF_TRY(qf_take_over(g, add->outputs[0], lin->outputs[0], &rename));
+    const char *old_name = m->name; /* arena string: outlives the node */
     qf_graph_remove_node(g, add);
     qf_graph_remove_node(g, m);
     if (rename) QF_TRY(qf_graph_rename_value(g, lin->outputs[0], rename));
+    QF_TRY(qf_graph_rename_node(g, lin, old_name));
     *next = lin->next;
     *changed = true;
     return QF_OK;
@@ -276,8 +280,10 @@ static qf_status qf_canon_clip(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *
     qf_pass_rewrite(ctx, n, NULL, "clip(0, 6) -> relu6");
     const char *rename;
     QF_TRY(qf_take_over(g, n->outputs[0], r->outputs[0], &rename));
+    const char *old_name = n->name; /* arena string: outlives the node */
     qf_graph_remove_node(g, n);
     if (rename) QF_TRY(qf_graph_rename_value(g, r->outputs[0], rename));
+    QF_TRY(qf_graph_rename_node(g, r, old_name));
     *changed = true;
     return QF_OK;
 }
