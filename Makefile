@@ -1,15 +1,16 @@
 # qfold — top-level commands. CMake does the building; this file names the jobs.
 #   make          build the library (static + shared) and build/qfold
-#   make test     install what is missing, build, run every test (ctest)
+#   make test     install what is missing, build, run every test (ctest), then
+#                 the fast half of the suite again under ASan + UBSan (test-asan)
 #   make demo     install what is missing, build, run qfold on the bundled example
-#   make test-asan  the whole suite under AddressSanitizer + UBSan (build-asan/)
+#   make test-asan  the tests labelled `asan` under AddressSanitizer + UBSan (build-asan/)
 #   make install  install (PREFIX=/usr/local)
 BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps deps-build test test-asan demo install clean
+.PHONY: all build deps deps-build test test-asan test-asan-run demo install clean
 
 all: build
 
@@ -28,10 +29,17 @@ build: $(BUILD)/CMakeCache.txt
 test: deps
 	$(MAKE) build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-asan-run
 
 test-asan: deps
+	$(MAKE) test-asan-run
+
+# Every C test, the node tests, bad input and the small-model parity run
+# again with AddressSanitizer, LeakSanitizer and UBSan (label `asan`).
+test-asan-run:
 	$(MAKE) build BUILD=build-asan CMAKE_FLAGS="-DQF_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L asan
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j $(JOBS) -L asan
 
 demo: deps
 	$(MAKE) build
