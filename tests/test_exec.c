@@ -519,7 +519,14 @@ static void test_op_errors(void)
     qf_value *din[3] = {ins[0], NULL, qf_graph_add_constant(g, "tm", QF_VALUE_CONSTANT, &tm)};
     n = qf_graph_add_node(g, QF_OP_DROPOUT, "drop", 3, din, 1);
     CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
-    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'drop'", "training_mode");
+    /* The graph is valid (passes may see it); running it is refused. */
+    CHECK_OK(qf_plan_init(&p, g));
+    float xv[6] = {0};
+    qf_tensor xt;
+    qf_tensor_view(&xt, QF_DTYPE_F32, 2, d, xv);
+    const qf_tensor *xin[] = {&xt};
+    CHECK_ERR(qf_plan_run(p, xin, 1), QF_ERR_UNSUPPORTED, "'drop'", "training_mode");
+    qf_plan_free(p);
     qf_graph_free(g);
 }
 

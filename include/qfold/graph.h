@@ -192,6 +192,10 @@ qf_status qf_graph_toposort(qf_graph *g);
 qf_status qf_graph_infer_shapes(qf_graph *g);
 /* Check every invariant: ids, names, SSA, use lists, order, arity, shapes. */
 qf_status qf_graph_verify(const qf_graph *g);
+/* qf_graph_verify, then re-run every node's shape inference and check that
+ * each output's dtype and shape are what the graph says (a rewrite that
+ * forgot to update a type is caught here). The graph must be sorted. */
+qf_status qf_graph_verify_shapes(qf_graph *g);
 /* Mark initializers as parameters / buffers by how the op table's input
  * roles use them (conv weight -> parameter, BN running mean -> buffer). */
 void qf_graph_classify_constants(qf_graph *g);

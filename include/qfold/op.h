@@ -31,12 +31,17 @@ extern "C" {
     X(SQRT,             "sqrt",             "Sqrt")                       \
     X(RECIPROCAL,       "reciprocal",       "Reciprocal")                 \
     X(NEG,              "neg",              "Neg")                        \
+    X(MOD,              "mod",              "Mod")                        \
+    X(EQUAL,            "equal",            "Equal")                      \
+    X(NOT,              "not",              "Not")                        \
+    X(WHERE,            "where",            "Where")                      \
     X(RELU,             "relu",             "Relu")                       \
     X(RELU6,            "relu6",            NULL)                         \
     X(CLIP,             "clip",             "Clip")                       \
     X(LEAKY_RELU,       "leaky_relu",       "LeakyRelu")                  \
     X(SIGMOID,          "sigmoid",          "Sigmoid")                    \
     X(TANH,             "tanh",             "Tanh")                       \
+    X(ERF,              "erf",              "Erf")                        \
     X(HARD_SIGMOID,     "hard_sigmoid",     "HardSigmoid")                \
     X(HARD_SWISH,       "hard_swish",       "HardSwish")                  \
     X(SOFTMAX,          "softmax",          "Softmax")                    \
@@ -53,6 +58,7 @@ extern "C" {
     X(SQUEEZE,          "squeeze",          "Squeeze")                    \
     X(UNSQUEEZE,        "unsqueeze",        "Unsqueeze")                  \
     X(PAD,              "pad",              "Pad")                        \
+    X(EXPAND,           "expand",           "Expand")                     \
     X(IDENTITY,         "identity",         "Identity")                   \
     X(DROPOUT,          "dropout",          "Dropout")                    \
     X(CONSTANT,         "constant",         "Constant")                   \
@@ -60,6 +66,8 @@ extern "C" {
     X(SHAPE,            "shape",            "Shape")                      \
     X(GATHER,           "gather",           "Gather")                     \
     X(CAST,             "cast",             "Cast")                       \
+    X(RANGE,            "range",            "Range")                      \
+    X(SCATTER_ND,       "scatter_nd",       "ScatterND")                  \
     X(QUANTIZE,         "quantize",         "QuantizeLinear")             \
     X(DEQUANTIZE,       "dequantize",       "DequantizeLinear")
 

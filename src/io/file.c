@@ -1,8 +1,9 @@
 /* Whole-file reads, read-only views (mapped when possible) and atomic writes
  * (temporary file + fsync + rename), buffered or not. */
 /* madvise() and its MADV_* hints are not in POSIX (posix_madvise's DONTNEED
- * is a no-op in glibc); _DEFAULT_SOURCE exposes them next to _POSIX_C_SOURCE. */
-#define _DEFAULT_SOURCE
+ * is a no-op in glibc), nor is Linux's sync_file_range(): _GNU_SOURCE exposes
+ * them next to _POSIX_C_SOURCE. Both are used only where they exist. */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -209,9 +210,30 @@ qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsiz
     return QF_OK;
 }
 
+/* Bytes written to the file between two writeback starts. */
+#define QF_WRITEBACK_STEP ((size_t)8 << 20)
+
+/* write() to the file, then, every QF_WRITEBACK_STEP bytes, ask the kernel to
+ * start writing the new pages to disk without waiting for them: the final
+ * fsync then finds most of the file on its way already, instead of starting
+ * the whole transfer only once the last byte is in. */
+static void qf_file_writer_raw(qf_file_writer *w, const void *data, size_t size)
+{
+    if (w->st != QF_OK) return;
+    w->st = qf_write_all(w->fd, data, size, w->tmp);
+    w->off += size;
+#if defined(SYNC_FILE_RANGE_WRITE)
+    if (w->st == QF_OK && w->off - w->synced >= QF_WRITEBACK_STEP) {
+        (void)sync_file_range(w->fd, (off_t)w->synced, (off_t)(w->off - w->synced),
+                              SYNC_FILE_RANGE_WRITE);
+        w->synced = w->off;
+    }
+#endif
+}
+
 static void qf_file_writer_flush(qf_file_writer *w)
 {
-    if (w->st == QF_OK && w->len) w->st = qf_write_all(w->fd, w->buf, w->len, w->tmp);
+    if (w->len) qf_file_writer_raw(w, w->buf, w->len);
     w->len = 0;
 }
 
@@ -222,7 +244,7 @@ void qf_file_writer_put(qf_file_writer *w, const void *data, size_t size)
     if (w->len + size > w->cap) qf_file_writer_flush(w);
     if (size >= w->cap) {
         /* Big pieces (weights) go straight from the caller's memory to the file. */
-        if (w->st == QF_OK) w->st = qf_write_all(w->fd, data, size, w->tmp);
+        qf_file_writer_raw(w, data, size);
         return;
     }
     memcpy(w->buf + w->len, data, size);

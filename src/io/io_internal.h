@@ -37,6 +37,8 @@ typedef struct qf_file_writer {
     unsigned char *buf;
     size_t len, cap;
     size_t written; /* bytes put so far */
+    size_t off;     /* bytes written to the file so far */
+    size_t synced;  /* bytes whose writeback was started */
     qf_status st;
 } qf_file_writer;
 qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsize);

@@ -184,6 +184,34 @@ static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos)
     return QF_OK;
 }
 
+qf_status qf_graph_verify_shapes(qf_graph *g)
+{
+    QF_TRY(qf_graph_verify(g));
+    for (qf_node *n = g->first; n; n = n->next) {
+        enum { MAXO = 16 };
+        qf_tensor saved[MAXO];
+        int no = n->noutputs < MAXO ? n->noutputs : MAXO;
+        for (int i = 0; i < no; i++) saved[i] = n->outputs[i]->type;
+        qf_status st = qf_op_info_get(n->op)->infer(g, n);
+        if (st != QF_OK)
+            return qf_error_prefix(QF_ERR_INVALID, "verifier: shape inference fails on node '%s': ", n->name);
+        for (int i = 0; i < no; i++) {
+            const qf_tensor *a = &saved[i], *b = &n->outputs[i]->type;
+            if (a->dtype == b->dtype && qf_shape_equal(a->ndim, a->dims, b->ndim, b->dims)) continue;
+            char sa[128], sb[128];
+            qf_error(QF_ERR_INVALID, "verifier: value '%s' of node '%s' is %s %s, but its op infers %s %s",
+                     n->outputs[i]->name, n->name, qf_dtype_name(a->dtype),
+                     qf_shape_str(a->ndim, a->dims, sa, sizeof sa), qf_dtype_name(b->dtype),
+                     qf_shape_str(b->ndim, b->dims, sb, sizeof sb));
+            n->outputs[i]->type.dtype = a->dtype;
+            n->outputs[i]->type.ndim = a->ndim;
+            memcpy(n->outputs[i]->type.dims, a->dims, sizeof a->dims);
+            return QF_ERR_INVALID;
+        }
+    }
+    return QF_OK;
+}
+
 void qf_graph_classify_constants(qf_graph *g)
 {
     for (qf_node *n = g->first; n; n = n->next) {

@@ -1,5 +1,5 @@
 /* Activations: Relu, relu6, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid,
- * HardSwish, Softmax.
+ * HardSwish, Softmax, Erf.
  *
  * Float kernels are written once over a type T (float or double) with
  * <tgmath.h>, so exp / tanh pick expf / tanhf for float32. NaN propagates
@@ -173,6 +173,17 @@ qf_status qf_tanh_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n,
 qf_status qf_tanh_forward(const qf_kernel_io *io)
 {
     QF_MAP_FLOAT_(tanh(x));
+    return QF_OK;
+}
+
+/* --- Erf -------------------------------------------------------------------- */
+/* The error function; PyTorch exports exact GELU as x * 0.5 * (1 + erf(x / sqrt 2)).
+ * <tgmath.h> picks erff for float32. */
+qf_status qf_erf_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+
+qf_status qf_erf_forward(const qf_kernel_io *io)
+{
+    QF_MAP_FLOAT_(erf(x));
     return QF_OK;
 }
 

@@ -1,5 +1,5 @@
-/* Elementwise arithmetic: Add, Sub, Mul, Div, Pow (numpy broadcasting) and
- * Sqrt, Reciprocal, Neg.
+/* Elementwise arithmetic: Add, Sub, Mul, Div, Pow, Mod, Equal (numpy broadcasting) and
+ * Sqrt, Reciprocal, Neg, Not.
  *
  * Binary kernels work row by row (see broadcast.h): a row function gets two
  * operand pointers with steps 0 or 1 and specialises the four step patterns,
@@ -413,5 +413,129 @@ qf_status qf_neg_forward(const qf_kernel_io *io)
     case QF_DTYPE_I8: QF_NEG_(int8_t, -p[i]); break;
     default: return unsupported_dtype(io->node, "input", x->dtype);
     }
+    return QF_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mod                                                                       */
+
+/* Mod (opset 10+). fmod = 0 (integers only): the remainder takes the
+ * divisor's sign, as Python's % and torch.remainder; fmod = 1: C's fmod /
+ * truncated %, the dividend's sign. A zero integer divisor is
+ * QF_ERR_NUMERIC. x % -1 is 0 (computed without the MIN % -1 trap). */
+qf_status qf_mod_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    QF_TRY(binary_infer(n));
+    int64_t fmod_attr = qf_node_attr_int(n, "fmod", 0);
+    if (fmod_attr != 0 && fmod_attr != 1)
+        return qf_error(QF_ERR_INVALID, "node '%s' (Mod): fmod must be 0 or 1, got %lld", n->name,
+                        (long long)fmod_attr);
+    qf_dtype dt = n->inputs[0]->type.dtype;
+    if (fmod_attr == 0 && (dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64))
+        return qf_error(QF_ERR_INVALID, "node '%s' (Mod): floating-point inputs need fmod=1", n->name);
+    return QF_OK;
+}
+
+#define QF_MOD_ROW_(fname, T, EXPR)                                                       \
+    static bool fname(const void *a_, int64_t sa, const void *b_, int64_t sb, void *y_,   \
+                      int64_t n)                                                          \
+    {                                                                                     \
+        const T *a = a_, *b = b_;                                                         \
+        T *y = y_;                                                                        \
+        for (int64_t i = 0; i < n; i++) {                                                 \
+            T x = a[i * sa], z = b[i * sb];                                               \
+            if (z == 0) return false;                                                     \
+            y[i] = (T)(EXPR);                                                             \
+        }                                                                                 \
+        return true;                                                                      \
+    }
+
+/* Truncated remainder, then moved into the divisor's sign when they differ. */
+#define QF_PYMOD_(T, x, z) ((z) == -1 ? (T)0 : ((x) % (z) != 0 && (((x) % (z) < 0) != ((z) < 0))) ? (T)((x) % (z) + (z)) : (T)((x) % (z)))
+
+QF_MOD_ROW_(mod_i32, int32_t, QF_PYMOD_(int32_t, x, z))
+QF_MOD_ROW_(mod_i64, int64_t, QF_PYMOD_(int64_t, x, z))
+QF_MOD_ROW_(mod_i8, int8_t, QF_PYMOD_(int8_t, x, z))
+QF_MOD_ROW_(mod_u8, uint8_t, x % z)
+QF_MOD_ROW_(fmod_i32, int32_t, z == -1 ? 0 : x % z)
+QF_MOD_ROW_(fmod_i64, int64_t, z == -1 ? 0 : x % z)
+QF_MOD_ROW_(fmod_i8, int8_t, z == -1 ? 0 : x % z)
+
+/* Float fmod: a zero divisor gives NaN (IEEE), not an error. */
+QF_ROW_(fmod_f32, float, fmodf(x, z))
+QF_ROW_(fmod_f64, double, fmod(x, z))
+
+qf_status qf_mod_forward(const qf_kernel_io *io)
+{
+    /* floats with fmod=0 are refused by inference; the float entries only keep
+     * the table total */
+    static const row_fn py[6] = {fmod_f32, fmod_f64, mod_i32, mod_i64, mod_i8, mod_u8};
+    static const row_fn c[6] = {fmod_f32, fmod_f64, fmod_i32, fmod_i64, fmod_i8, mod_u8};
+    return binary_dispatch(io, qf_node_attr_int(io->node, "fmod", 0) ? c : py);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Equal, Not                                                                */
+
+static const qf_dtype cmp_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, QF_DTYPE_I64,
+                                      QF_DTYPE_I8,  QF_DTYPE_U8,  QF_DTYPE_BOOL};
+
+/* Equal (opset 11+): any dtype on both sides (the same one), a bool output
+ * of the broadcast shape. */
+qf_status qf_equal_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    QF_TRY(check_inputs(n, 2));
+    const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
+    if (a->dtype != b->dtype)
+        return qf_error(QF_ERR_INVALID, "node '%s' (Equal): input dtypes differ (%s and %s)", n->name,
+                        qf_dtype_name(a->dtype), qf_dtype_name(b->dtype));
+    if (!dtype_in(a->dtype, cmp_dtypes, 7)) return unsupported_dtype(n, "input", a->dtype);
+    int ny;
+    int64_t y[QF_MAX_DIMS];
+    QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
+    set_output(n, QF_DTYPE_BOOL, ny, y);
+    return QF_OK;
+}
+
+/* y (bool, one byte) = a[i * sa] == b[i * sb]. */
+#define QF_EQ_ROW_(fname, T)                                                              \
+    static bool fname(const void *a_, int64_t sa, const void *b_, int64_t sb, void *y_,   \
+                      int64_t n)                                                          \
+    {                                                                                     \
+        const T *a = a_, *b = b_;                                                         \
+        uint8_t *y = y_;                                                                  \
+        for (int64_t i = 0; i < n; i++) y[i] = a[i * sa] == b[i * sb];                    \
+        return true;                                                                      \
+    }
+
+QF_EQ_ROW_(eq_f32, float)
+QF_EQ_ROW_(eq_f64, double)
+QF_EQ_ROW_(eq_i32, int32_t)
+QF_EQ_ROW_(eq_i64, int64_t)
+QF_EQ_ROW_(eq_i8, int8_t)
+QF_EQ_ROW_(eq_u8, uint8_t)
+
+qf_status qf_equal_forward(const qf_kernel_io *io)
+{
+    /* follows cmp_dtypes; bool is stored as one byte 0 / 1, compared as u8 */
+    static const row_fn fns[7] = {eq_f32, eq_f64, eq_i32, eq_i64, eq_i8, eq_u8, eq_u8};
+    for (int i = 0; i < 7; i++)
+        if (io->in[0]->dtype == cmp_dtypes[i] && io->in[1]->dtype == cmp_dtypes[i])
+            return binary_run(io, fns[i]);
+    return unsupported_dtype(io->node, "input", io->in[0]->dtype);
+}
+
+static const qf_dtype bool_dtypes[] = {QF_DTYPE_BOOL};
+
+qf_status qf_not_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, bool_dtypes, 1); }
+
+qf_status qf_not_forward(const qf_kernel_io *io)
+{
+    const uint8_t *p = io->in[0]->data;
+    uint8_t *y = io->out[0]->data;
+    int64_t n = qf_tensor_numel(io->in[0]);
+    for (int64_t i = 0; i < n; i++) y[i] = !p[i];
     return QF_OK;
 }

@@ -42,6 +42,12 @@ qf_status qf_reciprocal_infer(qf_graph *g, qf_node *n);
 qf_status qf_reciprocal_forward(const qf_kernel_io *io);
 qf_status qf_neg_infer(qf_graph *g, qf_node *n);
 qf_status qf_neg_forward(const qf_kernel_io *io);
+qf_status qf_mod_infer(qf_graph *g, qf_node *n);
+qf_status qf_mod_forward(const qf_kernel_io *io);
+qf_status qf_equal_infer(qf_graph *g, qf_node *n);
+qf_status qf_equal_forward(const qf_kernel_io *io);
+qf_status qf_not_infer(qf_graph *g, qf_node *n);
+qf_status qf_not_forward(const qf_kernel_io *io);
 
 /* activation.c */
 qf_status qf_relu_infer(qf_graph *g, qf_node *n);
@@ -56,6 +62,8 @@ qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n);
 qf_status qf_sigmoid_forward(const qf_kernel_io *io);
 qf_status qf_tanh_infer(qf_graph *g, qf_node *n);
 qf_status qf_tanh_forward(const qf_kernel_io *io);
+qf_status qf_erf_infer(qf_graph *g, qf_node *n);
+qf_status qf_erf_forward(const qf_kernel_io *io);
 qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n);
 qf_status qf_hard_sigmoid_forward(const qf_kernel_io *io);
 qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n);
@@ -108,6 +116,16 @@ qf_status qf_gather_infer(qf_graph *g, qf_node *n);
 qf_status qf_gather_forward(const qf_kernel_io *io);
 qf_status qf_cast_infer(qf_graph *g, qf_node *n);
 qf_status qf_cast_forward(const qf_kernel_io *io);
+
+/* index.c */
+qf_status qf_expand_infer(qf_graph *g, qf_node *n);
+qf_status qf_expand_forward(const qf_kernel_io *io);
+qf_status qf_where_infer(qf_graph *g, qf_node *n);
+qf_status qf_where_forward(const qf_kernel_io *io);
+qf_status qf_range_infer(qf_graph *g, qf_node *n);
+qf_status qf_range_forward(const qf_kernel_io *io);
+qf_status qf_scatter_nd_infer(qf_graph *g, qf_node *n);
+qf_status qf_scatter_nd_forward(const qf_kernel_io *io);
 
 /* quant.c */
 qf_status qf_quantize_infer(qf_graph *g, qf_node *n);

@@ -804,10 +804,9 @@ qf_status qf_dropout_infer(qf_graph *g, qf_node *n)
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
     const qf_value *tm = qf_lay_in(n, 2);
-    /* A constant training_mode is checked now; one fed at run time, by the kernel. */
-    const qf_value *ratio = qf_lay_in(n, 1);
-    if (tm && qf_value_is_const(tm))
-        QF_TRY(qf_dropout_training(n, &tm->type, ratio ? &ratio->type : NULL));
+    /* Training mode is a property of how the graph is run, not of its
+     * shapes: the graph stays valid (a pass may still see or remove the
+     * node); the inference kernel refuses to run it. */
     if (tm && tm->type.dtype != QF_DTYPE_BOOL)
         return qf_error(QF_ERR_INVALID, "node '%s' (Dropout): training_mode must be bool, got %s",
                         n->name, qf_dtype_name(tm->type.dtype));

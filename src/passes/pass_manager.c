@@ -218,7 +218,7 @@ static qf_status qf_run_one(qf_graph *g, const qf_pass *p, const qf_pass_options
     if (st != QF_OK) return qf_error_prefix(st, "pass '%s': ", p->name);
     if (ctx.oom) return qf_error(QF_ERR_NOMEM, "pass '%s': out of memory recording its report", p->name);
     if (opt->verify) {
-        st = qf_graph_verify(g);
+        st = qf_graph_verify_shapes(g);
         if (st != QF_OK) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", qf_error_message());
@@ -233,7 +233,7 @@ static qf_status qf_run_list(qf_graph *g, const qf_pass *const *passes, int npas
 {
     qf_pass_report *r = &ri->pub;
     if (opt->verify) {
-        qf_status st = qf_graph_verify(g);
+        qf_status st = qf_graph_verify_shapes(g);
         if (st != QF_OK) return qf_error_prefix(st, "graph is invalid before the first pass: ");
     }
     int max_it = opt->fixpoint ? (opt->max_iterations > 0 ? opt->max_iterations : 8) : 1;

@@ -79,7 +79,8 @@ static qf_node *add_node(qf_graph *g, qf_op op, const char *name, int nin, qf_va
 {
     qf_node *n = qf_graph_add_node(g, op, name, nin, in, nout);
     if (!n) exit(100);
-    for (int i = 0; i < nout; i++) set_type(n->outputs[i], QF_DTYPE_F32, ndim, dims);
+    for (int i = 0; i < nout; i++) /* Dropout's second output is its bool mask */
+        set_type(n->outputs[i], op == QF_OP_DROPOUT && i == 1 ? QF_DTYPE_BOOL : QF_DTYPE_F32, ndim, dims);
     return n;
 }
 
@@ -417,7 +418,8 @@ static void test_gemm_skips(void)
     MUST(qf_node_set_attr_int(g, a, "transA", 1));
     qf_value *x2 = qf_graph_add_input(g, "x2", QF_DTYPE_F32, 2, yd);
     qf_value *in2[] = {x, x2};
-    add_node(g, QF_OP_GEMM, "dyn", 2, in2, 1, 2, yd);
+    int64_t dyd[] = {4, 5}; /* [4, 3] x [3, 5] */
+    add_node(g, QF_OP_GEMM, "dyn", 2, in2, 1, 2, dyd);
     int64_t x3d[] = {3, 4};
     qf_value *x3 = qf_graph_add_input(g, "x3", QF_DTYPE_F32, 2, x3d);
     qf_value *in3[] = {x3, add_const(g, "W3", 2, wd, NULL), add_const(g, "C3", 2, bad, NULL)};
@@ -497,7 +499,8 @@ static void test_clip(void)
     qf_node *c = add_node(g, QF_OP_CLIP, "clip6", 3, in, 1, 2, d);
     qf_value *in2[] = {c->outputs[0], add_scalar(g, "lo2", QF_DTYPE_F32, 0), add_scalar(g, "hi2", QF_DTYPE_F32, 5)};
     qf_node *c5 = add_node(g, QF_OP_CLIP, "clip5", 3, in2, 1, 2, d);
-    qf_value *in3[] = {c5->outputs[0], x, NULL};
+    qf_value *lo_dyn = qf_graph_add_input(g, "lo_dyn", QF_DTYPE_F32, 0, NULL); /* a scalar fed at run time */
+    qf_value *in3[] = {c5->outputs[0], lo_dyn, NULL};
     qf_node *cd = add_node(g, QF_OP_CLIP, "clipdyn", 3, in3, 1, 2, d);
     MUST(qf_graph_add_output(g, cd->outputs[0]));
     qf_pass_report *r = run_canon(g);
