@@ -4,6 +4,7 @@
 add_executable(node_runner ${CMAKE_CURRENT_SOURCE_DIR}/node/node_runner.c)
 target_compile_options(node_runner PRIVATE ${QF_WARNINGS})
 target_link_libraries(node_runner PRIVATE qfold_static)
+target_include_directories(node_runner PRIVATE ${CMAKE_SOURCE_DIR}/src)
 
 set(QF_NODE_WORK "${QF_TEST_WORK}/node")
 add_test(NAME node_generate
@@ -15,6 +16,7 @@ set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Di
   Reciprocal Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish Softmax MaxPool AveragePool
   GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeeze Unsqueeze Pad
   Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear
+  Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization
   expanded)
 foreach(op ${QF_NODE_OPS})
   add_test(NAME node_${op} COMMAND node_runner ${QF_NODE_WORK}/manifest/${op}.txt)

@@ -20,6 +20,7 @@ extern "C" {
     X(CONV,             "conv",             "Conv")                       \
     X(CONV_TRANSPOSE,   "conv_transpose",   "ConvTranspose")              \
     X(BATCH_NORM,       "batch_norm",       "BatchNormalization")         \
+    X(LAYER_NORM,       "layer_norm",       "LayerNormalization")         \
     X(GEMM,             "gemm",             "Gemm")                       \
     X(MATMUL,           "matmul",           "MatMul")                     \
     X(LINEAR,           "linear",           NULL)                         \

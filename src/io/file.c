@@ -199,8 +199,8 @@ qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsiz
     memcpy(w->tmp + plen, ".tmp.XXXXXX", 12);
     w->fd = mkstemp(w->tmp);
     if (w->fd < 0) {
-        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s",
-                                path, strerror(errno));
+        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
+                                strerror(errno));
         qf_free(w->tmp);
         qf_free(w->buf);
         memset(w, 0, sizeof *w);

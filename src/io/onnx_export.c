@@ -500,7 +500,8 @@ static void qf_ex_put_msg(qf_ex_stream *s, const ProtobufCMessage *msg)
         s->cap = n;
     }
     if (protobuf_c_message_pack(msg, s->scratch) != n) {
-        qf_file_writer_fail(&s->w, qf_error(QF_ERR_INTERNAL, "protobuf packing went wrong"));
+        qf_file_writer_fail(
+            &s->w, qf_error(QF_ERR_INTERNAL, "%s: protobuf packing went wrong", s->w.path));
         return;
     }
     qf_file_writer_put(&s->w, s->scratch, n);
@@ -560,9 +561,9 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path)
     QF_TRY(qf_file_writer_open(&s.w, path, (size_t)1 << 20));
     qf_ex_put_model(&s, m);
     if (s.w.st == QF_OK && s.w.written != size)
-        qf_file_writer_fail(&s.w, qf_error(QF_ERR_INTERNAL,
-                                           "%s: protobuf packing wrote %zu of %zu bytes", path,
-                                           s.w.written, size));
+        qf_file_writer_fail(&s.w,
+                            qf_error(QF_ERR_INTERNAL, "%s: protobuf packing wrote %zu of %zu bytes",
+                                     path, s.w.written, size));
     qf_free(s.scratch);
     return qf_file_writer_commit(&s.w);
 }

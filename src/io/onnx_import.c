@@ -180,8 +180,7 @@ static const char *qf_attr_type_name(int t)
     }
 }
 
-static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node,
-                                Onnx__AttributeProto *a)
+static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, Onnx__AttributeProto *a)
 {
     const char *name = qf_str(a->name);
     if (!*name) return qf_error(QF_ERR_INVALID, "node '%s': an attribute has no name", node);

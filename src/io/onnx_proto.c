@@ -310,7 +310,7 @@ static size_t qf_pb_put_varint(uint8_t *out, uint64_t v)
 }
 
 /* ModelProto.graph = 7, GraphProto.initializer = 5, both length-delimited. */
-#define QF_PB_MODEL_GRAPH 7
+#define QF_PB_MODEL_GRAPH       7
 #define QF_PB_GRAPH_INITIALIZER 5
 
 void qf_onnx_split_free(qf_onnx_split *s)

@@ -57,8 +57,9 @@ static qf_status qf_idx_pending(const qf_node *n, int slot, const char *what, bo
                     qf_idx_op(n), what, v->name);
 }
 
-/* Copy broadcast operands element by element: out[i] = ops[k][...] with k
- * chosen per element by `pick` (NULL: always operand 0). */
+/* Fill y from broadcast operands element by element: without `ctensor`,
+ * y = ops[0] broadcast; with it, y = cond ? ops[0] : ops[1] (cond is
+ * ctensor's bool data, broadcast too). */
 static void qf_idx_bcast_copy(qf_tensor *y, int nops, const qf_tensor *const *ops, const uint8_t *cond,
                               const qf_tensor *ctensor)
 {

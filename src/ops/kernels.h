@@ -16,6 +16,8 @@ size_t qf_conv_transpose_scratch(const qf_node *n);
 /* norm.c */
 qf_status qf_batch_norm_infer(qf_graph *g, qf_node *n);
 qf_status qf_batch_norm_forward(const qf_kernel_io *io);
+qf_status qf_layer_norm_infer(qf_graph *g, qf_node *n);
+qf_status qf_layer_norm_forward(const qf_kernel_io *io);
 
 /* linear.c */
 qf_status qf_gemm_infer(qf_graph *g, qf_node *n);

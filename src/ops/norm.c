@@ -1,4 +1,5 @@
-/* BatchNormalization (ONNX opsets 11..17), X float32 [N, C, ...] (rank >= 2).
+/* BatchNormalization (ONNX opsets 11..17), X float32 [N, C, ...] (rank >= 2),
+ * and LayerNormalization (opset 17, at the end of the file).
  *
  * Inputs: X, scale (gamma) [C], B (beta) [C], input_mean [C], input_var [C];
  * the four parameter tensors may be float32 or float64.
@@ -18,6 +19,7 @@
  */
 #include <math.h>
 
+#include "broadcast.h"
 #include "kernels.h"
 #include "spatial.h"
 
@@ -137,6 +139,137 @@ qf_status qf_batch_norm_forward(const qf_kernel_io *io)
             const float *p = xd + (b * c + ch) * inner;
             float *q = yd + (b * c + ch) * inner;
             for (int64_t i = 0; i < inner; i++) q[i] = p[i] * af + df;
+        }
+    }
+    return QF_OK;
+}
+
+/* --- LayerNormalization -------------------------------------------------------- */
+/* LayerNormalization (opset 17; PyTorch exports nn.LayerNorm as it from opset
+ * 17, as a ReduceMean / Sub / Pow / Sqrt / Div chain below). X [d0..dr-1] is
+ * normalized over dims axis..r-1 (one "row" of `inner` elements per index of
+ * the leading dims):
+ *     mean = avg(x_row), inv = 1 / sqrt(avg((x - mean)^2) + epsilon)
+ *     y = (x - mean) * inv * Scale + B
+ * Scale and B (optional) broadcast to X.shape[axis:]. The optional outputs
+ * Mean and InvStdDev have shape X.shape[:axis] + [1] * (r - axis). Row
+ * statistics in double. */
+static const char *const ln_names[3] = {"X", "Scale", "B"};
+
+static int ln_axis(const qf_node *n, int rank)
+{
+    int64_t axis = qf_node_attr_int(n, "axis", -1);
+    return (int)(axis < 0 ? axis + rank : axis);
+}
+
+qf_status qf_layer_norm_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    const char *op = qf_spatial_op_label(n);
+    if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): X and Scale are required", n->name, op);
+    const qf_tensor *x = &n->inputs[0]->type;
+    if (x->dtype != QF_DTYPE_F32 && x->dtype != QF_DTYPE_F64)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s, expected float32 or float64",
+                        n->name, op, qf_dtype_name(x->dtype));
+    int64_t axis_attr = qf_node_attr_int(n, "axis", -1);
+    if (axis_attr < -(int64_t)x->ndim || axis_attr >= x->ndim)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld out of range for rank %d", n->name, op,
+                        (long long)axis_attr, x->ndim);
+    int axis = ln_axis(n, x->ndim);
+    int64_t stash = qf_node_attr_int(n, "stash_type", 1);
+    if (stash != 1)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): stash_type %lld (only 1, float32, is supported)",
+                        n->name, op, (long long)stash);
+    for (int i = 1; i < 3 && i < n->ninputs; i++) {
+        const qf_tensor *p = n->inputs[i] ? &n->inputs[i]->type : NULL;
+        if (!p) continue;
+        if (p->dtype != x->dtype)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s has dtype %s, X has %s", n->name, op, ln_names[i],
+                            qf_dtype_name(p->dtype), qf_dtype_name(x->dtype));
+        if (!qf_broadcast_to_ok(p->ndim, p->dims, x->ndim - axis, x->dims + axis)) {
+            char a[128], b[128];
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): %s of shape %s does not broadcast to %s", n->name, op,
+                            ln_names[i], qf_shape_str(p->ndim, p->dims, a, sizeof a),
+                            qf_shape_str(x->ndim - axis, x->dims + axis, b, sizeof b));
+        }
+    }
+    qf_tensor *y = &n->outputs[0]->type;
+    y->dtype = x->dtype;
+    y->ndim = x->ndim;
+    for (int d = 0; d < x->ndim; d++) y->dims[d] = x->dims[d];
+    for (int o = 1; o < n->noutputs; o++) {
+        if (!n->outputs[o]) continue;
+        qf_tensor *t = &n->outputs[o]->type;
+        t->dtype = QF_DTYPE_F32;
+        t->ndim = x->ndim;
+        for (int d = 0; d < x->ndim; d++) t->dims[d] = d < axis ? x->dims[d] : 1;
+    }
+    return QF_OK;
+}
+
+/* Offset of element j of a row (shape dims[0..nd-1]) in an operand that
+ * broadcasts to it with element strides `st` (0 on broadcast dims). */
+static int64_t ln_offset(int64_t j, int nd, const int64_t *dims, const int64_t *st)
+{
+    int64_t off = 0;
+    for (int d = nd - 1; d >= 0; d--) {
+        off += (j % dims[d]) * st[d];
+        j /= dims[d];
+    }
+    return off;
+}
+
+qf_status qf_layer_norm_forward(const qf_kernel_io *io)
+{
+    const qf_node *n = io->node;
+    const qf_tensor *x = io->in[0], *scale = io->in[1], *bias = io->nin > 2 ? io->in[2] : NULL;
+    const int axis = ln_axis(n, x->ndim), nd = x->ndim - axis;
+    const double eps = qf_node_attr_float(n, "epsilon", 1e-5f);
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++) outer *= x->dims[d];
+    for (int d = axis; d < x->ndim; d++) inner *= x->dims[d];
+    int64_t sst[QF_MAX_DIMS] = {0}, bst[QF_MAX_DIMS] = {0};
+    qf_broadcast_strides(scale->ndim, scale->dims, nd, x->dims + axis, sst);
+    if (bias) qf_broadcast_strides(bias->ndim, bias->dims, nd, x->dims + axis, bst);
+    const bool sfull = qf_tensor_numel(scale) == inner, bfull = !bias || qf_tensor_numel(bias) == inner;
+    qf_tensor *y = io->out[0];
+    qf_tensor *mo = io->nout > 1 ? io->out[1] : NULL, *io_inv = io->nout > 2 ? io->out[2] : NULL;
+
+    for (int64_t r = 0; r < outer; r++) {
+        const int64_t base = r * inner;
+        double s = 0.0, ss = 0.0;
+        for (int64_t j = 0; j < inner; j++) s += qf_tensor_get_f64(x, base + j);
+        const double mu = inner ? s / (double)inner : 0.0;
+        for (int64_t j = 0; j < inner; j++) {
+            double d = qf_tensor_get_f64(x, base + j) - mu;
+            ss += d * d;
+        }
+        const double v = inner ? ss / (double)inner : 0.0;
+        if (!(v + eps > 0.0))
+            return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): row %lld: variance %g + epsilon %g is not > 0",
+                            n->name, qf_spatial_op_label(n), (long long)r, v, eps);
+        /* stash_type 1: the statistics are float32 and y is computed from
+         * them, as the ONNX definition does. */
+        const float muf = (float)mu, invf = (float)(1.0 / sqrt(v + eps));
+        if (mo && mo->data) ((float *)mo->data)[r] = muf;
+        if (io_inv && io_inv->data) ((float *)io_inv->data)[r] = invf;
+        if (x->dtype == QF_DTYPE_F32) {
+            const float *p = (const float *)x->data + base, *sc = scale->data, *bi = bias ? bias->data : NULL;
+            float *q = (float *)y->data + base;
+            for (int64_t j = 0; j < inner; j++) {
+                float gs = sc[sfull ? j : ln_offset(j, nd, x->dims + axis, sst)];
+                float bb = bi ? bi[bfull ? j : ln_offset(j, nd, x->dims + axis, bst)] : 0.0f;
+                q[j] = (p[j] - muf) * invf * gs + bb;
+            }
+        } else {
+            const double *p = (const double *)x->data + base, *sc = scale->data, *bi = bias ? bias->data : NULL;
+            double *q = (double *)y->data + base;
+            for (int64_t j = 0; j < inner; j++) {
+                double gs = sc[sfull ? j : ln_offset(j, nd, x->dims + axis, sst)];
+                double bb = bi ? bi[bfull ? j : ln_offset(j, nd, x->dims + axis, bst)] : 0.0;
+                q[j] = (p[j] - mu) * (1.0 / sqrt(v + eps)) * gs + bb;
+            }
         }
     }
     return QF_OK;

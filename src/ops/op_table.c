@@ -18,6 +18,7 @@ const qf_op_info qf_op_table[QF_OP_COUNT] = {
     QF_OP_ROW_(CONV, conv, 2, 3, 1, 1, qf_conv_scratch, QF_ROLE_DATA, QF_ROLE_WEIGHT, QF_ROLE_BIAS),
     QF_OP_ROW_(CONV_TRANSPOSE, conv_transpose, 2, 3, 1, 1, qf_conv_transpose_scratch, QF_ROLE_DATA, QF_ROLE_WEIGHT, QF_ROLE_BIAS),
     QF_OP_ROW_(BATCH_NORM, batch_norm, 5, 5, 1, 3, NULL, QF_ROLE_DATA, QF_ROLE_BN_SCALE, QF_ROLE_BN_SHIFT, QF_ROLE_BN_STAT, QF_ROLE_BN_STAT),
+    QF_OP_ROW_(LAYER_NORM, layer_norm, 2, 3, 1, 3, NULL, QF_ROLE_DATA, QF_ROLE_WEIGHT, QF_ROLE_BIAS),
     QF_OP_ROW_(GEMM, gemm, 2, 3, 1, 1, NULL, QF_ROLE_DATA, QF_ROLE_WEIGHT, QF_ROLE_BIAS),
     QF_OP_ROW_(MATMUL, matmul, 2, 2, 1, 1, NULL, QF_ROLE_DATA, QF_ROLE_WEIGHT),
     QF_OP_ROW_(LINEAR, linear, 2, 3, 1, 1, NULL, QF_ROLE_DATA, QF_ROLE_WEIGHT, QF_ROLE_BIAS),

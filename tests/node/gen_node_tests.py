@@ -36,7 +36,8 @@ from onnx.backend.test import cmd_tools  # noqa: E402
 OPS = """Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Div Pow Sqrt
 Reciprocal Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish Softmax MaxPool AveragePool
 GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeeze Unsqueeze Pad
-Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear""".split()
+Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear
+Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization""".split()
 
 MIN_OPSET = 11
 MAX_OPSET = 17

@@ -6,8 +6,10 @@
  *
  * Each test directory holds model.onnx, qf_meta.txt (input / output names in
  * order, written by gen_node_tests.py) and test_data_set_0/{input,output}_<j>.pb.
- * int64 and bool inputs are bound as constants (shape-like operands must be
- * constant for qfold's static shapes); the others set the input shapes.
+ * int64 and bool inputs, and any input that feeds a shape operand of an op
+ * (Range's start / limit / delta), are bound as constants (shape-like
+ * operands must be constant for qfold's static shapes); the others set the
+ * input shapes.
  * Floats compare as onnx's backend does (|got - want| <= atol + rtol |want|,
  * rtol 1e-3, atol 1e-7); integers and bools exactly. One line per test, then
  * "N passed, M failed"; exit status 1 if any failed or none ran.
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/op_table.h"
 #include "qfold/exec.h"
 #include "qfold/io.h"
 
@@ -53,6 +56,17 @@ static int nr_read_meta(const char *dir, nr_meta *m, char *err, size_t errsz)
     }
     fclose(f);
     return 0;
+}
+
+/* Whether graph input v is read by some node as a shape operand. */
+static bool nr_feeds_shape(const qf_value *v)
+{
+    for (int u = 0; u < v->nuses; u++) {
+        const qf_use *use = &v->uses[u];
+        if (use->slot < QF_MAX_ROLES && qf_op_info_get(use->node->op)->roles[use->slot] == QF_ROLE_SHAPE)
+            return true;
+    }
+    return false;
 }
 
 static int nr_input_index(const qf_graph *g, const char *name)
@@ -177,7 +191,7 @@ static int nr_run_test(const char *dir, char *err, size_t errsz)
     for (int j = 0; j < m.nin; j++) {
         int i = nr_input_index(g, m.in[j]);
         if (i < 0) continue;
-        if (in[j].dtype == QF_DTYPE_I64 || in[j].dtype == QF_DTYPE_BOOL) {
+        if (in[j].dtype == QF_DTYPE_I64 || in[j].dtype == QF_DTYPE_BOOL || nr_feeds_shape(g->inputs[i])) {
             qf_tensor t;
             if ((st = qf_tensor_copy(&t, &in[j])) != QF_OK ||
                 (st = qf_graph_bind_input(g, i, &t)) != QF_OK) {

@@ -9,7 +9,7 @@ For each MODEL (default: every model of SWEEP below) it
 1. builds the torchvision model with weights=None, randomizes every BatchNorm's
    running statistics, gamma and beta (a fresh BN is the identity and hides
    bugs), puts it in eval() and exports it with training=PRESERVE (BN kept),
-   do_constant_folding=False, opset 14;
+   do_constant_folding=False, opset 14 (--opset);
 2. runs `qfold run` and compares with torch:
    max|qfold - torch| <= 1e-4 * max(1, max|torch|);
 3. runs `qfold fuse`, counts the BatchNormalization nodes before / after and
@@ -76,6 +76,8 @@ SWEEP = {
     "vit_b_16": ({"image_size": 64}, 64),
     "swin_t": ({}, 64),
     "maxvit_t": ({}, 224),
+    "swin_v2_t": ({}, 64),
+    "vit_b_32": ({"image_size": 64}, 64),
 }
 
 
@@ -99,20 +101,30 @@ def randomize_bn(model, gen):
     return n
 
 
-def build(name, work):
+def randomize_zero_weights(model, gen):
+    """Weights that start all zero (ViT's head and class token) would make
+    the output constant: give them small random values."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and not torch.any(p):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+
+
+def build(name, work, opset):
     """Export NAME; returns (onnx path, input .npy path, torch output array)."""
     kwargs, side = SWEEP.get(name, ({}, 64))
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1234)
     model = getattr(torchvision.models, name)(weights=None, **kwargs)
     randomize_bn(model, gen)
+    randomize_zero_weights(model, gen)
     model.eval()
     x = torch.randn(1, 3, side, side, generator=gen)
     with torch.no_grad():
         y = model(x)
     path = os.path.join(work, name + ".onnx")
     torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["output"],
-                      opset_version=OPSET, training=torch.onnx.TrainingMode.PRESERVE,
+                      opset_version=opset, training=torch.onnx.TrainingMode.PRESERVE,
                       do_constant_folding=False)
     xin = os.path.join(work, name + ".in0.npy")
     np.save(xin, x.numpy().astype(np.float32))
@@ -189,7 +201,7 @@ def sweep_one(name, args):
     row = {"model": name, "amax": "-", "run": "-", "bn": "-", "ort": "-", "ok": False, "why": ""}
     work = args.work
     try:
-        path, xin, ref = build(name, work)
+        path, xin, ref = build(name, work, args.opset)
     except Exception as e:  # the model itself does not export: not qfold's business
         row["why"] = f"export: {str(e).splitlines()[0][:140]}"
         row["ok"] = None
@@ -257,6 +269,7 @@ def main():
     ap.add_argument("--strict", action="store_true", help="exit 1 when any model fails")
     ap.add_argument("--keep", action="store_true", help="keep the exported and fused files")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--opset", type=int, default=OPSET, help=f"export opset (default {OPSET})")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_intermixed_args()
     if args.list:
