@@ -220,6 +220,24 @@ static int64_t ln_offset(int64_t j, int nd, const int64_t *dims, const int64_t *
     return off;
 }
 
+/* Mean and biased variance of one row, in double: the mean, then the
+ * centred sum of squares. */
+#define QF_LN_STATS_(fname, T)                                              \
+    static void fname(const T *p, int64_t len, double *mu, double *var)     \
+    {                                                                       \
+        double s = 0.0, ss = 0.0;                                           \
+        for (int64_t j = 0; j < len; j++) s += p[j];                        \
+        *mu = len ? s / (double)len : 0.0;                                  \
+        for (int64_t j = 0; j < len; j++) {                                 \
+            double d = p[j] - *mu;                                          \
+            ss += d * d;                                                    \
+        }                                                                   \
+        *var = len ? ss / (double)len : 0.0;                                \
+    }
+
+QF_LN_STATS_(ln_stats_f32, float)
+QF_LN_STATS_(ln_stats_f64, double)
+
 qf_status qf_layer_norm_forward(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
@@ -238,14 +256,9 @@ qf_status qf_layer_norm_forward(const qf_kernel_io *io)
 
     for (int64_t r = 0; r < outer; r++) {
         const int64_t base = r * inner;
-        double s = 0.0, ss = 0.0;
-        for (int64_t j = 0; j < inner; j++) s += qf_tensor_get_f64(x, base + j);
-        const double mu = inner ? s / (double)inner : 0.0;
-        for (int64_t j = 0; j < inner; j++) {
-            double d = qf_tensor_get_f64(x, base + j) - mu;
-            ss += d * d;
-        }
-        const double v = inner ? ss / (double)inner : 0.0;
+        double mu, v;
+        if (x->dtype == QF_DTYPE_F32) ln_stats_f32((const float *)x->data + base, inner, &mu, &v);
+        else ln_stats_f64((const double *)x->data + base, inner, &mu, &v);
         if (!(v + eps > 0.0))
             return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): row %lld: variance %g + epsilon %g is not > 0",
                             n->name, qf_spatial_op_label(n), (long long)r, v, eps);
