@@ -11,22 +11,17 @@
 
 #include "kernels.h"
 
-static const char *op_label(const qf_node *n)
-{
-    return qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : qf_op_name(n->op);
-}
-
 static qf_status unsupported_dtype(const qf_node *n, qf_dtype dt)
 {
     return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input dtype %s is not supported", n->name,
-                    op_label(n), qf_dtype_name(dt));
+                    qf_op_label(n), qf_dtype_name(dt));
 }
 
 /* Output = input's dtype and shape, after checking the dtype is allowed. */
 static qf_status same_infer(qf_node *n, const qf_dtype *allowed, int count)
 {
     if (n->ninputs < 1 || !n->inputs[0])
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input 0 is missing", n->name, op_label(n));
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input 0 is missing", n->name, qf_op_label(n));
     const qf_tensor *x = &n->inputs[0]->type;
     bool ok = false;
     for (int i = 0; i < count; i++) ok |= x->dtype == allowed[i];
@@ -218,6 +213,7 @@ static bool softmax_legacy(int64_t opset) { return opset > 0 && opset < 13; }
 
 static qf_status softmax_axis(const qf_node *n, int64_t opset, int ndim, int *axis)
 {
+    *axis = 0; /* defined on every path */
     int64_t a = qf_node_attr_int(n, "axis", softmax_legacy(opset) ? 1 : -1);
     if (a < -ndim || a >= ndim || ndim == 0)
         return qf_error(QF_ERR_INVALID, "node '%s' (Softmax): axis %lld out of range for rank %d", n->name,

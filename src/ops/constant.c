@@ -7,14 +7,6 @@
 
 #include "kernels.h"
 
-static void qf_cst_set(qf_node *n, int i, qf_dtype dt, int ndim, const int64_t *dims)
-{
-    qf_tensor *t = &n->outputs[i]->type;
-    t->dtype = dt;
-    t->ndim = ndim;
-    for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
-}
-
 /* ONNX TensorProto.DataType names, for messages about dtypes qfold lacks. */
 static const char *qf_cst_onnx_dtype(int64_t code)
 {
@@ -71,12 +63,12 @@ qf_status qf_constant_infer(qf_graph *g, qf_node *n)
         if (!qf_dtype_valid(a->t->dtype))
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (Constant): dtype %s is not supported",
                             n->name, qf_cst_onnx_dtype(a->t->dtype));
-        qf_cst_set(n, 0, a->t->dtype, a->t->ndim, a->t->dims);
+        qf_set_output(n, 0, a->t->dtype, a->t->ndim, a->t->dims);
         break;
-    case QF_ATTR_FLOAT: qf_cst_set(n, 0, QF_DTYPE_F32, 0, NULL); break;
-    case QF_ATTR_INT: qf_cst_set(n, 0, QF_DTYPE_I64, 0, NULL); break;
-    case QF_ATTR_FLOATS: qf_cst_set(n, 0, QF_DTYPE_F32, 1, &len); break;
-    case QF_ATTR_INTS: qf_cst_set(n, 0, QF_DTYPE_I64, 1, &len); break;
+    case QF_ATTR_FLOAT: qf_set_output(n, 0, QF_DTYPE_F32, 0, NULL); break;
+    case QF_ATTR_INT: qf_set_output(n, 0, QF_DTYPE_I64, 0, NULL); break;
+    case QF_ATTR_FLOATS: qf_set_output(n, 0, QF_DTYPE_F32, 1, &len); break;
+    case QF_ATTR_INTS: qf_set_output(n, 0, QF_DTYPE_I64, 1, &len); break;
     case QF_ATTR_STRING: break;
     }
     return QF_OK;
@@ -135,7 +127,7 @@ qf_status qf_constant_of_shape_infer(qf_graph *g, qf_node *n)
     if (!qf_value_is_const(s) && s->kind == QF_VALUE_INPUT && s->type.ndim == 1 &&
         s->type.dims[0] >= 0 && s->type.dims[0] <= QF_MAX_DIMS) {
         int64_t unknown[QF_MAX_DIMS] = {-1, -1, -1, -1, -1, -1, -1, -1};
-        qf_cst_set(n, 0, dt, (int)s->type.dims[0], unknown);
+        qf_set_output(n, 0, dt, (int)s->type.dims[0], unknown);
         return QF_OK;
     }
     if (!qf_value_is_const(s))
@@ -157,7 +149,7 @@ qf_status qf_constant_of_shape_infer(qf_graph *g, qf_node *n)
             return qf_error(QF_ERR_INVALID, "node '%s' (ConstantOfShape): negative dimension %lld",
                             n->name, (long long)dims[i]);
     }
-    qf_cst_set(n, 0, dt, (int)k, dims);
+    qf_set_output(n, 0, dt, (int)k, dims);
     return QF_OK;
 }
 
@@ -192,7 +184,7 @@ qf_status qf_shape_infer(qf_graph *g, qf_node *n)
     int64_t s, e;
     qf_shape_range(n, n->inputs[0]->type.ndim, &s, &e);
     int64_t len = e - s;
-    qf_cst_set(n, 0, QF_DTYPE_I64, 1, &len);
+    qf_set_output(n, 0, QF_DTYPE_I64, 1, &len);
     return QF_OK;
 }
 
@@ -228,7 +220,7 @@ qf_status qf_gather_infer(qf_graph *g, qf_node *n)
     for (int i = 0; i < a; i++) dims[k++] = x->dims[i];
     for (int i = 0; i < ix->ndim; i++) dims[k++] = ix->dims[i];
     for (int i = a + 1; i < x->ndim; i++) dims[k++] = x->dims[i];
-    qf_cst_set(n, 0, x->dtype, r, dims);
+    qf_set_output(n, 0, x->dtype, r, dims);
     return QF_OK;
 }
 
@@ -266,7 +258,7 @@ qf_status qf_cast_infer(qf_graph *g, qf_node *n)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (Cast): cast to %s (dtype %lld) is not supported",
                         n->name, qf_cst_onnx_dtype(a->i), (long long)a->i);
     const qf_tensor *x = &n->inputs[0]->type;
-    qf_cst_set(n, 0, (qf_dtype)a->i, x->ndim, x->dims);
+    qf_set_output(n, 0, (qf_dtype)a->i, x->ndim, x->dims);
     return QF_OK;
 }
 

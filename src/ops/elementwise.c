@@ -14,19 +14,6 @@
 #include "broadcast.h"
 #include "kernels.h"
 
-static const char *op_label(const qf_node *n)
-{
-    return qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : qf_op_name(n->op);
-}
-
-static void set_output(qf_node *n, qf_dtype dt, int ndim, const int64_t *dims)
-{
-    qf_tensor *t = &n->outputs[0]->type;
-    t->dtype = dt;
-    t->ndim = ndim;
-    memcpy(t->dims, dims, sizeof(int64_t) * (size_t)ndim);
-}
-
 static bool dtype_in(qf_dtype dt, const qf_dtype *set, int count)
 {
     for (int i = 0; i < count; i++)
@@ -37,17 +24,17 @@ static bool dtype_in(qf_dtype dt, const qf_dtype *set, int count)
 static qf_status check_inputs(const qf_node *n, int count)
 {
     if (n->ninputs != count)
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects %d inputs, has %d", n->name, op_label(n),
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects %d inputs, has %d", n->name, qf_op_label(n),
                         count, n->ninputs);
     for (int i = 0; i < count; i++)
         if (!n->inputs[i])
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, op_label(n), i);
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
     return QF_OK;
 }
 
 static qf_status unsupported_dtype(const qf_node *n, const char *what, qf_dtype dt)
 {
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s dtype %s is not supported", n->name, op_label(n),
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s dtype %s is not supported", n->name, qf_op_label(n),
                     what, qf_dtype_name(dt));
 }
 
@@ -62,13 +49,13 @@ static qf_status binary_infer(qf_node *n)
     QF_TRY(check_inputs(n, 2));
     const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
     if (a->dtype != b->dtype)
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input dtypes differ (%s and %s)", n->name, op_label(n),
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input dtypes differ (%s and %s)", n->name, qf_op_label(n),
                         qf_dtype_name(a->dtype), qf_dtype_name(b->dtype));
     if (!dtype_in(a->dtype, arith_dtypes, 6)) return unsupported_dtype(n, "input", a->dtype);
     int ny;
     int64_t y[QF_MAX_DIMS];
     QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
-    set_output(n, a->dtype, ny, y);
+    qf_set_output(n, 0, a->dtype, ny, y);
     return QF_OK;
 }
 
@@ -91,7 +78,7 @@ qf_status qf_pow_infer(qf_graph *g, qf_node *n)
     int ny;
     int64_t y[QF_MAX_DIMS];
     QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
-    set_output(n, a->dtype, ny, y);
+    qf_set_output(n, 0, a->dtype, ny, y);
     return QF_OK;
 }
 
@@ -100,7 +87,7 @@ static qf_status unary_infer(qf_node *n, const qf_dtype *allowed, int count)
     QF_TRY(check_inputs(n, 1));
     const qf_tensor *x = &n->inputs[0]->type;
     if (!dtype_in(x->dtype, allowed, count)) return unsupported_dtype(n, "input", x->dtype);
-    set_output(n, x->dtype, x->ndim, x->dims);
+    qf_set_output(n, 0, x->dtype, x->ndim, x->dims);
     return QF_OK;
 }
 
@@ -228,7 +215,7 @@ static qf_status binary_run(const qf_kernel_io *io, row_fn fn)
     }
     if (!ok)
         return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): integer division by zero", io->node->name,
-                        op_label(io->node));
+                        qf_op_label(io->node));
     return QF_OK;
 }
 
@@ -495,7 +482,7 @@ qf_status qf_equal_infer(qf_graph *g, qf_node *n)
     int ny;
     int64_t y[QF_MAX_DIMS];
     QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
-    set_output(n, QF_DTYPE_BOOL, ny, y);
+    qf_set_output(n, 0, QF_DTYPE_BOOL, ny, y);
     return QF_OK;
 }
 

@@ -16,28 +16,14 @@
 #include "broadcast.h"
 #include "kernels.h"
 
-static const char *qf_idx_op(const qf_node *n)
-{
-    const char *onnx = qf_op_onnx_name(n->op);
-    return onnx ? onnx : qf_op_name(n->op);
-}
-
-static void qf_idx_set(qf_node *n, qf_dtype dt, int ndim, const int64_t *dims)
-{
-    qf_tensor *t = &n->outputs[0]->type;
-    t->dtype = dt;
-    t->ndim = ndim;
-    for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
-}
-
 static qf_status qf_idx_inputs(const qf_node *n, int count)
 {
     if (n->ninputs != count)
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects %d inputs, has %d", n->name, qf_idx_op(n),
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects %d inputs, has %d", n->name, qf_op_label(n),
                         count, n->ninputs);
     for (int i = 0; i < count; i++)
         if (!n->inputs[i])
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_idx_op(n), i);
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
     return QF_OK;
 }
 
@@ -54,7 +40,7 @@ static qf_status qf_idx_pending(const qf_node *n, int slot, const char *what, bo
     }
     return qf_error(QF_ERR_UNSUPPORTED,
                     "node '%s' (%s): %s '%s' is not a constant (dynamic shapes are not supported)", n->name,
-                    qf_idx_op(n), what, v->name);
+                    qf_op_label(n), what, v->name);
 }
 
 /* Fill y from broadcast operands element by element: without `ctensor`,
@@ -107,7 +93,7 @@ qf_status qf_expand_infer(qf_graph *g, qf_node *n)
         /* A dim of `shape` may be 1 (keep x's) or anything: unknown. */
         int nd = (int)k > x->ndim ? (int)k : x->ndim;
         for (int d = 0; d < nd; d++) shape[d] = -1;
-        qf_idx_set(n, x->dtype, nd, shape);
+        qf_set_output(n, 0, x->dtype, nd, shape);
         return QF_OK;
     }
     for (int64_t i = 0; i < k; i++) {
@@ -119,7 +105,7 @@ qf_status qf_expand_infer(qf_graph *g, qf_node *n)
     int ny;
     int64_t y[QF_MAX_DIMS];
     QF_TRY(qf_broadcast_infer(n, x->ndim, x->dims, (int)k, shape, &ny, y));
-    qf_idx_set(n, x->dtype, ny, y);
+    qf_set_output(n, 0, x->dtype, ny, y);
     return QF_OK;
 }
 
@@ -148,7 +134,7 @@ qf_status qf_where_infer(qf_graph *g, qf_node *n)
     int64_t d1[QF_MAX_DIMS], d2[QF_MAX_DIMS];
     QF_TRY(qf_broadcast_infer(n, c->ndim, c->dims, x->ndim, x->dims, &n1, d1));
     QF_TRY(qf_broadcast_infer(n, n1, d1, z->ndim, z->dims, &n2, d2));
-    qf_idx_set(n, x->dtype, n2, d2);
+    qf_set_output(n, 0, x->dtype, n2, d2);
     return QF_OK;
 }
 
@@ -213,7 +199,7 @@ qf_status qf_range_infer(qf_graph *g, qf_node *n)
     int64_t len = -1;
     if (!any_pending)
         QF_TRY(qf_range_length(n, &n->inputs[0]->type, &n->inputs[1]->type, &n->inputs[2]->type, &len));
-    qf_idx_set(n, dt, 1, &len);
+    qf_set_output(n, 0, dt, 1, &len);
     return QF_OK;
 }
 
@@ -260,6 +246,7 @@ typedef enum { QF_SCATTER_NONE, QF_SCATTER_ADD, QF_SCATTER_MUL } qf_scatter_mode
 
 static qf_status qf_scatter_mode_of(const qf_node *n, qf_scatter_mode *mode)
 {
+    *mode = QF_SCATTER_NONE; /* defined on every path */
     const char *r = qf_node_attr_string(n, "reduction", "none");
     if (strcmp(r, "none") == 0) *mode = QF_SCATTER_NONE;
     else if (strcmp(r, "add") == 0) *mode = QF_SCATTER_ADD;
@@ -310,7 +297,7 @@ qf_status qf_scatter_nd_infer(qf_graph *g, qf_node *n)
                             qf_shape_str(x->ndim, x->dims, c, sizeof c));
         }
     }
-    qf_idx_set(n, x->dtype, x->ndim, x->dims);
+    qf_set_output(n, 0, x->dtype, x->ndim, x->dims);
     return QF_OK;
 }
 

@@ -9,20 +9,6 @@
 
 #include "kernels.h"
 
-static const char *qf_lay_op(const qf_node *n)
-{
-    const char *onnx = qf_op_onnx_name(n->op);
-    return onnx ? onnx : qf_op_name(n->op);
-}
-
-static void qf_lay_set(qf_node *n, int i, qf_dtype dt, int ndim, const int64_t *dims)
-{
-    qf_tensor *t = &n->outputs[i]->type;
-    t->dtype = dt;
-    t->ndim = ndim;
-    for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
-}
-
 static const qf_value *qf_lay_in(const qf_node *n, int slot)
 {
     return slot < n->ninputs ? n->inputs[slot] : NULL;
@@ -31,10 +17,11 @@ static const qf_value *qf_lay_in(const qf_node *n, int slot)
 /* Axis in [-rank, rank - 1] (or [-rank, rank] with `inclusive`), made >= 0. */
 static qf_status qf_lay_axis(const qf_node *n, int64_t axis, int rank, bool inclusive, int *out)
 {
+    *out = 0; /* defined on every path: callers read it only on success */
     int64_t hi = inclusive ? rank : rank - 1;
     if (axis < -(int64_t)rank || axis > hi)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld out of range for rank %d", n->name,
-                        qf_lay_op(n), (long long)axis, rank);
+                        qf_op_label(n), (long long)axis, rank);
     *out = (int)(axis < 0 ? axis + rank : axis);
     return QF_OK;
 }
@@ -48,17 +35,17 @@ static qf_status qf_lay_const_ints(const qf_node *n, int slot, const char *what,
     if (!qf_value_is_const(v))
         return qf_error(QF_ERR_UNSUPPORTED,
                         "node '%s' (%s): %s '%s' is not a constant (dynamic shapes are not supported)",
-                        n->name, qf_lay_op(n), what, v ? v->name : "?");
+                        n->name, qf_op_label(n), what, v ? v->name : "?");
     if (v->type.dtype != QF_DTYPE_I64 && v->type.dtype != QF_DTYPE_I32)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s must be int64, got %s", n->name,
-                        qf_lay_op(n), what, qf_dtype_name(v->type.dtype));
+                        qf_op_label(n), what, qf_dtype_name(v->type.dtype));
     if (v->type.ndim > 1)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s must be 1-D, got rank %d", n->name,
-                        qf_lay_op(n), what, v->type.ndim);
+                        qf_op_label(n), what, v->type.ndim);
     int64_t k = qf_tensor_numel(&v->type);
     if (k > max)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s has %lld entries (at most %d)", n->name,
-                        qf_lay_op(n), what, (long long)k, max);
+                        qf_op_label(n), what, (long long)k, max);
     for (int64_t i = 0; i < k; i++) out[i] = qf_tensor_get_i64(&v->type, i);
     *count = (int)k;
     return QF_OK;
@@ -79,7 +66,7 @@ static qf_status qf_lay_pending(const qf_node *n, int slot, const char *what, bo
     }
     return qf_error(QF_ERR_UNSUPPORTED,
                     "node '%s' (%s): %s '%s' is not a constant (dynamic shapes are not supported)",
-                    n->name, qf_lay_op(n), what, v->name);
+                    n->name, qf_op_label(n), what, v->name);
 }
 
 /* An output of rank `ndim` whose dims wait for a pending operand. */
@@ -88,10 +75,10 @@ static qf_status qf_lay_set_unknown(qf_node *n, int i, qf_dtype dt, int64_t ndim
     if (ndim < 0 || ndim > QF_MAX_DIMS)
         return qf_error(QF_ERR_UNSUPPORTED,
                         "node '%s' (%s): output rank is not known until its shape operands are bound",
-                        n->name, qf_lay_op(n));
+                        n->name, qf_op_label(n));
     int64_t dims[QF_MAX_DIMS];
     for (int d = 0; d < ndim; d++) dims[d] = -1;
-    qf_lay_set(n, i, dt, (int)ndim, dims);
+    qf_set_output(n, i, dt, (int)ndim, dims);
     return QF_OK;
 }
 
@@ -116,7 +103,7 @@ static qf_status qf_lay_axes(const qf_node *n, int slot, int64_t *axes, int *cou
     const int64_t *a = qf_node_attr_ints(n, "axes", &k);
     if (!a) return QF_OK;
     if (k > QF_MAX_DIMS)
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %d axes", n->name, qf_lay_op(n), k);
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %d axes", n->name, qf_op_label(n), k);
     memcpy(axes, a, sizeof *axes * (size_t)k);
     *count = k;
     *present = true;
@@ -183,7 +170,7 @@ static qf_status qf_lay_copy(const qf_kernel_io *io)
     size_t nb = qf_tensor_nbytes(y);
     if (nb != qf_tensor_nbytes(x))
         return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): %zu bytes in, %zu out", io->node->name,
-                        qf_lay_op(io->node), qf_tensor_nbytes(x), nb);
+                        qf_op_label(io->node), qf_tensor_nbytes(x), nb);
     if (nb && y->data != x->data) memcpy(y->data, x->data, nb);
     return QF_OK;
 }
@@ -200,7 +187,7 @@ qf_status qf_flatten_infer(qf_graph *g, qf_node *n)
         int64_t *o = &out[i < axis ? 0 : 1];
         *o = (*o < 0 || x->dims[i] < 0) ? -1 : *o * x->dims[i];
     }
-    qf_lay_set(n, 0, x->dtype, 2, out);
+    qf_set_output(n, 0, x->dtype, 2, out);
     return QF_OK;
 }
 
@@ -260,7 +247,7 @@ qf_status qf_reshape_infer(qf_graph *g, qf_node *n)
                         n->name, qf_shape_str(x->ndim, x->dims, a, sizeof a), (long long)total,
                         qf_shape_str(k, shape, b, sizeof b));
     }
-    qf_lay_set(n, 0, x->dtype, k, shape);
+    qf_set_output(n, 0, x->dtype, k, shape);
     return QF_OK;
 }
 
@@ -298,7 +285,7 @@ qf_status qf_transpose_infer(qf_graph *g, qf_node *n)
     QF_TRY(qf_transpose_perm(n, x->ndim, perm));
     int64_t dims[QF_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) dims[i] = x->dims[perm[i]];
-    qf_lay_set(n, 0, x->dtype, x->ndim, dims);
+    qf_set_output(n, 0, x->dtype, x->ndim, dims);
     return QF_OK;
 }
 
@@ -352,7 +339,7 @@ qf_status qf_concat_infer(qf_graph *g, qf_node *n)
             }
         }
     }
-    qf_lay_set(n, 0, x0->dtype, x0->ndim, dims);
+    qf_set_output(n, 0, x0->dtype, x0->ndim, dims);
     return QF_OK;
 }
 
@@ -457,7 +444,7 @@ qf_status qf_slice_infer(qf_graph *g, qf_node *n)
     }
     int64_t start[QF_MAX_DIMS], step[QF_MAX_DIMS], len[QF_MAX_DIMS];
     QF_TRY(qf_slice_params(n, x->ndim, x->dims, ops, start, step, len));
-    qf_lay_set(n, 0, x->dtype, x->ndim, len);
+    qf_set_output(n, 0, x->dtype, x->ndim, len);
     return QF_OK;
 }
 
@@ -496,7 +483,7 @@ qf_status qf_split_infer(qf_graph *g, qf_node *n)
             int64_t dims[QF_MAX_DIMS];
             memcpy(dims, x->dims, sizeof dims);
             dims[axis] = -1;
-            qf_lay_set(n, i, x->dtype, x->ndim, dims);
+            qf_set_output(n, i, x->dtype, x->ndim, dims);
         }
         return QF_OK;
     }
@@ -539,7 +526,7 @@ qf_status qf_split_infer(qf_graph *g, qf_node *n)
         int64_t dims[QF_MAX_DIMS];
         memcpy(dims, x->dims, sizeof dims);
         dims[axis] = split[i];
-        qf_lay_set(n, i, x->dtype, x->ndim, dims);
+        qf_set_output(n, i, x->dtype, x->ndim, dims);
     }
     return QF_OK;
 }
@@ -597,7 +584,7 @@ qf_status qf_squeeze_infer(qf_graph *g, qf_node *n)
     int r = 0;
     for (int a = 0; a < x->ndim; a++)
         if (!drop[a]) dims[r++] = x->dims[a];
-    qf_lay_set(n, 0, x->dtype, r, dims);
+    qf_set_output(n, 0, x->dtype, r, dims);
     return QF_OK;
 }
 
@@ -630,7 +617,7 @@ qf_status qf_unsqueeze_infer(qf_graph *g, qf_node *n)
     }
     int64_t dims[QF_MAX_DIMS];
     for (int a = 0, j = 0; a < r; a++) dims[a] = add[a] ? 1 : x->dims[j++];
-    qf_lay_set(n, 0, x->dtype, r, dims);
+    qf_set_output(n, 0, x->dtype, r, dims);
     return QF_OK;
 }
 
@@ -641,6 +628,7 @@ typedef enum { QF_PAD_CONSTANT, QF_PAD_REFLECT, QF_PAD_EDGE } qf_pad_mode;
 
 static qf_status qf_pad_mode_of(const qf_node *n, qf_pad_mode *mode)
 {
+    *mode = QF_PAD_CONSTANT; /* defined on every path */
     const char *m = qf_node_attr_string(n, "mode", "constant");
     if (strcmp(m, "constant") == 0) *mode = QF_PAD_CONSTANT;
     else if (strcmp(m, "reflect") == 0) *mode = QF_PAD_REFLECT;
@@ -714,7 +702,7 @@ qf_status qf_pad_infer(qf_graph *g, qf_node *n)
             return qf_error(QF_ERR_INVALID, "node '%s' (Pad): cannot %s-pad the empty axis %d", n->name,
                             mode == QF_PAD_EDGE ? "edge" : "reflect", a);
     }
-    qf_lay_set(n, 0, x->dtype, x->ndim, dims);
+    qf_set_output(n, 0, x->dtype, x->ndim, dims);
     return QF_OK;
 }
 
@@ -778,7 +766,7 @@ qf_status qf_identity_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
-    qf_lay_set(n, 0, x->dtype, x->ndim, x->dims);
+    qf_set_output(n, 0, x->dtype, x->ndim, x->dims);
     return QF_OK;
 }
 
@@ -810,8 +798,8 @@ qf_status qf_dropout_infer(qf_graph *g, qf_node *n)
     if (tm && tm->type.dtype != QF_DTYPE_BOOL)
         return qf_error(QF_ERR_INVALID, "node '%s' (Dropout): training_mode must be bool, got %s",
                         n->name, qf_dtype_name(tm->type.dtype));
-    qf_lay_set(n, 0, x->dtype, x->ndim, x->dims);
-    if (n->noutputs > 1) qf_lay_set(n, 1, QF_DTYPE_BOOL, x->ndim, x->dims);
+    qf_set_output(n, 0, x->dtype, x->ndim, x->dims);
+    if (n->noutputs > 1) qf_set_output(n, 1, QF_DTYPE_BOOL, x->ndim, x->dims);
     return QF_OK;
 }
 

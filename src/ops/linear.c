@@ -9,34 +9,21 @@
 #include "broadcast.h"
 #include "kernels.h"
 
-static const char *op_label(const qf_node *n)
-{
-    return qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : qf_op_name(n->op);
-}
-
-static void set_output(qf_node *n, qf_dtype dt, int ndim, const int64_t *dims)
-{
-    qf_tensor *t = &n->outputs[0]->type;
-    t->dtype = dt;
-    t->ndim = ndim;
-    memcpy(t->dims, dims, sizeof(int64_t) * (size_t)ndim);
-}
-
 /* Inputs [0, required) present, float32 / float64, all present ones of one
  * dtype. */
 static qf_status check_float_inputs(const qf_node *n, int required)
 {
     for (int i = 0; i < required; i++)
         if (i >= n->ninputs || !n->inputs[i])
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, op_label(n), i);
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
     qf_dtype dt = n->inputs[0]->type.dtype;
     if (dt != QF_DTYPE_F32 && dt != QF_DTYPE_F64)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s is not supported (float32, float64)",
-                        n->name, op_label(n), qf_dtype_name(dt));
+                        n->name, qf_op_label(n), qf_dtype_name(dt));
     for (int i = 1; i < n->ninputs; i++)
         if (n->inputs[i] && n->inputs[i]->type.dtype != dt)
             return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d has dtype %s, input 0 has %s", n->name,
-                            op_label(n), i, qf_dtype_name(n->inputs[i]->type.dtype), qf_dtype_name(dt));
+                            qf_op_label(n), i, qf_dtype_name(n->inputs[i]->type.dtype), qf_dtype_name(dt));
     return QF_OK;
 }
 
@@ -50,7 +37,7 @@ static qf_status gemm_call(const qf_node *n, qf_dtype dt, bool ta, bool tb, int6
 {
     if (M == 0 || N == 0) return QF_OK;
     if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX || ldb > INT_MAX)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): matrix too large for BLAS", n->name, op_label(n));
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): matrix too large for BLAS", n->name, qf_op_label(n));
     lda = lda < 1 ? 1 : lda;
     ldb = ldb < 1 ? 1 : ldb;
     enum CBLAS_TRANSPOSE a_t = ta ? CblasTrans : CblasNoTrans, b_t = tb ? CblasTrans : CblasNoTrans;
@@ -110,7 +97,7 @@ qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
     if (c && !qf_broadcast_to_ok(c->ndim, c->dims, 2, y))
         return qf_error(QF_ERR_SHAPE, "node '%s' (Gemm): C %s cannot be broadcast to the output %s", n->name,
                         qf_shape_str(c->ndim, c->dims, sa, sizeof sa), qf_shape_str(2, y, sb, sizeof sb));
-    set_output(n, a->dtype, 2, y);
+    qf_set_output(n, 0, a->dtype, 2, y);
     return QF_OK;
 }
 
@@ -174,7 +161,7 @@ qf_status qf_matmul_infer(qf_graph *g, qf_node *n)
                         dims_differ(d.K, d.Kb) ? "inner dimensions differ" : "batch dimensions do not broadcast");
     if (a->ndim >= 2) y[ny++] = d.M;
     if (b->ndim >= 2) y[ny++] = d.N;
-    set_output(n, a->dtype, ny, y);
+    qf_set_output(n, 0, a->dtype, ny, y);
     return QF_OK;
 }
 
@@ -238,7 +225,7 @@ qf_status qf_linear_infer(qf_graph *g, qf_node *n)
     int64_t y[QF_MAX_DIMS];
     memcpy(y, x->dims, sizeof(int64_t) * (size_t)x->ndim);
     y[x->ndim - 1] = w->dims[0];
-    set_output(n, x->dtype, x->ndim, y);
+    qf_set_output(n, 0, x->dtype, x->ndim, y);
     return QF_OK;
 }
 

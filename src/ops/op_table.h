@@ -58,4 +58,20 @@ extern const qf_op_info qf_op_table[QF_OP_COUNT];
 
 static inline const qf_op_info *qf_op_info_get(qf_op op) { return &qf_op_table[op]; }
 
+/* The op's name for messages: ONNX's op_type, or qfold's for internal ops. */
+static inline const char *qf_op_label(const qf_node *n)
+{
+    const char *onnx = qf_op_onnx_name(n->op);
+    return onnx ? onnx : qf_op_name(n->op);
+}
+
+/* Shape inference's result for output i of n. */
+static inline void qf_set_output(qf_node *n, int i, qf_dtype dt, int ndim, const int64_t *dims)
+{
+    qf_tensor *t = &n->outputs[i]->type;
+    t->dtype = dt;
+    t->ndim = ndim;
+    for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
+}
+
 #endif

@@ -15,7 +15,6 @@
 #include "kernels.h"
 #include "quant_math.h"
 
-static const char *op_label(const qf_node *n) { return n->op == QF_OP_QUANTIZE ? "QuantizeLinear" : "DequantizeLinear"; }
 
 /* Per-tensor (channels = 1) or per-axis layout of one node's parameters:
  * element i of x uses parameter (i / inner) % channels. */
@@ -33,26 +32,26 @@ static qf_status qparam_check(const qf_node *n, const qf_tensor *x, const qf_ten
     lay->inner = 1;
     if (scale->dtype != QF_DTYPE_F32)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scale dtype %s is not supported (float32)", n->name,
-                        op_label(n), qf_dtype_name(scale->dtype));
+                        qf_op_label(n), qf_dtype_name(scale->dtype));
     if (zp && (zp->ndim != scale->ndim || !qf_shape_equal(zp->ndim, zp->dims, scale->ndim, scale->dims)))
         return qf_error(QF_ERR_SHAPE, "node '%s' (%s): zero point %s and scale %s differ in shape", n->name,
-                        op_label(n), qf_shape_str(zp->ndim, zp->dims, s1, sizeof s1),
+                        qf_op_label(n), qf_shape_str(zp->ndim, zp->dims, s1, sizeof s1),
                         qf_shape_str(scale->ndim, scale->dims, s2, sizeof s2));
     int64_t k = qf_shape_numel(scale->ndim, scale->dims);
     /* One element, whatever its rank, is per tensor (ONNX Runtime does the same). */
     if (k == 1) return QF_OK;
     if (scale->ndim != 1)
         return qf_error(QF_ERR_SHAPE, "node '%s' (%s): scale must be a scalar or 1-D, has shape %s", n->name,
-                        op_label(n), qf_shape_str(scale->ndim, scale->dims, s1, sizeof s1));
+                        qf_op_label(n), qf_shape_str(scale->ndim, scale->dims, s1, sizeof s1));
     int64_t axis = qf_node_attr_int(n, "axis", 1);
     if (axis < -x->ndim || axis >= x->ndim)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld out of range for input %s", n->name,
-                        op_label(n), (long long)axis, qf_shape_str(x->ndim, x->dims, s1, sizeof s1));
+                        qf_op_label(n), (long long)axis, qf_shape_str(x->ndim, x->dims, s1, sizeof s1));
     if (axis < 0) axis += x->ndim;
     int64_t c = x->dims[axis];
     if (c >= 0 && k >= 0 && c != k)
         return qf_error(QF_ERR_SHAPE, "node '%s' (%s): per-axis scale %s does not match axis %lld of input %s",
-                        n->name, op_label(n), qf_shape_str(scale->ndim, scale->dims, s1, sizeof s1),
+                        n->name, qf_op_label(n), qf_shape_str(scale->ndim, scale->dims, s1, sizeof s1),
                         (long long)axis, qf_shape_str(x->ndim, x->dims, s2, sizeof s2));
     lay->channels = c;
     for (int i = (int)axis + 1; i < x->ndim; i++) lay->inner = lay->inner * (x->dims[i] < 0 ? 1 : x->dims[i]);
@@ -62,7 +61,7 @@ static qf_status qparam_check(const qf_node *n, const qf_tensor *x, const qf_ten
 static qf_status need_input(const qf_node *n, int i)
 {
     if (i >= n->ninputs || !n->inputs[i])
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, op_label(n), i);
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
     return QF_OK;
 }
 
