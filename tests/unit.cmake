@@ -16,3 +16,10 @@ add_test(NAME unit_alloc_fail
   COMMAND test_alloc_fail ${QF_TEST_WORK}/models/tiny_cnn.onnx ${QF_TEST_WORK}/models/tiny_cnn.in0.npy
           ${QF_TEST_WORK}/alloc_fail)
 set_tests_properties(unit_alloc_fail PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit;asan" TIMEOUT 300)
+
+# Size arithmetic on hostile numbers (checked multiply, shape limits).
+add_executable(test_limits ${CMAKE_CURRENT_SOURCE_DIR}/test_limits.c)
+target_compile_options(test_limits PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_limits PRIVATE qfold_static)
+add_test(NAME unit_limits COMMAND test_limits)
+set_tests_properties(unit_limits PROPERTIES LABELS "unit;asan" TIMEOUT 60)

@@ -25,6 +25,14 @@ extern "C" {
 
 #define QF_MAX_DIMS 8
 
+/* The largest tensor (and the largest single buffer: a plan's activation
+ * arena, a kernel's scratch) qfold accepts: 2^40 bytes, 1 TiB. A shape
+ * beyond it can only come from a malformed or hostile file, so it is bad
+ * input (QF_ERR_SHAPE), not an out-of-memory condition. Every dim of a shape
+ * that fits is below 2^40, and so is every product of some of its dims:
+ * sizes computed from such shapes cannot overflow int64. */
+#define QF_MAX_TENSOR_BYTES ((int64_t)1 << 40)
+
 /* Values are ONNX TensorProto.DataType codes. */
 typedef enum qf_dtype {
     QF_DTYPE_UNDEFINED = 0,
@@ -49,15 +57,27 @@ size_t qf_dtype_size(qf_dtype dt);         /* 0 for an unknown dtype */
 const char *qf_dtype_name(qf_dtype dt);    /* "float32", "int8", ... */
 bool qf_dtype_valid(int code);             /* one of the dtypes above */
 
-int64_t qf_shape_numel(int ndim, const int64_t *dims); /* -1 if any dim is unknown */
+/* -1 if any dim is unknown; saturates at INT64_MAX when the product
+ * overflows (never a real size: such a shape does not fit, see below). */
+int64_t qf_shape_numel(int ndim, const int64_t *dims);
+/* Whether a tensor of dtype dt and this shape is one qfold can hold: rank
+ * 0..QF_MAX_DIMS, every dim >= 0 or -1 (unknown), and the product of the
+ * known dims (a size-0 dim counted as 1, so that it cannot hide huge
+ * others) times the element size at most QF_MAX_TENSOR_BYTES. */
+bool qf_shape_fits(qf_dtype dt, int ndim, const int64_t *dims);
+/* Checked int64 arithmetic for sizes computed from file data: false on
+ * overflow (*out is then unspecified). */
+bool qf_i64_add(int64_t a, int64_t b, int64_t *out);
+bool qf_i64_mul(int64_t a, int64_t b, int64_t *out);
 bool qf_shape_equal(int na, const int64_t *a, int nb, const int64_t *b);
 /* Writes "[1, 3, 224, 224]" into buf (always NUL-terminated); returns buf. */
 char *qf_shape_str(int ndim, const int64_t *dims, char *buf, size_t size);
 
 int64_t qf_tensor_numel(const qf_tensor *t);
-size_t qf_tensor_nbytes(const qf_tensor *t);
+size_t qf_tensor_nbytes(const qf_tensor *t); /* saturates at SIZE_MAX */
 
-/* Allocates zeroed, owned data for the shape (dims must be known). */
+/* Allocates zeroed, owned data for the shape (dims must be known and the
+ * shape must fit: QF_ERR_SHAPE otherwise). */
 qf_status qf_tensor_init(qf_tensor *t, qf_dtype dt, int ndim, const int64_t *dims);
 /* A borrowed view of `data`. */
 void qf_tensor_view(qf_tensor *t, qf_dtype dt, int ndim, const int64_t *dims, void *data);
@@ -68,7 +88,7 @@ void qf_tensor_free(qf_tensor *t);
 
 /* Element i as double, whatever the dtype (for constants and tests). */
 double qf_tensor_get_f64(const qf_tensor *t, int64_t i);
-/* Element i as int64 (integers, bool; floats truncated). */
+/* Element i as int64 (integers, bool; floats truncated, NaN -> 0, saturating). */
 int64_t qf_tensor_get_i64(const qf_tensor *t, int64_t i);
 
 #ifdef __cplusplus

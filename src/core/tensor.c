@@ -46,14 +46,56 @@ bool qf_dtype_valid(int code)
     }
 }
 
+bool qf_i64_add(int64_t a, int64_t b, int64_t *out)
+{
+#if defined(__GNUC__)
+    return !__builtin_add_overflow(a, b, out);
+#else
+    if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b)) return false;
+    *out = a + b;
+    return true;
+#endif
+}
+
+bool qf_i64_mul(int64_t a, int64_t b, int64_t *out)
+{
+#if defined(__GNUC__)
+    return !__builtin_mul_overflow(a, b, out);
+#else
+    /* CERT INT32-C: decide by division before multiplying. */
+    if (a > 0) {
+        if (b > 0 ? a > INT64_MAX / b : b < INT64_MIN / a) return false;
+    } else if (a < 0) {
+        if (b > 0 ? a < INT64_MIN / b : b < INT64_MAX / a) return false;
+    }
+    *out = a * b;
+    return true;
+#endif
+}
+
 int64_t qf_shape_numel(int ndim, const int64_t *dims)
 {
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) {
+    bool over = false;
+    for (int i = 0; i < ndim; i++)
         if (dims[i] < 0) return -1;
-        n *= dims[i];
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] == 0) return 0;
+        if (!over && !qf_i64_mul(n, dims[i], &n)) over = true;
     }
-    return n;
+    return over ? INT64_MAX : n;
+}
+
+bool qf_shape_fits(qf_dtype dt, int ndim, const int64_t *dims)
+{
+    if (ndim < 0 || ndim > QF_MAX_DIMS) return false;
+    int64_t bytes = (int64_t)(qf_dtype_size(dt) ? qf_dtype_size(dt) : 1);
+    for (int i = 0; i < ndim; i++) {
+        if (dims[i] < -1) return false;
+        if (dims[i] <= 0) continue;
+        if (!qf_i64_mul(bytes, dims[i], &bytes) || bytes > QF_MAX_TENSOR_BYTES) return false;
+    }
+    return true;
 }
 
 bool qf_shape_equal(int na, const int64_t *a, int nb, const int64_t *b)
@@ -85,7 +127,10 @@ int64_t qf_tensor_numel(const qf_tensor *t) { return qf_shape_numel(t->ndim, t->
 size_t qf_tensor_nbytes(const qf_tensor *t)
 {
     int64_t n = qf_tensor_numel(t);
-    return n < 0 ? 0 : (size_t)n * qf_dtype_size(t->dtype);
+    size_t es = qf_dtype_size(t->dtype);
+    if (n < 0) return 0;
+    if (es && (uint64_t)n > SIZE_MAX / es) return SIZE_MAX;
+    return (size_t)n * es;
 }
 
 qf_status qf_tensor_init(qf_tensor *t, qf_dtype dt, int ndim, const int64_t *dims)
@@ -98,6 +143,12 @@ qf_status qf_tensor_init(qf_tensor *t, qf_dtype dt, int ndim, const int64_t *dim
     for (int i = 0; i < ndim; i++) {
         if (dims[i] < 0) return qf_error(QF_ERR_SHAPE, "tensor dimension %d is not known", i);
         t->dims[i] = dims[i];
+    }
+    if (!qf_shape_fits(dt, ndim, dims)) {
+        char buf[160];
+        return qf_error(QF_ERR_SHAPE, "tensor of shape %s (%s) is larger than qfold handles (%lld bytes)",
+                        qf_shape_str(ndim, dims, buf, sizeof buf), qf_dtype_name(dt),
+                        (long long)QF_MAX_TENSOR_BYTES);
     }
     size_t nb = qf_tensor_nbytes(t);
     t->data = qf_calloc(1, nb ? nb : 1);
@@ -146,6 +197,16 @@ double qf_tensor_get_f64(const qf_tensor *t, int64_t i)
     return 0.0;
 }
 
+/* Truncation toward zero; NaN and values outside int64 (whose conversion C
+ * leaves undefined, and which a file may hold) saturate: NaN -> 0. */
+static int64_t qf_f64_to_i64(double v)
+{
+    if (v != v) return 0;
+    if (v >= 9223372036854775807.0) return INT64_MAX;
+    if (v <= -9223372036854775808.0) return INT64_MIN;
+    return (int64_t)v;
+}
+
 int64_t qf_tensor_get_i64(const qf_tensor *t, int64_t i)
 {
     switch (t->dtype) {
@@ -154,8 +215,8 @@ int64_t qf_tensor_get_i64(const qf_tensor *t, int64_t i)
     case QF_DTYPE_I8: return ((const int8_t *)t->data)[i];
     case QF_DTYPE_U8: return ((const uint8_t *)t->data)[i];
     case QF_DTYPE_BOOL: return ((const uint8_t *)t->data)[i] != 0;
-    case QF_DTYPE_F32: return (int64_t)((const float *)t->data)[i];
-    case QF_DTYPE_F64: return (int64_t)((const double *)t->data)[i];
+    case QF_DTYPE_F32: return qf_f64_to_i64(((const float *)t->data)[i]);
+    case QF_DTYPE_F64: return qf_f64_to_i64(((const double *)t->data)[i]);
     case QF_DTYPE_UNDEFINED: break;
     }
     return 0;

@@ -18,4 +18,9 @@ static inline size_t qf_exec_align(size_t n)
  * the node: when the kernel's message does not mention it, it is prefixed. */
 qf_status qf_exec_node(const qf_kernel_io *io);
 
+/* Scratch bytes n's kernel needs (0 when none); QF_ERR_SHAPE naming the node
+ * when that is more than qfold allocates in one piece (QF_MAX_TENSOR_BYTES:
+ * an im2col of a huge kernel over a huge output). */
+qf_status qf_exec_scratch(const qf_node *n, size_t *bytes);
+
 #endif

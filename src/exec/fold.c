@@ -12,6 +12,10 @@
  * outputs are folded then. */
 #define QF_FOLD_MAX_GROWTH 16
 #define QF_FOLD_SMALL_BYTES ((size_t)64 * 1024)
+/* And all folds of one graph together may grow its constants by at most
+ * this much: without a total, a chain of nodes that each grow 16-fold (a
+ * hostile file's Expand after Expand) would multiply memory without bound. */
+#define QF_FOLD_GROWTH_BUDGET ((size_t)256 * 1024 * 1024)
 
 static const char *qf_fold_op_name(const qf_node *n)
 {
@@ -29,17 +33,8 @@ static bool qf_fold_inputs_known(const qf_node *n)
     return true;
 }
 
-static qf_status qf_fold_infer(qf_graph *g, qf_node *n)
-{
-    for (int i = 0; i < n->ninputs; i++) {
-        if (n->inputs[i] && n->inputs[i]->type.dtype == QF_DTYPE_UNDEFINED)
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d '%s' has no type", n->name,
-                            qf_fold_op_name(n), i, n->inputs[i]->name);
-    }
-    const qf_op_info *info = qf_op_info_get(n->op);
-    if (!info->infer) return qf_error(QF_ERR_INTERNAL, "op %s has no shape inference", info->name);
-    return info->infer(g, n);
-}
+/* Inference with the size checks every caller shares (src/ir/order.c). */
+static qf_status qf_fold_infer(qf_graph *g, qf_node *n) { return qf_node_infer(g, n); }
 
 /* Give constant c the name `name` (freed by the removal of the value that
  * had it). */
@@ -82,8 +77,8 @@ static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
         }
         outp[i] = &outs[i];
     }
-    const qf_op_info *info = qf_op_info_get(n->op);
-    if (info->scratch) scratch_size = info->scratch(n);
+    st = qf_exec_scratch(n, &scratch_size);
+    if (st != QF_OK) goto done;
     if (scratch_size) {
         scratch = qf_malloc(scratch_size);
         if (!scratch) {
@@ -159,6 +154,7 @@ static bool qf_fold_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == Q
 typedef struct qf_fold_weights {
     bool *is;
     int n;
+    size_t grown; /* bytes the folds so far added over their inputs */
 } qf_fold_weights;
 
 static bool qf_fold_weight(const qf_fold_weights *w, const qf_value *v)
@@ -192,6 +188,8 @@ static qf_status qf_fold_try(qf_graph *g, qf_node *n, qf_fold_weights *wts, bool
     size_t in_bytes = qf_fold_bytes(n->inputs, n->ninputs, true);
     size_t out_bytes = qf_fold_bytes(n->outputs, n->noutputs, false);
     if (out_bytes >= QF_FOLD_SMALL_BYTES && out_bytes > QF_FOLD_MAX_GROWTH * in_bytes) return QF_OK;
+    size_t growth = out_bytes > in_bytes ? out_bytes - in_bytes : 0;
+    if (growth > QF_FOLD_GROWTH_BUDGET - wts->grown) return QF_OK;
     /* Float initializers are weights. A node that re-lays one out (a torch
      * export's Transpose(fc.weight) before MatMul) folds only when it is the
      * weight's sole reader; the result then takes the weight's name, so the
@@ -210,6 +208,7 @@ static qf_status qf_fold_try(qf_graph *g, qf_node *n, qf_fold_weights *wts, bool
     const char *wname = w ? w->name : NULL, *oname = n->outputs[0]->name;
     QF_TRY(qf_fold_eval(g, n));
     *done = true;
+    wts->grown += growth;
     if (wname) {
         qf_value *c = qf_graph_find_value(g, oname);
         if (!c) return qf_error(QF_ERR_INTERNAL, "fold: value '%s' vanished", oname);
@@ -223,7 +222,7 @@ qf_status qf_graph_fold_constants(qf_graph *g, int *count)
 {
     int folded = 0;
     if (count) *count = 0;
-    qf_fold_weights wts = {qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof(bool)), g->nvalues};
+    qf_fold_weights wts = {qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof(bool)), g->nvalues, 0};
     if (!wts.is) return QF_ERR_NOMEM;
     for (int i = 0; i < wts.n; i++) {
         const qf_value *v = g->values[i];

@@ -23,6 +23,7 @@ struct qf_plan {
     qf_tensor **out_pool;
     void *arena_raw;
     size_t arena_bytes, naive_bytes;
+    const qf_node *peak;      /* the node whose output set arena_bytes */
     void *scratch_raw;
     size_t scratch_bytes;
 };
@@ -51,6 +52,20 @@ qf_status qf_exec_node(const qf_kernel_io *io)
         }
     }
     return st;
+}
+
+qf_status qf_exec_scratch(const qf_node *n, size_t *bytes)
+{
+    const qf_op_info *info = qf_op_info_get(n->op);
+    *bytes = info->scratch ? info->scratch(n) : 0;
+    if (*bytes > (uint64_t)QF_MAX_TENSOR_BYTES) {
+        const char *onnx = qf_op_onnx_name(n->op);
+        return qf_error(QF_ERR_SHAPE,
+                        "node '%s' (%s): its kernel would need %zu bytes of scratch memory, more than qfold "
+                        "handles (%lld bytes)",
+                        n->name, onnx ? onnx : info->name, *bytes, (long long)QF_MAX_TENSOR_BYTES);
+    }
+    return QF_OK;
 }
 
 /* Aligned memory through the allocation hook: the raw pointer is kept for
@@ -133,7 +148,18 @@ static qf_status qf_plan_layout(qf_plan *p, size_t *offsets)
                 continue;
             }
             offsets[v->id] = qf_place(live, &nlive, sz, last[v->id]);
-            if (offsets[v->id] + sz > top) top = offsets[v->id] + sz;
+            if (offsets[v->id] + sz > top) {
+                top = offsets[v->id] + sz;
+                p->peak = nd;
+            }
+            /* Checked at every step, so offsets stay far from overflowing. */
+            if (top > (uint64_t)QF_MAX_TENSOR_BYTES) {
+                st = qf_error(QF_ERR_SHAPE,
+                              "node '%s' (%s): with output '%s' the live activations need %zu bytes at once, "
+                              "more than qfold handles (%lld bytes)",
+                              nd->name, qf_op_label(nd), v->name, top, (long long)QF_MAX_TENSOR_BYTES);
+                goto done;
+            }
         }
         /* Free after the step's outputs are placed: a kernel's output never
          * shares memory with its own inputs. */
@@ -232,11 +258,23 @@ static qf_status qf_plan_build(qf_plan *p)
     int k = 0;
     for (qf_node *n = g->first; n; n = n->next) p->steps[k++].node = n;
 
-    qf_status st = qf_plan_layout(p, offsets);
+    /* Every size first, then the allocations: a plan refused for its size
+     * (scratch or arena) has allocated nothing big. */
+    size_t scratch = 0;
+    qf_status st = QF_OK;
+    for (int i = 0; i < p->nsteps && st == QF_OK; i++) {
+        size_t s = 0;
+        st = qf_exec_scratch(p->steps[i].node, &s);
+        if (st == QF_OK && s > scratch) scratch = s;
+    }
+    if (st == QF_OK) st = qf_plan_layout(p, offsets);
     char *arena = NULL;
     if (st == QF_OK) {
         arena = qf_alloc_aligned(p->arena_bytes, &p->arena_raw);
-        if (!arena) st = QF_ERR_NOMEM;
+        if (!arena)
+            st = qf_error(QF_ERR_NOMEM,
+                          "out of memory: the plan's activations need %zu bytes at once (at node '%s')",
+                          p->arena_bytes, p->peak ? p->peak->name : "?");
     }
     if (st != QF_OK) {
         qf_free(offsets);
@@ -254,19 +292,12 @@ static qf_status qf_plan_build(qf_plan *p)
     }
     qf_free(offsets);
 
-    size_t scratch = 0;
-    for (int i = 0; i < p->nsteps; i++) {
-        const qf_op_info *info = qf_op_info_get(p->steps[i].node->op);
-        if (info->scratch) {
-            size_t s = info->scratch(p->steps[i].node);
-            if (s > scratch) scratch = s;
-        }
-    }
     p->scratch_bytes = scratch;
     void *scratch_mem = NULL;
     if (scratch) {
         scratch_mem = qf_alloc_aligned(scratch, &p->scratch_raw);
-        if (!scratch_mem) return QF_ERR_NOMEM;
+        if (!scratch_mem)
+            return qf_error(QF_ERR_NOMEM, "out of memory: the kernels' scratch needs %zu bytes", scratch);
     }
 
     int ki = 0, ko = 0;

@@ -97,6 +97,11 @@ static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char
             ty->dims[i] = d->dim_value;
         }
     }
+    if (!qf_shape_fits(ty->dtype, ty->ndim, ty->dims)) {
+        char buf[160];
+        return qf_error(QF_ERR_SHAPE, "%s has shape %s, larger than qfold handles (%lld bytes)", what,
+                        qf_shape_str(ty->ndim, ty->dims, buf, sizeof buf), (long long)QF_MAX_TENSOR_BYTES);
+    }
     return QF_OK;
 }
 
@@ -180,6 +185,37 @@ static const char *qf_attr_type_name(int t)
     }
 }
 
+/* Attributes whose type is the same in every op qfold reads them from. The
+ * readers (qf_node_attr_int, ...) fall back to the default on a type
+ * mismatch, so a file giving another type (pads as one INT, group as FLOAT)
+ * would be run with the default, silently: refused here instead. */
+#define QF_AT_INT ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT
+#define QF_AT_FLOAT ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT
+#define QF_AT_STRING ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING
+#define QF_AT_INTS ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS
+#define QF_AT_TENSOR ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR
+static const struct {
+    const char *name;
+    int type;
+    const char *type_name;
+} qf_attr_types[] = {
+    {"axis", QF_AT_INT, "INT"},           {"axes", QF_AT_INTS, "INTS"},
+    {"group", QF_AT_INT, "INT"},          {"kernel_shape", QF_AT_INTS, "INTS"},
+    {"strides", QF_AT_INTS, "INTS"},      {"dilations", QF_AT_INTS, "INTS"},
+    {"pads", QF_AT_INTS, "INTS"},         {"output_padding", QF_AT_INTS, "INTS"},
+    {"output_shape", QF_AT_INTS, "INTS"}, {"auto_pad", QF_AT_STRING, "STRING"},
+    {"ceil_mode", QF_AT_INT, "INT"},      {"count_include_pad", QF_AT_INT, "INT"},
+    {"storage_order", QF_AT_INT, "INT"},  {"perm", QF_AT_INTS, "INTS"},
+    {"split", QF_AT_INTS, "INTS"},        {"keepdims", QF_AT_INT, "INT"},
+    {"epsilon", QF_AT_FLOAT, "FLOAT"},    {"momentum", QF_AT_FLOAT, "FLOAT"},
+    {"alpha", QF_AT_FLOAT, "FLOAT"},      {"beta", QF_AT_FLOAT, "FLOAT"},
+    {"transA", QF_AT_INT, "INT"},         {"transB", QF_AT_INT, "INT"},
+    {"to", QF_AT_INT, "INT"},             {"mode", QF_AT_STRING, "STRING"},
+    {"fmod", QF_AT_INT, "INT"},           {"allowzero", QF_AT_INT, "INT"},
+    {"reduction", QF_AT_STRING, "STRING"}, {"value", QF_AT_TENSOR, "TENSOR"},
+    {"noop_with_empty_axes", QF_AT_INT, "INT"},
+};
+
 static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, Onnx__AttributeProto *a)
 {
     const char *name = qf_str(a->name);
@@ -191,6 +227,10 @@ static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, Onnx_
                         "node '%s': attribute '%s' refers to a function attribute", node, name);
     if (!a->has_type)
         return qf_error(QF_ERR_INVALID, "node '%s': attribute '%s' has no type", node, name);
+    for (size_t k = 0; k < sizeof qf_attr_types / sizeof qf_attr_types[0]; k++)
+        if (strcmp(name, qf_attr_types[k].name) == 0 && (int)a->type != qf_attr_types[k].type)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): attribute '%s' must be %s", node,
+                            qf_op_label(n), name, qf_attr_types[k].type_name);
     switch (a->type) {
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: return qf_node_set_attr_int(g, n, name, a->i);
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:

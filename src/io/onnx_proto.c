@@ -209,6 +209,11 @@ static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto
     for (size_t i = 0; i < tp->n_dims; i++) t.dims[i] = tp->dims[i];
     char shape[160];
     qf_shape_str(t.ndim, t.dims, shape, sizeof shape);
+    /* Also an empty tensor: a zero dim must not hide absurd others, which
+     * later products (Flatten, Reshape) would overflow on. */
+    if (!qf_shape_fits(dt, t.ndim, t.dims))
+        return qf_error(QF_ERR_SHAPE, "%s has shape %s, larger than qfold handles (%lld bytes)", what, shape,
+                        (long long)QF_MAX_TENSOR_BYTES);
     size_t nbytes = (size_t)numel * esize;
     if (tp->has_raw_data && tp->raw_data.len != nbytes)
         return qf_error(QF_ERR_PARSE,

@@ -83,20 +83,51 @@ done:
     return st;
 }
 
+/* A shape too large for qfold (see QF_MAX_TENSOR_BYTES), as the error of
+ * node n's input or output `v`. */
+static qf_status qf_node_too_large(const qf_node *n, const char *label, const char *role, int i,
+                                   const qf_value *v)
+{
+    char buf[160];
+    return qf_error(QF_ERR_SHAPE,
+                    "node '%s' (%s): %s %d '%s' has shape %s of %s, larger than qfold handles (%lld bytes)",
+                    n->name, label, role, i, v->name,
+                    qf_shape_str(v->type.ndim, v->type.dims, buf, sizeof buf), qf_dtype_name(v->type.dtype),
+                    (long long)QF_MAX_TENSOR_BYTES);
+}
+
+qf_status qf_node_infer(qf_graph *g, qf_node *n)
+{
+    const qf_op_info *info = qf_op_info_get(n->op);
+    const char *label = qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : info->name;
+    for (int i = 0; i < n->ninputs; i++) {
+        const qf_value *v = n->inputs[i];
+        if (!v) continue;
+        if (v->type.dtype == QF_DTYPE_UNDEFINED)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d '%s' has no type", n->name, label, i,
+                            v->name);
+        /* Graph inputs and constants are checked at import; this catches
+         * whatever else reaches a node (a binding, a rewrite). */
+        if (!qf_shape_fits(v->type.dtype, v->type.ndim, v->type.dims))
+            return qf_node_too_large(n, label, "input", i, v);
+    }
+    if (!info->infer) return qf_error(QF_ERR_INTERNAL, "op %s has no shape inference", info->name);
+    QF_TRY(info->infer(g, n));
+    /* Shapes computed from file data (a Reshape target, Expand, Range,
+     * ConstantOfShape, pads, ...) may be absurd: refuse them here, once for
+     * every op, so that no kernel, planner or fold ever sizes memory from
+     * an overflowing product. */
+    for (int i = 0; i < n->noutputs; i++) {
+        const qf_value *v = n->outputs[i];
+        if (!qf_shape_fits(v->type.dtype, v->type.ndim, v->type.dims))
+            return qf_node_too_large(n, label, "output", i, v);
+    }
+    return QF_OK;
+}
+
 qf_status qf_graph_infer_shapes(qf_graph *g)
 {
-    for (qf_node *n = g->first; n; n = n->next) {
-        const qf_op_info *info = qf_op_info_get(n->op);
-        for (int i = 0; i < n->ninputs; i++) {
-            if (n->inputs[i] && n->inputs[i]->type.dtype == QF_DTYPE_UNDEFINED)
-                return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d '%s' has no type",
-                                n->name, qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : info->name, i,
-                                n->inputs[i]->name);
-        }
-        if (!info->infer)
-            return qf_error(QF_ERR_INTERNAL, "op %s has no shape inference", info->name);
-        QF_TRY(info->infer(g, n));
-    }
+    for (qf_node *n = g->first; n; n = n->next) QF_TRY(qf_node_infer(g, n));
     return QF_OK;
 }
 
@@ -192,7 +223,7 @@ qf_status qf_graph_verify_shapes(qf_graph *g)
         qf_tensor saved[MAXO];
         int no = n->noutputs < MAXO ? n->noutputs : MAXO;
         for (int i = 0; i < no; i++) saved[i] = n->outputs[i]->type;
-        qf_status st = qf_op_info_get(n->op)->infer(g, n);
+        qf_status st = qf_node_infer(g, n);
         if (st != QF_OK)
             return qf_error_prefix(QF_ERR_INVALID, "verifier: shape inference fails on node '%s': ", n->name);
         for (int i = 0; i < no; i++) {

@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "core/parallel.h"
 #include "kernels.h"
 #include "spatial.h"
 
@@ -80,11 +81,14 @@ static qf_status conv_setup(const qf_node *n, const qf_tensor *x, const qf_tenso
         if (cg->m >= 0 && cg->m % cg->group != 0)
             return qf_error(QF_ERR_SHAPE, "node '%s' (%s): W has %lld output channels, not divisible by group %lld",
                             n->name, op, (long long)cg->m, (long long)cg->group);
-        if (cg->c >= 0 && cg->cg >= 0 && cg->c != cg->cg * cg->group)
+        int64_t want_c = 0;
+        /* group comes from the file: the product may overflow, and then it
+         * cannot equal the (fitting) channel count either. */
+        bool want_ok = cg->cg >= 0 && qf_i64_mul(cg->cg, cg->group, &want_c);
+        if (cg->c >= 0 && cg->cg >= 0 && (!want_ok || cg->c != want_c))
             return qf_error(QF_ERR_SHAPE,
-                            "node '%s' (%s): input X has %lld channels but W expects %lld (W.dims[1] = %lld x group %lld)",
-                            n->name, op, (long long)cg->c, (long long)(cg->cg * cg->group), (long long)cg->cg,
-                            (long long)cg->group);
+                            "node '%s' (%s): input X has %lld channels but W expects W.dims[1] = %lld x group %lld",
+                            n->name, op, (long long)cg->c, (long long)cg->cg, (long long)cg->group);
         cg->mg = cg->m >= 0 ? cg->m / cg->group : -1;
     } else {
         /* W [C, M/group, k...] */
@@ -97,7 +101,10 @@ static qf_status conv_setup(const qf_node *n, const qf_tensor *x, const qf_tenso
         if (cg->c < 0) cg->c = w->dims[0];
         cg->cg = cg->c >= 0 ? cg->c / cg->group : -1;
         cg->mg = w->dims[1];
-        cg->m = cg->mg >= 0 ? cg->mg * cg->group : -1;
+        cg->m = -1;
+        if (cg->mg >= 0 && !qf_i64_mul(cg->mg, cg->group, &cg->m))
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): W.dims[1] = %lld x group %lld output channels is larger "
+                            "than qfold handles", n->name, op, (long long)cg->mg, (long long)cg->group);
     }
     if (b) {
         if (b->ndim != 1 || (cg->m >= 0 && b->dims[0] >= 0 && b->dims[0] != cg->m)) {
@@ -112,7 +119,9 @@ static qf_status conv_setup(const qf_node *n, const qf_tensor *x, const qf_tenso
     cg->l = qf_spatial_lift3(&cg->s);
     cg->ksize = qf_spatial_prod(rank, cg->s.kernel);
     int64_t per = transpose ? cg->mg : cg->cg;
-    cg->k = per >= 0 && cg->ksize >= 0 ? per * cg->ksize : -1;
+    /* Saturates: a K this large fails the scratch-size and GEMM checks. */
+    cg->k = -1;
+    if (per >= 0 && cg->ksize >= 0 && !qf_i64_mul(per, cg->ksize, &cg->k)) cg->k = INT64_MAX;
     cg->in_plane = qf_spatial_prod(rank, cg->s.in);
     cg->out_plane = qf_spatial_prod(rank, cg->s.out);
     return QF_OK;
@@ -229,51 +238,78 @@ static void col2im3(const float *col, int64_t channels, const qf_spatial *l, flo
 }
 
 /* Depthwise (one input channel per group, any channel multiplier): each
- * kernel tap sweeps the output plane once, a vectorizable multiply-add. */
-static void conv_depthwise(const conv_geom *cg, const float *x, const float *w, const float *b, float *y)
+ * kernel tap sweeps the output plane once, a vectorizable multiply-add.
+ * OpenBLAS is not involved, so the (batch, channel) planes are split across
+ * threads here (core/parallel.h); each plane is written by one thread only. */
+typedef struct dw_job {
+    const conv_geom *cg;
+    const float *x, *w, *b;
+    float *y;
+} dw_job;
+
+static void dw_plane(const conv_geom *cg, const float *restrict xp, const float *restrict wk, float bias,
+                     float *restrict yp)
 {
     const qf_spatial *l = &cg->l;
     const int64_t IH = l->in[1], IW = l->in[2];
     const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];
-    for (int64_t bn = 0; bn < cg->n; bn++)
-        for (int64_t co = 0; co < cg->m; co++) {
-            const float *xp = x + (bn * cg->c + co / cg->mg) * cg->in_plane;
-            float *yp = y + (bn * cg->m + co) * cg->out_plane;
-            const float *wk = w + co * cg->ksize;
-            float bias = b ? b[co] : 0.0f;
-            for (int64_t i = 0; i < cg->out_plane; i++) yp[i] = bias;
-            for (int64_t kd = 0; kd < l->kernel[0]; kd++)
-                for (int64_t kh = 0; kh < l->kernel[1]; kh++)
-                    for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
-                        float wv = *wk++;
-                        int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
-                        tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
-                        for (int64_t od = 0; od < OD; od++) {
-                            int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
-                            if (id < 0 || id >= l->in[0]) continue;
-                            for (int64_t oh = 0; oh < OH; oh++) {
-                                int64_t ih = oh * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
-                                if (ih < 0 || ih >= IH) continue;
-                                const float *xr = xp + (id * IH + ih) * IW;
-                                float *yr = yp + (od * OH + oh) * OW;
-                                if (l->stride[2] == 1) {
-                                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow + offw];
-                                } else {
-                                    const int64_t sw = l->stride[2];
-                                    for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * sw + offw];
-                                }
-                            }
+    for (int64_t i = 0; i < cg->out_plane; i++) yp[i] = bias;
+    for (int64_t kd = 0; kd < l->kernel[0]; kd++)
+        for (int64_t kh = 0; kh < l->kernel[1]; kh++)
+            for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
+                const float wv = *wk++;
+                int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
+                tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
+                for (int64_t od = 0; od < OD; od++) {
+                    int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
+                    if (id < 0 || id >= l->in[0]) continue;
+                    for (int64_t oh = 0; oh < OH; oh++) {
+                        int64_t ih = oh * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
+                        if (ih < 0 || ih >= IH) continue;
+                        const float *restrict xr = xp + (id * IH + ih) * IW + offw;
+                        float *restrict yr = yp + (od * OH + oh) * OW;
+                        if (l->stride[2] == 1) {
+                            for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow];
+                        } else {
+                            const int64_t sw = l->stride[2];
+                            for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * sw];
                         }
                     }
-        }
+                }
+            }
+}
+
+/* Planes lo..hi-1 of the flattened (batch, output channel) index. */
+static void dw_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const dw_job *j = ctx;
+    const conv_geom *cg = j->cg;
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t bn = p / cg->m, co = p % cg->m;
+        dw_plane(cg, j->x + (bn * cg->c + co / cg->mg) * cg->in_plane, j->w + co * cg->ksize,
+                 j->b ? j->b[co] : 0.0f, j->y + p * cg->out_plane);
+    }
+}
+
+static void conv_depthwise(const conv_geom *cg, const float *x, const float *w, const float *b, float *y)
+{
+    dw_job job = {cg, x, w, b, y};
+    /* About 16k multiply-adds per slice at least: below that, waking a
+     * thread costs more than it saves. */
+    int64_t per_plane = cg->out_plane * cg->ksize;
+    int64_t grain = per_plane > 0 ? 16384 / per_plane + 1 : 1;
+    qf_parallel_for(cg->n * cg->m, grain, dw_slice, &job);
 }
 
 static size_t conv_scratch_bytes(const conv_geom *cg)
 {
     if (cg->k < 0 || cg->in_plane < 0 || cg->out_plane < 0) return 0;
-    if (cg->transpose) return sizeof(float) * (size_t)cg->k * (size_t)cg->in_plane;
-    if (conv_choose_path(cg) != CONV_PATH_IM2COL) return 0;
-    return sizeof(float) * (size_t)cg->k * (size_t)cg->out_plane;
+    if (!cg->transpose && conv_choose_path(cg) != CONV_PATH_IM2COL) return 0;
+    int64_t elems, bytes;
+    if (!qf_i64_mul(cg->k, cg->transpose ? cg->in_plane : cg->out_plane, &elems) ||
+        !qf_i64_mul(elems, (int64_t)sizeof(float), &bytes) || (uint64_t)bytes > SIZE_MAX)
+        return SIZE_MAX;
+    return (size_t)bytes;
 }
 
 static size_t conv_scratch_common(const qf_node *n, bool transpose)
@@ -341,6 +377,13 @@ qf_status qf_conv_forward(const qf_kernel_io *io)
     const float *x = io->in[0]->data, *w = io->in[1]->data;
     const float *b = io->nin > 2 && io->in[2] ? io->in[2]->data : NULL;
     float *y = io->out[0]->data;
+    /* Empty operands: no scratch was planned (its pointer may be NULL), and
+     * with no input channel every output is the bias. */
+    if (cg.out_plane == 0 || cg.m == 0 || cg.n == 0) return QF_OK;
+    if (cg.k == 0) {
+        for (int64_t bn = 0; bn < cg.n; bn++) fill_bias(y + bn * cg.m * cg.out_plane, b, cg.m, cg.out_plane);
+        return QF_OK;
+    }
     conv_path path = conv_choose_path(&cg);
     if (path == CONV_PATH_DEPTHWISE) {
         conv_depthwise(&cg, x, w, b, y);
@@ -383,6 +426,13 @@ qf_status qf_conv_transpose_forward(const qf_kernel_io *io)
     const float *x = io->in[0]->data, *w = io->in[1]->data;
     const float *b = io->nin > 2 && io->in[2] ? io->in[2]->data : NULL;
     float *y = io->out[0]->data;
+    /* Empty operands: no scratch was planned (its pointer may be NULL); with
+     * no input position (or channel) to scatter, every output is the bias. */
+    if (cg.out_plane == 0 || cg.m == 0 || cg.n == 0) return QF_OK;
+    if (cg.k == 0 || cg.in_plane == 0 || cg.cg == 0) {
+        for (int64_t bn = 0; bn < cg.n; bn++) fill_bias(y + bn * cg.m * cg.out_plane, b, cg.m, cg.out_plane);
+        return QF_OK;
+    }
     float *col = io->scratch;
     const int K = (int)cg.k, P = (int)cg.in_plane, C = (int)cg.cg;
     for (int64_t bn = 0; bn < cg.n; bn++)

@@ -158,9 +158,20 @@ static qf_status qf_range_length(const qf_node *n, const qf_tensor *s, const qf_
     if (qf_range_is_int(s->dtype)) {
         int64_t a = qf_tensor_get_i64(s, 0), b = qf_tensor_get_i64(l, 0), st = qf_tensor_get_i64(d, 0);
         if (st == 0) return qf_error(QF_ERR_INVALID, "node '%s' (Range): delta is 0", n->name);
-        /* ceil((b - a) / st) in integers, in double to avoid overflow of b - a */
-        double q = ceil(((double)b - (double)a) / (double)st);
-        *len = q > 0 ? (int64_t)q : 0;
+        /* ceil((b - a) / st) exactly, in uint64: the distance between two
+         * int64s and |st| always fit there. The last element then lies
+         * between a and b, so the kernel's a + i * st cannot overflow. */
+        uint64_t dist, step = st > 0 ? (uint64_t)st : (uint64_t)0 - (uint64_t)st;
+        if (st > 0 ? b <= a : b >= a) {
+            *len = 0;
+            return QF_OK;
+        }
+        dist = st > 0 ? (uint64_t)b - (uint64_t)a : (uint64_t)a - (uint64_t)b;
+        uint64_t q = (dist - 1) / step + 1;
+        if (q > (uint64_t)QF_MAX_TENSOR_BYTES)
+            return qf_error(QF_ERR_SHAPE, "node '%s' (Range): %llu elements, more than qfold handles", n->name,
+                            (unsigned long long)q);
+        *len = (int64_t)q;
     } else {
         double a = qf_tensor_get_f64(s, 0), b = qf_tensor_get_f64(l, 0), st = qf_tensor_get_f64(d, 0);
         if (st == 0 || st != st)
@@ -190,8 +201,11 @@ qf_status qf_range_infer(qf_graph *g, qf_node *n)
         if (t->dtype != dt)
             return qf_error(QF_ERR_INVALID, "node '%s' (Range): %s is %s, start is %s", n->name, what[i],
                             qf_dtype_name(t->dtype), qf_dtype_name(dt));
-        if (qf_shape_numel(t->ndim, t->dims) > 1)
-            return qf_error(QF_ERR_SHAPE, "node '%s' (Range): %s must be a scalar", n->name, what[i]);
+        /* Exactly one element: the length and the kernel read element 0. */
+        int64_t numel = qf_shape_numel(t->ndim, t->dims);
+        if (numel != 1 && numel != -1)
+            return qf_error(QF_ERR_SHAPE, "node '%s' (Range): %s must be a scalar, it has %lld elements", n->name,
+                            what[i], (long long)numel);
         bool pending;
         QF_TRY(qf_idx_pending(n, i, what[i], &pending));
         any_pending |= pending;

@@ -229,7 +229,11 @@ qf_status qf_reshape_infer(qf_graph *g, qf_node *n)
             shape[i] = x->dims[i];
         }
         if (shape[i] < 0) unknown = true;
-        else known *= shape[i];
+        else if (!qf_i64_mul(known, shape[i], &known) || known > QF_MAX_TENSOR_BYTES) {
+            char b[128];
+            return qf_error(QF_ERR_SHAPE, "node '%s' (Reshape): target shape %s is larger than qfold handles",
+                            n->name, qf_shape_str(k, shape, b, sizeof b));
+        }
     }
     int64_t total = qf_tensor_numel(x);
     char a[128], b[128];
@@ -328,7 +332,10 @@ qf_status qf_concat_infer(qf_graph *g, qf_node *n)
                             qf_shape_str(x0->ndim, x0->dims, b, sizeof b));
         for (int d = 0; d < x->ndim; d++) {
             if (d == axis) {
-                dims[d] = (dims[d] < 0 || x->dims[d] < 0) ? -1 : dims[d] + x->dims[d];
+                if (dims[d] < 0 || x->dims[d] < 0) dims[d] = -1;
+                else if (!qf_i64_add(dims[d], x->dims[d], &dims[d]))
+                    return qf_error(QF_ERR_SHAPE, "node '%s' (Concat): the output is larger than qfold handles",
+                                    n->name);
             } else if (x->dims[d] >= 0 && dims[d] >= 0 && x->dims[d] != dims[d]) {
                 return qf_error(QF_ERR_SHAPE,
                                 "node '%s' (Concat): input %d has shape %s, input 0 %s (axis %d)",
@@ -405,6 +412,13 @@ static qf_status qf_slice_params(const qf_node *n, int ndim, const int64_t *dims
             len[a] = -1;
             continue;
         }
+        /* A step longer than the axis takes one element, as a step of the
+         * axis length does: clamping keeps the length and the kernel's
+         * strides (element stride * step) inside int64 for any step. */
+        int64_t dmax = d > 0 ? d : 1;
+        if (st > dmax) st = dmax;
+        if (st < -dmax) st = -dmax;
+        step[a] = st;
         if (s < 0) s += d;
         if (e < 0) e += d;
         if (st > 0) {
@@ -508,7 +522,8 @@ qf_status qf_split_infer(qf_graph *g, qf_node *n)
             if (split[i] < 0)
                 return qf_error(QF_ERR_INVALID, "node '%s' (Split): negative split %lld", n->name,
                                 (long long)split[i]);
-            sum += split[i];
+            if (!qf_i64_add(sum, split[i], &sum))
+                return qf_error(QF_ERR_SHAPE, "node '%s' (Split): split sizes overflow", n->name);
         }
         if (d >= 0 && sum != d)
             return qf_error(QF_ERR_SHAPE, "node '%s' (Split): split sums to %lld, axis %d has %lld",
@@ -694,7 +709,11 @@ qf_status qf_pad_infer(qf_graph *g, qf_node *n)
             dims[a] = -1;
             continue;
         }
-        dims[a] = d + pads[a] + pads[a + x->ndim];
+        /* A pad may crop (negative), but not more than the whole axis. */
+        if (pads[a] < -d || pads[a + x->ndim] < -d || !qf_i64_add(d, pads[a], &dims[a]) ||
+            !qf_i64_add(dims[a], pads[a + x->ndim], &dims[a]))
+            return qf_error(QF_ERR_SHAPE, "node '%s' (Pad): pads %lld and %lld do not fit axis %d of size %lld",
+                            n->name, (long long)pads[a], (long long)pads[a + x->ndim], a, (long long)d);
         if (dims[a] < 0)
             return qf_error(QF_ERR_SHAPE, "node '%s' (Pad): axis %d of size %lld padded to %lld", n->name,
                             a, (long long)d, (long long)dims[a]);

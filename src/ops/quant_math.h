@@ -91,11 +91,12 @@ static inline uint8_t qf_quantize_u8(float x, float scale, int32_t zp)
     return (uint8_t)qf_quantize_range_f32(x, scale, zp, 0, 255);
 }
 
-/* DequantizeLinear: (q - zp) * scale, the subtraction in int32 (exact), the
+/* DequantizeLinear: (q - zp) * scale, the subtraction in int64 (exact: an
+ * int32 input and zero point, as a file may give, can overflow int32), the
  * product in float32. */
 static inline float qf_dequantize_f32(int32_t q, float scale, int32_t zp)
 {
-    return (float)(q - zp) * scale;
+    return (float)((int64_t)q - zp) * scale;
 }
 
 #endif

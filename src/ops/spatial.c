@@ -9,14 +9,20 @@ const char *qf_spatial_op_label(const qf_node *n)
     return onnx ? onnx : qf_op_name(n->op);
 }
 
-int64_t qf_spatial_prod(int rank, const int64_t *v)
+int64_t qf_spatial_prod(int rank, const int64_t *v) { return qf_shape_numel(rank, v); }
+
+/* The extent of a dilated kernel, (k - 1) * d + 1; false when it overflows
+ * (k comes from W's shape, d from an attribute). */
+static bool dilated_extent(int64_t k, int64_t d, int64_t *dk)
 {
-    int64_t p = 1;
-    for (int i = 0; i < rank; i++) {
-        if (v[i] < 0) return -1;
-        p *= v[i];
-    }
-    return p;
+    return qf_i64_mul(k - 1, d, dk) && qf_i64_add(*dk, 1, dk);
+}
+
+static qf_status extent_overflow(const qf_node *n, int i, const qf_spatial *s)
+{
+    return qf_error(QF_ERR_SHAPE, "node '%s' (%s): spatial dim %d: kernel %lld with dilation %lld is larger than "
+                    "qfold handles", n->name, qf_spatial_op_label(n), i, (long long)s->kernel[i],
+                    (long long)s->dilation[i]);
 }
 
 /* Floor division for a positive divisor (C's '/' truncates toward zero). */
@@ -27,6 +33,18 @@ static int64_t floor_div(int64_t a, int64_t b)
 }
 
 static int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+
+/* Kernel sizes, strides, dilations, pads and output sizes above this come
+ * only from a hostile file; bounding them keeps every window computation
+ * (dilated kernel extent, padded input, stride * position) inside int64. */
+#define QF_SPATIAL_ATTR_MAX INT32_MAX
+
+static qf_status check_attr_max(const qf_node *n, const char *name, int i, int64_t v)
+{
+    if (v <= QF_SPATIAL_ATTR_MAX) return QF_OK;
+    return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s[%d] = %lld is larger than qfold handles (%lld)", n->name,
+                    qf_spatial_op_label(n), name, i, (long long)v, (long long)QF_SPATIAL_ATTR_MAX);
+}
 
 static qf_status read_ints(const qf_node *n, const char *name, int want, int64_t dflt, int64_t min,
                            int64_t *dst)
@@ -44,6 +62,7 @@ static qf_status read_ints(const qf_node *n, const char *name, int want, int64_t
         if (v[i] < min)
             return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s[%d] = %lld, must be >= %lld", n->name,
                             qf_spatial_op_label(n), name, i, (long long)v[i], (long long)min);
+        QF_TRY(check_attr_max(n, name, i, v[i]));
         dst[i] = v[i];
     }
     return QF_OK;
@@ -102,6 +121,8 @@ qf_status qf_spatial_parse(const qf_node *n, int rank, const int64_t *w_kernel, 
             if (p[i] < 0 || p[rank + i] < 0)
                 return qf_error(QF_ERR_INVALID, "node '%s' (%s): negative pad (%lld, %lld) on spatial dim %d",
                                 n->name, op, (long long)p[i], (long long)p[rank + i], i);
+            QF_TRY(check_attr_max(n, "pads", i, p[i]));
+            QF_TRY(check_attr_max(n, "pads", rank + i, p[rank + i]));
         }
     }
     for (int i = 0; i < rank; i++) {
@@ -117,13 +138,15 @@ qf_status qf_spatial_forward_dims(const qf_node *n, qf_spatial *s, const int64_t
         s->in[i] = in[i];
         s->out[i] = -1;
         if (in[i] < 0 || s->kernel[i] < 0) continue;
-        int64_t dk = (s->kernel[i] - 1) * s->dilation[i] + 1;
+        int64_t dk;
+        if (!dilated_extent(s->kernel[i], s->dilation[i], &dk)) return extent_overflow(n, i, s);
         int64_t st = s->stride[i];
         switch (s->auto_pad) {
         case QF_AUTO_PAD_SAME_UPPER:
         case QF_AUTO_PAD_SAME_LOWER: {
             int64_t o = ceil_div(in[i], st);
-            int64_t total = (o - 1) * st + dk - in[i];
+            /* (o - 1) * st < in: subtract first, dk may be near INT64_MAX. */
+            int64_t total = ((o - 1) * st - in[i]) + dk;
             if (total < 0) total = 0;
             /* The odd unit of padding goes to the end for SAME_UPPER, to the
              * beginning for SAME_LOWER. */
@@ -162,6 +185,13 @@ qf_status qf_spatial_forward_dims(const qf_node *n, qf_spatial *s, const int64_t
     return QF_OK;
 }
 
+static qf_status transpose_overflow(const qf_node *n, int i, int64_t in, const qf_spatial *s)
+{
+    return qf_error(QF_ERR_SHAPE, "node '%s' (%s): spatial dim %d: input %lld with stride %lld gives an output "
+                    "size larger than qfold handles", n->name, qf_spatial_op_label(n), i, (long long)in,
+                    (long long)s->stride[i]);
+}
+
 qf_status qf_spatial_transpose_dims(const qf_node *n, qf_spatial *s, const int64_t *in)
 {
     const char *op = qf_spatial_op_label(n);
@@ -179,22 +209,29 @@ qf_status qf_spatial_transpose_dims(const qf_node *n, qf_spatial *s, const int64
     for (int i = 0; i < s->rank; i++) {
         s->in[i] = in[i];
         s->out[i] = -1;
-        int64_t dk = s->kernel[i] >= 0 ? (s->kernel[i] - 1) * s->dilation[i] + 1 : -1;
+        int64_t dk = -1;
+        if (s->kernel[i] >= 0 && !dilated_extent(s->kernel[i], s->dilation[i], &dk))
+            return extent_overflow(n, i, s);
         int64_t want = -1;
         if (os) {
             want = os[i];
             if (want < 1)
                 return qf_error(QF_ERR_INVALID, "node '%s' (%s): output_shape[%d] = %lld, must be >= 1", n->name,
                                 op, i, (long long)want);
+            QF_TRY(check_attr_max(n, "output_shape", i, want));
         } else if (s->auto_pad == QF_AUTO_PAD_SAME_UPPER || s->auto_pad == QF_AUTO_PAD_SAME_LOWER) {
-            if (in[i] >= 0) want = in[i] * s->stride[i];
+            if (in[i] >= 0 && !qf_i64_mul(in[i], s->stride[i], &want))
+                return transpose_overflow(n, i, in[i], s);
         }
         if (in[i] < 0 || dk < 0) {
             s->out[i] = want;
             continue;
         }
         /* The full result of scattering every input position. */
-        int64_t full = s->stride[i] * (in[i] - 1) + opad[i] + dk;
+        int64_t full;
+        if (!qf_i64_mul(s->stride[i], in[i] - 1, &full) || !qf_i64_add(full, opad[i], &full) ||
+            !qf_i64_add(full, dk, &full))
+            return transpose_overflow(n, i, in[i], s);
         if (want >= 0) {
             /* Padding to reach the wanted size, split as the ONNX spec says
              * (floor division, as its reference: a negative total means the

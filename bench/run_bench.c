@@ -1,0 +1,105 @@
+/* qfold's side of bench/run: load a model once, plan once, then time
+ * qf_plan_run as often as the driver asks.
+ *
+ *   run_bench MODEL.onnx IN.npy
+ *
+ * Not a test and not part of the library: a timing harness that links the
+ * library like any user would (built by CMake with -DQF_BUILD_BENCH=ON, or by
+ * bench/run with cc + pkg-config). It speaks a line protocol on stdin/stdout
+ * so that the driver can interleave it with the other engines without paying
+ * process start-up and model load on every timing:
+ *
+ *   start-up   prints {"load_ms":..,"plan_ms":..,"arena_bytes":..,"naive_bytes":..}
+ *   "run K"    runs K times; prints the K wall times in ms on one line
+ *   "save P"   writes output 0 of the last run to P (.npy), prints "ok"
+ *   "quit"     (or end of input) frees everything and exits
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "qfold/exec.h"
+#include "qfold/graph.h"
+#include "qfold/io.h"
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int fail(const char *what, qf_status st)
+{
+    fprintf(stderr, "run_bench: %s: %s\n", what, st != QF_OK ? qf_error_message() : "bad request");
+    return 1;
+}
+
+static int serve(qf_plan *plan, const qf_tensor *x)
+{
+    char line[4096];
+    const qf_tensor *feed[] = {x};
+    while (fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!strncmp(line, "run ", 4)) {
+            long k = strtol(line + 4, NULL, 10);
+            for (long i = 0; i < k; i++) {
+                double t0 = now_ms();
+                qf_status st = qf_plan_run(plan, feed, 1);
+                double t1 = now_ms();
+                if (st != QF_OK) return fail("run", st);
+                printf(i ? " %.3f" : "%.3f", t1 - t0);
+            }
+            printf("\n");
+        } else if (!strncmp(line, "save ", 5)) {
+            qf_status st = qf_npy_save(line + 5, qf_plan_output(plan, 0));
+            if (st != QF_OK) return fail("save", st);
+            printf("ok\n");
+        } else if (!strcmp(line, "quit")) {
+            break;
+        } else {
+            return fail(line, QF_OK);
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "usage: run_bench MODEL.onnx IN.npy\n");
+        return 2;
+    }
+    qf_graph *g = NULL;
+    qf_plan *plan = NULL;
+    qf_tensor x = {0};
+    int rc = 1;
+    double t0 = now_ms();
+    qf_status st = qf_onnx_load(argv[1], &g);
+    if (st != QF_OK) {
+        rc = fail(argv[1], st);
+        goto done;
+    }
+    double t1 = now_ms();
+    st = qf_npy_load(argv[2], &x);
+    if (st == QF_OK && g->ninputs != 1) st = qf_error(QF_ERR_INVALID, "the model must have one input");
+    /* A dynamic batch takes the input array's size. */
+    if (st == QF_OK) st = qf_graph_set_input_shape(g, 0, x.ndim, x.dims);
+    if (st == QF_OK) st = qf_plan_init(&plan, g);
+    if (st != QF_OK) {
+        rc = fail("plan", st);
+        goto done;
+    }
+    double t2 = now_ms();
+    printf("{\"load_ms\": %.3f, \"plan_ms\": %.3f, \"arena_bytes\": %zu, \"naive_bytes\": %zu}\n", t1 - t0,
+           t2 - t1, qf_plan_arena_bytes(plan), qf_plan_naive_bytes(plan));
+    fflush(stdout);
+    rc = serve(plan, &x);
+done:
+    qf_plan_free(plan);
+    qf_graph_free(g);
+    qf_tensor_free(&x);
+    return rc;
+}

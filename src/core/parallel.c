@@ -1,0 +1,103 @@
+/* The fork-join helper of parallel.h: a pool of sleeping worker threads. */
+#include <cblas.h>
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "parallel.h"
+
+/* More threads than this would not pay off for the kernels that use it. */
+#define QF_PAR_MAX 16
+
+typedef struct qf_pool {
+    pthread_mutex_t lock;      /* guards everything below */
+    pthread_cond_t wake, done;
+    pthread_mutex_t job_lock;  /* one job at a time */
+    int nworkers;              /* threads besides the caller */
+    unsigned long generation;  /* bumped per job: a worker runs each job once */
+    int pending;               /* worker slices not yet finished */
+    int nslices;
+    int64_t n;
+    qf_parallel_fn body;
+    void *ctx;
+} qf_pool;
+
+static qf_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                       PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+/* Slice s of nslices over [0, n): contiguous, sizes differ by at most one. */
+static void slice(int64_t n, int nslices, int s, int64_t *lo, int64_t *hi)
+{
+    *lo = n * s / nslices;
+    *hi = n * (s + 1) / nslices;
+}
+
+static void *worker(void *arg)
+{
+    /* Worker w runs slice w + 1 (the caller runs slice 0). */
+    int w = (int)(intptr_t)arg;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&pool.lock);
+    for (;;) {
+        while (pool.generation == seen) pthread_cond_wait(&pool.wake, &pool.lock);
+        seen = pool.generation;
+        if (w + 1 >= pool.nslices) continue; /* not needed for this job */
+        int64_t lo, hi;
+        slice(pool.n, pool.nslices, w + 1, &lo, &hi);
+        qf_parallel_fn body = pool.body;
+        void *ctx = pool.ctx;
+        pthread_mutex_unlock(&pool.lock);
+        body(ctx, lo, hi);
+        pthread_mutex_lock(&pool.lock);
+        if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+    }
+    return NULL;
+}
+
+static void pool_start(void)
+{
+    int want = openblas_get_num_threads();
+    if (want > QF_PAR_MAX) want = QF_PAR_MAX;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) return;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    for (int i = 0; i < want - 1; i++) {
+        pthread_t t;
+        if (pthread_create(&t, &attr, worker, (void *)(intptr_t)i) != 0) break;
+        pool.nworkers++;
+    }
+    pthread_attr_destroy(&attr);
+}
+
+void qf_parallel_for(int64_t n, int64_t grain, qf_parallel_fn body, void *ctx)
+{
+    if (n <= 0) return;
+    if (grain < 1) grain = 1;
+    pthread_once(&pool_once, pool_start);
+    int64_t want = n / grain;
+    int nslices = pool.nworkers + 1;
+    if (want < nslices) nslices = want < 1 ? 1 : (int)want;
+    if (nslices == 1) {
+        body(ctx, 0, n);
+        return;
+    }
+    pthread_mutex_lock(&pool.job_lock);
+    pthread_mutex_lock(&pool.lock);
+    pool.n = n;
+    pool.nslices = nslices;
+    pool.body = body;
+    pool.ctx = ctx;
+    pool.pending = nslices - 1;
+    pool.generation++;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+
+    int64_t lo, hi;
+    slice(n, nslices, 0, &lo, &hi);
+    body(ctx, lo, hi);
+
+    pthread_mutex_lock(&pool.lock);
+    while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.lock);
+    pthread_mutex_unlock(&pool.lock);
+    pthread_mutex_unlock(&pool.job_lock);
+}
