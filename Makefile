@@ -1,9 +1,9 @@
 # qfold — top-level commands. CMake does the building; this file names the jobs.
 #   make          build the library (static + shared) and build/qfold
 #   make test     install what is missing, build, run every test (ctest), then
-#                 the fast half of the suite again under ASan + UBSan (test-asan)
+#                 the whole suite again under ASan + LSan + UBSan (test-asan)
 #   make demo     install what is missing, build, run qfold on the bundled example
-#   make test-asan  the tests labelled `asan` under AddressSanitizer + UBSan (build-asan/)
+#   make test-asan  the whole suite under AddressSanitizer + UBSan (build-asan/)
 #   make install  install (PREFIX=/usr/local)
 BUILD ?= build
 PREFIX ?= /usr/local
@@ -34,12 +34,12 @@ test: deps
 test-asan: deps
 	$(MAKE) test-asan-run
 
-# Every C test, the node tests, bad input and the small-model parity run
-# again with AddressSanitizer, LeakSanitizer and UBSan (label `asan`).
+# The whole suite again with AddressSanitizer, LeakSanitizer and UBSan: the
+# C tests directly, the CLI tests through the instrumented build/qfold.
 test-asan-run:
 	$(MAKE) build BUILD=build-asan CMAKE_FLAGS="-DQF_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j $(JOBS) -L asan
+		ctest --output-on-failure -j $(JOBS)
 
 demo: deps
 	$(MAKE) build

@@ -8,5 +8,5 @@ foreach(case ${QF_CLI_CASES})
     COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/cli_test.py
             --qfold $<TARGET_FILE:qfold> --examples ${PROJECT_SOURCE_DIR}/examples
             --work ${QF_TEST_WORK}/cli --version ${PROJECT_VERSION} ${case})
-  set_tests_properties(cli_${case} PROPERTIES LABELS "cli;asan" TIMEOUT 120)
+  set_tests_properties(cli_${case} PROPERTIES LABELS "cli" TIMEOUT 120)
 endforeach()

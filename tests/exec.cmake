@@ -7,6 +7,6 @@ target_link_libraries(test_exec PRIVATE qfold_static)
 
 set(QF_EXEC_WORK "${QF_TEST_WORK}/exec")
 add_test(NAME exec_fixtures COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/exec_fixtures.py ${QF_EXEC_WORK})
-set_tests_properties(exec_fixtures PROPERTIES FIXTURES_SETUP exec_data LABELS "exec;asan" TIMEOUT 60)
+set_tests_properties(exec_fixtures PROPERTIES FIXTURES_SETUP exec_data LABELS "exec" TIMEOUT 60)
 add_test(NAME exec COMMAND test_exec ${QF_EXEC_WORK})
-set_tests_properties(exec PROPERTIES FIXTURES_REQUIRED exec_data LABELS "exec;asan" TIMEOUT 120)
+set_tests_properties(exec PROPERTIES FIXTURES_REQUIRED exec_data LABELS "exec" TIMEOUT 120)

@@ -6,7 +6,7 @@ add_executable(test_bn_folds ${CMAKE_CURRENT_SOURCE_DIR}/folds/test_bn_folds.c)
 target_compile_options(test_bn_folds PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_bn_folds PRIVATE qfold_static)
 add_test(NAME folds_unit COMMAND test_bn_folds)
-set_tests_properties(folds_unit PROPERTIES LABELS "folds;asan" TIMEOUT 120)
+set_tests_properties(folds_unit PROPERTIES LABELS "folds" TIMEOUT 120)
 
 # End-to-end: one ctest per case of tests/folds/fuse_e2e.py. resnet18 and
 # mobilenet_v2 reuse the ref fixture's exported models (tests/ref.cmake).
@@ -25,7 +25,7 @@ if(QF_NODE)
     if(c STREQUAL "resnet18" OR c STREQUAL "mobilenet_v2")
       set_tests_properties(folds_${c} PROPERTIES LABELS "folds" TIMEOUT 600 FIXTURES_REQUIRED ref_models)
     else()
-      set_tests_properties(folds_${c} PROPERTIES LABELS "folds;asan" TIMEOUT 300)
+      set_tests_properties(folds_${c} PROPERTIES LABELS "folds" TIMEOUT 300)
     endif()
   endforeach()
 else()

@@ -18,6 +18,6 @@ endif()
 foreach(c ${QF_HOSTILE_CASES})
   add_test(NAME hostile_${c}
     COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/ref/hostile_models.py $<TARGET_FILE:qfold> ${c})
-  set_tests_properties(hostile_${c} PROPERTIES LABELS "bad_input;hostile;asan" TIMEOUT 300
+  set_tests_properties(hostile_${c} PROPERTIES LABELS "bad_input;hostile" TIMEOUT 300
     ENVIRONMENT "${QF_HOSTILE_ENV}")
 endforeach()

@@ -10,7 +10,7 @@ set(QF_NODE_WORK "${QF_TEST_WORK}/node")
 add_test(NAME node_generate
   COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/node/gen_node_tests.py ${QF_NODE_WORK}
           ${QF_TEST_DIR}/node/excluded.txt)
-set_tests_properties(node_generate PROPERTIES FIXTURES_SETUP node_data LABELS "node;asan" TIMEOUT 120)
+set_tests_properties(node_generate PROPERTIES FIXTURES_SETUP node_data LABELS "node" TIMEOUT 120)
 
 set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Div Pow Sqrt
   Reciprocal Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish Softmax MaxPool AveragePool
@@ -20,5 +20,5 @@ set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Di
   expanded)
 foreach(op ${QF_NODE_OPS})
   add_test(NAME node_${op} COMMAND node_runner ${QF_NODE_WORK}/manifest/${op}.txt)
-  set_tests_properties(node_${op} PROPERTIES FIXTURES_REQUIRED node_data LABELS "node;asan" TIMEOUT 120)
+  set_tests_properties(node_${op} PROPERTIES FIXTURES_REQUIRED node_data LABELS "node" TIMEOUT 120)
 endforeach()

@@ -8,7 +8,7 @@ target_link_libraries(test_pass_manager PRIVATE qfold_static m)
 set(QF_PASSES_WORK "${QF_TEST_WORK}/passes")
 file(MAKE_DIRECTORY "${QF_PASSES_WORK}")
 add_test(NAME passes_manager COMMAND test_pass_manager ${QF_PASSES_WORK})
-set_tests_properties(passes_manager PROPERTIES LABELS "passes;asan" TIMEOUT 60)
+set_tests_properties(passes_manager PROPERTIES LABELS "passes" TIMEOUT 60)
 
 # Model and command-line tests (Python drives qfold, ONNX Runtime and torch).
 set(QF_PASSES_CASES linear2d linear3d relu6 gemm_attrs passthru cli_verify_fail cli_same_path cli_usage cli_passes)
@@ -17,6 +17,6 @@ if(QF_NODE)
     add_test(NAME passes_${c}
       COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/passes/fuse_models.py $<TARGET_FILE:qfold> ${QF_NODE}
               ${QF_TEST_DIR}/ref/ort_run.js ${QF_PASSES_WORK}/${c} ${c})
-    set_tests_properties(passes_${c} PROPERTIES LABELS "passes;asan" TIMEOUT 180)
+    set_tests_properties(passes_${c} PROPERTIES LABELS "passes" TIMEOUT 180)
   endforeach()
 endif()

@@ -7,20 +7,16 @@ target_link_libraries(qf_roundtrip PRIVATE qfold_static)
 
 set(QF_REF_MODELS "${QF_TEST_WORK}/models")
 add_test(NAME ref_make_models COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/ref/make_models.py ${QF_REF_MODELS})
-set_tests_properties(ref_make_models PROPERTIES FIXTURES_SETUP ref_models LABELS "ref;asan" TIMEOUT 300)
+set_tests_properties(ref_make_models PROPERTIES FIXTURES_SETUP ref_models LABELS "ref" TIMEOUT 300)
 
-# Small models run under ASan too (make test-asan); the two torchvision
-# networks only in the normal build.
+# Small models and the two torchvision networks; `make test-asan` runs them
+# all through the instrumented qfold too.
 set(QF_REF_SMALL tiny_cnn conv1d_bn convtranspose_bn grouped_conv depthwise_conv linear_bn1d
   linear_3d relu6 hardswish sigmoid pools flatten_linear softmax)
 set(QF_REF_BIG resnet18 mobilenet_v2)
 
 foreach(m ${QF_REF_SMALL} ${QF_REF_BIG})
-  if(m IN_LIST QF_REF_SMALL)
-    set(labels "ref;parity;asan")
-  else()
-    set(labels "ref;parity")
-  endif()
+  set(labels "ref;parity")
   add_test(NAME parity_${m}
     COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/ref/torch_parity.py $<TARGET_FILE:qfold> ${QF_REF_MODELS} ${m})
   set_tests_properties(parity_${m} PROPERTIES FIXTURES_REQUIRED ref_models LABELS "${labels}" TIMEOUT 300)
@@ -43,5 +39,5 @@ foreach(c ${QF_BAD_INPUT_CASES})
   add_test(NAME bad_input_${c}
     COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/ref/bad_input.py $<TARGET_FILE:qfold>
             ${QF_REF_MODELS}/mobilenet_v2.onnx ${c})
-  set_tests_properties(bad_input_${c} PROPERTIES FIXTURES_REQUIRED ref_models LABELS "bad_input;asan" TIMEOUT 120)
+  set_tests_properties(bad_input_${c} PROPERTIES FIXTURES_REQUIRED ref_models LABELS "bad_input" TIMEOUT 120)
 endforeach()

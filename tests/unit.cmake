@@ -4,7 +4,7 @@ target_include_directories(test_ir PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_options(test_ir PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_ir PRIVATE qfold_static)
 add_test(NAME unit_ir COMMAND test_ir)
-set_tests_properties(unit_ir PROPERTIES LABELS "unit;asan" TIMEOUT 60)
+set_tests_properties(unit_ir PROPERTIES LABELS "unit" TIMEOUT 60)
 
 # Uses the small torch model of the ref_models fixture (tests/ref.cmake).
 add_executable(test_alloc_fail ${CMAKE_CURRENT_SOURCE_DIR}/test_alloc_fail.c)
@@ -15,11 +15,11 @@ file(MAKE_DIRECTORY "${QF_TEST_WORK}/alloc_fail")
 add_test(NAME unit_alloc_fail
   COMMAND test_alloc_fail ${QF_TEST_WORK}/models/tiny_cnn.onnx ${QF_TEST_WORK}/models/tiny_cnn.in0.npy
           ${QF_TEST_WORK}/alloc_fail)
-set_tests_properties(unit_alloc_fail PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit;asan" TIMEOUT 300)
+set_tests_properties(unit_alloc_fail PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit" TIMEOUT 300)
 
 # Size arithmetic on hostile numbers (checked multiply, shape limits).
 add_executable(test_limits ${CMAKE_CURRENT_SOURCE_DIR}/test_limits.c)
 target_compile_options(test_limits PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_limits PRIVATE qfold_static)
 add_test(NAME unit_limits COMMAND test_limits)
-set_tests_properties(unit_limits PROPERTIES LABELS "unit;asan" TIMEOUT 60)
+set_tests_properties(unit_limits PROPERTIES LABELS "unit" TIMEOUT 60)

@@ -284,26 +284,38 @@ qf_node *qf_graph_insert_node(qf_graph *g, qf_node *pos, bool after, qf_op op, c
     if (!n->name || qf_name_map_put(&g->impl->node_names, n->name, n)) return NULL;
     n->id = g->next_node_id++;
     n->op = op;
-    n->ninputs = ninputs;
-    n->noutputs = noutputs;
     n->inputs = qf_graph_alloc(g, sizeof *n->inputs * (size_t)(ninputs ? ninputs : 1));
     n->outputs = qf_graph_alloc(g, sizeof *n->outputs * (size_t)(noutputs ? noutputs : 1));
-    if (!n->inputs || !n->outputs) return NULL;
+    if (!n->inputs || !n->outputs) goto fail;
     for (int i = 0; i < ninputs; i++) {
+        if (inputs[i] && qf_use_add(inputs[i], n, i)) goto fail;
         n->inputs[i] = inputs[i];
-        if (inputs[i] && qf_use_add(inputs[i], n, i)) return NULL;
+        n->ninputs = i + 1;
     }
     for (int i = 0; i < noutputs; i++) {
         char vname[600];
         snprintf(vname, sizeof vname, noutputs == 1 ? "%.560s_out" : "%.560s_out%d", n->name, i);
         qf_value *v = qf_graph_add_value(g, vname, QF_VALUE_ACTIVATION, QF_DTYPE_UNDEFINED, 0, NULL);
-        if (!v) return NULL;
+        if (!v) goto fail;
         v->producer = n;
         v->producer_slot = i;
         n->outputs[i] = v;
+        n->noutputs = i + 1;
     }
     qf_link(g, n, pos, after);
     return n;
+fail:
+    /* Out of memory half way: undo what is already visible from the graph
+     * (uses in the inputs, output values, the name), so that a caller that
+     * goes on after the error still has a graph that verifies. */
+    for (int i = 0; i < n->ninputs; i++)
+        if (n->inputs[i]) qf_use_del(n->inputs[i], n, i);
+    for (int i = 0; i < n->noutputs; i++) {
+        n->outputs[i]->producer = NULL;
+        qf_graph_remove_value(g, n->outputs[i]);
+    }
+    qf_name_map_del(&g->impl->node_names, n->name);
+    return NULL;
 }
 
 qf_node *qf_graph_add_node(qf_graph *g, qf_op op, const char *name, int ninputs,

@@ -131,7 +131,7 @@ qf_status qf_graph_infer_shapes(qf_graph *g)
     return QF_OK;
 }
 
-static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos);
+static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos, uint32_t maxid);
 
 static qf_status qf_verify_fail(const char *what, const char *name, const char *detail)
 {
@@ -148,17 +148,25 @@ qf_status qf_graph_verify(const qf_graph *g)
     for (uint32_t i = 0; i <= maxid; i++) pos[i] = -1;
     int k = 0;
     for (qf_node *x = g->first; x; x = x->next) pos[x->id] = k++;
-    qf_status st = qf_graph_verify_nodes(g, pos);
+    qf_status st = qf_graph_verify_nodes(g, pos, maxid);
     qf_free(pos);
     return st;
 }
 
-static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos)
+/* Whether node x is in the graph's list (pos from qf_graph_verify). A node
+ * that was removed, or never linked, may still be referenced by a stale
+ * producer or use entry; its id can be past every listed node's. */
+static bool qf_verify_listed(const qf_node *x, const int *pos, uint32_t maxid)
+{
+    return x->id <= maxid && pos[x->id] >= 0;
+}
+
+static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos, uint32_t maxid)
 {
     int count = 0;
     for (qf_node *n = g->first; n; n = n->next, count++) {
-        const qf_op_info *info = qf_op_info_get(n->op);
         if ((unsigned)n->op >= QF_OP_COUNT) return qf_verify_fail("node", n->name, "bad op");
+        const qf_op_info *info = qf_op_info_get(n->op);
         if (qf_graph_find_node(g, n->name) != n)
             return qf_verify_fail("node", n->name, "name table does not point at it");
         if (n->next && n->next->prev != n) return qf_verify_fail("node", n->name, "list links broken");
@@ -176,7 +184,8 @@ static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos)
             if (!found) return qf_verify_fail("value", v->name, "use list misses a reader");
             if (v->producer) {
                 /* The producer must come earlier in the list. */
-                if (pos[v->producer->id] < 0 || pos[v->producer->id] >= pos[n->id]) return qf_verify_fail("node", n->name, "reads a value produced later (not sorted, or a cycle)");
+                if (!qf_verify_listed(v->producer, pos, maxid) || pos[v->producer->id] >= pos[n->id])
+                    return qf_verify_fail("node", n->name, "reads a value produced later (not sorted, or a cycle)");
             } else if (v->kind == QF_VALUE_ACTIVATION) {
                 return qf_verify_fail("value", v->name, "activation without a producer");
             } else if (v->kind != QF_VALUE_INPUT && !v->type.data) {
@@ -200,9 +209,13 @@ static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos)
             return qf_verify_fail("value", v->name, "name table does not point at it");
         for (int u = 0; u < v->nuses; u++) {
             const qf_use *us = &v->uses[u];
+            if (!qf_verify_listed(us->node, pos, maxid))
+                return qf_verify_fail("value", v->name, "use list names a node that is not in the graph");
             if (us->slot < 0 || us->slot >= us->node->ninputs || us->node->inputs[us->slot] != v)
                 return qf_verify_fail("value", v->name, "use list names a node that does not read it");
         }
+        if (v->producer && !qf_verify_listed(v->producer, pos, maxid))
+            return qf_verify_fail("value", v->name, "its producer is not in the graph");
         if (v->type.data && qf_tensor_numel(&v->type) < 0)
             return qf_verify_fail("value", v->name, "constant with unknown shape");
     }
