@@ -9,6 +9,7 @@
 
 #include "qfold/exec.h"
 #include "qfold/graph.h"
+#include "qfold/io.h"
 
 static int failures;
 
@@ -716,6 +717,44 @@ static void test_alloc_failures(void)
     }
 }
 
+/* The largest single request the allocation hook saw (test_file_read_size). */
+static size_t largest_request;
+
+static void *largest_alloc(void *ud, void *ptr, size_t nsize)
+{
+    (void)ud;
+    if (nsize == 0) {
+        free(ptr);
+        return NULL;
+    }
+    if (nsize > largest_request) largest_request = nsize;
+    return realloc(ptr, nsize);
+}
+
+/* qf_file_read of a regular file allocates about its size once; it used to
+ * double the buffer just to see EOF (review-a). */
+static void test_file_read_size(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/read_size.bin", dir);
+    enum { N = 300000 };
+    unsigned char *data = malloc(N);
+    if (!data) return;
+    for (int i = 0; i < N; i++) data[i] = (unsigned char)(i * 7);
+    CHECK_OK(qf_file_write_atomic(path, data, N));
+    void *got = NULL;
+    size_t size = 0;
+    largest_request = 0;
+    qf_set_allocator(largest_alloc, NULL);
+    CHECK_OK(qf_file_read(path, &got, &size));
+    qf_set_allocator(NULL, NULL);
+    CHECK(size == N && got && memcmp(got, data, N) == 0);
+    CHECK(largest_request <= (size_t)N + 2);
+    free(got); /* allocated by largest_alloc, i.e. realloc */
+    free(data);
+    remove(path);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -729,6 +768,7 @@ int main(int argc, char **argv)
     test_fold_shape_chain();
     test_fold_guards();
     test_alloc_failures();
+    test_file_read_size(argv[1]);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(argv[1], &cases[i]);
     if (failures) {
         fprintf(stderr, "test_exec: %d failure(s)\n", failures);

@@ -232,6 +232,77 @@ static void test_verifier_catches(void)
     qf_graph_free(g);
 }
 
+/* An insert that runs out of memory half way leaves nothing behind: no use
+ * by the half-built node, no output value, no name (review-a). */
+static void test_insert_node_oom(void)
+{
+    qf_value *x, *c;
+    qf_node *r0, *a0;
+    qf_graph *g = small_graph(&x, &c, &r0, &a0);
+    if (!g) return;
+    int64_t d[] = {1, 8};
+    qf_tensor t;
+    qf_tensor_init(&t, QF_DTYPE_F32, 2, d);
+    /* k has no use yet: its first use allocates, after x's use is added. */
+    qf_value *k = qf_graph_add_constant(g, "k", QF_VALUE_CONSTANT, &t);
+    qf_value *in[2] = {x, k};
+    int x_uses = x->nuses, nnodes = g->nnodes, failed = 0;
+    for (long n = 1; n < 64; n++) {
+        alloc.fail_at = alloc.calls + n;
+        alloc.persistent = 1;
+        qf_node *a = qf_graph_add_node(g, QF_OP_ADD, "new", 2, in, 1);
+        alloc.fail_at = 0;
+        if (a) {
+            qf_graph_remove_node(g, a);
+            break;
+        }
+        failed++;
+        CHECK(x->nuses == x_uses && k->nuses == 0 && g->nnodes == nnodes);
+        CHECK(qf_graph_find_node(g, "new") == NULL && qf_graph_find_value(g, "new_out") == NULL);
+        CHECK_OK(qf_graph_verify(g));
+    }
+    CHECK(failed > 0);
+    CHECK(x->nuses == x_uses && k->nuses == 0);
+    CHECK_OK(qf_graph_verify(g));
+
+    /* The verifier also catches a use by a node that is not in the list. */
+    qf_node *gone = qf_graph_add_node(g, QF_OP_RELU, "gone", 1, &x, 1);
+    qf_value *gone_out = gone->outputs[0];
+    qf_graph_remove_node(g, gone);
+    CHECK(qf_graph_find_value(g, "gone_out") == NULL && gone_out != NULL);
+    CHECK_OK(qf_graph_verify(g));
+    qf_use stale = {gone, 0};
+    x->uses[x->nuses++] = stale; /* cap is at least 8 */
+    gone->inputs[0] = x;         /* still "reads" x, but is unlinked */
+    gone->ninputs = 1;
+    qf_error_clear();
+    CHECK_STATUS(qf_graph_verify(g), QF_ERR_INVALID);
+    CHECK_MSG("not in the graph");
+    x->nuses--;
+    CHECK_OK(qf_graph_verify(g));
+    qf_graph_free(g);
+}
+
+/* verify_shapes reports a stale output type and leaves the graph as it was. */
+static void test_verify_shapes_leaves_graph(void)
+{
+    qf_value *x, *c;
+    qf_node *r0, *a0;
+    qf_graph *g = small_graph(&x, &c, &r0, &a0);
+    if (!g) return;
+    CHECK_OK(qf_graph_infer_shapes(g));
+    CHECK_OK(qf_graph_verify_shapes(g));
+    qf_value *out = a0->outputs[0];
+    out->type.dims[1] = 7; /* a rewrite that forgot to update the type */
+    qf_error_clear();
+    CHECK_STATUS(qf_graph_verify_shapes(g), QF_ERR_INVALID);
+    CHECK_MSG("'a0'");
+    CHECK(out->type.dims[1] == 7);
+    out->type.dims[1] = 8;
+    CHECK_OK(qf_graph_verify_shapes(g));
+    qf_graph_free(g);
+}
+
 static void test_dce(void)
 {
     qf_value *x, *c;
@@ -468,6 +539,8 @@ int main(void)
     RUN_COUNTED(test_replace_uses_and_remove);
     RUN_COUNTED(test_toposort);
     RUN_COUNTED(test_verifier_catches);
+    RUN_COUNTED(test_insert_node_oom);
+    RUN_COUNTED(test_verify_shapes_leaves_graph);
     RUN_COUNTED(test_dce);
     RUN_COUNTED(test_names);
     RUN_COUNTED(test_attributes);

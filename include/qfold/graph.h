@@ -145,7 +145,8 @@ void qf_graph_remove_value(qf_graph *g, qf_value *v);
  * NULL entries for omitted optional inputs. Returns NULL on out-of-memory. */
 qf_node *qf_graph_add_node(qf_graph *g, qf_op op, const char *name, int ninputs,
                            qf_value *const *inputs, int noutputs);
-/* Same, but the node is linked right before / after `pos`. */
+/* Same, but the node is linked right before / after `pos`. On failure
+ * nothing of the node stays in the graph (no use, value or name). */
 qf_node *qf_graph_insert_node(qf_graph *g, qf_node *pos, bool after, qf_op op, const char *name,
                               int ninputs, qf_value *const *inputs, int noutputs);
 qf_node *qf_graph_find_node(const qf_graph *g, const char *name);
@@ -158,7 +159,9 @@ qf_status qf_node_set_input(qf_graph *g, qf_node *n, int slot, qf_value *v);
 /* Append one more input. */
 qf_status qf_node_add_input(qf_graph *g, qf_node *n, qf_value *v);
 /* Every use of `from` becomes a use of `to`; graph outputs follow (the
- * output keeps its name: `to` is renamed to it when `from` was an output). */
+ * output keeps its name: `to` and `from` swap names when `from` was an
+ * output, so a caller must not pass a graph input or output as `to` then:
+ * the interface would be renamed). */
 qf_status qf_graph_replace_uses(qf_graph *g, qf_value *from, qf_value *to);
 /* Unlink and free a node. Its outputs must have no uses and not be graph
  * outputs; they are removed with it. Inputs lose the use. */
@@ -190,11 +193,14 @@ void qf_node_remove_attr(qf_node *n, const char *name);
 qf_status qf_graph_toposort(qf_graph *g);
 /* Run every node's shape inference in order (graph must be sorted). */
 qf_status qf_graph_infer_shapes(qf_graph *g);
-/* Check every invariant: ids, names, SSA, use lists, order, arity, shapes. */
+/* Check every structural invariant: ids, names, SSA, use lists (every use
+ * names a listed node that reads the value), order, arity. Shapes are
+ * checked by qf_graph_verify_shapes. */
 qf_status qf_graph_verify(const qf_graph *g);
 /* qf_graph_verify, then re-run every node's shape inference and check that
  * each output's dtype and shape are what the graph says (a rewrite that
- * forgot to update a type is caught here). The graph must be sorted. */
+ * forgot to update a type is caught here). The graph must be sorted; it is
+ * left as it was, also when the check fails. */
 qf_status qf_graph_verify_shapes(qf_graph *g);
 /* Mark initializers as parameters / buffers by how the op table's input
  * roles use them (conv weight -> parameter, BN running mean -> buffer). */

@@ -8,11 +8,13 @@
  * --verify writes the model to a temporary file next to OUT, loads it back and
  * runs it and the original on the same inputs, so what is checked is exactly
  * the file that will be renamed into place (export included). */
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -384,15 +386,29 @@ static int qf_fuse_split(const char *list, char *buf, size_t size, const char **
 }
 
 /* Write to a fresh temporary name next to `out` (so the rename stays on one
- * file system). */
+ * file system). mkstemp creates it 0600 and qf_onnx_save keeps the mode of
+ * the file it replaces: give it the mode OUT would get without --verify (the
+ * existing OUT's, else 0644), or the renamed model would be private. */
 static qf_status qf_fuse_temp_name(const char *out, char *buf, size_t size)
 {
     int k = snprintf(buf, size, "%s.qfold-verify-XXXXXX", out);
     if (k < 0 || (size_t)k >= size) return qf_error(QF_ERR_IO, "%s: path too long", out);
     int fd = mkstemp(buf);
-    if (fd < 0) return qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s'", out);
+    if (fd < 0) {
+        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", out, strerror(errno));
+        buf[0] = '\0'; /* nothing to remove */
+        return st;
+    }
+    struct stat old;
+    mode_t mode = stat(out, &old) == 0 ? (old.st_mode & 07777) : 0644;
+    qf_status st = QF_OK;
+    if (fchmod(fd, mode) != 0) {
+        st = qf_error(QF_ERR_IO, "cannot set the mode of '%s': %s", buf, strerror(errno));
+        unlink(buf);
+        buf[0] = '\0';
+    }
     close(fd);
-    return QF_OK;
+    return st;
 }
 
 static int qf_cli_fuse(int argc, char **argv)
@@ -460,7 +476,7 @@ static int qf_cli_fuse(int argc, char **argv)
     }
     if (fa.verify) {
         if (rename(tmp, fa.out) != 0) {
-            rc = qf_cli_error(QF_EXIT_FAIL, "cannot rename '%s' to '%s'", tmp, fa.out);
+            rc = qf_cli_error(QF_EXIT_FAIL, "cannot rename '%s' to '%s': %s", tmp, fa.out, strerror(errno));
             goto done;
         }
         tmp[0] = '\0';

@@ -1,4 +1,4 @@
-/* qfold inspect MODEL.onnx [--json] [--dot FILE] */
+/* qfold inspect MODEL.onnx [--json] [--graph] [--dot FILE] */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>

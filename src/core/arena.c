@@ -1,3 +1,4 @@
+#include <stdint.h>
 #include <string.h>
 
 #include "arena.h"
@@ -20,6 +21,11 @@ void qf_arena_init(qf_arena *a)
 
 void *qf_arena_alloc(qf_arena *a, size_t size)
 {
+    /* Rounding up and the chunk header must not wrap around. */
+    if (size > SIZE_MAX / 2) {
+        qf_error(QF_ERR_NOMEM, "out of memory (asked the arena for %zu bytes)", size);
+        return NULL;
+    }
     size = (size + QF_ARENA_ALIGN - 1) & ~(size_t)(QF_ARENA_ALIGN - 1);
     if (!a->head || a->used + size > a->cap) {
         size_t cap = size > QF_ARENA_CHUNK ? size : QF_ARENA_CHUNK;

@@ -17,12 +17,6 @@
  * hostile file's Expand after Expand) would multiply memory without bound. */
 #define QF_FOLD_GROWTH_BUDGET ((size_t)256 * 1024 * 1024)
 
-static const char *qf_fold_op_name(const qf_node *n)
-{
-    const char *onnx = qf_op_onnx_name(n->op);
-    return onnx ? onnx : qf_op_name(n->op);
-}
-
 /* Whether every input n reads is known at import time. */
 static bool qf_fold_inputs_known(const qf_node *n)
 {
@@ -32,9 +26,6 @@ static bool qf_fold_inputs_known(const qf_node *n)
         if (n->inputs[i] && !qf_value_is_const(n->inputs[i])) return false;
     return true;
 }
-
-/* Inference with the size checks every caller shares (src/ir/order.c). */
-static qf_status qf_fold_infer(qf_graph *g, qf_node *n) { return qf_node_infer(g, n); }
 
 /* Give constant c the name `name` (freed by the removal of the value that
  * had it). */
@@ -72,7 +63,7 @@ static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
         const qf_tensor *t = &n->outputs[i]->type;
         st = qf_tensor_init(&outs[i], t->dtype, t->ndim, t->dims);
         if (st != QF_OK) {
-            qf_error_prefix(st, "node '%s' (%s): cannot fold: ", n->name, qf_fold_op_name(n));
+            qf_error_prefix(st, "node '%s' (%s): cannot fold: ", n->name, qf_op_label(n));
             goto done;
         }
         outp[i] = &outs[i];
@@ -133,10 +124,10 @@ done:
 
 qf_status qf_graph_fold_node(qf_graph *g, qf_node *n)
 {
-    QF_TRY(qf_fold_infer(g, n));
+    QF_TRY(qf_node_infer(g, n));
     if (!qf_fold_inputs_known(n))
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): cannot fold: its inputs are not all constants",
-                        n->name, qf_fold_op_name(n));
+                        n->name, qf_op_label(n));
     return qf_fold_eval(g, n);
 }
 
@@ -231,7 +222,7 @@ qf_status qf_graph_fold_constants(qf_graph *g, int *count)
     qf_status st = QF_OK;
     for (qf_node *n = g->first, *next; n; n = next) {
         next = n->next;
-        st = qf_fold_infer(g, n);
+        st = qf_node_infer(g, n);
         if (st != QF_OK) break;
         bool done;
         st = qf_fold_try(g, n, &wts, &done);

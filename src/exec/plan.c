@@ -40,16 +40,14 @@ qf_status qf_exec_node(const qf_kernel_io *io)
     const qf_op_info *info = qf_op_info_get(n->op);
     if (!info->forward)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): op has no forward kernel", n->name,
-                        info->name);
+                        qf_op_label(n));
     qf_status st = info->forward(io);
     if (st != QF_OK) {
         /* Every message should name the node; add it when the kernel did not. */
         char quoted[300];
         snprintf(quoted, sizeof quoted, "'%.290s'", n->name);
-        if (!strstr(qf_error_message(), quoted)) {
-            const char *onnx = qf_op_onnx_name(n->op);
-            qf_error_prefix(st, "node '%s' (%s): ", n->name, onnx ? onnx : info->name);
-        }
+        if (!strstr(qf_error_message(), quoted))
+            qf_error_prefix(st, "node '%s' (%s): ", n->name, qf_op_label(n));
     }
     return st;
 }
@@ -58,13 +56,11 @@ qf_status qf_exec_scratch(const qf_node *n, size_t *bytes)
 {
     const qf_op_info *info = qf_op_info_get(n->op);
     *bytes = info->scratch ? info->scratch(n) : 0;
-    if (*bytes > (uint64_t)QF_MAX_TENSOR_BYTES) {
-        const char *onnx = qf_op_onnx_name(n->op);
+    if (*bytes > (uint64_t)QF_MAX_TENSOR_BYTES)
         return qf_error(QF_ERR_SHAPE,
                         "node '%s' (%s): its kernel would need %zu bytes of scratch memory, more than qfold "
                         "handles (%lld bytes)",
-                        n->name, onnx ? onnx : info->name, *bytes, (long long)QF_MAX_TENSOR_BYTES);
-    }
+                        n->name, qf_op_label(n), *bytes, (long long)QF_MAX_TENSOR_BYTES);
     return QF_OK;
 }
 
@@ -198,7 +194,7 @@ static qf_status qf_plan_check_values(const qf_graph *g)
             const qf_value *v = n->inputs[i];
             if (v && !v->producer && v->kind != QF_VALUE_INPUT && !v->type.data)
                 return qf_error(QF_ERR_INVALID, "node '%s' (%s): input '%s' has no data", n->name,
-                                qf_op_name(n->op), v->name);
+                                qf_op_label(n), v->name);
         }
         /* A shape operand still fed as a graph input leaves shapes unknown. */
         const qf_op_info *info = qf_op_info_get(n->op);
@@ -208,18 +204,18 @@ static qf_status qf_plan_check_values(const qf_graph *g)
                 return qf_error(QF_ERR_UNSUPPORTED,
                                 "node '%s' (%s): input '%s' gives a shape but is fed at run time "
                                 "(dynamic shapes are not supported: bind it as a constant)",
-                                n->name, qf_op_name(n->op), v->name);
+                                n->name, qf_op_label(n), v->name);
         }
         for (int o = 0; o < n->noutputs; o++) {
             const qf_value *v = n->outputs[o];
             if (!qf_dtype_size(v->type.dtype))
                 return qf_error(QF_ERR_INVALID, "node '%s' (%s): output '%s' has no dtype", n->name,
-                                qf_op_name(n->op), v->name);
+                                qf_op_label(n), v->name);
             if (qf_tensor_numel(&v->type) < 0)
                 return qf_error(QF_ERR_SHAPE,
                                 "node '%s' (%s): output '%s' has unknown shape %s (dynamic shapes are "
                                 "not supported)",
-                                n->name, qf_op_name(n->op), v->name,
+                                n->name, qf_op_label(n), v->name,
                                 qf_shape_str(v->type.ndim, v->type.dims, buf, sizeof buf));
         }
     }

@@ -20,7 +20,10 @@
  * when the file is longer (pipes, /proc files: st_size is only a hint). */
 static qf_status qf_fd_read_all(int fd, const char *path, size_t hint, void **data, size_t *size)
 {
-    size_t cap = hint ? hint : 65536;
+    /* One byte past the hint: reading a file of exactly `hint` bytes then
+     * sees EOF with room to spare, instead of doubling the buffer just to
+     * find out that nothing follows. */
+    size_t cap = hint && hint < SIZE_MAX - 1 ? hint + 1 : 65536;
     unsigned char *buf = qf_malloc(cap + 1);
     if (!buf) return QF_ERR_NOMEM;
     size_t n = 0;
@@ -276,7 +279,9 @@ void qf_file_writer_abort(qf_file_writer *w)
 
 qf_status qf_file_writer_commit(qf_file_writer *w)
 {
-    if (w->fd < 0) return QF_ERR_INTERNAL;
+    if (w->fd < 0)
+        return qf_error(QF_ERR_INTERNAL, "%s: commit of a file writer that is not open",
+                        w->path ? w->path : "?");
     qf_file_writer_flush(w);
     qf_status st = w->st;
     int fd = w->fd;

@@ -328,6 +328,18 @@ static qf_status qf_import_node_outputs(qf_import *im, size_t i, qf_node *n)
     return QF_OK;
 }
 
+/* "2 to 3", "1" or "at least 1" (max -1: variadic), for arity messages. */
+static const char *qf_arity_str(int min, int max, char *buf, size_t size)
+{
+    if (max < 0)
+        snprintf(buf, size, "at least %d", min);
+    else if (min == max)
+        snprintf(buf, size, "%d", min);
+    else
+        snprintf(buf, size, "%d to %d", min, max);
+    return buf;
+}
+
 static qf_status qf_import_node(qf_import *im, size_t i)
 {
     const Onnx__NodeProto *np = im->gp->node[i];
@@ -350,14 +362,15 @@ static qf_status qf_import_node(qf_import *im, size_t i)
     const qf_op_info *info = qf_op_info_get(op);
     size_t nin = qf_trim_count(np->input, np->n_input);
     size_t nout = qf_trim_count(np->output, np->n_output);
+    char range[48];
     if ((int64_t)nin < info->min_inputs ||
         (info->max_inputs >= 0 && (int64_t)nin > info->max_inputs))
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu inputs, the op takes %d to %d", name,
-                        op_type, nin, info->min_inputs, info->max_inputs);
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu inputs, the op takes %s", name, op_type, nin,
+                        qf_arity_str(info->min_inputs, info->max_inputs, range, sizeof range));
     if ((int64_t)nout < info->min_outputs ||
         (info->max_outputs >= 0 && (int64_t)nout > info->max_outputs))
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu outputs, the op has %d to %d", name,
-                        op_type, nout, info->min_outputs, info->max_outputs);
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %zu outputs, the op has %s", name, op_type, nout,
+                        qf_arity_str(info->min_outputs, info->max_outputs, range, sizeof range));
     for (int k = 0; k < info->min_inputs; k++)
         if (!qf_str(np->input[k])[0])
             return qf_error(QF_ERR_INVALID, "node '%s' (%s): required input %d is empty", name,

@@ -138,7 +138,6 @@ void qf_value_set_data(qf_value *v, qf_tensor *t)
 {
     qf_tensor_free(&v->type);
     v->type = *t;
-    if (!t->owns) v->type.owns = false;
     memset(t, 0, sizeof *t);
 }
 

@@ -99,7 +99,7 @@ static qf_status qf_node_too_large(const qf_node *n, const char *label, const ch
 qf_status qf_node_infer(qf_graph *g, qf_node *n)
 {
     const qf_op_info *info = qf_op_info_get(n->op);
-    const char *label = qf_op_onnx_name(n->op) ? qf_op_onnx_name(n->op) : info->name;
+    const char *label = qf_op_label(n);
     for (int i = 0; i < n->ninputs; i++) {
         const qf_value *v = n->inputs[i];
         if (!v) continue;
@@ -228,32 +228,42 @@ static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos, uint32
     return QF_OK;
 }
 
+/* Put back the output types inference overwrote (from `saved`). */
+static void qf_restore_outputs(qf_node *n, const qf_tensor *saved)
+{
+    for (int i = 0; i < n->noutputs; i++) n->outputs[i]->type = saved[i];
+}
+
 qf_status qf_graph_verify_shapes(qf_graph *g)
 {
     QF_TRY(qf_graph_verify(g));
-    for (qf_node *n = g->first; n; n = n->next) {
-        enum { MAXO = 16 };
-        qf_tensor saved[MAXO];
-        int no = n->noutputs < MAXO ? n->noutputs : MAXO;
-        for (int i = 0; i < no; i++) saved[i] = n->outputs[i]->type;
-        qf_status st = qf_node_infer(g, n);
-        if (st != QF_OK)
-            return qf_error_prefix(QF_ERR_INVALID, "verifier: shape inference fails on node '%s': ", n->name);
-        for (int i = 0; i < no; i++) {
+    int maxo = 1;
+    for (qf_node *n = g->first; n; n = n->next) maxo = n->noutputs > maxo ? n->noutputs : maxo;
+    qf_tensor *saved = qf_malloc(sizeof *saved * (size_t)maxo);
+    if (!saved) return QF_ERR_NOMEM;
+    qf_status st = QF_OK;
+    for (qf_node *n = g->first; n && st == QF_OK; n = n->next) {
+        for (int i = 0; i < n->noutputs; i++) saved[i] = n->outputs[i]->type;
+        if (qf_node_infer(g, n) != QF_OK) {
+            st = qf_error_prefix(QF_ERR_INVALID, "verifier: shape inference fails on node '%s': ", n->name);
+            qf_restore_outputs(n, saved);
+            break;
+        }
+        for (int i = 0; i < n->noutputs; i++) {
             const qf_tensor *a = &saved[i], *b = &n->outputs[i]->type;
             if (a->dtype == b->dtype && qf_shape_equal(a->ndim, a->dims, b->ndim, b->dims)) continue;
             char sa[128], sb[128];
-            qf_error(QF_ERR_INVALID, "verifier: value '%s' of node '%s' is %s %s, but its op infers %s %s",
-                     n->outputs[i]->name, n->name, qf_dtype_name(a->dtype),
-                     qf_shape_str(a->ndim, a->dims, sa, sizeof sa), qf_dtype_name(b->dtype),
-                     qf_shape_str(b->ndim, b->dims, sb, sizeof sb));
-            n->outputs[i]->type.dtype = a->dtype;
-            n->outputs[i]->type.ndim = a->ndim;
-            memcpy(n->outputs[i]->type.dims, a->dims, sizeof a->dims);
-            return QF_ERR_INVALID;
+            st = qf_error(QF_ERR_INVALID, "verifier: value '%s' of node '%s' is %s %s, but its op infers %s %s",
+                          n->outputs[i]->name, n->name, qf_dtype_name(a->dtype),
+                          qf_shape_str(a->ndim, a->dims, sa, sizeof sa), qf_dtype_name(b->dtype),
+                          qf_shape_str(b->ndim, b->dims, sb, sizeof sb));
+            /* The verifier reports; it does not repair the graph. */
+            qf_restore_outputs(n, saved);
+            break;
         }
     }
-    return QF_OK;
+    qf_free(saved);
+    return st;
 }
 
 void qf_graph_classify_constants(qf_graph *g)

@@ -41,9 +41,9 @@ static qf_status check_float(const qf_node *n, const qf_tensor *t, const char *w
     if (t->dtype == QF_DTYPE_F32) return QF_OK;
     if (t->dtype == QF_DTYPE_F64)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s is float64; only float32 convolutions are supported",
-                        n->name, qf_spatial_op_label(n), what);
+                        n->name, qf_op_label(n), what);
     return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s has dtype %s, expected float32", n->name,
-                    qf_spatial_op_label(n), what, qf_dtype_name(t->dtype));
+                    qf_op_label(n), what, qf_dtype_name(t->dtype));
 }
 
 /* Validate X, W, B and the attributes; compute every size (-1 where unknown).
@@ -52,7 +52,7 @@ static qf_status check_float(const qf_node *n, const qf_tensor *t, const char *w
 static qf_status conv_setup(const qf_node *n, const qf_tensor *x, const qf_tensor *w, const qf_tensor *b,
                             bool transpose, conv_geom *cg)
 {
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     memset(cg, 0, sizeof *cg);
     cg->transpose = transpose;
     QF_TRY(check_float(n, x, "input X"));
@@ -156,7 +156,7 @@ static qf_status conv_infer_common(qf_node *n, bool transpose)
 {
     if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): inputs X and W are required", n->name,
-                        qf_spatial_op_label(n));
+                        qf_op_label(n));
     conv_geom cg;
     QF_TRY(conv_setup(n, &n->inputs[0]->type, &n->inputs[1]->type, opt_type(n, 2), transpose, &cg));
     return conv_set_output(n, &n->inputs[0]->type, &cg);
@@ -339,24 +339,24 @@ static qf_status conv_kernel_setup(const qf_kernel_io *io, bool transpose, conv_
     const qf_node *n = io->node;
     if (io->nin < 2 || !io->in[0] || !io->in[1])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): inputs X and W are required", n->name,
-                        qf_spatial_op_label(n));
+                        qf_op_label(n));
     const qf_tensor *b = io->nin > 2 ? io->in[2] : NULL;
     QF_TRY(conv_setup(n, io->in[0], io->in[1], b, transpose, cg));
     const qf_tensor *y = io->out[0];
     if (cg->n < 0 || cg->in_plane < 0 || cg->out_plane < 0 || y->dims[0] != cg->n || y->dims[1] != cg->m ||
         qf_spatial_prod(cg->s.rank, y->dims + 2) != cg->out_plane)
         return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): output buffer shape does not match the inputs", n->name,
-                        qf_spatial_op_label(n));
+                        qf_op_label(n));
     /* cblas takes int sizes. */
     if (cg->k > INT_MAX || cg->in_plane > INT_MAX || cg->out_plane > INT_MAX || cg->mg > INT_MAX ||
         cg->cg > INT_MAX)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): GEMM dimensions exceed 2^31 (K %lld, planes %lld, %lld)",
-                        n->name, qf_spatial_op_label(n), (long long)cg->k, (long long)cg->in_plane,
+                        n->name, qf_op_label(n), (long long)cg->k, (long long)cg->in_plane,
                         (long long)cg->out_plane);
     size_t need = conv_scratch_bytes(cg);
     if (io->scratch_size < need)
         return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, the kernel needs %zu", n->name,
-                        qf_spatial_op_label(n), io->scratch_size, need);
+                        qf_op_label(n), io->scratch_size, need);
     return QF_OK;
 }
 

@@ -21,17 +21,6 @@ static bool dtype_in(qf_dtype dt, const qf_dtype *set, int count)
     return false;
 }
 
-static qf_status check_inputs(const qf_node *n, int count)
-{
-    if (n->ninputs != count)
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects %d inputs, has %d", n->name, qf_op_label(n),
-                        count, n->ninputs);
-    for (int i = 0; i < count; i++)
-        if (!n->inputs[i])
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
-    return QF_OK;
-}
-
 static qf_status unsupported_dtype(const qf_node *n, const char *what, qf_dtype dt)
 {
     return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s dtype %s is not supported", n->name, qf_op_label(n),
@@ -46,7 +35,7 @@ static const qf_dtype arith_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32
 
 static qf_status binary_infer(qf_node *n)
 {
-    QF_TRY(check_inputs(n, 2));
+    QF_TRY(qf_op_check_inputs(n, 2));
     const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
     if (a->dtype != b->dtype)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): input dtypes differ (%s and %s)", n->name, qf_op_label(n),
@@ -71,7 +60,7 @@ static const qf_dtype pow_base_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_
 qf_status qf_pow_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(check_inputs(n, 2));
+    QF_TRY(qf_op_check_inputs(n, 2));
     const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
     if (!dtype_in(a->dtype, pow_base_dtypes, 4)) return unsupported_dtype(n, "base", a->dtype);
     if (!dtype_in(b->dtype, arith_dtypes, 6)) return unsupported_dtype(n, "exponent", b->dtype);
@@ -84,7 +73,7 @@ qf_status qf_pow_infer(qf_graph *g, qf_node *n)
 
 static qf_status unary_infer(qf_node *n, const qf_dtype *allowed, int count)
 {
-    QF_TRY(check_inputs(n, 1));
+    QF_TRY(qf_op_check_inputs(n, 1));
     const qf_tensor *x = &n->inputs[0]->type;
     if (!dtype_in(x->dtype, allowed, count)) return unsupported_dtype(n, "input", x->dtype);
     qf_set_output(n, 0, x->dtype, x->ndim, x->dims);
@@ -344,20 +333,22 @@ qf_status qf_pow_forward(const qf_kernel_io *io)
 /* ------------------------------------------------------------------------ */
 /* unary                                                                     */
 
+/* y[i] = EXPR over x's elements p[i], element type T (x, n, io in scope). */
+#define QF_UNARY_(T, EXPR)                                      \
+    do {                                                        \
+        const T *p = x->data;                                   \
+        T *y = io->out[0]->data;                                \
+        for (int64_t i = 0; i < n; i++) y[i] = (T)(EXPR);       \
+    } while (0)
+
 qf_status qf_sqrt_forward(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
-    if (x->dtype == QF_DTYPE_F32) {
-        const float *p = x->data;
-        float *y = io->out[0]->data;
-        for (int64_t i = 0; i < n; i++) y[i] = sqrtf(p[i]);
-    } else if (x->dtype == QF_DTYPE_F64) {
-        const double *p = x->data;
-        double *y = io->out[0]->data;
-        for (int64_t i = 0; i < n; i++) y[i] = sqrt(p[i]);
-    } else {
-        return unsupported_dtype(io->node, "input", x->dtype);
+    switch (x->dtype) {
+    case QF_DTYPE_F32: QF_UNARY_(float, sqrtf(p[i])); break;
+    case QF_DTYPE_F64: QF_UNARY_(double, sqrt(p[i])); break;
+    default: return unsupported_dtype(io->node, "input", x->dtype);
     }
     return QF_OK;
 }
@@ -366,38 +357,25 @@ qf_status qf_reciprocal_forward(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
-    if (x->dtype == QF_DTYPE_F32) {
-        const float *p = x->data;
-        float *y = io->out[0]->data;
-        for (int64_t i = 0; i < n; i++) y[i] = 1.0f / p[i];
-    } else if (x->dtype == QF_DTYPE_F64) {
-        const double *p = x->data;
-        double *y = io->out[0]->data;
-        for (int64_t i = 0; i < n; i++) y[i] = 1.0 / p[i];
-    } else {
-        return unsupported_dtype(io->node, "input", x->dtype);
+    switch (x->dtype) {
+    case QF_DTYPE_F32: QF_UNARY_(float, 1.0f / p[i]); break;
+    case QF_DTYPE_F64: QF_UNARY_(double, 1.0 / p[i]); break;
+    default: return unsupported_dtype(io->node, "input", x->dtype);
     }
     return QF_OK;
 }
-
-#define QF_NEG_(T, EXPR)                                        \
-    do {                                                        \
-        const T *p = x->data;                                   \
-        T *y = io->out[0]->data;                                \
-        for (int64_t i = 0; i < n; i++) y[i] = (T)(EXPR);       \
-    } while (0)
 
 qf_status qf_neg_forward(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
     switch (x->dtype) {
-    case QF_DTYPE_F32: QF_NEG_(float, -p[i]); break;
-    case QF_DTYPE_F64: QF_NEG_(double, -p[i]); break;
+    case QF_DTYPE_F32: QF_UNARY_(float, -p[i]); break;
+    case QF_DTYPE_F64: QF_UNARY_(double, -p[i]); break;
     /* Negating MIN wraps to MIN (two's complement), as numpy does. */
-    case QF_DTYPE_I32: QF_NEG_(int32_t, 0u - (uint32_t)p[i]); break;
-    case QF_DTYPE_I64: QF_NEG_(int64_t, (uint64_t)0 - (uint64_t)p[i]); break;
-    case QF_DTYPE_I8: QF_NEG_(int8_t, -p[i]); break;
+    case QF_DTYPE_I32: QF_UNARY_(int32_t, 0u - (uint32_t)p[i]); break;
+    case QF_DTYPE_I64: QF_UNARY_(int64_t, (uint64_t)0 - (uint64_t)p[i]); break;
+    case QF_DTYPE_I8: QF_UNARY_(int8_t, -p[i]); break;
     default: return unsupported_dtype(io->node, "input", x->dtype);
     }
     return QF_OK;
@@ -473,7 +451,7 @@ static const qf_dtype cmp_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, 
 qf_status qf_equal_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(check_inputs(n, 2));
+    QF_TRY(qf_op_check_inputs(n, 2));
     const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
     if (a->dtype != b->dtype)
         return qf_error(QF_ERR_INVALID, "node '%s' (Equal): input dtypes differ (%s and %s)", n->name,

@@ -16,17 +16,6 @@
 #include "broadcast.h"
 #include "kernels.h"
 
-static qf_status qf_idx_inputs(const qf_node *n, int count)
-{
-    if (n->ninputs != count)
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects %d inputs, has %d", n->name, qf_op_label(n),
-                        count, n->ninputs);
-    for (int i = 0; i < count; i++)
-        if (!n->inputs[i])
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
-    return QF_OK;
-}
-
 /* Whether input `slot` is a shape-deciding operand still to be bound (a graph
  * input); an operand computed by a node is a dynamic shape: error. */
 static qf_status qf_idx_pending(const qf_node *n, int slot, const char *what, bool *pending)
@@ -74,7 +63,7 @@ static void qf_idx_bcast_copy(qf_tensor *y, int nops, const qf_tensor *const *op
 qf_status qf_expand_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(qf_idx_inputs(n, 2));
+    QF_TRY(qf_op_check_inputs(n, 2));
     const qf_tensor *x = &n->inputs[0]->type;
     const qf_value *s = n->inputs[1];
     if (s->type.dtype != QF_DTYPE_I64 || s->type.ndim != 1)
@@ -122,7 +111,7 @@ qf_status qf_expand_forward(const qf_kernel_io *io)
 qf_status qf_where_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(qf_idx_inputs(n, 3));
+    QF_TRY(qf_op_check_inputs(n, 3));
     const qf_tensor *c = &n->inputs[0]->type, *x = &n->inputs[1]->type, *z = &n->inputs[2]->type;
     if (c->dtype != QF_DTYPE_BOOL)
         return qf_error(QF_ERR_INVALID, "node '%s' (Where): condition must be bool, got %s", n->name,
@@ -187,7 +176,7 @@ static qf_status qf_range_length(const qf_node *n, const qf_tensor *s, const qf_
 qf_status qf_range_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(qf_idx_inputs(n, 3));
+    QF_TRY(qf_op_check_inputs(n, 3));
     static const char *const what[3] = {"start", "limit", "delta"};
     qf_dtype dt = n->inputs[0]->type.dtype;
     bool ok = false;
@@ -273,7 +262,7 @@ static qf_status qf_scatter_mode_of(const qf_node *n, qf_scatter_mode *mode)
 qf_status qf_scatter_nd_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(qf_idx_inputs(n, 3));
+    QF_TRY(qf_op_check_inputs(n, 3));
     const qf_tensor *x = &n->inputs[0]->type, *ix = &n->inputs[1]->type, *u = &n->inputs[2]->type;
     qf_scatter_mode mode;
     QF_TRY(qf_scatter_mode_of(n, &mode));

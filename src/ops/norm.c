@@ -21,7 +21,6 @@
 
 #include "broadcast.h"
 #include "kernels.h"
-#include "spatial.h"
 
 static const char *const bn_param_names[4] = {"scale", "B", "input_mean", "input_var"};
 
@@ -33,7 +32,7 @@ static bool bn_training(const qf_node *n, int64_t opset)
 
 qf_status qf_batch_norm_infer(qf_graph *g, qf_node *n)
 {
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     if (n->ninputs != 5)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): expected 5 inputs (X, scale, B, mean, var), got %d", n->name,
                         op, n->ninputs);
@@ -90,7 +89,7 @@ static void store(const qf_tensor *t, int64_t i, double v)
 qf_status qf_batch_norm_forward(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     const qf_tensor *x = io->in[0];
     const qf_tensor *scale = io->in[1], *bias = io->in[2], *mean = io->in[3], *var = io->in[4];
     const int64_t nb = x->dims[0], c = x->dims[1];
@@ -165,7 +164,7 @@ static int ln_axis(const qf_node *n, int rank)
 qf_status qf_layer_norm_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): X and Scale are required", n->name, op);
     const qf_tensor *x = &n->inputs[0]->type;
@@ -261,7 +260,7 @@ qf_status qf_layer_norm_forward(const qf_kernel_io *io)
         else ln_stats_f64((const double *)x->data + base, inner, &mu, &v);
         if (!(v + eps > 0.0))
             return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): row %lld: variance %g + epsilon %g is not > 0",
-                            n->name, qf_spatial_op_label(n), (long long)r, v, eps);
+                            n->name, qf_op_label(n), (long long)r, v, eps);
         /* stash_type 1: the statistics are float32 and y is computed from
          * them, as the ONNX definition does. */
         const float muf = (float)mu, invf = (float)(1.0 / sqrt(v + eps));

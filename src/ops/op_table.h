@@ -65,6 +65,18 @@ static inline const char *qf_op_label(const qf_node *n)
     return onnx ? onnx : qf_op_name(n->op);
 }
 
+/* QF_ERR_INVALID naming n unless it has exactly `count` inputs, all present. */
+static inline qf_status qf_op_check_inputs(const qf_node *n, int count)
+{
+    if (n->ninputs != count)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects %d inputs, has %d", n->name, qf_op_label(n),
+                        count, n->ninputs);
+    for (int i = 0; i < count; i++)
+        if (!n->inputs[i])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
+    return QF_OK;
+}
+
 /* Shape inference's result for output i of n. */
 static inline void qf_set_output(qf_node *n, int i, qf_dtype dt, int ndim, const int64_t *dims)
 {

@@ -25,7 +25,7 @@ typedef struct pool_geom {
 
 static qf_status pool_setup(const qf_node *n, const qf_tensor *x, qf_spatial_kind kind, pool_geom *pg)
 {
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX)
         return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected 3 to %d (N, C, spatial...)",
                         n->name, op, x->ndim, 2 + QF_SPATIAL_MAX);
@@ -46,6 +46,21 @@ static void pool_set_output(qf_tensor *y, qf_dtype dt, const qf_tensor *x, const
     y->dims[0] = x->dims[0];
     y->dims[1] = x->dims[1];
     for (int i = 0; i < pg->s.rank; i++) y->dims[2 + i] = pg->s.out[i];
+}
+
+/* Input X of a pooling node, present and float32 (or int8 / uint8 too when
+ * `ints` is set: MaxPool). */
+static qf_status pool_input(const qf_node *n, bool ints, const qf_tensor **x)
+{
+    const char *op = qf_op_label(n);
+    *x = NULL; /* defined on every path */
+    if (n->ninputs < 1 || !n->inputs[0])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input X is required", n->name, op);
+    *x = &n->inputs[0]->type;
+    qf_dtype dt = (*x)->dtype;
+    if (dt == QF_DTYPE_F32 || (ints && (dt == QF_DTYPE_U8 || dt == QF_DTYPE_I8))) return QF_OK;
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s; %s supported", n->name, op,
+                    qf_dtype_name(dt), ints ? "float32, int8 and uint8 are" : "only float32 is");
 }
 
 /* Index range [lo, hi) of kernel taps k with o + k * d inside [0, size). */
@@ -175,13 +190,9 @@ static void max_pool_i8(const pool_geom *pg, const int8_t *x, int8_t *y, int64_t
 qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    const char *op = qf_spatial_op_label(n);
-    if (n->ninputs < 1 || !n->inputs[0])
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input X is required", n->name, op);
-    const qf_tensor *x = &n->inputs[0]->type;
-    if (x->dtype != QF_DTYPE_F32 && x->dtype != QF_DTYPE_U8 && x->dtype != QF_DTYPE_I8)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s; float32, int8 and uint8 are supported",
-                        n->name, op, qf_dtype_name(x->dtype));
+    const char *op = qf_op_label(n);
+    const qf_tensor *x;
+    QF_TRY(pool_input(n, true, &x));
     int64_t so = qf_node_attr_int(n, "storage_order", 0);
     if (so != 0 && so != 1)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): storage_order = %lld, must be 0 or 1", n->name, op,
@@ -206,7 +217,7 @@ qf_status qf_max_pool_forward(const qf_kernel_io *io)
     case QF_DTYPE_I8: max_pool_i8(&pg, x->data, io->out[0]->data, ind, col_major); break;
     default:
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s", io->node->name,
-                        qf_spatial_op_label(io->node), qf_dtype_name(x->dtype));
+                        qf_op_label(io->node), qf_dtype_name(x->dtype));
     }
     return QF_OK;
 }
@@ -214,13 +225,8 @@ qf_status qf_max_pool_forward(const qf_kernel_io *io)
 qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    const char *op = qf_spatial_op_label(n);
-    if (n->ninputs < 1 || !n->inputs[0])
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input X is required", n->name, op);
-    const qf_tensor *x = &n->inputs[0]->type;
-    if (x->dtype != QF_DTYPE_F32)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s, only float32 is supported", n->name,
-                        op, qf_dtype_name(x->dtype));
+    const qf_tensor *x;
+    QF_TRY(pool_input(n, false, &x));
     pool_geom pg;
     QF_TRY(pool_setup(n, x, QF_SPATIAL_AVG_POOL, &pg));
     pool_set_output(&n->outputs[0]->type, QF_DTYPE_F32, x, &pg);
@@ -281,22 +287,16 @@ qf_status qf_avg_pool_forward(const qf_kernel_io *io)
 qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    const char *op = qf_spatial_op_label(n);
-    if (n->ninputs < 1 || !n->inputs[0])
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input X is required", n->name, op);
-    const qf_tensor *x = &n->inputs[0]->type;
-    if (x->dtype != QF_DTYPE_F32)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s, only float32 is supported", n->name,
-                        op, qf_dtype_name(x->dtype));
+    const qf_tensor *x;
+    QF_TRY(pool_input(n, false, &x));
     if (x->ndim < 3)
         return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected >= 3 (N, C, spatial...)",
-                        n->name, op, x->ndim);
-    qf_tensor *y = &n->outputs[0]->type;
-    y->dtype = QF_DTYPE_F32;
-    y->ndim = x->ndim;
-    y->dims[0] = x->dims[0];
-    y->dims[1] = x->dims[1];
-    for (int i = 2; i < x->ndim; i++) y->dims[i] = 1;
+                        n->name, qf_op_label(n), x->ndim);
+    int64_t dims[QF_MAX_DIMS];
+    dims[0] = x->dims[0];
+    dims[1] = x->dims[1];
+    for (int i = 2; i < x->ndim; i++) dims[i] = 1;
+    qf_set_output(n, 0, QF_DTYPE_F32, x->ndim, dims);
     return QF_OK;
 }
 
@@ -324,7 +324,7 @@ qf_status qf_global_avg_pool_forward(const qf_kernel_io *io)
  * means all axes unless noop_with_empty_axes. *noop is set for that case. */
 static qf_status reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
 {
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     int count = 0;
     const int64_t *axes = qf_node_attr_ints(n, "axes", &count);
     int64_t from_input[QF_MAX_DIMS];
@@ -365,7 +365,7 @@ static qf_status reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
 qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     if (n->ninputs < 1 || !n->inputs[0])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): input data is required", n->name, op);
     const qf_tensor *x = &n->inputs[0]->type;

@@ -3,11 +3,7 @@
 
 #include <string.h>
 
-const char *qf_spatial_op_label(const qf_node *n)
-{
-    const char *onnx = qf_op_onnx_name(n->op);
-    return onnx ? onnx : qf_op_name(n->op);
-}
+#include "op_table.h"
 
 int64_t qf_spatial_prod(int rank, const int64_t *v) { return qf_shape_numel(rank, v); }
 
@@ -21,7 +17,7 @@ static bool dilated_extent(int64_t k, int64_t d, int64_t *dk)
 static qf_status extent_overflow(const qf_node *n, int i, const qf_spatial *s)
 {
     return qf_error(QF_ERR_SHAPE, "node '%s' (%s): spatial dim %d: kernel %lld with dilation %lld is larger than "
-                    "qfold handles", n->name, qf_spatial_op_label(n), i, (long long)s->kernel[i],
+                    "qfold handles", n->name, qf_op_label(n), i, (long long)s->kernel[i],
                     (long long)s->dilation[i]);
 }
 
@@ -43,7 +39,7 @@ static qf_status check_attr_max(const qf_node *n, const char *name, int i, int64
 {
     if (v <= QF_SPATIAL_ATTR_MAX) return QF_OK;
     return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s[%d] = %lld is larger than qfold handles (%lld)", n->name,
-                    qf_spatial_op_label(n), name, i, (long long)v, (long long)QF_SPATIAL_ATTR_MAX);
+                    qf_op_label(n), name, i, (long long)v, (long long)QF_SPATIAL_ATTR_MAX);
 }
 
 static qf_status read_ints(const qf_node *n, const char *name, int want, int64_t dflt, int64_t min,
@@ -57,11 +53,11 @@ static qf_status read_ints(const qf_node *n, const char *name, int want, int64_t
     }
     if (count != want)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s has %d entries, expected %d (one per spatial dim)",
-                        n->name, qf_spatial_op_label(n), name, count, want);
+                        n->name, qf_op_label(n), name, count, want);
     for (int i = 0; i < want; i++) {
         if (v[i] < min)
             return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s[%d] = %lld, must be >= %lld", n->name,
-                            qf_spatial_op_label(n), name, i, (long long)v[i], (long long)min);
+                            qf_op_label(n), name, i, (long long)v[i], (long long)min);
         QF_TRY(check_attr_max(n, name, i, v[i]));
         dst[i] = v[i];
     }
@@ -71,7 +67,7 @@ static qf_status read_ints(const qf_node *n, const char *name, int want, int64_t
 qf_status qf_spatial_parse(const qf_node *n, int rank, const int64_t *w_kernel, qf_spatial_kind kind,
                            qf_spatial *s)
 {
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     memset(s, 0, sizeof *s);
     if (rank < 1 || rank > QF_SPATIAL_MAX)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %d spatial dims, only 1 to %d are supported",
@@ -177,7 +173,7 @@ qf_status qf_spatial_forward_dims(const qf_node *n, qf_spatial *s, const int64_t
             return qf_error(QF_ERR_SHAPE,
                             "node '%s' (%s): spatial dim %d: input %lld with kernel %lld (dilation %lld), stride %lld, "
                             "pads %lld+%lld gives output size %lld (< 1)",
-                            n->name, qf_spatial_op_label(n), i, (long long)in[i], (long long)s->kernel[i],
+                            n->name, qf_op_label(n), i, (long long)in[i], (long long)s->kernel[i],
                             (long long)s->dilation[i], (long long)st, (long long)s->pad_begin[i],
                             (long long)s->pad_end[i], (long long)s->out[i]);
         }
@@ -188,13 +184,13 @@ qf_status qf_spatial_forward_dims(const qf_node *n, qf_spatial *s, const int64_t
 static qf_status transpose_overflow(const qf_node *n, int i, int64_t in, const qf_spatial *s)
 {
     return qf_error(QF_ERR_SHAPE, "node '%s' (%s): spatial dim %d: input %lld with stride %lld gives an output "
-                    "size larger than qfold handles", n->name, qf_spatial_op_label(n), i, (long long)in,
+                    "size larger than qfold handles", n->name, qf_op_label(n), i, (long long)in,
                     (long long)s->stride[i]);
 }
 
 qf_status qf_spatial_transpose_dims(const qf_node *n, qf_spatial *s, const int64_t *in)
 {
-    const char *op = qf_spatial_op_label(n);
+    const char *op = qf_op_label(n);
     int64_t opad[QF_SPATIAL_MAX];
     QF_TRY(read_ints(n, "output_padding", s->rank, 0, 0, opad));
     int oscount = 0;

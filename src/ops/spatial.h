@@ -55,9 +55,6 @@ typedef struct qf_spatial {
     int64_t out[QF_SPATIAL_MAX];       /* output spatial sizes, -1 unknown */
 } qf_spatial;
 
-/* "Conv", "MaxPool", ...: the ONNX name of n's op (qfold's name for internal ops). */
-const char *qf_spatial_op_label(const qf_node *n);
-
 /* Read and check auto_pad, kernel_shape, strides, dilations and pads of n for
  * `rank` spatial dims. w_kernel (conv ops: W's spatial dims, entries may be
  * -1) is used when kernel_shape is absent and checked against it when both

@@ -15,7 +15,6 @@
  * Gemm's alpha and beta are folded as well (W' = alpha*W*s, C' = (beta*C - mu)*s + beta_bn)
  * and both attributes set to 1.
  */
-#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -157,19 +156,17 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
 }
 
 /* One element of the fold: w' = w * s rounded once; tracks the channel's
- * max |w'| and whether w was NaN / Inf (the comparison is false for NaN). */
-static inline float fold_one(float w, double s, float *r, int *bad)
+ * max |w'|. */
+static inline float fold_one(float w, double s, float *r)
 {
     float v = (float)((double)w * s), m = fabsf(v);
-    *bad |= !(fabsf(w) <= FLT_MAX);
     if (m > *r) *r = m;
     return v;
 }
 
 /* W' = alpha * W * s_o, rounded once; ranges[o] = max |W'| of channel o.
- * One pass over W, in place when only this node reads it: the NaN / Inf
- * check rides along, so on that error W may be half scaled (the pass fails
- * and nothing is written). */
+ * One pass over W, in place when only this node reads it. W was checked for
+ * NaN / Inf before (fold_apply): nothing here can fail half way through. */
 static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, double *ranges)
 {
     const qf_tensor *wt = &f->w->type;
@@ -194,13 +191,12 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
         qf_tensor_free(&fresh);
         return QF_ERR_NOMEM;
     }
-    int bad = 0;
     switch (f->layout) {
     case FOLD_AXIS0: {
         int64_t inner = O ? numel / O : 0;
         for (int64_t o = 0; o < O; o++) {
             double s = f->alpha * a->scale[o];
-            for (int64_t k = o * inner; k < (o + 1) * inner; k++) dst[k] = fold_one(src[k], s, &rf[o], &bad);
+            for (int64_t k = o * inner; k < (o + 1) * inner; k++) dst[k] = fold_one(src[k], s, &rf[o]);
         }
         break;
     }
@@ -214,7 +210,7 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
             for (int64_t j = 0; j < og; j++) {
                 int64_t o = grp * og + j, base = (c * og + j) * kk;
                 double s = a->scale[o];
-                for (int64_t k = base; k < base + kk; k++) dst[k] = fold_one(src[k], s, &rf[o], &bad);
+                for (int64_t k = base; k < base + kk; k++) dst[k] = fold_one(src[k], s, &rf[o]);
             }
         }
         break;
@@ -223,7 +219,7 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
         int64_t rows = wt->dims[0];
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t o = 0; o < O; o++) {
-                float v = fold_one(src[r * O + o], f->alpha * a->scale[o], &rf[o], &bad);
+                float v = fold_one(src[r * O + o], f->alpha * a->scale[o], &rf[o]);
                 if (f->layout == FOLD_AXIS1)
                     dst[r * O + o] = v;
                 else
@@ -235,11 +231,6 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
     }
     for (int64_t o = 0; o < O; o++) ranges[o] = rf[o];
     qf_free(rf);
-    if (bad) {
-        qf_tensor_free(&fresh);
-        return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds NaN or Inf", f->prod->name,
-                        qf_op_name(f->prod->op), f->w->name);
-    }
     if (in_place) return QF_OK;
     char hint[512];
     snprintf(hint, sizeof hint, "%.480s_bnfold", f->w->name);
@@ -284,8 +275,10 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     QF_TRY(qf_bn_affine_init(&a, bn));
     double *ranges = NULL;
     char *detail = NULL;
-    /* The weight's NaN / Inf check is part of fold_weight's single pass. */
-    qf_status st = f->b ? qf_bn_check_finite(f->b, p) : QF_OK;
+    /* Every check before the first write: a fold that fails leaves the
+     * graph as it was (the bias is installed before the weight is scaled). */
+    qf_status st = qf_bn_check_finite(f->w, p);
+    if (st == QF_OK && f->b) st = qf_bn_check_finite(f->b, p);
     if (st == QF_OK) {
         ranges = qf_malloc((size_t)(f->out_ch > 0 ? f->out_ch : 1) * sizeof *ranges);
         if (!ranges) st = QF_ERR_NOMEM;

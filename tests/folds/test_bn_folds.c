@@ -455,11 +455,16 @@ static void test_numeric_nan_weight(void)
     qf_graph *g = build_conv_bn(&cc);
     qf_node *c = qf_graph_find_node(g, "conv0");
     ((float *)c->inputs[1]->type.data)[5] = NAN;
+    float bias_before[4];
+    memcpy(bias_before, c->inputs[2]->type.data, sizeof bias_before);
     CHECK_OK(qf_graph_infer_shapes(g));
     qf_pass_report *r = NULL;
     qf_pass_options opt = {.verify = true};
     CHECK_STATUS(qf_passes_run(g, FUSE, &opt, &r), QF_ERR_NUMERIC);
     CHECK_MSG("'w'");
+    /* The failed fold wrote nothing: the bias is not half folded. */
+    CHECK(memcmp(bias_before, c->inputs[2]->type.data, sizeof bias_before) == 0);
+    CHECK(count_op(g, QF_OP_BATCH_NORM) == 1);
     qf_pass_report_free(r);
     qf_graph_free(g);
 }

@@ -238,6 +238,17 @@ def main():
             fail("nothing written with the default tolerance")
         if "BatchNormalization" in ops(out):
             fail("BN not folded")
+        # --verify renames its checked temporary file into place: it must get
+        # the mode a plain write gives (mkstemp's 0600 made it private).
+        plain = os.path.join(WORK, "vf_plain.onnx")
+        for f in (out, plain):
+            if os.path.exists(f):
+                os.remove(f)
+        run([QFOLD, "fuse", src, "-o", out, "--verify"])
+        run([QFOLD, "fuse", src, "-o", plain])
+        m_verify, m_plain = (os.stat(f).st_mode & 0o777 for f in (out, plain))
+        if m_verify != m_plain:
+            fail(f"--verify wrote mode {m_verify:o}, a plain write {m_plain:o}")
         # --verify-data: a given array of the input's shape.
         x = os.path.join(WORK, "vf_x.npy")
         np.save(x, np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32))
