@@ -169,6 +169,11 @@ void qf_graph_remove_node(qf_graph *g, qf_node *n);
 /* Remove nodes whose outputs are unused and not graph outputs, and constants
  * nobody uses. Returns the number of nodes removed. */
 int qf_graph_dce(qf_graph *g);
+/* qf_graph_dce that also reports each node it removes: removed(ud, n) is
+ * called just before n is removed, while n and its inputs and outputs are
+ * still intact (removed may be NULL). The callback must not change the
+ * graph. */
+int qf_graph_dce_ex(qf_graph *g, void (*removed)(void *ud, const qf_node *n), void *ud);
 
 /* --- attributes ---------------------------------------------------------- */
 const qf_attr *qf_node_attr(const qf_node *n, const char *name);

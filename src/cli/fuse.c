@@ -10,7 +10,6 @@
  * the file that will be renamed into place (export included). */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/strbuf.h"
 #include "qfold/exec.h"
 #include "qfold/io.h"
 #include "qfold/pass.h"
@@ -37,55 +37,6 @@ typedef struct qf_fuse_diff {
     double max_abs, max_rel;
     bool ok;
 } qf_fuse_diff;
-
-/* A growable string for the JSON members added to the report. */
-typedef struct qf_str {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} qf_str;
-
-static void qf_str_add(qf_str *s, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static void qf_str_add(qf_str *s, const char *fmt, ...)
-{
-    if (s->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(s->p ? s->p + s->n : NULL, s->p ? s->cap - s->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (s->p && s->n + (size_t)k < s->cap) {
-            s->n += (size_t)k;
-            return;
-        }
-        size_t ncap = s->cap ? s->cap * 2 : 1024;
-        while (ncap < s->n + (size_t)k + 1) ncap *= 2;
-        char *np = qf_realloc(s->p, ncap);
-        if (!np) {
-            s->oom = true;
-            return;
-        }
-        s->p = np;
-        s->cap = ncap;
-    }
-}
-
-static void qf_str_json(qf_str *s, const char *v)
-{
-    qf_str_add(s, "\"");
-    for (const unsigned char *c = (const unsigned char *)(v ? v : ""); *c; c++) {
-        if (*c == '"' || *c == '\\') qf_str_add(s, "\\%c", *c);
-        else if (*c < 0x20) qf_str_add(s, "\\u%04x", *c);
-        else qf_str_add(s, "%c", *c);
-    }
-    qf_str_add(s, "\"");
-}
 
 static double qf_fuse_now(void)
 {
@@ -301,36 +252,37 @@ static void qf_fuse_summary(const qf_fuse_args *fa, const qf_graph *g, const qf_
 }
 
 static void qf_fuse_extra_json(const qf_fuse_args *fa, const qf_graph *g, int bn_before, const qf_fuse_diff *diffs,
-                               int ndiffs, qf_str *s)
+                               int ndiffs, qf_strbuf *s)
 {
-    qf_str_add(s, "\"input\": ");
-    qf_str_json(s, fa->in);
-    qf_str_add(s, ",\n  \"output\": ");
-    qf_str_json(s, fa->out);
-    qf_str_add(s, ",\n  \"batch_norm\": {\"before\": %d, \"after\": %d, \"kept\": [", bn_before, qf_fuse_count_bn(g));
+    qf_strbuf_puts(s, "\"input\": ");
+    qf_strbuf_json_string(s, fa->in);
+    qf_strbuf_puts(s, ",\n  \"output\": ");
+    qf_strbuf_json_string(s, fa->out);
+    qf_strbuf_printf(s, ",\n  \"batch_norm\": {\"before\": %d, \"after\": %d, \"kept\": [", bn_before,
+                     qf_fuse_count_bn(g));
     bool first = true;
     qf_graph_for_each_node(g, n) {
         if (n->op != QF_OP_BATCH_NORM) continue;
-        qf_str_add(s, first ? "" : ", ");
-        qf_str_json(s, n->name);
+        qf_strbuf_puts(s, first ? "" : ", ");
+        qf_strbuf_json_string(s, n->name);
         first = false;
     }
-    qf_str_add(s, "]},\n  \"verify\": ");
+    qf_strbuf_puts(s, "]},\n  \"verify\": ");
     if (!fa->verify) {
-        qf_str_add(s, "null");
+        qf_strbuf_puts(s, "null");
         return;
     }
-    qf_str_add(s, "{\"tolerance\": %.9g, \"data\": ", fa->tol);
-    if (fa->verify_data) qf_str_json(s, fa->verify_data);
-    else qf_str_add(s, "\"random (fixed seed)\"");
-    qf_str_add(s, ", \"outputs\": [");
+    qf_strbuf_printf(s, "{\"tolerance\": %.9g, \"data\": ", fa->tol);
+    if (fa->verify_data) qf_strbuf_json_string(s, fa->verify_data);
+    else qf_strbuf_puts(s, "\"random (fixed seed)\"");
+    qf_strbuf_puts(s, ", \"outputs\": [");
     for (int i = 0; i < ndiffs; i++) {
-        qf_str_add(s, "%s{\"name\": ", i ? ", " : "");
-        qf_str_json(s, diffs[i].name);
-        qf_str_add(s, ", \"max_abs\": %.9g, \"max_rel\": %.9g, \"ok\": %s}", diffs[i].max_abs, diffs[i].max_rel,
-                   diffs[i].ok ? "true" : "false");
+        qf_strbuf_printf(s, "%s{\"name\": ", i ? ", " : "");
+        qf_strbuf_json_string(s, diffs[i].name);
+        qf_strbuf_printf(s, ", \"max_abs\": %.9g, \"max_rel\": %.9g, \"ok\": %s}", diffs[i].max_abs, diffs[i].max_rel,
+                         diffs[i].ok ? "true" : "false");
     }
-    qf_str_add(s, "]}");
+    qf_strbuf_puts(s, "]}");
 }
 
 /* --- the command -------------------------------------------------------------------- */
@@ -429,7 +381,7 @@ static int qf_cli_fuse(int argc, char **argv)
     qf_fuse_diff *diffs = NULL;
     int ndiffs = 0;
     char tmp[4096] = "";
-    qf_str extra = {0};
+    qf_strbuf extra = {0};
     qf_status st = qf_onnx_load(fa.in, &g);
     if (st != QF_OK) {
         rc = qf_cli_fail(st);
@@ -492,7 +444,7 @@ done:
     if (tmp[0]) unlink(tmp);
     for (int i = 0; i < ndiffs; i++) qf_free((void *)diffs[i].name);
     qf_free(diffs);
-    qf_free(extra.p);
+    qf_strbuf_free(&extra);
     qf_pass_report_free(r);
     qf_graph_free(g);
     return rc;

@@ -401,7 +401,9 @@ void qf_graph_remove_node(qf_graph *g, qf_node *n)
     qf_unlink(g, n);
 }
 
-int qf_graph_dce(qf_graph *g)
+int qf_graph_dce(qf_graph *g) { return qf_graph_dce_ex(g, NULL, NULL); }
+
+int qf_graph_dce_ex(qf_graph *g, void (*removed_fn)(void *ud, const qf_node *n), void *ud)
 {
     int removed = 0;
     /* Walk backwards: removing a node can make its producers dead. */
@@ -411,6 +413,7 @@ int qf_graph_dce(qf_graph *g)
         for (int i = 0; i < n->noutputs && !live; i++)
             live = n->outputs[i]->nuses > 0 || n->outputs[i]->is_output;
         if (!live) {
+            if (removed_fn) removed_fn(ud, n);
             qf_graph_remove_node(g, n);
             removed++;
         }

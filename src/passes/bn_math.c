@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/strbuf.h"
+
 static const char *const qf_bn_param_names[4] = {"scale (gamma)", "bias (beta)", "mean", "var"};
 
 bool qf_bn_why(char *why, size_t size, const char *fmt, ...)
@@ -197,45 +199,6 @@ void qf_bn_drop_unused_params(qf_graph *g, qf_value *const params[4])
 }
 
 /* --- diagnostics JSON ------------------------------------------------------ */
-typedef struct qf_sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} qf_sbuf;
-
-static void qf_sbuf_printf(qf_sbuf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static void qf_sbuf_printf(qf_sbuf *b, const char *fmt, ...)
-{
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = true;
-            return;
-        }
-        if ((size_t)k < b->cap - b->len) {
-            b->len += (size_t)k;
-            return;
-        }
-        size_t ncap = b->cap * 2 + (size_t)k + 64;
-        char *np = qf_realloc(b->p, ncap);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = ncap;
-    }
-}
-
 static int qf_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -245,26 +208,25 @@ static int qf_cmp_double(const void *a, const void *b)
 /* At most this many channel indices are listed; the count is always exact. */
 #define QF_BN_DIAG_LIST_MAX 64
 
-static void qf_sbuf_list(qf_sbuf *b, const char *key, const int64_t *idx, int n)
+static void qf_bn_json_list(qf_strbuf *b, const char *key, const int64_t *idx, int n)
 {
-    qf_sbuf_printf(b, ",\"%s_count\":%d,\"%s\":[", key, n, key);
+    qf_strbuf_printf(b, ",\"%s_count\":%d,\"%s\":[", key, n, key);
     for (int i = 0; i < n && i < QF_BN_DIAG_LIST_MAX; i++)
-        qf_sbuf_printf(b, "%s%" PRId64, i ? "," : "", idx[i]);
-    qf_sbuf_printf(b, "]");
+        qf_strbuf_printf(b, "%s%" PRId64, i ? "," : "", idx[i]);
+    qf_strbuf_puts(b, "]");
 }
 
 char *qf_bn_diag_json(const qf_bn_affine *a, const double *ranges, int64_t nranges)
 {
-    qf_sbuf b = {qf_malloc(256), 0, 256, false};
-    if (!b.p) return NULL;
-    b.p[0] = '\0';
-    qf_sbuf_printf(&b, "{\"channels\":%" PRId64 ",\"eps\":%.9g", a->channels, a->eps);
-    qf_sbuf_list(&b, "small_var_channels", a->small_var, a->nsmall_var);
-    qf_sbuf_list(&b, "dead_channels", a->dead, a->ndead);
+    qf_strbuf b = {0};
+    qf_strbuf_printf(&b, "{\"channels\":%" PRId64 ",\"eps\":%.9g", a->channels, a->eps);
+    qf_bn_json_list(&b, "small_var_channels", a->small_var, a->nsmall_var);
+    qf_bn_json_list(&b, "dead_channels", a->dead, a->ndead);
     if (ranges && nranges > 0) {
         double *sorted = qf_malloc((size_t)nranges * sizeof *sorted);
         if (!sorted) {
-            qf_free(b.p);
+            qf_strbuf_free(&b);
+            qf_error(QF_ERR_NOMEM, "out of memory");
             return NULL;
         }
         memcpy(sorted, ranges, (size_t)nranges * sizeof *sorted);
@@ -273,18 +235,15 @@ char *qf_bn_diag_json(const qf_bn_affine *a, const double *ranges, int64_t nrang
         double med = nranges % 2 ? sorted[nranges / 2]
                                  : 0.5 * (sorted[nranges / 2 - 1] + sorted[nranges / 2]);
         qf_free(sorted);
-        qf_sbuf_printf(&b, ",\"weight_range_max\":%.9g,\"weight_range_median\":%.9g", mx, med);
+        qf_strbuf_printf(&b, ",\"weight_range_max\":%.9g,\"weight_range_median\":%.9g", mx, med);
         /* JSON has no Inf: a zero median (mostly dead channels) gives null. */
         if (med > 0)
-            qf_sbuf_printf(&b, ",\"weight_range_spread\":%.6g", mx / med);
+            qf_strbuf_printf(&b, ",\"weight_range_spread\":%.6g", mx / med);
         else
-            qf_sbuf_printf(&b, ",\"weight_range_spread\":null");
+            qf_strbuf_puts(&b, ",\"weight_range_spread\":null");
     }
-    qf_sbuf_printf(&b, "}");
-    if (b.oom) {
-        qf_free(b.p);
-        qf_error(QF_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
-    return b.p;
+    qf_strbuf_puts(&b, "}");
+    char *text = qf_strbuf_take(&b, NULL);
+    if (!text) qf_error(QF_ERR_NOMEM, "out of memory");
+    return text;
 }

@@ -29,9 +29,9 @@
 
 #include "qfold/pass.h"
 
-static bool qf_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
+static bool qf_canon_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
 
-static void qf_tensor_set_f64(qf_tensor *t, int64_t i, double x)
+static void qf_canon_set_f64(qf_tensor *t, int64_t i, double x)
 {
     if (t->dtype == QF_DTYPE_F32) ((float *)t->data)[i] = (float)x;
     else ((double *)t->data)[i] = x;
@@ -64,7 +64,7 @@ static qf_value *qf_make_bias(qf_graph *g, const qf_value *c, int64_t n, double 
     if (qf_tensor_init(&t, dt, 1, &n) != QF_OK) return NULL;
     int64_t cn = qf_tensor_numel(&c->type);
     for (int64_t i = 0; i < n; i++)
-        qf_tensor_set_f64(&t, i, scale * qf_tensor_get_f64(&c->type, cn == 1 ? 0 : i));
+        qf_canon_set_f64(&t, i, scale * qf_tensor_get_f64(&c->type, cn == 1 ? 0 : i));
     char name[512];
     snprintf(name, sizeof name, "%.480s_bias", c->name);
     qf_value *v = qf_graph_add_constant(g, name, QF_VALUE_PARAMETER, &t);
@@ -95,7 +95,7 @@ static qf_status qf_canon_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_nod
         qf_pass_skip(ctx, n, "weight B '%s' is not a constant", b->name);
         return QF_OK;
     }
-    if (b->type.ndim != 2 || !qf_is_float(b->type.dtype)) {
+    if (b->type.ndim != 2 || !qf_canon_is_float(b->type.dtype)) {
         qf_pass_skip(ctx, n, "weight B must be a 2-D float tensor");
         return QF_OK;
     }
@@ -110,7 +110,7 @@ static qf_status qf_canon_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_nod
         qf_pass_skip(ctx, n, "C '%s' is not a constant", c->name);
         return QF_OK;
     }
-    if (has_bias && (!qf_is_bias_shape(c, nout, 2) || !qf_is_float(c->type.dtype))) {
+    if (has_bias && (!qf_is_bias_shape(c, nout, 2) || !qf_canon_is_float(c->type.dtype))) {
         char s[128];
         qf_pass_skip(ctx, n, "C has shape %s: not a per-output bias of %" PRId64,
                      qf_shape_str(c->type.ndim, c->type.dims, s, sizeof s), nout);
@@ -127,7 +127,7 @@ static qf_status qf_canon_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_nod
         for (int64_t o = 0; o < nout; o++)
             for (int64_t i = 0; i < nin; i++) {
                 double x = qf_tensor_get_f64(&b->type, trans_b ? o * nin + i : i * nout + o);
-                qf_tensor_set_f64(&t, o * nin + i, alpha * x);
+                qf_canon_set_f64(&t, o * nin + i, alpha * x);
             }
         char name[512];
         snprintf(name, sizeof name, "%.480s_linear", b->name);
@@ -170,7 +170,7 @@ static qf_status qf_canon_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *m, qf_n
         qf_pass_skip(ctx, m, "weight '%s' is not a constant", w->name);
         return QF_OK;
     }
-    if (w->type.ndim != 2 || !qf_is_float(w->type.dtype)) {
+    if (w->type.ndim != 2 || !qf_canon_is_float(w->type.dtype)) {
         qf_pass_skip(ctx, m, "weight must be a 2-D float tensor (has rank %d)", w->type.ndim);
         return QF_OK;
     }
@@ -269,7 +269,7 @@ static qf_status qf_canon_clip(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *
         qf_pass_skip(ctx, n, "clip(min=%s, max=%s) is not relu6", a, b);
         return QF_OK;
     }
-    if (!qf_is_float(n->inputs[0]->type.dtype)) {
+    if (!qf_canon_is_float(n->inputs[0]->type.dtype)) {
         qf_pass_skip(ctx, n, "input is %s, relu6 is float only", qf_dtype_name(n->inputs[0]->type.dtype));
         return QF_OK;
     }

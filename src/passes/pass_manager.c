@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "core/arena.h"
+#include "core/strbuf.h"
 #include "qfold/io.h"
 #include "qfold/pass.h"
 
@@ -352,128 +353,63 @@ void qf_pass_report_print(const qf_pass_report *r, FILE *f)
 
 /* --- JSON ------------------------------------------------------------------------ */
 
-typedef struct qf_buf {
-    char *p;
-    size_t n, cap;
-    bool oom;
-} qf_buf;
-
-static void qf_buf_put(qf_buf *b, const char *s, size_t k)
+static void qf_json_num(qf_strbuf *b, double x)
 {
-    if (b->oom) return;
-    if (b->n + k + 1 > b->cap) {
-        size_t ncap = b->cap ? b->cap * 2 : 4096;
-        while (ncap < b->n + k + 1) ncap *= 2;
-        char *np = qf_realloc(b->p, ncap);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = ncap;
-    }
-    memcpy(b->p + b->n, s, k);
-    b->n += k;
-    b->p[b->n] = '\0';
+    if (isfinite(x)) qf_strbuf_printf(b, "%.9g", x);
+    else qf_strbuf_puts(b, "null");
 }
 
-static void qf_buf_puts(qf_buf *b, const char *s) { qf_buf_put(b, s, strlen(s)); }
-
-static void qf_buf_printf(qf_buf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-
-static void qf_buf_printf(qf_buf *b, const char *fmt, ...)
+static void qf_json_events(qf_strbuf *b, const char *key, const qf_pass_event *ev, int n)
 {
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (k < 0) return;
-    qf_buf_put(b, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
-}
-
-static void qf_buf_str(qf_buf *b, const char *s)
-{
-    qf_buf_puts(b, "\"");
-    for (const unsigned char *c = (const unsigned char *)(s ? s : ""); *c; c++) {
-        if (*c == '"' || *c == '\\') {
-            char e[2] = {'\\', (char)*c};
-            qf_buf_put(b, e, 2);
-        } else if (*c < 0x20) {
-            qf_buf_printf(b, "\\u%04x", *c);
-        } else {
-            qf_buf_put(b, (const char *)c, 1);
-        }
-    }
-    qf_buf_puts(b, "\"");
-}
-
-static void qf_buf_num(qf_buf *b, double x)
-{
-    if (isfinite(x)) qf_buf_printf(b, "%.9g", x);
-    else qf_buf_puts(b, "null");
-}
-
-static void qf_json_events(qf_buf *b, const char *key, const qf_pass_event *ev, int n)
-{
-    qf_buf_printf(b, ", \"%s\": [", key);
+    qf_strbuf_printf(b, ", \"%s\": [", key);
     for (int i = 0; i < n; i++) {
-        qf_buf_puts(b, i ? ",\n        {\"node\": " : "\n        {\"node\": ");
-        qf_buf_str(b, ev[i].node);
-        qf_buf_puts(b, ", \"op\": ");
-        qf_buf_str(b, ev[i].op);
-        qf_buf_puts(b, ", \"reason\": ");
-        qf_buf_str(b, ev[i].reason);
+        qf_strbuf_puts(b, i ? ",\n        {\"node\": " : "\n        {\"node\": ");
+        qf_strbuf_json_string(b, ev[i].node);
+        qf_strbuf_puts(b, ", \"op\": ");
+        qf_strbuf_json_string(b, ev[i].op);
+        qf_strbuf_puts(b, ", \"reason\": ");
+        qf_strbuf_json_string(b, ev[i].reason);
         if (ev[i].detail) {
-            qf_buf_puts(b, ", \"detail\": ");
-            qf_buf_put(b, ev[i].detail, strlen(ev[i].detail));
+            qf_strbuf_puts(b, ", \"detail\": ");
+            qf_strbuf_puts(b, ev[i].detail);
         }
-        qf_buf_puts(b, "}");
+        qf_strbuf_puts(b, "}");
     }
-    qf_buf_puts(b, "]");
+    qf_strbuf_puts(b, "]");
 }
 
 qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char **out, size_t *len)
 {
-    qf_buf b = {0};
+    qf_strbuf b = {0};
     *out = NULL;
     if (len) *len = 0;
-    qf_buf_puts(&b, "{\n  \"pipeline\": ");
-    if (r->pipeline) qf_buf_str(&b, r->pipeline);
-    else qf_buf_puts(&b, "null");
-    qf_buf_puts(&b, ",\n  \"seconds\": ");
-    qf_buf_num(&b, r->seconds);
-    qf_buf_printf(&b, ",\n  \"iterations\": %d,\n  \"converged\": %s,\n  \"dce_removed\": %d,\n",
-                  r->iterations, r->converged ? "true" : "false", r->dce_removed);
+    qf_strbuf_puts(&b, "{\n  \"pipeline\": ");
+    if (r->pipeline) qf_strbuf_json_string(&b, r->pipeline);
+    else qf_strbuf_puts(&b, "null");
+    qf_strbuf_puts(&b, ",\n  \"seconds\": ");
+    qf_json_num(&b, r->seconds);
+    qf_strbuf_printf(&b, ",\n  \"iterations\": %d,\n  \"converged\": %s,\n  \"dce_removed\": %d,\n",
+                     r->iterations, r->converged ? "true" : "false", r->dce_removed);
     if (extra && *extra) {
-        qf_buf_puts(&b, "  ");
-        qf_buf_put(&b, extra, strlen(extra));
-        qf_buf_puts(&b, ",\n");
+        qf_strbuf_puts(&b, "  ");
+        qf_strbuf_puts(&b, extra);
+        qf_strbuf_puts(&b, ",\n");
     }
-    qf_buf_puts(&b, "  \"passes\": [");
+    qf_strbuf_puts(&b, "  \"passes\": [");
     for (int i = 0; i < r->nresults; i++) {
         const qf_pass_result *res = &r->results[i];
-        qf_buf_puts(&b, i ? ",\n    {\"pass\": " : "\n    {\"pass\": ");
-        qf_buf_str(&b, res->pass);
-        qf_buf_printf(&b, ", \"iteration\": %d, \"changed\": %s, \"rewrites\": %d, \"skips\": %d, \"seconds\": ",
-                      res->iteration, res->changed ? "true" : "false", res->rewrites, res->nskipped);
-        qf_buf_num(&b, res->seconds);
+        qf_strbuf_puts(&b, i ? ",\n    {\"pass\": " : "\n    {\"pass\": ");
+        qf_strbuf_json_string(&b, res->pass);
+        qf_strbuf_printf(&b, ", \"iteration\": %d, \"changed\": %s, \"rewrites\": %d, \"skips\": %d, \"seconds\": ",
+                         res->iteration, res->changed ? "true" : "false", res->rewrites, res->nskipped);
+        qf_json_num(&b, res->seconds);
         qf_json_events(&b, "rewritten", res->rewritten, res->nrewritten);
         qf_json_events(&b, "skipped", res->skipped, res->nskipped);
-        qf_buf_puts(&b, "}");
+        qf_strbuf_puts(&b, "}");
     }
-    qf_buf_puts(&b, "\n  ]\n}\n");
-    if (b.oom) {
-        qf_free(b.p);
-        return qf_error(QF_ERR_NOMEM, "out of memory writing the pass report");
-    }
-    *out = b.p;
-    if (len) *len = b.n;
-    return QF_OK;
+    qf_strbuf_puts(&b, "\n  ]\n}\n");
+    *out = qf_strbuf_take(&b, len);
+    return *out ? QF_OK : qf_error(QF_ERR_NOMEM, "out of memory writing the pass report");
 }
 
 qf_status qf_pass_report_write_json(const qf_pass_report *r, const char *path)
