@@ -56,6 +56,7 @@ typedef struct qf_tensor {
 size_t qf_dtype_size(qf_dtype dt);         /* 0 for an unknown dtype */
 const char *qf_dtype_name(qf_dtype dt);    /* "float32", "int8", ... */
 bool qf_dtype_valid(int code);             /* one of the dtypes above */
+bool qf_dtype_is_float(qf_dtype dt);       /* float32 or float64 */
 
 /* -1 if any dim is unknown; saturates at INT64_MAX when the product
  * overflows (never a real size: such a shape does not fit, see below). */

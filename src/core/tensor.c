@@ -73,6 +73,8 @@ bool qf_i64_mul(int64_t a, int64_t b, int64_t *out)
 #endif
 }
 
+bool qf_dtype_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
+
 int64_t qf_shape_numel(int ndim, const int64_t *dims)
 {
     int64_t n = 1;

@@ -139,7 +139,6 @@ static size_t qf_fold_bytes(qf_value *const *vs, int count, bool data_only)
     return total;
 }
 
-static bool qf_fold_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
 
 /* weight[id]: value id is a float initializer (or a fold of one). */
 typedef struct qf_fold_weights {
@@ -217,7 +216,7 @@ qf_status qf_graph_fold_constants(qf_graph *g, int *count)
     if (!wts.is) return QF_ERR_NOMEM;
     for (int i = 0; i < wts.n; i++) {
         const qf_value *v = g->values[i];
-        wts.is[i] = v && !v->producer && qf_value_is_const(v) && qf_fold_is_float(v->type.dtype);
+        wts.is[i] = v && !v->producer && qf_value_is_const(v) && qf_dtype_is_float(v->type.dtype);
     }
     qf_status st = QF_OK;
     for (qf_node *n = g->first, *next; n; n = next) {

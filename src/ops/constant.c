@@ -273,7 +273,6 @@ static int64_t qf_cast_trunc(double v)
     return (int64_t)v;
 }
 
-static bool qf_cast_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
 
 static void qf_cast_store_int(void *y, qf_dtype dt, int64_t i, int64_t v)
 {
@@ -308,7 +307,7 @@ qf_status qf_cast_forward(const qf_kernel_io *io)
         if (numel > 0) memcpy(y->data, x->data, qf_tensor_nbytes(x));
         return QF_OK;
     }
-    if (qf_cast_is_float(x->dtype)) {
+    if (qf_dtype_is_float(x->dtype)) {
         for (int64_t i = 0; i < numel; i++) qf_cast_store_float(y->data, y->dtype, i, qf_tensor_get_f64(x, i));
     } else {
         for (int64_t i = 0; i < numel; i++) qf_cast_store_int(y->data, y->dtype, i, qf_tensor_get_i64(x, i));

@@ -34,7 +34,6 @@ bool qf_bn_is_training(const qf_graph *g, const qf_node *bn)
     return false;
 }
 
-static bool qf_bn_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
 
 bool qf_bn_check(const qf_graph *g, const qf_node *bn, char *buf, size_t size)
 {
@@ -53,7 +52,7 @@ bool qf_bn_check(const qf_graph *g, const qf_node *bn, char *buf, size_t size)
             snprintf(buf, size, "BN %s is not a constant", qf_bn_param_names[i]);
             return true;
         }
-        if (!qf_bn_is_float(p->type.dtype)) {
+        if (!qf_dtype_is_float(p->type.dtype)) {
             snprintf(buf, size, "BN %s is %s, expected a float tensor", qf_bn_param_names[i],
                      qf_dtype_name(p->type.dtype));
             return true;

@@ -29,7 +29,6 @@
 
 #include "qfold/pass.h"
 
-static bool qf_canon_is_float(qf_dtype dt) { return dt == QF_DTYPE_F32 || dt == QF_DTYPE_F64; }
 
 static void qf_canon_set_f64(qf_tensor *t, int64_t i, double x)
 {
@@ -95,7 +94,7 @@ static qf_status qf_canon_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_nod
         qf_pass_skip(ctx, n, "weight B '%s' is not a constant", b->name);
         return QF_OK;
     }
-    if (b->type.ndim != 2 || !qf_canon_is_float(b->type.dtype)) {
+    if (b->type.ndim != 2 || !qf_dtype_is_float(b->type.dtype)) {
         qf_pass_skip(ctx, n, "weight B must be a 2-D float tensor");
         return QF_OK;
     }
@@ -110,7 +109,7 @@ static qf_status qf_canon_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_nod
         qf_pass_skip(ctx, n, "C '%s' is not a constant", c->name);
         return QF_OK;
     }
-    if (has_bias && (!qf_is_bias_shape(c, nout, 2) || !qf_canon_is_float(c->type.dtype))) {
+    if (has_bias && (!qf_is_bias_shape(c, nout, 2) || !qf_dtype_is_float(c->type.dtype))) {
         char s[128];
         qf_pass_skip(ctx, n, "C has shape %s: not a per-output bias of %" PRId64,
                      qf_shape_str(c->type.ndim, c->type.dims, s, sizeof s), nout);
@@ -170,7 +169,7 @@ static qf_status qf_canon_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *m, qf_n
         qf_pass_skip(ctx, m, "weight '%s' is not a constant", w->name);
         return QF_OK;
     }
-    if (w->type.ndim != 2 || !qf_canon_is_float(w->type.dtype)) {
+    if (w->type.ndim != 2 || !qf_dtype_is_float(w->type.dtype)) {
         qf_pass_skip(ctx, m, "weight must be a 2-D float tensor (has rank %d)", w->type.ndim);
         return QF_OK;
     }
@@ -269,7 +268,7 @@ static qf_status qf_canon_clip(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *
         qf_pass_skip(ctx, n, "clip(min=%s, max=%s) is not relu6", a, b);
         return QF_OK;
     }
-    if (!qf_canon_is_float(n->inputs[0]->type.dtype)) {
+    if (!qf_dtype_is_float(n->inputs[0]->type.dtype)) {
         qf_pass_skip(ctx, n, "input is %s, relu6 is float only", qf_dtype_name(n->inputs[0]->type.dtype));
         return QF_OK;
     }
