@@ -23,6 +23,7 @@ extern "C" {
     X(LAYER_NORM,       "layer_norm",       "LayerNormalization")         \
     X(GEMM,             "gemm",             "Gemm")                       \
     X(MATMUL,           "matmul",           "MatMul")                     \
+    X(EINSUM,           "einsum",           "Einsum")                     \
     X(LINEAR,           "linear",           NULL)                         \
     X(ADD,              "add",              "Add")                        \
     X(SUB,              "sub",              "Sub")                        \

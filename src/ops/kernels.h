@@ -27,6 +27,11 @@ qf_status qf_matmul_forward(const qf_kernel_io *io);
 qf_status qf_linear_infer(qf_graph *g, qf_node *n);
 qf_status qf_linear_forward(const qf_kernel_io *io);
 
+/* einsum.c */
+qf_status qf_einsum_infer(qf_graph *g, qf_node *n);
+qf_status qf_einsum_forward(const qf_kernel_io *io);
+size_t qf_einsum_scratch(const qf_node *n);
+
 /* elementwise.c */
 qf_status qf_add_infer(qf_graph *g, qf_node *n);
 qf_status qf_add_forward(const qf_kernel_io *io);

@@ -21,6 +21,7 @@ const qf_op_info qf_op_table[QF_OP_COUNT] = {
     QF_OP_ROW_(LAYER_NORM, layer_norm, 2, 3, 1, 3, NULL, QF_ROLE_DATA, QF_ROLE_WEIGHT, QF_ROLE_BIAS),
     QF_OP_ROW_(GEMM, gemm, 2, 3, 1, 1, NULL, QF_ROLE_DATA, QF_ROLE_WEIGHT, QF_ROLE_BIAS),
     QF_OP_ROW_(MATMUL, matmul, 2, 2, 1, 1, NULL, QF_ROLE_DATA, QF_ROLE_WEIGHT),
+    QF_OP_ROW_(EINSUM, einsum, 1, -1, 1, 1, qf_einsum_scratch, QF_ROLE_DATA),
     QF_OP_ROW_(LINEAR, linear, 2, 3, 1, 1, NULL, QF_ROLE_DATA, QF_ROLE_WEIGHT, QF_ROLE_BIAS),
     QF_OP_ROW_(ADD, add, 2, 2, 1, 1, NULL, QF_ROLE_DATA),
     QF_OP_ROW_(SUB, sub, 2, 2, 1, 1, NULL, QF_ROLE_DATA),

@@ -8,7 +8,7 @@ Writes OUTDIR/<case>/{model.onnx, qf_meta.txt, test_data_set_0/{input,output}_<j
 and OUTDIR/manifest.txt (one case directory per line) for tests/node/node_runner.
 They cover what the onnx node tests do not: batch-broadcast MatMul and 1-D
 operands, per-channel / two-sided broadcasting, integer Div truncation,
-Softmax before and after opset 13 on 4-D input, Gemm with a column bias,
+Softmax before and after opset 13 on 4-D input, Einsum in float32, Gemm with a column bias,
 per-axis quantization with exact ties, Clip with only a max.
 Random data with a fixed seed.
 """
@@ -84,6 +84,27 @@ def main():
         case(name, "MatMul", [("a", a), ("b", b)], [("y", y)])
     a, b = rand(2, 3, 4), rand(4, 5)
     case("matmul_const_weight", "MatMul", [("a", a), ("w", b)], [("y", a @ b)], consts=("w",))
+
+    # Einsum beyond the five onnx node tests (all float64): float32, the
+    # batched-GEMM path with transposed / packed operands and a permuted
+    # output, ellipsis broadcasting, diagonals, implicit output, 3 operands.
+    for k, (eq, shapes) in enumerate((("bhid,bhjd->bhij", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+                                      ("bhij,bhjd->bhid", [(2, 3, 4, 6), (2, 3, 6, 5)]),
+                                      ("bji,bjk->bik", [(3, 5, 4), (3, 5, 2)]),
+                                      ("ibj,bkj->bki", [(4, 3, 5), (3, 2, 5)]),
+                                      ("abcd,cdbe->ea", [(2, 3, 4, 5), (4, 5, 3, 6)]),
+                                      ("...ij,...jk->...ik", [(2, 1, 4, 5), (3, 5, 2)]),
+                                      ("ij,jk", [(4, 5), (5, 3)]),
+                                      ("Ab,bA->Ab", [(3, 4), (4, 3)]),
+                                      ("iij->j", [(3, 3, 2)]),
+                                      ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+                                      ("b...d,b...d->b...", [(2, 3, 4, 5), (2, 3, 4, 5)]),
+                                      ("ij,jk->ki", [(4, 0), (0, 3)]))):
+        xs = [rand(*sh) for sh in shapes]
+        y = np.einsum(eq, *xs).astype(np.float32)
+        assert np.allclose(y, torch.einsum(eq, *[torch.from_numpy(x) for x in xs]).numpy(), atol=1e-5)
+        case("einsum_%d" % k, "Einsum", [("x%d" % i, x) for i, x in enumerate(xs)], [("y", y)],
+             attrs={"equation": eq})
 
     # Broadcasting arithmetic.
     x, c = rand(2, 3, 4, 5), rand(1, 3, 1, 1)
