@@ -23,63 +23,22 @@
 
 #include "qfold/exec.h"
 #include "qfold/io.h"
+#include "fuzz_common.h"
 
-#define FUZZ_MAX_ALLOC ((size_t)64 << 20)
-#define FUZZ_MAX_LIVE ((size_t)256 << 20)
 /* A bound dim of an input whose size the model leaves open. */
 #define FUZZ_BIND_DIM 2
-#define FUZZ_HDR 16 /* keeps the hook's blocks 16-byte aligned */
 
-static size_t fuzz_live;
-
-static void *fuzz_alloc(void *ud, void *ptr, size_t nsize)
-{
-    (void)ud;
-    unsigned char *hdr = ptr ? (unsigned char *)ptr - FUZZ_HDR : NULL;
-    size_t old = 0;
-    if (hdr) memcpy(&old, hdr, sizeof old);
-    if (nsize == 0) {
-        fuzz_live -= old;
-        free(hdr);
-        return NULL;
-    }
-    if (nsize > FUZZ_MAX_ALLOC || fuzz_live - old + nsize > FUZZ_MAX_LIVE) return NULL;
-    unsigned char *r = realloc(hdr, nsize + FUZZ_HDR);
-    if (!r) return NULL;
-    fuzz_live = fuzz_live - old + nsize;
-    memcpy(r, &nsize, sizeof nsize);
-    return r + FUZZ_HDR;
-}
-
-static char fuzz_out[64];
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+static char fuzz_out[96];
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    qf_set_allocator(fuzz_alloc, NULL);
-    /* Export writes through a temporary file + rename: give it a private
-     * directory, on tmpfs when there is one (fsync is free there). */
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    char dir[48];
-    snprintf(dir, sizeof dir, "%s/qf-fuzz-%ld", base, (long)getpid());
-    mkdir(dir, 0700);
+    /* Export writes through a temporary file + rename into this directory. */
+    char dir[64];
+    fuzz_setup("onnx", dir, sizeof dir);
     snprintf(fuzz_out, sizeof fuzz_out, "%s/out.onnx", dir);
     return 0;
-}
-
-/* A failure must come with a message. */
-static void fuzz_check_failed(qf_status st)
-{
-    const char *m = qf_error_message();
-    if (st != QF_OK && (!m || !*m)) {
-        fprintf(stderr, "status %s without a message\n", qf_status_name(st));
-        abort();
-    }
-    qf_error_clear();
 }
 
 static void fuzz_run(qf_graph *g)
