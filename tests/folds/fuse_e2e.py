@@ -31,6 +31,9 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import qfref  # noqa: E402
+
 QFOLD, NODE, ORT_RUN, WORK, REF_MODELS, CASE = sys.argv[1:7]
 BN_PASSES = ("fuse_batch_norm", "fuse_batch_norm_forward", "decompose_batch_norm")
 
@@ -41,18 +44,7 @@ def fail(msg):
 
 
 def randomize_bn(model, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            c = m.num_features
-            with torch.no_grad():
-                m.running_mean.copy_(torch.randn(c, generator=gen) * 0.5)
-                m.running_var.copy_(torch.empty(c).uniform_(0.3, 2.0, generator=gen))
-                g = torch.empty(c).uniform_(0.5, 1.5, generator=gen)
-                g = g * torch.where(torch.rand(c, generator=gen) < 0.4, -1.0, 1.0)
-                m.weight.copy_(g)
-                m.bias.copy_(torch.randn(c, generator=gen) * 0.5)
-    return model
+    return qfref.randomize_bn(model, torch.Generator().manual_seed(seed))
 
 
 def export(model, inputs, path, opset=14, train=False):

@@ -34,6 +34,9 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+from qfref import randomize_bn  # noqa: E402
+
 QFOLD, NODE, ORT_RUN, WORK, CASE = sys.argv[1:6]
 os.makedirs(WORK, exist_ok=True)
 RTOL = 1e-5
@@ -182,12 +185,7 @@ def bn_model():
 
     torch.manual_seed(11)
     m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
-    with torch.no_grad():
-        bn = m[1]
-        bn.running_mean.copy_(torch.randn(8) * 0.3)
-        bn.running_var.copy_(torch.rand(8) + 0.5)
-        bn.weight.copy_(torch.rand(8) + 0.5)
-        bn.bias.copy_(torch.randn(8) * 0.1)
+    randomize_bn(m, torch.Generator().manual_seed(11))
     m.eval()
     path = os.path.join(WORK, "conv_bn.onnx")
     torch.onnx.export(m, torch.randn(1, 3, 8, 8), path, opset_version=13,

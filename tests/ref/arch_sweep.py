@@ -37,8 +37,9 @@ warnings.filterwarnings("ignore")
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
 import torchvision  # noqa: E402
+
+from qfref import randomize_bn  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOL = 1e-4
@@ -80,26 +81,6 @@ SWEEP = {
     "swin_v2_t": ({}, 64),
     "vit_b_32": ({"image_size": 64}, 64),
 }
-
-
-def randomize_bn(model, gen):
-    """mean ~ N(0, s), s ~ U(0.1, 0.5) per layer; var ~ U(0.5, 2);
-    gamma ~ U(0.5, 1.5) with a random sign on 30 %; beta ~ N(0, 0.1)."""
-    n = 0
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            c = m.num_features
-            s = float(torch.empty(1).uniform_(0.1, 0.5, generator=gen))
-            with torch.no_grad():
-                m.running_mean.copy_(torch.randn(c, generator=gen) * s)
-                m.running_var.copy_(torch.empty(c).uniform_(0.5, 2.0, generator=gen))
-                g = torch.empty(c).uniform_(0.5, 1.5, generator=gen)
-                g = g * torch.where(torch.rand(c, generator=gen) < 0.3, -1.0, 1.0)
-                if m.affine:
-                    m.weight.copy_(g)
-                    m.bias.copy_(torch.randn(c, generator=gen) * 0.1)
-            n += 1
-    return n
 
 
 def randomize_zero_weights(model, gen):

@@ -18,6 +18,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from qfref import run_cases
+
 
 def relu_model(path):
     """pixels [1, 3, 4, 4] -> Relu (node 'act') -> scores."""
@@ -195,13 +197,7 @@ def main():
     qfold, real, names = sys.argv[1], sys.argv[2], sys.argv[3:]
     if names == ["all"]:
         names = list(CASES)
-    failed = 0
-    for name in names:
-        ok, msg = run_case(qfold, real, name)
-        print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
-        failed += not ok
-    print(f"{len(names) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_cases(names, lambda name: run_case(qfold, real, name))
 
 
 if __name__ == "__main__":

@@ -20,22 +20,7 @@ import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torchvision  # noqa: E402
 
-
-def randomize_bn(model, gen, negative_gamma):
-    """mean ~ N(0, s) with s ~ U(0.1, 0.5) per layer, var ~ U(0.5, 2),
-    gamma ~ U(0.5, 1.5) (a random sign on small models), beta ~ N(0, 0.1)."""
-    for m in model.modules():
-        if isinstance(m, nn.modules.batchnorm._BatchNorm):
-            c = m.num_features
-            s = float(torch.empty(1).uniform_(0.1, 0.5, generator=gen))
-            with torch.no_grad():
-                m.running_mean.copy_(torch.randn(c, generator=gen) * s)
-                m.running_var.copy_(torch.empty(c).uniform_(0.5, 2.0, generator=gen))
-                g = torch.empty(c).uniform_(0.5, 1.5, generator=gen)
-                if negative_gamma:
-                    g = g * torch.where(torch.rand(c, generator=gen) < 0.3, -1.0, 1.0)
-                m.weight.copy_(g)
-                m.bias.copy_(torch.randn(c, generator=gen) * 0.1)
+from qfref import randomize_bn  # noqa: E402
 
 
 class Seq(nn.Sequential):

@@ -15,6 +15,8 @@ import numpy as np
 import onnx
 import onnx.checker
 
+from qfref import run_cases
+
 
 def default_opset(m):
     return {o.domain or "ai.onnx": o.version for o in m.opset_import}.get("ai.onnx")
@@ -86,13 +88,7 @@ def check(tool, node, script, mdir, name):
 
 def main():
     tool, node, script, mdir, names = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
-    failed = 0
-    for name in names:
-        ok, msg = check(tool, node, script, mdir, name)
-        print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
-        failed += not ok
-    print(f"{len(names) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_cases(names, lambda name: check(tool, node, script, mdir, name))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import tempfile
 
 import numpy as np
 
+from qfref import run_cases
+
 
 def check(qfold, mdir, name):
     model = os.path.join(mdir, name + ".onnx")
@@ -47,13 +49,7 @@ def check(qfold, mdir, name):
 
 def main():
     qfold, mdir, names = sys.argv[1], sys.argv[2], sys.argv[3:]
-    failed = 0
-    for name in names:
-        ok, msg = check(qfold, mdir, name)
-        print(f"{'PASS' if ok else 'FAIL'} {name}: {msg}", flush=True)
-        failed += not ok
-    print(f"{len(names) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return run_cases(names, lambda name: check(qfold, mdir, name))
 
 
 if __name__ == "__main__":
