@@ -7,18 +7,9 @@
 #include <string.h>
 
 #include "qfold/tensor.h"
+#include "tools/qf_check.h"
 
-static int failures;
-
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) {                                                     \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-            failures++;                                                    \
-        }                                                                  \
-    } while (0)
-
-int main(void)
+static void test_checked_arithmetic(void)
 {
     int64_t r = 0;
     CHECK(qf_i64_mul(1 << 20, 1 << 20, &r) && r == (int64_t)1 << 40);
@@ -28,7 +19,10 @@ int main(void)
     CHECK(qf_i64_add(INT64_MAX, INT64_MIN, &r) && r == -1);
     CHECK(!qf_i64_add(INT64_MAX, 1, &r));
     CHECK(!qf_i64_add(INT64_MIN, -1, &r));
+}
 
+static void test_shape_limits(void)
+{
     int64_t big[] = {(int64_t)1 << 40, (int64_t)1 << 40, (int64_t)1 << 40};
     CHECK(qf_shape_numel(3, big) == INT64_MAX); /* saturates, no UB */
     int64_t hollow[] = {0, (int64_t)1 << 62, (int64_t)1 << 62};
@@ -50,9 +44,14 @@ int main(void)
     CHECK(!qf_shape_fits(QF_DTYPE_F32, QF_MAX_DIMS + 1, pending));
 
     qf_tensor t;
-    CHECK(qf_tensor_init(&t, QF_DTYPE_F32, 3, hollow) == QF_ERR_SHAPE);
-    CHECK(strstr(qf_error_message(), "larger than qfold handles") != NULL);
+    CHECK_STATUS(qf_tensor_init(&t, QF_DTYPE_F32, 3, hollow), QF_ERR_SHAPE);
+    CHECK_MSG("larger than qfold handles");
 
+}
+
+static void test_float_reads(void)
+{
+    qf_tensor t;
     float fv[] = {NAN, 1e30f, -1e30f, -2.75f};
     int64_t d4[] = {4};
     qf_tensor_view(&t, QF_DTYPE_F32, 1, d4, fv);
@@ -60,11 +59,12 @@ int main(void)
     CHECK(qf_tensor_get_i64(&t, 1) == INT64_MAX);
     CHECK(qf_tensor_get_i64(&t, 2) == INT64_MIN);
     CHECK(qf_tensor_get_i64(&t, 3) == -2);
+}
 
-    if (failures) {
-        fprintf(stderr, "%d checks failed\n", failures);
-        return 1;
-    }
-    printf("test_limits: all checks passed\n");
-    return 0;
+int main(void)
+{
+    RUN(test_checked_arithmetic);
+    RUN(test_shape_limits);
+    RUN(test_float_reads);
+    return qf_check_report();
 }

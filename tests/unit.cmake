@@ -20,6 +20,7 @@ set_tests_properties(unit_alloc_fail PROPERTIES FIXTURES_REQUIRED ref_models LAB
 # Size arithmetic on hostile numbers (checked multiply, shape limits).
 add_executable(test_limits ${CMAKE_CURRENT_SOURCE_DIR}/test_limits.c)
 target_compile_options(test_limits PRIVATE ${QF_WARNINGS})
+target_include_directories(test_limits PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(test_limits PRIVATE qfold_static)
 add_test(NAME unit_limits COMMAND test_limits)
 set_tests_properties(unit_limits PROPERTIES LABELS "unit" TIMEOUT 60)

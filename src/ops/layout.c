@@ -350,24 +350,33 @@ qf_status qf_concat_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_concat_forward(const qf_kernel_io *io)
+/* Concat and Split move the same blocks in opposite directions: along
+ * `axis`, the whole is `outer` rows, each the parts' chunks side by side.
+ * gather: parts -> whole (Concat); otherwise whole -> parts (Split). */
+static qf_status qf_lay_axis_parts(const qf_node *n, qf_tensor *whole, const qf_tensor *const *parts,
+                                   int nparts, bool gather)
 {
-    qf_tensor *y = io->out[0];
     int axis;
-    QF_TRY(qf_lay_axis(io->node, qf_node_attr_int(io->node, "axis", 0), y->ndim, false, &axis));
-    size_t esz = qf_dtype_size(y->dtype);
-    int64_t outer = qf_shape_numel(axis, y->dims);
-    int64_t inner = qf_shape_numel(y->ndim - axis - 1, y->dims + axis + 1);
-    int64_t row = y->dims[axis] * inner * (int64_t)esz, at = 0;
-    for (int i = 0; i < io->nin; i++) {
-        const qf_tensor *x = io->in[i];
-        int64_t chunk = x->dims[axis] * inner * (int64_t)esz;
-        if (chunk)
-            for (int64_t o = 0; o < outer; o++)
-                memcpy((char *)y->data + o * row + at, (const char *)x->data + o * chunk, (size_t)chunk);
+    QF_TRY(qf_lay_axis(n, qf_node_attr_int(n, "axis", 0), whole->ndim, false, &axis));
+    size_t esz = qf_dtype_size(whole->dtype);
+    int64_t outer = qf_shape_numel(axis, whole->dims);
+    int64_t inner = qf_shape_numel(whole->ndim - axis - 1, whole->dims + axis + 1);
+    int64_t row = whole->dims[axis] * inner * (int64_t)esz, at = 0;
+    for (int i = 0; i < nparts; i++) {
+        char *part = parts[i]->data;
+        int64_t chunk = parts[i]->dims[axis] * inner * (int64_t)esz;
+        for (int64_t o = 0; chunk && o < outer; o++) {
+            char *w = (char *)whole->data + o * row + at, *p = part + o * chunk;
+            memcpy(gather ? w : p, gather ? p : w, (size_t)chunk);
+        }
         at += chunk;
     }
     return QF_OK;
+}
+
+qf_status qf_concat_forward(const qf_kernel_io *io)
+{
+    return qf_lay_axis_parts(io->node, io->out[0], io->in, io->nin, true);
 }
 
 /* --- Slice -------------------------------------------------------------------- */
@@ -548,22 +557,9 @@ qf_status qf_split_infer(qf_graph *g, qf_node *n)
 
 qf_status qf_split_forward(const qf_kernel_io *io)
 {
-    const qf_tensor *x = io->in[0];
-    int axis;
-    QF_TRY(qf_lay_axis(io->node, qf_node_attr_int(io->node, "axis", 0), x->ndim, false, &axis));
-    size_t esz = qf_dtype_size(x->dtype);
-    int64_t outer = qf_shape_numel(axis, x->dims);
-    int64_t inner = qf_shape_numel(x->ndim - axis - 1, x->dims + axis + 1);
-    int64_t row = x->dims[axis] * inner * (int64_t)esz, at = 0;
-    for (int i = 0; i < io->nout; i++) {
-        qf_tensor *y = io->out[i];
-        int64_t chunk = y->dims[axis] * inner * (int64_t)esz;
-        if (chunk)
-            for (int64_t o = 0; o < outer; o++)
-                memcpy((char *)y->data + o * chunk, (const char *)x->data + o * row + at, (size_t)chunk);
-        at += chunk;
-    }
-    return QF_OK;
+    /* The input is only read: gather = false never writes through `whole`. */
+    return qf_lay_axis_parts(io->node, (qf_tensor *)io->in[0], (const qf_tensor *const *)io->out, io->nout,
+                             false);
 }
 
 /* --- Squeeze / Unsqueeze ------------------------------------------------------ */
