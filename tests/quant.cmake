@@ -1,0 +1,15 @@
+# Quantization: observers against PyTorch 1.13's (tests/quant/).
+add_executable(test_observers ${QF_TEST_DIR}/quant/test_observers.c)
+target_include_directories(test_observers PRIVATE ${QF_TEST_DIR})
+target_compile_options(test_observers PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_observers PRIVATE qfold_static)
+add_test(NAME quant_observers COMMAND test_observers)
+set_tests_properties(quant_observers PROPERTIES LABELS "quant" TIMEOUT 60)
+
+if(QF_PYTHON3)
+  set(QF_OBSERVER_REF "${QF_TEST_WORK}/observer_ref")
+  add_test(NAME quant_observers_ref_gen COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/quant/observers_ref.py ${QF_OBSERVER_REF})
+  set_tests_properties(quant_observers_ref_gen PROPERTIES FIXTURES_SETUP observer_ref LABELS "quant" TIMEOUT 300)
+  add_test(NAME quant_observers_torch COMMAND test_observers ${QF_OBSERVER_REF})
+  set_tests_properties(quant_observers_torch PROPERTIES FIXTURES_REQUIRED observer_ref LABELS "quant" TIMEOUT 120)
+endif()
