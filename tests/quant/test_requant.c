@@ -1,0 +1,103 @@
+/* Fixed-point requantization (src/ops/requant.h): TFLite's edge cases, and
+ * the result against the exact rational product on many random cases. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ops/requant.h"
+#include "tools/qf_check.h"
+
+static void test_quantize_multiplier_edges(void)
+{
+    int32_t qm;
+    int shift;
+    qf_quantize_multiplier(0.0, &qm, &shift);
+    CHECK(qm == 0 && shift == 0);
+    qf_quantize_multiplier(0.5, &qm, &shift);
+    CHECK(qm == (1 << 30) && shift == 0);
+    qf_quantize_multiplier(1.0, &qm, &shift);
+    CHECK(qm == (1 << 30) && shift == 1);
+    qf_quantize_multiplier(0.25, &qm, &shift);
+    CHECK(qm == (1 << 30) && shift == -1);
+    /* A mantissa that rounds up to 2^31 is renormalised. */
+    qf_quantize_multiplier(nextafter(1.0, 0.0), &qm, &shift);
+    CHECK(qm == (1 << 30) && shift == 1);
+    /* Below 2^-32 every bit would be shifted out: (0, 0). */
+    qf_quantize_multiplier(ldexp(1.0, -40), &qm, &shift);
+    CHECK(qm == 0 && shift == 0);
+    qf_quantize_multiplier(ldexp(0.75, -31), &qm, &shift);
+    CHECK(qm == (int32_t)(0.75 * 2147483648.0) && shift == -31);
+}
+
+static void test_high_mul_and_pot(void)
+{
+    CHECK(qf_sat_round_doubling_high_mul(INT32_MIN, INT32_MIN) == INT32_MAX);
+    CHECK(qf_sat_round_doubling_high_mul(1 << 30, 1 << 30) == 1 << 29);
+    /* gemmlowp's nudge: a positive tie rounds up (1.5 -> 2), a negative one
+     * toward zero (-1.5 -> -1: the nudge is 1 - 2^30, then C truncates). */
+    CHECK(qf_sat_round_doubling_high_mul(3, 1 << 30) == 2);
+    CHECK(qf_sat_round_doubling_high_mul(-3, 1 << 30) == -1);
+    CHECK(qf_sat_round_doubling_high_mul(-5, 1 << 30) == -2);
+    CHECK(qf_rounding_divide_by_pot(5, 1) == 3);   /* 2.5 -> 3 */
+    CHECK(qf_rounding_divide_by_pot(-5, 1) == -3); /* -2.5 -> -3 */
+    CHECK(qf_rounding_divide_by_pot(-4, 1) == -2);
+    CHECK(qf_rounding_divide_by_pot(7, 2) == 2);   /* 1.75 -> 2 */
+    CHECK(qf_rounding_divide_by_pot(-7, 2) == -2);
+    CHECK(qf_rounding_divide_by_pot(INT32_MAX, 31) == 1);
+    CHECK(qf_rounding_divide_by_pot(INT32_MIN, 31) == -1);
+    CHECK((-8 >> 1) == -4); /* arithmetic right shift, which the kernels assume */
+}
+
+/* round(num / 2^k), ties away from zero, exactly. */
+static int64_t exact_round(__int128 num, int k)
+{
+    __int128 d = (__int128)1 << k;
+    __int128 q = num / d, r = num % d;
+    if (r < 0) r = -r;
+    if (2 * r >= d) q += num < 0 ? -1 : 1;
+    return (int64_t)q;
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rng(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* x * qm * 2^(shift - 31): off by at most 1 from the exact rounding (the
+ * two-step rounding of gemmlowp, ~2 % of random cases here, as in TFLite),
+ * and equal to it otherwise. */
+static void test_against_exact(void)
+{
+    long n = 0, exact = 0, off = 0;
+    for (int i = 0; i < 200000; i++) {
+        double m = ldexp((double)(rng() % 1000000 + 1) / 1000000.0, -(int)(rng() % 20)); /* (0, 1] scaled down */
+        int32_t qm;
+        int shift;
+        qf_quantize_multiplier(m, &qm, &shift);
+        /* the multiplier round-trips to 31 bits */
+        double back = ldexp((double)qm, shift - 31);
+        if (fabs(back - m) > ldexp(m, -30)) off++;
+        int32_t x = (int32_t)(rng() % 2000001) - 1000000; /* |acc| up to 1e6 */
+        int32_t got = qf_multiply_by_quantized_multiplier(x, qm, shift);
+        int64_t want = exact_round((__int128)x * qm, 31 - shift);
+        n++;
+        if (got == want) exact++;
+        else if (llabs((long long)(got - want)) > 1) off++;
+    }
+    printf("  %ld cases: %ld exact (%.3f%%), %ld off by more than 1 or badly quantized\n", n, exact,
+           100.0 * (double)exact / (double)n, off);
+    CHECK(off == 0);
+    CHECK(exact >= n * 95 / 100);
+}
+
+int main(void)
+{
+    RUN(test_quantize_multiplier_edges);
+    RUN(test_high_mul_and_pot);
+    RUN(test_against_exact);
+    return qf_check_report();
+}
