@@ -13,3 +13,19 @@ if(QF_PYTHON3)
   add_test(NAME quant_observers_torch COMMAND test_observers ${QF_OBSERVER_REF})
   set_tests_properties(quant_observers_torch PROPERTIES FIXTURES_REQUIRED observer_ref LABELS "quant" TIMEOUT 120)
 endif()
+
+# Fixed-point requantization (src/ops/requant.h).
+add_executable(test_requant ${QF_TEST_DIR}/quant/test_requant.c)
+target_include_directories(test_requant PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
+target_compile_options(test_requant PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_requant PRIVATE qfold_static)
+add_test(NAME quant_requant COMMAND test_requant)
+set_tests_properties(quant_requant PROPERTIES LABELS "quant" TIMEOUT 60)
+
+# Annotation: where the profiles put every Q/DQ pair.
+add_executable(test_annotate ${QF_TEST_DIR}/quant/test_annotate.c)
+target_include_directories(test_annotate PRIVATE ${QF_TEST_DIR})
+target_compile_options(test_annotate PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_annotate PRIVATE qfold_static)
+add_test(NAME quant_annotate COMMAND test_annotate)
+set_tests_properties(quant_annotate PROPERTIES LABELS "quant" TIMEOUT 60)

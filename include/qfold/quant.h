@@ -18,8 +18,12 @@
 #ifndef QFOLD_QUANT_H
 #define QFOLD_QUANT_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "qfold/graph.h"
+#include "qfold/op.h"
 #include "qfold/status.h"
 #include "qfold/tensor.h"
 
@@ -106,3 +110,108 @@ qf_qparams qf_qparams_from_range(float min, float max, qf_qscheme scheme, int32_
 }
 #endif
 #endif
+
+/* --- target profiles and annotation ----------------------------------------
+ *
+ * A profile says, per op, which pattern quantizes it (the rows of the NXP
+ * Neutron quantizer's patterns.py, as data) and how activations and weights
+ * are quantized. Annotation walks the graph once and gives every value a
+ * qspec: left in float, observed (own qparams), shared with another value,
+ * fixed, a weight (per tensor or per channel) or an int32 bias.
+ *
+ *   const qf_quant_profile *p = qf_quant_profile_find("neutron");
+ *   qf_quant_profile mine = *p;
+ *   QF_TRY(qf_quant_profile_set(&mine, "reduction-scale=own"));
+ *   qf_quant_annotation *a;
+ *   QF_TRY(qf_quant_annotate(g, &mine, &a));
+ *   ... a->spec[v->id], qf_quant_group(a, v->id), a->skips ...
+ *   qf_quant_annotation_free(a);
+ */
+
+typedef enum qf_qpattern {
+    QF_QPAT_NONE = 0,   /* no int8 form in this profile: left in float */
+    QF_QPAT_CONV,       /* Conv / ConvTranspose: weight per the profile's conv spec, int32 bias */
+    QF_QPAT_LINEAR,     /* linear, Gemm, MatMul with a constant weight */
+    QF_QPAT_ACTIVATION, /* Relu / relu6 / Clip(0, x): fused after a conv or linear, else shares */
+    QF_QPAT_SHARE,      /* output shares input 0's qparams (pools, reshapes, pad, ...) */
+    QF_QPAT_CONCAT,     /* output shares the first input's; the others are requantized */
+    QF_QPAT_FIXED,      /* output has fixed qparams (softmax, sigmoid, tanh) */
+    QF_QPAT_BINARY,     /* Add / Sub / Mul: inputs and output observed */
+    QF_QPAT_REDUCTION,  /* GlobalAveragePool / ReduceMean: shares or own, per the profile */
+    QF_QPAT_OWN         /* input and output observed */
+} qf_qpattern;
+
+typedef struct qf_qrule {
+    qf_qpattern pattern;
+    qf_qparams fixed;   /* QF_QPAT_FIXED: the output's qparams */
+} qf_qrule;
+
+/* How one class of tensors is quantized. */
+typedef struct qf_qformat {
+    qf_qscheme scheme;
+    int32_t qmin, qmax;
+    bool per_channel;             /* weights: one scale per output channel */
+    qf_observer_kind observer;    /* activations: how ranges are observed */
+} qf_qformat;
+
+typedef struct qf_quant_profile {
+    const char *name;
+    const char *summary;
+    qf_qformat activation;        /* int8 per-tensor affine */
+    qf_qformat conv_weight;       /* Conv / ConvTranspose weights */
+    qf_qformat linear_weight;     /* linear / Gemm / MatMul weights */
+    float min_scale;              /* smallest scale an activation gets (observer eps) */
+    bool fuse_activation;         /* no quantization between conv/linear and a following ReLU */
+    bool reduction_shares;        /* reductions share their input's qparams (else own) */
+    qf_qrule rules[QF_OP_COUNT];
+} qf_quant_profile;
+
+/* The built-in profiles: "neutron", "generic". NULL if unknown. */
+const qf_quant_profile *qf_quant_profile_find(const char *name);
+/* The names of the built-in profiles, NULL-terminated. */
+const char *const *qf_quant_profile_names(void);
+/* Override one rule: "KEY=VALUE" with KEY one of reduction-scale (own|shared),
+ * linear-weights / conv-weights (per-tensor|per-channel), activation-observer
+ * (histogram|minmax|moving-average), fuse-activation (on|off), min-scale (a
+ * positive number). QF_ERR_INVALID naming the key and the accepted values. */
+qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule);
+
+typedef enum qf_qspec_kind {
+    QF_QSPEC_FLOAT = 0, /* not quantized */
+    QF_QSPEC_OBSERVE,   /* activation with its own observer (its group's) */
+    QF_QSPEC_SHARE,     /* same qparams as value `share` (same group) */
+    QF_QSPEC_FIXED,     /* fixed qparams */
+    QF_QSPEC_WEIGHT,    /* constant weight, quantized from its own data */
+    QF_QSPEC_BIAS       /* int32 bias: scale = s(bias_input) * s(bias_weight), zero point 0 */
+} qf_qspec_kind;
+
+typedef struct qf_qspec {
+    qf_qspec_kind kind;
+    qf_qformat format;   /* range, scheme, per channel, observer */
+    int axis;            /* WEIGHT per channel: the channel axis */
+    qf_qparams fixed;    /* FIXED */
+    uint32_t share;      /* SHARE: the value it shares with */
+    uint32_t bias_input, bias_weight; /* BIAS */
+} qf_qspec;
+
+typedef struct qf_quant_skip {
+    const qf_node *node;
+    const char *reason;  /* static text or owned by the annotation */
+} qf_quant_skip;
+
+typedef struct qf_quant_annotation {
+    int nvalues;
+    qf_qspec *spec;      /* by value id */
+    uint32_t *parent;    /* shared-qparams groups (union-find over value ids) */
+    qf_quant_skip *skips;/* nodes left in float, with the reason */
+    int nskips, cap_skips;
+    int nquantized;      /* values with a qspec other than FLOAT */
+} qf_quant_annotation;
+
+/* Annotate g (sorted, shapes inferred) for profile p. Nothing in g changes. */
+qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out);
+void qf_quant_annotation_free(qf_quant_annotation *a);
+/* The representative value id of v's shared-qparams group. */
+uint32_t qf_quant_group(qf_quant_annotation *a, uint32_t v);
+/* One line per quantized value and per node left in float (tests, --report). */
+void qf_quant_annotation_print(const qf_quant_annotation *a, const qf_graph *g, FILE *f);

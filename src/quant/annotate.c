@@ -1,0 +1,312 @@
+/* Annotation: a qspec for every value, by the profile's pattern for each op
+ * (the Neutron quantizer's patterns.py, as data in profile.c).
+ *
+ *      x ──Conv(W, b)──▶ y ──Relu──▶ z ──MaxPool──▶ p ──Add(q)──▶ s
+ *   x: observe   W: weight (per channel, axis 0)   b: bias = s(x)·s(W)
+ *   y: float (fused: no quantization between Conv and Relu)
+ *   z: observe   p: share(z)   q: observe   s: observe
+ *
+ * One walk in topological order: a node's pattern decides its output's
+ * qspec and asks for its inputs to be quantized (an input already annotated
+ * by its producer keeps its qspec; one produced by an op left in float gets
+ * its own observer). Shared qparams form groups (union-find over value ids):
+ * the group's observer sees every member's tensors, or the group has fixed
+ * qparams; two different fixed qparams never join — the second member is
+ * then observed and requantized.
+ */
+#include <string.h>
+
+#include "qfold/quant.h"
+
+typedef struct ann {
+    const qf_graph *g;
+    const qf_quant_profile *p;
+    qf_quant_annotation *a;
+    bool *fused; /* by node id: an activation whose producer conv/linear fused it */
+} ann;
+
+uint32_t qf_quant_group(qf_quant_annotation *a, uint32_t v)
+{
+    uint32_t r = v;
+    while (a->parent[r] != r) r = a->parent[r];
+    while (a->parent[v] != r) {
+        uint32_t next = a->parent[v];
+        a->parent[v] = r;
+        v = next;
+    }
+    return r;
+}
+
+static qf_status ann_skip(ann *c, const qf_node *n, const char *reason)
+{
+    qf_quant_annotation *a = c->a;
+    if (a->nskips == a->cap_skips) {
+        int cap = a->cap_skips ? a->cap_skips * 2 : 16;
+        qf_quant_skip *s = qf_realloc(a->skips, sizeof *s * (size_t)cap);
+        if (!s) return QF_ERR_NOMEM;
+        a->skips = s;
+        a->cap_skips = cap;
+    }
+    a->skips[a->nskips++] = (qf_quant_skip){n, reason};
+    return QF_OK;
+}
+
+static bool is_f32(const qf_value *v) { return v && v->type.dtype == QF_DTYPE_F32; }
+
+/* A float32 constant tensor (a weight or bias the int8 model can hold). */
+static bool is_f32_const(const qf_value *v) { return is_f32(v) && qf_value_is_const(v); }
+
+static void set_spec(ann *c, const qf_value *v, qf_qspec s)
+{
+    if (c->a->spec[v->id].kind == QF_QSPEC_FLOAT && s.kind != QF_QSPEC_FLOAT) c->a->nquantized++;
+    c->a->spec[v->id] = s;
+}
+
+static void observe(ann *c, const qf_value *v)
+{
+    set_spec(c, v, (qf_qspec){.kind = QF_QSPEC_OBSERVE, .format = c->p->activation, .axis = -1});
+}
+
+/* Ask for v (an input of an annotated node) to be quantized: false when it
+ * cannot be (not float32). */
+static bool want_quantized(ann *c, const qf_value *v)
+{
+    if (!is_f32(v)) return false;
+    if (c->a->spec[v->id].kind == QF_QSPEC_FLOAT) observe(c, v);
+    return true;
+}
+
+static const qf_qspec *group_fixed(ann *c, uint32_t v)
+{
+    uint32_t r = qf_quant_group(c->a, v);
+    for (int i = 0; i < c->a->nvalues; i++)
+        if (c->a->spec[i].kind == QF_QSPEC_FIXED && qf_quant_group(c->a, (uint32_t)i) == r) return &c->a->spec[i];
+    return NULL;
+}
+
+/* out takes in's qparams (one group). */
+static void share(ann *c, const qf_value *out, const qf_value *in)
+{
+    const qf_qspec *fo = group_fixed(c, out->id), *fi = group_fixed(c, in->id);
+    if (fo && fi && (fo->fixed.scale != fi->fixed.scale || fo->fixed.zero_point != fi->fixed.zero_point)) {
+        observe(c, out); /* cannot share two fixed qparams: requantize */
+        return;
+    }
+    set_spec(c, out, (qf_qspec){.kind = QF_QSPEC_SHARE, .format = c->p->activation, .axis = -1, .share = in->id});
+    c->a->parent[qf_quant_group(c->a, out->id)] = qf_quant_group(c->a, in->id);
+}
+
+/* Relu, relu6, or Clip with a constant min of 0: the ReLU range that an int8
+ * conv/linear can clamp to without a quantization step in between. */
+static bool relu_range(const qf_node *n)
+{
+    if (n->op == QF_OP_RELU || n->op == QF_OP_RELU6) return true;
+    if (n->op != QF_OP_CLIP || n->ninputs < 2 || !n->inputs[1] || !qf_value_is_const(n->inputs[1])) return false;
+    const qf_value *m = n->inputs[1];
+    return qf_tensor_numel(&m->type) == 1 && qf_tensor_get_f64(&m->type, 0) == 0.0;
+}
+
+/* The output of a conv / linear: fused into the ReLU that is its only
+ * reader (left float, the ReLU's output observed), or observed. */
+static void producer_output(ann *c, const qf_node *n)
+{
+    const qf_value *y = n->outputs[0];
+    if (c->p->fuse_activation && y->nuses == 1 && !y->is_output && y->uses[0].slot == 0 &&
+        c->p->rules[y->uses[0].node->op].pattern == QF_QPAT_ACTIVATION && relu_range(y->uses[0].node)) {
+        c->fused[y->uses[0].node->id] = true;
+        return;
+    }
+    observe(c, y);
+}
+
+static qf_qspec weight_spec(const qf_qformat *f, int axis)
+{
+    return (qf_qspec){.kind = QF_QSPEC_WEIGHT, .format = *f, .axis = f->per_channel ? axis : -1};
+}
+
+/* Conv / ConvTranspose / linear / Gemm / MatMul with a constant weight w
+ * whose output channels lie on `axis`, optional constant bias b. */
+static qf_status ann_weighted(ann *c, const qf_node *n, const qf_value *w, int axis, const qf_value *b,
+                              const qf_qformat *f)
+{
+    const qf_value *x = n->inputs[0];
+    if (!is_f32(x)) return ann_skip(c, n, "input is not float32");
+    if (!is_f32_const(w)) return ann_skip(c, n, "weight is not a float32 constant");
+    if (b && !is_f32_const(b)) return ann_skip(c, n, "bias is not a float32 constant");
+    if (c->a->spec[w->id].kind != QF_QSPEC_FLOAT) return ann_skip(c, n, "weight is shared with another node");
+    want_quantized(c, x);
+    set_spec(c, w, weight_spec(f, axis));
+    if (b)
+        set_spec(c, b, (qf_qspec){.kind = QF_QSPEC_BIAS, .format = {QF_QSCHEME_SYMMETRIC, INT32_MIN + 1, INT32_MAX,
+                                                                    f->per_channel, QF_OBSERVER_MIN_MAX},
+                                  .axis = f->per_channel ? 0 : -1, .bias_input = x->id, .bias_weight = w->id});
+    producer_output(c, n);
+    return QF_OK;
+}
+
+static qf_status ann_linear(ann *c, const qf_node *n)
+{
+    const qf_qformat *f = &c->p->linear_weight;
+    const qf_value *b = n->ninputs > 2 ? n->inputs[2] : NULL;
+    switch (n->op) {
+    case QF_OP_LINEAR: /* weight [out, in] */
+        return ann_weighted(c, n, n->inputs[1], 0, b, f);
+    case QF_OP_GEMM:
+        if (qf_node_attr_int(n, "transA", 0) != 0 || qf_node_attr_float(n, "alpha", 1.0f) != 1.0f ||
+            qf_node_attr_float(n, "beta", 1.0f) != 1.0f)
+            return ann_skip(c, n, "Gemm with transA, alpha or beta is not a linear layer");
+        if (b && b->type.ndim != 1) return ann_skip(c, n, "Gemm bias C is not a vector");
+        /* B is [out, in] with transB, else [in, out] */
+        return ann_weighted(c, n, n->inputs[1], qf_node_attr_int(n, "transB", 0) ? 0 : 1, b, f);
+    default: /* MatMul */
+        if (qf_value_is_const(n->inputs[1])) {
+            if (n->inputs[1]->type.ndim != 2) return ann_skip(c, n, "MatMul weight is not a matrix");
+            return ann_weighted(c, n, n->inputs[1], 1, NULL, f);
+        }
+        /* Two activations: both inputs and the output observed. */
+        if (!want_quantized(c, n->inputs[0]) || !want_quantized(c, n->inputs[1]))
+            return ann_skip(c, n, "input is not float32");
+        observe(c, n->outputs[0]);
+        return QF_OK;
+    }
+}
+
+static qf_status ann_share(ann *c, const qf_node *n, const qf_value *x, const qf_value *y)
+{
+    if (!is_f32(y) || !want_quantized(c, x)) return ann_skip(c, n, "input is not float32");
+    share(c, y, x);
+    return QF_OK;
+}
+
+static qf_status ann_node(ann *c, const qf_node *n)
+{
+    const qf_qrule *r = &c->p->rules[n->op];
+    const qf_value *x = n->ninputs > 0 ? n->inputs[0] : NULL;
+    const qf_value *y = n->noutputs > 0 ? n->outputs[0] : NULL;
+    switch (r->pattern) {
+    case QF_QPAT_NONE: {
+        /* Only ops on float tensors are worth a line: shape arithmetic is not. */
+        bool any = false;
+        for (int i = 0; i < n->noutputs; i++) any |= is_f32(n->outputs[i]);
+        return any ? ann_skip(c, n, "the profile has no int8 form for this op") : QF_OK;
+    }
+    case QF_QPAT_CONV:
+        return ann_weighted(c, n, n->inputs[1], n->op == QF_OP_CONV_TRANSPOSE ? 1 : 0,
+                            n->ninputs > 2 ? n->inputs[2] : NULL, &c->p->conv_weight);
+    case QF_QPAT_LINEAR:
+        return ann_linear(c, n);
+    case QF_QPAT_ACTIVATION:
+        if (c->fused[n->id]) {
+            observe(c, y);
+            return QF_OK;
+        }
+        /* Not after a conv / linear: a ReLU on int8 values is exact with
+         * its input's qparams, so it shares them. */
+        return ann_share(c, n, x, y);
+    case QF_QPAT_SHARE:
+        return ann_share(c, n, x, y);
+    case QF_QPAT_CONCAT: {
+        for (int i = 0; i < n->ninputs; i++)
+            if (!is_f32(n->inputs[i])) return ann_skip(c, n, "input is not float32");
+        for (int i = 0; i < n->ninputs; i++) want_quantized(c, n->inputs[i]);
+        share(c, y, x);
+        return QF_OK;
+    }
+    case QF_QPAT_FIXED:
+        if (!is_f32(y) || !want_quantized(c, x)) return ann_skip(c, n, "input is not float32");
+        set_spec(c, y, (qf_qspec){.kind = QF_QSPEC_FIXED, .format = c->p->activation, .axis = -1, .fixed = r->fixed});
+        return QF_OK;
+    case QF_QPAT_BINARY:
+        if (!is_f32(y) || !want_quantized(c, x) || !want_quantized(c, n->inputs[1]))
+            return ann_skip(c, n, "input is not float32");
+        observe(c, y);
+        return QF_OK;
+    case QF_QPAT_REDUCTION:
+        if (!is_f32(y) || !want_quantized(c, x)) return ann_skip(c, n, "input is not float32");
+        if (c->p->reduction_shares) share(c, y, x);
+        else observe(c, y);
+        return QF_OK;
+    case QF_QPAT_OWN:
+        if (!is_f32(y) || !want_quantized(c, x)) return ann_skip(c, n, "input is not float32");
+        observe(c, y);
+        return QF_OK;
+    }
+    return QF_OK;
+}
+
+void qf_quant_annotation_free(qf_quant_annotation *a)
+{
+    if (!a) return;
+    qf_free(a->spec);
+    qf_free(a->parent);
+    qf_free(a->skips);
+    qf_free(a);
+}
+
+qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out)
+{
+    *out = NULL;
+    qf_quant_annotation *a = qf_calloc(1, sizeof *a);
+    if (!a) return QF_ERR_NOMEM;
+    size_t nv = (size_t)(g->nvalues ? g->nvalues : 1);
+    a->nvalues = g->nvalues;
+    a->spec = qf_calloc(nv, sizeof *a->spec);
+    a->parent = qf_malloc(sizeof *a->parent * nv);
+    bool *fused = qf_calloc((size_t)g->next_node_id + 1, sizeof *fused);
+    if (!a->spec || !a->parent || !fused) {
+        qf_free(fused);
+        qf_quant_annotation_free(a);
+        return QF_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < nv; i++) a->parent[i] = (uint32_t)i;
+    ann c = {g, p, a, fused};
+    qf_status st = QF_OK;
+    for (const qf_node *n = g->first; n && st == QF_OK; n = n->next) st = ann_node(&c, n);
+    qf_free(fused);
+    if (st != QF_OK) {
+        qf_quant_annotation_free(a);
+        return st;
+    }
+    *out = a;
+    return QF_OK;
+}
+
+static const char *observer_name(qf_observer_kind k)
+{
+    switch (k) {
+    case QF_OBSERVER_MIN_MAX: return "minmax";
+    case QF_OBSERVER_MOVING_AVERAGE: return "moving-average";
+    case QF_OBSERVER_PER_CHANNEL: return "per-channel";
+    case QF_OBSERVER_HISTOGRAM: return "histogram";
+    }
+    return "?";
+}
+
+void qf_quant_annotation_print(const qf_quant_annotation *a, const qf_graph *g, FILE *f)
+{
+    for (int i = 0; i < a->nvalues; i++) {
+        const qf_value *v = g->values[i];
+        const qf_qspec *s = &a->spec[i];
+        if (!v || s->kind == QF_QSPEC_FLOAT) continue;
+        const char *sch = s->format.scheme == QF_QSCHEME_SYMMETRIC ? "symmetric" : "affine";
+        fprintf(f, "%s: ", v->name);
+        switch (s->kind) {
+        case QF_QSPEC_OBSERVE:
+            fprintf(f, "observe %s %s [%d, %d]\n", observer_name(s->format.observer), sch, (int)s->format.qmin,
+                    (int)s->format.qmax);
+            break;
+        case QF_QSPEC_SHARE: fprintf(f, "share %s\n", g->values[s->share]->name); break;
+        case QF_QSPEC_FIXED: fprintf(f, "fixed %.9g %d\n", (double)s->fixed.scale, (int)s->fixed.zero_point); break;
+        case QF_QSPEC_WEIGHT:
+            if (s->axis >= 0) fprintf(f, "weight per-channel axis %d %s [%d, %d]\n", s->axis, sch, (int)s->format.qmin, (int)s->format.qmax);
+            else fprintf(f, "weight per-tensor %s [%d, %d]\n", sch, (int)s->format.qmin, (int)s->format.qmax);
+            break;
+        case QF_QSPEC_BIAS:
+            fprintf(f, "bias int32 = s(%s) * s(%s)\n", g->values[s->bias_input]->name, g->values[s->bias_weight]->name);
+            break;
+        case QF_QSPEC_FLOAT: break;
+        }
+    }
+    for (int i = 0; i < a->nskips; i++)
+        fprintf(f, "float %s (%s): %s\n", a->skips[i].node->name, qf_op_name(a->skips[i].node->op), a->skips[i].reason);
+}

@@ -1,0 +1,172 @@
+/* Target profiles as data: one table per target, one row per op pattern.
+ *
+ * neutron mirrors the NXP eIQ Neutron quantizer (ExecuTorch
+ * backends/nxp/quantizer): activations int8 [-128, 127] per-tensor affine
+ * through a histogram observer with scale >= 2^-12; conv weights per-channel
+ * symmetric [-127, 127]; linear weights per-tensor symmetric; int32 bias;
+ * conv/linear + ReLU fused; pools, reshapes, pad, slice, concat sharing
+ * their input's qparams; softmax / sigmoid / tanh at fixed qparams;
+ * add / sub / mul quantized on every side.
+ * generic: per-channel weights everywhere, min/max observers, reductions
+ * with their own output qparams, and a few more ops with their own qparams.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qfold/quant.h"
+
+#define SHARE {QF_QPAT_SHARE, {0.0f, 0}}
+#define FIXED(s, zp) {QF_QPAT_FIXED, {(s), (zp)}}
+#define PAT(p) {p, {0.0f, 0}}
+
+/* The rows both profiles have. */
+#define QF_COMMON_RULES                                                              \
+    [QF_OP_CONV] = PAT(QF_QPAT_CONV), [QF_OP_CONV_TRANSPOSE] = PAT(QF_QPAT_CONV),    \
+    [QF_OP_LINEAR] = PAT(QF_QPAT_LINEAR), [QF_OP_GEMM] = PAT(QF_QPAT_LINEAR),        \
+    [QF_OP_MATMUL] = PAT(QF_QPAT_LINEAR),                                            \
+    [QF_OP_RELU] = PAT(QF_QPAT_ACTIVATION), [QF_OP_RELU6] = PAT(QF_QPAT_ACTIVATION), \
+    [QF_OP_CLIP] = PAT(QF_QPAT_ACTIVATION),                                          \
+    [QF_OP_MAX_POOL] = SHARE, [QF_OP_AVG_POOL] = SHARE, [QF_OP_FLATTEN] = SHARE,     \
+    [QF_OP_RESHAPE] = SHARE, [QF_OP_TRANSPOSE] = SHARE, [QF_OP_SQUEEZE] = SHARE,     \
+    [QF_OP_UNSQUEEZE] = SHARE, [QF_OP_PAD] = SHARE, [QF_OP_SLICE] = SHARE,           \
+    [QF_OP_DROPOUT] = SHARE, [QF_OP_IDENTITY] = SHARE,                               \
+    [QF_OP_CONCAT] = PAT(QF_QPAT_CONCAT),                                            \
+    [QF_OP_SOFTMAX] = FIXED(1.0f / 256.0f, -128), [QF_OP_SIGMOID] = FIXED(1.0f / 256.0f, -128), \
+    [QF_OP_TANH] = FIXED(1.0f / 128.0f, 0),                                          \
+    [QF_OP_ADD] = PAT(QF_QPAT_BINARY), [QF_OP_SUB] = PAT(QF_QPAT_BINARY),            \
+    [QF_OP_MUL] = PAT(QF_QPAT_BINARY),                                               \
+    [QF_OP_GLOBAL_AVG_POOL] = PAT(QF_QPAT_REDUCTION), [QF_OP_REDUCE_MEAN] = PAT(QF_QPAT_REDUCTION)
+
+static const qf_quant_profile qf_profile_neutron = {
+    .name = "neutron",
+    .summary = "NXP eIQ Neutron NPU (as the Neutron quantizer of ExecuTorch)",
+    .activation = {QF_QSCHEME_AFFINE, -128, 127, false, QF_OBSERVER_HISTOGRAM},
+    .conv_weight = {QF_QSCHEME_SYMMETRIC, -127, 127, true, QF_OBSERVER_MIN_MAX},
+    .linear_weight = {QF_QSCHEME_SYMMETRIC, -127, 127, false, QF_OBSERVER_MIN_MAX},
+    .min_scale = 0x1p-12f,
+    .fuse_activation = true,
+    .reduction_shares = true,
+    .rules = {QF_COMMON_RULES},
+};
+
+static const qf_quant_profile qf_profile_generic = {
+    .name = "generic",
+    .summary = "per-channel int8 weights, min/max observers (a TFLite-style scheme)",
+    .activation = {QF_QSCHEME_AFFINE, -128, 127, false, QF_OBSERVER_MIN_MAX},
+    .conv_weight = {QF_QSCHEME_SYMMETRIC, -127, 127, true, QF_OBSERVER_MIN_MAX},
+    .linear_weight = {QF_QSCHEME_SYMMETRIC, -127, 127, true, QF_OBSERVER_MIN_MAX},
+    .min_scale = 0x1p-23f, /* FLT_EPSILON, torch's default */
+    .fuse_activation = true,
+    .reduction_shares = false,
+    .rules = {QF_COMMON_RULES,
+              [QF_OP_LEAKY_RELU] = PAT(QF_QPAT_OWN), [QF_OP_HARD_SWISH] = PAT(QF_QPAT_OWN),
+              [QF_OP_HARD_SIGMOID] = PAT(QF_QPAT_OWN)},
+};
+
+static const qf_quant_profile *const qf_profiles[] = {&qf_profile_neutron, &qf_profile_generic};
+static const char *const qf_profile_name_list[] = {"neutron", "generic", NULL};
+
+const qf_quant_profile *qf_quant_profile_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof qf_profiles / sizeof qf_profiles[0]; i++)
+        if (strcmp(qf_profiles[i]->name, name) == 0) return qf_profiles[i];
+    return NULL;
+}
+
+const char *const *qf_quant_profile_names(void) { return qf_profile_name_list; }
+
+/* --- --set KEY=VALUE ----------------------------------------------------------- */
+
+typedef struct qf_profile_key {
+    const char *key, *values;
+    qf_status (*apply)(qf_quant_profile *p, const char *v);
+} qf_profile_key;
+
+static qf_status set_reduction(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "own")) p->reduction_shares = false;
+    else if (!strcmp(v, "shared")) p->reduction_shares = true;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
+static qf_status set_granularity(qf_qformat *f, const char *v)
+{
+    if (!strcmp(v, "per-channel")) f->per_channel = true;
+    else if (!strcmp(v, "per-tensor")) f->per_channel = false;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
+static qf_status set_linear(qf_quant_profile *p, const char *v) { return set_granularity(&p->linear_weight, v); }
+static qf_status set_conv(qf_quant_profile *p, const char *v) { return set_granularity(&p->conv_weight, v); }
+
+static qf_status set_observer(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "histogram")) p->activation.observer = QF_OBSERVER_HISTOGRAM;
+    else if (!strcmp(v, "minmax")) p->activation.observer = QF_OBSERVER_MIN_MAX;
+    else if (!strcmp(v, "moving-average")) p->activation.observer = QF_OBSERVER_MOVING_AVERAGE;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
+static qf_status set_fuse(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "on")) p->fuse_activation = true;
+    else if (!strcmp(v, "off")) p->fuse_activation = false;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
+static qf_status set_min_scale(qf_quant_profile *p, const char *v)
+{
+    char *end = NULL;
+    double d = strtod(v, &end);
+    if (!*v || *end || !(d > 0.0) || !isfinite(d) || d > 1.0) return QF_ERR_INVALID;
+    p->min_scale = (float)d;
+    return QF_OK;
+}
+
+static const qf_profile_key qf_profile_keys[] = {
+    {"reduction-scale", "own|shared", set_reduction},
+    {"linear-weights", "per-tensor|per-channel", set_linear},
+    {"conv-weights", "per-tensor|per-channel", set_conv},
+    {"activation-observer", "histogram|minmax|moving-average", set_observer},
+    {"fuse-activation", "on|off", set_fuse},
+    {"min-scale", "a number in (0, 1]", set_min_scale},
+};
+
+#define QF_NKEYS (sizeof qf_profile_keys / sizeof qf_profile_keys[0])
+
+/* "key (values), key (values), ..." for messages. */
+static const char *keys_text(char *buf, size_t size)
+{
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < QF_NKEYS && at < size; i++) {
+        int w = snprintf(buf + at, size - at, "%s%s=%s", i ? ", " : "", qf_profile_keys[i].key,
+                         qf_profile_keys[i].values);
+        if (w < 0) break;
+        at += (size_t)w;
+    }
+    return buf;
+}
+
+qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule)
+{
+    const char *eq = strchr(rule, '=');
+    char keys[512];
+    if (!eq) return qf_error(QF_ERR_INVALID, "profile rule '%s': expected KEY=VALUE, one of %s", rule, keys_text(keys, sizeof keys));
+    size_t klen = (size_t)(eq - rule);
+    for (size_t i = 0; i < QF_NKEYS; i++) {
+        const qf_profile_key *k = &qf_profile_keys[i];
+        if (strlen(k->key) != klen || strncmp(k->key, rule, klen) != 0) continue;
+        if (k->apply(p, eq + 1) != QF_OK)
+            return qf_error(QF_ERR_INVALID, "profile rule '%s': %s takes %s", rule, k->key, k->values);
+        return QF_OK;
+    }
+    return qf_error(QF_ERR_INVALID, "profile rule '%s': unknown key '%.*s'; the keys are %s", rule, (int)klen,
+                    rule, keys_text(keys, sizeof keys));
+}

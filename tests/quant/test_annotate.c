@@ -1,0 +1,337 @@
+/* Annotation by the profiles' patterns (src/quant/annotate.c, profile.c):
+ * where every Q/DQ pair goes, one small graph per rule, for neutron and
+ * generic, and the --set overrides. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qfold/quant.h"
+#include "tools/qf_check.h"
+
+typedef struct gb {
+    qf_graph *g;
+    int k;
+} gb;
+
+static gb gb_begin(void)
+{
+    gb b = {0};
+    if (qf_graph_init(&b.g) != QF_OK) abort();
+    b.g->opset = 13;
+    return b;
+}
+
+static qf_value *gb_input(gb *b, const char *name, int ndim, const int64_t *dims)
+{
+    return qf_graph_add_input(b->g, name, QF_DTYPE_F32, ndim, dims);
+}
+
+/* A float32 constant filled with small values (0 at index 0 for Clip mins). */
+static qf_value *gb_const(gb *b, const char *name, int ndim, const int64_t *dims, float first)
+{
+    qf_tensor t;
+    if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) abort();
+    float *d = t.data;
+    for (int64_t i = 0; i < qf_tensor_numel(&t); i++) d[i] = 0.01f * (float)(i % 7) - 0.02f;
+    if (qf_tensor_numel(&t) > 0) d[0] = first;
+    qf_value *v = qf_graph_add_constant(b->g, name, QF_VALUE_PARAMETER, &t);
+    if (!v) abort();
+    return v;
+}
+
+static qf_node *gb_node(gb *b, qf_op op, const char *name, int nin, qf_value *const *in)
+{
+    qf_node *n = qf_graph_add_node(b->g, op, name, nin, in, 1);
+    if (!n) abort();
+    char out[64];
+    snprintf(out, sizeof out, "%s_y", name);
+    if (qf_graph_rename_value(b->g, n->outputs[0], out) != QF_OK) abort();
+    return n;
+}
+
+/* Annotate with `profile` (+ one --set rule or NULL) and return the printed
+ * annotation (malloc'd). */
+static char *annotate(gb *b, const char *profile, const char *rule)
+{
+    if (qf_graph_infer_shapes(b->g) != QF_OK) {
+        fprintf(stderr, "infer: %s\n", qf_error_message());
+        abort();
+    }
+    qf_quant_profile p = *qf_quant_profile_find(profile);
+    if (rule) CHECK_OK(qf_quant_profile_set(&p, rule));
+    qf_quant_annotation *a = NULL;
+    CHECK_OK(qf_quant_annotate(b->g, &p, &a));
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (a) qf_quant_annotation_print(a, b->g, f);
+    fclose(f);
+    qf_quant_annotation_free(a);
+    return buf;
+}
+
+#define HAS(text, line) has_line(text, line, __FILE__, __LINE__)
+#define HASNT(text, prefix) hasnt(text, prefix, __FILE__, __LINE__)
+
+static void has_line(const char *text, const char *line, const char *file, int at)
+{
+    size_t n = strlen(line);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, line, n) == 0 && (p[n] == '\n' || p[n] == 0)) return;
+    fprintf(stderr, "%s:%d: no line \"%s\" in:\n%s", file, at, line, text);
+    qf_check_failed_now = 1;
+}
+
+static void hasnt(const char *text, const char *prefix, const char *file, int at)
+{
+    size_t n = strlen(prefix);
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, prefix, n) == 0) {
+            fprintf(stderr, "%s:%d: unexpected line starting \"%s\" in:\n%s", file, at, prefix, text);
+            qf_check_failed_now = 1;
+            return;
+        }
+}
+
+static const int64_t X4[4] = {1, 4, 6, 6}, W4[4] = {8, 4, 3, 3}, B1[1] = {8};
+
+/* conv -> relu: no quantization between them, the ReLU's output is. */
+static gb conv_relu(qf_op act, float clip_min)
+{
+    gb b = gb_begin();
+    qf_value *in[3] = {gb_input(&b, "x", 4, X4), gb_const(&b, "W", 4, W4, 0.3f), gb_const(&b, "b", 1, B1, 0.1f)};
+    qf_node *conv = gb_node(&b, QF_OP_CONV, "conv", 3, in);
+    qf_value *ain[2] = {conv->outputs[0], NULL};
+    int nin = 1;
+    if (act == QF_OP_CLIP) {
+        int64_t one = 1;
+        ain[1] = gb_const(&b, "lo", 1, &one, clip_min);
+        nin = 2;
+    }
+    qf_node *r = gb_node(&b, act, "act", nin, ain);
+    qf_graph_add_output(b.g, r->outputs[0]);
+    return b;
+}
+
+static void test_conv_relu_fused(void)
+{
+    gb b = conv_relu(QF_OP_RELU, 0);
+    char *t = annotate(&b, "neutron", NULL);
+    HAS(t, "x: observe histogram affine [-128, 127]");
+    HAS(t, "W: weight per-channel axis 0 symmetric [-127, 127]");
+    HAS(t, "b: bias int32 = s(x) * s(W)");
+    HASNT(t, "conv_y:");
+    HAS(t, "act_y: observe histogram affine [-128, 127]");
+    free(t);
+    t = annotate(&b, "neutron", "fuse-activation=off");
+    HAS(t, "conv_y: observe histogram affine [-128, 127]");
+    HAS(t, "act_y: share conv_y");
+    free(t);
+    t = annotate(&b, "generic", NULL);
+    HAS(t, "x: observe minmax affine [-128, 127]");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+static void test_clip_relu_range_only(void)
+{
+    gb b = conv_relu(QF_OP_CLIP, 0.0f);
+    char *t = annotate(&b, "neutron", NULL);
+    HASNT(t, "conv_y:");
+    HAS(t, "act_y: observe histogram affine [-128, 127]");
+    free(t);
+    qf_graph_free(b.g);
+    b = conv_relu(QF_OP_CLIP, -1.0f); /* not a ReLU range: a quantized conv output, clip shares it */
+    t = annotate(&b, "neutron", NULL);
+    HAS(t, "conv_y: observe histogram affine [-128, 127]");
+    HAS(t, "act_y: share conv_y");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+/* A conv output read twice cannot be fused into one of its readers. */
+static void test_conv_two_users(void)
+{
+    gb b = gb_begin();
+    qf_value *in[2] = {gb_input(&b, "x", 4, X4), gb_const(&b, "W", 4, W4, 0.3f)};
+    qf_node *conv = gb_node(&b, QF_OP_CONV, "conv", 2, in);
+    qf_node *r = gb_node(&b, QF_OP_RELU, "relu", 1, &conv->outputs[0]);
+    qf_value *ain[2] = {r->outputs[0], conv->outputs[0]};
+    qf_node *add = gb_node(&b, QF_OP_ADD, "add", 2, ain);
+    qf_graph_add_output(b.g, add->outputs[0]);
+    char *t = annotate(&b, "neutron", NULL);
+    HAS(t, "conv_y: observe histogram affine [-128, 127]");
+    HAS(t, "relu_y: share conv_y");
+    HAS(t, "add_y: observe histogram affine [-128, 127]");
+    HASNT(t, "float ");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+/* Pools and reshapes share; softmax / sigmoid / tanh are fixed; a pool after
+ * a fixed output shares the fixed qparams. */
+static void test_share_and_fixed(void)
+{
+    gb b = gb_begin();
+    qf_value *x = gb_input(&b, "x", 4, X4);
+    qf_node *sg = gb_node(&b, QF_OP_SIGMOID, "sig", 1, &x);
+    qf_node *mp = gb_node(&b, QF_OP_MAX_POOL, "pool", 1, &sg->outputs[0]);
+    int64_t ks[2] = {2, 2};
+    qf_node_set_attr_ints(b.g, mp, "kernel_shape", ks, 2);
+    qf_node *fl = gb_node(&b, QF_OP_FLATTEN, "flat", 1, &mp->outputs[0]);
+    qf_node *th = gb_node(&b, QF_OP_TANH, "tanh", 1, &fl->outputs[0]);
+    qf_node *sm = gb_node(&b, QF_OP_SOFTMAX, "soft", 1, &th->outputs[0]);
+    qf_graph_add_output(b.g, sm->outputs[0]);
+    char *t = annotate(&b, "neutron", NULL);
+    HAS(t, "x: observe histogram affine [-128, 127]");
+    HAS(t, "sig_y: fixed 0.00390625 -128");
+    HAS(t, "pool_y: share sig_y");
+    HAS(t, "flat_y: share pool_y");
+    HAS(t, "tanh_y: fixed 0.0078125 0");
+    HAS(t, "soft_y: fixed 0.00390625 -128");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+/* Linear weights: per tensor in neutron, per channel in generic, the axis
+ * following transB. */
+static void test_gemm_weights(void)
+{
+    for (int transb = 0; transb <= 1; transb++) {
+        gb b = gb_begin();
+        int64_t xd[2] = {2, 16}, wd[2] = {transb ? 10 : 16, transb ? 16 : 10}, bd[1] = {10};
+        qf_value *in[3] = {gb_input(&b, "x", 2, xd), gb_const(&b, "W", 2, wd, 0.2f), gb_const(&b, "b", 1, bd, 0.0f)};
+        qf_node *n = gb_node(&b, QF_OP_GEMM, "fc", 3, in);
+        qf_node_set_attr_int(b.g, n, "transB", transb);
+        qf_graph_add_output(b.g, n->outputs[0]);
+        char *t = annotate(&b, "neutron", NULL);
+        HAS(t, "W: weight per-tensor symmetric [-127, 127]");
+        HAS(t, "b: bias int32 = s(x) * s(W)");
+        HAS(t, "fc_y: observe histogram affine [-128, 127]");
+        free(t);
+        t = annotate(&b, "generic", NULL);
+        HAS(t, transb ? "W: weight per-channel axis 0 symmetric [-127, 127]"
+                      : "W: weight per-channel axis 1 symmetric [-127, 127]");
+        free(t);
+        t = annotate(&b, "neutron", "linear-weights=per-channel");
+        HAS(t, transb ? "W: weight per-channel axis 0 symmetric [-127, 127]"
+                      : "W: weight per-channel axis 1 symmetric [-127, 127]");
+        free(t);
+        qf_node_set_attr_float(b.g, n, "alpha", 2.0f);
+        t = annotate(&b, "neutron", NULL);
+        HAS(t, "float fc (gemm): Gemm with transA, alpha or beta is not a linear layer");
+        HASNT(t, "W:");
+        free(t);
+        qf_graph_free(b.g);
+    }
+}
+
+static void test_conv_transpose_axis(void)
+{
+    gb b = gb_begin();
+    int64_t wd[4] = {4, 6, 3, 3};
+    qf_value *in[2] = {gb_input(&b, "x", 4, X4), gb_const(&b, "W", 4, wd, 0.2f)};
+    qf_node *n = gb_node(&b, QF_OP_CONV_TRANSPOSE, "up", 2, in);
+    qf_graph_add_output(b.g, n->outputs[0]);
+    char *t = annotate(&b, "neutron", NULL);
+    HAS(t, "W: weight per-channel axis 1 symmetric [-127, 127]");
+    HAS(t, "up_y: observe histogram affine [-128, 127]");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+/* Reductions share their input's qparams in neutron, have their own in
+ * generic, and one --set changes neutron's. */
+static void test_reduction(void)
+{
+    gb b = gb_begin();
+    qf_value *x = gb_input(&b, "x", 4, X4);
+    qf_node *gap = gb_node(&b, QF_OP_GLOBAL_AVG_POOL, "gap", 1, &x);
+    qf_graph_add_output(b.g, gap->outputs[0]);
+    char *t = annotate(&b, "neutron", NULL);
+    HAS(t, "gap_y: share x");
+    free(t);
+    t = annotate(&b, "generic", NULL);
+    HAS(t, "gap_y: observe minmax affine [-128, 127]");
+    free(t);
+    t = annotate(&b, "neutron", "reduction-scale=own");
+    HAS(t, "gap_y: observe histogram affine [-128, 127]");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+/* Concat: every input quantized, the output shares the first one's. */
+static void test_concat_and_binary(void)
+{
+    gb b = gb_begin();
+    qf_value *x = gb_input(&b, "x", 4, X4), *z = gb_input(&b, "z", 4, X4);
+    qf_value *cin[2] = {x, z};
+    qf_node *cat = gb_node(&b, QF_OP_CONCAT, "cat", 2, cin);
+    qf_node_set_attr_int(b.g, cat, "axis", 1);
+    qf_value *min[2] = {x, z};
+    qf_node *mul = gb_node(&b, QF_OP_MUL, "mul", 2, min);
+    qf_graph_add_output(b.g, cat->outputs[0]);
+    qf_graph_add_output(b.g, mul->outputs[0]);
+    char *t = annotate(&b, "neutron", NULL);
+    HAS(t, "x: observe histogram affine [-128, 127]");
+    HAS(t, "z: observe histogram affine [-128, 127]");
+    HAS(t, "cat_y: share x");
+    HAS(t, "mul_y: observe histogram affine [-128, 127]");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+/* An op without an int8 form stays float, with the reason; what follows it
+ * quantizes its own input again. */
+static void test_float_left(void)
+{
+    gb b = gb_begin();
+    qf_value *x = gb_input(&b, "x", 4, X4);
+    qf_node *e = gb_node(&b, QF_OP_ERF, "erf", 1, &x);
+    qf_node *r = gb_node(&b, QF_OP_MAX_POOL, "pool", 1, &e->outputs[0]);
+    int64_t ks[2] = {2, 2};
+    qf_node_set_attr_ints(b.g, r, "kernel_shape", ks, 2);
+    qf_graph_add_output(b.g, r->outputs[0]);
+    char *t = annotate(&b, "neutron", NULL);
+    HAS(t, "float erf (erf): the profile has no int8 form for this op");
+    HASNT(t, "x:");
+    HAS(t, "erf_y: observe histogram affine [-128, 127]");
+    HAS(t, "pool_y: share erf_y");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+static void test_profile_set(void)
+{
+    qf_quant_profile p = *qf_quant_profile_find("neutron");
+    CHECK(qf_quant_profile_find("nope") == NULL);
+    CHECK(strcmp(qf_quant_profile_names()[1], "generic") == 0);
+    CHECK_STATUS(qf_quant_profile_set(&p, "reduction-scale"), QF_ERR_INVALID);
+    CHECK_MSG("expected KEY=VALUE");
+    CHECK_STATUS(qf_quant_profile_set(&p, "reduction-scale=maybe"), QF_ERR_INVALID);
+    CHECK_MSG("reduction-scale takes own|shared");
+    CHECK_STATUS(qf_quant_profile_set(&p, "colour=blue"), QF_ERR_INVALID);
+    CHECK_MSG("unknown key 'colour'");
+    CHECK_STATUS(qf_quant_profile_set(&p, "min-scale=-1"), QF_ERR_INVALID);
+    CHECK_OK(qf_quant_profile_set(&p, "min-scale=0.001"));
+    CHECK(p.min_scale == 0.001f);
+    CHECK_OK(qf_quant_profile_set(&p, "activation-observer=minmax"));
+    CHECK(p.activation.observer == QF_OBSERVER_MIN_MAX);
+    /* the built-in table is untouched */
+    CHECK(qf_quant_profile_find("neutron")->activation.observer == QF_OBSERVER_HISTOGRAM);
+}
+
+int main(void)
+{
+    RUN(test_conv_relu_fused);
+    RUN(test_clip_relu_range_only);
+    RUN(test_conv_two_users);
+    RUN(test_share_and_fixed);
+    RUN(test_gemm_weights);
+    RUN(test_conv_transpose_axis);
+    RUN(test_reduction);
+    RUN(test_concat_and_binary);
+    RUN(test_float_left);
+    RUN(test_profile_set);
+    return qf_check_report();
+}
