@@ -324,6 +324,163 @@ def case_usage():
     one_error_line(err, "no model")
 
 
+# --- eval ------------------------------------------------------------------------
+
+def fashion_torch():
+    """The bundled Fashion-MNIST CNN in PyTorch (its committed state_dict)."""
+    import torch
+    sys.path.insert(0, os.path.join(ARGS.examples, "fashion_mnist"))
+    from train import FashionCNN
+    m = FashionCNN()
+    m.load_state_dict(torch.load(example("fashion_mnist/fashion_cnn.pt")))
+    return m.eval()
+
+
+def torch_counts(logits, labels):
+    """top-1 and top-5 hits, ties to the lower index as qfold's argmax."""
+    order = np.argsort(-logits, axis=1, kind="stable")
+    top1 = int((order[:, 0] == labels).sum())
+    top5 = int(sum(labels[i] in order[i, :5] for i in range(len(labels))))
+    return top1, top5, order[:, 0]
+
+
+def eval_json(*argv):
+    out, _ = qfold("eval", *argv, "--json")
+    return json.loads(out)
+
+
+def case_eval():
+    """Top-1 / top-5 against PyTorch on the same samples and labels, over
+    batches of 64 (the last one shorter: a second plan)."""
+    import torch
+    rng = np.random.default_rng(7)
+    x = rng.random((300, 1, 28, 28), dtype=np.float32)
+    with torch.no_grad():
+        logits = fashion_torch()(torch.from_numpy(x)).numpy()
+    # Labels: the true class for some samples, a random one for the rest.
+    labels = np.where(rng.random(300) < 0.5, logits.argmax(1), rng.integers(0, 10, 300)).astype(np.int64)
+    np.save(work("x.npy"), x)
+    np.save(work("y.npy"), labels)
+    top1, top5, _ = torch_counts(logits, labels)
+    r = eval_json(example("fashion_mnist/fashion_cnn.onnx"), "--data", work("x.npy"), "--labels", work("y.npy"))
+    check(r["samples"] == 300 and r["classes"] == 10, "eval: %r" % r)
+    m = r["models"][0]
+    # A near tie may rank differently in float: at most one sample apart.
+    check(abs(m["top1"] * 300 - top1) <= 1 and abs(m["top5"] * 300 - top5) <= 1,
+          "eval top-1 %.4f top-5 %.4f, torch %d / %d of 300" % (m["top1"], m["top5"], top1, top5))
+    # uint8 labels of shape [N, 1] are read the same; batch 7 gives the same figures.
+    np.save(work("y8.npy"), labels.astype(np.uint8).reshape(300, 1))
+    r2 = eval_json(example("fashion_mnist/fashion_cnn.onnx"), "--data", work("x.npy"), "--labels", work("y8.npy"),
+                   "--batch", "7")
+    check(r2["models"][0] == m, "batch 7 / uint8 labels give %r, batch 64 %r" % (r2["models"][0], m))
+    out, _ = qfold("eval", example("fashion_mnist/fashion_cnn.onnx"), "--data", work("x.npy"), "--labels",
+                   work("y.npy"))
+    check("samples  300, 10 classes" in out and "top-5" in out, "eval text output:\n" + out)
+
+
+def case_eval_compare():
+    """--compare: the fused model agrees everywhere; a model with a changed
+    classifier bias agrees exactly as often as PyTorch says."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    rng = np.random.default_rng(8)
+    x = rng.random((200, 1, 28, 28), dtype=np.float32)
+    labels = rng.integers(0, 10, 200).astype(np.int64)
+    np.save(work("x.npy"), x)
+    np.save(work("y.npy"), labels)
+    model = example("fashion_mnist/fashion_cnn.onnx")
+    qfold("fuse", model, "-o", work("fused.onnx"))
+    r = eval_json(model, "--data", work("x.npy"), "--labels", work("y.npy"), "--compare", work("fused.onnx"))
+    check(r["top1_agreement"] == 1.0 and r["models"][0]["top1"] == r["models"][1]["top1"],
+          "fused model: %r" % r)
+    # Shift the last layer's bias: some predictions move.
+    m = onnx.load(model)
+    last = [n for n in m.graph.node if n.op_type == "Gemm"][-1]
+    for init in m.graph.initializer:
+        if init.name == last.input[2]:
+            b = numpy_helper.to_array(init).copy()
+            b[3] += 4.0
+            init.CopyFrom(numpy_helper.from_array(b, init.name))
+    onnx.save(m, work("shifted.onnx"))
+    net = fashion_torch()
+    with torch.no_grad():
+        a = net(torch.from_numpy(x)).numpy()
+        net.head[3].bias[3] += 4.0
+        b = net(torch.from_numpy(x)).numpy()
+    agree = int((a.argmax(1) == b.argmax(1)).sum())
+    check(agree < 200, "the shifted bias changes no prediction: the case tests nothing")
+    r = eval_json(model, "--data", work("x.npy"), "--labels", work("y.npy"), "--compare", work("shifted.onnx"))
+    check(abs(r["top1_agreement"] * 200 - agree) <= 1, "agreement %r, torch %d of 200" % (r["top1_agreement"], agree))
+    out, _ = qfold("eval", model, "--data", work("x.npy"), "--labels", work("y.npy"), "--compare",
+                   work("shifted.onnx"))
+    check("top-1 agreement" in out and "shifted.onnx" in out, "compare text output:\n" + out)
+
+
+def case_eval_fixed_batch():
+    """A model whose batch is fixed at 1 runs one sample at a time, whatever
+    --batch says; the figures match its run outputs."""
+    x = np.random.default_rng(9).random((5, 3, 32, 32), dtype=np.float32)
+    np.save(work("x.npy"), x)
+    preds = []
+    for i in range(5):
+        np.save(work("one.npy"), x[i:i + 1])
+        qfold("run", example("tiny_cnn.onnx"), "-i", work("one.npy"), "-o", work("o.npy"))
+        preds.append(int(np.load(work("o.npy")).argmax()))
+    labels = np.array([preds[0], preds[1], (preds[2] + 1) % 10, preds[3], (preds[4] + 2) % 10], np.int64)
+    np.save(work("y.npy"), labels)
+    r = eval_json(example("tiny_cnn.onnx"), "--data", work("x.npy"), "--labels", work("y.npy"), "--batch", "4")
+    check(abs(r["models"][0]["top1"] - 0.6) < 1e-9, "fixed batch: %r (predictions %r)" % (r, preds))
+    # Batch fixed at 4 with 10 samples: the last batch is padded, its extra
+    # rows ignored; the same figures as the dynamic-batch model.
+    import onnx
+    m = onnx.load(example("fashion_mnist/fashion_cnn.onnx"))
+    for v in (m.graph.input[0], m.graph.output[0]):
+        v.type.tensor_type.shape.dim[0].dim_value = 4
+    onnx.save(m, work("fixed4.onnx"))
+    rng = np.random.default_rng(10)
+    np.save(work("x10.npy"), rng.random((10, 1, 28, 28), dtype=np.float32))
+    np.save(work("y10.npy"), rng.integers(0, 10, 10).astype(np.int64))
+    a = eval_json(work("fixed4.onnx"), "--data", work("x10.npy"), "--labels", work("y10.npy"),
+                  "--compare", example("fashion_mnist/fashion_cnn.onnx"))
+    check(a["top1_agreement"] == 1.0 and a["models"][0]["top1"] == a["models"][1]["top1"]
+          and a["models"][0]["top5"] == a["models"][1]["top5"], "fixed batch 4: %r" % a)
+
+
+def case_eval_errors():
+    model = example("fashion_mnist/fashion_cnn.onnx")
+    x = np.zeros((4, 1, 28, 28), np.float32)
+    np.save(work("x.npy"), x)
+    np.save(work("y.npy"), np.array([0, 1, 2, 3], np.int64))
+    np.save(work("y3.npy"), np.array([0, 1, 2], np.int64))
+    _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("y3.npy"), expect=2)
+    one_error_line(err, "y3.npy", "expected [4]")
+    np.save(work("ybad.npy"), np.array([0, 1, 10, 3], np.int64))
+    _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("ybad.npy"), expect=2)
+    one_error_line(err, "label 10 of sample 2 is out of range", "10 classes")
+    np.save(work("yf.npy"), np.zeros(4, np.float32))
+    _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("yf.npy"), expect=2)
+    one_error_line(err, "yf.npy", "float32")
+    np.save(work("xs.npy"), np.zeros((4, 1, 27, 28), np.float32))
+    _, err = qfold("eval", model, "--data", work("xs.npy"), "--labels", work("y.npy"), expect=2)
+    one_error_line(err, "input 'image'", "[?, 1, 28, 28]", "[4, 1, 27, 28]")
+    np.save(work("xi.npy"), np.zeros((4, 1, 28, 28), np.int32))
+    _, err = qfold("eval", model, "--data", work("xi.npy"), "--labels", work("y.npy"), expect=2)
+    one_error_line(err, "int32")
+    np.save(work("x0.npy"), np.zeros((0, 1, 28, 28), np.float32))
+    _, err = qfold("eval", model, "--data", work("x0.npy"), "--labels", work("y.npy"), expect=2)
+    one_error_line(err, "holds no samples")
+    _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("y.npy"), "--batch", "0", expect=2)
+    one_error_line(err, "--batch")
+    _, err = qfold("eval", model, "--data", work("x.npy"), expect=2)
+    one_error_line(err, "no labels")
+    _, err = qfold("eval", model, "--labels", work("y.npy"), expect=2)
+    one_error_line(err, "no data")
+    _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("y.npy"), "--compare",
+                   work("missing.onnx"), expect=2)
+    one_error_line(err, "missing.onnx")
+
+
 def main():
     global ARGS
     cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}

@@ -37,6 +37,18 @@ const qf_tensor *qf_plan_output(const qf_plan *p, int i);
 size_t qf_plan_arena_bytes(const qf_plan *p);
 size_t qf_plan_naive_bytes(const qf_plan *p);
 
+/* Running a data set in batches: data[i] holds every sample of graph input
+ * i ([N, sample dims...], the same N for every input). The graph's batch
+ * dimension is set to `batch` (the last batch may be smaller), a plan is
+ * built for each batch size, and after each run on_batch(ud, first, count,
+ * plan) is called: samples first .. first+count-1, the plan's outputs hold
+ * them in their first `count` rows. A graph whose batch dimension is fixed
+ * runs that size; a short last batch is padded (the extra rows repeat the
+ * last sample). The graph's input shapes are restored at the end. */
+typedef qf_status (*qf_batch_fn)(void *ud, int64_t first, int64_t count, const qf_plan *plan);
+qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, int64_t batch,
+                         qf_batch_fn on_batch, void *ud);
+
 /* Evaluate one node whose inputs are all constants and store its outputs as
  * constants (used by import to fold shape-computation chains). The node is
  * removed and its outputs become constant values of the same names. */

@@ -27,6 +27,7 @@
     X(inspect)             \
     X(run)                 \
     X(fuse)                \
+    X(eval)                \
     X(passes)
 
 enum { QF_EXIT_OK = 0, QF_EXIT_FAIL = 1, QF_EXIT_USAGE = 2 };

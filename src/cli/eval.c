@@ -1,0 +1,220 @@
+/* qfold eval MODEL.onnx --data X.npy --labels Y.npy [--batch B] [--compare OTHER.onnx] */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qfold/exec.h"
+#include "qfold/io.h"
+
+#define QF_EVAL_MAX_DATA 16
+
+typedef struct qf_eval_args {
+    const char *model, *compare, *labels;
+    const char *data[QF_EVAL_MAX_DATA];
+    int ndata;
+    int64_t batch;
+    bool json;
+} qf_eval_args;
+
+/* One model's results. */
+typedef struct qf_eval_result {
+    const char *path;
+    int64_t n, classes;
+    int64_t top1, top5;
+    int32_t *pred;      /* top-1 class per sample */
+    const int64_t *labels;
+} qf_eval_result;
+
+/* The labels as int64 [N] (int64, int32 or uint8 .npy, [N] or [N, 1]). */
+static qf_status qf_eval_labels(const char *path, int64_t n, qf_tensor *t, int64_t **out)
+{
+    QF_TRY(qf_npy_load(path, t));
+    int64_t count = t->ndim >= 1 ? t->dims[0] : 0;
+    bool shape_ok = (t->ndim == 1 || (t->ndim == 2 && t->dims[1] == 1));
+    bool dtype_ok = t->dtype == QF_DTYPE_I64 || t->dtype == QF_DTYPE_I32 || t->dtype == QF_DTYPE_U8;
+    if (!dtype_ok)
+        return qf_error(QF_ERR_INVALID, "labels '%s': dtype %s, expected int64, int32 or uint8 class indices", path,
+                        qf_dtype_name(t->dtype));
+    if (!shape_ok || count != n) {
+        char got[128];
+        return qf_error(QF_ERR_SHAPE, "labels '%s': shape %s, expected [%lld] (one label per sample of the data)",
+                        path, qf_shape_str(t->ndim, t->dims, got, sizeof got), (long long)n);
+    }
+    int64_t *l = qf_malloc(sizeof *l * (size_t)n);
+    if (!l) return QF_ERR_NOMEM;
+    for (int64_t i = 0; i < n; i++) l[i] = qf_tensor_get_i64(t, i);
+    *out = l;
+    return QF_OK;
+}
+
+static qf_status qf_eval_batch(void *ud, int64_t first, int64_t count, const qf_plan *plan)
+{
+    qf_eval_result *r = ud;
+    const qf_tensor *y = qf_plan_output(plan, 0);
+    if (y->dtype != QF_DTYPE_F32 || y->ndim != 2)
+        return qf_error(QF_ERR_UNSUPPORTED, "'%s': the first output is %s of rank %d; eval needs class scores "
+                        "[batch, classes] in float32", r->path, qf_dtype_name(y->dtype), y->ndim);
+    int64_t c = y->dims[1];
+    if (r->classes == 0) r->classes = c;
+    const float *s = y->data;
+    for (int64_t b = 0; b < count; b++) {
+        const float *row = s + b * c;
+        int64_t label = r->labels[first + b];
+        if (label < 0 || label >= c)
+            return qf_error(QF_ERR_INVALID, "label %lld of sample %lld is out of range: the model has %lld classes",
+                            (long long)label, (long long)(first + b), (long long)c);
+        /* Rank of the true class: how many scores beat it (ties go to the
+         * lower index, as argmax). NaN scores never beat anything. */
+        int64_t better = 0, best = 0;
+        for (int64_t k = 0; k < c; k++) {
+            if (row[k] > row[label] || (row[k] == row[label] && k < label)) better++;
+            if (row[k] > row[best]) best = k;
+        }
+        r->pred[first + b] = (int32_t)best;
+        r->top1 += better == 0;
+        r->top5 += better < 5;
+    }
+    return QF_OK;
+}
+
+static qf_status qf_eval_model(const qf_eval_args *ea, const char *path, const qf_tensor *const *data,
+                               qf_eval_result *r)
+{
+    qf_graph *g = NULL;
+    QF_TRY(qf_onnx_load(path, &g));
+    r->path = path;
+    r->pred = qf_calloc((size_t)r->n, sizeof *r->pred);
+    qf_status st = r->pred ? QF_OK : QF_ERR_NOMEM;
+    if (st == QF_OK && g->noutputs < 1) st = qf_error(QF_ERR_INVALID, "'%s' has no outputs", path);
+    if (st == QF_OK) st = qf_run_batches(g, data, ea->ndata, ea->batch, qf_eval_batch, r);
+    if (st != QF_OK && !strstr(qf_error_message(), path)) qf_error_prefix(st, "'%s': ", path);
+    qf_graph_free(g);
+    return st;
+}
+
+static double pct(int64_t k, int64_t n) { return n ? 100.0 * (double)k / (double)n : 0.0; }
+
+static void qf_eval_print(const qf_eval_args *ea, const qf_eval_result *r, int nr)
+{
+    bool top5 = r[0].classes >= 5;
+    int64_t agree = 0;
+    if (nr == 2)
+        for (int64_t i = 0; i < r[0].n; i++) agree += r[0].pred[i] == r[1].pred[i];
+    if (ea->json) {
+        printf("{\"samples\": %lld, \"classes\": %lld, \"models\": [", (long long)r[0].n, (long long)r[0].classes);
+        for (int i = 0; i < nr; i++) {
+            printf("%s{\"model\": ", i ? ", " : "");
+            qf_cli_json_string(stdout, r[i].path);
+            printf(", \"top1\": %.6f", pct(r[i].top1, r[i].n) / 100.0);
+            if (top5) printf(", \"top5\": %.6f", pct(r[i].top5, r[i].n) / 100.0);
+            printf("}");
+        }
+        printf("]");
+        if (nr == 2) printf(", \"top1_agreement\": %.6f", pct(agree, r[0].n) / 100.0);
+        printf("}\n");
+        return;
+    }
+    char num[64];
+    printf("samples  %s, %lld classes\n", qf_cli_thousands(r[0].n, num, sizeof num), (long long)r[0].classes);
+    size_t w = 5;
+    for (int i = 0; i < nr; i++) w = strlen(r[i].path) > w ? strlen(r[i].path) : w;
+    printf("%-*s  %8s%s\n", (int)w, "model", "top-1", top5 ? "     top-5" : "");
+    for (int i = 0; i < nr; i++) {
+        printf("%-*s  %6.2f %%", (int)w, r[i].path, pct(r[i].top1, r[i].n));
+        if (top5) printf("  %6.2f %%", pct(r[i].top5, r[i].n));
+        printf("\n");
+    }
+    if (nr == 2) printf("top-1 agreement  %.2f %% (%lld of %lld samples)\n", pct(agree, r[0].n), (long long)agree,
+                        (long long)r[0].n);
+}
+
+static int qf_eval_parse(int argc, char **argv, qf_eval_args *ea)
+{
+    const char *v;
+    qf_cli_args a = qf_cli_args_begin(&qf_cli_cmd_eval, argc, argv);
+    while (qf_cli_args_next(&a)) {
+        if (qf_cli_args_value(&a, "--data", NULL, &v)) {
+            if (a.failed) break;
+            if (ea->ndata == QF_EVAL_MAX_DATA) return qf_cli_usage_error(a.cmd, "more than %d --data", QF_EVAL_MAX_DATA);
+            ea->data[ea->ndata++] = v;
+        } else if (qf_cli_args_value(&a, "--labels", NULL, &v)) {
+            ea->labels = v;
+        } else if (qf_cli_args_value(&a, "--compare", NULL, &v)) {
+            ea->compare = v;
+        } else if (qf_cli_args_value(&a, "--batch", NULL, &v)) {
+            char *end = NULL;
+            long long b = a.failed ? 0 : strtoll(v, &end, 10);
+            if (!a.failed && (!*v || *end || b < 1 || b > 1 << 20))
+                return qf_cli_usage_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
+            ea->batch = b;
+        } else if (qf_cli_args_flag(&a, "--json", NULL)) {
+            ea->json = true;
+        } else if (!ea->model && qf_cli_args_positional(&a, &v)) {
+            ea->model = v;
+        } else {
+            return qf_cli_args_unknown(&a);
+        }
+    }
+    if (a.failed) return QF_EXIT_USAGE;
+    if (!ea->model) return qf_cli_usage_error(a.cmd, "no model given");
+    if (!ea->ndata) return qf_cli_usage_error(a.cmd, "no data given (--data X.npy)");
+    if (!ea->labels) return qf_cli_usage_error(a.cmd, "no labels given (--labels Y.npy)");
+    return QF_EXIT_OK;
+}
+
+static int qf_cli_eval(int argc, char **argv)
+{
+    qf_eval_args ea = {.batch = 64};
+    int rc = qf_eval_parse(argc, argv, &ea);
+    if (rc != QF_EXIT_OK) return rc;
+    qf_tensor data[QF_EVAL_MAX_DATA] = {0}, lab = {0};
+    const qf_tensor *feed[QF_EVAL_MAX_DATA];
+    qf_eval_result r[2] = {{0}};
+    int64_t *labels = NULL;
+    qf_status st = QF_OK;
+    for (int i = 0; i < ea.ndata && st == QF_OK; i++) {
+        st = qf_npy_load(ea.data[i], &data[i]);
+        if (st != QF_OK) qf_error_prefix(st, "data '%s': ", ea.data[i]);
+        feed[i] = &data[i];
+    }
+    int64_t n = st == QF_OK && data[0].ndim >= 1 ? data[0].dims[0] : 0;
+    if (st == QF_OK && n < 1) st = qf_error(QF_ERR_SHAPE, "data '%s' holds no samples", ea.data[0]);
+    if (st == QF_OK) st = qf_eval_labels(ea.labels, n, &lab, &labels);
+    int nr = ea.compare ? 2 : 1;
+    for (int i = 0; i < nr && st == QF_OK; i++) {
+        r[i].n = n;
+        r[i].labels = labels;
+        st = qf_eval_model(&ea, i ? ea.compare : ea.model, feed, &r[i]);
+    }
+    if (st == QF_OK && nr == 2 && r[0].classes != r[1].classes)
+        st = qf_error(QF_ERR_SHAPE, "'%s' has %lld classes, '%s' %lld", ea.model, (long long)r[0].classes, ea.compare,
+                      (long long)r[1].classes);
+    if (st == QF_OK) qf_eval_print(&ea, r, nr);
+    else rc = qf_cli_fail(st);
+    for (int i = 0; i < ea.ndata; i++) qf_tensor_free(&data[i]);
+    qf_tensor_free(&lab);
+    qf_free(labels);
+    qf_free(r[0].pred);
+    qf_free(r[1].pred);
+    return rc;
+}
+
+const qf_cli_command qf_cli_cmd_eval = {
+    .name = "eval",
+    .summary = "classification accuracy (top-1, top-5) of a model on a labelled data set",
+    .usage = "qfold eval MODEL.onnx --data X.npy --labels Y.npy [--batch B] [--compare OTHER.onnx] [--json]",
+    .details =
+        "The model's first output holds class scores [batch, classes]; the predicted class\n"
+        "is the highest score.\n\n"
+        "options:\n"
+        "  --data FILE       .npy with every sample of the next graph input, the batch first\n"
+        "                    ([N, ...input dims]); one --data per graph input, in order\n"
+        "  --labels FILE     .npy of N class indices (int64, int32 or uint8)\n"
+        "  --batch B         samples per run (default 64; a model with a fixed batch size\n"
+        "                    runs that size)\n"
+        "  --compare OTHER   evaluate OTHER.onnx on the same data too: both accuracies side by\n"
+        "                    side and how often their top-1 predictions agree\n"
+        "  --json            print the figures as one JSON object\n",
+    .fn = qf_cli_eval,
+};

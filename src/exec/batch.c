@@ -1,0 +1,117 @@
+/* Running a graph over a data set in batches (calibration, eval). */
+#include <string.h>
+
+#include "qfold/exec.h"
+
+/* The dims every input had before the run (a dynamic batch is -1), put back
+ * before each new batch size and at the end, so that the graph is left as
+ * it was found. */
+typedef struct batch_state {
+    qf_graph *g;
+    int64_t (*dims)[QF_MAX_DIMS];
+} batch_state;
+
+static void batch_restore(batch_state *s)
+{
+    for (int i = 0; i < s->g->ninputs; i++)
+        memcpy(s->g->inputs[i]->type.dims, s->dims[i], sizeof s->dims[i]);
+}
+
+/* Data tensor d for graph input v: [N, sample dims...] with the sample dims
+ * the graph fixes; N >= 1. */
+static qf_status batch_check(const qf_value *v, const qf_tensor *d, int64_t n)
+{
+    char want[160], got[160];
+    bool ok = d->dtype == v->type.dtype && d->ndim == v->type.ndim && d->ndim >= 1;
+    for (int k = 1; ok && k < d->ndim; k++) ok = v->type.dims[k] < 0 || v->type.dims[k] == d->dims[k];
+    if (!ok)
+        return qf_error(d->dtype == v->type.dtype ? QF_ERR_SHAPE : QF_ERR_INVALID,
+                        "input '%s' expects %s %s (the first dimension is the batch), the data is %s %s", v->name,
+                        qf_dtype_name(v->type.dtype), qf_shape_str(v->type.ndim, v->type.dims, want, sizeof want),
+                        qf_dtype_name(d->dtype), qf_shape_str(d->ndim, d->dims, got, sizeof got));
+    if (d->dims[0] != n)
+        return qf_error(QF_ERR_SHAPE, "input '%s': the data holds %lld samples, the first input's %lld", v->name,
+                        (long long)d->dims[0], (long long)n);
+    return QF_OK;
+}
+
+qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, int64_t batch,
+                         qf_batch_fn on_batch, void *ud)
+{
+    if (ndata != g->ninputs)
+        return qf_error(QF_ERR_INVALID, "the graph has %d input%s, %d data set%s given", g->ninputs,
+                        g->ninputs == 1 ? "" : "s", ndata, ndata == 1 ? "" : "s");
+    if (ndata == 0) return qf_error(QF_ERR_INVALID, "the graph has no inputs to feed");
+    int64_t n = data[0]->ndim >= 1 ? data[0]->dims[0] : 0;
+    if (n < 1) return qf_error(QF_ERR_SHAPE, "input '%s': the data holds no samples", g->inputs[0]->name);
+    for (int i = 0; i < ndata; i++) QF_TRY(batch_check(g->inputs[i], data[i], n));
+    /* A graph with a fixed batch size runs that size (the last batch padded
+     * by repeating its last sample); a dynamic one the size asked for. */
+    int64_t fixed = g->inputs[0]->type.dims[0];
+    if (fixed > 0) batch = fixed;
+    if (batch < 1) return qf_error(QF_ERR_INVALID, "batch size %lld", (long long)batch);
+
+    batch_state s = {g, qf_malloc(sizeof *s.dims * (size_t)ndata)};
+    qf_tensor *views = qf_calloc((size_t)ndata, sizeof *views);
+    const qf_tensor **feed = qf_calloc((size_t)ndata, sizeof *feed);
+    void **pad = qf_calloc((size_t)ndata, sizeof *pad);
+    if (!s.dims || !views || !feed || !pad) {
+        qf_free(s.dims);
+        qf_free(views);
+        qf_free(feed);
+        qf_free(pad);
+        return QF_ERR_NOMEM;
+    }
+    for (int i = 0; i < ndata; i++) memcpy(s.dims[i], g->inputs[i]->type.dims, sizeof s.dims[i]);
+    qf_plan *plan = NULL;
+    int64_t planned = 0;
+    qf_status st = QF_OK;
+    for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
+        int64_t count = n - first < batch ? n - first : batch;
+        int64_t rows = fixed > 0 ? fixed : count;
+        if (rows != planned) {
+            qf_plan_free(plan);
+            plan = NULL;
+            batch_restore(&s);
+            for (int i = 0; i < ndata && st == QF_OK; i++) {
+                int64_t dims[QF_MAX_DIMS];
+                memcpy(dims, data[i]->dims, sizeof dims);
+                dims[0] = rows;
+                st = qf_graph_set_input_shape(g, i, data[i]->ndim, dims);
+            }
+            if (st == QF_OK) st = qf_plan_init(&plan, g);
+            if (st != QF_OK) break;
+            planned = rows;
+        }
+        for (int i = 0; i < ndata; i++) {
+            size_t sample = qf_tensor_nbytes(data[i]) / (size_t)n;
+            int64_t dims[QF_MAX_DIMS];
+            memcpy(dims, data[i]->dims, sizeof dims);
+            dims[0] = rows;
+            const char *src = (const char *)data[i]->data + (size_t)first * sample;
+            if (count < rows) {
+                /* Pad a short last batch of a fixed-batch graph. */
+                if (!pad[i] && !(pad[i] = qf_malloc(sample * (size_t)rows))) {
+                    st = QF_ERR_NOMEM;
+                    break;
+                }
+                memcpy(pad[i], src, sample * (size_t)count);
+                for (int64_t r = count; r < rows; r++)
+                    memcpy((char *)pad[i] + (size_t)r * sample, src + (size_t)(count - 1) * sample, sample);
+                src = pad[i];
+            }
+            qf_tensor_view(&views[i], data[i]->dtype, data[i]->ndim, dims, (void *)src);
+            feed[i] = &views[i];
+        }
+        if (st == QF_OK) st = qf_plan_run(plan, feed, ndata);
+        if (st == QF_OK) st = on_batch(ud, first, count, plan);
+    }
+    qf_plan_free(plan);
+    batch_restore(&s);
+    for (int i = 0; i < ndata; i++) qf_free(pad[i]);
+    qf_free(pad);
+    qf_free(s.dims);
+    qf_free(views);
+    qf_free(feed);
+    return st;
+}
