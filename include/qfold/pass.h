@@ -3,7 +3,6 @@
  *   qf_pass_report *r;
  *   QF_TRY(qf_pipeline_run(g, "ptq", &(qf_pass_options){.verify = true}, &r));
  *   qf_pass_report_print(r, stderr);        // per pass: changed, rewrites, skips
- *   qf_pass_report_write_json(r, "r.json");
  *   qf_pass_report_free(r);
  *
  * A pass is {name, summary, run}. `run` rewrites the graph and records, in its
@@ -108,7 +107,6 @@ qf_status qf_passes_run_list(qf_graph *g, const qf_pass *const *passes, int npas
  * is NULL or JSON members ("\"verify\": {...}") added to the top-level object. */
 qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char **out, size_t *len);
 void qf_pass_report_print(const qf_pass_report *r, FILE *f);
-qf_status qf_pass_report_write_json(const qf_pass_report *r, const char *path);
 void qf_pass_report_free(qf_pass_report *r);
 
 #ifdef __cplusplus

@@ -13,7 +13,6 @@
 
 #include "core/arena.h"
 #include "core/strbuf.h"
-#include "qfold/io.h"
 #include "qfold/pass.h"
 
 /* --- registry --------------------------------------------------------------- */
@@ -410,14 +409,4 @@ qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char *
     qf_strbuf_puts(&b, "\n  ]\n}\n");
     *out = qf_strbuf_take(&b, len);
     return *out ? QF_OK : qf_error(QF_ERR_NOMEM, "out of memory writing the pass report");
-}
-
-qf_status qf_pass_report_write_json(const qf_pass_report *r, const char *path)
-{
-    char *text;
-    size_t n;
-    QF_TRY(qf_pass_report_json(r, NULL, &text, &n));
-    qf_status st = qf_file_write_atomic(path, text, n);
-    qf_free(text);
-    return st;
 }
