@@ -220,15 +220,14 @@ static void qf_fuse_summary(const qf_fuse_args *fa, const qf_graph *g, const qf_
             if (strcmp(r->results[k].pass, r->results[i].pass) != 0) continue;
             rw += r->results[k].rewrites;
             sec += r->results[k].seconds;
-            if (r->results[k].iteration == r->iterations - 1 || strcmp(r->results[k].pass, "dce") == 0)
-                sk = r->results[k].nskipped;
+            /* Skips of the last iteration: what is still left undone. */
+            if (r->results[k].iteration == r->iterations - 1) sk = r->results[k].nskipped;
         }
         fprintf(f, "  %-24s %4d rewrite%s %4d skip%s  %8.3f ms\n", r->results[i].pass, rw, rw == 1 ? " " : "s", sk,
                 sk == 1 ? " " : "s", sec * 1e3);
     }
-    int bn_after = qf_fuse_count_bn(g), decomposed = 0;
-    for (int i = 0; i < r->nresults; i++)
-        if (strcmp(r->results[i].pass, "decompose_batch_norm") == 0) decomposed += r->results[i].rewrites;
+    int bn_after = qf_fuse_count_bn(g);
+    int decomposed = qf_pass_report_count(r, QF_PASS_DECOMPOSED, QF_OP_BATCH_NORM);
     fprintf(f, "  BatchNorm: %d before, %d after", bn_before, bn_after);
     if (bn_before) fprintf(f, " (%d folded", bn_before - bn_after - decomposed);
     if (bn_before && decomposed) fprintf(f, ", %d decomposed into Mul + Add", decomposed);
