@@ -7,7 +7,7 @@
 
 #include "qfold/exec.h"
 
-#define QF_COMPARE_DEFAULT_TOL 1e-4
+#define QF_COMPARE_DEFAULT_TOL  1e-4
 #define QF_COMPARE_DEFAULT_SEED 0x5eedf00dull
 
 /* splitmix64: a fixed-seed generator, so a comparison is reproducible. */
@@ -37,8 +37,10 @@ qf_status qf_compare_make_inputs(const qf_graph *g, uint64_t seed, int batch, qf
         int64_t n = qf_tensor_numel(&ts[i]);
         for (int64_t k = 0; k < n; k++) {
             double x = (double)(qf_compare_rng(&s) >> 11) / (double)(1ull << 52) - 1.0;
-            if (v->type.dtype == QF_DTYPE_F32) ((float *)ts[i].data)[k] = (float)x;
-            else if (v->type.dtype == QF_DTYPE_F64) ((double *)ts[i].data)[k] = x;
+            if (v->type.dtype == QF_DTYPE_F32)
+                ((float *)ts[i].data)[k] = (float)x;
+            else if (v->type.dtype == QF_DTYPE_F64)
+                ((double *)ts[i].data)[k] = x;
         }
     }
     return QF_OK;
@@ -56,8 +58,9 @@ void qf_compare_result_free(qf_compare_result *r)
 /* Bind one batch into g as `qfold run` does: int64 inputs become constants
  * (first batch; later batches must repeat them), the others fix the input
  * shapes. feed[] gets the tensors to run with, *nfeed their count. */
-static qf_status qf_compare_bind(qf_graph *g, const qf_tensor *const *ts, const qf_tensor *const *first, int n,
-                                 const qf_tensor **feed, int *nfeed)
+static qf_status qf_compare_bind(qf_graph *g, const qf_tensor *const *ts,
+                                 const qf_tensor *const *first, int n, const qf_tensor **feed,
+                                 int *nfeed)
 {
     *nfeed = 0;
     if (first) {
@@ -71,17 +74,21 @@ static qf_status qf_compare_bind(qf_graph *g, const qf_tensor *const *ts, const 
             }
             if (!qf_shape_equal(ts[i]->ndim, ts[i]->dims, first[i]->ndim, first[i]->dims) ||
                 memcmp(ts[i]->data, first[i]->data, qf_tensor_nbytes(ts[i])) != 0)
-                return qf_error(QF_ERR_UNSUPPORTED, "input %d (int64) differs from the first batch: int64 inputs "
-                                "are bound as constants, every batch must repeat them", i);
+                return qf_error(QF_ERR_UNSUPPORTED,
+                                "input %d (int64) differs from the first batch: int64 inputs "
+                                "are bound as constants, every batch must repeat them",
+                                i);
         }
         return QF_OK;
     }
-    if (n != g->ninputs) return qf_error(QF_ERR_MISMATCH, "%d inputs given, the model has %d", n, g->ninputs);
+    if (n != g->ninputs)
+        return qf_error(QF_ERR_MISMATCH, "%d inputs given, the model has %d", n, g->ninputs);
     for (int i = 0; i < n; i++) {
         const qf_value *v = g->inputs[i];
         if (ts[i]->dtype != v->type.dtype || ts[i]->ndim != v->type.ndim)
-            return qf_error(QF_ERR_INVALID, "input '%s' wants %s of rank %d, got %s of rank %d", v->name,
-                            qf_dtype_name(v->type.dtype), v->type.ndim, qf_dtype_name(ts[i]->dtype), ts[i]->ndim);
+            return qf_error(QF_ERR_INVALID, "input '%s' wants %s of rank %d, got %s of rank %d",
+                            v->name, qf_dtype_name(v->type.dtype), v->type.ndim,
+                            qf_dtype_name(ts[i]->dtype), ts[i]->ndim);
     }
     for (int i = 0; i < n; i++) {
         if (ts[i]->dtype == QF_DTYPE_I64) continue;
@@ -101,8 +108,9 @@ static qf_status qf_compare_bind(qf_graph *g, const qf_tensor *const *ts, const 
 }
 
 /* Bind, plan and run one graph on one batch; the caller frees *plan. */
-static qf_status qf_compare_run(qf_graph *g, const qf_tensor *const *ts, const qf_tensor *const *first, int n,
-                                const qf_tensor **feed, const char *name, qf_plan **plan)
+static qf_status qf_compare_run(qf_graph *g, const qf_tensor *const *ts,
+                                const qf_tensor *const *first, int n, const qf_tensor **feed,
+                                const char *name, qf_plan **plan)
 {
     int nfeed = 0;
     qf_status st = qf_compare_bind(g, ts, first, n, feed, &nfeed);
@@ -113,7 +121,8 @@ static qf_status qf_compare_run(qf_graph *g, const qf_tensor *const *ts, const q
 }
 
 /* Fold one batch of output a (reference) vs b (candidate) into d. */
-static void qf_compare_tensors(const qf_tensor *a, const qf_tensor *b, int batch, qf_compare_output *d)
+static void qf_compare_tensors(const qf_tensor *a, const qf_tensor *b, int batch,
+                               qf_compare_output *d)
 {
     int64_t n = qf_tensor_numel(a);
     for (int64_t i = 0; i < n; i++) {
@@ -137,8 +146,8 @@ static void qf_compare_tensors(const qf_tensor *a, const qf_tensor *b, int batch
 }
 
 static qf_status qf_compare_batch(qf_graph *ref, qf_graph *cand, const qf_tensor *const *ts,
-                                  const qf_tensor *const *first, int n, int batch, const qf_compare_options *o,
-                                  qf_compare_result *out, int *bad)
+                                  const qf_tensor *const *first, int n, int batch,
+                                  const qf_compare_options *o, qf_compare_result *out, int *bad)
 {
     qf_plan *p0 = NULL, *p1 = NULL;
     const qf_tensor **feed = qf_calloc((size_t)(n ? n : 1), sizeof *feed);
@@ -166,8 +175,8 @@ static qf_status qf_compare_batch(qf_graph *ref, qf_graph *cand, const qf_tensor
             char sa[128], sb[128];
             *bad = i;
             st = qf_error(QF_ERR_MISMATCH, "output '%s': shape %s before, %s after %s", d->name,
-                          qf_shape_str(a->ndim, a->dims, sa, sizeof sa), qf_shape_str(b->ndim, b->dims, sb, sizeof sb),
-                          o->change);
+                          qf_shape_str(a->ndim, a->dims, sa, sizeof sa),
+                          qf_shape_str(b->ndim, b->dims, sb, sizeof sb), o->change);
             break;
         }
         qf_compare_tensors(a, b, batch, d);
@@ -178,8 +187,8 @@ static qf_status qf_compare_batch(qf_graph *ref, qf_graph *cand, const qf_tensor
     return st;
 }
 
-qf_status qf_compare_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *const *inputs, int ninputs,
-                            const qf_compare_options *opt, qf_compare_result *out)
+qf_status qf_compare_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *const *inputs,
+                            int ninputs, const qf_compare_options *opt, qf_compare_result *out)
 {
     qf_compare_options o = opt ? *opt : (qf_compare_options){0};
     if (!(o.tolerance > 0)) o.tolerance = QF_COMPARE_DEFAULT_TOL;
@@ -191,12 +200,14 @@ qf_status qf_compare_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *cons
     out->worst = -1;
     int n = ref->ninputs;
     if (inputs && ninputs != n)
-        return qf_error(QF_ERR_MISMATCH, "%d inputs given, the %s model has %d", ninputs, o.ref_name, n);
+        return qf_error(QF_ERR_MISMATCH, "%d inputs given, the %s model has %d", ninputs,
+                        o.ref_name, n);
     if (cand->ninputs != n)
-        return qf_error(QF_ERR_MISMATCH, "%s model has %d inputs, %s %d", o.cand_name, cand->ninputs, o.ref_name, n);
+        return qf_error(QF_ERR_MISMATCH, "%s model has %d inputs, %s %d", o.cand_name,
+                        cand->ninputs, o.ref_name, n);
     if (cand->noutputs != ref->noutputs)
-        return qf_error(QF_ERR_MISMATCH, "%s model has %d outputs, %s %d", o.cand_name, cand->noutputs, o.ref_name,
-                        ref->noutputs);
+        return qf_error(QF_ERR_MISMATCH, "%s model has %d outputs, %s %d", o.cand_name,
+                        cand->noutputs, o.ref_name, ref->noutputs);
     /* Generated batches live here one at a time; first keeps batch 0 (the
      * int64 inputs later batches must repeat). */
     qf_tensor *gen = qf_calloc((size_t)(2 * n + 1), sizeof *gen);
@@ -216,7 +227,8 @@ qf_status qf_compare_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *cons
         }
         if (st == QF_OK && b == 0)
             for (int i = 0; i < n; i++) first[i] = ts[i];
-        if (st == QF_OK) st = qf_compare_batch(ref, cand, ts, b ? first : NULL, n, b, &o, out, &bad);
+        if (st == QF_OK)
+            st = qf_compare_batch(ref, cand, ts, b ? first : NULL, n, b, &o, out, &bad);
         if (st == QF_OK) out->batches = b + 1;
     }
     for (int i = 0; gen && i < 2 * n; i++) qf_tensor_free(&gen[i]);

@@ -31,14 +31,16 @@ qf_status qf_rewrite_check_finite(const qf_value *v, const qf_node *n)
         const float *p = t->data;
         for (int64_t i = 0; i < count; i++)
             if (!isfinite(p[i]))
-                return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
-                                n->name, qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
+                return qf_error(QF_ERR_NUMERIC,
+                                "node '%s' (%s): tensor '%s' holds %s at index %" PRId64, n->name,
+                                qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
     } else if (t->dtype == QF_DTYPE_F64) {
         const double *p = t->data;
         for (int64_t i = 0; i < count; i++)
             if (!isfinite(p[i]))
-                return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
-                                n->name, qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
+                return qf_error(QF_ERR_NUMERIC,
+                                "node '%s' (%s): tensor '%s' holds %s at index %" PRId64, n->name,
+                                qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
     }
     return QF_OK;
 }
@@ -56,13 +58,14 @@ bool qf_rewrite_can_write_in_place(const qf_value *v, const qf_node *n, int slot
            v->uses[0].node == n && v->uses[0].slot == slot;
 }
 
-qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t, const char *name_hint)
+qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t,
+                                   const char *name_hint)
 {
     qf_value *old = slot < n->ninputs ? n->inputs[slot] : NULL;
     /* A constant that only this node reads may change in place; one shared
      * with another node (tied weights) must keep its value for that node. */
-    if (old && qf_value_is_const(old) && !old->is_output && old->nuses == 1 && old->uses[0].node == n &&
-        old->uses[0].slot == slot) {
+    if (old && qf_value_is_const(old) && !old->is_output && old->nuses == 1 &&
+        old->uses[0].node == n && old->uses[0].slot == slot) {
         qf_value_set_data(old, t);
         return QF_OK;
     }
@@ -77,12 +80,13 @@ qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor 
         QF_TRY(qf_node_add_input(g, n, v));
     else
         QF_TRY(qf_node_set_input(g, n, slot, v));
-    if (old && qf_value_is_const(old) && !old->nuses && !old->is_output) qf_graph_remove_value(g, old);
+    if (old && qf_value_is_const(old) && !old->nuses && !old->is_output)
+        qf_graph_remove_value(g, old);
     return QF_OK;
 }
 
-qf_value *qf_rewrite_new_const_f32(qf_graph *g, const char *name, qf_value_kind kind, const double *vals,
-                                   int ndim, const int64_t *dims)
+qf_value *qf_rewrite_new_const_f32(qf_graph *g, const char *name, qf_value_kind kind,
+                                   const double *vals, int ndim, const int64_t *dims)
 {
     qf_tensor t;
     if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
@@ -102,7 +106,8 @@ void qf_rewrite_drop_dead_consts(qf_graph *g, qf_value *const *vals, int n)
          * qf_graph_remove_value tolerates only live values, so skip repeats. */
         bool seen = false;
         for (int j = 0; j < i; j++) seen |= vals[j] == v;
-        if (!seen && v && qf_value_is_const(v) && !v->nuses && !v->is_output) qf_graph_remove_value(g, v);
+        if (!seen && v && qf_value_is_const(v) && !v->nuses && !v->is_output)
+            qf_graph_remove_value(g, v);
     }
 }
 

@@ -59,13 +59,14 @@ bool qf_rewrite_can_write_in_place(const qf_value *v, const qf_node *n, int slot
  * and n is rewired to it; an old constant left without readers is removed.
  * slot may be n->ninputs or beyond: the input is appended (slots in between
  * become omitted inputs), e.g. the bias a fold creates. */
-qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t, const char *name_hint);
+qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t,
+                                   const char *name_hint);
 
 /* A new float32 constant of the given shape holding vals (numel(dims)
  * entries, computed in double and rounded once here). NULL on out-of-memory
  * (nothing is left in the graph). */
-qf_value *qf_rewrite_new_const_f32(qf_graph *g, const char *name, qf_value_kind kind, const double *vals,
-                                   int ndim, const int64_t *dims);
+qf_value *qf_rewrite_new_const_f32(qf_graph *g, const char *name, qf_value_kind kind,
+                                   const double *vals, int ndim, const int64_t *dims);
 
 /* Remove the constants among vals[0..n) that nothing reads any more and
  * that are not graph outputs. NULL entries, non-constants and repeats (one
