@@ -10,3 +10,10 @@ add_test(NAME exec_fixtures COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/exec_fixtures.p
 set_tests_properties(exec_fixtures PROPERTIES FIXTURES_SETUP exec_data LABELS "exec" TIMEOUT 60)
 add_test(NAME exec COMMAND test_exec ${QF_EXEC_WORK})
 set_tests_properties(exec PROPERTIES FIXTURES_REQUIRED exec_data LABELS "exec" TIMEOUT 120)
+
+# qf_compare_graphs (src/exec/compare.c): reference vs candidate graph.
+add_executable(test_compare ${CMAKE_CURRENT_SOURCE_DIR}/exec/test_compare.c)
+target_compile_options(test_compare PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_compare PRIVATE qfold_static m)
+add_test(NAME exec_compare COMMAND test_compare)
+set_tests_properties(exec_compare PROPERTIES LABELS "exec" TIMEOUT 60)

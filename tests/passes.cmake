@@ -20,3 +20,11 @@ if(QF_NODE)
     set_tests_properties(passes_${c} PROPERTIES LABELS "passes" TIMEOUT 180)
   endforeach()
 endif()
+
+# The shared node walk, rewrite actions and the helpers of src/passes/rewrite.h.
+add_executable(test_rewrite ${CMAKE_CURRENT_SOURCE_DIR}/passes/test_rewrite.c)
+target_compile_options(test_rewrite PRIVATE ${QF_WARNINGS})
+target_include_directories(test_rewrite PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(test_rewrite PRIVATE qfold_static m)
+add_test(NAME passes_rewrite COMMAND test_rewrite)
+set_tests_properties(passes_rewrite PROPERTIES LABELS "passes" TIMEOUT 60)

@@ -49,6 +49,77 @@ typedef qf_status (*qf_batch_fn)(void *ud, int64_t first, int64_t count, const q
 qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, int64_t batch,
                          qf_batch_fn on_batch, void *ud);
 
+/* --- model vs model ---------------------------------------------------------
+ *
+ *   qf_compare_result r;
+ *   qf_status st = qf_compare_graphs(original, rewritten, NULL, 0, &(qf_compare_options){0}, &r);
+ *   for (int i = 0; i < r.noutputs; i++)   // also filled when st is a shape mismatch
+ *       printf("%s: max abs diff %g %s\n", r.outputs[i].name, r.outputs[i].max_abs,
+ *              r.outputs[i].ok ? "ok" : "FAILED");
+ *   qf_compare_result_free(&r);
+ *
+ * Runs a reference graph and a candidate graph (a fused, quantized or
+ * trained form of it) on the same inputs, batch after batch, and compares
+ * every output: for output o over all batches, with a = reference and
+ * b = candidate elements,
+ *   max_abs = max |a - b|   (Inf when one side is NaN and the other is not;
+ *                            both NaN counts as equal)
+ *   max_ref = max |a|       (over the elements where neither side is NaN)
+ *   max_rel = max_abs / max(1e-6, max_ref),   ok = max_rel <= tolerance.
+ * Inputs are the caller's, or made from the reference graph's inputs:
+ * uniform [-1, 1) floats from a fixed-seed generator (unknown dims taken as
+ * 1), integer and bool inputs zeros. Both graphs are changed as `qfold run`
+ * changes a graph: their input shapes are set to the inputs' shapes and
+ * int64 inputs become constants (from the first batch; later batches must
+ * repeat them). Compare copies of graphs that are needed afterwards. */
+typedef struct qf_compare_options {
+    double tolerance;          /* max_rel bound per output; 0 = 1e-4 */
+    int batches;               /* batches to run; 0 = 1. With given inputs, the batches they hold */
+    uint64_t seed;             /* generated inputs: 0 = the fixed default seed */
+    /* Words for messages, e.g. "original", "fused", "fusing" ("output 'y':
+     * shape [1,4] before, [1,5] after fusing"); NULL = "reference",
+     * "candidate", "the rewrite". */
+    const char *ref_name, *cand_name, *change;
+} qf_compare_options;
+
+typedef struct qf_compare_output {
+    const char *name;          /* the reference graph's output name (owned by the result) */
+    double max_abs, max_ref, max_rel;
+    bool ok;
+    /* The element with the largest |a - b| (the first of equals): batch,
+     * flat index into the output, and both values; index -1 when every
+     * element is equal. */
+    int worst_batch;
+    int64_t worst_index;
+    double worst_ref, worst_cand;
+} qf_compare_output;
+
+typedef struct qf_compare_result {
+    qf_compare_output *outputs; /* graph output order */
+    int noutputs;              /* outputs compared (on a shape mismatch: up to the mismatched one) */
+    int worst;                 /* the output with the largest max_rel (-1 when noutputs is 0) */
+    int batches;               /* batches run */
+    bool ok;                   /* every output within the tolerance */
+} qf_compare_result;
+
+/* Compare ref and cand. inputs is NULL (generated inputs) or holds
+ * opt->batches (0 = 1) batches of ref->ninputs tensors, batch-major:
+ * inputs[b * ninputs + i]; ninputs must equal ref->ninputs then. Each must
+ * match the graph input's dtype and rank. *out is always initialized (free
+ * it with qf_compare_result_free). Returns QF_OK when both graphs ran,
+ * whatever the differences (see out->ok); QF_ERR_MISMATCH when the graphs'
+ * input or output counts differ or an output's shape does (out holds the
+ * outputs up to that one, that one with ok false); otherwise the status of
+ * binding or running a graph, its message prefixed by "running the <name>
+ * model: ". opt may be NULL. */
+qf_status qf_compare_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *const *inputs, int ninputs,
+                            const qf_compare_options *opt, qf_compare_result *out);
+void qf_compare_result_free(qf_compare_result *r);
+/* The inputs qf_compare_graphs generates for batch `batch` (seed 0 = the
+ * default): ts[i] for every input of g, each to be freed with
+ * qf_tensor_free (on failure none is left allocated). */
+qf_status qf_compare_make_inputs(const qf_graph *g, uint64_t seed, int batch, qf_tensor *ts);
+
 /* Evaluate one node whose inputs are all constants and store its outputs as
  * constants (used by import to fold shape-computation chains). The node is
  * removed and its outputs become constant values of the same names. */

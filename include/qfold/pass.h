@@ -3,7 +3,6 @@
  *   qf_pass_report *r;
  *   QF_TRY(qf_pipeline_run(g, "ptq", &(qf_pass_options){.verify = true}, &r));
  *   qf_pass_report_print(r, stderr);        // per pass: changed, rewrites, skips
- *   qf_pass_report_write_json(r, "r.json");
  *   qf_pass_report_free(r);
  *
  * A pass is {name, summary, run}. `run` rewrites the graph and records, in its
@@ -46,12 +45,24 @@ typedef struct qf_pass_options {
     int max_iterations;   /* fixpoint bound; 0 = 8 */
 } qf_pass_options;
 
+/* What a rewrite did to the node it names, so a caller can total the
+ * report (BatchNorms folded, nodes removed) without knowing pass names. */
+typedef enum qf_pass_action {
+    QF_PASS_REWROTE = 0,  /* changed or replaced by an equivalent node (canonicalize) */
+    QF_PASS_FOLDED,       /* removed; its computation absorbed by a neighbour (BN into a conv) */
+    QF_PASS_DECOMPOSED,   /* replaced by several simpler nodes (BN -> Mul + Add) */
+    QF_PASS_REMOVED,      /* removed as dead code (dce) */
+    QF_PASS_ACTION_COUNT
+} qf_pass_action;
+
 /* One record of what a pass did to one node. */
 typedef struct qf_pass_event {
     const char *node;     /* node name (owned by the report) */
     const char *op;       /* ONNX / qfold op name */
     const char *reason;   /* skips: why; rewrites: what was done */
     const char *detail;   /* optional JSON object text with numbers (diagnostics), or NULL */
+    qf_op node_op;        /* the node's op; QF_OP_COUNT for a graph-level event */
+    qf_pass_action action; /* rewrites: what happened to the node; skips: QF_PASS_REWROTE */
 } qf_pass_event;
 
 typedef struct qf_pass_result {
@@ -60,6 +71,7 @@ typedef struct qf_pass_result {
     int rewrites;
     qf_pass_event *rewritten; int nrewritten;
     qf_pass_event *skipped; int nskipped;
+    int actions[QF_PASS_ACTION_COUNT]; /* rewrites by action (they sum to `rewrites`) */
     double seconds;
     int iteration;
 } qf_pass_result;
@@ -67,7 +79,7 @@ typedef struct qf_pass_result {
 typedef struct qf_pass_report {
     qf_pass_result *results;  /* one per pass run, in run order (all iterations) */
     int nresults;
-    int dce_removed;          /* nodes removed by every `dce` run */
+    int dce_removed;          /* nodes removed as dead code (QF_PASS_REMOVED) over all runs */
     double seconds;
     const char *pipeline;     /* pipeline name, or NULL for an explicit list */
     int iterations;           /* times the list ran (1 unless opt->fixpoint) */
@@ -83,10 +95,18 @@ const qf_pipeline *const *qf_pipeline_list(int *count);
 /* Called by passes. `fmt` is the reason, printf-style. Call them while the
  * node is still in the graph (its name and op are copied into the report).
  * n may be NULL for a graph-level event. detail_json is NULL or one JSON
- * value (an object with numbers: per-channel diagnostics), copied verbatim. */
+ * value (an object with numbers: per-channel diagnostics), copied verbatim.
+ * qf_pass_rewrite records a QF_PASS_REWROTE; qf_pass_rewrite_as says what
+ * happened to n (folded, decomposed, removed). */
 void qf_pass_rewrite(qf_pass_ctx *ctx, const qf_node *n, const char *detail_json, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+void qf_pass_rewrite_as(qf_pass_ctx *ctx, const qf_node *n, qf_pass_action action, const char *detail_json,
+                        const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
 #endif
     ;
 void qf_pass_skip(qf_pass_ctx *ctx, const qf_node *n, const char *fmt, ...)
@@ -94,6 +114,21 @@ void qf_pass_skip(qf_pass_ctx *ctx, const qf_node *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* The walk a rewrite pass runs over the nodes of one op (the BN passes):
+ * for every node of `op` in graph order, as the graph was when the walk
+ * started, match(g, ctx, n, user) decides; it returns false to pass n by
+ * (recording why with qf_pass_skip when that is worth a line in the
+ * report), true to have apply(g, ctx, n, user) rewrite it. apply may remove
+ * n, insert nodes and remove other nodes: a node removed before its turn is
+ * passed over, and nodes added during the walk are not visited. `user` is
+ * handed to both (e.g. the match state apply reads). *changed (may be NULL)
+ * is set to true when an apply ran; the walk stops at the first status
+ * apply returns. */
+typedef bool (*qf_pass_match_fn)(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user);
+typedef qf_status (*qf_pass_apply_fn)(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user);
+qf_status qf_pass_for_each_op(qf_graph *g, qf_pass_ctx *ctx, qf_op op, qf_pass_match_fn match,
+                              qf_pass_apply_fn apply, void *user, bool *changed);
 
 /* Run the named passes (NULL-terminated) / a named pipeline. *out gets the
  * report (also on failure, when it could be built); free it. */
@@ -108,7 +143,10 @@ qf_status qf_passes_run_list(qf_graph *g, const qf_pass *const *passes, int npas
  * is NULL or JSON members ("\"verify\": {...}") added to the top-level object. */
 qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char **out, size_t *len);
 void qf_pass_report_print(const qf_pass_report *r, FILE *f);
-qf_status qf_pass_report_write_json(const qf_pass_report *r, const char *path);
+/* Nodes of op `op` (QF_OP_COUNT: of any op) that the passes recorded with
+ * `action`, over every pass and iteration: e.g. the BatchNorms decomposed,
+ * qf_pass_report_count(r, QF_PASS_DECOMPOSED, QF_OP_BATCH_NORM). */
+int qf_pass_report_count(const qf_pass_report *r, qf_pass_action action, qf_op op);
 void qf_pass_report_free(qf_pass_report *r);
 
 #ifdef __cplusplus

@@ -32,12 +32,6 @@ typedef struct qf_fuse_args {
     double tol;
 } qf_fuse_args;
 
-typedef struct qf_fuse_diff {
-    const char *name; /* graph output name (owned by the original graph) */
-    double max_abs, max_rel;
-    bool ok;
-} qf_fuse_diff;
-
 static double qf_fuse_now(void)
 {
     struct timespec ts;
@@ -52,151 +46,35 @@ static int qf_fuse_count_bn(const qf_graph *g)
     return k;
 }
 
-/* --- verification inputs ------------------------------------------------------ */
+/* --- verification ---------------------------------------------------------------- */
 
-/* splitmix64: a fixed-seed generator, so --verify is reproducible. */
-static uint64_t qf_fuse_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* One tensor per graph input: the given .npy, or uniform [-1, 1) floats
- * (fixed seed per input) with unknown dims taken as 1; integer and bool
- * inputs are zeros. */
-static qf_status qf_fuse_make_inputs(const qf_graph *g, const char *npy, qf_tensor *ts)
-{
-    if (npy) {
-        if (g->ninputs != 1)
-            return qf_error(QF_ERR_INVALID, "--verify-data takes one array, the model has %d inputs", g->ninputs);
-        QF_TRY(qf_npy_load(npy, &ts[0]));
-        const qf_value *v = g->inputs[0];
-        if (ts[0].dtype != v->type.dtype || ts[0].ndim != v->type.ndim)
-            return qf_error(QF_ERR_INVALID, "--verify-data '%s': input '%s' wants %s of rank %d, got %s of rank %d",
-                            npy, v->name, qf_dtype_name(v->type.dtype), v->type.ndim, qf_dtype_name(ts[0].dtype),
-                            ts[0].ndim);
-        return QF_OK;
-    }
-    for (int i = 0; i < g->ninputs; i++) {
-        const qf_value *v = g->inputs[i];
-        int64_t dims[QF_MAX_DIMS];
-        for (int d = 0; d < v->type.ndim; d++) dims[d] = v->type.dims[d] < 0 ? 1 : v->type.dims[d];
-        QF_TRY(qf_tensor_init(&ts[i], v->type.dtype, v->type.ndim, dims));
-        uint64_t seed = 0x5eedf00dull + (uint64_t)i;
-        int64_t n = qf_tensor_numel(&ts[i]);
-        for (int64_t k = 0; k < n; k++) {
-            double x = (double)(qf_fuse_rng(&seed) >> 11) / (double)(1ull << 52) - 1.0;
-            if (v->type.dtype == QF_DTYPE_F32) ((float *)ts[i].data)[k] = (float)x;
-            else if (v->type.dtype == QF_DTYPE_F64) ((double *)ts[i].data)[k] = x;
-        }
-    }
-    return QF_OK;
-}
-
-/* Bind the inputs into g (as `qfold run` does: int64 inputs become constants,
- * the others fix the input shapes), plan and run. */
-static qf_status qf_fuse_run_graph(qf_graph *g, const qf_tensor *ts, int n, qf_plan **plan)
-{
-    const qf_tensor *feed[64];
-    if (n > 64) return qf_error(QF_ERR_UNSUPPORTED, "--verify handles at most 64 inputs");
-    if (n != g->ninputs) return qf_error(QF_ERR_INTERNAL, "fused model has %d inputs, original %d", g->ninputs, n);
-    int nfeed = 0;
-    for (int i = 0; i < n; i++) {
-        if (ts[i].dtype == QF_DTYPE_I64) continue;
-        QF_TRY(qf_graph_set_input_shape(g, i, ts[i].ndim, ts[i].dims));
-        feed[nfeed++] = &ts[i];
-    }
-    for (int i = n - 1; i >= 0; i--) {
-        if (ts[i].dtype != QF_DTYPE_I64) continue;
-        qf_tensor c;
-        QF_TRY(qf_tensor_copy(&c, &ts[i]));
-        qf_status st = qf_graph_bind_input(g, i, &c);
-        qf_tensor_free(&c);
-        QF_TRY(st);
-    }
-    QF_TRY(qf_plan_init(plan, g));
-    return qf_plan_run(*plan, feed, nfeed);
-}
-
-/* max|a - b| and max|a - b| / max(1e-6, max|a|), a = original. A NaN on one
- * side only makes the difference infinite. */
-static void qf_fuse_compare(const qf_tensor *a, const qf_tensor *b, double tol, qf_fuse_diff *d)
-{
-    double max_abs = 0, max_ref = 0;
-    int64_t n = qf_tensor_numel(a);
-    for (int64_t i = 0; i < n; i++) {
-        double x = qf_tensor_get_f64(a, i), y = qf_tensor_get_f64(b, i);
-        if (isnan(x) || isnan(y)) {
-            if (!(isnan(x) && isnan(y))) max_abs = INFINITY;
-            continue;
-        }
-        max_abs = fmax(max_abs, fabs(x - y));
-        max_ref = fmax(max_ref, fabs(x));
-    }
-    d->max_abs = max_abs;
-    d->max_rel = max_abs / fmax(1e-6, max_ref);
-    d->ok = d->max_rel <= tol;
-}
-
-/* Run the original and the written file on the same inputs, compare every
- * output. *ok is false when an output differs past the tolerance. */
-static qf_status qf_fuse_verify(const qf_fuse_args *fa, const char *written, qf_fuse_diff **diffs, int *ndiffs,
-                                bool *ok)
+/* Run the original and the written file on the same inputs (--verify-data,
+ * else generated ones) and compare every output (qf_compare_graphs). *res
+ * holds the outputs compared, also when an output's shape differs. */
+static qf_status qf_fuse_verify(const qf_fuse_args *fa, const char *written, qf_compare_result *res)
 {
     qf_graph *g0 = NULL, *g1 = NULL;
-    qf_plan *p0 = NULL, *p1 = NULL;
-    qf_tensor *ts = NULL;
-    int nin = 0;
-    *ok = false;
+    qf_tensor data = {0};
+    memset(res, 0, sizeof *res);
     qf_status st = qf_onnx_load(fa->in, &g0);
     if (st == QF_OK) st = qf_onnx_load(written, &g1);
-    if (st == QF_OK) {
-        nin = g0->ninputs;
-        ts = qf_calloc((size_t)(nin ? nin : 1), sizeof *ts);
-        if (!ts) st = QF_ERR_NOMEM;
-    }
-    if (st == QF_OK) st = qf_fuse_make_inputs(g0, fa->verify_data, ts);
-    if (st == QF_OK && g1->noutputs != g0->noutputs)
-        st = qf_error(QF_ERR_INTERNAL, "fused model has %d outputs, original %d", g1->noutputs, g0->noutputs);
-    if (st == QF_OK) {
-        st = qf_fuse_run_graph(g0, ts, nin, &p0);
-        if (st != QF_OK) qf_error_prefix(st, "running the original model: ");
+    if (st == QF_OK && fa->verify_data) {
+        if (g0->ninputs != 1)
+            st = qf_error(QF_ERR_INVALID, "--verify-data takes one array, the model has %d inputs", g0->ninputs);
+        if (st == QF_OK) st = qf_npy_load(fa->verify_data, &data);
+        const qf_value *v = st == QF_OK ? g0->inputs[0] : NULL;
+        if (v && (data.dtype != v->type.dtype || data.ndim != v->type.ndim))
+            st = qf_error(QF_ERR_INVALID, "--verify-data '%s': input '%s' wants %s of rank %d, got %s of rank %d",
+                          fa->verify_data, v->name, qf_dtype_name(v->type.dtype), v->type.ndim,
+                          qf_dtype_name(data.dtype), data.ndim);
     }
     if (st == QF_OK) {
-        st = qf_fuse_run_graph(g1, ts, nin, &p1);
-        if (st != QF_OK) qf_error_prefix(st, "running the fused model: ");
+        const qf_tensor *in[1] = {&data};
+        qf_compare_options opt = {.tolerance = fa->tol, .ref_name = "original", .cand_name = "fused",
+                                  .change = "fusing"};
+        st = qf_compare_graphs(g0, g1, fa->verify_data ? in : NULL, fa->verify_data ? 1 : 0, &opt, res);
     }
-    if (st == QF_OK) {
-        int n = qf_plan_num_outputs(p0);
-        *diffs = qf_calloc((size_t)(n ? n : 1), sizeof **diffs);
-        if (!*diffs) st = QF_ERR_NOMEM;
-        *ok = true;
-        for (int i = 0; st == QF_OK && i < n; i++) {
-            const qf_tensor *a = qf_plan_output(p0, i), *b = qf_plan_output(p1, i);
-            qf_fuse_diff *d = &(*diffs)[i];
-            d->name = qf_strdup(g0->outputs[i]->name);
-            if (!d->name) {
-                st = QF_ERR_NOMEM;
-                break;
-            }
-            *ndiffs = i + 1;
-            if (!qf_shape_equal(a->ndim, a->dims, b->ndim, b->dims)) {
-                char sa[128], sb[128];
-                st = qf_error(QF_ERR_MISMATCH, "output '%s': shape %s before, %s after fusing", d->name,
-                              qf_shape_str(a->ndim, a->dims, sa, sizeof sa),
-                              qf_shape_str(b->ndim, b->dims, sb, sizeof sb));
-                break;
-            }
-            qf_fuse_compare(a, b, fa->tol, d);
-            *ok &= d->ok;
-        }
-    }
-    for (int i = 0; ts && i < nin; i++) qf_tensor_free(&ts[i]);
-    qf_free(ts);
-    qf_plan_free(p0);
-    qf_plan_free(p1);
+    qf_tensor_free(&data);
     qf_graph_free(g0);
     qf_graph_free(g1);
     return st;
@@ -220,15 +98,14 @@ static void qf_fuse_summary(const qf_fuse_args *fa, const qf_graph *g, const qf_
             if (strcmp(r->results[k].pass, r->results[i].pass) != 0) continue;
             rw += r->results[k].rewrites;
             sec += r->results[k].seconds;
-            if (r->results[k].iteration == r->iterations - 1 || strcmp(r->results[k].pass, "dce") == 0)
-                sk = r->results[k].nskipped;
+            /* Skips of the last iteration: what is still left undone. */
+            if (r->results[k].iteration == r->iterations - 1) sk = r->results[k].nskipped;
         }
         fprintf(f, "  %-24s %4d rewrite%s %4d skip%s  %8.3f ms\n", r->results[i].pass, rw, rw == 1 ? " " : "s", sk,
                 sk == 1 ? " " : "s", sec * 1e3);
     }
-    int bn_after = qf_fuse_count_bn(g), decomposed = 0;
-    for (int i = 0; i < r->nresults; i++)
-        if (strcmp(r->results[i].pass, "decompose_batch_norm") == 0) decomposed += r->results[i].rewrites;
+    int bn_after = qf_fuse_count_bn(g);
+    int decomposed = qf_pass_report_count(r, QF_PASS_DECOMPOSED, QF_OP_BATCH_NORM);
     fprintf(f, "  BatchNorm: %d before, %d after", bn_before, bn_after);
     if (bn_before) fprintf(f, " (%d folded", bn_before - bn_after - decomposed);
     if (bn_before && decomposed) fprintf(f, ", %d decomposed into Mul + Add", decomposed);
@@ -251,8 +128,8 @@ static void qf_fuse_summary(const qf_fuse_args *fa, const qf_graph *g, const qf_
     }
 }
 
-static void qf_fuse_extra_json(const qf_fuse_args *fa, const qf_graph *g, int bn_before, const qf_fuse_diff *diffs,
-                               int ndiffs, qf_strbuf *s)
+static void qf_fuse_extra_json(const qf_fuse_args *fa, const qf_graph *g, int bn_before,
+                               const qf_compare_result *cmp, qf_strbuf *s)
 {
     qf_strbuf_puts(s, "\"input\": ");
     qf_strbuf_json_string(s, fa->in);
@@ -276,11 +153,12 @@ static void qf_fuse_extra_json(const qf_fuse_args *fa, const qf_graph *g, int bn
     if (fa->verify_data) qf_strbuf_json_string(s, fa->verify_data);
     else qf_strbuf_puts(s, "\"random (fixed seed)\"");
     qf_strbuf_puts(s, ", \"outputs\": [");
-    for (int i = 0; i < ndiffs; i++) {
+    for (int i = 0; i < cmp->noutputs; i++) {
+        const qf_compare_output *d = &cmp->outputs[i];
         qf_strbuf_printf(s, "%s{\"name\": ", i ? ", " : "");
-        qf_strbuf_json_string(s, diffs[i].name);
-        qf_strbuf_printf(s, ", \"max_abs\": %.9g, \"max_rel\": %.9g, \"ok\": %s}", diffs[i].max_abs, diffs[i].max_rel,
-                         diffs[i].ok ? "true" : "false");
+        qf_strbuf_json_string(s, d->name);
+        qf_strbuf_printf(s, ", \"max_abs\": %.9g, \"max_rel\": %.9g, \"ok\": %s}", d->max_abs, d->max_rel,
+                         d->ok ? "true" : "false");
     }
     qf_strbuf_puts(s, "]}");
 }
@@ -378,8 +256,7 @@ static int qf_cli_fuse(int argc, char **argv)
     double t0 = qf_fuse_now();
     qf_graph *g = NULL;
     qf_pass_report *r = NULL;
-    qf_fuse_diff *diffs = NULL;
-    int ndiffs = 0;
+    qf_compare_result cmp = {0};
     char tmp[4096] = "";
     qf_strbuf extra = {0};
     qf_status st = qf_onnx_load(fa.in, &g);
@@ -399,14 +276,15 @@ static int qf_cli_fuse(int argc, char **argv)
     if (fa.verbose) qf_pass_report_print(r, stdout);
 
     if (fa.verify) {
-        bool ok = false;
         st = qf_fuse_temp_name(fa.out, tmp, sizeof tmp);
         if (st == QF_OK) st = qf_onnx_save(g, tmp);
-        if (st == QF_OK) st = qf_fuse_verify(&fa, tmp, &diffs, &ndiffs, &ok);
-        for (int i = 0; i < ndiffs; i++)
-            printf("verify: output '%s': max abs diff %.3g, max rel diff %.3g (tolerance %.3g) %s\n", diffs[i].name,
-                   diffs[i].max_abs, diffs[i].max_rel, fa.tol, diffs[i].ok ? "ok" : "FAILED");
-        if (st == QF_OK && !ok)
+        if (st == QF_OK) st = qf_fuse_verify(&fa, tmp, &cmp);
+        for (int i = 0; i < cmp.noutputs; i++) {
+            const qf_compare_output *d = &cmp.outputs[i];
+            printf("verify: output '%s': max abs diff %.3g, max rel diff %.3g (tolerance %.3g) %s\n", d->name,
+                   d->max_abs, d->max_rel, fa.tol, d->ok ? "ok" : "FAILED");
+        }
+        if (st == QF_OK && !cmp.ok)
             st = qf_error(QF_ERR_MISMATCH, "the fused model's outputs differ from the original's past the "
                                            "tolerance %g: nothing written", fa.tol);
         if (st != QF_OK) {
@@ -417,7 +295,7 @@ static int qf_cli_fuse(int argc, char **argv)
     if (fa.report) {
         char *text = NULL;
         size_t len = 0;
-        qf_fuse_extra_json(&fa, g, bn_before, diffs, ndiffs, &extra);
+        qf_fuse_extra_json(&fa, g, bn_before, &cmp, &extra);
         st = extra.oom ? qf_error(QF_ERR_NOMEM, "out of memory") : qf_pass_report_json(r, extra.p, &text, &len);
         if (st == QF_OK) st = qf_file_write_atomic(fa.report, text, len);
         qf_free(text);
@@ -442,8 +320,7 @@ static int qf_cli_fuse(int argc, char **argv)
            (t_pass - t_load) * 1e3, fa.verify ? "verify + save" : "save", (t_end - t_pass) * 1e3, (t_end - t0) * 1e3);
 done:
     if (tmp[0]) unlink(tmp);
-    for (int i = 0; i < ndiffs; i++) qf_free((void *)diffs[i].name);
-    qf_free(diffs);
+    qf_compare_result_free(&cmp);
     qf_strbuf_free(&extra);
     qf_pass_report_free(r);
     qf_graph_free(g);

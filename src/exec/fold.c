@@ -4,8 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ir/graph_impl.h"
 #include "exec_impl.h"
+
+/* Shape inference of one node, defined with the op inference (src/ir/order.c
+ * today, ops once inference moves there). Declared here rather than through
+ * ir's private graph_impl.h, which only ir may include (tests/layers.cmake). */
+qf_status qf_node_infer(qf_graph *g, qf_node *n);
 
 /* Folding a node whose output is much larger than its inputs (ConstantOfShape
  * of a big shape, an Expand) trades a small graph for a big file; only small
@@ -25,16 +29,6 @@ static bool qf_fold_inputs_known(const qf_node *n)
     for (int i = 0; i < n->ninputs; i++)
         if (n->inputs[i] && !qf_value_is_const(n->inputs[i])) return false;
     return true;
-}
-
-/* Give constant c the name `name` (freed by the removal of the value that
- * had it). */
-static qf_status qf_fold_rename(qf_graph *g, qf_value *c, const char *name)
-{
-    if (strcmp(c->name, name) == 0) return QF_OK;
-    qf_name_map_del(&g->impl->value_names, c->name);
-    c->name = name;
-    return qf_name_map_put(&g->impl->value_names, c->name, c);
 }
 
 /* Evaluate n (shapes inferred, inputs known) and splice constants in. */
@@ -100,7 +94,7 @@ static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
     }
     qf_graph_remove_node(g, n);
     for (int i = 0; i < nout; i++) {
-        st = qf_fold_rename(g, consts[i], names[i]);
+        st = qf_graph_rename_value(g, consts[i], names[i]);
         if (st != QF_OK) goto done;
     }
     /* Constants only the folded node read are dead now (graph inputs stay). */
@@ -202,7 +196,7 @@ static qf_status qf_fold_try(qf_graph *g, qf_node *n, qf_fold_weights *wts, bool
     if (wname) {
         qf_value *c = qf_graph_find_value(g, oname);
         if (!c) return qf_error(QF_ERR_INTERNAL, "fold: value '%s' vanished", oname);
-        QF_TRY(qf_fold_rename(g, c, wname));
+        QF_TRY(qf_graph_rename_value(g, c, wname));
         QF_TRY(qf_fold_mark(wts, c));
     }
     return QF_OK;

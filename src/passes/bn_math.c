@@ -1,6 +1,6 @@
 /* BatchNorm fold math shared by the BN passes: guards on the BN node, the
- * per-channel scale and shift in double, numeric validation, installing a
- * rewritten constant, and the diagnostics JSON. */
+ * per-channel scale and shift in double with their numeric validation, and
+ * the diagnostics JSON. The generic rewrite helpers are in rewrite.c. */
 #include "bn_math.h"
 
 #include <inttypes.h>
@@ -11,17 +11,9 @@
 #include <string.h>
 
 #include "core/strbuf.h"
+#include "rewrite.h"
 
 static const char *const qf_bn_param_names[4] = {"scale (gamma)", "bias (beta)", "mean", "var"};
-
-bool qf_bn_why(char *why, size_t size, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, size, fmt, ap);
-    va_end(ap);
-    return true;
-}
 
 bool qf_bn_is_training(const qf_graph *g, const qf_node *bn)
 {
@@ -33,7 +25,6 @@ bool qf_bn_is_training(const qf_graph *g, const qf_node *bn)
         if (bn->outputs[i] && (bn->outputs[i]->nuses || bn->outputs[i]->is_output)) return true;
     return false;
 }
-
 
 bool qf_bn_check(const qf_graph *g, const qf_node *bn, char *buf, size_t size)
 {
@@ -86,30 +77,10 @@ void qf_bn_affine_free(qf_bn_affine *a)
     memset(a, 0, sizeof *a);
 }
 
-qf_status qf_bn_check_finite(const qf_value *v, const qf_node *n)
-{
-    const qf_tensor *t = &v->type;
-    int64_t count = qf_tensor_numel(t);
-    if (t->dtype == QF_DTYPE_F32) {
-        const float *p = t->data;
-        for (int64_t i = 0; i < count; i++)
-            if (!isfinite(p[i]))
-                return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
-                                n->name, qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
-    } else if (t->dtype == QF_DTYPE_F64) {
-        const double *p = t->data;
-        for (int64_t i = 0; i < count; i++)
-            if (!isfinite(p[i]))
-                return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
-                                n->name, qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
-    }
-    return QF_OK;
-}
-
 qf_status qf_bn_affine_init(qf_bn_affine *a, const qf_node *bn)
 {
     memset(a, 0, sizeof *a);
-    for (int i = 0; i < 4; i++) QF_TRY(qf_bn_check_finite(bn->inputs[QF_BN_IN_SCALE + i], bn));
+    for (int i = 0; i < 4; i++) QF_TRY(qf_rewrite_check_finite(bn->inputs[QF_BN_IN_SCALE + i], bn));
     const qf_tensor *gamma = &bn->inputs[QF_BN_IN_SCALE]->type, *beta = &bn->inputs[QF_BN_IN_BIAS]->type;
     const qf_tensor *mean = &bn->inputs[QF_BN_IN_MEAN]->type, *var = &bn->inputs[QF_BN_IN_VAR]->type;
     int64_t c = qf_tensor_numel(gamma);
@@ -147,54 +118,6 @@ qf_status qf_bn_affine_init(qf_bn_affine *a, const qf_node *bn)
         if (g == 0) a->dead[a->ndead++] = k;
     }
     return QF_OK;
-}
-
-bool qf_bn_is_f32_const(const qf_value *v)
-{
-    return v && qf_value_is_const(v) && v->type.dtype == QF_DTYPE_F32;
-}
-
-bool qf_bn_can_write_in_place(const qf_value *v, const qf_node *n, int slot)
-{
-    return v && qf_value_is_const(v) && v->type.owns && !v->is_output && v->nuses == 1 &&
-           v->uses[0].node == n && v->uses[0].slot == slot;
-}
-
-qf_status qf_bn_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t, const char *name_hint)
-{
-    qf_value *old = slot < n->ninputs ? n->inputs[slot] : NULL;
-    /* A constant that only this node reads may change in place; one shared
-     * with another node (tied weights) must keep its value for that node. */
-    if (old && qf_value_is_const(old) && !old->is_output && old->nuses == 1 &&
-        old->uses[0].node == n && old->uses[0].slot == slot) {
-        qf_value_set_data(old, t);
-        return QF_OK;
-    }
-    qf_value_kind kind = old && qf_value_is_const(old) ? old->kind : QF_VALUE_PARAMETER;
-    qf_value *v = qf_graph_add_constant(g, name_hint, kind, t);
-    if (!v) {
-        qf_tensor_free(t);
-        return QF_ERR_NOMEM;
-    }
-    while (n->ninputs < slot) QF_TRY(qf_node_add_input(g, n, NULL));
-    if (slot == n->ninputs)
-        QF_TRY(qf_node_add_input(g, n, v));
-    else
-        QF_TRY(qf_node_set_input(g, n, slot, v));
-    if (old && qf_value_is_const(old) && !old->nuses && !old->is_output) qf_graph_remove_value(g, old);
-    return QF_OK;
-}
-
-void qf_bn_drop_unused_params(qf_graph *g, qf_value *const params[4])
-{
-    for (int i = 0; i < 4; i++) {
-        qf_value *v = params[i];
-        /* The same constant may feed two slots (gamma and var both 1s):
-         * qf_graph_remove_value tolerates only live values, so skip repeats. */
-        bool seen = false;
-        for (int j = 0; j < i; j++) seen |= params[j] == v;
-        if (!seen && v && qf_value_is_const(v) && !v->nuses && !v->is_output) qf_graph_remove_value(g, v);
-    }
 }
 
 /* --- diagnostics JSON ------------------------------------------------------ */

@@ -1,8 +1,9 @@
 /* Private helpers shared by the BatchNorm passes (fuse_batch_norm,
- * fuse_batch_norm_forward, decompose_batch_norm).
+ * fuse_batch_norm_forward, decompose_batch_norm): the BN math only; the
+ * generic rewrite helpers they use too are in rewrite.h.
  *
  *   char why[160];
- *   if (qf_bn_check(g, bn, why, sizeof why)) { qf_pass_skip(ctx, bn, "%s", why); continue; }
+ *   if (qf_bn_check(g, bn, why, sizeof why)) { qf_pass_skip(ctx, bn, "%s", why); return false; }
  *   qf_bn_affine a;
  *   QF_TRY(qf_bn_affine_init(&a, bn));     // s_c, shift_c in double; validated
  *   ...
@@ -43,14 +44,6 @@ typedef struct qf_bn_affine {
     int ndead;
 } qf_bn_affine;
 
-/* printf into why[size] and return true: `return qf_bn_why(...)` in a
- * matcher that returns "has a reason to skip". */
-bool qf_bn_why(char *why, size_t size, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
 /* True when bn runs in training mode: training_mode != 0 (opset 14+), or
  * its running-statistics outputs exist (opset < 14) or are read. */
 bool qf_bn_is_training(const qf_graph *g, const qf_node *bn);
@@ -65,27 +58,6 @@ bool qf_bn_check(const qf_graph *g, const qf_node *bn, char *buf, size_t size);
  * the tensor when a parameter holds NaN / Inf. */
 qf_status qf_bn_affine_init(qf_bn_affine *a, const qf_node *bn);
 void qf_bn_affine_free(qf_bn_affine *a);
-
-/* QF_ERR_NUMERIC naming the tensor (and node n) if v holds a NaN or Inf. */
-qf_status qf_bn_check_finite(const qf_value *v, const qf_node *n);
-
-/* True when v is a float32 constant. */
-bool qf_bn_is_f32_const(const qf_value *v);
-
-/* True when `n` may overwrite constant v in place: n reading it at `slot` is
- * its only use, it is not a graph output, and it owns its payload. */
-bool qf_bn_can_write_in_place(const qf_value *v, const qf_node *n, int slot);
-
-/* Install t (owned, takes its data) as input `slot` of n. When the current
- * input is a constant that only n reads, its payload is replaced in place
- * (the value keeps its name); otherwise a fresh constant named after
- * `name_hint` is created and n is rewired to it, and an old constant left
- * without readers is removed. slot may be n->ninputs (the input is appended,
- * e.g. a bias the fold creates). */
-qf_status qf_bn_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t, const char *name_hint);
-
-/* Remove bn's parameter constants that nothing reads any more. */
-void qf_bn_drop_unused_params(qf_graph *g, qf_value *const params[4]);
 
 /* Diagnostics for the rewrite record, as a JSON object (qf_malloc'd, free
  * with qf_free; NULL on out-of-memory): channel count, eps, channels with a

@@ -7,7 +7,7 @@
 
 static void qf_dce_record(void *ctx, const qf_node *n)
 {
-    qf_pass_rewrite(ctx, n, NULL, "removed: no output is used");
+    qf_pass_rewrite_as(ctx, n, QF_PASS_REMOVED, NULL, "removed: no output is used");
 }
 
 static qf_status qf_dce_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)

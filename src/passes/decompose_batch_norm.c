@@ -10,13 +10,14 @@
 #include <string.h>
 
 #include "bn_math.h"
+#include "rewrite.h"
 #include "qfold/pass.h"
 
 static bool decompose_match(const qf_graph *g, const qf_node *bn, char *why, size_t size)
 {
     if (qf_bn_check(g, bn, why, size)) return true;
     const qf_value *x = bn->inputs[QF_BN_IN_X];
-    if (!x || x->type.ndim < 2) return qf_bn_why(why, size, "BN input rank %d is not known or below 2", x ? x->type.ndim : 0);
+    if (!x || x->type.ndim < 2) return qf_rewrite_why(why, size, "BN input rank %d is not known or below 2", x ? x->type.ndim : 0);
     return false;
 }
 
@@ -26,13 +27,7 @@ static qf_value *decompose_const(qf_graph *g, const char *name, const double *va
     int64_t dims[QF_MAX_DIMS];
     dims[0] = c;
     for (int i = 1; i < rank; i++) dims[i] = 1;
-    qf_tensor t;
-    if (qf_tensor_init(&t, QF_DTYPE_F32, rank, dims) != QF_OK) return NULL;
-    float *p = t.data;
-    for (int64_t i = 0; i < c; i++) p[i] = (float)vals[i];
-    qf_value *v = qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, &t);
-    if (!v) qf_tensor_free(&t);
-    return v;
+    return qf_rewrite_new_const_f32(g, name, QF_VALUE_CONSTANT, vals, rank, dims);
 }
 
 static void decompose_set_type(qf_value *dst, const qf_value *like)
@@ -69,35 +64,38 @@ static qf_status decompose_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn)
         decompose_set_type(add->outputs[0], y);
         char *detail = qf_bn_diag_json(&a, NULL, 0);
         if (detail) {
-            qf_pass_rewrite(ctx, bn, detail, "decomposed into %s + %s", mul->name, add->name);
+            qf_pass_rewrite_as(ctx, bn, QF_PASS_DECOMPOSED, detail, "decomposed into %s + %s", mul->name,
+                               add->name);
             qf_free(detail);
-            qf_value *params[4] = {bn->inputs[1], bn->inputs[2], bn->inputs[3], bn->inputs[4]};
-            st = qf_graph_replace_uses(g, y, add->outputs[0]);
-            if (st == QF_OK) {
-                qf_graph_remove_node(g, bn);
-                qf_bn_drop_unused_params(g, params);
-            }
+            st = qf_rewrite_splice_out(g, bn, add->outputs[0]);
         }
     }
     qf_bn_affine_free(&a);
     return st;
 }
 
+static bool decompose_batch_norm_match(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn, void *user)
+{
+    (void)user;
+    char why[256];
+    if (decompose_match(g, bn, why, sizeof why)) {
+        qf_pass_skip(ctx, bn, "%s", why);
+        return false;
+    }
+    return true;
+}
+
+static qf_status decompose_batch_norm_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn, void *user)
+{
+    (void)user;
+    return decompose_apply(g, ctx, bn);
+}
+
 static qf_status decompose_batch_norm_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
     *changed = false;
-    for (qf_node *n = g->first, *next; n; n = next) {
-        next = n->next;
-        if (n->op != QF_OP_BATCH_NORM) continue;
-        char why[256];
-        if (decompose_match(g, n, why, sizeof why)) {
-            qf_pass_skip(ctx, n, "%s", why);
-            continue;
-        }
-        QF_TRY(decompose_apply(g, ctx, n));
-        *changed = true;
-    }
-    return QF_OK;
+    return qf_pass_for_each_op(g, ctx, QF_OP_BATCH_NORM, decompose_batch_norm_match, decompose_batch_norm_apply, NULL,
+                               changed);
 }
 
 const qf_pass qf_pass_decompose_batch_norm = {

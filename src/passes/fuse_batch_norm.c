@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bn_math.h"
+#include "rewrite.h"
 #include "qfold/pass.h"
 
 typedef enum fold_layout {
@@ -62,21 +63,21 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
     if (qf_bn_check(g, bn, why, size)) return true;
     qf_value *x = bn->inputs[QF_BN_IN_X];
     qf_node *p = x ? x->producer : NULL;
-    if (!p) return qf_bn_why(why, size, "BN input '%s' is not produced by a node", x ? x->name : "?");
+    if (!p) return qf_rewrite_why(why, size, "BN input '%s' is not produced by a node", x ? x->name : "?");
     const char *pn = qf_op_name(p->op);
     switch (p->op) {
     case QF_OP_CONV: case QF_OP_CONV_TRANSPOSE: case QF_OP_LINEAR: case QF_OP_GEMM: case QF_OP_MATMUL:
         break;
     default:
-        return qf_bn_why(why, size, "BN input comes from %s, not a conv / conv_transpose / linear / gemm / matmul", pn);
+        return qf_rewrite_why(why, size, "BN input comes from %s, not a conv / conv_transpose / linear / gemm / matmul", pn);
     }
     f->prod = p;
     f->x = x;
     /* The BN output replaces the producer's output: nobody else may see the
      * unnormalized value. */
-    if (x->is_output) return qf_bn_why(why, size, "%s output is a graph output", pn);
-    if (x->nuses != 1) return qf_bn_why(why, size, "%s output has %d users", pn, x->nuses);
-    if (p->ninputs < 2 || !p->inputs[1]) return qf_bn_why(why, size, "%s has no weight input", pn);
+    if (x->is_output) return qf_rewrite_why(why, size, "%s output is a graph output", pn);
+    if (x->nuses != 1) return qf_rewrite_why(why, size, "%s output has %d users", pn, x->nuses);
+    if (p->ninputs < 2 || !p->inputs[1]) return qf_rewrite_why(why, size, "%s has no weight input", pn);
     f->w = p->inputs[1];
     /* PyTorch exports a bias-free Linear (opset <= 13) as MatMul(x, Transpose(W))
      * and import keeps the Transpose of a weight: read W [O, K] through it. */
@@ -85,31 +86,31 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
         f->via_transpose = true;
     }
     if (!qf_value_is_const(f->w))
-        return qf_bn_why(why, size, "weight is not a constant ('%s' is %s)", f->w->name,
+        return qf_rewrite_why(why, size, "weight is not a constant ('%s' is %s)", f->w->name,
                            f->w->producer ? "computed by a node" : qf_value_kind_name(f->w->kind));
     if (f->w->type.dtype != QF_DTYPE_F32)
-        return qf_bn_why(why, size, "weight '%s' is %s; only float32 weights are folded", f->w->name,
+        return qf_rewrite_why(why, size, "weight '%s' is %s; only float32 weights are folded", f->w->name,
                            qf_dtype_name(f->w->type.dtype));
     if (p->op != QF_OP_MATMUL && p->ninputs > 2 && p->inputs[2]) {
         f->b = p->inputs[2];
-        if (!qf_value_is_const(f->b)) return qf_bn_why(why, size, "bias '%s' is not a constant", f->b->name);
+        if (!qf_value_is_const(f->b)) return qf_rewrite_why(why, size, "bias '%s' is not a constant", f->b->name);
         if (f->b->type.dtype != QF_DTYPE_F32)
-            return qf_bn_why(why, size, "bias '%s' is %s; only float32 is folded", f->b->name,
+            return qf_rewrite_why(why, size, "bias '%s' is %s; only float32 is folded", f->b->name,
                                qf_dtype_name(f->b->type.dtype));
     }
     const qf_tensor *w = &f->w->type;
     int64_t c = qf_tensor_numel(&bn->inputs[QF_BN_IN_SCALE]->type);
     switch (p->op) {
     case QF_OP_CONV:
-        if (w->ndim < 3) return qf_bn_why(why, size, "conv weight has rank %d", w->ndim);
+        if (w->ndim < 3) return qf_rewrite_why(why, size, "conv weight has rank %d", w->ndim);
         f->layout = FOLD_AXIS0;
         f->out_ch = w->dims[0];
         break;
     case QF_OP_CONV_TRANSPOSE: {
-        if (w->ndim < 3) return qf_bn_why(why, size, "conv_transpose weight has rank %d", w->ndim);
+        if (w->ndim < 3) return qf_rewrite_why(why, size, "conv_transpose weight has rank %d", w->ndim);
         int64_t grp = qf_node_attr_int(p, "group", 1);
         if (grp < 1 || w->dims[0] % grp)
-            return qf_bn_why(why, size, "conv_transpose group %" PRId64 " does not divide %" PRId64 " input channels",
+            return qf_rewrite_why(why, size, "conv_transpose group %" PRId64 " does not divide %" PRId64 " input channels",
                                grp, w->dims[0]);
         f->layout = FOLD_CONVT;
         f->groups = grp;
@@ -118,8 +119,8 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
     }
     case QF_OP_LINEAR: case QF_OP_GEMM: case QF_OP_MATMUL:
         /* BN1d on [N, C]: the channel is the last axis only for rank 2. */
-        if (x->type.ndim != 2) return qf_bn_why(why, size, "%s output is rank %d", pn, x->type.ndim);
-        if (w->ndim != 2) return qf_bn_why(why, size, "%s weight is rank %d", pn, w->ndim);
+        if (x->type.ndim != 2) return qf_rewrite_why(why, size, "%s output is rank %d", pn, x->type.ndim);
+        if (w->ndim != 2) return qf_rewrite_why(why, size, "%s weight is rank %d", pn, w->ndim);
         if (p->op == QF_OP_LINEAR) {
             f->layout = FOLD_AXIS0;
         } else if (p->op == QF_OP_GEMM) {
@@ -135,7 +136,7 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
         break;
     }
     if (f->out_ch != c)
-        return qf_bn_why(why, size, "channel counts differ: %s has %" PRId64 " output channels, BN has %" PRId64,
+        return qf_rewrite_why(why, size, "channel counts differ: %s has %" PRId64 " output channels, BN has %" PRId64,
                            pn, f->out_ch, c);
     if (f->b) {
         const qf_tensor *b = &f->b->type;
@@ -144,11 +145,11 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
             int64_t cn = b->ndim >= 1 ? b->dims[b->ndim - 1] : 1;
             if (b->ndim > 2 || (cn != 1 && cn != f->out_ch)) {
                 char sh[96];
-                return qf_bn_why(why, size, "gemm C has shape %s", qf_shape_str(b->ndim, b->dims, sh, sizeof sh));
+                return qf_rewrite_why(why, size, "gemm C has shape %s", qf_shape_str(b->ndim, b->dims, sh, sizeof sh));
             }
         } else if (b->ndim != 1 || b->dims[0] != f->out_ch) {
             char sh[96];
-            return qf_bn_why(why, size, "bias has shape %s, expected [%" PRId64 "]",
+            return qf_rewrite_why(why, size, "bias has shape %s, expected [%" PRId64 "]",
                                qf_shape_str(b->ndim, b->dims, sh, sizeof sh), f->out_ch);
         }
     }
@@ -175,7 +176,7 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
     qf_tensor fresh;
     memset(&fresh, 0, sizeof fresh);
     float *dst;
-    bool in_place = f->layout != FOLD_TRANSPOSE && !f->via_transpose && qf_bn_can_write_in_place(f->w, f->prod, 1);
+    bool in_place = f->layout != FOLD_TRANSPOSE && !f->via_transpose && qf_rewrite_can_write_in_place(f->w, f->prod, 1);
     if (in_place) {
         dst = wt->data;
     } else {
@@ -234,7 +235,7 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
     if (in_place) return QF_OK;
     char hint[512];
     snprintf(hint, sizeof hint, "%.480s_bnfold", f->w->name);
-    return qf_bn_install_const(g, f->prod, 1, &fresh, hint);
+    return qf_rewrite_install_const(g, f->prod, 1, &fresh, hint);
 }
 
 /* b'_o = (beta_gemm * b_o - mu_o) * s_o + beta_o (b = 0 when absent). */
@@ -265,7 +266,7 @@ static qf_status fold_bias(qf_graph *g, const fold *f, const qf_bn_affine *a)
         snprintf(hint, sizeof hint, "%.480s_bnfold", f->b->name);
     else
         snprintf(hint, sizeof hint, "%.480s_bias", f->prod->name);
-    return qf_bn_install_const(g, f->prod, 2, &t, hint);
+    return qf_rewrite_install_const(g, f->prod, 2, &t, hint);
 }
 
 static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
@@ -277,8 +278,8 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     char *detail = NULL;
     /* Every check before the first write: a fold that fails leaves the
      * graph as it was (the bias is installed before the weight is scaled). */
-    qf_status st = qf_bn_check_finite(f->w, p);
-    if (st == QF_OK && f->b) st = qf_bn_check_finite(f->b, p);
+    qf_status st = qf_rewrite_check_finite(f->w, p);
+    if (st == QF_OK && f->b) st = qf_rewrite_check_finite(f->b, p);
     if (st == QF_OK) {
         ranges = qf_malloc((size_t)(f->out_ch > 0 ? f->out_ch : 1) * sizeof *ranges);
         if (!ranges) st = QF_ERR_NOMEM;
@@ -297,15 +298,10 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     }
     if (st == QF_OK) {
         const char *pn = f->layout == FOLD_TRANSPOSE || f->via_transpose ? "matmul (now linear)" : qf_op_name(p->op);
-        qf_pass_rewrite(ctx, bn, detail, "folded into %s '%s'", pn, p->name);
-        qf_value *params[4] = {bn->inputs[1], bn->inputs[2], bn->inputs[3], bn->inputs[4]};
+        qf_pass_rewrite_as(ctx, bn, QF_PASS_FOLDED, detail, "folded into %s '%s'", pn, p->name);
         /* The producer's output takes over the BN output's readers (and its
          * name, when the BN output is a graph output). */
-        st = qf_graph_replace_uses(g, bn->outputs[0], f->x);
-        if (st == QF_OK) {
-            qf_graph_remove_node(g, bn);
-            qf_bn_drop_unused_params(g, params);
-        }
+        st = qf_rewrite_splice_out(g, bn, f->x);
     }
     qf_free(detail);
     qf_free(ranges);
@@ -313,22 +309,27 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     return st;
 }
 
+static bool fuse_batch_norm_match(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn, void *user)
+{
+    char why[256];
+    if (fold_match(g, bn, user, why, sizeof why)) {
+        qf_pass_skip(ctx, bn, "%s", why);
+        return false;
+    }
+    return true;
+}
+
+static qf_status fuse_batch_norm_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn, void *user)
+{
+    (void)bn; /* fold_match stored it in the fold */
+    return fold_apply(g, ctx, user);
+}
+
 static qf_status fuse_batch_norm_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
+    fold f;
     *changed = false;
-    for (qf_node *n = g->first, *next; n; n = next) {
-        next = n->next;
-        if (n->op != QF_OP_BATCH_NORM) continue;
-        fold f;
-        char why[256];
-        if (fold_match(g, n, &f, why, sizeof why)) {
-            qf_pass_skip(ctx, n, "%s", why);
-            continue;
-        }
-        QF_TRY(fold_apply(g, ctx, &f));
-        *changed = true;
-    }
-    return QF_OK;
+    return qf_pass_for_each_op(g, ctx, QF_OP_BATCH_NORM, fuse_batch_norm_match, fuse_batch_norm_apply, &f, changed);
 }
 
 const qf_pass qf_pass_fuse_batch_norm = {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "bn_math.h"
+#include "rewrite.h"
 #include "qfold/pass.h"
 
 typedef struct ffold {
@@ -31,44 +32,44 @@ static bool ffold_match(const qf_graph *g, qf_node *bn, ffold *f, char *why, siz
     f->bn = bn;
     if (qf_bn_check(g, bn, why, size)) return true;
     qf_value *y = bn->outputs[0];
-    if (y->is_output) return qf_bn_why(why, size, "BN output is a graph output");
-    if (y->nuses == 0) return qf_bn_why(why, size, "BN output is not used");
-    if (y->nuses != 1) return qf_bn_why(why, size, "BN output has %d users", y->nuses);
+    if (y->is_output) return qf_rewrite_why(why, size, "BN output is a graph output");
+    if (y->nuses == 0) return qf_rewrite_why(why, size, "BN output is not used");
+    if (y->nuses != 1) return qf_rewrite_why(why, size, "BN output has %d users", y->nuses);
     qf_node *c = y->uses[0].node;
-    if (c->op != QF_OP_CONV) return qf_bn_why(why, size, "BN output feeds %s, not a conv", qf_op_name(c->op));
-    if (y->uses[0].slot != 0) return qf_bn_why(why, size, "BN output is not the conv's data input");
+    if (c->op != QF_OP_CONV) return qf_rewrite_why(why, size, "BN output feeds %s, not a conv", qf_op_name(c->op));
+    if (y->uses[0].slot != 0) return qf_rewrite_why(why, size, "BN output is not the conv's data input");
     f->conv = c;
     const char *ap = qf_node_attr_string(c, "auto_pad", "NOTSET");
     if (strcmp(ap, "NOTSET") != 0 && strcmp(ap, "VALID") != 0)
-        return qf_bn_why(why, size, "conv '%s' pads its input (auto_pad %s)", c->name, ap);
+        return qf_rewrite_why(why, size, "conv '%s' pads its input (auto_pad %s)", c->name, ap);
     int npads = 0;
     const int64_t *pads = qf_node_attr_ints(c, "pads", &npads);
     for (int i = 0; i < npads; i++)
-        if (pads[i] != 0) return qf_bn_why(why, size, "conv '%s' pads its input (pads[%d] = %" PRId64 ")", c->name, i, pads[i]);
+        if (pads[i] != 0) return qf_rewrite_why(why, size, "conv '%s' pads its input (pads[%d] = %" PRId64 ")", c->name, i, pads[i]);
     f->w = c->ninputs > 1 ? c->inputs[1] : NULL;
-    if (!f->w || !qf_value_is_const(f->w)) return qf_bn_why(why, size, "weight is not a constant");
+    if (!f->w || !qf_value_is_const(f->w)) return qf_rewrite_why(why, size, "weight is not a constant");
     if (f->w->type.dtype != QF_DTYPE_F32)
-        return qf_bn_why(why, size, "weight '%s' is %s; only float32 weights are folded", f->w->name,
+        return qf_rewrite_why(why, size, "weight '%s' is %s; only float32 weights are folded", f->w->name,
                          qf_dtype_name(f->w->type.dtype));
-    if (f->w->type.ndim < 3) return qf_bn_why(why, size, "conv weight has rank %d", f->w->type.ndim);
+    if (f->w->type.ndim < 3) return qf_rewrite_why(why, size, "conv weight has rank %d", f->w->type.ndim);
     if (c->ninputs > 2 && c->inputs[2]) {
         f->b = c->inputs[2];
-        if (!qf_value_is_const(f->b)) return qf_bn_why(why, size, "bias '%s' is not a constant", f->b->name);
+        if (!qf_value_is_const(f->b)) return qf_rewrite_why(why, size, "bias '%s' is not a constant", f->b->name);
         if (f->b->type.dtype != QF_DTYPE_F32 || f->b->type.ndim != 1 || f->b->type.dims[0] != f->w->type.dims[0])
-            return qf_bn_why(why, size, "bias '%s' is not a float32 vector of the output channels", f->b->name);
+            return qf_rewrite_why(why, size, "bias '%s' is not a float32 vector of the output channels", f->b->name);
     }
     int64_t ch = qf_tensor_numel(&bn->inputs[QF_BN_IN_SCALE]->type);
     f->groups = qf_node_attr_int(c, "group", 1);
     f->out_ch = f->w->type.dims[0];
     f->in_ch = f->w->type.dims[1] * f->groups;
     if (f->in_ch != ch)
-        return qf_bn_why(why, size, "channel counts differ: conv '%s' reads %" PRId64 " channels, BN has %" PRId64,
+        return qf_rewrite_why(why, size, "channel counts differ: conv '%s' reads %" PRId64 " channels, BN has %" PRId64,
                          c->name, f->in_ch, ch);
     if (f->groups != 1 && f->groups != ch)
-        return qf_bn_why(why, size, "conv '%s' has groups %" PRId64 " (only 1 or depthwise are folded)", c->name,
+        return qf_rewrite_why(why, size, "conv '%s' has groups %" PRId64 " (only 1 or depthwise are folded)", c->name,
                          f->groups);
     if (f->out_ch % f->groups)
-        return qf_bn_why(why, size, "conv '%s': %" PRId64 " output channels in %" PRId64 " groups", c->name,
+        return qf_rewrite_why(why, size, "conv '%s': %" PRId64 " output channels in %" PRId64 " groups", c->name,
                          f->out_ch, f->groups);
     return false;
 }
@@ -87,10 +88,10 @@ static qf_status ffold_apply(qf_graph *g, qf_pass_ctx *ctx, ffold *f)
     memset(&bias, 0, sizeof bias);
     memset(&wnew, 0, sizeof wnew);
     qf_status st = ranges ? QF_OK : QF_ERR_NOMEM;
-    if (st == QF_OK) st = qf_bn_check_finite(f->w, c);
-    if (st == QF_OK && f->b) st = qf_bn_check_finite(f->b, c);
+    if (st == QF_OK) st = qf_rewrite_check_finite(f->w, c);
+    if (st == QF_OK && f->b) st = qf_rewrite_check_finite(f->b, c);
     if (st == QF_OK) st = qf_tensor_init(&bias, QF_DTYPE_F32, 1, &O);
-    bool in_place = qf_bn_can_write_in_place(f->w, c, 1);
+    bool in_place = qf_rewrite_can_write_in_place(f->w, c, 1);
     if (st == QF_OK && !in_place) st = qf_tensor_init(&wnew, QF_DTYPE_F32, wt->ndim, wt->dims);
     if (st == QF_OK) {
         const float *src = wt->data;
@@ -118,27 +119,23 @@ static qf_status ffold_apply(qf_graph *g, qf_pass_ctx *ctx, ffold *f)
     char hint[512];
     if (st == QF_OK && !in_place) {
         snprintf(hint, sizeof hint, "%.480s_bnfold", f->w->name);
-        st = qf_bn_install_const(g, c, 1, &wnew, hint);
+        st = qf_rewrite_install_const(g, c, 1, &wnew, hint);
     }
     if (st == QF_OK) {
         if (f->b)
             snprintf(hint, sizeof hint, "%.480s_bnfold", f->b->name);
         else
             snprintf(hint, sizeof hint, "%.480s_bias", c->name);
-        st = qf_bn_install_const(g, c, 2, &bias, hint);
+        st = qf_rewrite_install_const(g, c, 2, &bias, hint);
     }
     if (st == QF_OK) {
         detail = qf_bn_diag_json(&a, ranges, O);
         if (!detail) st = QF_ERR_NOMEM;
     }
     if (st == QF_OK) {
-        qf_pass_rewrite(ctx, bn, detail, "folded into the following conv '%s'", c->name);
-        qf_value *params[4] = {bn->inputs[1], bn->inputs[2], bn->inputs[3], bn->inputs[4]};
-        st = qf_node_set_input(g, c, 0, bn->inputs[QF_BN_IN_X]);
-        if (st == QF_OK) {
-            qf_graph_remove_node(g, bn);
-            qf_bn_drop_unused_params(g, params);
-        }
+        qf_pass_rewrite_as(ctx, bn, QF_PASS_FOLDED, detail, "folded into the following conv '%s'", c->name);
+        /* The conv, the BN output's only reader, reads the BN input. */
+        st = qf_rewrite_splice_out(g, bn, bn->inputs[QF_BN_IN_X]);
     }
     qf_tensor_free(&bias);
     qf_tensor_free(&wnew);
@@ -148,22 +145,28 @@ static qf_status ffold_apply(qf_graph *g, qf_pass_ctx *ctx, ffold *f)
     return st;
 }
 
+static bool fuse_batch_norm_forward_match(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn, void *user)
+{
+    char why[256];
+    if (ffold_match(g, bn, user, why, sizeof why)) {
+        qf_pass_skip(ctx, bn, "%s", why);
+        return false;
+    }
+    return true;
+}
+
+static qf_status fuse_batch_norm_forward_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn, void *user)
+{
+    (void)bn; /* ffold_match stored it in the ffold */
+    return ffold_apply(g, ctx, user);
+}
+
 static qf_status fuse_batch_norm_forward_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
+    ffold f;
     *changed = false;
-    for (qf_node *n = g->first, *next; n; n = next) {
-        next = n->next;
-        if (n->op != QF_OP_BATCH_NORM) continue;
-        ffold f;
-        char why[256];
-        if (ffold_match(g, n, &f, why, sizeof why)) {
-            qf_pass_skip(ctx, n, "%s", why);
-            continue;
-        }
-        QF_TRY(ffold_apply(g, ctx, &f));
-        *changed = true;
-    }
-    return QF_OK;
+    return qf_pass_for_each_op(g, ctx, QF_OP_BATCH_NORM, fuse_batch_norm_forward_match, fuse_batch_norm_forward_apply,
+                               &f, changed);
 }
 
 const qf_pass qf_pass_fuse_batch_norm_forward = {

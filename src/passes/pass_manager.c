@@ -13,7 +13,6 @@
 
 #include "core/arena.h"
 #include "core/strbuf.h"
-#include "qfold/io.h"
 #include "qfold/pass.h"
 
 /* --- registry --------------------------------------------------------------- */
@@ -100,8 +99,8 @@ static double qf_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void qf_ctx_record(qf_pass_ctx *ctx, qf_event_list *l, const qf_node *n, const char *detail,
-                          const char *fmt, va_list ap)
+static void qf_ctx_record(qf_pass_ctx *ctx, qf_event_list *l, const qf_node *n, qf_pass_action action,
+                          const char *detail, const char *fmt, va_list ap)
 {
     if (ctx->oom) return;
     if (l->n == l->cap) {
@@ -122,6 +121,8 @@ static void qf_ctx_record(qf_pass_ctx *ctx, qf_event_list *l, const qf_node *n, 
         .op = qf_arena_strdup(a, n ? qf_op_name(n->op) : ""),
         .reason = qf_arena_strdup(a, reason),
         .detail = detail ? qf_arena_strdup(a, detail) : NULL,
+        .node_op = n ? n->op : QF_OP_COUNT,
+        .action = action,
     };
     if (!e.node || !e.op || !e.reason || (detail && !e.detail)) {
         ctx->oom = true;
@@ -134,7 +135,16 @@ void qf_pass_rewrite(qf_pass_ctx *ctx, const qf_node *n, const char *detail_json
 {
     va_list ap;
     va_start(ap, fmt);
-    qf_ctx_record(ctx, &ctx->rewritten, n, detail_json, fmt, ap);
+    qf_ctx_record(ctx, &ctx->rewritten, n, QF_PASS_REWROTE, detail_json, fmt, ap);
+    va_end(ap);
+}
+
+void qf_pass_rewrite_as(qf_pass_ctx *ctx, const qf_node *n, qf_pass_action action, const char *detail_json,
+                        const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    qf_ctx_record(ctx, &ctx->rewritten, n, action, detail_json, fmt, ap);
     va_end(ap);
 }
 
@@ -142,7 +152,7 @@ void qf_pass_skip(qf_pass_ctx *ctx, const qf_node *n, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    qf_ctx_record(ctx, &ctx->skipped, n, NULL, fmt, ap);
+    qf_ctx_record(ctx, &ctx->skipped, n, QF_PASS_REWROTE, NULL, fmt, ap);
     va_end(ap);
 }
 
@@ -210,7 +220,11 @@ static qf_status qf_run_one(qf_graph *g, const qf_pass *p, const qf_pass_options
         .seconds = t1 - t0,
         .iteration = iteration,
     };
-    if (strcmp(p->name, "dce") == 0) r->dce_removed += ctx.rewritten.n;
+    for (int i = 0; i < ctx.rewritten.n; i++) {
+        qf_pass_action act = ctx.rewritten.ev[i].action;
+        res->actions[act >= 0 && act < QF_PASS_ACTION_COUNT ? act : QF_PASS_REWROTE]++;
+    }
+    r->dce_removed += res->actions[QF_PASS_REMOVED];
     if (sort_failed && st != QF_ERR_NOMEM) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", qf_error_message());
@@ -351,6 +365,17 @@ void qf_pass_report_print(const qf_pass_report *r, FILE *f)
     if (!r->converged) fprintf(f, "  did not reach a fixpoint\n");
 }
 
+int qf_pass_report_count(const qf_pass_report *r, qf_pass_action action, qf_op op)
+{
+    int k = 0;
+    for (int i = 0; i < r->nresults; i++) {
+        const qf_pass_result *res = &r->results[i];
+        for (int e = 0; e < res->nrewritten; e++)
+            k += res->rewritten[e].action == action && (op == QF_OP_COUNT || res->rewritten[e].node_op == op);
+    }
+    return k;
+}
+
 /* --- JSON ------------------------------------------------------------------------ */
 
 static void qf_json_num(qf_strbuf *b, double x)
@@ -410,14 +435,4 @@ qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char *
     qf_strbuf_puts(&b, "\n  ]\n}\n");
     *out = qf_strbuf_take(&b, len);
     return *out ? QF_OK : qf_error(QF_ERR_NOMEM, "out of memory writing the pass report");
-}
-
-qf_status qf_pass_report_write_json(const qf_pass_report *r, const char *path)
-{
-    char *text;
-    size_t n;
-    QF_TRY(qf_pass_report_json(r, NULL, &text, &n));
-    qf_status st = qf_file_write_atomic(path, text, n);
-    qf_free(text);
-    return st;
 }

@@ -220,7 +220,7 @@ static void test_registry(void)
     qf_graph_free(g);
 }
 
-static void test_skips_and_report(const char *workdir)
+static void test_skips_and_report(void)
 {
     qf_graph *g = chain_graph();
     const qf_pass *list[] = {&skipper};
@@ -248,12 +248,6 @@ static void test_skips_and_report(const char *workdir)
     CHECK(strstr(json, "\"extra\": 7,"), "json extra");
     CHECK(strstr(json, "\"dce_removed\": 1"), "json dce");
     qf_free(json);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/pass_report.json", workdir);
-    MUST(qf_pass_report_write_json(r, path));
-    FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "report not written at %s", path);
-    if (f) fclose(f);
     FILE *devnull = fopen("/dev/null", "w");
     if (devnull) {
         qf_pass_report_print(r, devnull);
@@ -561,11 +555,10 @@ static void test_identity_dropout(void)
     qf_graph_free(g);
 }
 
-int main(int argc, char **argv)
+int main(void)
 {
-    const char *workdir = argc > 1 ? argv[1] : ".";
     test_registry();
-    test_skips_and_report(workdir);
+    test_skips_and_report();
     test_fixpoint();
     test_verify_failure();
     for (int tb = 0; tb < 2; tb++) {

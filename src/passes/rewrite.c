@@ -1,0 +1,164 @@
+/* Generic rewrite helpers (rewrite.h) and the node walk the rewrites share
+ * (qf_pass_for_each_op, declared in qfold/pass.h). */
+#include "rewrite.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "qfold/pass.h"
+
+bool qf_rewrite_why(char *why, size_t size, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, size, fmt, ap);
+    va_end(ap);
+    return true;
+}
+
+bool qf_rewrite_is_f32_const(const qf_value *v)
+{
+    return v && qf_value_is_const(v) && v->type.dtype == QF_DTYPE_F32;
+}
+
+qf_status qf_rewrite_check_finite(const qf_value *v, const qf_node *n)
+{
+    const qf_tensor *t = &v->type;
+    int64_t count = qf_tensor_numel(t);
+    if (t->dtype == QF_DTYPE_F32) {
+        const float *p = t->data;
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(p[i]))
+                return qf_error(QF_ERR_NUMERIC,
+                                "node '%s' (%s): tensor '%s' holds %s at index %" PRId64, n->name,
+                                qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
+    } else if (t->dtype == QF_DTYPE_F64) {
+        const double *p = t->data;
+        for (int64_t i = 0; i < count; i++)
+            if (!isfinite(p[i]))
+                return qf_error(QF_ERR_NUMERIC,
+                                "node '%s' (%s): tensor '%s' holds %s at index %" PRId64, n->name,
+                                qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
+    }
+    return QF_OK;
+}
+
+qf_node *qf_rewrite_sole_user(const qf_value *v, int *slot)
+{
+    if (!v || v->is_output || v->nuses != 1) return NULL;
+    if (slot) *slot = v->uses[0].slot;
+    return v->uses[0].node;
+}
+
+bool qf_rewrite_can_write_in_place(const qf_value *v, const qf_node *n, int slot)
+{
+    return v && qf_value_is_const(v) && v->type.owns && !v->is_output && v->nuses == 1 &&
+           v->uses[0].node == n && v->uses[0].slot == slot;
+}
+
+qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t,
+                                   const char *name_hint)
+{
+    qf_value *old = slot < n->ninputs ? n->inputs[slot] : NULL;
+    /* A constant that only this node reads may change in place; one shared
+     * with another node (tied weights) must keep its value for that node. */
+    if (old && qf_value_is_const(old) && !old->is_output && old->nuses == 1 &&
+        old->uses[0].node == n && old->uses[0].slot == slot) {
+        qf_value_set_data(old, t);
+        return QF_OK;
+    }
+    qf_value_kind kind = old && qf_value_is_const(old) ? old->kind : QF_VALUE_PARAMETER;
+    qf_value *v = qf_graph_add_constant(g, name_hint, kind, t);
+    if (!v) {
+        qf_tensor_free(t);
+        return QF_ERR_NOMEM;
+    }
+    while (n->ninputs < slot) QF_TRY(qf_node_add_input(g, n, NULL));
+    if (slot == n->ninputs)
+        QF_TRY(qf_node_add_input(g, n, v));
+    else
+        QF_TRY(qf_node_set_input(g, n, slot, v));
+    if (old && qf_value_is_const(old) && !old->nuses && !old->is_output)
+        qf_graph_remove_value(g, old);
+    return QF_OK;
+}
+
+qf_value *qf_rewrite_new_const_f32(qf_graph *g, const char *name, qf_value_kind kind,
+                                   const double *vals, int ndim, const int64_t *dims)
+{
+    qf_tensor t;
+    if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
+    float *p = t.data;
+    int64_t n = qf_tensor_numel(&t);
+    for (int64_t i = 0; i < n; i++) p[i] = (float)vals[i];
+    qf_value *v = qf_graph_add_constant(g, name, kind, &t);
+    if (!v) qf_tensor_free(&t);
+    return v;
+}
+
+void qf_rewrite_drop_dead_consts(qf_graph *g, qf_value *const *vals, int n)
+{
+    for (int i = 0; i < n; i++) {
+        qf_value *v = vals[i];
+        /* The same constant may fill two slots (gamma and var both 1s):
+         * qf_graph_remove_value tolerates only live values, so skip repeats. */
+        bool seen = false;
+        for (int j = 0; j < i; j++) seen |= vals[j] == v;
+        if (!seen && v && qf_value_is_const(v) && !v->nuses && !v->is_output)
+            qf_graph_remove_value(g, v);
+    }
+}
+
+/* Inputs of a node kept on the stack up to this many; more go to the heap. */
+#define QF_REWRITE_INLINE_INPUTS 16
+
+qf_status qf_rewrite_splice_out(qf_graph *g, qf_node *n, qf_value *with)
+{
+    /* The inputs are read before the node goes: its input array goes with it. */
+    qf_value *local[QF_REWRITE_INLINE_INPUTS];
+    qf_value **ins = local;
+    if (n->ninputs > QF_REWRITE_INLINE_INPUTS) {
+        ins = qf_malloc(sizeof *ins * (size_t)n->ninputs);
+        if (!ins) return QF_ERR_NOMEM;
+    }
+    int nin = n->ninputs;
+    for (int i = 0; i < nin; i++) ins[i] = n->inputs[i];
+    qf_status st = qf_graph_replace_uses(g, n->outputs[0], with);
+    if (st == QF_OK) {
+        qf_graph_remove_node(g, n);
+        qf_rewrite_drop_dead_consts(g, ins, nin);
+    }
+    if (ins != local) qf_free(ins);
+    return st;
+}
+
+/* --- the walk ------------------------------------------------------------- */
+
+qf_status qf_pass_for_each_op(qf_graph *g, qf_pass_ctx *ctx, qf_op op, qf_pass_match_fn match,
+                              qf_pass_apply_fn apply, void *user, bool *changed)
+{
+    /* Snapshot the nodes first: apply may remove the node it is given,
+     * insert nodes anywhere and remove others, which a walk that follows
+     * ->next could step onto. A node removed meanwhile is no longer found
+     * under its name (removed nodes stay allocated in the graph's arena,
+     * so reading the name is safe). */
+    int count = 0;
+    qf_graph_for_each_node(g, n) count += n->op == op;
+    if (!count) return QF_OK;
+    qf_node **nodes = qf_malloc(sizeof *nodes * (size_t)count);
+    if (!nodes) return qf_error(QF_ERR_NOMEM, "out of memory");
+    int k = 0;
+    qf_graph_for_each_node(g, n) if (n->op == op) nodes[k++] = n;
+    qf_status st = QF_OK;
+    for (int i = 0; i < count && st == QF_OK; i++) {
+        qf_node *n = nodes[i];
+        if (qf_graph_find_node(g, n->name) != n || n->op != op) continue;
+        if (!match(g, ctx, n, user)) continue;
+        st = apply(g, ctx, n, user);
+        if (st == QF_OK && changed) *changed = true;
+    }
+    qf_free(nodes);
+    return st;
+}
