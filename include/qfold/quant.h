@@ -215,3 +215,48 @@ void qf_quant_annotation_free(qf_quant_annotation *a);
 uint32_t qf_quant_group(qf_quant_annotation *a, uint32_t v);
 /* One line per quantized value and per node left in float (tests, --report). */
 void qf_quant_annotation_print(const qf_quant_annotation *a, const qf_graph *g, FILE *f);
+
+/* --- calibration ------------------------------------------------------------
+ *
+ * One observer per group of values that share qparams (a fixed group has
+ * none); constants that are observed (an Add's constant operand) are seen
+ * once, at init. The executor's per-step hook feeds every other annotated
+ * value's tensor to its group's observer (qf_quant_calib_observe).
+ */
+typedef struct qf_quant_calib qf_quant_calib;
+
+qf_status qf_quant_calib_init(qf_quant_calib **out, const qf_graph *g, qf_quant_annotation *a,
+                              const qf_quant_profile *p);
+void qf_quant_calib_free(qf_quant_calib *c);
+/* Whether value v's tensors are wanted (an observed activation or input). */
+bool qf_quant_calib_wants(const qf_quant_calib *c, uint32_t v);
+/* Feed one tensor of value v (QF_ERR_NUMERIC naming the value on NaN / Inf). */
+qf_status qf_quant_calib_observe(qf_quant_calib *c, uint32_t v, const qf_tensor *t);
+/* Compute every group's qparams; after it, qf_quant_calib_qparams. A group
+ * that saw nothing is QF_ERR_INVALID naming a value of it. */
+qf_status qf_quant_calib_finish(qf_quant_calib *c);
+/* The qparams of activation value v (its group's), or NULL for a value that
+ * is not an activation with a qspec. Valid after qf_quant_calib_finish. */
+const qf_qparams *qf_quant_calib_qparams(const qf_quant_calib *c, uint32_t v);
+/* The range the qparams came from (observer's), for the report. */
+qf_status qf_quant_calib_range(const qf_quant_calib *c, uint32_t v, float *min, float *max);
+
+/* --- convert to QDQ ------------------------------------------------------------
+ *
+ * Rewrites g (annotated by a, calibrated by c) into an ONNX QDQ graph:
+ * activations get QuantizeLinear -> DequantizeLinear (int8, their group's
+ * qparams); weights become int8 constants behind a DequantizeLinear (per
+ * channel with `axis` where the qspec says); biases int32 constants with
+ * scale s_in * s_w behind a DequantizeLinear. The opset is raised to 13
+ * where per-channel DequantizeLinear needs it. A weight holding NaN / Inf is
+ * QF_ERR_NUMERIC naming the node that reads it; the graph is then unchanged.
+ * Counts what it did in *stats (may be NULL). */
+typedef struct qf_quant_convert_stats {
+    int activations;    /* Q/DQ pairs inserted */
+    int weights;        /* weights quantized */
+    int biases;         /* biases quantized */
+    int zero_weights;   /* weights (or weight channels) that are all zero */
+} qf_quant_convert_stats;
+
+qf_status qf_quant_convert(qf_graph *g, const qf_quant_annotation *a, const qf_quant_calib *c,
+                           qf_quant_convert_stats *stats);

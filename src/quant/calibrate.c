@@ -1,0 +1,148 @@
+/* Calibration state: an observer per shared-qparams group. */
+#include <string.h>
+
+#include "qfold/quant.h"
+
+struct qf_quant_calib {
+    const qf_graph *g;
+    qf_quant_annotation *a;
+    int nvalues;
+    qf_observer **obs;   /* by group root value id; NULL elsewhere */
+    qf_qparams *qp;      /* by value id, after finish */
+    bool *has_qp;
+    bool finished;
+};
+
+static bool is_activation_spec(qf_qspec_kind k)
+{
+    return k == QF_QSPEC_OBSERVE || k == QF_QSPEC_SHARE || k == QF_QSPEC_FIXED;
+}
+
+void qf_quant_calib_free(qf_quant_calib *c)
+{
+    if (!c) return;
+    for (int i = 0; c->obs && i < c->nvalues; i++) qf_observer_free(c->obs[i]);
+    qf_free(c->obs);
+    qf_free(c->qp);
+    qf_free(c->has_qp);
+    qf_free(c);
+}
+
+/* The observer of value v's group, or NULL (fixed group, not quantized). */
+static qf_observer *group_observer(const qf_quant_calib *c, uint32_t v)
+{
+    return c->obs[qf_quant_group(c->a, v)];
+}
+
+qf_status qf_quant_calib_init(qf_quant_calib **out, const qf_graph *g, qf_quant_annotation *a,
+                              const qf_quant_profile *p)
+{
+    *out = NULL;
+    qf_quant_calib *c = qf_calloc(1, sizeof *c);
+    if (!c) return QF_ERR_NOMEM;
+    c->g = g;
+    c->a = a;
+    c->nvalues = a->nvalues;
+    size_t nv = (size_t)(a->nvalues ? a->nvalues : 1);
+    c->obs = qf_calloc(nv, sizeof *c->obs);
+    c->qp = qf_calloc(nv, sizeof *c->qp);
+    c->has_qp = qf_calloc(nv, sizeof *c->has_qp);
+    if (!c->obs || !c->qp || !c->has_qp) {
+        qf_quant_calib_free(c);
+        return QF_ERR_NOMEM;
+    }
+    /* A group is fixed if any member is; else one observer for the group. */
+    bool *fixed = qf_calloc(nv, sizeof *fixed);
+    if (!fixed) {
+        qf_quant_calib_free(c);
+        return QF_ERR_NOMEM;
+    }
+    for (int i = 0; i < a->nvalues; i++)
+        if (a->spec[i].kind == QF_QSPEC_FIXED) fixed[qf_quant_group(a, (uint32_t)i)] = true;
+    qf_status st = QF_OK;
+    for (int i = 0; i < a->nvalues && st == QF_OK; i++) {
+        const qf_qspec *s = &a->spec[i];
+        if (!is_activation_spec(s->kind)) continue;
+        uint32_t r = qf_quant_group(a, (uint32_t)i);
+        if (fixed[r] || c->obs[r]) continue;
+        qf_observer_config oc = qf_observer_config_default(s->format.observer);
+        oc.scheme = s->format.scheme;
+        oc.qmin = s->format.qmin;
+        oc.qmax = s->format.qmax;
+        oc.eps = p->min_scale;
+        st = qf_observer_init(&c->obs[r], &oc);
+    }
+    qf_free(fixed);
+    /* Observed constants are seen once, now. */
+    for (int i = 0; i < a->nvalues && st == QF_OK; i++) {
+        const qf_value *v = g->values[i];
+        if (v && is_activation_spec(a->spec[i].kind) && qf_value_is_const(v)) {
+            qf_observer *o = group_observer(c, (uint32_t)i);
+            if (o) st = qf_observer_update(o, &v->type);
+            if (st != QF_OK) qf_error_prefix(st, "constant '%s': ", v->name);
+        }
+    }
+    if (st != QF_OK) {
+        qf_quant_calib_free(c);
+        return st;
+    }
+    *out = c;
+    return QF_OK;
+}
+
+bool qf_quant_calib_wants(const qf_quant_calib *c, uint32_t v)
+{
+    if (v >= (uint32_t)c->nvalues || !is_activation_spec(c->a->spec[v].kind)) return false;
+    const qf_value *val = c->g->values[v];
+    return val && !qf_value_is_const(val) && group_observer(c, v) != NULL;
+}
+
+qf_status qf_quant_calib_observe(qf_quant_calib *c, uint32_t v, const qf_tensor *t)
+{
+    if (!qf_quant_calib_wants(c, v)) return QF_OK;
+    qf_status st = qf_observer_update(group_observer(c, v), t);
+    if (st != QF_OK) return qf_error_prefix(st, "value '%s': ", c->g->values[v]->name);
+    return QF_OK;
+}
+
+qf_status qf_quant_calib_finish(qf_quant_calib *c)
+{
+    const qf_quant_annotation *a = c->a;
+    for (int i = 0; i < a->nvalues; i++) {
+        const qf_qspec *s = &a->spec[i];
+        if (!is_activation_spec(s->kind)) continue;
+        uint32_t r = qf_quant_group(c->a, (uint32_t)i);
+        if (!c->obs[r]) {
+            /* a fixed group: the fixed member's qparams */
+            for (int k = 0; k < a->nvalues; k++)
+                if (a->spec[k].kind == QF_QSPEC_FIXED && qf_quant_group(c->a, (uint32_t)k) == r) {
+                    c->qp[i] = a->spec[k].fixed;
+                    break;
+                }
+        } else {
+            if (!qf_observer_seen(c->obs[r]))
+                return qf_error(QF_ERR_INVALID, "value '%s': calibration saw no data for it", c->g->values[i]->name);
+            QF_TRY(qf_observer_qparams(c->obs[r], &c->qp[i], 1));
+        }
+        c->has_qp[i] = true;
+    }
+    c->finished = true;
+    return QF_OK;
+}
+
+const qf_qparams *qf_quant_calib_qparams(const qf_quant_calib *c, uint32_t v)
+{
+    if (!c->finished || v >= (uint32_t)c->nvalues || !c->has_qp[v]) return NULL;
+    return &c->qp[v];
+}
+
+qf_status qf_quant_calib_range(const qf_quant_calib *c, uint32_t v, float *min, float *max)
+{
+    if (v >= (uint32_t)c->nvalues) return qf_error(QF_ERR_INVALID, "no value %u", v);
+    qf_observer *o = group_observer(c, v);
+    if (!o) {
+        *min = *max = 0.0f;
+        return QF_OK;
+    }
+    return qf_observer_range(o, min, max, 1);
+}

@@ -1,0 +1,268 @@
+/* Convert an annotated, calibrated graph to ONNX QDQ.
+ *
+ *   before:  x ──Conv(W, b)──▶ y ──Relu──▶ z
+ *   after:   x ─Q─DQ─┐
+ *            W_q(int8) ─DQ(axis 0)─┤
+ *            b_q(int32) ─DQ(s_x·s_W)─┴─Conv──▶ y ──Relu──▶ z ─Q─DQ─▶
+ *
+ * Everything that can fail for a reason in the input (NaN weights, a value
+ * calibration never saw) is checked before the first write, so a failed
+ * convert leaves the graph as it was; only out-of-memory can stop it half
+ * way (the caller then drops the graph).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../ops/quant_math.h"
+#include "../passes/rewrite.h"
+#include "qfold/quant.h"
+
+/* Channel layout of a weight: [outer, channels, inner] around `axis`
+ * (axis -1: one channel). */
+typedef struct wlayout {
+    int64_t outer, channels, inner;
+} wlayout;
+
+static wlayout layout_of(const qf_tensor *t, int axis)
+{
+    wlayout l = {1, 1, 1};
+    if (axis < 0) {
+        l.inner = qf_tensor_numel(t);
+        return l;
+    }
+    l.channels = t->dims[axis];
+    for (int i = 0; i < axis; i++) l.outer *= t->dims[i];
+    for (int i = axis + 1; i < t->ndim; i++) l.inner *= t->dims[i];
+    return l;
+}
+
+/* The first node reading v, for messages. */
+static const qf_node *reader_of(const qf_value *v) { return v->nuses ? v->uses[0].node : NULL; }
+
+static qf_value *add_const(qf_graph *g, const char *base, const char *suffix, qf_tensor *t)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s_%s", base, suffix);
+    return qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, t);
+}
+
+/* scale (float32) and zero point (dtype zdt) constants of n channels; a
+ * scalar when per_tensor. */
+static qf_status add_qparams(qf_graph *g, const char *base, const float *scale, qf_dtype zdt, int64_t n,
+                             bool per_tensor, const int32_t *zp, qf_value **vs, qf_value **vz)
+{
+    qf_tensor ts, tz;
+    int64_t dims[1] = {n};
+    QF_TRY(qf_tensor_init(&ts, QF_DTYPE_F32, per_tensor ? 0 : 1, dims));
+    qf_status st = qf_tensor_init(&tz, zdt, per_tensor ? 0 : 1, dims);
+    if (st != QF_OK) {
+        qf_tensor_free(&ts);
+        return st;
+    }
+    memcpy(ts.data, scale, sizeof(float) * (size_t)n);
+    for (int64_t c = 0; c < n; c++) {
+        if (zdt == QF_DTYPE_I8) ((int8_t *)tz.data)[c] = (int8_t)(zp ? zp[c] : 0);
+        else ((int32_t *)tz.data)[c] = zp ? zp[c] : 0;
+    }
+    *vs = add_const(g, base, "scale", &ts);
+    *vz = *vs ? add_const(g, base, "zero_point", &tz) : NULL;
+    qf_tensor_free(&ts);
+    qf_tensor_free(&tz);
+    return *vs && *vz ? QF_OK : QF_ERR_NOMEM;
+}
+
+/* Every reader of `from` reads `to` instead (graph outputs follow). */
+static qf_status reroute(qf_graph *g, qf_value *from, qf_value *to, qf_node *keep)
+{
+    QF_TRY(qf_graph_replace_uses(g, from, to));
+    /* the node that makes `to` from `from` keeps reading `from` */
+    if (keep) QF_TRY(qf_node_set_input(g, keep, 0, from));
+    return QF_OK;
+}
+
+/* DequantizeLinear(q, scale, zp [, axis]) replacing constant `orig`. */
+static qf_status dequantize_const(qf_graph *g, qf_value *orig, qf_tensor *q, const float *scale, int64_t n,
+                                  int axis, qf_dtype zdt)
+{
+    char base[400];
+    snprintf(base, sizeof base, "%s", orig->name);
+    qf_value *vq = add_const(g, base, "quantized", q);
+    qf_tensor_free(q);
+    if (!vq) return QF_ERR_NOMEM;
+    qf_value *vs, *vz;
+    QF_TRY(add_qparams(g, base, scale, zdt, n, axis < 0, NULL, &vs, &vz));
+    char name[512];
+    snprintf(name, sizeof name, "%s_DequantizeLinear", base);
+    qf_value *in[3] = {vq, vs, vz};
+    qf_node *dq = qf_graph_add_node(g, QF_OP_DEQUANTIZE, name, 3, in, 1);
+    if (!dq) return QF_ERR_NOMEM;
+    if (axis >= 0) QF_TRY(qf_node_set_attr_int(g, dq, "axis", axis));
+    qf_tensor *ot = &dq->outputs[0]->type;
+    ot->dtype = QF_DTYPE_F32;
+    ot->ndim = orig->type.ndim;
+    memcpy(ot->dims, orig->type.dims, sizeof ot->dims);
+    snprintf(name, sizeof name, "%s_dequantized", base);
+    QF_TRY(qf_graph_rename_value(g, dq->outputs[0], name));
+    QF_TRY(reroute(g, orig, dq->outputs[0], NULL));
+    qf_rewrite_drop_dead_consts(g, &orig, 1);
+    return QF_OK;
+}
+
+/* A weight: per-channel (or per-tensor) symmetric int8; scales kept in
+ * wscale[v] for the biases that follow. */
+static qf_status convert_weight(qf_graph *g, qf_value *w, const qf_qspec *s, float **wscale, int64_t *wn,
+                                qf_quant_convert_stats *stats)
+{
+    wlayout l = layout_of(&w->type, s->axis);
+    float *scale = qf_malloc(sizeof *scale * (size_t)l.channels);
+    if (!scale) return QF_ERR_NOMEM;
+    const float *d = w->type.data;
+    for (int64_t c = 0; c < l.channels; c++) {
+        float mn = INFINITY, mx = -INFINITY;
+        for (int64_t o = 0; o < l.outer; o++)
+            for (int64_t i = 0; i < l.inner; i++) {
+                float v = d[(o * l.channels + c) * l.inner + i];
+                mn = v < mn ? v : mn;
+                mx = v > mx ? v : mx;
+            }
+        if (l.outer * l.inner == 0) mn = mx = 0.0f;
+        if (mn == 0.0f && mx == 0.0f) stats->zero_weights++;
+        scale[c] = qf_qparams_from_range(mn, mx, s->format.scheme, s->format.qmin, s->format.qmax, FLT_EPSILON).scale;
+    }
+    qf_tensor q;
+    qf_status st = qf_tensor_init(&q, QF_DTYPE_I8, w->type.ndim, w->type.dims);
+    if (st != QF_OK) {
+        qf_free(scale);
+        return st;
+    }
+    int8_t *pq = q.data;
+    for (int64_t o = 0; o < l.outer; o++)
+        for (int64_t c = 0; c < l.channels; c++)
+            for (int64_t i = 0; i < l.inner; i++) {
+                int64_t k = (o * l.channels + c) * l.inner + i;
+                pq[k] = (int8_t)qf_quantize_range_f32(d[k], scale[c], 0, s->format.qmin, s->format.qmax);
+            }
+    wscale[w->id] = scale;
+    wn[w->id] = l.channels;
+    stats->weights++;
+    return dequantize_const(g, w, &q, scale, l.channels, s->axis, QF_DTYPE_I8);
+}
+
+/* A bias: int32 with scale s_in * s_w (per channel where the weight is). */
+static qf_status convert_bias(qf_graph *g, qf_value *b, const qf_qspec *s, const qf_quant_calib *cal,
+                              float *const *wscale, const int64_t *wn, qf_quant_convert_stats *stats)
+{
+    const qf_qparams *in = qf_quant_calib_qparams(cal, s->bias_input);
+    const float *sw = wscale[s->bias_weight];
+    int64_t nw = wn[s->bias_weight], n = qf_tensor_numel(&b->type);
+    if (!in || !sw) return qf_error(QF_ERR_INTERNAL, "bias '%s': its input or weight was not quantized", b->name);
+    if (nw != 1 && nw != n)
+        return qf_error(QF_ERR_SHAPE, "bias '%s' has %lld entries, its weight %lld channels", b->name, (long long)n,
+                        (long long)nw);
+    float *scale = qf_malloc(sizeof *scale * (size_t)(n ? n : 1));
+    if (!scale) return QF_ERR_NOMEM;
+    qf_tensor q;
+    qf_status st = qf_tensor_init(&q, QF_DTYPE_I32, b->type.ndim, b->type.dims);
+    if (st != QF_OK) {
+        qf_free(scale);
+        return st;
+    }
+    const float *d = b->type.data;
+    int32_t *pq = q.data;
+    for (int64_t c = 0; c < n; c++) {
+        /* float32 product, as ONNX Runtime's and PyTorch's converters */
+        scale[c] = in->scale * sw[nw == 1 ? 0 : c];
+        pq[c] = qf_saturate_s32_f64(qf_round_half_even_f64((double)d[c] / (double)scale[c]));
+    }
+    stats->biases++;
+    /* per-tensor weight: one scale for the whole bias */
+    int64_t ns = nw == 1 ? 1 : n;
+    st = dequantize_const(g, b, &q, scale, ns, nw == 1 ? -1 : 0, QF_DTYPE_I32);
+    qf_free(scale);
+    return st;
+}
+
+/* QuantizeLinear -> DequantizeLinear after activation v. */
+static qf_status convert_activation(qf_graph *g, qf_value *v, const qf_qparams *qp, qf_quant_convert_stats *stats)
+{
+    char base[400], name[512];
+    snprintf(base, sizeof base, "%s", v->name);
+    qf_value *vs, *vz;
+    QF_TRY(add_qparams(g, base, &qp->scale, QF_DTYPE_I8, 1, true, &qp->zero_point, &vs, &vz));
+    snprintf(name, sizeof name, "%s_QuantizeLinear", base);
+    qf_value *qin[3] = {v, vs, vz};
+    qf_node *q = qf_graph_add_node(g, QF_OP_QUANTIZE, name, 3, qin, 1);
+    if (!q) return QF_ERR_NOMEM;
+    q->outputs[0]->type.dtype = QF_DTYPE_I8;
+    q->outputs[0]->type.ndim = v->type.ndim;
+    memcpy(q->outputs[0]->type.dims, v->type.dims, sizeof v->type.dims);
+    snprintf(name, sizeof name, "%s_quantized", base);
+    QF_TRY(qf_graph_rename_value(g, q->outputs[0], name));
+    snprintf(name, sizeof name, "%s_DequantizeLinear", base);
+    qf_value *dqin[3] = {q->outputs[0], vs, vz};
+    qf_node *dq = qf_graph_add_node(g, QF_OP_DEQUANTIZE, name, 3, dqin, 1);
+    if (!dq) return QF_ERR_NOMEM;
+    dq->outputs[0]->type = v->type;
+    dq->outputs[0]->type.data = NULL;
+    snprintf(name, sizeof name, "%s_dequantized", base);
+    QF_TRY(qf_graph_rename_value(g, dq->outputs[0], name));
+    stats->activations++;
+    return reroute(g, v, dq->outputs[0], q);
+}
+
+/* Checks before the first write. */
+static qf_status convert_check(const qf_graph *g, const qf_quant_annotation *a, const qf_quant_calib *c)
+{
+    for (int i = 0; i < a->nvalues; i++) {
+        const qf_value *v = g->values[i];
+        const qf_qspec *s = &a->spec[i];
+        if (!v || s->kind == QF_QSPEC_FLOAT) continue;
+        if (s->kind == QF_QSPEC_WEIGHT || s->kind == QF_QSPEC_BIAS) {
+            if (!qf_rewrite_is_f32_const(v))
+                return qf_error(QF_ERR_INTERNAL, "'%s' is annotated as a weight but is not a float32 constant",
+                                v->name);
+            const qf_node *n = reader_of(v);
+            if (n) QF_TRY(qf_rewrite_check_finite(v, n));
+            if (s->kind == QF_QSPEC_WEIGHT && s->axis >= v->type.ndim)
+                return qf_error(QF_ERR_SHAPE, "weight '%s' of rank %d has no channel axis %d", v->name, v->type.ndim,
+                                s->axis);
+        } else if (!qf_quant_calib_qparams(c, (uint32_t)i)) {
+            return qf_error(QF_ERR_INVALID, "value '%s' has no calibrated qparams", v->name);
+        }
+    }
+    return QF_OK;
+}
+
+qf_status qf_quant_convert(qf_graph *g, const qf_quant_annotation *a, const qf_quant_calib *c,
+                           qf_quant_convert_stats *stats)
+{
+    qf_quant_convert_stats local = {0};
+    if (!stats) stats = &local;
+    memset(stats, 0, sizeof *stats);
+    if (a->nvalues > g->nvalues) return qf_error(QF_ERR_INTERNAL, "annotation is for another graph");
+    QF_TRY(convert_check(g, a, c));
+    int nv = a->nvalues;
+    float **wscale = qf_calloc((size_t)(nv ? nv : 1), sizeof *wscale);
+    int64_t *wn = qf_calloc((size_t)(nv ? nv : 1), sizeof *wn);
+    qf_status st = wscale && wn ? QF_OK : QF_ERR_NOMEM;
+    /* Weights first (biases need their scales), then biases, then the
+     * activations. Only values that exist before convert are visited. */
+    for (int pass = 0; pass < 3 && st == QF_OK; pass++)
+        for (int i = 0; i < nv && st == QF_OK; i++) {
+            qf_value *v = g->values[i];
+            const qf_qspec *s = &a->spec[i];
+            if (!v) continue;
+            if (pass == 0 && s->kind == QF_QSPEC_WEIGHT) st = convert_weight(g, v, s, wscale, wn, stats);
+            if (pass == 1 && s->kind == QF_QSPEC_BIAS) st = convert_bias(g, v, s, c, wscale, wn, stats);
+            if (pass == 2 && (s->kind == QF_QSPEC_OBSERVE || s->kind == QF_QSPEC_SHARE || s->kind == QF_QSPEC_FIXED))
+                st = convert_activation(g, v, qf_quant_calib_qparams(c, (uint32_t)i), stats);
+        }
+    for (int i = 0; wscale && i < nv; i++) qf_free(wscale[i]);
+    qf_free(wscale);
+    qf_free(wn);
+    if (st == QF_OK && g->opset < 13) g->opset = 13;
+    if (st == QF_OK) st = qf_graph_toposort(g);
+    return st;
+}
