@@ -3,7 +3,7 @@
  *
  *   test_spatial            shape-inference and bad-input tests (no files)
  *   test_spatial CASEDIR    also every case of CASEDIR/manifest.txt, written by
- *                           tests/spatial_ref.py (PyTorch references and, with
+ *                           tests/ops/spatial_ref.py (PyTorch references and, with
  *                           --onnx-node, the ONNX backend node tests)
  *
  * Each case is a one-node graph built with the IR API; shape inference runs

@@ -1,7 +1,7 @@
 /* Tests of the executor (plan, arena reuse, input checks, constant folding)
  * and of the layout / constant op kernels against numpy fixtures.
  *
- *   test_exec FIXTURE_DIR     (FIXTURE_DIR written by tests/exec_fixtures.py)
+ *   test_exec FIXTURE_DIR     (FIXTURE_DIR written by tests/exec/exec_fixtures.py)
  */
 #include <stdio.h>
 #include <stdlib.h>
