@@ -2,7 +2,7 @@
 # checked against numpy fixtures generated at test time.
 add_executable(test_exec ${CMAKE_CURRENT_LIST_DIR}/test_exec.c)
 target_compile_options(test_exec PRIVATE ${QF_WARNINGS})
-target_include_directories(test_exec PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(test_exec PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
 target_link_libraries(test_exec PRIVATE qfold_static)
 
 set(QF_EXEC_WORK "${QF_TEST_WORK}/exec")

@@ -1,7 +1,7 @@
 # Spatial ops (conv, conv_transpose, batch_norm, pools, reduce_mean):
 # shape inference + bad inputs, then kernels against PyTorch references.
 add_executable(test_spatial ${CMAKE_CURRENT_LIST_DIR}/test_spatial.c)
-target_include_directories(test_spatial PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(test_spatial PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
 target_compile_options(test_spatial PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_spatial PRIVATE qfold_static)
 

@@ -6,7 +6,7 @@
  * compares the result with an independent, naive reference computed here in
  * double (index-by-index broadcasting, triple-loop matmul, closed-form
  * activations). Bad-input cases check the status and the message. Every
- * mismatch is printed; the exit status is the number of failed checks.
+ * mismatch is printed (tests/tools/qf_check.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,20 +17,7 @@
 #include "ops/kernels.h"
 #include "ops/quant_math.h"
 #include "qfold/graph.h"
-
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        checks++;                                                          \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-        }                                                                  \
-    } while (0)
+#include "tools/qf_check.h"
 
 /* --- deterministic random data ------------------------------------------- */
 
@@ -45,7 +32,7 @@ static double rnd(void) /* uniform in [-1, 1) */
 static qf_tensor make(qf_dtype dt, int ndim, const int64_t *dims, double scale)
 {
     qf_tensor t;
-    if (qf_tensor_init(&t, dt, ndim, dims) != QF_OK) abort();
+    REQUIRE_OK(qf_tensor_init(&t, dt, ndim, dims));
     int64_t n = qf_tensor_numel(&t);
     for (int64_t i = 0; i < n; i++) {
         double v = rnd() * scale;
@@ -167,22 +154,22 @@ static void expect_values(const char *what, const qf_tensor *t, const double *wa
             bad++;
         }
     }
-    CHECK(bad == 0, "%s: %d of %lld elements differ", what, bad, (long long)n);
+    CHECKF(bad == 0, "%s: %d of %lld elements differ", what, bad, (long long)n);
 }
 
 static void expect_shape(const char *what, const qf_tensor *t, int ndim, const int64_t *dims)
 {
     char a[128], b[128];
-    CHECK(qf_shape_equal(t->ndim, t->dims, ndim, dims), "%s: shape %s, want %s", what,
+    CHECKF(qf_shape_equal(t->ndim, t->dims, ndim, dims), "%s: shape %s, want %s", what,
           qf_shape_str(t->ndim, t->dims, a, sizeof a), qf_shape_str(ndim, dims, b, sizeof b));
 }
 
 static void expect_error(const char *what, qf_status st, qf_status want, const char *needle1, const char *needle2)
 {
     const char *msg = qf_error_message();
-    CHECK(st == want, "%s: status %s, want %s (%s)", what, qf_status_name(st), qf_status_name(want), msg);
-    CHECK(!needle1 || strstr(msg, needle1), "%s: message \"%s\" lacks \"%s\"", what, msg, needle1);
-    CHECK(!needle2 || strstr(msg, needle2), "%s: message \"%s\" lacks \"%s\"", what, msg, needle2);
+    CHECKF(st == want, "%s: status %s, want %s (%s)", what, qf_status_name(st), qf_status_name(want), msg);
+    CHECKF(!needle1 || strstr(msg, needle1), "%s: message \"%s\" lacks \"%s\"", what, msg, needle1);
+    CHECKF(!needle2 || strstr(msg, needle2), "%s: message \"%s\" lacks \"%s\"", what, msg, needle2);
 }
 
 /* --- broadcasting ------------------------------------------------------------- */
@@ -209,13 +196,13 @@ static void test_broadcast_shapes(void)
         int ny = -1;
         int64_t y[QF_MAX_DIMS];
         bool ok = qf_broadcast_shape(cases[i].na, cases[i].a, cases[i].nb, cases[i].b, &ny, y);
-        CHECK(ok == cases[i].ok, "broadcast case %zu: ok %d", i, ok);
-        if (ok && cases[i].ok) CHECK(qf_shape_equal(ny, y, cases[i].ny, cases[i].y), "broadcast case %zu: shape", i);
+        CHECKF(ok == cases[i].ok, "broadcast case %zu: ok %d", i, ok);
+        if (ok && cases[i].ok) CHECKF(qf_shape_equal(ny, y, cases[i].ny, cases[i].y), "broadcast case %zu: shape", i);
     }
     int64_t c1[] = {4}, c2[] = {3, 1}, c3[] = {2, 4}, to[] = {3, 4};
-    CHECK(qf_broadcast_to_ok(1, c1, 2, to), "[4] -> [3,4]");
-    CHECK(qf_broadcast_to_ok(2, c2, 2, to), "[3,1] -> [3,4]");
-    CHECK(!qf_broadcast_to_ok(2, c3, 2, to), "[2,4] -/-> [3,4]");
+    CHECKF(qf_broadcast_to_ok(1, c1, 2, to), "[4] -> [3,4]");
+    CHECKF(qf_broadcast_to_ok(2, c2, 2, to), "[3,1] -> [3,4]");
+    CHECKF(!qf_broadcast_to_ok(2, c3, 2, to), "[2,4] -/-> [3,4]");
 }
 
 /* Iterator rows for the per-channel case collapse to one constant per row. */
@@ -228,15 +215,15 @@ static void test_bcast_iter(void)
     const qf_tensor *ops[2] = {&tx, &tc};
     qf_bcast_iter it;
     qf_bcast_iter_init(&it, 4, x, 2, ops);
-    CHECK(it.rows == 6 && it.len == 20, "per-channel rows %lld len %lld", (long long)it.rows, (long long)it.len);
-    CHECK(it.step[0] == 1 && it.step[1] == 0, "per-channel steps");
+    CHECKF(it.rows == 6 && it.len == 20, "per-channel rows %lld len %lld", (long long)it.rows, (long long)it.len);
+    CHECKF(it.step[0] == 1 && it.step[1] == 0, "per-channel steps");
     int64_t seen[6];
     for (int r = 0; r < 6 && r < it.rows; r++, qf_bcast_iter_next(&it)) seen[r] = it.off[1];
-    CHECK(seen[0] == 0 && seen[1] == 1 && seen[2] == 2 && seen[3] == 0 && seen[5] == 2, "per-channel offsets");
+    CHECKF(seen[0] == 0 && seen[1] == 1 && seen[2] == 2 && seen[3] == 0 && seen[5] == 2, "per-channel offsets");
     /* Same shapes: a single row. */
     const qf_tensor *same[2] = {&tx, &tx};
     qf_bcast_iter_init(&it, 4, x, 2, same);
-    CHECK(it.rows == 1 && it.len == 120, "same-shape collapses to one row");
+    CHECKF(it.rows == 1 && it.len == 120, "same-shape collapses to one row");
 }
 
 /* --- elementwise ---------------------------------------------------------------- */
@@ -279,7 +266,7 @@ static void run_binary(qf_op op, qf_dtype dt, int na, const int64_t *a_dims, int
     snprintf(what, sizeof what, "%s %s %s %s", qf_op_name(op), qf_dtype_name(dt), qf_shape_str(na, a_dims, sa, sizeof sa),
              qf_shape_str(nb, b_dims, sb, sizeof sb));
     qf_status st = tc_run(&tc);
-    CHECK(st == QF_OK, "%s: %s", what, qf_error_message());
+    CHECKF(st == QF_OK, "%s: %s", what, qf_error_message());
     if (st == QF_OK) {
         int64_t n = qf_tensor_numel(&tc.out);
         double *want = calloc((size_t)n + 1, sizeof *want);
@@ -338,12 +325,12 @@ static void test_integer_semantics(void)
     const qf_tensor *in[2] = {&a, &b};
     tcase tc;
     tc_begin(&tc, QF_OP_DIV, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "int div: %s", qf_error_message());
+    CHECKF(tc_run(&tc) == QF_OK, "int div: %s", qf_error_message());
     double want_div[] = {-3, -3, -2, 2147483647};
     expect_values("int32 div truncates", &tc.out, want_div, 0, 0);
     tc_end(&tc);
     tc_begin(&tc, QF_OP_ADD, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "int add: %s", qf_error_message());
+    CHECKF(tc_run(&tc) == QF_OK, "int add: %s", qf_error_message());
     double want_add[] = {-5, 5, -5, -2147483648.0};
     expect_values("int32 add wraps", &tc.out, want_add, 0, 0);
     tc_end(&tc);
@@ -360,7 +347,7 @@ static void test_integer_semantics(void)
     a = make_vals(QF_DTYPE_U8, 1, d4, ua);
     b = make_vals(QF_DTYPE_U8, 1, d4, ub);
     tc_begin(&tc, QF_OP_SUB, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "u8 sub: %s", qf_error_message());
+    CHECKF(tc_run(&tc) == QF_OK, "u8 sub: %s", qf_error_message());
     double want_u8[] = {240, 254, 255, 0};
     expect_values("uint8 sub wraps", &tc.out, want_u8, 0, 0);
     tc_end(&tc);
@@ -382,8 +369,8 @@ static void test_pow_types(void)
             tc_begin(&tc, QF_OP_POW, 2, in, 15);
             char what[64];
             snprintf(what, sizeof what, "pow %s^%s", qf_dtype_name(bases[i]), qf_dtype_name(exps[j]));
-            CHECK(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
-            CHECK(tc.out.dtype == bases[i], "%s: output dtype %s", what, qf_dtype_name(tc.out.dtype));
+            CHECKF(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
+            CHECKF(tc.out.dtype == bases[i], "%s: output dtype %s", what, qf_dtype_name(tc.out.dtype));
             expect_values(what, &tc.out, want, 1e-6, 0);
             tc_end(&tc);
             qf_tensor_free(&a);
@@ -408,7 +395,7 @@ static void test_unary(void)
             const qf_tensor *in[1] = {&x};
             tcase tc;
             tc_begin(&tc, ops[k], 1, in, 13);
-            CHECK(tc_run(&tc) == QF_OK, "%s: %s", qf_op_name(ops[k]), qf_error_message());
+            CHECKF(tc_run(&tc) == QF_OK, "%s: %s", qf_op_name(ops[k]), qf_error_message());
             double want[30];
             for (int64_t i = 0; i < n; i++) {
                 double v = qf_tensor_get_f64(&x, i);
@@ -425,7 +412,7 @@ static void test_unary(void)
     const qf_tensor *in[1] = {&x};
     tcase tc;
     tc_begin(&tc, QF_OP_NEG, 1, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "neg int8: %s", qf_error_message());
+    CHECKF(tc_run(&tc) == QF_OK, "neg int8: %s", qf_error_message());
     double want[] = {-5, -128};
     expect_values("neg int8", &tc.out, want, 0, 0);
     tc_end(&tc);
@@ -466,7 +453,7 @@ static void test_gemm(void)
         qf_node_set_attr_float(tc.g, tc.n, "beta", cases[i].beta);
         char what[32];
         snprintf(what, sizeof what, "gemm case %zu", i);
-        CHECK(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
+        CHECKF(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
         int64_t yd[2] = {M, N};
         expect_shape(what, &tc.out, 2, yd);
         double want[15];
@@ -519,7 +506,7 @@ static void test_matmul(void)
             char what[48];
             snprintf(what, sizeof what, "matmul %s case %zu", qf_dtype_name(dt), i);
             qf_status st = tc_run(&tc);
-            CHECK(st == QF_OK, "%s: %s", what, qf_error_message());
+            CHECKF(st == QF_OK, "%s: %s", what, qf_error_message());
             if (st != QF_OK) {
                 tc_end(&tc);
                 qf_tensor_free(&a);
@@ -566,7 +553,7 @@ static void test_linear(void)
         const qf_tensor *in[3] = {&x, &w, &b};
         tcase tc;
         tc_begin(&tc, QF_OP_LINEAR, with_bias ? 3 : 2, in, 13);
-        CHECK(tc_run(&tc) == QF_OK, "linear: %s", qf_error_message());
+        CHECKF(tc_run(&tc) == QF_OK, "linear: %s", qf_error_message());
         int64_t yd[] = {2, 3, 5};
         expect_shape("linear", &tc.out, 3, yd);
         double want[30];
@@ -603,7 +590,7 @@ static void test_infer_errors(void)
     qf_node *add = qf_graph_add_node(g, QF_OP_ADD, "add_ok", 2, ab, 1);
     qf_value *ac[2] = {va, vc};
     qf_node *mm = qf_graph_add_node(g, QF_OP_MATMUL, "mm_ok", 2, ac, 1);
-    CHECK(qf_graph_infer_shapes(g) == QF_OK, "unknown dims: %s", qf_error_message());
+    CHECKF(qf_graph_infer_shapes(g) == QF_OK, "unknown dims: %s", qf_error_message());
     int64_t want_add[] = {-1, 3, 4}, want_mm[] = {-1, 3, 5};
     expect_shape("add with symbolic batch", &add->outputs[0]->type, 3, want_add);
     expect_shape("matmul with symbolic batch", &mm->outputs[0]->type, 3, want_mm);
@@ -666,7 +653,7 @@ static void test_activations(void)
             const qf_tensor *in[1] = {&x};
             tcase tc;
             tc_begin(&tc, ops[k], 1, in, 13);
-            CHECK(tc_run(&tc) == QF_OK, "%s: %s", qf_op_name(ops[k]), qf_error_message());
+            CHECKF(tc_run(&tc) == QF_OK, "%s: %s", qf_op_name(ops[k]), qf_error_message());
             double want[100];
             for (int i = 0; i < 100; i++) want[i] = ref_act(ops[k], qf_tensor_get_f64(&x, i));
             expect_values(qf_op_name(ops[k]), &tc.out, want, 1e-6, 1e-7);
@@ -687,7 +674,7 @@ static void test_clip(void)
         const qf_tensor *in[3] = {&x, variant & 1 ? &tl : NULL, variant & 2 ? &th : NULL};
         tcase tc;
         tc_begin(&tc, QF_OP_CLIP, variant & 2 ? 3 : variant ? 2 : 1, in, 13);
-        CHECK(tc_run(&tc) == QF_OK, "clip %d: %s", variant, qf_error_message());
+        CHECKF(tc_run(&tc) == QF_OK, "clip %d: %s", variant, qf_error_message());
         double want[6];
         for (int i = 0; i < 6; i++) {
             double v = xv[i];
@@ -707,7 +694,7 @@ static void test_clip(void)
     const qf_tensor *in[2] = {&x, &tl};
     tcase tc;
     tc_begin(&tc, QF_OP_CLIP, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "clip int8: %s", qf_error_message());
+    CHECKF(tc_run(&tc) == QF_OK, "clip int8: %s", qf_error_message());
     double want[] = {-4, -4, 0, 3, 100, 127};
     expect_values("clip int8", &tc.out, want, 0, 0);
     tc_end(&tc);
@@ -731,7 +718,7 @@ static void test_softmax(void)
         if (cases[c].has_axis) qf_node_set_attr_int(tc.g, tc.n, "axis", cases[c].axis);
         char what[48];
         snprintf(what, sizeof what, "softmax case %zu", c);
-        CHECK(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
+        CHECKF(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
         int64_t axis = cases[c].has_axis ? cases[c].axis : cases[c].opset >= 13 ? -1 : 1;
         if (axis < 0) axis += 3;
         int64_t outer = 1, len = 1, inner = 1;
@@ -764,15 +751,15 @@ static void test_quant_math(void)
     float in[] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 2.4999998f, 3.0f, -0.0f, 8388609.0f};
     float want[] = {0, 2, 2, -0.0f, -2, -2, 2, 3, 0, 8388609.0f};
     for (int i = 0; i < 10; i++)
-        CHECK(qf_round_half_even_f32(in[i]) == want[i], "round_half_even(%.9g) = %.9g, want %.9g", in[i],
+        CHECKF(qf_round_half_even_f32(in[i]) == want[i], "round_half_even(%.9g) = %.9g, want %.9g", in[i],
               qf_round_half_even_f32(in[i]), want[i]);
-    CHECK(isnan(qf_round_half_even_f32(NAN)), "round(NaN) is NaN");
-    CHECK(qf_quantize_s8(1000.f, 1.f, 0) == 127 && qf_quantize_s8(-1000.f, 1.f, 0) == -128, "s8 saturates");
-    CHECK(qf_quantize_u8(-1.f, 1.f, 0) == 0 && qf_quantize_u8(300.f, 1.f, 0) == 255, "u8 saturates");
-    CHECK(qf_quantize_s8(NAN, 1.f, 3) == 3, "NaN quantizes to the zero point");
-    CHECK(qf_quantize_u8(1.25f, 0.5f, 128) == 130, "u8 tie 2.5 -> 2 + 128");
-    CHECK(qf_quantize_s8(INFINITY, 1.f, 0) == 127, "inf saturates");
-    CHECK(qf_dequantize_f32(-128, 0.5f, -128) == 0.f && qf_dequantize_f32(127, 0.5f, -128) == 127.5f, "dequantize");
+    CHECKF(isnan(qf_round_half_even_f32(NAN)), "round(NaN) is NaN");
+    CHECKF(qf_quantize_s8(1000.f, 1.f, 0) == 127 && qf_quantize_s8(-1000.f, 1.f, 0) == -128, "s8 saturates");
+    CHECKF(qf_quantize_u8(-1.f, 1.f, 0) == 0 && qf_quantize_u8(300.f, 1.f, 0) == 255, "u8 saturates");
+    CHECKF(qf_quantize_s8(NAN, 1.f, 3) == 3, "NaN quantizes to the zero point");
+    CHECKF(qf_quantize_u8(1.25f, 0.5f, 128) == 130, "u8 tie 2.5 -> 2 + 128");
+    CHECKF(qf_quantize_s8(INFINITY, 1.f, 0) == 127, "inf saturates");
+    CHECKF(qf_dequantize_f32(-128, 0.5f, -128) == 0.f && qf_dequantize_f32(127, 0.5f, -128) == 127.5f, "dequantize");
 }
 
 static void test_quantize_ops(void)
@@ -784,8 +771,8 @@ static void test_quantize_ops(void)
     const qf_tensor *in[3] = {&x, &scale, NULL};
     tcase tc;
     tc_begin(&tc, QF_OP_QUANTIZE, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "quantize default zp: %s", qf_error_message());
-    CHECK(tc.out.dtype == QF_DTYPE_U8, "quantize without zp gives uint8");
+    CHECKF(tc_run(&tc) == QF_OK, "quantize default zp: %s", qf_error_message());
+    CHECKF(tc.out.dtype == QF_DTYPE_U8, "quantize without zp gives uint8");
     double want_u8[] = {0, 0, 2, 2, 0, 255};
     expect_values("quantize u8 per tensor", &tc.out, want_u8, 0, 0);
     tc_end(&tc);
@@ -799,7 +786,7 @@ static void test_quantize_ops(void)
     qf_tensor sa = make_vals(QF_DTYPE_F32, 1, d3, scv), za = make_vals(QF_DTYPE_I8, 1, d3, zpv);
     const qf_tensor *ina[3] = {&xa, &sa, &za};
     tc_begin(&tc, QF_OP_QUANTIZE, 3, ina, 13);
-    CHECK(tc_run(&tc) == QF_OK, "quantize per axis: %s", qf_error_message());
+    CHECKF(tc_run(&tc) == QF_OK, "quantize per axis: %s", qf_error_message());
     double want[12], deq[12];
     for (int i = 0; i < 12; i++) {
         int c = (i / 2) % 3;
@@ -815,7 +802,7 @@ static void test_quantize_ops(void)
     const qf_tensor *ind[3] = {&q, &sa, &za};
     tc_begin(&tc, QF_OP_DEQUANTIZE, 3, ind, 13);
     qf_node_set_attr_int(tc.g, tc.n, "axis", -2);
-    CHECK(tc_run(&tc) == QF_OK, "dequantize per axis: %s", qf_error_message());
+    CHECKF(tc_run(&tc) == QF_OK, "dequantize per axis: %s", qf_error_message());
     expect_values("dequantize s8 per axis (axis -2)", &tc.out, deq, 1e-6, 0);
     tc_end(&tc);
 
@@ -835,7 +822,7 @@ static void test_quantize_ops(void)
     qf_tensor xb = make_vals(QF_DTYPE_I32, 1, d2, bv), sb = make_vals(QF_DTYPE_F32, 0, s0, bs);
     const qf_tensor *inb[2] = {&xb, &sb};
     tc_begin(&tc, QF_OP_DEQUANTIZE, 2, inb, 13);
-    CHECK(tc_run(&tc) == QF_OK, "dequantize int32: %s", qf_error_message());
+    CHECKF(tc_run(&tc) == QF_OK, "dequantize int32: %s", qf_error_message());
     double wb[] = {-1.0, 70.0};
     expect_values("dequantize int32", &tc.out, wb, 1e-6, 0);
     tc_end(&tc);
@@ -845,21 +832,20 @@ static void test_quantize_ops(void)
 
 int main(void)
 {
-    test_broadcast_shapes();
-    test_bcast_iter();
-    test_binary();
-    test_integer_semantics();
-    test_pow_types();
-    test_unary();
-    test_gemm();
-    test_matmul();
-    test_linear();
-    test_infer_errors();
-    test_activations();
-    test_clip();
-    test_softmax();
-    test_quant_math();
-    test_quantize_ops();
-    printf("test_pointwise: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    RUN(test_broadcast_shapes);
+    RUN(test_bcast_iter);
+    RUN(test_binary);
+    RUN(test_integer_semantics);
+    RUN(test_pow_types);
+    RUN(test_unary);
+    RUN(test_gemm);
+    RUN(test_matmul);
+    RUN(test_linear);
+    RUN(test_infer_errors);
+    RUN(test_activations);
+    RUN(test_clip);
+    RUN(test_softmax);
+    RUN(test_quant_math);
+    RUN(test_quantize_ops);
+    return qf_check_report();
 }

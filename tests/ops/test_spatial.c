@@ -18,18 +18,7 @@
 
 #include "ops/op_table.h"
 #include "qfold/graph.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fputc('\n', stderr);                                            \
-        }                                                                   \
-    } while (0)
+#include "tools/qf_check.h"
 
 /* --- running one node -------------------------------------------------------- */
 
@@ -103,7 +92,7 @@ static int compare(const char *cname, int k, const qf_tensor *got, const qf_tens
 {
     char a[96], b[96];
     if (!qf_shape_equal(got->ndim, got->dims, want->ndim, want->dims) || got->dtype != want->dtype) {
-        CHECK(0, "%s: output %d is %s %s, expected %s %s", cname, k, qf_dtype_name(got->dtype),
+        FAIL("%s: output %d is %s %s, expected %s %s", cname, k, qf_dtype_name(got->dtype),
               qf_shape_str(got->ndim, got->dims, a, sizeof a), qf_dtype_name(want->dtype),
               qf_shape_str(want->ndim, want->dims, b, sizeof b));
         return 1;
@@ -124,7 +113,7 @@ static int compare(const char *cname, int k, const qf_tensor *got, const qf_tens
             bad++;
         }
     }
-    CHECK(bad == 0, "%s: output %d: %d of %lld elements differ (max abs error %.3g)", cname, k, bad, (long long)n,
+    CHECKF(bad == 0, "%s: output %d: %d of %lld elements differ (max abs error %.3g)", cname, k, bad, (long long)n,
           worst);
     return bad != 0;
 }
@@ -150,7 +139,7 @@ static int run_case(const char *dir, const char *cname, const char *opname, int6
         char *name;
         qf_tensor t;
         if (read_tensor(dir, &name, &t)) {
-            CHECK(0, "%s: cannot read tensor line %d", cname, i);
+            FAIL("%s: cannot read tensor line %d", cname, i);
             goto done;
         }
         if (!strcmp(kw, "in")) {
@@ -189,7 +178,7 @@ static int run_case(const char *dir, const char *cname, const char *opname, int6
     if (st == QF_OK) st = qf_graph_verify(g);
     if (st == QF_OK) st = run_node(g, n, feed, got);
     if (st != QF_OK) {
-        CHECK(0, "%s: %s: %s", cname, qf_status_name(st), qf_error_message());
+        FAIL("%s: %s: %s", cname, qf_status_name(st), qf_error_message());
         goto done;
     }
     rc = 0;
@@ -209,7 +198,7 @@ static void run_manifest(const char *dir)
     char path[4096], line[4096];
     snprintf(path, sizeof path, "%s/manifest.txt", dir);
     FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "cannot open %s", path);
+    CHECKF(f != NULL, "cannot open %s", path);
     if (!f) return;
     char cname[256] = "", opname[64] = "";
     int64_t opset = 13;
@@ -240,7 +229,7 @@ static void run_manifest(const char *dir)
     }
     fclose(f);
     printf("%d cases, %d failed\n", ncases, nfail);
-    CHECK(ncases > 0, "no cases in %s", path);
+    CHECKF(ncases > 0, "no cases in %s", path);
 }
 
 /* --- shape inference and bad inputs -------------------------------------------- */
@@ -272,11 +261,11 @@ static mini mini_graph(qf_op op, int xnd, const int64_t *xdims, int wnd, const i
 static void expect_dims(const char *what, const mini *m, int nd, const int64_t *dims)
 {
     qf_status st = qf_graph_infer_shapes(m->g);
-    CHECK(st == QF_OK, "%s: infer failed: %s", what, qf_error_message());
+    CHECKF(st == QF_OK, "%s: infer failed: %s", what, qf_error_message());
     if (st != QF_OK) return;
     const qf_tensor *y = &m->n->outputs[0]->type;
     char a[96], b[96];
-    CHECK(qf_shape_equal(y->ndim, y->dims, nd, dims), "%s: inferred %s, expected %s", what,
+    CHECKF(qf_shape_equal(y->ndim, y->dims, nd, dims), "%s: inferred %s, expected %s", what,
           qf_shape_str(y->ndim, y->dims, a, sizeof a), qf_shape_str(nd, dims, b, sizeof b));
 }
 
@@ -284,9 +273,9 @@ static void expect_error(const char *what, const mini *m, qf_status code, const 
 {
     qf_error_clear();
     qf_status st = qf_graph_infer_shapes(m->g);
-    CHECK(st == code, "%s: status %s, expected %s (%s)", what, qf_status_name(st), qf_status_name(code),
+    CHECKF(st == code, "%s: status %s, expected %s (%s)", what, qf_status_name(st), qf_status_name(code),
           qf_error_message());
-    CHECK(strstr(qf_error_message(), "'n0'") && strstr(qf_error_message(), needle),
+    CHECKF(strstr(qf_error_message(), "'n0'") && strstr(qf_error_message(), needle),
           "%s: message '%s' should name the node and contain '%s'", what, qf_error_message(), needle);
 }
 
@@ -452,15 +441,17 @@ static void test_bad_inputs(void)
     }
 }
 
+static const char *case_dir; /* the manifest's directory, NULL: none given */
+
+static void test_manifest(void) { run_manifest(case_dir); }
+
 int main(int argc, char **argv)
 {
-    test_inference();
-    test_bad_inputs();
-    if (argc > 1) run_manifest(argv[1]);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
+    RUN(test_inference);
+    RUN(test_bad_inputs);
+    if (argc > 1) {
+        case_dir = argv[1];
+        RUN(test_manifest);
     }
-    printf("test_spatial: all checks passed\n");
-    return 0;
+    return qf_check_report();
 }

@@ -4,6 +4,7 @@
 # original, `qfold run` of the fused file and ONNX Runtime on the fused file.
 add_executable(test_pass_manager ${CMAKE_CURRENT_LIST_DIR}/test_pass_manager.c)
 target_compile_options(test_pass_manager PRIVATE ${QF_WARNINGS})
+target_include_directories(test_pass_manager PRIVATE ${QF_TEST_DIR})
 target_link_libraries(test_pass_manager PRIVATE qfold_static m)
 set(QF_PASSES_WORK "${QF_TEST_WORK}/passes")
 file(MAKE_DIRECTORY "${QF_PASSES_WORK}")

@@ -19,8 +19,11 @@
  * closing line "N passed, M failed" (test cases; a check that failed outside
  * any RUN counts as one more failed case) and returns the exit code.
  *
+ * REQUIRE_OK(expr) is REQUIRE for a status; FAIL(fmt, ...) records a failure
+ * the test found by its own logic (a comparison loop, a missing file).
  * Every macro has a QF_ name (QF_CHECK, QF_CHECKF, QF_CHECK_OK,
- * QF_CHECK_STATUS, QF_CHECK_ERR, QF_CHECK_MSG, QF_REQUIRE, QF_RUN) and a short
+ * QF_CHECK_STATUS, QF_CHECK_ERR, QF_CHECK_MSG, QF_REQUIRE, QF_REQUIRE_OK,
+ * QF_FAIL, QF_RUN) and a short
  * alias without the prefix; define QF_CHECK_NO_SHORT_NAMES to drop the aliases.
  *
  * The counting allocator (qf_check_count_allocs) routes qfold's allocation
@@ -68,12 +71,12 @@ static inline void qf_check_fail_expr(const char *file, int line, const char *wh
     qf_check_mark_failed();
 }
 
-/* The same, followed by ": <formatted message>". */
+/* The same, followed by ": <formatted message>" (no expression: just the message). */
 static inline QF_CHECK_PRINTF(5, 6) void qf_check_fail(const char *file, int line, const char *what,
                                                         const char *expr, const char *fmt, ...)
 {
     va_list ap;
-    fprintf(stderr, "%s:%d: %s failed: %s: ", file, line, what, expr);
+    fprintf(stderr, "%s:%d: %s failed: %s%s", file, line, what, expr, expr[0] ? ": " : "");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -155,6 +158,21 @@ static inline void qf_check_run(void (*fn)(void), const char *name)
 
 #define QF_CHECK_OK(expr) QF_CHECK_STATUS(expr, QF_OK)
 
+/* QF_REQUIRE_OK(expr): `expr` returns QF_OK, else the test case stops. */
+#define QF_REQUIRE_OK(expr)                                                           \
+    do {                                                                              \
+        qf_status chk_st_ = (expr);                                                   \
+        if (chk_st_ != QF_OK) {                                                       \
+            qf_check_fail(__FILE__, __LINE__, "REQUIRE", #expr, "%s: %s",            \
+                          qf_status_name(chk_st_), qf_error_message());               \
+            qf_check_stop();                                                          \
+        }                                                                             \
+    } while (0)
+
+/* QF_FAIL(fmt, ...): a failure found by the test's own logic (a comparison
+ * loop, a file it cannot read), with a message. */
+#define QF_FAIL(...) qf_check_fail(__FILE__, __LINE__, "check", "", __VA_ARGS__)
+
 /* The current error message contains `needle`. */
 #define QF_CHECK_MSG(needle)                                                          \
     do {                                                                              \
@@ -187,6 +205,8 @@ static inline void qf_check_run(void (*fn)(void), const char *name)
 #define CHECK QF_CHECK
 #define CHECKF QF_CHECKF
 #define REQUIRE QF_REQUIRE
+#define REQUIRE_OK QF_REQUIRE_OK
+#define FAIL QF_FAIL
 #define CHECK_STATUS QF_CHECK_STATUS
 #define CHECK_OK QF_CHECK_OK
 #define CHECK_MSG QF_CHECK_MSG

@@ -16,6 +16,7 @@ static void case_all_pass(void)
     CHECK_MSG("[2, 3]");
     CHECK_ERR(qf_error(QF_ERR_INVALID, "node 'n1': axis 4 out of range"), QF_ERR_INVALID, "axis 4");
     REQUIRE(1, "never printed");
+    REQUIRE_OK(QF_OK);
 }
 
 static void case_checkf_fails(void) { CHECKF(1 == 2, "1 is %d, 2 is %d", 1, 2); }
@@ -39,6 +40,15 @@ static void case_require_stops(void)
     reached_after_require = 1;
 }
 
+static void case_fail(void) { FAIL("%d of %d elements differ", 3, 8); }
+
+static void case_require_ok_stops(void)
+{
+    reached_after_require = 0;
+    REQUIRE_OK(qf_error(QF_ERR_IO, "cannot open 'x.onnx'"));
+    reached_after_require = 1;
+}
+
 /* Run `fn`, which must fail with `nchecks` failed checks; returns 1 if it did. */
 static int fails_with(void (*fn)(void), const char *name, long nchecks)
 {
@@ -52,7 +62,7 @@ static int fails_with(void (*fn)(void), const char *name, long nchecks)
 int main(void)
 {
     /* Phase 1: the harness judged on deliberate failures. */
-    int verdict[6];
+    int verdict[8];
     fprintf(stderr, "--- deliberate failures follow ---\n");
     printf("--- deliberate failures follow ---\n");
     int passed_before = qf_check_passed;
@@ -63,6 +73,8 @@ int main(void)
     verdict[3] = fails_with(case_err_wrong_message, "case_err_wrong_message", 1);
     verdict[4] = fails_with(case_err_but_ok, "case_err_but_ok", 1);
     verdict[5] = fails_with(case_require_stops, "case_require_stops", 1) && !reached_after_require;
+    verdict[6] = fails_with(case_require_ok_stops, "case_require_ok_stops", 1) && !reached_after_require;
+    verdict[7] = fails_with(case_fail, "case_fail", 1);
     /* A check outside RUN counts as one more failed case in the summary. */
     CHECK(0 == 1);
     int failed_cases = qf_check_failed;
@@ -73,14 +85,15 @@ int main(void)
     /* Phase 2: the verdicts, counted from zero. */
     qf_check_failed = qf_check_passed = 0;
     qf_check_nfailed_checks = qf_check_nfailed_in_runs = 0;
-    static const char *const names[6] = {"all checks pass", "CHECKF fails", "CHECK_ERR wrong status",
+    static const char *const names[8] = {"all checks pass", "CHECKF fails", "CHECK_ERR wrong status",
                                          "CHECK_ERR wrong message", "CHECK_ERR on success",
-                                         "REQUIRE stops the case"};
-    for (int i = 0; i < 6; i++) {
+                                         "REQUIRE stops the case", "REQUIRE_OK stops the case",
+                                         "FAIL fails"};
+    for (int i = 0; i < 8; i++) {
         printf("%s harness: %s\n", verdict[i] ? "PASS" : "FAIL", names[i]);
         if (verdict[i]) qf_check_passed++; else qf_check_failed++;
     }
-    int outside_ok = failed_cases == 5 && outside == 1;
+    int outside_ok = failed_cases == 7 && outside == 1;
     printf("%s harness: a check outside RUN is counted\n", outside_ok ? "PASS" : "FAIL");
     if (outside_ok) qf_check_passed++; else qf_check_failed++;
     return qf_check_report();
