@@ -3,7 +3,7 @@
 add_executable(test_spatial ${CMAKE_CURRENT_LIST_DIR}/test_spatial.c)
 target_include_directories(test_spatial PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
 target_compile_options(test_spatial PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_spatial PRIVATE qfold_static)
+target_link_libraries(test_spatial PRIVATE qf_test_tools qfold_static)
 
 add_test(NAME spatial_infer COMMAND test_spatial)
 set_tests_properties(spatial_infer PROPERTIES LABELS "spatial")

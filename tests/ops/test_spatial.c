@@ -6,9 +6,9 @@
  *                           tests/ops/spatial_ref.py (PyTorch references and, with
  *                           --onnx-node, the ONNX backend node tests)
  *
- * Each case is a one-node graph built with the IR API; shape inference runs
- * through qf_graph_infer_shapes, the kernel is called directly with a
- * qf_kernel_io and the scratch size the op table asks for. Outputs must match
+ * Each case is a one-node graph built with the IR API; shape inference and
+ * the kernel run through the one-node runner (tests/tools/qf_node_run.h:
+ * outputs poisoned, scratch of the size the op table asks for). Outputs must match
  * to 1e-4 relative (integers exactly); every mismatch is printed.
  */
 #include <math.h>
@@ -16,43 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op_table.h"
 #include "qfold/graph.h"
 #include "tools/qf_check.h"
-
-/* --- running one node -------------------------------------------------------- */
-
-/* Run node n: graph inputs take their data from feed[i] (graph input order),
- * constants from their payload. Outputs are allocated into outs[]. */
-static qf_status run_node(qf_graph *g, qf_node *n, qf_tensor *const *feed, qf_tensor *outs)
-{
-    const qf_op_info *info = qf_op_info_get(n->op);
-    const qf_tensor *in[8] = {0};
-    for (int i = 0; i < n->ninputs; i++) {
-        qf_value *v = n->inputs[i];
-        if (!v) continue;
-        if (v->kind == QF_VALUE_INPUT) {
-            for (int k = 0; k < g->ninputs; k++)
-                if (g->inputs[k] == v) in[i] = feed[k];
-        } else {
-            in[i] = &v->type;
-        }
-    }
-    qf_tensor *out[4] = {0};
-    for (int i = 0; i < n->noutputs; i++) {
-        const qf_tensor *t = &n->outputs[i]->type;
-        QF_TRY(qf_tensor_init(&outs[i], t->dtype, t->ndim, t->dims));
-        out[i] = &outs[i];
-    }
-    size_t ss = info->scratch ? info->scratch(n) : 0;
-    void *scratch = ss ? qf_malloc(ss) : NULL;
-    if (ss && !scratch) return QF_ERR_NOMEM;
-    qf_kernel_io io = {.node = n, .opset = g->opset, .nin = n->ninputs, .nout = n->noutputs,
-                       .in = in, .out = out, .scratch = scratch, .scratch_size = ss};
-    qf_status st = info->forward(&io);
-    qf_free(scratch);
-    return st;
-}
+#include "tools/qf_node_run.h"
 
 /* --- manifest cases ------------------------------------------------------------ */
 
@@ -126,10 +92,10 @@ static int run_case(const char *dir, const char *cname, const char *opname, int6
     if (qf_graph_init(&g) != QF_OK) return 1;
     g->opset = opset;
     qf_value *ins[8];
-    qf_tensor feed_t[8], want[4], got[4];
-    qf_tensor *feed[8];
+    qf_tensor feed_t[8], want[4];
+    const qf_tensor *feed[8];
+    qf_node_runner run = {0};
     int nin = 0, nfeed = 0, nout = 0, rc = 1;
-    memset(got, 0, sizeof got);
     for (int i = 0; i < ntl; i++) {
         char *kw = strtok(tensor_lines[i], " \n");
         if (!strcmp(kw, "none")) {
@@ -174,21 +140,18 @@ static int run_case(const char *dir, const char *cname, const char *opname, int6
         }
     }
     for (int i = 0; i < nout; i++) qf_graph_add_output(g, n->outputs[i]);
-    qf_status st = qf_graph_infer_shapes(g);
-    if (st == QF_OK) st = qf_graph_verify(g);
-    if (st == QF_OK) st = run_node(g, n, feed, got);
+    qf_status st = qf_node_runner_init_node(&run, g, n, feed);
+    if (st == QF_OK) st = qf_node_runner_run(&run);
     if (st != QF_OK) {
         FAIL("%s: %s: %s", cname, qf_status_name(st), qf_error_message());
         goto done;
     }
     rc = 0;
-    for (int i = 0; i < nout; i++) rc |= compare(cname, i, &got[i], &want[i]);
+    for (int i = 0; i < nout; i++) rc |= compare(cname, i, &run.out[i], &want[i]);
 done:
+    qf_node_runner_free(&run);
     for (int i = 0; i < nfeed; i++) qf_tensor_free(&feed_t[i]);
-    for (int i = 0; i < nout; i++) {
-        qf_tensor_free(&want[i]);
-        qf_tensor_free(&got[i]);
-    }
+    for (int i = 0; i < nout; i++) qf_tensor_free(&want[i]);
     qf_graph_free(g);
     return rc;
 }
