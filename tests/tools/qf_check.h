@@ -125,14 +125,14 @@ static inline void qf_check_run(void (*fn)(void), const char *name)
 
 #define QF_CHECK(cond)                                                                \
     do {                                                                              \
-        if (!(cond)) qf_check_fail_expr(__FILE__, __LINE__, "CHECK", #cond);            \
+        if (!(cond)) qf_check_fail_expr(__FILE__, __LINE__, "CHECK", #cond);          \
     } while (0)
 
 /* QF_CHECKF(cond, fmt, ...): a check with a printf-style message (values,
  * names) printed when it fails. */
 #define QF_CHECKF(cond, ...)                                                          \
     do {                                                                              \
-        if (!(cond)) qf_check_fail(__FILE__, __LINE__, "CHECK", #cond, __VA_ARGS__); \
+        if (!(cond)) qf_check_fail(__FILE__, __LINE__, "CHECK", #cond, __VA_ARGS__);  \
     } while (0)
 
 /* QF_REQUIRE(cond, fmt, ...): a precondition; when it fails the test case
@@ -163,7 +163,7 @@ static inline void qf_check_run(void (*fn)(void), const char *name)
     do {                                                                              \
         qf_status chk_st_ = (expr);                                                   \
         if (chk_st_ != QF_OK) {                                                       \
-            qf_check_fail(__FILE__, __LINE__, "REQUIRE", #expr, "%s: %s",            \
+            qf_check_fail(__FILE__, __LINE__, "REQUIRE", #expr, "%s: %s",             \
                           qf_status_name(chk_st_), qf_error_message());               \
             qf_check_stop();                                                          \
         }                                                                             \
@@ -177,7 +177,7 @@ static inline void qf_check_run(void (*fn)(void), const char *name)
 #define QF_CHECK_MSG(needle)                                                          \
     do {                                                                              \
         if (!strstr(qf_error_message(), (needle))) {                                  \
-            fprintf(stderr, "%s:%d: message \"%s\" does not contain \"%s\"\n",       \
+            fprintf(stderr, "%s:%d: message \"%s\" does not contain \"%s\"\n",        \
                     __FILE__, __LINE__, qf_error_message(), (needle));                \
             qf_check_mark_failed();                                                   \
         }                                                                             \

@@ -7,8 +7,10 @@
 
 static void gc_defaults(qf_gradcheck_opts *o, const qf_gradcheck_opts *given)
 {
-    if (given) *o = *given;
-    else memset(o, 0, sizeof *o);
+    if (given)
+        *o = *given;
+    else
+        memset(o, 0, sizeof *o);
     if (o->eps <= 0) o->eps = 1e-3;
     if (o->rtol <= 0) o->rtol = 1e-2;
     if (o->atol <= 0) o->atol = 1e-3;
@@ -58,7 +60,8 @@ bool qf_gradcheck(qf_gradcheck_loss_fn loss, void *user, float *x, int64_t n, co
         double tol = o.atol + o.rtol * fmax(fabs(numeric), fabs(analytic));
         double err = fabs(numeric - analytic);
         double ratio = isnan(err) ? INFINITY : err / tol;
-        qf_gradcheck_elem e = {.index = i, .x = xi, .numeric = numeric, .analytic = analytic, .ratio = ratio};
+        qf_gradcheck_elem e = {
+            .index = i, .x = xi, .numeric = numeric, .analytic = analytic, .ratio = ratio};
         if (res->worst.index < 0 || ratio > res->worst.ratio) res->worst = e;
         if (ratio > 1.0) {
             res->failed++;
@@ -90,7 +93,10 @@ bool qf_gradcheck_vjp(qf_gradcheck_forward_fn forward, void *user, float *x, int
                       const float *dy, const float *dx, const qf_gradcheck_opts *opts,
                       qf_gradcheck_result *res)
 {
-    gc_vjp v = {.forward = forward, .user = user, .m = m, .dy = dy,
+    gc_vjp v = {.forward = forward,
+                .user = user,
+                .m = m,
+                .dy = dy,
                 .y = malloc((size_t)(m > 0 ? m : 1) * sizeof(float))};
     if (!v.y) {
         memset(res, 0, sizeof *res);
@@ -109,17 +115,21 @@ void qf_gradcheck_print(FILE *f, const char *what, const qf_gradcheck_result *r)
         fprintf(f, "%s: gradient check could not allocate its buffer\n", what);
         return;
     }
-    fprintf(f, "%s: %lld of %lld elements checked, %lld skipped at kinks", what, (long long)r->checked,
-            (long long)r->n, (long long)r->skipped);
+    fprintf(f, "%s: %lld of %lld elements checked, %lld skipped at kinks", what,
+            (long long)r->checked, (long long)r->n, (long long)r->skipped);
     if (r->first_skipped >= 0) fprintf(f, " (first: %lld)", (long long)r->first_skipped);
     if (r->nonfinite) fprintf(f, ", %lld with a non-finite loss", (long long)r->nonfinite);
     fprintf(f, ", %lld failed", (long long)r->failed);
     if (r->worst.index >= 0)
-        fprintf(f, "; worst element %lld: x %.9g, numeric %.9g, analytic %.9g (%.3g of the tolerance)",
-                (long long)r->worst.index, r->worst.x, r->worst.numeric, r->worst.analytic, r->worst.ratio);
+        fprintf(f,
+                "; worst element %lld: x %.9g, numeric %.9g, analytic %.9g (%.3g of the tolerance)",
+                (long long)r->worst.index, r->worst.x, r->worst.numeric, r->worst.analytic,
+                r->worst.ratio);
     fputc('\n', f);
     for (int k = 0; k < r->nshown; k++)
-        fprintf(f, "  %s[%lld]: x %.9g, numeric %.9g, analytic %.9g\n", what, (long long)r->shown[k].index,
-                r->shown[k].x, r->shown[k].numeric, r->shown[k].analytic);
-    if (r->failed > r->nshown) fprintf(f, "  ... and %lld more\n", (long long)(r->failed - r->nshown));
+        fprintf(f, "  %s[%lld]: x %.9g, numeric %.9g, analytic %.9g\n", what,
+                (long long)r->shown[k].index, r->shown[k].x, r->shown[k].numeric,
+                r->shown[k].analytic);
+    if (r->failed > r->nshown)
+        fprintf(f, "  ... and %lld more\n", (long long)(r->failed - r->nshown));
 }

@@ -57,20 +57,20 @@ typedef struct qf_gradcheck_opts {
 typedef struct qf_gradcheck_elem {
     int64_t index;
     double x, numeric, analytic;
-    double ratio;       /* |numeric - analytic| / tol: > 1 fails */
+    double ratio; /* |numeric - analytic| / tol: > 1 fails */
 } qf_gradcheck_elem;
 
 typedef struct qf_gradcheck_result {
-    int64_t n;          /* elements of x */
-    int64_t checked;    /* compared with the analytic gradient */
-    int64_t skipped;    /* skipped by the kink guard */
-    int64_t nonfinite;  /* skipped: the loss was not finite around x[i] */
-    int64_t failed;     /* checked and out of tolerance */
-    qf_gradcheck_elem worst;     /* largest ratio among the checked elements (index -1: none) */
-    int64_t first_skipped;       /* -1: none */
-    int nshown, max_print;       /* the first failures, for the report */
+    int64_t n;               /* elements of x */
+    int64_t checked;         /* compared with the analytic gradient */
+    int64_t skipped;         /* skipped by the kink guard */
+    int64_t nonfinite;       /* skipped: the loss was not finite around x[i] */
+    int64_t failed;          /* checked and out of tolerance */
+    qf_gradcheck_elem worst; /* largest ratio among the checked elements (index -1: none) */
+    int64_t first_skipped;   /* -1: none */
+    int nshown, max_print;   /* the first failures, for the report */
     qf_gradcheck_elem shown[QF_GRADCHECK_MAX_SHOWN];
-    bool alloc_failed;  /* qf_gradcheck_vjp could not allocate its buffer */
+    bool alloc_failed; /* qf_gradcheck_vjp could not allocate its buffer */
 } qf_gradcheck_result;
 
 /* Check `grad` (the analytic dL/dx, n elements) against central differences

@@ -14,8 +14,14 @@ qf_status qf_node_run_kernel(const qf_node *n, int64_t opset, const qf_tensor *c
     size_t ss = info->scratch ? info->scratch(n) : 0;
     void *scratch = ss ? qf_malloc(ss) : NULL;
     if (ss && !scratch) return QF_ERR_NOMEM;
-    qf_kernel_io io = {.node = n, .opset = opset, .nin = n->ninputs, .nout = n->noutputs,
-                       .in = in, .out = out, .scratch = scratch, .scratch_size = ss};
+    qf_kernel_io io = {.node = n,
+                       .opset = opset,
+                       .nin = n->ninputs,
+                       .nout = n->noutputs,
+                       .in = in,
+                       .out = out,
+                       .scratch = scratch,
+                       .scratch_size = ss};
     qf_status st = info->forward(&io);
     qf_free(scratch);
     return st;
@@ -26,8 +32,8 @@ qf_status qf_node_runner_init(qf_node_runner *r, qf_op op, const char *name, int
 {
     memset(r, 0, sizeof *r);
     if (nin < 0 || nin > QF_NODE_RUN_MAX_IN || nout < 1 || nout > QF_NODE_RUN_MAX_OUT)
-        return qf_error(QF_ERR_UNSUPPORTED, "node runner: %d inputs, %d outputs (at most %d, %d)", nin,
-                        nout, QF_NODE_RUN_MAX_IN, QF_NODE_RUN_MAX_OUT);
+        return qf_error(QF_ERR_UNSUPPORTED, "node runner: %d inputs, %d outputs (at most %d, %d)",
+                        nin, nout, QF_NODE_RUN_MAX_IN, QF_NODE_RUN_MAX_OUT);
     QF_TRY(qf_graph_init(&r->g));
     r->owns_graph = 1;
     r->g->opset = opset;
@@ -58,7 +64,8 @@ qf_status qf_node_runner_init_node(qf_node_runner *r, qf_graph *g, qf_node *n,
     memset(r, 0, sizeof *r);
     if (g->ninputs > QF_NODE_RUN_MAX_IN || n->ninputs > QF_NODE_RUN_MAX_IN ||
         n->noutputs > QF_NODE_RUN_MAX_OUT)
-        return qf_error(QF_ERR_UNSUPPORTED, "node runner: node '%s' has %d inputs, %d outputs (at most %d, %d)",
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "node runner: node '%s' has %d inputs, %d outputs (at most %d, %d)",
                         n->name, n->ninputs, n->noutputs, QF_NODE_RUN_MAX_IN, QF_NODE_RUN_MAX_OUT);
     r->g = g;
     r->n = n;
@@ -86,7 +93,8 @@ qf_status qf_node_runner_run(qf_node_runner *r)
     for (int i = 0; i < n->ninputs; i++) {
         in[i] = runner_input(r, i);
         if (n->inputs[i] && !in[i])
-            return qf_error(QF_ERR_INVALID, "node runner: no data fed for input %d of node '%s'", i, n->name);
+            return qf_error(QF_ERR_INVALID, "node runner: no data fed for input %d of node '%s'", i,
+                            n->name);
     }
     qf_tensor *out[QF_NODE_RUN_MAX_OUT] = {0};
     for (int j = 0; j < n->noutputs; j++) {

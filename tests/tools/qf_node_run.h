@@ -26,16 +26,16 @@
 
 #include "qfold/graph.h"
 
-#define QF_NODE_RUN_MAX_IN 16
+#define QF_NODE_RUN_MAX_IN  16
 #define QF_NODE_RUN_MAX_OUT 8
-#define QF_NODE_RUN_POISON 0x7f
+#define QF_NODE_RUN_POISON  0x7f
 
 typedef struct qf_node_runner {
-    qf_graph *g;          /* the graph holding the node */
-    qf_node *n;           /* the node to run */
-    int owns_graph;       /* built by qf_node_runner_init: freed with the runner */
+    qf_graph *g;    /* the graph holding the node */
+    qf_node *n;     /* the node to run */
+    int owns_graph; /* built by qf_node_runner_init: freed with the runner */
     const qf_tensor *feed[QF_NODE_RUN_MAX_IN]; /* data of the graph inputs, in graph-input order */
-    int nout;             /* outputs allocated so far */
+    int nout;                                  /* outputs allocated so far */
     qf_tensor out[QF_NODE_RUN_MAX_OUT];        /* the node's outputs (owned) */
 } qf_node_runner;
 

@@ -73,7 +73,8 @@ int main(void)
     verdict[3] = fails_with(case_err_wrong_message, "case_err_wrong_message", 1);
     verdict[4] = fails_with(case_err_but_ok, "case_err_but_ok", 1);
     verdict[5] = fails_with(case_require_stops, "case_require_stops", 1) && !reached_after_require;
-    verdict[6] = fails_with(case_require_ok_stops, "case_require_ok_stops", 1) && !reached_after_require;
+    verdict[6] =
+        fails_with(case_require_ok_stops, "case_require_ok_stops", 1) && !reached_after_require;
     verdict[7] = fails_with(case_fail, "case_fail", 1);
     /* A check outside RUN counts as one more failed case in the summary. */
     CHECK(0 == 1);
@@ -85,16 +86,22 @@ int main(void)
     /* Phase 2: the verdicts, counted from zero. */
     qf_check_failed = qf_check_passed = 0;
     qf_check_nfailed_checks = qf_check_nfailed_in_runs = 0;
-    static const char *const names[8] = {"all checks pass", "CHECKF fails", "CHECK_ERR wrong status",
-                                         "CHECK_ERR wrong message", "CHECK_ERR on success",
-                                         "REQUIRE stops the case", "REQUIRE_OK stops the case",
-                                         "FAIL fails"};
+    static const char *const names[8] = {"all checks pass",           "CHECKF fails",
+                                         "CHECK_ERR wrong status",    "CHECK_ERR wrong message",
+                                         "CHECK_ERR on success",      "REQUIRE stops the case",
+                                         "REQUIRE_OK stops the case", "FAIL fails"};
     for (int i = 0; i < 8; i++) {
         printf("%s harness: %s\n", verdict[i] ? "PASS" : "FAIL", names[i]);
-        if (verdict[i]) qf_check_passed++; else qf_check_failed++;
+        if (verdict[i])
+            qf_check_passed++;
+        else
+            qf_check_failed++;
     }
     int outside_ok = failed_cases == 7 && outside == 1;
     printf("%s harness: a check outside RUN is counted\n", outside_ok ? "PASS" : "FAIL");
-    if (outside_ok) qf_check_passed++; else qf_check_failed++;
+    if (outside_ok)
+        qf_check_passed++;
+    else
+        qf_check_failed++;
     return qf_check_report();
 }

@@ -53,8 +53,8 @@ static void test_square(void)
     qf_gradcheck_result r;
     bool ok = qf_gradcheck(loss_square, NULL, x, N, g, NULL, &r);
     qf_gradcheck_print(stdout, "x^2", &r);
-    CHECKF(ok && r.failed == 0 && r.checked == N, "x^2: %lld failed, %lld checked", (long long)r.failed,
-           (long long)r.checked);
+    CHECKF(ok && r.failed == 0 && r.checked == N, "x^2: %lld failed, %lld checked",
+           (long long)r.failed, (long long)r.checked);
     CHECKF(r.skipped == 0, "x^2: %lld smooth elements skipped as kinks", (long long)r.skipped);
     CHECK(memcmp(x, x0, sizeof x) == 0); /* x restored bit for bit */
 
@@ -75,14 +75,15 @@ static void test_sin(void)
     qf_gradcheck_opts o = {.eps = 1e-3};
     bool ok = qf_gradcheck(loss_sin, NULL, x, N, g, &o, &r);
     qf_gradcheck_print(stdout, "sin", &r);
-    CHECKF(ok && r.checked == N && r.skipped == 0, "sin: %lld failed, %lld skipped", (long long)r.failed,
-           (long long)r.skipped);
+    CHECKF(ok && r.checked == N && r.skipped == 0, "sin: %lld failed, %lld skipped",
+           (long long)r.failed, (long long)r.skipped);
 
     /* The derivative of cos (the classic sign slip) fails. */
     for (int i = 0; i < N; i++) g[i] = (float)-sin((double)x[i]);
     ok = qf_gradcheck(loss_sin, NULL, x, N, g, &o, &r);
     qf_gradcheck_print(stdout, "sin with -sin as gradient (expected to fail)", &r);
-    CHECKF(!ok && r.failed > N / 2, "wrong sin gradient: ok %d, %lld failed", ok, (long long)r.failed);
+    CHECKF(!ok && r.failed > N / 2, "wrong sin gradient: ok %d, %lld failed", ok,
+           (long long)r.failed);
 }
 
 /* --- a small matmul through the vector-Jacobian form ------------------------- */
@@ -133,21 +134,23 @@ static void test_matmul(void)
     c.wrt_b = 0;
     bool ok = qf_gradcheck_vjp(mm_forward, &c, x, M * K, M * P, dy, da, &o, &r);
     qf_gradcheck_print(stdout, "matmul dA", &r);
-    CHECKF(ok && r.checked == M * K && r.skipped == 0, "matmul dA: %lld failed", (long long)r.failed);
+    CHECKF(ok && r.checked == M * K && r.skipped == 0, "matmul dA: %lld failed",
+           (long long)r.failed);
     c.wrt_b = 1;
     float xb[K * P];
     memcpy(xb, c.b, sizeof xb);
     ok = qf_gradcheck_vjp(mm_forward, &c, xb, K * P, M * P, dy, db, &o, &r);
     qf_gradcheck_print(stdout, "matmul dB", &r);
-    CHECKF(ok && r.checked == K * P && r.skipped == 0, "matmul dB: %lld failed", (long long)r.failed);
+    CHECKF(ok && r.checked == K * P && r.skipped == 0, "matmul dB: %lld failed",
+           (long long)r.failed);
 
     /* One wrong element is found, and it is the worst one reported. */
     da[5] += 0.1f;
     c.wrt_b = 0;
     ok = qf_gradcheck_vjp(mm_forward, &c, x, M * K, M * P, dy, da, &o, &r);
     qf_gradcheck_print(stdout, "matmul dA with element 5 off by 0.1 (expected to fail)", &r);
-    CHECKF(!ok && r.failed == 1 && r.worst.index == 5, "wrong dA: ok %d, %lld failed, worst %lld", ok,
-           (long long)r.failed, (long long)r.worst.index);
+    CHECKF(!ok && r.failed == 1 && r.worst.index == 5, "wrong dA: ok %d, %lld failed, worst %lld",
+           ok, (long long)r.failed, (long long)r.worst.index);
 
     /* The transpose mix-up (dY B instead of dY B^T, read as M x K) fails. */
     for (int i = 0; i < M * K; i++) da[i] = dy[i % (M * P)] * c.b[i % (K * P)];
@@ -181,23 +184,25 @@ static void test_relu_kink(void)
     qf_gradcheck_result r;
     bool ok = qf_gradcheck_vjp(relu_forward, NULL, x, N, N, dy, dx, &o, &r);
     qf_gradcheck_print(stdout, "relu", &r);
-    CHECKF(ok && r.failed == 0, "relu: a false failure at the kink (%lld failed, worst %lld)", (long long)r.failed,
-           (long long)r.worst.index);
-    CHECKF(r.skipped >= NNEAR - 1 && r.skipped <= NNEAR, "relu: %lld skipped, expected the %d near the kink",
-           (long long)r.skipped, NNEAR);
+    CHECKF(ok && r.failed == 0, "relu: a false failure at the kink (%lld failed, worst %lld)",
+           (long long)r.failed, (long long)r.worst.index);
+    CHECKF(r.skipped >= NNEAR - 1 && r.skipped <= NNEAR,
+           "relu: %lld skipped, expected the %d near the kink", (long long)r.skipped, NNEAR);
     CHECKF(r.checked == N - r.skipped, "relu: %lld checked of %d", (long long)r.checked, N);
 
     /* Without the guard the same correct gradient fails at the kink. */
     qf_gradcheck_opts raw = {.eps = 1e-3, .kink_factor = -1};
     ok = qf_gradcheck_vjp(relu_forward, NULL, x, N, N, dy, dx, &raw, &r);
     qf_gradcheck_print(stdout, "relu without the kink guard (expected to fail)", &r);
-    CHECKF(!ok && r.skipped == 0, "relu without guard: ok %d, %lld skipped", ok, (long long)r.skipped);
+    CHECKF(!ok && r.skipped == 0, "relu without guard: ok %d, %lld skipped", ok,
+           (long long)r.skipped);
 
     /* A wrong derivative (1 everywhere, also below 0) fails despite the guard. */
     for (int i = 0; i < N; i++) dx[i] = dy[i];
     ok = qf_gradcheck_vjp(relu_forward, NULL, x, N, N, dy, dx, &o, &r);
     qf_gradcheck_print(stdout, "relu with derivative 1 below 0 (expected to fail)", &r);
-    CHECKF(!ok && r.failed >= 5, "wrong relu gradient: ok %d, %lld failed", ok, (long long)r.failed);
+    CHECKF(!ok && r.failed >= 5, "wrong relu gradient: ok %d, %lld failed", ok,
+           (long long)r.failed);
 }
 
 int main(void)
