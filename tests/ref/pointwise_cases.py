@@ -5,7 +5,7 @@ the layout of the ONNX backend node tests, with outputs from numpy / PyTorch.
     pointwise_cases.py OUTDIR
 
 Writes OUTDIR/<case>/{model.onnx, qf_meta.txt, test_data_set_0/{input,output}_<j>.pb}
-and OUTDIR/manifest.txt (one case directory per line) for tests/node/node_runner.
+and OUTDIR/manifest.txt (one case directory per line) for tests/ops/node/node_runner.
 They cover what the onnx node tests do not: batch-broadcast MatMul and 1-D
 operands, per-channel / two-sided broadcasting, integer Div truncation,
 Softmax before and after opset 13 on 4-D input, Einsum in float32, Gemm with a column bias,

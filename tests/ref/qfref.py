@@ -1,8 +1,8 @@
-"""Helpers shared by the Python reference scripts (tests/ref, tests/folds,
-tests/passes, bench).
+"""Helpers shared by the Python reference scripts (tests/ref, tests/passes,
+bench).
 
 Scripts outside tests/ref import it by putting tests/ref on sys.path relative
-to their own location, e.g. from tests/folds:
+to their own location, e.g. from tests/passes:
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
     from qfref import randomize_bn  # noqa: E402

@@ -2,12 +2,13 @@
 # commands (issue 3). The C unit tests build graphs with the IR API; the
 # model tests export small torch models and compare `qfold run` of the
 # original, `qfold run` of the fused file and ONNX Runtime on the fused file.
-add_executable(test_pass_manager ${CMAKE_CURRENT_SOURCE_DIR}/passes/test_pass_manager.c)
+add_executable(test_pass_manager ${CMAKE_CURRENT_LIST_DIR}/test_pass_manager.c)
 target_compile_options(test_pass_manager PRIVATE ${QF_WARNINGS})
+target_include_directories(test_pass_manager PRIVATE ${QF_TEST_DIR})
 target_link_libraries(test_pass_manager PRIVATE qfold_static m)
 set(QF_PASSES_WORK "${QF_TEST_WORK}/passes")
 file(MAKE_DIRECTORY "${QF_PASSES_WORK}")
-add_test(NAME passes_manager COMMAND test_pass_manager ${QF_PASSES_WORK})
+add_test(NAME passes_manager COMMAND test_pass_manager)
 set_tests_properties(passes_manager PROPERTIES LABELS "passes" TIMEOUT 60)
 
 # Model and command-line tests (Python drives qfold, ONNX Runtime and torch).
@@ -15,7 +16,7 @@ set(QF_PASSES_CASES linear2d linear3d relu6 gemm_attrs passthru cli_verify_fail 
 if(QF_NODE)
   foreach(c ${QF_PASSES_CASES})
     add_test(NAME passes_${c}
-      COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/passes/fuse_models.py $<TARGET_FILE:qfold> ${QF_NODE}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/fuse_models.py $<TARGET_FILE:qfold> ${QF_NODE}
               ${QF_TEST_DIR}/ref/ort_run.js ${QF_PASSES_WORK}/${c} ${c})
     set_tests_properties(passes_${c} PROPERTIES LABELS "passes" TIMEOUT 180)
   endforeach()

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Fixtures for tests/test_exec.c: inputs and expected outputs of the layout
+"""Fixtures for tests/exec/test_exec.c: inputs and expected outputs of the layout
 and constant ops, computed independently with numpy.
 
     exec_fixtures.py OUTDIR

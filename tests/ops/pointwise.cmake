@@ -1,9 +1,9 @@
 # Pointwise, linear and quantization kernels (src/ops/{linear,elementwise,
 # activation,quant,broadcast}.c) against naive references.
-add_executable(test_pointwise ${CMAKE_CURRENT_SOURCE_DIR}/test_pointwise.c)
-target_include_directories(test_pointwise PRIVATE ${CMAKE_SOURCE_DIR}/src)
+add_executable(test_pointwise ${CMAKE_CURRENT_LIST_DIR}/test_pointwise.c)
+target_include_directories(test_pointwise PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
 target_compile_options(test_pointwise PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_pointwise PRIVATE qfold_static)
+target_link_libraries(test_pointwise PRIVATE qf_test_tools qfold_static)
 add_test(NAME pointwise COMMAND test_pointwise)
 set_tests_properties(pointwise PROPERTIES LABELS "unit" TIMEOUT 60)
 

@@ -1,15 +1,15 @@
 # ONNX backend node tests (issue 2): generated offline from python3-onnx once
 # per ctest run (fixture node_data), one ctest per op: node_Conv, node_Add, ...
 # Tests whose model chains several supported ops run as node_expanded.
-add_executable(node_runner ${CMAKE_CURRENT_SOURCE_DIR}/node/node_runner.c)
+add_executable(node_runner ${CMAKE_CURRENT_LIST_DIR}/node/node_runner.c)
 target_compile_options(node_runner PRIVATE ${QF_WARNINGS})
 target_link_libraries(node_runner PRIVATE qfold_static)
 target_include_directories(node_runner PRIVATE ${CMAKE_SOURCE_DIR}/src)
 
 set(QF_NODE_WORK "${QF_TEST_WORK}/node")
 add_test(NAME node_generate
-  COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/node/gen_node_tests.py ${QF_NODE_WORK}
-          ${QF_TEST_DIR}/node/excluded.txt)
+  COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/node/gen_node_tests.py ${QF_NODE_WORK}
+          ${CMAKE_CURRENT_LIST_DIR}/node/excluded.txt)
 set_tests_properties(node_generate PROPERTIES FIXTURES_SETUP node_data LABELS "node" TIMEOUT 120)
 
 set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Div Pow Sqrt

@@ -3,12 +3,12 @@
  *
  *   test_spatial            shape-inference and bad-input tests (no files)
  *   test_spatial CASEDIR    also every case of CASEDIR/manifest.txt, written by
- *                           tests/spatial_ref.py (PyTorch references and, with
+ *                           tests/ops/spatial_ref.py (PyTorch references and, with
  *                           --onnx-node, the ONNX backend node tests)
  *
- * Each case is a one-node graph built with the IR API; shape inference runs
- * through qf_graph_infer_shapes, the kernel is called directly with a
- * qf_kernel_io and the scratch size the op table asks for. Outputs must match
+ * Each case is a one-node graph built with the IR API; shape inference and
+ * the kernel run through the one-node runner (tests/tools/qf_node_run.h:
+ * outputs poisoned, scratch of the size the op table asks for). Outputs must match
  * to 1e-4 relative (integers exactly); every mismatch is printed.
  */
 #include <math.h>
@@ -16,54 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op_table.h"
 #include "qfold/graph.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            failures++;                                                     \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);            \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fputc('\n', stderr);                                            \
-        }                                                                   \
-    } while (0)
-
-/* --- running one node -------------------------------------------------------- */
-
-/* Run node n: graph inputs take their data from feed[i] (graph input order),
- * constants from their payload. Outputs are allocated into outs[]. */
-static qf_status run_node(qf_graph *g, qf_node *n, qf_tensor *const *feed, qf_tensor *outs)
-{
-    const qf_op_info *info = qf_op_info_get(n->op);
-    const qf_tensor *in[8] = {0};
-    for (int i = 0; i < n->ninputs; i++) {
-        qf_value *v = n->inputs[i];
-        if (!v) continue;
-        if (v->kind == QF_VALUE_INPUT) {
-            for (int k = 0; k < g->ninputs; k++)
-                if (g->inputs[k] == v) in[i] = feed[k];
-        } else {
-            in[i] = &v->type;
-        }
-    }
-    qf_tensor *out[4] = {0};
-    for (int i = 0; i < n->noutputs; i++) {
-        const qf_tensor *t = &n->outputs[i]->type;
-        QF_TRY(qf_tensor_init(&outs[i], t->dtype, t->ndim, t->dims));
-        out[i] = &outs[i];
-    }
-    size_t ss = info->scratch ? info->scratch(n) : 0;
-    void *scratch = ss ? qf_malloc(ss) : NULL;
-    if (ss && !scratch) return QF_ERR_NOMEM;
-    qf_kernel_io io = {.node = n, .opset = g->opset, .nin = n->ninputs, .nout = n->noutputs,
-                       .in = in, .out = out, .scratch = scratch, .scratch_size = ss};
-    qf_status st = info->forward(&io);
-    qf_free(scratch);
-    return st;
-}
+#include "tools/qf_check.h"
+#include "tools/qf_node_run.h"
 
 /* --- manifest cases ------------------------------------------------------------ */
 
@@ -103,7 +58,7 @@ static int compare(const char *cname, int k, const qf_tensor *got, const qf_tens
 {
     char a[96], b[96];
     if (!qf_shape_equal(got->ndim, got->dims, want->ndim, want->dims) || got->dtype != want->dtype) {
-        CHECK(0, "%s: output %d is %s %s, expected %s %s", cname, k, qf_dtype_name(got->dtype),
+        FAIL("%s: output %d is %s %s, expected %s %s", cname, k, qf_dtype_name(got->dtype),
               qf_shape_str(got->ndim, got->dims, a, sizeof a), qf_dtype_name(want->dtype),
               qf_shape_str(want->ndim, want->dims, b, sizeof b));
         return 1;
@@ -124,7 +79,7 @@ static int compare(const char *cname, int k, const qf_tensor *got, const qf_tens
             bad++;
         }
     }
-    CHECK(bad == 0, "%s: output %d: %d of %lld elements differ (max abs error %.3g)", cname, k, bad, (long long)n,
+    CHECKF(bad == 0, "%s: output %d: %d of %lld elements differ (max abs error %.3g)", cname, k, bad, (long long)n,
           worst);
     return bad != 0;
 }
@@ -137,10 +92,10 @@ static int run_case(const char *dir, const char *cname, const char *opname, int6
     if (qf_graph_init(&g) != QF_OK) return 1;
     g->opset = opset;
     qf_value *ins[8];
-    qf_tensor feed_t[8], want[4], got[4];
-    qf_tensor *feed[8];
+    qf_tensor feed_t[8], want[4];
+    const qf_tensor *feed[8];
+    qf_node_runner run = {0};
     int nin = 0, nfeed = 0, nout = 0, rc = 1;
-    memset(got, 0, sizeof got);
     for (int i = 0; i < ntl; i++) {
         char *kw = strtok(tensor_lines[i], " \n");
         if (!strcmp(kw, "none")) {
@@ -150,7 +105,7 @@ static int run_case(const char *dir, const char *cname, const char *opname, int6
         char *name;
         qf_tensor t;
         if (read_tensor(dir, &name, &t)) {
-            CHECK(0, "%s: cannot read tensor line %d", cname, i);
+            FAIL("%s: cannot read tensor line %d", cname, i);
             goto done;
         }
         if (!strcmp(kw, "in")) {
@@ -185,21 +140,18 @@ static int run_case(const char *dir, const char *cname, const char *opname, int6
         }
     }
     for (int i = 0; i < nout; i++) qf_graph_add_output(g, n->outputs[i]);
-    qf_status st = qf_graph_infer_shapes(g);
-    if (st == QF_OK) st = qf_graph_verify(g);
-    if (st == QF_OK) st = run_node(g, n, feed, got);
+    qf_status st = qf_node_runner_init_node(&run, g, n, feed);
+    if (st == QF_OK) st = qf_node_runner_run(&run);
     if (st != QF_OK) {
-        CHECK(0, "%s: %s: %s", cname, qf_status_name(st), qf_error_message());
+        FAIL("%s: %s: %s", cname, qf_status_name(st), qf_error_message());
         goto done;
     }
     rc = 0;
-    for (int i = 0; i < nout; i++) rc |= compare(cname, i, &got[i], &want[i]);
+    for (int i = 0; i < nout; i++) rc |= compare(cname, i, &run.out[i], &want[i]);
 done:
+    qf_node_runner_free(&run);
     for (int i = 0; i < nfeed; i++) qf_tensor_free(&feed_t[i]);
-    for (int i = 0; i < nout; i++) {
-        qf_tensor_free(&want[i]);
-        qf_tensor_free(&got[i]);
-    }
+    for (int i = 0; i < nout; i++) qf_tensor_free(&want[i]);
     qf_graph_free(g);
     return rc;
 }
@@ -209,7 +161,7 @@ static void run_manifest(const char *dir)
     char path[4096], line[4096];
     snprintf(path, sizeof path, "%s/manifest.txt", dir);
     FILE *f = fopen(path, "r");
-    CHECK(f != NULL, "cannot open %s", path);
+    CHECKF(f != NULL, "cannot open %s", path);
     if (!f) return;
     char cname[256] = "", opname[64] = "";
     int64_t opset = 13;
@@ -240,7 +192,7 @@ static void run_manifest(const char *dir)
     }
     fclose(f);
     printf("%d cases, %d failed\n", ncases, nfail);
-    CHECK(ncases > 0, "no cases in %s", path);
+    CHECKF(ncases > 0, "no cases in %s", path);
 }
 
 /* --- shape inference and bad inputs -------------------------------------------- */
@@ -272,11 +224,11 @@ static mini mini_graph(qf_op op, int xnd, const int64_t *xdims, int wnd, const i
 static void expect_dims(const char *what, const mini *m, int nd, const int64_t *dims)
 {
     qf_status st = qf_graph_infer_shapes(m->g);
-    CHECK(st == QF_OK, "%s: infer failed: %s", what, qf_error_message());
+    CHECKF(st == QF_OK, "%s: infer failed: %s", what, qf_error_message());
     if (st != QF_OK) return;
     const qf_tensor *y = &m->n->outputs[0]->type;
     char a[96], b[96];
-    CHECK(qf_shape_equal(y->ndim, y->dims, nd, dims), "%s: inferred %s, expected %s", what,
+    CHECKF(qf_shape_equal(y->ndim, y->dims, nd, dims), "%s: inferred %s, expected %s", what,
           qf_shape_str(y->ndim, y->dims, a, sizeof a), qf_shape_str(nd, dims, b, sizeof b));
 }
 
@@ -284,9 +236,9 @@ static void expect_error(const char *what, const mini *m, qf_status code, const 
 {
     qf_error_clear();
     qf_status st = qf_graph_infer_shapes(m->g);
-    CHECK(st == code, "%s: status %s, expected %s (%s)", what, qf_status_name(st), qf_status_name(code),
+    CHECKF(st == code, "%s: status %s, expected %s (%s)", what, qf_status_name(st), qf_status_name(code),
           qf_error_message());
-    CHECK(strstr(qf_error_message(), "'n0'") && strstr(qf_error_message(), needle),
+    CHECKF(strstr(qf_error_message(), "'n0'") && strstr(qf_error_message(), needle),
           "%s: message '%s' should name the node and contain '%s'", what, qf_error_message(), needle);
 }
 
@@ -452,15 +404,17 @@ static void test_bad_inputs(void)
     }
 }
 
+static const char *case_dir; /* the manifest's directory, NULL: none given */
+
+static void test_manifest(void) { run_manifest(case_dir); }
+
 int main(int argc, char **argv)
 {
-    test_inference();
-    test_bad_inputs();
-    if (argc > 1) run_manifest(argv[1]);
-    if (failures) {
-        fprintf(stderr, "%d check(s) failed\n", failures);
-        return 1;
+    RUN(test_inference);
+    RUN(test_bad_inputs);
+    if (argc > 1) {
+        case_dir = argv[1];
+        RUN(test_manifest);
     }
-    printf("test_spatial: all checks passed\n");
-    return 0;
+    return qf_check_report();
 }

@@ -1,5 +1,5 @@
 # Quantization: observers against PyTorch 1.13's (tests/quant/).
-add_executable(test_observers ${QF_TEST_DIR}/quant/test_observers.c)
+add_executable(test_observers ${CMAKE_CURRENT_LIST_DIR}/test_observers.c)
 target_include_directories(test_observers PRIVATE ${QF_TEST_DIR})
 target_compile_options(test_observers PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_observers PRIVATE qfold_static)
@@ -8,14 +8,14 @@ set_tests_properties(quant_observers PROPERTIES LABELS "quant" TIMEOUT 60)
 
 if(QF_PYTHON3)
   set(QF_OBSERVER_REF "${QF_TEST_WORK}/observer_ref")
-  add_test(NAME quant_observers_ref_gen COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/quant/observers_ref.py ${QF_OBSERVER_REF})
+  add_test(NAME quant_observers_ref_gen COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/observers_ref.py ${QF_OBSERVER_REF})
   set_tests_properties(quant_observers_ref_gen PROPERTIES FIXTURES_SETUP observer_ref LABELS "quant" TIMEOUT 300)
   add_test(NAME quant_observers_torch COMMAND test_observers ${QF_OBSERVER_REF})
   set_tests_properties(quant_observers_torch PROPERTIES FIXTURES_REQUIRED observer_ref LABELS "quant" TIMEOUT 120)
 endif()
 
 # Fixed-point requantization (src/ops/requant.h).
-add_executable(test_requant ${QF_TEST_DIR}/quant/test_requant.c)
+add_executable(test_requant ${CMAKE_CURRENT_LIST_DIR}/test_requant.c)
 target_include_directories(test_requant PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
 target_compile_options(test_requant PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_requant PRIVATE qfold_static)
@@ -23,7 +23,7 @@ add_test(NAME quant_requant COMMAND test_requant)
 set_tests_properties(quant_requant PROPERTIES LABELS "quant" TIMEOUT 60)
 
 # Annotation: where the profiles put every Q/DQ pair.
-add_executable(test_annotate ${QF_TEST_DIR}/quant/test_annotate.c)
+add_executable(test_annotate ${CMAKE_CURRENT_LIST_DIR}/test_annotate.c)
 target_include_directories(test_annotate PRIVATE ${QF_TEST_DIR})
 target_compile_options(test_annotate PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_annotate PRIVATE qfold_static)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Tests of the qfold command line (registered by tests/cli.cmake).
+"""Tests of the qfold command line (registered by tests/cli/cli.cmake).
 
     cli_test.py --qfold BIN --examples DIR --work DIR --version V CASE
 

@@ -1,4 +1,4 @@
-# The qfold command line: one ctest per case of tests/cli_test.py (exit codes,
+# The qfold command line: one ctest per case of tests/cli/cli_test.py (exit codes,
 # messages, inspect text / JSON / DOT, run against PyTorch's output on the
 # bundled example). They run the qfold binary of this build, so under
 # `make test-asan` they run it with AddressSanitizer + UBSan.
@@ -6,7 +6,7 @@ set(QF_CLI_CASES version help usage inspect inspect_json inspect_dot inspect_esc
     eval eval_compare eval_fixed_batch eval_errors)
 foreach(case ${QF_CLI_CASES})
   add_test(NAME cli_${case}
-    COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/cli_test.py
+    COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/cli_test.py
             --qfold $<TARGET_FILE:qfold> --examples ${PROJECT_SOURCE_DIR}/examples
             --work ${QF_TEST_WORK}/cli --version ${PROJECT_VERSION} ${case})
   set_tests_properties(cli_${case} PROPERTIES LABELS "cli" TIMEOUT 120)

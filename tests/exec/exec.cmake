@@ -1,12 +1,12 @@
 # Executor (plan, arena, folding) and the layout / constant op kernels,
 # checked against numpy fixtures generated at test time.
-add_executable(test_exec ${CMAKE_CURRENT_SOURCE_DIR}/test_exec.c)
+add_executable(test_exec ${CMAKE_CURRENT_LIST_DIR}/test_exec.c)
 target_compile_options(test_exec PRIVATE ${QF_WARNINGS})
-target_include_directories(test_exec PRIVATE ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(test_exec PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
 target_link_libraries(test_exec PRIVATE qfold_static)
 
 set(QF_EXEC_WORK "${QF_TEST_WORK}/exec")
-add_test(NAME exec_fixtures COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/exec_fixtures.py ${QF_EXEC_WORK})
+add_test(NAME exec_fixtures COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/exec_fixtures.py ${QF_EXEC_WORK})
 set_tests_properties(exec_fixtures PROPERTIES FIXTURES_SETUP exec_data LABELS "exec" TIMEOUT 60)
 add_test(NAME exec COMMAND test_exec ${QF_EXEC_WORK})
 set_tests_properties(exec PROPERTIES FIXTURES_REQUIRED exec_data LABELS "exec" TIMEOUT 120)

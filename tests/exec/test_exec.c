@@ -1,7 +1,7 @@
 /* Tests of the executor (plan, arena reuse, input checks, constant folding)
  * and of the layout / constant op kernels against numpy fixtures.
  *
- *   test_exec FIXTURE_DIR     (FIXTURE_DIR written by tests/exec_fixtures.py)
+ *   test_exec FIXTURE_DIR     (FIXTURE_DIR written by tests/exec/exec_fixtures.py)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,39 +10,7 @@
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "qfold/io.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);     \
-            failures++;                                                                 \
-        }                                                                               \
-    } while (0)
-
-#define CHECK_OK(expr)                                                                  \
-    do {                                                                                \
-        qf_status st_ = (expr);                                                         \
-        if (st_ != QF_OK) {                                                             \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #expr,    \
-                    qf_status_name(st_), qf_error_message());                           \
-            failures++;                                                                 \
-        }                                                                               \
-    } while (0)
-
-/* Expect `expr` to fail with `code` and a message containing both strings. */
-#define CHECK_ERR(expr, code, s1, s2)                                                   \
-    do {                                                                                \
-        qf_status st_ = (expr);                                                         \
-        const char *m_ = qf_error_message();                                            \
-        if (st_ != (code) || !strstr(m_, (s1)) || !strstr(m_, (s2))) {                  \
-            fprintf(stderr, "%s:%d: %s: expected %s with '%s', '%s'; got %s: %s\n",      \
-                    __FILE__, __LINE__, #expr, qf_status_name(code), (s1), (s2),        \
-                    qf_status_name(st_), m_);                                           \
-            failures++;                                                                 \
-        }                                                                               \
-    } while (0)
+#include "tools/qf_check.h"
 
 /* --- a minimal .npy reader (fixtures only: C order, little-endian) ---------- */
 static int load_npy(const char *path, qf_tensor *t)
@@ -214,10 +182,9 @@ static void compare(const char *what, const qf_tensor *got, const qf_tensor *wan
 {
     char a[128], b[128];
     if (got->dtype != want->dtype || !qf_shape_equal(got->ndim, got->dims, want->ndim, want->dims)) {
-        fprintf(stderr, "%s: got %s %s, want %s %s\n", what, qf_dtype_name(got->dtype),
-                qf_shape_str(got->ndim, got->dims, a, sizeof a), qf_dtype_name(want->dtype),
-                qf_shape_str(want->ndim, want->dims, b, sizeof b));
-        failures++;
+        FAIL("%s: got %s %s, want %s %s", what, qf_dtype_name(got->dtype),
+             qf_shape_str(got->ndim, got->dims, a, sizeof a), qf_dtype_name(want->dtype),
+             qf_shape_str(want->ndim, want->dims, b, sizeof b));
         return;
     }
     size_t esz = qf_dtype_size(got->dtype);
@@ -230,15 +197,12 @@ static void compare(const char *what, const qf_tensor *got, const qf_tensor *wan
             fprintf(stderr, "%s: element %lld: got %g, want %g\n", what, (long long)i,
                     qf_tensor_get_f64(got, i), qf_tensor_get_f64(want, i));
     }
-    if (bad) {
-        fprintf(stderr, "%s: %lld of %lld elements differ\n", what, (long long)bad, (long long)n);
-        failures++;
-    }
+    if (bad) FAIL("%s: %lld of %lld elements differ", what, (long long)bad, (long long)n);
 }
 
 static void run_case(const char *dir, const op_case *c)
 {
-    int before = failures;
+    long before = qf_check_nfailed_checks;
     qf_graph *g;
     CHECK_OK(qf_graph_init(&g));
     g->opset = c->opset ? c->opset : 17;
@@ -251,8 +215,7 @@ static void run_case(const char *dir, const op_case *c)
         qf_tensor t;
         snprintf(path, sizeof path, "%s/%s.in%d.npy", dir, c->name, k);
         if (load_npy(path, &t) != 0) {
-            fprintf(stderr, "%s: cannot read %s\n", c->name, path);
-            failures++;
+            FAIL("%s: cannot read %s", c->name, path);
             qf_graph_free(g);
             return;
         }
@@ -275,16 +238,14 @@ static void run_case(const char *dir, const op_case *c)
     qf_status st = qf_plan_init(&p, g);
     if (st == QF_OK) st = qf_plan_run(p, feed_ptrs, nfeeds);
     if (st != QF_OK) {
-        fprintf(stderr, "%s: %s: %s\n", c->name, qf_status_name(st), qf_error_message());
-        failures++;
+        FAIL("%s: %s: %s", c->name, qf_status_name(st), qf_error_message());
     } else {
         CHECK_OK(qf_graph_verify(g));
         for (int j = 0; j < c->nout; j++) {
             qf_tensor want;
             snprintf(path, sizeof path, "%s/%s.out%d.npy", dir, c->name, j);
             if (load_npy(path, &want) != 0) {
-                fprintf(stderr, "%s: cannot read %s\n", c->name, path);
-                failures++;
+                FAIL("%s: cannot read %s", c->name, path);
                 continue;
             }
             char what[128];
@@ -312,7 +273,7 @@ static void run_case(const char *dir, const op_case *c)
     qf_plan_free(p);
     for (int k = 0; k < nfeeds; k++) qf_tensor_free(&feeds[k]);
     qf_graph_free(g);
-    if (failures != before) fprintf(stderr, "case %s FAILED\n", c->name);
+    if (qf_check_nfailed_checks != before) fprintf(stderr, "case %s FAILED\n", c->name);
 }
 
 /* --- planner ------------------------------------------------------------------ */
@@ -414,11 +375,14 @@ static void test_input_errors(void)
     CHECK_OK(qf_tensor_init(&wrong_shape, QF_DTYPE_F32, 2, d2));
     CHECK_OK(qf_tensor_init(&wrong_dtype, QF_DTYPE_I32, 2, d));
     const qf_tensor *in1[] = {&wrong_shape};
-    CHECK_ERR(qf_plan_run(p, in1, 1), QF_ERR_SHAPE, "'image'", "expects shape [2, 3], got [3, 2]");
+    CHECK_ERR(qf_plan_run(p, in1, 1), QF_ERR_SHAPE, "'image'");
+    CHECK_MSG("expects shape [2, 3], got [3, 2]");
     const qf_tensor *in2[] = {&wrong_dtype};
-    CHECK_ERR(qf_plan_run(p, in2, 1), QF_ERR_INVALID, "'image'", "expects float32, got int32");
+    CHECK_ERR(qf_plan_run(p, in2, 1), QF_ERR_INVALID, "'image'");
+    CHECK_MSG("expects float32, got int32");
     const qf_tensor *in3[] = {&good, &good};
-    CHECK_ERR(qf_plan_run(p, in3, 2), QF_ERR_INVALID, "1 input", "got 2");
+    CHECK_ERR(qf_plan_run(p, in3, 2), QF_ERR_INVALID, "1 input");
+    CHECK_MSG("got 2");
     CHECK_OK(qf_plan_run(p, in3, 1));
     qf_tensor_free(&good);
     qf_tensor_free(&wrong_shape);
@@ -432,7 +396,8 @@ static void test_input_errors(void)
     x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, du);
     n = qf_graph_add_node(g, QF_OP_IDENTITY, "id", 1, &x, 1);
     CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
-    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_SHAPE, "input 'x' has unknown dimension 0", "give its shape");
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_SHAPE, "input 'x' has unknown dimension 0");
+    CHECK_MSG("give its shape");
     CHECK(p == NULL);
     /* ... and works once the shape is given. */
     CHECK_OK(qf_graph_set_input_shape(g, 0, 2, d));
@@ -460,7 +425,8 @@ static void test_op_errors(void)
     CHECK_OK(qf_tensor_init(&ix, QF_DTYPE_I64, 1, &di));
     ((int64_t *)ix.data)[1] = 3;
     const qf_tensor *in[] = {&x, &ix};
-    CHECK_ERR(qf_plan_run(p, in, 2), QF_ERR_INVALID, "'my_gather'", "index 3 out of range");
+    CHECK_ERR(qf_plan_run(p, in, 2), QF_ERR_INVALID, "'my_gather'");
+    CHECK_MSG("index 3 out of range");
     ((int64_t *)ix.data)[1] = -3;
     CHECK_OK(qf_plan_run(p, in, 2));
     qf_tensor_free(&x);
@@ -474,7 +440,8 @@ static void test_op_errors(void)
     n = qf_graph_add_node(g, QF_OP_CAST, "to_half", 1, ins, 1);
     CHECK_OK(qf_node_set_attr_int(g, n, "to", 10));
     CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
-    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'to_half'", "float16");
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'to_half'");
+    CHECK_MSG("float16");
     qf_graph_free(g);
 
     /* Pad with an unknown mode; Reshape to a wrong element count. */
@@ -487,7 +454,8 @@ static void test_op_errors(void)
     n = qf_graph_add_node(g, QF_OP_PAD, "my_pad", 2, ins, 1);
     CHECK_OK(qf_node_set_attr_string(g, n, "mode", "wrap"));
     CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
-    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'my_pad'", "'wrap'");
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'my_pad'");
+    CHECK_MSG("'wrap'");
     qf_graph_free(g);
 
     CHECK_OK(qf_graph_init(&g));
@@ -499,7 +467,8 @@ static void test_op_errors(void)
     ins[1] = qf_graph_add_constant(g, "shape", QF_VALUE_CONSTANT, &shape);
     n = qf_graph_add_node(g, QF_OP_RESHAPE, "my_reshape", 2, ins, 1);
     CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
-    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_SHAPE, "'my_reshape'", "[3, 4]");
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_SHAPE, "'my_reshape'");
+    CHECK_MSG("[3, 4]");
     qf_graph_free(g);
 
     /* A Reshape whose shape is computed at run time is a dynamic shape. */
@@ -508,7 +477,8 @@ static void test_op_errors(void)
     ins[1] = qf_graph_add_input(g, "s", QF_DTYPE_I64, 1, &di);
     n = qf_graph_add_node(g, QF_OP_RESHAPE, "dyn", 2, ins, 1);
     CHECK_OK(qf_graph_add_output(g, n->outputs[0]));
-    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'dyn'", "dynamic shapes");
+    CHECK_ERR(qf_plan_init(&p, g), QF_ERR_UNSUPPORTED, "'dyn'");
+    CHECK_MSG("dynamic shapes");
     qf_graph_free(g);
 
     /* Dropout in training mode. */
@@ -526,7 +496,8 @@ static void test_op_errors(void)
     qf_tensor xt;
     qf_tensor_view(&xt, QF_DTYPE_F32, 2, d, xv);
     const qf_tensor *xin[] = {&xt};
-    CHECK_ERR(qf_plan_run(p, xin, 1), QF_ERR_UNSUPPORTED, "'drop'", "training_mode");
+    CHECK_ERR(qf_plan_run(p, xin, 1), QF_ERR_UNSUPPORTED, "'drop'");
+    CHECK_MSG("training_mode");
     qf_plan_free(p);
     qf_graph_free(g);
 }
@@ -672,7 +643,8 @@ static void test_fold_guards(void)
     x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, dk);
     qf_node *id = qf_graph_add_node(g, QF_OP_IDENTITY, "ident", 1, &x, 1);
     CHECK_OK(qf_graph_add_output(g, id->outputs[0]));
-    CHECK_ERR(qf_graph_fold_node(g, id), QF_ERR_INVALID, "'ident'", "not all constants");
+    CHECK_ERR(qf_graph_fold_node(g, id), QF_ERR_INVALID, "'ident'");
+    CHECK_MSG("not all constants");
     qf_graph_free(g);
 }
 
@@ -733,8 +705,11 @@ static void *largest_alloc(void *ud, void *ptr, size_t nsize)
 
 /* qf_file_read of a regular file allocates about its size once; it used to
  * double the buffer just to see EOF (review-a). */
-static void test_file_read_size(const char *dir)
+static const char *fixture_dir; /* FIXTURE_DIR of the command line */
+
+static void test_file_read_size(void)
 {
+    const char *dir = fixture_dir;
     char path[4096];
     snprintf(path, sizeof path, "%s/read_size.bin", dir);
     enum { N = 300000 };
@@ -755,26 +730,28 @@ static void test_file_read_size(const char *dir)
     remove(path);
 }
 
+/* Every op case against its numpy fixture (and folded, where it can be). */
+static void test_op_cases(void)
+{
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(fixture_dir, &cases[i]);
+    printf("test_exec: %zu op cases run\n", sizeof cases / sizeof cases[0]);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
         fprintf(stderr, "usage: test_exec FIXTURE_DIR\n");
         return 2;
     }
-    test_arena_reuse();
-    test_arena_liveness();
-    test_input_errors();
-    test_op_errors();
-    test_fold_shape_chain();
-    test_fold_guards();
-    test_alloc_failures();
-    test_file_read_size(argv[1]);
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(argv[1], &cases[i]);
-    if (failures) {
-        fprintf(stderr, "test_exec: %d failure(s)\n", failures);
-        return 1;
-    }
-    printf("test_exec: %zu op cases and the planner / folding tests passed\n",
-           sizeof cases / sizeof cases[0]);
-    return 0;
+    fixture_dir = argv[1];
+    RUN(test_arena_reuse);
+    RUN(test_arena_liveness);
+    RUN(test_input_errors);
+    RUN(test_op_errors);
+    RUN(test_fold_shape_chain);
+    RUN(test_fold_guards);
+    RUN(test_alloc_failures);
+    RUN(test_file_read_size);
+    RUN(test_op_cases);
+    return qf_check_report();
 }

@@ -1,12 +1,13 @@
 /* Unit tests of the pointwise / linear / quant kernels (src/ops/{linear,
  * elementwise,activation,quant,broadcast}.c).
  *
- * Each case builds a one-node graph with the IR API, runs the op's shape
- * inference, then calls its forward kernel directly with a qf_kernel_io and
+ * Each case builds a one-node graph with the IR API and runs the op's shape
+ * inference and forward kernel through the one-node runner
+ * (tests/tools/qf_node_run.h, outputs poisoned beforehand), and
  * compares the result with an independent, naive reference computed here in
  * double (index-by-index broadcasting, triple-loop matmul, closed-form
  * activations). Bad-input cases check the status and the message. Every
- * mismatch is printed; the exit status is the number of failed checks.
+ * mismatch is printed (tests/tools/qf_check.h).
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,20 +18,8 @@
 #include "ops/kernels.h"
 #include "ops/quant_math.h"
 #include "qfold/graph.h"
-
-static int failures;
-static int checks;
-
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        checks++;                                                          \
-        if (!(cond)) {                                                     \
-            failures++;                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);           \
-            fprintf(stderr, __VA_ARGS__);                                  \
-            fprintf(stderr, "\n");                                         \
-        }                                                                  \
-    } while (0)
+#include "tools/qf_check.h"
+#include "tools/qf_node_run.h"
 
 /* --- deterministic random data ------------------------------------------- */
 
@@ -45,7 +34,7 @@ static double rnd(void) /* uniform in [-1, 1) */
 static qf_tensor make(qf_dtype dt, int ndim, const int64_t *dims, double scale)
 {
     qf_tensor t;
-    if (qf_tensor_init(&t, dt, ndim, dims) != QF_OK) abort();
+    REQUIRE_OK(qf_tensor_init(&t, dt, ndim, dims));
     int64_t n = qf_tensor_numel(&t);
     for (int64_t i = 0; i < n; i++) {
         double v = rnd() * scale;
@@ -78,57 +67,6 @@ static qf_tensor make_vals(qf_dtype dt, int ndim, const int64_t *dims, const dou
         }
     }
     return t;
-}
-
-/* --- one-node graphs ------------------------------------------------------- */
-
-typedef struct tcase {
-    qf_graph *g;
-    qf_node *n;
-    int nin;
-    const qf_tensor *in[4];
-    qf_tensor out;
-} tcase;
-
-/* A graph with one node of `op` reading graph inputs shaped like in[i]
- * (NULL: omitted optional input). Set attributes on tc->n, then tc_run. */
-static void tc_begin(tcase *tc, qf_op op, int nin, const qf_tensor *const *in, int64_t opset)
-{
-    memset(tc, 0, sizeof *tc);
-    if (qf_graph_init(&tc->g) != QF_OK) abort();
-    tc->g->opset = opset;
-    qf_value *vals[4] = {0};
-    for (int i = 0; i < nin; i++) {
-        tc->in[i] = in[i];
-        if (!in[i]) continue;
-        char name[16];
-        snprintf(name, sizeof name, "x%d", i);
-        vals[i] = qf_graph_add_input(tc->g, name, in[i]->dtype, in[i]->ndim, in[i]->dims);
-    }
-    tc->nin = nin;
-    tc->n = qf_graph_add_node(tc->g, op, "n0", nin, vals, 1);
-    if (!tc->n) abort();
-    qf_graph_add_output(tc->g, tc->n->outputs[0]);
-}
-
-/* Infer, allocate the output, run the forward kernel. */
-static qf_status tc_run(tcase *tc)
-{
-    QF_TRY(qf_graph_infer_shapes(tc->g));
-    const qf_tensor *t = &tc->n->outputs[0]->type;
-    QF_TRY(qf_tensor_init(&tc->out, t->dtype, t->ndim, t->dims));
-    /* Poison the output so that a kernel that skips elements is caught. */
-    memset(tc->out.data, 0x7f, qf_tensor_nbytes(&tc->out));
-    qf_tensor *outs[1] = {&tc->out};
-    qf_kernel_io io = {.node = tc->n, .opset = tc->g->opset, .nin = tc->nin, .nout = 1,
-                       .in = tc->in, .out = outs};
-    return qf_op_info_get(tc->n->op)->forward(&io);
-}
-
-static void tc_end(tcase *tc)
-{
-    qf_tensor_free(&tc->out);
-    qf_graph_free(tc->g);
 }
 
 /* --- references -------------------------------------------------------------- */
@@ -167,22 +105,22 @@ static void expect_values(const char *what, const qf_tensor *t, const double *wa
             bad++;
         }
     }
-    CHECK(bad == 0, "%s: %d of %lld elements differ", what, bad, (long long)n);
+    CHECKF(bad == 0, "%s: %d of %lld elements differ", what, bad, (long long)n);
 }
 
 static void expect_shape(const char *what, const qf_tensor *t, int ndim, const int64_t *dims)
 {
     char a[128], b[128];
-    CHECK(qf_shape_equal(t->ndim, t->dims, ndim, dims), "%s: shape %s, want %s", what,
+    CHECKF(qf_shape_equal(t->ndim, t->dims, ndim, dims), "%s: shape %s, want %s", what,
           qf_shape_str(t->ndim, t->dims, a, sizeof a), qf_shape_str(ndim, dims, b, sizeof b));
 }
 
 static void expect_error(const char *what, qf_status st, qf_status want, const char *needle1, const char *needle2)
 {
     const char *msg = qf_error_message();
-    CHECK(st == want, "%s: status %s, want %s (%s)", what, qf_status_name(st), qf_status_name(want), msg);
-    CHECK(!needle1 || strstr(msg, needle1), "%s: message \"%s\" lacks \"%s\"", what, msg, needle1);
-    CHECK(!needle2 || strstr(msg, needle2), "%s: message \"%s\" lacks \"%s\"", what, msg, needle2);
+    CHECKF(st == want, "%s: status %s, want %s (%s)", what, qf_status_name(st), qf_status_name(want), msg);
+    CHECKF(!needle1 || strstr(msg, needle1), "%s: message \"%s\" lacks \"%s\"", what, msg, needle1);
+    CHECKF(!needle2 || strstr(msg, needle2), "%s: message \"%s\" lacks \"%s\"", what, msg, needle2);
 }
 
 /* --- broadcasting ------------------------------------------------------------- */
@@ -209,13 +147,13 @@ static void test_broadcast_shapes(void)
         int ny = -1;
         int64_t y[QF_MAX_DIMS];
         bool ok = qf_broadcast_shape(cases[i].na, cases[i].a, cases[i].nb, cases[i].b, &ny, y);
-        CHECK(ok == cases[i].ok, "broadcast case %zu: ok %d", i, ok);
-        if (ok && cases[i].ok) CHECK(qf_shape_equal(ny, y, cases[i].ny, cases[i].y), "broadcast case %zu: shape", i);
+        CHECKF(ok == cases[i].ok, "broadcast case %zu: ok %d", i, ok);
+        if (ok && cases[i].ok) CHECKF(qf_shape_equal(ny, y, cases[i].ny, cases[i].y), "broadcast case %zu: shape", i);
     }
     int64_t c1[] = {4}, c2[] = {3, 1}, c3[] = {2, 4}, to[] = {3, 4};
-    CHECK(qf_broadcast_to_ok(1, c1, 2, to), "[4] -> [3,4]");
-    CHECK(qf_broadcast_to_ok(2, c2, 2, to), "[3,1] -> [3,4]");
-    CHECK(!qf_broadcast_to_ok(2, c3, 2, to), "[2,4] -/-> [3,4]");
+    CHECKF(qf_broadcast_to_ok(1, c1, 2, to), "[4] -> [3,4]");
+    CHECKF(qf_broadcast_to_ok(2, c2, 2, to), "[3,1] -> [3,4]");
+    CHECKF(!qf_broadcast_to_ok(2, c3, 2, to), "[2,4] -/-> [3,4]");
 }
 
 /* Iterator rows for the per-channel case collapse to one constant per row. */
@@ -228,15 +166,15 @@ static void test_bcast_iter(void)
     const qf_tensor *ops[2] = {&tx, &tc};
     qf_bcast_iter it;
     qf_bcast_iter_init(&it, 4, x, 2, ops);
-    CHECK(it.rows == 6 && it.len == 20, "per-channel rows %lld len %lld", (long long)it.rows, (long long)it.len);
-    CHECK(it.step[0] == 1 && it.step[1] == 0, "per-channel steps");
+    CHECKF(it.rows == 6 && it.len == 20, "per-channel rows %lld len %lld", (long long)it.rows, (long long)it.len);
+    CHECKF(it.step[0] == 1 && it.step[1] == 0, "per-channel steps");
     int64_t seen[6];
     for (int r = 0; r < 6 && r < it.rows; r++, qf_bcast_iter_next(&it)) seen[r] = it.off[1];
-    CHECK(seen[0] == 0 && seen[1] == 1 && seen[2] == 2 && seen[3] == 0 && seen[5] == 2, "per-channel offsets");
+    CHECKF(seen[0] == 0 && seen[1] == 1 && seen[2] == 2 && seen[3] == 0 && seen[5] == 2, "per-channel offsets");
     /* Same shapes: a single row. */
     const qf_tensor *same[2] = {&tx, &tx};
     qf_bcast_iter_init(&it, 4, x, 2, same);
-    CHECK(it.rows == 1 && it.len == 120, "same-shape collapses to one row");
+    CHECKF(it.rows == 1 && it.len == 120, "same-shape collapses to one row");
 }
 
 /* --- elementwise ---------------------------------------------------------------- */
@@ -273,19 +211,19 @@ static void run_binary(qf_op op, qf_dtype dt, int na, const int64_t *a_dims, int
         }
     }
     const qf_tensor *in[2] = {&a, &b};
-    tcase tc;
-    tc_begin(&tc, op, 2, in, 17);
+    qf_node_runner tc;
+    REQUIRE_OK(qf_node_runner_init(&tc, op, "n0", 2, in, 1, 17));
     char what[160], sa[64], sb[64];
     snprintf(what, sizeof what, "%s %s %s %s", qf_op_name(op), qf_dtype_name(dt), qf_shape_str(na, a_dims, sa, sizeof sa),
              qf_shape_str(nb, b_dims, sb, sizeof sb));
-    qf_status st = tc_run(&tc);
-    CHECK(st == QF_OK, "%s: %s", what, qf_error_message());
+    qf_status st = qf_node_runner_run(&tc);
+    CHECKF(st == QF_OK, "%s: %s", what, qf_error_message());
     if (st == QF_OK) {
-        int64_t n = qf_tensor_numel(&tc.out);
+        int64_t n = qf_tensor_numel(&tc.out[0]);
         double *want = calloc((size_t)n + 1, sizeof *want);
         for (int64_t i = 0; i < n; i++) {
-            double x = qf_tensor_get_f64(&a, ref_index(&a, tc.out.ndim, tc.out.dims, i));
-            double z = qf_tensor_get_f64(&b, ref_index(&b, tc.out.ndim, tc.out.dims, i));
+            double x = qf_tensor_get_f64(&a, ref_index(&a, tc.out[0].ndim, tc.out[0].dims, i));
+            double z = qf_tensor_get_f64(&b, ref_index(&b, tc.out[0].ndim, tc.out[0].dims, i));
             double v = ref_binary(op, x, z, integer);
             /* The kernel works in the dtype: round the reference the same way. */
             if (dt == QF_DTYPE_F32) v = (float)v;
@@ -293,10 +231,10 @@ static void run_binary(qf_op op, qf_dtype dt, int na, const int64_t *a_dims, int
             if (dt == QF_DTYPE_U8) v = (uint8_t)(int64_t)v;
             want[i] = v;
         }
-        expect_values(what, &tc.out, want, dt == QF_DTYPE_F32 ? 1e-6 : 1e-12, 0);
+        expect_values(what, &tc.out[0], want, dt == QF_DTYPE_F32 ? 1e-6 : 1e-12, 0);
         free(want);
     }
-    tc_end(&tc);
+    qf_node_runner_free(&tc);
     qf_tensor_free(&a);
     qf_tensor_free(&b);
 }
@@ -336,22 +274,22 @@ static void test_integer_semantics(void)
     double av[] = {-7, 7, -8, 2147483647}, bv[] = {2, -2, 3, 1};
     qf_tensor a = make_vals(QF_DTYPE_I32, 1, d4, av), b = make_vals(QF_DTYPE_I32, 1, d4, bv);
     const qf_tensor *in[2] = {&a, &b};
-    tcase tc;
-    tc_begin(&tc, QF_OP_DIV, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "int div: %s", qf_error_message());
+    qf_node_runner tc;
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_DIV, "n0", 2, in, 1, 13));
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "int div: %s", qf_error_message());
     double want_div[] = {-3, -3, -2, 2147483647};
-    expect_values("int32 div truncates", &tc.out, want_div, 0, 0);
-    tc_end(&tc);
-    tc_begin(&tc, QF_OP_ADD, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "int add: %s", qf_error_message());
+    expect_values("int32 div truncates", &tc.out[0], want_div, 0, 0);
+    qf_node_runner_free(&tc);
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_ADD, "n0", 2, in, 1, 13));
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "int add: %s", qf_error_message());
     double want_add[] = {-5, 5, -5, -2147483648.0};
-    expect_values("int32 add wraps", &tc.out, want_add, 0, 0);
-    tc_end(&tc);
+    expect_values("int32 add wraps", &tc.out[0], want_add, 0, 0);
+    qf_node_runner_free(&tc);
     /* Division by zero names the node. */
     ((int32_t *)b.data)[2] = 0;
-    tc_begin(&tc, QF_OP_DIV, 2, in, 13);
-    expect_error("int div by zero", tc_run(&tc), QF_ERR_NUMERIC, "'n0'", "division by zero");
-    tc_end(&tc);
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_DIV, "n0", 2, in, 1, 13));
+    expect_error("int div by zero", qf_node_runner_run(&tc), QF_ERR_NUMERIC, "'n0'", "division by zero");
+    qf_node_runner_free(&tc);
     qf_tensor_free(&a);
     qf_tensor_free(&b);
 
@@ -359,11 +297,11 @@ static void test_integer_semantics(void)
     double ua[] = {250, 3, 0, 255}, ub[] = {10, 5, 1, 255};
     a = make_vals(QF_DTYPE_U8, 1, d4, ua);
     b = make_vals(QF_DTYPE_U8, 1, d4, ub);
-    tc_begin(&tc, QF_OP_SUB, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "u8 sub: %s", qf_error_message());
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_SUB, "n0", 2, in, 1, 13));
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "u8 sub: %s", qf_error_message());
     double want_u8[] = {240, 254, 255, 0};
-    expect_values("uint8 sub wraps", &tc.out, want_u8, 0, 0);
-    tc_end(&tc);
+    expect_values("uint8 sub wraps", &tc.out[0], want_u8, 0, 0);
+    qf_node_runner_free(&tc);
     qf_tensor_free(&a);
     qf_tensor_free(&b);
 }
@@ -378,14 +316,14 @@ static void test_pow_types(void)
         for (int j = 0; j < 6; j++) {
             qf_tensor a = make_vals(bases[i], 1, d3, base), b = make_vals(exps[j], 1, d3, ex);
             const qf_tensor *in[2] = {&a, &b};
-            tcase tc;
-            tc_begin(&tc, QF_OP_POW, 2, in, 15);
+            qf_node_runner tc;
+            REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_POW, "n0", 2, in, 1, 15));
             char what[64];
             snprintf(what, sizeof what, "pow %s^%s", qf_dtype_name(bases[i]), qf_dtype_name(exps[j]));
-            CHECK(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
-            CHECK(tc.out.dtype == bases[i], "%s: output dtype %s", what, qf_dtype_name(tc.out.dtype));
-            expect_values(what, &tc.out, want, 1e-6, 0);
-            tc_end(&tc);
+            CHECKF(qf_node_runner_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
+            CHECKF(tc.out[0].dtype == bases[i], "%s: output dtype %s", what, qf_dtype_name(tc.out[0].dtype));
+            expect_values(what, &tc.out[0], want, 1e-6, 0);
+            qf_node_runner_free(&tc);
             qf_tensor_free(&a);
             qf_tensor_free(&b);
         }
@@ -406,16 +344,16 @@ static void test_unary(void)
                 else ((float *)x.data)[i] = fabsf(((float *)x.data)[i]);
             }
             const qf_tensor *in[1] = {&x};
-            tcase tc;
-            tc_begin(&tc, ops[k], 1, in, 13);
-            CHECK(tc_run(&tc) == QF_OK, "%s: %s", qf_op_name(ops[k]), qf_error_message());
+            qf_node_runner tc;
+            REQUIRE_OK(qf_node_runner_init(&tc, ops[k], "n0", 1, in, 1, 13));
+            CHECKF(qf_node_runner_run(&tc) == QF_OK, "%s: %s", qf_op_name(ops[k]), qf_error_message());
             double want[30];
             for (int64_t i = 0; i < n; i++) {
                 double v = qf_tensor_get_f64(&x, i);
                 want[i] = ops[k] == QF_OP_SQRT ? sqrt(v) : ops[k] == QF_OP_RECIPROCAL ? 1 / v : -v;
             }
-            expect_values(qf_op_name(ops[k]), &tc.out, want, 1e-6, 0);
-            tc_end(&tc);
+            expect_values(qf_op_name(ops[k]), &tc.out[0], want, 1e-6, 0);
+            qf_node_runner_free(&tc);
             qf_tensor_free(&x);
         }
     }
@@ -423,12 +361,12 @@ static void test_unary(void)
     double v[] = {5, -128};
     qf_tensor x = make_vals(QF_DTYPE_I8, 1, d2, v);
     const qf_tensor *in[1] = {&x};
-    tcase tc;
-    tc_begin(&tc, QF_OP_NEG, 1, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "neg int8: %s", qf_error_message());
+    qf_node_runner tc;
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_NEG, "n0", 1, in, 1, 13));
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "neg int8: %s", qf_error_message());
     double want[] = {-5, -128};
-    expect_values("neg int8", &tc.out, want, 0, 0);
-    tc_end(&tc);
+    expect_values("neg int8", &tc.out[0], want, 0, 0);
+    qf_node_runner_free(&tc);
     qf_tensor_free(&x);
 }
 
@@ -458,17 +396,17 @@ static void test_gemm(void)
         qf_tensor c = {0};
         if (cases[i].cnd >= 0) c = make(QF_DTYPE_F32, cases[i].cnd, cases[i].c, 1);
         const qf_tensor *in[3] = {&a, &b, cases[i].cnd >= 0 ? &c : NULL};
-        tcase tc;
-        tc_begin(&tc, QF_OP_GEMM, cases[i].cnd >= 0 ? 3 : 2, in, 13);
+        qf_node_runner tc;
+        REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_GEMM, "n0", cases[i].cnd >= 0 ? 3 : 2, in, 1, 13));
         qf_node_set_attr_int(tc.g, tc.n, "transA", cases[i].ta);
         qf_node_set_attr_int(tc.g, tc.n, "transB", cases[i].tb);
         qf_node_set_attr_float(tc.g, tc.n, "alpha", cases[i].alpha);
         qf_node_set_attr_float(tc.g, tc.n, "beta", cases[i].beta);
         char what[32];
         snprintf(what, sizeof what, "gemm case %zu", i);
-        CHECK(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
+        CHECKF(qf_node_runner_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
         int64_t yd[2] = {M, N};
-        expect_shape(what, &tc.out, 2, yd);
+        expect_shape(what, &tc.out[0], 2, yd);
         double want[15];
         for (int64_t m = 0; m < M; m++) {
             for (int64_t n = 0; n < N; n++) {
@@ -483,8 +421,8 @@ static void test_gemm(void)
                 want[m * N + n] = s;
             }
         }
-        expect_values(what, &tc.out, want, 1e-5, 1e-6);
-        tc_end(&tc);
+        expect_values(what, &tc.out[0], want, 1e-5, 1e-6);
+        qf_node_runner_free(&tc);
         qf_tensor_free(&a);
         qf_tensor_free(&b);
         qf_tensor_free(&c);
@@ -514,19 +452,19 @@ static void test_matmul(void)
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             qf_tensor a = make(dt, cases[i].na, cases[i].a, 1), b = make(dt, cases[i].nb, cases[i].b, 1);
             const qf_tensor *in[2] = {&a, &b};
-            tcase tc;
-            tc_begin(&tc, QF_OP_MATMUL, 2, in, 13);
+            qf_node_runner tc;
+            REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_MATMUL, "n0", 2, in, 1, 13));
             char what[48];
             snprintf(what, sizeof what, "matmul %s case %zu", qf_dtype_name(dt), i);
-            qf_status st = tc_run(&tc);
-            CHECK(st == QF_OK, "%s: %s", what, qf_error_message());
+            qf_status st = qf_node_runner_run(&tc);
+            CHECKF(st == QF_OK, "%s: %s", what, qf_error_message());
             if (st != QF_OK) {
-                tc_end(&tc);
+                qf_node_runner_free(&tc);
                 qf_tensor_free(&a);
                 qf_tensor_free(&b);
                 continue;
             }
-            expect_shape(what, &tc.out, cases[i].ny, cases[i].y);
+            expect_shape(what, &tc.out[0], cases[i].ny, cases[i].y);
             /* Reference: promote 1-D operands, broadcast batch by index. */
             int64_t M = cases[i].na >= 2 ? cases[i].a[cases[i].na - 2] : 1, K = cases[i].a[cases[i].na - 1];
             int64_t N = cases[i].nb >= 2 ? cases[i].b[cases[i].nb - 1] : 1;
@@ -549,9 +487,9 @@ static void test_matmul(void)
                         want[(t * M + m) * N + n] = s;
                     }
             }
-            expect_values(what, &tc.out, want, 1e-5, 1e-6);
+            expect_values(what, &tc.out[0], want, 1e-5, 1e-6);
             free(want);
-            tc_end(&tc);
+            qf_node_runner_free(&tc);
             qf_tensor_free(&a);
             qf_tensor_free(&b);
         }
@@ -564,11 +502,11 @@ static void test_linear(void)
     qf_tensor x = make(QF_DTYPE_F32, 3, xd, 1), w = make(QF_DTYPE_F32, 2, wd, 1), b = make(QF_DTYPE_F32, 1, bd, 1);
     for (int with_bias = 0; with_bias < 2; with_bias++) {
         const qf_tensor *in[3] = {&x, &w, &b};
-        tcase tc;
-        tc_begin(&tc, QF_OP_LINEAR, with_bias ? 3 : 2, in, 13);
-        CHECK(tc_run(&tc) == QF_OK, "linear: %s", qf_error_message());
+        qf_node_runner tc;
+        REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_LINEAR, "n0", with_bias ? 3 : 2, in, 1, 13));
+        CHECKF(qf_node_runner_run(&tc) == QF_OK, "linear: %s", qf_error_message());
         int64_t yd[] = {2, 3, 5};
-        expect_shape("linear", &tc.out, 3, yd);
+        expect_shape("linear", &tc.out[0], 3, yd);
         double want[30];
         for (int r = 0; r < 6; r++)
             for (int o = 0; o < 5; o++) {
@@ -576,8 +514,8 @@ static void test_linear(void)
                 for (int k = 0; k < 4; k++) s += qf_tensor_get_f64(&x, r * 4 + k) * qf_tensor_get_f64(&w, o * 4 + k);
                 want[r * 5 + o] = s;
             }
-        expect_values(with_bias ? "linear + bias" : "linear", &tc.out, want, 1e-5, 1e-6);
-        tc_end(&tc);
+        expect_values(with_bias ? "linear + bias" : "linear", &tc.out[0], want, 1e-5, 1e-6);
+        qf_node_runner_free(&tc);
     }
     qf_tensor_free(&x);
     qf_tensor_free(&w);
@@ -603,7 +541,7 @@ static void test_infer_errors(void)
     qf_node *add = qf_graph_add_node(g, QF_OP_ADD, "add_ok", 2, ab, 1);
     qf_value *ac[2] = {va, vc};
     qf_node *mm = qf_graph_add_node(g, QF_OP_MATMUL, "mm_ok", 2, ac, 1);
-    CHECK(qf_graph_infer_shapes(g) == QF_OK, "unknown dims: %s", qf_error_message());
+    CHECKF(qf_graph_infer_shapes(g) == QF_OK, "unknown dims: %s", qf_error_message());
     int64_t want_add[] = {-1, 3, 4}, want_mm[] = {-1, 3, 5};
     expect_shape("add with symbolic batch", &add->outputs[0]->type, 3, want_add);
     expect_shape("matmul with symbolic batch", &mm->outputs[0]->type, 3, want_mm);
@@ -664,13 +602,13 @@ static void test_activations(void)
             if (f64) ((double *)x.data)[0] = -800;
             else ((float *)x.data)[0] = -100;
             const qf_tensor *in[1] = {&x};
-            tcase tc;
-            tc_begin(&tc, ops[k], 1, in, 13);
-            CHECK(tc_run(&tc) == QF_OK, "%s: %s", qf_op_name(ops[k]), qf_error_message());
+            qf_node_runner tc;
+            REQUIRE_OK(qf_node_runner_init(&tc, ops[k], "n0", 1, in, 1, 13));
+            CHECKF(qf_node_runner_run(&tc) == QF_OK, "%s: %s", qf_op_name(ops[k]), qf_error_message());
             double want[100];
             for (int i = 0; i < 100; i++) want[i] = ref_act(ops[k], qf_tensor_get_f64(&x, i));
-            expect_values(qf_op_name(ops[k]), &tc.out, want, 1e-6, 1e-7);
-            tc_end(&tc);
+            expect_values(qf_op_name(ops[k]), &tc.out[0], want, 1e-6, 1e-7);
+            qf_node_runner_free(&tc);
             qf_tensor_free(&x);
         }
     }
@@ -685,9 +623,9 @@ static void test_clip(void)
         double lo[] = {-1}, hi[] = {4};
         qf_tensor tl = make_vals(QF_DTYPE_F32, 0, s, lo), th = make_vals(QF_DTYPE_F32, 0, s, hi);
         const qf_tensor *in[3] = {&x, variant & 1 ? &tl : NULL, variant & 2 ? &th : NULL};
-        tcase tc;
-        tc_begin(&tc, QF_OP_CLIP, variant & 2 ? 3 : variant ? 2 : 1, in, 13);
-        CHECK(tc_run(&tc) == QF_OK, "clip %d: %s", variant, qf_error_message());
+        qf_node_runner tc;
+        REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_CLIP, "n0", variant & 2 ? 3 : variant ? 2 : 1, in, 1, 13));
+        CHECKF(qf_node_runner_run(&tc) == QF_OK, "clip %d: %s", variant, qf_error_message());
         double want[6];
         for (int i = 0; i < 6; i++) {
             double v = xv[i];
@@ -695,8 +633,8 @@ static void test_clip(void)
             if (variant & 2) v = fmin(v, 4);
             want[i] = v;
         }
-        expect_values("clip", &tc.out, want, 0, 0);
-        tc_end(&tc);
+        expect_values("clip", &tc.out[0], want, 0, 0);
+        qf_node_runner_free(&tc);
         qf_tensor_free(&x);
         qf_tensor_free(&tl);
         qf_tensor_free(&th);
@@ -705,12 +643,12 @@ static void test_clip(void)
     double iv[] = {-128, -5, 0, 3, 100, 127}, lo[] = {-4};
     qf_tensor x = make_vals(QF_DTYPE_I8, 1, d, iv), tl = make_vals(QF_DTYPE_I8, 0, s, lo);
     const qf_tensor *in[2] = {&x, &tl};
-    tcase tc;
-    tc_begin(&tc, QF_OP_CLIP, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "clip int8: %s", qf_error_message());
+    qf_node_runner tc;
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_CLIP, "n0", 2, in, 1, 13));
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "clip int8: %s", qf_error_message());
     double want[] = {-4, -4, 0, 3, 100, 127};
-    expect_values("clip int8", &tc.out, want, 0, 0);
-    tc_end(&tc);
+    expect_values("clip int8", &tc.out[0], want, 0, 0);
+    qf_node_runner_free(&tc);
     qf_tensor_free(&x);
     qf_tensor_free(&tl);
 }
@@ -726,12 +664,12 @@ static void test_softmax(void)
         qf_tensor x = make(QF_DTYPE_F32, 3, d, 50);
         ((float *)x.data)[0] = 1000; /* stable: subtracts the max */
         const qf_tensor *in[1] = {&x};
-        tcase tc;
-        tc_begin(&tc, QF_OP_SOFTMAX, 1, in, cases[c].opset);
+        qf_node_runner tc;
+        REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_SOFTMAX, "n0", 1, in, 1, cases[c].opset));
         if (cases[c].has_axis) qf_node_set_attr_int(tc.g, tc.n, "axis", cases[c].axis);
         char what[48];
         snprintf(what, sizeof what, "softmax case %zu", c);
-        CHECK(tc_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
+        CHECKF(qf_node_runner_run(&tc) == QF_OK, "%s: %s", what, qf_error_message());
         int64_t axis = cases[c].has_axis ? cases[c].axis : cases[c].opset >= 13 ? -1 : 1;
         if (axis < 0) axis += 3;
         int64_t outer = 1, len = 1, inner = 1;
@@ -751,8 +689,8 @@ static void test_softmax(void)
                 for (int64_t k = 0; k < len; k++)
                     want[(o * len + k) * inner + j] = exp(qf_tensor_get_f64(&x, (o * len + k) * inner + j) - m) / s;
             }
-        expect_values(what, &tc.out, want, 1e-5, 1e-7);
-        tc_end(&tc);
+        expect_values(what, &tc.out[0], want, 1e-5, 1e-7);
+        qf_node_runner_free(&tc);
         qf_tensor_free(&x);
     }
 }
@@ -764,15 +702,15 @@ static void test_quant_math(void)
     float in[] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 2.4999998f, 3.0f, -0.0f, 8388609.0f};
     float want[] = {0, 2, 2, -0.0f, -2, -2, 2, 3, 0, 8388609.0f};
     for (int i = 0; i < 10; i++)
-        CHECK(qf_round_half_even_f32(in[i]) == want[i], "round_half_even(%.9g) = %.9g, want %.9g", in[i],
+        CHECKF(qf_round_half_even_f32(in[i]) == want[i], "round_half_even(%.9g) = %.9g, want %.9g", in[i],
               qf_round_half_even_f32(in[i]), want[i]);
-    CHECK(isnan(qf_round_half_even_f32(NAN)), "round(NaN) is NaN");
-    CHECK(qf_quantize_s8(1000.f, 1.f, 0) == 127 && qf_quantize_s8(-1000.f, 1.f, 0) == -128, "s8 saturates");
-    CHECK(qf_quantize_u8(-1.f, 1.f, 0) == 0 && qf_quantize_u8(300.f, 1.f, 0) == 255, "u8 saturates");
-    CHECK(qf_quantize_s8(NAN, 1.f, 3) == 3, "NaN quantizes to the zero point");
-    CHECK(qf_quantize_u8(1.25f, 0.5f, 128) == 130, "u8 tie 2.5 -> 2 + 128");
-    CHECK(qf_quantize_s8(INFINITY, 1.f, 0) == 127, "inf saturates");
-    CHECK(qf_dequantize_f32(-128, 0.5f, -128) == 0.f && qf_dequantize_f32(127, 0.5f, -128) == 127.5f, "dequantize");
+    CHECKF(isnan(qf_round_half_even_f32(NAN)), "round(NaN) is NaN");
+    CHECKF(qf_quantize_s8(1000.f, 1.f, 0) == 127 && qf_quantize_s8(-1000.f, 1.f, 0) == -128, "s8 saturates");
+    CHECKF(qf_quantize_u8(-1.f, 1.f, 0) == 0 && qf_quantize_u8(300.f, 1.f, 0) == 255, "u8 saturates");
+    CHECKF(qf_quantize_s8(NAN, 1.f, 3) == 3, "NaN quantizes to the zero point");
+    CHECKF(qf_quantize_u8(1.25f, 0.5f, 128) == 130, "u8 tie 2.5 -> 2 + 128");
+    CHECKF(qf_quantize_s8(INFINITY, 1.f, 0) == 127, "inf saturates");
+    CHECKF(qf_dequantize_f32(-128, 0.5f, -128) == 0.f && qf_dequantize_f32(127, 0.5f, -128) == 127.5f, "dequantize");
 }
 
 static void test_quantize_ops(void)
@@ -782,13 +720,13 @@ static void test_quantize_ops(void)
     double xv[] = {0, 1, 3, 5, -2, 1000}, sc[] = {2};
     qf_tensor x = make_vals(QF_DTYPE_F32, 1, d6, xv), scale = make_vals(QF_DTYPE_F32, 0, s0, sc);
     const qf_tensor *in[3] = {&x, &scale, NULL};
-    tcase tc;
-    tc_begin(&tc, QF_OP_QUANTIZE, 2, in, 13);
-    CHECK(tc_run(&tc) == QF_OK, "quantize default zp: %s", qf_error_message());
-    CHECK(tc.out.dtype == QF_DTYPE_U8, "quantize without zp gives uint8");
+    qf_node_runner tc;
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_QUANTIZE, "n0", 2, in, 1, 13));
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "quantize default zp: %s", qf_error_message());
+    CHECKF(tc.out[0].dtype == QF_DTYPE_U8, "quantize without zp gives uint8");
     double want_u8[] = {0, 0, 2, 2, 0, 255};
-    expect_values("quantize u8 per tensor", &tc.out, want_u8, 0, 0);
-    tc_end(&tc);
+    expect_values("quantize u8 per tensor", &tc.out[0], want_u8, 0, 0);
+    qf_node_runner_free(&tc);
     qf_tensor_free(&x);
     qf_tensor_free(&scale);
 
@@ -798,8 +736,8 @@ static void test_quantize_ops(void)
     double scv[] = {0.1, 0.02, 0.5}, zpv[] = {0, -10, 5};
     qf_tensor sa = make_vals(QF_DTYPE_F32, 1, d3, scv), za = make_vals(QF_DTYPE_I8, 1, d3, zpv);
     const qf_tensor *ina[3] = {&xa, &sa, &za};
-    tc_begin(&tc, QF_OP_QUANTIZE, 3, ina, 13);
-    CHECK(tc_run(&tc) == QF_OK, "quantize per axis: %s", qf_error_message());
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_QUANTIZE, "n0", 3, ina, 1, 13));
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "quantize per axis: %s", qf_error_message());
     double want[12], deq[12];
     for (int i = 0; i < 12; i++) {
         int c = (i / 2) % 3;
@@ -808,22 +746,22 @@ static void test_quantize_ops(void)
         want[i] = r < -128 ? -128 : r > 127 ? 127 : r;
         deq[i] = (want[i] - zpv[c]) * (float)scv[c];
     }
-    expect_values("quantize s8 per axis", &tc.out, want, 0, 0);
+    expect_values("quantize s8 per axis", &tc.out[0], want, 0, 0);
     qf_tensor q;
-    qf_tensor_copy(&q, &tc.out);
-    tc_end(&tc);
+    qf_tensor_copy(&q, &tc.out[0]);
+    qf_node_runner_free(&tc);
     const qf_tensor *ind[3] = {&q, &sa, &za};
-    tc_begin(&tc, QF_OP_DEQUANTIZE, 3, ind, 13);
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_DEQUANTIZE, "n0", 3, ind, 1, 13));
     qf_node_set_attr_int(tc.g, tc.n, "axis", -2);
-    CHECK(tc_run(&tc) == QF_OK, "dequantize per axis: %s", qf_error_message());
-    expect_values("dequantize s8 per axis (axis -2)", &tc.out, deq, 1e-6, 0);
-    tc_end(&tc);
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "dequantize per axis: %s", qf_error_message());
+    expect_values("dequantize s8 per axis (axis -2)", &tc.out[0], deq, 1e-6, 0);
+    qf_node_runner_free(&tc);
 
     /* A per-axis scale of the wrong length is a shape error naming the node. */
-    tc_begin(&tc, QF_OP_QUANTIZE, 3, ina, 13);
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_QUANTIZE, "n0", 3, ina, 1, 13));
     qf_node_set_attr_int(tc.g, tc.n, "axis", 2);
-    expect_error("per-axis length", tc_run(&tc), QF_ERR_SHAPE, "'n0'", "axis 2");
-    tc_end(&tc);
+    expect_error("per-axis length", qf_node_runner_run(&tc), QF_ERR_SHAPE, "'n0'", "axis 2");
+    qf_node_runner_free(&tc);
     qf_tensor_free(&q);
     qf_tensor_free(&xa);
     qf_tensor_free(&sa);
@@ -834,32 +772,31 @@ static void test_quantize_ops(void)
     double bv[] = {-1000, 70000}, bs[] = {0.001};
     qf_tensor xb = make_vals(QF_DTYPE_I32, 1, d2, bv), sb = make_vals(QF_DTYPE_F32, 0, s0, bs);
     const qf_tensor *inb[2] = {&xb, &sb};
-    tc_begin(&tc, QF_OP_DEQUANTIZE, 2, inb, 13);
-    CHECK(tc_run(&tc) == QF_OK, "dequantize int32: %s", qf_error_message());
+    REQUIRE_OK(qf_node_runner_init(&tc, QF_OP_DEQUANTIZE, "n0", 2, inb, 1, 13));
+    CHECKF(qf_node_runner_run(&tc) == QF_OK, "dequantize int32: %s", qf_error_message());
     double wb[] = {-1.0, 70.0};
-    expect_values("dequantize int32", &tc.out, wb, 1e-6, 0);
-    tc_end(&tc);
+    expect_values("dequantize int32", &tc.out[0], wb, 1e-6, 0);
+    qf_node_runner_free(&tc);
     qf_tensor_free(&xb);
     qf_tensor_free(&sb);
 }
 
 int main(void)
 {
-    test_broadcast_shapes();
-    test_bcast_iter();
-    test_binary();
-    test_integer_semantics();
-    test_pow_types();
-    test_unary();
-    test_gemm();
-    test_matmul();
-    test_linear();
-    test_infer_errors();
-    test_activations();
-    test_clip();
-    test_softmax();
-    test_quant_math();
-    test_quantize_ops();
-    printf("test_pointwise: %d checks, %d failed\n", checks, failures);
-    return failures ? 1 : 0;
+    RUN(test_broadcast_shapes);
+    RUN(test_bcast_iter);
+    RUN(test_binary);
+    RUN(test_integer_semantics);
+    RUN(test_pow_types);
+    RUN(test_unary);
+    RUN(test_gemm);
+    RUN(test_matmul);
+    RUN(test_linear);
+    RUN(test_infer_errors);
+    RUN(test_activations);
+    RUN(test_clip);
+    RUN(test_softmax);
+    RUN(test_quant_math);
+    RUN(test_quantize_ops);
+    return qf_check_report();
 }

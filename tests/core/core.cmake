@@ -1,14 +1,8 @@
-# C unit tests: the graph IR and allocation-failure injection.
-add_executable(test_ir ${CMAKE_CURRENT_SOURCE_DIR}/test_ir.c)
-target_include_directories(test_ir PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
-target_compile_options(test_ir PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_ir PRIVATE qfold_static)
-add_test(NAME unit_ir COMMAND test_ir)
-set_tests_properties(unit_ir PROPERTIES LABELS "unit" TIMEOUT 60)
+# C unit tests of the core: allocation-failure injection and size arithmetic.
 
 # Uses the small torch model of the ref_models fixture (tests/ref.cmake).
-add_executable(test_alloc_fail ${CMAKE_CURRENT_SOURCE_DIR}/test_alloc_fail.c)
-target_include_directories(test_alloc_fail PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+add_executable(test_alloc_fail ${CMAKE_CURRENT_LIST_DIR}/test_alloc_fail.c)
+target_include_directories(test_alloc_fail PRIVATE ${QF_TEST_DIR})
 target_compile_options(test_alloc_fail PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_alloc_fail PRIVATE qfold_static)
 file(MAKE_DIRECTORY "${QF_TEST_WORK}/alloc_fail")
@@ -18,9 +12,9 @@ add_test(NAME unit_alloc_fail
 set_tests_properties(unit_alloc_fail PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit" TIMEOUT 300)
 
 # Size arithmetic on hostile numbers (checked multiply, shape limits).
-add_executable(test_limits ${CMAKE_CURRENT_SOURCE_DIR}/test_limits.c)
+add_executable(test_limits ${CMAKE_CURRENT_LIST_DIR}/test_limits.c)
 target_compile_options(test_limits PRIVATE ${QF_WARNINGS})
-target_include_directories(test_limits PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_include_directories(test_limits PRIVATE ${QF_TEST_DIR})
 target_link_libraries(test_limits PRIVATE qfold_static)
 add_test(NAME unit_limits COMMAND test_limits)
 set_tests_properties(unit_limits PROPERTIES LABELS "unit" TIMEOUT 60)

@@ -2,13 +2,13 @@
 # fuse_batch_norm_forward and decompose_batch_norm on graphs built with the
 # IR API, then end-to-end tests of `qfold fuse` on PyTorch models checked
 # with python onnx, `qfold run` and ONNX Runtime.
-add_executable(test_bn_folds ${CMAKE_CURRENT_SOURCE_DIR}/folds/test_bn_folds.c)
+add_executable(test_bn_folds ${CMAKE_CURRENT_LIST_DIR}/test_bn_folds.c)
 target_compile_options(test_bn_folds PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_bn_folds PRIVATE qfold_static)
 add_test(NAME folds_unit COMMAND test_bn_folds)
 set_tests_properties(folds_unit PROPERTIES LABELS "folds" TIMEOUT 120)
 
-# End-to-end: one ctest per case of tests/folds/fuse_e2e.py. resnet18 and
+# End-to-end: one ctest per case of tests/passes/fuse_e2e.py. resnet18 and
 # mobilenet_v2 reuse the ref fixture's exported models (tests/ref.cmake).
 set(QF_FOLDS_WORK "${QF_TEST_WORK}/folds")
 set(QF_FOLDS_CASES
@@ -20,7 +20,7 @@ set(QF_FOLDS_CASES
 if(QF_NODE)
   foreach(c ${QF_FOLDS_CASES})
     add_test(NAME folds_${c}
-      COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/folds/fuse_e2e.py $<TARGET_FILE:qfold> ${QF_NODE}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/fuse_e2e.py $<TARGET_FILE:qfold> ${QF_NODE}
               ${QF_TEST_DIR}/ref/ort_run.js ${QF_FOLDS_WORK} ${QF_TEST_WORK}/models ${c})
     if(c STREQUAL "resnet18" OR c STREQUAL "mobilenet_v2")
       set_tests_properties(folds_${c} PROPERTIES LABELS "folds" TIMEOUT 600 FIXTURES_REQUIRED ref_models)

@@ -1,0 +1,120 @@
+/* One-node runner of the C tests (see qf_node_run.h). */
+#include "tools/qf_node_run.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/op_table.h"
+
+/* switches to qf_node_eval when it lands */
+qf_status qf_node_run_kernel(const qf_node *n, int64_t opset, const qf_tensor *const *in,
+                             qf_tensor *const *out)
+{
+    const qf_op_info *info = qf_op_info_get(n->op);
+    size_t ss = info->scratch ? info->scratch(n) : 0;
+    void *scratch = ss ? qf_malloc(ss) : NULL;
+    if (ss && !scratch) return QF_ERR_NOMEM;
+    qf_kernel_io io = {.node = n,
+                       .opset = opset,
+                       .nin = n->ninputs,
+                       .nout = n->noutputs,
+                       .in = in,
+                       .out = out,
+                       .scratch = scratch,
+                       .scratch_size = ss};
+    qf_status st = info->forward(&io);
+    qf_free(scratch);
+    return st;
+}
+
+qf_status qf_node_runner_init(qf_node_runner *r, qf_op op, const char *name, int nin,
+                              const qf_tensor *const *in, int nout, int64_t opset)
+{
+    memset(r, 0, sizeof *r);
+    if (nin < 0 || nin > QF_NODE_RUN_MAX_IN || nout < 1 || nout > QF_NODE_RUN_MAX_OUT)
+        return qf_error(QF_ERR_UNSUPPORTED, "node runner: %d inputs, %d outputs (at most %d, %d)",
+                        nin, nout, QF_NODE_RUN_MAX_IN, QF_NODE_RUN_MAX_OUT);
+    QF_TRY(qf_graph_init(&r->g));
+    r->owns_graph = 1;
+    r->g->opset = opset;
+    qf_value *vals[QF_NODE_RUN_MAX_IN] = {0};
+    int nfeed = 0;
+    for (int i = 0; i < nin; i++) {
+        if (!in[i]) continue;
+        char vname[16];
+        snprintf(vname, sizeof vname, "x%d", i);
+        vals[i] = qf_graph_add_input(r->g, vname, in[i]->dtype, in[i]->ndim, in[i]->dims);
+        if (!vals[i]) goto fail;
+        r->feed[nfeed++] = in[i];
+    }
+    r->n = qf_graph_add_node(r->g, op, name, nin, vals, nout);
+    if (!r->n) goto fail;
+    for (int j = 0; j < nout; j++)
+        if (qf_graph_add_output(r->g, r->n->outputs[j]) != QF_OK) goto fail;
+    return QF_OK;
+fail:
+    /* The IR returns NULL only when an allocation failed (message recorded). */
+    qf_node_runner_free(r);
+    return qf_error_prefix(QF_ERR_NOMEM, "node runner: building the graph: ");
+}
+
+qf_status qf_node_runner_init_node(qf_node_runner *r, qf_graph *g, qf_node *n,
+                                   const qf_tensor *const *feed)
+{
+    memset(r, 0, sizeof *r);
+    if (g->ninputs > QF_NODE_RUN_MAX_IN || n->ninputs > QF_NODE_RUN_MAX_IN ||
+        n->noutputs > QF_NODE_RUN_MAX_OUT)
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "node runner: node '%s' has %d inputs, %d outputs (at most %d, %d)",
+                        n->name, n->ninputs, n->noutputs, QF_NODE_RUN_MAX_IN, QF_NODE_RUN_MAX_OUT);
+    r->g = g;
+    r->n = n;
+    for (int k = 0; k < g->ninputs; k++) r->feed[k] = feed ? feed[k] : NULL;
+    return QF_OK;
+}
+
+/* The tensor the kernel reads for input slot i of the node. */
+static const qf_tensor *runner_input(const qf_node_runner *r, int i)
+{
+    const qf_value *v = r->n->inputs[i];
+    if (!v) return NULL;
+    if (v->kind != QF_VALUE_INPUT) return &v->type; /* constant: its payload */
+    for (int k = 0; k < r->g->ninputs; k++)
+        if (r->g->inputs[k] == v) return r->feed[k];
+    return NULL;
+}
+
+qf_status qf_node_runner_run(qf_node_runner *r)
+{
+    qf_node *n = r->n;
+    QF_TRY(qf_graph_infer_shapes(r->g));
+    QF_TRY(qf_graph_verify(r->g));
+    const qf_tensor *in[QF_NODE_RUN_MAX_IN] = {0};
+    for (int i = 0; i < n->ninputs; i++) {
+        in[i] = runner_input(r, i);
+        if (n->inputs[i] && !in[i])
+            return qf_error(QF_ERR_INVALID, "node runner: no data fed for input %d of node '%s'", i,
+                            n->name);
+    }
+    qf_tensor *out[QF_NODE_RUN_MAX_OUT] = {0};
+    for (int j = 0; j < n->noutputs; j++) {
+        const qf_tensor *t = &n->outputs[j]->type;
+        QF_TRY(qf_tensor_init(&r->out[j], t->dtype, t->ndim, t->dims));
+        r->nout = j + 1;
+        /* Poison: an element the kernel does not write shows up in the comparison. */
+        size_t nb = qf_tensor_nbytes(&r->out[j]);
+        if (nb) memset(r->out[j].data, QF_NODE_RUN_POISON, nb);
+        out[j] = &r->out[j];
+    }
+    return qf_node_run_kernel(n, r->g->opset, in, out);
+}
+
+void qf_node_runner_free(qf_node_runner *r)
+{
+    for (int j = 0; j < r->nout; j++) qf_tensor_free(&r->out[j]);
+    r->nout = 0;
+    if (r->owns_graph) qf_graph_free(r->g);
+    r->g = NULL;
+    r->n = NULL;
+    r->owns_graph = 0;
+}
