@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ops/op_table.h"
+#include "qfold/exec.h"
 #include "qfold/graph.h"
 
 static int failures;
@@ -37,7 +38,6 @@ static int failures;
  * constants from their payload. Outputs are allocated into outs[]. */
 static qf_status run_node(qf_graph *g, qf_node *n, qf_tensor *const *feed, qf_tensor *outs)
 {
-    const qf_op_info *info = qf_op_info_get(n->op);
     const qf_tensor *in[8] = {0};
     for (int i = 0; i < n->ninputs; i++) {
         qf_value *v = n->inputs[i];
@@ -55,14 +55,7 @@ static qf_status run_node(qf_graph *g, qf_node *n, qf_tensor *const *feed, qf_te
         QF_TRY(qf_tensor_init(&outs[i], t->dtype, t->ndim, t->dims));
         out[i] = &outs[i];
     }
-    size_t ss = info->scratch ? info->scratch(n) : 0;
-    void *scratch = ss ? qf_malloc(ss) : NULL;
-    if (ss && !scratch) return QF_ERR_NOMEM;
-    qf_kernel_io io = {.node = n, .opset = g->opset, .nin = n->ninputs, .nout = n->noutputs,
-                       .in = in, .out = out, .scratch = scratch, .scratch_size = ss};
-    qf_status st = info->forward(&io);
-    qf_free(scratch);
-    return st;
+    return qf_node_eval(n, g->opset, in, out);
 }
 
 /* --- manifest cases ------------------------------------------------------------ */

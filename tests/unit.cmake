@@ -24,3 +24,11 @@ target_include_directories(test_limits PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_link_libraries(test_limits PRIVATE qfold_static)
 add_test(NAME unit_limits COMMAND test_limits)
 set_tests_properties(unit_limits PROPERTIES LABELS "unit" TIMEOUT 60)
+
+# The op table and schema: every op has its rows and required columns.
+add_executable(test_op_table ${CMAKE_CURRENT_SOURCE_DIR}/test_op_table.c)
+target_compile_options(test_op_table PRIVATE ${QF_WARNINGS})
+target_include_directories(test_op_table PRIVATE ${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/src)
+target_link_libraries(test_op_table PRIVATE qfold_static)
+add_test(NAME unit_op_table COMMAND test_op_table)
+set_tests_properties(unit_op_table PROPERTIES LABELS "unit" TIMEOUT 60)

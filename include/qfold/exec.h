@@ -37,6 +37,12 @@ const qf_tensor *qf_plan_output(const qf_plan *p, int i);
 size_t qf_plan_arena_bytes(const qf_plan *p);
 size_t qf_plan_naive_bytes(const qf_plan *p);
 
+/* Run node n alone (its shapes inferred): prepare it, allocate its scratch,
+ * run its float forward kernel. in: n->ninputs tensors (NULL for an omitted
+ * optional input); out: n->noutputs tensors set up by the caller (dtype,
+ * shape, data). Allocates only transient state. Errors name the node. */
+qf_status qf_node_eval(const qf_node *n, int64_t opset, const qf_tensor *const *in, qf_tensor *const *out);
+
 /* Evaluate one node whose inputs are all constants and store its outputs as
  * constants (used by import to fold shape-computation chains). The node is
  * removed and its outputs become constant values of the same names. */

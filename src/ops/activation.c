@@ -91,9 +91,9 @@ static void clamp_f32(const qf_kernel_io *io, float lo, float hi)
 
 /* --- Relu, relu6 --------------------------------------------------------- */
 
-qf_status qf_relu_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, relu_dtypes, 5); }
+static qf_status qf_relu_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, relu_dtypes, 5); }
 
-qf_status qf_relu_forward(const qf_kernel_io *io)
+static qf_status qf_relu_forward_f32(const qf_kernel_io *io)
 {
     switch (io->in[0]->dtype) {
     case QF_DTYPE_I32: QF_MAP_T_(int32_t, x < 0 ? 0 : x); return QF_OK;
@@ -106,9 +106,9 @@ qf_status qf_relu_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_relu6_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_relu6_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
-qf_status qf_relu6_forward(const qf_kernel_io *io)
+static qf_status qf_relu6_forward_f32(const qf_kernel_io *io)
 {
     if (io->in[0]->dtype == QF_DTYPE_F32) {
         clamp_f32(io, 0.0f, 6.0f);
@@ -121,7 +121,7 @@ qf_status qf_relu6_forward(const qf_kernel_io *io)
 /* --- Clip ------------------------------------------------------------------ */
 
 /* Clip (opset 11+): min and max are optional scalar inputs of x's dtype. */
-qf_status qf_clip_infer(qf_graph *g, qf_node *n)
+static qf_status qf_clip_infer(qf_graph *g, qf_node *n)
 {
     QF_TRY(same_infer(n, clip_dtypes, 6));
     (void)g;
@@ -153,7 +153,7 @@ qf_status qf_clip_infer(qf_graph *g, qf_node *n)
         QF_MAP_T_(T, x < lo_ ? (x > hi_ ? hi_ : lo_) : (x > hi_ ? hi_ : x));         \
     } while (0)
 
-qf_status qf_clip_forward(const qf_kernel_io *io)
+static qf_status qf_clip_forward_f32(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
     switch (io->in[0]->dtype) {
@@ -178,16 +178,16 @@ qf_status qf_clip_forward(const qf_kernel_io *io)
 
 /* --- pointwise float activations ------------------------------------------ */
 
-qf_status qf_leaky_relu_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_leaky_relu_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
-qf_status qf_leaky_relu_forward(const qf_kernel_io *io)
+static qf_status qf_leaky_relu_forward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.01f);
     QF_MAP_FLOAT_(x < 0 ? (T)alpha * x : x);
     return QF_OK;
 }
 
-qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
 /* e^x for x <= 0, branch-free so that a loop over it vectorizes (libm's expf
  * is a call per element and dominated EfficientNet's SiLU layers). x = n ln2 + r
@@ -235,7 +235,7 @@ static void sigmoid_f32_slice(void *ctx, int64_t a, int64_t b)
     }
 }
 
-qf_status qf_sigmoid_forward(const qf_kernel_io *io)
+static qf_status qf_sigmoid_forward_f32(const qf_kernel_io *io)
 {
     if (io->in[0]->dtype == QF_DTYPE_F32) {
         f32_map_job j = {io->in[0]->data, io->out[0]->data, 0.0f, 0.0f};
@@ -248,9 +248,9 @@ qf_status qf_sigmoid_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_tanh_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_tanh_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
-qf_status qf_tanh_forward(const qf_kernel_io *io)
+static qf_status qf_tanh_forward_f32(const qf_kernel_io *io)
 {
     QF_MAP_FLOAT_(tanh(x));
     return QF_OK;
@@ -259,17 +259,17 @@ qf_status qf_tanh_forward(const qf_kernel_io *io)
 /* --- Erf -------------------------------------------------------------------- */
 /* The error function; PyTorch exports exact GELU as x * 0.5 * (1 + erf(x / sqrt 2)).
  * <tgmath.h> picks erff for float32. */
-qf_status qf_erf_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_erf_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
-qf_status qf_erf_forward(const qf_kernel_io *io)
+static qf_status qf_erf_forward_f32(const qf_kernel_io *io)
 {
     QF_MAP_FLOAT_(erf(x));
     return QF_OK;
 }
 
-qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
-qf_status qf_hard_sigmoid_forward(const qf_kernel_io *io)
+static qf_status qf_hard_sigmoid_forward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.2f);
     const float beta = qf_node_attr_float(io->node, "beta", 0.5f);
@@ -277,9 +277,9 @@ qf_status qf_hard_sigmoid_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
 
-qf_status qf_hard_swish_forward(const qf_kernel_io *io)
+static qf_status qf_hard_swish_forward_f32(const qf_kernel_io *io)
 {
     /* ONNX: x * max(0, min(1, alpha * x + beta)) with alpha = 1/6, beta = 0.5. */
     QF_MAP_FLOAT_(x * fmax((T)0, fmin((T)1, x * ((T)1 / (T)6) + (T)0.5)));
@@ -307,7 +307,7 @@ static qf_status softmax_axis(const qf_node *n, int64_t opset, int ndim, int *ax
     return QF_OK;
 }
 
-qf_status qf_softmax_infer(qf_graph *g, qf_node *n)
+static qf_status qf_softmax_infer(qf_graph *g, qf_node *n)
 {
     QF_TRY(same_infer(n, float_dtypes, 2));
     int axis;
@@ -336,7 +336,7 @@ qf_status qf_softmax_infer(qf_graph *g, qf_node *n)
         }                                                                             \
     } while (0)
 
-qf_status qf_softmax_forward(const qf_kernel_io *io)
+static qf_status qf_softmax_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int axis;
@@ -356,3 +356,16 @@ qf_status qf_softmax_forward(const qf_kernel_io *io)
     else return unsupported_dtype(io->node, x->dtype);
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_relu_kernels = {.infer = qf_relu_infer, .forward_f32 = qf_relu_forward_f32};
+const qf_op_kernels qf_relu6_kernels = {.infer = qf_relu6_infer, .forward_f32 = qf_relu6_forward_f32};
+const qf_op_kernels qf_clip_kernels = {.infer = qf_clip_infer, .forward_f32 = qf_clip_forward_f32};
+const qf_op_kernels qf_leaky_relu_kernels = {.infer = qf_leaky_relu_infer, .forward_f32 = qf_leaky_relu_forward_f32};
+const qf_op_kernels qf_sigmoid_kernels = {.infer = qf_sigmoid_infer, .forward_f32 = qf_sigmoid_forward_f32};
+const qf_op_kernels qf_tanh_kernels = {.infer = qf_tanh_infer, .forward_f32 = qf_tanh_forward_f32};
+const qf_op_kernels qf_erf_kernels = {.infer = qf_erf_infer, .forward_f32 = qf_erf_forward_f32};
+const qf_op_kernels qf_hard_sigmoid_kernels = {.infer = qf_hard_sigmoid_infer, .forward_f32 = qf_hard_sigmoid_forward_f32};
+const qf_op_kernels qf_hard_swish_kernels = {.infer = qf_hard_swish_infer, .forward_f32 = qf_hard_swish_forward_f32};
+const qf_op_kernels qf_softmax_kernels = {.infer = qf_softmax_infer, .forward_f32 = qf_softmax_forward_f32};

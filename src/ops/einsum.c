@@ -494,7 +494,7 @@ static void es_generic_run(const qf_kernel_io *io, const es_spec *sp)
 
 /* --- op entry points ----------------------------------------------------------- */
 
-qf_status qf_einsum_infer(qf_graph *g, qf_node *n)
+static qf_status qf_einsum_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     if (n->ninputs < 1)
@@ -524,8 +524,9 @@ qf_status qf_einsum_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-size_t qf_einsum_scratch(const qf_node *n)
+static size_t qf_einsum_scratch(const qf_node *n, const void *state)
 {
+    (void)state;
     if (n->ninputs < 1 || n->ninputs > ES_MAX_OPS) return 0;
     const qf_tensor *ts[ES_MAX_OPS];
     for (int i = 0; i < n->ninputs; i++) {
@@ -541,7 +542,7 @@ size_t qf_einsum_scratch(const qf_node *n)
     return es_gemm_scratch_elems(&g) * qf_dtype_size(ts[0]->dtype);
 }
 
-qf_status qf_einsum_forward(const qf_kernel_io *io)
+static qf_status qf_einsum_forward_f32(const qf_kernel_io *io)
 {
     es_spec sp;
     QF_TRY(es_spec_of(io->node, io->nin, (const qf_tensor *const *)io->in, &sp));
@@ -551,3 +552,7 @@ qf_status qf_einsum_forward(const qf_kernel_io *io)
     es_generic_run(io, &sp);
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_einsum_kernels = {.infer = qf_einsum_infer, .scratch = qf_einsum_scratch, .forward_f32 = qf_einsum_forward_f32};

@@ -48,16 +48,16 @@ static qf_status binary_infer(qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_add_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
-qf_status qf_sub_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
-qf_status qf_mul_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
-qf_status qf_div_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+static qf_status qf_add_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+static qf_status qf_sub_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+static qf_status qf_mul_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+static qf_status qf_div_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
 
 static const qf_dtype pow_base_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, QF_DTYPE_I64};
 
 /* Pow (opset 12+) lets the exponent have its own dtype; the output has the
  * base's. */
-qf_status qf_pow_infer(qf_graph *g, qf_node *n)
+static qf_status qf_pow_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(qf_op_check_inputs(n, 2));
@@ -83,9 +83,9 @@ static qf_status unary_infer(qf_node *n, const qf_dtype *allowed, int count)
 static const qf_dtype float_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64};
 static const qf_dtype signed_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, QF_DTYPE_I64, QF_DTYPE_I8};
 
-qf_status qf_sqrt_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, float_dtypes, 2); }
-qf_status qf_reciprocal_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, float_dtypes, 2); }
-qf_status qf_neg_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, signed_dtypes, 5); }
+static qf_status qf_sqrt_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, float_dtypes, 2); }
+static qf_status qf_reciprocal_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, float_dtypes, 2); }
+static qf_status qf_neg_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, signed_dtypes, 5); }
 
 /* ------------------------------------------------------------------------ */
 /* binary row functions                                                      */
@@ -217,25 +217,25 @@ static qf_status binary_dispatch(const qf_kernel_io *io, const row_fn fns[6])
     return unsupported_dtype(io->node, "input", io->in[0]->dtype);
 }
 
-qf_status qf_add_forward(const qf_kernel_io *io)
+static qf_status qf_add_forward_f32(const qf_kernel_io *io)
 {
     static const row_fn fns[6] = {add_f32, add_f64, add_i32, add_i64, add_i8, add_u8};
     return binary_dispatch(io, fns);
 }
 
-qf_status qf_sub_forward(const qf_kernel_io *io)
+static qf_status qf_sub_forward_f32(const qf_kernel_io *io)
 {
     static const row_fn fns[6] = {sub_f32, sub_f64, sub_i32, sub_i64, sub_i8, sub_u8};
     return binary_dispatch(io, fns);
 }
 
-qf_status qf_mul_forward(const qf_kernel_io *io)
+static qf_status qf_mul_forward_f32(const qf_kernel_io *io)
 {
     static const row_fn fns[6] = {mul_f32, mul_f64, mul_i32, mul_i64, mul_i8, mul_u8};
     return binary_dispatch(io, fns);
 }
 
-qf_status qf_div_forward(const qf_kernel_io *io)
+static qf_status qf_div_forward_f32(const qf_kernel_io *io)
 {
     static const row_fn fns[6] = {div_f32, div_f64, div_i32, div_i64, div_i8, div_u8};
     return binary_dispatch(io, fns);
@@ -311,7 +311,7 @@ static void pow_elem(const qf_tensor *a, int64_t ia, const qf_tensor *b, int64_t
     }
 }
 
-qf_status qf_pow_forward(const qf_kernel_io *io)
+static qf_status qf_pow_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *a = io->in[0], *b = io->in[1];
     qf_tensor *y = io->out[0];
@@ -341,7 +341,7 @@ qf_status qf_pow_forward(const qf_kernel_io *io)
         for (int64_t i = 0; i < n; i++) y[i] = (T)(EXPR);       \
     } while (0)
 
-qf_status qf_sqrt_forward(const qf_kernel_io *io)
+static qf_status qf_sqrt_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
@@ -353,7 +353,7 @@ qf_status qf_sqrt_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_reciprocal_forward(const qf_kernel_io *io)
+static qf_status qf_reciprocal_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
@@ -365,7 +365,7 @@ qf_status qf_reciprocal_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_neg_forward(const qf_kernel_io *io)
+static qf_status qf_neg_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
@@ -388,7 +388,7 @@ qf_status qf_neg_forward(const qf_kernel_io *io)
  * divisor's sign, as Python's % and torch.remainder; fmod = 1: C's fmod /
  * truncated %, the dividend's sign. A zero integer divisor is
  * QF_ERR_NUMERIC. x % -1 is 0 (computed without the MIN % -1 trap). */
-qf_status qf_mod_infer(qf_graph *g, qf_node *n)
+static qf_status qf_mod_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(binary_infer(n));
@@ -431,7 +431,7 @@ QF_MOD_ROW_(fmod_i8, int8_t, z == -1 ? 0 : x % z)
 QF_ROW_(fmod_f32, float, fmodf(x, z))
 QF_ROW_(fmod_f64, double, fmod(x, z))
 
-qf_status qf_mod_forward(const qf_kernel_io *io)
+static qf_status qf_mod_forward_f32(const qf_kernel_io *io)
 {
     /* floats with fmod=0 are refused by inference; the float entries only keep
      * the table total */
@@ -448,7 +448,7 @@ static const qf_dtype cmp_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, 
 
 /* Equal (opset 11+): any dtype on both sides (the same one), a bool output
  * of the broadcast shape. */
-qf_status qf_equal_infer(qf_graph *g, qf_node *n)
+static qf_status qf_equal_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(qf_op_check_inputs(n, 2));
@@ -482,7 +482,7 @@ QF_EQ_ROW_(eq_i64, int64_t)
 QF_EQ_ROW_(eq_i8, int8_t)
 QF_EQ_ROW_(eq_u8, uint8_t)
 
-qf_status qf_equal_forward(const qf_kernel_io *io)
+static qf_status qf_equal_forward_f32(const qf_kernel_io *io)
 {
     /* follows cmp_dtypes; bool is stored as one byte 0 / 1, compared as u8 */
     static const row_fn fns[7] = {eq_f32, eq_f64, eq_i32, eq_i64, eq_i8, eq_u8, eq_u8};
@@ -494,9 +494,9 @@ qf_status qf_equal_forward(const qf_kernel_io *io)
 
 static const qf_dtype bool_dtypes[] = {QF_DTYPE_BOOL};
 
-qf_status qf_not_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, bool_dtypes, 1); }
+static qf_status qf_not_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, bool_dtypes, 1); }
 
-qf_status qf_not_forward(const qf_kernel_io *io)
+static qf_status qf_not_forward_f32(const qf_kernel_io *io)
 {
     const uint8_t *p = io->in[0]->data;
     uint8_t *y = io->out[0]->data;
@@ -504,3 +504,17 @@ qf_status qf_not_forward(const qf_kernel_io *io)
     for (int64_t i = 0; i < n; i++) y[i] = !p[i];
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_add_kernels = {.infer = qf_add_infer, .forward_f32 = qf_add_forward_f32};
+const qf_op_kernels qf_sub_kernels = {.infer = qf_sub_infer, .forward_f32 = qf_sub_forward_f32};
+const qf_op_kernels qf_mul_kernels = {.infer = qf_mul_infer, .forward_f32 = qf_mul_forward_f32};
+const qf_op_kernels qf_div_kernels = {.infer = qf_div_infer, .forward_f32 = qf_div_forward_f32};
+const qf_op_kernels qf_pow_kernels = {.infer = qf_pow_infer, .forward_f32 = qf_pow_forward_f32};
+const qf_op_kernels qf_sqrt_kernels = {.infer = qf_sqrt_infer, .forward_f32 = qf_sqrt_forward_f32};
+const qf_op_kernels qf_reciprocal_kernels = {.infer = qf_reciprocal_infer, .forward_f32 = qf_reciprocal_forward_f32};
+const qf_op_kernels qf_neg_kernels = {.infer = qf_neg_infer, .forward_f32 = qf_neg_forward_f32};
+const qf_op_kernels qf_mod_kernels = {.infer = qf_mod_infer, .forward_f32 = qf_mod_forward_f32};
+const qf_op_kernels qf_equal_kernels = {.infer = qf_equal_infer, .forward_f32 = qf_equal_forward_f32};
+const qf_op_kernels qf_not_kernels = {.infer = qf_not_infer, .forward_f32 = qf_not_forward_f32};

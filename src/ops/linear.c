@@ -76,7 +76,7 @@ static void broadcast_fill(const qf_tensor *src, qf_tensor *y)
 
 /* --- Gemm ------------------------------------------------------------------ */
 
-qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
+static qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(check_float_inputs(n, 2));
@@ -101,14 +101,30 @@ qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_gemm_forward(const qf_kernel_io *io)
+/* What prepare keeps for Gemm: its attributes, decoded once. */
+typedef struct gemm_state {
+    bool ta, tb;
+    double alpha, beta;
+} gemm_state;
+
+static qf_status qf_gemm_prepare(const qf_kernel_io *io, void *state)
+{
+    gemm_state *st = state;
+    st->ta = qf_node_attr_int(io->node, "transA", 0) != 0;
+    st->tb = qf_node_attr_int(io->node, "transB", 0) != 0;
+    st->alpha = qf_node_attr_float(io->node, "alpha", 1.0f);
+    st->beta = qf_node_attr_float(io->node, "beta", 1.0f);
+    return QF_OK;
+}
+
+static qf_status qf_gemm_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *a = io->in[0], *b = io->in[1];
     const qf_tensor *c = io->nin > 2 ? io->in[2] : NULL;
     qf_tensor *y = io->out[0];
-    bool ta = qf_node_attr_int(io->node, "transA", 0) != 0, tb = qf_node_attr_int(io->node, "transB", 0) != 0;
-    double alpha = qf_node_attr_float(io->node, "alpha", 1.0f);
-    double beta = qf_node_attr_float(io->node, "beta", 1.0f);
+    const gemm_state *st = io->state;
+    bool ta = st->ta, tb = st->tb;
+    double alpha = st->alpha, beta = st->beta;
     int64_t M = y->dims[0], N = y->dims[1], K = a->dims[ta ? 0 : 1];
     /* Y starts as C (broadcast), and BLAS adds alpha * A'B' to beta * Y. With
      * no C, beta 0 makes BLAS ignore Y's (uninitialised) contents. */
@@ -141,7 +157,7 @@ static void mm_dims_get(const qf_tensor *a, const qf_tensor *b, mm_dims *d)
     d->bb = b->dims;
 }
 
-qf_status qf_matmul_infer(qf_graph *g, qf_node *n)
+static qf_status qf_matmul_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(check_float_inputs(n, 2));
@@ -165,7 +181,7 @@ qf_status qf_matmul_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_matmul_forward(const qf_kernel_io *io)
+static qf_status qf_matmul_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *a = io->in[0], *b = io->in[1];
     qf_tensor *y = io->out[0];
@@ -209,7 +225,7 @@ qf_status qf_matmul_forward(const qf_kernel_io *io)
 
 /* --- linear (ATen) --------------------------------------------------------- */
 
-qf_status qf_linear_infer(qf_graph *g, qf_node *n)
+static qf_status qf_linear_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(check_float_inputs(n, 2));
@@ -229,7 +245,7 @@ qf_status qf_linear_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_linear_forward(const qf_kernel_io *io)
+static qf_status qf_linear_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *w = io->in[1];
     const qf_tensor *b = io->nin > 2 ? io->in[2] : NULL;
@@ -245,3 +261,9 @@ qf_status qf_linear_forward(const qf_kernel_io *io)
     }
     return gemm_call(io->node, y->dtype, false, true, rows, out, in, 1.0, x->data, in, w->data, in, beta, y->data);
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_gemm_kernels = {.infer = qf_gemm_infer, .prepare = qf_gemm_prepare, .state_size = sizeof(gemm_state), .forward_f32 = qf_gemm_forward_f32};
+const qf_op_kernels qf_matmul_kernels = {.infer = qf_matmul_infer, .forward_f32 = qf_matmul_forward_f32};
+const qf_op_kernels qf_linear_kernels = {.infer = qf_linear_infer, .forward_f32 = qf_linear_forward_f32};

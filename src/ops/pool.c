@@ -23,6 +23,13 @@ typedef struct pool_geom {
     int64_t in_plane, out_plane;
 } pool_geom;
 
+/* What prepare keeps for MaxPool / AveragePool. */
+typedef struct pool_state {
+    pool_geom geom;
+    bool col_major;    /* MaxPool storage_order = 1 */
+    bool include_pad;  /* AveragePool count_include_pad */
+} pool_state;
+
 static qf_status pool_setup(const qf_node *n, const qf_tensor *x, qf_spatial_kind kind, pool_geom *pg)
 {
     const char *op = qf_op_label(n);
@@ -187,7 +194,7 @@ static void max_pool_i8(const pool_geom *pg, const int8_t *x, int8_t *y, int64_t
 #undef QF_MAX_POOL_BODY
 #undef QF_MAX_POOL_PLAIN
 
-qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
+static qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const char *op = qf_op_label(n);
@@ -204,13 +211,20 @@ qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_max_pool_forward(const qf_kernel_io *io)
+static qf_status qf_max_pool_prepare(const qf_kernel_io *io, void *state)
 {
-    pool_geom pg;
+    pool_state *st = state;
+    st->col_major = qf_node_attr_int(io->node, "storage_order", 0) == 1;
+    return pool_setup(io->node, io->in[0], QF_SPATIAL_MAX_POOL, &st->geom);
+}
+
+static qf_status qf_max_pool_forward_f32(const qf_kernel_io *io)
+{
+    const pool_state *st = io->state;
+    const pool_geom pg = st->geom;
     const qf_tensor *x = io->in[0];
-    QF_TRY(pool_setup(io->node, x, QF_SPATIAL_MAX_POOL, &pg));
     int64_t *ind = io->nout > 1 && io->out[1] ? io->out[1]->data : NULL;
-    bool col_major = qf_node_attr_int(io->node, "storage_order", 0) == 1;
+    bool col_major = st->col_major;
     switch (x->dtype) {
     case QF_DTYPE_F32: max_pool_f32(&pg, x->data, io->out[0]->data, ind, col_major); break;
     case QF_DTYPE_U8: max_pool_u8(&pg, x->data, io->out[0]->data, ind, col_major); break;
@@ -222,7 +236,7 @@ qf_status qf_max_pool_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
+static qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x;
@@ -243,12 +257,19 @@ static int64_t padded_count(int64_t start, int64_t k, int64_t size, int64_t pad_
     return end - start;
 }
 
-qf_status qf_avg_pool_forward(const qf_kernel_io *io)
+static qf_status qf_avg_pool_prepare(const qf_kernel_io *io, void *state)
 {
-    pool_geom pg;
+    pool_state *st = state;
+    st->include_pad = qf_node_attr_int(io->node, "count_include_pad", 0) != 0;
+    return pool_setup(io->node, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom);
+}
+
+static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
+{
+    const pool_state *st = io->state;
+    const pool_geom pg = st->geom;
     const qf_tensor *x = io->in[0];
-    QF_TRY(pool_setup(io->node, x, QF_SPATIAL_AVG_POOL, &pg));
-    const bool include_pad = qf_node_attr_int(io->node, "count_include_pad", 0) != 0;
+    const bool include_pad = st->include_pad;
     const qf_spatial *l = &pg.l;
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
     const float *xd = x->data;
@@ -284,7 +305,7 @@ qf_status qf_avg_pool_forward(const qf_kernel_io *io)
 
 /* --- GlobalAveragePool ----------------------------------------------------- */
 
-qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
+static qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x;
@@ -300,7 +321,7 @@ qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_global_avg_pool_forward(const qf_kernel_io *io)
+static qf_status qf_global_avg_pool_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     const int64_t planes = x->dims[0] * x->dims[1];
@@ -362,7 +383,7 @@ static qf_status reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
     return QF_OK;
 }
 
-qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
+static qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const char *op = qf_op_label(n);
@@ -386,7 +407,7 @@ qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_reduce_mean_forward(const qf_kernel_io *io)
+static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
     const qf_tensor *x = io->in[0];
@@ -453,3 +474,10 @@ qf_status qf_reduce_mean_forward(const qf_kernel_io *io)
     }
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_max_pool_kernels = {.infer = qf_max_pool_infer, .prepare = qf_max_pool_prepare, .state_size = sizeof(pool_state), .forward_f32 = qf_max_pool_forward_f32};
+const qf_op_kernels qf_avg_pool_kernels = {.infer = qf_avg_pool_infer, .prepare = qf_avg_pool_prepare, .state_size = sizeof(pool_state), .forward_f32 = qf_avg_pool_forward_f32};
+const qf_op_kernels qf_global_avg_pool_kernels = {.infer = qf_global_avg_pool_infer, .forward_f32 = qf_global_avg_pool_forward_f32};
+const qf_op_kernels qf_reduce_mean_kernels = {.infer = qf_reduce_mean_infer, .forward_f32 = qf_reduce_mean_forward_f32};

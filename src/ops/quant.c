@@ -58,6 +58,15 @@ static qf_status qparam_check(const qf_node *n, const qf_tensor *x, const qf_ten
     return QF_OK;
 }
 
+/* Prepare (both ops): the layout, checked once. The checks read shapes and
+ * dtypes only, which the plan fixes, so nothing is re-checked per run, also
+ * when scale or zero point are computed at run time. */
+static qf_status qparam_prepare(const qf_kernel_io *io, void *state)
+{
+    const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
+    return qparam_check(io->node, io->in[0], io->in[1], zp, state);
+}
+
 static qf_status need_input(const qf_node *n, int i)
 {
     if (i >= n->ninputs || !n->inputs[i])
@@ -86,7 +95,7 @@ static int32_t zp_at(const qf_tensor *zp, int64_t c)
 
 /* --- QuantizeLinear ---------------------------------------------------------- */
 
-qf_status qf_quantize_infer(qf_graph *g, qf_node *n)
+static qf_status qf_quantize_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(need_input(n, 0));
@@ -106,13 +115,12 @@ qf_status qf_quantize_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_quantize_forward(const qf_kernel_io *io)
+static qf_status qf_quantize_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *scale = io->in[1];
     const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
+    const qparam_layout lay = *(const qparam_layout *)io->state;
     qf_tensor *y = io->out[0];
-    qparam_layout lay;
-    QF_TRY(qparam_check(io->node, x, scale, zp, &lay));
     const float *px = x->data, *ps = scale->data;
     int64_t n = qf_tensor_numel(x);
     int64_t block = lay.channels * lay.inner;
@@ -137,7 +145,7 @@ qf_status qf_quantize_forward(const qf_kernel_io *io)
 
 /* --- DequantizeLinear -------------------------------------------------------- */
 
-qf_status qf_dequantize_infer(qf_graph *g, qf_node *n)
+static qf_status qf_dequantize_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(need_input(n, 0));
@@ -157,12 +165,11 @@ qf_status qf_dequantize_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_dequantize_forward(const qf_kernel_io *io)
+static qf_status qf_dequantize_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *scale = io->in[1];
     const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
-    qparam_layout lay;
-    QF_TRY(qparam_check(io->node, x, scale, zp, &lay));
+    const qparam_layout lay = *(const qparam_layout *)io->state;
     const float *ps = scale->data;
     float *py = io->out[0]->data;
     int64_t n = qf_tensor_numel(x);
@@ -191,3 +198,8 @@ qf_status qf_dequantize_forward(const qf_kernel_io *io)
     }
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_quantize_kernels = {.infer = qf_quantize_infer, .prepare = qparam_prepare, .state_size = sizeof(qparam_layout), .forward_f32 = qf_quantize_forward_f32};
+const qf_op_kernels qf_dequantize_kernels = {.infer = qf_dequantize_infer, .prepare = qparam_prepare, .state_size = sizeof(qparam_layout), .forward_f32 = qf_dequantize_forward_f32};
