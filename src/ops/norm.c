@@ -80,7 +80,7 @@ static qf_status qf_batch_norm_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-static void store(const qf_tensor *t, int64_t i, double v)
+static void norm_store(const qf_tensor *t, int64_t i, double v)
 {
     if (t->dtype == QF_DTYPE_F64) ((double *)t->data)[i] = v;
     else ((float *)t->data)[i] = (float)v;
@@ -121,8 +121,8 @@ static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
             }
             v = cnt > 0 ? ss / cnt : 0.0;
             if (io->nout == 3) {
-                store(io->out[1], ch, qf_tensor_get_f64(mean, ch) * momentum + mu * (1.0 - momentum));
-                store(io->out[2], ch, qf_tensor_get_f64(var, ch) * momentum + v * (1.0 - momentum));
+                norm_store(io->out[1], ch, qf_tensor_get_f64(mean, ch) * momentum + mu * (1.0 - momentum));
+                norm_store(io->out[2], ch, qf_tensor_get_f64(var, ch) * momentum + v * (1.0 - momentum));
             }
         } else {
             mu = qf_tensor_get_f64(mean, ch);

@@ -71,7 +71,7 @@ static qf_status pool_input(const qf_node *n, bool ints, const qf_tensor **x)
 }
 
 /* Index range [lo, hi) of kernel taps k with o + k * d inside [0, size). */
-static inline void tap_window(int64_t start, int64_t dil, int64_t k, int64_t size, int64_t *lo, int64_t *hi)
+static inline void pool_tap_window(int64_t start, int64_t dil, int64_t k, int64_t size, int64_t *lo, int64_t *hi)
 {
     int64_t a, b;
     if (dil == 1) { /* the common case, without the divisions */
@@ -97,13 +97,13 @@ static inline void tap_window(int64_t start, int64_t dil, int64_t k, int64_t siz
         int64_t *ip = ind ? ind + p * pg->out_plane : NULL;                                                 \
         for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
-            tap_window(sd, l->dilation[0], l->kernel[0], ID, &d0, &d1);                                      \
+            pool_tap_window(sd, l->dilation[0], l->kernel[0], ID, &d0, &d1);                                      \
             for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
-                tap_window(sh, l->dilation[1], l->kernel[1], IH, &h0, &h1);                                  \
+                pool_tap_window(sh, l->dilation[1], l->kernel[1], IH, &h0, &h1);                                  \
                 for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
-                    tap_window(sw, l->dilation[2], l->kernel[2], IW, &w0, &w1);                              \
+                    pool_tap_window(sw, l->dilation[2], l->kernel[2], IW, &w0, &w1);                              \
                     T best = LOWEST;                                                                         \
                     int64_t bd = -1, bh = -1, bw = -1;                                                       \
                     for (int64_t kd = d0; kd < d1; kd++) {                                                   \
@@ -142,13 +142,13 @@ static inline void tap_window(int64_t start, int64_t dil, int64_t k, int64_t siz
         T *yp = y + p * pg->out_plane;                                                                       \
         for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
-            tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);                                                  \
+            pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);                                                  \
             for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
-                tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);                                              \
+                pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);                                              \
                 for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
-                    tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);                                          \
+                    pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);                                          \
                     T best = LOWEST;                                                                         \
                     for (int64_t kd = d0; kd < d1; kd++)                                                     \
                         for (int64_t kh = h0; kh < h1; kh++) {                                               \
@@ -250,7 +250,7 @@ static qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
 /* Taps of a window along one axis: [lo, hi) inside the input, and the count
  * used by count_include_pad = 1: the window clipped to the padded extent
  * [-pad_begin, size + pad_end) (a ceil_mode window may reach past it). */
-static int64_t padded_count(int64_t start, int64_t k, int64_t size, int64_t pad_end)
+static int64_t pool_padded_count(int64_t start, int64_t k, int64_t size, int64_t pad_end)
 {
     int64_t end = start + k;
     if (end > size + pad_end) end = size + pad_end;
@@ -278,22 +278,22 @@ static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
         const float *xp = xd + p * pg.in_plane;
         for (int64_t od = 0; od < l->out[0]; od++) {
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
-            tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
-            int64_t cd = padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
+            pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
+            int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
             for (int64_t oh = 0; oh < l->out[1]; oh++) {
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
-                tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
-                int64_t ch = padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
+                pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
+                int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
                 for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
-                    tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
+                    pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
                     double sum = 0.0;
                     for (int64_t kd = d0; kd < d1; kd++)
                         for (int64_t kh = h0; kh < h1; kh++) {
                             const float *row = xp + ((sd + kd) * IH + sh + kh) * IW;
                             for (int64_t kw = w0; kw < w1; kw++) sum += row[sw + kw];
                         }
-                    int64_t cnt = include_pad ? cd * ch * padded_count(sw, l->kernel[2], IW, l->pad_end[2])
+                    int64_t cnt = include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
                                               : (d1 - d0) * (h1 - h0) * (w1 - w0);
                     *yp = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
                 }
@@ -343,7 +343,7 @@ static qf_status qf_global_avg_pool_forward_f32(const qf_kernel_io *io)
 /* The reduced axes of n as a mask over x's rank. Axes come from the `axes`
  * attribute (opsets <= 17) or a constant second input (opset 18 form); none
  * means all axes unless noop_with_empty_axes. *noop is set for that case. */
-static qf_status reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
+static qf_status pool_reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
 {
     const char *op = qf_op_label(n);
     int count = 0;
@@ -394,7 +394,7 @@ static qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input has dtype %s; float32 and float64 are supported",
                         n->name, op, qf_dtype_name(x->dtype));
     bool mask[QF_MAX_DIMS], noop;
-    QF_TRY(reduce_axes(n, x->ndim, mask, &noop));
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
     bool keep = qf_node_attr_int(n, "keepdims", 1) != 0;
     qf_tensor *y = &n->outputs[0]->type;
     y->dtype = x->dtype;
@@ -412,7 +412,7 @@ static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
     const qf_node *n = io->node;
     const qf_tensor *x = io->in[0];
     bool mask[QF_MAX_DIMS], noop;
-    QF_TRY(reduce_axes(n, x->ndim, mask, &noop));
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
     const int rank = x->ndim;
     const int64_t total = qf_tensor_numel(x);
     if (noop) {
