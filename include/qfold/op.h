@@ -30,176 +30,185 @@
 extern "C" {
 #endif
 
+/* A test build (QF_TEST_EXTRA_OPS, tests/extra_op.cmake) appends made-up
+ * ops to the list from its own header; every other build has none. */
+#ifdef QF_TEST_EXTRA_OPS
+#include "qf_test_extra_ops.h"
+#endif
 #ifndef QF_EXTRA_OP_LIST
 #define QF_EXTRA_OP_LIST(X)
 #endif
 
-#define QF_OP_LIST(X)                                                                                                                                    \
-    X(CONV, conv, "Conv", "", 2, 3, 1, 1,                                                                                                                \
-      (DATA, WEIGHT, BIAS),                                                                                                                              \
-      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS)))                                             \
-    X(CONV_TRANSPOSE, conv_transpose, "ConvTranspose", "", 2, 3, 1, 1,                                                                                   \
-      (DATA, WEIGHT, BIAS),                                                                                                                              \
-      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS) A(output_padding,INTS) A(output_shape,INTS) A(pads,INTS) A(strides,INTS))) \
-    X(BATCH_NORM, batch_norm, "BatchNormalization", "", 5, 5, 1, 3,                                                                                      \
-      (DATA, BN_SCALE, BN_SHIFT, BN_STAT, BN_STAT),                                                                                                      \
-      (A(epsilon,FLOAT) A(momentum,FLOAT)))                                                                                                              \
-    X(LAYER_NORM, layer_norm, "LayerNormalization", "", 2, 3, 1, 3,                                                                                      \
-      (DATA, WEIGHT, BIAS),                                                                                                                              \
-      (A(axis,INT) A(epsilon,FLOAT)))                                                                                                                    \
-    X(GEMM, gemm, "Gemm", "", 2, 3, 1, 1,                                                                                                                \
-      (DATA, WEIGHT, BIAS),                                                                                                                              \
-      (A(alpha,FLOAT) A(beta,FLOAT) A(transA,INT) A(transB,INT)))                                                                                        \
-    X(MATMUL, matmul, "MatMul", "", 2, 2, 1, 1,                                                                                                          \
-      (DATA, WEIGHT),                                                                                                                                    \
-      ())                                                                                                                                                \
-    X(EINSUM, einsum, "Einsum", "", 1, -1, 1, 1,                                                                                                         \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(LINEAR, linear, NULL, "", 2, 3, 1, 1,                                                                                                              \
-      (DATA, WEIGHT, BIAS),                                                                                                                              \
-      ())                                                                                                                                                \
-    X(ADD, add, "Add", "", 2, 2, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(SUB, sub, "Sub", "", 2, 2, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(MUL, mul, "Mul", "", 2, 2, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(DIV, div, "Div", "", 2, 2, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(POW, pow, "Pow", "", 2, 2, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(SQRT, sqrt, "Sqrt", "", 1, 1, 1, 1,                                                                                                                \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(RECIPROCAL, reciprocal, "Reciprocal", "", 1, 1, 1, 1,                                                                                              \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(NEG, neg, "Neg", "", 1, 1, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(MOD, mod, "Mod", "", 2, 2, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      (A(fmod,INT)))                                                                                                                                     \
-    X(EQUAL, equal, "Equal", "", 2, 2, 1, 1,                                                                                                             \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(NOT, not, "Not", "", 1, 1, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(WHERE, where, "Where", "", 3, 3, 1, 1,                                                                                                             \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(RELU, relu, "Relu", "", 1, 1, 1, 1,                                                                                                                \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(RELU6, relu6, NULL, "", 1, 1, 1, 1,                                                                                                                \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(CLIP, clip, "Clip", "", 1, 3, 1, 1,                                                                                                                \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(LEAKY_RELU, leaky_relu, "LeakyRelu", "", 1, 1, 1, 1,                                                                                               \
-      (DATA),                                                                                                                                            \
-      (A(alpha,FLOAT)))                                                                                                                                  \
-    X(SIGMOID, sigmoid, "Sigmoid", "", 1, 1, 1, 1,                                                                                                       \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(TANH, tanh, "Tanh", "", 1, 1, 1, 1,                                                                                                                \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(ERF, erf, "Erf", "", 1, 1, 1, 1,                                                                                                                   \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(HARD_SIGMOID, hard_sigmoid, "HardSigmoid", "", 1, 1, 1, 1,                                                                                         \
-      (DATA),                                                                                                                                            \
-      (A(alpha,FLOAT) A(beta,FLOAT)))                                                                                                                    \
-    X(HARD_SWISH, hard_swish, "HardSwish", "", 1, 1, 1, 1,                                                                                               \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(SOFTMAX, softmax, "Softmax", "", 1, 1, 1, 1,                                                                                                       \
-      (DATA),                                                                                                                                            \
-      (A(axis,INT)))                                                                                                                                     \
-    X(MAX_POOL, max_pool, "MaxPool", "", 1, 1, 1, 2,                                                                                                     \
-      (DATA),                                                                                                                                            \
-      (A(auto_pad,STRING) A(ceil_mode,INT) A(dilations,INTS) A(kernel_shape,INTS) A(pads,INTS) A(storage_order,INT) A(strides,INTS)))                    \
-    X(AVG_POOL, avg_pool, "AveragePool", "", 1, 1, 1, 1,                                                                                                 \
-      (DATA),                                                                                                                                            \
-      (A(auto_pad,STRING) A(ceil_mode,INT) A(count_include_pad,INT) A(dilations,INTS) A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS)))                \
-    X(GLOBAL_AVG_POOL, global_avg_pool, "GlobalAveragePool", "", 1, 1, 1, 1,                                                                             \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(REDUCE_MEAN, reduce_mean, "ReduceMean", "", 1, 2, 1, 1,                                                                                            \
-      (DATA, SHAPE),                                                                                                                                     \
-      (A(axes,INTS) A(keepdims,INT) A(noop_with_empty_axes,INT)))                                                                                        \
-    X(FLATTEN, flatten, "Flatten", "", 1, 1, 1, 1,                                                                                                       \
-      (DATA),                                                                                                                                            \
-      (A(axis,INT)))                                                                                                                                     \
-    X(RESHAPE, reshape, "Reshape", "", 2, 2, 1, 1,                                                                                                       \
-      (DATA, SHAPE),                                                                                                                                     \
-      (A(allowzero,INT)))                                                                                                                                \
-    X(TRANSPOSE, transpose, "Transpose", "", 1, 1, 1, 1,                                                                                                 \
-      (DATA),                                                                                                                                            \
-      (A(perm,INTS)))                                                                                                                                    \
-    X(CONCAT, concat, "Concat", "", 1, -1, 1, 1,                                                                                                         \
-      (DATA),                                                                                                                                            \
-      (A(axis,INT)))                                                                                                                                     \
-    X(SLICE, slice, "Slice", "", 1, 5, 1, 1,                                                                                                             \
-      (DATA, SHAPE, SHAPE, SHAPE, SHAPE),                                                                                                                \
-      ())                                                                                                                                                \
-    X(SPLIT, split, "Split", "", 1, 2, 1, -1,                                                                                                            \
-      (DATA, SHAPE),                                                                                                                                     \
-      (A(axis,INT) A(split,INTS)))                                                                                                                       \
-    X(SQUEEZE, squeeze, "Squeeze", "", 1, 2, 1, 1,                                                                                                       \
-      (DATA, SHAPE),                                                                                                                                     \
-      (A(axes,INTS)))                                                                                                                                    \
-    X(UNSQUEEZE, unsqueeze, "Unsqueeze", "", 1, 2, 1, 1,                                                                                                 \
-      (DATA, SHAPE),                                                                                                                                     \
-      (A(axes,INTS)))                                                                                                                                    \
-    X(PAD, pad, "Pad", "", 1, 4, 1, 1,                                                                                                                   \
-      (DATA, SHAPE, DATA, SHAPE),                                                                                                                        \
-      (A(mode,STRING) A(pads,INTS)))                                                                                                                     \
-    X(EXPAND, expand, "Expand", "", 2, 2, 1, 1,                                                                                                          \
-      (DATA, SHAPE),                                                                                                                                     \
-      ())                                                                                                                                                \
-    X(IDENTITY, identity, "Identity", "", 1, 1, 1, 1,                                                                                                    \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(DROPOUT, dropout, "Dropout", "", 1, 3, 1, 2,                                                                                                       \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(CONSTANT, constant, "Constant", "", 0, 0, 1, 1,                                                                                                    \
-      (DATA),                                                                                                                                            \
-      (A(value,TENSOR)))                                                                                                                                 \
-    X(CONSTANT_OF_SHAPE, constant_of_shape, "ConstantOfShape", "", 1, 1, 1, 1,                                                                           \
-      (SHAPE),                                                                                                                                           \
-      (A(value,TENSOR)))                                                                                                                                 \
-    X(SHAPE, shape, "Shape", "", 1, 1, 1, 1,                                                                                                             \
-      (DATA),                                                                                                                                            \
-      ())                                                                                                                                                \
-    X(GATHER, gather, "Gather", "", 2, 2, 1, 1,                                                                                                          \
-      (DATA),                                                                                                                                            \
-      (A(axis,INT)))                                                                                                                                     \
-    X(CAST, cast, "Cast", "", 1, 1, 1, 1,                                                                                                                \
-      (DATA),                                                                                                                                            \
-      (A(to,INT)))                                                                                                                                       \
-    X(RANGE, range, "Range", "", 3, 3, 1, 1,                                                                                                             \
-      (SHAPE, SHAPE, SHAPE),                                                                                                                             \
-      ())                                                                                                                                                \
-    X(SCATTER_ND, scatter_nd, "ScatterND", "", 3, 3, 1, 1,                                                                                               \
-      (DATA, DATA, DATA),                                                                                                                                \
-      (A(reduction,STRING)))                                                                                                                             \
-    X(QUANTIZE, quantize, "QuantizeLinear", "", 2, 3, 1, 1,                                                                                              \
-      (DATA),                                                                                                                                            \
-      (A(axis,INT)))                                                                                                                                     \
-    X(DEQUANTIZE, dequantize, "DequantizeLinear", "", 2, 3, 1, 1,                                                                                        \
-      (DATA),                                                                                                                                            \
-      (A(axis,INT)))                                                                                                                                     \
+#define QF_OP_LIST(X)                                                                 \
+    X(CONV, conv, "Conv", "", 2, 3, 1, 1,                                             \
+      (DATA, WEIGHT, BIAS),                                                           \
+      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT)                              \
+       A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS)))                            \
+    X(CONV_TRANSPOSE, conv_transpose, "ConvTranspose", "", 2, 3, 1, 1,                \
+      (DATA, WEIGHT, BIAS),                                                           \
+      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS)         \
+       A(output_padding,INTS) A(output_shape,INTS) A(pads,INTS) A(strides,INTS)))     \
+    X(BATCH_NORM, batch_norm, "BatchNormalization", "", 5, 5, 1, 3,                   \
+      (DATA, BN_SCALE, BN_SHIFT, BN_STAT, BN_STAT),                                   \
+      (A(epsilon,FLOAT) A(momentum,FLOAT)))                                           \
+    X(LAYER_NORM, layer_norm, "LayerNormalization", "", 2, 3, 1, 3,                   \
+      (DATA, WEIGHT, BIAS),                                                           \
+      (A(axis,INT) A(epsilon,FLOAT)))                                                 \
+    X(GEMM, gemm, "Gemm", "", 2, 3, 1, 1,                                             \
+      (DATA, WEIGHT, BIAS),                                                           \
+      (A(alpha,FLOAT) A(beta,FLOAT) A(transA,INT) A(transB,INT)))                     \
+    X(MATMUL, matmul, "MatMul", "", 2, 2, 1, 1,                                       \
+      (DATA, WEIGHT),                                                                 \
+      ())                                                                             \
+    X(EINSUM, einsum, "Einsum", "", 1, -1, 1, 1,                                      \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(LINEAR, linear, NULL, "", 2, 3, 1, 1,                                           \
+      (DATA, WEIGHT, BIAS),                                                           \
+      ())                                                                             \
+    X(ADD, add, "Add", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(SUB, sub, "Sub", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(MUL, mul, "Mul", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(DIV, div, "Div", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(POW, pow, "Pow", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(SQRT, sqrt, "Sqrt", "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(RECIPROCAL, reciprocal, "Reciprocal", "", 1, 1, 1, 1,                           \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(NEG, neg, "Neg", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(MOD, mod, "Mod", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      (A(fmod,INT)))                                                                  \
+    X(EQUAL, equal, "Equal", "", 2, 2, 1, 1,                                          \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(NOT, not, "Not", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(WHERE, where, "Where", "", 3, 3, 1, 1,                                          \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(RELU, relu, "Relu", "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(RELU6, relu6, NULL, "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(CLIP, clip, "Clip", "", 1, 3, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(LEAKY_RELU, leaky_relu, "LeakyRelu", "", 1, 1, 1, 1,                            \
+      (DATA),                                                                         \
+      (A(alpha,FLOAT)))                                                               \
+    X(SIGMOID, sigmoid, "Sigmoid", "", 1, 1, 1, 1,                                    \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(TANH, tanh, "Tanh", "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(ERF, erf, "Erf", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(HARD_SIGMOID, hard_sigmoid, "HardSigmoid", "", 1, 1, 1, 1,                      \
+      (DATA),                                                                         \
+      (A(alpha,FLOAT) A(beta,FLOAT)))                                                 \
+    X(HARD_SWISH, hard_swish, "HardSwish", "", 1, 1, 1, 1,                            \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(SOFTMAX, softmax, "Softmax", "", 1, 1, 1, 1,                                    \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(MAX_POOL, max_pool, "MaxPool", "", 1, 1, 1, 2,                                  \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(ceil_mode,INT) A(dilations,INTS) A(kernel_shape,INTS)     \
+       A(pads,INTS) A(storage_order,INT) A(strides,INTS)))                            \
+    X(AVG_POOL, avg_pool, "AveragePool", "", 1, 1, 1, 1,                              \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(ceil_mode,INT) A(count_include_pad,INT) A(dilations,INTS) \
+       A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS)))                            \
+    X(GLOBAL_AVG_POOL, global_avg_pool, "GlobalAveragePool", "", 1, 1, 1, 1,          \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(REDUCE_MEAN, reduce_mean, "ReduceMean", "", 1, 2, 1, 1,                         \
+      (DATA, SHAPE),                                                                  \
+      (A(axes,INTS) A(keepdims,INT) A(noop_with_empty_axes,INT)))                     \
+    X(FLATTEN, flatten, "Flatten", "", 1, 1, 1, 1,                                    \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(RESHAPE, reshape, "Reshape", "", 2, 2, 1, 1,                                    \
+      (DATA, SHAPE),                                                                  \
+      (A(allowzero,INT)))                                                             \
+    X(TRANSPOSE, transpose, "Transpose", "", 1, 1, 1, 1,                              \
+      (DATA),                                                                         \
+      (A(perm,INTS)))                                                                 \
+    X(CONCAT, concat, "Concat", "", 1, -1, 1, 1,                                      \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(SLICE, slice, "Slice", "", 1, 5, 1, 1,                                          \
+      (DATA, SHAPE, SHAPE, SHAPE, SHAPE),                                             \
+      ())                                                                             \
+    X(SPLIT, split, "Split", "", 1, 2, 1, -1,                                         \
+      (DATA, SHAPE),                                                                  \
+      (A(axis,INT) A(split,INTS)))                                                    \
+    X(SQUEEZE, squeeze, "Squeeze", "", 1, 2, 1, 1,                                    \
+      (DATA, SHAPE),                                                                  \
+      (A(axes,INTS)))                                                                 \
+    X(UNSQUEEZE, unsqueeze, "Unsqueeze", "", 1, 2, 1, 1,                              \
+      (DATA, SHAPE),                                                                  \
+      (A(axes,INTS)))                                                                 \
+    X(PAD, pad, "Pad", "", 1, 4, 1, 1,                                                \
+      (DATA, SHAPE, DATA, SHAPE),                                                     \
+      (A(mode,STRING) A(pads,INTS)))                                                  \
+    X(EXPAND, expand, "Expand", "", 2, 2, 1, 1,                                       \
+      (DATA, SHAPE),                                                                  \
+      ())                                                                             \
+    X(IDENTITY, identity, "Identity", "", 1, 1, 1, 1,                                 \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(DROPOUT, dropout, "Dropout", "", 1, 3, 1, 2,                                    \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(CONSTANT, constant, "Constant", "", 0, 0, 1, 1,                                 \
+      (DATA),                                                                         \
+      (A(value,TENSOR)))                                                              \
+    X(CONSTANT_OF_SHAPE, constant_of_shape, "ConstantOfShape", "", 1, 1, 1, 1,        \
+      (SHAPE),                                                                        \
+      (A(value,TENSOR)))                                                              \
+    X(SHAPE, shape, "Shape", "", 1, 1, 1, 1,                                          \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(GATHER, gather, "Gather", "", 2, 2, 1, 1,                                       \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(CAST, cast, "Cast", "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      (A(to,INT)))                                                                    \
+    X(RANGE, range, "Range", "", 3, 3, 1, 1,                                          \
+      (SHAPE, SHAPE, SHAPE),                                                          \
+      ())                                                                             \
+    X(SCATTER_ND, scatter_nd, "ScatterND", "", 3, 3, 1, 1,                            \
+      (DATA, DATA, DATA),                                                             \
+      (A(reduction,STRING)))                                                          \
+    X(QUANTIZE, quantize, "QuantizeLinear", "", 2, 3, 1, 1,                           \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(DEQUANTIZE, dequantize, "DequantizeLinear", "", 2, 3, 1, 1,                     \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
     QF_EXTRA_OP_LIST(X)
 
 typedef enum qf_op {

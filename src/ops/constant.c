@@ -317,8 +317,27 @@ static qf_status qf_cast_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_constant_kernels = {.infer = qf_constant_infer, .forward_f32 = qf_constant_forward_f32};
-const qf_op_kernels qf_constant_of_shape_kernels = {.infer = qf_constant_of_shape_infer, .forward_f32 = qf_constant_of_shape_forward_f32};
-const qf_op_kernels qf_shape_kernels = {.infer = qf_shape_infer, .forward_f32 = qf_shape_forward_f32};
-const qf_op_kernels qf_gather_kernels = {.infer = qf_gather_infer, .forward_f32 = qf_gather_forward_f32};
-const qf_op_kernels qf_cast_kernels = {.infer = qf_cast_infer, .forward_f32 = qf_cast_forward_f32};
+const qf_op_kernels qf_constant_kernels = {
+    .infer = qf_constant_infer,
+    .forward_f32 = qf_constant_forward_f32,
+};
+
+const qf_op_kernels qf_constant_of_shape_kernels = {
+    .infer = qf_constant_of_shape_infer,
+    .forward_f32 = qf_constant_of_shape_forward_f32,
+};
+
+const qf_op_kernels qf_shape_kernels = {
+    .infer = qf_shape_infer,
+    .forward_f32 = qf_shape_forward_f32,
+};
+
+const qf_op_kernels qf_gather_kernels = {
+    .infer = qf_gather_infer,
+    .forward_f32 = qf_gather_forward_f32,
+};
+
+const qf_op_kernels qf_cast_kernels = {
+    .infer = qf_cast_infer,
+    .forward_f32 = qf_cast_forward_f32,
+};

@@ -444,5 +444,18 @@ static qf_status qf_conv_transpose_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_conv_kernels = {.infer = qf_conv_infer, .prepare = qf_conv_prepare, .state_size = sizeof(qf_conv_state), .scratch = conv_scratch, .forward_f32 = qf_conv_forward_f32};
-const qf_op_kernels qf_conv_transpose_kernels = {.infer = qf_conv_transpose_infer, .prepare = qf_conv_transpose_prepare, .state_size = sizeof(qf_conv_state), .scratch = conv_scratch, .forward_f32 = qf_conv_transpose_forward_f32};
+const qf_op_kernels qf_conv_kernels = {
+    .infer = qf_conv_infer,
+    .prepare = qf_conv_prepare,
+    .state_size = sizeof(qf_conv_state),
+    .scratch = conv_scratch,
+    .forward_f32 = qf_conv_forward_f32,
+};
+
+const qf_op_kernels qf_conv_transpose_kernels = {
+    .infer = qf_conv_transpose_infer,
+    .prepare = qf_conv_transpose_prepare,
+    .state_size = sizeof(qf_conv_state),
+    .scratch = conv_scratch,
+    .forward_f32 = qf_conv_transpose_forward_f32,
+};

@@ -555,4 +555,8 @@ static qf_status qf_einsum_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_einsum_kernels = {.infer = qf_einsum_infer, .scratch = qf_einsum_scratch, .forward_f32 = qf_einsum_forward_f32};
+const qf_op_kernels qf_einsum_kernels = {
+    .infer = qf_einsum_infer,
+    .scratch = qf_einsum_scratch,
+    .forward_f32 = qf_einsum_forward_f32,
+};

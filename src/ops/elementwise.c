@@ -507,14 +507,57 @@ static qf_status qf_not_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_add_kernels = {.infer = qf_add_infer, .forward_f32 = qf_add_forward_f32};
-const qf_op_kernels qf_sub_kernels = {.infer = qf_sub_infer, .forward_f32 = qf_sub_forward_f32};
-const qf_op_kernels qf_mul_kernels = {.infer = qf_mul_infer, .forward_f32 = qf_mul_forward_f32};
-const qf_op_kernels qf_div_kernels = {.infer = qf_div_infer, .forward_f32 = qf_div_forward_f32};
-const qf_op_kernels qf_pow_kernels = {.infer = qf_pow_infer, .forward_f32 = qf_pow_forward_f32};
-const qf_op_kernels qf_sqrt_kernels = {.infer = qf_sqrt_infer, .forward_f32 = qf_sqrt_forward_f32};
-const qf_op_kernels qf_reciprocal_kernels = {.infer = qf_reciprocal_infer, .forward_f32 = qf_reciprocal_forward_f32};
-const qf_op_kernels qf_neg_kernels = {.infer = qf_neg_infer, .forward_f32 = qf_neg_forward_f32};
-const qf_op_kernels qf_mod_kernels = {.infer = qf_mod_infer, .forward_f32 = qf_mod_forward_f32};
-const qf_op_kernels qf_equal_kernels = {.infer = qf_equal_infer, .forward_f32 = qf_equal_forward_f32};
-const qf_op_kernels qf_not_kernels = {.infer = qf_not_infer, .forward_f32 = qf_not_forward_f32};
+const qf_op_kernels qf_add_kernels = {
+    .infer = qf_add_infer,
+    .forward_f32 = qf_add_forward_f32,
+};
+
+const qf_op_kernels qf_sub_kernels = {
+    .infer = qf_sub_infer,
+    .forward_f32 = qf_sub_forward_f32,
+};
+
+const qf_op_kernels qf_mul_kernels = {
+    .infer = qf_mul_infer,
+    .forward_f32 = qf_mul_forward_f32,
+};
+
+const qf_op_kernels qf_div_kernels = {
+    .infer = qf_div_infer,
+    .forward_f32 = qf_div_forward_f32,
+};
+
+const qf_op_kernels qf_pow_kernels = {
+    .infer = qf_pow_infer,
+    .forward_f32 = qf_pow_forward_f32,
+};
+
+const qf_op_kernels qf_sqrt_kernels = {
+    .infer = qf_sqrt_infer,
+    .forward_f32 = qf_sqrt_forward_f32,
+};
+
+const qf_op_kernels qf_reciprocal_kernels = {
+    .infer = qf_reciprocal_infer,
+    .forward_f32 = qf_reciprocal_forward_f32,
+};
+
+const qf_op_kernels qf_neg_kernels = {
+    .infer = qf_neg_infer,
+    .forward_f32 = qf_neg_forward_f32,
+};
+
+const qf_op_kernels qf_mod_kernels = {
+    .infer = qf_mod_infer,
+    .forward_f32 = qf_mod_forward_f32,
+};
+
+const qf_op_kernels qf_equal_kernels = {
+    .infer = qf_equal_infer,
+    .forward_f32 = qf_equal_forward_f32,
+};
+
+const qf_op_kernels qf_not_kernels = {
+    .infer = qf_not_infer,
+    .forward_f32 = qf_not_forward_f32,
+};

@@ -366,7 +366,22 @@ static qf_status qf_scatter_nd_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_where_kernels = {.infer = qf_where_infer, .forward_f32 = qf_where_forward_f32};
-const qf_op_kernels qf_expand_kernels = {.infer = qf_expand_infer, .forward_f32 = qf_expand_forward_f32};
-const qf_op_kernels qf_range_kernels = {.infer = qf_range_infer, .forward_f32 = qf_range_forward_f32};
-const qf_op_kernels qf_scatter_nd_kernels = {.infer = qf_scatter_nd_infer, .forward_f32 = qf_scatter_nd_forward_f32};
+const qf_op_kernels qf_where_kernels = {
+    .infer = qf_where_infer,
+    .forward_f32 = qf_where_forward_f32,
+};
+
+const qf_op_kernels qf_expand_kernels = {
+    .infer = qf_expand_infer,
+    .forward_f32 = qf_expand_forward_f32,
+};
+
+const qf_op_kernels qf_range_kernels = {
+    .infer = qf_range_infer,
+    .forward_f32 = qf_range_forward_f32,
+};
+
+const qf_op_kernels qf_scatter_nd_kernels = {
+    .infer = qf_scatter_nd_infer,
+    .forward_f32 = qf_scatter_nd_forward_f32,
+};

@@ -829,14 +829,57 @@ static qf_status qf_dropout_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_flatten_kernels = {.infer = qf_flatten_infer, .forward_f32 = qf_flatten_forward_f32};
-const qf_op_kernels qf_reshape_kernels = {.infer = qf_reshape_infer, .forward_f32 = qf_reshape_forward_f32};
-const qf_op_kernels qf_transpose_kernels = {.infer = qf_transpose_infer, .forward_f32 = qf_transpose_forward_f32};
-const qf_op_kernels qf_concat_kernels = {.infer = qf_concat_infer, .forward_f32 = qf_concat_forward_f32};
-const qf_op_kernels qf_slice_kernels = {.infer = qf_slice_infer, .forward_f32 = qf_slice_forward_f32};
-const qf_op_kernels qf_split_kernels = {.infer = qf_split_infer, .forward_f32 = qf_split_forward_f32};
-const qf_op_kernels qf_squeeze_kernels = {.infer = qf_squeeze_infer, .forward_f32 = qf_squeeze_forward_f32};
-const qf_op_kernels qf_unsqueeze_kernels = {.infer = qf_unsqueeze_infer, .forward_f32 = qf_unsqueeze_forward_f32};
-const qf_op_kernels qf_pad_kernels = {.infer = qf_pad_infer, .forward_f32 = qf_pad_forward_f32};
-const qf_op_kernels qf_identity_kernels = {.infer = qf_identity_infer, .forward_f32 = qf_identity_forward_f32};
-const qf_op_kernels qf_dropout_kernels = {.infer = qf_dropout_infer, .forward_f32 = qf_dropout_forward_f32};
+const qf_op_kernels qf_flatten_kernels = {
+    .infer = qf_flatten_infer,
+    .forward_f32 = qf_flatten_forward_f32,
+};
+
+const qf_op_kernels qf_reshape_kernels = {
+    .infer = qf_reshape_infer,
+    .forward_f32 = qf_reshape_forward_f32,
+};
+
+const qf_op_kernels qf_transpose_kernels = {
+    .infer = qf_transpose_infer,
+    .forward_f32 = qf_transpose_forward_f32,
+};
+
+const qf_op_kernels qf_concat_kernels = {
+    .infer = qf_concat_infer,
+    .forward_f32 = qf_concat_forward_f32,
+};
+
+const qf_op_kernels qf_slice_kernels = {
+    .infer = qf_slice_infer,
+    .forward_f32 = qf_slice_forward_f32,
+};
+
+const qf_op_kernels qf_split_kernels = {
+    .infer = qf_split_infer,
+    .forward_f32 = qf_split_forward_f32,
+};
+
+const qf_op_kernels qf_squeeze_kernels = {
+    .infer = qf_squeeze_infer,
+    .forward_f32 = qf_squeeze_forward_f32,
+};
+
+const qf_op_kernels qf_unsqueeze_kernels = {
+    .infer = qf_unsqueeze_infer,
+    .forward_f32 = qf_unsqueeze_forward_f32,
+};
+
+const qf_op_kernels qf_pad_kernels = {
+    .infer = qf_pad_infer,
+    .forward_f32 = qf_pad_forward_f32,
+};
+
+const qf_op_kernels qf_identity_kernels = {
+    .infer = qf_identity_infer,
+    .forward_f32 = qf_identity_forward_f32,
+};
+
+const qf_op_kernels qf_dropout_kernels = {
+    .infer = qf_dropout_infer,
+    .forward_f32 = qf_dropout_forward_f32,
+};

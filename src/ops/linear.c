@@ -264,6 +264,19 @@ static qf_status qf_linear_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_gemm_kernels = {.infer = qf_gemm_infer, .prepare = qf_gemm_prepare, .state_size = sizeof(gemm_state), .forward_f32 = qf_gemm_forward_f32};
-const qf_op_kernels qf_matmul_kernels = {.infer = qf_matmul_infer, .forward_f32 = qf_matmul_forward_f32};
-const qf_op_kernels qf_linear_kernels = {.infer = qf_linear_infer, .forward_f32 = qf_linear_forward_f32};
+const qf_op_kernels qf_gemm_kernels = {
+    .infer = qf_gemm_infer,
+    .prepare = qf_gemm_prepare,
+    .state_size = sizeof(gemm_state),
+    .forward_f32 = qf_gemm_forward_f32,
+};
+
+const qf_op_kernels qf_matmul_kernels = {
+    .infer = qf_matmul_infer,
+    .forward_f32 = qf_matmul_forward_f32,
+};
+
+const qf_op_kernels qf_linear_kernels = {
+    .infer = qf_linear_infer,
+    .forward_f32 = qf_linear_forward_f32,
+};

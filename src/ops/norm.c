@@ -289,5 +289,12 @@ static qf_status qf_layer_norm_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_batch_norm_kernels = {.infer = qf_batch_norm_infer, .forward_f32 = qf_batch_norm_forward_f32};
-const qf_op_kernels qf_layer_norm_kernels = {.infer = qf_layer_norm_infer, .forward_f32 = qf_layer_norm_forward_f32};
+const qf_op_kernels qf_batch_norm_kernels = {
+    .infer = qf_batch_norm_infer,
+    .forward_f32 = qf_batch_norm_forward_f32,
+};
+
+const qf_op_kernels qf_layer_norm_kernels = {
+    .infer = qf_layer_norm_infer,
+    .forward_f32 = qf_layer_norm_forward_f32,
+};

@@ -477,7 +477,26 @@ static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_max_pool_kernels = {.infer = qf_max_pool_infer, .prepare = qf_max_pool_prepare, .state_size = sizeof(pool_state), .forward_f32 = qf_max_pool_forward_f32};
-const qf_op_kernels qf_avg_pool_kernels = {.infer = qf_avg_pool_infer, .prepare = qf_avg_pool_prepare, .state_size = sizeof(pool_state), .forward_f32 = qf_avg_pool_forward_f32};
-const qf_op_kernels qf_global_avg_pool_kernels = {.infer = qf_global_avg_pool_infer, .forward_f32 = qf_global_avg_pool_forward_f32};
-const qf_op_kernels qf_reduce_mean_kernels = {.infer = qf_reduce_mean_infer, .forward_f32 = qf_reduce_mean_forward_f32};
+const qf_op_kernels qf_max_pool_kernels = {
+    .infer = qf_max_pool_infer,
+    .prepare = qf_max_pool_prepare,
+    .state_size = sizeof(pool_state),
+    .forward_f32 = qf_max_pool_forward_f32,
+};
+
+const qf_op_kernels qf_avg_pool_kernels = {
+    .infer = qf_avg_pool_infer,
+    .prepare = qf_avg_pool_prepare,
+    .state_size = sizeof(pool_state),
+    .forward_f32 = qf_avg_pool_forward_f32,
+};
+
+const qf_op_kernels qf_global_avg_pool_kernels = {
+    .infer = qf_global_avg_pool_infer,
+    .forward_f32 = qf_global_avg_pool_forward_f32,
+};
+
+const qf_op_kernels qf_reduce_mean_kernels = {
+    .infer = qf_reduce_mean_infer,
+    .forward_f32 = qf_reduce_mean_forward_f32,
+};

@@ -201,5 +201,16 @@ static qf_status qf_dequantize_forward_f32(const qf_kernel_io *io)
 
 /* --- op table columns (src/ops/op_table.h) --- */
 
-const qf_op_kernels qf_quantize_kernels = {.infer = qf_quantize_infer, .prepare = quant_prepare, .state_size = sizeof(quant_layout), .forward_f32 = qf_quantize_forward_f32};
-const qf_op_kernels qf_dequantize_kernels = {.infer = qf_dequantize_infer, .prepare = quant_prepare, .state_size = sizeof(quant_layout), .forward_f32 = qf_dequantize_forward_f32};
+const qf_op_kernels qf_quantize_kernels = {
+    .infer = qf_quantize_infer,
+    .prepare = quant_prepare,
+    .state_size = sizeof(quant_layout),
+    .forward_f32 = qf_quantize_forward_f32,
+};
+
+const qf_op_kernels qf_dequantize_kernels = {
+    .infer = qf_dequantize_infer,
+    .prepare = quant_prepare,
+    .state_size = sizeof(quant_layout),
+    .forward_f32 = qf_dequantize_forward_f32,
+};
