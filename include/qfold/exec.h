@@ -8,7 +8,9 @@
  *   qf_plan_free(p);
  *
  * The plan sorts the graph, infers every shape from the graph inputs' shapes
- * (all must be known), then lays every activation out in one arena by
+ * (all must be known), prepares every node once (attributes decoded,
+ * geometry checked; the state is kept for the runs), then lays every
+ * activation out in one arena by
  * liveness (a buffer is reused once its last reader has run). Kernels get
  * their scratch memory from the plan; nothing is allocated per run.
  * The graph must outlive the plan and must not change while the plan exists.
