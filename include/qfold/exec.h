@@ -8,7 +8,9 @@
  *   qf_plan_free(p);
  *
  * The plan sorts the graph, infers every shape from the graph inputs' shapes
- * (all must be known), then lays every activation out in one arena by
+ * (all must be known), prepares every node once (attributes decoded,
+ * geometry checked; the state is kept for the runs), then lays every
+ * activation out in one arena by
  * liveness (a buffer is reused once its last reader has run). Kernels get
  * their scratch memory from the plan; nothing is allocated per run.
  * The graph must outlive the plan and must not change while the plan exists.
@@ -119,6 +121,12 @@ void qf_compare_result_free(qf_compare_result *r);
  * default): ts[i] for every input of g, each to be freed with
  * qf_tensor_free (on failure none is left allocated). */
 qf_status qf_compare_make_inputs(const qf_graph *g, uint64_t seed, int batch, qf_tensor *ts);
+
+/* Run node n alone (its shapes inferred): prepare it, allocate its scratch,
+ * run its float forward kernel. in: n->ninputs tensors (NULL for an omitted
+ * optional input); out: n->noutputs tensors set up by the caller (dtype,
+ * shape, data). Allocates only transient state. Errors name the node. */
+qf_status qf_node_eval(const qf_node *n, int64_t opset, const qf_tensor *const *in, qf_tensor *const *out);
 
 /* Evaluate one node whose inputs are all constants and store its outputs as
  * constants (used by import to fold shape-computation chains). The node is

@@ -1,9 +1,24 @@
-/* qfold — the op list.
+/* qfold — the op list and its schema.
  *
- * One X-macro list names every op: its enum tag, qfold's own name (ATen
- * style) and the ONNX op_type it maps to (NULL: internal op that export
- * lowers to ONNX ops, see io/onnx_export.c). The traits of each op (arity,
- * shape inference, kernels) live in one table, src/ops/op_table.c.
+ * One X-macro list holds the schema of every op, one row each:
+ *
+ *   X(TAG, name, onnx_op_type, onnx_domain, min_in, max_in, min_out, max_out,
+ *     (input roles, one per slot), (attributes: A(name, TYPE) ...))
+ *
+ *   TAG          the enum tag (QF_OP_TAG)
+ *   name         qfold's own name (ATen style), also the stem of the op's
+ *                kernel columns (qf_<name>_kernels, src/ops/)
+ *   onnx_op_type NULL for an internal op that export lowers to ONNX ops
+ *   onnx_domain  "" for the default ONNX domain
+ *   min/max      arity; max -1 = variadic
+ *   roles        how the op uses each input slot (qf_input_role without its
+ *                QF_ROLE_ prefix); slots past the list are DATA
+ *   attributes   the attributes import reads with a fixed type; a file giving
+ *                one with another type is refused
+ *
+ * The roles and attributes are only expanded by the schema table
+ * (src/ir/op.c, read through qf_op_schema_get in qfold/schema.h). Shape
+ * inference and kernels are columns of the op table in src/ops/.
  *
  *   qf_op op = qf_op_from_onnx("Conv");      // QF_OP_CONV, or QF_OP_COUNT
  *   printf("%s\n", qf_op_name(op));          // "conv"
@@ -15,66 +30,189 @@
 extern "C" {
 #endif
 
-/*  X(TAG,              name,               onnx op_type)              */
-#define QF_OP_LIST(X)                                                     \
-    X(CONV,             "conv",             "Conv")                       \
-    X(CONV_TRANSPOSE,   "conv_transpose",   "ConvTranspose")              \
-    X(BATCH_NORM,       "batch_norm",       "BatchNormalization")         \
-    X(LAYER_NORM,       "layer_norm",       "LayerNormalization")         \
-    X(GEMM,             "gemm",             "Gemm")                       \
-    X(MATMUL,           "matmul",           "MatMul")                     \
-    X(EINSUM,           "einsum",           "Einsum")                     \
-    X(LINEAR,           "linear",           NULL)                         \
-    X(ADD,              "add",              "Add")                        \
-    X(SUB,              "sub",              "Sub")                        \
-    X(MUL,              "mul",              "Mul")                        \
-    X(DIV,              "div",              "Div")                        \
-    X(POW,              "pow",              "Pow")                        \
-    X(SQRT,             "sqrt",             "Sqrt")                       \
-    X(RECIPROCAL,       "reciprocal",       "Reciprocal")                 \
-    X(NEG,              "neg",              "Neg")                        \
-    X(MOD,              "mod",              "Mod")                        \
-    X(EQUAL,            "equal",            "Equal")                      \
-    X(NOT,              "not",              "Not")                        \
-    X(WHERE,            "where",            "Where")                      \
-    X(RELU,             "relu",             "Relu")                       \
-    X(RELU6,            "relu6",            NULL)                         \
-    X(CLIP,             "clip",             "Clip")                       \
-    X(LEAKY_RELU,       "leaky_relu",       "LeakyRelu")                  \
-    X(SIGMOID,          "sigmoid",          "Sigmoid")                    \
-    X(TANH,             "tanh",             "Tanh")                       \
-    X(ERF,              "erf",              "Erf")                        \
-    X(HARD_SIGMOID,     "hard_sigmoid",     "HardSigmoid")                \
-    X(HARD_SWISH,       "hard_swish",       "HardSwish")                  \
-    X(SOFTMAX,          "softmax",          "Softmax")                    \
-    X(MAX_POOL,         "max_pool",         "MaxPool")                    \
-    X(AVG_POOL,         "avg_pool",         "AveragePool")                \
-    X(GLOBAL_AVG_POOL,  "global_avg_pool",  "GlobalAveragePool")          \
-    X(REDUCE_MEAN,      "reduce_mean",      "ReduceMean")                 \
-    X(FLATTEN,          "flatten",          "Flatten")                    \
-    X(RESHAPE,          "reshape",          "Reshape")                    \
-    X(TRANSPOSE,        "transpose",        "Transpose")                  \
-    X(CONCAT,           "concat",           "Concat")                     \
-    X(SLICE,            "slice",            "Slice")                      \
-    X(SPLIT,            "split",            "Split")                      \
-    X(SQUEEZE,          "squeeze",          "Squeeze")                    \
-    X(UNSQUEEZE,        "unsqueeze",        "Unsqueeze")                  \
-    X(PAD,              "pad",              "Pad")                        \
-    X(EXPAND,           "expand",           "Expand")                     \
-    X(IDENTITY,         "identity",         "Identity")                   \
-    X(DROPOUT,          "dropout",          "Dropout")                    \
-    X(CONSTANT,         "constant",         "Constant")                   \
-    X(CONSTANT_OF_SHAPE,"constant_of_shape","ConstantOfShape")            \
-    X(SHAPE,            "shape",            "Shape")                      \
-    X(GATHER,           "gather",           "Gather")                     \
-    X(CAST,             "cast",             "Cast")                       \
-    X(RANGE,            "range",            "Range")                      \
-    X(SCATTER_ND,       "scatter_nd",       "ScatterND")                  \
-    X(QUANTIZE,         "quantize",         "QuantizeLinear")             \
-    X(DEQUANTIZE,       "dequantize",       "DequantizeLinear")
+/* A test build (QF_TEST_EXTRA_OPS, tests/extra_op.cmake) appends made-up
+ * ops to the list from its own header; every other build has none. */
+#ifdef QF_TEST_EXTRA_OPS
+#include "qf_test_extra_ops.h"
+#endif
+#ifndef QF_EXTRA_OP_LIST
+#define QF_EXTRA_OP_LIST(X)
+#endif
+
+#define QF_OP_LIST(X)                                                                 \
+    X(CONV, conv, "Conv", "", 2, 3, 1, 1,                                             \
+      (DATA, WEIGHT, BIAS),                                                           \
+      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT)                              \
+       A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS)))                            \
+    X(CONV_TRANSPOSE, conv_transpose, "ConvTranspose", "", 2, 3, 1, 1,                \
+      (DATA, WEIGHT, BIAS),                                                           \
+      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS)         \
+       A(output_padding,INTS) A(output_shape,INTS) A(pads,INTS) A(strides,INTS)))     \
+    X(BATCH_NORM, batch_norm, "BatchNormalization", "", 5, 5, 1, 3,                   \
+      (DATA, BN_SCALE, BN_SHIFT, BN_STAT, BN_STAT),                                   \
+      (A(epsilon,FLOAT) A(momentum,FLOAT)))                                           \
+    X(LAYER_NORM, layer_norm, "LayerNormalization", "", 2, 3, 1, 3,                   \
+      (DATA, WEIGHT, BIAS),                                                           \
+      (A(axis,INT) A(epsilon,FLOAT)))                                                 \
+    X(GEMM, gemm, "Gemm", "", 2, 3, 1, 1,                                             \
+      (DATA, WEIGHT, BIAS),                                                           \
+      (A(alpha,FLOAT) A(beta,FLOAT) A(transA,INT) A(transB,INT)))                     \
+    X(MATMUL, matmul, "MatMul", "", 2, 2, 1, 1,                                       \
+      (DATA, WEIGHT),                                                                 \
+      ())                                                                             \
+    X(EINSUM, einsum, "Einsum", "", 1, -1, 1, 1,                                      \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(LINEAR, linear, NULL, "", 2, 3, 1, 1,                                           \
+      (DATA, WEIGHT, BIAS),                                                           \
+      ())                                                                             \
+    X(ADD, add, "Add", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(SUB, sub, "Sub", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(MUL, mul, "Mul", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(DIV, div, "Div", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(POW, pow, "Pow", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(SQRT, sqrt, "Sqrt", "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(RECIPROCAL, reciprocal, "Reciprocal", "", 1, 1, 1, 1,                           \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(NEG, neg, "Neg", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(MOD, mod, "Mod", "", 2, 2, 1, 1,                                                \
+      (DATA),                                                                         \
+      (A(fmod,INT)))                                                                  \
+    X(EQUAL, equal, "Equal", "", 2, 2, 1, 1,                                          \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(NOT, not, "Not", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(WHERE, where, "Where", "", 3, 3, 1, 1,                                          \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(RELU, relu, "Relu", "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(RELU6, relu6, NULL, "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(CLIP, clip, "Clip", "", 1, 3, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(LEAKY_RELU, leaky_relu, "LeakyRelu", "", 1, 1, 1, 1,                            \
+      (DATA),                                                                         \
+      (A(alpha,FLOAT)))                                                               \
+    X(SIGMOID, sigmoid, "Sigmoid", "", 1, 1, 1, 1,                                    \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(TANH, tanh, "Tanh", "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(ERF, erf, "Erf", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(HARD_SIGMOID, hard_sigmoid, "HardSigmoid", "", 1, 1, 1, 1,                      \
+      (DATA),                                                                         \
+      (A(alpha,FLOAT) A(beta,FLOAT)))                                                 \
+    X(HARD_SWISH, hard_swish, "HardSwish", "", 1, 1, 1, 1,                            \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(SOFTMAX, softmax, "Softmax", "", 1, 1, 1, 1,                                    \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(MAX_POOL, max_pool, "MaxPool", "", 1, 1, 1, 2,                                  \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(ceil_mode,INT) A(dilations,INTS) A(kernel_shape,INTS)     \
+       A(pads,INTS) A(storage_order,INT) A(strides,INTS)))                            \
+    X(AVG_POOL, avg_pool, "AveragePool", "", 1, 1, 1, 1,                              \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(ceil_mode,INT) A(count_include_pad,INT) A(dilations,INTS) \
+       A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS)))                            \
+    X(GLOBAL_AVG_POOL, global_avg_pool, "GlobalAveragePool", "", 1, 1, 1, 1,          \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(REDUCE_MEAN, reduce_mean, "ReduceMean", "", 1, 2, 1, 1,                         \
+      (DATA, SHAPE),                                                                  \
+      (A(axes,INTS) A(keepdims,INT) A(noop_with_empty_axes,INT)))                     \
+    X(FLATTEN, flatten, "Flatten", "", 1, 1, 1, 1,                                    \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(RESHAPE, reshape, "Reshape", "", 2, 2, 1, 1,                                    \
+      (DATA, SHAPE),                                                                  \
+      (A(allowzero,INT)))                                                             \
+    X(TRANSPOSE, transpose, "Transpose", "", 1, 1, 1, 1,                              \
+      (DATA),                                                                         \
+      (A(perm,INTS)))                                                                 \
+    X(CONCAT, concat, "Concat", "", 1, -1, 1, 1,                                      \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(SLICE, slice, "Slice", "", 1, 5, 1, 1,                                          \
+      (DATA, SHAPE, SHAPE, SHAPE, SHAPE),                                             \
+      ())                                                                             \
+    X(SPLIT, split, "Split", "", 1, 2, 1, -1,                                         \
+      (DATA, SHAPE),                                                                  \
+      (A(axis,INT) A(split,INTS)))                                                    \
+    X(SQUEEZE, squeeze, "Squeeze", "", 1, 2, 1, 1,                                    \
+      (DATA, SHAPE),                                                                  \
+      (A(axes,INTS)))                                                                 \
+    X(UNSQUEEZE, unsqueeze, "Unsqueeze", "", 1, 2, 1, 1,                              \
+      (DATA, SHAPE),                                                                  \
+      (A(axes,INTS)))                                                                 \
+    X(PAD, pad, "Pad", "", 1, 4, 1, 1,                                                \
+      (DATA, SHAPE, DATA, SHAPE),                                                     \
+      (A(mode,STRING) A(pads,INTS)))                                                  \
+    X(EXPAND, expand, "Expand", "", 2, 2, 1, 1,                                       \
+      (DATA, SHAPE),                                                                  \
+      ())                                                                             \
+    X(IDENTITY, identity, "Identity", "", 1, 1, 1, 1,                                 \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(DROPOUT, dropout, "Dropout", "", 1, 3, 1, 2,                                    \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(CONSTANT, constant, "Constant", "", 0, 0, 1, 1,                                 \
+      (DATA),                                                                         \
+      (A(value,TENSOR)))                                                              \
+    X(CONSTANT_OF_SHAPE, constant_of_shape, "ConstantOfShape", "", 1, 1, 1, 1,        \
+      (SHAPE),                                                                        \
+      (A(value,TENSOR)))                                                              \
+    X(SHAPE, shape, "Shape", "", 1, 1, 1, 1,                                          \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(GATHER, gather, "Gather", "", 2, 2, 1, 1,                                       \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(CAST, cast, "Cast", "", 1, 1, 1, 1,                                             \
+      (DATA),                                                                         \
+      (A(to,INT)))                                                                    \
+    X(RANGE, range, "Range", "", 3, 3, 1, 1,                                          \
+      (SHAPE, SHAPE, SHAPE),                                                          \
+      ())                                                                             \
+    X(SCATTER_ND, scatter_nd, "ScatterND", "", 3, 3, 1, 1,                            \
+      (DATA, DATA, DATA),                                                             \
+      (A(reduction,STRING)))                                                          \
+    X(QUANTIZE, quantize, "QuantizeLinear", "", 2, 3, 1, 1,                           \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(DEQUANTIZE, dequantize, "DequantizeLinear", "", 2, 3, 1, 1,                     \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    QF_EXTRA_OP_LIST(X)
 
 typedef enum qf_op {
-#define QF_OP_ENUM_(tag, name, onnx) QF_OP_##tag,
+#define QF_OP_ENUM_(tag, ...) QF_OP_##tag,
     QF_OP_LIST(QF_OP_ENUM_)
 #undef QF_OP_ENUM_
     QF_OP_COUNT

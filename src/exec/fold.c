@@ -41,8 +41,6 @@ static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
     qf_value **olds = qf_calloc((size_t)(nin ? nin : 1), sizeof *olds);
     qf_value **consts = qf_calloc((size_t)(nout ? nout : 1), sizeof *consts);
     const char **names = qf_calloc((size_t)(nout ? nout : 1), sizeof *names);
-    void *scratch = NULL;
-    size_t scratch_size = 0;
     qf_status st = QF_OK;
     if (!outs || !outp || !inp || !olds || !consts || !names) {
         st = QF_ERR_NOMEM;
@@ -62,18 +60,7 @@ static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
         }
         outp[i] = &outs[i];
     }
-    st = qf_exec_scratch(n, &scratch_size);
-    if (st != QF_OK) goto done;
-    if (scratch_size) {
-        scratch = qf_malloc(scratch_size);
-        if (!scratch) {
-            st = QF_ERR_NOMEM;
-            goto done;
-        }
-    }
-    qf_kernel_io io = {.node = n, .opset = g->opset, .nin = nin, .nout = nout, .in = inp,
-                       .out = outp, .scratch = scratch, .scratch_size = scratch_size};
-    st = qf_exec_node(&io);
+    st = qf_node_eval(n, g->opset, inp, outp);
     if (st != QF_OK) goto done;
 
     /* Each output becomes a constant under a temporary name; replace_uses
@@ -112,7 +99,6 @@ done:
     qf_free(olds);
     qf_free(consts);
     qf_free(names);
-    qf_free(scratch);
     return st;
 }
 

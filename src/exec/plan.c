@@ -26,6 +26,7 @@ struct qf_plan {
     const qf_node *peak;      /* the node whose output set arena_bytes */
     void *scratch_raw;
     size_t scratch_bytes;
+    void *state_raw;          /* every node's prepared state, one allocation */
 };
 
 /* A live buffer while laying out the arena. */
@@ -37,25 +38,27 @@ typedef struct qf_block {
 qf_status qf_exec_node(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
-    const qf_op_info *info = qf_op_info_get(n->op);
-    if (!info->forward)
+    const qf_op_kernels *k = qf_op_kernels_get(n->op);
+    if (!k->forward_f32)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): op has no forward kernel", n->name,
                         qf_op_label(n));
-    qf_status st = info->forward(io);
-    if (st != QF_OK) {
-        /* Every message should name the node; add it when the kernel did not. */
-        char quoted[300];
-        snprintf(quoted, sizeof quoted, "'%.290s'", n->name);
-        if (!strstr(qf_error_message(), quoted))
-            qf_error_prefix(st, "node '%s' (%s): ", n->name, qf_op_label(n));
-    }
+    qf_status st = k->forward_f32(io);
+    if (st != QF_OK) qf_exec_name_node(n, st);
     return st;
 }
 
-qf_status qf_exec_scratch(const qf_node *n, size_t *bytes)
+void qf_exec_name_node(const qf_node *n, qf_status st)
 {
-    const qf_op_info *info = qf_op_info_get(n->op);
-    *bytes = info->scratch ? info->scratch(n) : 0;
+    /* Every message should name the node; add it when the kernel did not. */
+    char quoted[300];
+    snprintf(quoted, sizeof quoted, "'%.290s'", n->name);
+    if (!strstr(qf_error_message(), quoted)) qf_error_prefix(st, "node '%s' (%s): ", n->name, qf_op_label(n));
+}
+
+qf_status qf_exec_scratch(const qf_node *n, const void *state, size_t *bytes)
+{
+    const qf_op_kernels *k = qf_op_kernels_get(n->op);
+    *bytes = k->scratch ? k->scratch(n, state) : 0;
     if (*bytes > (uint64_t)QF_MAX_TENSOR_BYTES)
         return qf_error(QF_ERR_SHAPE,
                         "node '%s' (%s): its kernel would need %zu bytes of scratch memory, more than qfold "
@@ -64,9 +67,7 @@ qf_status qf_exec_scratch(const qf_node *n, size_t *bytes)
     return QF_OK;
 }
 
-/* Aligned memory through the allocation hook: the raw pointer is kept for
- * qf_free, the aligned one is returned. */
-static void *qf_alloc_aligned(size_t size, void **raw)
+void *qf_exec_alloc_aligned(size_t size, void **raw)
 {
     *raw = qf_calloc(1, size + QF_EXEC_ALIGN);
     if (!*raw) return NULL;
@@ -197,10 +198,9 @@ static qf_status qf_plan_check_values(const qf_graph *g)
                                 qf_op_label(n), v->name);
         }
         /* A shape operand still fed as a graph input leaves shapes unknown. */
-        const qf_op_info *info = qf_op_info_get(n->op);
-        for (int i = 0; i < n->ninputs && i < QF_MAX_ROLES; i++) {
+        for (int i = 0; i < n->ninputs; i++) {
             const qf_value *v = n->inputs[i];
-            if (v && info->roles[i] == QF_ROLE_SHAPE && v->kind == QF_VALUE_INPUT && !v->type.data)
+            if (v && qf_op_input_role(n->op, i) == QF_ROLE_SHAPE && v->kind == QF_VALUE_INPUT && !v->type.data)
                 return qf_error(QF_ERR_UNSUPPORTED,
                                 "node '%s' (%s): input '%s' gives a shape but is fed at run time "
                                 "(dynamic shapes are not supported: bind it as a constant)",
@@ -254,19 +254,46 @@ static qf_status qf_plan_build(qf_plan *p)
     int k = 0;
     for (qf_node *n = g->first; n; n = n->next) p->steps[k++].node = n;
 
+    /* Prepare every node once (attributes decoded, geometry checked): the
+     * states live in one allocation for the plan's life. The kernels' io
+     * points at the values' types here; a constant's data is set, an
+     * activation's not. */
+    size_t state_bytes = 0;
+    for (int i = 0; i < p->nsteps; i++)
+        state_bytes += qf_exec_align(qf_op_kernels_get(p->steps[i].node->op)->state_size);
+    char *state_mem = NULL;
+    if (state_bytes && !(state_mem = qf_exec_alloc_aligned(state_bytes, &p->state_raw))) {
+        qf_free(offsets);
+        return QF_ERR_NOMEM;
+    }
+    qf_status st = QF_OK;
+    for (int i = 0, ki = 0, ko = 0; i < p->nsteps && st == QF_OK; i++) {
+        qf_step *s = &p->steps[i];
+        const qf_node *n = s->node;
+        for (int j = 0; j < n->ninputs; j++) p->in_pool[ki + j] = n->inputs[j] ? &n->inputs[j]->type : NULL;
+        for (int j = 0; j < n->noutputs; j++) p->out_pool[ko + j] = &n->outputs[j]->type;
+        size_t size = qf_op_kernels_get(n->op)->state_size;
+        s->io = (qf_kernel_io){.node = n, .opset = g->opset, .nin = n->ninputs, .nout = n->noutputs,
+                               .in = &p->in_pool[ki], .out = &p->out_pool[ko]};
+        st = qf_exec_prepare(&s->io, size ? state_mem : NULL);
+        s->io.state = size ? state_mem : NULL;
+        state_mem += qf_exec_align(size);
+        ki += n->ninputs;
+        ko += n->noutputs;
+    }
+
     /* Every size first, then the allocations: a plan refused for its size
      * (scratch or arena) has allocated nothing big. */
     size_t scratch = 0;
-    qf_status st = QF_OK;
     for (int i = 0; i < p->nsteps && st == QF_OK; i++) {
         size_t s = 0;
-        st = qf_exec_scratch(p->steps[i].node, &s);
+        st = qf_exec_scratch(p->steps[i].node, p->steps[i].io.state, &s);
         if (st == QF_OK && s > scratch) scratch = s;
     }
     if (st == QF_OK) st = qf_plan_layout(p, offsets);
     char *arena = NULL;
     if (st == QF_OK) {
-        arena = qf_alloc_aligned(p->arena_bytes, &p->arena_raw);
+        arena = qf_exec_alloc_aligned(p->arena_bytes, &p->arena_raw);
         if (!arena)
             st = qf_error(QF_ERR_NOMEM,
                           "out of memory: the plan's activations need %zu bytes at once (at node '%s')",
@@ -291,7 +318,7 @@ static qf_status qf_plan_build(qf_plan *p)
     p->scratch_bytes = scratch;
     void *scratch_mem = NULL;
     if (scratch) {
-        scratch_mem = qf_alloc_aligned(scratch, &p->scratch_raw);
+        scratch_mem = qf_exec_alloc_aligned(scratch, &p->scratch_raw);
         if (!scratch_mem)
             return qf_error(QF_ERR_NOMEM, "out of memory: the kernels' scratch needs %zu bytes", scratch);
     }
@@ -302,9 +329,8 @@ static qf_status qf_plan_build(qf_plan *p)
         const qf_node *n = s->node;
         for (int j = 0; j < n->ninputs; j++) p->in_pool[ki + j] = n->inputs[j] ? &p->vt[n->inputs[j]->id] : NULL;
         for (int j = 0; j < n->noutputs; j++) p->out_pool[ko + j] = &p->vt[n->outputs[j]->id];
-        s->io = (qf_kernel_io){.node = n, .opset = g->opset, .nin = n->ninputs, .nout = n->noutputs,
-                               .in = &p->in_pool[ki], .out = &p->out_pool[ko],
-                               .scratch = scratch_mem, .scratch_size = scratch};
+        s->io.scratch = scratch_mem;
+        s->io.scratch_size = scratch;
         ki += n->ninputs;
         ko += n->noutputs;
     }
@@ -335,6 +361,7 @@ void qf_plan_free(qf_plan *p)
     qf_free(p->out_pool);
     qf_free(p->arena_raw);
     qf_free(p->scratch_raw);
+    qf_free(p->state_raw);
     qf_free(p);
 }
 

@@ -376,6 +376,14 @@ static qf_status qf_ex_plain(qf_export *ex, const qf_node *n, const char *op_typ
     return QF_OK;
 }
 
+/* Internal ops (no ONNX op_type in their schema row) and how each is
+ * written as ONNX ops. */
+typedef qf_status (*qf_ex_lower_fn)(qf_export *ex, const qf_node *n);
+static const qf_ex_lower_fn qf_ex_lowerings[QF_OP_COUNT] = {
+    [QF_OP_LINEAR] = qf_ex_linear,
+    [QF_OP_RELU6] = qf_ex_relu6,
+};
+
 static qf_status qf_ex_nodes(qf_export *ex)
 {
     qf_graph_for_each_node(ex->g, n)
@@ -383,10 +391,8 @@ static qf_status qf_ex_nodes(qf_export *ex)
         const char *op_type = qf_op_onnx_name(n->op);
         if (op_type) {
             QF_TRY(qf_ex_plain(ex, n, op_type));
-        } else if (n->op == QF_OP_LINEAR) {
-            QF_TRY(qf_ex_linear(ex, n));
-        } else if (n->op == QF_OP_RELU6) {
-            QF_TRY(qf_ex_relu6(ex, n));
+        } else if ((unsigned)n->op < QF_OP_COUNT && qf_ex_lowerings[n->op]) {
+            QF_TRY(qf_ex_lowerings[n->op](ex, n));
         } else {
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s': internal op %s has no ONNX form",
                             n->name, qf_op_name(n->op));

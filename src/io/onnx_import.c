@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ops/op_table.h"
 #include "onnx_proto.h"
 #include "qfold/exec.h"
+#include "qfold/schema.h"
 
 #define QF_OPSET_MIN 11
 #define QF_OPSET_MAX 17
@@ -170,7 +170,7 @@ static qf_status qf_import_inputs(qf_import *im)
 
 /* --- attributes --------------------------------------------------------------- */
 
-static const char *qf_attr_type_name(int t)
+static const char *qf_onnx_attr_type_name(int t)
 {
     switch (t) {
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH: return "GRAPH";
@@ -185,37 +185,24 @@ static const char *qf_attr_type_name(int t)
     }
 }
 
-/* Attributes whose type is the same in every op qfold reads them from. The
- * readers (qf_node_attr_int, ...) fall back to the default on a type
- * mismatch, so a file giving another type (pads as one INT, group as FLOAT)
- * would be run with the default, silently: refused here instead. */
-#define QF_AT_INT ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT
-#define QF_AT_FLOAT ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT
-#define QF_AT_STRING ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING
-#define QF_AT_INTS ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS
-#define QF_AT_TENSOR ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR
-static const struct {
-    const char *name;
-    int type;
-    const char *type_name;
-} qf_attr_types[] = {
-    {"axis", QF_AT_INT, "INT"},           {"axes", QF_AT_INTS, "INTS"},
-    {"group", QF_AT_INT, "INT"},          {"kernel_shape", QF_AT_INTS, "INTS"},
-    {"strides", QF_AT_INTS, "INTS"},      {"dilations", QF_AT_INTS, "INTS"},
-    {"pads", QF_AT_INTS, "INTS"},         {"output_padding", QF_AT_INTS, "INTS"},
-    {"output_shape", QF_AT_INTS, "INTS"}, {"auto_pad", QF_AT_STRING, "STRING"},
-    {"ceil_mode", QF_AT_INT, "INT"},      {"count_include_pad", QF_AT_INT, "INT"},
-    {"storage_order", QF_AT_INT, "INT"},  {"perm", QF_AT_INTS, "INTS"},
-    {"split", QF_AT_INTS, "INTS"},        {"keepdims", QF_AT_INT, "INT"},
-    {"epsilon", QF_AT_FLOAT, "FLOAT"},    {"momentum", QF_AT_FLOAT, "FLOAT"},
-    {"alpha", QF_AT_FLOAT, "FLOAT"},      {"beta", QF_AT_FLOAT, "FLOAT"},
-    {"transA", QF_AT_INT, "INT"},         {"transB", QF_AT_INT, "INT"},
-    {"to", QF_AT_INT, "INT"},             {"mode", QF_AT_STRING, "STRING"},
-    {"fmod", QF_AT_INT, "INT"},           {"allowzero", QF_AT_INT, "INT"},
-    {"reduction", QF_AT_STRING, "STRING"}, {"value", QF_AT_TENSOR, "TENSOR"},
-    {"noop_with_empty_axes", QF_AT_INT, "INT"},
-};
+/* The ONNX AttributeProto type of a schema attribute type. */
+static int qf_onnx_attr_type(qf_attr_type t)
+{
+    switch (t) {
+    case QF_ATTR_INT: return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
+    case QF_ATTR_FLOAT: return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
+    case QF_ATTR_STRING: return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    case QF_ATTR_INTS: return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
+    case QF_ATTR_FLOATS: return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS;
+    case QF_ATTR_TENSOR: return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR;
+    }
+    return ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__UNDEFINED;
+}
 
+/* The readers (qf_node_attr_int, ...) fall back to the default on a type
+ * mismatch, so a file giving an attribute of the op's schema another type
+ * (pads as one INT, group as FLOAT) would be run with the default, silently:
+ * refused here instead. Attributes the schema does not list are kept. */
 static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, Onnx__AttributeProto *a)
 {
     const char *name = qf_str(a->name);
@@ -227,10 +214,10 @@ static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, Onnx_
                         "node '%s': attribute '%s' refers to a function attribute", node, name);
     if (!a->has_type)
         return qf_error(QF_ERR_INVALID, "node '%s': attribute '%s' has no type", node, name);
-    for (size_t k = 0; k < sizeof qf_attr_types / sizeof qf_attr_types[0]; k++)
-        if (strcmp(name, qf_attr_types[k].name) == 0 && (int)a->type != qf_attr_types[k].type)
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): attribute '%s' must be %s", node,
-                            qf_op_label(n), name, qf_attr_types[k].type_name);
+    const qf_attr_schema *want = qf_op_schema_attr(n->op, name);
+    if (want && (int)a->type != qf_onnx_attr_type(want->type))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): attribute '%s' must be %s", node,
+                        qf_op_label(n), name, qf_attr_type_name(want->type));
     switch (a->type) {
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: return qf_node_set_attr_int(g, n, name, a->i);
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
@@ -269,7 +256,7 @@ static qf_status qf_import_attr(qf_graph *g, qf_node *n, const char *node, Onnx_
     default:
         return qf_error(QF_ERR_UNSUPPORTED,
                         "node '%s': attribute '%s' has type %s, which qfold does not handle", node,
-                        name, qf_attr_type_name(a->type));
+                        name, qf_onnx_attr_type_name(a->type));
     }
 }
 
@@ -359,7 +346,7 @@ static qf_status qf_import_node(qf_import *im, size_t i)
 
     /* Arity from the op table: slots below min_inputs are required. Checked
      * here because shape inference indexes inputs without looking. */
-    const qf_op_info *info = qf_op_info_get(op);
+    const qf_op_schema *info = qf_op_schema_get(op);
     size_t nin = qf_trim_count(np->input, np->n_input);
     size_t nout = qf_trim_count(np->output, np->n_output);
     char range[48];

@@ -12,21 +12,21 @@
 #include "core/parallel.h"
 #include "kernels.h"
 
-static qf_status unsupported_dtype(const qf_node *n, qf_dtype dt)
+static qf_status act_unsupported_dtype(const qf_node *n, qf_dtype dt)
 {
     return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input dtype %s is not supported", n->name,
                     qf_op_label(n), qf_dtype_name(dt));
 }
 
 /* Output = input's dtype and shape, after checking the dtype is allowed. */
-static qf_status same_infer(qf_node *n, const qf_dtype *allowed, int count)
+static qf_status act_same_infer(qf_node *n, const qf_dtype *allowed, int count)
 {
     if (n->ninputs < 1 || !n->inputs[0])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): input 0 is missing", n->name, qf_op_label(n));
     const qf_tensor *x = &n->inputs[0]->type;
     bool ok = false;
     for (int i = 0; i < count; i++) ok |= x->dtype == allowed[i];
-    if (!ok) return unsupported_dtype(n, x->dtype);
+    if (!ok) return act_unsupported_dtype(n, x->dtype);
     qf_tensor *y = &n->outputs[0]->type;
     y->dtype = x->dtype;
     y->ndim = x->ndim;
@@ -61,7 +61,7 @@ static const qf_dtype clip_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32,
             typedef double T;                                                    \
             QF_MAP_T_(T, EXPR);                                                  \
         } else {                                                                 \
-            return unsupported_dtype(io->node, io->in[0]->dtype);                \
+            return act_unsupported_dtype(io->node, io->in[0]->dtype);                \
         }                                                                        \
     } while (0)
 
@@ -74,7 +74,7 @@ typedef struct f32_map_job {
 } f32_map_job;
 
 /* min(max(x, lo), hi) with NaN passing through, as QF_CLIP_T_ below. */
-static void clamp_f32_slice(void *ctx, int64_t a, int64_t b)
+static void act_clamp_f32_slice(void *ctx, int64_t a, int64_t b)
 {
     const f32_map_job *j = ctx;
     const float *restrict x = j->x + a;
@@ -83,35 +83,35 @@ static void clamp_f32_slice(void *ctx, int64_t a, int64_t b)
     for (int64_t i = 0; i < b - a; i++) y[i] = x[i] < lo ? (x[i] > hi ? hi : lo) : (x[i] > hi ? hi : x[i]);
 }
 
-static void clamp_f32(const qf_kernel_io *io, float lo, float hi)
+static void act_clamp_f32(const qf_kernel_io *io, float lo, float hi)
 {
     f32_map_job j = {io->in[0]->data, io->out[0]->data, lo, hi};
-    qf_parallel_for(qf_tensor_numel(io->in[0]), 32768, clamp_f32_slice, &j);
+    qf_parallel_for(qf_tensor_numel(io->in[0]), 32768, act_clamp_f32_slice, &j);
 }
 
 /* --- Relu, relu6 --------------------------------------------------------- */
 
-qf_status qf_relu_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, relu_dtypes, 5); }
+static qf_status qf_relu_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, relu_dtypes, 5); }
 
-qf_status qf_relu_forward(const qf_kernel_io *io)
+static qf_status qf_relu_forward_f32(const qf_kernel_io *io)
 {
     switch (io->in[0]->dtype) {
     case QF_DTYPE_I32: QF_MAP_T_(int32_t, x < 0 ? 0 : x); return QF_OK;
     case QF_DTYPE_I64: QF_MAP_T_(int64_t, x < 0 ? 0 : x); return QF_OK;
     case QF_DTYPE_I8: QF_MAP_T_(int8_t, x < 0 ? 0 : x); return QF_OK;
-    case QF_DTYPE_F32: clamp_f32(io, 0.0f, INFINITY); return QF_OK;
+    case QF_DTYPE_F32: act_clamp_f32(io, 0.0f, INFINITY); return QF_OK;
     default: break;
     }
     QF_MAP_FLOAT_(x < 0 ? (T)0 : x);
     return QF_OK;
 }
 
-qf_status qf_relu6_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_relu6_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
-qf_status qf_relu6_forward(const qf_kernel_io *io)
+static qf_status qf_relu6_forward_f32(const qf_kernel_io *io)
 {
     if (io->in[0]->dtype == QF_DTYPE_F32) {
-        clamp_f32(io, 0.0f, 6.0f);
+        act_clamp_f32(io, 0.0f, 6.0f);
         return QF_OK;
     }
     QF_MAP_FLOAT_(x < 0 ? (T)0 : x > 6 ? (T)6 : x);
@@ -121,9 +121,9 @@ qf_status qf_relu6_forward(const qf_kernel_io *io)
 /* --- Clip ------------------------------------------------------------------ */
 
 /* Clip (opset 11+): min and max are optional scalar inputs of x's dtype. */
-qf_status qf_clip_infer(qf_graph *g, qf_node *n)
+static qf_status qf_clip_infer(qf_graph *g, qf_node *n)
 {
-    QF_TRY(same_infer(n, clip_dtypes, 6));
+    QF_TRY(act_same_infer(n, clip_dtypes, 6));
     (void)g;
     for (int i = 1; i < n->ninputs && i < 3; i++) {
         const qf_value *v = n->inputs[i];
@@ -153,7 +153,7 @@ qf_status qf_clip_infer(qf_graph *g, qf_node *n)
         QF_MAP_T_(T, x < lo_ ? (x > hi_ ? hi_ : lo_) : (x > hi_ ? hi_ : x));         \
     } while (0)
 
-qf_status qf_clip_forward(const qf_kernel_io *io)
+static qf_status qf_clip_forward_f32(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
     switch (io->in[0]->dtype) {
@@ -161,7 +161,7 @@ qf_status qf_clip_forward(const qf_kernel_io *io)
         float lo = qf_node_attr_float(n, "min", -INFINITY), hi = qf_node_attr_float(n, "max", INFINITY);
         if (io->nin > 1 && io->in[1]) lo = *(const float *)io->in[1]->data;
         if (io->nin > 2 && io->in[2]) hi = *(const float *)io->in[2]->data;
-        clamp_f32(io, lo, hi);
+        act_clamp_f32(io, lo, hi);
         break;
     }
     case QF_DTYPE_F64:
@@ -171,23 +171,23 @@ qf_status qf_clip_forward(const qf_kernel_io *io)
     case QF_DTYPE_I64: QF_CLIP_T_(int64_t, INT64_MIN, INT64_MAX); break;
     case QF_DTYPE_I8: QF_CLIP_T_(int8_t, INT8_MIN, INT8_MAX); break;
     case QF_DTYPE_U8: QF_CLIP_T_(uint8_t, 0, UINT8_MAX); break;
-    default: return unsupported_dtype(n, io->in[0]->dtype);
+    default: return act_unsupported_dtype(n, io->in[0]->dtype);
     }
     return QF_OK;
 }
 
 /* --- pointwise float activations ------------------------------------------ */
 
-qf_status qf_leaky_relu_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_leaky_relu_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
-qf_status qf_leaky_relu_forward(const qf_kernel_io *io)
+static qf_status qf_leaky_relu_forward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.01f);
     QF_MAP_FLOAT_(x < 0 ? (T)alpha * x : x);
     return QF_OK;
 }
 
-qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
 /* e^x for x <= 0, branch-free so that a loop over it vectorizes (libm's expf
  * is a call per element and dominated EfficientNet's SiLU layers). x = n ln2 + r
@@ -196,7 +196,7 @@ qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer
  * 2^n put straight into the exponent bits. x is clamped at -87.3 so that 2^n
  * stays a normal float (the result then is ~1e-38 instead of a smaller
  * number or 0); NaN passes through (the comparisons are false, r is NaN). */
-static inline float expf_nonpos(float x)
+static inline float act_expf_nonpos(float x)
 {
     x = x < -87.3f ? -87.3f : x;
     /* Round x / ln2 to the nearest integer: adding 1.5 * 2^23 pushes the
@@ -220,7 +220,7 @@ static inline float expf_nonpos(float x)
     return p * two_n.f;
 }
 
-static void sigmoid_f32_slice(void *ctx, int64_t a, int64_t b)
+static void act_sigmoid_f32_slice(void *ctx, int64_t a, int64_t b)
 {
     const f32_map_job *j = ctx;
     const float *restrict x = j->x + a;
@@ -229,17 +229,17 @@ static void sigmoid_f32_slice(void *ctx, int64_t a, int64_t b)
     /* e = e^-|x| never overflows; sigmoid = 1 / (1 + e) for x >= 0 and
      * e / (1 + e) for x < 0 (the same two branches as the float64 path). */
     for (int64_t i = 0; i < n; i++) {
-        float e = expf_nonpos(x[i] < 0 ? x[i] : -x[i]);
+        float e = act_expf_nonpos(x[i] < 0 ? x[i] : -x[i]);
         float s = 1.0f / (1.0f + e);
         y[i] = x[i] >= 0 ? s : e * s;
     }
 }
 
-qf_status qf_sigmoid_forward(const qf_kernel_io *io)
+static qf_status qf_sigmoid_forward_f32(const qf_kernel_io *io)
 {
     if (io->in[0]->dtype == QF_DTYPE_F32) {
         f32_map_job j = {io->in[0]->data, io->out[0]->data, 0.0f, 0.0f};
-        qf_parallel_for(qf_tensor_numel(io->in[0]), 8192, sigmoid_f32_slice, &j);
+        qf_parallel_for(qf_tensor_numel(io->in[0]), 8192, act_sigmoid_f32_slice, &j);
         return QF_OK;
     }
     /* Two branches so that exp never overflows: for x < 0,
@@ -248,9 +248,9 @@ qf_status qf_sigmoid_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_tanh_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_tanh_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
-qf_status qf_tanh_forward(const qf_kernel_io *io)
+static qf_status qf_tanh_forward_f32(const qf_kernel_io *io)
 {
     QF_MAP_FLOAT_(tanh(x));
     return QF_OK;
@@ -259,17 +259,17 @@ qf_status qf_tanh_forward(const qf_kernel_io *io)
 /* --- Erf -------------------------------------------------------------------- */
 /* The error function; PyTorch exports exact GELU as x * 0.5 * (1 + erf(x / sqrt 2)).
  * <tgmath.h> picks erff for float32. */
-qf_status qf_erf_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_erf_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
-qf_status qf_erf_forward(const qf_kernel_io *io)
+static qf_status qf_erf_forward_f32(const qf_kernel_io *io)
 {
     QF_MAP_FLOAT_(erf(x));
     return QF_OK;
 }
 
-qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
-qf_status qf_hard_sigmoid_forward(const qf_kernel_io *io)
+static qf_status qf_hard_sigmoid_forward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.2f);
     const float beta = qf_node_attr_float(io->node, "beta", 0.5f);
@@ -277,9 +277,9 @@ qf_status qf_hard_sigmoid_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return same_infer(n, float_dtypes, 2); }
+static qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
-qf_status qf_hard_swish_forward(const qf_kernel_io *io)
+static qf_status qf_hard_swish_forward_f32(const qf_kernel_io *io)
 {
     /* ONNX: x * max(0, min(1, alpha * x + beta)) with alpha = 1/6, beta = 0.5. */
     QF_MAP_FLOAT_(x * fmax((T)0, fmin((T)1, x * ((T)1 / (T)6) + (T)0.5)));
@@ -294,12 +294,12 @@ qf_status qf_hard_swish_forward(const qf_kernel_io *io)
  * are "outer x len x inner" loops: opset < 13 is inner = 1 with len the
  * product of the trailing dims. An opset of 0 (a graph built in code) means
  * the current semantics. */
-static bool softmax_legacy(int64_t opset) { return opset > 0 && opset < 13; }
+static bool act_softmax_legacy(int64_t opset) { return opset > 0 && opset < 13; }
 
-static qf_status softmax_axis(const qf_node *n, int64_t opset, int ndim, int *axis)
+static qf_status act_softmax_axis(const qf_node *n, int64_t opset, int ndim, int *axis)
 {
     *axis = 0; /* defined on every path */
-    int64_t a = qf_node_attr_int(n, "axis", softmax_legacy(opset) ? 1 : -1);
+    int64_t a = qf_node_attr_int(n, "axis", act_softmax_legacy(opset) ? 1 : -1);
     if (a < -ndim || a >= ndim || ndim == 0)
         return qf_error(QF_ERR_INVALID, "node '%s' (Softmax): axis %lld out of range for rank %d", n->name,
                         (long long)a, ndim);
@@ -307,11 +307,11 @@ static qf_status softmax_axis(const qf_node *n, int64_t opset, int ndim, int *ax
     return QF_OK;
 }
 
-qf_status qf_softmax_infer(qf_graph *g, qf_node *n)
+static qf_status qf_softmax_infer(qf_graph *g, qf_node *n)
 {
-    QF_TRY(same_infer(n, float_dtypes, 2));
+    QF_TRY(act_same_infer(n, float_dtypes, 2));
     int axis;
-    return softmax_axis(n, g->opset, n->inputs[0]->type.ndim, &axis);
+    return act_softmax_axis(n, g->opset, n->inputs[0]->type.ndim, &axis);
 }
 
 #define QF_SOFTMAX_T_(T)                                                              \
@@ -336,14 +336,14 @@ qf_status qf_softmax_infer(qf_graph *g, qf_node *n)
         }                                                                             \
     } while (0)
 
-qf_status qf_softmax_forward(const qf_kernel_io *io)
+static qf_status qf_softmax_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int axis;
-    QF_TRY(softmax_axis(io->node, io->opset, x->ndim, &axis));
+    QF_TRY(act_softmax_axis(io->node, io->opset, x->ndim, &axis));
     int64_t outer = 1, len = 1, inner = 1;
     for (int i = 0; i < axis; i++) outer *= x->dims[i];
-    if (softmax_legacy(io->opset)) {
+    if (act_softmax_legacy(io->opset)) {
         for (int i = axis; i < x->ndim; i++) len *= x->dims[i];
     } else {
         len = x->dims[axis];
@@ -353,6 +353,58 @@ qf_status qf_softmax_forward(const qf_kernel_io *io)
     /* Subtracting the row maximum keeps exp <= 1: no overflow for any input. */
     if (x->dtype == QF_DTYPE_F32) QF_SOFTMAX_T_(float);
     else if (x->dtype == QF_DTYPE_F64) QF_SOFTMAX_T_(double);
-    else return unsupported_dtype(io->node, x->dtype);
+    else return act_unsupported_dtype(io->node, x->dtype);
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_relu_kernels = {
+    .infer = qf_relu_infer,
+    .forward_f32 = qf_relu_forward_f32,
+};
+
+const qf_op_kernels qf_relu6_kernels = {
+    .infer = qf_relu6_infer,
+    .forward_f32 = qf_relu6_forward_f32,
+};
+
+const qf_op_kernels qf_clip_kernels = {
+    .infer = qf_clip_infer,
+    .forward_f32 = qf_clip_forward_f32,
+};
+
+const qf_op_kernels qf_leaky_relu_kernels = {
+    .infer = qf_leaky_relu_infer,
+    .forward_f32 = qf_leaky_relu_forward_f32,
+};
+
+const qf_op_kernels qf_sigmoid_kernels = {
+    .infer = qf_sigmoid_infer,
+    .forward_f32 = qf_sigmoid_forward_f32,
+};
+
+const qf_op_kernels qf_tanh_kernels = {
+    .infer = qf_tanh_infer,
+    .forward_f32 = qf_tanh_forward_f32,
+};
+
+const qf_op_kernels qf_erf_kernels = {
+    .infer = qf_erf_infer,
+    .forward_f32 = qf_erf_forward_f32,
+};
+
+const qf_op_kernels qf_hard_sigmoid_kernels = {
+    .infer = qf_hard_sigmoid_infer,
+    .forward_f32 = qf_hard_sigmoid_forward_f32,
+};
+
+const qf_op_kernels qf_hard_swish_kernels = {
+    .infer = qf_hard_swish_infer,
+    .forward_f32 = qf_hard_swish_forward_f32,
+};
+
+const qf_op_kernels qf_softmax_kernels = {
+    .infer = qf_softmax_infer,
+    .forward_f32 = qf_softmax_forward_f32,
+};

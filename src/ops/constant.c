@@ -52,7 +52,7 @@ static qf_status qf_constant_attr(const qf_node *n, const qf_attr **out)
     return QF_OK;
 }
 
-qf_status qf_constant_infer(qf_graph *g, qf_node *n)
+static qf_status qf_constant_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_attr *a;
@@ -74,7 +74,7 @@ qf_status qf_constant_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_constant_forward(const qf_kernel_io *io)
+static qf_status qf_constant_forward_f32(const qf_kernel_io *io)
 {
     const qf_attr *a;
     QF_TRY(qf_constant_attr(io->node, &a));
@@ -115,7 +115,7 @@ static qf_status qf_cos_value(const qf_node *n, qf_dtype *dt, const void **bytes
     return QF_OK;
 }
 
-qf_status qf_constant_of_shape_infer(qf_graph *g, qf_node *n)
+static qf_status qf_constant_of_shape_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_value *s = n->inputs[0];
@@ -153,7 +153,7 @@ qf_status qf_constant_of_shape_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_constant_of_shape_forward(const qf_kernel_io *io)
+static qf_status qf_constant_of_shape_forward_f32(const qf_kernel_io *io)
 {
     qf_dtype dt;
     const void *bytes;
@@ -178,7 +178,7 @@ static void qf_shape_range(const qf_node *n, int rank, int64_t *start, int64_t *
     *end = e > s ? e : s;
 }
 
-qf_status qf_shape_infer(qf_graph *g, qf_node *n)
+static qf_status qf_shape_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     int64_t s, e;
@@ -188,7 +188,7 @@ qf_status qf_shape_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_shape_forward(const qf_kernel_io *io)
+static qf_status qf_shape_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t s, e;
@@ -199,7 +199,7 @@ qf_status qf_shape_forward(const qf_kernel_io *io)
 }
 
 /* --- Gather ------------------------------------------------------------------- */
-qf_status qf_gather_infer(qf_graph *g, qf_node *n)
+static qf_status qf_gather_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type, *ix = &n->inputs[1]->type;
@@ -224,7 +224,7 @@ qf_status qf_gather_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_gather_forward(const qf_kernel_io *io)
+static qf_status qf_gather_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *ix = io->in[1];
     int64_t axis = qf_node_attr_int(io->node, "axis", 0);
@@ -248,7 +248,7 @@ qf_status qf_gather_forward(const qf_kernel_io *io)
 }
 
 /* --- Cast --------------------------------------------------------------------- */
-qf_status qf_cast_infer(qf_graph *g, qf_node *n)
+static qf_status qf_cast_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_attr *a = qf_node_attr(n, "to");
@@ -298,7 +298,7 @@ static void qf_cast_store_float(void *y, qf_dtype dt, int64_t i, double v)
     }
 }
 
-qf_status qf_cast_forward(const qf_kernel_io *io)
+static qf_status qf_cast_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     qf_tensor *y = io->out[0];
@@ -314,3 +314,30 @@ qf_status qf_cast_forward(const qf_kernel_io *io)
     }
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_constant_kernels = {
+    .infer = qf_constant_infer,
+    .forward_f32 = qf_constant_forward_f32,
+};
+
+const qf_op_kernels qf_constant_of_shape_kernels = {
+    .infer = qf_constant_of_shape_infer,
+    .forward_f32 = qf_constant_of_shape_forward_f32,
+};
+
+const qf_op_kernels qf_shape_kernels = {
+    .infer = qf_shape_infer,
+    .forward_f32 = qf_shape_forward_f32,
+};
+
+const qf_op_kernels qf_gather_kernels = {
+    .infer = qf_gather_infer,
+    .forward_f32 = qf_gather_forward_f32,
+};
+
+const qf_op_kernels qf_cast_kernels = {
+    .infer = qf_cast_infer,
+    .forward_f32 = qf_cast_forward_f32,
+};

@@ -20,23 +20,10 @@
 #include <string.h>
 
 #include "core/parallel.h"
+#include "conv.h"
 #include "kernels.h"
-#include "spatial.h"
 
-typedef struct conv_geom {
-    qf_spatial s;      /* real rank */
-    qf_spatial l;      /* lifted to 3-D */
-    int64_t n, c, m;   /* batch, input channels, output channels */
-    int64_t group, cg, mg;
-    int64_t ksize;     /* prod(kernel) */
-    int64_t k;         /* GEMM inner (Conv) or row count (ConvTranspose) */
-    int64_t in_plane, out_plane;
-    bool transpose;
-} conv_geom;
-
-typedef enum conv_path { CONV_PATH_IM2COL, CONV_PATH_POINTWISE, CONV_PATH_DEPTHWISE } conv_path;
-
-static qf_status check_float(const qf_node *n, const qf_tensor *t, const char *what)
+static qf_status conv_check_float(const qf_node *n, const qf_tensor *t, const char *what)
 {
     if (t->dtype == QF_DTYPE_F32) return QF_OK;
     if (t->dtype == QF_DTYPE_F64)
@@ -49,15 +36,15 @@ static qf_status check_float(const qf_node *n, const qf_tensor *t, const char *w
 /* Validate X, W, B and the attributes; compute every size (-1 where unknown).
  * x, w, b are the values' types in inference and the real tensors in the
  * kernel: the same checks run in both. */
-static qf_status conv_setup(const qf_node *n, const qf_tensor *x, const qf_tensor *w, const qf_tensor *b,
-                            bool transpose, conv_geom *cg)
+qf_status qf_conv_setup(const qf_node *n, const qf_tensor *x, const qf_tensor *w, const qf_tensor *b,
+                            bool transpose, qf_conv_geom *cg)
 {
     const char *op = qf_op_label(n);
     memset(cg, 0, sizeof *cg);
     cg->transpose = transpose;
-    QF_TRY(check_float(n, x, "input X"));
-    QF_TRY(check_float(n, w, "weight W"));
-    if (b) QF_TRY(check_float(n, b, "bias B"));
+    QF_TRY(conv_check_float(n, x, "input X"));
+    QF_TRY(conv_check_float(n, w, "weight W"));
+    if (b) QF_TRY(conv_check_float(n, b, "bias B"));
     if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX)
         return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected 3 to %d (N, C, spatial...)",
                         n->name, op, x->ndim, 2 + QF_SPATIAL_MAX);
@@ -127,16 +114,16 @@ static qf_status conv_setup(const qf_node *n, const qf_tensor *x, const qf_tenso
     return QF_OK;
 }
 
-static conv_path conv_choose_path(const conv_geom *cg)
+qf_conv_path qf_conv_choose_path(const qf_conv_geom *cg)
 {
-    if (cg->cg == 1 && cg->group > 1) return CONV_PATH_DEPTHWISE;
+    if (cg->cg == 1 && cg->group > 1) return QF_CONV_PATH_DEPTHWISE;
     for (int i = 0; i < QF_SPATIAL_MAX; i++)
         if (cg->l.kernel[i] != 1 || cg->l.stride[i] != 1 || cg->l.pad_begin[i] != 0 || cg->l.pad_end[i] != 0)
-            return CONV_PATH_IM2COL;
-    return CONV_PATH_POINTWISE;
+            return QF_CONV_PATH_IM2COL;
+    return QF_CONV_PATH_POINTWISE;
 }
 
-static qf_status conv_set_output(qf_node *n, const qf_tensor *x, const conv_geom *cg)
+static qf_status conv_set_output(qf_node *n, const qf_tensor *x, const qf_conv_geom *cg)
 {
     qf_tensor *y = &n->outputs[0]->type;
     y->dtype = QF_DTYPE_F32;
@@ -147,7 +134,7 @@ static qf_status conv_set_output(qf_node *n, const qf_tensor *x, const conv_geom
     return QF_OK;
 }
 
-static const qf_tensor *opt_type(const qf_node *n, int i)
+static const qf_tensor *conv_opt_type(const qf_node *n, int i)
 {
     return i < n->ninputs && n->inputs[i] ? &n->inputs[i]->type : NULL;
 }
@@ -157,14 +144,14 @@ static qf_status conv_infer_common(qf_node *n, bool transpose)
     if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): inputs X and W are required", n->name,
                         qf_op_label(n));
-    conv_geom cg;
-    QF_TRY(conv_setup(n, &n->inputs[0]->type, &n->inputs[1]->type, opt_type(n, 2), transpose, &cg));
+    qf_conv_geom cg;
+    QF_TRY(qf_conv_setup(n, &n->inputs[0]->type, &n->inputs[1]->type, conv_opt_type(n, 2), transpose, &cg));
     return conv_set_output(n, &n->inputs[0]->type, &cg);
 }
 
 /* Index range [lo, hi) of outputs o for which i = o * st + off lies in
  * [0, size): the positions of one kernel tap that read real input. */
-static void tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64_t *lo, int64_t *hi)
+static void conv_tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64_t *lo, int64_t *hi)
 {
     int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;
     int64_t b = size - 1 - off < 0 ? 0 : (size - 1 - off) / st + 1;
@@ -176,7 +163,7 @@ static void tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64
 
 /* Column matrix of `channels` input planes: row (c, kd, kh, kw), column
  * (od, oh, ow) holds X[c, od*sd - pd + kd*dd, ...] or 0 in the padding. */
-static void im2col3(const float *x, int64_t channels, const qf_spatial *l, float *col)
+void qf_conv_im2col3(const float *x, int64_t channels, const qf_spatial *l, float *col)
 {
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
     const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];
@@ -187,7 +174,7 @@ static void im2col3(const float *x, int64_t channels, const qf_spatial *l, float
             for (int64_t kh = 0; kh < l->kernel[1]; kh++)
                 for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
                     int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
-                    tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
+                    conv_tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
                     for (int64_t od = 0; od < OD; od++) {
                         int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
                         for (int64_t oh = 0; oh < OH; oh++, dst += OW) {
@@ -212,7 +199,7 @@ static void im2col3(const float *x, int64_t channels, const qf_spatial *l, float
 
 /* The adjoint of im2col: col row (c, kd, kh, kw), column (id, ih, iw) is
  * added into Y[c, id*sd - pd + kd*dd, ...] when that lies in the output. */
-static void col2im3(const float *col, int64_t channels, const qf_spatial *l, float *y)
+void qf_conv_col2im3(const float *col, int64_t channels, const qf_spatial *l, float *y)
 {
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
     const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];
@@ -223,7 +210,7 @@ static void col2im3(const float *col, int64_t channels, const qf_spatial *l, flo
             for (int64_t kh = 0; kh < l->kernel[1]; kh++)
                 for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
                     int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
-                    tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
+                    conv_tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
                     for (int64_t id = 0; id < ID; id++) {
                         int64_t od = id * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
                         for (int64_t ih = 0; ih < IH; ih++, src += IW) {
@@ -242,12 +229,12 @@ static void col2im3(const float *col, int64_t channels, const qf_spatial *l, flo
  * OpenBLAS is not involved, so the (batch, channel) planes are split across
  * threads here (core/parallel.h); each plane is written by one thread only. */
 typedef struct dw_job {
-    const conv_geom *cg;
+    const qf_conv_geom *cg;
     const float *x, *w, *b;
     float *y;
 } dw_job;
 
-static void dw_plane(const conv_geom *cg, const float *restrict xp, const float *restrict wk, float bias,
+static void dw_plane(const qf_conv_geom *cg, const float *restrict xp, const float *restrict wk, float bias,
                      float *restrict yp)
 {
     const qf_spatial *l = &cg->l;
@@ -259,7 +246,7 @@ static void dw_plane(const conv_geom *cg, const float *restrict xp, const float 
             for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
                 const float wv = *wk++;
                 int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
-                tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
+                conv_tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
                 for (int64_t od = 0; od < OD; od++) {
                     int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
                     if (id < 0 || id >= l->in[0]) continue;
@@ -283,7 +270,7 @@ static void dw_plane(const conv_geom *cg, const float *restrict xp, const float 
 static void dw_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const dw_job *j = ctx;
-    const conv_geom *cg = j->cg;
+    const qf_conv_geom *cg = j->cg;
     for (int64_t p = lo; p < hi; p++) {
         int64_t bn = p / cg->m, co = p % cg->m;
         dw_plane(cg, j->x + (bn * cg->c + co / cg->mg) * cg->in_plane, j->w + co * cg->ksize,
@@ -291,7 +278,7 @@ static void dw_slice(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-static void conv_depthwise(const conv_geom *cg, const float *x, const float *w, const float *b, float *y)
+static void conv_depthwise(const qf_conv_geom *cg, const float *x, const float *w, const float *b, float *y)
 {
     dw_job job = {cg, x, w, b, y};
     /* About 16k multiply-adds per slice at least: below that, waking a
@@ -301,10 +288,10 @@ static void conv_depthwise(const conv_geom *cg, const float *x, const float *w, 
     qf_parallel_for(cg->n * cg->m, grain, dw_slice, &job);
 }
 
-static size_t conv_scratch_bytes(const conv_geom *cg)
+size_t qf_conv_scratch_bytes(const qf_conv_geom *cg)
 {
     if (cg->k < 0 || cg->in_plane < 0 || cg->out_plane < 0) return 0;
-    if (!cg->transpose && conv_choose_path(cg) != CONV_PATH_IM2COL) return 0;
+    if (!cg->transpose && qf_conv_choose_path(cg) != QF_CONV_PATH_IM2COL) return 0;
     int64_t elems, bytes;
     if (!qf_i64_mul(cg->k, cg->transpose ? cg->in_plane : cg->out_plane, &elems) ||
         !qf_i64_mul(elems, (int64_t)sizeof(float), &bytes) || (uint64_t)bytes > SIZE_MAX)
@@ -312,20 +299,8 @@ static size_t conv_scratch_bytes(const conv_geom *cg)
     return (size_t)bytes;
 }
 
-static size_t conv_scratch_common(const qf_node *n, bool transpose)
-{
-    if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1]) return 0;
-    conv_geom cg;
-    qf_status st = conv_setup(n, &n->inputs[0]->type, &n->inputs[1]->type, opt_type(n, 2), transpose, &cg);
-    if (st != QF_OK) {
-        qf_error_clear();
-        return 0;
-    }
-    return conv_scratch_bytes(&cg);
-}
-
 /* Fill each of `rows` rows of `plane` floats with bias[row] (or 0). */
-static void fill_bias(float *y, const float *bias, int64_t rows, int64_t plane)
+static void conv_fill_bias(float *y, const float *bias, int64_t rows, int64_t plane)
 {
     for (int64_t r = 0; r < rows; r++) {
         float v = bias ? bias[r] : 0.0f;
@@ -334,14 +309,17 @@ static void fill_bias(float *y, const float *bias, int64_t rows, int64_t plane)
     }
 }
 
-static qf_status conv_kernel_setup(const qf_kernel_io *io, bool transpose, conv_geom *cg)
+/* Prepare (Conv and ConvTranspose): the geometry from the operand types,
+ * checked once; the path and the scratch size. */
+static qf_status conv_prepare(const qf_kernel_io *io, bool transpose, qf_conv_state *st)
 {
     const qf_node *n = io->node;
     if (io->nin < 2 || !io->in[0] || !io->in[1])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): inputs X and W are required", n->name,
                         qf_op_label(n));
     const qf_tensor *b = io->nin > 2 ? io->in[2] : NULL;
-    QF_TRY(conv_setup(n, io->in[0], io->in[1], b, transpose, cg));
+    qf_conv_geom *cg = &st->geom;
+    QF_TRY(qf_conv_setup(n, io->in[0], io->in[1], b, transpose, cg));
     const qf_tensor *y = io->out[0];
     if (cg->n < 0 || cg->in_plane < 0 || cg->out_plane < 0 || y->dims[0] != cg->n || y->dims[1] != cg->m ||
         qf_spatial_prod(cg->s.rank, y->dims + 2) != cg->out_plane)
@@ -353,27 +331,40 @@ static qf_status conv_kernel_setup(const qf_kernel_io *io, bool transpose, conv_
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): GEMM dimensions exceed 2^31 (K %lld, planes %lld, %lld)",
                         n->name, qf_op_label(n), (long long)cg->k, (long long)cg->in_plane,
                         (long long)cg->out_plane);
-    size_t need = conv_scratch_bytes(cg);
-    if (io->scratch_size < need)
-        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, the kernel needs %zu", n->name,
-                        qf_op_label(n), io->scratch_size, need);
+    st->path = transpose ? QF_CONV_PATH_IM2COL : qf_conv_choose_path(cg);
+    st->scratch = qf_conv_scratch_bytes(cg);
     return QF_OK;
+}
+
+/* The kernels' check that the plan gave the scratch prepare asked for. */
+static qf_status conv_check_scratch(const qf_kernel_io *io, const qf_conv_state *st)
+{
+    if (io->scratch_size >= st->scratch) return QF_OK;
+    return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, the kernel needs %zu", io->node->name,
+                    qf_op_label(io->node), io->scratch_size, st->scratch);
+}
+
+static size_t conv_scratch(const qf_node *n, const void *state)
+{
+    (void)n;
+    return state ? ((const qf_conv_state *)state)->scratch : 0;
 }
 
 /* --- Conv ----------------------------------------------------------------- */
 
-qf_status qf_conv_infer(qf_graph *g, qf_node *n)
+static qf_status qf_conv_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     return conv_infer_common(n, false);
 }
 
-size_t qf_conv_scratch(const qf_node *n) { return conv_scratch_common(n, false); }
+static qf_status qf_conv_prepare(const qf_kernel_io *io, void *state) { return conv_prepare(io, false, state); }
 
-qf_status qf_conv_forward(const qf_kernel_io *io)
+static qf_status qf_conv_forward_f32(const qf_kernel_io *io)
 {
-    conv_geom cg;
-    QF_TRY(conv_kernel_setup(io, false, &cg));
+    const qf_conv_state *st = io->state;
+    QF_TRY(conv_check_scratch(io, st));
+    const qf_conv_geom cg = st->geom;
     const float *x = io->in[0]->data, *w = io->in[1]->data;
     const float *b = io->nin > 2 && io->in[2] ? io->in[2]->data : NULL;
     float *y = io->out[0]->data;
@@ -381,11 +372,11 @@ qf_status qf_conv_forward(const qf_kernel_io *io)
      * with no input channel every output is the bias. */
     if (cg.out_plane == 0 || cg.m == 0 || cg.n == 0) return QF_OK;
     if (cg.k == 0) {
-        for (int64_t bn = 0; bn < cg.n; bn++) fill_bias(y + bn * cg.m * cg.out_plane, b, cg.m, cg.out_plane);
+        for (int64_t bn = 0; bn < cg.n; bn++) conv_fill_bias(y + bn * cg.m * cg.out_plane, b, cg.m, cg.out_plane);
         return QF_OK;
     }
-    conv_path path = conv_choose_path(&cg);
-    if (path == CONV_PATH_DEPTHWISE) {
+    qf_conv_path path = st->path;
+    if (path == QF_CONV_PATH_DEPTHWISE) {
         conv_depthwise(&cg, x, w, b, y);
         return QF_OK;
     }
@@ -398,11 +389,11 @@ qf_status qf_conv_forward(const qf_kernel_io *io)
             const float *wg = w + g * cg.mg * cg.k;
             const float *bg = b ? b + g * cg.mg : NULL;
             const float *colm = xg;
-            if (path == CONV_PATH_IM2COL) {
-                im2col3(xg, cg.cg, &cg.l, col);
+            if (path == QF_CONV_PATH_IM2COL) {
+                qf_conv_im2col3(xg, cg.cg, &cg.l, col);
                 colm = col;
             }
-            if (bg) fill_bias(yg, bg, cg.mg, cg.out_plane);
+            if (bg) conv_fill_bias(yg, bg, cg.mg, cg.out_plane);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, P, K, 1.0f, wg, K, colm, P,
                         bg ? 1.0f : 0.0f, yg, P);
         }
@@ -411,18 +402,22 @@ qf_status qf_conv_forward(const qf_kernel_io *io)
 
 /* --- ConvTranspose -------------------------------------------------------- */
 
-qf_status qf_conv_transpose_infer(qf_graph *g, qf_node *n)
+static qf_status qf_conv_transpose_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     return conv_infer_common(n, true);
 }
 
-size_t qf_conv_transpose_scratch(const qf_node *n) { return conv_scratch_common(n, true); }
-
-qf_status qf_conv_transpose_forward(const qf_kernel_io *io)
+static qf_status qf_conv_transpose_prepare(const qf_kernel_io *io, void *state)
 {
-    conv_geom cg;
-    QF_TRY(conv_kernel_setup(io, true, &cg));
+    return conv_prepare(io, true, state);
+}
+
+static qf_status qf_conv_transpose_forward_f32(const qf_kernel_io *io)
+{
+    const qf_conv_state *st = io->state;
+    QF_TRY(conv_check_scratch(io, st));
+    const qf_conv_geom cg = st->geom;
     const float *x = io->in[0]->data, *w = io->in[1]->data;
     const float *b = io->nin > 2 && io->in[2] ? io->in[2]->data : NULL;
     float *y = io->out[0]->data;
@@ -430,7 +425,7 @@ qf_status qf_conv_transpose_forward(const qf_kernel_io *io)
      * no input position (or channel) to scatter, every output is the bias. */
     if (cg.out_plane == 0 || cg.m == 0 || cg.n == 0) return QF_OK;
     if (cg.k == 0 || cg.in_plane == 0 || cg.cg == 0) {
-        for (int64_t bn = 0; bn < cg.n; bn++) fill_bias(y + bn * cg.m * cg.out_plane, b, cg.m, cg.out_plane);
+        for (int64_t bn = 0; bn < cg.n; bn++) conv_fill_bias(y + bn * cg.m * cg.out_plane, b, cg.m, cg.out_plane);
         return QF_OK;
     }
     float *col = io->scratch;
@@ -441,8 +436,26 @@ qf_status qf_conv_transpose_forward(const qf_kernel_io *io)
             const float *wg = w + g * cg.cg * cg.k;
             float *yg = y + (bn * cg.m + g * cg.mg) * cg.out_plane;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, C, 1.0f, wg, K, xg, P, 0.0f, col, P);
-            fill_bias(yg, b ? b + g * cg.mg : NULL, cg.mg, cg.out_plane);
-            col2im3(col, cg.mg, &cg.l, yg);
+            conv_fill_bias(yg, b ? b + g * cg.mg : NULL, cg.mg, cg.out_plane);
+            qf_conv_col2im3(col, cg.mg, &cg.l, yg);
         }
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_conv_kernels = {
+    .infer = qf_conv_infer,
+    .prepare = qf_conv_prepare,
+    .state_size = sizeof(qf_conv_state),
+    .scratch = conv_scratch,
+    .forward_f32 = qf_conv_forward_f32,
+};
+
+const qf_op_kernels qf_conv_transpose_kernels = {
+    .infer = qf_conv_transpose_infer,
+    .prepare = qf_conv_transpose_prepare,
+    .state_size = sizeof(qf_conv_state),
+    .scratch = conv_scratch,
+    .forward_f32 = qf_conv_transpose_forward_f32,
+};

@@ -45,7 +45,7 @@ typedef struct es_spec {
     int64_t size[ES_MAX_LABELS]; /* -2: label unused, -1: unknown */
 } es_spec;
 
-static int letter_id(char c)
+static int es_letter_id(char c)
 {
     if (c >= 'a' && c <= 'z') return c - 'a';
     if (c >= 'A' && c <= 'Z') return 26 + (c - 'A');
@@ -54,7 +54,7 @@ static int letter_id(char c)
 
 /* One term ("bij", "...ii") as letter ids with ES_ELLIPSIS for "...". Reads
  * from *p up to ',', '-' or the end. */
-static qf_status parse_term(const qf_node *n, const char *eq, const char **p, int *ids, int *count)
+static qf_status es_parse_term(const qf_node *n, const char *eq, const char **p, int *ids, int *count)
 {
     int k = 0;
     bool ell = false;
@@ -76,7 +76,7 @@ static qf_status parse_term(const qf_node *n, const char *eq, const char **p, in
             ids[k++] = ES_ELLIPSIS;
             continue;
         }
-        int id = letter_id(*s);
+        int id = es_letter_id(*s);
         if (id < 0)
             return qf_error(QF_ERR_INVALID, "node '%s' (Einsum): equation '%s': invalid character '%c'", n->name, eq,
                             *s);
@@ -108,7 +108,7 @@ static qf_status es_parse(const qf_node *n, const char *eq, int nops, const qf_t
         if (t >= nops)
             return qf_error(QF_ERR_INVALID, "node '%s' (Einsum): equation '%s' has more terms than the %d inputs",
                             n->name, eq, nops);
-        QF_TRY(parse_term(n, eq, &p, terms[t], &nterm[t]));
+        QF_TRY(es_parse_term(n, eq, &p, terms[t], &nterm[t]));
         t++;
         if (*p != ',') break;
         p++;
@@ -181,7 +181,7 @@ static qf_status es_parse(const qf_node *n, const char *eq, int nops, const qf_t
                             eq);
         p += 2;
         int ids[QF_MAX_DIMS + 1], cnt;
-        QF_TRY(parse_term(n, eq, &p, ids, &cnt));
+        QF_TRY(es_parse_term(n, eq, &p, ids, &cnt));
         if (*p)
             return qf_error(QF_ERR_INVALID, "node '%s' (Einsum): equation '%s': unexpected '%c' in the output term",
                             n->name, eq, *p);
@@ -248,7 +248,7 @@ typedef struct es_gemm {
     bool ta, tb;
 } es_gemm;
 
-static bool has_label(const int *labs, int cnt, int l)
+static bool es_has_label(const int *labs, int cnt, int l)
 {
     for (int i = 0; i < cnt; i++)
         if (labs[i] == l) return true;
@@ -256,7 +256,7 @@ static bool has_label(const int *labs, int cnt, int l)
 }
 
 /* Whether labs[0..cnt) is exactly the concatenation x ++ y ++ z. */
-static bool is_concat(const int *labs, int cnt, const int *x, int nx, const int *y, int ny, const int *z, int nz)
+static bool es_is_concat(const int *labs, int cnt, const int *x, int nx, const int *y, int ny, const int *z, int nz)
 {
     if (cnt != nx + ny + nz) return false;
     for (int i = 0; i < nx; i++)
@@ -268,7 +268,7 @@ static bool is_concat(const int *labs, int cnt, const int *x, int nx, const int 
     return true;
 }
 
-static int64_t prod_sizes(const es_spec *sp, const int *labs, int cnt)
+static int64_t es_prod_sizes(const es_spec *sp, const int *labs, int cnt)
 {
     int64_t p = 1;
     for (int i = 0; i < cnt; i++) p *= sp->size[labs[i]];
@@ -291,7 +291,7 @@ static void es_gemm_plan(const es_spec *sp, const qf_tensor *const *ts, es_gemm 
         }
     for (int i = 0; i < sp->nout; i++) {
         int l = sp->out[i];
-        bool ia = has_label(la, na, l), ib = has_label(lb, nb, l);
+        bool ia = es_has_label(la, na, l), ib = es_has_label(lb, nb, l);
         if (ia && ib) g->b[g->nb++] = l;
         else if (ia) g->m[g->nm++] = l;
         else if (ib) g->n[g->nn++] = l;
@@ -299,24 +299,24 @@ static void es_gemm_plan(const es_spec *sp, const qf_tensor *const *ts, es_gemm 
     }
     for (int d = 0; d < na; d++) {
         int l = la[d];
-        if (has_label(sp->out, sp->nout, l)) continue;
-        if (!has_label(lb, nb, l)) return; /* summed within A alone */
+        if (es_has_label(sp->out, sp->nout, l)) continue;
+        if (!es_has_label(lb, nb, l)) return; /* summed within A alone */
         g->k[g->nk++] = l;
     }
     for (int d = 0; d < nb; d++)
-        if (!has_label(sp->out, sp->nout, lb[d]) && !has_label(la, na, lb[d])) return;
-    g->B = prod_sizes(sp, g->b, g->nb);
-    g->M = prod_sizes(sp, g->m, g->nm);
-    g->N = prod_sizes(sp, g->n, g->nn);
-    g->K = prod_sizes(sp, g->k, g->nk);
+        if (!es_has_label(sp->out, sp->nout, lb[d]) && !es_has_label(la, na, lb[d])) return;
+    g->B = es_prod_sizes(sp, g->b, g->nb);
+    g->M = es_prod_sizes(sp, g->m, g->nm);
+    g->N = es_prod_sizes(sp, g->n, g->nn);
+    g->K = es_prod_sizes(sp, g->k, g->nk);
     if (g->M > INT_MAX || g->N > INT_MAX || g->K > INT_MAX) return;
-    if (is_concat(la, na, g->b, g->nb, g->m, g->nm, g->k, g->nk)) g->ta = false;
-    else if (is_concat(la, na, g->b, g->nb, g->k, g->nk, g->m, g->nm)) g->ta = true;
+    if (es_is_concat(la, na, g->b, g->nb, g->m, g->nm, g->k, g->nk)) g->ta = false;
+    else if (es_is_concat(la, na, g->b, g->nb, g->k, g->nk, g->m, g->nm)) g->ta = true;
     else g->pack_a = true;
-    if (is_concat(lb, nb, g->b, g->nb, g->k, g->nk, g->n, g->nn)) g->tb = false;
-    else if (is_concat(lb, nb, g->b, g->nb, g->n, g->nn, g->k, g->nk)) g->tb = true;
+    if (es_is_concat(lb, nb, g->b, g->nb, g->k, g->nk, g->n, g->nn)) g->tb = false;
+    else if (es_is_concat(lb, nb, g->b, g->nb, g->n, g->nn, g->k, g->nk)) g->tb = true;
     else g->pack_b = true;
-    g->tmp_out = !is_concat(sp->out, sp->nout, g->b, g->nb, g->m, g->nm, g->n, g->nn);
+    g->tmp_out = !es_is_concat(sp->out, sp->nout, g->b, g->nb, g->m, g->nm, g->n, g->nn);
     g->ok = true;
 }
 
@@ -331,10 +331,10 @@ static size_t es_gemm_scratch_elems(const es_gemm *g)
 
 /* dst (contiguous, labels dl[0..nd) in that order) = src read through the
  * per-label strides sst (elements). */
-static void gather(void *dst, const void *src, size_t es, const es_spec *sp, const int *dl, int nd,
+static void es_gather(void *dst, const void *src, size_t es, const es_spec *sp, const int *dl, int nd,
                    const int64_t *sst)
 {
-    int64_t total = prod_sizes(sp, dl, nd);
+    int64_t total = es_prod_sizes(sp, dl, nd);
     if (total == 0) return;
     int64_t idx[QF_MAX_DIMS] = {0}, off = 0;
     int64_t inner = nd ? sp->size[dl[nd - 1]] : 1, istr = nd ? sst[dl[nd - 1]] : 0;
@@ -359,7 +359,7 @@ static void gather(void *dst, const void *src, size_t es, const es_spec *sp, con
 }
 
 /* Per-label strides (elements) of a contiguous layout with labels l[0..n). */
-static void layout_strides(const es_spec *sp, const int *l, int n, int64_t *st)
+static void es_layout_strides(const es_spec *sp, const int *l, int n, int64_t *st)
 {
     int64_t s = 1;
     for (int i = n - 1; i >= 0; i--) {
@@ -370,7 +370,7 @@ static void layout_strides(const es_spec *sp, const int *l, int n, int64_t *st)
 
 /* Per-label strides of operand i: repeated labels add up (the diagonal), a
  * broadcast dim (size 1 against a larger label) contributes nothing. */
-static void operand_strides(const es_spec *sp, int i, const qf_tensor *x, int64_t *st)
+static void es_operand_strides(const es_spec *sp, int i, const qf_tensor *x, int64_t *st)
 {
     for (int l = 0; l < ES_MAX_LABELS; l++) st[l] = 0;
     int64_t s = 1;
@@ -381,7 +381,7 @@ static void operand_strides(const es_spec *sp, int i, const qf_tensor *x, int64_
     }
 }
 
-static void concat3(int *dst, const int *x, int nx, const int *y, int ny, const int *z, int nz)
+static void es_concat3(int *dst, const int *x, int nx, const int *y, int ny, const int *z, int nz)
 {
     memcpy(dst, x, sizeof(int) * (size_t)nx);
     memcpy(dst + nx, y, sizeof(int) * (size_t)ny);
@@ -401,16 +401,16 @@ static qf_status es_gemm_run(const qf_kernel_io *io, const es_spec *sp, const es
     int lay[QF_MAX_DIMS];
     const void *pa = a->data, *pb = b->data;
     if (g->pack_a) {
-        operand_strides(sp, 0, a, st);
-        concat3(lay, g->b, g->nb, g->m, g->nm, g->k, g->nk);
-        gather(scr, a->data, es, sp, lay, g->nb + g->nm + g->nk, st);
+        es_operand_strides(sp, 0, a, st);
+        es_concat3(lay, g->b, g->nb, g->m, g->nm, g->k, g->nk);
+        es_gather(scr, a->data, es, sp, lay, g->nb + g->nm + g->nk, st);
         pa = scr;
         scr += (size_t)(g->B * g->M * g->K) * es;
     }
     if (g->pack_b) {
-        operand_strides(sp, 1, b, st);
-        concat3(lay, g->b, g->nb, g->k, g->nk, g->n, g->nn);
-        gather(scr, b->data, es, sp, lay, g->nb + g->nk + g->nn, st);
+        es_operand_strides(sp, 1, b, st);
+        es_concat3(lay, g->b, g->nb, g->k, g->nk, g->n, g->nn);
+        es_gather(scr, b->data, es, sp, lay, g->nb + g->nk + g->nn, st);
         pb = scr;
         scr += (size_t)(g->B * g->K * g->N) * es;
     }
@@ -433,16 +433,16 @@ static qf_status es_gemm_run(const qf_kernel_io *io, const es_spec *sp, const es
         }
     }
     if (g->tmp_out) {
-        concat3(lay, g->b, g->nb, g->m, g->nm, g->n, g->nn);
-        layout_strides(sp, lay, g->nb + g->nm + g->nn, st);
-        gather(y->data, pc, es, sp, sp->out, sp->nout, st);
+        es_concat3(lay, g->b, g->nb, g->m, g->nm, g->n, g->nn);
+        es_layout_strides(sp, lay, g->nb + g->nm + g->nn, st);
+        es_gather(y->data, pc, es, sp, sp->out, sp->nout, st);
     }
     return QF_OK;
 }
 
 /* --- the generic loop ---------------------------------------------------- */
 
-static double load(const void *p, qf_dtype dt, int64_t i)
+static double es_load(const void *p, qf_dtype dt, int64_t i)
 {
     return dt == QF_DTYPE_F32 ? (double)((const float *)p)[i] : ((const double *)p)[i];
 }
@@ -457,7 +457,7 @@ static void es_generic_run(const qf_kernel_io *io, const es_spec *sp)
     for (int i = 0; i < sp->nout; i++) loop[nl++] = sp->out[i];
     int64_t S = 1;
     for (int l = 0; l < ES_MAX_LABELS; l++)
-        if (sp->size[l] != -2 && !has_label(sp->out, sp->nout, l)) {
+        if (sp->size[l] != -2 && !es_has_label(sp->out, sp->nout, l)) {
             loop[nl++] = l;
             S *= sp->size[l];
         }
@@ -470,7 +470,7 @@ static void es_generic_run(const qf_kernel_io *io, const es_spec *sp)
     int64_t st[ES_MAX_OPS][ES_MAX_LABELS];
     for (int i = 0; i < nops; i++) {
         int64_t full[ES_MAX_LABELS];
-        operand_strides(sp, i, io->in[i], full);
+        es_operand_strides(sp, i, io->in[i], full);
         for (int k = 0; k < nl; k++) st[i][k] = full[loop[k]];
     }
     int64_t idx[ES_MAX_LABELS] = {0}, off[ES_MAX_OPS] = {0};
@@ -478,7 +478,7 @@ static void es_generic_run(const qf_kernel_io *io, const es_spec *sp)
         double acc = 0.0;
         for (int64_t s = 0; s < S; s++) {
             double prod = 1.0;
-            for (int i = 0; i < nops; i++) prod *= load(io->in[i]->data, dt, off[i]);
+            for (int i = 0; i < nops; i++) prod *= es_load(io->in[i]->data, dt, off[i]);
             acc += prod;
             for (int k = nl - 1; k >= 0; k--) {
                 for (int i = 0; i < nops; i++) off[i] += st[i][k];
@@ -494,7 +494,7 @@ static void es_generic_run(const qf_kernel_io *io, const es_spec *sp)
 
 /* --- op entry points ----------------------------------------------------------- */
 
-qf_status qf_einsum_infer(qf_graph *g, qf_node *n)
+static qf_status qf_einsum_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     if (n->ninputs < 1)
@@ -524,8 +524,9 @@ qf_status qf_einsum_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-size_t qf_einsum_scratch(const qf_node *n)
+static size_t qf_einsum_scratch(const qf_node *n, const void *state)
 {
+    (void)state;
     if (n->ninputs < 1 || n->ninputs > ES_MAX_OPS) return 0;
     const qf_tensor *ts[ES_MAX_OPS];
     for (int i = 0; i < n->ninputs; i++) {
@@ -541,7 +542,7 @@ size_t qf_einsum_scratch(const qf_node *n)
     return es_gemm_scratch_elems(&g) * qf_dtype_size(ts[0]->dtype);
 }
 
-qf_status qf_einsum_forward(const qf_kernel_io *io)
+static qf_status qf_einsum_forward_f32(const qf_kernel_io *io)
 {
     es_spec sp;
     QF_TRY(es_spec_of(io->node, io->nin, (const qf_tensor *const *)io->in, &sp));
@@ -551,3 +552,11 @@ qf_status qf_einsum_forward(const qf_kernel_io *io)
     es_generic_run(io, &sp);
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_einsum_kernels = {
+    .infer = qf_einsum_infer,
+    .scratch = qf_einsum_scratch,
+    .forward_f32 = qf_einsum_forward_f32,
+};

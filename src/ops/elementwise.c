@@ -14,14 +14,14 @@
 #include "broadcast.h"
 #include "kernels.h"
 
-static bool dtype_in(qf_dtype dt, const qf_dtype *set, int count)
+static bool ew_dtype_in(qf_dtype dt, const qf_dtype *set, int count)
 {
     for (int i = 0; i < count; i++)
         if (set[i] == dt) return true;
     return false;
 }
 
-static qf_status unsupported_dtype(const qf_node *n, const char *what, qf_dtype dt)
+static qf_status ew_unsupported_dtype(const qf_node *n, const char *what, qf_dtype dt)
 {
     return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s dtype %s is not supported", n->name, qf_op_label(n),
                     what, qf_dtype_name(dt));
@@ -33,14 +33,14 @@ static qf_status unsupported_dtype(const qf_node *n, const char *what, qf_dtype 
 static const qf_dtype arith_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32,
                                         QF_DTYPE_I64, QF_DTYPE_I8, QF_DTYPE_U8};
 
-static qf_status binary_infer(qf_node *n)
+static qf_status ew_binary_infer(qf_node *n)
 {
     QF_TRY(qf_op_check_inputs(n, 2));
     const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
     if (a->dtype != b->dtype)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): input dtypes differ (%s and %s)", n->name, qf_op_label(n),
                         qf_dtype_name(a->dtype), qf_dtype_name(b->dtype));
-    if (!dtype_in(a->dtype, arith_dtypes, 6)) return unsupported_dtype(n, "input", a->dtype);
+    if (!ew_dtype_in(a->dtype, arith_dtypes, 6)) return ew_unsupported_dtype(n, "input", a->dtype);
     int ny;
     int64_t y[QF_MAX_DIMS];
     QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
@@ -48,22 +48,22 @@ static qf_status binary_infer(qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_add_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
-qf_status qf_sub_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
-qf_status qf_mul_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
-qf_status qf_div_infer(qf_graph *g, qf_node *n) { (void)g; return binary_infer(n); }
+static qf_status qf_add_infer(qf_graph *g, qf_node *n) { (void)g; return ew_binary_infer(n); }
+static qf_status qf_sub_infer(qf_graph *g, qf_node *n) { (void)g; return ew_binary_infer(n); }
+static qf_status qf_mul_infer(qf_graph *g, qf_node *n) { (void)g; return ew_binary_infer(n); }
+static qf_status qf_div_infer(qf_graph *g, qf_node *n) { (void)g; return ew_binary_infer(n); }
 
 static const qf_dtype pow_base_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, QF_DTYPE_I64};
 
 /* Pow (opset 12+) lets the exponent have its own dtype; the output has the
  * base's. */
-qf_status qf_pow_infer(qf_graph *g, qf_node *n)
+static qf_status qf_pow_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(qf_op_check_inputs(n, 2));
     const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
-    if (!dtype_in(a->dtype, pow_base_dtypes, 4)) return unsupported_dtype(n, "base", a->dtype);
-    if (!dtype_in(b->dtype, arith_dtypes, 6)) return unsupported_dtype(n, "exponent", b->dtype);
+    if (!ew_dtype_in(a->dtype, pow_base_dtypes, 4)) return ew_unsupported_dtype(n, "base", a->dtype);
+    if (!ew_dtype_in(b->dtype, arith_dtypes, 6)) return ew_unsupported_dtype(n, "exponent", b->dtype);
     int ny;
     int64_t y[QF_MAX_DIMS];
     QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
@@ -71,11 +71,11 @@ qf_status qf_pow_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-static qf_status unary_infer(qf_node *n, const qf_dtype *allowed, int count)
+static qf_status ew_unary_infer(qf_node *n, const qf_dtype *allowed, int count)
 {
     QF_TRY(qf_op_check_inputs(n, 1));
     const qf_tensor *x = &n->inputs[0]->type;
-    if (!dtype_in(x->dtype, allowed, count)) return unsupported_dtype(n, "input", x->dtype);
+    if (!ew_dtype_in(x->dtype, allowed, count)) return ew_unsupported_dtype(n, "input", x->dtype);
     qf_set_output(n, 0, x->dtype, x->ndim, x->dims);
     return QF_OK;
 }
@@ -83,9 +83,9 @@ static qf_status unary_infer(qf_node *n, const qf_dtype *allowed, int count)
 static const qf_dtype float_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64};
 static const qf_dtype signed_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, QF_DTYPE_I64, QF_DTYPE_I8};
 
-qf_status qf_sqrt_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, float_dtypes, 2); }
-qf_status qf_reciprocal_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, float_dtypes, 2); }
-qf_status qf_neg_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, signed_dtypes, 5); }
+static qf_status qf_sqrt_infer(qf_graph *g, qf_node *n) { (void)g; return ew_unary_infer(n, float_dtypes, 2); }
+static qf_status qf_reciprocal_infer(qf_graph *g, qf_node *n) { (void)g; return ew_unary_infer(n, float_dtypes, 2); }
+static qf_status qf_neg_infer(qf_graph *g, qf_node *n) { (void)g; return ew_unary_infer(n, signed_dtypes, 5); }
 
 /* ------------------------------------------------------------------------ */
 /* binary row functions                                                      */
@@ -165,7 +165,7 @@ QF_DIV_SIGNED_(div_i32, int32_t, uint32_t)
 QF_DIV_SIGNED_(div_i64, int64_t, uint64_t)
 QF_DIV_SIGNED_(div_i8, int8_t, uint8_t)
 
-static bool div_u8(const void *a_, int64_t sa, const void *b_, int64_t sb, void *y_, int64_t n)
+static bool ew_div_u8(const void *a_, int64_t sa, const void *b_, int64_t sb, void *y_, int64_t n)
 {
     const uint8_t *a = a_, *b = b_;
     uint8_t *y = y_;
@@ -178,7 +178,7 @@ static bool div_u8(const void *a_, int64_t sa, const void *b_, int64_t sb, void 
 }
 
 /* Run a row function over a broadcast binary op. */
-static qf_status binary_run(const qf_kernel_io *io, row_fn fn)
+static qf_status ew_binary_run(const qf_kernel_io *io, row_fn fn)
 {
     const qf_tensor *a = io->in[0], *b = io->in[1];
     qf_tensor *y = io->out[0];
@@ -208,43 +208,43 @@ static qf_status binary_run(const qf_kernel_io *io, row_fn fn)
     return QF_OK;
 }
 
-static qf_status binary_dispatch(const qf_kernel_io *io, const row_fn fns[6])
+static qf_status ew_binary_dispatch(const qf_kernel_io *io, const row_fn fns[6])
 {
     /* fns follows arith_dtypes: f32, f64, i32, i64, i8, u8. */
     for (int i = 0; i < 6; i++)
         if (io->in[0]->dtype == arith_dtypes[i] && io->in[1]->dtype == arith_dtypes[i])
-            return binary_run(io, fns[i]);
-    return unsupported_dtype(io->node, "input", io->in[0]->dtype);
+            return ew_binary_run(io, fns[i]);
+    return ew_unsupported_dtype(io->node, "input", io->in[0]->dtype);
 }
 
-qf_status qf_add_forward(const qf_kernel_io *io)
+static qf_status qf_add_forward_f32(const qf_kernel_io *io)
 {
     static const row_fn fns[6] = {add_f32, add_f64, add_i32, add_i64, add_i8, add_u8};
-    return binary_dispatch(io, fns);
+    return ew_binary_dispatch(io, fns);
 }
 
-qf_status qf_sub_forward(const qf_kernel_io *io)
+static qf_status qf_sub_forward_f32(const qf_kernel_io *io)
 {
     static const row_fn fns[6] = {sub_f32, sub_f64, sub_i32, sub_i64, sub_i8, sub_u8};
-    return binary_dispatch(io, fns);
+    return ew_binary_dispatch(io, fns);
 }
 
-qf_status qf_mul_forward(const qf_kernel_io *io)
+static qf_status qf_mul_forward_f32(const qf_kernel_io *io)
 {
     static const row_fn fns[6] = {mul_f32, mul_f64, mul_i32, mul_i64, mul_i8, mul_u8};
-    return binary_dispatch(io, fns);
+    return ew_binary_dispatch(io, fns);
 }
 
-qf_status qf_div_forward(const qf_kernel_io *io)
+static qf_status qf_div_forward_f32(const qf_kernel_io *io)
 {
-    static const row_fn fns[6] = {div_f32, div_f64, div_i32, div_i64, div_i8, div_u8};
-    return binary_dispatch(io, fns);
+    static const row_fn fns[6] = {div_f32, div_f64, div_i32, div_i64, div_i8, ew_div_u8};
+    return ew_binary_dispatch(io, fns);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Pow with mixed dtypes                                                     */
 
-static double load_f64(const void *p, qf_dtype dt, int64_t i)
+static double ew_load_f64(const void *p, qf_dtype dt, int64_t i)
 {
     switch (dt) {
     case QF_DTYPE_F32: return ((const float *)p)[i];
@@ -257,7 +257,7 @@ static double load_f64(const void *p, qf_dtype dt, int64_t i)
     }
 }
 
-static int64_t load_i64(const void *p, qf_dtype dt, int64_t i)
+static int64_t ew_load_i64(const void *p, qf_dtype dt, int64_t i)
 {
     switch (dt) {
     case QF_DTYPE_I32: return ((const int32_t *)p)[i];
@@ -268,11 +268,11 @@ static int64_t load_i64(const void *p, qf_dtype dt, int64_t i)
     }
 }
 
-static bool is_int(qf_dtype dt) { return dt == QF_DTYPE_I32 || dt == QF_DTYPE_I64 || dt == QF_DTYPE_I8 || dt == QF_DTYPE_U8; }
+static bool ew_is_int(qf_dtype dt) { return dt == QF_DTYPE_I32 || dt == QF_DTYPE_I64 || dt == QF_DTYPE_I8 || dt == QF_DTYPE_U8; }
 
 /* Integer power by squaring, wrapping in uint64. A negative exponent gives
  * the truncated real result: 1 for base 1, +-1 for base -1, else 0. */
-static int64_t ipow(int64_t base, int64_t e)
+static int64_t ew_ipow(int64_t base, int64_t e)
 {
     if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? -1 : 1) : 0;
     uint64_t r = 1, b = (uint64_t)base;
@@ -285,7 +285,7 @@ static int64_t ipow(int64_t base, int64_t e)
 }
 
 /* A double to the integer type's range (truncating; NaN -> 0). */
-static int64_t sat_i64(double v, double lo, double hi)
+static int64_t ew_sat_i64(double v, double lo, double hi)
 {
     if (v != v) return 0;
     if (v <= lo) return (int64_t)lo;
@@ -293,32 +293,32 @@ static int64_t sat_i64(double v, double lo, double hi)
     return (int64_t)v;
 }
 
-static void pow_elem(const qf_tensor *a, int64_t ia, const qf_tensor *b, int64_t ib, qf_tensor *y, int64_t iy)
+static void ew_pow_elem(const qf_tensor *a, int64_t ia, const qf_tensor *b, int64_t ib, qf_tensor *y, int64_t iy)
 {
-    if (is_int(a->dtype) && is_int(b->dtype)) {
-        int64_t r = ipow(load_i64(a->data, a->dtype, ia), load_i64(b->data, b->dtype, ib));
+    if (ew_is_int(a->dtype) && ew_is_int(b->dtype)) {
+        int64_t r = ew_ipow(ew_load_i64(a->data, a->dtype, ia), ew_load_i64(b->data, b->dtype, ib));
         if (y->dtype == QF_DTYPE_I32) ((int32_t *)y->data)[iy] = (int32_t)(uint32_t)(uint64_t)r;
         else ((int64_t *)y->data)[iy] = r;
         return;
     }
-    double r = pow(load_f64(a->data, a->dtype, ia), load_f64(b->data, b->dtype, ib));
+    double r = pow(ew_load_f64(a->data, a->dtype, ia), ew_load_f64(b->data, b->dtype, ib));
     switch (y->dtype) {
     case QF_DTYPE_F32: ((float *)y->data)[iy] = (float)r; break;
     case QF_DTYPE_F64: ((double *)y->data)[iy] = r; break;
-    case QF_DTYPE_I32: ((int32_t *)y->data)[iy] = (int32_t)sat_i64(r, -2147483648.0, 2147483647.0); break;
-    case QF_DTYPE_I64: ((int64_t *)y->data)[iy] = sat_i64(r, -9223372036854775808.0, 9223372036854774784.0); break;
+    case QF_DTYPE_I32: ((int32_t *)y->data)[iy] = (int32_t)ew_sat_i64(r, -2147483648.0, 2147483647.0); break;
+    case QF_DTYPE_I64: ((int64_t *)y->data)[iy] = ew_sat_i64(r, -9223372036854775808.0, 9223372036854774784.0); break;
     default: break;
     }
 }
 
-qf_status qf_pow_forward(const qf_kernel_io *io)
+static qf_status qf_pow_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *a = io->in[0], *b = io->in[1];
     qf_tensor *y = io->out[0];
-    if (a->dtype == QF_DTYPE_F32 && b->dtype == QF_DTYPE_F32) return binary_run(io, pow_f32);
-    if (a->dtype == QF_DTYPE_F64 && b->dtype == QF_DTYPE_F64) return binary_run(io, pow_f64);
-    if (!dtype_in(a->dtype, pow_base_dtypes, 4)) return unsupported_dtype(io->node, "base", a->dtype);
-    if (!dtype_in(b->dtype, arith_dtypes, 6)) return unsupported_dtype(io->node, "exponent", b->dtype);
+    if (a->dtype == QF_DTYPE_F32 && b->dtype == QF_DTYPE_F32) return ew_binary_run(io, pow_f32);
+    if (a->dtype == QF_DTYPE_F64 && b->dtype == QF_DTYPE_F64) return ew_binary_run(io, pow_f64);
+    if (!ew_dtype_in(a->dtype, pow_base_dtypes, 4)) return ew_unsupported_dtype(io->node, "base", a->dtype);
+    if (!ew_dtype_in(b->dtype, arith_dtypes, 6)) return ew_unsupported_dtype(io->node, "exponent", b->dtype);
     if (qf_tensor_numel(y) == 0) return QF_OK;
     /* Mixed dtypes are rare (exponents): one element at a time. */
     const qf_tensor *ops[2] = {a, b};
@@ -326,7 +326,7 @@ qf_status qf_pow_forward(const qf_kernel_io *io)
     qf_bcast_iter_init(&it, y->ndim, y->dims, 2, ops);
     for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it))
         for (int64_t i = 0; i < it.len; i++)
-            pow_elem(a, it.off[0] + i * it.step[0], b, it.off[1] + i * it.step[1], y, r * it.len + i);
+            ew_pow_elem(a, it.off[0] + i * it.step[0], b, it.off[1] + i * it.step[1], y, r * it.len + i);
     return QF_OK;
 }
 
@@ -341,31 +341,31 @@ qf_status qf_pow_forward(const qf_kernel_io *io)
         for (int64_t i = 0; i < n; i++) y[i] = (T)(EXPR);       \
     } while (0)
 
-qf_status qf_sqrt_forward(const qf_kernel_io *io)
+static qf_status qf_sqrt_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
     switch (x->dtype) {
     case QF_DTYPE_F32: QF_UNARY_(float, sqrtf(p[i])); break;
     case QF_DTYPE_F64: QF_UNARY_(double, sqrt(p[i])); break;
-    default: return unsupported_dtype(io->node, "input", x->dtype);
+    default: return ew_unsupported_dtype(io->node, "input", x->dtype);
     }
     return QF_OK;
 }
 
-qf_status qf_reciprocal_forward(const qf_kernel_io *io)
+static qf_status qf_reciprocal_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
     switch (x->dtype) {
     case QF_DTYPE_F32: QF_UNARY_(float, 1.0f / p[i]); break;
     case QF_DTYPE_F64: QF_UNARY_(double, 1.0 / p[i]); break;
-    default: return unsupported_dtype(io->node, "input", x->dtype);
+    default: return ew_unsupported_dtype(io->node, "input", x->dtype);
     }
     return QF_OK;
 }
 
-qf_status qf_neg_forward(const qf_kernel_io *io)
+static qf_status qf_neg_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     int64_t n = qf_tensor_numel(x);
@@ -376,7 +376,7 @@ qf_status qf_neg_forward(const qf_kernel_io *io)
     case QF_DTYPE_I32: QF_UNARY_(int32_t, 0u - (uint32_t)p[i]); break;
     case QF_DTYPE_I64: QF_UNARY_(int64_t, (uint64_t)0 - (uint64_t)p[i]); break;
     case QF_DTYPE_I8: QF_UNARY_(int8_t, -p[i]); break;
-    default: return unsupported_dtype(io->node, "input", x->dtype);
+    default: return ew_unsupported_dtype(io->node, "input", x->dtype);
     }
     return QF_OK;
 }
@@ -388,10 +388,10 @@ qf_status qf_neg_forward(const qf_kernel_io *io)
  * divisor's sign, as Python's % and torch.remainder; fmod = 1: C's fmod /
  * truncated %, the dividend's sign. A zero integer divisor is
  * QF_ERR_NUMERIC. x % -1 is 0 (computed without the MIN % -1 trap). */
-qf_status qf_mod_infer(qf_graph *g, qf_node *n)
+static qf_status qf_mod_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(binary_infer(n));
+    QF_TRY(ew_binary_infer(n));
     int64_t fmod_attr = qf_node_attr_int(n, "fmod", 0);
     if (fmod_attr != 0 && fmod_attr != 1)
         return qf_error(QF_ERR_INVALID, "node '%s' (Mod): fmod must be 0 or 1, got %lld", n->name,
@@ -431,13 +431,13 @@ QF_MOD_ROW_(fmod_i8, int8_t, z == -1 ? 0 : x % z)
 QF_ROW_(fmod_f32, float, fmodf(x, z))
 QF_ROW_(fmod_f64, double, fmod(x, z))
 
-qf_status qf_mod_forward(const qf_kernel_io *io)
+static qf_status qf_mod_forward_f32(const qf_kernel_io *io)
 {
     /* floats with fmod=0 are refused by inference; the float entries only keep
      * the table total */
     static const row_fn py[6] = {fmod_f32, fmod_f64, mod_i32, mod_i64, mod_i8, mod_u8};
     static const row_fn c[6] = {fmod_f32, fmod_f64, fmod_i32, fmod_i64, fmod_i8, mod_u8};
-    return binary_dispatch(io, qf_node_attr_int(io->node, "fmod", 0) ? c : py);
+    return ew_binary_dispatch(io, qf_node_attr_int(io->node, "fmod", 0) ? c : py);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -448,7 +448,7 @@ static const qf_dtype cmp_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32, 
 
 /* Equal (opset 11+): any dtype on both sides (the same one), a bool output
  * of the broadcast shape. */
-qf_status qf_equal_infer(qf_graph *g, qf_node *n)
+static qf_status qf_equal_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(qf_op_check_inputs(n, 2));
@@ -456,7 +456,7 @@ qf_status qf_equal_infer(qf_graph *g, qf_node *n)
     if (a->dtype != b->dtype)
         return qf_error(QF_ERR_INVALID, "node '%s' (Equal): input dtypes differ (%s and %s)", n->name,
                         qf_dtype_name(a->dtype), qf_dtype_name(b->dtype));
-    if (!dtype_in(a->dtype, cmp_dtypes, 7)) return unsupported_dtype(n, "input", a->dtype);
+    if (!ew_dtype_in(a->dtype, cmp_dtypes, 7)) return ew_unsupported_dtype(n, "input", a->dtype);
     int ny;
     int64_t y[QF_MAX_DIMS];
     QF_TRY(qf_broadcast_infer(n, a->ndim, a->dims, b->ndim, b->dims, &ny, y));
@@ -482,21 +482,21 @@ QF_EQ_ROW_(eq_i64, int64_t)
 QF_EQ_ROW_(eq_i8, int8_t)
 QF_EQ_ROW_(eq_u8, uint8_t)
 
-qf_status qf_equal_forward(const qf_kernel_io *io)
+static qf_status qf_equal_forward_f32(const qf_kernel_io *io)
 {
     /* follows cmp_dtypes; bool is stored as one byte 0 / 1, compared as u8 */
     static const row_fn fns[7] = {eq_f32, eq_f64, eq_i32, eq_i64, eq_i8, eq_u8, eq_u8};
     for (int i = 0; i < 7; i++)
         if (io->in[0]->dtype == cmp_dtypes[i] && io->in[1]->dtype == cmp_dtypes[i])
-            return binary_run(io, fns[i]);
-    return unsupported_dtype(io->node, "input", io->in[0]->dtype);
+            return ew_binary_run(io, fns[i]);
+    return ew_unsupported_dtype(io->node, "input", io->in[0]->dtype);
 }
 
 static const qf_dtype bool_dtypes[] = {QF_DTYPE_BOOL};
 
-qf_status qf_not_infer(qf_graph *g, qf_node *n) { (void)g; return unary_infer(n, bool_dtypes, 1); }
+static qf_status qf_not_infer(qf_graph *g, qf_node *n) { (void)g; return ew_unary_infer(n, bool_dtypes, 1); }
 
-qf_status qf_not_forward(const qf_kernel_io *io)
+static qf_status qf_not_forward_f32(const qf_kernel_io *io)
 {
     const uint8_t *p = io->in[0]->data;
     uint8_t *y = io->out[0]->data;
@@ -504,3 +504,60 @@ qf_status qf_not_forward(const qf_kernel_io *io)
     for (int64_t i = 0; i < n; i++) y[i] = !p[i];
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_add_kernels = {
+    .infer = qf_add_infer,
+    .forward_f32 = qf_add_forward_f32,
+};
+
+const qf_op_kernels qf_sub_kernels = {
+    .infer = qf_sub_infer,
+    .forward_f32 = qf_sub_forward_f32,
+};
+
+const qf_op_kernels qf_mul_kernels = {
+    .infer = qf_mul_infer,
+    .forward_f32 = qf_mul_forward_f32,
+};
+
+const qf_op_kernels qf_div_kernels = {
+    .infer = qf_div_infer,
+    .forward_f32 = qf_div_forward_f32,
+};
+
+const qf_op_kernels qf_pow_kernels = {
+    .infer = qf_pow_infer,
+    .forward_f32 = qf_pow_forward_f32,
+};
+
+const qf_op_kernels qf_sqrt_kernels = {
+    .infer = qf_sqrt_infer,
+    .forward_f32 = qf_sqrt_forward_f32,
+};
+
+const qf_op_kernels qf_reciprocal_kernels = {
+    .infer = qf_reciprocal_infer,
+    .forward_f32 = qf_reciprocal_forward_f32,
+};
+
+const qf_op_kernels qf_neg_kernels = {
+    .infer = qf_neg_infer,
+    .forward_f32 = qf_neg_forward_f32,
+};
+
+const qf_op_kernels qf_mod_kernels = {
+    .infer = qf_mod_infer,
+    .forward_f32 = qf_mod_forward_f32,
+};
+
+const qf_op_kernels qf_equal_kernels = {
+    .infer = qf_equal_infer,
+    .forward_f32 = qf_equal_forward_f32,
+};
+
+const qf_op_kernels qf_not_kernels = {
+    .infer = qf_not_infer,
+    .forward_f32 = qf_not_forward_f32,
+};

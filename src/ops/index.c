@@ -60,7 +60,7 @@ static void qf_idx_bcast_copy(qf_tensor *y, int nops, const qf_tensor *const *op
 /* --- Expand ------------------------------------------------------------------- */
 /* Expand (opset 8+): numpy broadcasting of the input with `shape` (both ways:
  * a 1 in `shape` keeps the input's dim, and `shape` may have fewer dims). */
-qf_status qf_expand_infer(qf_graph *g, qf_node *n)
+static qf_status qf_expand_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(qf_op_check_inputs(n, 2));
@@ -98,7 +98,7 @@ qf_status qf_expand_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_expand_forward(const qf_kernel_io *io)
+static qf_status qf_expand_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *ops[1] = {io->in[0]};
     if (qf_tensor_numel(io->out[0]) > 0) qf_idx_bcast_copy(io->out[0], 1, ops, NULL, NULL);
@@ -108,7 +108,7 @@ qf_status qf_expand_forward(const qf_kernel_io *io)
 /* --- Where -------------------------------------------------------------------- */
 /* Where (opset 9+): y = cond ? x : z, the three broadcast together; x and z
  * share a dtype (any), cond is bool. */
-qf_status qf_where_infer(qf_graph *g, qf_node *n)
+static qf_status qf_where_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(qf_op_check_inputs(n, 3));
@@ -127,7 +127,7 @@ qf_status qf_where_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_where_forward(const qf_kernel_io *io)
+static qf_status qf_where_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *ops[2] = {io->in[1], io->in[2]};
     if (qf_tensor_numel(io->out[0]) > 0) qf_idx_bcast_copy(io->out[0], 2, ops, io->in[0]->data, io->in[0]);
@@ -173,7 +173,7 @@ static qf_status qf_range_length(const qf_node *n, const qf_tensor *s, const qf_
     return QF_OK;
 }
 
-qf_status qf_range_infer(qf_graph *g, qf_node *n)
+static qf_status qf_range_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(qf_op_check_inputs(n, 3));
@@ -206,7 +206,7 @@ qf_status qf_range_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_range_forward(const qf_kernel_io *io)
+static qf_status qf_range_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *s = io->in[0], *d = io->in[2];
     qf_tensor *y = io->out[0];
@@ -259,7 +259,7 @@ static qf_status qf_scatter_mode_of(const qf_node *n, qf_scatter_mode *mode)
     return QF_OK;
 }
 
-qf_status qf_scatter_nd_infer(qf_graph *g, qf_node *n)
+static qf_status qf_scatter_nd_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     QF_TRY(qf_op_check_inputs(n, 3));
@@ -327,7 +327,7 @@ static void qf_scatter_combine(void *dst, const void *src, int64_t len, qf_dtype
 #undef QF_SCATTER_LOOP_
 }
 
-qf_status qf_scatter_nd_forward(const qf_kernel_io *io)
+static qf_status qf_scatter_nd_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *ix = io->in[1], *u = io->in[2];
     qf_tensor *y = io->out[0];
@@ -363,3 +363,25 @@ qf_status qf_scatter_nd_forward(const qf_kernel_io *io)
     }
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_where_kernels = {
+    .infer = qf_where_infer,
+    .forward_f32 = qf_where_forward_f32,
+};
+
+const qf_op_kernels qf_expand_kernels = {
+    .infer = qf_expand_infer,
+    .forward_f32 = qf_expand_forward_f32,
+};
+
+const qf_op_kernels qf_range_kernels = {
+    .infer = qf_range_infer,
+    .forward_f32 = qf_range_forward_f32,
+};
+
+const qf_op_kernels qf_scatter_nd_kernels = {
+    .infer = qf_scatter_nd_infer,
+    .forward_f32 = qf_scatter_nd_forward_f32,
+};

@@ -176,7 +176,7 @@ static qf_status qf_lay_copy(const qf_kernel_io *io)
 }
 
 /* --- Flatten ------------------------------------------------------------------ */
-qf_status qf_flatten_infer(qf_graph *g, qf_node *n)
+static qf_status qf_flatten_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -191,10 +191,10 @@ qf_status qf_flatten_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_flatten_forward(const qf_kernel_io *io) { return qf_lay_copy(io); }
+static qf_status qf_flatten_forward_f32(const qf_kernel_io *io) { return qf_lay_copy(io); }
 
 /* --- Reshape ------------------------------------------------------------------ */
-qf_status qf_reshape_infer(qf_graph *g, qf_node *n)
+static qf_status qf_reshape_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -255,7 +255,7 @@ qf_status qf_reshape_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_reshape_forward(const qf_kernel_io *io) { return qf_lay_copy(io); }
+static qf_status qf_reshape_forward_f32(const qf_kernel_io *io) { return qf_lay_copy(io); }
 
 /* --- Transpose ---------------------------------------------------------------- */
 static qf_status qf_transpose_perm(const qf_node *n, int rank, int *perm)
@@ -281,7 +281,7 @@ static qf_status qf_transpose_perm(const qf_node *n, int rank, int *perm)
     return QF_OK;
 }
 
-qf_status qf_transpose_infer(qf_graph *g, qf_node *n)
+static qf_status qf_transpose_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -293,7 +293,7 @@ qf_status qf_transpose_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_transpose_forward(const qf_kernel_io *io)
+static qf_status qf_transpose_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     qf_tensor *y = io->out[0];
@@ -307,7 +307,7 @@ qf_status qf_transpose_forward(const qf_kernel_io *io)
 }
 
 /* --- Concat ------------------------------------------------------------------- */
-qf_status qf_concat_infer(qf_graph *g, qf_node *n)
+static qf_status qf_concat_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_attr *at = qf_node_attr(n, "axis");
@@ -374,7 +374,7 @@ static qf_status qf_lay_axis_parts(const qf_node *n, qf_tensor *whole, const qf_
     return QF_OK;
 }
 
-qf_status qf_concat_forward(const qf_kernel_io *io)
+static qf_status qf_concat_forward_f32(const qf_kernel_io *io)
 {
     return qf_lay_axis_parts(io->node, io->out[0], io->in, io->nin, true);
 }
@@ -444,7 +444,7 @@ static qf_status qf_slice_params(const qf_node *n, int ndim, const int64_t *dims
     return QF_OK;
 }
 
-qf_status qf_slice_infer(qf_graph *g, qf_node *n)
+static qf_status qf_slice_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -471,7 +471,7 @@ qf_status qf_slice_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_slice_forward(const qf_kernel_io *io)
+static qf_status qf_slice_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     qf_tensor *y = io->out[0];
@@ -490,7 +490,7 @@ qf_status qf_slice_forward(const qf_kernel_io *io)
 }
 
 /* --- Split -------------------------------------------------------------------- */
-qf_status qf_split_infer(qf_graph *g, qf_node *n)
+static qf_status qf_split_infer(qf_graph *g, qf_node *n)
 {
     const qf_tensor *x = &n->inputs[0]->type;
     int axis;
@@ -555,7 +555,7 @@ qf_status qf_split_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_split_forward(const qf_kernel_io *io)
+static qf_status qf_split_forward_f32(const qf_kernel_io *io)
 {
     /* The input is only read: gather = false never writes through `whole`. */
     return qf_lay_axis_parts(io->node, (qf_tensor *)io->in[0], (const qf_tensor *const *)io->out, io->nout,
@@ -563,7 +563,7 @@ qf_status qf_split_forward(const qf_kernel_io *io)
 }
 
 /* --- Squeeze / Unsqueeze ------------------------------------------------------ */
-qf_status qf_squeeze_infer(qf_graph *g, qf_node *n)
+static qf_status qf_squeeze_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -599,9 +599,9 @@ qf_status qf_squeeze_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_squeeze_forward(const qf_kernel_io *io) { return qf_lay_copy(io); }
+static qf_status qf_squeeze_forward_f32(const qf_kernel_io *io) { return qf_lay_copy(io); }
 
-qf_status qf_unsqueeze_infer(qf_graph *g, qf_node *n)
+static qf_status qf_unsqueeze_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -632,7 +632,7 @@ qf_status qf_unsqueeze_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_unsqueeze_forward(const qf_kernel_io *io) { return qf_lay_copy(io); }
+static qf_status qf_unsqueeze_forward_f32(const qf_kernel_io *io) { return qf_lay_copy(io); }
 
 /* --- Pad ---------------------------------------------------------------------- */
 typedef enum { QF_PAD_CONSTANT, QF_PAD_REFLECT, QF_PAD_EDGE } qf_pad_mode;
@@ -674,7 +674,7 @@ static qf_status qf_pad_amounts(const qf_node *n, int ndim, const qf_tensor *pt,
     return QF_OK;
 }
 
-qf_status qf_pad_infer(qf_graph *g, qf_node *n)
+static qf_status qf_pad_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -742,7 +742,7 @@ static int64_t qf_pad_source(qf_pad_mode mode, int64_t j, int64_t d)
     return -1;
 }
 
-qf_status qf_pad_forward(const qf_kernel_io *io)
+static qf_status qf_pad_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     qf_tensor *y = io->out[0];
@@ -777,7 +777,7 @@ qf_status qf_pad_forward(const qf_kernel_io *io)
 }
 
 /* --- Identity / Dropout --------------------------------------------------------- */
-qf_status qf_identity_infer(qf_graph *g, qf_node *n)
+static qf_status qf_identity_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -785,7 +785,7 @@ qf_status qf_identity_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_identity_forward(const qf_kernel_io *io) { return qf_lay_copy(io); }
+static qf_status qf_identity_forward_f32(const qf_kernel_io *io) { return qf_lay_copy(io); }
 
 /* Dropout runs in inference mode. Training mode is accepted only with a
  * ratio of 0 (nothing dropped: the same result); ratio defaults to 0.5. */
@@ -802,7 +802,7 @@ static qf_status qf_dropout_training(const qf_node *n, const qf_tensor *tm, cons
     return QF_OK;
 }
 
-qf_status qf_dropout_infer(qf_graph *g, qf_node *n)
+static qf_status qf_dropout_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x = &n->inputs[0]->type;
@@ -818,7 +818,7 @@ qf_status qf_dropout_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_dropout_forward(const qf_kernel_io *io)
+static qf_status qf_dropout_forward_f32(const qf_kernel_io *io)
 {
     QF_TRY(qf_dropout_training(io->node, io->nin > 2 ? io->in[2] : NULL, io->nin > 1 ? io->in[1] : NULL));
     QF_TRY(qf_lay_copy(io));
@@ -826,3 +826,60 @@ qf_status qf_dropout_forward(const qf_kernel_io *io)
     if (io->nout > 1) memset(io->out[1]->data, 1, qf_tensor_nbytes(io->out[1]));
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_flatten_kernels = {
+    .infer = qf_flatten_infer,
+    .forward_f32 = qf_flatten_forward_f32,
+};
+
+const qf_op_kernels qf_reshape_kernels = {
+    .infer = qf_reshape_infer,
+    .forward_f32 = qf_reshape_forward_f32,
+};
+
+const qf_op_kernels qf_transpose_kernels = {
+    .infer = qf_transpose_infer,
+    .forward_f32 = qf_transpose_forward_f32,
+};
+
+const qf_op_kernels qf_concat_kernels = {
+    .infer = qf_concat_infer,
+    .forward_f32 = qf_concat_forward_f32,
+};
+
+const qf_op_kernels qf_slice_kernels = {
+    .infer = qf_slice_infer,
+    .forward_f32 = qf_slice_forward_f32,
+};
+
+const qf_op_kernels qf_split_kernels = {
+    .infer = qf_split_infer,
+    .forward_f32 = qf_split_forward_f32,
+};
+
+const qf_op_kernels qf_squeeze_kernels = {
+    .infer = qf_squeeze_infer,
+    .forward_f32 = qf_squeeze_forward_f32,
+};
+
+const qf_op_kernels qf_unsqueeze_kernels = {
+    .infer = qf_unsqueeze_infer,
+    .forward_f32 = qf_unsqueeze_forward_f32,
+};
+
+const qf_op_kernels qf_pad_kernels = {
+    .infer = qf_pad_infer,
+    .forward_f32 = qf_pad_forward_f32,
+};
+
+const qf_op_kernels qf_identity_kernels = {
+    .infer = qf_identity_infer,
+    .forward_f32 = qf_identity_forward_f32,
+};
+
+const qf_op_kernels qf_dropout_kernels = {
+    .infer = qf_dropout_infer,
+    .forward_f32 = qf_dropout_forward_f32,
+};

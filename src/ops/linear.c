@@ -11,7 +11,7 @@
 
 /* Inputs [0, required) present, float32 / float64, all present ones of one
  * dtype. */
-static qf_status check_float_inputs(const qf_node *n, int required)
+static qf_status linear_check_float_inputs(const qf_node *n, int required)
 {
     for (int i = 0; i < required; i++)
         if (i >= n->ninputs || !n->inputs[i])
@@ -27,7 +27,7 @@ static qf_status check_float_inputs(const qf_node *n, int required)
     return QF_OK;
 }
 
-static bool dims_differ(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
+static bool linear_dims_differ(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 /* One row-major GEMM: C = alpha * op(A) op(B) + beta * C, C is [M, N] with
  * leading dimension N. BLAS wants int sizes and leading dimensions >= 1. */
@@ -51,7 +51,7 @@ static qf_status gemm_call(const qf_node *n, qf_dtype dt, bool ta, bool tb, int6
 }
 
 /* y = src broadcast to y's shape (y contiguous, same dtype). */
-static void broadcast_fill(const qf_tensor *src, qf_tensor *y)
+static void linear_broadcast_fill(const qf_tensor *src, qf_tensor *y)
 {
     size_t es = qf_dtype_size(y->dtype);
     int64_t ny = qf_tensor_numel(y);
@@ -76,10 +76,10 @@ static void broadcast_fill(const qf_tensor *src, qf_tensor *y)
 
 /* --- Gemm ------------------------------------------------------------------ */
 
-qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
+static qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(check_float_inputs(n, 2));
+    QF_TRY(linear_check_float_inputs(n, 2));
     const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
     const qf_tensor *c = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
     char sa[128], sb[128];
@@ -89,7 +89,7 @@ qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
     bool ta = qf_node_attr_int(n, "transA", 0) != 0, tb = qf_node_attr_int(n, "transB", 0) != 0;
     int64_t M = a->dims[ta ? 1 : 0], K = a->dims[ta ? 0 : 1];
     int64_t Kb = b->dims[tb ? 1 : 0], N = b->dims[tb ? 0 : 1];
-    if (dims_differ(K, Kb))
+    if (linear_dims_differ(K, Kb))
         return qf_error(QF_ERR_SHAPE, "node '%s' (Gemm): inner dimensions differ: A %s (transA=%d) and B %s (transB=%d)",
                         n->name, qf_shape_str(a->ndim, a->dims, sa, sizeof sa), ta,
                         qf_shape_str(b->ndim, b->dims, sb, sizeof sb), tb);
@@ -101,18 +101,34 @@ qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_gemm_forward(const qf_kernel_io *io)
+/* What prepare keeps for Gemm: its attributes, decoded once. */
+typedef struct gemm_state {
+    bool ta, tb;
+    double alpha, beta;
+} gemm_state;
+
+static qf_status qf_gemm_prepare(const qf_kernel_io *io, void *state)
+{
+    gemm_state *st = state;
+    st->ta = qf_node_attr_int(io->node, "transA", 0) != 0;
+    st->tb = qf_node_attr_int(io->node, "transB", 0) != 0;
+    st->alpha = qf_node_attr_float(io->node, "alpha", 1.0f);
+    st->beta = qf_node_attr_float(io->node, "beta", 1.0f);
+    return QF_OK;
+}
+
+static qf_status qf_gemm_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *a = io->in[0], *b = io->in[1];
     const qf_tensor *c = io->nin > 2 ? io->in[2] : NULL;
     qf_tensor *y = io->out[0];
-    bool ta = qf_node_attr_int(io->node, "transA", 0) != 0, tb = qf_node_attr_int(io->node, "transB", 0) != 0;
-    double alpha = qf_node_attr_float(io->node, "alpha", 1.0f);
-    double beta = qf_node_attr_float(io->node, "beta", 1.0f);
+    const gemm_state *st = io->state;
+    bool ta = st->ta, tb = st->tb;
+    double alpha = st->alpha, beta = st->beta;
     int64_t M = y->dims[0], N = y->dims[1], K = a->dims[ta ? 0 : 1];
     /* Y starts as C (broadcast), and BLAS adds alpha * A'B' to beta * Y. With
      * no C, beta 0 makes BLAS ignore Y's (uninitialised) contents. */
-    if (c && beta != 0.0 && qf_tensor_numel(y) > 0) broadcast_fill(c, y);
+    if (c && beta != 0.0 && qf_tensor_numel(y) > 0) linear_broadcast_fill(c, y);
     else beta = 0.0;
     return gemm_call(io->node, y->dtype, ta, tb, M, N, K, alpha, a->data, a->dims[1], b->data, b->dims[1], beta,
                      y->data);
@@ -141,10 +157,10 @@ static void mm_dims_get(const qf_tensor *a, const qf_tensor *b, mm_dims *d)
     d->bb = b->dims;
 }
 
-qf_status qf_matmul_infer(qf_graph *g, qf_node *n)
+static qf_status qf_matmul_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(check_float_inputs(n, 2));
+    QF_TRY(linear_check_float_inputs(n, 2));
     const qf_tensor *a = &n->inputs[0]->type, *b = &n->inputs[1]->type;
     char sa[128], sb[128];
     if (a->ndim < 1 || b->ndim < 1)
@@ -155,17 +171,17 @@ qf_status qf_matmul_infer(qf_graph *g, qf_node *n)
     mm_dims_get(a, b, &d);
     int ny;
     int64_t y[QF_MAX_DIMS];
-    if (dims_differ(d.K, d.Kb) || !qf_broadcast_shape(d.na, d.ba, d.nb, d.bb, &ny, y))
+    if (linear_dims_differ(d.K, d.Kb) || !qf_broadcast_shape(d.na, d.ba, d.nb, d.bb, &ny, y))
         return qf_error(QF_ERR_SHAPE, "node '%s' (MatMul): shapes %s and %s do not fit (%s)", n->name,
                         qf_shape_str(a->ndim, a->dims, sa, sizeof sa), qf_shape_str(b->ndim, b->dims, sb, sizeof sb),
-                        dims_differ(d.K, d.Kb) ? "inner dimensions differ" : "batch dimensions do not broadcast");
+                        linear_dims_differ(d.K, d.Kb) ? "inner dimensions differ" : "batch dimensions do not broadcast");
     if (a->ndim >= 2) y[ny++] = d.M;
     if (b->ndim >= 2) y[ny++] = d.N;
     qf_set_output(n, 0, a->dtype, ny, y);
     return QF_OK;
 }
 
-qf_status qf_matmul_forward(const qf_kernel_io *io)
+static qf_status qf_matmul_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *a = io->in[0], *b = io->in[1];
     qf_tensor *y = io->out[0];
@@ -209,17 +225,17 @@ qf_status qf_matmul_forward(const qf_kernel_io *io)
 
 /* --- linear (ATen) --------------------------------------------------------- */
 
-qf_status qf_linear_infer(qf_graph *g, qf_node *n)
+static qf_status qf_linear_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(check_float_inputs(n, 2));
+    QF_TRY(linear_check_float_inputs(n, 2));
     const qf_tensor *x = &n->inputs[0]->type, *w = &n->inputs[1]->type;
     const qf_tensor *b = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
     char sx[128], sw[128];
-    if (x->ndim < 1 || w->ndim != 2 || dims_differ(x->dims[x->ndim - 1], w->dims[1]))
+    if (x->ndim < 1 || w->ndim != 2 || linear_dims_differ(x->dims[x->ndim - 1], w->dims[1]))
         return qf_error(QF_ERR_SHAPE, "node '%s' (linear): input %s does not fit weight %s ([out, in])", n->name,
                         qf_shape_str(x->ndim, x->dims, sx, sizeof sx), qf_shape_str(w->ndim, w->dims, sw, sizeof sw));
-    if (b && (b->ndim != 1 || dims_differ(b->dims[0], w->dims[0])))
+    if (b && (b->ndim != 1 || linear_dims_differ(b->dims[0], w->dims[0])))
         return qf_error(QF_ERR_SHAPE, "node '%s' (linear): bias %s does not fit weight %s ([out, in])", n->name,
                         qf_shape_str(b->ndim, b->dims, sx, sizeof sx), qf_shape_str(w->ndim, w->dims, sw, sizeof sw));
     int64_t y[QF_MAX_DIMS];
@@ -229,7 +245,7 @@ qf_status qf_linear_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_linear_forward(const qf_kernel_io *io)
+static qf_status qf_linear_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *w = io->in[1];
     const qf_tensor *b = io->nin > 2 ? io->in[2] : NULL;
@@ -245,3 +261,22 @@ qf_status qf_linear_forward(const qf_kernel_io *io)
     }
     return gemm_call(io->node, y->dtype, false, true, rows, out, in, 1.0, x->data, in, w->data, in, beta, y->data);
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_gemm_kernels = {
+    .infer = qf_gemm_infer,
+    .prepare = qf_gemm_prepare,
+    .state_size = sizeof(gemm_state),
+    .forward_f32 = qf_gemm_forward_f32,
+};
+
+const qf_op_kernels qf_matmul_kernels = {
+    .infer = qf_matmul_infer,
+    .forward_f32 = qf_matmul_forward_f32,
+};
+
+const qf_op_kernels qf_linear_kernels = {
+    .infer = qf_linear_infer,
+    .forward_f32 = qf_linear_forward_f32,
+};

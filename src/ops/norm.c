@@ -30,7 +30,7 @@ static bool bn_training(const qf_node *n, int64_t opset)
     return n->noutputs > 1;
 }
 
-qf_status qf_batch_norm_infer(qf_graph *g, qf_node *n)
+static qf_status qf_batch_norm_infer(qf_graph *g, qf_node *n)
 {
     const char *op = qf_op_label(n);
     if (n->ninputs != 5)
@@ -80,13 +80,13 @@ qf_status qf_batch_norm_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-static void store(const qf_tensor *t, int64_t i, double v)
+static void norm_store(const qf_tensor *t, int64_t i, double v)
 {
     if (t->dtype == QF_DTYPE_F64) ((double *)t->data)[i] = v;
     else ((float *)t->data)[i] = (float)v;
 }
 
-qf_status qf_batch_norm_forward(const qf_kernel_io *io)
+static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
     const char *op = qf_op_label(n);
@@ -121,8 +121,8 @@ qf_status qf_batch_norm_forward(const qf_kernel_io *io)
             }
             v = cnt > 0 ? ss / cnt : 0.0;
             if (io->nout == 3) {
-                store(io->out[1], ch, qf_tensor_get_f64(mean, ch) * momentum + mu * (1.0 - momentum));
-                store(io->out[2], ch, qf_tensor_get_f64(var, ch) * momentum + v * (1.0 - momentum));
+                norm_store(io->out[1], ch, qf_tensor_get_f64(mean, ch) * momentum + mu * (1.0 - momentum));
+                norm_store(io->out[2], ch, qf_tensor_get_f64(var, ch) * momentum + v * (1.0 - momentum));
             }
         } else {
             mu = qf_tensor_get_f64(mean, ch);
@@ -161,7 +161,7 @@ static int ln_axis(const qf_node *n, int rank)
     return (int)(axis < 0 ? axis + rank : axis);
 }
 
-qf_status qf_layer_norm_infer(qf_graph *g, qf_node *n)
+static qf_status qf_layer_norm_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const char *op = qf_op_label(n);
@@ -237,7 +237,7 @@ static int64_t ln_offset(int64_t j, int nd, const int64_t *dims, const int64_t *
 QF_LN_STATS_(ln_stats_f32, float)
 QF_LN_STATS_(ln_stats_f64, double)
 
-qf_status qf_layer_norm_forward(const qf_kernel_io *io)
+static qf_status qf_layer_norm_forward_f32(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
     const qf_tensor *x = io->in[0], *scale = io->in[1], *bias = io->nin > 2 ? io->in[2] : NULL;
@@ -286,3 +286,15 @@ qf_status qf_layer_norm_forward(const qf_kernel_io *io)
     }
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_batch_norm_kernels = {
+    .infer = qf_batch_norm_infer,
+    .forward_f32 = qf_batch_norm_forward_f32,
+};
+
+const qf_op_kernels qf_layer_norm_kernels = {
+    .infer = qf_layer_norm_infer,
+    .forward_f32 = qf_layer_norm_forward_f32,
+};

@@ -1,69 +1,63 @@
-/* The op table: one row of traits per op in QF_OP_LIST (include/qfold/op.h).
+/* The op table: the kernel columns of every op in QF_OP_LIST
+ * (include/qfold/op.h), one qf_op_kernels per op, indexed by qf_op.
  *
- * Adding an op: add a row to QF_OP_LIST, implement its infer / forward
- * functions in the file of its family (src/ops/<family>.c), declare them in
- * src/ops/kernels.h and fill its row in src/ops/op_table.c. The static assert
- * there fails to compile if a row is missing.
+ * The op's schema (names, arity, roles, attributes) is one row of QF_OP_LIST
+ * (read with qf_op_schema_get). Its columns here are sparse: the file of the
+ * op's family (src/ops/<family>.c) defines `const qf_op_kernels
+ * qf_<name>_kernels` with the columns it has, in designated initializers;
+ * op_table.c collects them. A new kernel variant fills one more field there
+ * and touches no row macro. tests/test_op_table.c checks that every op has
+ * inference and a float forward kernel.
  */
 #ifndef QF_OP_TABLE_H
 #define QF_OP_TABLE_H
 
 #include "qfold/graph.h"
+#include "qfold/schema.h"
 
-/* What a kernel sees: the node (for its attributes), the opset, its input
- * tensors (NULL for an omitted optional input), its output tensors (shape and
- * dtype set, data pointing into the plan's arena) and scratch memory of the
- * size the op's `scratch` function asked for. Kernels never allocate. */
+/* What a kernel sees: the node (for error messages only: attributes and
+ * geometry come prepared in `state`), the opset, its input tensors (NULL for
+ * an omitted optional input), its output tensors (shape and dtype set, data
+ * pointing into the plan's arena), the op's prepared state (NULL for an op
+ * without `prepare`) and scratch memory of the size the op's `scratch`
+ * function asked for. Kernels never allocate. */
 typedef struct qf_kernel_io {
     const qf_node *node;
     int64_t opset;
     int nin, nout;
     const qf_tensor *const *in;
     qf_tensor *const *out;
+    const void *state;
     void *scratch;
     size_t scratch_size;
 } qf_kernel_io;
 
+/* Checks attributes + input shapes, sets output dtype/shape. */
 typedef qf_status (*qf_infer_fn)(qf_graph *g, qf_node *n);
+/* Decodes attributes, checks and computes geometry once, at plan build, into
+ * `state` (state_size bytes, zeroed, aligned). io->in / io->out are the value
+ * types: a constant's data is set, an activation's is NULL; io->state and
+ * io->scratch are NULL. Errors name the node. */
+typedef qf_status (*qf_prepare_fn)(const qf_kernel_io *io, void *state);
+/* Scratch bytes the kernels need; state is the prepared state (NULL for an
+ * op without prepare). */
+typedef size_t (*qf_scratch_fn)(const qf_node *n, const void *state);
 typedef qf_status (*qf_kernel_fn)(const qf_kernel_io *io);
-typedef size_t (*qf_scratch_fn)(const qf_node *n);
 
-/* How an op uses an input: drives qf_graph_classify_constants and, later,
- * the quantizer's annotation and the trainer's parameter marks. */
-typedef enum qf_input_role {
-    QF_ROLE_DATA = 0,
-    QF_ROLE_WEIGHT,     /* trainable parameter */
-    QF_ROLE_BIAS,       /* trainable parameter */
-    QF_ROLE_BN_SCALE,   /* gamma: parameter */
-    QF_ROLE_BN_SHIFT,   /* beta: parameter */
-    QF_ROLE_BN_STAT,    /* running mean / var: buffer */
-    QF_ROLE_SHAPE       /* shape-like operand: must be constant for static shapes */
-} qf_input_role;
+typedef struct qf_op_kernels {
+    qf_infer_fn infer;          /* required */
+    qf_prepare_fn prepare;      /* NULL: the kernels read the node */
+    size_t state_size;          /* > 0 exactly when prepare is set */
+    qf_scratch_fn scratch;      /* NULL: no scratch */
+    qf_kernel_fn forward_f32;   /* float reference kernel (also int64 where shapes need it); required */
+    qf_kernel_fn backward_f32;  /* training; NULL until the op has one */
+    qf_kernel_fn forward_s8;    /* integer kernel; NULL until the op has one */
+} qf_op_kernels;
 
-#define QF_MAX_ROLES 5
+extern const qf_op_kernels *const qf_op_table[QF_OP_COUNT];
 
-typedef struct qf_op_info {
-    const char *name;       /* filled from QF_OP_LIST */
-    int min_inputs, max_inputs;   /* max -1: variadic */
-    int min_outputs, max_outputs; /* max -1: variadic */
-    qf_input_role roles[QF_MAX_ROLES];
-    qf_infer_fn infer;      /* checks attributes + input shapes, sets output dtype/shape */
-    qf_kernel_fn forward;   /* float reference kernel (also int64 where shapes need it) */
-    qf_scratch_fn scratch;  /* scratch bytes the forward kernel needs; NULL: none */
-    qf_kernel_fn backward;  /* training; NULL until the op has one */
-    qf_kernel_fn forward_s8;/* integer kernel; NULL until the op has one */
-} qf_op_info;
-
-extern const qf_op_info qf_op_table[QF_OP_COUNT];
-
-static inline const qf_op_info *qf_op_info_get(qf_op op) { return &qf_op_table[op]; }
-
-/* The op's name for messages: ONNX's op_type, or qfold's for internal ops. */
-static inline const char *qf_op_label(const qf_node *n)
-{
-    const char *onnx = qf_op_onnx_name(n->op);
-    return onnx ? onnx : qf_op_name(n->op);
-}
+/* The kernel columns of op (op in range). */
+static inline const qf_op_kernels *qf_op_kernels_get(qf_op op) { return qf_op_table[op]; }
 
 /* QF_ERR_INVALID naming n unless it has exactly `count` inputs, all present. */
 static inline qf_status qf_op_check_inputs(const qf_node *n, int count)

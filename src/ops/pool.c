@@ -23,6 +23,13 @@ typedef struct pool_geom {
     int64_t in_plane, out_plane;
 } pool_geom;
 
+/* What prepare keeps for MaxPool / AveragePool. */
+typedef struct pool_state {
+    pool_geom geom;
+    bool col_major;    /* MaxPool storage_order = 1 */
+    bool include_pad;  /* AveragePool count_include_pad */
+} pool_state;
+
 static qf_status pool_setup(const qf_node *n, const qf_tensor *x, qf_spatial_kind kind, pool_geom *pg)
 {
     const char *op = qf_op_label(n);
@@ -64,7 +71,7 @@ static qf_status pool_input(const qf_node *n, bool ints, const qf_tensor **x)
 }
 
 /* Index range [lo, hi) of kernel taps k with o + k * d inside [0, size). */
-static inline void tap_window(int64_t start, int64_t dil, int64_t k, int64_t size, int64_t *lo, int64_t *hi)
+static inline void pool_tap_window(int64_t start, int64_t dil, int64_t k, int64_t size, int64_t *lo, int64_t *hi)
 {
     int64_t a, b;
     if (dil == 1) { /* the common case, without the divisions */
@@ -90,13 +97,13 @@ static inline void tap_window(int64_t start, int64_t dil, int64_t k, int64_t siz
         int64_t *ip = ind ? ind + p * pg->out_plane : NULL;                                                 \
         for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
-            tap_window(sd, l->dilation[0], l->kernel[0], ID, &d0, &d1);                                      \
+            pool_tap_window(sd, l->dilation[0], l->kernel[0], ID, &d0, &d1);                                      \
             for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
-                tap_window(sh, l->dilation[1], l->kernel[1], IH, &h0, &h1);                                  \
+                pool_tap_window(sh, l->dilation[1], l->kernel[1], IH, &h0, &h1);                                  \
                 for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
-                    tap_window(sw, l->dilation[2], l->kernel[2], IW, &w0, &w1);                              \
+                    pool_tap_window(sw, l->dilation[2], l->kernel[2], IW, &w0, &w1);                              \
                     T best = LOWEST;                                                                         \
                     int64_t bd = -1, bh = -1, bw = -1;                                                       \
                     for (int64_t kd = d0; kd < d1; kd++) {                                                   \
@@ -135,13 +142,13 @@ static inline void tap_window(int64_t start, int64_t dil, int64_t k, int64_t siz
         T *yp = y + p * pg->out_plane;                                                                       \
         for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
-            tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);                                                  \
+            pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);                                                  \
             for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
-                tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);                                              \
+                pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);                                              \
                 for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
-                    tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);                                          \
+                    pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);                                          \
                     T best = LOWEST;                                                                         \
                     for (int64_t kd = d0; kd < d1; kd++)                                                     \
                         for (int64_t kh = h0; kh < h1; kh++) {                                               \
@@ -187,7 +194,7 @@ static void max_pool_i8(const pool_geom *pg, const int8_t *x, int8_t *y, int64_t
 #undef QF_MAX_POOL_BODY
 #undef QF_MAX_POOL_PLAIN
 
-qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
+static qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const char *op = qf_op_label(n);
@@ -204,13 +211,20 @@ qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_max_pool_forward(const qf_kernel_io *io)
+static qf_status qf_max_pool_prepare(const qf_kernel_io *io, void *state)
 {
-    pool_geom pg;
+    pool_state *st = state;
+    st->col_major = qf_node_attr_int(io->node, "storage_order", 0) == 1;
+    return pool_setup(io->node, io->in[0], QF_SPATIAL_MAX_POOL, &st->geom);
+}
+
+static qf_status qf_max_pool_forward_f32(const qf_kernel_io *io)
+{
+    const pool_state *st = io->state;
+    const pool_geom pg = st->geom;
     const qf_tensor *x = io->in[0];
-    QF_TRY(pool_setup(io->node, x, QF_SPATIAL_MAX_POOL, &pg));
     int64_t *ind = io->nout > 1 && io->out[1] ? io->out[1]->data : NULL;
-    bool col_major = qf_node_attr_int(io->node, "storage_order", 0) == 1;
+    bool col_major = st->col_major;
     switch (x->dtype) {
     case QF_DTYPE_F32: max_pool_f32(&pg, x->data, io->out[0]->data, ind, col_major); break;
     case QF_DTYPE_U8: max_pool_u8(&pg, x->data, io->out[0]->data, ind, col_major); break;
@@ -222,7 +236,7 @@ qf_status qf_max_pool_forward(const qf_kernel_io *io)
     return QF_OK;
 }
 
-qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
+static qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x;
@@ -236,19 +250,26 @@ qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
 /* Taps of a window along one axis: [lo, hi) inside the input, and the count
  * used by count_include_pad = 1: the window clipped to the padded extent
  * [-pad_begin, size + pad_end) (a ceil_mode window may reach past it). */
-static int64_t padded_count(int64_t start, int64_t k, int64_t size, int64_t pad_end)
+static int64_t pool_padded_count(int64_t start, int64_t k, int64_t size, int64_t pad_end)
 {
     int64_t end = start + k;
     if (end > size + pad_end) end = size + pad_end;
     return end - start;
 }
 
-qf_status qf_avg_pool_forward(const qf_kernel_io *io)
+static qf_status qf_avg_pool_prepare(const qf_kernel_io *io, void *state)
 {
-    pool_geom pg;
+    pool_state *st = state;
+    st->include_pad = qf_node_attr_int(io->node, "count_include_pad", 0) != 0;
+    return pool_setup(io->node, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom);
+}
+
+static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
+{
+    const pool_state *st = io->state;
+    const pool_geom pg = st->geom;
     const qf_tensor *x = io->in[0];
-    QF_TRY(pool_setup(io->node, x, QF_SPATIAL_AVG_POOL, &pg));
-    const bool include_pad = qf_node_attr_int(io->node, "count_include_pad", 0) != 0;
+    const bool include_pad = st->include_pad;
     const qf_spatial *l = &pg.l;
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
     const float *xd = x->data;
@@ -257,22 +278,22 @@ qf_status qf_avg_pool_forward(const qf_kernel_io *io)
         const float *xp = xd + p * pg.in_plane;
         for (int64_t od = 0; od < l->out[0]; od++) {
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
-            tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
-            int64_t cd = padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
+            pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
+            int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
             for (int64_t oh = 0; oh < l->out[1]; oh++) {
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
-                tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
-                int64_t ch = padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
+                pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
+                int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
                 for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
-                    tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
+                    pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
                     double sum = 0.0;
                     for (int64_t kd = d0; kd < d1; kd++)
                         for (int64_t kh = h0; kh < h1; kh++) {
                             const float *row = xp + ((sd + kd) * IH + sh + kh) * IW;
                             for (int64_t kw = w0; kw < w1; kw++) sum += row[sw + kw];
                         }
-                    int64_t cnt = include_pad ? cd * ch * padded_count(sw, l->kernel[2], IW, l->pad_end[2])
+                    int64_t cnt = include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
                                               : (d1 - d0) * (h1 - h0) * (w1 - w0);
                     *yp = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
                 }
@@ -284,7 +305,7 @@ qf_status qf_avg_pool_forward(const qf_kernel_io *io)
 
 /* --- GlobalAveragePool ----------------------------------------------------- */
 
-qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
+static qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const qf_tensor *x;
@@ -300,7 +321,7 @@ qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_global_avg_pool_forward(const qf_kernel_io *io)
+static qf_status qf_global_avg_pool_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     const int64_t planes = x->dims[0] * x->dims[1];
@@ -322,7 +343,7 @@ qf_status qf_global_avg_pool_forward(const qf_kernel_io *io)
 /* The reduced axes of n as a mask over x's rank. Axes come from the `axes`
  * attribute (opsets <= 17) or a constant second input (opset 18 form); none
  * means all axes unless noop_with_empty_axes. *noop is set for that case. */
-static qf_status reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
+static qf_status pool_reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
 {
     const char *op = qf_op_label(n);
     int count = 0;
@@ -362,7 +383,7 @@ static qf_status reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
     return QF_OK;
 }
 
-qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
+static qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
     const char *op = qf_op_label(n);
@@ -373,7 +394,7 @@ qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input has dtype %s; float32 and float64 are supported",
                         n->name, op, qf_dtype_name(x->dtype));
     bool mask[QF_MAX_DIMS], noop;
-    QF_TRY(reduce_axes(n, x->ndim, mask, &noop));
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
     bool keep = qf_node_attr_int(n, "keepdims", 1) != 0;
     qf_tensor *y = &n->outputs[0]->type;
     y->dtype = x->dtype;
@@ -386,12 +407,12 @@ qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-qf_status qf_reduce_mean_forward(const qf_kernel_io *io)
+static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
     const qf_tensor *x = io->in[0];
     bool mask[QF_MAX_DIMS], noop;
-    QF_TRY(reduce_axes(n, x->ndim, mask, &noop));
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
     const int rank = x->ndim;
     const int64_t total = qf_tensor_numel(x);
     if (noop) {
@@ -453,3 +474,29 @@ qf_status qf_reduce_mean_forward(const qf_kernel_io *io)
     }
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_max_pool_kernels = {
+    .infer = qf_max_pool_infer,
+    .prepare = qf_max_pool_prepare,
+    .state_size = sizeof(pool_state),
+    .forward_f32 = qf_max_pool_forward_f32,
+};
+
+const qf_op_kernels qf_avg_pool_kernels = {
+    .infer = qf_avg_pool_infer,
+    .prepare = qf_avg_pool_prepare,
+    .state_size = sizeof(pool_state),
+    .forward_f32 = qf_avg_pool_forward_f32,
+};
+
+const qf_op_kernels qf_global_avg_pool_kernels = {
+    .infer = qf_global_avg_pool_infer,
+    .forward_f32 = qf_global_avg_pool_forward_f32,
+};
+
+const qf_op_kernels qf_reduce_mean_kernels = {
+    .infer = qf_reduce_mean_infer,
+    .forward_f32 = qf_reduce_mean_forward_f32,
+};

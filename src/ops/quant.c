@@ -18,14 +18,14 @@
 
 /* Per-tensor (channels = 1) or per-axis layout of one node's parameters:
  * element i of x uses parameter (i / inner) % channels. */
-typedef struct qparam_layout {
+typedef struct quant_layout {
     int64_t channels, inner;
-} qparam_layout;
+} quant_layout;
 
 /* Check scale / zp and work out the layout. x may have unknown dims during
  * inference; the per-axis length is checked only when known. */
-static qf_status qparam_check(const qf_node *n, const qf_tensor *x, const qf_tensor *scale,
-                              const qf_tensor *zp, qparam_layout *lay)
+static qf_status quant_qparam_check(const qf_node *n, const qf_tensor *x, const qf_tensor *scale,
+                              const qf_tensor *zp, quant_layout *lay)
 {
     char s1[128], s2[128];
     lay->channels = 1;
@@ -58,14 +58,23 @@ static qf_status qparam_check(const qf_node *n, const qf_tensor *x, const qf_ten
     return QF_OK;
 }
 
-static qf_status need_input(const qf_node *n, int i)
+/* Prepare (both ops): the layout, checked once. The checks read shapes and
+ * dtypes only, which the plan fixes, so nothing is re-checked per run, also
+ * when scale or zero point are computed at run time. */
+static qf_status quant_prepare(const qf_kernel_io *io, void *state)
+{
+    const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
+    return quant_qparam_check(io->node, io->in[0], io->in[1], zp, state);
+}
+
+static qf_status quant_need_input(const qf_node *n, int i)
 {
     if (i >= n->ninputs || !n->inputs[i])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
     return QF_OK;
 }
 
-static void set_output(qf_node *n, qf_dtype dt, const qf_tensor *x)
+static void quant_set_output(qf_node *n, qf_dtype dt, const qf_tensor *x)
 {
     qf_tensor *t = &n->outputs[0]->type;
     t->dtype = dt;
@@ -73,7 +82,7 @@ static void set_output(qf_node *n, qf_dtype dt, const qf_tensor *x)
     memcpy(t->dims, x->dims, sizeof(int64_t) * (size_t)x->ndim);
 }
 
-static int32_t zp_at(const qf_tensor *zp, int64_t c)
+static int32_t quant_zp_at(const qf_tensor *zp, int64_t c)
 {
     if (!zp) return 0;
     switch (zp->dtype) {
@@ -86,11 +95,11 @@ static int32_t zp_at(const qf_tensor *zp, int64_t c)
 
 /* --- QuantizeLinear ---------------------------------------------------------- */
 
-qf_status qf_quantize_infer(qf_graph *g, qf_node *n)
+static qf_status qf_quantize_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(need_input(n, 0));
-    QF_TRY(need_input(n, 1));
+    QF_TRY(quant_need_input(n, 0));
+    QF_TRY(quant_need_input(n, 1));
     const qf_tensor *x = &n->inputs[0]->type, *scale = &n->inputs[1]->type;
     const qf_tensor *zp = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
     if (x->dtype != QF_DTYPE_F32)
@@ -100,19 +109,18 @@ qf_status qf_quantize_infer(qf_graph *g, qf_node *n)
     if (out != QF_DTYPE_I8 && out != QF_DTYPE_U8)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (QuantizeLinear): zero point dtype %s is not supported (int8, uint8)",
                         n->name, qf_dtype_name(out));
-    qparam_layout lay;
-    QF_TRY(qparam_check(n, x, scale, zp, &lay));
-    set_output(n, out, x);
+    quant_layout lay;
+    QF_TRY(quant_qparam_check(n, x, scale, zp, &lay));
+    quant_set_output(n, out, x);
     return QF_OK;
 }
 
-qf_status qf_quantize_forward(const qf_kernel_io *io)
+static qf_status qf_quantize_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *scale = io->in[1];
     const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
+    const quant_layout lay = *(const quant_layout *)io->state;
     qf_tensor *y = io->out[0];
-    qparam_layout lay;
-    QF_TRY(qparam_check(io->node, x, scale, zp, &lay));
     const float *px = x->data, *ps = scale->data;
     int64_t n = qf_tensor_numel(x);
     int64_t block = lay.channels * lay.inner;
@@ -121,7 +129,7 @@ qf_status qf_quantize_forward(const qf_kernel_io *io)
     for (int64_t base = 0; base < n; base += block) {
         for (int64_t c = 0; c < lay.channels; c++) {
             const float s = ps[c];
-            const int32_t z = zp_at(zp, c);
+            const int32_t z = quant_zp_at(zp, c);
             int64_t i0 = base + c * lay.inner;
             if (y->dtype == QF_DTYPE_I8) {
                 int8_t *py = y->data;
@@ -137,11 +145,11 @@ qf_status qf_quantize_forward(const qf_kernel_io *io)
 
 /* --- DequantizeLinear -------------------------------------------------------- */
 
-qf_status qf_dequantize_infer(qf_graph *g, qf_node *n)
+static qf_status qf_dequantize_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
-    QF_TRY(need_input(n, 0));
-    QF_TRY(need_input(n, 1));
+    QF_TRY(quant_need_input(n, 0));
+    QF_TRY(quant_need_input(n, 1));
     const qf_tensor *x = &n->inputs[0]->type, *scale = &n->inputs[1]->type;
     const qf_tensor *zp = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
     if (x->dtype != QF_DTYPE_I8 && x->dtype != QF_DTYPE_U8 && x->dtype != QF_DTYPE_I32)
@@ -151,18 +159,17 @@ qf_status qf_dequantize_infer(qf_graph *g, qf_node *n)
     if (zp && zp->dtype != x->dtype)
         return qf_error(QF_ERR_INVALID, "node '%s' (DequantizeLinear): zero point dtype %s differs from input dtype %s",
                         n->name, qf_dtype_name(zp->dtype), qf_dtype_name(x->dtype));
-    qparam_layout lay;
-    QF_TRY(qparam_check(n, x, scale, zp, &lay));
-    set_output(n, QF_DTYPE_F32, x);
+    quant_layout lay;
+    QF_TRY(quant_qparam_check(n, x, scale, zp, &lay));
+    quant_set_output(n, QF_DTYPE_F32, x);
     return QF_OK;
 }
 
-qf_status qf_dequantize_forward(const qf_kernel_io *io)
+static qf_status qf_dequantize_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *scale = io->in[1];
     const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
-    qparam_layout lay;
-    QF_TRY(qparam_check(io->node, x, scale, zp, &lay));
+    const quant_layout lay = *(const quant_layout *)io->state;
     const float *ps = scale->data;
     float *py = io->out[0]->data;
     int64_t n = qf_tensor_numel(x);
@@ -171,7 +178,7 @@ qf_status qf_dequantize_forward(const qf_kernel_io *io)
     for (int64_t base = 0; base < n; base += block) {
         for (int64_t c = 0; c < lay.channels; c++) {
             const float s = ps[c];
-            const int32_t z = zp_at(zp, c);
+            const int32_t z = quant_zp_at(zp, c);
             int64_t i0 = base + c * lay.inner, i1 = i0 + lay.inner;
             switch (x->dtype) {
             case QF_DTYPE_I8:
@@ -191,3 +198,19 @@ qf_status qf_dequantize_forward(const qf_kernel_io *io)
     }
     return QF_OK;
 }
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_quantize_kernels = {
+    .infer = qf_quantize_infer,
+    .prepare = quant_prepare,
+    .state_size = sizeof(quant_layout),
+    .forward_f32 = qf_quantize_forward_f32,
+};
+
+const qf_op_kernels qf_dequantize_kernels = {
+    .infer = qf_dequantize_infer,
+    .prepare = quant_prepare,
+    .state_size = sizeof(quant_layout),
+    .forward_f32 = qf_dequantize_forward_f32,
+};

@@ -9,12 +9,12 @@ int64_t qf_spatial_prod(int rank, const int64_t *v) { return qf_shape_numel(rank
 
 /* The extent of a dilated kernel, (k - 1) * d + 1; false when it overflows
  * (k comes from W's shape, d from an attribute). */
-static bool dilated_extent(int64_t k, int64_t d, int64_t *dk)
+static bool spatial_dilated_extent(int64_t k, int64_t d, int64_t *dk)
 {
     return qf_i64_mul(k - 1, d, dk) && qf_i64_add(*dk, 1, dk);
 }
 
-static qf_status extent_overflow(const qf_node *n, int i, const qf_spatial *s)
+static qf_status spatial_extent_overflow(const qf_node *n, int i, const qf_spatial *s)
 {
     return qf_error(QF_ERR_SHAPE, "node '%s' (%s): spatial dim %d: kernel %lld with dilation %lld is larger than "
                     "qfold handles", n->name, qf_op_label(n), i, (long long)s->kernel[i],
@@ -22,27 +22,27 @@ static qf_status extent_overflow(const qf_node *n, int i, const qf_spatial *s)
 }
 
 /* Floor division for a positive divisor (C's '/' truncates toward zero). */
-static int64_t floor_div(int64_t a, int64_t b)
+static int64_t spatial_floor_div(int64_t a, int64_t b)
 {
     int64_t q = a / b;
     return (a % b != 0 && (a < 0)) ? q - 1 : q;
 }
 
-static int64_t ceil_div(int64_t a, int64_t b) { return -floor_div(-a, b); }
+static int64_t spatial_ceil_div(int64_t a, int64_t b) { return -spatial_floor_div(-a, b); }
 
 /* Kernel sizes, strides, dilations, pads and output sizes above this come
  * only from a hostile file; bounding them keeps every window computation
  * (dilated kernel extent, padded input, stride * position) inside int64. */
 #define QF_SPATIAL_ATTR_MAX INT32_MAX
 
-static qf_status check_attr_max(const qf_node *n, const char *name, int i, int64_t v)
+static qf_status spatial_check_attr_max(const qf_node *n, const char *name, int i, int64_t v)
 {
     if (v <= QF_SPATIAL_ATTR_MAX) return QF_OK;
     return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s[%d] = %lld is larger than qfold handles (%lld)", n->name,
                     qf_op_label(n), name, i, (long long)v, (long long)QF_SPATIAL_ATTR_MAX);
 }
 
-static qf_status read_ints(const qf_node *n, const char *name, int want, int64_t dflt, int64_t min,
+static qf_status spatial_read_ints(const qf_node *n, const char *name, int want, int64_t dflt, int64_t min,
                            int64_t *dst)
 {
     int count = 0;
@@ -58,7 +58,7 @@ static qf_status read_ints(const qf_node *n, const char *name, int want, int64_t
         if (v[i] < min)
             return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s[%d] = %lld, must be >= %lld", n->name,
                             qf_op_label(n), name, i, (long long)v[i], (long long)min);
-        QF_TRY(check_attr_max(n, name, i, v[i]));
+        QF_TRY(spatial_check_attr_max(n, name, i, v[i]));
         dst[i] = v[i];
     }
     return QF_OK;
@@ -86,7 +86,7 @@ qf_status qf_spatial_parse(const qf_node *n, int rank, const int64_t *w_kernel, 
     int kcount = 0;
     const int64_t *k = qf_node_attr_ints(n, "kernel_shape", &kcount);
     if (k) {
-        QF_TRY(read_ints(n, "kernel_shape", rank, 1, 1, s->kernel));
+        QF_TRY(spatial_read_ints(n, "kernel_shape", rank, 1, 1, s->kernel));
         if (w_kernel)
             for (int i = 0; i < rank; i++)
                 if (w_kernel[i] >= 0 && w_kernel[i] != s->kernel[i])
@@ -98,11 +98,11 @@ qf_status qf_spatial_parse(const qf_node *n, int rank, const int64_t *w_kernel, 
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): kernel_shape attribute is required", n->name, op);
     }
 
-    QF_TRY(read_ints(n, "strides", rank, 1, 1, s->stride));
+    QF_TRY(spatial_read_ints(n, "strides", rank, 1, 1, s->stride));
     if (kind == QF_SPATIAL_AVG_POOL) {
         for (int i = 0; i < rank; i++) s->dilation[i] = 1;
     } else {
-        QF_TRY(read_ints(n, "dilations", rank, 1, 1, s->dilation));
+        QF_TRY(spatial_read_ints(n, "dilations", rank, 1, 1, s->dilation));
     }
 
     int pcount = 0;
@@ -117,8 +117,8 @@ qf_status qf_spatial_parse(const qf_node *n, int rank, const int64_t *w_kernel, 
             if (p[i] < 0 || p[rank + i] < 0)
                 return qf_error(QF_ERR_INVALID, "node '%s' (%s): negative pad (%lld, %lld) on spatial dim %d",
                                 n->name, op, (long long)p[i], (long long)p[rank + i], i);
-            QF_TRY(check_attr_max(n, "pads", i, p[i]));
-            QF_TRY(check_attr_max(n, "pads", rank + i, p[rank + i]));
+            QF_TRY(spatial_check_attr_max(n, "pads", i, p[i]));
+            QF_TRY(spatial_check_attr_max(n, "pads", rank + i, p[rank + i]));
         }
     }
     for (int i = 0; i < rank; i++) {
@@ -135,12 +135,12 @@ qf_status qf_spatial_forward_dims(const qf_node *n, qf_spatial *s, const int64_t
         s->out[i] = -1;
         if (in[i] < 0 || s->kernel[i] < 0) continue;
         int64_t dk;
-        if (!dilated_extent(s->kernel[i], s->dilation[i], &dk)) return extent_overflow(n, i, s);
+        if (!spatial_dilated_extent(s->kernel[i], s->dilation[i], &dk)) return spatial_extent_overflow(n, i, s);
         int64_t st = s->stride[i];
         switch (s->auto_pad) {
         case QF_AUTO_PAD_SAME_UPPER:
         case QF_AUTO_PAD_SAME_LOWER: {
-            int64_t o = ceil_div(in[i], st);
+            int64_t o = spatial_ceil_div(in[i], st);
             /* (o - 1) * st < in: subtract first, dk may be near INT64_MAX. */
             int64_t total = ((o - 1) * st - in[i]) + dk;
             if (total < 0) total = 0;
@@ -161,7 +161,7 @@ qf_status qf_spatial_forward_dims(const qf_node *n, qf_spatial *s, const int64_t
                 s->out[i] = 0;
                 break;
             }
-            int64_t o = (ceil_mode ? ceil_div(span, st) : span / st) + 1;
+            int64_t o = (ceil_mode ? spatial_ceil_div(span, st) : span / st) + 1;
             /* ceil_mode: a last window starting in the end padding covers no
              * input element; it is dropped. */
             if (ceil_mode && (o - 1) * st >= in[i] + s->pad_begin[i]) o--;
@@ -181,7 +181,7 @@ qf_status qf_spatial_forward_dims(const qf_node *n, qf_spatial *s, const int64_t
     return QF_OK;
 }
 
-static qf_status transpose_overflow(const qf_node *n, int i, int64_t in, const qf_spatial *s)
+static qf_status spatial_transpose_overflow(const qf_node *n, int i, int64_t in, const qf_spatial *s)
 {
     return qf_error(QF_ERR_SHAPE, "node '%s' (%s): spatial dim %d: input %lld with stride %lld gives an output "
                     "size larger than qfold handles", n->name, qf_op_label(n), i, (long long)in,
@@ -192,7 +192,7 @@ qf_status qf_spatial_transpose_dims(const qf_node *n, qf_spatial *s, const int64
 {
     const char *op = qf_op_label(n);
     int64_t opad[QF_SPATIAL_MAX];
-    QF_TRY(read_ints(n, "output_padding", s->rank, 0, 0, opad));
+    QF_TRY(spatial_read_ints(n, "output_padding", s->rank, 0, 0, opad));
     int oscount = 0;
     const int64_t *os = qf_node_attr_ints(n, "output_shape", &oscount);
     /* output_shape lists the spatial sizes; exporters sometimes give the
@@ -206,18 +206,18 @@ qf_status qf_spatial_transpose_dims(const qf_node *n, qf_spatial *s, const int64
         s->in[i] = in[i];
         s->out[i] = -1;
         int64_t dk = -1;
-        if (s->kernel[i] >= 0 && !dilated_extent(s->kernel[i], s->dilation[i], &dk))
-            return extent_overflow(n, i, s);
+        if (s->kernel[i] >= 0 && !spatial_dilated_extent(s->kernel[i], s->dilation[i], &dk))
+            return spatial_extent_overflow(n, i, s);
         int64_t want = -1;
         if (os) {
             want = os[i];
             if (want < 1)
                 return qf_error(QF_ERR_INVALID, "node '%s' (%s): output_shape[%d] = %lld, must be >= 1", n->name,
                                 op, i, (long long)want);
-            QF_TRY(check_attr_max(n, "output_shape", i, want));
+            QF_TRY(spatial_check_attr_max(n, "output_shape", i, want));
         } else if (s->auto_pad == QF_AUTO_PAD_SAME_UPPER || s->auto_pad == QF_AUTO_PAD_SAME_LOWER) {
             if (in[i] >= 0 && !qf_i64_mul(in[i], s->stride[i], &want))
-                return transpose_overflow(n, i, in[i], s);
+                return spatial_transpose_overflow(n, i, in[i], s);
         }
         if (in[i] < 0 || dk < 0) {
             s->out[i] = want;
@@ -227,13 +227,13 @@ qf_status qf_spatial_transpose_dims(const qf_node *n, qf_spatial *s, const int64
         int64_t full;
         if (!qf_i64_mul(s->stride[i], in[i] - 1, &full) || !qf_i64_add(full, opad[i], &full) ||
             !qf_i64_add(full, dk, &full))
-            return transpose_overflow(n, i, in[i], s);
+            return spatial_transpose_overflow(n, i, in[i], s);
         if (want >= 0) {
             /* Padding to reach the wanted size, split as the ONNX spec says
              * (floor division, as its reference: a negative total means the
              * output extends past the full result, at the end). */
             int64_t total = full - want;
-            int64_t half = floor_div(total, 2);
+            int64_t half = spatial_floor_div(total, 2);
             if (s->auto_pad == QF_AUTO_PAD_SAME_UPPER) {
                 s->pad_begin[i] = half;
                 s->pad_end[i] = total - half;

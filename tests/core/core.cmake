@@ -18,3 +18,4 @@ target_include_directories(test_limits PRIVATE ${QF_TEST_DIR})
 target_link_libraries(test_limits PRIVATE qfold_static)
 add_test(NAME unit_limits COMMAND test_limits)
 set_tests_properties(unit_limits PROPERTIES LABELS "unit" TIMEOUT 60)
+

@@ -17,6 +17,7 @@
 #include "ops/broadcast.h"
 #include "ops/kernels.h"
 #include "ops/quant_math.h"
+#include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "tools/qf_check.h"
 #include "tools/qf_node_run.h"
@@ -548,29 +549,29 @@ static void test_infer_errors(void)
 
     qf_value *e1[2] = {va, v3v};
     qf_node *n1 = qf_graph_add_node(g, QF_OP_MUL, "mul_bad", 2, e1, 1);
-    expect_error("broadcast mismatch", qf_mul_infer(g, n1), QF_ERR_SHAPE, "'mul_bad'", "[?, 3, 4] and [3]");
+    expect_error("broadcast mismatch", qf_mul_kernels.infer(g, n1), QF_ERR_SHAPE, "'mul_bad'", "[?, 3, 4] and [3]");
     qf_value *e2[2] = {va, vbad};
     qf_node *n2 = qf_graph_add_node(g, QF_OP_MATMUL, "mm_bad", 2, e2, 1);
-    expect_error("matmul inner mismatch", qf_matmul_infer(g, n2), QF_ERR_SHAPE, "'mm_bad'", "[5, 5]");
+    expect_error("matmul inner mismatch", qf_matmul_kernels.infer(g, n2), QF_ERR_SHAPE, "'mm_bad'", "[5, 5]");
     qf_value *e3[2] = {vbad, vc};
     qf_node *n3 = qf_graph_add_node(g, QF_OP_GEMM, "gemm_bad", 2, e3, 1);
-    expect_error("gemm inner mismatch", qf_gemm_infer(g, n3), QF_ERR_SHAPE, "'gemm_bad'", "[4, 5]");
+    expect_error("gemm inner mismatch", qf_gemm_kernels.infer(g, n3), QF_ERR_SHAPE, "'gemm_bad'", "[4, 5]");
     qf_value *e4[2] = {vb, vi};
     qf_node *n4 = qf_graph_add_node(g, QF_OP_SUB, "sub_types", 2, e4, 1);
-    expect_error("dtype mismatch", qf_sub_infer(g, n4), QF_ERR_INVALID, "'sub_types'", "int32");
+    expect_error("dtype mismatch", qf_sub_kernels.infer(g, n4), QF_ERR_INVALID, "'sub_types'", "int32");
     qf_value *e5[3] = {vbad, vc, v3v};
     qf_node *n5 = qf_graph_add_node(g, QF_OP_GEMM, "gemm_c", 3, e5, 1);
     qf_node_set_attr_int(g, n5, "transB", 1);
-    expect_error("gemm C broadcast", qf_gemm_infer(g, n5), QF_ERR_SHAPE, "'gemm_c'", "C [3]");
+    expect_error("gemm C broadcast", qf_gemm_kernels.infer(g, n5), QF_ERR_SHAPE, "'gemm_c'", "C [3]");
     /* numpy rejects [1, 2, 3, 4] x [3, 4, 5]: batch dims [1, 2] and [3]. */
     int64_t a4[] = {1, 2, 3, 4}, b3[] = {3, 4, 5};
     qf_value *e7[2] = {qf_graph_add_input(g, "a4", QF_DTYPE_F32, 4, a4), qf_graph_add_input(g, "b3", QF_DTYPE_F32, 3, b3)};
     qf_node *n7 = qf_graph_add_node(g, QF_OP_MATMUL, "mm_batch", 2, e7, 1);
-    expect_error("matmul batch mismatch", qf_matmul_infer(g, n7), QF_ERR_SHAPE, "'mm_batch'", "batch");
+    expect_error("matmul batch mismatch", qf_matmul_kernels.infer(g, n7), QF_ERR_SHAPE, "'mm_batch'", "batch");
     qf_value *e6[1] = {va};
     qf_node *n6 = qf_graph_add_node(g, QF_OP_SOFTMAX, "sm_axis", 1, e6, 1);
     qf_node_set_attr_int(g, n6, "axis", 3);
-    expect_error("softmax axis", qf_softmax_infer(g, n6), QF_ERR_INVALID, "'sm_axis'", "axis 3");
+    expect_error("softmax axis", qf_softmax_kernels.infer(g, n6), QF_ERR_INVALID, "'sm_axis'", "axis 3");
     qf_graph_free(g);
 }
 

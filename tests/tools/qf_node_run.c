@@ -4,27 +4,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/op_table.h"
+#include "qfold/exec.h"
 
-/* switches to qf_node_eval when it lands */
+/* The one place the tests reach a kernel: the library's one-node entry
+ * (prepare, scratch, float forward). */
 qf_status qf_node_run_kernel(const qf_node *n, int64_t opset, const qf_tensor *const *in,
                              qf_tensor *const *out)
 {
-    const qf_op_info *info = qf_op_info_get(n->op);
-    size_t ss = info->scratch ? info->scratch(n) : 0;
-    void *scratch = ss ? qf_malloc(ss) : NULL;
-    if (ss && !scratch) return QF_ERR_NOMEM;
-    qf_kernel_io io = {.node = n,
-                       .opset = opset,
-                       .nin = n->ninputs,
-                       .nout = n->noutputs,
-                       .in = in,
-                       .out = out,
-                       .scratch = scratch,
-                       .scratch_size = ss};
-    qf_status st = info->forward(&io);
-    qf_free(scratch);
-    return st;
+    return qf_node_eval(n, opset, in, out);
 }
 
 qf_status qf_node_runner_init(qf_node_runner *r, qf_op op, const char *name, int nin,

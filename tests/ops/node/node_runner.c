@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/op_table.h"
 #include "qfold/exec.h"
 #include "qfold/io.h"
+#include "qfold/schema.h"
 
 #define NR_MAX_IO 16
 #define NR_RTOL 1e-3
@@ -63,7 +63,7 @@ static bool nr_feeds_shape(const qf_value *v)
 {
     for (int u = 0; u < v->nuses; u++) {
         const qf_use *use = &v->uses[u];
-        if (use->slot < QF_MAX_ROLES && qf_op_info_get(use->node->op)->roles[use->slot] == QF_ROLE_SHAPE)
+        if (qf_op_input_role(use->node->op, use->slot) == QF_ROLE_SHAPE)
             return true;
     }
     return false;

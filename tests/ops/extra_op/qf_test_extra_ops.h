@@ -1,0 +1,15 @@
+/* The made-up op of the extra-op test build (tests/extra_op.cmake): one
+ * schema row, appended to QF_OP_LIST by include/qfold/op.h when
+ * QF_TEST_EXTRA_OPS is defined. Its kernel file is square_plus.c.
+ *
+ *   square_plus: y = x * x + bias    (x float32, any shape; attribute bias, FLOAT)
+ */
+#ifndef QF_TEST_EXTRA_OPS_H
+#define QF_TEST_EXTRA_OPS_H
+
+#define QF_EXTRA_OP_LIST(X)                                                     \
+    X(SQUARE_PLUS, square_plus, "SquarePlus", "qfold.test", 1, 1, 1, 1,         \
+      (DATA),                                                                   \
+      (A(bias,FLOAT)))
+
+#endif
