@@ -128,18 +128,6 @@ qf_status qf_compare_make_inputs(const qf_graph *g, uint64_t seed, int batch, qf
  * shape, data). Allocates only transient state. Errors name the node. */
 qf_status qf_node_eval(const qf_node *n, int64_t opset, const qf_tensor *const *in, qf_tensor *const *out);
 
-/* Evaluate one node whose inputs are all constants and store its outputs as
- * constants (used by import to fold shape-computation chains). The node is
- * removed and its outputs become constant values of the same names. */
-qf_status qf_graph_fold_node(qf_graph *g, qf_node *n);
-/* Fold every node whose inputs are constant (and Shape of a known shape),
- * except QuantizeLinear / DequantizeLinear, nodes whose output would blow up
- * constant memory, and nodes reading several float initializers or one that
- * others read too (a node that is a weight's only reader, e.g. Transpose(W),
- * folds and the result keeps the weight's name); returns the number folded
- * in *count (may be NULL). */
-qf_status qf_graph_fold_constants(qf_graph *g, int *count);
-
 #ifdef __cplusplus
 }
 #endif

@@ -196,6 +196,11 @@ void qf_node_remove_attr(qf_node *n, const char *name);
 /* Reorder the node list topologically (stable: keeps the current order where
  * it can). QF_ERR_INVALID naming a node on the cycle if there is one. */
 qf_status qf_graph_toposort(qf_graph *g);
+/* Shape inference of one node: checks its inputs have a type and a shape
+ * that fits (qf_shape_fits), runs the op's inference (src/ops/infer.c), then
+ * refuses an output shape that does not fit (QF_ERR_SHAPE naming the node).
+ * Every caller of an op's inference goes through here. */
+qf_status qf_node_infer(qf_graph *g, qf_node *n);
 /* Run every node's shape inference in order (graph must be sorted). */
 qf_status qf_graph_infer_shapes(qf_graph *g);
 /* Check every structural invariant: ids, names, SSA, use lists (every use

@@ -30,7 +30,7 @@
 extern "C" {
 #endif
 
-/* A test build (QF_TEST_EXTRA_OPS, tests/extra_op.cmake) appends made-up
+/* A test build (QF_TEST_EXTRA_OPS, tests/ops/extra_op.cmake) appends made-up
  * ops to the list from its own header; every other build has none. */
 #ifdef QF_TEST_EXTRA_OPS
 #include "qf_test_extra_ops.h"

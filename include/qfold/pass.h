@@ -149,6 +149,20 @@ void qf_pass_report_print(const qf_pass_report *r, FILE *f);
 int qf_pass_report_count(const qf_pass_report *r, qf_pass_action action, qf_op op);
 void qf_pass_report_free(qf_pass_report *r);
 
+/* --- constant folding (src/passes/fold_constants.c; also the `fold_constants` pass) */
+/* Evaluate one node whose inputs are all constants (or a Shape of a known
+ * shape) with its own kernel (qf_node_eval) and store its outputs as
+ * constants: the node is removed and its outputs become constant values of
+ * the same names. */
+qf_status qf_graph_fold_node(qf_graph *g, qf_node *n);
+/* Fold every node whose inputs are constant (and Shape of a known shape),
+ * except QuantizeLinear / DequantizeLinear, nodes whose output would blow up
+ * constant memory, and nodes reading several float initializers or one that
+ * others read too (a node that is a weight's only reader, e.g. Transpose(W),
+ * folds and the result keeps the weight's name); returns the number folded
+ * in *count (may be NULL). Import runs it on every model. */
+qf_status qf_graph_fold_constants(qf_graph *g, int *count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "onnx_proto.h"
-#include "qfold/exec.h"
+#include "qfold/pass.h"
 #include "qfold/schema.h"
 
 #define QF_OPSET_MIN 11

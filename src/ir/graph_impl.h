@@ -24,10 +24,4 @@ qf_status qf_name_map_put(qf_name_map *m, const char *key, void *val);
 void qf_name_map_del(qf_name_map *m, const char *key);
 void qf_name_map_free(qf_name_map *m);
 
-/* Shape inference of one node (src/ir/order.c): checks its inputs have a
- * type and a shape that fits (qf_shape_fits), runs the op's inference, then
- * refuses an output shape that does not fit (QF_ERR_SHAPE naming the node).
- * Every caller of an op's inference goes through here. */
-qf_status qf_node_infer(qf_graph *g, qf_node *n);
-
 #endif

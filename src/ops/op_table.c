@@ -1,5 +1,5 @@
 /* The op table: qf_op_table[QF_OP_x] points at the kernel columns the op's
- * family file defines (qf_<name>_kernels). tests/test_op_table.c walks it. */
+ * family file defines (qf_<name>_kernels). tests/ops/test_op_table.c walks it. */
 #include "kernels.h"
 
 const qf_op_kernels *const qf_op_table[QF_OP_COUNT] = {

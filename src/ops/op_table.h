@@ -6,7 +6,7 @@
  * op's family (src/ops/<family>.c) defines `const qf_op_kernels
  * qf_<name>_kernels` with the columns it has, in designated initializers;
  * op_table.c collects them. A new kernel variant fills one more field there
- * and touches no row macro. tests/test_op_table.c checks that every op has
+ * and touches no row macro. tests/ops/test_op_table.c checks that every op has
  * inference and a float forward kernel.
  */
 #ifndef QF_OP_TABLE_H

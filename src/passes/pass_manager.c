@@ -22,8 +22,10 @@ extern const qf_pass qf_pass_fuse_batch_norm;
 extern const qf_pass qf_pass_fuse_batch_norm_forward;
 extern const qf_pass qf_pass_decompose_batch_norm;
 extern const qf_pass qf_pass_dce;
+extern const qf_pass qf_pass_fold_constants;
 
 static const qf_pass *const qf_passes[] = {
+    &qf_pass_fold_constants,
     &qf_pass_canonicalize,
     &qf_pass_fuse_batch_norm,
     &qf_pass_fuse_batch_norm_forward,

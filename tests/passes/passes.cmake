@@ -29,3 +29,11 @@ target_include_directories(test_rewrite PRIVATE ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(test_rewrite PRIVATE qfold_static m)
 add_test(NAME passes_rewrite COMMAND test_rewrite)
 set_tests_properties(passes_rewrite PROPERTIES LABELS "passes" TIMEOUT 60)
+
+# Constant folding (the fold_constants pass, also run by import).
+add_executable(test_fold_constants ${CMAKE_CURRENT_LIST_DIR}/test_fold_constants.c)
+target_compile_options(test_fold_constants PRIVATE ${QF_WARNINGS})
+target_include_directories(test_fold_constants PRIVATE ${QF_TEST_DIR})
+target_link_libraries(test_fold_constants PRIVATE qfold_static)
+add_test(NAME passes_fold_constants COMMAND test_fold_constants)
+set_tests_properties(passes_fold_constants PROPERTIES LABELS "passes" TIMEOUT 60)

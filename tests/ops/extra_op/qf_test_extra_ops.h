@@ -1,4 +1,4 @@
-/* The made-up op of the extra-op test build (tests/extra_op.cmake): one
+/* The made-up op of the extra-op test build (tests/ops/extra_op.cmake): one
  * schema row, appended to QF_OP_LIST by include/qfold/op.h when
  * QF_TEST_EXTRA_OPS is defined. Its kernel file is square_plus.c.
  *

@@ -1,5 +1,5 @@
 /* The made-up op square_plus, built into a test variant of the library
- * (tests/extra_op.cmake): its schema row is found by name, carries its
+ * (tests/ops/extra_op.cmake): its schema row is found by name, carries its
  * domain and attribute, and a one-node graph runs through the plan (shape
  * inference, prepare, forward) and through qf_node_eval. */
 #include <math.h>

@@ -1,15 +1,20 @@
-/* Constant folding: evaluate nodes whose inputs are all constants (and Shape
- * of a value whose shape is known) with their own kernels, and replace them
- * by constant values that keep the output names. */
+/* fold_constants: evaluate nodes whose inputs are all constants (and Shape
+ * of a value whose shape is known) with their own kernels, one node at a
+ * time (qf_node_eval), and replace them by constant values that keep the
+ * output names.
+ *
+ *   before:  shape(x) ─Gather(0)─▶ n ─Concat(n, -1)─▶ s ─Reshape(x, s)─▶ y
+ *   after:   s = [1, -1] (a constant named as the Concat's output)
+ *            x ─Reshape(x, s)─▶ y
+ *
+ * Import runs it on every model (shape chains must be constants before
+ * shapes can be inferred); as a pass it records each folded node. */
 #include <stdio.h>
 #include <string.h>
 
-#include "exec_impl.h"
-
-/* Shape inference of one node, defined with the op inference (src/ir/order.c
- * today, ops once inference moves there). Declared here rather than through
- * ir's private graph_impl.h, which only ir may include (tests/layers.cmake). */
-qf_status qf_node_infer(qf_graph *g, qf_node *n);
+#include "qfold/exec.h"
+#include "qfold/pass.h"
+#include "qfold/schema.h"
 
 /* Folding a node whose output is much larger than its inputs (ConstantOfShape
  * of a big shape, an Expand) trades a small graph for a big file; only small
@@ -147,7 +152,7 @@ static qf_status qf_fold_mark(qf_fold_weights *w, const qf_value *v)
 }
 
 /* Fold one node if the rules allow; *done says whether it was folded. */
-static qf_status qf_fold_try(qf_graph *g, qf_node *n, qf_fold_weights *wts, bool *done)
+static qf_status qf_fold_try(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_fold_weights *wts, bool *done)
 {
     *done = false;
     /* The QDQ structure is the quantized model: it must survive. */
@@ -176,6 +181,9 @@ static qf_status qf_fold_try(qf_graph *g, qf_node *n, qf_fold_weights *wts, bool
                                 n->outputs[0]->is_output)))
         return QF_OK;
     const char *wname = w ? w->name : NULL, *oname = n->outputs[0]->name;
+    /* Recorded first: the node is gone once folded (a failed fold fails
+     * the pass, report and all). */
+    if (ctx) qf_pass_rewrite_as(ctx, n, QF_PASS_FOLDED, NULL, "evaluated to a constant");
     QF_TRY(qf_fold_eval(g, n));
     *done = true;
     wts->grown += growth;
@@ -188,7 +196,8 @@ static qf_status qf_fold_try(qf_graph *g, qf_node *n, qf_fold_weights *wts, bool
     return QF_OK;
 }
 
-qf_status qf_graph_fold_constants(qf_graph *g, int *count)
+/* The walk, recording each fold in ctx when there is one. */
+static qf_status fold_all(qf_graph *g, qf_pass_ctx *ctx, int *count)
 {
     int folded = 0;
     if (count) *count = 0;
@@ -204,10 +213,27 @@ qf_status qf_graph_fold_constants(qf_graph *g, int *count)
         st = qf_node_infer(g, n);
         if (st != QF_OK) break;
         bool done;
-        st = qf_fold_try(g, n, &wts, &done);
+        st = qf_fold_try(g, ctx, n, &wts, &done);
         if (st != QF_OK) break;
         if (done && count) *count = ++folded;
     }
     qf_free(wts.is);
     return st;
 }
+
+qf_status qf_graph_fold_constants(qf_graph *g, int *count) { return fold_all(g, NULL, count); }
+
+static qf_status fold_constants_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    int count = 0;
+    QF_TRY(qf_graph_toposort(g));
+    QF_TRY(fold_all(g, ctx, &count));
+    *changed = count > 0;
+    return QF_OK;
+}
+
+const qf_pass qf_pass_fold_constants = {
+    .name = "fold_constants",
+    .summary = "evaluate nodes whose inputs are all constants and store the results as constants",
+    .run = fold_constants_run,
+};
