@@ -39,17 +39,32 @@ const qf_tensor *qf_plan_output(const qf_plan *p, int i);
 size_t qf_plan_arena_bytes(const qf_plan *p);
 size_t qf_plan_naive_bytes(const qf_plan *p);
 
+/* A per-step hook: after each node runs, hook(ud, node, outputs, noutputs)
+ * sees its output tensors (views into the arena, valid only during the call:
+ * the memory is reused by later steps). Calibration observes activations
+ * this way without keeping them. A status other than QF_OK stops the run
+ * and is returned by qf_plan_run. NULL removes the hook. */
+typedef qf_status (*qf_plan_hook)(void *ud, const qf_node *n, const qf_tensor *const *outputs, int noutputs);
+void qf_plan_set_hook(qf_plan *p, qf_plan_hook hook, void *ud);
+
 /* Running a data set in batches: data[i] holds every sample of graph input
  * i ([N, sample dims...], the same N for every input). The graph's batch
  * dimension is set to `batch` (the last batch may be smaller), a plan is
- * built for each batch size, and after each run on_batch(ud, first, count,
- * plan) is called: samples first .. first+count-1, the plan's outputs hold
- * them in their first `count` rows. A graph whose batch dimension is fixed
- * runs that size; a short last batch is padded (the extra rows repeat the
- * last sample). The graph's input shapes are restored at the end. */
+ * built for each batch size (with `hook`, may be NULL, installed), and after
+ * each run on_batch(ud, first, count, plan) is called (may be NULL):
+ * samples first .. first+count-1, the plan's outputs hold them in their
+ * first `count` rows. A graph whose batch dimension is fixed runs that size;
+ * a short last batch is padded (the extra rows repeat the last sample). The
+ * graph's input shapes are restored at the end. */
 typedef qf_status (*qf_batch_fn)(void *ud, int64_t first, int64_t count, const qf_plan *plan);
-qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, int64_t batch,
-                         qf_batch_fn on_batch, void *ud);
+typedef struct qf_batch_options {
+    int64_t batch;       /* samples per run; 0 = 32 */
+    qf_plan_hook hook;   /* per-step hook of every plan (may be NULL) */
+    void *hook_ud;
+    qf_batch_fn on_batch;
+    void *ud;
+} qf_batch_options;
+qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_batch_options *opt);
 
 /* --- model vs model ---------------------------------------------------------
  *

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "qfold/op.h"
 #include "qfold/status.h"
@@ -241,6 +242,17 @@ const qf_qparams *qf_quant_calib_qparams(const qf_quant_calib *c, uint32_t v);
 /* The range the qparams came from (observer's), for the report. */
 qf_status qf_quant_calib_range(const qf_quant_calib *c, uint32_t v, float *min, float *max);
 
+/* One quantized tensor, as the report lists it. */
+typedef struct qf_quant_tensor {
+    char *name;
+    qf_qspec_kind kind;      /* OBSERVE, SHARE, FIXED (activations), WEIGHT, BIAS */
+    int nch;                 /* 1, or the channel count of a per-channel weight */
+    float *scale;            /* nch entries */
+    int32_t zero_point;      /* activations (weights and biases: 0) */
+    float min, max;          /* activations: the observed range the qparams come from */
+    char *shares;            /* SHARE: the tensor whose qparams it has */
+} qf_quant_tensor;
+
 /* --- convert to QDQ ------------------------------------------------------------
  *
  * Rewrites g (annotated by a, calibrated by c) into an ONNX QDQ graph:
@@ -258,5 +270,55 @@ typedef struct qf_quant_convert_stats {
     int zero_weights;   /* weights (or weight channels) that are all zero */
 } qf_quant_convert_stats;
 
+/* tensors (may be NULL): every tensor quantized, appended as the report
+ * lists them (qf_quantize_result owns such a list). */
 qf_status qf_quant_convert(qf_graph *g, const qf_quant_annotation *a, const qf_quant_calib *c,
-                           qf_quant_convert_stats *stats);
+                           qf_quant_convert_stats *stats, qf_quant_tensor **tensors, int *ntensors);
+
+/* --- the whole post-training quantization ------------------------------------
+ *
+ * Annotate g for the profile, calibrate on `data` (one tensor per graph
+ * input, [N, ...], as qf_run_batches), convert to QDQ. g must be folded
+ * already (the ptq pipeline); it is rewritten in place. The result keeps
+ * what the report needs (names copied: the graph changes). */
+
+typedef struct qf_quantize_options {
+    const qf_quant_profile *profile;  /* NULL: neutron */
+    int64_t batch;                    /* calibration batch; 0 = 32 */
+    int64_t max_samples;              /* 0: every sample */
+    void (*progress)(void *ud, int64_t done, int64_t total); /* after each batch (may be NULL) */
+    void *progress_ud;
+} qf_quantize_options;
+
+
+typedef struct qf_quant_float_node {
+    char *name, *op, *reason;
+} qf_quant_float_node;
+
+typedef struct qf_quantize_result {
+    int64_t samples;               /* calibration samples seen */
+    qf_quant_tensor *tensors;
+    int ntensors;
+    qf_quant_float_node *left_float; /* ops left in float, with the reason */
+    int nleft_float;
+    qf_quant_convert_stats stats;
+} qf_quantize_result;
+
+qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_quantize_options *opt,
+                      qf_quantize_result *out);
+void qf_quantize_result_free(qf_quantize_result *r);
+
+/* Per-layer error of a quantized model: for every activation `name` of the
+ * float graph `ref` that the QDQ graph `q` dequantizes (value
+ * "<name>_dequantized"), the SQNR in dB, 10 log10(sum x^2 / sum (x - x_q)^2)
+ * over the samples run (at most max_samples; 0 = all), x from ref and x_q
+ * from q on the same inputs. Inf when the two agree exactly. */
+typedef struct qf_quant_sqnr {
+    char *name;
+    double sqnr_db;
+    double signal, noise;          /* the two sums */
+} qf_quant_sqnr;
+
+qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_tensor *const *data, int ndata, int64_t batch,
+                                int64_t max_samples, qf_quant_sqnr **out, int *count);
+void qf_quant_sqnr_free(qf_quant_sqnr *s, int count);

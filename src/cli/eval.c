@@ -87,7 +87,8 @@ static qf_status qf_eval_model(const qf_eval_args *ea, const char *path, const q
     r->pred = qf_calloc((size_t)r->n, sizeof *r->pred);
     qf_status st = r->pred ? QF_OK : QF_ERR_NOMEM;
     if (st == QF_OK && g->noutputs < 1) st = qf_error(QF_ERR_INVALID, "'%s' has no outputs", path);
-    if (st == QF_OK) st = qf_run_batches(g, data, ea->ndata, ea->batch, qf_eval_batch, r);
+    qf_batch_options bo = {.batch = ea->batch, .on_batch = qf_eval_batch, .ud = r};
+    if (st == QF_OK) st = qf_run_batches(g, data, ea->ndata, &bo);
     if (st != QF_OK && !strstr(qf_error_message(), path)) qf_error_prefix(st, "'%s': ", path);
     qf_graph_free(g);
     return st;

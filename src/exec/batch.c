@@ -35,9 +35,9 @@ static qf_status batch_check(const qf_value *v, const qf_tensor *d, int64_t n)
     return QF_OK;
 }
 
-qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, int64_t batch,
-                         qf_batch_fn on_batch, void *ud)
+qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_batch_options *opt)
 {
+    int64_t batch = opt->batch ? opt->batch : 32;
     if (ndata != g->ninputs)
         return qf_error(QF_ERR_INVALID, "the graph has %d input%s, %d data set%s given", g->ninputs,
                         g->ninputs == 1 ? "" : "s", ndata, ndata == 1 ? "" : "s");
@@ -81,6 +81,7 @@ qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, i
             }
             if (st == QF_OK) st = qf_plan_init(&plan, g);
             if (st != QF_OK) break;
+            qf_plan_set_hook(plan, opt->hook, opt->hook_ud);
             planned = rows;
         }
         for (int i = 0; i < ndata; i++) {
@@ -104,7 +105,7 @@ qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, i
             feed[i] = &views[i];
         }
         if (st == QF_OK) st = qf_plan_run(plan, feed, ndata);
-        if (st == QF_OK) st = on_batch(ud, first, count, plan);
+        if (st == QF_OK && opt->on_batch) st = opt->on_batch(opt->ud, first, count, plan);
     }
     qf_plan_free(plan);
     batch_restore(&s);

@@ -27,6 +27,8 @@ struct qf_plan {
     void *scratch_raw;
     size_t scratch_bytes;
     void *state_raw;          /* every node's prepared state, one allocation */
+    qf_plan_hook hook;        /* called after every step (calibration); NULL: none */
+    void *hook_ud;
 };
 
 /* A live buffer while laying out the arena. */
@@ -387,8 +389,18 @@ qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
         /* A view on the caller's data: the kernels only read it. */
         p->vt[v->id].data = t->data;
     }
-    for (int i = 0; i < p->nsteps; i++) QF_TRY(qf_exec_node(&p->steps[i].io));
+    for (int i = 0; i < p->nsteps; i++) {
+        const qf_kernel_io *io = &p->steps[i].io;
+        QF_TRY(qf_exec_node(io));
+        if (p->hook) QF_TRY(p->hook(p->hook_ud, io->node, (const qf_tensor *const *)io->out, io->nout));
+    }
     return QF_OK;
+}
+
+void qf_plan_set_hook(qf_plan *p, qf_plan_hook hook, void *ud)
+{
+    p->hook = hook;
+    p->hook_ud = ud;
 }
 
 int qf_plan_num_outputs(const qf_plan *p) { return p->g->noutputs; }

@@ -19,6 +19,54 @@
 #include "../passes/rewrite.h"
 #include "qfold/quant.h"
 
+/* Where convert lists what it quantized (the report's tensors). */
+typedef struct recorder {
+    qf_quant_tensor **list;
+    int *n;
+    int cap;
+} recorder;
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = qf_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* Append one tensor (scale copied); a NULL recorder records nothing. */
+static qf_status record(recorder *r, const char *name, qf_qspec_kind kind, const float *scale, int nch, int32_t zp,
+                        float min, float max, const char *shares)
+{
+    if (!r || !r->list) return QF_OK;
+    if (*r->n == r->cap) {
+        int cap = r->cap ? r->cap * 2 : 32;
+        qf_quant_tensor *t = qf_realloc(*r->list, sizeof *t * (size_t)cap);
+        if (!t) return QF_ERR_NOMEM;
+        *r->list = t;
+        r->cap = cap;
+    }
+    qf_quant_tensor *t = &(*r->list)[*r->n];
+    memset(t, 0, sizeof *t);
+    t->name = dup_str(name);
+    t->scale = qf_malloc(sizeof *t->scale * (size_t)(nch ? nch : 1));
+    t->shares = shares ? dup_str(shares) : NULL;
+    if (!t->name || !t->scale || (shares && !t->shares)) {
+        qf_free(t->name);
+        qf_free(t->scale);
+        qf_free(t->shares);
+        return QF_ERR_NOMEM;
+    }
+    (*r->n)++;
+    t->kind = kind;
+    t->nch = nch;
+    memcpy(t->scale, scale, sizeof *t->scale * (size_t)nch);
+    t->zero_point = zp;
+    t->min = min;
+    t->max = max;
+    return QF_OK;
+}
+
 /* Channel layout of a weight: [outer, channels, inner] around `axis`
  * (axis -1: one channel). */
 typedef struct wlayout {
@@ -113,7 +161,7 @@ static qf_status dequantize_const(qf_graph *g, qf_value *orig, qf_tensor *q, con
 /* A weight: per-channel (or per-tensor) symmetric int8; scales kept in
  * wscale[v] for the biases that follow. */
 static qf_status convert_weight(qf_graph *g, qf_value *w, const qf_qspec *s, float **wscale, int64_t *wn,
-                                qf_quant_convert_stats *stats)
+                                qf_quant_convert_stats *stats, recorder *rec)
 {
     wlayout l = layout_of(&w->type, s->axis);
     float *scale = qf_malloc(sizeof *scale * (size_t)l.channels);
@@ -147,12 +195,17 @@ static qf_status convert_weight(qf_graph *g, qf_value *w, const qf_qspec *s, flo
     wscale[w->id] = scale;
     wn[w->id] = l.channels;
     stats->weights++;
+    st = record(rec, w->name, QF_QSPEC_WEIGHT, scale, (int)l.channels, 0, 0.0f, 0.0f, NULL);
+    if (st != QF_OK) {
+        qf_tensor_free(&q);
+        return st;
+    }
     return dequantize_const(g, w, &q, scale, l.channels, s->axis, QF_DTYPE_I8);
 }
 
 /* A bias: int32 with scale s_in * s_w (per channel where the weight is). */
 static qf_status convert_bias(qf_graph *g, qf_value *b, const qf_qspec *s, const qf_quant_calib *cal,
-                              float *const *wscale, const int64_t *wn, qf_quant_convert_stats *stats)
+                              float *const *wscale, const int64_t *wn, qf_quant_convert_stats *stats, recorder *rec)
 {
     const qf_qparams *in = qf_quant_calib_qparams(cal, s->bias_input);
     const float *sw = wscale[s->bias_weight];
@@ -179,16 +232,28 @@ static qf_status convert_bias(qf_graph *g, qf_value *b, const qf_qspec *s, const
     stats->biases++;
     /* per-tensor weight: one scale for the whole bias */
     int64_t ns = nw == 1 ? 1 : n;
+    st = record(rec, b->name, QF_QSPEC_BIAS, scale, (int)ns, 0, 0.0f, 0.0f, NULL);
+    if (st != QF_OK) {
+        qf_free(scale);
+        qf_tensor_free(&q);
+        return st;
+    }
     st = dequantize_const(g, b, &q, scale, ns, nw == 1 ? -1 : 0, QF_DTYPE_I32);
     qf_free(scale);
     return st;
 }
 
 /* QuantizeLinear -> DequantizeLinear after activation v. */
-static qf_status convert_activation(qf_graph *g, qf_value *v, const qf_qparams *qp, qf_quant_convert_stats *stats)
+static qf_status convert_activation(qf_graph *g, qf_value *v, const qf_qspec *s, const qf_quant_calib *cal,
+                                    qf_quant_convert_stats *stats, recorder *rec)
 {
+    const qf_qparams *qp = qf_quant_calib_qparams(cal, v->id);
     char base[400], name[512];
     snprintf(base, sizeof base, "%s", v->name);
+    float mn = 0.0f, mx = 0.0f;
+    QF_TRY(qf_quant_calib_range(cal, v->id, &mn, &mx));
+    QF_TRY(record(rec, v->name, s->kind, &qp->scale, 1, qp->zero_point, mn, mx,
+                  s->kind == QF_QSPEC_SHARE ? g->values[s->share]->name : NULL));
     qf_value *vs, *vz;
     QF_TRY(add_qparams(g, base, &qp->scale, QF_DTYPE_I8, 1, true, &qp->zero_point, &vs, &vz));
     snprintf(name, sizeof name, "%s_QuantizeLinear", base);
@@ -236,8 +301,10 @@ static qf_status convert_check(const qf_graph *g, const qf_quant_annotation *a, 
 }
 
 qf_status qf_quant_convert(qf_graph *g, const qf_quant_annotation *a, const qf_quant_calib *c,
-                           qf_quant_convert_stats *stats)
+                           qf_quant_convert_stats *stats, qf_quant_tensor **tensors, int *ntensors)
 {
+    recorder rec = {tensors, ntensors, 0}, *rp = tensors && ntensors ? &rec : NULL;
+    if (rp) rec.cap = *ntensors; /* appending to a list of that many (no spare room) */
     qf_quant_convert_stats local = {0};
     if (!stats) stats = &local;
     memset(stats, 0, sizeof *stats);
@@ -254,10 +321,10 @@ qf_status qf_quant_convert(qf_graph *g, const qf_quant_annotation *a, const qf_q
             qf_value *v = g->values[i];
             const qf_qspec *s = &a->spec[i];
             if (!v) continue;
-            if (pass == 0 && s->kind == QF_QSPEC_WEIGHT) st = convert_weight(g, v, s, wscale, wn, stats);
-            if (pass == 1 && s->kind == QF_QSPEC_BIAS) st = convert_bias(g, v, s, c, wscale, wn, stats);
+            if (pass == 0 && s->kind == QF_QSPEC_WEIGHT) st = convert_weight(g, v, s, wscale, wn, stats, rp);
+            if (pass == 1 && s->kind == QF_QSPEC_BIAS) st = convert_bias(g, v, s, c, wscale, wn, stats, rp);
             if (pass == 2 && (s->kind == QF_QSPEC_OBSERVE || s->kind == QF_QSPEC_SHARE || s->kind == QF_QSPEC_FIXED))
-                st = convert_activation(g, v, qf_quant_calib_qparams(c, (uint32_t)i), stats);
+                st = convert_activation(g, v, s, c, stats, rp);
         }
     for (int i = 0; wscale && i < nv; i++) qf_free(wscale[i]);
     qf_free(wscale);

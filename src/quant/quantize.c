@@ -1,0 +1,287 @@
+/* Post-training quantization end to end: annotate, calibrate, convert; and
+ * the per-layer SQNR of the result against the float model. */
+#include <math.h>
+#include <string.h>
+
+#include "qfold/quant.h"
+#include "qfold/schema.h"
+
+static char *qz_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *d = qf_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* --- calibration run ------------------------------------------------------------- */
+
+typedef struct qz_calib_run {
+    const qf_graph *g;
+    qf_quant_calib *c;
+    const qf_tensor *const *data;
+    int64_t total, done;
+    const qf_quantize_options *opt;
+} qz_calib_run;
+
+static qf_status qz_hook(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
+{
+    qz_calib_run *r = ud;
+    for (int i = 0; i < nout; i++) QF_TRY(qf_quant_calib_observe(r->c, n->outputs[i]->id, outs[i]));
+    return QF_OK;
+}
+
+/* Graph inputs have no producer: observed from the batch's rows of the data. */
+static qf_status qz_batch(void *ud, int64_t first, int64_t count, const qf_plan *plan)
+{
+    (void)plan;
+    qz_calib_run *r = ud;
+    for (int i = 0; i < r->g->ninputs; i++) {
+        const qf_value *v = r->g->inputs[i];
+        if (!qf_quant_calib_wants(r->c, v->id)) continue;
+        const qf_tensor *d = r->data[i];
+        size_t row = qf_tensor_nbytes(d) / (size_t)d->dims[0];
+        int64_t dims[QF_MAX_DIMS];
+        memcpy(dims, d->dims, sizeof dims);
+        dims[0] = count;
+        qf_tensor view;
+        qf_tensor_view(&view, d->dtype, d->ndim, dims, (char *)d->data + (size_t)first * row);
+        QF_TRY(qf_quant_calib_observe(r->c, v->id, &view));
+    }
+    r->done += count;
+    if (r->opt->progress) r->opt->progress(r->opt->progress_ud, r->done, r->total);
+    return QF_OK;
+}
+
+/* Views of the first n samples of each data tensor. */
+static void qz_first_samples(const qf_tensor *const *data, int ndata, int64_t n, qf_tensor *views,
+                             const qf_tensor **ptrs)
+{
+    for (int i = 0; i < ndata; i++) {
+        int64_t dims[QF_MAX_DIMS];
+        memcpy(dims, data[i]->dims, sizeof dims);
+        if (data[i]->ndim >= 1 && dims[0] > n) dims[0] = n;
+        qf_tensor_view(&views[i], data[i]->dtype, data[i]->ndim, dims, data[i]->data);
+        ptrs[i] = &views[i];
+    }
+}
+
+void qf_quantize_result_free(qf_quantize_result *r)
+{
+    for (int i = 0; i < r->ntensors; i++) {
+        qf_free(r->tensors[i].name);
+        qf_free(r->tensors[i].scale);
+        qf_free(r->tensors[i].shares);
+    }
+    qf_free(r->tensors);
+    for (int i = 0; i < r->nleft_float; i++) {
+        qf_free(r->left_float[i].name);
+        qf_free(r->left_float[i].op);
+        qf_free(r->left_float[i].reason);
+    }
+    qf_free(r->left_float);
+    memset(r, 0, sizeof *r);
+}
+
+static qf_status qz_left_float(const qf_quant_annotation *a, qf_quantize_result *out)
+{
+    if (!a->nskips) return QF_OK;
+    out->left_float = qf_calloc((size_t)a->nskips, sizeof *out->left_float);
+    if (!out->left_float) return QF_ERR_NOMEM;
+    for (int i = 0; i < a->nskips; i++) {
+        qf_quant_float_node *f = &out->left_float[i];
+        const qf_node *n = a->skips[i].node;
+        f->name = qz_strdup(n->name);
+        f->op = qz_strdup(qf_op_label(n));
+        f->reason = qz_strdup(a->skips[i].reason);
+        out->nleft_float = i + 1;
+        if (!f->name || !f->op || !f->reason) return QF_ERR_NOMEM;
+    }
+    return QF_OK;
+}
+
+qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_quantize_options *opt,
+                      qf_quantize_result *out)
+{
+    memset(out, 0, sizeof *out);
+    const qf_quant_profile *p = opt->profile ? opt->profile : qf_quant_profile_find("neutron");
+    if (ndata < 1 || ndata > 64) return qf_error(QF_ERR_INVALID, "quantize: %d calibration inputs", ndata);
+    int64_t n = data[0]->ndim >= 1 ? data[0]->dims[0] : 0;
+    if (opt->max_samples > 0 && opt->max_samples < n) n = opt->max_samples;
+    if (n < 1) return qf_error(QF_ERR_SHAPE, "the calibration data holds no samples");
+    qf_tensor views[64];
+    const qf_tensor *ptrs[64];
+    qz_first_samples(data, ndata, n, views, ptrs);
+
+    QF_TRY(qf_graph_toposort(g));
+    QF_TRY(qf_graph_infer_shapes(g));
+    qf_quant_annotation *a = NULL;
+    qf_quant_calib *c = NULL;
+    qf_status st = qf_quant_annotate(g, p, &a);
+    if (st == QF_OK) st = qf_quant_calib_init(&c, g, a, p);
+    if (st == QF_OK) {
+        qz_calib_run run = {g, c, ptrs, n, 0, opt};
+        qf_batch_options bo = {.batch = opt->batch, .hook = qz_hook, .hook_ud = &run, .on_batch = qz_batch,
+                               .ud = &run};
+        st = qf_run_batches(g, ptrs, ndata, &bo);
+        out->samples = run.done;
+    }
+    if (st == QF_OK) st = qf_quant_calib_finish(c);
+    if (st == QF_OK) st = qz_left_float(a, out);
+    if (st == QF_OK) st = qf_quant_convert(g, a, c, &out->stats, &out->tensors, &out->ntensors);
+    if (st == QF_OK) st = qf_graph_infer_shapes(g);
+    qf_quant_calib_free(c);
+    qf_quant_annotation_free(a);
+    if (st != QF_OK) qf_quantize_result_free(out);
+    return st;
+}
+
+/* --- per-layer SQNR ----------------------------------------------------------------- */
+
+typedef struct qz_pair {
+    uint32_t ref_id, q_id;
+    void *buf;       /* the reference tensor of the current batch */
+    size_t bytes;
+    bool have;
+} qz_pair;
+
+typedef struct qz_sqnr_run {
+    qz_pair *pairs;
+    int npairs;
+    uint32_t *by_ref, *by_q;  /* value id -> pair index + 1 (0: none) */
+    uint32_t nref, nq;
+    qf_quant_sqnr *res;
+    qf_status st;
+} qz_sqnr_run;
+
+static qf_status qz_ref_hook(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
+{
+    qz_sqnr_run *r = ud;
+    for (int i = 0; i < nout; i++) {
+        uint32_t id = n->outputs[i]->id;
+        if (id >= r->nref || !r->by_ref[id]) continue;
+        qz_pair *pr = &r->pairs[r->by_ref[id] - 1];
+        size_t bytes = qf_tensor_nbytes(outs[i]);
+        if (bytes != pr->bytes) {
+            void *nb = qf_realloc(pr->buf, bytes ? bytes : 1);
+            if (!nb) return QF_ERR_NOMEM;
+            pr->buf = nb;
+            pr->bytes = bytes;
+        }
+        memcpy(pr->buf, outs[i]->data, bytes);
+        pr->have = true;
+    }
+    return QF_OK;
+}
+
+static qf_status qz_q_hook(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
+{
+    qz_sqnr_run *r = ud;
+    for (int i = 0; i < nout; i++) {
+        uint32_t id = n->outputs[i]->id;
+        if (id >= r->nq || !r->by_q[id]) continue;
+        int k = (int)r->by_q[id] - 1;
+        qz_pair *pr = &r->pairs[k];
+        if (!pr->have || qf_tensor_nbytes(outs[i]) != pr->bytes) continue;
+        const float *x = pr->buf, *y = outs[i]->data;
+        double sig = 0.0, noise = 0.0;
+        for (size_t e = 0; e < pr->bytes / sizeof(float); e++) {
+            double d = (double)x[e] - (double)y[e];
+            sig += (double)x[e] * x[e];
+            noise += d * d;
+        }
+        r->res[k].signal += sig;
+        r->res[k].noise += noise;
+        pr->have = false;
+    }
+    return QF_OK;
+}
+
+/* Pair every Q -> DQ of q with the float value of ref it stands for: the Q's
+ * input has the float value's name, or (a graph output, whose name the DQ
+ * took over) the DQ's output has it. */
+static qf_status qz_pairs(qf_graph *ref, qf_graph *q, qz_sqnr_run *r)
+{
+    r->nref = (uint32_t)ref->nvalues;
+    r->nq = (uint32_t)q->nvalues;
+    r->by_ref = qf_calloc(r->nref ? r->nref : 1, sizeof *r->by_ref);
+    r->by_q = qf_calloc(r->nq ? r->nq : 1, sizeof *r->by_q);
+    r->pairs = qf_calloc((size_t)(q->nnodes ? q->nnodes : 1), sizeof *r->pairs);
+    if (!r->by_ref || !r->by_q || !r->pairs) return QF_ERR_NOMEM;
+    for (const qf_node *n = q->first; n; n = n->next) {
+        if (n->op != QF_OP_DEQUANTIZE || !n->inputs[0] || !n->inputs[0]->producer ||
+            n->inputs[0]->producer->op != QF_OP_QUANTIZE)
+            continue;
+        const qf_value *u = n->inputs[0]->producer->inputs[0], *d = n->outputs[0];
+        const qf_value *fv = qf_graph_find_value(ref, u->name);
+        if (!fv || !fv->producer) fv = qf_graph_find_value(ref, d->name);
+        if (!fv || !fv->producer || fv->type.dtype != QF_DTYPE_F32 || r->by_ref[fv->id]) continue;
+        r->pairs[r->npairs] = (qz_pair){fv->id, d->id, NULL, 0, false};
+        r->by_ref[fv->id] = r->by_q[d->id] = (uint32_t)++r->npairs;
+    }
+    r->res = qf_calloc((size_t)(r->npairs ? r->npairs : 1), sizeof *r->res);
+    if (!r->res) return QF_ERR_NOMEM;
+    for (int k = 0; k < r->npairs; k++) {
+        r->res[k].name = qz_strdup(ref->values[r->pairs[k].ref_id]->name);
+        if (!r->res[k].name) return QF_ERR_NOMEM;
+    }
+    return QF_OK;
+}
+
+void qf_quant_sqnr_free(qf_quant_sqnr *s, int count)
+{
+    for (int i = 0; s && i < count; i++) qf_free(s[i].name);
+    qf_free(s);
+}
+
+qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_tensor *const *data, int ndata, int64_t batch,
+                                int64_t max_samples, qf_quant_sqnr **out, int *count)
+{
+    *out = NULL;
+    *count = 0;
+    if (ndata < 1 || ndata > 64) return qf_error(QF_ERR_INVALID, "sqnr: %d inputs", ndata);
+    int64_t n = data[0]->ndim >= 1 ? data[0]->dims[0] : 0;
+    if (max_samples > 0 && max_samples < n) n = max_samples;
+    if (batch < 1) batch = 16;
+    qz_sqnr_run r = {0};
+    qf_status st = qz_pairs(ref, q, &r);
+    /* Batch by batch: the reference keeps the batch's activations, then the
+     * quantized model runs the same rows and compares as it goes. */
+    for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
+        int64_t count_b = n - first < batch ? n - first : batch;
+        qf_tensor views[64];
+        const qf_tensor *ptrs[64];
+        for (int i = 0; i < ndata; i++) {
+            const qf_tensor *d = data[i];
+            size_t row = qf_tensor_nbytes(d) / (size_t)d->dims[0];
+            int64_t dims[QF_MAX_DIMS];
+            memcpy(dims, d->dims, sizeof dims);
+            dims[0] = count_b;
+            qf_tensor_view(&views[i], d->dtype, d->ndim, dims, (char *)d->data + (size_t)first * row);
+            ptrs[i] = &views[i];
+        }
+        qf_batch_options bo = {.batch = count_b, .hook = qz_ref_hook, .hook_ud = &r};
+        st = qf_run_batches(ref, ptrs, ndata, &bo);
+        if (st == QF_OK) {
+            bo.hook = qz_q_hook;
+            st = qf_run_batches(q, ptrs, ndata, &bo);
+        }
+    }
+    for (int k = 0; k < r.npairs; k++) {
+        qf_free(r.pairs[k].buf);
+        if (r.res) {
+            qf_quant_sqnr *s = &r.res[k];
+            s->sqnr_db = s->noise > 0.0 ? 10.0 * log10(s->signal / s->noise) : INFINITY;
+        }
+    }
+    qf_free(r.pairs);
+    qf_free(r.by_ref);
+    qf_free(r.by_q);
+    if (st != QF_OK) {
+        qf_quant_sqnr_free(r.res, r.npairs);
+        return st;
+    }
+    *out = r.res;
+    *count = r.npairs;
+    return QF_OK;
+}
