@@ -4,13 +4,14 @@
 #                 the whole suite again under ASan + LSan + UBSan (test-asan)
 #   make demo     install what is missing, build, run qfold on the bundled example
 #   make test-asan  the whole suite under AddressSanitizer + UBSan (build-asan/)
+#   make accuracy full-dataset accuracy of the quantizer (not in CI; docs/ACCURACY.md)
 #   make install  install (PREFIX=/usr/local)
 BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps deps-build test test-asan test-asan-run demo install clean
+.PHONY: all build deps deps-build test test-asan test-asan-run demo accuracy install clean
 
 all: build
 
@@ -44,6 +45,10 @@ test-asan-run:
 demo: deps
 	$(MAKE) build
 	examples/demo.sh $(BUILD)/qfold
+
+accuracy: deps
+	$(MAKE) build
+	scripts/accuracy.sh $(BUILD)/qfold
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -55,7 +55,8 @@ void qf_plan_set_hook(qf_plan *p, qf_plan_hook hook, void *ud);
  * samples first .. first+count-1, the plan's outputs hold them in their
  * first `count` rows. A graph whose batch dimension is fixed runs that size;
  * a short last batch is padded (the extra rows repeat the last sample). The
- * graph's input shapes are restored at the end. */
+ * graph's input shapes are restored at the end and every shape inferred
+ * from them again. */
 typedef qf_status (*qf_batch_fn)(void *ud, int64_t first, int64_t count, const qf_plan *plan);
 typedef struct qf_batch_options {
     int64_t batch;       /* samples per run; 0 = 32 */

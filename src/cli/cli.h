@@ -27,6 +27,7 @@
     X(inspect)             \
     X(run)                 \
     X(fuse)                \
+    X(quantize)            \
     X(eval)                \
     X(passes)
 

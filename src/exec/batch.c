@@ -4,8 +4,8 @@
 #include "qfold/exec.h"
 
 /* The dims every input had before the run (a dynamic batch is -1), put back
- * before each new batch size and at the end, so that the graph is left as
- * it was found. */
+ * before each new batch size and at the end (then every shape is inferred
+ * again), so that the graph is left as it was found. */
 typedef struct batch_state {
     qf_graph *g;
     int64_t (*dims)[QF_MAX_DIMS];
@@ -109,6 +109,12 @@ qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, c
     }
     qf_plan_free(plan);
     batch_restore(&s);
+    /* Every other value's shape follows the inputs' again (an exported
+     * graph must not keep the last batch size in its output shapes). */
+    if (planned) {
+        qf_status ist = qf_graph_infer_shapes(g);
+        if (st == QF_OK) st = ist;
+    }
     for (int i = 0; i < ndata; i++) qf_free(pad[i]);
     qf_free(pad);
     qf_free(s.dims);

@@ -29,3 +29,15 @@ target_compile_options(test_annotate PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_annotate PRIVATE qfold_static)
 add_test(NAME quant_annotate COMMAND test_annotate)
 set_tests_properties(quant_annotate PROPERTIES LABELS "quant" TIMEOUT 60)
+
+# qfold quantize end to end: ONNX checker, ONNX Runtime on every model written,
+# the neutron placement rules in the file, bad input, and accuracy on a slice of
+# Fashion-MNIST against PyTorch FX PTQ.
+if(QF_PYTHON3 AND QF_NODE)
+  foreach(case fashion resnet18 mobilenet_v2 mixed errors accuracy)
+    add_test(NAME quant_quantize_${case}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/quantize_test.py --qfold $<TARGET_FILE:qfold>
+              --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/quantize ${case})
+    set_tests_properties(quant_quantize_${case} PROPERTIES LABELS "quant" TIMEOUT 600)
+  endforeach()
+endif()

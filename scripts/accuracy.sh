@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Full-dataset accuracy (not in CI): the bundled Fashion-MNIST CNN quantized by
+# qfold with both targets and by PyTorch 1.13 FX PTQ with the same scheme and
+# calibration data, evaluated on the whole test set (10,000 images).
+#   scripts/accuracy.sh [QFOLD_BINARY]      (make accuracy)
+# Prints a Markdown table (docs/ACCURACY.md holds the last one).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+qfold=${1:-$root/build/qfold}
+py=/usr/bin/python3
+out=$root/out/accuracy
+mkdir -p "$out"
+model=$root/examples/fashion_mnist/fashion_cnn.onnx
+$py "$root/examples/fashion_mnist/make_data.py" "$out" --calib 512 --test 10000
+echo "| target | calibration | float top-1 | qfold int8 top-1 | PyTorch FX PTQ int8 top-1 | qfold vs float agreement |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for target in neutron generic; do
+  "$qfold" quantize "$model" -o "$out/fashion_cnn.$target.onnx" --calib "$out/calib.npy" --target "$target" \
+    --report "$out/fashion_cnn.$target.json" > /dev/null
+  q=$("$qfold" eval "$model" --compare "$out/fashion_cnn.$target.onnx" --data "$out/test.npy" \
+        --labels "$out/test_labels.npy" --json)
+  fx=$($py "$root/tests/ref/fx_ptq.py" --state "$root/examples/fashion_mnist/fashion_cnn.pt" --data "$out" \
+        --scheme "$target" 2>/dev/null | tail -1)
+  $py - "$target" "$q" "$fx" <<'PY'
+import json, sys
+target, q, fx = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+f, i = q["models"][0]["top1"], q["models"][1]["top1"]
+print("| %s | 512 train images | %.2f %% | %.2f %% | %.2f %% | %.2f %% |"
+      % (target, 100 * f, 100 * i, 100 * fx["int8_top1"], 100 * q["top1_agreement"]))
+PY
+done

@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""Tests of `qfold quantize` (registered by tests/quant/quant.cmake).
+
+    quantize_test.py --qfold BIN --root DIR --work DIR CASE
+
+Each CASE is one ctest. Every quantized model must pass onnx.checker and run
+in ONNX Runtime; qfold's run of the QDQ model (Q/DQ computed in float, as
+written) is compared with ONNX Runtime's run of the same file.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+ARGS = None
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+def work(name):
+    return os.path.join(ARGS.work, name)
+
+
+def root(*parts):
+    return os.path.join(ARGS.root, *parts)
+
+
+def qfold(*argv, expect=0):
+    cmd = [ARGS.qfold] + [str(a) for a in argv]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if p.returncode != expect:
+        raise Fail("`%s` exited %d, expected %d\nstdout:\n%s\nstderr:\n%s"
+                   % (" ".join(cmd), p.returncode, expect, p.stdout, p.stderr))
+    return p.stdout, p.stderr
+
+
+def one_error_line(err, *needles):
+    line = err.strip().splitlines()[0] if err.strip() else ""
+    check(line.startswith("qfold: "), "stderr does not start with 'qfold: ':\n" + err)
+    for n in needles:
+        check(n in line, "error line lacks %r:\n%s" % (n, err))
+
+
+def ort_run(model, x):
+    """ONNX Runtime's outputs of `model` on x (tests/ref/ort_run.js, optimizations off)."""
+    np.save(work("ort_in.npy"), x)
+    out = work("ort_out")
+    os.makedirs(out, exist_ok=True)
+    p = subprocess.run(["node", root("tests", "ref", "ort_run.js"), model, out, work("ort_in.npy")],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "ONNX Runtime could not run %s:\n%s" % (model, p.stderr))
+    return np.load(os.path.join(out, "out0.npy"))
+
+
+def qfold_run(model, x):
+    np.save(work("q_in.npy"), x)
+    qfold("run", model, "-i", work("q_in.npy"), "-o", work("q_out.npy"))
+    return np.load(work("q_out.npy"))
+
+
+def output_scale(model):
+    """The scale of the DequantizeLinear that produces the model's first output."""
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(model)
+    inits = {i.name: i for i in m.graph.initializer}
+    name = m.graph.output[0].name
+    dq = [n for n in m.graph.node if name in n.output][0]
+    check(dq.op_type == "DequantizeLinear", "output '%s' comes from %s, not DequantizeLinear" % (name, dq.op_type))
+    return float(numpy_helper.to_array(inits[dq.input[1]]))
+
+
+def lsb_agreement(model, x, within_1, max_lsb):
+    """qfold vs ONNX Runtime on the quantized model: the fraction of output
+    elements within 1 LSB of the output scale, and the largest difference."""
+    a, b = ort_run(model, x), qfold_run(model, x)
+    s = output_scale(model)
+    d = np.abs(a.astype(np.float64) - b) / s
+    frac = float((d <= 1.0 + 1e-4).mean())
+    check(frac >= within_1 and d.max() <= max_lsb + 1e-4,
+          "%s: %.4f%% of outputs within 1 LSB (want >= %.2f%%), max %.2f LSB (want <= %d)"
+          % (model, 100 * frac, 100 * within_1, d.max(), max_lsb))
+    return frac, float(d.max())
+
+
+def checker(model):
+    import onnx
+    m = onnx.load(model)
+    onnx.checker.check_model(m)
+    check(max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx")) >= 13, "opset below 13")
+    return m
+
+
+def quantize(model, out, calib, *extra):
+    report = out + ".json"
+    stdout, _ = qfold("quantize", model, "-o", out, "--calib", calib, "--report", report, *extra)
+    with open(report) as f:
+        return stdout, json.load(f)
+
+
+def fashion_calib(n, seed):
+    """Images shaped as Fashion-MNIST's: blurred blobs in [0, 1] (not real data)."""
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, 1, 28, 28), dtype=np.float32) ** 3
+    return x
+
+
+# --- cases -------------------------------------------------------------------------
+
+def case_fashion():
+    """Both targets on the bundled CNN: checker, ORT, what is quantized how."""
+    model = root("examples", "fashion_mnist", "fashion_cnn.onnx")
+    np.save(work("calib.npy"), fashion_calib(64, 1))
+    x = fashion_calib(100, 2)
+    for target in ("neutron", "generic"):
+        out = work("fq_%s.onnx" % target)
+        stdout, rep = quantize(model, out, work("calib.npy"), "--target", target, "--batch", "16")
+        m = checker(out)
+        lsb_agreement(out, x, 0.999, 1)
+        check("target %s, 64 calibration samples" % target in stdout, "summary:\n" + stdout)
+        kinds = [t["kind"] for t in rep["tensors"]]
+        check(kinds.count("weight") == 7 and kinds.count("bias") == 7, "tensors: %r" % kinds)
+        check(rep["counts"]["left_float"] == 0 and rep["calibration"]["samples"] == 64, "report: %r" % rep["counts"])
+        # Conv weights per channel; the Linear (Gemm) weights per tensor in
+        # neutron, per channel in generic.
+        weights = {t["name"]: t for t in rep["tensors"] if t["kind"] == "weight"}
+        for name, t in weights.items():
+            per_channel = isinstance(t["scale"], list)
+            is_fc = "head" in name
+            check(per_channel == (not is_fc or target == "generic"),
+                  "%s weight %s: scale %r" % (target, name, t["scale"]))
+        # Activations: int8, neutron's scale floor 2^-12.
+        for t in rep["tensors"]:
+            if t["kind"] in ("activation", "shared"):
+                check(-128 <= t["zero_point"] <= 127, "zero point %r" % t)
+                if target == "neutron":
+                    check(t["scale"] >= 2 ** -12, "scale below 2^-12: %r" % t)
+        # No QuantizeLinear between a Conv / Gemm and the Relu after it.
+        producer = {o: n for n in m.graph.node for o in n.output}
+        for n in m.graph.node:
+            if n.op_type == "Relu":
+                check(producer[n.input[0]].op_type in ("Conv", "Gemm"),
+                      "Relu %s reads %s, not its Conv / Gemm" % (n.name, producer[n.input[0]].op_type))
+        check(all(s["db"] is None or s["db"] > 5 for s in rep["sqnr_db"]) and len(rep["sqnr_db"]) >= 10,
+              "sqnr: %r" % rep["sqnr_db"])
+
+
+def torchvision_model(name):
+    import torch
+    import torchvision
+    sys.path.insert(0, root("tests", "ref"))
+    from qfref import randomize_bn
+    torch.manual_seed(0)
+    m = getattr(torchvision.models, name)(weights=None)
+    randomize_bn(m, torch.Generator().manual_seed(0))
+    m.eval()
+    path = work(name + ".onnx")
+    torch.onnx.export(m, torch.zeros(1, 3, 224, 224), path, opset_version=13,
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    return path
+
+
+def case_resnet18():
+    """resnet18 (random BN): every Conv+BN folded and quantized; qfold and
+    ORT agree on the QDQ model. In float simulation (Q/DQ as written) the
+    two round differently where a float sum lands on a rounding edge; the
+    differences add up over 20 layers: >= 99 % of the logits within 1 LSB."""
+    model = torchvision_model("resnet18")
+    rng = np.random.default_rng(3)
+    np.save(work("calib.npy"), rng.standard_normal((4, 3, 224, 224)).astype(np.float32))
+    stdout, rep = quantize(model, work("q.onnx"), work("calib.npy"), "--batch", "2")
+    checker(work("q.onnx"))
+    check(rep["counts"]["weights"] == 21 and rep["counts"]["biases"] == 21 and rep["counts"]["left_float"] == 0,
+          "resnet18 counts %r" % rep["counts"])
+    check(rep["passes"][0]["pass"] == "canonicalize", "the ptq passes are not in the report")
+    lsb_agreement(work("q.onnx"), rng.standard_normal((2, 3, 224, 224)).astype(np.float32), 0.99, 3)
+
+
+def case_mobilenet_v2():
+    model = torchvision_model("mobilenet_v2")
+    rng = np.random.default_rng(4)
+    np.save(work("calib.npy"), rng.standard_normal((4, 3, 224, 224)).astype(np.float32))
+    _, rep = quantize(model, work("q.onnx"), work("calib.npy"), "--target", "generic", "--batch", "4")
+    checker(work("q.onnx"))
+    check(rep["counts"]["weights"] == 53 and rep["counts"]["left_float"] == 0, "mobilenet_v2 counts %r" % rep["counts"])
+    lsb_agreement(work("q.onnx"), rng.standard_normal((2, 3, 224, 224)).astype(np.float32), 0.99, 3)
+
+
+def case_mixed():
+    """ConvTranspose, Gemm, Concat, MaxPool, GlobalAveragePool, Add, Sigmoid,
+    Softmax in one model: the placement rules of neutron, checked in the file."""
+    import onnx
+    import torch
+    import torch.nn as nn
+    from onnx import numpy_helper
+
+    class Mixed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.bn1 = nn.BatchNorm2d(8)
+            self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+            self.c2 = nn.Conv2d(3, 4, 3, padding=1)
+            self.fc = nn.Linear(8, 5)
+
+        def forward(self, x):
+            a = torch.relu(self.bn1(self.c1(x)))
+            a = nn.functional.max_pool2d(a, 2)
+            u = self.up(a)
+            b = torch.sigmoid(self.c2(x))
+            c = torch.cat([u, b], 1) + 0.5
+            g = torch.flatten(nn.functional.adaptive_avg_pool2d(c, 1), 1)
+            return torch.softmax(self.fc(g), 1)
+
+    torch.manual_seed(5)
+    net = Mixed()
+    with torch.no_grad():
+        net.bn1.running_mean.uniform_(-0.5, 0.5)
+        net.bn1.running_var.uniform_(0.5, 2.0)
+        net.bn1.weight.uniform_(-1.5, 1.5)
+        net.bn1.bias.uniform_(-0.5, 0.5)
+    net.eval()
+    model = work("mixed.onnx")
+    torch.onnx.export(net, torch.zeros(1, 3, 16, 16), model, opset_version=13,
+                      training=torch.onnx.TrainingMode.PRESERVE, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    rng = np.random.default_rng(6)
+    np.save(work("calib.npy"), rng.standard_normal((16, 3, 16, 16)).astype(np.float32))
+    _, rep = quantize(model, work("q.onnx"), work("calib.npy"))
+    m = checker(work("q.onnx"))
+    lsb_agreement(work("q.onnx"), rng.standard_normal((8, 3, 16, 16)).astype(np.float32), 0.999, 1)
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    producer = {o: n for n in m.graph.node for o in n.output}
+    by_kind = {}
+    for t in rep["tensors"]:
+        by_kind.setdefault(t["kind"], []).append(t)
+    # Softmax and Sigmoid outputs at 1/256, zero point -128.
+    fixed = by_kind.get("fixed", [])
+    check(len(fixed) == 2 and all(t["scale"] == 1 / 256 and t["zero_point"] == -128 for t in fixed),
+          "fixed: %r" % fixed)
+    # ConvTranspose weight: per channel on axis 1.
+    for n in m.graph.node:
+        if n.op_type == "ConvTranspose":
+            dq = producer[n.input[1]]
+            axis = [a.i for a in dq.attribute if a.name == "axis"]
+            check(dq.op_type == "DequantizeLinear" and axis == [1] and inits[dq.input[1]].shape == (4,),
+                  "ConvTranspose weight DQ: %s axis %r" % (dq.op_type, axis))
+    # The pool shares the ReLU's qparams; the concat the first input's; the
+    # global average pool its input's (neutron).
+    shared = {t["name"]: t["shares"] for t in by_kind.get("shared", [])}
+    check(len(shared) >= 4, "shared: %r" % shared)
+    # Bias int32 with scale s_in * s_w.
+    for n in m.graph.node:
+        if n.op_type == "Conv" and len(n.input) > 2:
+            dq_b, dq_w, dq_x = producer[n.input[2]], producer[n.input[1]], producer[n.input[0]]
+            sb, sw, sx = inits[dq_b.input[1]], inits[dq_w.input[1]], inits[dq_x.input[1]]
+            check(inits[dq_b.input[0]].dtype == np.int32 and np.array_equal(sb, (sx * sw).astype(np.float32)),
+                  "bias scale of %s is not s_in * s_w" % n.name)
+
+
+def case_errors():
+    model = root("examples", "fashion_mnist", "fashion_cnn.onnx")
+    out = work("o.onnx")
+    np.save(work("good.npy"), fashion_calib(4, 7))
+    np.save(work("shape.npy"), np.zeros((4, 1, 27, 28), np.float32))
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("shape.npy"), expect=2)
+    one_error_line(err, "shape.npy", "input 'image'", "[?, 1, 28, 28]", "[4, 1, 27, 28]")
+    np.save(work("dtype.npy"), np.zeros((4, 1, 28, 28), np.float64))
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("dtype.npy"), expect=2)
+    one_error_line(err, "dtype.npy", "float32", "float64")
+    np.save(work("empty.npy"), np.zeros((0, 1, 28, 28), np.float32))
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("empty.npy"), expect=2)
+    one_error_line(err, "empty.npy", "no samples")
+    x = fashion_calib(4, 8)
+    x[2, 0, 5, 5] = np.nan
+    np.save(work("nan.npy"), x)
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("nan.npy"), expect=2)
+    one_error_line(err, "nan.npy", "NaN")
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("good.npy"), "--calib", work("good.npy"), expect=2)
+    one_error_line(err, "1 input", "got 2")
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("good.npy"), "--target", "tpu", expect=2)
+    one_error_line(err, "unknown --target 'tpu'", "neutron")
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("good.npy"), "--set", "reduction-scale=big",
+                   expect=2)
+    one_error_line(err, "reduction-scale takes own|shared")
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("good.npy"), "--set", "colour=blue", expect=2)
+    one_error_line(err, "unknown key 'colour'")
+    _, err = qfold("quantize", model, "-o", model, "--calib", work("good.npy"), expect=2)
+    one_error_line(err, "refusing to overwrite")
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("good.npy"), "--report", work("good.npy"), expect=2)
+    one_error_line(err, "calibration data")
+    _, err = qfold("quantize", model, "-o", out, expect=2)
+    one_error_line(err, "no calibration data")
+    check(not os.path.exists(out), "a failed quantize left %s" % out)
+    # An already quantized model is refused, by name.
+    qfold("quantize", model, "-o", work("q.onnx"), "--calib", work("good.npy"))
+    _, err = qfold("quantize", work("q.onnx"), "-o", out, "--calib", work("good.npy"), expect=2)
+    one_error_line(err, "already quantized")
+    # NaN weights: refused naming the node that reads them, nothing written.
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(model)
+    conv = [n for n in m.graph.node if n.op_type == "Conv"][1]
+    for init in m.graph.initializer:
+        if init.name == conv.input[1]:
+            w = numpy_helper.to_array(init).copy()
+            w.flat[3] = np.nan
+            init.CopyFrom(numpy_helper.from_array(w, init.name))
+    onnx.save(m, work("nanw.onnx"))
+    _, err = qfold("quantize", work("nanw.onnx"), "-o", out, "--calib", work("good.npy"), "--report",
+                   work("r.json"), expect=2)
+    one_error_line(err, "NaN")
+    check(not os.path.exists(out) and not os.path.exists(work("r.json")), "a failed quantize left a file")
+
+
+def case_accuracy():
+    """Fashion-MNIST (a slice of the real data: 256 calibration, 2000 test
+    images): int8 top-1 within 1.0 point of float, for both targets, and not
+    below PyTorch 1.13 FX PTQ with the same scheme and calibration data."""
+    data = work("data")
+    subprocess.run([sys.executable, root("examples", "fashion_mnist", "make_data.py"), data, "--calib", "256",
+                    "--test", "2000"], check=True, timeout=300)
+    model = root("examples", "fashion_mnist", "fashion_cnn.onnx")
+    for target in ("neutron", "generic"):
+        out = work("q_%s.onnx" % target)
+        qfold("quantize", model, "-o", out, "--calib", os.path.join(data, "calib.npy"), "--target", target)
+        r, _ = qfold("eval", model, "--compare", out, "--data", os.path.join(data, "test.npy"), "--labels",
+                     os.path.join(data, "test_labels.npy"), "--json")
+        r = json.loads(r)
+        fl, q = r["models"][0]["top1"], r["models"][1]["top1"]
+        p = subprocess.run([sys.executable, root("tests", "ref", "fx_ptq.py"), "--state",
+                            root("examples", "fashion_mnist", "fashion_cnn.pt"), "--data", data, "--scheme", target],
+                           capture_output=True, text=True, timeout=600)
+        check(p.returncode == 0, "fx_ptq.py failed:\n" + p.stderr)
+        fx = json.loads(p.stdout.strip().splitlines()[-1])
+        print("%s: float %.4f, qfold int8 %.4f, torch FX int8 %.4f" % (target, fl, q, fx["int8_top1"]))
+        check(abs(fx["float_top1"] - fl) < 1e-9, "float top-1 differs from torch's: %r vs %r" % (fl, fx))
+        check(fl - q <= 0.01, "%s: int8 top-1 %.4f is more than 1 point below float %.4f" % (target, q, fl))
+        check(q >= fx["int8_top1"], "%s: qfold int8 top-1 %.4f below PyTorch FX PTQ's %.4f" % (target, q, fx["int8_top1"]))
+
+
+def main():
+    global ARGS
+    cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--qfold", required=True)
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("case", choices=sorted(cases))
+    ARGS = ap.parse_args()
+    ARGS.work = os.path.join(ARGS.work, ARGS.case)
+    os.makedirs(ARGS.work, exist_ok=True)
+    try:
+        cases[ARGS.case]()
+    except Fail as e:
+        print("FAIL quantize %s: %s" % (ARGS.case, e))
+        return 1
+    print("ok quantize %s" % ARGS.case)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
