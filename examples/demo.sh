@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The bundled example end to end: describe the model, run it with qfold's
-# reference executor, compare with PyTorch's output.
+# The bundled examples end to end: describe the small CNN, run it with qfold's
+# reference executor and compare with PyTorch's output, fold its BatchNorms;
+# then the post-training path on a model trained on Fashion-MNIST: fuse,
+# quantize to int8 for the Neutron NPU, and evaluate float vs int8.
 #   examples/demo.sh [QFOLD_BINARY]       (default: build/qfold)
 # Files it writes go to out/demo/ (git-ignored): the output and a DOT graph.
 set -euo pipefail
@@ -82,6 +84,30 @@ if "$qfold" help fuse >/dev/null 2>&1; then
   compare "$out/logits_fused.npy" "fused model"
   summary+=("'qfold fuse': $(bn_count "$out/tiny_cnn_fused.onnx") BatchNormalization nodes left; the folded model $agree")
   files="$files, $out/tiny_cnn_fused.onnx, $out/fuse_report.json"
+fi
+
+# The post-training path on the Fashion-MNIST CNN (Debian's dataset-fashion-mnist,
+# installed by scripts/deps.sh): fold, quantize for Neutron, evaluate on the
+# 10,000 test images.
+fm=examples/fashion_mnist
+if "$qfold" help quantize >/dev/null 2>&1 && $have_numpy && [ -d /usr/share/datasets/fashion-mnist ]; then
+  echo
+  echo "Fashion-MNIST: calibration (512 training images) and test (10,000 images) slices as .npy"
+  "$py" "$fm/make_data.py" "$out/fashion" --calib 512 --test 10000
+  step "$qfold" fuse "$fm/fashion_cnn.onnx" -o "$out/fashion_fused.onnx" --verify
+  step "$qfold" quantize "$out/fashion_fused.onnx" -o "$out/fashion_int8.onnx" --calib "$out/fashion/calib.npy" \
+       --target neutron --report "$out/quantize_report.json"
+  step "$qfold" eval "$out/fashion_fused.onnx" --compare "$out/fashion_int8.onnx" \
+       --data "$out/fashion/test.npy" --labels "$out/fashion/test_labels.npy"
+  acc=$("$qfold" eval "$out/fashion_fused.onnx" --compare "$out/fashion_int8.onnx" \
+        --data "$out/fashion/test.npy" --labels "$out/fashion/test_labels.npy" --json)
+  summary+=("$("$py" -c '
+import json, sys
+r = json.loads(sys.argv[1])
+f, q = r["models"][0]["top1"], r["models"][1]["top1"]
+print("Fashion-MNIST: float top-1 %.2f %%, int8 (neutron) %.2f %%, top-1 agreement %.2f %%"
+      % (100 * f, 100 * q, 100 * r["top1_agreement"]))' "$acc")")
+  files="$files, $out/fashion_int8.onnx, $out/quantize_report.json"
 fi
 
 echo
