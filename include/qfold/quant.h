@@ -251,6 +251,8 @@ typedef struct qf_quant_tensor {
     int32_t zero_point;      /* activations (weights and biases: 0) */
     float min, max;          /* activations: the observed range the qparams come from */
     char *shares;            /* SHARE: the tensor whose qparams it has */
+    char *node;              /* weights and biases: the node that reads it */
+    int zero_channels;       /* weights: channels (or the whole tensor) that are all zero */
 } qf_quant_tensor;
 
 /* --- convert to QDQ ------------------------------------------------------------
@@ -267,7 +269,7 @@ typedef struct qf_quant_convert_stats {
     int activations;    /* Q/DQ pairs inserted */
     int weights;        /* weights quantized */
     int biases;         /* biases quantized */
-    int zero_weights;   /* weights (or weight channels) that are all zero */
+    int zero_weights;   /* weight tensors with an all-zero channel (or all zero) */
 } qf_quant_convert_stats;
 
 /* tensors (may be NULL): every tensor quantized, appended as the report

@@ -207,7 +207,15 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
     printf("qfold quantize: %s -> %s (target %s, %s calibration samples)\n", qa->in, qa->out, p->name,
            qf_cli_thousands(r->samples, num, sizeof num));
     printf("  quantized   %d activations, %d weights, %d biases\n", c->activations, c->weights, c->biases);
-    if (c->zero_weights) printf("  note        %d weight tensors or channels are all zero\n", c->zero_weights);
+    for (int i = 0; i < r->ntensors; i++) {
+        const qf_quant_tensor *t = &r->tensors[i];
+        if (t->kind != QF_QSPEC_WEIGHT || !t->zero_channels) continue;
+        if (t->zero_channels == t->nch)
+            printf("  note        weight '%s' of node '%s' is all zero\n", t->name, t->node ? t->node : "?");
+        else
+            printf("  note        weight '%s' of node '%s': %d of %d channels are all zero\n", t->name,
+                   t->node ? t->node : "?", t->zero_channels, t->nch);
+    }
     printf("  left float  %d op%s\n", r->nleft_float, r->nleft_float == 1 ? "" : "s");
     for (int i = 0; i < r->nleft_float && i < 10; i++)
         printf("    %s '%s': %s\n", r->left_float[i].op, r->left_float[i].name, r->left_float[i].reason);
@@ -275,6 +283,11 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
             qf_strbuf_puts(b, ", \"shares\": ");
             qf_strbuf_json_string(b, t->shares);
         }
+        if (t->node) {
+            qf_strbuf_puts(b, ", \"node\": ");
+            qf_strbuf_json_string(b, t->node);
+        }
+        if (t->kind == QF_QSPEC_WEIGHT) qf_strbuf_printf(b, ", \"zero_channels\": %d", t->zero_channels);
         qf_strbuf_puts(b, "}");
     }
     qf_strbuf_puts(b, "],\n  \"left_float\": [");

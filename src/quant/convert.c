@@ -36,7 +36,7 @@ static char *dup_str(const char *s)
 
 /* Append one tensor (scale copied); a NULL recorder records nothing. */
 static qf_status record(recorder *r, const char *name, qf_qspec_kind kind, const float *scale, int nch, int32_t zp,
-                        float min, float max, const char *shares)
+                        float min, float max, const char *shares, const qf_node *reader, int zero_channels)
 {
     if (!r || !r->list) return QF_OK;
     if (*r->n == r->cap) {
@@ -51,12 +51,15 @@ static qf_status record(recorder *r, const char *name, qf_qspec_kind kind, const
     t->name = dup_str(name);
     t->scale = qf_malloc(sizeof *t->scale * (size_t)(nch ? nch : 1));
     t->shares = shares ? dup_str(shares) : NULL;
-    if (!t->name || !t->scale || (shares && !t->shares)) {
+    t->node = reader ? dup_str(reader->name) : NULL;
+    if (!t->name || !t->scale || (shares && !t->shares) || (reader && !t->node)) {
         qf_free(t->name);
         qf_free(t->scale);
         qf_free(t->shares);
+        qf_free(t->node);
         return QF_ERR_NOMEM;
     }
+    t->zero_channels = zero_channels;
     (*r->n)++;
     t->kind = kind;
     t->nch = nch;
@@ -167,6 +170,7 @@ static qf_status convert_weight(qf_graph *g, qf_value *w, const qf_qspec *s, flo
     float *scale = qf_malloc(sizeof *scale * (size_t)l.channels);
     if (!scale) return QF_ERR_NOMEM;
     const float *d = w->type.data;
+    int zero = 0;
     for (int64_t c = 0; c < l.channels; c++) {
         float mn = INFINITY, mx = -INFINITY;
         for (int64_t o = 0; o < l.outer; o++)
@@ -176,7 +180,7 @@ static qf_status convert_weight(qf_graph *g, qf_value *w, const qf_qspec *s, flo
                 mx = v > mx ? v : mx;
             }
         if (l.outer * l.inner == 0) mn = mx = 0.0f;
-        if (mn == 0.0f && mx == 0.0f) stats->zero_weights++;
+        if (mn == 0.0f && mx == 0.0f) zero++;
         scale[c] = qf_qparams_from_range(mn, mx, s->format.scheme, s->format.qmin, s->format.qmax, FLT_EPSILON).scale;
     }
     qf_tensor q;
@@ -195,7 +199,10 @@ static qf_status convert_weight(qf_graph *g, qf_value *w, const qf_qspec *s, flo
     wscale[w->id] = scale;
     wn[w->id] = l.channels;
     stats->weights++;
-    st = record(rec, w->name, QF_QSPEC_WEIGHT, scale, (int)l.channels, 0, 0.0f, 0.0f, NULL);
+    /* All-zero weights quantize exactly (to zeros, at the smallest scale),
+     * but a layer that computes nothing is worth a line in the report. */
+    if (zero) stats->zero_weights++;
+    st = record(rec, w->name, QF_QSPEC_WEIGHT, scale, (int)l.channels, 0, 0.0f, 0.0f, NULL, reader_of(w), zero);
     if (st != QF_OK) {
         qf_tensor_free(&q);
         return st;
@@ -232,7 +239,7 @@ static qf_status convert_bias(qf_graph *g, qf_value *b, const qf_qspec *s, const
     stats->biases++;
     /* per-tensor weight: one scale for the whole bias */
     int64_t ns = nw == 1 ? 1 : n;
-    st = record(rec, b->name, QF_QSPEC_BIAS, scale, (int)ns, 0, 0.0f, 0.0f, NULL);
+    st = record(rec, b->name, QF_QSPEC_BIAS, scale, (int)ns, 0, 0.0f, 0.0f, NULL, reader_of(b), 0);
     if (st != QF_OK) {
         qf_free(scale);
         qf_tensor_free(&q);
@@ -253,7 +260,7 @@ static qf_status convert_activation(qf_graph *g, qf_value *v, const qf_qspec *s,
     float mn = 0.0f, mx = 0.0f;
     QF_TRY(qf_quant_calib_range(cal, v->id, &mn, &mx));
     QF_TRY(record(rec, v->name, s->kind, &qp->scale, 1, qp->zero_point, mn, mx,
-                  s->kind == QF_QSPEC_SHARE ? g->values[s->share]->name : NULL));
+                  s->kind == QF_QSPEC_SHARE ? g->values[s->share]->name : NULL, NULL, 0));
     qf_value *vs, *vz;
     QF_TRY(add_qparams(g, base, &qp->scale, QF_DTYPE_I8, 1, true, &qp->zero_point, &vs, &vz));
     snprintf(name, sizeof name, "%s_QuantizeLinear", base);

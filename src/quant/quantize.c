@@ -72,6 +72,7 @@ void qf_quantize_result_free(qf_quantize_result *r)
         qf_free(r->tensors[i].name);
         qf_free(r->tensors[i].scale);
         qf_free(r->tensors[i].shares);
+        qf_free(r->tensors[i].node);
     }
     qf_free(r->tensors);
     for (int i = 0; i < r->nleft_float; i++) {

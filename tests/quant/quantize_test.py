@@ -324,6 +324,31 @@ def case_errors():
     check(not os.path.exists(out) and not os.path.exists(work("r.json")), "a failed quantize left a file")
 
 
+def case_zero_weights():
+    """All-zero weights quantize (to zeros) and are named, with their node."""
+    import onnx
+    from onnx import numpy_helper
+    model = root("examples", "fashion_mnist", "fashion_cnn.onnx")
+    m = onnx.load(model)
+    convs = [n for n in m.graph.node if n.op_type == "Conv"]
+    inits = {i.name: i for i in m.graph.initializer}
+    w0 = numpy_helper.to_array(inits[convs[0].input[1]]).copy()
+    w0[:] = 0
+    inits[convs[0].input[1]].CopyFrom(numpy_helper.from_array(w0, convs[0].input[1]))
+    w2 = numpy_helper.to_array(inits[convs[2].input[1]]).copy()
+    w2[3] = 0
+    inits[convs[2].input[1]].CopyFrom(numpy_helper.from_array(w2, convs[2].input[1]))
+    onnx.save(m, work("zero.onnx"))
+    np.save(work("calib.npy"), fashion_calib(8, 9))
+    stdout, rep = quantize(work("zero.onnx"), work("q.onnx"), work("calib.npy"))
+    checker(work("q.onnx"))
+    check("of node '%s' is all zero" % convs[0].name in stdout, "summary:\n" + stdout)
+    check("of node '%s': 1 of %d channels are all zero" % (convs[2].name, w2.shape[0]) in stdout,
+          "summary:\n" + stdout)
+    zero = {t["node"]: t["zero_channels"] for t in rep["tensors"] if t["kind"] == "weight"}
+    check(zero[convs[0].name] == w0.shape[0] and zero[convs[2].name] == 1, "report zero_channels %r" % zero)
+
+
 def case_accuracy():
     """Fashion-MNIST (a slice of the real data: 256 calibration, 2000 test
     images): int8 top-1 within 1.0 point of float, for both targets, and not
