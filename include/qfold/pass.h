@@ -43,6 +43,8 @@ typedef struct qf_pass_options {
     bool verify;          /* run qf_graph_verify after every pass (always on in tests) */
     bool fixpoint;        /* repeat the list until no pass changes the graph */
     int max_iterations;   /* fixpoint bound; 0 = 8 */
+    void *user;           /* handed to every pass (qf_pass_user): a layer's session state, e.g. the
+                           * quantizer's profile and calibration; NULL for the built-in passes */
 } qf_pass_options;
 
 /* What a rewrite did to the node it names, so a caller can total the
@@ -87,6 +89,14 @@ typedef struct qf_pass_report {
 } qf_pass_report;
 
 /* Registry. */
+/* Register passes and pipelines of a layer above passes (quant, train), so
+ * that they run by name and `qfold passes` lists them. Idempotent for the
+ * same objects; QF_ERR_INVALID for a name taken by another. Call it before
+ * running passes on other threads (registration locks, lookups do not). */
+qf_status qf_pass_register(const qf_pass *const *passes, int npasses, const qf_pipeline *const *pipelines,
+                           int npipelines);
+/* The options' `user` pointer, for a pass that needs session state. */
+void *qf_pass_user(const qf_pass_ctx *ctx);
 const qf_pass *qf_pass_find(const char *name);
 const qf_pass *const *qf_pass_list(int *count);
 const qf_pipeline *qf_pipeline_find(const char *name);

@@ -25,6 +25,7 @@
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "qfold/op.h"
+#include "qfold/pass.h"
 #include "qfold/status.h"
 #include "qfold/tensor.h"
 
@@ -277,6 +278,24 @@ typedef struct qf_quant_convert_stats {
 qf_status qf_quant_convert(qf_graph *g, const qf_quant_annotation *a, const qf_quant_calib *c,
                            qf_quant_convert_stats *stats, qf_quant_tensor **tensors, int *ntensors);
 
+/* --- as passes ------------------------------------------------------------------
+ *
+ * quant_annotate and quant_convert are passes of the pass manager (pipelines
+ * quantize_prepare and quantize_convert), so the verifier runs after them and
+ * their report lists what they did and what they left in float. Their state
+ * travels in qf_pass_options.user as a qf_quant_session. */
+typedef struct qf_quant_session {
+    const qf_quant_profile *profile;     /* in: the target */
+    qf_quant_annotation *annotation;     /* set by quant_annotate (owned by the session) */
+    qf_quant_calib *calib;               /* in, for quant_convert: calibrated (owned by the session) */
+    qf_quant_convert_stats stats;        /* set by quant_convert */
+    qf_quant_tensor *tensors;            /* appended by quant_convert */
+    int ntensors;
+} qf_quant_session;
+
+/* Register the quant passes and pipelines (idempotent); qf_quantize does it. */
+qf_status qf_quant_register_passes(void);
+
 /* --- the whole post-training quantization ------------------------------------
  *
  * Annotate g for the profile, calibrate on `data` (one tensor per graph
@@ -299,6 +318,7 @@ typedef struct qf_quant_float_node {
 
 typedef struct qf_quantize_result {
     int64_t samples;               /* calibration samples seen */
+    qf_pass_report *prepare, *convert; /* the two pipelines' reports */
     qf_quant_tensor *tensors;
     int ntensors;
     qf_quant_float_node *left_float; /* ops left in float, with the reason */

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "qfold/pass.h"
+#include "qfold/quant.h"
 
 static int qf_cli_passes(int argc, char **argv)
 {
@@ -10,6 +11,9 @@ static int qf_cli_passes(int argc, char **argv)
     while (qf_cli_args_next(&a)) return qf_cli_args_unknown(&a);
     if (a.failed) return QF_EXIT_USAGE;
 
+    /* The quantizer's passes join the list (they run inside `qfold quantize`). */
+    qf_status st = qf_quant_register_passes();
+    if (st != QF_OK) return qf_cli_fail(st);
     int np, nl;
     const qf_pass *const *ps = qf_pass_list(&np);
     const qf_pipeline *const *pl = qf_pipeline_list(&nl);

@@ -301,7 +301,20 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
         qf_strbuf_json_string(b, r->left_float[i].reason);
         qf_strbuf_puts(b, "}");
     }
-    qf_strbuf_puts(b, "],\n  \"sqnr_db\": [");
+    qf_strbuf_puts(b, "]");
+    /* The quantizer's own pipelines, as the passes' report is (the top level
+     * of the report is the ptq pipeline's). */
+    const qf_pass_report *reps[2] = {r->prepare, r->convert};
+    const char *names[2] = {"quantize_prepare", "quantize_convert"};
+    for (int k = 0; k < 2; k++) {
+        char *text = NULL;
+        size_t len = 0;
+        qf_strbuf_printf(b, ",\n  \"%s\": ", names[k]);
+        if (reps[k] && qf_pass_report_json(reps[k], NULL, &text, &len) == QF_OK) qf_strbuf_append(b, text, len);
+        else qf_strbuf_puts(b, "null");
+        qf_free(text);
+    }
+    qf_strbuf_puts(b, ",\n  \"sqnr_db\": [");
     for (int i = 0; i < s->nsqnr; i++) {
         qf_strbuf_puts(b, i ? ",\n    {\"value\": " : "\n    {\"value\": ");
         qf_strbuf_json_string(b, s->sqnr[i].name);

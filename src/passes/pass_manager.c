@@ -5,6 +5,7 @@
  * The report owns every string it holds (node names, reasons, details) in
  * one arena, so it stays valid after the graph is changed or freed. */
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -24,7 +25,7 @@ extern const qf_pass qf_pass_decompose_batch_norm;
 extern const qf_pass qf_pass_dce;
 extern const qf_pass qf_pass_fold_constants;
 
-static const qf_pass *const qf_passes[] = {
+static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_fold_constants,
     &qf_pass_canonicalize,
     &qf_pass_fuse_batch_norm,
@@ -44,34 +45,99 @@ static const qf_pipeline qf_pipeline_ptq = {
     .passes = qf_ptq_passes,
 };
 
-static const qf_pipeline *const qf_pipelines[] = {&qf_pipeline_ptq};
-
 #define QF_COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+#define QF_MAX_REGISTERED 64
+
+/* The registry: the built-in passes and pipelines, then those a layer above
+ * (quant, train) registers at start-up (qf_pass_register). Registration
+ * happens under a lock and only appends; the lists are read without one, so
+ * register before running passes on other threads. */
+static struct {
+    pthread_mutex_t lock;
+    bool init;
+    const qf_pass *passes[QF_MAX_REGISTERED];
+    int npasses;
+    const qf_pipeline *pipelines[QF_MAX_REGISTERED];
+    int npipelines;
+} qf_reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void qf_reg_init_locked(void)
+{
+    if (qf_reg.init) return;
+    for (int i = 0; i < QF_COUNT_OF(qf_builtin_passes); i++) qf_reg.passes[qf_reg.npasses++] = qf_builtin_passes[i];
+    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_ptq;
+    qf_reg.init = true;
+}
+
+static void qf_reg_init(void)
+{
+    pthread_mutex_lock(&qf_reg.lock);
+    qf_reg_init_locked();
+    pthread_mutex_unlock(&qf_reg.lock);
+}
+
+qf_status qf_pass_register(const qf_pass *const *passes, int npasses, const qf_pipeline *const *pipelines,
+                           int npipelines)
+{
+    qf_status st = QF_OK;
+    pthread_mutex_lock(&qf_reg.lock);
+    qf_reg_init_locked();
+    for (int i = 0; i < npasses && st == QF_OK; i++) {
+        bool have = false;
+        for (int k = 0; k < qf_reg.npasses; k++) {
+            if (qf_reg.passes[k] == passes[i]) have = true;
+            else if (strcmp(qf_reg.passes[k]->name, passes[i]->name) == 0)
+                st = qf_error(QF_ERR_INVALID, "a pass named '%s' is registered already", passes[i]->name);
+        }
+        if (st == QF_OK && !have) {
+            if (qf_reg.npasses == QF_MAX_REGISTERED) st = qf_error(QF_ERR_INVALID, "too many passes registered");
+            else qf_reg.passes[qf_reg.npasses++] = passes[i];
+        }
+    }
+    for (int i = 0; i < npipelines && st == QF_OK; i++) {
+        bool have = false;
+        for (int k = 0; k < qf_reg.npipelines; k++) {
+            if (qf_reg.pipelines[k] == pipelines[i]) have = true;
+            else if (strcmp(qf_reg.pipelines[k]->name, pipelines[i]->name) == 0)
+                st = qf_error(QF_ERR_INVALID, "a pipeline named '%s' is registered already", pipelines[i]->name);
+        }
+        if (st == QF_OK && !have) {
+            if (qf_reg.npipelines == QF_MAX_REGISTERED) st = qf_error(QF_ERR_INVALID, "too many pipelines registered");
+            else qf_reg.pipelines[qf_reg.npipelines++] = pipelines[i];
+        }
+    }
+    pthread_mutex_unlock(&qf_reg.lock);
+    return st;
+}
 
 const qf_pass *qf_pass_find(const char *name)
 {
-    for (int i = 0; i < QF_COUNT_OF(qf_passes); i++)
-        if (strcmp(qf_passes[i]->name, name) == 0) return qf_passes[i];
+    qf_reg_init();
+    for (int i = 0; i < qf_reg.npasses; i++)
+        if (strcmp(qf_reg.passes[i]->name, name) == 0) return qf_reg.passes[i];
     return NULL;
 }
 
 const qf_pass *const *qf_pass_list(int *count)
 {
-    *count = QF_COUNT_OF(qf_passes);
-    return qf_passes;
+    qf_reg_init();
+    *count = qf_reg.npasses;
+    return qf_reg.passes;
 }
 
 const qf_pipeline *qf_pipeline_find(const char *name)
 {
-    for (int i = 0; i < QF_COUNT_OF(qf_pipelines); i++)
-        if (strcmp(qf_pipelines[i]->name, name) == 0) return qf_pipelines[i];
+    qf_reg_init();
+    for (int i = 0; i < qf_reg.npipelines; i++)
+        if (strcmp(qf_reg.pipelines[i]->name, name) == 0) return qf_reg.pipelines[i];
     return NULL;
 }
 
 const qf_pipeline *const *qf_pipeline_list(int *count)
 {
-    *count = QF_COUNT_OF(qf_pipelines);
-    return qf_pipelines;
+    qf_reg_init();
+    *count = qf_reg.npipelines;
+    return qf_reg.pipelines;
 }
 
 /* --- report and context -------------------------------------------------------- */
@@ -90,6 +156,7 @@ typedef struct qf_event_list {
 
 struct qf_pass_ctx {
     qf_report_impl *rep;
+    void *user;         /* qf_pass_options.user */
     qf_event_list rewritten, skipped;
     bool oom; /* an event could not be recorded: the run fails with NOMEM */
 };
@@ -200,7 +267,7 @@ static qf_status qf_run_one(qf_graph *g, const qf_pass *p, const qf_pass_options
         r->results = nr;
         ri->cap_results = ncap;
     }
-    qf_pass_ctx ctx = {.rep = ri};
+    qf_pass_ctx ctx = {.rep = ri, .user = opt->user};
     *changed = false;
     double t0 = qf_now();
     qf_status st = p->run(g, &ctx, changed);
@@ -438,3 +505,5 @@ qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char *
     *out = qf_strbuf_take(&b, len);
     return *out ? QF_OK : qf_error(QF_ERR_NOMEM, "out of memory writing the pass report");
 }
+
+void *qf_pass_user(const qf_pass_ctx *ctx) { return ctx->user; }

@@ -310,3 +310,25 @@ void qf_quant_annotation_print(const qf_quant_annotation *a, const qf_graph *g, 
     for (int i = 0; i < a->nskips; i++)
         fprintf(f, "float %s (%s): %s\n", a->skips[i].node->name, qf_op_name(a->skips[i].node->op), a->skips[i].reason);
 }
+
+/* --- the quant_annotate pass -------------------------------------------------------- */
+
+static qf_status quant_annotate_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    *changed = false;
+    qf_quant_session *s = qf_pass_user(ctx);
+    if (!s || !s->profile)
+        return qf_error(QF_ERR_INVALID, "pass 'quant_annotate' needs a quantization session (qfold quantize)");
+    qf_quant_annotation_free(s->annotation);
+    s->annotation = NULL;
+    QF_TRY(qf_quant_annotate(g, s->profile, &s->annotation));
+    for (int i = 0; i < s->annotation->nskips; i++)
+        qf_pass_skip(ctx, s->annotation->skips[i].node, "left in float: %s", s->annotation->skips[i].reason);
+    return QF_OK;
+}
+
+const qf_pass qf_pass_quant_annotate = {
+    .name = "quant_annotate",
+    .summary = "quantizer: give every value its int8 spec by the target's patterns (graph unchanged)",
+    .run = quant_annotate_run,
+};

@@ -340,3 +340,30 @@ qf_status qf_quant_convert(qf_graph *g, const qf_quant_annotation *a, const qf_q
     if (st == QF_OK) st = qf_graph_toposort(g);
     return st;
 }
+
+/* --- the quant_convert pass ------------------------------------------------------------ */
+
+static qf_status quant_convert_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    *changed = false;
+    qf_quant_session *s = qf_pass_user(ctx);
+    if (!s || !s->annotation || !s->calib)
+        return qf_error(QF_ERR_INVALID,
+                        "pass 'quant_convert' needs an annotated and calibrated quantization session (qfold quantize)");
+    uint32_t first_new = g->next_node_id;
+    QF_TRY(qf_quant_convert(g, s->annotation, s->calib, &s->stats, &s->tensors, &s->ntensors));
+    /* One line per node the conversion made. */
+    for (const qf_node *n = g->first; n; n = n->next)
+        if (n->id >= first_new) {
+            qf_pass_rewrite(ctx, n, NULL, n->op == QF_OP_QUANTIZE ? "quantizes '%s'" : "dequantizes '%s'",
+                            n->inputs[0]->name);
+            *changed = true;
+        }
+    return QF_OK;
+}
+
+const qf_pass qf_pass_quant_convert = {
+    .name = "quant_convert",
+    .summary = "quantizer: rewrite the annotated, calibrated graph to ONNX QDQ (int8 weights, int32 bias)",
+    .run = quant_convert_run,
+};

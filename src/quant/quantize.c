@@ -81,6 +81,8 @@ void qf_quantize_result_free(qf_quantize_result *r)
         qf_free(r->left_float[i].reason);
     }
     qf_free(r->left_float);
+    qf_pass_report_free(r->prepare);
+    qf_pass_report_free(r->convert);
     memset(r, 0, sizeof *r);
 }
 
@@ -101,6 +103,29 @@ static qf_status qz_left_float(const qf_quant_annotation *a, qf_quantize_result 
     return QF_OK;
 }
 
+extern const qf_pass qf_pass_quant_annotate;
+extern const qf_pass qf_pass_quant_convert;
+
+static const char *const qz_prepare_passes[] = {"quant_annotate", NULL};
+static const char *const qz_convert_passes[] = {"quant_convert", "dce", NULL};
+static const qf_pipeline qz_prepare = {
+    .name = "quantize_prepare",
+    .summary = "quantizer, before calibration: annotate the graph for the target",
+    .passes = qz_prepare_passes,
+};
+static const qf_pipeline qz_convert = {
+    .name = "quantize_convert",
+    .summary = "quantizer, after calibration: convert to ONNX QDQ, dce",
+    .passes = qz_convert_passes,
+};
+
+qf_status qf_quant_register_passes(void)
+{
+    static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert};
+    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert};
+    return qf_pass_register(passes, 2, pipelines, 2);
+}
+
 qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_quantize_options *opt,
                       qf_quantize_result *out)
 {
@@ -114,12 +139,15 @@ qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, cons
     const qf_tensor *ptrs[64];
     qz_first_samples(data, ndata, n, views, ptrs);
 
+    QF_TRY(qf_quant_register_passes());
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
-    qf_quant_annotation *a = NULL;
-    qf_quant_calib *c = NULL;
-    qf_status st = qf_quant_annotate(g, p, &a);
-    if (st == QF_OK) st = qf_quant_calib_init(&c, g, a, p);
+    qf_quant_session sess = {.profile = p};
+    qf_pass_options po = {.verify = true, .user = &sess};
+    qf_status st = qf_pipeline_run(g, "quantize_prepare", &po, &out->prepare);
+    qf_quant_annotation *a = sess.annotation;
+    if (st == QF_OK) st = qf_quant_calib_init(&sess.calib, g, a, p);
+    qf_quant_calib *c = sess.calib;
     if (st == QF_OK) {
         qz_calib_run run = {g, c, ptrs, n, 0, opt};
         qf_batch_options bo = {.batch = opt->batch, .hook = qz_hook, .hook_ud = &run, .on_batch = qz_batch,
@@ -129,10 +157,13 @@ qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, cons
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
     if (st == QF_OK) st = qz_left_float(a, out);
-    if (st == QF_OK) st = qf_quant_convert(g, a, c, &out->stats, &out->tensors, &out->ntensors);
+    if (st == QF_OK) st = qf_pipeline_run(g, "quantize_convert", &po, &out->convert);
+    out->stats = sess.stats;
+    out->tensors = sess.tensors;
+    out->ntensors = sess.ntensors;
     if (st == QF_OK) st = qf_graph_infer_shapes(g);
-    qf_quant_calib_free(c);
-    qf_quant_annotation_free(a);
+    qf_quant_calib_free(sess.calib);
+    qf_quant_annotation_free(sess.annotation);
     if (st != QF_OK) qf_quantize_result_free(out);
     return st;
 }

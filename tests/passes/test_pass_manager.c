@@ -548,9 +548,46 @@ static void test_gemm_forms(void)
     }
 }
 
+/* Passes of a layer above register at run time: found by name, listed, run
+ * with their session pointer; a second pass with a taken name is refused. */
+static bool user_seen;
+static qf_status user_pass_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    (void)g;
+    *changed = false;
+    user_seen = qf_pass_user(ctx) == (void *)&user_seen;
+    return QF_OK;
+}
+static const qf_pass user_pass = {.name = "test_user_pass", .summary = "test", .run = user_pass_run};
+static const qf_pass clash_pass = {.name = "dce", .summary = "clash", .run = user_pass_run};
+static const char *const user_list[] = {"test_user_pass", NULL};
+static const qf_pipeline user_pipeline = {.name = "test_user", .summary = "test", .passes = user_list};
+
+static void test_register(void)
+{
+    const qf_pass *ps[] = {&user_pass};
+    const qf_pipeline *pl[] = {&user_pipeline};
+    CHECK_OK(qf_pass_register(ps, 1, pl, 1));
+    CHECK_OK(qf_pass_register(ps, 1, pl, 1)); /* idempotent */
+    CHECK(qf_pass_find("test_user_pass") == &user_pass && qf_pipeline_find("test_user") == &user_pipeline);
+    int n = 0, seen = 0;
+    const qf_pass *const *all = qf_pass_list(&n);
+    for (int i = 0; i < n; i++) seen += all[i] == &user_pass;
+    CHECK(seen == 1 && qf_pass_find("dce") != NULL);
+    const qf_pass *clash[] = {&clash_pass};
+    CHECK_ERR(qf_pass_register(clash, 1, NULL, 0), QF_ERR_INVALID, "'dce' is registered already");
+    qf_graph *g = chain_graph();
+    qf_pass_report *r = NULL;
+    CHECK_OK(qf_pipeline_run(g, "test_user", &(qf_pass_options){.user = &user_seen}, &r));
+    CHECK(user_seen);
+    qf_pass_report_free(r);
+    qf_graph_free(g);
+}
+
 int main(void)
 {
     RUN(test_registry);
+    RUN(test_register);
     RUN(test_skips_and_report);
     RUN(test_fixpoint);
     RUN(test_verify_failure);

@@ -131,6 +131,12 @@ def case_fashion():
         kinds = [t["kind"] for t in rep["tensors"]]
         check(kinds.count("weight") == 7 and kinds.count("bias") == 7, "tensors: %r" % kinds)
         check(rep["counts"]["left_float"] == 0 and rep["calibration"]["samples"] == 64, "report: %r" % rep["counts"])
+        # The quantizer ran as two pipelines of the pass manager: convert made a
+        # Q and a DQ per activation and a DQ per weight and bias.
+        conv = rep["quantize_convert"]["passes"][0]
+        c = rep["counts"]
+        check(rep["quantize_prepare"]["passes"][0]["pass"] == "quant_annotate" and conv["pass"] == "quant_convert"
+              and conv["rewrites"] == 2 * c["activations"] + c["weights"] + c["biases"], "pipelines: %r" % conv)
         # Conv weights per channel; the Linear (Gemm) weights per tensor in
         # neutron, per channel in generic.
         weights = {t["name"]: t for t in rep["tensors"] if t["kind"] == "weight"}
@@ -271,6 +277,11 @@ def case_mixed():
 
 def case_errors():
     model = root("examples", "fashion_mnist", "fashion_cnn.onnx")
+    # The quant passes run inside quantize only: listed, but not runnable alone.
+    out, _ = qfold("passes")
+    check("quant_annotate" in out and "quantize_convert" in out, "qfold passes:\n" + out)
+    _, err = qfold("fuse", model, "-o", work("f.onnx"), "--passes", "quant_convert", expect=2)
+    one_error_line(err, "quant_convert")
     out = work("o.onnx")
     np.save(work("good.npy"), fashion_calib(4, 7))
     np.save(work("shape.npy"), np.zeros((4, 1, 27, 28), np.float32))
