@@ -211,8 +211,41 @@ static void test_qlinear_conv_overflow(void)
     qf_tensor_free(&xz), qf_tensor_free(&wz), qf_tensor_free(&yz);
 }
 
+/* Shape inference of the ops checks the qparams and names the node. */
+static void test_infer_errors(void)
+{
+    qf_tensor x, xs, xz, w, ws, wz, ys, yz;
+    const int64_t xd[4] = {1, 4, 6, 6}, wd[4] = {8, 4, 3, 3}, one[1] = {1}, three[1] = {3};
+    REQUIRE_OK(qf_tensor_init(&x, QF_DTYPE_U8, 4, xd));
+    REQUIRE_OK(qf_tensor_init(&w, QF_DTYPE_I8, 4, wd));
+    REQUIRE_OK(qf_tensor_init(&xs, QF_DTYPE_F32, 0, one));
+    REQUIRE_OK(qf_tensor_init(&ws, QF_DTYPE_F32, 1, three)); /* 3 scales for 8 output channels */
+    REQUIRE_OK(qf_tensor_init(&ys, QF_DTYPE_F32, 0, one));
+    REQUIRE_OK(qf_tensor_init(&xz, QF_DTYPE_I8, 0, one));    /* int8 zero point for uint8 X */
+    REQUIRE_OK(qf_tensor_init(&wz, QF_DTYPE_I8, 0, one));
+    REQUIRE_OK(qf_tensor_init(&yz, QF_DTYPE_U8, 0, one));
+    const qf_tensor *in[8] = {&x, &xs, &xz, &w, &ws, &wz, &ys, &yz};
+    qf_node_runner r;
+    REQUIRE_OK(qf_node_runner_init(&r, QF_OP_QLINEAR_CONV, "qc_bad_zp", 8, in, 1, 13));
+    CHECK_ERR(qf_node_runner_run(&r), QF_ERR_UNSUPPORTED, "node 'qc_bad_zp' (QLinearConv): x_zero_point");
+    qf_node_runner_free(&r);
+    qf_tensor_free(&xz);
+    REQUIRE_OK(qf_tensor_init(&xz, QF_DTYPE_U8, 0, one));
+    REQUIRE_OK(qf_node_runner_init(&r, QF_OP_QLINEAR_CONV, "qc_bad_scale", 8, in, 1, 13));
+    CHECK_ERR(qf_node_runner_run(&r), QF_ERR_SHAPE, "node 'qc_bad_scale' (QLinearConv): w_scale has shape [3]");
+    qf_node_runner_free(&r);
+    /* QLinearMatMul: inner dimensions. */
+    const qf_tensor *mm[8] = {&x, &xs, &xz, &w, &xs, &wz, &ys, &yz};
+    REQUIRE_OK(qf_node_runner_init(&r, QF_OP_QLINEAR_MATMUL, "qmm_bad", 8, mm, 1, 13));
+    CHECK_ERR(qf_node_runner_run(&r), QF_ERR_SHAPE, "node 'qmm_bad' (QLinearMatMul)");
+    qf_node_runner_free(&r);
+    qf_tensor_free(&x), qf_tensor_free(&w), qf_tensor_free(&xs), qf_tensor_free(&ws), qf_tensor_free(&ys);
+    qf_tensor_free(&xz), qf_tensor_free(&wz), qf_tensor_free(&yz);
+}
+
 int main(void)
 {
+    RUN(test_infer_errors);
     RUN(test_conv_requant);
     RUN(test_k_bound);
     RUN(test_qlinear_conv_overflow);
