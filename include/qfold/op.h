@@ -209,6 +209,20 @@ extern "C" {
     X(DEQUANTIZE, dequantize, "DequantizeLinear", "", 2, 3, 1, 1,                     \
       (DATA),                                                                         \
       (A(axis,INT)))                                                                  \
+    X(QLINEAR_CONV, qlinear_conv, "QLinearConv", "", 8, 9, 1, 1,                      \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT)                              \
+       A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS)))                            \
+    X(CONV_INTEGER, conv_integer, "ConvInteger", "", 2, 4, 1, 1,                      \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT)                              \
+       A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS)))                            \
+    X(QLINEAR_MATMUL, qlinear_matmul, "QLinearMatMul", "", 8, 8, 1, 1,                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(MATMUL_INTEGER, matmul_integer, "MatMulInteger", "", 2, 4, 1, 1,                \
+      (DATA),                                                                         \
+      ())                                                                             \
     QF_EXTRA_OP_LIST(X)
 
 typedef enum qf_op {

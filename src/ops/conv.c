@@ -39,12 +39,20 @@ static qf_status conv_check_float(const qf_node *n, const qf_tensor *t, const ch
 qf_status qf_conv_setup(const qf_node *n, const qf_tensor *x, const qf_tensor *w, const qf_tensor *b,
                             bool transpose, qf_conv_geom *cg)
 {
-    const char *op = qf_op_label(n);
-    memset(cg, 0, sizeof *cg);
-    cg->transpose = transpose;
     QF_TRY(conv_check_float(n, x, "input X"));
     QF_TRY(conv_check_float(n, w, "weight W"));
     if (b) QF_TRY(conv_check_float(n, b, "bias B"));
+    return qf_conv_geometry(n, x, w, b, transpose, cg);
+}
+
+/* The shape and attribute half of qf_conv_setup (dtypes are the caller's:
+ * the integer convs check theirs). */
+qf_status qf_conv_geometry(const qf_node *n, const qf_tensor *x, const qf_tensor *w, const qf_tensor *b,
+                           bool transpose, qf_conv_geom *cg)
+{
+    const char *op = qf_op_label(n);
+    memset(cg, 0, sizeof *cg);
+    cg->transpose = transpose;
     if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX)
         return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected 3 to %d (N, C, spatial...)",
                         n->name, op, x->ndim, 2 + QF_SPATIAL_MAX);

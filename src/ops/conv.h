@@ -1,5 +1,5 @@
 /* The numeric core of Conv and ConvTranspose, shared by their kernels (float
- * forward today; int8 and backward next): geometry from the attributes and
+ * forward, the integer convs of int8.c; backward next): geometry from the attributes and
  * the operand types, the path choice, im2col / col2im over the 3-D lift.
  *
  *   qf_conv_geom g;
@@ -44,6 +44,11 @@ typedef struct qf_conv_state {
  * size (-1 where unknown). Errors name the node. */
 qf_status qf_conv_setup(const qf_node *n, const qf_tensor *x, const qf_tensor *w, const qf_tensor *b,
                         bool transpose, qf_conv_geom *cg);
+
+/* qf_conv_setup without the float32 checks: shapes and attributes only, for
+ * the integer convs (QLinearConv, ConvInteger), which check their dtypes. */
+qf_status qf_conv_geometry(const qf_node *n, const qf_tensor *x, const qf_tensor *w, const qf_tensor *b,
+                           bool transpose, qf_conv_geom *cg);
 
 /* The Conv loop for cg (ConvTranspose always scatters through col2im). */
 qf_conv_path qf_conv_choose_path(const qf_conv_geom *cg);

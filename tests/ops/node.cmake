@@ -17,6 +17,7 @@ set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Di
   GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeeze Unsqueeze Pad
   Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear
   Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum
+  QLinearConv QLinearMatMul ConvInteger MatMulInteger
   expanded)
 foreach(op ${QF_NODE_OPS})
   add_test(NAME node_${op} COMMAND node_runner ${QF_NODE_WORK}/manifest/${op}.txt)
