@@ -55,6 +55,16 @@ qf_status qf_npy_save(const char *path, const qf_tensor *t);
  * (".NAME.qfold-tmp-<pid>-XXXXXX"; fsync, then rename): a failure never leaves a partial file. An existing
  * file's mode is kept; a new file gets 0644. */
 qf_status qf_file_write_atomic(const char *path, const void *data, size_t size);
+/* Temporary files, for a caller's own all-or-nothing writes of several
+ * files. qf_file_temp_create creates an empty "DIR/.BASE.qfold-tmp-<pid>-XXXXXX"
+ * next to path (mode 0600; *tmp is owned by the caller, qf_free) after
+ * removing the ones that dead processes left for the same path, and
+ * registers it for qf_file_remove_temps. qf_file_temp_forget unregisters it
+ * once the caller renamed it into place; qf_file_temp_discard unlinks and
+ * unregisters it. */
+qf_status qf_file_temp_create(const char *path, char **tmp);
+void qf_file_temp_forget(const char *tmp);
+void qf_file_temp_discard(const char *tmp);
 /* Remove the temporary files of every write in progress in this process
  * (each then fails or leaves nothing). Async-signal-safe: meant for a
  * SIGINT / SIGTERM handler, so that an interrupted program leaves no

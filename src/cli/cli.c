@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "io/io_internal.h"
 #include "qfold/io.h"
 
 int qf_cli_exit_code(qf_status st)
@@ -303,15 +302,18 @@ static void qf_cli_split(const char *path, char *dir, size_t size, const char **
 {
     const char *slash = strrchr(path, '/');
     *name = slash ? slash + 1 : path;
-    if (!slash) snprintf(dir, size, ".");
-    else if (slash == path) snprintf(dir, size, "/");
-    else snprintf(dir, size, "%.*s", (int)(slash - path), path);
+    if (!slash)
+        snprintf(dir, size, ".");
+    else if (slash == path)
+        snprintf(dir, size, "/");
+    else
+        snprintf(dir, size, "%.*s", (int)(slash - path), path);
 }
 
 /* Identity of path: device + inode when it exists, and realpath(parent) +
  * "/" + name (NULL when the parent cannot be resolved). */
-static void qf_cli_identity(const char *path, bool *exists, unsigned long long *dev, unsigned long long *ino,
-                            char **resolved)
+static void qf_cli_identity(const char *path, bool *exists, unsigned long long *dev,
+                            unsigned long long *ino, char **resolved)
 {
     struct stat st;
     *exists = stat(path, &st) == 0;
@@ -330,8 +332,8 @@ static void qf_cli_identity(const char *path, bool *exists, unsigned long long *
     *resolved = r;
 }
 
-static bool qf_cli_same_identity(const qf_cli_output *a, bool exists, unsigned long long dev, unsigned long long ino,
-                                 const char *resolved)
+static bool qf_cli_same_identity(const qf_cli_output *a, bool exists, unsigned long long dev,
+                                 unsigned long long ino, const char *resolved)
 {
     if (a->exists && exists) return a->dev == dev && a->ino == ino;
     return a->resolved && resolved && strcmp(a->resolved, resolved) == 0;
@@ -346,17 +348,22 @@ int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path)
     struct stat st;
     if (!*path) return qf_cli_error(QF_EXIT_USAGE, "%s: the path is empty", what);
     qf_cli_split(path, dir, sizeof dir, &name);
-    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+        (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
         return qf_cli_error(QF_EXIT_USAGE, "%s '%s' is a directory: give a file name", what, path);
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return qf_cli_error(QF_EXIT_USAGE, "%s '%s' is not a regular file (a device, FIFO or socket): refusing to "
-                                           "replace it", what, path);
+        return qf_cli_error(QF_EXIT_USAGE,
+                            "%s '%s' is not a regular file (a device, FIFO or socket): refusing to "
+                            "replace it",
+                            what, path);
     if (stat(dir, &st) != 0)
-        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': directory '%s': %s", what, path, dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return qf_cli_error(QF_EXIT_USAGE, "%s '%s': '%s' is not a directory", what, path, dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': cannot write in directory '%s': %s", what, path, dir,
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': directory '%s': %s", what, path, dir,
                             strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': '%s' is not a directory", what, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': cannot write in directory '%s': %s", what,
+                            path, dir, strerror(errno));
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 4;
         qf_cli_output *o = qf_realloc(s->o, (size_t)cap * sizeof *o);
@@ -370,13 +377,14 @@ int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path)
     o->path = path;
     qf_cli_identity(path, &o->exists, &o->dev, &o->ino, &o->resolved);
     if (!o->resolved)
-        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': cannot resolve directory '%s': %s", what, path, dir,
-                            strerror(errno));
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': cannot resolve directory '%s': %s", what, path,
+                            dir, strerror(errno));
     s->n++;
     for (int k = 0; k < s->n - 1; k++)
         if (qf_cli_same_identity(&s->o[k], o->exists, o->dev, o->ino, o->resolved))
-            return qf_cli_error(QF_EXIT_USAGE, "%s '%s' and %s '%s' are the same file: one would be lost", s->o[k].what,
-                                s->o[k].path, what, path);
+            return qf_cli_error(QF_EXIT_USAGE,
+                                "%s '%s' and %s '%s' are the same file: one would be lost",
+                                s->o[k].what, s->o[k].path, what, path);
     return QF_EXIT_OK;
 }
 
@@ -388,9 +396,10 @@ int qf_cli_outputs_input(const qf_cli_outputs *s, const char *what, const char *
     qf_cli_identity(path, &exists, &dev, &ino, &resolved);
     int rc = QF_EXIT_OK;
     for (int k = 0; k < s->n && rc == QF_EXIT_OK; k++)
-        if (strcmp(s->o[k].path, path) == 0 || qf_cli_same_identity(&s->o[k], exists, dev, ino, resolved))
-            rc = qf_cli_error(QF_EXIT_USAGE, "%s '%s' is %s '%s': refusing to overwrite it", s->o[k].what,
-                              s->o[k].path, what, path);
+        if (strcmp(s->o[k].path, path) == 0 ||
+            qf_cli_same_identity(&s->o[k], exists, dev, ino, resolved))
+            rc = qf_cli_error(QF_EXIT_USAGE, "%s '%s' is %s '%s': refusing to overwrite it",
+                              s->o[k].what, s->o[k].path, what, path);
     qf_free(resolved);
     return rc;
 }
@@ -403,15 +412,14 @@ qf_status qf_cli_outputs_stage(qf_cli_outputs *s, int i, const char **tmp)
         qf_free(o->tmp);
         o->tmp = NULL;
     }
-    int fd;
-    QF_TRY(qf_file_temp_open(o->path, &o->tmp, &fd));
+    QF_TRY(qf_file_temp_create(o->path, &o->tmp));
     /* The writers keep the mode of the file they replace: give the staged
      * file the mode the output would get (the old file's, else 0644). */
     struct stat old;
     mode_t mode = stat(o->path, &old) == 0 ? (old.st_mode & 07777) : 0644;
     qf_status st = QF_OK;
-    if (fchmod(fd, mode) != 0) st = qf_error(QF_ERR_IO, "cannot set the mode of '%s': %s", o->tmp, strerror(errno));
-    close(fd);
+    if (chmod(o->tmp, mode) != 0)
+        st = qf_error(QF_ERR_IO, "cannot set the mode of '%s': %s", o->tmp, strerror(errno));
     *tmp = o->tmp;
     return st;
 }
@@ -422,7 +430,8 @@ int qf_cli_outputs_commit(qf_cli_outputs *s)
         qf_cli_output *o = &s->o[i];
         if (!o->tmp) continue;
         if (rename(o->tmp, o->path) != 0)
-            return qf_cli_error(QF_EXIT_FAIL, "cannot rename '%s' to '%s': %s", o->tmp, o->path, strerror(errno));
+            return qf_cli_error(QF_EXIT_FAIL, "cannot rename '%s' to '%s': %s", o->tmp, o->path,
+                                strerror(errno));
         qf_file_temp_forget(o->tmp);
         qf_free(o->tmp);
         o->tmp = NULL;

@@ -191,7 +191,8 @@ static int qf_fuse_parse(int argc, char **argv, qf_fuse_args *fa)
     if (a.failed) return QF_EXIT_USAGE;
     if (!fa->in) return qf_cli_usage_error(a.cmd, "no input model given");
     if (!fa->out) return qf_cli_usage_error(a.cmd, "no output given (-o OUT.onnx)");
-    if (fa->passes && fa->pipeline) return qf_cli_usage_error(a.cmd, "give --passes or --pipeline, not both");
+    if (fa->passes && fa->pipeline)
+        return qf_cli_usage_error(a.cmd, "give --passes or --pipeline, not both");
     return QF_EXIT_OK;
 }
 
@@ -202,7 +203,8 @@ static int qf_fuse_outputs(const qf_fuse_args *fa, qf_cli_outputs *out)
     int rc = qf_cli_outputs_add(out, "output", fa->out);
     if (rc == QF_EXIT_OK && fa->report) rc = qf_cli_outputs_add(out, "report", fa->report);
     if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(out, "the input model", fa->in);
-    if (rc == QF_EXIT_OK && fa->verify_data) rc = qf_cli_outputs_input(out, "the --verify-data input", fa->verify_data);
+    if (rc == QF_EXIT_OK && fa->verify_data)
+        rc = qf_cli_outputs_input(out, "the --verify-data input", fa->verify_data);
     return rc;
 }
 
@@ -292,7 +294,8 @@ static int qf_cli_fuse(int argc, char **argv)
         size_t len = 0;
         const char *rtmp = NULL;
         qf_fuse_extra_json(&fa, g, bn_before, &cmp, &extra);
-        st = extra.oom ? qf_error(QF_ERR_NOMEM, "out of memory") : qf_pass_report_json(r, extra.p, &text, &len);
+        st = extra.oom ? qf_error(QF_ERR_NOMEM, "out of memory")
+                       : qf_pass_report_json(r, extra.p, &text, &len);
         if (st != QF_OK) {
             rc = qf_cli_fail(st);
             goto done;

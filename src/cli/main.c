@@ -35,7 +35,10 @@ const qf_cli_command *qf_cli_find(const char *name)
 
 void qf_cli_print_overview(FILE *f)
 {
-    fprintf(f, "qfold %s - fold BatchNorm, quantize and run ONNX models\n\n", QF_VERSION);
+    fprintf(f,
+            "qfold %s - fold BatchNorm, quantize to int8 (post-training, ONNX QDQ) and run ONNX "
+            "models\n\n",
+            QF_VERSION);
     fputs("usage: qfold COMMAND [ARGS]\n"
           "       qfold COMMAND --help\n"
           "       qfold --version\n\n"
@@ -128,9 +131,12 @@ static size_t qf_cli_parse_size(const char *v)
     unsigned long long x = strtoull(v, &end, 10);
     if (end == v || v[0] == '-') return 0;
     int shift = 0;
-    if (*end == 'k' || *end == 'K') shift = 10, end++;
-    else if (*end == 'm' || *end == 'M') shift = 20, end++;
-    else if (*end == 'g' || *end == 'G') shift = 30, end++;
+    if (*end == 'k' || *end == 'K')
+        shift = 10, end++;
+    else if (*end == 'm' || *end == 'M')
+        shift = 20, end++;
+    else if (*end == 'g' || *end == 'G')
+        shift = 30, end++;
     if (*end || x == 0 || x > (SIZE_MAX >> shift) >> 1) return 0;
     return (size_t)x << shift;
 }
@@ -141,7 +147,8 @@ static int qf_cli_memory_cap(void)
     if (!v || !*v) return QF_EXIT_OK;
     qf_cli_mem_cap = qf_cli_parse_size(v);
     if (!qf_cli_mem_cap)
-        return qf_cli_error(QF_EXIT_USAGE, "QFOLD_MAX_MEMORY='%s': expected a size such as 65536, 512M or 2G", v);
+        return qf_cli_error(QF_EXIT_USAGE,
+                            "QFOLD_MAX_MEMORY='%s': expected a size such as 65536, 512M or 2G", v);
     qf_set_allocator(qf_cli_capped_alloc, NULL);
     return QF_EXIT_OK;
 }

@@ -353,11 +353,14 @@ static int qf_cli_quantize(int argc, char **argv)
     /* Both to their temporary names, then renamed together. */
     const char *tmp = NULL;
     int wi = -1; /* the output being written */
-    if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK) st = qf_onnx_save(s.g, tmp);
+    if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
+        st = qf_onnx_save(s.g, tmp);
     if (st == QF_OK && qa.report && (st = qf_cli_outputs_stage(&out, wi = 1, &tmp)) == QF_OK)
         st = qf_file_write_atomic(tmp, text, len);
-    if (st != QF_OK) rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
-    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) qf_qz_summary(&qa, &p, &s);
+    if (st != QF_OK)
+        rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
+    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK)
+        qf_qz_summary(&qa, &p, &s);
     qf_cli_outputs_free(&out);
     qf_free(text);
     qf_strbuf_free(&extra);

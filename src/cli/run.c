@@ -104,7 +104,8 @@ static int qf_run_save(const qf_run_args *ra, qf_run_state *s, qf_cli_outputs *o
         const char *tmp;
         qf_status st = qf_cli_outputs_stage(out, i, &tmp);
         if (st == QF_OK) st = qf_npy_save(tmp, qf_plan_output(s->plan, i));
-        if (st != QF_OK) return qf_cli_fail_write(out, i, qf_error_prefix(st, "'%s': ", g->outputs[i]->name));
+        if (st != QF_OK)
+            return qf_cli_fail_write(out, i, qf_error_prefix(st, "'%s': ", g->outputs[i]->name));
     }
     int rc = qf_cli_outputs_commit(out);
     for (int i = 0; rc == QF_EXIT_OK && i < ra->nout; i++) {
@@ -137,9 +138,11 @@ static int qf_run_check_counts(const qf_run_args *ra, const qf_graph *g)
 static int qf_run_check_paths(const qf_run_args *ra, qf_cli_outputs *out)
 {
     int rc = QF_EXIT_OK;
-    for (int o = 0; rc == QF_EXIT_OK && o < ra->nout; o++) rc = qf_cli_outputs_add(out, "output", ra->out[o]);
+    for (int o = 0; rc == QF_EXIT_OK && o < ra->nout; o++)
+        rc = qf_cli_outputs_add(out, "output", ra->out[o]);
     if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(out, "the model", ra->model);
-    for (int i = 0; rc == QF_EXIT_OK && i < ra->nin; i++) rc = qf_cli_outputs_input(out, "input", ra->in[i]);
+    for (int i = 0; rc == QF_EXIT_OK && i < ra->nin; i++)
+        rc = qf_cli_outputs_input(out, "input", ra->in[i]);
     return rc;
 }
 

@@ -70,11 +70,11 @@ qf_status qf_file_open_regular(const char *path, int *fd, struct stat *st)
         return qf_error(QF_ERR_IO, "cannot read '%s': %s", path, strerror(e));
     }
     if (!S_ISREG(st->st_mode)) {
-        const char *kind = S_ISDIR(st->st_mode)   ? "a directory"
-                           : S_ISFIFO(st->st_mode) ? "a FIFO"
+        const char *kind = S_ISDIR(st->st_mode)                           ? "a directory"
+                           : S_ISFIFO(st->st_mode)                        ? "a FIFO"
                            : S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device"
-                           : S_ISSOCK(st->st_mode) ? "a socket"
-                                                   : "not a regular file";
+                           : S_ISSOCK(st->st_mode)                        ? "a socket"
+                                                                          : "not a regular file";
         close(*fd);
         *fd = -1;
         return qf_error(QF_ERR_IO, "cannot read '%s': it is %s, not a regular file", path, kind);
@@ -200,7 +200,7 @@ static void qf_dir_of(const char *path, char *buf, size_t size)
  * async-signal-safe. A write that finds every slot taken still works; only
  * its cleanup on a signal is lost (the next write to that path removes it). */
 #define QF_TEMP_SLOTS 32
-#define QF_TEMP_PATH 4096
+#define QF_TEMP_PATH  4096
 static struct {
     atomic_int state; /* 0 free, 1 being filled, 2 published */
     char path[QF_TEMP_PATH];
@@ -248,7 +248,8 @@ void qf_file_remove_temps(void)
  * such a name. */
 static long qf_temp_pid(const char *name, const char *base, size_t blen)
 {
-    if (strncmp(name, base, blen) != 0 || strncmp(name + blen, QF_TEMP_TAG, sizeof QF_TEMP_TAG - 1) != 0)
+    if (strncmp(name, base, blen) != 0 ||
+        strncmp(name + blen, QF_TEMP_TAG, sizeof QF_TEMP_TAG - 1) != 0)
         return 0;
     const char *p = name + blen + sizeof QF_TEMP_TAG - 1;
     long pid = 0;
@@ -278,7 +279,8 @@ static void qf_temp_remove_stale(const char *dir, const char *base)
         char full[QF_TEMP_PATH];
         int k = snprintf(full, sizeof full, "%s/%s", dir, n);
         struct stat st;
-        if (k > 0 && (size_t)k < sizeof full && lstat(full, &st) == 0 && S_ISREG(st.st_mode)) unlink(full);
+        if (k > 0 && (size_t)k < sizeof full && lstat(full, &st) == 0 && S_ISREG(st.st_mode))
+            unlink(full);
     }
     closedir(d);
 }
@@ -304,12 +306,21 @@ qf_status qf_file_temp_open(const char *path, char **tmp, int *fd)
     snprintf(t, size, "%.*s.%s" QF_TEMP_TAG "%ld-XXXXXX", (int)dlen, path, base, (long)getpid());
     *fd = mkstemp(t);
     if (*fd < 0) {
-        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", path, strerror(errno));
+        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
+                                strerror(errno));
         qf_free(t);
         return st;
     }
     qf_temp_register(t);
     *tmp = t;
+    return QF_OK;
+}
+
+qf_status qf_file_temp_create(const char *path, char **tmp)
+{
+    int fd;
+    QF_TRY(qf_file_temp_open(path, tmp, &fd));
+    close(fd);
     return QF_OK;
 }
 

@@ -15,14 +15,8 @@ qf_status qf_file_write_parts(const char *path, int nparts, const void *const *d
 struct stat;
 qf_status qf_file_open_regular(const char *path, int *fd, struct stat *st);
 
-/* Temporary files. qf_file_temp_open creates "DIR/.BASE.qfold-tmp-<pid>-XXXXXX"
- * next to path (mode 0600, *tmp owned by the caller, qf_free) after removing
- * the ones that dead processes left for the same path, and registers it for
- * qf_file_remove_temps. qf_file_temp_forget unregisters it (after it was
- * renamed into place); qf_file_temp_discard unlinks and unregisters it. */
+/* qf_file_temp_create, with the file left open in *fd. */
 qf_status qf_file_temp_open(const char *path, char **tmp, int *fd);
-void qf_file_temp_forget(const char *tmp);
-void qf_file_temp_discard(const char *tmp);
 
 /* A file's bytes for reading: mapped read-only (private) when it is a
  * non-empty regular file, else read into an owned buffer. */
