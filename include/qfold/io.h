@@ -52,10 +52,27 @@ qf_status qf_npy_load(const char *path, qf_tensor *out);
 qf_status qf_npy_save(const char *path, const qf_tensor *t);
 
 /* Write `size` bytes to path through a temporary file in the same directory
- * (fsync, then rename): a failure never leaves a partial file. An existing
+ * (".NAME.qfold-tmp-<pid>-XXXXXX"; fsync, then rename): a failure never leaves a partial file. An existing
  * file's mode is kept; a new file gets 0644. */
 qf_status qf_file_write_atomic(const char *path, const void *data, size_t size);
-/* Read a whole file (owned buffer in *data, freed with qf_free). */
+/* Temporary files, for a caller's own all-or-nothing writes of several
+ * files. qf_file_temp_create creates an empty "DIR/.BASE.qfold-tmp-<pid>-XXXXXX"
+ * next to path (mode 0600; *tmp is owned by the caller, qf_free) after
+ * removing the ones that dead processes left for the same path, and
+ * registers it for qf_file_remove_temps. qf_file_temp_forget unregisters it
+ * once the caller renamed it into place; qf_file_temp_discard unlinks and
+ * unregisters it. */
+qf_status qf_file_temp_create(const char *path, char **tmp);
+void qf_file_temp_forget(const char *tmp);
+void qf_file_temp_discard(const char *tmp);
+/* Remove the temporary files of every write in progress in this process
+ * (each then fails or leaves nothing). Async-signal-safe: meant for a
+ * SIGINT / SIGTERM handler, so that an interrupted program leaves no
+ * ".NAME.qfold-tmp-<pid>-*" file; those of a process killed without a
+ * chance to clean up are removed by the next write to the same path. */
+void qf_file_remove_temps(void);
+/* Read a whole regular file (owned buffer in *data, freed with qf_free);
+ * directories, FIFOs and devices are QF_ERR_IO, without blocking. */
 qf_status qf_file_read(const char *path, void **data, size_t *size);
 
 #ifdef __cplusplus

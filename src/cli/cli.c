@@ -1,9 +1,16 @@
 /* Helpers shared by the subcommands: exit codes, error lines, the option
  * parser, JSON and number formatting, atomic file output. */
+/* realpath() is XSI in glibc's headers. */
+#define _XOPEN_SOURCE 700
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "qfold/io.h"
@@ -288,9 +295,173 @@ qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void 
     return st;
 }
 
-bool qf_cli_same_file(const char *a, const char *b)
+/* --- outputs ------------------------------------------------------------- */
+
+/* The parent directory of path and the name in it ("." for "o.onnx"). */
+static void qf_cli_split(const char *path, char *dir, size_t size, const char **name)
 {
-    struct stat sa, sb;
-    if (stat(a, &sa) != 0 || stat(b, &sb) != 0) return false;
-    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    const char *slash = strrchr(path, '/');
+    *name = slash ? slash + 1 : path;
+    if (!slash)
+        snprintf(dir, size, ".");
+    else if (slash == path)
+        snprintf(dir, size, "/");
+    else
+        snprintf(dir, size, "%.*s", (int)(slash - path), path);
+}
+
+/* Identity of path: device + inode when it exists, and realpath(parent) +
+ * "/" + name (NULL when the parent cannot be resolved). */
+static void qf_cli_identity(const char *path, bool *exists, unsigned long long *dev,
+                            unsigned long long *ino, char **resolved)
+{
+    struct stat st;
+    *exists = stat(path, &st) == 0;
+    *dev = *exists ? (unsigned long long)st.st_dev : 0;
+    *ino = *exists ? (unsigned long long)st.st_ino : 0;
+    *resolved = NULL;
+    char dir[PATH_MAX];
+    const char *name;
+    qf_cli_split(path, dir, sizeof dir, &name);
+    char *real = realpath(dir, NULL);
+    if (!real) return;
+    size_t n = strlen(real) + strlen(name) + 2;
+    char *r = qf_malloc(n);
+    if (r) snprintf(r, n, "%s/%s", strcmp(real, "/") == 0 ? "" : real, name);
+    free(real); /* realpath's buffer comes from libc's malloc */
+    *resolved = r;
+}
+
+static bool qf_cli_same_identity(const qf_cli_output *a, bool exists, unsigned long long dev,
+                                 unsigned long long ino, const char *resolved)
+{
+    if (a->exists && exists) return a->dev == dev && a->ino == ino;
+    return a->resolved && resolved && strcmp(a->resolved, resolved) == 0;
+}
+
+void qf_cli_outputs_init(qf_cli_outputs *s) { memset(s, 0, sizeof *s); }
+
+int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path)
+{
+    char dir[PATH_MAX];
+    const char *name;
+    struct stat st;
+    if (!*path) return qf_cli_error(QF_EXIT_USAGE, "%s: the path is empty", what);
+    qf_cli_split(path, dir, sizeof dir, &name);
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+        (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s' is a directory: give a file name", what, path);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return qf_cli_error(QF_EXIT_USAGE,
+                            "%s '%s' is not a regular file (a device, FIFO or socket): refusing to "
+                            "replace it",
+                            what, path);
+    if (stat(dir, &st) != 0)
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': directory '%s': %s", what, path, dir,
+                            strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': '%s' is not a directory", what, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': cannot write in directory '%s': %s", what,
+                            path, dir, strerror(errno));
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 4;
+        qf_cli_output *o = qf_realloc(s->o, (size_t)cap * sizeof *o);
+        if (!o) return qf_cli_fail(QF_ERR_NOMEM);
+        s->o = o;
+        s->cap = cap;
+    }
+    qf_cli_output *o = &s->o[s->n];
+    memset(o, 0, sizeof *o);
+    o->what = what;
+    o->path = path;
+    qf_cli_identity(path, &o->exists, &o->dev, &o->ino, &o->resolved);
+    if (!o->resolved)
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s': cannot resolve directory '%s': %s", what, path,
+                            dir, strerror(errno));
+    s->n++;
+    for (int k = 0; k < s->n - 1; k++)
+        if (qf_cli_same_identity(&s->o[k], o->exists, o->dev, o->ino, o->resolved))
+            return qf_cli_error(QF_EXIT_USAGE,
+                                "%s '%s' and %s '%s' are the same file: one would be lost",
+                                s->o[k].what, s->o[k].path, what, path);
+    return QF_EXIT_OK;
+}
+
+int qf_cli_outputs_input(const qf_cli_outputs *s, const char *what, const char *path)
+{
+    bool exists;
+    unsigned long long dev, ino;
+    char *resolved;
+    qf_cli_identity(path, &exists, &dev, &ino, &resolved);
+    int rc = QF_EXIT_OK;
+    for (int k = 0; k < s->n && rc == QF_EXIT_OK; k++)
+        if (strcmp(s->o[k].path, path) == 0 ||
+            qf_cli_same_identity(&s->o[k], exists, dev, ino, resolved))
+            rc = qf_cli_error(QF_EXIT_USAGE, "%s '%s' is %s '%s': refusing to overwrite it",
+                              s->o[k].what, s->o[k].path, what, path);
+    qf_free(resolved);
+    return rc;
+}
+
+qf_status qf_cli_outputs_stage(qf_cli_outputs *s, int i, const char **tmp)
+{
+    qf_cli_output *o = &s->o[i];
+    if (o->tmp) {
+        qf_file_temp_discard(o->tmp);
+        qf_free(o->tmp);
+        o->tmp = NULL;
+    }
+    QF_TRY(qf_file_temp_create(o->path, &o->tmp));
+    /* The writers keep the mode of the file they replace: give the staged
+     * file the mode the output would get (the old file's, else 0644). */
+    struct stat old;
+    mode_t mode = stat(o->path, &old) == 0 ? (old.st_mode & 07777) : 0644;
+    qf_status st = QF_OK;
+    if (chmod(o->tmp, mode) != 0)
+        st = qf_error(QF_ERR_IO, "cannot set the mode of '%s': %s", o->tmp, strerror(errno));
+    *tmp = o->tmp;
+    return st;
+}
+
+int qf_cli_outputs_commit(qf_cli_outputs *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        qf_cli_output *o = &s->o[i];
+        if (!o->tmp) continue;
+        if (rename(o->tmp, o->path) != 0)
+            return qf_cli_error(QF_EXIT_FAIL, "cannot rename '%s' to '%s': %s", o->tmp, o->path,
+                                strerror(errno));
+        qf_file_temp_forget(o->tmp);
+        qf_free(o->tmp);
+        o->tmp = NULL;
+        /* Make the rename durable; a failure here loses nothing. */
+        char dir[PATH_MAX];
+        const char *name;
+        qf_cli_split(o->path, dir, sizeof dir, &name);
+        int dfd = open(dir, O_RDONLY);
+        if (dfd >= 0) {
+            (void)fsync(dfd);
+            close(dfd);
+        }
+    }
+    return QF_EXIT_OK;
+}
+
+void qf_cli_outputs_free(qf_cli_outputs *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        if (s->o[i].tmp) qf_file_temp_discard(s->o[i].tmp);
+        qf_free(s->o[i].tmp);
+        qf_free(s->o[i].resolved);
+    }
+    qf_free(s->o);
+    memset(s, 0, sizeof *s);
+}
+
+int qf_cli_fail_write(const qf_cli_outputs *s, int i, qf_status st)
+{
+    qf_error_prefix(st, "%s '%s': ", s->o[i].what, s->o[i].path);
+    int rc = qf_cli_fail(st);
+    return st == QF_ERR_IO ? QF_EXIT_FAIL : rc;
 }

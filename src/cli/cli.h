@@ -119,7 +119,47 @@ char *qf_cli_bytes(unsigned long long v, char *buf, size_t size);
  * same directory + rename, so a failure never leaves a truncated file. */
 qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void *ctx),
                             const void *ctx);
-/* true when the two paths name the same existing file. */
-bool qf_cli_same_file(const char *a, const char *b);
+
+/* --- outputs: checked up front, written all or nothing ----------------------
+ *
+ *   qf_cli_outputs out;
+ *   qf_cli_outputs_init(&out);
+ *   rc = qf_cli_outputs_add(&out, "output", path);        // each output, first
+ *   rc = qf_cli_outputs_input(&out, "the input model", model); // each input
+ *   ... the work ...
+ *   const char *tmp;
+ *   st = qf_cli_outputs_stage(&out, 0, &tmp);  // then write the file to tmp
+ *   rc = qf_cli_outputs_commit(&out);          // rename every staged file
+ *   qf_cli_outputs_free(&out);                 // removes what was not committed
+ *
+ * add refuses (exit 2, message) '', a directory, a non-regular file, a
+ * missing or unwritable parent directory, and an output that is the same
+ * file as an earlier one; input refuses an output that is that input. Files
+ * are compared by identity: device and inode when both exist, else the real
+ * path of the parent directory + the name ("./o.onnx" is "o.onnx").
+ * stage creates the temporary ".NAME.qfold-tmp-<pid>-XXXXXX" next to the
+ * output (removing those of dead processes; a SIGINT / SIGTERM removes it,
+ * see main.c); commit renames them all in the order added. */
+typedef struct qf_cli_output {
+    const char *what, *path;
+    char *resolved; /* realpath(parent) + "/" + name */
+    bool exists;
+    unsigned long long dev, ino;
+    char *tmp; /* staged temporary, until committed */
+} qf_cli_output;
+typedef struct qf_cli_outputs {
+    qf_cli_output *o;
+    int n, cap;
+} qf_cli_outputs;
+void qf_cli_outputs_init(qf_cli_outputs *s);
+int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path);
+int qf_cli_outputs_input(const qf_cli_outputs *s, const char *what, const char *path);
+qf_status qf_cli_outputs_stage(qf_cli_outputs *s, int i, const char **tmp);
+int qf_cli_outputs_commit(qf_cli_outputs *s);
+void qf_cli_outputs_free(qf_cli_outputs *s);
+/* qf_cli_fail for a failure while writing output i: the message names it,
+ * and an I/O error (full disk, quota, EIO) is a failure while processing
+ * (exit 1), not bad input. */
+int qf_cli_fail_write(const qf_cli_outputs *s, int i, qf_status st);
 
 #endif

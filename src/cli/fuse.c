@@ -191,13 +191,21 @@ static int qf_fuse_parse(int argc, char **argv, qf_fuse_args *fa)
     if (a.failed) return QF_EXIT_USAGE;
     if (!fa->in) return qf_cli_usage_error(a.cmd, "no input model given");
     if (!fa->out) return qf_cli_usage_error(a.cmd, "no output given (-o OUT.onnx)");
-    if (fa->passes && fa->pipeline) return qf_cli_usage_error(a.cmd, "give --passes or --pipeline, not both");
-    if (strcmp(fa->out, fa->in) == 0 || qf_cli_same_file(fa->out, fa->in))
-        return qf_cli_error(QF_EXIT_USAGE, "output '%s' is the input model: refusing to overwrite it", fa->out);
-    if (fa->report && (strcmp(fa->report, fa->in) == 0 || qf_cli_same_file(fa->report, fa->in) ||
-                       strcmp(fa->report, fa->out) == 0))
-        return qf_cli_error(QF_EXIT_USAGE, "report '%s' would overwrite a model", fa->report);
+    if (fa->passes && fa->pipeline)
+        return qf_cli_usage_error(a.cmd, "give --passes or --pipeline, not both");
     return QF_EXIT_OK;
+}
+
+/* The outputs (-o first, then --report), checked before any work: usable
+ * paths, none the same file as another or as an input. */
+static int qf_fuse_outputs(const qf_fuse_args *fa, qf_cli_outputs *out)
+{
+    int rc = qf_cli_outputs_add(out, "output", fa->out);
+    if (rc == QF_EXIT_OK && fa->report) rc = qf_cli_outputs_add(out, "report", fa->report);
+    if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(out, "the input model", fa->in);
+    if (rc == QF_EXIT_OK && fa->verify_data)
+        rc = qf_cli_outputs_input(out, "the --verify-data input", fa->verify_data);
+    return rc;
 }
 
 /* "a,b,c" into names (pointers into buf); unknown names are a usage error. */
@@ -215,32 +223,6 @@ static int qf_fuse_split(const char *list, char *buf, size_t size, const char **
     return QF_EXIT_OK;
 }
 
-/* Write to a fresh temporary name next to `out` (so the rename stays on one
- * file system). mkstemp creates it 0600 and qf_onnx_save keeps the mode of
- * the file it replaces: give it the mode OUT would get without --verify (the
- * existing OUT's, else 0644), or the renamed model would be private. */
-static qf_status qf_fuse_temp_name(const char *out, char *buf, size_t size)
-{
-    int k = snprintf(buf, size, "%s.qfold-verify-XXXXXX", out);
-    if (k < 0 || (size_t)k >= size) return qf_error(QF_ERR_IO, "%s: path too long", out);
-    int fd = mkstemp(buf);
-    if (fd < 0) {
-        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", out, strerror(errno));
-        buf[0] = '\0'; /* nothing to remove */
-        return st;
-    }
-    struct stat old;
-    mode_t mode = stat(out, &old) == 0 ? (old.st_mode & 07777) : 0644;
-    qf_status st = QF_OK;
-    if (fchmod(fd, mode) != 0) {
-        st = qf_error(QF_ERR_IO, "cannot set the mode of '%s': %s", buf, strerror(errno));
-        unlink(buf);
-        buf[0] = '\0';
-    }
-    close(fd);
-    return st;
-}
-
 static int qf_cli_fuse(int argc, char **argv)
 {
     qf_fuse_args fa;
@@ -253,11 +235,18 @@ static int qf_cli_fuse(int argc, char **argv)
     if (!fa.passes && !qf_pipeline_find(pipeline))
         return qf_cli_error(QF_EXIT_USAGE, "unknown pipeline '%s' (see `qfold passes`)", pipeline);
 
+    qf_cli_outputs out;
+    qf_cli_outputs_init(&out);
+    if ((rc = qf_fuse_outputs(&fa, &out)) != QF_EXIT_OK) {
+        qf_cli_outputs_free(&out);
+        return rc;
+    }
+
     double t0 = qf_fuse_now();
     qf_graph *g = NULL;
     qf_pass_report *r = NULL;
     qf_compare_result cmp = {0};
-    char tmp[4096] = "";
+    const char *tmp = NULL;
     qf_strbuf extra = {0};
     qf_status st = qf_onnx_load(fa.in, &g);
     if (st != QF_OK) {
@@ -275,10 +264,18 @@ static int qf_cli_fuse(int argc, char **argv)
     double t_pass = qf_fuse_now();
     if (fa.verbose) qf_pass_report_print(r, stdout);
 
+    /* Every output goes to its temporary name first (the model, then the
+     * report); they are renamed together once all are written, so a failure
+     * anywhere leaves the old files as they were. --verify checks exactly
+     * the file that will be renamed into place (export included). */
+    st = qf_cli_outputs_stage(&out, 0, &tmp);
+    if (st == QF_OK) st = qf_onnx_save(g, tmp);
+    if (st != QF_OK) {
+        rc = qf_cli_fail_write(&out, 0, st);
+        goto done;
+    }
     if (fa.verify) {
-        st = qf_fuse_temp_name(fa.out, tmp, sizeof tmp);
-        if (st == QF_OK) st = qf_onnx_save(g, tmp);
-        if (st == QF_OK) st = qf_fuse_verify(&fa, tmp, &cmp);
+        st = qf_fuse_verify(&fa, tmp, &cmp);
         for (int i = 0; i < cmp.noutputs; i++) {
             const qf_compare_output *d = &cmp.outputs[i];
             printf("verify: output '%s': max abs diff %.3g, max rel diff %.3g (tolerance %.3g) %s\n", d->name,
@@ -295,31 +292,29 @@ static int qf_cli_fuse(int argc, char **argv)
     if (fa.report) {
         char *text = NULL;
         size_t len = 0;
+        const char *rtmp = NULL;
         qf_fuse_extra_json(&fa, g, bn_before, &cmp, &extra);
-        st = extra.oom ? qf_error(QF_ERR_NOMEM, "out of memory") : qf_pass_report_json(r, extra.p, &text, &len);
-        if (st == QF_OK) st = qf_file_write_atomic(fa.report, text, len);
-        qf_free(text);
+        st = extra.oom ? qf_error(QF_ERR_NOMEM, "out of memory")
+                       : qf_pass_report_json(r, extra.p, &text, &len);
         if (st != QF_OK) {
             rc = qf_cli_fail(st);
             goto done;
         }
-    }
-    if (fa.verify) {
-        if (rename(tmp, fa.out) != 0) {
-            rc = qf_cli_error(QF_EXIT_FAIL, "cannot rename '%s' to '%s': %s", tmp, fa.out, strerror(errno));
+        st = qf_cli_outputs_stage(&out, 1, &rtmp);
+        if (st == QF_OK) st = qf_file_write_atomic(rtmp, text, len);
+        qf_free(text);
+        if (st != QF_OK) {
+            rc = qf_cli_fail_write(&out, 1, st);
             goto done;
         }
-        tmp[0] = '\0';
-    } else if ((st = qf_onnx_save(g, fa.out)) != QF_OK) {
-        rc = qf_cli_fail(st);
-        goto done;
     }
+    if ((rc = qf_cli_outputs_commit(&out)) != QF_EXIT_OK) goto done;
     double t_end = qf_fuse_now();
     qf_fuse_summary(&fa, g, r, bn_before, stdout);
     printf("  time: load %.1f ms, passes %.1f ms, %s %.1f ms, total %.1f ms\n", (t_load - t0) * 1e3,
            (t_pass - t_load) * 1e3, fa.verify ? "verify + save" : "save", (t_end - t_pass) * 1e3, (t_end - t0) * 1e3);
 done:
-    if (tmp[0]) unlink(tmp);
+    qf_cli_outputs_free(&out);
     qf_compare_result_free(&cmp);
     qf_strbuf_free(&extra);
     qf_pass_report_free(r);

@@ -193,12 +193,18 @@ static int qf_cli_inspect(int argc, char **argv)
     if (a.failed) return QF_EXIT_USAGE;
     if (!model) return qf_cli_usage_error(a.cmd, "no model given");
     if (json && dump) return qf_cli_usage_error(a.cmd, "--graph and --json do not mix");
-    if (dot && qf_cli_same_file(dot, model))
-        return qf_cli_error(QF_EXIT_USAGE, "--dot '%s' would overwrite the model", dot);
-
+    qf_cli_outputs out;
+    qf_cli_outputs_init(&out);
+    int rc = QF_EXIT_OK;
+    if (dot && (rc = qf_cli_outputs_add(&out, "--dot", dot)) == QF_EXIT_OK)
+        rc = qf_cli_outputs_input(&out, "the model", model);
     qf_graph *g = NULL;
-    qf_status st = qf_onnx_load(model, &g);
-    if (st != QF_OK) return qf_cli_fail(st);
+    qf_status st = QF_OK;
+    if (rc == QF_EXIT_OK && (st = qf_onnx_load(model, &g)) != QF_OK) rc = qf_cli_fail(st);
+    if (rc != QF_EXIT_OK) {
+        qf_cli_outputs_free(&out);
+        return rc;
+    }
 
     qf_inspect in = {.path = model, .g = g};
     qf_inspect_collect(&in);
@@ -210,9 +216,15 @@ static int qf_cli_inspect(int argc, char **argv)
         fputc('\n', stdout);
         qf_graph_print(g, stdout);
     }
-    if (dot) st = qf_cli_write_file(dot, qf_print_dot_cb, g);
+    if (dot) {
+        const char *tmp;
+        st = qf_cli_outputs_stage(&out, 0, &tmp);
+        if (st == QF_OK) st = qf_cli_write_file(tmp, qf_print_dot_cb, g);
+        rc = st == QF_OK ? qf_cli_outputs_commit(&out) : qf_cli_fail_write(&out, 0, st);
+    }
+    qf_cli_outputs_free(&out);
     qf_graph_free(g);
-    return st == QF_OK ? QF_EXIT_OK : qf_cli_fail(st);
+    return rc;
 }
 
 const qf_cli_command qf_cli_cmd_inspect = {

@@ -1,9 +1,14 @@
 /* qfold: dispatch to a subcommand. The table is built from QF_CLI_COMMANDS
  * (cli.h); each subcommand lives in its own file. */
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "qfold/io.h"
 
 #ifndef QF_VERSION
 #define QF_VERSION "unknown"
@@ -30,7 +35,10 @@ const qf_cli_command *qf_cli_find(const char *name)
 
 void qf_cli_print_overview(FILE *f)
 {
-    fprintf(f, "qfold %s - fold BatchNorm, quantize and run ONNX models\n\n", QF_VERSION);
+    fprintf(f,
+            "qfold %s - fold BatchNorm, quantize to int8 (post-training, ONNX QDQ) and run ONNX "
+            "models\n\n",
+            QF_VERSION);
     fputs("usage: qfold COMMAND [ARGS]\n"
           "       qfold COMMAND --help\n"
           "       qfold --version\n\n"
@@ -38,7 +46,9 @@ void qf_cli_print_overview(FILE *f)
           f);
     for (int i = 0; i < QF_CLI_NCOMMANDS; i++)
         fprintf(f, "  %-10s %s\n", qf_cli_table[i]->name, qf_cli_table[i]->summary);
-    fputs("\nExit status: 0 success, 1 failure while processing, 2 bad usage or bad input file.\n",
+    fputs("\nExit status: 0 success, 1 failure while processing, 2 bad usage or bad input file.\n"
+          "Environment: QFOLD_MAX_MEMORY=SIZE (bytes, or with K, M, G) caps the memory qfold\n"
+          "allocates itself; a command that needs more fails with exit status 1.\n",
           f);
 }
 
@@ -46,6 +56,101 @@ void qf_cli_print_help(const qf_cli_command *cmd, FILE *f)
 {
     fprintf(f, "usage: %s\n\n%s\n", cmd->usage, cmd->summary);
     if (cmd->details && *cmd->details) fprintf(f, "\n%s", cmd->details);
+}
+
+/* --- signals ------------------------------------------------------------------- */
+
+/* SIGINT / SIGTERM / SIGHUP: remove the temporary files of the writes in
+ * progress (async-signal-safe unlinks), then die of the same signal. */
+static void qf_cli_on_signal(int sig)
+{
+    qf_file_remove_temps();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void qf_cli_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        /* A signal the caller ignores (nohup, a background job) stays ignored. */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = qf_cli_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+    /* A file size limit (ulimit -f) makes write() fail with EFBIG, reported
+     * like a full disk, instead of killing qfold mid-write. */
+    signal(SIGXFSZ, SIG_IGN);
+}
+
+/* --- QFOLD_MAX_MEMORY ------------------------------------------------------------- */
+
+/* A cap on what qfold allocates itself (through the library's allocation
+ * hook): past it an allocation fails and the command exits 1 with "out of
+ * memory". Each block carries its size in a header of max_align_t size. */
+#define QF_CLI_HDR sizeof(max_align_t)
+static atomic_size_t qf_cli_mem_used;
+static size_t qf_cli_mem_cap;
+
+static void *qf_cli_capped_alloc(void *ud, void *ptr, size_t n)
+{
+    (void)ud;
+    unsigned char *base = ptr ? (unsigned char *)ptr - QF_CLI_HDR : NULL;
+    size_t old = 0;
+    if (base) memcpy(&old, base, sizeof old);
+    if (n == 0) {
+        atomic_fetch_sub(&qf_cli_mem_used, old);
+        free(base);
+        return NULL;
+    }
+    if (n > qf_cli_mem_cap) return NULL;
+    if (n > old) {
+        size_t grow = n - old, used = atomic_fetch_add(&qf_cli_mem_used, grow);
+        if (used + grow > qf_cli_mem_cap) {
+            atomic_fetch_sub(&qf_cli_mem_used, grow);
+            return NULL;
+        }
+    }
+    unsigned char *b = realloc(base, n + QF_CLI_HDR);
+    if (!b) {
+        if (n > old) atomic_fetch_sub(&qf_cli_mem_used, n - old);
+        return NULL;
+    }
+    if (n < old) atomic_fetch_sub(&qf_cli_mem_used, old - n);
+    memcpy(b, &n, sizeof n);
+    return b + QF_CLI_HDR;
+}
+
+/* "123", "64K", "512M", "2G" (powers of 1024); 0 when malformed. */
+static size_t qf_cli_parse_size(const char *v)
+{
+    char *end = NULL;
+    unsigned long long x = strtoull(v, &end, 10);
+    if (end == v || v[0] == '-') return 0;
+    int shift = 0;
+    if (*end == 'k' || *end == 'K')
+        shift = 10, end++;
+    else if (*end == 'm' || *end == 'M')
+        shift = 20, end++;
+    else if (*end == 'g' || *end == 'G')
+        shift = 30, end++;
+    if (*end || x == 0 || x > (SIZE_MAX >> shift) >> 1) return 0;
+    return (size_t)x << shift;
+}
+
+static int qf_cli_memory_cap(void)
+{
+    const char *v = getenv("QFOLD_MAX_MEMORY");
+    if (!v || !*v) return QF_EXIT_OK;
+    qf_cli_mem_cap = qf_cli_parse_size(v);
+    if (!qf_cli_mem_cap)
+        return qf_cli_error(QF_EXIT_USAGE,
+                            "QFOLD_MAX_MEMORY='%s': expected a size such as 65536, 512M or 2G", v);
+    qf_set_allocator(qf_cli_capped_alloc, NULL);
+    return QF_EXIT_OK;
 }
 
 /* `qfold CMD ... --help` anywhere before "--" asks for the command's help. */
@@ -65,7 +170,9 @@ int main(int argc, char **argv)
         return QF_EXIT_USAGE;
     }
     const char *name = argv[1];
-    int rc;
+    int rc = qf_cli_memory_cap();
+    if (rc != QF_EXIT_OK) return rc;
+    qf_cli_signals();
     if (strcmp(name, "--version") == 0) {
         printf("qfold %s\n", QF_VERSION);
         rc = QF_EXIT_OK;

@@ -86,19 +86,19 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
     if (!qa->in) return qf_cli_usage_error(a.cmd, "no input model given");
     if (!qa->out) return qf_cli_usage_error(a.cmd, "no output given (-o OUT.onnx)");
     if (!qa->ncalib) return qf_cli_usage_error(a.cmd, "no calibration data given (--calib X.npy)");
-    /* No output may overwrite an input or another output. */
-    const char *outs[2] = {qa->out, qa->report};
-    for (int o = 0; o < 2; o++) {
-        if (!outs[o]) continue;
-        if (strcmp(outs[o], qa->in) == 0 || qf_cli_same_file(outs[o], qa->in))
-            return qf_cli_error(QF_EXIT_USAGE, "output '%s' is the input model: refusing to overwrite it", outs[o]);
-        for (int i = 0; i < qa->ncalib; i++)
-            if (strcmp(outs[o], qa->calib[i]) == 0 || qf_cli_same_file(outs[o], qa->calib[i]))
-                return qf_cli_error(QF_EXIT_USAGE, "output '%s' would overwrite the calibration data", outs[o]);
-    }
-    if (qa->report && (strcmp(qa->report, qa->out) == 0 || qf_cli_same_file(qa->report, qa->out)))
-        return qf_cli_error(QF_EXIT_USAGE, "--report '%s' is the output model", qa->report);
     return QF_EXIT_OK;
+}
+
+/* The outputs (-o, then --report), checked before any work: usable paths,
+ * none the same file as another output, the model or calibration data. */
+static int qf_qz_outputs(const qf_qz_args *qa, qf_cli_outputs *out)
+{
+    int rc = qf_cli_outputs_add(out, "output", qa->out);
+    if (rc == QF_EXIT_OK && qa->report) rc = qf_cli_outputs_add(out, "--report", qa->report);
+    if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(out, "the input model", qa->in);
+    for (int i = 0; rc == QF_EXIT_OK && i < qa->ncalib; i++)
+        rc = qf_cli_outputs_input(out, "the calibration data", qa->calib[i]);
+    return rc;
 }
 
 /* The target profile with the --set overrides applied. */
@@ -360,6 +360,12 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_quant_profile p;
     if (rc == QF_EXIT_OK) rc = qf_qz_profile(&qa, &p);
     if (rc != QF_EXIT_OK) return rc;
+    qf_cli_outputs out;
+    qf_cli_outputs_init(&out);
+    if ((rc = qf_qz_outputs(&qa, &out)) != QF_EXIT_OK) {
+        qf_cli_outputs_free(&out);
+        return rc;
+    }
     qf_qz_state s = {0};
     qf_strbuf extra = {0};
     char *text = NULL;
@@ -370,10 +376,18 @@ static int qf_cli_quantize(int argc, char **argv)
         qf_qz_json(&qa, &p, &s, &extra);
         st = extra.oom ? QF_ERR_NOMEM : qf_pass_report_json(s.passes, extra.p, &text, &len);
     }
-    if (st == QF_OK) st = qf_onnx_save(s.g, qa.out);
-    if (st == QF_OK && qa.report) st = qf_file_write_atomic(qa.report, text, len);
-    if (st == QF_OK) qf_qz_summary(&qa, &p, &s);
-    else rc = qf_cli_fail(st);
+    /* Both to their temporary names, then renamed together. */
+    const char *tmp = NULL;
+    int wi = -1; /* the output being written */
+    if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
+        st = qf_onnx_save(s.g, tmp);
+    if (st == QF_OK && qa.report && (st = qf_cli_outputs_stage(&out, wi = 1, &tmp)) == QF_OK)
+        st = qf_file_write_atomic(tmp, text, len);
+    if (st != QF_OK)
+        rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
+    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK)
+        qf_qz_summary(&qa, &p, &s);
+    qf_cli_outputs_free(&out);
     qf_free(text);
     qf_strbuf_free(&extra);
     qf_quant_sqnr_free(s.sqnr, s.nsqnr);

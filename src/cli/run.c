@@ -59,7 +59,7 @@ static qf_status qf_run_check_input(const qf_value *v, const qf_tensor *t, const
                     t->dtype == v->type.dtype ? "shape" : "dtype");
 }
 
-/* Load the inputs, bind their shapes, build the plan, run, save. */
+/* Load the inputs, bind their shapes, build the plan, run. */
 static qf_status qf_run_model(const qf_run_args *ra, qf_run_state *s)
 {
     qf_graph *g = s->g;
@@ -92,15 +92,29 @@ static qf_status qf_run_model(const qf_run_args *ra, qf_run_state *s)
     int nout = qf_plan_num_outputs(s->plan);
     if (nout != ra->nout)
         return qf_error(QF_ERR_INTERNAL, "the plan has %d outputs, the graph %d", nout, ra->nout);
-    for (int i = 0; i < nout; i++) {
+    return QF_OK;
+}
+
+/* Every output to its temporary name, then all renamed together: a failure
+ * leaves every old output as it was. */
+static int qf_run_save(const qf_run_args *ra, qf_run_state *s, qf_cli_outputs *out)
+{
+    const qf_graph *g = s->g;
+    for (int i = 0; i < ra->nout; i++) {
+        const char *tmp;
+        qf_status st = qf_cli_outputs_stage(out, i, &tmp);
+        if (st == QF_OK) st = qf_npy_save(tmp, qf_plan_output(s->plan, i));
+        if (st != QF_OK)
+            return qf_cli_fail_write(out, i, qf_error_prefix(st, "'%s': ", g->outputs[i]->name));
+    }
+    int rc = qf_cli_outputs_commit(out);
+    for (int i = 0; rc == QF_EXIT_OK && i < ra->nout; i++) {
         const qf_tensor *y = qf_plan_output(s->plan, i);
-        qf_status st = qf_npy_save(ra->out[i], y);
-        if (st != QF_OK) return qf_error_prefix(st, "output '%s': ", g->outputs[i]->name);
         char shape[256];
         printf("%s: %s %s -> %s\n", g->outputs[i]->name, qf_dtype_name(y->dtype),
                qf_shape_str(y->ndim, y->dims, shape, sizeof shape), ra->out[i]);
     }
-    return QF_OK;
+    return rc;
 }
 
 static int qf_run_check_counts(const qf_run_args *ra, const qf_graph *g)
@@ -119,21 +133,17 @@ static int qf_run_check_counts(const qf_run_args *ra, const qf_graph *g)
     return QF_EXIT_OK;
 }
 
-/* An output must not clobber the model or an input, nor another output. */
-static int qf_run_check_paths(const qf_run_args *ra)
+/* Outputs checked before any work: usable paths, none the same file as
+ * another output, the model or an input. */
+static int qf_run_check_paths(const qf_run_args *ra, qf_cli_outputs *out)
 {
-    for (int o = 0; o < ra->nout; o++) {
-        if (qf_cli_same_file(ra->out[o], ra->model))
-            return qf_cli_error(QF_EXIT_USAGE, "output '%s' would overwrite the model", ra->out[o]);
-        for (int i = 0; i < ra->nin; i++)
-            if (strcmp(ra->out[o], ra->in[i]) == 0 || qf_cli_same_file(ra->out[o], ra->in[i]))
-                return qf_cli_error(QF_EXIT_USAGE, "output '%s' would overwrite input '%s'",
-                                    ra->out[o], ra->in[i]);
-        for (int k = 0; k < o; k++)
-            if (strcmp(ra->out[o], ra->out[k]) == 0)
-                return qf_cli_error(QF_EXIT_USAGE, "output '%s' is given twice", ra->out[o]);
-    }
-    return QF_EXIT_OK;
+    int rc = QF_EXIT_OK;
+    for (int o = 0; rc == QF_EXIT_OK && o < ra->nout; o++)
+        rc = qf_cli_outputs_add(out, "output", ra->out[o]);
+    if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(out, "the model", ra->model);
+    for (int i = 0; rc == QF_EXIT_OK && i < ra->nin; i++)
+        rc = qf_cli_outputs_input(out, "input", ra->in[i]);
+    return rc;
 }
 
 static int qf_cli_run(int argc, char **argv)
@@ -165,7 +175,9 @@ static int qf_cli_run(int argc, char **argv)
     if (rc == QF_EXIT_OK && !ra.model) rc = qf_cli_usage_error(a.cmd, "no model given");
     if (rc == QF_EXIT_OK && ra.nout == 0)
         rc = qf_cli_usage_error(a.cmd, "no output given (-o OUT.npy)");
-    if (rc == QF_EXIT_OK) rc = qf_run_check_paths(&ra);
+    qf_cli_outputs out;
+    qf_cli_outputs_init(&out);
+    if (rc == QF_EXIT_OK) rc = qf_run_check_paths(&ra, &out);
 
     qf_run_state s = {0};
     if (rc == QF_EXIT_OK) {
@@ -175,8 +187,9 @@ static int qf_cli_run(int argc, char **argv)
     if (rc == QF_EXIT_OK) rc = qf_run_check_counts(&ra, s.g);
     if (rc == QF_EXIT_OK) {
         qf_status st = qf_run_model(&ra, &s);
-        if (st != QF_OK) rc = qf_cli_fail(st);
+        rc = st != QF_OK ? qf_cli_fail(st) : qf_run_save(&ra, &s, &out);
     }
+    qf_cli_outputs_free(&out);
     qf_run_state_free(&s, ra.nin);
     qf_free(ra.in);
     qf_free(ra.out);

@@ -4,8 +4,11 @@
  * is a no-op in glibc), nor is Linux's sync_file_range(): _GNU_SOURCE exposes
  * them next to _POSIX_C_SOURCE. Both are used only where they exist. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,20 +57,30 @@ static qf_status qf_fd_read_all(int fd, const char *path, size_t hint, void **da
     return QF_OK;
 }
 
-/* open + fstat, refusing directories. */
-static qf_status qf_file_open_read(const char *path, int *fd, struct stat *st)
+qf_status qf_file_open_regular(const char *path, int *fd, struct stat *st)
 {
-    *fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: opening a FIFO without a writer would block forever; the
+     * flag is cleared again once the file is known to be a regular file. */
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (*fd < 0) return qf_error(QF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
     if (fstat(*fd, st) != 0) {
         int e = errno;
         close(*fd);
+        *fd = -1;
         return qf_error(QF_ERR_IO, "cannot read '%s': %s", path, strerror(e));
     }
-    if (S_ISDIR(st->st_mode)) {
+    if (!S_ISREG(st->st_mode)) {
+        const char *kind = S_ISDIR(st->st_mode)                           ? "a directory"
+                           : S_ISFIFO(st->st_mode)                        ? "a FIFO"
+                           : S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode) ? "a device"
+                           : S_ISSOCK(st->st_mode)                        ? "a socket"
+                                                                          : "not a regular file";
         close(*fd);
-        return qf_error(QF_ERR_IO, "cannot read '%s': it is a directory", path);
+        *fd = -1;
+        return qf_error(QF_ERR_IO, "cannot read '%s': it is %s, not a regular file", path, kind);
     }
+    int fl = fcntl(*fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(*fd, F_SETFL, fl & ~O_NONBLOCK);
     return QF_OK;
 }
 
@@ -77,7 +90,7 @@ qf_status qf_file_read(const char *path, void **data, size_t *size)
     *size = 0;
     int fd;
     struct stat st;
-    QF_TRY(qf_file_open_read(path, &fd, &st));
+    QF_TRY(qf_file_open_regular(path, &fd, &st));
     size_t hint = S_ISREG(st.st_mode) && st.st_size > 0 ? (size_t)st.st_size : 0;
     qf_status s = qf_fd_read_all(fd, path, hint, data, size);
     close(fd);
@@ -91,10 +104,10 @@ qf_status qf_file_view_open(const char *path, qf_file_view *v)
     memset(v, 0, sizeof *v);
     int fd;
     struct stat st;
-    QF_TRY(qf_file_open_read(path, &fd, &st));
+    QF_TRY(qf_file_open_regular(path, &fd, &st));
     /* Map regular, non-empty files: the bytes are read straight from the page
      * cache, and pages already decoded can be handed back (qf_file_view_release),
-     * so a model is not held twice. Anything else (pipes, /proc files, an
+     * so a model is not held twice. Anything else (/proc files, an
      * empty file, a failed mmap) is read into a buffer. A mapped file that
      * another process truncates meanwhile would fault (SIGBUS): like every
      * mmap reader, qfold assumes its input is not rewritten under it. */
@@ -149,7 +162,7 @@ void qf_file_view_close(qf_file_view *v)
 
 /* --- atomic writes ------------------------------------------------------------ */
 
-static qf_status qf_write_all(int fd, const void *data, size_t size, const char *tmp)
+static qf_status qf_write_all(int fd, const void *data, size_t size, const char *path)
 {
     const unsigned char *p = data;
     while (size) {
@@ -158,7 +171,7 @@ static qf_status qf_write_all(int fd, const void *data, size_t size, const char 
         ssize_t w = write(fd, p, chunk);
         if (w < 0) {
             if (errno == EINTR) continue;
-            return qf_error(QF_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+            return qf_error(QF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
         }
         p += w;
         size -= (size_t)w;
@@ -179,32 +192,152 @@ static void qf_dir_of(const char *path, char *buf, size_t size)
     }
 }
 
+/* --- temporary files ------------------------------------------------------------ */
+
+/* The temporary files of writes in progress, for qf_file_remove_temps (a
+ * signal handler): a slot is claimed (1), filled, then published (2); the
+ * handler only reads published slots and calls unlink(), which is
+ * async-signal-safe. A write that finds every slot taken still works; only
+ * its cleanup on a signal is lost (the next write to that path removes it). */
+#define QF_TEMP_SLOTS 32
+#define QF_TEMP_PATH  4096
+static struct {
+    atomic_int state; /* 0 free, 1 being filled, 2 published */
+    char path[QF_TEMP_PATH];
+} qf_temps[QF_TEMP_SLOTS];
+
+static void qf_temp_register(const char *tmp)
+{
+    size_t n = strlen(tmp);
+    if (n >= QF_TEMP_PATH) return;
+    for (int i = 0; i < QF_TEMP_SLOTS; i++) {
+        int expect = 0;
+        if (!atomic_compare_exchange_strong(&qf_temps[i].state, &expect, 1)) continue;
+        memcpy(qf_temps[i].path, tmp, n + 1);
+        atomic_store(&qf_temps[i].state, 2);
+        return;
+    }
+}
+
+void qf_file_temp_forget(const char *tmp)
+{
+    for (int i = 0; i < QF_TEMP_SLOTS; i++) {
+        if (atomic_load(&qf_temps[i].state) != 2 || strcmp(qf_temps[i].path, tmp) != 0) continue;
+        atomic_store(&qf_temps[i].state, 0);
+        return;
+    }
+}
+
+void qf_file_temp_discard(const char *tmp)
+{
+    /* Unlink first: a signal in between finds the name again, and unlinking
+     * a name that is gone is harmless. */
+    unlink(tmp);
+    qf_file_temp_forget(tmp);
+}
+
+void qf_file_remove_temps(void)
+{
+    for (int i = 0; i < QF_TEMP_SLOTS; i++)
+        if (atomic_load(&qf_temps[i].state) == 2) unlink(qf_temps[i].path);
+}
+
+#define QF_TEMP_TAG ".qfold-tmp-"
+
+/* The pid in "<base>.qfold-tmp-<pid>-..." at name, or 0 when name is not
+ * such a name. */
+static long qf_temp_pid(const char *name, const char *base, size_t blen)
+{
+    if (strncmp(name, base, blen) != 0 ||
+        strncmp(name + blen, QF_TEMP_TAG, sizeof QF_TEMP_TAG - 1) != 0)
+        return 0;
+    const char *p = name + blen + sizeof QF_TEMP_TAG - 1;
+    long pid = 0;
+    while (*p >= '0' && *p <= '9' && pid < 100000000L) pid = pid * 10 + (*p++ - '0');
+    return *p == '-' ? pid : 0;
+}
+
+/* Remove the temporary files that writes to dir/base by processes no longer
+ * alive left behind (a kill -9, a crash, a power cut): ".<base>.qfold-tmp-
+ * <pid>-*", and the library's own temporary of such a staged file
+ * ("..<base>.qfold-tmp-<pid>-*.qfold-tmp-*"). Files of live processes (a
+ * concurrent write to the same path) are left alone. */
+static void qf_temp_remove_stale(const char *dir, const char *base)
+{
+    size_t blen = strlen(base);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    long self = (long)getpid();
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name;
+        if (n[0] != '.') continue;
+        long pid = qf_temp_pid(n + 1, base, blen);
+        if (!pid && n[1] == '.') pid = qf_temp_pid(n + 2, base, blen);
+        if (pid <= 0 || pid == self) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+        char full[QF_TEMP_PATH];
+        int k = snprintf(full, sizeof full, "%s/%s", dir, n);
+        struct stat st;
+        if (k > 0 && (size_t)k < sizeof full && lstat(full, &st) == 0 && S_ISREG(st.st_mode))
+            unlink(full);
+    }
+    closedir(d);
+}
+
+qf_status qf_file_temp_open(const char *path, char **tmp, int *fd)
+{
+    *tmp = NULL;
+    *fd = -1;
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    size_t dlen = (size_t)(base - path);
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0)
+        return qf_error(QF_ERR_IO, "cannot write '%s': not a file name", path);
+    char dir[QF_TEMP_PATH];
+    if (dlen >= sizeof dir) return qf_error(QF_ERR_IO, "cannot write '%s': path too long", path);
+    qf_dir_of(path, dir, sizeof dir);
+    qf_temp_remove_stale(dir, base);
+    /* "dir/.base.qfold-tmp-<pid>-XXXXXX": hidden, named after its target and
+     * its writer, and never mistaken for a finished output. */
+    size_t size = strlen(path) + 64;
+    char *t = qf_malloc(size);
+    if (!t) return QF_ERR_NOMEM;
+    snprintf(t, size, "%.*s.%s" QF_TEMP_TAG "%ld-XXXXXX", (int)dlen, path, base, (long)getpid());
+    *fd = mkstemp(t);
+    if (*fd < 0) {
+        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
+                                strerror(errno));
+        qf_free(t);
+        return st;
+    }
+    qf_temp_register(t);
+    *tmp = t;
+    return QF_OK;
+}
+
+qf_status qf_file_temp_create(const char *path, char **tmp)
+{
+    int fd;
+    QF_TRY(qf_file_temp_open(path, tmp, &fd));
+    close(fd);
+    return QF_OK;
+}
+
 qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsize)
 {
     memset(w, 0, sizeof *w);
     w->fd = -1;
     w->path = path;
-    size_t plen = strlen(path);
-    w->tmp = qf_malloc(plen + 16);
-    if (!w->tmp) return QF_ERR_NOMEM;
     if (bufsize) {
         w->buf = qf_malloc(bufsize);
-        if (!w->buf) {
-            qf_free(w->tmp);
-            w->tmp = NULL;
-            return QF_ERR_NOMEM;
-        }
+        if (!w->buf) return QF_ERR_NOMEM;
         w->cap = bufsize;
     }
     /* The temporary file lives in the target's directory so that rename() is
      * atomic (same file system): readers see the old file or the whole new one. */
-    memcpy(w->tmp, path, plen);
-    memcpy(w->tmp + plen, ".tmp.XXXXXX", 12);
-    w->fd = mkstemp(w->tmp);
-    if (w->fd < 0) {
-        qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
-                                strerror(errno));
-        qf_free(w->tmp);
+    qf_status st = qf_file_temp_open(path, &w->tmp, &w->fd);
+    if (st != QF_OK) {
         qf_free(w->buf);
         memset(w, 0, sizeof *w);
         w->fd = -1;
@@ -223,7 +356,7 @@ qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsiz
 static void qf_file_writer_raw(qf_file_writer *w, const void *data, size_t size)
 {
     if (w->st != QF_OK) return;
-    w->st = qf_write_all(w->fd, data, size, w->tmp);
+    w->st = qf_write_all(w->fd, data, size, w->path);
     w->off += size;
 #if defined(SYNC_FILE_RANGE_WRITE)
     if (w->st == QF_OK && w->off - w->synced >= QF_WRITEBACK_STEP) {
@@ -272,7 +405,7 @@ void qf_file_writer_abort(qf_file_writer *w)
 {
     if (w->fd >= 0) {
         close(w->fd);
-        unlink(w->tmp);
+        qf_file_temp_discard(w->tmp);
     }
     qf_file_writer_release(w);
 }
@@ -293,14 +426,15 @@ qf_status qf_file_writer_commit(qf_file_writer *w)
     if (st == QF_OK && fchmod(fd, mode) != 0)
         st = qf_error(QF_ERR_IO, "cannot set the mode of '%s': %s", tmp, strerror(errno));
     if (st == QF_OK && fsync(fd) != 0)
-        st = qf_error(QF_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+        st = qf_error(QF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     if (close(fd) != 0 && st == QF_OK)
-        st = qf_error(QF_ERR_IO, "cannot write '%s': %s", tmp, strerror(errno));
+        st = qf_error(QF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
     if (st == QF_OK && rename(tmp, path) != 0)
         st = qf_error(QF_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
     if (st != QF_OK) {
-        unlink(tmp);
+        qf_file_temp_discard(tmp);
     } else {
+        qf_file_temp_forget(tmp);
         /* Make the rename itself durable; a failure here loses nothing. */
         char dir[4096];
         qf_dir_of(path, dir, sizeof dir);

@@ -9,6 +9,15 @@
 qf_status qf_file_write_parts(const char *path, int nparts, const void *const *data,
                               const size_t *size);
 
+/* Open a file for reading without blocking (a FIFO with no writer) and
+ * refuse anything but a regular file (directory, FIFO, device, socket:
+ * QF_ERR_IO naming the kind). On success *fd is open and blocking. */
+struct stat;
+qf_status qf_file_open_regular(const char *path, int *fd, struct stat *st);
+
+/* qf_file_temp_create, with the file left open in *fd. */
+qf_status qf_file_temp_open(const char *path, char **tmp, int *fd);
+
 /* A file's bytes for reading: mapped read-only (private) when it is a
  * non-empty regular file, else read into an owned buffer. */
 typedef struct qf_file_view {

@@ -262,8 +262,9 @@ static qf_status qf_npy_read(int fd, qf_tensor *out)
 qf_status qf_npy_load(const char *path, qf_tensor *out)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return qf_error(QF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    int fd;
+    struct stat st_file;
+    QF_TRY(qf_file_open_regular(path, &fd, &st_file));
     qf_status st = qf_npy_read(fd, out);
     close(fd);
     if (st != QF_OK) return qf_error_prefix(st, "%s: ", path);

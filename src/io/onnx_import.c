@@ -553,5 +553,13 @@ qf_status qf_onnx_load(const char *path, qf_graph **out)
     *out = NULL;
     qf_file_view v;
     QF_TRY(qf_file_view_open(path, &v));
+    /* A protobuf message is at most 2 GiB: anything larger is not a model. */
+    if (v.size > 0x7fffffffu) {
+        size_t size = v.size;
+        qf_file_view_close(&v);
+        return qf_error(QF_ERR_PARSE,
+                        "%s: not a valid ONNX model (%zu bytes, over protobuf's 2 GiB limit)", path,
+                        size);
+    }
     return qf_onnx_load_impl(v.data, v.size, &v, path, out);
 }

@@ -11,3 +11,15 @@ foreach(case ${QF_CLI_CASES})
             --work ${QF_TEST_WORK}/cli --version ${PROJECT_VERSION} ${case})
   set_tests_properties(cli_${case} PROPERTIES LABELS "cli" TIMEOUT 120)
 endforeach()
+
+# Faults a careful user's scripts hit (tests/cli/fault_test.py): aliased
+# outputs, bad output paths, FIFOs and devices as inputs, a full disk, signals
+# and kill -9 during a write, a memory cap on qfold's own allocations.
+set(QF_FAULT_CASES aliases output_paths bad_inputs full_disk all_or_nothing signals kill9 memory_cap describes)
+foreach(case ${QF_FAULT_CASES})
+  add_test(NAME cli_fault_${case}
+    COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/fault_test.py
+            --qfold $<TARGET_FILE:qfold> --examples ${PROJECT_SOURCE_DIR}/examples
+            --work ${QF_TEST_WORK}/cli_fault --source ${PROJECT_SOURCE_DIR} ${case})
+  set_tests_properties(cli_fault_${case} PROPERTIES LABELS "cli" TIMEOUT 300)
+endforeach()

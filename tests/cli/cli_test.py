@@ -141,7 +141,7 @@ def case_inspect_dot():
     text = open(dot).read()
     check(text.startswith("digraph ") and text.rstrip().endswith("}"), "not a DOT graph:\n" + text)
     check(text.count('label="BatchNormalization\\n') == 4, "DOT lacks the 4 BatchNormalization boxes")
-    check(not [f for f in os.listdir(ARGS.work) if ".tmp." in f], "a temporary file was left")
+    check(not [f for f in os.listdir(ARGS.work) if ".tmp." in f or ".qfold-tmp-" in f], "a temporary file was left")
     if shutil.which("dot"):
         p = subprocess.run(["dot", "-Tsvg", dot], capture_output=True, text=True)
         check(p.returncode == 0 and "<svg" in p.stdout, "dot -Tsvg rejects the file:\n" + p.stderr)
