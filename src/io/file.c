@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "io_internal.h"
@@ -304,14 +305,36 @@ qf_status qf_file_temp_open(const char *path, char **tmp, int *fd)
     char *t = qf_malloc(size);
     if (!t) return QF_ERR_NOMEM;
     snprintf(t, size, "%.*s.%s" QF_TEMP_TAG "%ld-XXXXXX", (int)dlen, path, base, (long)getpid());
-    *fd = mkstemp(t);
+    /* The name is published before the file exists: a termination signal
+     * handled on any thread (OpenBLAS's and the pool's threads take signals
+     * too, so masking this thread's would not do) then finds the name and
+     * its unlink is harmless if the file is not there yet. mkstemp cannot be
+     * used for that (it names and creates in one step): the same six random
+     * characters, O_CREAT | O_EXCL, a new name on a collision. */
+    static const char set[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    static atomic_uint counter;
+    char *x = t + strlen(t) - 6;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t r = ((uint64_t)ts.tv_nsec << 20) ^ (uint64_t)ts.tv_sec ^ ((uint64_t)getpid() << 40) ^
+                 ((uint64_t)atomic_fetch_add(&counter, 1) * 0x9E3779B97F4A7C15ull);
+    int err = EEXIST;
+    for (int attempt = 0; attempt < 100 && *fd < 0 && err == EEXIST; attempt++) {
+        for (int i = 0; i < 6; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = set[(r >> 33) % (sizeof set - 1)];
+        }
+        qf_temp_register(t);
+        *fd = open(t, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        err = errno;
+        if (*fd < 0) qf_file_temp_forget(t);
+    }
     if (*fd < 0) {
         qf_status st = qf_error(QF_ERR_IO, "cannot create a temporary file next to '%s': %s", path,
-                                strerror(errno));
+                                strerror(err));
         qf_free(t);
         return st;
     }
-    qf_temp_register(t);
     *tmp = t;
     return QF_OK;
 }
