@@ -293,6 +293,20 @@ typedef struct qf_quant_session {
     int ntensors;
 } qf_quant_session;
 
+/* The int8 executor's lowering (pass quant_lower_int8): every DQ -> Conv ->
+ * [Relu / relu6 / Clip] -> Q group of a QDQ graph becomes one integer conv
+ * (QLinearConv with TFLite's fixed-point requantization and the activation
+ * as a clamp), so running the graph computes those layers as an int8 NPU
+ * does; the rest runs as written (DQ -> float -> Q). For execution only:
+ * the lowered graph carries qfold's own attributes (qfold_requant,
+ * qfold_clamp) and is not meant to be exported. ctx may be NULL (outside the
+ * pass manager); *count (may be NULL) gets the number of groups lowered. */
+typedef enum qf_int8_requant_kind {
+    QF_REQUANT_FIXED_POINT = 0, /* TFLite: multiplier and shift, its rounding */
+    QF_REQUANT_ONNX             /* ONNX / ONNX Runtime: float32 scale, round half to even */
+} qf_int8_requant_kind;
+qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kind rq, int *count);
+
 /* Register the quant passes and pipelines (idempotent); qf_quantize does it. */
 qf_status qf_quant_register_passes(void);
 

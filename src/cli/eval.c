@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "qfold/exec.h"
 #include "qfold/io.h"
+#include "qfold/quant.h"
 
 #define QF_EVAL_MAX_DATA 16
 
@@ -15,6 +16,7 @@ typedef struct qf_eval_args {
     int ndata;
     int64_t batch;
     bool json;
+    bool simulate; /* QDQ models: Q / DQ as written (else integer conv groups, as `run`) */
 } qf_eval_args;
 
 /* One model's results. */
@@ -87,6 +89,9 @@ static qf_status qf_eval_model(const qf_eval_args *ea, const char *path, const q
     r->pred = qf_calloc((size_t)r->n, sizeof *r->pred);
     qf_status st = r->pred ? QF_OK : QF_ERR_NOMEM;
     if (st == QF_OK && g->noutputs < 1) st = qf_error(QF_ERR_INVALID, "'%s' has no outputs", path);
+    /* A QDQ model is evaluated as `qfold run` runs it: its conv groups in
+     * integers, unless --simulate. */
+    if (st == QF_OK && !ea->simulate) st = qf_quant_lower_int8(g, NULL, QF_REQUANT_FIXED_POINT, NULL);
     qf_batch_options bo = {.batch = ea->batch, .on_batch = qf_eval_batch, .ud = r};
     if (st == QF_OK) st = qf_run_batches(g, data, ea->ndata, &bo);
     if (st != QF_OK && !strstr(qf_error_message(), path)) qf_error_prefix(st, "'%s': ", path);
@@ -151,6 +156,8 @@ static int qf_eval_parse(int argc, char **argv, qf_eval_args *ea)
             ea->batch = b;
         } else if (qf_cli_args_flag(&a, "--json", NULL)) {
             ea->json = true;
+        } else if (qf_cli_args_flag(&a, "--simulate", NULL)) {
+            ea->simulate = true;
         } else if (!ea->model && qf_cli_args_positional(&a, &v)) {
             ea->model = v;
         } else {
@@ -204,7 +211,8 @@ static int qf_cli_eval(int argc, char **argv)
 const qf_cli_command qf_cli_cmd_eval = {
     .name = "eval",
     .summary = "classification accuracy (top-1, top-5) of a model on a labelled data set",
-    .usage = "qfold eval MODEL.onnx --data X.npy --labels Y.npy [--batch B] [--compare OTHER.onnx] [--json]",
+    .usage = "qfold eval MODEL.onnx --data X.npy --labels Y.npy [--batch B] [--compare OTHER.onnx] [--json]\n"
+             "                  [--simulate]",
     .details =
         "The model's first output holds class scores [batch, classes]; the predicted class\n"
         "is the highest score.\n\n"
@@ -216,6 +224,8 @@ const qf_cli_command qf_cli_cmd_eval = {
         "                    runs that size)\n"
         "  --compare OTHER   evaluate OTHER.onnx on the same data too: both accuracies side by\n"
         "                    side and how often their top-1 predictions agree\n"
-        "  --json            print the figures as one JSON object\n",
+        "  --json            print the figures as one JSON object\n"
+        "  --simulate        a quantized (QDQ) model in float simulation, Q / DQ as written\n"
+        "                    (default: its conv groups in integers, as `qfold run`)\n",
     .fn = qf_cli_eval,
 };

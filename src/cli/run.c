@@ -6,6 +6,7 @@
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "qfold/io.h"
+#include "qfold/quant.h"
 
 typedef struct qf_run_args {
     const char *model;
@@ -13,6 +14,8 @@ typedef struct qf_run_args {
     int nin;
     const char **out; /* -o paths, in graph-output order */
     int nout;
+    bool simulate;    /* QDQ models: Q / DQ as written, every op in float */
+    bool onnx_requant; /* --requant onnx */
 } qf_run_args;
 
 /* Everything run allocates, released in one place on every path. */
@@ -87,6 +90,10 @@ static qf_status qf_run_model(const qf_run_args *ra, qf_run_state *s)
     for (int i = n - 1; i >= 0; i--)
         if (s->tensors[i].dtype == QF_DTYPE_I64) QF_TRY(qf_graph_bind_input(g, i, &s->tensors[i]));
 
+    /* A QDQ model runs its conv groups in integers, as the NPU would, unless
+     * --simulate asks for the float simulation of the file as written. */
+    if (!ra->simulate)
+        QF_TRY(qf_quant_lower_int8(g, NULL, ra->onnx_requant ? QF_REQUANT_ONNX : QF_REQUANT_FIXED_POINT, NULL));
     QF_TRY(qf_plan_init(&s->plan, g));
     QF_TRY(qf_plan_run(s->plan, s->feed, nfeed));
     int nout = qf_plan_num_outputs(s->plan);
@@ -165,6 +172,13 @@ static int qf_cli_run(int argc, char **argv)
             if (!a.failed) ra.in[ra.nin++] = v;
         } else if (qf_cli_args_value(&a, "-o", "--output", &v)) {
             if (!a.failed) ra.out[ra.nout++] = v;
+        } else if (qf_cli_args_flag(&a, "--simulate", NULL)) {
+            ra.simulate = true;
+        } else if (qf_cli_args_value(&a, "--requant", NULL, &v)) {
+            if (a.failed) break;
+            if (strcmp(v, "tflite") == 0) ra.onnx_requant = false;
+            else if (strcmp(v, "onnx") == 0) ra.onnx_requant = true;
+            else rc = qf_cli_usage_error(a.cmd, "--requant takes tflite or onnx, got '%s'", v);
         } else if (!ra.model && qf_cli_args_positional(&a, &v)) {
             ra.model = v;
         } else {
@@ -199,7 +213,8 @@ static int qf_cli_run(int argc, char **argv)
 const qf_cli_command qf_cli_cmd_run = {
     .name = "run",
     .summary = "run a model on .npy inputs with the reference executor, write .npy outputs",
-    .usage = "qfold run MODEL.onnx -i IN.npy [-i IN2.npy ...] -o OUT.npy [-o OUT2.npy ...]",
+    .usage = "qfold run MODEL.onnx -i IN.npy [-i IN2.npy ...] -o OUT.npy [-o OUT2.npy ...]\n"
+             "                 [--simulate | --requant tflite|onnx]",
     .details =
         "Inputs follow the graph's input order, outputs its output order; give one -i per\n"
         "graph input and one -o per graph output ('qfold inspect' lists them).\n\n"
@@ -209,6 +224,14 @@ const qf_cli_command qf_cli_cmd_run = {
         "                      dimension takes the array's size; int64 inputs are bound\n"
         "                      as constants)\n"
         "  -o, --output FILE   where to write the next graph output (.npy, written to a\n"
-        "                      temporary file and renamed into place)\n",
+        "                      temporary file and renamed into place)\n"
+        "  --simulate          a quantized (QDQ) model: compute every op in float with the\n"
+        "                      QuantizeLinear / DequantizeLinear as written. Without it, each\n"
+        "                      DequantizeLinear -> Conv -> [ReLU] -> QuantizeLinear group runs\n"
+        "                      in integers (int8 x int8 -> int32, TFLite's fixed-point\n"
+        "                      requantization), as an int8 NPU computes it\n"
+        "  --requant KIND      the integer groups' requantization: tflite (default: fixed-point\n"
+        "                      multiplier and shift, TFLite's rounding) or onnx (float scale,\n"
+        "                      round half to even, as ONNX Runtime's integer kernels)\n",
     .fn = qf_cli_run,
 };

@@ -140,9 +140,16 @@ static const qconv_slots qconv_integer = {0, -1, 2, 1, -1, 3, -1, -1, -1};
 typedef struct qconv_state {
     qf_conv_geom geom;
     bool qlinear;
+    /* qfold's int8 executor (src/quant/lower.c) sets two attributes no ONNX
+     * file carries: qfold_requant = 1 for TFLite's fixed-point requantization
+     * instead of ONNX's float one, qfold_clamp = [lo, hi] for a fused
+     * activation's range in the output's integers. */
+    bool fixed;
+    int32_t lo, hi;
+    int64_t acc_bound;
     qf_dtype xdt, wdt, ydt;
     bool w_scale_per, w_zp_per;
-    size_t off_w16, off_col, off_acc, off_scale, off_wzp, scratch;
+    size_t off_w16, off_col, off_acc, off_scale, off_wzp, off_mult, scratch;
 } qconv_state;
 
 static const qf_tensor *qconv_in(const qf_node *n, const qf_tensor *const *in, int nin, int slot)
@@ -227,6 +234,25 @@ static qf_status qconv_prepare(const qf_kernel_io *io, bool qlinear, qconv_state
     st->off_acc = ql_take(&off, qlinear ? acc : 0);
     st->off_scale = ql_take(&off, qlinear ? scale : 0);
     st->off_wzp = ql_take(&off, zp);
+    st->fixed = qlinear && qf_node_attr_int(n, "qfold_requant", 0) == 1;
+    st->lo = st->ydt == QF_DTYPE_U8 ? 0 : -128;
+    st->hi = st->ydt == QF_DTYPE_U8 ? 255 : 127;
+    int nc = 0;
+    const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
+    if (clamp && nc == 2 && qlinear) {
+        if (clamp[0] > clamp[1] || clamp[0] < st->lo || clamp[1] > st->hi)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp [%lld, %lld] is not inside [%d, %d]",
+                            n->name, qf_op_label(n), (long long)clamp[0], (long long)clamp[1], (int)st->lo,
+                            (int)st->hi);
+        st->lo = (int32_t)clamp[0];
+        st->hi = (int32_t)clamp[1];
+    }
+    /* |acc| <= K * max|x - zp| * max|w - zp| (+ the bias), as qf_int8_check_k bounds it. */
+    st->acc_bound = cg->k * (int64_t)ql_range_abs(st->xdt, xzp) * (int64_t)ql_range_abs(st->wdt, wzp);
+    size_t mult = 0;
+    if (st->fixed && !ql_bytes(cg->m, 2, sizeof(int32_t), &mult))
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scratch size overflows", n->name, qf_op_label(n));
+    st->off_mult = ql_take(&off, mult);
     st->scratch = off;
     if (off == SIZE_MAX)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scratch size overflows", n->name, qf_op_label(n));
@@ -271,9 +297,20 @@ static qf_status qconv_forward(const qf_kernel_io *io)
         rq.per_channel = st->w_scale_per;
         rq.zp = ql_zp_at(io->in[sl->y_zp], 0);
         rq.dtype = st->ydt;
-        rq.lo = st->ydt == QF_DTYPE_U8 ? 0 : -128;
-        rq.hi = st->ydt == QF_DTYPE_U8 ? 255 : 127;
+        rq.lo = st->lo;
+        rq.hi = st->hi;
         acc = (int32_t *)(scr + st->off_acc);
+        if (st->fixed) {
+            /* TFLite: the real multiplier x_scale * w_scale / y_scale in double. */
+            int32_t *mult = (int32_t *)(scr + st->off_mult), *shift = mult + cg->m;
+            double real[1];
+            for (int64_t c = 0; c < nch; c++) {
+                real[0] = (double)xs * (double)ws[c] / (double)ys;
+                QF_TRY(qf_int8_requant_prepare_fixed(io->node, real, 1, st->acc_bound, mult + c, shift + c));
+            }
+            rq.multiplier = mult;
+            rq.shift = shift;
+        }
     }
     for (int64_t bn = 0; bn < cg->n; bn++)
         for (int64_t g = 0; g < cg->group; g++) {
@@ -285,8 +322,11 @@ static qf_status qconv_forward(const qf_kernel_io *io)
             }
             qf_int8_conv_group(cg, x->data, st->xdt, xz, bn, g, w16, bias, col, acc);
             /* int8 and uint8 are one byte: the block starts at row0 * plane. */
-            qf_int8_requant_float(&rq, g * cg->mg, cg->mg, cg->out_plane, acc,
-                                  (char *)y->data + row0 * cg->out_plane);
+            if (st->fixed)
+                qf_int8_requant_fixed(&rq, g * cg->mg, cg->mg, cg->out_plane, acc, (char *)y->data + row0 * cg->out_plane);
+            else
+                qf_int8_requant_float(&rq, g * cg->mg, cg->mg, cg->out_plane, acc,
+                                      (char *)y->data + row0 * cg->out_plane);
         }
     return QF_OK;
 }

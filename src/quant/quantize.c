@@ -105,6 +105,7 @@ static qf_status qz_left_float(const qf_quant_annotation *a, qf_quantize_result 
 
 extern const qf_pass qf_pass_quant_annotate;
 extern const qf_pass qf_pass_quant_convert;
+extern const qf_pass qf_pass_quant_lower_int8;
 
 static const char *const qz_prepare_passes[] = {"quant_annotate", NULL};
 static const char *const qz_convert_passes[] = {"quant_convert", "dce", NULL};
@@ -121,9 +122,10 @@ static const qf_pipeline qz_convert = {
 
 qf_status qf_quant_register_passes(void)
 {
-    static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert};
+    static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert,
+                                            &qf_pass_quant_lower_int8};
     static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert};
-    return qf_pass_register(passes, 2, pipelines, 2);
+    return qf_pass_register(passes, 3, pipelines, 2);
 }
 
 qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_quantize_options *opt,

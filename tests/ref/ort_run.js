@@ -67,7 +67,8 @@ function writeNpy(file, tensor) {
 async function main() {
   const [model, outdir, ...inputs] = process.argv.slice(2);
   if (!model || !outdir) throw new Error('usage: node ort_run.js MODEL.onnx OUTDIR IN0.npy ...');
-  const session = await ort.InferenceSession.create(model, { graphOptimizationLevel: 'disabled' });
+  // QF_ORT_OPT=all lets ORT fuse QDQ groups into its integer kernels (the default: run as written).
+  const session = await ort.InferenceSession.create(model, { graphOptimizationLevel: process.env.QF_ORT_OPT || 'disabled' });
   if (inputs.length !== session.inputNames.length) {
     throw new Error(`model has ${session.inputNames.length} inputs, got ${inputs.length} .npy files`);
   }
