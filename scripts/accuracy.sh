@@ -18,7 +18,7 @@ for target in neutron generic; do
   "$qfold" quantize "$model" -o "$out/fashion_cnn.$target.onnx" --calib "$out/calib.npy" --target "$target" \
     --report "$out/fashion_cnn.$target.json" > /dev/null
   q=$("$qfold" eval "$model" --compare "$out/fashion_cnn.$target.onnx" --data "$out/test.npy" \
-        --labels "$out/test_labels.npy" --json)
+        --labels "$out/test_labels.npy" --json --simulate)
   fx=$($py "$root/tests/ref/fx_ptq.py" --state "$root/examples/fashion_mnist/fashion_cnn.pt" --data "$out" \
         --scheme "$target" 2>/dev/null | tail -1)
   $py - "$target" "$q" "$fx" <<'PY'
