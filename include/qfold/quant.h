@@ -302,6 +302,8 @@ typedef struct qf_quantize_result {
     qf_quant_float_node *left_float; /* ops left in float, with the reason */
     int nleft_float;
     qf_quant_convert_stats stats;
+    double calibrate_ms;           /* wall time of the calibration runs (observers included) */
+    double convert_ms;             /* wall time of annotation, qparams and conversion to QDQ */
 } qf_quantize_result;
 
 qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_quantize_options *opt,

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -39,7 +40,15 @@ typedef struct qf_qz_state {
     qf_quantize_result res;
     qf_quant_sqnr *sqnr;
     int nsqnr;
+    double t_load, t_passes, t_sqnr, t_save, t_total; /* ms, for the summary */
 } qf_qz_state;
+
+static double qf_qz_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 static int64_t qf_qz_number(const char *v, int64_t lo, int64_t hi)
 {
@@ -217,6 +226,10 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         for (int i = 0; i < s->nsqnr && i < 5; i++)
             printf("    %-40s %6.1f dB\n", s->sqnr[i].name, s->sqnr[i].sqnr_db);
     }
+    printf("  time: load %.1f ms, passes %.1f ms, calibrate %.1f ms (%.1f samples/s), convert %.1f ms, "
+           "sqnr %.1f ms, save %.1f ms, total %.1f ms\n",
+           s->t_load, s->t_passes, r->calibrate_ms, r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0,
+           r->convert_ms, s->t_sqnr, s->t_save, s->t_total);
 }
 
 static void qf_qz_json_num(qf_strbuf *b, double x)
@@ -303,17 +316,23 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
 
 static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_qz_state *s)
 {
+    double t0 = qf_qz_now();
     QF_TRY(qf_onnx_load(qa->in, &s->g));
     if (qf_qz_is_quantized(s->g))
         return qf_error(QF_ERR_INVALID, "'%s' is already quantized (it has QuantizeLinear / DequantizeLinear nodes)",
                         qa->in);
     QF_TRY(qf_qz_load_data(qa, s));
+    double t1 = qf_qz_now();
+    s->t_load = t1 - t0;
     qf_pass_options po = {.verify = true};
     QF_TRY(qf_pipeline_run(s->g, "ptq", &po, &s->passes));
+    double t2 = qf_qz_now();
+    s->t_passes = t2 - t1;
     qf_quantize_options qo = {.profile = p, .batch = qa->batch, .max_samples = qa->count};
     if (isatty(STDERR_FILENO)) qo.progress = qf_qz_progress;
     QF_TRY(qf_quantize(s->g, s->feed, qa->ncalib, &qo, &s->res));
     QF_TRY(qf_graph_verify_shapes(s->g));
+    double t3 = qf_qz_now();
     /* The float model the SQNR compares against: the same file, folded. */
     qf_pass_report *r2 = NULL;
     QF_TRY(qf_onnx_load(qa->in, &s->ref));
@@ -324,6 +343,7 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, s->feed, qa->ncalib, qa->batch ? qa->batch : 32, n, &s->sqnr,
                                  &s->nsqnr));
     qsort(s->sqnr, (size_t)s->nsqnr, sizeof *s->sqnr, qf_qz_by_sqnr);
+    s->t_sqnr = qf_qz_now() - t3;
     return QF_OK;
 }
 
@@ -338,7 +358,9 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_strbuf extra = {0};
     char *text = NULL;
     size_t len = 0;
+    double t0 = qf_qz_now();
     qf_status st = qf_qz_run(&qa, &p, &s);
+    double t1 = qf_qz_now();
     /* Both files or neither: the report is built before anything is written. */
     if (st == QF_OK && qa.report) {
         qf_qz_json(&qa, &p, &s, &extra);
@@ -346,6 +368,8 @@ static int qf_cli_quantize(int argc, char **argv)
     }
     if (st == QF_OK) st = qf_onnx_save(s.g, qa.out);
     if (st == QF_OK && qa.report) st = qf_file_write_atomic(qa.report, text, len);
+    s.t_save = qf_qz_now() - t1;
+    s.t_total = qf_qz_now() - t0;
     if (st == QF_OK) qf_qz_summary(&qa, &p, &s);
     else rc = qf_cli_fail(st);
     qf_free(text);

@@ -2,6 +2,7 @@
  * the per-layer SQNR of the result against the float model. */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "qfold/quant.h"
 #include "qfold/schema.h"
@@ -12,6 +13,13 @@ static char *qz_strdup(const char *s)
     char *d = qf_malloc(n);
     if (d) memcpy(d, s, n);
     return d;
+}
+
+static double qz_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
 /* --- calibration run ------------------------------------------------------------- */
@@ -113,23 +121,28 @@ qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, cons
     const qf_tensor *ptrs[64];
     qz_first_samples(data, ndata, n, views, ptrs);
 
+    double t0 = qz_now_ms();
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
     qf_quant_annotation *a = NULL;
     qf_quant_calib *c = NULL;
     qf_status st = qf_quant_annotate(g, p, &a);
     if (st == QF_OK) st = qf_quant_calib_init(&c, g, a, p);
+    double t1 = qz_now_ms(), t2 = t1;
     if (st == QF_OK) {
         qz_calib_run run = {g, c, ptrs, n, 0, opt};
         qf_batch_options bo = {.batch = opt->batch, .hook = qz_hook, .hook_ud = &run, .on_batch = qz_batch,
                                .ud = &run};
         st = qf_run_batches(g, ptrs, ndata, &bo);
         out->samples = run.done;
+        t2 = qz_now_ms();
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
     if (st == QF_OK) st = qz_left_float(a, out);
     if (st == QF_OK) st = qf_quant_convert(g, a, c, &out->stats, &out->tensors, &out->ntensors);
     if (st == QF_OK) st = qf_graph_infer_shapes(g);
+    out->calibrate_ms = t2 - t1;
+    out->convert_ms = (t1 - t0) + (qz_now_ms() - t2);
     qf_quant_calib_free(c);
     qf_quant_annotation_free(a);
     if (st != QF_OK) qf_quantize_result_free(out);
