@@ -21,6 +21,7 @@
 #define QF_QZ_MAX_CALIB 16
 #define QF_QZ_MAX_SETS 16
 #define QF_QZ_SQNR_SAMPLES 128
+#define QF_QZ_SCAN_BYTES ((size_t)4 << 20) /* the NaN / Inf scan reads this much at a time */
 
 typedef struct qf_qz_args {
     const char *in, *out, *report, *target;
@@ -34,8 +35,8 @@ typedef struct qf_qz_args {
 /* Everything the command holds, released in one place. */
 typedef struct qf_qz_state {
     qf_graph *g, *ref;
-    qf_tensor data[QF_QZ_MAX_CALIB];
-    const qf_tensor *feed[QF_QZ_MAX_CALIB];
+    qf_npy_file *files[QF_QZ_MAX_CALIB]; /* the calibration data, read a batch at a time */
+    qf_npy_source *src;
     qf_pass_report *passes;
     qf_quantize_result res;
     qf_quant_sqnr *sqnr;
@@ -127,8 +128,8 @@ static int qf_qz_profile(const qf_qz_args *qa, qf_quant_profile *p)
     return QF_EXIT_OK;
 }
 
-/* Calibration file i for graph input v: its dtype, a batch axis first, the
- * sample dims the graph fixes, at least one sample, finite values. */
+/* Calibration file i for graph input v (t: its dtype and shape): a batch
+ * axis first, the sample dims the graph fixes, at least one sample. */
 static qf_status qf_qz_check_data(const char *path, const qf_value *v, const qf_tensor *t)
 {
     char want[160], got[160];
@@ -144,14 +145,34 @@ static qf_status qf_qz_check_data(const char *path, const qf_value *v, const qf_
                         qf_dtype_name(t->dtype), qf_shape_str(t->ndim, t->dims, got, sizeof got));
     if (t->dims[0] < 1)
         return qf_error(QF_ERR_SHAPE, "calibration data '%s' for input '%s' holds no samples", path, v->name);
-    if (t->dtype == QF_DTYPE_F32) {
-        const float *x = t->data;
-        for (int64_t i = 0, n = qf_tensor_numel(t); i < n; i++)
-            if (!isfinite(x[i]))
-                return qf_error(QF_ERR_NUMERIC, "calibration data '%s' for input '%s': element %lld is %s", path,
-                                v->name, (long long)i, isnan(x[i]) ? "NaN" : "infinite");
-    }
     return QF_OK;
+}
+
+/* Every value finite, the whole file checked before anything runs; read a
+ * few MiB at a time (the data set is never in memory whole). */
+static qf_status qf_qz_scan_data(const char *path, const qf_value *v, qf_npy_file *f)
+{
+    const qf_tensor *t = qf_npy_info(f);
+    if (t->dtype != QF_DTYPE_F32) return QF_OK;
+    size_t row = qf_npy_row_bytes(f);
+    int64_t n = t->dims[0], step = row ? (int64_t)(QF_QZ_SCAN_BYTES / row) : n;
+    if (step < 1) step = 1;
+    if (step > n) step = n;
+    size_t bytes = (size_t)step * row;
+    float *buf = qf_malloc(bytes ? bytes : 1);
+    if (!buf) return QF_ERR_NOMEM;
+    qf_status st = QF_OK;
+    int64_t per_row = (int64_t)(row / sizeof(float));
+    for (int64_t first = 0; first < n && st == QF_OK; first += step) {
+        int64_t count = n - first < step ? n - first : step;
+        st = qf_npy_read_rows(f, first, count, buf);
+        for (int64_t i = 0, m = count * per_row; i < m && st == QF_OK; i++)
+            if (!isfinite(buf[i]))
+                st = qf_error(QF_ERR_NUMERIC, "calibration data '%s' for input '%s': element %lld is %s", path,
+                              v->name, (long long)(first * per_row + i), isnan(buf[i]) ? "NaN" : "infinite");
+    }
+    qf_free(buf);
+    return st;
 }
 
 static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
@@ -161,15 +182,16 @@ static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
         return qf_error(QF_ERR_INVALID, "'%s' has %d input%s: give one --calib per input, got %d", qa->in,
                         g->ninputs, g->ninputs == 1 ? "" : "s", qa->ncalib);
     for (int i = 0; i < qa->ncalib; i++) {
-        qf_status st = qf_npy_load(qa->calib[i], &s->data[i]);
+        qf_status st = qf_npy_open(qa->calib[i], &s->files[i]);
         if (st != QF_OK) return qf_error_prefix(st, "calibration data '%s': ", qa->calib[i]);
-        QF_TRY(qf_qz_check_data(qa->calib[i], g->inputs[i], &s->data[i]));
-        if (s->data[i].dims[0] != s->data[0].dims[0])
+        const qf_tensor *t = qf_npy_info(s->files[i]), *t0 = qf_npy_info(s->files[0]);
+        QF_TRY(qf_qz_check_data(qa->calib[i], g->inputs[i], t));
+        QF_TRY(qf_qz_scan_data(qa->calib[i], g->inputs[i], s->files[i]));
+        if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "calibration data '%s' holds %lld samples, '%s' %lld", qa->calib[i],
-                            (long long)s->data[i].dims[0], qa->calib[0], (long long)s->data[0].dims[0]);
-        s->feed[i] = &s->data[i];
+                            (long long)t->dims[0], qa->calib[0], (long long)t0->dims[0]);
     }
-    return QF_OK;
+    return qf_npy_source_init(&s->src, s->files, qa->ncalib);
 }
 
 static bool qf_qz_is_quantized(const qf_graph *g)
@@ -330,7 +352,7 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     s->t_passes = t2 - t1;
     qf_quantize_options qo = {.profile = p, .batch = qa->batch, .max_samples = qa->count};
     if (isatty(STDERR_FILENO)) qo.progress = qf_qz_progress;
-    QF_TRY(qf_quantize(s->g, s->feed, qa->ncalib, &qo, &s->res));
+    QF_TRY(qf_quantize(s->g, qf_npy_source_get(s->src), &qo, &s->res));
     QF_TRY(qf_graph_verify_shapes(s->g));
     double t3 = qf_qz_now();
     /* The float model the SQNR compares against: the same file, folded. */
@@ -340,8 +362,9 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     qf_pass_report_free(r2);
     QF_TRY(st);
     int64_t n = s->res.samples < QF_QZ_SQNR_SAMPLES ? s->res.samples : QF_QZ_SQNR_SAMPLES;
-    QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, s->feed, qa->ncalib, qa->batch ? qa->batch : 32, n, &s->sqnr,
-                                 &s->nsqnr));
+    /* Small batches: the reference keeps a batch's activations to compare. */
+    int64_t sb = qa->batch && qa->batch < QF_QUANT_SQNR_BATCH ? qa->batch : QF_QUANT_SQNR_BATCH;
+    QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, qf_npy_source_get(s->src), sb, n, &s->sqnr, &s->nsqnr));
     qsort(s->sqnr, (size_t)s->nsqnr, sizeof *s->sqnr, qf_qz_by_sqnr);
     s->t_sqnr = qf_qz_now() - t3;
     return QF_OK;
@@ -377,7 +400,8 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_quant_sqnr_free(s.sqnr, s.nsqnr);
     qf_quantize_result_free(&s.res);
     qf_pass_report_free(s.passes);
-    for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_tensor_free(&s.data[i]);
+    qf_npy_source_free(s.src);
+    for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_npy_close(s.files[i]);
     qf_graph_free(s.g);
     qf_graph_free(s.ref);
     return rc;
