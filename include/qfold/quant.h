@@ -320,9 +320,10 @@ void qf_quantize_result_free(qf_quantize_result *r);
  * over the samples run (at most max_samples; 0 = all), x from ref and x_q
  * from q on the same inputs. Inf when the two agree exactly. The samples
  * run `batch` at a time (0 = QF_QUANT_SQNR_BATCH): the reference model's
- * activations of one batch are kept for the comparison (memory: batch times
- * the activations of one sample), so keep it small. */
-#define QF_QUANT_SQNR_BATCH 4
+ * activations of one batch are kept for the comparison, so the batch is
+ * made smaller (down to 1) until they fit in QF_QUANT_SQNR_BYTES. */
+#define QF_QUANT_SQNR_BYTES ((size_t)48 << 20)
+#define QF_QUANT_SQNR_BATCH 32
 typedef struct qf_quant_sqnr {
     char *name;
     double sqnr_db;

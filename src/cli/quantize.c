@@ -362,9 +362,10 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     qf_pass_report_free(r2);
     QF_TRY(st);
     int64_t n = s->res.samples < QF_QZ_SQNR_SAMPLES ? s->res.samples : QF_QZ_SQNR_SAMPLES;
-    /* Small batches: the reference keeps a batch's activations to compare. */
-    int64_t sb = qa->batch && qa->batch < QF_QUANT_SQNR_BATCH ? qa->batch : QF_QUANT_SQNR_BATCH;
-    QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, qf_npy_source_get(s->src), sb, n, &s->sqnr, &s->nsqnr));
+    /* The calibration batch, made smaller by the library when the float
+     * activations it keeps for one batch would exceed QF_QUANT_SQNR_BYTES. */
+    QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, qf_npy_source_get(s->src), qa->batch ? qa->batch : 32, n, &s->sqnr,
+                                 &s->nsqnr));
     qsort(s->sqnr, (size_t)s->nsqnr, sizeof *s->sqnr, qf_qz_by_sqnr);
     s->t_sqnr = qf_qz_now() - t3;
     return QF_OK;

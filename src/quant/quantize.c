@@ -286,6 +286,18 @@ qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source
     if (batch < 1) batch = QF_QUANT_SQNR_BATCH;
     qz_sqnr_run r = {0};
     qf_status st = qz_pairs(ref, q, &r);
+    /* The kept activations of one sample (dims past the first, as inferred);
+     * the batch shrinks until a batch's fit QF_QUANT_SQNR_BYTES. */
+    size_t per_sample = 0;
+    for (int k = 0; k < r.npairs && st == QF_OK; k++) {
+        const qf_tensor *t = &ref->values[r.pairs[k].ref_id]->type;
+        int64_t e = t->ndim >= 1 ? qf_shape_numel(t->ndim - 1, t->dims + 1) : 1;
+        if (e > 0) per_sample += (size_t)e * qf_dtype_size(t->dtype);
+    }
+    if (per_sample && (size_t)batch * per_sample > QF_QUANT_SQNR_BYTES) {
+        batch = (int64_t)(QF_QUANT_SQNR_BYTES / per_sample);
+        if (batch < 1) batch = 1;
+    }
     /* Batch by batch: the reference keeps the batch's activations (of the
      * paired values only), then the quantized model runs the same rows and
      * compares as it goes. */
