@@ -47,16 +47,36 @@ size_t qf_plan_naive_bytes(const qf_plan *p);
 typedef qf_status (*qf_plan_hook)(void *ud, const qf_node *n, const qf_tensor *const *outputs, int noutputs);
 void qf_plan_set_hook(qf_plan *p, qf_plan_hook hook, void *ud);
 
-/* Running a data set in batches: data[i] holds every sample of graph input
- * i ([N, sample dims...], the same N for every input). The graph's batch
- * dimension is set to `batch` (the last batch may be smaller), a plan is
- * built for each batch size (with `hook`, may be NULL, installed), and after
- * each run on_batch(ud, first, count, plan) is called (may be NULL):
- * samples first .. first+count-1, the plan's outputs hold them in their
- * first `count` rows. A graph whose batch dimension is fixed runs that size;
- * a short last batch is padded (the extra rows repeat the last sample). The
- * graph's input shapes are restored at the end and every shape inferred
- * from them again. */
+/* A data set read a range of samples at a time, so that it never has to be
+ * in memory whole. inputs[i] describes the data of graph input i: dtype and
+ * shape [N, sample dims...] (its data pointer is not used; N, the sample
+ * count, is the same for every input). read(src, first, count, rows) points
+ * rows[i], for every input, at samples first .. first+count-1 of input i
+ * (count * sample bytes, C order), valid until the next read or until the
+ * source goes away; first + count <= N. qf_npy_source (qfold/io.h) reads
+ * .npy files; qf_data_source_tensors wraps tensors already in memory. */
+typedef struct qf_data_source qf_data_source;
+struct qf_data_source {
+    int ninputs;
+    const qf_tensor *const *inputs;
+    qf_status (*read)(const qf_data_source *src, int64_t first, int64_t count, const void **rows);
+    void *ud;
+};
+
+/* A source over in-memory tensors data[0 .. ndata-1] ([N, ...] each): rows
+ * point into them (no copy). The tensors must outlive the source. */
+qf_data_source qf_data_source_tensors(const qf_tensor *const *data, int ndata);
+
+/* Running a data set in batches: the graph's batch dimension is set to
+ * `batch` (the last batch may be smaller), a plan is built for each batch
+ * size (with `hook`, may be NULL, installed), each batch's rows are read
+ * from the source (one batch in memory at a time) and run, and after each
+ * run on_batch(ud, first, count, plan) is called (may be NULL): samples
+ * first .. first+count-1, the plan's outputs hold them in their first
+ * `count` rows, and the rows the source returned for them are still valid.
+ * A graph whose batch dimension is fixed runs that size; a short last batch
+ * is padded (the extra rows repeat the last sample). The graph's input
+ * shapes are restored at the end and every shape inferred from them again. */
 typedef qf_status (*qf_batch_fn)(void *ud, int64_t first, int64_t count, const qf_plan *plan);
 typedef struct qf_batch_options {
     int64_t batch;       /* samples per run; 0 = 32 */
@@ -65,6 +85,9 @@ typedef struct qf_batch_options {
     qf_batch_fn on_batch;
     void *ud;
 } qf_batch_options;
+qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_options *opt);
+/* The same over in-memory tensors: data[i] holds every sample of graph
+ * input i ([N, sample dims...], the same N for every input). */
 qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_batch_options *opt);
 
 /* --- model vs model ---------------------------------------------------------

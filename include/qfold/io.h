@@ -12,6 +12,7 @@
 #ifndef QFOLD_IO_H
 #define QFOLD_IO_H
 
+#include "qfold/exec.h"
 #include "qfold/graph.h"
 
 #ifdef __cplusplus
@@ -50,6 +51,36 @@ qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out);
  * dtypes are QF_ERR_UNSUPPORTED. */
 qf_status qf_npy_load(const char *path, qf_tensor *out);
 qf_status qf_npy_save(const char *path, const qf_tensor *t);
+
+/* A .npy file read a range of rows (indices of the first axis) at a time,
+ * for data sets that need not be in memory whole (calibration):
+ *
+ *   qf_npy_file *f;
+ *   QF_TRY(qf_npy_open("calib.npy", &f));       // header checked as qf_npy_load
+ *   const qf_tensor *info = qf_npy_info(f);      // dtype and shape, data NULL
+ *   QF_TRY(qf_npy_read_rows(f, first, count, buf));  // count * qf_npy_row_bytes(f)
+ *   qf_npy_close(f);
+ *
+ * The file must be a regular file (rows are read at their offsets) holding
+ * exactly the data its shape needs. Errors name the file. A rank-0 array has
+ * no rows. */
+typedef struct qf_npy_file qf_npy_file;
+qf_status qf_npy_open(const char *path, qf_npy_file **out);
+const qf_tensor *qf_npy_info(const qf_npy_file *f);
+size_t qf_npy_row_bytes(const qf_npy_file *f);
+/* Rows first .. first+count-1 into dst; QF_ERR_INVALID past the last row,
+ * QF_ERR_PARSE if the file was truncated since it was opened. */
+qf_status qf_npy_read_rows(qf_npy_file *f, int64_t first, int64_t count, void *dst);
+void qf_npy_close(qf_npy_file *f);
+
+/* A data source (qfold/exec.h) over .npy files, one per graph input, that
+ * reads each batch's rows into a buffer of its own (one batch in memory, not
+ * the data set). It borrows the files: close them after freeing the source. */
+#define QF_NPY_SOURCE_MAX 64
+typedef struct qf_npy_source qf_npy_source;
+qf_status qf_npy_source_init(qf_npy_source **out, qf_npy_file *const *files, int n);
+const qf_data_source *qf_npy_source_get(const qf_npy_source *s);
+void qf_npy_source_free(qf_npy_source *s);
 
 /* Write `size` bytes to path through a temporary file in the same directory
  * (".NAME.qfold-tmp-<pid>-XXXXXX"; fsync, then rename): a failure never leaves a partial file. An existing

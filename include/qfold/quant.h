@@ -312,10 +312,14 @@ qf_status qf_quant_register_passes(void);
 
 /* --- the whole post-training quantization ------------------------------------
  *
- * Annotate g for the profile, calibrate on `data` (one tensor per graph
- * input, [N, ...], as qf_run_batches), convert to QDQ. g must be folded
- * already (the ptq pipeline); it is rewritten in place. The result keeps
- * what the report needs (names copied: the graph changes). */
+ * Annotate g for the profile, calibrate on `data` (a source with one array
+ * per graph input, [N, ...], read a batch at a time by qf_run_source: the
+ * calibration set is never in memory whole; qf_data_source_tensors wraps
+ * tensors in memory), convert to QDQ. g must be folded already (the ptq
+ * pipeline); it is rewritten in place. The result keeps what the report
+ * needs (names copied: the graph changes). */
+
+#define QF_QUANT_MAX_INPUTS 64   /* graph inputs a calibration source may have */
 
 typedef struct qf_quantize_options {
     const qf_quant_profile *profile;  /* NULL: neutron */
@@ -338,9 +342,11 @@ typedef struct qf_quantize_result {
     qf_quant_float_node *left_float; /* ops left in float, with the reason */
     int nleft_float;
     qf_quant_convert_stats stats;
+    double calibrate_ms;           /* wall time of the calibration runs (observers included) */
+    double convert_ms;             /* wall time of annotation, qparams and conversion to QDQ */
 } qf_quantize_result;
 
-qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_quantize_options *opt,
+qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);
 void qf_quantize_result_free(qf_quantize_result *r);
 
@@ -348,13 +354,18 @@ void qf_quantize_result_free(qf_quantize_result *r);
  * float graph `ref` that the QDQ graph `q` dequantizes (value
  * "<name>_dequantized"), the SQNR in dB, 10 log10(sum x^2 / sum (x - x_q)^2)
  * over the samples run (at most max_samples; 0 = all), x from ref and x_q
- * from q on the same inputs. Inf when the two agree exactly. */
+ * from q on the same inputs. Inf when the two agree exactly. The samples
+ * run `batch` at a time (0 = QF_QUANT_SQNR_BATCH): the reference model's
+ * activations of one batch are kept for the comparison, so the batch is
+ * made smaller (down to 1) until they fit in QF_QUANT_SQNR_BYTES. */
+#define QF_QUANT_SQNR_BYTES ((size_t)48 << 20)
+#define QF_QUANT_SQNR_BATCH 32
 typedef struct qf_quant_sqnr {
     char *name;
     double sqnr_db;
     double signal, noise;          /* the two sums */
 } qf_quant_sqnr;
 
-qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_tensor *const *data, int ndata, int64_t batch,
+qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
                                 int64_t max_samples, qf_quant_sqnr **out, int *count);
 void qf_quant_sqnr_free(qf_quant_sqnr *s, int count);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -20,6 +21,7 @@
 #define QF_QZ_MAX_CALIB 16
 #define QF_QZ_MAX_SETS 16
 #define QF_QZ_SQNR_SAMPLES 128
+#define QF_QZ_SCAN_BYTES ((size_t)4 << 20) /* the NaN / Inf scan reads this much at a time */
 
 typedef struct qf_qz_args {
     const char *in, *out, *report, *target;
@@ -33,13 +35,21 @@ typedef struct qf_qz_args {
 /* Everything the command holds, released in one place. */
 typedef struct qf_qz_state {
     qf_graph *g, *ref;
-    qf_tensor data[QF_QZ_MAX_CALIB];
-    const qf_tensor *feed[QF_QZ_MAX_CALIB];
+    qf_npy_file *files[QF_QZ_MAX_CALIB]; /* the calibration data, read a batch at a time */
+    qf_npy_source *src;
     qf_pass_report *passes;
     qf_quantize_result res;
     qf_quant_sqnr *sqnr;
     int nsqnr;
+    double t_load, t_passes, t_sqnr, t_save, t_total; /* ms, for the summary */
 } qf_qz_state;
+
+static double qf_qz_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
 
 static int64_t qf_qz_number(const char *v, int64_t lo, int64_t hi)
 {
@@ -118,8 +128,8 @@ static int qf_qz_profile(const qf_qz_args *qa, qf_quant_profile *p)
     return QF_EXIT_OK;
 }
 
-/* Calibration file i for graph input v: its dtype, a batch axis first, the
- * sample dims the graph fixes, at least one sample, finite values. */
+/* Calibration file i for graph input v (t: its dtype and shape): a batch
+ * axis first, the sample dims the graph fixes, at least one sample. */
 static qf_status qf_qz_check_data(const char *path, const qf_value *v, const qf_tensor *t)
 {
     char want[160], got[160];
@@ -135,14 +145,34 @@ static qf_status qf_qz_check_data(const char *path, const qf_value *v, const qf_
                         qf_dtype_name(t->dtype), qf_shape_str(t->ndim, t->dims, got, sizeof got));
     if (t->dims[0] < 1)
         return qf_error(QF_ERR_SHAPE, "calibration data '%s' for input '%s' holds no samples", path, v->name);
-    if (t->dtype == QF_DTYPE_F32) {
-        const float *x = t->data;
-        for (int64_t i = 0, n = qf_tensor_numel(t); i < n; i++)
-            if (!isfinite(x[i]))
-                return qf_error(QF_ERR_NUMERIC, "calibration data '%s' for input '%s': element %lld is %s", path,
-                                v->name, (long long)i, isnan(x[i]) ? "NaN" : "infinite");
-    }
     return QF_OK;
+}
+
+/* Every value finite, the whole file checked before anything runs; read a
+ * few MiB at a time (the data set is never in memory whole). */
+static qf_status qf_qz_scan_data(const char *path, const qf_value *v, qf_npy_file *f)
+{
+    const qf_tensor *t = qf_npy_info(f);
+    if (t->dtype != QF_DTYPE_F32) return QF_OK;
+    size_t row = qf_npy_row_bytes(f);
+    int64_t n = t->dims[0], step = row ? (int64_t)(QF_QZ_SCAN_BYTES / row) : n;
+    if (step < 1) step = 1;
+    if (step > n) step = n;
+    size_t bytes = (size_t)step * row;
+    float *buf = qf_malloc(bytes ? bytes : 1);
+    if (!buf) return QF_ERR_NOMEM;
+    qf_status st = QF_OK;
+    int64_t per_row = (int64_t)(row / sizeof(float));
+    for (int64_t first = 0; first < n && st == QF_OK; first += step) {
+        int64_t count = n - first < step ? n - first : step;
+        st = qf_npy_read_rows(f, first, count, buf);
+        for (int64_t i = 0, m = count * per_row; i < m && st == QF_OK; i++)
+            if (!isfinite(buf[i]))
+                st = qf_error(QF_ERR_NUMERIC, "calibration data '%s' for input '%s': element %lld is %s", path,
+                              v->name, (long long)(first * per_row + i), isnan(buf[i]) ? "NaN" : "infinite");
+    }
+    qf_free(buf);
+    return st;
 }
 
 static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
@@ -152,15 +182,16 @@ static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
         return qf_error(QF_ERR_INVALID, "'%s' has %d input%s: give one --calib per input, got %d", qa->in,
                         g->ninputs, g->ninputs == 1 ? "" : "s", qa->ncalib);
     for (int i = 0; i < qa->ncalib; i++) {
-        qf_status st = qf_npy_load(qa->calib[i], &s->data[i]);
+        qf_status st = qf_npy_open(qa->calib[i], &s->files[i]);
         if (st != QF_OK) return qf_error_prefix(st, "calibration data '%s': ", qa->calib[i]);
-        QF_TRY(qf_qz_check_data(qa->calib[i], g->inputs[i], &s->data[i]));
-        if (s->data[i].dims[0] != s->data[0].dims[0])
+        const qf_tensor *t = qf_npy_info(s->files[i]), *t0 = qf_npy_info(s->files[0]);
+        QF_TRY(qf_qz_check_data(qa->calib[i], g->inputs[i], t));
+        QF_TRY(qf_qz_scan_data(qa->calib[i], g->inputs[i], s->files[i]));
+        if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "calibration data '%s' holds %lld samples, '%s' %lld", qa->calib[i],
-                            (long long)s->data[i].dims[0], qa->calib[0], (long long)s->data[0].dims[0]);
-        s->feed[i] = &s->data[i];
+                            (long long)t->dims[0], qa->calib[0], (long long)t0->dims[0]);
     }
-    return QF_OK;
+    return qf_npy_source_init(&s->src, s->files, qa->ncalib);
 }
 
 static bool qf_qz_is_quantized(const qf_graph *g)
@@ -225,6 +256,10 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         for (int i = 0; i < s->nsqnr && i < 5; i++)
             printf("    %-40s %6.1f dB\n", s->sqnr[i].name, s->sqnr[i].sqnr_db);
     }
+    printf("  time: load %.1f ms, passes %.1f ms, calibrate %.1f ms (%.1f samples/s), convert %.1f ms, "
+           "sqnr %.1f ms, save %.1f ms, total %.1f ms\n",
+           s->t_load, s->t_passes, r->calibrate_ms, r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0,
+           r->convert_ms, s->t_sqnr, s->t_save, s->t_total);
 }
 
 static void qf_qz_json_num(qf_strbuf *b, double x)
@@ -329,17 +364,23 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
 
 static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_qz_state *s)
 {
+    double t0 = qf_qz_now();
     QF_TRY(qf_onnx_load(qa->in, &s->g));
     if (qf_qz_is_quantized(s->g))
         return qf_error(QF_ERR_INVALID, "'%s' is already quantized (it has QuantizeLinear / DequantizeLinear nodes)",
                         qa->in);
     QF_TRY(qf_qz_load_data(qa, s));
+    double t1 = qf_qz_now();
+    s->t_load = t1 - t0;
     qf_pass_options po = {.verify = true};
     QF_TRY(qf_pipeline_run(s->g, "ptq", &po, &s->passes));
+    double t2 = qf_qz_now();
+    s->t_passes = t2 - t1;
     qf_quantize_options qo = {.profile = p, .batch = qa->batch, .max_samples = qa->count};
     if (isatty(STDERR_FILENO)) qo.progress = qf_qz_progress;
-    QF_TRY(qf_quantize(s->g, s->feed, qa->ncalib, &qo, &s->res));
+    QF_TRY(qf_quantize(s->g, qf_npy_source_get(s->src), &qo, &s->res));
     QF_TRY(qf_graph_verify_shapes(s->g));
+    double t3 = qf_qz_now();
     /* The float model the SQNR compares against: the same file, folded. */
     qf_pass_report *r2 = NULL;
     QF_TRY(qf_onnx_load(qa->in, &s->ref));
@@ -347,9 +388,12 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     qf_pass_report_free(r2);
     QF_TRY(st);
     int64_t n = s->res.samples < QF_QZ_SQNR_SAMPLES ? s->res.samples : QF_QZ_SQNR_SAMPLES;
-    QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, s->feed, qa->ncalib, qa->batch ? qa->batch : 32, n, &s->sqnr,
+    /* The calibration batch, made smaller by the library when the float
+     * activations it keeps for one batch would exceed QF_QUANT_SQNR_BYTES. */
+    QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, qf_npy_source_get(s->src), qa->batch ? qa->batch : 32, n, &s->sqnr,
                                  &s->nsqnr));
     qsort(s->sqnr, (size_t)s->nsqnr, sizeof *s->sqnr, qf_qz_by_sqnr);
+    s->t_sqnr = qf_qz_now() - t3;
     return QF_OK;
 }
 
@@ -370,7 +414,9 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_strbuf extra = {0};
     char *text = NULL;
     size_t len = 0;
+    double t0 = qf_qz_now();
     qf_status st = qf_qz_run(&qa, &p, &s);
+    double t1 = qf_qz_now();
     /* Both files or neither: the report is built before anything is written. */
     if (st == QF_OK && qa.report) {
         qf_qz_json(&qa, &p, &s, &extra);
@@ -383,17 +429,21 @@ static int qf_cli_quantize(int argc, char **argv)
         st = qf_onnx_save(s.g, tmp);
     if (st == QF_OK && qa.report && (st = qf_cli_outputs_stage(&out, wi = 1, &tmp)) == QF_OK)
         st = qf_file_write_atomic(tmp, text, len);
-    if (st != QF_OK)
+    if (st != QF_OK) {
         rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
-    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK)
+    } else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) {
+        s.t_save = qf_qz_now() - t1;
+        s.t_total = qf_qz_now() - t0;
         qf_qz_summary(&qa, &p, &s);
+    }
     qf_cli_outputs_free(&out);
     qf_free(text);
     qf_strbuf_free(&extra);
     qf_quant_sqnr_free(s.sqnr, s.nsqnr);
     qf_quantize_result_free(&s.res);
     qf_pass_report_free(s.passes);
-    for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_tensor_free(&s.data[i]);
+    qf_npy_source_free(s.src);
+    for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_npy_close(s.files[i]);
     qf_graph_free(s.g);
     qf_graph_free(s.ref);
     return rc;

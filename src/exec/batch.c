@@ -35,9 +35,33 @@ static qf_status batch_check(const qf_value *v, const qf_tensor *d, int64_t n)
     return QF_OK;
 }
 
+static qf_status batch_tensor_read(const qf_data_source *src, int64_t first, int64_t count, const void **rows)
+{
+    (void)count;
+    for (int i = 0; i < src->ninputs; i++) {
+        const qf_tensor *d = src->inputs[i];
+        size_t sample = d->dims[0] ? qf_tensor_nbytes(d) / (size_t)d->dims[0] : 0;
+        rows[i] = (const char *)d->data + (size_t)first * sample;
+    }
+    return QF_OK;
+}
+
+qf_data_source qf_data_source_tensors(const qf_tensor *const *data, int ndata)
+{
+    return (qf_data_source){.ninputs = ndata, .inputs = data, .read = batch_tensor_read, .ud = NULL};
+}
+
 qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_batch_options *opt)
 {
+    qf_data_source src = qf_data_source_tensors(data, ndata);
+    return qf_run_source(g, &src, opt);
+}
+
+qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_options *opt)
+{
     int64_t batch = opt->batch ? opt->batch : 32;
+    int ndata = src->ninputs;
+    const qf_tensor *const *data = src->inputs;
     if (ndata != g->ninputs)
         return qf_error(QF_ERR_INVALID, "the graph has %d input%s, %d data set%s given", g->ninputs,
                         g->ninputs == 1 ? "" : "s", ndata, ndata == 1 ? "" : "s");
@@ -55,11 +79,13 @@ qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, c
     qf_tensor *views = qf_calloc((size_t)ndata, sizeof *views);
     const qf_tensor **feed = qf_calloc((size_t)ndata, sizeof *feed);
     void **pad = qf_calloc((size_t)ndata, sizeof *pad);
-    if (!s.dims || !views || !feed || !pad) {
+    const void **rows = qf_calloc((size_t)ndata, sizeof *rows);
+    if (!s.dims || !views || !feed || !pad || !rows) {
         qf_free(s.dims);
         qf_free(views);
         qf_free(feed);
         qf_free(pad);
+        qf_free(rows);
         return QF_ERR_NOMEM;
     }
     for (int i = 0; i < ndata; i++) memcpy(s.dims[i], g->inputs[i]->type.dims, sizeof s.dims[i]);
@@ -68,40 +94,41 @@ qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, c
     qf_status st = QF_OK;
     for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
         int64_t count = n - first < batch ? n - first : batch;
-        int64_t rows = fixed > 0 ? fixed : count;
-        if (rows != planned) {
+        int64_t rows_run = fixed > 0 ? fixed : count;
+        if (rows_run != planned) {
             qf_plan_free(plan);
             plan = NULL;
             batch_restore(&s);
             for (int i = 0; i < ndata && st == QF_OK; i++) {
                 int64_t dims[QF_MAX_DIMS];
                 memcpy(dims, data[i]->dims, sizeof dims);
-                dims[0] = rows;
+                dims[0] = rows_run;
                 st = qf_graph_set_input_shape(g, i, data[i]->ndim, dims);
             }
             if (st == QF_OK) st = qf_plan_init(&plan, g);
             if (st != QF_OK) break;
             qf_plan_set_hook(plan, opt->hook, opt->hook_ud);
-            planned = rows;
+            planned = rows_run;
         }
-        for (int i = 0; i < ndata; i++) {
+        st = src->read(src, first, count, rows);
+        for (int i = 0; i < ndata && st == QF_OK; i++) {
             size_t sample = qf_tensor_nbytes(data[i]) / (size_t)n;
             int64_t dims[QF_MAX_DIMS];
             memcpy(dims, data[i]->dims, sizeof dims);
-            dims[0] = rows;
-            const char *src = (const char *)data[i]->data + (size_t)first * sample;
-            if (count < rows) {
+            dims[0] = rows_run;
+            const char *p = rows[i];
+            if (count < rows_run) {
                 /* Pad a short last batch of a fixed-batch graph. */
-                if (!pad[i] && !(pad[i] = qf_malloc(sample * (size_t)rows))) {
+                if (!pad[i] && !(pad[i] = qf_malloc(sample * (size_t)rows_run))) {
                     st = QF_ERR_NOMEM;
                     break;
                 }
-                memcpy(pad[i], src, sample * (size_t)count);
-                for (int64_t r = count; r < rows; r++)
-                    memcpy((char *)pad[i] + (size_t)r * sample, src + (size_t)(count - 1) * sample, sample);
-                src = pad[i];
+                memcpy(pad[i], p, sample * (size_t)count);
+                for (int64_t r = count; r < rows_run; r++)
+                    memcpy((char *)pad[i] + (size_t)r * sample, p + (size_t)(count - 1) * sample, sample);
+                p = pad[i];
             }
-            qf_tensor_view(&views[i], data[i]->dtype, data[i]->ndim, dims, (void *)src);
+            qf_tensor_view(&views[i], data[i]->dtype, data[i]->ndim, dims, (void *)p);
             feed[i] = &views[i];
         }
         if (st == QF_OK) st = qf_plan_run(plan, feed, ndata);
@@ -117,6 +144,7 @@ qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, c
     }
     for (int i = 0; i < ndata; i++) qf_free(pad[i]);
     qf_free(pad);
+    qf_free(rows);
     qf_free(s.dims);
     qf_free(views);
     qf_free(feed);

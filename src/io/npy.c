@@ -183,9 +183,9 @@ static qf_status qf_read_exact(int fd, void *buf, size_t n, size_t *got)
     return QF_OK;
 }
 
-/* Header, then the data read straight into the tensor: no second copy of a
- * large calibration set. */
-static qf_status qf_npy_read(int fd, qf_tensor *out)
+/* The header: dtype and shape into *info (data NULL), the data's offset
+ * into *off. A regular file must hold exactly the data the shape needs. */
+static qf_status qf_npy_read_header(int fd, qf_tensor *info, size_t *off_out)
 {
     unsigned char pre[12];
     size_t got;
@@ -243,9 +243,22 @@ static qf_status qf_npy_read(int fd, qf_tensor *out)
             return qf_npy_bad(why);
         }
     }
+    qf_tensor_view(info, dt, h.ndim, h.dims, NULL);
+    *off_out = off + hlen;
+    return QF_OK;
+}
+
+/* Header, then the data read straight into the tensor: no second copy of a
+ * large calibration set. */
+static qf_status qf_npy_read(int fd, qf_tensor *out)
+{
+    qf_tensor info;
+    size_t off, got;
+    QF_TRY(qf_npy_read_header(fd, &info, &off));
+    size_t nbytes = qf_tensor_nbytes(&info);
     qf_tensor t;
-    QF_TRY(qf_tensor_init(&t, dt, h.ndim, h.dims));
-    st = qf_read_exact(fd, t.data, nbytes, &got);
+    QF_TRY(qf_tensor_init(&t, info.dtype, info.ndim, info.dims));
+    qf_status st = qf_read_exact(fd, t.data, nbytes, &got);
     unsigned char extra;
     size_t more = 0;
     if (st == QF_OK && got == nbytes) st = qf_read_exact(fd, &extra, 1, &more);
@@ -269,6 +282,140 @@ qf_status qf_npy_load(const char *path, qf_tensor *out)
     close(fd);
     if (st != QF_OK) return qf_error_prefix(st, "%s: ", path);
     return QF_OK;
+}
+
+/* --- reading rows --------------------------------------------------------------- */
+
+struct qf_npy_file {
+    int fd;
+    char *path;
+    size_t off;      /* the data's offset in the file */
+    size_t row;      /* bytes per row (one index of the first axis) */
+    qf_tensor info;  /* dtype and shape; data NULL */
+};
+
+qf_status qf_npy_open(const char *path, qf_npy_file **out)
+{
+    *out = NULL;
+    qf_npy_file *f = qf_calloc(1, sizeof *f);
+    size_t n = strlen(path) + 1;
+    char *p = qf_malloc(n);
+    if (!f || !p) {
+        qf_free(f);
+        qf_free(p);
+        return QF_ERR_NOMEM;
+    }
+    memcpy(p, path, n);
+    f->path = p;
+    f->fd = open(path, O_RDONLY);
+    if (f->fd < 0) {
+        qf_status st = qf_error(QF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+        qf_npy_close(f);
+        return st;
+    }
+    struct stat sb;
+    qf_status st = qf_npy_read_header(f->fd, &f->info, &f->off);
+    /* Rows are read at offsets: the size check above must have held. */
+    if (st == QF_OK && (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)))
+        st = qf_error(QF_ERR_UNSUPPORTED, "not a regular file: it cannot be read a range of rows at a time");
+    if (st != QF_OK) {
+        qf_npy_close(f);
+        return qf_error_prefix(st, "%s: ", path);
+    }
+    /* One row: the element size times every dim but the first (dims past
+     * the header's size check: their product fits). */
+    f->row = qf_dtype_size(f->info.dtype);
+    for (int d = 1; d < f->info.ndim; d++) f->row *= (size_t)f->info.dims[d];
+    *out = f;
+    return QF_OK;
+}
+
+const qf_tensor *qf_npy_info(const qf_npy_file *f) { return &f->info; }
+
+size_t qf_npy_row_bytes(const qf_npy_file *f) { return f->row; }
+
+qf_status qf_npy_read_rows(qf_npy_file *f, int64_t first, int64_t count, void *dst)
+{
+    int64_t n = f->info.ndim >= 1 ? f->info.dims[0] : 0;
+    if (first < 0 || count < 0 || first > n || count > n - first)
+        return qf_error(QF_ERR_INVALID, "%s: rows %lld..%lld of %lld", f->path, (long long)first,
+                        (long long)(first + count - 1), (long long)n);
+    unsigned char *p = dst;
+    size_t want = (size_t)count * f->row, got = 0;
+    off_t at = (off_t)(f->off + (size_t)first * f->row);
+    while (got < want) {
+        ssize_t r = pread(f->fd, p + got, want - got, at + (off_t)got);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return qf_error(QF_ERR_IO, "%s: read failed: %s", f->path, strerror(errno));
+        }
+        if (r == 0) return qf_error(QF_ERR_PARSE, "%s: not a valid .npy file (truncated data)", f->path);
+        got += (size_t)r;
+    }
+    return QF_OK;
+}
+
+void qf_npy_close(qf_npy_file *f)
+{
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    qf_free(f->path);
+    qf_free(f);
+}
+
+/* --- a data source over .npy files ----------------------------------------------- */
+
+struct qf_npy_source {
+    qf_data_source src;
+    int n;
+    qf_npy_file *files[QF_NPY_SOURCE_MAX];
+    const qf_tensor *info[QF_NPY_SOURCE_MAX];
+    void *buf[QF_NPY_SOURCE_MAX];
+    size_t cap[QF_NPY_SOURCE_MAX];
+};
+
+static qf_status qf_npy_source_read(const qf_data_source *src, int64_t first, int64_t count, const void **rows)
+{
+    qf_npy_source *s = src->ud;
+    for (int i = 0; i < s->n; i++) {
+        size_t need = (size_t)count * s->files[i]->row;
+        if (need > s->cap[i]) {
+            /* Not realloc: the old rows need not be kept. */
+            qf_free(s->buf[i]);
+            s->cap[i] = 0;
+            if (!(s->buf[i] = qf_malloc(need ? need : 1))) return QF_ERR_NOMEM;
+            s->cap[i] = need;
+        }
+        QF_TRY(qf_npy_read_rows(s->files[i], first, count, s->buf[i]));
+        rows[i] = s->buf[i];
+    }
+    return QF_OK;
+}
+
+qf_status qf_npy_source_init(qf_npy_source **out, qf_npy_file *const *files, int n)
+{
+    *out = NULL;
+    if (n < 1 || n > QF_NPY_SOURCE_MAX)
+        return qf_error(QF_ERR_INVALID, "a data source of %d files (1 to %d)", n, QF_NPY_SOURCE_MAX);
+    qf_npy_source *s = qf_calloc(1, sizeof *s);
+    if (!s) return QF_ERR_NOMEM;
+    s->n = n;
+    for (int i = 0; i < n; i++) {
+        s->files[i] = files[i];
+        s->info[i] = &files[i]->info;
+    }
+    s->src = (qf_data_source){.ninputs = n, .inputs = s->info, .read = qf_npy_source_read, .ud = s};
+    *out = s;
+    return QF_OK;
+}
+
+const qf_data_source *qf_npy_source_get(const qf_npy_source *s) { return &s->src; }
+
+void qf_npy_source_free(qf_npy_source *s)
+{
+    if (!s) return;
+    for (int i = 0; i < s->n; i++) qf_free(s->buf[i]);
+    qf_free(s);
 }
 
 /* --- save ------------------------------------------------------------------------ */

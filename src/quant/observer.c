@@ -119,8 +119,9 @@ qf_qparams qf_qparams_from_range(float min, float max, qf_qscheme scheme, int32_
 
 /* --- min / max ---------------------------------------------------------------- */
 
-/* min and max of n floats; QF_ERR_NUMERIC on NaN / Inf. */
-static qf_status obs_minmax(const float *x, int64_t n, float *mn, float *mx)
+/* min and max of n floats; QF_ERR_NUMERIC on NaN / Inf (the first one's
+ * index). The scan the error needs runs only when a block holds one. */
+static qf_status obs_minmax_scalar(const float *x, int64_t n, float *mn, float *mx)
 {
     float a = INFINITY, b = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
@@ -130,6 +131,54 @@ static qf_status obs_minmax(const float *x, int64_t n, float *mn, float *mx)
                             isnan(v) ? "NaN" : "infinite");
         a = v < a ? v : a;
         b = v > b ? v : b;
+    }
+    *mn = a;
+    *mx = b;
+    return QF_OK;
+}
+
+#define OBS_LANES 16
+
+/* The same in OBS_LANES independent lanes (branch-free, so it vectorizes);
+ * a non-finite element (every exponent bit set) sends the whole tensor to
+ * the scalar loop for the error and its index. Min and max of finite values
+ * do not depend on the order (but for the sign of a zero: -0 and +0 give
+ * the same qparams and histogram). */
+static qf_status obs_minmax(const float *x, int64_t n, float *mn, float *mx)
+{
+    float lo[OBS_LANES], hi[OBS_LANES];
+    for (int j = 0; j < OBS_LANES; j++) {
+        lo[j] = INFINITY;
+        hi[j] = -INFINITY;
+    }
+    const int64_t block = 64 * OBS_LANES;
+    int64_t i = 0;
+    for (; i + block <= n; i += block) {
+        uint32_t bad[OBS_LANES] = {0};
+        for (int64_t k = i; k < i + block; k += OBS_LANES)
+            for (int j = 0; j < OBS_LANES; j++) {
+                float v = x[k + j];
+                uint32_t bits;
+                memcpy(&bits, &v, sizeof bits);
+                bad[j] |= (bits & 0x7f800000u) == 0x7f800000u;
+                lo[j] = v < lo[j] ? v : lo[j];
+                hi[j] = v > hi[j] ? v : hi[j];
+            }
+        uint32_t any = 0;
+        for (int j = 0; j < OBS_LANES; j++) any |= bad[j];
+        if (any) return obs_minmax_scalar(x, n, mn, mx);
+    }
+    float a, b;
+    if (i < n) {
+        qf_status st = obs_minmax_scalar(x + i, n - i, &a, &b);
+        if (st != QF_OK) return obs_minmax_scalar(x, n, mn, mx); /* the index in the whole tensor */
+    } else {
+        a = INFINITY;
+        b = -INFINITY;
+    }
+    for (int j = 0; j < OBS_LANES; j++) {
+        a = lo[j] < a ? lo[j] : a;
+        b = hi[j] > b ? hi[j] : b;
     }
     *mn = a;
     *mx = b;
@@ -186,14 +235,25 @@ static void hist_add(double *hist, int bins, const float *x, int64_t n, float lo
         hist[bins / 2] += (double)n;
         return;
     }
-    float width = hi - lo;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        if (v < lo || v > hi) continue;
-        int64_t pos = (int64_t)((v - lo) * (float)bins / width);
-        if (pos >= bins) pos = bins - 1;
-        if (pos < 0) pos = 0;
-        hist[pos] += 1.0;
+    float width = hi - lo, fbins = (float)bins, top = (float)(bins - 1);
+    /* Bin indices a block at a time (the same float arithmetic, division
+     * included, as one element at a time, but vectorized), then counted.
+     * The clamp to [0, bins - 1] happens in float before the conversion,
+     * which truncates to the same index as clamping after it. */
+    enum { BLOCK = 256 };
+    int32_t pos[BLOCK];
+    for (int64_t i = 0; i < n; i += BLOCK) {
+        int m = n - i < BLOCK ? (int)(n - i) : BLOCK;
+        const float *v = x + i;
+        for (int j = 0; j < m; j++) {
+            float f = (v[j] - lo) * fbins / width;
+            f = f < 0.0f ? 0.0f : f;
+            f = f > top ? top : f;
+            int32_t p = (int32_t)f;
+            pos[j] = (v[j] < lo || v[j] > hi) ? -1 : p;
+        }
+        for (int j = 0; j < m; j++)
+            if (pos[j] >= 0) hist[pos[j]] += 1.0;
     }
 }
 

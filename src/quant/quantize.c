@@ -2,6 +2,7 @@
  * the per-layer SQNR of the result against the float model. */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "qfold/quant.h"
 #include "qfold/schema.h"
@@ -14,12 +15,20 @@ static char *qz_strdup(const char *s)
     return d;
 }
 
+static double qz_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
 /* --- calibration run ------------------------------------------------------------- */
 
 typedef struct qz_calib_run {
     const qf_graph *g;
     qf_quant_calib *c;
-    const qf_tensor *const *data;
+    const qf_data_source *data;   /* the caller's source */
+    const void *rows[QF_QUANT_MAX_INPUTS]; /* the current batch's rows, as it returned them */
     int64_t total, done;
     const qf_quantize_options *opt;
 } qz_calib_run;
@@ -31,21 +40,30 @@ static qf_status qz_hook(void *ud, const qf_node *n, const qf_tensor *const *out
     return QF_OK;
 }
 
+/* The caller's source, its rows kept for qz_batch. */
+static qf_status qz_calib_read(const qf_data_source *src, int64_t first, int64_t count, const void **rows)
+{
+    qz_calib_run *r = src->ud;
+    QF_TRY(r->data->read(r->data, first, count, r->rows));
+    for (int i = 0; i < src->ninputs; i++) rows[i] = r->rows[i];
+    return QF_OK;
+}
+
 /* Graph inputs have no producer: observed from the batch's rows of the data. */
 static qf_status qz_batch(void *ud, int64_t first, int64_t count, const qf_plan *plan)
 {
     (void)plan;
+    (void)first;
     qz_calib_run *r = ud;
     for (int i = 0; i < r->g->ninputs; i++) {
         const qf_value *v = r->g->inputs[i];
         if (!qf_quant_calib_wants(r->c, v->id)) continue;
-        const qf_tensor *d = r->data[i];
-        size_t row = qf_tensor_nbytes(d) / (size_t)d->dims[0];
+        const qf_tensor *d = r->data->inputs[i];
         int64_t dims[QF_MAX_DIMS];
         memcpy(dims, d->dims, sizeof dims);
         dims[0] = count;
         qf_tensor view;
-        qf_tensor_view(&view, d->dtype, d->ndim, dims, (char *)d->data + (size_t)first * row);
+        qf_tensor_view(&view, d->dtype, d->ndim, dims, (void *)r->rows[i]);
         QF_TRY(qf_quant_calib_observe(r->c, v->id, &view));
     }
     r->done += count;
@@ -53,15 +71,15 @@ static qf_status qz_batch(void *ud, int64_t first, int64_t count, const qf_plan 
     return QF_OK;
 }
 
-/* Views of the first n samples of each data tensor. */
-static void qz_first_samples(const qf_tensor *const *data, int ndata, int64_t n, qf_tensor *views,
-                             const qf_tensor **ptrs)
+/* Descriptions of the source's inputs with n samples. */
+static void qz_first_samples(const qf_data_source *src, int64_t n, qf_tensor *views, const qf_tensor **ptrs)
 {
-    for (int i = 0; i < ndata; i++) {
+    for (int i = 0; i < src->ninputs; i++) {
+        const qf_tensor *d = src->inputs[i];
         int64_t dims[QF_MAX_DIMS];
-        memcpy(dims, data[i]->dims, sizeof dims);
-        if (data[i]->ndim >= 1 && dims[0] > n) dims[0] = n;
-        qf_tensor_view(&views[i], data[i]->dtype, data[i]->ndim, dims, data[i]->data);
+        memcpy(dims, d->dims, sizeof dims);
+        if (d->ndim >= 1 && dims[0] > n) dims[0] = n;
+        qf_tensor_view(&views[i], d->dtype, d->ndim, dims, d->data);
         ptrs[i] = &views[i];
     }
 }
@@ -128,20 +146,23 @@ qf_status qf_quant_register_passes(void)
     return qf_pass_register(passes, 3, pipelines, 2);
 }
 
-qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_quantize_options *opt,
+qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out)
 {
     memset(out, 0, sizeof *out);
     const qf_quant_profile *p = opt->profile ? opt->profile : qf_quant_profile_find("neutron");
-    if (ndata < 1 || ndata > 64) return qf_error(QF_ERR_INVALID, "quantize: %d calibration inputs", ndata);
-    int64_t n = data[0]->ndim >= 1 ? data[0]->dims[0] : 0;
+    int ndata = data->ninputs;
+    if (ndata < 1 || ndata > QF_QUANT_MAX_INPUTS)
+        return qf_error(QF_ERR_INVALID, "quantize: %d calibration inputs", ndata);
+    int64_t n = data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
     if (opt->max_samples > 0 && opt->max_samples < n) n = opt->max_samples;
     if (n < 1) return qf_error(QF_ERR_SHAPE, "the calibration data holds no samples");
-    qf_tensor views[64];
-    const qf_tensor *ptrs[64];
-    qz_first_samples(data, ndata, n, views, ptrs);
+    qf_tensor views[QF_QUANT_MAX_INPUTS];
+    const qf_tensor *ptrs[QF_QUANT_MAX_INPUTS];
+    qz_first_samples(data, n, views, ptrs);
 
     QF_TRY(qf_quant_register_passes());
+    double t0 = qz_now_ms();
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
     qf_quant_session sess = {.profile = p};
@@ -150,12 +171,15 @@ qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, cons
     qf_quant_annotation *a = sess.annotation;
     if (st == QF_OK) st = qf_quant_calib_init(&sess.calib, g, a, p);
     qf_quant_calib *c = sess.calib;
+    double t1 = qz_now_ms(), t2 = t1;
     if (st == QF_OK) {
-        qz_calib_run run = {g, c, ptrs, n, 0, opt};
+        qz_calib_run run = {.g = g, .c = c, .data = data, .total = n, .opt = opt};
+        qf_data_source first_n = {.ninputs = ndata, .inputs = ptrs, .read = qz_calib_read, .ud = &run};
         qf_batch_options bo = {.batch = opt->batch, .hook = qz_hook, .hook_ud = &run, .on_batch = qz_batch,
                                .ud = &run};
-        st = qf_run_batches(g, ptrs, ndata, &bo);
+        st = qf_run_source(g, &first_n, &bo);
         out->samples = run.done;
+        t2 = qz_now_ms();
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
     if (st == QF_OK) st = qz_left_float(a, out);
@@ -164,6 +188,8 @@ qf_status qf_quantize(qf_graph *g, const qf_tensor *const *data, int ndata, cons
     out->tensors = sess.tensors;
     out->ntensors = sess.ntensors;
     if (st == QF_OK) st = qf_graph_infer_shapes(g);
+    out->calibrate_ms = t2 - t1;
+    out->convert_ms = (t1 - t0) + (qz_now_ms() - t2);
     qf_quant_calib_free(sess.calib);
     qf_quant_annotation_free(sess.annotation);
     if (st != QF_OK) qf_quantize_result_free(out);
@@ -268,37 +294,65 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count)
     qf_free(s);
 }
 
-qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_tensor *const *data, int ndata, int64_t batch,
+/* One batch of the caller's source, read once and served to both models. */
+typedef struct qz_range {
+    const void *rows[QF_QUANT_MAX_INPUTS];
+    size_t sample[QF_QUANT_MAX_INPUTS];
+} qz_range;
+
+static qf_status qz_range_read(const qf_data_source *src, int64_t first, int64_t count, const void **rows)
+{
+    (void)count;
+    const qz_range *b = src->ud;
+    for (int i = 0; i < src->ninputs; i++) rows[i] = (const char *)b->rows[i] + (size_t)first * b->sample[i];
+    return QF_OK;
+}
+
+qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
                                 int64_t max_samples, qf_quant_sqnr **out, int *count)
 {
     *out = NULL;
     *count = 0;
-    if (ndata < 1 || ndata > 64) return qf_error(QF_ERR_INVALID, "sqnr: %d inputs", ndata);
-    int64_t n = data[0]->ndim >= 1 ? data[0]->dims[0] : 0;
+    int ndata = data->ninputs;
+    if (ndata < 1 || ndata > QF_QUANT_MAX_INPUTS) return qf_error(QF_ERR_INVALID, "sqnr: %d inputs", ndata);
+    int64_t n = data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
     if (max_samples > 0 && max_samples < n) n = max_samples;
-    if (batch < 1) batch = 16;
+    if (batch < 1) batch = QF_QUANT_SQNR_BATCH;
     qz_sqnr_run r = {0};
     qf_status st = qz_pairs(ref, q, &r);
-    /* Batch by batch: the reference keeps the batch's activations, then the
-     * quantized model runs the same rows and compares as it goes. */
+    /* The kept activations of one sample (dims past the first, as inferred);
+     * the batch shrinks until a batch's fit QF_QUANT_SQNR_BYTES. */
+    size_t per_sample = 0;
+    for (int k = 0; k < r.npairs && st == QF_OK; k++) {
+        const qf_tensor *t = &ref->values[r.pairs[k].ref_id]->type;
+        int64_t e = t->ndim >= 1 ? qf_shape_numel(t->ndim - 1, t->dims + 1) : 1;
+        if (e > 0) per_sample += (size_t)e * qf_dtype_size(t->dtype);
+    }
+    if (per_sample && (size_t)batch * per_sample > QF_QUANT_SQNR_BYTES) {
+        batch = (int64_t)(QF_QUANT_SQNR_BYTES / per_sample);
+        if (batch < 1) batch = 1;
+    }
+    /* Batch by batch: the reference keeps the batch's activations (of the
+     * paired values only), then the quantized model runs the same rows and
+     * compares as it goes. */
+    qz_range range;
+    for (int i = 0; i < ndata; i++) {
+        const qf_tensor *d = data->inputs[i];
+        range.sample[i] = d->dims[0] ? qf_tensor_nbytes(d) / (size_t)d->dims[0] : 0;
+    }
     for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
         int64_t count_b = n - first < batch ? n - first : batch;
-        qf_tensor views[64];
-        const qf_tensor *ptrs[64];
-        for (int i = 0; i < ndata; i++) {
-            const qf_tensor *d = data[i];
-            size_t row = qf_tensor_nbytes(d) / (size_t)d->dims[0];
-            int64_t dims[QF_MAX_DIMS];
-            memcpy(dims, d->dims, sizeof dims);
-            dims[0] = count_b;
-            qf_tensor_view(&views[i], d->dtype, d->ndim, dims, (char *)d->data + (size_t)first * row);
-            ptrs[i] = &views[i];
-        }
+        qf_tensor views[QF_QUANT_MAX_INPUTS];
+        const qf_tensor *ptrs[QF_QUANT_MAX_INPUTS];
+        qz_first_samples(data, count_b, views, ptrs);
+        st = data->read(data, first, count_b, range.rows);
+        if (st != QF_OK) break;
+        qf_data_source one = {.ninputs = ndata, .inputs = ptrs, .read = qz_range_read, .ud = &range};
         qf_batch_options bo = {.batch = count_b, .hook = qz_ref_hook, .hook_ud = &r};
-        st = qf_run_batches(ref, ptrs, ndata, &bo);
+        st = qf_run_source(ref, &one, &bo);
         if (st == QF_OK) {
             bo.hook = qz_q_hook;
-            st = qf_run_batches(q, ptrs, ndata, &bo);
+            st = qf_run_source(q, &one, &bo);
         }
     }
     for (int k = 0; k < r.npairs; k++) {

@@ -585,6 +585,55 @@ static void test_file_read_size(void)
     remove(path);
 }
 
+/* A .npy read a range of rows at a time, and a data source over it: the
+ * rows equal the whole file's; reads past the end fail. */
+static void test_npy_rows(void)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/rows.npy", fixture_dir);
+    int64_t dims[3] = {5, 2, 3};
+    qf_tensor t;
+    CHECK_OK(qf_tensor_init(&t, QF_DTYPE_F32, 3, dims));
+    float *x = t.data;
+    for (int i = 0; i < 30; i++) x[i] = (float)i * 0.5f - 3.0f;
+    CHECK_OK(qf_npy_save(path, &t));
+    qf_npy_file *f = NULL;
+    CHECK_OK(qf_npy_open(path, &f));
+    if (!f) {
+        qf_tensor_free(&t);
+        return;
+    }
+    const qf_tensor *info = qf_npy_info(f);
+    CHECK(info->dtype == QF_DTYPE_F32 && info->ndim == 3 && info->dims[0] == 5 && info->dims[2] == 3);
+    CHECK(info->data == NULL && qf_npy_row_bytes(f) == 6 * sizeof(float));
+    float rows[18];
+    CHECK_OK(qf_npy_read_rows(f, 1, 3, rows));
+    CHECK(memcmp(rows, x + 6, sizeof rows) == 0);
+    CHECK_OK(qf_npy_read_rows(f, 5, 0, rows));
+    CHECK(qf_npy_read_rows(f, 4, 2, rows) == QF_ERR_INVALID);
+    CHECK(qf_npy_read_rows(f, -1, 1, rows) == QF_ERR_INVALID);
+    qf_npy_source *src = NULL;
+    CHECK_OK(qf_npy_source_init(&src, &f, 1));
+    if (src) {
+        const qf_data_source *ds = qf_npy_source_get(src);
+        const void *p[1] = {NULL};
+        CHECK(ds->ninputs == 1 && ds->inputs[0] == info);
+        CHECK_OK(ds->read(ds, 3, 2, p));
+        CHECK(p[0] && memcmp(p[0], x + 18, 12 * sizeof(float)) == 0);
+        qf_npy_source_free(src);
+    }
+    /* The in-memory source points into the tensor. */
+    const qf_tensor *tp = &t;
+    qf_data_source mem = qf_data_source_tensors(&tp, 1);
+    const void *q[1] = {NULL};
+    CHECK_OK(mem.read(&mem, 2, 1, q));
+    CHECK(q[0] == (const void *)(x + 12));
+    qf_npy_close(f);
+    CHECK(qf_npy_open("/nonexistent/rows.npy", &f) == QF_ERR_IO && f == NULL);
+    qf_tensor_free(&t);
+    remove(path);
+}
+
 /* Every op case against its numpy fixture (and folded, where it can be). */
 static void test_op_cases(void)
 {
@@ -605,6 +654,7 @@ int main(int argc, char **argv)
     RUN(test_op_errors);
     RUN(test_alloc_failures);
     RUN(test_file_read_size);
+    RUN(test_npy_rows);
     RUN(test_op_cases);
     return qf_check_report();
 }
