@@ -307,17 +307,15 @@ qf_status qf_npy_open(const char *path, qf_npy_file **out)
     }
     memcpy(p, path, n);
     f->path = p;
-    f->fd = open(path, O_RDONLY);
-    if (f->fd < 0) {
-        qf_status st = qf_error(QF_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    /* A regular file only (a FIFO would block, /dev/zero never end): rows are
+     * read at offsets. */
+    struct stat sb;
+    qf_status st = qf_file_open_regular(path, &f->fd, &sb);
+    if (st != QF_OK) {
         qf_npy_close(f);
         return st;
     }
-    struct stat sb;
-    qf_status st = qf_npy_read_header(f->fd, &f->info, &f->off);
-    /* Rows are read at offsets: the size check above must have held. */
-    if (st == QF_OK && (fstat(f->fd, &sb) != 0 || !S_ISREG(sb.st_mode)))
-        st = qf_error(QF_ERR_UNSUPPORTED, "not a regular file: it cannot be read a range of rows at a time");
+    st = qf_npy_read_header(f->fd, &f->info, &f->off);
     if (st != QF_OK) {
         qf_npy_close(f);
         return qf_error_prefix(st, "%s: ", path);
