@@ -6,7 +6,6 @@
 Each CASE is one ctest. A case fails with a message that says which command
 ran, what it printed and what was expected.
 """
-import argparse
 import json
 import os
 import shutil
@@ -15,36 +14,17 @@ import sys
 
 import numpy as np
 
-ARGS = None
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import qfcli  # noqa: E402
+from qfcli import Fail, check, error_line as one_error_line  # noqa: E402
 
-
-class Fail(Exception):
-    pass
+ARGS = None  # set by qfcli.main
 
 
 def qfold(*argv, expect=0):
     """Run qfold; check the exit status; return (stdout, stderr)."""
-    cmd = [ARGS.qfold] + [str(a) for a in argv]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    if p.returncode != expect:
-        raise Fail("`%s` exited %d, expected %d\nstdout:\n%s\nstderr:\n%s"
-                   % (" ".join(cmd), p.returncode, expect, p.stdout, p.stderr))
-    return p.stdout, p.stderr
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
-def one_error_line(err, *needles):
-    """A failure prints one line 'qfold: <message>' (usage errors may add the
-    usage lines after it); the message holds every needle."""
-    lines = err.strip().splitlines()
-    check(lines and lines[0].startswith("qfold: "), "stderr does not start with 'qfold: ':\n" + err)
-    for n in needles:
-        check(n in lines[0], "error line lacks %r:\n%s" % (n, err))
-    return lines[0]
+    _, out, err = qfcli.run_qfold(ARGS.qfold, argv, expect=expect, timeout=120)
+    return out, err
 
 
 def example(name):
@@ -481,26 +461,6 @@ def case_eval_errors():
     one_error_line(err, "missing.onnx")
 
 
-def main():
-    global ARGS
-    cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--qfold", required=True)
-    ap.add_argument("--examples", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--version", required=True)
-    ap.add_argument("case", choices=sorted(cases))
-    ARGS = ap.parse_args()
-    ARGS.work = os.path.join(ARGS.work, ARGS.case)  # cases may run in parallel
-    os.makedirs(ARGS.work, exist_ok=True)
-    try:
-        cases[ARGS.case]()
-    except Fail as e:
-        print("FAIL cli %s: %s" % (ARGS.case, e))
-        return 1
-    print("ok cli %s" % ARGS.case)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    # Paths as given (messages quote them): only --qfold is made absolute.
+    sys.exit(qfcli.main("cli", globals(), options=("--examples", "--work", "--version")))

@@ -22,7 +22,6 @@
                  allocation hook): every command exits 1 promptly, no output
   describes      --help, README and qfold.pc say what exists (no QAT yet)
 """
-import argparse
 import os
 import re
 import resource
@@ -36,43 +35,22 @@ import time
 
 import numpy as np
 
-ARGS = None
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import qfcli  # noqa: E402
+from qfcli import Fail, check, error_line  # noqa: E402
+
+ARGS = None  # set by qfcli.main
 TIMEOUT = 60
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
-
-
 def run(*argv, expect=None, env=None, preexec=None, cwd=None, timeout=TIMEOUT):
-    """Run qfold; return (rc, stdout, stderr). A hang is a failure."""
-    cmd = [ARGS.qfold] + [str(a) for a in argv]
+    """Run qfold without the caller's QFOLD_MAX_MEMORY; return (rc, stdout,
+    stderr). A hang is a failure."""
     e = dict(os.environ)
     e.pop("QFOLD_MAX_MEMORY", None)
     if env:
         e.update(env)
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
-                           preexec_fn=preexec, cwd=cwd)
-    except subprocess.TimeoutExpired:
-        raise Fail("`%s` did not finish within %d s (blocked or hung)" % (" ".join(cmd), timeout))
-    if expect is not None and p.returncode != expect:
-        raise Fail("`%s` exited %d, expected %d\nstdout:\n%s\nstderr:\n%s"
-                   % (" ".join(cmd), p.returncode, expect, p.stdout, p.stderr))
-    return p.returncode, p.stdout, p.stderr
-
-
-def error_line(err, *needles):
-    lines = err.strip().splitlines()
-    check(lines and lines[0].startswith("qfold: "), "stderr does not start with 'qfold: ':\n" + err)
-    for n in needles:
-        check(n in lines[0], "error line lacks %r:\n%s" % (n, err))
-    return lines[0]
+    return qfcli.run_qfold(ARGS.qfold, argv, expect=expect, timeout=timeout, env=e, preexec_fn=preexec, cwd=cwd)
 
 
 def example(name):
@@ -446,31 +424,5 @@ def case_describes():
     check("qfold quantize" in intro and "qfold eval" in intro, "README's introduction lacks quantize / eval")
 
 
-def main():
-    global ARGS
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--qfold", required=True)
-    ap.add_argument("--examples", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--source", required=True)
-    ap.add_argument("case")
-    ARGS = ap.parse_args()
-    ARGS.qfold = os.path.abspath(ARGS.qfold)
-    ARGS.examples = os.path.abspath(ARGS.examples)
-    ARGS.work = os.path.abspath(ARGS.work)
-    os.makedirs(ARGS.work, exist_ok=True)
-    fn = globals().get("case_" + ARGS.case)
-    if not fn:
-        print("unknown case %s" % ARGS.case)
-        return 2
-    try:
-        fn()
-    except Fail as e:
-        print("FAIL %s: %s" % (ARGS.case, e))
-        return 1
-    print("ok %s" % ARGS.case)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(qfcli.main("fault", globals(), paths=("--examples", "--work", "--source"), per_case_work=False))

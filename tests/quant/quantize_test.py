@@ -7,7 +7,6 @@ Each CASE is one ctest. Every quantized model must pass onnx.checker and run
 in ONNX Runtime; qfold's run of the QDQ model (Q/DQ computed in float, as
 written) is compared with ONNX Runtime's run of the same file.
 """
-import argparse
 import json
 import os
 import subprocess
@@ -15,16 +14,10 @@ import sys
 
 import numpy as np
 
-ARGS = None
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from qfcli import Fail, check, error_line as one_error_line, run_qfold  # noqa: E402
 
-
-class Fail(Exception):
-    pass
-
-
-def check(cond, what):
-    if not cond:
-        raise Fail(what)
+ARGS = None  # set by qfcli.main
 
 
 def work(name):
@@ -36,19 +29,8 @@ def root(*parts):
 
 
 def qfold(*argv, expect=0):
-    cmd = [ARGS.qfold] + [str(a) for a in argv]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if p.returncode != expect:
-        raise Fail("`%s` exited %d, expected %d\nstdout:\n%s\nstderr:\n%s"
-                   % (" ".join(cmd), p.returncode, expect, p.stdout, p.stderr))
-    return p.stdout, p.stderr
-
-
-def one_error_line(err, *needles):
-    line = err.strip().splitlines()[0] if err.strip() else ""
-    check(line.startswith("qfold: "), "stderr does not start with 'qfold: ':\n" + err)
-    for n in needles:
-        check(n in line, "error line lacks %r:\n%s" % (n, err))
+    _, out, err = run_qfold(ARGS.qfold, argv, expect=expect, timeout=600)
+    return out, err
 
 
 def ort_run(model, x, opt="disabled"):
@@ -414,25 +396,6 @@ def case_accuracy():
               "%s: integer executor top-1 %.4f, simulated %.4f, float %.4f" % (target, q, qs, fl))
 
 
-def main():
-    global ARGS
-    cases = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--qfold", required=True)
-    ap.add_argument("--root", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("case", choices=sorted(cases))
-    ARGS = ap.parse_args()
-    ARGS.work = os.path.join(ARGS.work, ARGS.case)
-    os.makedirs(ARGS.work, exist_ok=True)
-    try:
-        cases[ARGS.case]()
-    except Fail as e:
-        print("FAIL quantize %s: %s" % (ARGS.case, e))
-        return 1
-    print("ok quantize %s" % ARGS.case)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    import qfcli
+    sys.exit(qfcli.main("quantize", globals(), paths=("--root", "--work")))
