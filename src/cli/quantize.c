@@ -30,6 +30,7 @@ typedef struct qf_qz_args {
     const char *sets[QF_QZ_MAX_SETS];
     int nsets;
     int64_t count, batch;
+    bool verify;
 } qf_qz_args;
 
 /* Everything the command holds, released in one place. */
@@ -86,6 +87,8 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
                 return qf_cli_usage_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
         } else if (qf_cli_args_value(&a, "--report", NULL, &v)) {
             qa->report = v;
+        } else if (qf_cli_args_flag(&a, "--verify", NULL)) {
+            qa->verify = true;
         } else if (!qa->in && qf_cli_args_positional(&a, &v)) {
             qa->in = v;
         } else {
@@ -397,6 +400,40 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     return QF_OK;
 }
 
+#define QF_QZ_VERIFY_SAMPLES 8
+
+/* --verify: the file just written (tmp), loaded back, computes what the
+ * quantized graph in memory computes, on the first calibration samples, as
+ * written (Q / DQ in float: both sides the same graph, so any difference is
+ * the export's). */
+static qf_status qf_qz_verify(const qf_qz_state *s, const char *tmp, qf_compare_result *res)
+{
+    const qf_data_source *src = qf_npy_source_get(s->src);
+    int n = src->ninputs;
+    int64_t count = src->inputs[0]->dims[0] < QF_QZ_VERIFY_SAMPLES ? src->inputs[0]->dims[0] : QF_QZ_VERIFY_SAMPLES;
+    const void *rows[QF_QZ_MAX_CALIB];
+    QF_TRY(src->read(src, 0, count, rows));
+    qf_tensor views[QF_QZ_MAX_CALIB];
+    const qf_tensor *in[QF_QZ_MAX_CALIB];
+    for (int i = 0; i < n; i++) {
+        int64_t dims[QF_MAX_DIMS];
+        memcpy(dims, src->inputs[i]->dims, sizeof dims);
+        dims[0] = count;
+        qf_tensor_view(&views[i], src->inputs[i]->dtype, src->inputs[i]->ndim, dims, (void *)rows[i]);
+        in[i] = &views[i];
+    }
+    qf_graph *written = NULL;
+    QF_TRY(qf_onnx_load(tmp, &written));
+    qf_compare_options opt = {.tolerance = 1e-6, .ref_name = "quantized", .cand_name = "written",
+                              .change = "writing"};
+    qf_status st = qf_compare_graphs(s->g, written, in, n, &opt, res);
+    qf_graph_free(written);
+    if (st == QF_OK && !res->ok)
+        st = qf_error(QF_ERR_MISMATCH, "the written model computes other outputs than the quantized graph: nothing "
+                                       "written");
+    return st;
+}
+
 static int qf_cli_quantize(int argc, char **argv)
 {
     qf_qz_args qa = {0};
@@ -425,8 +462,16 @@ static int qf_cli_quantize(int argc, char **argv)
     /* Both to their temporary names, then renamed together. */
     const char *tmp = NULL;
     int wi = -1; /* the output being written */
+    qf_compare_result cmp = {0};
     if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
         st = qf_onnx_save(s.g, tmp);
+    if (st == QF_OK && qa.verify) {
+        wi = -1; /* a mismatch is not a write error */
+        st = qf_qz_verify(&s, tmp, &cmp);
+        for (int i = 0; i < cmp.noutputs; i++)
+            printf("verify: output '%s': max abs diff %.3g (written file vs quantized graph) %s\n",
+                   cmp.outputs[i].name, cmp.outputs[i].max_abs, cmp.outputs[i].ok ? "ok" : "FAILED");
+    }
     if (st == QF_OK && qa.report && (st = qf_cli_outputs_stage(&out, wi = 1, &tmp)) == QF_OK)
         st = qf_file_write_atomic(tmp, text, len);
     if (st != QF_OK) {
@@ -437,6 +482,7 @@ static int qf_cli_quantize(int argc, char **argv)
         qf_qz_summary(&qa, &p, &s);
     }
     qf_cli_outputs_free(&out);
+    qf_compare_result_free(&cmp);
     qf_free(text);
     qf_strbuf_free(&extra);
     qf_quant_sqnr_free(s.sqnr, s.nsqnr);
@@ -453,7 +499,8 @@ const qf_cli_command qf_cli_cmd_quantize = {
     .name = "quantize",
     .summary = "post-training int8 quantization for a target: fold, calibrate, write an ONNX QDQ model",
     .usage = "qfold quantize IN.onnx -o OUT.onnx --calib X.npy [--calib X2.npy ...] [--target neutron|generic]\n"
-             "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--report R.json]",
+             "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--report R.json]\n"
+             "                      [--verify]",
     .details =
         "Folds BatchNorm (pipeline ptq), annotates the graph with the target's int8 patterns,\n"
         "runs the calibration data through it to observe every quantized tensor's range,\n"
@@ -472,6 +519,9 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       fuse-activation=on|off, min-scale=<number>\n"
         "  --calib-count N      use the first N samples only\n"
         "  --batch B            samples per calibration run (default 32)\n"
+        "  --verify             load the written model back and check that it computes what the\n"
+        "                       quantized graph computes (first calibration samples); nothing\n"
+        "                       is written when it does not\n"
         "  --report FILE        a JSON report: the passes, every tensor's scale, zero point and\n"
         "                       observed range, the ops left in float, per-layer SQNR\n",
     .fn = qf_cli_quantize,

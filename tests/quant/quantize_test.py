@@ -243,7 +243,9 @@ def case_mixed():
                       dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
     rng = np.random.default_rng(6)
     np.save(work("calib.npy"), rng.standard_normal((16, 3, 16, 16)).astype(np.float32))
-    _, rep = quantize(model, work("q.onnx"), work("calib.npy"))
+    stdout, rep = quantize(model, work("q.onnx"), work("calib.npy"), "--verify")
+    check("verify: output 'y': max abs diff 0 (written file vs quantized graph) ok" in stdout,
+          "--verify did not check the written file:\n" + stdout)
     m = checker(work("q.onnx"))
     lsb_agreement(work("q.onnx"), rng.standard_normal((8, 3, 16, 16)).astype(np.float32), 0.999, 1)
     inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
