@@ -123,8 +123,8 @@ static qf_status lower_conv(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
         q = z->uses[0].node;
         if (q->op != QF_OP_QUANTIZE) return QF_OK;
     }
-    if (!per_tensor_s8(q) && !(q->ninputs == 3 && scalar_const(q->inputs[1], QF_DTYPE_F32) &&
-                               scalar_const(q->inputs[2], QF_DTYPE_I8)))
+    /* The Q: a per-tensor scale and an int8 zero point (its input is float). */
+    if (q->ninputs != 3 || !scalar_const(q->inputs[1], QF_DTYPE_F32) || !scalar_const(q->inputs[2], QF_DTYPE_I8))
         return QF_OK;
     float ys = *(const float *)q->inputs[1]->type.data;
     int32_t yz = *(const int8_t *)q->inputs[2]->type.data;
