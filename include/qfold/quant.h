@@ -293,8 +293,8 @@ typedef struct qf_quant_session {
     int ntensors;
 } qf_quant_session;
 
-/* The int8 executor's lowering (pass quant_lower_int8): every DQ -> Conv ->
- * [Relu / relu6 / Clip] -> Q group of a QDQ graph becomes one integer conv
+/* The int8 executor's lowering (pass quant_lower_int8): every DQ -> Conv /
+ * Gemm -> [Relu / relu6 / Clip] -> Q group of a QDQ graph becomes one integer conv
  * (QLinearConv with TFLite's fixed-point requantization and the activation
  * as a clamp), so running the graph computes those layers as an int8 NPU
  * does; the rest runs as written (DQ -> float -> Q). For execution only:

@@ -227,7 +227,7 @@ const qf_cli_command qf_cli_cmd_run = {
         "                      temporary file and renamed into place)\n"
         "  --simulate          a quantized (QDQ) model: compute every op in float with the\n"
         "                      QuantizeLinear / DequantizeLinear as written. Without it, each\n"
-        "                      DequantizeLinear -> Conv -> [ReLU] -> QuantizeLinear group runs\n"
+        "                      DequantizeLinear -> Conv / Gemm -> [ReLU] -> QuantizeLinear group runs\n"
         "                      in integers (int8 x int8 -> int32, TFLite's fixed-point\n"
         "                      requantization), as an int8 NPU computes it\n"
         "  --requant KIND      the integer groups' requantization: tflite (default: fixed-point\n"

@@ -16,7 +16,9 @@
  * a difference by its gain, so deep models differ by a few LSB between the
  * two, and each matches its own reference.
  *
- * Everything else keeps running as written (DQ -> float op -> Q). The
+ * A Gemm group (a Linear layer) becomes the same integer conv, 1x1, between
+ * two int8 reshapes. Everything else keeps running as written (DQ -> float
+ * op -> Q). The
  * lowered graph is for execution only: the two attributes are qfold's own
  * and no exporter should see them (`qfold run` lowers its private copy).
  */
@@ -96,6 +98,63 @@ static bool act_clamp(const qf_node *act, float ys, int32_t yz, int64_t *lo, int
     return *lo <= *hi;
 }
 
+/* The tail of a group: y -> [act ->] Q, each link the only reader; the Q
+ * with a per-tensor scale and an int8 zero point. The clamp of act in the
+ * Q's integers. */
+static bool group_tail(const qf_node *n, const qf_node **q_out, const qf_node **act_out, int64_t clamp[2])
+{
+    const qf_value *y = n->outputs[0];
+    if (y->nuses != 1 || y->is_output) return false;
+    const qf_node *act = NULL, *q = y->uses[0].node;
+    if (q->op != QF_OP_QUANTIZE) {
+        act = q;
+        const qf_value *z = act->outputs[0];
+        if (act->noutputs != 1 || z->nuses != 1 || z->is_output || y->uses[0].slot != 0) return false;
+        q = z->uses[0].node;
+        if (q->op != QF_OP_QUANTIZE) return false;
+    }
+    if (q->ninputs != 3 || !scalar_const(q->inputs[1], QF_DTYPE_F32) || !scalar_const(q->inputs[2], QF_DTYPE_I8))
+        return false;
+    float ys = *(const float *)q->inputs[1]->type.data;
+    int32_t yz = *(const int8_t *)q->inputs[2]->type.data;
+    clamp[0] = -128;
+    clamp[1] = 127;
+    if (act && !act_clamp(act, ys, yz, &clamp[0], &clamp[1])) return false;
+    *q_out = q;
+    *act_out = act;
+    return true;
+}
+
+/* A constant int8 weight behind a DequantizeLinear, per tensor or per
+ * channel on `axis`, with an int8 zero point. */
+static bool int8_weight(const qf_node *dqw, int axis)
+{
+    if (!dqw || dqw->ninputs != 3 || !qf_value_is_const(dqw->inputs[0]) || dqw->inputs[0]->type.dtype != QF_DTYPE_I8 ||
+        !qf_value_is_const(dqw->inputs[1]) || !qf_value_is_const(dqw->inputs[2]) ||
+        dqw->inputs[2]->type.dtype != QF_DTYPE_I8)
+        return false;
+    return qf_tensor_numel(&dqw->inputs[1]->type) == 1 || qf_node_attr_int(dqw, "axis", 1) == axis;
+}
+
+/* The integer conv of a group: QLinearConv(in) {attrs of `like`, the
+ * requantization, the clamp}, output typed `type`. */
+static qf_node *int8_conv(qf_graph *g, const char *name, qf_value *const *in, int nin, const qf_node *like,
+                          qf_int8_requant_kind rq, const int64_t clamp[2])
+{
+    qf_node *ql = qf_graph_add_node(g, QF_OP_QLINEAR_CONV, name, nin, in, 1);
+    if (!ql) return NULL;
+    qf_status st = QF_OK;
+    for (int i = 0; like && i < like->nattrs && st == QF_OK; i++) {
+        const qf_attr *a = &like->attrs[i];
+        if (a->type == QF_ATTR_INT) st = qf_node_set_attr_int(g, ql, a->name, a->i);
+        else if (a->type == QF_ATTR_INTS) st = qf_node_set_attr_ints(g, ql, a->name, a->ints, a->n);
+        else if (a->type == QF_ATTR_STRING) st = qf_node_set_attr_string(g, ql, a->name, a->s);
+    }
+    if (st == QF_OK && rq == QF_REQUANT_FIXED_POINT) st = qf_node_set_attr_int(g, ql, "qfold_requant", 1);
+    if (st == QF_OK) st = qf_node_set_attr_ints(g, ql, "qfold_clamp", clamp, 2);
+    return st == QF_OK ? ql : NULL;
+}
+
 /* Lower conv node n if it heads a DQ -> Conv -> [act] -> Q group. */
 static qf_status lower_conv(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
@@ -103,50 +162,20 @@ static qf_status lower_conv(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
     const qf_node *dqx = dq_of(n->inputs[0]), *dqw = dq_of(n->inputs[1]);
     const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? dq_of(n->inputs[2]) : NULL;
     if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
-    if (!per_tensor_s8(dqx) || dqw->ninputs != 3 || !qf_value_is_const(dqw->inputs[0]) ||
-        dqw->inputs[0]->type.dtype != QF_DTYPE_I8 || !qf_value_is_const(dqw->inputs[1]) ||
-        !qf_value_is_const(dqw->inputs[2]) || dqw->inputs[2]->type.dtype != QF_DTYPE_I8)
-        return QF_OK;
-    if (qf_tensor_numel(&dqw->inputs[1]->type) > 1 && qf_node_attr_int(dqw, "axis", 1) != 0) return QF_OK;
+    if (!per_tensor_s8(dqx) || !int8_weight(dqw, 0)) return QF_OK;
     if (!bias_fits(dqb, dqx, dqw)) {
         if (ctx) qf_pass_skip(ctx, n, "bias scale is not s_x * s_W: left as DQ -> Conv -> Q");
         return QF_OK;
     }
-    /* y -> [act ->] Q, each link the only reader. */
-    const qf_value *y = n->outputs[0];
-    if (y->nuses != 1 || y->is_output) return QF_OK;
-    const qf_node *act = NULL, *q = y->uses[0].node;
-    if (q->op != QF_OP_QUANTIZE) {
-        act = q;
-        const qf_value *z = act->outputs[0];
-        if (act->noutputs != 1 || z->nuses != 1 || z->is_output || y->uses[0].slot != 0) return QF_OK;
-        q = z->uses[0].node;
-        if (q->op != QF_OP_QUANTIZE) return QF_OK;
-    }
-    /* The Q: a per-tensor scale and an int8 zero point (its input is float). */
-    if (q->ninputs != 3 || !scalar_const(q->inputs[1], QF_DTYPE_F32) || !scalar_const(q->inputs[2], QF_DTYPE_I8))
-        return QF_OK;
-    float ys = *(const float *)q->inputs[1]->type.data;
-    int32_t yz = *(const int8_t *)q->inputs[2]->type.data;
-    int64_t clamp[2] = {-128, 127};
-    if (act && !act_clamp(act, ys, yz, &clamp[0], &clamp[1])) return QF_OK;
-
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
     qf_value *in[9] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], dqw->inputs[0], dqw->inputs[1],
                        dqw->inputs[2], q->inputs[1], q->inputs[2], dqb ? dqb->inputs[0] : NULL};
     char name[512];
     snprintf(name, sizeof name, "%s_int8", n->name);
-    qf_node *ql = qf_graph_add_node(g, QF_OP_QLINEAR_CONV, name, dqb ? 9 : 8, in, 1);
+    qf_node *ql = int8_conv(g, name, in, dqb ? 9 : 8, n, rq, clamp);
     if (!ql) return QF_ERR_NOMEM;
-    for (int i = 0; i < n->nattrs; i++) {
-        const qf_attr *a = &n->attrs[i];
-        qf_status st = QF_OK;
-        if (a->type == QF_ATTR_INT) st = qf_node_set_attr_int(g, ql, a->name, a->i);
-        else if (a->type == QF_ATTR_INTS) st = qf_node_set_attr_ints(g, ql, a->name, a->ints, a->n);
-        else if (a->type == QF_ATTR_STRING) st = qf_node_set_attr_string(g, ql, a->name, a->s);
-        QF_TRY(st);
-    }
-    if (rq == QF_REQUANT_FIXED_POINT) QF_TRY(qf_node_set_attr_int(g, ql, "qfold_requant", 1));
-    QF_TRY(qf_node_set_attr_ints(g, ql, "qfold_clamp", clamp, 2));
     ql->outputs[0]->type = q->outputs[0]->type;
     if (ctx)
         qf_pass_rewrite(ctx, n, NULL, "int8 conv (%s%s) -> '%s'", act ? qf_op_name(act->op) : "no activation",
@@ -156,13 +185,90 @@ static qf_status lower_conv(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
     return QF_OK;
 }
 
+/* An int64 shape constant for a Reshape. */
+static qf_value *shape_const(qf_graph *g, const char *name, int64_t a, int64_t b, int64_t c, int64_t d, int n)
+{
+    qf_tensor t;
+    int64_t len = n;
+    if (qf_tensor_init(&t, QF_DTYPE_I64, 1, &len) != QF_OK) return NULL;
+    int64_t v[4] = {a, b, c, d};
+    memcpy(t.data, v, sizeof(int64_t) * (size_t)n);
+    qf_value *k = qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, &t);
+    if (!k) qf_tensor_free(&t);
+    return k;
+}
+
+/* Lower a Gemm (a Linear layer: x [N, K] times W, bias) heading a
+ * DQ -> Gemm -> [act] -> Q group: an integer 1x1 conv between two int8
+ * reshapes, [N, K] -> [N, K, 1, 1] -> [N, M, 1, 1] -> [N, M]. The weight
+ * becomes [M, K, 1, 1] (transposed when the Gemm's is [K, M]). */
+static qf_status lower_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+{
+    *done = false;
+    if (qf_node_attr_int(n, "transA", 0) != 0 || qf_node_attr_float(n, "alpha", 1.0f) != 1.0f ||
+        qf_node_attr_float(n, "beta", 1.0f) != 1.0f || n->inputs[0]->type.ndim != 2)
+        return QF_OK;
+    bool tb = qf_node_attr_int(n, "transB", 0) != 0;
+    const qf_node *dqx = dq_of(n->inputs[0]), *dqw = dq_of(n->inputs[1]);
+    const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? dq_of(n->inputs[2]) : NULL;
+    if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
+    if (!per_tensor_s8(dqx) || !int8_weight(dqw, tb ? 0 : 1) || dqw->inputs[0]->type.ndim != 2) return QF_OK;
+    if (dqb && dqb->inputs[0]->type.ndim != 1) return QF_OK;
+    if (!bias_fits(dqb, dqx, dqw)) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    const qf_tensor *wt = &dqw->inputs[0]->type;
+    int64_t K = tb ? wt->dims[1] : wt->dims[0], M = tb ? wt->dims[0] : wt->dims[1];
+    char name[512];
+    /* W as [M, K, 1, 1] */
+    int64_t wd[4] = {M, K, 1, 1};
+    qf_tensor w4;
+    QF_TRY(qf_tensor_init(&w4, QF_DTYPE_I8, 4, wd));
+    const int8_t *src = wt->data;
+    int8_t *dst = w4.data;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) dst[m * K + k] = tb ? src[m * K + k] : src[k * M + m];
+    snprintf(name, sizeof name, "%s_int8_weight", n->name);
+    qf_value *w = qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, &w4);
+    if (!w) {
+        qf_tensor_free(&w4);
+        return QF_ERR_NOMEM;
+    }
+    snprintf(name, sizeof name, "%s_int8_shape_in", n->name);
+    qf_value *s_in = shape_const(g, name, -1, K, 1, 1, 4);
+    snprintf(name, sizeof name, "%s_int8_shape_out", n->name);
+    qf_value *s_out = shape_const(g, name, -1, M, 0, 0, 2);
+    if (!s_in || !s_out) return QF_ERR_NOMEM;
+    snprintf(name, sizeof name, "%s_int8_in", n->name);
+    qf_value *rin[2] = {dqx->inputs[0], s_in};
+    qf_node *r1 = qf_graph_add_node(g, QF_OP_RESHAPE, name, 2, rin, 1);
+    if (!r1) return QF_ERR_NOMEM;
+    qf_value *in[9] = {r1->outputs[0], dqx->inputs[1], dqx->inputs[2], w, dqw->inputs[1], dqw->inputs[2],
+                       q->inputs[1], q->inputs[2], dqb ? dqb->inputs[0] : NULL};
+    snprintf(name, sizeof name, "%s_int8", n->name);
+    qf_node *ql = int8_conv(g, name, in, dqb ? 9 : 8, NULL, rq, clamp);
+    if (!ql) return QF_ERR_NOMEM;
+    snprintf(name, sizeof name, "%s_int8_out", n->name);
+    qf_value *rout[2] = {ql->outputs[0], s_out};
+    qf_node *r2 = qf_graph_add_node(g, QF_OP_RESHAPE, name, 2, rout, 1);
+    if (!r2) return QF_ERR_NOMEM;
+    r2->outputs[0]->type = q->outputs[0]->type;
+    if (ctx)
+        qf_pass_rewrite(ctx, n, NULL, "int8 linear as a 1x1 conv (%s%s) -> '%s'",
+                        act ? qf_op_name(act->op) : "no activation", dqb ? ", int32 bias" : "", q->outputs[0]->name);
+    QF_TRY(qf_graph_replace_uses(g, q->outputs[0], r2->outputs[0]));
+    *done = true;
+    return QF_OK;
+}
+
 qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kind rq, int *count)
 {
     int k = 0;
     for (qf_node *n = g->first; n; n = n->next) {
-        if (n->op != QF_OP_CONV) continue;
-        bool done;
-        QF_TRY(lower_conv(g, ctx, n, rq, &done));
+        bool done = false;
+        if (n->op == QF_OP_CONV) QF_TRY(lower_conv(g, ctx, n, rq, &done));
+        else if (n->op == QF_OP_GEMM) QF_TRY(lower_gemm(g, ctx, n, rq, &done));
         k += done;
     }
     if (count) *count = k;

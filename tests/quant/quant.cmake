@@ -40,4 +40,13 @@ if(QF_PYTHON3 AND QF_NODE)
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/quantize ${case})
     set_tests_properties(quant_quantize_${case} PROPERTIES LABELS "quant" TIMEOUT 600)
   endforeach()
+  set_tests_properties(quant_quantize_fashion PROPERTIES FIXTURES_SETUP quantized_fashion)
+
+  # The int8 lowering on the model the fashion case wrote: 5 Conv and 2 Gemm groups.
+  add_executable(test_lower ${CMAKE_CURRENT_LIST_DIR}/test_lower.c)
+  target_include_directories(test_lower PRIVATE ${QF_TEST_DIR})
+  target_compile_options(test_lower PRIVATE ${QF_WARNINGS})
+  target_link_libraries(test_lower PRIVATE qfold_static)
+  add_test(NAME quant_lower COMMAND test_lower ${QF_TEST_WORK}/quantize/fashion/fq_neutron.onnx 5 2)
+  set_tests_properties(quant_lower PROPERTIES FIXTURES_REQUIRED quantized_fashion LABELS "quant" TIMEOUT 60)
 endif()
