@@ -14,6 +14,7 @@
  * qparams; two different fixed qparams never join — the second member is
  * then observed and requantized.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "qfold/quant.h"
@@ -134,6 +135,9 @@ static qf_status ann_weighted(ann *c, const qf_node *n, const qf_value *w, int a
     if (!is_f32_const(w)) return ann_skip(c, n, "weight is not a float32 constant");
     if (b && !is_f32_const(b)) return ann_skip(c, n, "bias is not a float32 constant");
     if (c->a->spec[w->id].kind != QF_QSPEC_FLOAT) return ann_skip(c, n, "weight is shared with another node");
+    /* A bias's int32 scale is s_x * s_W of its own node: one read by two
+     * nodes cannot serve both (quant_annotate gives each its own copy first). */
+    if (b && c->a->spec[b->id].kind != QF_QSPEC_FLOAT) return ann_skip(c, n, "bias is shared with another node");
     want_quantized(c, x);
     set_spec(c, w, weight_spec(f, axis));
     if (b)
@@ -313,12 +317,39 @@ void qf_quant_annotation_print(const qf_quant_annotation *a, const qf_graph *g, 
 
 /* --- the quant_annotate pass -------------------------------------------------------- */
 
+/* Exporters share identical initializers (torch: every zero-initialized
+ * bias of a model can be one tensor); each conv / linear gets its own bias
+ * constant, as its int32 scale is its own. */
+static qf_status unshare_biases(qf_graph *g, qf_pass_ctx *ctx, const qf_quant_profile *p, bool *changed)
+{
+    for (qf_node *n = g->first; n; n = n->next) {
+        qf_qpattern pat = p->rules[n->op].pattern;
+        if ((pat != QF_QPAT_CONV && pat != QF_QPAT_LINEAR) || n->ninputs < 3) continue;
+        qf_value *b = n->inputs[2];
+        if (!is_f32_const(b) || b->nuses < 2) continue;
+        qf_tensor t;
+        QF_TRY(qf_tensor_copy(&t, &b->type));
+        char name[512];
+        snprintf(name, sizeof name, "%s_%s", b->name, n->name);
+        qf_value *copy = qf_graph_add_constant(g, name, b->kind, &t);
+        if (!copy) {
+            qf_tensor_free(&t);
+            return QF_ERR_NOMEM;
+        }
+        QF_TRY(qf_node_set_input(g, n, 2, copy));
+        qf_pass_rewrite(ctx, n, NULL, "own copy of bias '%s' (shared with another node)", b->name);
+        *changed = true;
+    }
+    return QF_OK;
+}
+
 static qf_status quant_annotate_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
     *changed = false;
     qf_quant_session *s = qf_pass_user(ctx);
     if (!s || !s->profile)
         return qf_error(QF_ERR_INVALID, "pass 'quant_annotate' needs a quantization session (qfold quantize)");
+    QF_TRY(unshare_biases(g, ctx, s->profile, changed));
     qf_quant_annotation_free(s->annotation);
     s->annotation = NULL;
     QF_TRY(qf_quant_annotate(g, s->profile, &s->annotation));
@@ -329,6 +360,6 @@ static qf_status quant_annotate_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed
 
 const qf_pass qf_pass_quant_annotate = {
     .name = "quant_annotate",
-    .summary = "quantizer: give every value its int8 spec by the target's patterns (graph unchanged)",
+    .summary = "quantizer: give every value its int8 spec by the target's patterns (shared biases copied)",
     .run = quant_annotate_run,
 };

@@ -34,7 +34,7 @@ set_tests_properties(quant_annotate PROPERTIES LABELS "quant" TIMEOUT 60)
 # the neutron placement rules in the file, bad input, and accuracy on a slice of
 # Fashion-MNIST against PyTorch FX PTQ.
 if(QF_PYTHON3 AND QF_NODE)
-  foreach(case fashion resnet18 mobilenet_v2 mixed errors zero_weights accuracy)
+  foreach(case fashion resnet18 mobilenet_v2 mixed errors zero_weights shared_bias accuracy)
     add_test(NAME quant_quantize_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/quantize_test.py --qfold $<TARGET_FILE:qfold>
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/quantize ${case})

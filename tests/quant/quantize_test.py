@@ -340,6 +340,38 @@ def case_errors():
     check(not os.path.exists(out) and not os.path.exists(work("r.json")), "a failed quantize left a file")
 
 
+def case_shared_bias():
+    """Exporters share identical initializers (torch does for zero biases, as
+    in EfficientNet's squeeze-excite convs): each conv still gets a bias at its
+    own s_x * s_W, and both run in integers."""
+    import onnx
+    from onnx import helper, numpy_helper, TensorProto
+    rng = np.random.default_rng(11)
+    w1 = rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3
+    w2 = rng.standard_normal((4, 4, 1, 1)).astype(np.float32) * 2.0
+    b = np.zeros(4, np.float32) + 0.05
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1", "b"], ["h"], name="c1", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["h"], ["r"], name="relu"),
+         helper.make_node("Conv", ["r", "w2", "b"], ["y"], name="c2")],
+        "shared_bias", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])],
+        [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(b, "b")])
+    model = work("shared.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), model)
+    np.save(work("calib.npy"), rng.standard_normal((8, 3, 8, 8)).astype(np.float32))
+    _, rep = quantize(model, work("q.onnx"), work("calib.npy"))
+    m = checker(work("q.onnx"))
+    check(rep["counts"]["biases"] == 2 and rep["counts"]["left_float"] == 0, "counts %r" % rep["counts"])
+    inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+    producer = {o: n for n in m.graph.node for o in n.output}
+    for n in m.graph.node:
+        if n.op_type == "Conv":
+            sx, sw, sb = (inits[producer[n.input[k]].input[1]] for k in (0, 1, 2))
+            check(np.array_equal(sb, (sx * sw).astype(np.float32)), "bias scale of %s is not s_x * s_W" % n.name)
+    lsb_agreement(work("q.onnx"), rng.standard_normal((4, 3, 8, 8)).astype(np.float32), 0.999, 1)
+
+
 def case_zero_weights():
     """All-zero weights quantize (to zeros) and are named, with their node."""
     import onnx
