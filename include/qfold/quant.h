@@ -99,6 +99,9 @@ qf_status qf_observer_range(const qf_observer *o, float *min, float *max, int n)
 /* qparams, n = qf_observer_channels(o) entries. Before any update: scale 1,
  * zero point 0 (torch's default). */
 qf_status qf_observer_qparams(const qf_observer *o, qf_qparams *qp, int n);
+/* Both at once: qparams and the range they come from (min / max may be
+ * NULL); the histogram's range search runs once. */
+qf_status qf_observer_result(const qf_observer *o, qf_qparams *qp, float *min, float *max, int n);
 
 /* qparams of the range [min, max] (float32 arithmetic as torch's
  * _calculate_qparams: the range is widened to include 0; affine
@@ -240,7 +243,8 @@ qf_status qf_quant_calib_finish(qf_quant_calib *c);
 /* The qparams of activation value v (its group's), or NULL for a value that
  * is not an activation with a qspec. Valid after qf_quant_calib_finish. */
 const qf_qparams *qf_quant_calib_qparams(const qf_quant_calib *c, uint32_t v);
-/* The range the qparams came from (observer's), for the report. */
+/* The range activation v's qparams came from (its group observer's; 0, 0 for
+ * a fixed group), for the report. Valid after qf_quant_calib_finish. */
 qf_status qf_quant_calib_range(const qf_quant_calib *c, uint32_t v, float *min, float *max);
 
 /* One quantized tensor, as the report lists it. */

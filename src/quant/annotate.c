@@ -11,8 +11,8 @@
  * by its producer keeps its qspec; one produced by an op left in float gets
  * its own observer). Shared qparams form groups (union-find over value ids):
  * the group's observer sees every member's tensors, or the group has fixed
- * qparams; two different fixed qparams never join — the second member is
- * then observed and requantized.
+ * qparams (its one fixed member's: a group grows only by members annotated
+ * for the first time).
  */
 #include <stdio.h>
 #include <string.h>
@@ -77,22 +77,11 @@ static bool want_quantized(ann *c, const qf_value *v)
     return true;
 }
 
-static const qf_qspec *group_fixed(ann *c, uint32_t v)
-{
-    uint32_t r = qf_quant_group(c->a, v);
-    for (int i = 0; i < c->a->nvalues; i++)
-        if (c->a->spec[i].kind == QF_QSPEC_FIXED && qf_quant_group(c->a, (uint32_t)i) == r) return &c->a->spec[i];
-    return NULL;
-}
-
-/* out takes in's qparams (one group). */
+/* out (a node's output, annotated for the first time) takes in's qparams:
+ * it joins in's group. Groups only grow by such fresh members, so a group
+ * holds at most one fixed member (its first). */
 static void share(ann *c, const qf_value *out, const qf_value *in)
 {
-    const qf_qspec *fo = group_fixed(c, out->id), *fi = group_fixed(c, in->id);
-    if (fo && fi && (fo->fixed.scale != fi->fixed.scale || fo->fixed.zero_point != fi->fixed.zero_point)) {
-        observe(c, out); /* cannot share two fixed qparams: requantize */
-        return;
-    }
     set_spec(c, out, (qf_qspec){.kind = QF_QSPEC_SHARE, .format = c->p->activation, .axis = -1, .share = in->id});
     c->a->parent[qf_quant_group(c->a, out->id)] = qf_quant_group(c->a, in->id);
 }

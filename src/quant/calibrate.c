@@ -8,8 +8,10 @@ struct qf_quant_calib {
     qf_quant_annotation *a;
     int nvalues;
     qf_observer **obs;   /* by group root value id; NULL elsewhere */
-    qf_qparams *qp;      /* by value id, after finish */
+    qf_qparams *qp;      /* by value id: a fixed group's root from init, every member after finish */
     bool *has_qp;
+    bool *fixed;         /* by group root: the group has fixed qparams (no observer) */
+    float *lo, *hi;      /* by group root, after finish: the observed range the qparams come from */
     bool finished;
 };
 
@@ -25,6 +27,9 @@ void qf_quant_calib_free(qf_quant_calib *c)
     qf_free(c->obs);
     qf_free(c->qp);
     qf_free(c->has_qp);
+    qf_free(c->fixed);
+    qf_free(c->lo);
+    qf_free(c->hi);
     qf_free(c);
 }
 
@@ -47,18 +52,22 @@ qf_status qf_quant_calib_init(qf_quant_calib **out, const qf_graph *g, qf_quant_
     c->obs = qf_calloc(nv, sizeof *c->obs);
     c->qp = qf_calloc(nv, sizeof *c->qp);
     c->has_qp = qf_calloc(nv, sizeof *c->has_qp);
-    if (!c->obs || !c->qp || !c->has_qp) {
+    c->fixed = qf_calloc(nv, sizeof *c->fixed);
+    c->lo = qf_calloc(nv, sizeof *c->lo);
+    c->hi = qf_calloc(nv, sizeof *c->hi);
+    if (!c->obs || !c->qp || !c->has_qp || !c->fixed || !c->lo || !c->hi) {
         qf_quant_calib_free(c);
         return QF_ERR_NOMEM;
     }
-    /* A group is fixed if any member is; else one observer for the group. */
-    bool *fixed = qf_calloc(nv, sizeof *fixed);
-    if (!fixed) {
-        qf_quant_calib_free(c);
-        return QF_ERR_NOMEM;
-    }
+    /* A group with a fixed member has its qparams (annotation gives a group
+     * at most one); every other group one observer. */
+    bool *fixed = c->fixed;
     for (int i = 0; i < a->nvalues; i++)
-        if (a->spec[i].kind == QF_QSPEC_FIXED) fixed[qf_quant_group(a, (uint32_t)i)] = true;
+        if (a->spec[i].kind == QF_QSPEC_FIXED) {
+            uint32_t r = qf_quant_group(a, (uint32_t)i);
+            fixed[r] = true;
+            c->qp[r] = a->spec[i].fixed;
+        }
     qf_status st = QF_OK;
     for (int i = 0; i < a->nvalues && st == QF_OK; i++) {
         const qf_qspec *s = &a->spec[i];
@@ -72,7 +81,6 @@ qf_status qf_quant_calib_init(qf_quant_calib **out, const qf_graph *g, qf_quant_
         oc.eps = p->min_scale;
         st = qf_observer_init(&c->obs[r], &oc);
     }
-    qf_free(fixed);
     /* Observed constants are seen once, now. */
     for (int i = 0; i < a->nvalues && st == QF_OK; i++) {
         const qf_value *v = g->values[i];
@@ -112,18 +120,15 @@ qf_status qf_quant_calib_finish(qf_quant_calib *c)
         const qf_qspec *s = &a->spec[i];
         if (!is_activation_spec(s->kind)) continue;
         uint32_t r = qf_quant_group(c->a, (uint32_t)i);
-        if (!c->obs[r]) {
-            /* a fixed group: the fixed member's qparams */
-            for (int k = 0; k < a->nvalues; k++)
-                if (a->spec[k].kind == QF_QSPEC_FIXED && qf_quant_group(c->a, (uint32_t)k) == r) {
-                    c->qp[i] = a->spec[k].fixed;
-                    break;
-                }
-        } else {
+        /* Once per group (the histogram's range search is not cheap): into
+         * the root's entry, then copied to each member. */
+        if (!c->fixed[r] && !c->has_qp[r]) {
             if (!qf_observer_seen(c->obs[r]))
                 return qf_error(QF_ERR_INVALID, "value '%s': calibration saw no data for it", c->g->values[i]->name);
-            QF_TRY(qf_observer_qparams(c->obs[r], &c->qp[i], 1));
+            QF_TRY(qf_observer_result(c->obs[r], &c->qp[r], &c->lo[r], &c->hi[r], 1));
+            c->has_qp[r] = true;
         }
+        c->qp[i] = c->qp[r];
         c->has_qp[i] = true;
     }
     c->finished = true;
@@ -138,11 +143,11 @@ const qf_qparams *qf_quant_calib_qparams(const qf_quant_calib *c, uint32_t v)
 
 qf_status qf_quant_calib_range(const qf_quant_calib *c, uint32_t v, float *min, float *max)
 {
-    if (v >= (uint32_t)c->nvalues) return qf_error(QF_ERR_INVALID, "no value %u", v);
-    qf_observer *o = group_observer(c, v);
-    if (!o) {
-        *min = *max = 0.0f;
-        return QF_OK;
-    }
-    return qf_observer_range(o, min, max, 1);
+    if (!c->finished || v >= (uint32_t)c->nvalues || !c->has_qp[v])
+        return qf_error(QF_ERR_INVALID, "value %u has no calibrated range", v);
+    /* a fixed group observed nothing: 0, 0 */
+    uint32_t r = qf_quant_group(c->a, v);
+    *min = c->lo[r];
+    *max = c->hi[r];
+    return QF_OK;
 }

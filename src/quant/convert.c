@@ -26,14 +26,6 @@ typedef struct recorder {
     int cap;
 } recorder;
 
-static char *dup_str(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = qf_malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
 /* Append one tensor (scale copied); a NULL recorder records nothing. */
 static qf_status record(recorder *r, const char *name, qf_qspec_kind kind, const float *scale, int nch, int32_t zp,
                         float min, float max, const char *shares, const qf_node *reader, int zero_channels)
@@ -48,10 +40,10 @@ static qf_status record(recorder *r, const char *name, qf_qspec_kind kind, const
     }
     qf_quant_tensor *t = &(*r->list)[*r->n];
     memset(t, 0, sizeof *t);
-    t->name = dup_str(name);
+    t->name = qf_strdup(name);
     t->scale = qf_malloc(sizeof *t->scale * (size_t)(nch ? nch : 1));
-    t->shares = shares ? dup_str(shares) : NULL;
-    t->node = reader ? dup_str(reader->name) : NULL;
+    t->shares = shares ? qf_strdup(shares) : NULL;
+    t->node = reader ? qf_strdup(reader->name) : NULL;
     if (!t->name || !t->scale || (shares && !t->shares) || (reader && !t->node)) {
         qf_free(t->name);
         qf_free(t->scale);

@@ -536,24 +536,24 @@ qf_status qf_observer_range(const qf_observer *o, float *min, float *max, int n)
     return QF_OK;
 }
 
-qf_status qf_observer_qparams(const qf_observer *o, qf_qparams *qp, int n)
+qf_status qf_observer_result(const qf_observer *o, qf_qparams *qp, float *min, float *max, int n)
 {
     if (n != o->nch)
         return qf_error(QF_ERR_INVALID, "observer: asked for %d channels, it has %d", n, o->nch);
     const qf_observer_config *c = &o->cfg;
-    if (!o->seen) {
-        for (int k = 0; k < n; k++) qp[k] = (qf_qparams){1.0f, 0};
-        return QF_OK;
-    }
     for (int k = 0; k < n; k++) {
-        float mn, mx;
-        if (c->kind == QF_OBSERVER_HISTOGRAM) {
-            hist_search(o, &mn, &mx);
-        } else {
-            mn = o->min[k];
-            mx = o->max[k];
-        }
+        float mn = o->seen ? o->min[k] : INFINITY, mx = o->seen ? o->max[k] : -INFINITY;
+        /* the histogram's range: the L2 search, once */
+        if (c->kind == QF_OBSERVER_HISTOGRAM && o->seen) hist_search(o, &mn, &mx);
+        /* nothing seen: min > max, torch's default qparams */
         qp[k] = qf_qparams_from_range(mn, mx, c->scheme, c->qmin, c->qmax, c->eps);
+        if (min) min[k] = mn;
+        if (max) max[k] = mx;
     }
     return QF_OK;
+}
+
+qf_status qf_observer_qparams(const qf_observer *o, qf_qparams *qp, int n)
+{
+    return qf_observer_result(o, qp, NULL, NULL, n);
 }

@@ -7,14 +7,6 @@
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 
-static char *qz_strdup(const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *d = qf_malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
-}
-
 static double qz_now_ms(void)
 {
     struct timespec ts;
@@ -112,9 +104,9 @@ static qf_status qz_left_float(const qf_quant_annotation *a, qf_quantize_result 
     for (int i = 0; i < a->nskips; i++) {
         qf_quant_float_node *f = &out->left_float[i];
         const qf_node *n = a->skips[i].node;
-        f->name = qz_strdup(n->name);
-        f->op = qz_strdup(qf_op_label(n));
-        f->reason = qz_strdup(a->skips[i].reason);
+        f->name = qf_strdup(n->name);
+        f->op = qf_strdup(qf_op_label(n));
+        f->reason = qf_strdup(a->skips[i].reason);
         out->nleft_float = i + 1;
         if (!f->name || !f->op || !f->reason) return QF_ERR_NOMEM;
     }
@@ -282,7 +274,7 @@ static qf_status qz_pairs(qf_graph *ref, qf_graph *q, qz_sqnr_run *r)
     r->res = qf_calloc((size_t)(r->npairs ? r->npairs : 1), sizeof *r->res);
     if (!r->res) return QF_ERR_NOMEM;
     for (int k = 0; k < r->npairs; k++) {
-        r->res[k].name = qz_strdup(ref->values[r->pairs[k].ref_id]->name);
+        r->res[k].name = qf_strdup(ref->values[r->pairs[k].ref_id]->name);
         if (!r->res[k].name) return QF_ERR_NOMEM;
     }
     return QF_OK;
