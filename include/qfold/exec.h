@@ -63,6 +63,11 @@ struct qf_data_source {
     void *ud;
 };
 
+/* Data [N, sample dims...] for graph input v: v's dtype and rank, the sample
+ * dims the graph fixes, N >= 1. QF_ERR_INVALID (dtype) / QF_ERR_SHAPE naming
+ * the input and both shapes. */
+qf_status qf_data_check(const qf_value *v, const qf_tensor *data);
+
 /* A source over in-memory tensors data[0 .. ndata-1] ([N, ...] each): rows
  * point into them (no copy). The tensors must outlive the source. */
 qf_data_source qf_data_source_tensors(const qf_tensor *const *data, int ndata);

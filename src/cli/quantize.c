@@ -135,20 +135,8 @@ static int qf_qz_profile(const qf_qz_args *qa, qf_quant_profile *p)
  * axis first, the sample dims the graph fixes, at least one sample. */
 static qf_status qf_qz_check_data(const char *path, const qf_value *v, const qf_tensor *t)
 {
-    char want[160], got[160];
-    int64_t dims[QF_MAX_DIMS];
-    memcpy(dims, v->type.dims, sizeof dims);
-    dims[0] = -1;
-    bool ok = t->dtype == v->type.dtype && t->ndim == v->type.ndim && t->ndim >= 1;
-    for (int d = 1; ok && d < t->ndim; d++) ok = dims[d] < 0 || dims[d] == t->dims[d];
-    if (!ok)
-        return qf_error(t->dtype == v->type.dtype ? QF_ERR_SHAPE : QF_ERR_INVALID,
-                        "calibration data '%s' for input '%s': expected %s %s (samples first), got %s %s", path,
-                        v->name, qf_dtype_name(v->type.dtype), qf_shape_str(v->type.ndim, dims, want, sizeof want),
-                        qf_dtype_name(t->dtype), qf_shape_str(t->ndim, t->dims, got, sizeof got));
-    if (t->dims[0] < 1)
-        return qf_error(QF_ERR_SHAPE, "calibration data '%s' for input '%s' holds no samples", path, v->name);
-    return QF_OK;
+    qf_status st = qf_data_check(v, t);
+    return st == QF_OK ? QF_OK : qf_error_prefix(st, "calibration data '%s': ", path);
 }
 
 /* Every value finite, the whole file checked before anything runs; read a

@@ -17,18 +17,27 @@ static void batch_restore(batch_state *s)
         memcpy(s->g->inputs[i]->type.dims, s->dims[i], sizeof s->dims[i]);
 }
 
-/* Data tensor d for graph input v: [N, sample dims...] with the sample dims
- * the graph fixes; N >= 1. */
-static qf_status batch_check(const qf_value *v, const qf_tensor *d, int64_t n)
+qf_status qf_data_check(const qf_value *v, const qf_tensor *d)
 {
     char want[160], got[160];
+    int64_t dims[QF_MAX_DIMS];
+    memcpy(dims, v->type.dims, sizeof dims);
+    dims[0] = -1; /* the sample count: the data's own */
     bool ok = d->dtype == v->type.dtype && d->ndim == v->type.ndim && d->ndim >= 1;
-    for (int k = 1; ok && k < d->ndim; k++) ok = v->type.dims[k] < 0 || v->type.dims[k] == d->dims[k];
+    for (int k = 1; ok && k < d->ndim; k++) ok = dims[k] < 0 || dims[k] == d->dims[k];
     if (!ok)
         return qf_error(d->dtype == v->type.dtype ? QF_ERR_SHAPE : QF_ERR_INVALID,
-                        "input '%s' expects %s %s (the first dimension is the batch), the data is %s %s", v->name,
-                        qf_dtype_name(v->type.dtype), qf_shape_str(v->type.ndim, v->type.dims, want, sizeof want),
+                        "input '%s' expects %s %s (samples first), the data is %s %s", v->name,
+                        qf_dtype_name(v->type.dtype), qf_shape_str(v->type.ndim, dims, want, sizeof want),
                         qf_dtype_name(d->dtype), qf_shape_str(d->ndim, d->dims, got, sizeof got));
+    if (d->dims[0] < 1) return qf_error(QF_ERR_SHAPE, "input '%s': the data holds no samples", v->name);
+    return QF_OK;
+}
+
+/* Data tensor d for graph input v, n samples as the first input's. */
+static qf_status batch_check(const qf_value *v, const qf_tensor *d, int64_t n)
+{
+    QF_TRY(qf_data_check(v, d));
     if (d->dims[0] != n)
         return qf_error(QF_ERR_SHAPE, "input '%s': the data holds %lld samples, the first input's %lld", v->name,
                         (long long)d->dims[0], (long long)n);
