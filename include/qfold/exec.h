@@ -26,6 +26,23 @@ extern "C" {
 
 typedef struct qf_plan qf_plan;
 
+/* --- kernels and threads (process-wide; set before building plans) ---------
+ * Plans run their nodes on the oneDNN backend where it has a kernel for the
+ * node, and on qfold's portable reference kernels elsewhere. QF_ENGINE_AUTO
+ * (the default, or the environment's QFOLD_ENGINE=ref|dnnl) uses oneDNN when
+ * libdnnl.so.2 loads; QF_ENGINE_REF runs only the reference kernels;
+ * QF_ENGINE_DNNL fails when oneDNN cannot be loaded (the message says why).
+ * A plan keeps the engine it was built with. */
+typedef enum qf_engine { QF_ENGINE_AUTO = 0, QF_ENGINE_REF = 1, QF_ENGINE_DNNL = 2 } qf_engine;
+qf_status qf_set_engine(qf_engine e);
+/* QF_ENGINE_REF or QF_ENGINE_DNNL: what new plans use. */
+qf_engine qf_get_engine(void);
+const char *qf_engine_name(qf_engine e);   /* "auto", "ref", "dnnl" */
+/* Threads the kernels use: 0 = the machine's cores (the default). Before the
+ * first plan runs; QF_ERR_INVALID outside 0..16. */
+qf_status qf_set_threads(int n);
+int qf_get_threads(void);
+
 qf_status qf_plan_init(qf_plan **out, qf_graph *g);
 void qf_plan_free(qf_plan *p);
 

@@ -1,7 +1,8 @@
 /* The fork-join helper of parallel.h: a pool of sleeping worker threads. */
-#include <cblas.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <unistd.h>
 
 #include "parallel.h"
 
@@ -54,10 +55,29 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Threads set by qf_parallel_set_threads (0: not set: the cores). */
+static atomic_int threads_wanted;
+
+int qf_parallel_threads(void)
+{
+    int n = atomic_load(&threads_wanted);
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c < 1 ? 1 : c > QF_PAR_MAX ? QF_PAR_MAX : (int)c;
+    }
+    return n;
+}
+
+int qf_parallel_set_threads(int n)
+{
+    if (n < 0 || n > QF_PAR_MAX) return -1;
+    atomic_store(&threads_wanted, n);
+    return 0;
+}
+
 static void pool_start(void)
 {
-    int want = openblas_get_num_threads();
-    if (want > QF_PAR_MAX) want = QF_PAR_MAX;
+    int want = qf_parallel_threads();
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) != 0) return;
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -1,13 +1,13 @@
-/* A tiny fork-join helper for kernels that OpenBLAS does not thread (the
- * depthwise convolution): split [0, n) into one contiguous slice per thread.
+/* A tiny fork-join helper for the reference kernels: split [0, n) into one
+ * contiguous slice per thread.
  *
  *   static void body(void *ctx, int64_t lo, int64_t hi) { ... items lo..hi-1 ... }
  *   qf_parallel_for(channels, min_per_thread, body, &ctx);
  *
- * The thread count follows OpenBLAS's (openblas_get_num_threads, so
- * OPENBLAS_NUM_THREADS=1 makes both single-threaded). The workers are created
+ * The thread count is qf_parallel_threads(): the machine's cores unless set
+ * (`--threads`); the oneDNN backend runs on as many. The workers are created
  * once, on first use, and sleep on a condition variable between jobs (they
- * never spin, so they do not steal the core from OpenBLAS's own threads).
+ * never spin, so they do not steal a core from oneDNN's threads).
  * If they cannot be created, the work runs on the calling thread. Jobs from
  * several threads at once are serialized. `body` must not call
  * qf_parallel_for itself.
@@ -16,6 +16,12 @@
 #define QF_PARALLEL_H
 
 #include <stdint.h>
+
+/* Threads the kernels use (>= 1): set, or the online cores (at most 16). */
+int qf_parallel_threads(void);
+/* 0 = the cores. Takes effect before the first parallel job (the pool is made
+ * once). -1 when n is out of range (0..16). */
+int qf_parallel_set_threads(int n);
 
 typedef void (*qf_parallel_fn)(void *ctx, int64_t lo, int64_t hi);
 

@@ -5,12 +5,15 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../ops/dnnl.h"
 #include "exec_impl.h"
 
 /* One node of the plan, with its kernel arguments prebuilt. */
 typedef struct qf_step {
     const qf_node *node;
     qf_kernel_io io;
+    qf_kernel_fn forward;             /* the reference kernel or the backend's */
+    const qf_backend_kernels *backend; /* non-NULL when the backend runs this node */
 } qf_step;
 
 struct qf_plan {
@@ -36,6 +39,14 @@ typedef struct qf_block {
     size_t off, size;
     int last; /* index of the last step that reads it */
 } qf_block;
+
+/* Run one step's kernel; errors name the node. */
+static qf_status qf_exec_step(const qf_step *s)
+{
+    qf_status st = s->forward(&s->io);
+    if (st != QF_OK) qf_exec_name_node(s->node, st);
+    return st;
+}
 
 qf_status qf_exec_node(const qf_kernel_io *io)
 {
@@ -259,10 +270,17 @@ static qf_status qf_plan_build(qf_plan *p)
     /* Prepare every node once (attributes decoded, geometry checked): the
      * states live in one allocation for the plan's life. The kernels' io
      * points at the values' types here; a constant's data is set, an
-     * activation's not. */
+     * activation's not. When the oneDNN backend is active, a node it has a
+     * kernel for is offered to it first (its prepare builds the primitive);
+     * a node it declines runs on the reference kernels. */
+    const bool dnnl = qf_backend_engine() == QF_BACKEND_DNNL;
     size_t state_bytes = 0;
-    for (int i = 0; i < p->nsteps; i++)
-        state_bytes += qf_exec_align(qf_op_kernels_get(p->steps[i].node->op)->state_size);
+    for (int i = 0; i < p->nsteps; i++) {
+        const qf_op_kernels *kk = qf_op_kernels_get(p->steps[i].node->op);
+        size_t size = kk->state_size;
+        if (dnnl && kk->dnnl && kk->dnnl->state_size > size) size = kk->dnnl->state_size;
+        state_bytes += qf_exec_align(size);
+    }
     char *state_mem = NULL;
     if (state_bytes && !(state_mem = qf_exec_alloc_aligned(state_bytes, &p->state_raw))) {
         qf_free(offsets);
@@ -272,12 +290,33 @@ static qf_status qf_plan_build(qf_plan *p)
     for (int i = 0, ki = 0, ko = 0; i < p->nsteps && st == QF_OK; i++) {
         qf_step *s = &p->steps[i];
         const qf_node *n = s->node;
+        const qf_op_kernels *kk = qf_op_kernels_get(n->op);
         for (int j = 0; j < n->ninputs; j++) p->in_pool[ki + j] = n->inputs[j] ? &n->inputs[j]->type : NULL;
         for (int j = 0; j < n->noutputs; j++) p->out_pool[ko + j] = &n->outputs[j]->type;
-        size_t size = qf_op_kernels_get(n->op)->state_size;
+        size_t size = kk->state_size;
+        if (dnnl && kk->dnnl && kk->dnnl->state_size > size) size = kk->dnnl->state_size;
         s->io = (qf_kernel_io){.node = n, .opset = g->opset, .nin = n->ninputs, .nout = n->noutputs,
                                .in = &p->in_pool[ki], .out = &p->out_pool[ko]};
-        st = qf_exec_prepare(&s->io, size ? state_mem : NULL);
+        s->forward = kk->forward_f32;
+        if (dnnl && kk->dnnl && kk->dnnl->forward_f32) {
+            st = kk->dnnl->prepare(&s->io, state_mem);
+            if (st == QF_OK) {
+                s->backend = kk->dnnl;
+                s->forward = kk->dnnl->forward_f32;
+            } else if (st == QF_ERR_UNSUPPORTED) {
+                memset(state_mem, 0, size);
+                st = QF_OK;
+            } else {
+                qf_exec_name_node(n, st);
+            }
+        }
+        if (st == QF_OK && !s->backend) {
+            if (!s->forward)
+                st = qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): op has no forward kernel", n->name,
+                              qf_op_label(n));
+            else
+                st = qf_exec_prepare(&s->io, kk->state_size ? state_mem : NULL);
+        }
         s->io.state = size ? state_mem : NULL;
         state_mem += qf_exec_align(size);
         ki += n->ninputs;
@@ -289,7 +328,11 @@ static qf_status qf_plan_build(qf_plan *p)
     size_t scratch = 0;
     for (int i = 0; i < p->nsteps && st == QF_OK; i++) {
         size_t s = 0;
-        st = qf_exec_scratch(p->steps[i].node, p->steps[i].io.state, &s);
+        const qf_step *sp = &p->steps[i];
+        if (sp->backend)
+            s = sp->backend->scratch ? sp->backend->scratch(sp->node, sp->io.state) : 0;
+        else
+            st = qf_exec_scratch(sp->node, sp->io.state, &s);
         if (st == QF_OK && s > scratch) scratch = s;
     }
     if (st == QF_OK) st = qf_plan_layout(p, offsets);
@@ -357,6 +400,10 @@ qf_status qf_plan_init(qf_plan **out, qf_graph *g)
 void qf_plan_free(qf_plan *p)
 {
     if (!p) return;
+    /* Steps past a failed prepare have no backend set. */
+    for (int i = 0; p->steps && i < p->nsteps; i++)
+        if (p->steps[i].backend && p->steps[i].backend->release)
+            p->steps[i].backend->release((void *)p->steps[i].io.state);
     qf_free(p->steps);
     qf_free(p->vt);
     qf_free(p->in_pool);
@@ -391,7 +438,7 @@ qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
     }
     for (int i = 0; i < p->nsteps; i++) {
         const qf_kernel_io *io = &p->steps[i].io;
-        QF_TRY(qf_exec_node(io));
+        QF_TRY(qf_exec_step(&p->steps[i]));
         if (p->hook) QF_TRY(p->hook(p->hook_ud, io->node, (const qf_tensor *const *)io->out, io->nout));
     }
     return QF_OK;

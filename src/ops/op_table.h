@@ -30,6 +30,12 @@ typedef struct qf_kernel_io {
     const void *state;
     void *scratch;
     size_t scratch_size;
+    /* Memory layout of the activations, bit i for input / output i: set when
+     * that 4-D tensor is stored channels-last (NHWC) although its dims stay
+     * logical NCHW. The plan sets bits only for kernels whose column accepts
+     * QF_LAYOUT_NHWC (qf_backend_kernels.layouts); the reference kernels
+     * always see 0. */
+    uint32_t in_nhwc, out_nhwc;
 } qf_kernel_io;
 
 /* Checks attributes + input shapes, sets output dtype/shape. */
@@ -44,6 +50,30 @@ typedef qf_status (*qf_prepare_fn)(const qf_kernel_io *io, void *state);
 typedef size_t (*qf_scratch_fn)(const qf_node *n, const void *state);
 typedef qf_status (*qf_kernel_fn)(const qf_kernel_io *io);
 
+/* Layouts a backend kernel accepts (qf_backend_kernels.layouts). */
+enum { QF_LAYOUT_NCHW = 1u << 0, QF_LAYOUT_NHWC = 1u << 1 };
+
+/* A kernel backend's columns for one op (today oneDNN: src/ops/dnnl*.c),
+ * next to the reference columns. At plan build, when the backend is active,
+ * the plan calls `prepare` first: QF_OK means the backend runs this node
+ * (its state_size bytes hold what prepare made: primitives, memory
+ * descriptors), QF_ERR_UNSUPPORTED with no message means "not this node"
+ * (an attribute or dtype the backend does not take) and the reference
+ * columns run it; any other error fails the plan. `release` frees what
+ * prepare created (called once per successful prepare, at plan free).
+ * `scratch` is the backend's scratchpad, allocated by the plan through
+ * qfold's allocator (oneDNN's user-managed scratchpad). */
+typedef struct qf_backend_kernels {
+    qf_prepare_fn prepare;
+    size_t state_size;
+    void (*release)(void *state);
+    qf_scratch_fn scratch;
+    qf_kernel_fn forward_f32;
+    qf_kernel_fn backward_f32;
+    qf_kernel_fn forward_s8;
+    unsigned layouts;           /* QF_LAYOUT_* the kernels take; 0 = NCHW only */
+} qf_backend_kernels;
+
 typedef struct qf_op_kernels {
     qf_infer_fn infer;          /* required */
     qf_prepare_fn prepare;      /* NULL: the kernels read the node */
@@ -52,7 +82,16 @@ typedef struct qf_op_kernels {
     qf_kernel_fn forward_f32;   /* float reference kernel (also int64 where shapes need it); required */
     qf_kernel_fn backward_f32;  /* training; NULL until the op has one */
     qf_kernel_fn forward_s8;    /* integer kernel; NULL until the op has one */
+    const qf_backend_kernels *dnnl; /* oneDNN columns (QF_DNNL_KERNELS); NULL: reference only */
 } qf_op_kernels;
+
+/* `.dnnl = QF_DNNL_KERNELS(conv)` points at qf_conv_dnnl (defined in
+ * src/ops/dnnl_<family>.c) in a build with oneDNN, NULL without. */
+#if QF_HAVE_DNNL
+#define QF_DNNL_KERNELS(name) (&qf_##name##_dnnl)
+#else
+#define QF_DNNL_KERNELS(name) NULL
+#endif
 
 extern const qf_op_kernels *const qf_op_table[QF_OP_COUNT];
 

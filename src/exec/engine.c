@@ -1,0 +1,32 @@
+/* The process-wide engine and thread choice of qfold/exec.h, over the
+ * backend state of ops/dnnl.h and the thread pool of core/parallel.h. */
+#include "../core/parallel.h"
+#include "../ops/dnnl.h"
+#include "qfold/exec.h"
+
+_Static_assert((int)QF_ENGINE_AUTO == QF_BACKEND_AUTO && (int)QF_ENGINE_REF == QF_BACKEND_REF &&
+                   (int)QF_ENGINE_DNNL == QF_BACKEND_DNNL,
+               "qf_engine mirrors the backend's values");
+
+qf_status qf_set_engine(qf_engine e) { return qf_backend_set_engine((int)e); }
+
+qf_engine qf_get_engine(void) { return (qf_engine)qf_backend_engine(); }
+
+const char *qf_engine_name(qf_engine e)
+{
+    switch (e) {
+    case QF_ENGINE_AUTO: return "auto";
+    case QF_ENGINE_REF: return "ref";
+    case QF_ENGINE_DNNL: return "dnnl";
+    }
+    return "?";
+}
+
+qf_status qf_set_threads(int n)
+{
+    if (qf_parallel_set_threads(n) != 0)
+        return qf_error(QF_ERR_INVALID, "threads: %d is out of range (0 = the cores, at most 16)", n);
+    return QF_OK;
+}
+
+int qf_get_threads(void) { return qf_parallel_threads(); }

@@ -1,0 +1,159 @@
+/* The backend choice and the oneDNN loader of dnnl.h. */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/parallel.h"
+#include "dnnl.h"
+
+static pthread_mutex_t backend_lock = PTHREAD_MUTEX_INITIALIZER;
+static int engine_wanted = -1;   /* -1: not set: QFOLD_ENGINE, else AUTO */
+static char why_not[256];
+
+static int engine_default(void)
+{
+    const char *e = getenv("QFOLD_ENGINE");
+    if (e && strcmp(e, "ref") == 0) return QF_BACKEND_REF;
+    if (e && strcmp(e, "dnnl") == 0) return QF_BACKEND_DNNL;
+    return QF_BACKEND_AUTO;
+}
+
+#if QF_HAVE_DNNL
+qf_dnnl_lib qf_dnnl_lib_;
+static int dnnl_state;           /* 0 not tried, 1 loaded, -1 failed (why_not says why) */
+
+/* Environment for libgomp, which reads it once, when it loads. A value the
+ * user set is kept. */
+static void omp_environment(void)
+{
+    char n[16];
+    snprintf(n, sizeof n, "%d", qf_parallel_threads());
+    setenv("OMP_NUM_THREADS", n, 0);
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+}
+
+static bool dnnl_load(void)
+{
+    omp_environment();
+    void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why_not, sizeof why_not, "oneDNN (libdnnl.so.2) could not be loaded: %s", dlerror());
+        return false;
+    }
+    qf_dnnl_lib *d = &qf_dnnl_lib_;
+#define QF_DNNL_SYM_(ret, name, params)                                                                   \
+    *(void **)&d->name = dlsym(h, "dnnl_" #name);                                                       \
+    if (!d->name) {                                                                                     \
+        snprintf(why_not, sizeof why_not, "oneDNN (libdnnl.so.2) has no dnnl_" #name);                  \
+        dlclose(h);                                                                                     \
+        return false;                                                                                   \
+    }
+    QF_DNNL_FUNCS(QF_DNNL_SYM_)
+#undef QF_DNNL_SYM_
+    const dnnl_version_t *v = d->version();
+    if (!v || v->major != 2 || v->minor < 6) {
+        snprintf(why_not, sizeof why_not, "oneDNN %d.%d found, qfold needs 2.6 or a later 2.x", v ? v->major : 0,
+                 v ? v->minor : 0);
+        dlclose(h);
+        return false;
+    }
+    if (d->engine_create(&d->engine, dnnl_cpu, 0) != dnnl_success) {
+        snprintf(why_not, sizeof why_not, "oneDNN could not create its CPU engine");
+        dlclose(h);
+        return false;
+    }
+    if (d->stream_create(&d->stream, d->engine, dnnl_stream_default_flags) != dnnl_success) {
+        d->engine_destroy(d->engine);
+        snprintf(why_not, sizeof why_not, "oneDNN could not create a stream");
+        dlclose(h);
+        return false;
+    }
+    d->threads = qf_parallel_threads();
+    /* The handle stays open for the process's life. */
+    return true;
+}
+
+const qf_dnnl_lib *qf_dnnl(void) { return qf_backend_engine() == QF_BACKEND_DNNL ? &qf_dnnl_lib_ : NULL; }
+
+qf_status qf_dnnl_check(const qf_node *n, dnnl_status_t s, const char *what)
+{
+    if (s == dnnl_success) return QF_OK;
+    const char *nm = n ? n->name : NULL;
+    const char *op = n ? qf_op_label(n) : NULL;
+    if (s == dnnl_out_of_memory)
+        return nm ? qf_error(QF_ERR_NOMEM, "node '%s' (%s): out of memory in oneDNN (%s)", nm, op, what)
+                  : qf_error(QF_ERR_NOMEM, "out of memory in oneDNN (%s)", what);
+    qf_status code = s == dnnl_unimplemented ? QF_ERR_UNSUPPORTED : QF_ERR_INTERNAL;
+    return nm ? qf_error(code, "node '%s' (%s): oneDNN %s failed (status %d)", nm, op, what, (int)s)
+              : qf_error(code, "oneDNN %s failed (status %d)", what, (int)s);
+}
+
+qf_status qf_dnnl_try(const qf_node *n, dnnl_status_t s, const char *what)
+{
+    if (s == dnnl_unimplemented) return QF_ERR_UNSUPPORTED;
+    return qf_dnnl_check(n, s, what);
+}
+
+qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, bool nhwc)
+{
+    dnnl_data_type_t dt;
+    switch (t->dtype) {
+    case QF_DTYPE_F32: dt = dnnl_f32; break;
+    case QF_DTYPE_I8: dt = dnnl_s8; break;
+    case QF_DTYPE_U8: dt = dnnl_u8; break;
+    case QF_DTYPE_I32: dt = dnnl_s32; break;
+    default: return QF_ERR_UNSUPPORTED;
+    }
+    if (t->ndim < 1 || t->ndim > 5) return QF_ERR_UNSUPPORTED;
+    dnnl_dims_t dims;
+    for (int i = 0; i < t->ndim; i++) dims[i] = t->dims[i];
+    static const dnnl_format_tag_t plain[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde};
+    static const dnnl_format_tag_t last[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_acb, dnnl_acdb, dnnl_acdeb};
+    dnnl_format_tag_t tag = nhwc && t->ndim >= 3 ? last[t->ndim] : plain[t->ndim];
+    return qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(md, t->ndim, dims, dt, tag), "memory descriptor");
+}
+#endif /* QF_HAVE_DNNL */
+
+/* Called with backend_lock held: resolve AUTO / DNNL into what is active. */
+static int engine_resolve(int want)
+{
+#if QF_HAVE_DNNL
+    if (want == QF_BACKEND_REF) return QF_BACKEND_REF;
+    if (dnnl_state == 0) dnnl_state = dnnl_load() ? 1 : -1;
+    return dnnl_state == 1 ? QF_BACKEND_DNNL : QF_BACKEND_REF;
+#else
+    if (want != QF_BACKEND_REF) snprintf(why_not, sizeof why_not, "qfold was built without oneDNN");
+    return QF_BACKEND_REF;
+#endif
+}
+
+int qf_backend_engine(void)
+{
+    pthread_mutex_lock(&backend_lock);
+    if (engine_wanted < 0) engine_wanted = engine_default();
+    int e = engine_resolve(engine_wanted);
+    pthread_mutex_unlock(&backend_lock);
+    return e;
+}
+
+qf_status qf_backend_set_engine(int engine)
+{
+    if (engine != QF_BACKEND_AUTO && engine != QF_BACKEND_REF && engine != QF_BACKEND_DNNL)
+        return qf_error(QF_ERR_INVALID, "unknown engine %d", engine);
+    pthread_mutex_lock(&backend_lock);
+    int active = engine_resolve(engine);
+    qf_status st = QF_OK;
+    if (engine == QF_BACKEND_DNNL && active != QF_BACKEND_DNNL)
+        st = qf_error(QF_ERR_UNSUPPORTED, "engine dnnl: %s", why_not);
+    else
+        engine_wanted = engine;
+    pthread_mutex_unlock(&backend_lock);
+    return st;
+}
+
+const char *qf_backend_why_not(void)
+{
+    return qf_backend_engine() == QF_BACKEND_DNNL ? "" : why_not[0] ? why_not : "engine ref chosen";
+}

@@ -1,0 +1,150 @@
+/* The oneDNN kernel backend: the library, loaded at run time, and what every
+ * oneDNN kernel file (src/ops/dnnl_<family>.c) shares.
+ *
+ * libdnnl is opened with dlopen on first use, not linked: its OpenMP runtime
+ * (libgomp) reads OMP_WAIT_POLICY, OMP_NUM_THREADS and OMP_STACKSIZE once,
+ * when it loads, and qfold sets them first (passive waiting, so that oneDNN's
+ * threads sleep instead of spinning against qfold's own pool; the thread count
+ * of qf_parallel_threads, core/parallel.h). A machine without libdnnl.so.2 runs the reference
+ * kernels. Every function qfold calls is one row of QF_DNNL_FUNCS, reached as
+ * QF_DNNL(name)(args...).
+ *
+ *   const qf_dnnl_lib *d = qf_dnnl();          // NULL: backend not active
+ *   QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_execute)(prim, d->stream, nargs, args), "conv"));
+ *
+ * Compiled only with QF_HAVE_DNNL (the dnnl.h headers at build time); without
+ * it, qf_dnnl() does not exist and QF_DNNL_KERNELS(x) is NULL.
+ */
+#ifndef QF_OPS_DNNL_H
+#define QF_OPS_DNNL_H
+
+#include "op_table.h"
+
+#if QF_HAVE_DNNL
+#include <dnnl.h>
+
+/* The functions of libdnnl qfold calls: X(return type, name without the
+ * dnnl_ prefix, parameter list). Add a row to call one more. */
+#define QF_DNNL_FUNCS(X)                                                                                   \
+    X(const dnnl_version_t *, version, (void))                                                            \
+    X(dnnl_status_t, engine_create, (dnnl_engine_t *, dnnl_engine_kind_t, size_t))                        \
+    X(dnnl_status_t, engine_destroy, (dnnl_engine_t))                                                     \
+    X(dnnl_status_t, stream_create, (dnnl_stream_t *, dnnl_engine_t, unsigned))                           \
+    X(dnnl_status_t, stream_wait, (dnnl_stream_t))                                                        \
+    X(dnnl_status_t, stream_destroy, (dnnl_stream_t))                                                     \
+    X(dnnl_status_t, set_primitive_cache_capacity, (int))                                                 \
+    X(dnnl_status_t, memory_desc_init_by_tag,                                                             \
+      (dnnl_memory_desc_t *, int, const dnnl_dims_t, dnnl_data_type_t, dnnl_format_tag_t))                \
+    X(dnnl_status_t, memory_desc_init_by_strides,                                                         \
+      (dnnl_memory_desc_t *, int, const dnnl_dims_t, dnnl_data_type_t, const dnnl_dims_t))                 \
+    X(dnnl_status_t, memory_desc_reshape,                                                                 \
+      (dnnl_memory_desc_t *, const dnnl_memory_desc_t *, int, const dnnl_dims_t))                          \
+    X(int, memory_desc_equal, (const dnnl_memory_desc_t *, const dnnl_memory_desc_t *))                  \
+    X(size_t, memory_desc_get_size, (const dnnl_memory_desc_t *))                                         \
+    X(dnnl_status_t, memory_create, (dnnl_memory_t *, const dnnl_memory_desc_t *, dnnl_engine_t, void *)) \
+    X(dnnl_status_t, memory_set_data_handle, (dnnl_memory_t, void *))                                     \
+    X(dnnl_status_t, memory_destroy, (dnnl_memory_t))                                                     \
+    X(dnnl_status_t, primitive_attr_create, (dnnl_primitive_attr_t *))                                    \
+    X(dnnl_status_t, primitive_attr_destroy, (dnnl_primitive_attr_t))                                     \
+    X(dnnl_status_t, primitive_attr_set_scratchpad_mode, (dnnl_primitive_attr_t, dnnl_scratchpad_mode_t)) \
+    X(dnnl_status_t, primitive_attr_set_post_ops, (dnnl_primitive_attr_t, const_dnnl_post_ops_t))         \
+    X(dnnl_status_t, primitive_attr_set_output_scales,                                                    \
+      (dnnl_primitive_attr_t, dnnl_dim_t, int, const float *))                                            \
+    X(dnnl_status_t, primitive_attr_set_scales,                                                           \
+      (dnnl_primitive_attr_t, int, dnnl_dim_t, int, const float *))                                       \
+    X(dnnl_status_t, primitive_attr_set_zero_points,                                                      \
+      (dnnl_primitive_attr_t, int, dnnl_dim_t, int, const int32_t *))                                     \
+    X(dnnl_status_t, post_ops_create, (dnnl_post_ops_t *))                                                \
+    X(dnnl_status_t, post_ops_destroy, (dnnl_post_ops_t))                                                 \
+    X(dnnl_status_t, post_ops_append_eltwise, (dnnl_post_ops_t, float, dnnl_alg_kind_t, float, float))    \
+    X(dnnl_status_t, post_ops_append_sum, (dnnl_post_ops_t, float))                                       \
+    X(dnnl_status_t, post_ops_append_binary, (dnnl_post_ops_t, dnnl_alg_kind_t, const dnnl_memory_desc_t *)) \
+    X(dnnl_status_t, primitive_desc_create,                                                               \
+      (dnnl_primitive_desc_t *, const_dnnl_op_desc_t, const_dnnl_primitive_attr_t, dnnl_engine_t,        \
+       const_dnnl_primitive_desc_t))                                                                      \
+    X(dnnl_status_t, primitive_desc_destroy, (dnnl_primitive_desc_t))                                     \
+    X(const dnnl_memory_desc_t *, primitive_desc_query_md,                                                \
+      (const_dnnl_primitive_desc_t, dnnl_query_t, int))                                                   \
+    X(dnnl_status_t, primitive_create, (dnnl_primitive_t *, const_dnnl_primitive_desc_t))                 \
+    X(dnnl_status_t, primitive_execute,                                                                   \
+      (const_dnnl_primitive_t, dnnl_stream_t, int, const dnnl_exec_arg_t *))                              \
+    X(dnnl_status_t, primitive_destroy, (dnnl_primitive_t))                                               \
+    X(dnnl_status_t, reorder_primitive_desc_create,                                                       \
+      (dnnl_primitive_desc_t *, const dnnl_memory_desc_t *, dnnl_engine_t, const dnnl_memory_desc_t *,    \
+       dnnl_engine_t, const_dnnl_primitive_attr_t))                                                       \
+    X(dnnl_status_t, dilated_convolution_forward_desc_init,                                               \
+      (dnnl_convolution_desc_t *, dnnl_prop_kind_t, dnnl_alg_kind_t, const dnnl_memory_desc_t *,          \
+       const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *,                \
+       const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t))                       \
+    X(dnnl_status_t, dilated_deconvolution_forward_desc_init,                                             \
+      (dnnl_deconvolution_desc_t *, dnnl_prop_kind_t, dnnl_alg_kind_t, const dnnl_memory_desc_t *,        \
+       const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *,                \
+       const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t))                       \
+    X(dnnl_status_t, inner_product_forward_desc_init,                                                     \
+      (dnnl_inner_product_desc_t *, dnnl_prop_kind_t, const dnnl_memory_desc_t *,                         \
+       const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *))               \
+    X(dnnl_status_t, matmul_desc_init,                                                                    \
+      (dnnl_matmul_desc_t *, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *,                      \
+       const dnnl_memory_desc_t *, const dnnl_memory_desc_t *))                                           \
+    X(dnnl_status_t, pooling_v2_forward_desc_init,                                                        \
+      (dnnl_pooling_v2_desc_t *, dnnl_prop_kind_t, dnnl_alg_kind_t, const dnnl_memory_desc_t *,           \
+       const dnnl_memory_desc_t *, const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t,               \
+       const dnnl_dims_t, const dnnl_dims_t))                                                             \
+    X(dnnl_status_t, batch_normalization_forward_desc_init,                                               \
+      (dnnl_batch_normalization_desc_t *, dnnl_prop_kind_t, const dnnl_memory_desc_t *, float, unsigned)) \
+    X(dnnl_status_t, eltwise_forward_desc_init,                                                           \
+      (dnnl_eltwise_desc_t *, dnnl_prop_kind_t, dnnl_alg_kind_t, const dnnl_memory_desc_t *, float, float)) \
+    X(dnnl_status_t, binary_desc_init,                                                                    \
+      (dnnl_binary_desc_t *, dnnl_alg_kind_t, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *,     \
+       const dnnl_memory_desc_t *))                                                                       \
+    X(dnnl_status_t, sgemm,                                                                               \
+      (char, char, dnnl_dim_t, dnnl_dim_t, dnnl_dim_t, float, const float *, dnnl_dim_t, const float *,   \
+       dnnl_dim_t, float, float *, dnnl_dim_t))
+
+typedef struct qf_dnnl_lib {
+#define QF_DNNL_FIELD_(ret, name, params) ret(*name) params;
+    QF_DNNL_FUNCS(QF_DNNL_FIELD_)
+#undef QF_DNNL_FIELD_
+    dnnl_engine_t engine;  /* the CPU engine */
+    dnnl_stream_t stream;  /* its stream (plans run one at a time on it) */
+    int threads;           /* OpenMP threads oneDNN runs on */
+} qf_dnnl_lib;
+
+/* The loaded library when the oneDNN backend is active (qf_backend_engine()
+ * is QF_BACKEND_DNNL), else NULL. Loads it on the first call. */
+const qf_dnnl_lib *qf_dnnl(void);
+
+/* A loaded function: QF_DNNL(memory_create)(&m, &md, d->engine, ptr). Only
+ * after qf_dnnl() returned non-NULL. */
+extern qf_dnnl_lib qf_dnnl_lib_;
+#define QF_DNNL(name) (qf_dnnl_lib_.name)
+
+/* QF_OK for dnnl_success; otherwise an error naming n (may be NULL) and what
+ * failed: out of memory -> QF_ERR_NOMEM "out of memory", unimplemented ->
+ * QF_ERR_UNSUPPORTED, anything else -> QF_ERR_INTERNAL. */
+qf_status qf_dnnl_check(const qf_node *n, dnnl_status_t s, const char *what);
+
+/* dnnl_unimplemented from a descriptor / primitive-descriptor creation means
+ * "not this node": QF_ERR_UNSUPPORTED without recording a message (the
+ * plan falls back to the reference kernels); other failures as qf_dnnl_check. */
+qf_status qf_dnnl_try(const qf_node *n, dnnl_status_t s, const char *what);
+
+/* A plain memory descriptor for a qfold tensor's dims (and dtype): ncX, or
+ * nXc (channels-last) when nhwc is set and the rank is 3..5. */
+qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, bool nhwc);
+#endif /* QF_HAVE_DNNL */
+
+/* --- the backend choice (compiled in every build) ------------------------- */
+
+/* Which kernels plans use; the values of qf_engine in qfold/exec.h. */
+enum { QF_BACKEND_AUTO = 0, QF_BACKEND_REF = 1, QF_BACKEND_DNNL = 2 };
+/* QF_BACKEND_REF or QF_BACKEND_DNNL: what new plans use. The first call with
+ * AUTO or DNNL requested loads oneDNN. */
+int qf_backend_engine(void);
+/* AUTO (default: oneDNN when it loads, else the reference kernels), REF, or
+ * DNNL (an error when oneDNN cannot be loaded, saying why). */
+qf_status qf_backend_set_engine(int engine);
+/* Why the oneDNN backend is not active ("" when it is). */
+const char *qf_backend_why_not(void);
+
+#endif
