@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "cli.h"
 #include "qfold/exec.h"
@@ -236,8 +239,21 @@ static bool qf_cli_wants_help(int argc, char **argv)
     return false;
 }
 
+/* glibc gives each thread that calls malloc its own arena, reserving 64 MB
+ * (128 MB for a moment) of address space for it: under `ulimit -v` that
+ * alone can exhaust the limit when oneDNN's threads start. qfold's threads
+ * allocate little, so one arena serves them all (MALLOC_ARENA_MAX, when
+ * set, is glibc's and wins). */
+static void qf_cli_malloc_arenas(void)
+{
+#if defined(__GLIBC__) && defined(M_ARENA_MAX)
+    if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 1);
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    qf_cli_malloc_arenas();
     if (argc < 2) {
         qf_cli_print_overview(stderr);
         return QF_EXIT_USAGE;

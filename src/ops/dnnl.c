@@ -64,11 +64,17 @@ static size_t omp_stack_bytes(void)
 
 static void omp_nothing(void *arg) { (void)arg; }
 
+/* Address space oneDNN needs to start beyond its threads' stacks: the JIT
+ * code and buffers of sgemm_warm_up, ~30 MB measured with one malloc arena
+ * (the CLI's setting), with room to spare. oneDNN does not survive running
+ * out during that step (a failed JIT buffer is called anyway: SIGSEGV). */
+#define QF_DNNL_MARGIN ((size_t)64 << 20)
+
 /* libgomp calls exit(1) when it cannot create a thread for a parallel
  * region, and it creates the threads of the calling thread's team at its
  * first parallel region, keeping them for later ones. So, before oneDNN runs
  * anything: check that the address space has room for the team's stacks
- * (plus a margin for oneDNN's first allocations) with one mmap that is
+ * (plus QF_DNNL_MARGIN for oneDNN's first allocations) with one mmap that is
  * released at once, then start the team with an empty parallel region.
  * After that, oneDNN's regions (from this thread, which is where the CLI
  * runs every plan) reuse the threads and create none. No room: false, and
@@ -82,7 +88,7 @@ static bool omp_warm_up(int threads)
     *(void **)&gomp_parallel = dlsym(gomp, "GOMP_parallel");
     bool ok = true;
     if (gomp_parallel && threads > 1) {
-        size_t need = (size_t)(threads - 1) * (omp_stack_bytes() + ((size_t)1 << 20)) + ((size_t)32 << 20);
+        size_t need = (size_t)(threads - 1) * (omp_stack_bytes() + ((size_t)1 << 20)) + QF_DNNL_MARGIN;
         void *probe = mmap(NULL, need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (probe == MAP_FAILED) {
             snprintf(why_not, sizeof why_not,

@@ -23,3 +23,20 @@ foreach(case ${QF_FAULT_CASES})
             --work ${QF_TEST_WORK}/cli_fault --source ${PROJECT_SOURCE_DIR} ${case})
   set_tests_properties(cli_fault_${case} PROPERTIES LABELS "cli" TIMEOUT 300)
 endforeach()
+
+# qfold under `ulimit -v` at levels from 20 to 600 MB (tests/cli/memlimit_test.py):
+# exit 0, or 1 with "out of memory", within seconds; never a hang or a death
+# inside a library. Skipped in the sanitizer build (ASan needs its shadow).
+if(QF_SANITIZE)
+  set(QF_MEMLIMIT_ENV "QF_SANITIZED=1")
+else()
+  set(QF_MEMLIMIT_ENV "QF_SANITIZED=0")
+endif()
+foreach(case version run fuse)
+  add_test(NAME cli_memlimit_${case}
+    COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/memlimit_test.py
+            --qfold $<TARGET_FILE:qfold> --models ${QF_TEST_WORK}/models
+            --work ${QF_TEST_WORK}/cli_memlimit ${case})
+  set_tests_properties(cli_memlimit_${case} PROPERTIES LABELS "cli" TIMEOUT 600 FIXTURES_REQUIRED ref_models
+    SKIP_RETURN_CODE 77 ENVIRONMENT "${QF_MEMLIMIT_ENV}")
+endforeach()
