@@ -43,7 +43,7 @@ void qf_cli_print_overview(FILE *f)
             "qfold %s - fold BatchNorm, quantize to int8 (post-training, ONNX QDQ) and run ONNX "
             "models\n\n",
             QF_VERSION);
-    fputs("usage: qfold [--engine E] [--threads N] COMMAND [ARGS]\n"
+    fputs("usage: qfold COMMAND [ARGS] [--engine E] [--threads N]\n"
           "       qfold COMMAND --help\n"
           "       qfold --version\n\n"
           "commands:\n",
@@ -189,7 +189,7 @@ static int qf_cli_globals(int *argc, char **argv)
         }
         if (a[len] == '=')
             *slot = a + len + 1;
-        else if (i + 1 < *argc)
+        else if (i + 1 < *argc && strncmp(argv[i + 1], "--", 2) != 0)
             *slot = argv[++i];
         else
             return qf_cli_usage_error(NULL, "option %s needs a value", name);
