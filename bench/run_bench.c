@@ -1,7 +1,10 @@
 /* qfold's side of bench/run: load a model once, plan once, then time
  * qf_plan_run as often as the driver asks.
  *
- *   run_bench MODEL.onnx IN.npy
+ *   run_bench MODEL.onnx IN.npy [THREADS [ENGINE]]
+ *
+ * THREADS (0 = the cores) and ENGINE (auto, ref, dnnl) as qfold's --threads
+ * and --engine.
  *
  * Not a test and not part of the library: a timing harness that links the
  * library like any user would (built by CMake with -DQF_BUILD_BENCH=ON, or by
@@ -68,10 +71,16 @@ static int serve(qf_plan *plan, const qf_tensor *x)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: run_bench MODEL.onnx IN.npy\n");
+    if (argc < 3 || argc > 5) {
+        fprintf(stderr, "usage: run_bench MODEL.onnx IN.npy [THREADS [ENGINE]]\n");
         return 2;
     }
+    qf_status set = argc > 3 ? qf_set_threads(atoi(argv[3])) : QF_OK;
+    if (set == QF_OK && argc > 4)
+        set = qf_set_engine(strcmp(argv[4], "ref") == 0 ? QF_ENGINE_REF
+                            : strcmp(argv[4], "dnnl") == 0 ? QF_ENGINE_DNNL
+                                                          : QF_ENGINE_AUTO);
+    if (set != QF_OK) return fail("options", set);
     qf_graph *g = NULL;
     qf_plan *plan = NULL;
     qf_tensor x = {0};
