@@ -306,7 +306,7 @@ qf_status qf_file_temp_open(const char *path, char **tmp, int *fd)
     if (!t) return QF_ERR_NOMEM;
     snprintf(t, size, "%.*s.%s" QF_TEMP_TAG "%ld-XXXXXX", (int)dlen, path, base, (long)getpid());
     /* The name is published before the file exists: a termination signal
-     * handled on any thread (OpenBLAS's and the pool's threads take signals
+     * handled on any thread (oneDNN's OpenMP and the pool's threads take signals
      * too, so masking this thread's would not do) then finds the name and
      * its unlink is harmless if the file is not there yet. mkstemp cannot be
      * used for that (it names and creates in one step): the same six random
