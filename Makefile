@@ -1,7 +1,9 @@
 # qfold — top-level commands. CMake does the building; this file names the jobs.
 #   make          build the library (static + shared) and build/qfold
-#   make test     install what is missing, build, run every test (ctest), then
-#                 the whole suite again under ASan + LSan + UBSan (test-asan)
+#   make test     install what is missing, build, run every test (ctest) on the
+#                 default engine (oneDNN where it has kernels), then the whole
+#                 suite again under ASan + LSan + UBSan on the reference
+#                 kernels (test-asan): both engines, each pass checked
 #   make demo     install what is missing, build, run qfold on the bundled example
 #   make test-asan  the whole suite under AddressSanitizer + UBSan (build-asan/)
 #   make accuracy full-dataset accuracy of the quantizer (not in CI; docs/ACCURACY.md)
@@ -36,11 +38,14 @@ test-asan: deps
 	$(MAKE) test-asan-run
 
 # The whole suite again with AddressSanitizer, LeakSanitizer and UBSan: the
-# C tests directly, the CLI tests through the instrumented build/qfold.
+# C tests directly, the CLI tests through the instrumented build/qfold. On the
+# reference kernels (QFOLD_ENGINE=ref): they are qfold's own code, which the
+# sanitizers check, while oneDNN is not instrumented; the first pass runs the
+# oneDNN engine, so `make test` covers both.
 test-asan-run:
 	$(MAKE) build BUILD=build-asan CMAKE_FLAGS="-DQF_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-		ctest --output-on-failure -j $(JOBS)
+	cd build-asan && QFOLD_ENGINE=ref ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 \
+		UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
 demo: deps
 	$(MAKE) build
