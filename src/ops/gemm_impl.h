@@ -80,15 +80,20 @@ static void QF_GN(pack_a)(const QF_GARGS *g, int64_t i0, int64_t mc, int64_t p0,
     for (int64_t ir = 0; ir < mc; ir += QF_GMR) {
         int64_t mr = mc - ir < QF_GMR ? mc - ir : QF_GMR;
         QF_GT *d = dst + ir * kc;
-        for (int64_t i = 0; i < QF_GMR; i++) {
-            if (i >= mr) {
-                for (int64_t p = 0; p < kc; p++) d[p * QF_GMR + i] = 0;
-            } else if (!g->ta) {
+        if (!g->ta) {
+            for (int64_t i = 0; i < mr; i++) {
                 const QF_GT *s = g->a + (i0 + ir + i) * g->lda + p0;
                 for (int64_t p = 0; p < kc; p++) d[p * QF_GMR + i] = s[p];
-            } else {
-                const QF_GT *s = g->a + p0 * g->lda + i0 + ir + i;
-                for (int64_t p = 0; p < kc; p++) d[p * QF_GMR + i] = s[p * g->lda];
+            }
+            for (int64_t i = mr; i < QF_GMR; i++)
+                for (int64_t p = 0; p < kc; p++) d[p * QF_GMR + i] = 0;
+        } else {
+            /* A stored [K, M]: each p reads mr adjacent elements. */
+            for (int64_t p = 0; p < kc; p++) {
+                const QF_GT *s = g->a + (p0 + p) * g->lda + i0 + ir;
+                QF_GT *dp = d + p * QF_GMR;
+                for (int64_t i = 0; i < mr; i++) dp[i] = s[i];
+                for (int64_t i = mr; i < QF_GMR; i++) dp[i] = 0;
             }
         }
     }
