@@ -678,3 +678,47 @@ void qf_plan_step_get(const qf_plan *p, int i, qf_plan_step_info *info)
                                 .in_nhwc = s->io.in_nhwc, .out_nhwc = s->io.out_nhwc, .nfused = s->io.nfused,
                                 .fused = s->io.fused};
 }
+
+/* "nhwc" / "nchw" for a 4-D activation, "-" for anything else (weights,
+ * constants, other ranks). */
+static const char *qf_plan_layout_name(const qf_plan *p, const qf_tensor *t, uint32_t bits, int slot)
+{
+    if (!t || t->ndim != 4 || t < p->vt || t >= p->vt + 2 * p->nvalues) return "-";
+    const qf_value *v = p->g->values[(t - p->vt) % p->nvalues];
+    if (!v->producer && v->kind != QF_VALUE_INPUT) return "-";
+    return (bits >> slot) & 1u ? "nhwc" : "nchw";
+}
+
+static void qf_plan_print_slots(const qf_plan *p, FILE *f, const qf_tensor *const *ts, int n, uint32_t bits)
+{
+    for (int j = 0; j < n; j++) fprintf(f, "%s%s", j ? "," : "", qf_plan_layout_name(p, ts[j], bits, j));
+}
+
+void qf_plan_print(const qf_plan *p, FILE *f)
+{
+    int nback = 0, nref = 0, nreo = 0, nfused = 0;
+    for (int i = 0; i < p->nsteps; i++) {
+        const qf_step *s = &p->steps[i];
+        if (s->reorder) nreo++;
+        else if (s->backend) nback++;
+        else nref++;
+        nfused += s->io.nfused;
+    }
+    fprintf(f, "plan: %d steps: %d on dnnl, %d on ref, %d reorders; %d nodes fused; arena %.1f MiB\n", p->nsteps,
+            nback, nref, nreo, nfused, (double)p->arena_bytes / (1024.0 * 1024.0));
+    for (int i = 0; i < p->nsteps; i++) {
+        const qf_step *s = &p->steps[i];
+        if (s->reorder) {
+            fprintf(f, "  %3d  reorder  '%s' %s -> %s\n", i, s->reorder->name, s->io.in_nhwc ? "nhwc" : "nchw",
+                    s->io.out_nhwc ? "nhwc" : "nchw");
+            continue;
+        }
+        fprintf(f, "  %3d  %-7s  %s '%s' in ", i, s->backend ? "dnnl" : "ref", qf_op_label(s->node), s->node->name);
+        qf_plan_print_slots(p, f, s->io.in, s->io.nin, s->io.in_nhwc);
+        fprintf(f, " out ");
+        qf_plan_print_slots(p, f, (const qf_tensor *const *)s->io.out, s->io.nout, s->io.out_nhwc);
+        for (int k = 0; k < s->io.nfused; k++)
+            fprintf(f, " + %s '%s'", qf_op_label(s->io.fused[k]), s->io.fused[k]->name);
+        fputc('\n', f);
+    }
+}
