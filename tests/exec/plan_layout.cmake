@@ -7,3 +7,13 @@ target_include_directories(test_plan_layout PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF
 target_link_libraries(test_plan_layout PRIVATE qfold_static m)
 add_test(NAME exec_plan_layout COMMAND test_plan_layout)
 set_tests_properties(exec_plan_layout PROPERTIES LABELS "exec" TIMEOUT 120)
+
+# `qfold run` on the torch reference models (tests/ref.cmake's fixture),
+# BatchNorm kept and fused: the oneDNN backend against the reference kernels.
+foreach(m resnet18 mobilenet_v2 tiny_cnn pools)
+  add_test(NAME exec_engine_parity_${m}
+    COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/engine_parity.py $<TARGET_FILE:qfold> ${QF_TEST_WORK}/models ${m}
+            ${QF_TEST_WORK}/engine_parity)
+  set_tests_properties(exec_engine_parity_${m} PROPERTIES FIXTURES_REQUIRED ref_models LABELS "exec"
+                       TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()
