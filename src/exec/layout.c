@@ -79,19 +79,30 @@ static bool lay_backend_nhwc(const qf_layout *L, int i)
     return !L->plain && L->np[i].cap == QF_CAP_FULL && k->dnnl && (k->dnnl->layouts & QF_LAYOUT_NHWC);
 }
 
-/* A reference kernel that is layout-agnostic here: every eligible float
- * input has the first output's dims or one element. */
+/* Same bytes in NCHW and NHWC: 1x1 spatial, or one channel. */
+static bool lay_free_shape(const qf_tensor *t)
+{
+    return t->ndim == 4 && (t->dims[1] <= 1 || t->dims[2] * t->dims[3] <= 1);
+}
+
+/* A reference kernel that is layout-agnostic here: an elementwise kernel
+ * (qf_op_kernels.layouts) with a 4-D float output whose inputs are 4-D
+ * activations (of the output's shape, or broadcast to it), tensors whose
+ * bytes are the same in both layouts, or single elements. Run channels-last,
+ * it gets views with the dims permuted to N, H, W, C, so that its
+ * broadcasting follows the memory (plan.c). */
 static bool lay_agnostic(const qf_layout *L, int i)
 {
     const qf_node *n = L->nodes[i];
     const qf_op_kernels *k = qf_op_kernels_get(n->op);
     if (L->plain || L->np[i].cap != QF_CAP_REF || !(k->layouts & QF_LAYOUT_NHWC) || n->noutputs < 1) return false;
     const qf_tensor *o = &n->outputs[0]->type;
+    if (o->ndim != 4 || o->dtype != QF_DTYPE_F32) return false;
     for (int j = 0; j < n->ninputs; j++) {
         const qf_value *v = n->inputs[j];
-        if (!v) continue;
-        if (qf_tensor_numel(&v->type) == 1) continue;
-        if (v->type.dtype != o->dtype || !qf_shape_equal(v->type.ndim, v->type.dims, o->ndim, o->dims)) return false;
+        if (!v || qf_tensor_numel(&v->type) == 1) continue;
+        if (v->type.dtype != o->dtype || v->type.ndim != 4) return false;
+        if (!lay_eligible(v) && !lay_free_shape(&v->type)) return false; /* a constant stored NCHW */
     }
     return true;
 }
@@ -140,6 +151,10 @@ static void lay_fuse(qf_layout *L)
             }
             if (nact != 1 || nother > 1) break;
             if (other) {
+                /* The kernel reads it in its output's layout: a constant
+                 * (stored NCHW) only where both layouts are the same bytes. */
+                bool constant = !other->producer && other->kind != QF_VALUE_INPUT;
+                if (constant && other->type.ndim == 4 && !lay_free_shape(&other->type)) break;
                 if (other->type.dtype != cur->type.dtype ||
                     !qf_shape_equal(other->type.ndim, other->type.dims, cur->type.ndim, cur->type.dims))
                     break;
@@ -261,7 +276,7 @@ void qf_layout_plan(qf_layout *L, const qf_graph *g)
         vp->live = lay_live(L, v);
         if (!lay_eligible(v) || !vp->live) continue;
         vp->eligible = 1;
-        vp->free = v->type.dims[2] * v->type.dims[3] <= 1 || v->type.dims[1] <= 1;
+        vp->free = lay_free_shape(&v->type);
     }
     lay_groups(L, g);
 

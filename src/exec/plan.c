@@ -16,6 +16,7 @@ typedef struct qf_step {
     qf_kernel_io io;
     qf_kernel_fn forward;              /* the reference kernel, the backend's, or the reorder */
     const qf_backend_kernels *backend; /* non-NULL when the backend runs this node */
+    uint32_t in_nhwc, out_nhwc;        /* the planned layouts (a reference kernel's io says 0) */
 } qf_step;
 
 /* How a node of the plan is prepared: not (fused into another, or not yet),
@@ -47,6 +48,9 @@ struct qf_plan {
     const qf_tensor **in_pool;
     qf_tensor **out_pool;
     const qf_tensor **post_pool;
+    int nviews;               /* reference kernels run channels-last see views with */
+    qf_tensor *views;         /* dims permuted to N, H, W, C; data from view_src at */
+    const qf_tensor **view_src; /* every run */
     void *arena_raw;
     size_t arena_bytes, naive_bytes;
     const qf_node *peak;      /* the node whose output set arena_bytes */
@@ -303,6 +307,39 @@ static void qf_plan_unprepare(qf_prepared *pr, const qf_backend_kernels *b)
     pr->kind = 0;
 }
 
+/* A reference kernel planned channels-last (an elementwise one, whose
+ * operands may broadcast) gets its 4-D tensors as views with the dims
+ * permuted to N, H, W, C: its indexing then follows the memory. */
+static qf_status qf_plan_views(qf_plan *p)
+{
+    if (!p->nviews) return QF_OK;
+    p->views = qf_calloc((size_t)p->nviews, sizeof *p->views);
+    p->view_src = qf_calloc((size_t)p->nviews, sizeof *p->view_src);
+    if (!p->views || !p->view_src) return QF_ERR_NOMEM;
+    int k = 0;
+    for (int i = 0; i < p->nsteps; i++) {
+        qf_step *s = &p->steps[i];
+        if (s->backend || s->reorder || !(s->out_nhwc & 1u)) continue;
+        const qf_tensor **in = &p->in_pool[s->io.in - p->in_pool];
+        qf_tensor **out = &p->out_pool[s->io.out - p->out_pool];
+        for (int j = 0; j < s->io.nin + s->io.nout; j++) {
+            const qf_tensor **slot = j < s->io.nin ? &in[j] : (const qf_tensor **)&out[j - s->io.nin];
+            const qf_tensor *t = *slot;
+            if (!t || t->ndim != 4) continue;
+            qf_tensor *v = &p->views[k];
+            p->view_src[k++] = t;
+            *v = *t;
+            v->owns = false;
+            v->dims[1] = t->dims[2];
+            v->dims[2] = t->dims[3];
+            v->dims[3] = t->dims[1];
+            *slot = v;
+        }
+    }
+    p->nviews = k;
+    return QF_OK;
+}
+
 /* Prepares every node under the layout plan; when the backend declines a
  * node (with its layouts and post-ops, then at all), the node's cap goes down
  * and the layouts are planned again: only nodes whose line changed are
@@ -479,6 +516,12 @@ static qf_status qf_plan_build(qf_plan *p)
             const qf_op_kernels *kk = qf_op_kernels_get(n->op);
             s->backend = p->prep[i].kind == 2 ? kk->dnnl : NULL;
             s->forward = s->backend ? s->backend->forward_f32 : kk->forward_f32;
+            s->in_nhwc = s->io.in_nhwc;
+            s->out_nhwc = s->io.out_nhwc;
+            if (!s->backend) {
+                s->io.in_nhwc = s->io.out_nhwc = 0;
+                if (s->out_nhwc & 1u) p->nviews += n->ninputs + n->noutputs;
+            }
             vals = (const qf_value *const *)n->outputs;
             nvals = n->noutputs;
             if (L.np[i].nfused) {
@@ -498,6 +541,8 @@ static qf_status qf_plan_build(qf_plan *p)
             s->io = (qf_kernel_io){.node = v->producer, .opset = g->opset, .nin = 1, .nout = 1,
                                    .in = &p->in_pool[ri++], .out = &p->out_pool[ro++],
                                    .in_nhwc = L.vp[v->id].made, .out_nhwc = !L.vp[v->id].made};
+            s->in_nhwc = s->io.in_nhwc;
+            s->out_nhwc = s->io.out_nhwc;
         }
     }
     for (int k2 = 0; k2 < g->noutputs; k2++) p->outs[k2] = qf_plan_view(p, &L, g->outputs[k2], 0);
@@ -530,6 +575,8 @@ static qf_status qf_plan_build(qf_plan *p)
             qf_tensor *t = p->steps[i].io.out[o];
             t->data = arena + offsets[t - p->vt];
         }
+
+    if ((st = qf_plan_views(p)) != QF_OK) goto done;
 
     p->scratch_bytes = scratch;
     void *scratch_mem = NULL;
@@ -572,6 +619,8 @@ static void qf_plan_clear(qf_plan *p)
     qf_free(p->in_pool);
     qf_free(p->out_pool);
     qf_free(p->post_pool);
+    qf_free(p->views);
+    qf_free(p->view_src);
     qf_free(p->arena_raw);
     qf_free(p->scratch_raw);
     qf_free(p->state_raw);
@@ -635,6 +684,7 @@ qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
         /* A view on the caller's data: the kernels only read it. */
         p->vt[v->id].data = t->data;
     }
+    for (int k = 0; k < p->nviews; k++) p->views[k].data = p->view_src[k]->data;
     for (int i = 0; i < p->nsteps; i++) {
         const qf_step *s = &p->steps[i];
         QF_TRY(qf_exec_step(s));
@@ -653,7 +703,7 @@ void qf_plan_set_hook(qf_plan *p, qf_plan_hook hook, void *ud)
      * builds the plan again without them. */
     for (int i = 0; i < p->nsteps && !p->stale; i++) {
         const qf_step *s = &p->steps[i];
-        p->stale = s->reorder || s->io.in_nhwc || s->io.out_nhwc || s->io.nfused;
+        p->stale = s->reorder || s->in_nhwc || s->out_nhwc || s->io.nfused;
     }
 }
 
@@ -675,23 +725,19 @@ void qf_plan_step_get(const qf_plan *p, int i, qf_plan_step_info *info)
 {
     const qf_step *s = &p->steps[i];
     *info = (qf_plan_step_info){.node = s->node, .reorder = s->reorder, .backend = s->backend != NULL,
-                                .in_nhwc = s->io.in_nhwc, .out_nhwc = s->io.out_nhwc, .nfused = s->io.nfused,
+                                .in_nhwc = s->in_nhwc, .out_nhwc = s->out_nhwc, .nfused = s->io.nfused,
                                 .fused = s->io.fused};
 }
 
-/* "nhwc" / "nchw" for a 4-D activation, "-" for anything else (weights,
- * constants, other ranks). */
-static const char *qf_plan_layout_name(const qf_plan *p, const qf_tensor *t, uint32_t bits, int slot)
+/* Per slot: "nhwc" / "nchw" for a 4-D activation, "-" for anything else
+ * (weights, constants, other ranks). */
+static void qf_plan_print_slots(FILE *f, const qf_value *const *vs, int n, uint32_t bits)
 {
-    if (!t || t->ndim != 4 || t < p->vt || t >= p->vt + 2 * p->nvalues) return "-";
-    const qf_value *v = p->g->values[(t - p->vt) % p->nvalues];
-    if (!v->producer && v->kind != QF_VALUE_INPUT) return "-";
-    return (bits >> slot) & 1u ? "nhwc" : "nchw";
-}
-
-static void qf_plan_print_slots(const qf_plan *p, FILE *f, const qf_tensor *const *ts, int n, uint32_t bits)
-{
-    for (int j = 0; j < n; j++) fprintf(f, "%s%s", j ? "," : "", qf_plan_layout_name(p, ts[j], bits, j));
+    for (int j = 0; j < n; j++) {
+        const qf_value *v = vs[j];
+        bool act = v && v->type.ndim == 4 && (v->producer || v->kind == QF_VALUE_INPUT);
+        fprintf(f, "%s%s", j ? "," : "", !act ? "-" : (bits >> j) & 1u ? "nhwc" : "nchw");
+    }
 }
 
 void qf_plan_print(const qf_plan *p, FILE *f)
@@ -709,14 +755,17 @@ void qf_plan_print(const qf_plan *p, FILE *f)
     for (int i = 0; i < p->nsteps; i++) {
         const qf_step *s = &p->steps[i];
         if (s->reorder) {
-            fprintf(f, "  %3d  reorder  '%s' %s -> %s\n", i, s->reorder->name, s->io.in_nhwc ? "nhwc" : "nchw",
-                    s->io.out_nhwc ? "nhwc" : "nchw");
+            fprintf(f, "  %3d  reorder  '%s' %s -> %s\n", i, s->reorder->name, s->in_nhwc ? "nhwc" : "nchw",
+                    s->out_nhwc ? "nhwc" : "nchw");
             continue;
         }
         fprintf(f, "  %3d  %-7s  %s '%s' in ", i, s->backend ? "dnnl" : "ref", qf_op_label(s->node), s->node->name);
-        qf_plan_print_slots(p, f, s->io.in, s->io.nin, s->io.in_nhwc);
+        const qf_node *n = s->node;
+        qf_plan_print_slots(f, (const qf_value *const *)n->inputs, n->ninputs, s->in_nhwc);
         fprintf(f, " out ");
-        qf_plan_print_slots(p, f, (const qf_tensor *const *)s->io.out, s->io.nout, s->io.out_nhwc);
+        const qf_value *outs[1] = {s->io.nfused ? s->io.fused[s->io.nfused - 1]->outputs[0] : NULL};
+        qf_plan_print_slots(f, s->io.nfused ? outs : (const qf_value *const *)n->outputs, s->io.nfused ? 1 : n->noutputs,
+                            s->out_nhwc);
         for (int k = 0; k < s->io.nfused; k++)
             fprintf(f, " + %s '%s'", qf_op_label(s->io.fused[k]), s->io.fused[k]->name);
         fputc('\n', f);

@@ -335,6 +335,38 @@ static void test_pools(void)
     qf_graph_free(g);
 }
 
+/* A squeeze-excite block: x -> Conv -> a; s = Sigmoid(Conv(GAP(a))) [N,C,1,1];
+ * Mul(a, s) broadcasts s over the spatial dims. The reference Mul runs
+ * channels-last on views with permuted dims (s, 1x1, is the same bytes in
+ * both layouts), so nothing is reordered inside; an Add of a constant stored
+ * NCHW is neither fused nor run channels-last. */
+static void test_broadcast(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 6, 7, 5};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = conv(g, "c1", x, 12, 3);
+    qf_value *sq = unary(g, QF_OP_SIGMOID, "sig", conv(g, "c2", unary(g, QF_OP_GLOBAL_AVG_POOL, "gap", a), 12, 1));
+    qf_value *m = binary(g, QF_OP_MUL, "mul", a, sq);
+    qf_value *y = conv(g, "c3", m, 4, 3);
+    int64_t cd[4] = {2, 4, 7, 5};
+    qf_value *z = binary(g, QF_OP_ADD, "addc", y, rand_const(g, "cst", 4, cd, 1.0f));
+    CHECK_OK(qf_graph_add_output(g, z));
+    qf_plan *p = compare_engines(g, "broadcast");
+    if (p) {
+        plan_stats s = stats(p);
+        CHECKF(s.reorders == 2 && reordered(p, "x") && reordered(p, y->name),
+               "broadcast: %d reorders, want 2 (x, and c3's output for the Add of an NCHW constant)", s.reorders);
+        qf_plan_step_info mi, ai;
+        CHECK(step_of(p, "mul", &mi) >= 0 && !mi.backend && mi.in_nhwc == 1 && mi.out_nhwc == 1);
+        CHECK(step_of(p, "addc", &ai) >= 0 && !ai.backend && ai.in_nhwc == 0 && ai.out_nhwc == 0);
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
 /* What a per-step hook sees. */
 typedef struct seen {
     int calls;
@@ -402,6 +434,7 @@ int main(void)
     RUN(test_concat);
     RUN(test_middle_output);
     RUN(test_pools);
+    RUN(test_broadcast);
     RUN(test_hook_plain);
     return qf_check_report();
 }
