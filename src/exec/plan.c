@@ -144,6 +144,26 @@ static size_t qf_place(qf_block *live, int *nlive, size_t size, int last)
     return best;
 }
 
+/* For the output t of a reference step whose kernel may run in place: the
+ * live block of an input with t's size and dtype that this step reads for the
+ * last time (its memory becomes t's), else -1. */
+static int qf_plan_inplace(const qf_plan *p, const qf_step *sp, const qf_tensor *t, const int *last,
+                           const size_t *offsets, int nlive, const qf_block *live)
+{
+    const int i = (int)(sp - p->steps);
+    if (sp->backend || sp->reorder || sp->io.nout != 1 || !qf_op_kernels_get(sp->node->op)->inplace) return -1;
+    for (int j = 0; j < sp->io.nin; j++) {
+        const qf_tensor *x = sp->io.in[j];
+        if (!x || x < p->vt || x >= p->vt + 2 * p->nvalues || last[x - p->vt] != i) continue;
+        if (x->dtype != t->dtype || qf_tensor_nbytes(x) != qf_tensor_nbytes(t)) continue;
+        const qf_value *v = p->g->values[(x - p->vt) % p->nvalues];
+        if (!v->producer && x - p->vt < p->nvalues) continue; /* a graph input or a constant */
+        for (int b = 0; b < nlive; b++)
+            if (live[b].last == i && live[b].off == offsets[x - p->vt]) return b;
+    }
+    return -1;
+}
+
 /* Gives every buffer a step writes an offset in the arena. A buffer (a
  * slot of vt) lives from the step that writes it to the last step that reads
  * it; graph outputs live to the end (their data is read after the run). */
@@ -179,6 +199,13 @@ static qf_status qf_plan_arena(qf_plan *p, size_t *offsets)
             p->naive_bytes += sz;
             if (sz == 0) {
                 offsets[slot] = 0;
+                continue;
+            }
+            int reuse = qf_plan_inplace(p, sp, t, last, offsets, nlive, live);
+            if (reuse >= 0) {
+                /* The input's block lives on as the output's. */
+                offsets[slot] = live[reuse].off;
+                live[reuse].last = last[slot];
                 continue;
             }
             offsets[slot] = qf_place(live, &nlive, sz, last[slot]);

@@ -510,24 +510,28 @@ static qf_status qf_not_forward_f32(const qf_kernel_io *io)
 const qf_op_kernels qf_add_kernels = {
     .infer = qf_add_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .inplace = true,
     .forward_f32 = qf_add_forward_f32,
 };
 
 const qf_op_kernels qf_sub_kernels = {
     .infer = qf_sub_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .inplace = true,
     .forward_f32 = qf_sub_forward_f32,
 };
 
 const qf_op_kernels qf_mul_kernels = {
     .infer = qf_mul_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .inplace = true,
     .forward_f32 = qf_mul_forward_f32,
 };
 
 const qf_op_kernels qf_div_kernels = {
     .infer = qf_div_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .inplace = true,
     .forward_f32 = qf_div_forward_f32,
 };
 

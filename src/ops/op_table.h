@@ -96,6 +96,11 @@ typedef struct qf_op_kernels {
      * the plan passes them same-shape operands, or one-element ones, in
      * channels-last order and the kernel never knows). 0: NCHW only. */
     unsigned layouts;
+    /* forward_f32 may write its output over an input of the output's shape
+     * and dtype (each element read before it is written: elementwise
+     * arithmetic); the plan then lets the output take the memory of such an
+     * input that is read for the last time. */
+    bool inplace;
 } qf_op_kernels;
 
 /* `.dnnl = QF_DNNL_KERNELS(conv)` points at qf_conv_dnnl (defined in

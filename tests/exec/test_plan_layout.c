@@ -367,6 +367,38 @@ static void test_broadcast(void)
     qf_graph_free(g);
 }
 
+/* Elementwise arithmetic writes over an operand it reads for the last time:
+ * a = -x; b = a + a (over a); c = b * x (b is read again: a new buffer);
+ * e = c - b (over c or b): two buffers where there would be four. */
+static void test_inplace(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 3, 16, 16};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = unary(g, QF_OP_NEG, "neg", x);
+    qf_value *b = binary(g, QF_OP_ADD, "add", a, a);     /* over a */
+    qf_value *c = binary(g, QF_OP_MUL, "mul", b, x);     /* b is read again: a new buffer */
+    qf_value *e = binary(g, QF_OP_SUB, "sub", c, b);     /* over c (or b) */
+    CHECK_OK(qf_graph_add_output(g, e));
+    qf_tensor xt = input_for(g);
+    qf_plan *p = plan_run(g, QF_ENGINE_REF, &xt);
+    if (p) {
+        const size_t one = 2 * 3 * 16 * 16 * sizeof(float);
+        CHECKF(qf_plan_arena_bytes(p) == 2 * one, "arena %zu bytes, want %zu", qf_plan_arena_bytes(p), 2 * one);
+        const float *xv = xt.data, *y = qf_plan_output(p, 0)->data;
+        int bad = 0;
+        for (int64_t i = 0; i < qf_tensor_numel(&xt); i++) {
+            float av = -xv[i], bv = av + av, want = bv * xv[i] - bv;
+            bad += y[i] != want;
+        }
+        CHECKF(bad == 0, "%d elements differ from the arithmetic", bad);
+    }
+    qf_plan_free(p);
+    qf_tensor_free(&xt);
+    qf_graph_free(g);
+}
+
 /* What a per-step hook sees. */
 typedef struct seen {
     int calls;
@@ -435,6 +467,7 @@ int main(void)
     RUN(test_middle_output);
     RUN(test_pools);
     RUN(test_broadcast);
+    RUN(test_inplace);
     RUN(test_hook_plain);
     return qf_check_report();
 }
