@@ -363,19 +363,16 @@ static qf_status qf_softmax_forward_f32(const qf_kernel_io *io)
 const qf_op_kernels qf_relu_kernels = {
     .infer = qf_relu_infer,
     .forward_f32 = qf_relu_forward_f32,
-    .dnnl = QF_DNNL_KERNELS(relu),
 };
 
 const qf_op_kernels qf_relu6_kernels = {
     .infer = qf_relu6_infer,
     .forward_f32 = qf_relu6_forward_f32,
-    .dnnl = QF_DNNL_KERNELS(relu6),
 };
 
 const qf_op_kernels qf_clip_kernels = {
     .infer = qf_clip_infer,
     .forward_f32 = qf_clip_forward_f32,
-    .dnnl = QF_DNNL_KERNELS(clip),
 };
 
 const qf_op_kernels qf_leaky_relu_kernels = {

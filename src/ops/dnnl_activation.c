@@ -1,8 +1,13 @@
-/* Unary activations on oneDNN's eltwise primitive (float32 forward): Relu,
- * relu6, Clip with constant bounds, LeakyRelu, Sigmoid, Tanh, HardSwish, with
- * the algorithm and parameters of qf_dk_eltwise_of (dnnl_prim.c), the same
- * table the post-ops use. The data is treated as one flat vector, so any
- * layout works as long as X and Y have the same one. */
+/* Unary activations on oneDNN's eltwise primitive (float32 forward):
+ * LeakyRelu, Sigmoid, Tanh, HardSwish, with the algorithm and parameters of
+ * qf_dk_eltwise_of (dnnl_prim.c), the same table the post-ops use. The data
+ * is treated as one flat vector, so any layout works as long as X and Y have
+ * the same one.
+ *
+ * Relu, relu6 and Clip alone stay with the reference kernels: oneDNN computes
+ * them with max / min instructions, which turn a NaN into the bound, while
+ * the reference (and PyTorch) pass NaN through. As post-ops of a Conv or Gemm
+ * (qf_dnnl_can_fuse) they are taken: a NaN there needs a NaN input. */
 #include "dnnl_kernels.h"
 
 #if QF_HAVE_DNNL
@@ -14,7 +19,9 @@ static qf_status dact_build(const qf_kernel_io *io, qf_dk_prim *p)
     if ((io->in_nhwc & ~1u) || io->out_nhwc != (io->in_nhwc & 1u)) return QF_DK_DECLINE;
     dnnl_alg_kind_t alg;
     float alpha, beta;
-    if (!qf_dk_eltwise_of(n, &alg, &alpha, &beta)) return QF_DK_DECLINE;
+    if (!qf_dk_eltwise_of(n, &alg, &alpha, &beta) || alg == dnnl_eltwise_clip ||
+        (alg == dnnl_eltwise_relu && alpha == 0.0f))
+        return QF_DK_DECLINE;
     int64_t numel = qf_tensor_numel(io->in[0]);
     if (numel != qf_tensor_numel(io->out[0])) return QF_DK_DECLINE;
     dnnl_memory_desc_t md;
@@ -45,9 +52,6 @@ static qf_status dact_prepare(const qf_kernel_io *io, void *state)
         .prepare = dact_prepare, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release,                  \
         .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward, .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,   \
     }
-const qf_backend_kernels qf_relu_dnnl = QF_DACT_COLUMNS_;
-const qf_backend_kernels qf_relu6_dnnl = QF_DACT_COLUMNS_;
-const qf_backend_kernels qf_clip_dnnl = QF_DACT_COLUMNS_;
 const qf_backend_kernels qf_leaky_relu_dnnl = QF_DACT_COLUMNS_;
 const qf_backend_kernels qf_sigmoid_dnnl = QF_DACT_COLUMNS_;
 const qf_backend_kernels qf_tanh_dnnl = QF_DACT_COLUMNS_;
