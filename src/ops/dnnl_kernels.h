@@ -30,6 +30,7 @@ extern const qf_backend_kernels qf_conv_dnnl, qf_conv_transpose_dnnl;
 extern const qf_backend_kernels qf_gemm_dnnl, qf_matmul_dnnl, qf_linear_dnnl;
 extern const qf_backend_kernels qf_max_pool_dnnl, qf_avg_pool_dnnl, qf_global_avg_pool_dnnl;
 extern const qf_backend_kernels qf_batch_norm_dnnl;
+extern const qf_backend_kernels qf_add_dnnl, qf_sub_dnnl, qf_mul_dnnl, qf_div_dnnl;
 extern const qf_backend_kernels qf_leaky_relu_dnnl, qf_sigmoid_dnnl, qf_tanh_dnnl, qf_hard_swish_dnnl;
 
 /* Where an argument's data comes from at run time. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "broadcast.h"
+#include "dnnl_kernels.h"
 #include "kernels.h"
 
 static bool ew_dtype_in(qf_dtype dt, const qf_dtype *set, int count)
@@ -510,21 +511,25 @@ static qf_status qf_not_forward_f32(const qf_kernel_io *io)
 const qf_op_kernels qf_add_kernels = {
     .infer = qf_add_infer,
     .forward_f32 = qf_add_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(add),
 };
 
 const qf_op_kernels qf_sub_kernels = {
     .infer = qf_sub_infer,
     .forward_f32 = qf_sub_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(sub),
 };
 
 const qf_op_kernels qf_mul_kernels = {
     .infer = qf_mul_infer,
     .forward_f32 = qf_mul_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(mul),
 };
 
 const qf_op_kernels qf_div_kernels = {
     .infer = qf_div_infer,
     .forward_f32 = qf_div_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(div),
 };
 
 const qf_op_kernels qf_pow_kernels = {

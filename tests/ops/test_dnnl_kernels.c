@@ -744,6 +744,54 @@ static void test_activations(void)
           !qf_op_kernels_get(QF_OP_CLIP)->dnnl);
 }
 
+/* --- Add, Sub, Mul, Div ---------------------------------------------------------- */
+
+static void test_binary(void)
+{
+    static const qf_op ops[4] = {QF_OP_ADD, QF_OP_SUB, QF_OP_MUL, QF_OP_DIV};
+    static const struct {
+        const char *what;
+        int na, nb;
+        int64_t a[4], b[4];
+        bool b_const, spatial;
+    } shapes[] = {
+        {"same shape", 4, 4, {3, 5, 7, 6}, {3, 5, 7, 6}, false, true},
+        {"per channel", 4, 4, {3, 19, 4, 5}, {1, 19, 1, 1}, true, true},
+        {"per channel, rank 3 constant", 4, 3, {1, 6, 4, 5}, {6, 1, 1}, true, false},
+        {"scalar", 4, 0, {2, 3, 4, 5}, {0}, true, false},
+        {"rows", 2, 1, {7, 9}, {9}, false, false},
+    };
+    char what[128];
+    for (int o = 0; o < 4; o++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int l = 0; l < (shapes[s].spatial ? 4 : 1); l++) {
+                dcase c;
+                dc_init(&c, 901 + (uint32_t)(o * 10 + (int)s));
+                /* The divisor in [1, 3]: away from 0. */
+                qf_value *in[2] = {dc_val(&c, false, 0, shapes[s].na, shapes[s].a),
+                                   dc_val(&c, shapes[s].b_const, 2.0f, shapes[s].nb, shapes[s].b)};
+                dc_node(&c, ops[o], 2, in);
+                snprintf(what, sizeof what, "%s %s", qf_op_schema_get(ops[o])->name, shapes[s].what);
+                /* In the mixed layouts, one operand channels-last. */
+                uint32_t in_bits = l == 0 ? 0 : l == 1 ? 3 : l == 2 ? 1 : 2;
+                if (shapes[s].na != shapes[s].nb) in_bits &= 1u;
+                dc_check(&c, what, in_bits, l == 1 || l == 3 ? 1 : 0);
+                dc_free(&c);
+            }
+    /* The broadcast operand first: Add and Mul swap, Sub and Div decline. */
+    for (int o = 0; o < 4; o++) {
+        dcase c;
+        dc_init(&c, 991 + (uint32_t)o);
+        int64_t a[4] = {1, 7, 1, 1}, b[4] = {2, 7, 3, 4};
+        qf_value *in[2] = {dc_val(&c, true, 2.0f, 4, a), dc_val(&c, false, 0, 4, b)};
+        dc_node(&c, ops[o], 2, in);
+        snprintf(what, sizeof what, "%s broadcast first", qf_op_schema_get(ops[o])->name);
+        if (ops[o] == QF_OP_ADD || ops[o] == QF_OP_MUL) dc_check(&c, what, 2, 1);
+        else dc_declines(&c, what);
+        dc_free(&c);
+    }
+}
+
 int main(void)
 {
     if (qf_set_engine(QF_ENGINE_DNNL) != QF_OK || !qf_dnnl()) {
@@ -762,6 +810,7 @@ int main(void)
     RUN(test_pools);
     RUN(test_batch_norm);
     RUN(test_activations);
+    RUN(test_binary);
     return qf_check_report();
 }
 
