@@ -10,6 +10,7 @@
 #include <tgmath.h>
 
 #include "core/parallel.h"
+#include "dnnl_kernels.h"
 #include "kernels.h"
 
 static qf_status act_unsupported_dtype(const qf_node *n, qf_dtype dt)
@@ -381,18 +382,21 @@ const qf_op_kernels qf_leaky_relu_kernels = {
     .infer = qf_leaky_relu_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_leaky_relu_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(leaky_relu),
 };
 
 const qf_op_kernels qf_sigmoid_kernels = {
     .infer = qf_sigmoid_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_sigmoid_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(sigmoid),
 };
 
 const qf_op_kernels qf_tanh_kernels = {
     .infer = qf_tanh_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_tanh_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(tanh),
 };
 
 const qf_op_kernels qf_erf_kernels = {
@@ -411,6 +415,7 @@ const qf_op_kernels qf_hard_swish_kernels = {
     .infer = qf_hard_swish_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_hard_swish_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(hard_swish),
 };
 
 const qf_op_kernels qf_softmax_kernels = {

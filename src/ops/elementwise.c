@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "broadcast.h"
+#include "dnnl_kernels.h"
 #include "kernels.h"
 
 static bool ew_dtype_in(qf_dtype dt, const qf_dtype *set, int count)
@@ -512,6 +513,7 @@ const qf_op_kernels qf_add_kernels = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .inplace = true,
     .forward_f32 = qf_add_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(add),
 };
 
 const qf_op_kernels qf_sub_kernels = {
@@ -519,6 +521,7 @@ const qf_op_kernels qf_sub_kernels = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .inplace = true,
     .forward_f32 = qf_sub_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(sub),
 };
 
 const qf_op_kernels qf_mul_kernels = {
@@ -526,6 +529,7 @@ const qf_op_kernels qf_mul_kernels = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .inplace = true,
     .forward_f32 = qf_mul_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(mul),
 };
 
 const qf_op_kernels qf_div_kernels = {
@@ -533,6 +537,7 @@ const qf_op_kernels qf_div_kernels = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .inplace = true,
     .forward_f32 = qf_div_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(div),
 };
 
 const qf_op_kernels qf_pow_kernels = {
