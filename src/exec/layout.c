@@ -27,28 +27,8 @@
 #include "../ops/dnnl.h"
 #include "exec_impl.h"
 
-#if QF_HAVE_DNNL
-/* Until the backend's kernels land: nothing fuses. */
-__attribute__((weak)) bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower);
-__attribute__((weak)) bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower)
-{
-    (void)producer;
-    (void)follower;
-    return false;
-}
-#endif
-
 /* Whether the backend computes follower f as a post-op of producer p. */
-static bool lay_can_fuse(const qf_node *p, const qf_node *f)
-{
-#if QF_HAVE_DNNL
-    return qf_dnnl_can_fuse(p, f);
-#else
-    (void)p;
-    (void)f;
-    return false;
-#endif
-}
+static bool lay_can_fuse(const qf_node *p, const qf_node *f) { return qf_dnnl_can_fuse(p, f); }
 
 static bool lay_eligible(const qf_value *v)
 {

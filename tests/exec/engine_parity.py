@@ -7,8 +7,10 @@ Runs MODELS_DIR/NAME.onnx (a model of tests/ref/make_models.py, BatchNorm
 kept) and its `qfold fuse`d form on NAME.in0.npy, once with QFOLD_ENGINE=ref
 and once with QFOLD_ENGINE=dnnl; the outputs must agree within 1e-5 relative
 (max |dnnl - ref| / max |ref|). `qfold inspect --plan` of the fused model
-under dnnl must show the backend at work on the two torchvision networks
-(dnnl steps, NHWC, fused nodes).
+under dnnl must show the backend at work on the two torchvision networks:
+dnnl steps, NHWC, fused nodes, and one reorder only (the input's: the
+classifier's output is 2-D). tests/ref/engine_parity.py compares every
+reference model per element; this one checks the plan behind it.
 Exits 77 (skipped) when the oneDNN backend cannot be loaded here.
 """
 import os
@@ -33,8 +35,9 @@ def main():
     plan = probe.stdout
     fails = []
     convnet = name in ("resnet18", "mobilenet_v2")
-    if convnet and (" dnnl " not in plan or "nhwc" not in plan or " + " not in plan):
-        fails.append("the dnnl plan of %s runs no backend kernel, no NHWC or no fused node:\n%s" % (fused, plan))
+    if convnet and (" dnnl " not in plan or "nhwc" not in plan or " + " not in plan or " 1 reorders;" not in plan):
+        fails.append("the dnnl plan of %s: want backend kernels, NHWC, fused nodes and 1 reorder:\n%s"
+                     % (fused, plan))
     for label, path in (("bn", model), ("fused", fused)):
         outs = {}
         for engine in ("ref", "dnnl"):
