@@ -144,22 +144,27 @@ static size_t qf_place(qf_block *live, int *nlive, size_t size, int last)
     return best;
 }
 
-/* For the output t of a reference step whose kernel may run in place: the
- * live block of an input with t's size and dtype that this step reads for the
- * last time (its memory becomes t's), else -1. */
+/* For the output t of a step whose kernel may run in place
+ * (qf_op_kernels.inplace): the live block of an input with t's size and dtype
+ * that this step reads for the last time (its memory becomes t's), else -1.
+ * The reference kernels take any such input; a backend kernel only its first
+ * one (oneDNN's binary primitive computes in place over src0, which is the
+ * first operand of Y's shape) in Y's layout. */
 static int qf_plan_inplace(const qf_plan *p, const qf_step *sp, const qf_tensor *t, const int *last,
                            const size_t *offsets, int nlive, const qf_block *live)
 {
     const int i = (int)(sp - p->steps);
-    if (sp->backend || sp->reorder || sp->io.nout != 1 || !qf_op_kernels_get(sp->node->op)->inplace) return -1;
+    if (sp->reorder || sp->io.nout != 1 || sp->io.nfused || !qf_op_kernels_get(sp->node->op)->inplace) return -1;
     for (int j = 0; j < sp->io.nin; j++) {
         const qf_tensor *x = sp->io.in[j];
-        if (!x || x < p->vt || x >= p->vt + 2 * p->nvalues || last[x - p->vt] != i) continue;
-        if (x->dtype != t->dtype || qf_tensor_nbytes(x) != qf_tensor_nbytes(t)) continue;
-        const qf_value *v = p->g->values[(x - p->vt) % p->nvalues];
-        if (!v->producer && x - p->vt < p->nvalues) continue; /* a graph input or a constant */
-        for (int b = 0; b < nlive; b++)
-            if (live[b].last == i && live[b].off == offsets[x - p->vt]) return b;
+        if (!x || x->dtype != t->dtype || qf_tensor_nbytes(x) != qf_tensor_nbytes(t)) continue;
+        int found = -1;
+        if (x >= p->vt && x < p->vt + 2 * p->nvalues && last[x - p->vt] == i &&
+            (p->g->values[(x - p->vt) % p->nvalues]->producer || x - p->vt >= p->nvalues)) /* not a graph input */
+            for (int b = 0; b < nlive && found < 0; b++)
+                if (live[b].last == i && live[b].off == offsets[x - p->vt]) found = b;
+        if (sp->backend) return ((sp->io.in_nhwc >> j) & 1u) == (sp->io.out_nhwc & 1u) ? found : -1;
+        if (found >= 0) return found;
     }
     return -1;
 }

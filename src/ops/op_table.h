@@ -98,8 +98,10 @@ typedef struct qf_op_kernels {
     unsigned layouts;
     /* forward_f32 may write its output over an input of the output's shape
      * and dtype (each element read before it is written: elementwise
-     * arithmetic); the plan then lets the output take the memory of such an
-     * input that is read for the last time. */
+     * arithmetic), and the backend's kernel over the first such input (as
+     * oneDNN's binary primitive over src0) in the output's layout; the plan
+     * then lets the output take the memory of such an input that is read for
+     * the last time. */
     bool inplace;
 } qf_op_kernels;
 
