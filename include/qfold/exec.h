@@ -18,6 +18,8 @@
 #ifndef QFOLD_EXEC_H
 #define QFOLD_EXEC_H
 
+#include <stdio.h>
+
 #include "qfold/graph.h"
 
 #ifdef __cplusplus
@@ -58,6 +60,11 @@ const qf_tensor *qf_plan_output(const qf_plan *p, int i);
  * (unplanned) — the ratio says what the planner saved. */
 size_t qf_plan_arena_bytes(const qf_plan *p);
 size_t qf_plan_naive_bytes(const qf_plan *p);
+/* What the plan runs, one step a line: the kernel (ref / dnnl), the node,
+ * the memory layout of each 4-D input and output (nchw, or nhwc:
+ * channels-last), the nodes fused into it as post-ops, and the reorders the
+ * layout plan inserted (qfold inspect --plan prints this). */
+void qf_plan_print(const qf_plan *p, FILE *f);
 
 /* A per-step hook: after each node runs, hook(ud, node, outputs, noutputs)
  * sees its output tensors (views into the arena, valid only during the call:

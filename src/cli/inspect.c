@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "qfold/io.h"
 
@@ -172,16 +173,42 @@ static void qf_inspect_json(const qf_inspect *in, FILE *f)
 
 static void qf_print_dot_cb(FILE *f, const void *g) { qf_graph_print_dot(g, f); }
 
+/* The plan qfold would run the model with, unknown input dims taken as
+ * `batch` (the first) and 1 (others). */
+static qf_status qf_inspect_plan(qf_graph *g, int64_t batch, FILE *f)
+{
+    for (int i = 0; i < g->ninputs; i++) {
+        const qf_value *v = g->inputs[i];
+        int64_t dims[QF_MAX_DIMS];
+        for (int d = 0; d < v->type.ndim; d++) dims[d] = v->type.dims[d] >= 0 ? v->type.dims[d] : d ? 1 : batch;
+        QF_TRY(qf_graph_set_input_shape(g, i, v->type.ndim, dims));
+    }
+    qf_plan *plan = NULL;
+    QF_TRY(qf_plan_init(&plan, g));
+    fprintf(f, "\nengine: %s\n", qf_engine_name(qf_get_engine()));
+    qf_plan_print(plan, f);
+    qf_plan_free(plan);
+    return QF_OK;
+}
+
 static int qf_cli_inspect(int argc, char **argv)
 {
     const char *model = NULL, *dot = NULL, *v;
-    bool json = false, dump = false;
+    bool json = false, dump = false, plan = false;
+    int64_t batch = 0;
     qf_cli_args a = qf_cli_args_begin(&qf_cli_cmd_inspect, argc, argv);
     while (qf_cli_args_next(&a)) {
         if (qf_cli_args_flag(&a, "--json", NULL)) {
             json = true;
         } else if (qf_cli_args_flag(&a, "--graph", NULL)) {
             dump = true;
+        } else if (qf_cli_args_flag(&a, "--plan", NULL)) {
+            plan = true;
+        } else if (qf_cli_args_value(&a, "--batch", NULL, &v)) {
+            char *end;
+            long long b = strtoll(v, &end, 10);
+            if (*end || b < 1 || b > 1000000) return qf_cli_usage_error(a.cmd, "--batch: expects a count >= 1");
+            batch = b;
         } else if (qf_cli_args_value(&a, "--dot", NULL, &v)) {
             dot = v;
         } else if (!model && qf_cli_args_positional(&a, &v)) {
@@ -193,6 +220,8 @@ static int qf_cli_inspect(int argc, char **argv)
     if (a.failed) return QF_EXIT_USAGE;
     if (!model) return qf_cli_usage_error(a.cmd, "no model given");
     if (json && dump) return qf_cli_usage_error(a.cmd, "--graph and --json do not mix");
+    if (json && plan) return qf_cli_usage_error(a.cmd, "--plan and --json do not mix");
+    if (batch && !plan) return qf_cli_usage_error(a.cmd, "--batch goes with --plan");
     qf_cli_outputs out;
     qf_cli_outputs_init(&out);
     int rc = QF_EXIT_OK;
@@ -216,7 +245,8 @@ static int qf_cli_inspect(int argc, char **argv)
         fputc('\n', stdout);
         qf_graph_print(g, stdout);
     }
-    if (dot) {
+    if (plan && (st = qf_inspect_plan(g, batch ? batch : 1, stdout)) != QF_OK) rc = qf_cli_fail(st);
+    if (dot && rc == QF_EXIT_OK) {
         const char *tmp;
         st = qf_cli_outputs_stage(&out, 0, &tmp);
         if (st == QF_OK) st = qf_cli_write_file(tmp, qf_print_dot_cb, g);
@@ -230,14 +260,21 @@ static int qf_cli_inspect(int argc, char **argv)
 const qf_cli_command qf_cli_cmd_inspect = {
     .name = "inspect",
     .summary = "describe a model: inputs, outputs, ops, parameters, BatchNorms",
-    .usage = "qfold inspect MODEL.onnx [--json] [--graph] [--dot FILE]",
+    .usage = "qfold inspect MODEL.onnx [--json] [--graph] [--dot FILE] [--plan [--batch N]]",
     .details =
         "Shows the graph as qfold imports it. Op names are ONNX op types (qfold's own\n"
         "name for its internal ops, such as linear and relu6).\n\n"
         "options:\n"
         "  --json       print the same information as one JSON object\n"
         "  --graph      also print the whole graph, one node per line\n"
-        "  --dot FILE   also write the graph as Graphviz DOT (dot -Tsvg FILE > graph.svg)\n\n"
+        "  --dot FILE   also write the graph as Graphviz DOT (dot -Tsvg FILE > graph.svg)\n"
+        "  --plan       also print the plan `qfold run` would execute: per step the kernel\n"
+        "               (ref, or dnnl: the oneDNN backend, see --engine), the node, the memory\n"
+        "               layout of each 4-D input and output (nchw, or nhwc: channels-last), the\n"
+        "               nodes fused into it as post-ops (+ Relu 'r1'), and the reorders between\n"
+        "               layouts the plan inserted\n"
+        "  --batch N    with --plan: the batch size for an input whose first dim is unknown\n"
+        "               (default 1; other unknown dims are taken as 1)\n\n"
         "Counts: parameters are trainable initializers (weights, biases, BN gamma/beta),\n"
         "buffers are BN running statistics, constants are everything else.\n",
     .fn = qf_cli_inspect,

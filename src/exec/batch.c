@@ -1,6 +1,7 @@
 /* Running a graph over a data set in batches (calibration, eval). */
 #include <string.h>
 
+#include "exec_impl.h"
 #include "qfold/exec.h"
 
 /* The dims every input had before the run (a dynamic batch is -1), put back
@@ -114,7 +115,9 @@ qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_o
                 dims[0] = rows_run;
                 st = qf_graph_set_input_shape(g, i, data[i]->ndim, dims);
             }
-            if (st == QF_OK) st = qf_plan_init(&plan, g);
+            /* A hook sees every node's output: such plans run without
+             * NHWC and fusion. */
+            if (st == QF_OK) st = opt->hook ? qf_plan_init_plain(&plan, g) : qf_plan_init(&plan, g);
             if (st != QF_OK) break;
             qf_plan_set_hook(plan, opt->hook, opt->hook_ud);
             planned = rows_run;

@@ -8,22 +8,49 @@
 #include "../ops/dnnl.h"
 #include "exec_impl.h"
 
-/* One node of the plan, with its kernel arguments prebuilt. */
+/* One step of the plan, with its kernel arguments prebuilt: a node (with
+ * the nodes fused into it), or a reorder of one value's layout. */
 typedef struct qf_step {
-    const qf_node *node;
+    const qf_node *node;               /* for a reorder: the value's producer (NULL: a graph input) */
+    const qf_value *reorder;           /* non-NULL: this step converts that value's layout */
     qf_kernel_io io;
-    qf_kernel_fn forward;             /* the reference kernel or the backend's */
+    qf_kernel_fn forward;              /* the reference kernel, the backend's, or the reorder */
     const qf_backend_kernels *backend; /* non-NULL when the backend runs this node */
+    uint32_t in_nhwc, out_nhwc;        /* the planned layouts (a reference kernel's io says 0) */
 } qf_step;
+
+/* How a node of the plan is prepared: not (fused into another, or not yet),
+ * by the reference columns, or by the backend with these layouts and
+ * post-ops. A new layout plan re-prepares only the nodes whose line changed. */
+typedef struct qf_prepared {
+    const qf_node *node;
+    int kind; /* 0 none, 1 reference, 2 backend */
+    uint32_t in_nhwc, out_nhwc;
+    int nfused;
+    const qf_node *fused[QF_FUSE_MAX];
+    void *state;
+    size_t size;
+} qf_prepared;
 
 struct qf_plan {
     qf_graph *g;
+    bool plain;               /* no NHWC, no fusion: built for a hook */
+    bool stale;               /* a hook was set on a plan with NHWC or fusion: rebuild plain */
     int nsteps;
     qf_step *steps;
+    int nnodes;
+    qf_prepared *prep;        /* per node in plan order */
+    const qf_node **fused;    /* the layout plan's fused nodes (steps' io.fused point here) */
     int nvalues;
-    qf_tensor *vt;            /* one tensor per value id: constants, input views, arena views */
+    qf_tensor *vt;            /* per value id: as written (constants, input views, arena views);
+                                 at nvalues + id: the other layout, when a reorder makes it */
+    const qf_tensor **outs;   /* per graph output: the NCHW tensor */
     const qf_tensor **in_pool;
     qf_tensor **out_pool;
+    const qf_tensor **post_pool;
+    int nviews;               /* reference kernels run channels-last see views with */
+    qf_tensor *views;         /* dims permuted to N, H, W, C; data from view_src at */
+    const qf_tensor **view_src; /* every run */
     void *arena_raw;
     size_t arena_bytes, naive_bytes;
     const qf_node *peak;      /* the node whose output set arena_bytes */
@@ -44,7 +71,7 @@ typedef struct qf_block {
 static qf_status qf_exec_step(const qf_step *s)
 {
     qf_status st = s->forward(&s->io);
-    if (st != QF_OK) qf_exec_name_node(s->node, st);
+    if (st != QF_OK && s->node) qf_exec_name_node(s->node, st);
     return st;
 }
 
@@ -117,57 +144,94 @@ static size_t qf_place(qf_block *live, int *nlive, size_t size, int last)
     return best;
 }
 
-/* Checks that every shape is known, then gives each activation an offset. */
-static qf_status qf_plan_layout(qf_plan *p, size_t *offsets)
+/* For the output t of a step whose kernel may run in place
+ * (qf_op_kernels.inplace): the live block of an input with t's size and dtype
+ * that this step reads for the last time (its memory becomes t's), else -1.
+ * The reference kernels take any such input; a backend kernel only its first
+ * one (oneDNN's binary primitive computes in place over src0, which is the
+ * first operand of Y's shape) in Y's layout. */
+static int qf_plan_inplace(const qf_plan *p, const qf_step *sp, const qf_tensor *t, const int *last,
+                           const size_t *offsets, int nlive, const qf_block *live)
 {
-    qf_graph *g = p->g;
-    int n = p->nsteps;
-    int *last = qf_malloc(sizeof *last * (size_t)(p->nvalues ? p->nvalues : 1));
-    qf_block *live = qf_malloc(sizeof *live * (size_t)(p->nvalues ? p->nvalues : 1));
-    uint32_t maxid = 0;
-    for (qf_node *x = g->first; x; x = x->next) maxid = x->id > maxid ? x->id : maxid;
-    int *pos = qf_malloc(sizeof *pos * ((size_t)maxid + 1));
+    const int i = (int)(sp - p->steps);
+    if (sp->reorder || sp->io.nout != 1 || sp->io.nfused || !qf_op_kernels_get(sp->node->op)->inplace) return -1;
+    for (int j = 0; j < sp->io.nin; j++) {
+        const qf_tensor *x = sp->io.in[j];
+        if (!x || x->dtype != t->dtype || qf_tensor_nbytes(x) != qf_tensor_nbytes(t)) continue;
+        int found = -1;
+        if (x >= p->vt && x < p->vt + 2 * p->nvalues && last[x - p->vt] == i &&
+            (p->g->values[(x - p->vt) % p->nvalues]->producer || x - p->vt >= p->nvalues)) /* not a graph input */
+            for (int b = 0; b < nlive && found < 0; b++)
+                if (live[b].last == i && live[b].off == offsets[x - p->vt]) found = b;
+        if (sp->backend) return ((sp->io.in_nhwc >> j) & 1u) == (sp->io.out_nhwc & 1u) ? found : -1;
+        if (found >= 0) return found;
+    }
+    return -1;
+}
+
+/* Gives every buffer a step writes an offset in the arena. A buffer (a
+ * slot of vt) lives from the step that writes it to the last step that reads
+ * it; graph outputs live to the end (their data is read after the run). */
+static qf_status qf_plan_arena(qf_plan *p, size_t *offsets)
+{
+    const int n = p->nsteps, nslots = 2 * p->nvalues;
+    int *last = qf_malloc(sizeof *last * (size_t)(nslots ? nslots : 1));
+    qf_block *live = qf_malloc(sizeof *live * (size_t)(nslots ? nslots : 1));
     qf_status st = QF_OK;
-    if (!last || !live || !pos) {
+    if (!last || !live) {
         st = QF_ERR_NOMEM;
         goto done;
     }
-    for (int i = 0; i < n; i++) pos[p->steps[i].node->id] = i;
-    /* Liveness: a buffer lives from its producer's step to its last reader's;
-     * graph outputs live to the end (their data is read after the run). */
+    for (int k = 0; k < nslots; k++) last[k] = -1;
     for (int i = 0; i < n; i++) {
-        const qf_node *nd = p->steps[i].node;
-        for (int o = 0; o < nd->noutputs; o++) {
-            qf_value *v = nd->outputs[o];
-            int l = i;
-            for (int u = 0; u < v->nuses; u++) l = pos[v->uses[u].node->id] > l ? pos[v->uses[u].node->id] : l;
-            if (v->is_output) l = n;
-            last[v->id] = l;
-        }
+        const qf_kernel_io *io = &p->steps[i].io;
+        for (int j = 0; j < io->nin; j++)
+            if (io->in[j]) last[io->in[j] - p->vt] = i;
+        for (int j = 0; j < io->nfused; j++)
+            if (io->post_in[j]) last[io->post_in[j] - p->vt] = i;
+        for (int o = 0; o < io->nout; o++)
+            if (last[io->out[o] - p->vt] < i) last[io->out[o] - p->vt] = i;
     }
+    for (int k = 0; k < p->g->noutputs; k++) last[p->outs[k] - p->vt] = n;
     int nlive = 0;
     size_t top = 0;
     for (int i = 0; i < n; i++) {
-        const qf_node *nd = p->steps[i].node;
-        for (int o = 0; o < nd->noutputs; o++) {
-            qf_value *v = nd->outputs[o];
-            size_t sz = qf_exec_align(qf_tensor_nbytes(&v->type));
+        const qf_step *sp = &p->steps[i];
+        for (int o = 0; o < sp->io.nout; o++) {
+            const qf_tensor *t = sp->io.out[o];
+            const int slot = (int)(t - p->vt);
+            size_t sz = qf_exec_align(qf_tensor_nbytes(t));
             p->naive_bytes += sz;
             if (sz == 0) {
-                offsets[v->id] = 0;
+                offsets[slot] = 0;
                 continue;
             }
-            offsets[v->id] = qf_place(live, &nlive, sz, last[v->id]);
-            if (offsets[v->id] + sz > top) {
-                top = offsets[v->id] + sz;
-                p->peak = nd;
+            int reuse = qf_plan_inplace(p, sp, t, last, offsets, nlive, live);
+            if (reuse >= 0) {
+                /* The input's block lives on as the output's. */
+                offsets[slot] = live[reuse].off;
+                live[reuse].last = last[slot];
+                continue;
+            }
+            offsets[slot] = qf_place(live, &nlive, sz, last[slot]);
+            if (offsets[slot] + sz > top) {
+                top = offsets[slot] + sz;
+                p->peak = sp->node;
             }
             /* Checked at every step, so offsets stay far from overflowing. */
             if (top > (uint64_t)QF_MAX_TENSOR_BYTES) {
-                st = qf_error(QF_ERR_SHAPE,
-                              "node '%s' (%s): with output '%s' the live activations need %zu bytes at once, "
-                              "more than qfold handles (%lld bytes)",
-                              nd->name, qf_op_label(nd), v->name, top, (long long)QF_MAX_TENSOR_BYTES);
+                const qf_value *v = p->g->values[slot % p->nvalues];
+                if (sp->node)
+                    st = qf_error(QF_ERR_SHAPE,
+                                  "node '%s' (%s): with output '%s' the live activations need %zu bytes at "
+                                  "once, more than qfold handles (%lld bytes)",
+                                  sp->node->name, qf_op_label(sp->node), v->name, top,
+                                  (long long)QF_MAX_TENSOR_BYTES);
+                else
+                    st = qf_error(QF_ERR_SHAPE,
+                                  "input '%s': the live activations need %zu bytes at once, more than qfold "
+                                  "handles (%lld bytes)",
+                                  v->name, top, (long long)QF_MAX_TENSOR_BYTES);
                 goto done;
             }
         }
@@ -182,7 +246,6 @@ static qf_status qf_plan_layout(qf_plan *p, size_t *offsets)
 done:
     qf_free(last);
     qf_free(live);
-    qf_free(pos);
     return st;
 }
 
@@ -240,6 +303,129 @@ static qf_status qf_plan_check_values(const qf_graph *g)
     return QF_OK;
 }
 
+/* The tensor step i of the layout plan reads v through, in layout `lay`:
+ * the value as written, or the copy a reorder makes in the other layout. */
+static const qf_tensor *qf_plan_view(qf_plan *p, const qf_layout *L, const qf_value *v, int lay)
+{
+    if (!v) return NULL;
+    const qf_value_plan *vp = &L->vp[v->id];
+    if (vp->eligible && !vp->free && lay != vp->made) return &p->vt[p->nvalues + v->id];
+    return &p->vt[v->id];
+}
+
+/* Node i's kernel arguments under layout plan L, in its slice of the pools. */
+static qf_kernel_io qf_plan_node_io(qf_plan *p, const qf_layout *L, int i, int ki, int ko)
+{
+    const qf_node *n = L->nodes[i];
+    const qf_node_plan *np = &L->np[i];
+    for (int j = 0; j < n->ninputs; j++) p->in_pool[ki + j] = qf_plan_view(p, L, n->inputs[j], qf_layout_read(L, i, j));
+    for (int o = 0; o < n->noutputs; o++) {
+        const qf_value *v = o == 0 && np->nfused ? L->fused[np->first + np->nfused - 1]->outputs[0] : n->outputs[o];
+        p->out_pool[ko + o] = &p->vt[v->id];
+    }
+    for (int f = 0; f < np->nfused; f++)
+        p->post_pool[np->first + f] = qf_plan_view(p, L, L->post[np->first + f], (int)(np->out_nhwc & 1u));
+    return (qf_kernel_io){.node = n, .opset = p->g->opset, .nin = n->ninputs, .nout = n->noutputs,
+                          .in = &p->in_pool[ki], .out = &p->out_pool[ko], .in_nhwc = np->in_nhwc,
+                          .out_nhwc = np->out_nhwc, .nfused = np->nfused,
+                          .fused = np->nfused ? &L->fused[np->first] : NULL,
+                          .post_in = np->nfused ? &p->post_pool[np->first] : NULL};
+}
+
+static void qf_plan_unprepare(qf_prepared *pr, const qf_backend_kernels *b)
+{
+    if (pr->kind == 2 && b && b->release) b->release(pr->state);
+    if (pr->size) memset(pr->state, 0, pr->size);
+    pr->kind = 0;
+}
+
+/* A reference kernel planned channels-last (an elementwise one, whose
+ * operands may broadcast) gets its 4-D tensors as views with the dims
+ * permuted to N, H, W, C: its indexing then follows the memory. */
+static qf_status qf_plan_views(qf_plan *p)
+{
+    if (!p->nviews) return QF_OK;
+    p->views = qf_calloc((size_t)p->nviews, sizeof *p->views);
+    p->view_src = qf_calloc((size_t)p->nviews, sizeof *p->view_src);
+    if (!p->views || !p->view_src) return QF_ERR_NOMEM;
+    int k = 0;
+    for (int i = 0; i < p->nsteps; i++) {
+        qf_step *s = &p->steps[i];
+        if (s->backend || s->reorder || !(s->out_nhwc & 1u)) continue;
+        const qf_tensor **in = &p->in_pool[s->io.in - p->in_pool];
+        qf_tensor **out = &p->out_pool[s->io.out - p->out_pool];
+        for (int j = 0; j < s->io.nin + s->io.nout; j++) {
+            const qf_tensor **slot = j < s->io.nin ? &in[j] : (const qf_tensor **)&out[j - s->io.nin];
+            const qf_tensor *t = *slot;
+            if (!t || t->ndim != 4) continue;
+            qf_tensor *v = &p->views[k];
+            p->view_src[k++] = t;
+            *v = *t;
+            v->owns = false;
+            v->dims[1] = t->dims[2];
+            v->dims[2] = t->dims[3];
+            v->dims[3] = t->dims[1];
+            *slot = v;
+        }
+    }
+    p->nviews = k;
+    return QF_OK;
+}
+
+/* Prepares every node under the layout plan; when the backend declines a
+ * node (with its layouts and post-ops, then at all), the node's cap goes down
+ * and the layouts are planned again: only nodes whose line changed are
+ * prepared again. */
+static qf_status qf_plan_prepare(qf_plan *p, qf_layout *L, const int *ki, const int *ko)
+{
+    for (;;) {
+        qf_layout_plan(L, p->g);
+        int declined = -1;
+        for (int i = 0; i < L->nnodes && declined < 0; i++) {
+            const qf_node *n = L->nodes[i];
+            const qf_op_kernels *kk = qf_op_kernels_get(n->op);
+            const qf_node_plan *np = &L->np[i];
+            qf_prepared *pr = &p->prep[i];
+            int kind = np->fused_into >= 0 ? 0 : np->cap == QF_CAP_REF ? 1 : 2;
+            if (kind == pr->kind && (kind != 2 || (pr->in_nhwc == np->in_nhwc && pr->out_nhwc == np->out_nhwc &&
+                                                   pr->nfused == np->nfused &&
+                                                   !memcmp(pr->fused, &L->fused[np->first],
+                                                           sizeof *pr->fused * (size_t)np->nfused))))
+                continue;
+            qf_plan_unprepare(pr, kk->dnnl);
+            if (kind == 0) continue;
+            qf_kernel_io io = qf_plan_node_io(p, L, i, ki[i], ko[i]);
+            qf_status st;
+            if (kind == 2) {
+                st = kk->dnnl->prepare(&io, pr->state);
+                if (st == QF_ERR_UNSUPPORTED) {
+                    memset(pr->state, 0, pr->size);
+                    L->np[i].cap = (np->cap == QF_CAP_FULL && (np->in_nhwc || np->out_nhwc || np->nfused))
+                                       ? QF_CAP_PLAIN
+                                       : QF_CAP_REF;
+                    declined = i;
+                    continue;
+                }
+                if (st != QF_OK) {
+                    qf_exec_name_node(n, st);
+                    return st;
+                }
+                pr->in_nhwc = np->in_nhwc;
+                pr->out_nhwc = np->out_nhwc;
+                pr->nfused = np->nfused;
+                memcpy(pr->fused, &L->fused[np->first], sizeof *pr->fused * (size_t)np->nfused);
+            } else {
+                if (!kk->forward_f32)
+                    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): op has no forward kernel", n->name,
+                                    qf_op_label(n));
+                QF_TRY(qf_exec_prepare(&io, kk->state_size ? pr->state : NULL));
+            }
+            pr->kind = kind;
+        }
+        if (declined < 0) return QF_OK;
+    }
+}
+
 static qf_status qf_plan_build(qf_plan *p)
 {
     qf_graph *g = p->g;
@@ -248,94 +434,165 @@ static qf_status qf_plan_build(qf_plan *p)
     QF_TRY(qf_graph_infer_shapes(g));
     QF_TRY(qf_plan_check_values(g));
 
-    p->nsteps = g->nnodes;
-    p->nvalues = g->nvalues;
+    const int nn = g->nnodes, nv = g->nvalues;
+    p->nnodes = nn;
+    p->nvalues = nv;
     int total_in = 0, total_out = 0;
+    uint32_t maxid = 0;
     for (qf_node *n = g->first; n; n = n->next) {
         total_in += n->ninputs;
         total_out += n->noutputs;
+        maxid = n->id > maxid ? n->id : maxid;
     }
-    p->steps = qf_calloc((size_t)(p->nsteps ? p->nsteps : 1), sizeof *p->steps);
-    p->vt = qf_calloc((size_t)(p->nvalues ? p->nvalues : 1), sizeof *p->vt);
-    p->in_pool = qf_calloc((size_t)(total_in ? total_in : 1), sizeof *p->in_pool);
-    p->out_pool = qf_calloc((size_t)(total_out ? total_out : 1), sizeof *p->out_pool);
-    size_t *offsets = qf_calloc((size_t)(p->nvalues ? p->nvalues : 1), sizeof *offsets);
-    if (!p->steps || !p->vt || !p->in_pool || !p->out_pool || !offsets) {
-        qf_free(offsets);
-        return QF_ERR_NOMEM;
+    const size_t nn1 = (size_t)(nn ? nn : 1), nv1 = (size_t)(nv ? nv : 1);
+    /* The layout plan's arrays and the per-node pool offsets: one block,
+     * freed at the end of the build. */
+    qf_layout L = {.nnodes = nn, .plain = p->plain};
+    L.nodes = qf_calloc(nn1, sizeof *L.nodes);
+    L.pos = qf_calloc((size_t)maxid + 1, sizeof *L.pos);
+    L.np = qf_calloc(nn1, sizeof *L.np);
+    L.vp = qf_calloc(nv1, sizeof *L.vp);
+    L.post = qf_calloc(nn1, sizeof *L.post);
+    L.parent = qf_calloc(nv1, sizeof *L.parent);
+    L.want = qf_calloc(nv1, 1);
+    int *ki = qf_calloc(nn1, sizeof *ki), *ko = qf_calloc(nn1, sizeof *ko);
+    size_t *offsets = qf_calloc(2 * nv1, sizeof *offsets);
+    p->fused = L.fused = qf_calloc(nn1, sizeof *L.fused);
+    p->prep = qf_calloc(nn1, sizeof *p->prep);
+    p->vt = qf_calloc(2 * nv1, sizeof *p->vt);
+    p->outs = qf_calloc((size_t)(g->noutputs ? g->noutputs : 1), sizeof *p->outs);
+    p->in_pool = qf_calloc((size_t)(total_in ? total_in : 1) + nv1, sizeof *p->in_pool);
+    p->out_pool = qf_calloc((size_t)(total_out ? total_out : 1) + nv1, sizeof *p->out_pool);
+    p->post_pool = qf_calloc(nn1, sizeof *p->post_pool);
+    qf_status st = QF_OK;
+    if (!L.nodes || !L.pos || !L.np || !L.vp || !L.post || !L.parent || !L.want || !ki || !ko || !offsets ||
+        !L.fused || !p->prep || !p->vt || !p->outs || !p->in_pool || !p->out_pool || !p->post_pool) {
+        st = QF_ERR_NOMEM;
+        goto done;
     }
-    int k = 0;
-    for (qf_node *n = g->first; n; n = n->next) p->steps[k++].node = n;
+    int k = 0, ti = 0, to = 0;
+    for (qf_node *n = g->first; n; n = n->next, k++) {
+        L.nodes[k] = n;
+        L.pos[n->id] = k;
+        ki[k] = ti;
+        ko[k] = to;
+        ti += n->ninputs;
+        to += n->noutputs;
+    }
+    /* Views of every value (and of its other layout): constants point at
+     * their payload, inputs get their data at run time, activations point
+     * into the arena once it is laid out. The kernels' prepare sees them
+     * with data NULL for activations. */
+    for (int i = 0; i < nv; i++) {
+        const qf_value *v = g->values[i];
+        if (!v) continue;
+        qf_tensor_view(&p->vt[i], v->type.dtype, v->type.ndim, v->type.dims, NULL);
+        qf_tensor_view(&p->vt[nv + i], v->type.dtype, v->type.ndim, v->type.dims, NULL);
+        if (!v->producer && v->kind != QF_VALUE_INPUT) p->vt[i].data = v->type.data;
+    }
 
     /* Prepare every node once (attributes decoded, geometry checked): the
-     * states live in one allocation for the plan's life. The kernels' io
-     * points at the values' types here; a constant's data is set, an
-     * activation's not. When the oneDNN backend is active, a node it has a
-     * kernel for is offered to it first (its prepare builds the primitive);
-     * a node it declines runs on the reference kernels. */
+     * states live in one allocation for the plan's life. When the oneDNN
+     * backend is active, a node it has a kernel for is offered to it first,
+     * with the layouts and post-ops the layout plan gives it (its prepare
+     * builds the primitive); a node it declines runs on the reference
+     * kernels. */
     const bool dnnl = qf_backend_engine() == QF_BACKEND_DNNL;
     size_t state_bytes = 0;
-    for (int i = 0; i < p->nsteps; i++) {
-        const qf_op_kernels *kk = qf_op_kernels_get(p->steps[i].node->op);
+    for (int i = 0; i < nn; i++) {
+        const qf_op_kernels *kk = qf_op_kernels_get(L.nodes[i]->op);
         size_t size = kk->state_size;
         if (dnnl && kk->dnnl && kk->dnnl->state_size > size) size = kk->dnnl->state_size;
+        p->prep[i].size = size;
+        p->prep[i].node = L.nodes[i];
         state_bytes += qf_exec_align(size);
+        L.np[i].cap = dnnl && kk->dnnl && kk->dnnl->forward_f32 ? QF_CAP_FULL : QF_CAP_REF;
     }
     char *state_mem = NULL;
     if (state_bytes && !(state_mem = qf_exec_alloc_aligned(state_bytes, &p->state_raw))) {
-        qf_free(offsets);
-        return QF_ERR_NOMEM;
+        st = QF_ERR_NOMEM;
+        goto done;
     }
-    qf_status st = QF_OK;
-    for (int i = 0, ki = 0, ko = 0; i < p->nsteps && st == QF_OK; i++) {
-        qf_step *s = &p->steps[i];
-        const qf_node *n = s->node;
-        const qf_op_kernels *kk = qf_op_kernels_get(n->op);
-        for (int j = 0; j < n->ninputs; j++) p->in_pool[ki + j] = n->inputs[j] ? &n->inputs[j]->type : NULL;
-        for (int j = 0; j < n->noutputs; j++) p->out_pool[ko + j] = &n->outputs[j]->type;
-        size_t size = kk->state_size;
-        if (dnnl && kk->dnnl && kk->dnnl->state_size > size) size = kk->dnnl->state_size;
-        s->io = (qf_kernel_io){.node = n, .opset = g->opset, .nin = n->ninputs, .nout = n->noutputs,
-                               .in = &p->in_pool[ki], .out = &p->out_pool[ko]};
-        s->forward = kk->forward_f32;
-        if (dnnl && kk->dnnl && kk->dnnl->forward_f32) {
-            st = kk->dnnl->prepare(&s->io, state_mem);
-            if (st == QF_OK) {
-                s->backend = kk->dnnl;
-                s->forward = kk->dnnl->forward_f32;
-            } else if (st == QF_ERR_UNSUPPORTED) {
-                memset(state_mem, 0, size);
-                st = QF_OK;
-            } else {
-                qf_exec_name_node(n, st);
+    for (int i = 0; i < nn; i++) {
+        p->prep[i].state = p->prep[i].size ? state_mem : NULL;
+        state_mem += qf_exec_align(p->prep[i].size);
+    }
+    if ((st = qf_plan_prepare(p, &L, ki, ko)) != QF_OK) goto done;
+
+    /* The steps: each node that is not fused into another, each followed by
+     * the reorders of its outputs that some reader needs in the other
+     * layout; graph inputs' reorders first. */
+    int nreorders = 0, nsteps = 0;
+    for (int i = 0; i < nv; i++) nreorders += L.vp[i].alt;
+    for (int i = 0; i < nn; i++) nsteps += L.np[i].fused_into < 0;
+    p->steps = qf_calloc((size_t)(nsteps + nreorders ? nsteps + nreorders : 1), sizeof *p->steps);
+    if (!p->steps) {
+        st = QF_ERR_NOMEM;
+        goto done;
+    }
+    int ri = total_in, ro = total_out; /* reorders' slices of the pools */
+    for (int pass = 0; pass <= nn; pass++) {
+        const qf_value *const *vals;
+        int nvals;
+        if (pass == 0) {
+            vals = (const qf_value *const *)g->inputs;
+            nvals = g->ninputs;
+        } else {
+            int i = pass - 1;
+            if (L.np[i].fused_into >= 0) continue;
+            const qf_node *n = L.nodes[i];
+            qf_step *s = &p->steps[p->nsteps++];
+            s->node = n;
+            s->io = qf_plan_node_io(p, &L, i, ki[i], ko[i]);
+            s->io.state = p->prep[i].state;
+            const qf_op_kernels *kk = qf_op_kernels_get(n->op);
+            s->backend = p->prep[i].kind == 2 ? kk->dnnl : NULL;
+            s->forward = s->backend ? s->backend->forward_f32 : kk->forward_f32;
+            s->in_nhwc = s->io.in_nhwc;
+            s->out_nhwc = s->io.out_nhwc;
+            if (!s->backend) {
+                s->io.in_nhwc = s->io.out_nhwc = 0;
+                if (s->out_nhwc & 1u) p->nviews += n->ninputs + n->noutputs;
+            }
+            vals = (const qf_value *const *)n->outputs;
+            nvals = n->noutputs;
+            if (L.np[i].nfused) {
+                vals = (const qf_value *const *)&L.fused[L.np[i].first + L.np[i].nfused - 1]->outputs[0];
+                nvals = 1;
             }
         }
-        if (st == QF_OK && !s->backend) {
-            if (!s->forward)
-                st = qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): op has no forward kernel", n->name,
-                              qf_op_label(n));
-            else
-                st = qf_exec_prepare(&s->io, kk->state_size ? state_mem : NULL);
+        for (int o = 0; o < nvals; o++) {
+            const qf_value *v = vals[o];
+            if (!L.vp[v->id].alt) continue;
+            qf_step *s = &p->steps[p->nsteps++];
+            s->node = v->producer;
+            s->reorder = v;
+            s->forward = qf_exec_reorder;
+            p->in_pool[ri] = &p->vt[v->id];
+            p->out_pool[ro] = &p->vt[nv + v->id];
+            s->io = (qf_kernel_io){.node = v->producer, .opset = g->opset, .nin = 1, .nout = 1,
+                                   .in = &p->in_pool[ri++], .out = &p->out_pool[ro++],
+                                   .in_nhwc = L.vp[v->id].made, .out_nhwc = !L.vp[v->id].made};
+            s->in_nhwc = s->io.in_nhwc;
+            s->out_nhwc = s->io.out_nhwc;
         }
-        s->io.state = size ? state_mem : NULL;
-        state_mem += qf_exec_align(size);
-        ki += n->ninputs;
-        ko += n->noutputs;
     }
+    for (int k2 = 0; k2 < g->noutputs; k2++) p->outs[k2] = qf_plan_view(p, &L, g->outputs[k2], 0);
 
     /* Every size first, then the allocations: a plan refused for its size
      * (scratch or arena) has allocated nothing big. */
     size_t scratch = 0;
     for (int i = 0; i < p->nsteps && st == QF_OK; i++) {
-        size_t s = 0;
+        size_t sz = 0;
         const qf_step *sp = &p->steps[i];
+        if (sp->reorder) continue;
         if (sp->backend)
-            s = sp->backend->scratch ? sp->backend->scratch(sp->node, sp->io.state) : 0;
+            sz = sp->backend->scratch ? sp->backend->scratch(sp->node, sp->io.state) : 0;
         else
-            st = qf_exec_scratch(sp->node, sp->io.state, &s);
-        if (st == QF_OK && s > scratch) scratch = s;
+            st = qf_exec_scratch(sp->node, sp->io.state, &sz);
+        if (st == QF_OK && sz > scratch) scratch = sz;
     }
-    if (st == QF_OK) st = qf_plan_layout(p, offsets);
+    if (st == QF_OK) st = qf_plan_arena(p, offsets);
     char *arena = NULL;
     if (st == QF_OK) {
         arena = qf_exec_alloc_aligned(p->arena_bytes, &p->arena_raw);
@@ -344,50 +601,71 @@ static qf_status qf_plan_build(qf_plan *p)
                           "out of memory: the plan's activations need %zu bytes at once (at node '%s')",
                           p->arena_bytes, p->peak ? p->peak->name : "?");
     }
-    if (st != QF_OK) {
-        qf_free(offsets);
-        return st;
-    }
+    if (st != QF_OK) goto done;
+    for (int i = 0; i < p->nsteps; i++)
+        for (int o = 0; o < p->steps[i].io.nout; o++) {
+            qf_tensor *t = p->steps[i].io.out[o];
+            t->data = arena + offsets[t - p->vt];
+        }
 
-    /* Per value: constants point at their payload, inputs get their data at
-     * run time, activations point into the arena. */
-    for (int i = 0; i < p->nvalues; i++) {
-        const qf_value *v = g->values[i];
-        if (!v) continue;
-        qf_tensor_view(&p->vt[i], v->type.dtype, v->type.ndim, v->type.dims, NULL);
-        if (v->producer) p->vt[i].data = arena + offsets[i];
-        else if (v->kind != QF_VALUE_INPUT) p->vt[i].data = v->type.data;
-    }
-    qf_free(offsets);
+    if ((st = qf_plan_views(p)) != QF_OK) goto done;
 
     p->scratch_bytes = scratch;
     void *scratch_mem = NULL;
     if (scratch) {
         scratch_mem = qf_exec_alloc_aligned(scratch, &p->scratch_raw);
-        if (!scratch_mem)
-            return qf_error(QF_ERR_NOMEM, "out of memory: the kernels' scratch needs %zu bytes", scratch);
+        if (!scratch_mem) {
+            st = qf_error(QF_ERR_NOMEM, "out of memory: the kernels' scratch needs %zu bytes", scratch);
+            goto done;
+        }
     }
-
-    int ki = 0, ko = 0;
     for (int i = 0; i < p->nsteps; i++) {
-        qf_step *s = &p->steps[i];
-        const qf_node *n = s->node;
-        for (int j = 0; j < n->ninputs; j++) p->in_pool[ki + j] = n->inputs[j] ? &p->vt[n->inputs[j]->id] : NULL;
-        for (int j = 0; j < n->noutputs; j++) p->out_pool[ko + j] = &p->vt[n->outputs[j]->id];
-        s->io.scratch = scratch_mem;
-        s->io.scratch_size = scratch;
-        ki += n->ninputs;
-        ko += n->noutputs;
+        p->steps[i].io.scratch = scratch_mem;
+        p->steps[i].io.scratch_size = scratch;
     }
-    return QF_OK;
+done:
+    qf_free(L.nodes);
+    qf_free(L.pos);
+    qf_free(L.np);
+    qf_free(L.vp);
+    qf_free(L.post);
+    qf_free(L.parent);
+    qf_free(L.want);
+    qf_free(ki);
+    qf_free(ko);
+    qf_free(offsets);
+    return st;
 }
 
-qf_status qf_plan_init(qf_plan **out, qf_graph *g)
+/* Frees everything the build made, keeping the graph, the hook and the
+ * plain choice. */
+static void qf_plan_clear(qf_plan *p)
+{
+    for (int i = 0; p->prep && i < p->nnodes; i++)
+        if (p->prep[i].kind == 2) qf_plan_unprepare(&p->prep[i], qf_op_kernels_get(p->prep[i].node->op)->dnnl);
+    qf_free(p->steps);
+    qf_free(p->prep);
+    qf_free(p->fused);
+    qf_free(p->vt);
+    qf_free(p->outs);
+    qf_free(p->in_pool);
+    qf_free(p->out_pool);
+    qf_free(p->post_pool);
+    qf_free(p->views);
+    qf_free(p->view_src);
+    qf_free(p->arena_raw);
+    qf_free(p->scratch_raw);
+    qf_free(p->state_raw);
+    *p = (qf_plan){.g = p->g, .plain = p->plain, .stale = p->stale, .hook = p->hook, .hook_ud = p->hook_ud};
+}
+
+static qf_status qf_plan_make(qf_plan **out, qf_graph *g, bool plain)
 {
     *out = NULL;
     qf_plan *p = qf_calloc(1, sizeof *p);
     if (!p) return QF_ERR_NOMEM;
     p->g = g;
+    p->plain = plain;
     qf_status st = qf_plan_build(p);
     if (st != QF_OK) {
         qf_plan_free(p);
@@ -397,26 +675,28 @@ qf_status qf_plan_init(qf_plan **out, qf_graph *g)
     return QF_OK;
 }
 
+qf_status qf_plan_init(qf_plan **out, qf_graph *g) { return qf_plan_make(out, g, false); }
+
+qf_status qf_plan_init_plain(qf_plan **out, qf_graph *g) { return qf_plan_make(out, g, true); }
+
 void qf_plan_free(qf_plan *p)
 {
     if (!p) return;
-    /* Steps past a failed prepare have no backend set. */
-    for (int i = 0; p->steps && i < p->nsteps; i++)
-        if (p->steps[i].backend && p->steps[i].backend->release)
-            p->steps[i].backend->release((void *)p->steps[i].io.state);
-    qf_free(p->steps);
-    qf_free(p->vt);
-    qf_free(p->in_pool);
-    qf_free(p->out_pool);
-    qf_free(p->arena_raw);
-    qf_free(p->scratch_raw);
-    qf_free(p->state_raw);
+    qf_plan_clear(p);
     qf_free(p);
 }
 
 qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
 {
     const qf_graph *g = p->g;
+    if (p->stale) {
+        /* The hook must see every node's output as the reference executor
+         * writes it: the plan is built again without NHWC and fusion. */
+        qf_plan_clear(p);
+        p->plain = true;
+        QF_TRY(qf_plan_build(p));
+        p->stale = false;
+    }
     if (ninputs != g->ninputs)
         return qf_error(QF_ERR_INVALID, "graph has %d input%s, got %d", g->ninputs,
                         g->ninputs == 1 ? "" : "s", ninputs);
@@ -436,10 +716,12 @@ qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
         /* A view on the caller's data: the kernels only read it. */
         p->vt[v->id].data = t->data;
     }
+    for (int k = 0; k < p->nviews; k++) p->views[k].data = p->view_src[k]->data;
     for (int i = 0; i < p->nsteps; i++) {
-        const qf_kernel_io *io = &p->steps[i].io;
-        QF_TRY(qf_exec_step(&p->steps[i]));
-        if (p->hook) QF_TRY(p->hook(p->hook_ud, io->node, (const qf_tensor *const *)io->out, io->nout));
+        const qf_step *s = &p->steps[i];
+        QF_TRY(qf_exec_step(s));
+        if (p->hook && !s->reorder)
+            QF_TRY(p->hook(p->hook_ud, s->node, (const qf_tensor *const *)s->io.out, s->io.nout));
     }
     return QF_OK;
 }
@@ -448,16 +730,76 @@ void qf_plan_set_hook(qf_plan *p, qf_plan_hook hook, void *ud)
 {
     p->hook = hook;
     p->hook_ud = ud;
+    if (!hook || p->plain) return;
+    /* The hook sees node outputs: with NHWC or fused steps the next run
+     * builds the plan again without them. */
+    for (int i = 0; i < p->nsteps && !p->stale; i++) {
+        const qf_step *s = &p->steps[i];
+        p->stale = s->reorder || s->in_nhwc || s->out_nhwc || s->io.nfused;
+    }
 }
 
 int qf_plan_num_outputs(const qf_plan *p) { return p->g->noutputs; }
 
 const qf_tensor *qf_plan_output(const qf_plan *p, int i)
 {
-    if (i < 0 || i >= p->g->noutputs) return NULL;
-    return &p->vt[p->g->outputs[i]->id];
+    if (i < 0 || i >= p->g->noutputs || !p->outs) return NULL;
+    return p->outs[i];
 }
 
 size_t qf_plan_arena_bytes(const qf_plan *p) { return p->arena_bytes; }
 
 size_t qf_plan_naive_bytes(const qf_plan *p) { return p->naive_bytes; }
+
+int qf_plan_step_count(const qf_plan *p) { return p->nsteps; }
+
+void qf_plan_step_get(const qf_plan *p, int i, qf_plan_step_info *info)
+{
+    const qf_step *s = &p->steps[i];
+    *info = (qf_plan_step_info){.node = s->node, .reorder = s->reorder, .backend = s->backend != NULL,
+                                .in_nhwc = s->in_nhwc, .out_nhwc = s->out_nhwc, .nfused = s->io.nfused,
+                                .fused = s->io.fused};
+}
+
+/* Per slot: "nhwc" / "nchw" for a 4-D activation, "-" for anything else
+ * (weights, constants, other ranks). */
+static void qf_plan_print_slots(FILE *f, const qf_value *const *vs, int n, uint32_t bits)
+{
+    for (int j = 0; j < n; j++) {
+        const qf_value *v = vs[j];
+        bool act = v && v->type.ndim == 4 && (v->producer || v->kind == QF_VALUE_INPUT);
+        fprintf(f, "%s%s", j ? "," : "", !act ? "-" : (bits >> j) & 1u ? "nhwc" : "nchw");
+    }
+}
+
+void qf_plan_print(const qf_plan *p, FILE *f)
+{
+    int nback = 0, nref = 0, nreo = 0, nfused = 0;
+    for (int i = 0; i < p->nsteps; i++) {
+        const qf_step *s = &p->steps[i];
+        if (s->reorder) nreo++;
+        else if (s->backend) nback++;
+        else nref++;
+        nfused += s->io.nfused;
+    }
+    fprintf(f, "plan: %d steps: %d on dnnl, %d on ref, %d reorders; %d nodes fused; arena %.1f MiB\n", p->nsteps,
+            nback, nref, nreo, nfused, (double)p->arena_bytes / (1024.0 * 1024.0));
+    for (int i = 0; i < p->nsteps; i++) {
+        const qf_step *s = &p->steps[i];
+        if (s->reorder) {
+            fprintf(f, "  %3d  reorder  '%s' %s -> %s\n", i, s->reorder->name, s->in_nhwc ? "nhwc" : "nchw",
+                    s->out_nhwc ? "nhwc" : "nchw");
+            continue;
+        }
+        fprintf(f, "  %3d  %-7s  %s '%s' in ", i, s->backend ? "dnnl" : "ref", qf_op_label(s->node), s->node->name);
+        const qf_node *n = s->node;
+        qf_plan_print_slots(f, (const qf_value *const *)n->inputs, n->ninputs, s->in_nhwc);
+        fprintf(f, " out ");
+        const qf_value *outs[1] = {s->io.nfused ? s->io.fused[s->io.nfused - 1]->outputs[0] : NULL};
+        qf_plan_print_slots(f, s->io.nfused ? outs : (const qf_value *const *)n->outputs, s->io.nfused ? 1 : n->noutputs,
+                            s->out_nhwc);
+        for (int k = 0; k < s->io.nfused; k++)
+            fprintf(f, " + %s '%s'", qf_op_label(s->io.fused[k]), s->io.fused[k]->name);
+        fputc('\n', f);
+    }
+}

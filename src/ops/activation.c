@@ -10,6 +10,7 @@
 #include <tgmath.h>
 
 #include "core/parallel.h"
+#include "dnnl_kernels.h"
 #include "kernels.h"
 
 static qf_status act_unsupported_dtype(const qf_node *n, qf_dtype dt)
@@ -361,47 +362,60 @@ static qf_status qf_softmax_forward_f32(const qf_kernel_io *io)
 
 const qf_op_kernels qf_relu_kernels = {
     .infer = qf_relu_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_relu_forward_f32,
 };
 
 const qf_op_kernels qf_relu6_kernels = {
     .infer = qf_relu6_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_relu6_forward_f32,
 };
 
 const qf_op_kernels qf_clip_kernels = {
     .infer = qf_clip_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_clip_forward_f32,
 };
 
 const qf_op_kernels qf_leaky_relu_kernels = {
     .infer = qf_leaky_relu_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_leaky_relu_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(leaky_relu),
 };
 
 const qf_op_kernels qf_sigmoid_kernels = {
     .infer = qf_sigmoid_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_sigmoid_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(sigmoid),
 };
 
 const qf_op_kernels qf_tanh_kernels = {
     .infer = qf_tanh_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_tanh_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(tanh),
 };
 
 const qf_op_kernels qf_erf_kernels = {
     .infer = qf_erf_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_erf_forward_f32,
 };
 
 const qf_op_kernels qf_hard_sigmoid_kernels = {
     .infer = qf_hard_sigmoid_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_hard_sigmoid_forward_f32,
 };
 
 const qf_op_kernels qf_hard_swish_kernels = {
     .infer = qf_hard_swish_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_hard_swish_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(hard_swish),
 };
 
 const qf_op_kernels qf_softmax_kernels = {

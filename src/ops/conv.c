@@ -21,6 +21,7 @@
 #include "core/parallel.h"
 #include "conv.h"
 #include "gemm.h"
+#include "dnnl_kernels.h"
 #include "kernels.h"
 
 static qf_status conv_check_float(const qf_node *n, const qf_tensor *t, const char *what)
@@ -461,6 +462,7 @@ const qf_op_kernels qf_conv_kernels = {
     .state_size = sizeof(qf_conv_state),
     .scratch = conv_scratch,
     .forward_f32 = qf_conv_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(conv),
 };
 
 const qf_op_kernels qf_conv_transpose_kernels = {
@@ -469,4 +471,5 @@ const qf_op_kernels qf_conv_transpose_kernels = {
     .state_size = sizeof(qf_conv_state),
     .scratch = conv_scratch,
     .forward_f32 = qf_conv_transpose_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(conv_transpose),
 };

@@ -134,6 +134,15 @@ qf_status qf_dnnl_try(const qf_node *n, dnnl_status_t s, const char *what);
 qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, bool nhwc);
 #endif /* QF_HAVE_DNNL */
 
+/* Whether the oneDNN kernel of `producer` (Conv, ConvTranspose, Gemm, MatMul,
+ * linear) takes `follower` as a post-op: a unary activation oneDNN computes
+ * exactly as the reference (Relu, relu6, Clip with constant bounds,
+ * LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish) reading the producer's
+ * output or the previous fused node's, or an Add of a float32 operand of the
+ * same shape (a residual: the kernel gets it as post_in). Asked by the plan
+ * in chain order; false in a build without oneDNN. */
+bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower);
+
 /* --- the backend choice (compiled in every build) ------------------------- */
 
 /* Which kernels plans use; the values of qf_engine in qfold/exec.h. */

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "broadcast.h"
+#include "dnnl_kernels.h"
 #include "kernels.h"
 
 static bool ew_dtype_in(qf_dtype dt, const qf_dtype *set, int count)
@@ -509,22 +510,34 @@ static qf_status qf_not_forward_f32(const qf_kernel_io *io)
 
 const qf_op_kernels qf_add_kernels = {
     .infer = qf_add_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .inplace = true,
     .forward_f32 = qf_add_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(add),
 };
 
 const qf_op_kernels qf_sub_kernels = {
     .infer = qf_sub_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .inplace = true,
     .forward_f32 = qf_sub_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(sub),
 };
 
 const qf_op_kernels qf_mul_kernels = {
     .infer = qf_mul_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .inplace = true,
     .forward_f32 = qf_mul_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(mul),
 };
 
 const qf_op_kernels qf_div_kernels = {
     .infer = qf_div_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .inplace = true,
     .forward_f32 = qf_div_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(div),
 };
 
 const qf_op_kernels qf_pow_kernels = {
@@ -534,16 +547,19 @@ const qf_op_kernels qf_pow_kernels = {
 
 const qf_op_kernels qf_sqrt_kernels = {
     .infer = qf_sqrt_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_sqrt_forward_f32,
 };
 
 const qf_op_kernels qf_reciprocal_kernels = {
     .infer = qf_reciprocal_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_reciprocal_forward_f32,
 };
 
 const qf_op_kernels qf_neg_kernels = {
     .infer = qf_neg_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_neg_forward_f32,
 };
 

@@ -876,10 +876,12 @@ const qf_op_kernels qf_pad_kernels = {
 
 const qf_op_kernels qf_identity_kernels = {
     .infer = qf_identity_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_identity_forward_f32,
 };
 
 const qf_op_kernels qf_dropout_kernels = {
     .infer = qf_dropout_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_dropout_forward_f32,
 };

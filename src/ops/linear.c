@@ -7,6 +7,7 @@
 
 #include "broadcast.h"
 #include "gemm.h"
+#include "dnnl_kernels.h"
 #include "kernels.h"
 
 /* Inputs [0, required) present, float32 / float64, all present ones of one
@@ -265,14 +266,17 @@ const qf_op_kernels qf_gemm_kernels = {
     .prepare = qf_gemm_prepare,
     .state_size = sizeof(gemm_state),
     .forward_f32 = qf_gemm_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(gemm),
 };
 
 const qf_op_kernels qf_matmul_kernels = {
     .infer = qf_matmul_infer,
     .forward_f32 = qf_matmul_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(matmul),
 };
 
 const qf_op_kernels qf_linear_kernels = {
     .infer = qf_linear_infer,
     .forward_f32 = qf_linear_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(linear),
 };

@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "broadcast.h"
+#include "dnnl_kernels.h"
 #include "kernels.h"
 
 static const char *const bn_param_names[4] = {"scale", "B", "input_mean", "input_var"};
@@ -292,6 +293,7 @@ static qf_status qf_layer_norm_forward_f32(const qf_kernel_io *io)
 const qf_op_kernels qf_batch_norm_kernels = {
     .infer = qf_batch_norm_infer,
     .forward_f32 = qf_batch_norm_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(batch_norm),
 };
 
 const qf_op_kernels qf_layer_norm_kernels = {

@@ -91,6 +91,18 @@ typedef struct qf_op_kernels {
     qf_kernel_fn backward_f32;  /* training; NULL until the op has one */
     qf_kernel_fn forward_s8;    /* integer kernel; NULL until the op has one */
     const qf_backend_kernels *dnnl; /* oneDNN columns (QF_DNNL_KERNELS); NULL: reference only */
+    /* QF_LAYOUT_NHWC: forward_f32 computes the same whatever the memory
+     * order of its operands, as long as all have one (elementwise kernels:
+     * the plan passes them same-shape operands, or one-element ones, in
+     * channels-last order and the kernel never knows). 0: NCHW only. */
+    unsigned layouts;
+    /* forward_f32 may write its output over an input of the output's shape
+     * and dtype (each element read before it is written: elementwise
+     * arithmetic), and the backend's kernel over the first such input (as
+     * oneDNN's binary primitive over src0) in the output's layout; the plan
+     * then lets the output take the memory of such an input that is read for
+     * the last time. */
+    bool inplace;
 } qf_op_kernels;
 
 /* `.dnnl = QF_DNNL_KERNELS(conv)` points at qf_conv_dnnl (defined in

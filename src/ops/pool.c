@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "dnnl_kernels.h"
 #include "kernels.h"
 #include "spatial.h"
 
@@ -482,6 +483,7 @@ const qf_op_kernels qf_max_pool_kernels = {
     .prepare = qf_max_pool_prepare,
     .state_size = sizeof(pool_state),
     .forward_f32 = qf_max_pool_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(max_pool),
 };
 
 const qf_op_kernels qf_avg_pool_kernels = {
@@ -489,11 +491,13 @@ const qf_op_kernels qf_avg_pool_kernels = {
     .prepare = qf_avg_pool_prepare,
     .state_size = sizeof(pool_state),
     .forward_f32 = qf_avg_pool_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(avg_pool),
 };
 
 const qf_op_kernels qf_global_avg_pool_kernels = {
     .infer = qf_global_avg_pool_infer,
     .forward_f32 = qf_global_avg_pool_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(global_avg_pool),
 };
 
 const qf_op_kernels qf_reduce_mean_kernels = {

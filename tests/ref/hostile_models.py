@@ -179,12 +179,15 @@ def case_conv_transpose_group(d):
 def case_arena_over_limit(d):
     # Each Expand is 512 GiB (under the 1 TiB tensor limit), the Add needs three
     # at once: the plan is refused as bad input before anything is allocated.
+    # a and b are graph outputs too: else the Add would write over one of them
+    # (elementwise arithmetic runs in place over an operand read for the last
+    # time) and two buffers, 1 TiB, would pass the limit.
     c = f32("one", [1.0])
     s = i64("s", [2**27, 2**10])
     nodes = [helper.make_node("Expand", ["one", "s"], ["a"], name="ea"),
              helper.make_node("Expand", ["one", "s"], ["b"], name="eb"),
              helper.make_node("Add", ["a", "b"], ["y"], name="sum")]
-    return model(d, nodes, [c, s], x_shape=None), 2, ["sum", "live activations"]
+    return model(d, nodes, [c, s], x_shape=None, outputs=("y", "a", "b")), 2, ["sum", "live activations"]
 
 
 def case_plan_out_of_memory(d):

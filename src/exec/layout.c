@@ -1,0 +1,344 @@
+/* Layout planning and post-op fusion for a plan (see exec_impl.h).
+ *
+ * Backend kernels that take channels-last run several times faster on it,
+ * and converting around each call would cost more than the kernel on
+ * depthwise / pointwise convs, so the layout is decided for the whole plan:
+ *
+ *   x(NCHW) ─reorder─▶ x' ─Conv+Relu─▶ a ─Conv─▶ b ─Add(b, x')+Relu─▶ y ─reorder─▶ y(NCHW)
+ *                      └──────────────────── NHWC ───────────────────┘
+ *
+ * 1. Fusion: a backend Conv / ConvTranspose / Gemm / MatMul absorbs the
+ *    activations (and a residual Add) that follow it when the value between
+ *    has no other reader, is no graph output, and qf_dnnl_can_fuse agrees;
+ *    the absorbed nodes do not run, the producer writes the last one's output.
+ * 2. Groups: values joined through a layout-agnostic reference kernel (the
+ *    elementwise ones: relu, same-shape add, ...) must share a layout; a
+ *    union-find over value ids makes the groups. A group is NHWC when a
+ *    backend kernel that takes NHWC reads or writes one of its values.
+ * 3. Reorders: a value is written in its group's layout unless its writer
+ *    only writes NCHW (a reference kernel that is not agnostic) or it is a
+ *    graph input; a reorder step makes the other layout once, after the
+ *    writer, when some reader needs it (an NCHW-only kernel, a graph output,
+ *    a backend kernel reading an NCHW-made value of an NHWC group).
+ */
+#include <string.h>
+
+#include "../core/parallel.h"
+#include "../ops/dnnl.h"
+#include "exec_impl.h"
+
+/* Whether the backend computes follower f as a post-op of producer p. */
+static bool lay_can_fuse(const qf_node *p, const qf_node *f) { return qf_dnnl_can_fuse(p, f); }
+
+static bool lay_eligible(const qf_value *v)
+{
+    return v && v->type.dtype == QF_DTYPE_F32 && v->type.ndim == 4 && !v->type.data &&
+           (v->producer || v->kind == QF_VALUE_INPUT);
+}
+
+static int lay_find(int *parent, int x)
+{
+    while (parent[x] != x) {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    return x;
+}
+
+static void lay_union(int *parent, int a, int b)
+{
+    a = lay_find(parent, a);
+    b = lay_find(parent, b);
+    if (a != b) parent[a] = b;
+}
+
+/* The kernel of plan node i takes NHWC (a backend kernel that says so). */
+static bool lay_backend_nhwc(const qf_layout *L, int i)
+{
+    const qf_op_kernels *k = qf_op_kernels_get(L->nodes[i]->op);
+    return !L->plain && L->np[i].cap == QF_CAP_FULL && k->dnnl && (k->dnnl->layouts & QF_LAYOUT_NHWC);
+}
+
+/* Same bytes in NCHW and NHWC: 1x1 spatial, or one channel. */
+static bool lay_free_shape(const qf_tensor *t)
+{
+    return t->ndim == 4 && (t->dims[1] <= 1 || t->dims[2] * t->dims[3] <= 1);
+}
+
+/* A reference kernel that is layout-agnostic here: an elementwise kernel
+ * (qf_op_kernels.layouts) with a 4-D float output whose inputs are 4-D
+ * activations (of the output's shape, or broadcast to it), tensors whose
+ * bytes are the same in both layouts, or single elements. Run channels-last,
+ * it gets views with the dims permuted to N, H, W, C, so that its
+ * broadcasting follows the memory (plan.c). */
+static bool lay_agnostic(const qf_layout *L, int i)
+{
+    const qf_node *n = L->nodes[i];
+    const qf_op_kernels *k = qf_op_kernels_get(n->op);
+    if (L->plain || L->np[i].cap != QF_CAP_REF || !(k->layouts & QF_LAYOUT_NHWC) || n->noutputs < 1) return false;
+    const qf_tensor *o = &n->outputs[0]->type;
+    if (o->ndim != 4 || o->dtype != QF_DTYPE_F32) return false;
+    for (int j = 0; j < n->ninputs; j++) {
+        const qf_value *v = n->inputs[j];
+        if (!v || qf_tensor_numel(&v->type) == 1) continue;
+        if (v->type.dtype != o->dtype || v->type.ndim != 4) return false;
+        if (!lay_eligible(v) && !lay_free_shape(&v->type)) return false; /* a constant stored NCHW */
+    }
+    return true;
+}
+
+/* Input slot j of node n carries activations in the node's layout (data
+ * slots), not weights. */
+static bool lay_data_slot(const qf_node *n, int j) { return qf_op_input_role(n->op, j) == QF_ROLE_DATA; }
+
+/* The plan index of the step that writes v (-1: a graph input or constant). */
+static int lay_writer(const qf_layout *L, const qf_value *v)
+{
+    if (!v->producer) return -1;
+    int i = L->pos[v->producer->id];
+    return L->np[i].fused_into >= 0 ? L->np[i].fused_into : i;
+}
+
+static void lay_fuse(qf_layout *L)
+{
+    for (int i = 0; i < L->nnodes; i++) {
+        qf_node_plan *np = &L->np[i];
+        const qf_node *p = L->nodes[i];
+        np->first = L->nfused_total;
+        if (L->plain || np->cap != QF_CAP_FULL || np->fused_into >= 0 || p->noutputs != 1) continue;
+        const qf_value *cur = p->outputs[0];
+        while (np->nfused < QF_FUSE_MAX) {
+            if (cur->is_output || cur->nuses != 1) break;
+            const qf_node *f = cur->uses[0].node;
+            int fi = L->pos[f->id];
+            if (L->np[fi].fused_into >= 0 || f->noutputs != 1) break;
+            const qf_value *fo = f->outputs[0];
+            if (fo->type.dtype != cur->type.dtype ||
+                !qf_shape_equal(fo->type.ndim, fo->type.dims, cur->type.ndim, cur->type.dims))
+                break;
+            /* A binary post-op reads its other operand (post_in): it must be
+             * written before the producer runs, with the same shape. A
+             * one-element constant (a Clip bound) is read from the node. */
+            const qf_value *other = NULL;
+            int nact = 0, nother = 0;
+            for (int j = 0; j < f->ninputs; j++) {
+                const qf_value *v = f->inputs[j];
+                if (v == cur) nact++;
+                else if (v && !(v->type.data && qf_tensor_numel(&v->type) == 1)) {
+                    other = v;
+                    nother++;
+                }
+            }
+            if (nact != 1 || nother > 1) break;
+            if (other) {
+                /* The kernel reads it in its output's layout: a constant
+                 * (stored NCHW) only where both layouts are the same bytes. */
+                bool constant = !other->producer && other->kind != QF_VALUE_INPUT;
+                if (constant && other->type.ndim == 4 && !lay_free_shape(&other->type)) break;
+                if (other->type.dtype != cur->type.dtype ||
+                    !qf_shape_equal(other->type.ndim, other->type.dims, cur->type.ndim, cur->type.dims))
+                    break;
+                if (lay_writer(L, other) >= i) break;
+            }
+            if (!lay_can_fuse(p, f)) break;
+            L->fused[L->nfused_total] = f;
+            L->post[L->nfused_total] = other;
+            L->nfused_total++;
+            np->nfused++;
+            L->np[fi].fused_into = i;
+            cur = fo;
+        }
+    }
+}
+
+int qf_layout_read(const qf_layout *L, int i, int slot)
+{
+    const qf_node *n = L->nodes[i];
+    const qf_value *v = n->inputs[slot];
+    if (slot >= 32 || !v || !L->vp[v->id].eligible) return 0;
+    const qf_value_plan *vp = &L->vp[v->id];
+    if (lay_backend_nhwc(L, i)) return lay_data_slot(n, slot) ? (vp->free ? 1 : vp->group) : 0;
+    if (vp->free) return 0;
+    if (lay_agnostic(L, i)) return vp->group;
+    return 0;
+}
+
+int qf_layout_write(const qf_layout *L, int i, const qf_value *v)
+{
+    const qf_value_plan *vp = &L->vp[v->id];
+    if (!vp->eligible) return 0;
+    if (lay_backend_nhwc(L, i)) return vp->free ? 1 : vp->group;
+    if (vp->free) return 0;
+    if (lay_agnostic(L, i)) return vp->group;
+    return 0;
+}
+
+/* The value step i writes as its output o: with post-ops, output 0 is the
+ * last fused node's. */
+static const qf_value *lay_out(const qf_layout *L, int i, int o)
+{
+    const qf_node_plan *np = &L->np[i];
+    if (o == 0 && np->nfused) return L->fused[np->first + np->nfused - 1]->outputs[0];
+    return L->nodes[i]->outputs[o];
+}
+
+/* Values written by no step: the ones inside a fused chain. */
+static bool lay_live(const qf_layout *L, const qf_value *v)
+{
+    if (!v->producer) return true;
+    const qf_node_plan *np = &L->np[L->pos[v->producer->id]];
+    if (np->nfused > 0) return false;
+    if (np->fused_into < 0) return true;
+    return lay_out(L, np->fused_into, 0) == v;
+}
+
+/* Groups: values an agnostic kernel joins, and a residual with the output
+ * of the kernel that adds it; a group is NHWC when a backend kernel that
+ * takes NHWC touches one of its values. */
+static void lay_groups(qf_layout *L, const qf_graph *g)
+{
+    const int nv = g->nvalues;
+    int *parent = L->parent;
+    unsigned char *want = L->want;
+    for (int id = 0; id < nv; id++) {
+        parent[id] = id;
+        want[id] = 0;
+    }
+    for (int i = 0; i < L->nnodes; i++) {
+        const qf_node_plan *np = &L->np[i];
+        if (np->fused_into >= 0) continue;
+        const qf_node *n = L->nodes[i];
+        const qf_value *out0 = lay_out(L, i, 0);
+        const qf_value_plan *vo = &L->vp[out0->id];
+        if (lay_backend_nhwc(L, i)) {
+            for (int j = 0; j < n->ninputs; j++)
+                if (n->inputs[j] && lay_data_slot(n, j)) want[n->inputs[j]->id] = 1;
+            for (int o = 0; o < n->noutputs; o++) want[lay_out(L, i, o)->id] = 1;
+            for (int f = 0; f < np->nfused; f++) {
+                const qf_value *b = L->post[np->first + f];
+                if (b && L->vp[b->id].eligible && !L->vp[b->id].free && vo->eligible && !vo->free)
+                    lay_union(parent, b->id, out0->id);
+            }
+        } else if (lay_agnostic(L, i) && vo->eligible && !vo->free) {
+            for (int j = 0; j < n->ninputs; j++) {
+                const qf_value *v = n->inputs[j];
+                if (v && L->vp[v->id].eligible && !L->vp[v->id].free) lay_union(parent, v->id, out0->id);
+            }
+            for (int o = 1; o < n->noutputs; o++) {
+                const qf_value *v = n->outputs[o];
+                if (L->vp[v->id].eligible && !L->vp[v->id].free) lay_union(parent, v->id, out0->id);
+            }
+        }
+    }
+    for (int id = 0; id < nv; id++)
+        if (want[id] && L->vp[id].eligible && !L->vp[id].free) want[lay_find(parent, id)] = 1;
+    for (int id = 0; id < nv; id++)
+        if (L->vp[id].eligible && !L->vp[id].free) L->vp[id].group = want[lay_find(parent, id)] ? 1 : 0;
+}
+
+void qf_layout_plan(qf_layout *L, const qf_graph *g)
+{
+    const int nv = g->nvalues;
+    for (int i = 0; i < L->nnodes; i++) {
+        L->np[i].fused_into = -1;
+        L->np[i].nfused = 0;
+        L->np[i].first = 0;
+        L->np[i].in_nhwc = L->np[i].out_nhwc = 0;
+    }
+    L->nfused_total = 0;
+    lay_fuse(L);
+
+    memset(L->vp, 0, sizeof *L->vp * (size_t)(nv ? nv : 1));
+    for (int id = 0; id < nv; id++) {
+        const qf_value *v = g->values[id];
+        if (!v) continue;
+        qf_value_plan *vp = &L->vp[id];
+        vp->live = lay_live(L, v);
+        if (!lay_eligible(v) || !vp->live) continue;
+        vp->eligible = 1;
+        vp->free = lay_free_shape(&v->type);
+    }
+    lay_groups(L, g);
+
+    /* What each step reads and writes, and so which values need the other
+     * layout made once by a reorder. */
+    for (int i = 0; i < L->nnodes; i++) {
+        qf_node_plan *np = &L->np[i];
+        if (np->fused_into >= 0) continue;
+        const qf_node *n = L->nodes[i];
+        for (int j = 0; j < n->ninputs; j++) {
+            const qf_value *v = n->inputs[j];
+            if (!v) continue;
+            int r = qf_layout_read(L, i, j);
+            if (r) np->in_nhwc |= 1u << j;
+            L->vp[v->id].reads |= (unsigned char)(1u << r);
+        }
+        for (int o = 0; o < n->noutputs && o < 32; o++) {
+            const qf_value *v = lay_out(L, i, o);
+            int w = qf_layout_write(L, i, v);
+            if (w) np->out_nhwc |= 1u << o;
+            L->vp[v->id].made = (unsigned char)w;
+        }
+        const int w0 = (int)(np->out_nhwc & 1u);
+        for (int f = 0; f < np->nfused; f++) {
+            const qf_value *b = L->post[np->first + f];
+            if (b) L->vp[b->id].reads |= (unsigned char)(1u << w0);
+        }
+    }
+    for (int k = 0; k < g->noutputs; k++) L->vp[g->outputs[k]->id].reads |= 1u;
+    for (int id = 0; id < nv; id++) {
+        qf_value_plan *vp = &L->vp[id];
+        if (!vp->eligible || vp->free) continue;
+        vp->alt = (vp->reads >> (vp->made ? 0 : 1)) & 1u;
+    }
+}
+
+/* --- the reorder kernel ---------------------------------------------------- */
+
+typedef struct lay_transpose {
+    const float *src;
+    float *dst;
+    int64_t rows, cols; /* per image: src is rows x cols, dst cols x rows */
+    int64_t tiles_r, tiles_c;
+} lay_transpose;
+
+enum { LAY_TILE = 32 };
+
+/* Tile t of the images' rows x cols matrices, transposed: reads and writes
+ * both stay within a few cache lines per row of the tile. */
+static void lay_transpose_body(void *ctx, int64_t lo, int64_t hi)
+{
+    const lay_transpose *c = ctx;
+    const int64_t per_image = c->tiles_r * c->tiles_c;
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t img = t / per_image, rem = t % per_image;
+        int64_t r0 = rem / c->tiles_c * LAY_TILE, c0 = rem % c->tiles_c * LAY_TILE;
+        int64_t r1 = r0 + LAY_TILE < c->rows ? r0 + LAY_TILE : c->rows;
+        int64_t c1 = c0 + LAY_TILE < c->cols ? c0 + LAY_TILE : c->cols;
+        const float *s = c->src + img * c->rows * c->cols;
+        float *d = c->dst + img * c->rows * c->cols;
+        for (int64_t r = r0; r < r1; r++)
+            for (int64_t k = c0; k < c1; k++) d[k * c->rows + r] = s[r * c->cols + k];
+    }
+}
+
+qf_status qf_exec_reorder(const qf_kernel_io *io)
+{
+    const qf_tensor *x = io->in[0];
+    qf_tensor *y = io->out[0];
+    int64_t n = x->dims[0], ch = x->dims[1], sp = 1;
+    for (int d = 2; d < x->ndim; d++) sp *= x->dims[d];
+    const bool to_nhwc = io->out_nhwc & 1u;
+    if ((io->in_nhwc & 1u) == (io->out_nhwc & 1u) || ch <= 1 || sp <= 1) {
+        memcpy(y->data, x->data, qf_tensor_nbytes(x));
+        return QF_OK;
+    }
+    /* NCHW -> NHWC transposes each image's C x HW matrix, NHWC -> NCHW its
+     * HW x C one. */
+    lay_transpose c = {.src = x->data, .dst = y->data, .rows = to_nhwc ? ch : sp, .cols = to_nhwc ? sp : ch};
+    c.tiles_r = (c.rows + LAY_TILE - 1) / LAY_TILE;
+    c.tiles_c = (c.cols + LAY_TILE - 1) / LAY_TILE;
+    int64_t tiles = n * c.tiles_r * c.tiles_c;
+    if (tiles > 0) qf_parallel_for(tiles, 4, lay_transpose_body, &c);
+    return QF_OK;
+}

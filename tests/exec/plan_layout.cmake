@@ -1,0 +1,20 @@
+# The plan's layout planning and post-op fusion (src/exec/layout.c): layouts,
+# reorders and fused nodes on small graphs, outputs and hooks against the
+# reference engine's plan.
+add_executable(test_plan_layout ${CMAKE_CURRENT_LIST_DIR}/test_plan_layout.c)
+target_compile_options(test_plan_layout PRIVATE ${QF_WARNINGS})
+target_include_directories(test_plan_layout PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
+target_link_libraries(test_plan_layout PRIVATE qfold_static m)
+add_test(NAME exec_plan_layout COMMAND test_plan_layout)
+set_tests_properties(exec_plan_layout PROPERTIES LABELS "exec" TIMEOUT 120)
+
+# The plans of two torch reference models (tests/ref.cmake's fixture) under
+# the oneDNN backend (NHWC throughout, post-ops, one reorder), and `qfold run`
+# with them against the reference kernels, BatchNorm kept and fused.
+foreach(m resnet18 mobilenet_v2)
+  add_test(NAME exec_engine_parity_${m}
+    COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/engine_parity.py $<TARGET_FILE:qfold> ${QF_TEST_WORK}/models ${m}
+            ${QF_TEST_WORK}/engine_parity)
+  set_tests_properties(exec_engine_parity_${m} PROPERTIES FIXTURES_REQUIRED ref_models LABELS "exec"
+                       TIMEOUT 300 SKIP_RETURN_CODE 77)
+endforeach()

@@ -1,0 +1,476 @@
+/* The plan's layout planning and post-op fusion (src/exec/layout.c): on
+ * small graphs, which steps run channels-last, which nodes are fused and
+ * where reorders go, and that the outputs (and what a per-step hook sees)
+ * match the reference engine's plan within 1e-5 relative.
+ *
+ *   test_plan_layout
+ *
+ * The layout checks need the oneDNN backend with its Conv kernel; without it
+ * (a build with -DQF_ONEDNN=OFF, no libdnnl on the machine) only the
+ * engine-independent checks run and the test says so. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "exec/exec_impl.h"
+#include "qfold/exec.h"
+#include "qfold/graph.h"
+#include "tools/qf_check.h"
+
+static bool have_dnnl; /* the backend loads and runs Conv */
+
+/* --- building graphs ------------------------------------------------------ */
+
+static uint32_t rng_state = 12345;
+
+static float frand(void)
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static qf_value *rand_const(qf_graph *g, const char *name, int ndim, const int64_t *dims, float scale)
+{
+    qf_tensor t;
+    if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
+    float *d = t.data;
+    for (int64_t i = 0; i < qf_tensor_numel(&t); i++) d[i] = frand() * scale;
+    return qf_graph_add_constant(g, name, QF_VALUE_PARAMETER, &t);
+}
+
+/* n's output, its shape inferred (the next node's weights depend on it). */
+static qf_value *inferred(qf_graph *g, qf_node *n)
+{
+    CHECK_OK(qf_node_infer(g, n));
+    return n->outputs[0];
+}
+
+/* Conv k x k, pad k/2, stride 1: cin -> cout channels. */
+static qf_value *conv(qf_graph *g, const char *name, qf_value *x, int64_t cout, int64_t k)
+{
+    char wn[64], bn[64];
+    snprintf(wn, sizeof wn, "%s.w", name);
+    snprintf(bn, sizeof bn, "%s.b", name);
+    int64_t wd[4] = {cout, x->type.dims[1], k, k}, bd[1] = {cout};
+    qf_value *in[3] = {x, rand_const(g, wn, 4, wd, 0.3f), rand_const(g, bn, 1, bd, 0.1f)};
+    qf_node *n = qf_graph_add_node(g, QF_OP_CONV, name, 3, in, 1);
+    int64_t pads[4] = {k / 2, k / 2, k / 2, k / 2};
+    CHECK_OK(qf_node_set_attr_ints(g, n, "pads", pads, 4));
+    return inferred(g, n);
+}
+
+static qf_value *unary(qf_graph *g, qf_op op, const char *name, qf_value *x)
+{
+    return inferred(g, qf_graph_add_node(g, op, name, 1, &x, 1));
+}
+
+static qf_value *binary(qf_graph *g, qf_op op, const char *name, qf_value *a, qf_value *b)
+{
+    qf_value *in[2] = {a, b};
+    return inferred(g, qf_graph_add_node(g, op, name, 2, in, 1));
+}
+
+static qf_value *pool(qf_graph *g, qf_op op, const char *name, qf_value *x)
+{
+    qf_node *n = qf_graph_add_node(g, op, name, 1, &x, 1);
+    int64_t k[2] = {2, 2};
+    CHECK_OK(qf_node_set_attr_ints(g, n, "kernel_shape", k, 2));
+    CHECK_OK(qf_node_set_attr_ints(g, n, "strides", k, 2));
+    return inferred(g, n);
+}
+
+static qf_value *gemm(qf_graph *g, const char *name, qf_value *x, int64_t nout)
+{
+    char wn[64], bn[64];
+    snprintf(wn, sizeof wn, "%s.w", name);
+    snprintf(bn, sizeof bn, "%s.b", name);
+    int64_t wd[2] = {nout, x->type.dims[1]}, bd[1] = {nout};
+    qf_value *in[3] = {x, rand_const(g, wn, 2, wd, 0.1f), rand_const(g, bn, 1, bd, 0.1f)};
+    qf_node *n = qf_graph_add_node(g, QF_OP_GEMM, name, 3, in, 1);
+    CHECK_OK(qf_node_set_attr_int(g, n, "transB", 1));
+    return inferred(g, n);
+}
+
+/* --- running and comparing ----------------------------------------------- */
+
+typedef struct plan_stats {
+    int steps, reorders, backend, fused;
+} plan_stats;
+
+static plan_stats stats(const qf_plan *p)
+{
+    plan_stats s = {0};
+    s.steps = qf_plan_step_count(p);
+    for (int i = 0; i < s.steps; i++) {
+        qf_plan_step_info info;
+        qf_plan_step_get(p, i, &info);
+        s.reorders += info.reorder != NULL;
+        s.backend += info.backend;
+        s.fused += info.nfused;
+    }
+    return s;
+}
+
+/* The step that runs node `name` (itself or fused), -1 if none. */
+static int step_of(const qf_plan *p, const char *name, qf_plan_step_info *out)
+{
+    for (int i = 0; i < qf_plan_step_count(p); i++) {
+        qf_plan_step_info info;
+        qf_plan_step_get(p, i, &info);
+        bool hit = !info.reorder && info.node && !strcmp(info.node->name, name);
+        for (int k = 0; k < info.nfused; k++) hit |= !strcmp(info.fused[k]->name, name);
+        if (hit) {
+            if (out) *out = info;
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* Is value `name` reordered by some step? */
+static bool reordered(const qf_plan *p, const char *name)
+{
+    for (int i = 0; i < qf_plan_step_count(p); i++) {
+        qf_plan_step_info info;
+        qf_plan_step_get(p, i, &info);
+        if (info.reorder && !strcmp(info.reorder->name, name)) return true;
+    }
+    return false;
+}
+
+static double rel_diff(const qf_tensor *a, const qf_tensor *b)
+{
+    if (qf_tensor_numel(a) != qf_tensor_numel(b)) return INFINITY;
+    const float *x = a->data, *y = b->data;
+    double md = 0, mref = 0;
+    for (int64_t i = 0; i < qf_tensor_numel(a); i++) {
+        double d = fabs((double)x[i] - y[i]);
+        if (!(d <= md)) md = d;
+        if (fabs(y[i]) > mref) mref = fabs(y[i]);
+    }
+    return md / (mref > 1e-6 ? mref : 1e-6);
+}
+
+static qf_tensor input_for(const qf_graph *g)
+{
+    qf_tensor x;
+    const qf_value *v = g->inputs[0];
+    CHECK_OK(qf_tensor_init(&x, QF_DTYPE_F32, v->type.ndim, v->type.dims));
+    float *d = x.data;
+    for (int64_t i = 0; i < qf_tensor_numel(&x); i++) d[i] = frand();
+    return x;
+}
+
+/* Builds the plan of `engine`, runs it on x, and copies its outputs. */
+static qf_plan *plan_run(qf_graph *g, qf_engine engine, const qf_tensor *x)
+{
+    CHECK_OK(qf_set_engine(engine));
+    qf_plan *p = NULL;
+    qf_status st = qf_plan_init(&p, g);
+    CHECK_OK(st);
+    if (st != QF_OK) return NULL;
+    const qf_tensor *feed[] = {x};
+    CHECK_OK(qf_plan_run(p, feed, 1));
+    return p;
+}
+
+/* Runs g on both engines, compares every output, returns the dnnl plan
+ * (NULL without the backend) for the caller's layout checks. */
+static qf_plan *compare_engines(qf_graph *g, const char *what)
+{
+    qf_tensor x = input_for(g);
+    qf_plan *ref = plan_run(g, QF_ENGINE_REF, &x);
+    REQUIRE(ref != NULL, "%s: reference plan", what);
+    plan_stats rs = stats(ref);
+    CHECKF(rs.reorders == 0 && rs.backend == 0 && rs.fused == 0, "%s: the ref plan has %d reorders, %d fused",
+           what, rs.reorders, rs.fused);
+    qf_plan *dn = NULL;
+    if (have_dnnl) {
+        dn = plan_run(g, QF_ENGINE_DNNL, &x);
+        for (int o = 0; dn && o < qf_plan_num_outputs(ref); o++) {
+            double r = rel_diff(qf_plan_output(dn, o), qf_plan_output(ref, o));
+            CHECKF(r <= 1e-5, "%s: output %d: dnnl vs ref relative difference %.3g > 1e-5", what, o, r);
+        }
+        if (dn && qf_check_failed_now) qf_plan_print(dn, stderr);
+    }
+    qf_plan_free(ref);
+    qf_tensor_free(&x);
+    return dn;
+}
+
+/* --- cases ------------------------------------------------------------------- */
+
+/* x -> Conv+Relu -> a -> Conv -> Add(., a) -> Relu -> y: everything runs
+ * channels-last, the two convs carry the Relu / Add+Relu as post-ops, and the
+ * only reorders are the input's and the output's. */
+static void test_residual(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 16, 9, 7};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = unary(g, QF_OP_RELU, "r1", conv(g, "c1", x, 16, 3));
+    qf_value *b = conv(g, "c2", a, 16, 3);
+    qf_value *y = unary(g, QF_OP_RELU, "r2", binary(g, QF_OP_ADD, "add", b, a));
+    CHECK_OK(qf_graph_add_output(g, y));
+    qf_plan *p = compare_engines(g, "residual");
+    if (p) {
+        plan_stats s = stats(p);
+        CHECKF(s.reorders == 2 && reordered(p, "x") && reordered(p, y->name), "residual: %d reorders, want 2",
+               s.reorders);
+        CHECKF(s.steps == 4 && s.backend == 2 && s.fused == 3, "residual: %d steps, %d on dnnl, %d fused",
+               s.steps, s.backend, s.fused);
+        qf_plan_step_info c1, c2;
+        CHECK(step_of(p, "r1", &c1) >= 0 && !strcmp(c1.node->name, "c1") && c1.in_nhwc == 1 && c1.out_nhwc == 1);
+        CHECK(step_of(p, "r2", &c2) >= 0 && !strcmp(c2.node->name, "c2") && c2.nfused == 2 && c2.out_nhwc == 1);
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* x -> Conv+Relu -> Flatten -> Gemm: Flatten needs NCHW, so the conv's
+ * output is reordered once before it (and the input once). */
+static void test_flatten(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {3, 5, 6, 6};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *r = unary(g, QF_OP_RELU, "r", conv(g, "c", x, 7, 3));
+    qf_value *f = unary(g, QF_OP_FLATTEN, "flat", r);
+    CHECK_OK(qf_graph_add_output(g, gemm(g, "fc", f, 10)));
+    qf_plan *p = compare_engines(g, "flatten");
+    if (p) {
+        plan_stats s = stats(p);
+        CHECKF(s.reorders == 2 && reordered(p, "x") && reordered(p, r->name), "flatten: %d reorders, want 2",
+               s.reorders);
+        qf_plan_step_info fl;
+        CHECK(step_of(p, "flat", &fl) >= 0 && !fl.backend && fl.in_nhwc == 0);
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* Two convs -> Concat (reference, NCHW only) -> Conv: the convs' outputs
+ * come back to NCHW for the concat, its output goes to NHWC for the conv. */
+static void test_concat(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {1, 8, 10, 10};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = conv(g, "ca", x, 5, 3), *b = conv(g, "cb", x, 6, 1);
+    qf_value *in[2] = {a, b};
+    qf_node *cat = qf_graph_add_node(g, QF_OP_CONCAT, "cat", 2, in, 1);
+    CHECK_OK(qf_node_set_attr_int(g, cat, "axis", 1));
+    qf_value *y = conv(g, "cc", inferred(g, cat), 4, 3);
+    CHECK_OK(qf_graph_add_output(g, y));
+    qf_plan *p = compare_engines(g, "concat");
+    if (p) {
+        plan_stats s = stats(p);
+        CHECKF(s.reorders == 5 && reordered(p, a->name) && reordered(p, b->name) &&
+                   reordered(p, cat->outputs[0]->name),
+               "concat: %d reorders, want 5 (x, both conv outputs, the concat's, y)", s.reorders);
+        qf_plan_step_info ci;
+        CHECK(step_of(p, "cat", &ci) >= 0 && !ci.backend && ci.in_nhwc == 0 && ci.out_nhwc == 0);
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* A graph output in the middle of a channels-last chain is read in NCHW
+ * (its own reorder), and the node producing it is not fused away; a value
+ * that is a graph output is never the inside of a fused chain. */
+static void test_middle_output(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 4, 8, 8};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *c1 = conv(g, "c1", x, 8, 3);
+    qf_value *r1 = unary(g, QF_OP_RELU, "r1", c1);
+    qf_value *c2 = conv(g, "c2", r1, 8, 3);
+    qf_value *r2 = unary(g, QF_OP_RELU, "r2", c2);
+    CHECK_OK(qf_graph_add_output(g, r2));
+    CHECK_OK(qf_graph_add_output(g, r1)); /* the middle, after Relu */
+    CHECK_OK(qf_graph_add_output(g, c2)); /* before a Relu: no fusion of r2 */
+    qf_plan *p = compare_engines(g, "middle output");
+    if (p) {
+        plan_stats s = stats(p);
+        CHECKF(s.reorders == 4, "middle output: %d reorders, want 4 (x, r1, c2, r2)", s.reorders);
+        qf_plan_step_info i1, i2;
+        CHECK(step_of(p, "r1", &i1) >= 0 && !strcmp(i1.node->name, "c1") && i1.nfused == 1);
+        CHECK(step_of(p, "r2", &i2) >= 0 && !strcmp(i2.node->name, "r2"));
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* Conv -> MaxPool -> Relu -> AveragePool -> GlobalAveragePool -> Flatten ->
+ * Gemm: pools run channels-last, the global pool's 1x1 output is the same
+ * bytes in both layouts, so only the input is reordered. */
+static void test_pools(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 3, 12, 12};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *v = pool(g, QF_OP_MAX_POOL, "mp", conv(g, "c", x, 16, 3));
+    v = pool(g, QF_OP_AVG_POOL, "ap", unary(g, QF_OP_RELU, "r", v));
+    v = unary(g, QF_OP_FLATTEN, "flat", unary(g, QF_OP_GLOBAL_AVG_POOL, "gap", v));
+    CHECK_OK(qf_graph_add_output(g, gemm(g, "fc", v, 5)));
+    qf_plan *p = compare_engines(g, "pools");
+    if (p) {
+        plan_stats s = stats(p);
+        CHECKF(s.reorders == 1 && reordered(p, "x"), "pools: %d reorders, want 1 (x)", s.reorders);
+        qf_plan_step_info mp;
+        CHECK(step_of(p, "mp", &mp) >= 0 && mp.in_nhwc == 1 && mp.out_nhwc == 1);
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* A squeeze-excite block: x -> Conv -> a; s = Sigmoid(Conv(GAP(a))) [N,C,1,1];
+ * Mul(a, s) broadcasts s over the spatial dims, and so does Sub(s, m), whose
+ * broadcast first operand the backend's binary kernel does not take: the
+ * reference Sub runs channels-last on views with permuted dims (s, 1x1, is the
+ * same bytes in both layouts), so nothing is reordered inside. An Add of a
+ * constant stored NCHW is not fused (the post-op would read it in the conv's
+ * layout). */
+static void test_broadcast(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 6, 7, 5};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = conv(g, "c1", x, 12, 3);
+    qf_value *sq = unary(g, QF_OP_SIGMOID, "sig", conv(g, "c2", unary(g, QF_OP_GLOBAL_AVG_POOL, "gap", a), 12, 1));
+    qf_value *m = binary(g, QF_OP_MUL, "mul", a, sq);
+    qf_value *y = conv(g, "c3", binary(g, QF_OP_SUB, "sub", sq, m), 4, 3);
+    int64_t cd[4] = {2, 4, 7, 5};
+    qf_value *z = binary(g, QF_OP_ADD, "addc", y, rand_const(g, "cst", 4, cd, 1.0f));
+    CHECK_OK(qf_graph_add_output(g, z));
+    qf_plan *p = compare_engines(g, "broadcast");
+    if (p) {
+        plan_stats s = stats(p);
+        CHECKF(s.reorders <= 2 && reordered(p, "x"), "broadcast: %d reorders, want x's and at most one more",
+               s.reorders);
+        qf_plan_step_info mi, si, c3;
+        CHECK(step_of(p, "mul", &mi) >= 0 && mi.out_nhwc == 1);
+        CHECK(step_of(p, "sub", &si) >= 0 && !si.backend && si.in_nhwc == 2 && si.out_nhwc == 1);
+        CHECK(step_of(p, "c3", &c3) >= 0 && c3.nfused == 0);
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* Elementwise arithmetic writes over an operand it reads for the last time:
+ * a = -x; b = a + a (over a); c = b * x (b is read again: a new buffer);
+ * e = c - b (over c or b): two buffers where there would be four. */
+static void test_inplace(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 3, 16, 16};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = unary(g, QF_OP_NEG, "neg", x);
+    qf_value *b = binary(g, QF_OP_ADD, "add", a, a);     /* over a */
+    qf_value *c = binary(g, QF_OP_MUL, "mul", b, x);     /* b is read again: a new buffer */
+    qf_value *e = binary(g, QF_OP_SUB, "sub", c, b);     /* over c (or b) */
+    CHECK_OK(qf_graph_add_output(g, e));
+    qf_tensor xt = input_for(g);
+    qf_plan *p = plan_run(g, QF_ENGINE_REF, &xt);
+    if (p) {
+        const size_t one = 2 * 3 * 16 * 16 * sizeof(float);
+        CHECKF(qf_plan_arena_bytes(p) == 2 * one, "arena %zu bytes, want %zu", qf_plan_arena_bytes(p), 2 * one);
+        const float *xv = xt.data, *y = qf_plan_output(p, 0)->data;
+        int bad = 0;
+        for (int64_t i = 0; i < qf_tensor_numel(&xt); i++) {
+            float av = -xv[i], bv = av + av, want = bv * xv[i] - bv;
+            bad += y[i] != want;
+        }
+        CHECKF(bad == 0, "%d elements differ from the arithmetic", bad);
+    }
+    qf_plan_free(p);
+    qf_tensor_free(&xt);
+    qf_graph_free(g);
+}
+
+/* What a per-step hook sees. */
+typedef struct seen {
+    int calls;
+    double sums[64];
+    const char *names[64];
+} seen;
+
+static qf_status record(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
+{
+    seen *s = ud;
+    (void)nout;
+    if (s->calls >= 64) return QF_OK;
+    /* A position-weighted sum: a channels-last tensor gives another figure. */
+    double sum = 0;
+    const float *d = outs[0]->data;
+    for (int64_t i = 0; i < qf_tensor_numel(outs[0]); i++) sum += d[i] * (double)((i % 97) + 1);
+    s->names[s->calls] = n->name;
+    s->sums[s->calls++] = sum;
+    return QF_OK;
+}
+
+/* A hook sees every node, in NCHW, as with the reference engine: the plan
+ * is built again without NHWC and fusion when a hook is set on it. */
+static void test_hook_plain(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {1, 8, 6, 6};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = unary(g, QF_OP_RELU, "r1", conv(g, "c1", x, 8, 3));
+    qf_value *y = unary(g, QF_OP_RELU, "r2", binary(g, QF_OP_ADD, "add", conv(g, "c2", a, 8, 3), a));
+    CHECK_OK(qf_graph_add_output(g, y));
+    qf_tensor xt = input_for(g);
+    const qf_tensor *feed[] = {&xt};
+    seen want = {0}, got = {0};
+    for (int e = 0; e < (have_dnnl ? 2 : 1); e++) {
+        CHECK_OK(qf_set_engine(e ? QF_ENGINE_DNNL : QF_ENGINE_REF));
+        qf_plan *p = NULL;
+        CHECK_OK(qf_plan_init(&p, g));
+        if (!p) break;
+        qf_plan_set_hook(p, record, e ? &got : &want);
+        CHECK_OK(qf_plan_run(p, feed, 1));
+        plan_stats s = stats(p);
+        CHECKF(s.reorders == 0 && s.fused == 0, "hooked plan: %d reorders, %d fused", s.reorders, s.fused);
+        qf_plan_free(p);
+    }
+    CHECKF(want.calls == g->nnodes, "ref: the hook saw %d nodes of %d", want.calls, g->nnodes);
+    if (have_dnnl) {
+        CHECKF(got.calls == want.calls, "dnnl: the hook saw %d nodes, ref %d", got.calls, want.calls);
+        for (int i = 0; i < got.calls && i < want.calls; i++)
+            CHECKF(!strcmp(got.names[i], want.names[i]) &&
+                       fabs(got.sums[i] - want.sums[i]) <= 1e-5 * (fabs(want.sums[i]) + 1),
+                   "step %d: %s %.9g vs ref %s %.9g", i, got.names[i], got.sums[i], want.names[i], want.sums[i]);
+    }
+    qf_tensor_free(&xt);
+    qf_graph_free(g);
+}
+
+int main(void)
+{
+    have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_op_kernels_get(QF_OP_CONV)->dnnl;
+    if (!have_dnnl) fprintf(stderr, "test_plan_layout: no oneDNN backend: layouts not checked, ref plans only\n");
+    RUN(test_residual);
+    RUN(test_flatten);
+    RUN(test_concat);
+    RUN(test_middle_output);
+    RUN(test_pools);
+    RUN(test_broadcast);
+    RUN(test_inplace);
+    RUN(test_hook_plain);
+    return qf_check_report();
+}

@@ -1,0 +1,8 @@
+# The oneDNN float forward kernels against the reference C kernels (skips
+# its comparisons, saying why, where oneDNN is not available).
+add_executable(test_dnnl_kernels ${CMAKE_CURRENT_LIST_DIR}/test_dnnl_kernels.c)
+target_include_directories(test_dnnl_kernels PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
+target_compile_options(test_dnnl_kernels PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_dnnl_kernels PRIVATE qf_test_tools qfold_static m)
+add_test(NAME dnnl_kernels COMMAND test_dnnl_kernels)
+set_tests_properties(dnnl_kernels PROPERTIES LABELS "dnnl" TIMEOUT 300)

@@ -1,0 +1,827 @@
+/* The oneDNN float forward kernels (src/ops/dnnl_*.c) against the reference
+ * C kernels, on odd shapes: groups, depthwise, strides, asymmetric pads,
+ * dilations, batch 1 and 3, channel counts that are not multiples of 16,
+ * 1-D / 2-D / 3-D, channels-first and channels-last inputs and outputs
+ * (converted here), and fused post-ops (activations, a residual Add).
+ *
+ * Each case builds a small graph: the node under test, then the nodes to fuse
+ * after it. The reference runs every node with qf_node_eval (QF_ENGINE_REF's
+ * kernels); the backend runs the node's .dnnl column alone with io->fused set,
+ * as the plan would. Tolerance: |dnnl - ref| <= 1e-5 * max(|ref|, rms(ref)).
+ * Both sides are float32 sums in different orders (oneDNN blocks the
+ * reduction and uses FMA); for sums of up to ~600 products of O(1) values
+ * that differs by a few 1e-7 of the result's scale, while an element near 0
+ * after cancellation can only be judged against the tensor's scale (rms).
+ * A wrong index, pad, group or post-op is off by O(1).
+ *
+ * Without oneDNN (a build with -DQF_ONEDNN=OFF, or no libdnnl.so.2) the test
+ * checks that the backend is off and skips the comparisons.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/dnnl.h"
+#include "ops/dnnl_kernels.h"
+#include "ops/op_table.h"
+#include "qfold/exec.h"
+#include "tools/qf_check.h"
+
+#if QF_HAVE_DNNL
+
+#define MAXV 32
+
+/* A case: the graph, its node under test, the fused followers, and the
+ * data of every graph input. */
+typedef struct dcase {
+    qf_graph *g;
+    qf_node *n;
+    qf_node *fused[4];
+    int nfused;
+    qf_value *vals[MAXV];
+    qf_tensor data[MAXV]; /* data of vals[i] (inputs fed, activations computed) */
+    int nvals;
+    uint32_t seed;
+} dcase;
+
+static float frand(uint32_t *s)
+{
+    *s = *s * 1664525u + 1013904223u;
+    return (float)((*s >> 8) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static void dc_init(dcase *c, uint32_t seed)
+{
+    memset(c, 0, sizeof *c);
+    c->seed = seed;
+    REQUIRE_OK(qf_graph_init(&c->g));
+    c->g->opset = 17;
+}
+
+static void dc_free(dcase *c)
+{
+    for (int i = 0; i < c->nvals; i++) qf_tensor_free(&c->data[i]);
+    qf_graph_free(c->g);
+    c->g = NULL;
+}
+
+static qf_tensor *dc_data(dcase *c, const qf_value *v)
+{
+    for (int i = 0; i < c->nvals; i++)
+        if (c->vals[i] == v) return &c->data[i];
+    return NULL;
+}
+
+/* A float tensor in [-1, 1] (lo..lo+2 shifted by `offset`): a constant when
+ * `constant`, else a graph input fed at run time. */
+static qf_value *dc_val(dcase *c, bool constant, float offset, int ndim, const int64_t *dims)
+{
+    qf_tensor t;
+    REQUIRE_OK(qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims));
+    float *p = t.data;
+    for (int64_t i = 0; i < qf_tensor_numel(&t); i++) p[i] = frand(&c->seed) + offset;
+    char name[16];
+    snprintf(name, sizeof name, "v%d", c->nvals);
+    qf_value *v;
+    if (constant) {
+        qf_tensor copy;
+        REQUIRE_OK(qf_tensor_init(&copy, QF_DTYPE_F32, ndim, dims));
+        memcpy(copy.data, t.data, qf_tensor_nbytes(&t));
+        v = qf_graph_add_constant(c->g, name, QF_VALUE_CONSTANT, &copy);
+    } else {
+        v = qf_graph_add_input(c->g, name, QF_DTYPE_F32, ndim, dims);
+    }
+    REQUIRE(v != NULL, "value: %s", qf_error_message());
+    REQUIRE(c->nvals < MAXV, "too many values");
+    c->vals[c->nvals] = v;
+    c->data[c->nvals++] = t;
+    return v;
+}
+
+static qf_value *dc_scalar(dcase *c, float x)
+{
+    qf_tensor t;
+    REQUIRE_OK(qf_tensor_init(&t, QF_DTYPE_F32, 0, NULL));
+    *(float *)t.data = x;
+    char name[16];
+    snprintf(name, sizeof name, "s%d", c->nvals);
+    qf_value *v = qf_graph_add_constant(c->g, name, QF_VALUE_CONSTANT, &t);
+    REQUIRE(v != NULL, "scalar: %s", qf_error_message());
+    return v;
+}
+
+static qf_node *dc_node(dcase *c, qf_op op, int nin, qf_value *const *in)
+{
+    char name[16];
+    snprintf(name, sizeof name, "n%d", c->nfused + (c->n ? 1 : 0));
+    qf_node *n = qf_graph_add_node(c->g, op, name, nin, in, 1);
+    REQUIRE(n != NULL, "node: %s", qf_error_message());
+    if (!c->n) c->n = n;
+    else c->fused[c->nfused++] = n;
+    return n;
+}
+
+/* A follower reading the previous node's output. */
+static qf_node *dc_follow(dcase *c, qf_op op)
+{
+    qf_node *last = c->nfused ? c->fused[c->nfused - 1] : c->n;
+    qf_value *in[1] = {last->outputs[0]};
+    return dc_node(c, op, 1, in);
+}
+
+/* An Add of the previous output and a fresh residual input (first or second). */
+static void dc_follow_add(dcase *c, bool residual_first)
+{
+    qf_node *last = c->nfused ? c->fused[c->nfused - 1] : c->n;
+    qf_value *y = last->outputs[0];
+    REQUIRE_OK(qf_graph_infer_shapes(c->g));
+    qf_value *r = dc_val(c, false, 0.0f, y->type.ndim, y->type.dims);
+    qf_value *in[2] = {residual_first ? r : y, residual_first ? y : r};
+    dc_node(c, QF_OP_ADD, 2, in);
+}
+
+static void set_ints(dcase *c, qf_node *n, const char *name, int count, const int64_t *v)
+{
+    REQUIRE_OK(qf_node_set_attr_ints(c->g, n, name, v, count));
+}
+
+/* NCHW <-> NHWC copies of a rank 3..5 float tensor with logical dims. */
+static void to_nhwc(const qf_tensor *t, float *dst, bool back)
+{
+    const int64_t n = t->dims[0], ch = t->dims[1];
+    int64_t sp = 1;
+    for (int i = 2; i < t->ndim; i++) sp *= t->dims[i];
+    float *src = t->data;
+    for (int64_t b = 0; b < n; b++)
+        for (int64_t k = 0; k < ch; k++)
+            for (int64_t s = 0; s < sp; s++) {
+                int64_t nchw = (b * ch + k) * sp + s, nhwc = (b * sp + s) * ch + k;
+                if (back) src[nchw] = dst[nhwc];
+                else dst[nhwc] = src[nchw];
+            }
+}
+
+/* Run the reference: the node, then every follower, on c->data. */
+static void dc_run_ref(dcase *c)
+{
+    qf_node *all[5] = {c->n};
+    for (int i = 0; i < c->nfused; i++) all[1 + i] = c->fused[i];
+    for (int k = 0; k <= c->nfused; k++) {
+        const qf_node *n = all[k];
+        const qf_tensor *in[8] = {0};
+        for (int i = 0; i < n->ninputs; i++) {
+            const qf_value *v = n->inputs[i];
+            if (!v) continue;
+            in[i] = qf_value_is_const(v) ? &v->type : dc_data(c, v);
+            REQUIRE(in[i] != NULL, "no data for input %d of %s", i, n->name);
+        }
+        qf_value *y = n->outputs[0];
+        REQUIRE(c->nvals < MAXV, "too many values");
+        REQUIRE_OK(qf_tensor_init(&c->data[c->nvals], y->type.dtype, y->type.ndim, y->type.dims));
+        c->vals[c->nvals] = y;
+        qf_tensor *out[1] = {&c->data[c->nvals++]};
+        REQUIRE_OK(qf_node_eval(n, c->g->opset, in, out));
+    }
+}
+
+/* The backend's prepare on the value types (as the plan calls it). */
+typedef struct dk_run {
+    const qf_backend_kernels *k;
+    void *state_raw, *state;
+    const qf_tensor *in_t[8], *post_t[4];
+    qf_tensor *out_t[1];
+    qf_kernel_io io;
+} dk_run;
+
+static qf_status dk_prepare(dcase *c, dk_run *r, uint32_t in_nhwc, uint32_t out_nhwc)
+{
+    memset(r, 0, sizeof *r);
+    const qf_node *n = c->n;
+    r->k = qf_op_kernels_get(n->op)->dnnl;
+    if (!r->k) return QF_ERR_INTERNAL;
+    for (int i = 0; i < n->ninputs; i++) r->in_t[i] = n->inputs[i] ? &n->inputs[i]->type : NULL;
+    const qf_node *last = c->nfused ? c->fused[c->nfused - 1] : n;
+    r->out_t[0] = &last->outputs[0]->type;
+    for (int i = 0; i < c->nfused; i++) {
+        const qf_node *f = c->fused[i];
+        r->post_t[i] = NULL;
+        if (f->op == QF_OP_ADD) {
+            const qf_value *prev = (i ? c->fused[i - 1] : n)->outputs[0];
+            r->post_t[i] = &(f->inputs[0] == prev ? f->inputs[1] : f->inputs[0])->type;
+        }
+    }
+    r->io = (qf_kernel_io){.node = n, .opset = c->g->opset, .nin = n->ninputs, .nout = 1, .in = r->in_t,
+                           .out = r->out_t, .in_nhwc = in_nhwc, .out_nhwc = out_nhwc, .nfused = c->nfused,
+                           .fused = (const qf_node *const *)c->fused, .post_in = r->post_t};
+    r->state_raw = calloc(1, r->k->state_size + 64);
+    r->state = (void *)(((uintptr_t)r->state_raw + 63) & ~(uintptr_t)63);
+    qf_status st = r->k->prepare(&r->io, r->state);
+    if (st != QF_OK) {
+        free(r->state_raw);
+        r->state_raw = NULL;
+    }
+    return st;
+}
+
+/* Prepare, run on the case's data in the given layouts, compare with the
+ * reference output (the last node's). */
+static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_nhwc)
+{
+    REQUIRE_OK(qf_graph_infer_shapes(c->g));
+    dc_run_ref(c);
+    dk_run r;
+    qf_error_clear();
+    qf_status st = dk_prepare(c, &r, in_nhwc, out_nhwc);
+    REQUIRE(st == QF_OK, "%s: the backend declined or failed (%d: %s)", what, (int)st, qf_error_message());
+    const qf_node *n = c->n;
+    /* Run-time tensors: data, channels-last copies where asked. */
+    qf_tensor in_run[8], post_run[4], out_run;
+    float *bufs[8] = {0};
+    int nbufs = 0;
+    for (int i = 0; i < n->ninputs; i++) {
+        r.in_t[i] = NULL;
+        if (!n->inputs[i]) continue;
+        const qf_value *v = n->inputs[i];
+        const qf_tensor *t = qf_value_is_const(v) ? &v->type : dc_data(c, v);
+        in_run[i] = *t;
+        if (in_nhwc >> i & 1u) {
+            float *b = bufs[nbufs++] = malloc(qf_tensor_nbytes(t));
+            to_nhwc(t, b, false);
+            in_run[i].data = b;
+        }
+        r.in_t[i] = &in_run[i];
+    }
+    for (int i = 0; i < c->nfused; i++) {
+        if (!r.post_t[i]) continue;
+        const qf_value *prev = (i ? c->fused[i - 1] : n)->outputs[0];
+        const qf_node *f = c->fused[i];
+        const qf_tensor *t = dc_data(c, f->inputs[0] == prev ? f->inputs[1] : f->inputs[0]);
+        post_run[i] = *t;
+        if (out_nhwc & 1u) {
+            float *b = bufs[nbufs++] = malloc(qf_tensor_nbytes(t));
+            to_nhwc(t, b, false);
+            post_run[i].data = b;
+        }
+        r.post_t[i] = &post_run[i];
+    }
+    const qf_tensor *ref = &c->data[c->nvals - 1];
+    qf_tensor_view(&out_run, QF_DTYPE_F32, ref->ndim, ref->dims, NULL);
+    float *yb = malloc(qf_tensor_nbytes(ref));
+    memset(yb, 0x7f, qf_tensor_nbytes(ref));
+    out_run.data = yb;
+    r.out_t[0] = &out_run;
+    size_t scratch = r.k->scratch ? r.k->scratch(n, r.state) : 0;
+    void *sraw = malloc(scratch + 64);
+    r.io.state = r.state;
+    r.io.scratch = (void *)(((uintptr_t)sraw + 63) & ~(uintptr_t)63);
+    r.io.scratch_size = scratch;
+    st = r.k->forward_f32(&r.io);
+    CHECKF(st == QF_OK, "%s: forward: %s", what, qf_error_message());
+    /* A second run: the state is reused as the plan reuses it. */
+    if (st == QF_OK) st = r.k->forward_f32(&r.io);
+    if (r.k->release) r.k->release(r.state);
+    free(r.state_raw);
+    free(sraw);
+    float *got = yb;
+    float *nchw = NULL;
+    if (out_nhwc & 1u) {
+        nchw = malloc(qf_tensor_nbytes(ref));
+        qf_tensor tmp = out_run;
+        tmp.data = nchw;
+        to_nhwc(&tmp, yb, true);
+        got = nchw;
+    }
+    const float *want = ref->data;
+    const int64_t count = qf_tensor_numel(ref);
+    double ss = 0;
+    for (int64_t i = 0; i < count; i++)
+        if (!isnan(want[i])) ss += (double)want[i] * want[i];
+    const double rms = count ? sqrt(ss / (double)count) : 0;
+    int64_t bad = 0;
+    double worst = 0;
+    for (int64_t i = 0; i < count; i++) {
+        double d = fabs((double)got[i] - want[i]), scale = fmax(fabs(want[i]), rms);
+        bool ok = d <= 1e-5 * scale || (isnan(got[i]) && isnan(want[i]));
+        if (!ok && bad++ < 3)
+            fprintf(stderr, "  %s: [%lld] dnnl %.9g, ref %.9g\n", what, (long long)i, got[i], want[i]);
+        if (d / (scale > 0 ? scale : 1) > worst) worst = d / (scale > 0 ? scale : 1);
+    }
+    CHECKF(st == QF_OK && bad == 0, "%s (in_nhwc %u, out_nhwc %u): %lld of %lld elements off, worst %.3g",
+           what, in_nhwc, out_nhwc, (long long)bad, (long long)count, worst);
+    for (int i = 0; i < nbufs; i++) free(bufs[i]);
+    free(yb);
+    free(nchw);
+}
+
+/* The layouts a spatial case runs in: NCHW, NHWC, and the two mixed ones. */
+static const uint32_t layouts[4][2] = {{0, 0}, {1, 1}, {1, 0}, {0, 1}};
+
+/* The backend must decline (QF_ERR_UNSUPPORTED, no message). */
+static void dc_declines(dcase *c, const char *what)
+{
+    REQUIRE_OK(qf_graph_infer_shapes(c->g));
+    dk_run r;
+    qf_error_clear();
+    qf_status st = dk_prepare(c, &r, 0, 0);
+    CHECKF(st == QF_ERR_UNSUPPORTED && strcmp(qf_error_message(), "no error") == 0, "%s: prepare gave %d (%s), want a decline",
+           what, (int)st, qf_error_message());
+    if (st == QF_OK) {
+        r.k->release(r.state);
+        free(r.state_raw);
+    }
+}
+
+/* --- Conv ------------------------------------------------------------------------ */
+
+typedef struct conv_spec {
+    const char *what;
+    int rank;
+    int64_t n, c, m, group;
+    int64_t in[3], k[3], stride[3], dil[3], pads[6];
+    const char *auto_pad;
+    bool w_const, bias, transpose;
+    int64_t out_pad[3];
+} conv_spec;
+
+static qf_node *conv_case(dcase *c, const conv_spec *s)
+{
+    int64_t xd[5] = {s->n, s->c}, wd[5], bd[1] = {s->m};
+    for (int i = 0; i < s->rank; i++) xd[2 + i] = s->in[i], wd[2 + i] = s->k[i];
+    wd[0] = s->transpose ? s->c : s->m;
+    wd[1] = s->transpose ? s->m / s->group : s->c / s->group;
+    qf_value *in[3] = {dc_val(c, false, 0, 2 + s->rank, xd), dc_val(c, s->w_const, 0, 2 + s->rank, wd),
+                       s->bias ? dc_val(c, s->w_const, 0, 1, bd) : NULL};
+    qf_node *n = dc_node(c, s->transpose ? QF_OP_CONV_TRANSPOSE : QF_OP_CONV, s->bias ? 3 : 2, in);
+    if (s->group != 1) REQUIRE_OK(qf_node_set_attr_int(c->g, n, "group", s->group));
+    if (s->stride[0]) set_ints(c, n, "strides", s->rank, s->stride);
+    if (s->dil[0]) set_ints(c, n, "dilations", s->rank, s->dil);
+    if (s->auto_pad) REQUIRE_OK(qf_node_set_attr_string(c->g, n, "auto_pad", s->auto_pad));
+    else set_ints(c, n, "pads", 2 * s->rank, s->pads);
+    if (s->out_pad[0]) set_ints(c, n, "output_padding", s->rank, s->out_pad);
+    return n;
+}
+
+static const conv_spec conv_specs[] = {
+    {"conv2d asym pads, stride, dilation", 2, 3, 5, 7, 1, {9, 11}, {3, 3}, {2, 1}, {1, 2}, {1, 0, 2, 1}, NULL, true, true},
+    {"conv2d groups 3, batch 1", 2, 1, 6, 9, 3, {8, 7}, {3, 2}, {1, 1}, {1, 1}, {1, 1, 1, 0}, NULL, true, true},
+    {"conv2d depthwise 20", 2, 3, 20, 20, 20, {10, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, NULL, true, false},
+    {"conv2d depthwise x2 multiplier", 2, 1, 6, 12, 6, {7, 7}, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, NULL, true, true},
+    {"conv2d 1x1 pointwise", 2, 3, 17, 33, 1, {6, 5}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, NULL, true, true},
+    {"conv1d stride 3 dilation 2", 1, 3, 3, 4, 1, {17}, {5}, {3}, {2}, {2, 1}, NULL, true, true},
+    {"conv3d", 3, 1, 3, 5, 1, {5, 6, 7}, {3, 2, 3}, {1, 2, 1}, {1, 1, 1}, {1, 0, 1, 0, 1, 2}, NULL, true, true},
+    {"conv2d SAME_UPPER stride 2", 2, 3, 4, 5, 1, {9, 8}, {4, 3}, {2, 2}, {1, 1}, {0}, "SAME_UPPER", true, true},
+    {"conv2d SAME_LOWER stride 2", 2, 1, 4, 5, 1, {9, 8}, {4, 3}, {2, 2}, {1, 1}, {0}, "SAME_LOWER", true, false},
+    {"conv2d W and B activations", 2, 3, 6, 10, 2, {7, 6}, {3, 3}, {1, 2}, {2, 1}, {2, 1, 0, 1}, NULL, false, true},
+    {"conv2d 64 -> 24, batch 3", 2, 3, 64, 24, 1, {12, 12}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, NULL, true, true},
+};
+
+static const conv_spec convt_specs[] = {
+    {"convT2d groups 2 stride 2 output_padding", 2, 3, 6, 4, 2, {5, 4}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, NULL,
+     true, true, true, {1, 1}},
+    {"convT2d asym pads dilation", 2, 1, 5, 7, 1, {6, 7}, {3, 2}, {2, 3}, {2, 1}, {0, 1, 1, 0}, NULL, true, true, true},
+    {"convT1d", 1, 3, 4, 3, 1, {9}, {4}, {2}, {1}, {1, 1}, NULL, true, false, true},
+    {"convT3d", 3, 1, 3, 4, 1, {3, 4, 5}, {2, 3, 3}, {2, 1, 2}, {1, 1, 1}, {0, 1, 1, 0, 0, 1}, NULL, true, true, true},
+    {"convT2d depthwise W activation", 2, 3, 5, 5, 5, {6, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, NULL, false, true,
+     true, {1, 0}},
+};
+
+static void test_conv(void)
+{
+    for (size_t i = 0; i < sizeof conv_specs / sizeof *conv_specs; i++)
+        for (int l = 0; l < 4; l++) {
+            dcase c;
+            dc_init(&c, 11 + (uint32_t)i);
+            conv_case(&c, &conv_specs[i]);
+            dc_check(&c, conv_specs[i].what, layouts[l][0], layouts[l][1]);
+            dc_free(&c);
+        }
+}
+
+static void test_conv_transpose(void)
+{
+    for (size_t i = 0; i < sizeof convt_specs / sizeof *convt_specs; i++)
+        for (int l = 0; l < 4; l++) {
+            dcase c;
+            dc_init(&c, 101 + (uint32_t)i);
+            conv_case(&c, &convt_specs[i]);
+            dc_check(&c, convt_specs[i].what, layouts[l][0], layouts[l][1]);
+            dc_free(&c);
+        }
+}
+
+/* --- post-ops -------------------------------------------------------------------- */
+
+typedef enum { P_RELU, P_CLIP, P_RELU6, P_LEAKY, P_SIGMOID, P_TANH, P_HSIG, P_HSWISH, P_ADD, P_ADD_FIRST } post_kind;
+
+static void add_post(dcase *c, post_kind k)
+{
+    qf_node *f = NULL;
+    switch (k) {
+    case P_RELU: dc_follow(c, QF_OP_RELU); break;
+    case P_RELU6: dc_follow(c, QF_OP_RELU6); break;
+    case P_CLIP: {
+        qf_node *last = c->nfused ? c->fused[c->nfused - 1] : c->n;
+        qf_value *in[3] = {last->outputs[0], dc_scalar(c, -0.5f), dc_scalar(c, 0.75f)};
+        dc_node(c, QF_OP_CLIP, 3, in);
+        break;
+    }
+    case P_LEAKY:
+        f = dc_follow(c, QF_OP_LEAKY_RELU);
+        REQUIRE_OK(qf_node_set_attr_float(c->g, f, "alpha", 0.3f));
+        break;
+    case P_SIGMOID: dc_follow(c, QF_OP_SIGMOID); break;
+    case P_TANH: dc_follow(c, QF_OP_TANH); break;
+    case P_HSIG:
+        f = dc_follow(c, QF_OP_HARD_SIGMOID);
+        REQUIRE_OK(qf_node_set_attr_float(c->g, f, "alpha", 0.25f));
+        break;
+    case P_HSWISH: dc_follow(c, QF_OP_HARD_SWISH); break;
+    case P_ADD: dc_follow_add(c, false); break;
+    case P_ADD_FIRST: dc_follow_add(c, true); break;
+    }
+}
+
+static const struct {
+    const char *what;
+    int n;
+    post_kind k[3];
+} post_chains[] = {
+    {"relu", 1, {P_RELU}},
+    {"clip(-0.5, 0.75)", 1, {P_CLIP}},
+    {"relu6", 1, {P_RELU6}},
+    {"leaky_relu", 1, {P_LEAKY}},
+    {"sigmoid", 1, {P_SIGMOID}},
+    {"tanh", 1, {P_TANH}},
+    {"hard_sigmoid", 1, {P_HSIG}},
+    {"hard_swish", 1, {P_HSWISH}},
+    {"add", 1, {P_ADD}},
+    {"add (residual first) + relu", 2, {P_ADD_FIRST, P_RELU}},
+    {"relu + add + relu", 3, {P_RELU, P_ADD, P_RELU}},
+    {"leaky + sigmoid + add", 3, {P_LEAKY, P_SIGMOID, P_ADD}},
+};
+
+static void test_post_ops(void)
+{
+    for (size_t p = 0; p < sizeof post_chains / sizeof *post_chains; p++) {
+        char what[128];
+        for (int which = 0; which < 4; which++) {
+            dcase c;
+            dc_init(&c, 201 + (uint32_t)p);
+            bool spatial = which < 2;
+            if (which == 0) conv_case(&c, &conv_specs[0]);
+            if (which == 1) conv_case(&c, &convt_specs[0]);
+            if (which == 2) {
+                int64_t ad[2] = {5, 7}, bd[2] = {6, 7}, cd[1] = {6};
+                qf_value *in[3] = {dc_val(&c, false, 0, 2, ad), dc_val(&c, true, 0, 2, bd), dc_val(&c, true, 0, 1, cd)};
+                qf_node *n = dc_node(&c, QF_OP_GEMM, 3, in);
+                REQUIRE_OK(qf_node_set_attr_int(c.g, n, "transB", 1));
+            }
+            if (which == 3) {
+                int64_t ad[3] = {3, 4, 9}, bd[2] = {9, 5};
+                qf_value *in[2] = {dc_val(&c, false, 0, 3, ad), dc_val(&c, false, 0, 2, bd)};
+                dc_node(&c, QF_OP_MATMUL, 2, in);
+            }
+            for (int k = 0; k < post_chains[p].n; k++) add_post(&c, post_chains[p].k[k]);
+            static const char *const names[4] = {"conv", "convT", "gemm", "matmul"};
+            /* The plan asks before fusing: every link must be accepted. */
+            REQUIRE_OK(qf_graph_infer_shapes(c.g));
+            for (int k = 0; k < c.nfused; k++)
+                CHECKF(qf_dnnl_can_fuse(c.n, c.fused[k]), "%s + %s: can_fuse says no at %d", names[which],
+                       post_chains[p].what, k);
+            snprintf(what, sizeof what, "%s + %s", names[which], post_chains[p].what);
+            dc_check(&c, what, 0, 0);
+            dc_free(&c);
+            if (!spatial) continue;
+            dc_init(&c, 301 + (uint32_t)p);
+            conv_case(&c, which == 0 ? &conv_specs[2] : &convt_specs[1]);
+            for (int k = 0; k < post_chains[p].n; k++) add_post(&c, post_chains[p].k[k]);
+            snprintf(what, sizeof what, "%s NHWC + %s", names[which], post_chains[p].what);
+            dc_check(&c, what, 1, 1);
+            dc_free(&c);
+        }
+    }
+}
+
+static void test_can_fuse(void)
+{
+    dcase c;
+    dc_init(&c, 5);
+    conv_case(&c, &conv_specs[0]);
+    dc_follow(&c, QF_OP_SOFTMAX);
+    REQUIRE_OK(qf_graph_infer_shapes(c.g));
+    CHECK(!qf_dnnl_can_fuse(c.n, c.fused[0]));   /* not an eltwise */
+    CHECK(!qf_dnnl_can_fuse(c.fused[0], c.n));   /* Softmax is no producer */
+    dc_free(&c);
+    /* An Add that broadcasts its other operand is not a post-op. */
+    dc_init(&c, 6);
+    conv_case(&c, &conv_specs[0]);
+    REQUIRE_OK(qf_graph_infer_shapes(c.g));
+    int64_t one[1] = {1};
+    qf_value *in[2] = {c.n->outputs[0], dc_val(&c, false, 0, 1, one)};
+    dc_node(&c, QF_OP_ADD, 2, in);
+    REQUIRE_OK(qf_graph_infer_shapes(c.g));
+    CHECK(!qf_dnnl_can_fuse(c.n, c.fused[0]));
+    dc_free(&c);
+    /* Clip with a bound computed at run time. */
+    dc_init(&c, 7);
+    conv_case(&c, &conv_specs[0]);
+    qf_value *cin[3] = {c.n->outputs[0], dc_val(&c, false, 0, 0, NULL), NULL};
+    dc_node(&c, QF_OP_CLIP, 2, cin);
+    REQUIRE_OK(qf_graph_infer_shapes(c.g));
+    CHECK(!qf_dnnl_can_fuse(c.n, c.fused[0]));
+    dc_free(&c);
+}
+
+/* --- Gemm, MatMul, linear ------------------------------------------------------ */
+
+static void gemm_case(dcase *c, bool ta, bool tb, float alpha, float beta, int cdims, bool b_const)
+{
+    const int64_t M = 5, K = 19, N = 17;
+    int64_t ad[2] = {ta ? K : M, ta ? M : K}, bd[2] = {tb ? N : K, tb ? K : N};
+    int64_t cd[2][2] = {{N}, {M, 1}};
+    qf_value *in[3] = {dc_val(c, false, 0, 2, ad), dc_val(c, b_const, 0, 2, bd), NULL};
+    int nin = 2;
+    if (cdims == 1) in[2] = dc_val(c, true, 0, 1, cd[0]), nin = 3;
+    if (cdims == 2) in[2] = dc_val(c, false, 0, 2, cd[1]), nin = 3;
+    if (cdims == 3) {
+        int64_t full[2] = {M, N};
+        in[2] = dc_val(c, false, 0, 2, full), nin = 3;
+    }
+    if (cdims == 4) in[2] = dc_val(c, true, 0, 0, NULL), nin = 3;
+    qf_node *n = dc_node(c, QF_OP_GEMM, nin, in);
+    REQUIRE_OK(qf_node_set_attr_int(c->g, n, "transA", ta));
+    REQUIRE_OK(qf_node_set_attr_int(c->g, n, "transB", tb));
+    REQUIRE_OK(qf_node_set_attr_float(c->g, n, "alpha", alpha));
+    REQUIRE_OK(qf_node_set_attr_float(c->g, n, "beta", beta));
+}
+
+static void test_gemm(void)
+{
+    char what[128];
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int cd = 0; cd < 5; cd++) {
+                dcase c;
+                dc_init(&c, (uint32_t)(401 + ta * 10 + tb * 5 + cd));
+                float alpha = cd == 2 ? 0.5f : 1.0f, beta = cd == 3 ? 0.0f : 1.0f;
+                gemm_case(&c, ta, tb, alpha, beta, cd, (ta + cd) % 2 == 0);
+                snprintf(what, sizeof what, "gemm transA %d transB %d C form %d alpha %g beta %g", ta, tb, cd, alpha,
+                         beta);
+                dc_check(&c, what, 0, 0);
+                dc_free(&c);
+            }
+    /* beta 2 with a C: oneDNN has no scaled binary operand. */
+    dcase c;
+    dc_init(&c, 499);
+    gemm_case(&c, false, false, 1.0f, 2.0f, 1, true);
+    dc_declines(&c, "gemm beta 2");
+    dc_free(&c);
+}
+
+static void test_matmul(void)
+{
+    static const struct {
+        const char *what;
+        int na, nb;
+        int64_t a[4], b[4];
+        bool b_const;
+    } mm[] = {
+        {"matmul 2d x 2d const", 2, 2, {7, 13}, {13, 6}, true},
+        {"matmul batch broadcast", 4, 3, {3, 1, 4, 5}, {2, 5, 6}, false},
+        {"matmul batch broadcast B", 3, 4, {2, 4, 5}, {3, 1, 5, 6}, false},
+        {"matmul 1d x 2d", 1, 2, {9}, {9, 4}, true},
+        {"matmul 2d x 1d", 2, 1, {4, 9}, {9}, false},
+        {"matmul 3d x 2d const", 3, 2, {3, 7, 17}, {17, 19}, true},
+    };
+    for (size_t i = 0; i < sizeof mm / sizeof *mm; i++) {
+        dcase c;
+        dc_init(&c, 501 + (uint32_t)i);
+        qf_value *in[2] = {dc_val(&c, false, 0, mm[i].na, mm[i].a), dc_val(&c, mm[i].b_const, 0, mm[i].nb, mm[i].b)};
+        dc_node(&c, QF_OP_MATMUL, 2, in);
+        dc_check(&c, mm[i].what, 0, 0);
+        dc_free(&c);
+    }
+    for (int bias = 0; bias < 2; bias++) {
+        dcase c;
+        dc_init(&c, 551 + (uint32_t)bias);
+        int64_t xd[3] = {2, 3, 7}, wd[2] = {5, 7}, bd[1] = {5};
+        qf_value *in[3] = {dc_val(&c, false, 0, 3, xd), dc_val(&c, bias == 0, 0, 2, wd),
+                           bias ? dc_val(&c, true, 0, 1, bd) : NULL};
+        dc_node(&c, QF_OP_LINEAR, bias ? 3 : 2, in);
+        dc_check(&c, bias ? "linear with bias" : "linear", 0, 0);
+        dc_free(&c);
+    }
+}
+
+/* --- pools ---------------------------------------------------------------------- */
+
+typedef struct pool_spec {
+    const char *what;
+    qf_op op;
+    int rank;
+    int64_t n, c, in[3], k[3], stride[3], dil[3], pads[6];
+    int ceil_mode, include_pad;
+    bool declined;
+} pool_spec;
+
+static const pool_spec pool_specs[] = {
+    {"maxpool 3x3 s2 p1", QF_OP_MAX_POOL, 2, 3, 5, {11, 10}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}},
+    {"maxpool ceil_mode asym pads", QF_OP_MAX_POOL, 2, 1, 19, {10, 9}, {3, 2}, {2, 2}, {0}, {0, 1, 1, 0}, 1},
+    {"maxpool dilations", QF_OP_MAX_POOL, 2, 3, 4, {12, 11}, {3, 2}, {1, 2}, {2, 3}, {1, 0, 1, 1}},
+    {"maxpool 1d", QF_OP_MAX_POOL, 1, 3, 3, {17}, {4}, {3}, {0}, {1, 2}},
+    {"maxpool 3d", QF_OP_MAX_POOL, 3, 1, 3, {5, 6, 7}, {2, 3, 2}, {2, 1, 2}, {0}, {0, 1, 1, 0, 1, 0}, 1},
+    {"avgpool exclude pad", QF_OP_AVG_POOL, 2, 3, 5, {11, 10}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}},
+    {"avgpool include pad", QF_OP_AVG_POOL, 2, 3, 5, {11, 10}, {3, 3}, {2, 2}, {0}, {1, 2, 0, 1}, 0, 1},
+    {"avgpool ceil exclude pad", QF_OP_AVG_POOL, 2, 1, 7, {10, 9}, {3, 3}, {2, 2}, {0}, {0, 0, 0, 0}, 1, 0},
+    {"avgpool ceil include pad past the pads", QF_OP_AVG_POOL, 2, 1, 7, {10, 9}, {3, 3}, {2, 2}, {0}, {0, 0, 0, 0},
+     1, 1, true},
+    {"avgpool 1d include pad", QF_OP_AVG_POOL, 1, 3, 3, {17}, {4}, {3}, {0}, {1, 2}, 0, 1},
+    {"avgpool 3d", QF_OP_AVG_POOL, 3, 1, 3, {5, 6, 7}, {2, 3, 2}, {2, 1, 2}, {0}, {0, 1, 1, 0, 1, 0}},
+};
+
+static void test_pools(void)
+{
+    for (size_t i = 0; i < sizeof pool_specs / sizeof *pool_specs; i++) {
+        const pool_spec *s = &pool_specs[i];
+        for (int l = 0; l < 4; l++) {
+            dcase c;
+            dc_init(&c, 601 + (uint32_t)i);
+            int64_t xd[5] = {s->n, s->c};
+            for (int d = 0; d < s->rank; d++) xd[2 + d] = s->in[d];
+            qf_value *in[1] = {dc_val(&c, false, 0, 2 + s->rank, xd)};
+            qf_node *n = dc_node(&c, s->op, 1, in);
+            set_ints(&c, n, "kernel_shape", s->rank, s->k);
+            set_ints(&c, n, "strides", s->rank, s->stride);
+            set_ints(&c, n, "pads", 2 * s->rank, s->pads);
+            if (s->dil[0]) set_ints(&c, n, "dilations", s->rank, s->dil);
+            if (s->ceil_mode) REQUIRE_OK(qf_node_set_attr_int(c.g, n, "ceil_mode", 1));
+            if (s->include_pad) REQUIRE_OK(qf_node_set_attr_int(c.g, n, "count_include_pad", 1));
+            if (s->declined) {
+                dc_declines(&c, s->what);
+                dc_free(&c);
+                break;
+            }
+            dc_check(&c, s->what, layouts[l][0], layouts[l][1]);
+            dc_free(&c);
+        }
+    }
+    for (int rank = 1; rank <= 3; rank++)
+        for (int l = 0; l < 4; l++) {
+            dcase c;
+            dc_init(&c, 651 + (uint32_t)rank);
+            int64_t xd[5] = {3, 19, 7, 6, 5};
+            qf_value *in[1] = {dc_val(&c, false, 0, 2 + rank, xd)};
+            dc_node(&c, QF_OP_GLOBAL_AVG_POOL, 1, in);
+            dc_check(&c, "global average pool", layouts[l][0], layouts[l][1]);
+            dc_free(&c);
+        }
+    /* MaxPool with Indices stays with the reference. */
+    dcase c;
+    dc_init(&c, 699);
+    int64_t xd[4] = {1, 3, 6, 6}, k[2] = {2, 2};
+    qf_value *in[1] = {dc_val(&c, false, 0, 4, xd)};
+    qf_node *n = qf_graph_add_node(c.g, QF_OP_MAX_POOL, "mp", 1, in, 2);
+    REQUIRE(n != NULL, "node");
+    c.n = n;
+    set_ints(&c, n, "kernel_shape", 2, k);
+    REQUIRE_OK(qf_graph_infer_shapes(c.g));
+    dk_run r;
+    qf_error_clear();
+    qf_kernel_io io = {.node = n, .opset = 17, .nin = 1, .nout = 2};
+    const qf_tensor *it[1] = {&n->inputs[0]->type};
+    qf_tensor *ot[2] = {&n->outputs[0]->type, &n->outputs[1]->type};
+    io.in = it;
+    io.out = ot;
+    memset(&r, 0, sizeof r);
+    qf_dk_prim state;
+    memset(&state, 0, sizeof state);
+    CHECK(qf_max_pool_dnnl.prepare(&io, &state) == QF_ERR_UNSUPPORTED && strcmp(qf_error_message(), "no error") == 0);
+    dc_free(&c);
+}
+
+/* --- BatchNormalization, activations ------------------------------------------- */
+
+static void test_batch_norm(void)
+{
+    static const int64_t shapes[3][5] = {{3, 19, 5, 7}, {1, 33, 4, 3, 2}, {6, 21}};
+    static const int ranks[3] = {4, 5, 2};
+    for (int s = 0; s < 3; s++)
+        for (int l = 0; l < (ranks[s] > 2 ? 2 : 1); l++) {
+            dcase c;
+            dc_init(&c, 701 + (uint32_t)s);
+            int64_t cd[1] = {shapes[s][1]};
+            qf_value *in[5] = {dc_val(&c, false, 0, ranks[s], shapes[s]), dc_val(&c, true, 0, 1, cd),
+                               dc_val(&c, s == 1, 0, 1, cd), dc_val(&c, true, 0, 1, cd), dc_val(&c, true, 1.2f, 1, cd)};
+            qf_node *n = dc_node(&c, QF_OP_BATCH_NORM, 5, in);
+            REQUIRE_OK(qf_node_set_attr_float(c.g, n, "epsilon", 1e-3f));
+            dc_check(&c, "batch norm", layouts[l][0], layouts[l][1]);
+            dc_free(&c);
+        }
+}
+
+static void test_activations(void)
+{
+    static const qf_op ops[] = {QF_OP_LEAKY_RELU, QF_OP_SIGMOID, QF_OP_TANH, QF_OP_HARD_SWISH};
+    for (size_t i = 0; i < sizeof ops / sizeof *ops; i++)
+        for (int l = 0; l < 2; l++) {
+            dcase c;
+            dc_init(&c, 801 + (uint32_t)i);
+            int64_t xd[4] = {3, 5, 7, 9};
+            /* Values in [-4, 4]: past every activation's knees. */
+            qf_value *x = dc_val(&c, false, 0, 4, xd);
+            float *p = dc_data(&c, x)->data;
+            for (int64_t k = 0; k < 3 * 5 * 7 * 9; k++) p[k] *= 4.0f;
+            /* NaN passes through every reference activation (as in PyTorch). */
+            p[7] = p[100] = NAN;
+            qf_value *in[1] = {x};
+            dc_node(&c, ops[i], 1, in);
+            dc_check(&c, qf_op_schema_get(ops[i])->name, layouts[l][0], layouts[l][1]);
+            dc_free(&c);
+        }
+    /* No oneDNN column: Relu, relu6 and Clip lose NaN in oneDNN (max / min). */
+    CHECK(!qf_op_kernels_get(QF_OP_RELU)->dnnl && !qf_op_kernels_get(QF_OP_RELU6)->dnnl &&
+          !qf_op_kernels_get(QF_OP_CLIP)->dnnl);
+}
+
+/* --- Add, Sub, Mul, Div ---------------------------------------------------------- */
+
+static void test_binary(void)
+{
+    static const qf_op ops[4] = {QF_OP_ADD, QF_OP_SUB, QF_OP_MUL, QF_OP_DIV};
+    static const struct {
+        const char *what;
+        int na, nb;
+        int64_t a[4], b[4];
+        bool b_const, spatial;
+    } shapes[] = {
+        {"same shape", 4, 4, {3, 5, 7, 6}, {3, 5, 7, 6}, false, true},
+        {"per channel", 4, 4, {3, 19, 4, 5}, {1, 19, 1, 1}, true, true},
+        {"per channel, rank 3 constant", 4, 3, {1, 6, 4, 5}, {6, 1, 1}, true, false},
+        {"scalar", 4, 0, {2, 3, 4, 5}, {0}, true, false},
+        {"rows", 2, 1, {7, 9}, {9}, false, false},
+    };
+    char what[128];
+    for (int o = 0; o < 4; o++)
+        for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+            for (int l = 0; l < (shapes[s].spatial ? 4 : 1); l++) {
+                dcase c;
+                dc_init(&c, 901 + (uint32_t)(o * 10 + (int)s));
+                /* The divisor in [1, 3]: away from 0. */
+                qf_value *in[2] = {dc_val(&c, false, 0, shapes[s].na, shapes[s].a),
+                                   dc_val(&c, shapes[s].b_const, 2.0f, shapes[s].nb, shapes[s].b)};
+                dc_node(&c, ops[o], 2, in);
+                snprintf(what, sizeof what, "%s %s", qf_op_schema_get(ops[o])->name, shapes[s].what);
+                /* In the mixed layouts, one operand channels-last. */
+                uint32_t in_bits = l == 0 ? 0 : l == 1 ? 3 : l == 2 ? 1 : 2;
+                if (shapes[s].na != shapes[s].nb) in_bits &= 1u;
+                dc_check(&c, what, in_bits, l == 1 || l == 3 ? 1 : 0);
+                dc_free(&c);
+            }
+    /* The broadcast operand first: Add and Mul swap, Sub and Div decline. */
+    for (int o = 0; o < 4; o++) {
+        dcase c;
+        dc_init(&c, 991 + (uint32_t)o);
+        int64_t a[4] = {1, 7, 1, 1}, b[4] = {2, 7, 3, 4};
+        qf_value *in[2] = {dc_val(&c, true, 2.0f, 4, a), dc_val(&c, false, 0, 4, b)};
+        dc_node(&c, ops[o], 2, in);
+        snprintf(what, sizeof what, "%s broadcast first", qf_op_schema_get(ops[o])->name);
+        if (ops[o] == QF_OP_ADD || ops[o] == QF_OP_MUL) dc_check(&c, what, 2, 1);
+        else dc_declines(&c, what);
+        dc_free(&c);
+    }
+}
+
+int main(void)
+{
+    if (qf_set_engine(QF_ENGINE_DNNL) != QF_OK || !qf_dnnl()) {
+        /* No libdnnl here: the engine says why; the reference kernels run
+         * everything (every other test covers them). */
+        printf("SKIP oneDNN kernels: %s\n", qf_backend_why_not());
+        CHECK(!qf_dnnl_can_fuse(NULL, NULL));
+        return qf_check_report();
+    }
+    RUN(test_conv);
+    RUN(test_conv_transpose);
+    RUN(test_post_ops);
+    RUN(test_can_fuse);
+    RUN(test_gemm);
+    RUN(test_matmul);
+    RUN(test_pools);
+    RUN(test_batch_norm);
+    RUN(test_activations);
+    RUN(test_binary);
+    return qf_check_report();
+}
+
+#else /* a build without oneDNN */
+
+int main(void)
+{
+    CHECK(qf_set_engine(QF_ENGINE_DNNL) != QF_OK);
+    CHECK(!qf_dnnl_can_fuse(NULL, NULL));
+    printf("SKIP oneDNN kernels: built without oneDNN\n");
+    return qf_check_report();
+}
+
+#endif
