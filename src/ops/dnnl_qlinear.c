@@ -12,9 +12,10 @@
  * first here, so both engines accept and refuse the same nodes with the same
  * messages. oneDNN requantizes in float (round half to even), so with
  * qfold_requant = 1 (TFLite's fixed-point multiplier) an output can differ
- * from the reference by 1 LSB; with ONNX's requantization (the combined scale
- * formed in float as ONNX Runtime does) the results match the reference but
- * for the rare accumulator beyond 2^24. Declined (QF_ERR_UNSUPPORTED, no
+ * from the reference by 1 LSB (~0.1 % of a layer's outputs); with ONNX's
+ * requantization (the combined scale formed in float as ONNX Runtime does)
+ * the results match the reference but for ~1 output in 10^6, a hair from a
+ * tie (oneDNN adds the zero point in float before rounding). Declined (QF_ERR_UNSUPPORTED, no
  * message, the reference runs it): qparams that are not constants, a weight
  * zero point other than 0, uint8 weights, a multiplier the fixed-point path
  * refuses, anything oneDNN has no implementation for.

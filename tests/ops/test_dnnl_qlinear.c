@@ -63,6 +63,8 @@ static const qcase cases[] = {
      QF_DTYPE_I8, true, true, false, true},
     {"3x3 batch 3, onnx", 2, 3, 18, 35, 1, {10, 10}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, QF_DTYPE_I8, QF_DTYPE_U8,
      true, true, false, true},
+    {"pointwise batch 3, onnx", 2, 3, 64, 40, 1, {14, 14}, {1, 1}, {1, 1}, {0, 0, 0, 0}, {1, 1}, QF_DTYPE_I8,
+     QF_DTYPE_I8, true, true, false, false},
     {"stem 7x7 stride 2", 2, 1, 3, 18, 1, {32, 30}, {7, 7}, {2, 2}, {3, 3, 3, 3}, {1, 1}, QF_DTYPE_I8, QF_DTYPE_I8,
      true, true, true, true},
 };
