@@ -5,7 +5,7 @@
  *   X (s8 / u8, per-tensor zero point)  ─reorder─▶ oneDNN's layout (nhwc)
  *   W (s8, per-channel scales, zero point 0)  reordered once, at prepare
  *   conv -> s32 accumulators (+ s32 bias) -> float * x_scale * w_scale[c] / y_scale
- *        -> [clip to the fused activation's range] -> + y_zero_point -> saturate
+ *        -> round -> [clip to the fused activation's range] -> + y_zero_point -> saturate
  *   Y (s8 / u8)  ─reorder─▶ NCHW
  *
  * The reference kernel (qlinear.c) stays the reference: its prepare runs
@@ -13,9 +13,10 @@
  * messages. oneDNN requantizes in float (round half to even), so with
  * qfold_requant = 1 (TFLite's fixed-point multiplier) an output can differ
  * from the reference by 1 LSB (~0.1 % of a layer's outputs); with ONNX's
- * requantization (the combined scale formed in float as ONNX Runtime does)
- * the results match the reference but for ~1 output in 10^6, a hair from a
- * tie (oneDNN adds the zero point in float before rounding). Declined (QF_ERR_UNSUPPORTED, no
+ * requantization (the combined scale formed in float as ONNX Runtime does,
+ * rounded half to even before the zero point is added) the results equal
+ * the reference's (but for an accumulator and bias beyond 2^24, which
+ * oneDNN converts to float apart). Declined (QF_ERR_UNSUPPORTED, no
  * message, the reference runs it): qparams that are not constants, a weight
  * zero point other than 0, uint8 weights, a multiplier the fixed-point path
  * refuses, anything oneDNN has no implementation for.
@@ -200,17 +201,22 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, d
     const int32_t xz = io->in[2] ? qdnnl_zp(io->in[2], 0) : 0, yz = qdnnl_zp(io->in[7], 0);
     if (xz) QF_TRY(qf_dnnl_try(n, QF_DNNL(primitive_attr_set_zero_points)(attr, DNNL_ARG_SRC, 1, 0, &xz), "zero points"));
     if (yz) QF_TRY(qf_dnnl_try(n, QF_DNNL(primitive_attr_set_zero_points)(attr, DNNL_ARG_DST, 1, 0, &yz), "zero points"));
-    /* The clamp: oneDNN adds the output zero point after its post-ops, and
-     * rounds after both; clipping to the integer bounds before rounding
-     * equals clipping after it. A clamp that is the dtype's whole range is
-     * the saturation oneDNN does anyway. */
+    /* oneDNN adds the output zero point after its post-ops and rounds after
+     * that: a round post-op (half to even) first makes it round(v) + zp, as
+     * ONNX and the reference compute (round(v + zp) differs at ties when zp
+     * is odd). Then the clamp of a fused activation: on integers, clipping
+     * before adding zp equals clamping after it. A clamp that is the dtype's
+     * whole range is the saturation oneDNN does anyway. */
     const int32_t dlo = ref->ydt == QF_DTYPE_U8 ? 0 : -128, dhi = ref->ydt == QF_DTYPE_U8 ? 255 : 127;
-    if (ref->lo == dlo && ref->hi == dhi) return QF_OK;
     dnnl_post_ops_t po = NULL;
     QF_TRY(qf_dnnl_check(n, QF_DNNL(post_ops_create)(&po), "post-ops"));
-    qf_status st = qf_dnnl_check(
-        n, QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_clip, (float)(ref->lo - yz), (float)(ref->hi - yz)),
-        "post-ops");
+    qf_status st = qf_dnnl_check(n, QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_round, 0.0f, 0.0f),
+                                 "post-ops");
+    if (st == QF_OK && (ref->lo != dlo || ref->hi != dhi))
+        st = qf_dnnl_check(n,
+                           QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_clip, (float)(ref->lo - yz),
+                                                            (float)(ref->hi - yz)),
+                           "post-ops");
     if (st == QF_OK) st = qf_dnnl_check(n, QF_DNNL(primitive_attr_set_post_ops)(attr, po), "post-ops");
     QF_DNNL(post_ops_destroy)(po);
     return st;
