@@ -18,8 +18,11 @@
  *
  * A Gemm group (a Linear layer) becomes the same integer conv, 1x1, between
  * two int8 reshapes. A DQ -> MaxPool -> Q with one set of qparams becomes the
- * MaxPool of the integers (exact). Everything else keeps running as written
- * (DQ -> float op -> Q). The
+ * MaxPool of the integers (exact). A DQ -> Add -> [ReLU] -> Q group of one
+ * shape becomes qfold's int8 Add (TFLite's integer Add, src/ops/qadd.c), with
+ * TFLite's requantization only (ONNX has no integer Add: with ONNX's, the Add
+ * stays DQ -> float Add -> Q). Everything else
+ * keeps running as written (DQ -> float op -> Q). The
  * lowered graph is for execution only: the two attributes are qfold's own
  * and no exporter should see them (`qfold run` lowers its private copy).
  */
@@ -301,6 +304,42 @@ static qf_status lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool 
     return QF_OK;
 }
 
+/* An Add of two per-tensor int8 tensors of one (known) shape heading a
+ * DQ -> Add -> [act] -> Q group: qfold's int8 Add (QF_OP_QADD, TFLite's
+ * integer arithmetic, src/ops/qadd.c); with TFLite's requantization only. Left in float when its multipliers
+ * would not be below 1 (an output scale below max(s_a, s_b) / 2^19). */
+static qf_status lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
+    if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
+    const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
+    if (!qf_shape_equal(ta->ndim, ta->dims, tb->ndim, tb->dims)) return QF_OK;
+    for (int i = 0; i < ta->ndim; i++)
+        if (ta->dims[i] < 0) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    const double sa = *(const float *)dqa->inputs[1]->type.data, sb = *(const float *)dqb->inputs[1]->type.data,
+                 sy = *(const float *)q->inputs[1]->type.data;
+    const double twice_max = 2.0 * (sa > sb ? sa : sb);
+    if (!(sa > 0.0 && sb > 0.0 && twice_max / ((double)(1 << 20) * sy) < 1.0)) return QF_OK;
+    char name[512];
+    snprintf(name, sizeof name, "%s_int8", n->name);
+    qf_value *in[8] = {dqa->inputs[0], dqa->inputs[1], dqa->inputs[2], dqb->inputs[0],
+                       dqb->inputs[1], dqb->inputs[2], q->inputs[1],   q->inputs[2]};
+    qf_node *qa = qf_graph_add_node(g, QF_OP_QADD, name, 8, in, 1);
+    if (!qa) return QF_ERR_NOMEM;
+    QF_TRY(qf_node_set_attr_ints(g, qa, "qfold_clamp", clamp, 2));
+    qa->outputs[0]->type = q->outputs[0]->type;
+    if (ctx)
+        qf_pass_rewrite(ctx, n, NULL, "int8 add (%s) -> '%s'", act ? qf_op_name(act->op) : "no activation",
+                        q->outputs[0]->name);
+    QF_TRY(qf_graph_replace_uses(g, q->outputs[0], qa->outputs[0]));
+    *done = true;
+    return QF_OK;
+}
+
 qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kind rq, int *count)
 {
     int k = 0;
@@ -309,6 +348,7 @@ qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kin
         if (n->op == QF_OP_CONV) QF_TRY(lower_conv(g, ctx, n, rq, &done));
         else if (n->op == QF_OP_GEMM) QF_TRY(lower_gemm(g, ctx, n, rq, &done));
         else if (n->op == QF_OP_MAX_POOL) QF_TRY(lower_max_pool(g, ctx, n, &done));
+        else if (n->op == QF_OP_ADD && rq == QF_REQUANT_FIXED_POINT) QF_TRY(lower_add(g, ctx, n, &done));
         k += done;
     }
     if (count) *count = k;

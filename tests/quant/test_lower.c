@@ -8,7 +8,9 @@
  * second lowering finds nothing to do. And on a graph built here: a
  * DQ -> MaxPool -> Q of one set of qparams becomes the MaxPool of the int8
  * tensor, with the same outputs as the float simulation; with two sets of
- * qparams it stays as it is. */
+ * qparams it stays as it is. A DQ -> Add -> [Relu] -> Q becomes the int8 Add
+ * within 1 LSB of the simulation (`test_lower --graphs` runs only these). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,14 +134,112 @@ static void check_max_pool(float sy, int8_t zy, bool lowered)
     qf_graph_free(sim);
 }
 
+/* a, b (int8) -> DQ each -> Add -> [Relu] -> Q (sy, zy) -> DQ -> y. */
+static qf_graph *add_graph(float sa, int8_t za, float sb, int8_t zb, float sy, int8_t zy, bool relu)
+{
+    qf_graph *g = NULL;
+    if (qf_graph_init(&g) != QF_OK) return NULL;
+    g->opset = 13;
+    const int64_t d[4] = {3, 5, 7, 11};
+    qf_value *a = qf_graph_add_input(g, "a", QF_DTYPE_I8, 4, d), *b = qf_graph_add_input(g, "b", QF_DTYPE_I8, 4, d);
+    qf_value *ia[3] = {a, scalar(g, "sa", QF_DTYPE_F32, &sa), scalar(g, "za", QF_DTYPE_I8, &za)};
+    qf_value *ib[3] = {b, scalar(g, "sb", QF_DTYPE_F32, &sb), scalar(g, "zb", QF_DTYPE_I8, &zb)};
+    qf_node *dqa = qf_graph_add_node(g, QF_OP_DEQUANTIZE, "dqa", 3, ia, 1);
+    qf_node *dqb = qf_graph_add_node(g, QF_OP_DEQUANTIZE, "dqb", 3, ib, 1);
+    if (!dqa || !dqb) return g;
+    qf_value *sum[2] = {dqa->outputs[0], dqb->outputs[0]};
+    qf_node *add = qf_graph_add_node(g, QF_OP_ADD, "add", 2, sum, 1);
+    qf_node *r = add && relu ? qf_graph_add_node(g, QF_OP_RELU, "relu", 1, &add->outputs[0], 1) : add;
+    if (!r) return g;
+    qf_value *qin[3] = {r->outputs[0], scalar(g, "sy", QF_DTYPE_F32, &sy), scalar(g, "zy", QF_DTYPE_I8, &zy)};
+    qf_node *q = qf_graph_add_node(g, QF_OP_QUANTIZE, "q", 3, qin, 1);
+    qf_value *din[3] = {q ? q->outputs[0] : NULL, qin[1], qin[2]};
+    qf_node *dq2 = q ? qf_graph_add_node(g, QF_OP_DEQUANTIZE, "dq_out", 3, din, 1) : NULL;
+    if (dq2) qf_graph_add_output(g, dq2->outputs[0]);
+    return g;
+}
+
+/* The int8 Add (TFLite's arithmetic) against the float simulation of the
+ * same graph: within 1 LSB everywhere, equal on >= 99 %; the clamp of a
+ * fused Relu honoured. Not lowered with ONNX's requantization, nor when the
+ * output scale is too small for TFLite's multipliers. */
+static void check_add(float sa, int8_t za, float sb, int8_t zb, float sy, int8_t zy, bool relu,
+                      qf_int8_requant_kind rq, bool lowered)
+{
+    qf_graph *g = add_graph(sa, za, sb, zb, sy, zy, relu), *sim = add_graph(sa, za, sb, zb, sy, zy, relu);
+    REQUIRE(g && sim && g->noutputs == 1 && sim->noutputs == 1, "graph: %s", qf_error_message());
+    REQUIRE_OK(qf_graph_infer_shapes(g));
+    REQUIRE_OK(qf_graph_infer_shapes(sim));
+    int k = -1, qadds = 0, adds = 0;
+    REQUIRE_OK(qf_quant_lower_int8(g, NULL, rq, &k));
+    for (const qf_node *n = g->first; n; n = n->next) {
+        qadds += n->op == QF_OP_QADD;
+        adds += n->op == QF_OP_ADD;
+    }
+    CHECKF(k == (lowered ? 1 : 0) && qadds == (lowered ? 1 : 0) && adds == (lowered ? 0 : 1),
+           "lowered %d: %d int8 Add, %d Add", k, qadds, adds);
+    qf_tensor a = {0}, b = {0}, y = {0}, ys = {0};
+    const int64_t d[4] = {3, 5, 7, 11};
+    REQUIRE_OK(qf_tensor_init(&a, QF_DTYPE_I8, 4, d));
+    REQUIRE_OK(qf_tensor_init(&b, QF_DTYPE_I8, 4, d));
+    int64_t count = qf_tensor_numel(&a);
+    for (int64_t i = 0; i < count; i++) {
+        ((int8_t *)a.data)[i] = (int8_t)((i * 73 + 11) % 256 - 128);
+        ((int8_t *)b.data)[i] = (int8_t)((i * 151 + 7) % 256 - 128);
+    }
+    const qf_tensor *feed[2] = {&a, &b};
+    qf_plan *p = NULL;
+    for (int which = 0; which < 2; which++) {
+        REQUIRE_OK(qf_plan_init(&p, which ? sim : g));
+        REQUIRE_OK(qf_plan_run(p, feed, 2));
+        const qf_tensor *o = qf_plan_output(p, 0);
+        qf_tensor *dst = which ? &ys : &y;
+        REQUIRE_OK(qf_tensor_init(dst, o->dtype, o->ndim, o->dims));
+        memcpy(dst->data, o->data, qf_tensor_nbytes(o));
+        qf_plan_free(p);
+        p = NULL;
+    }
+    int64_t off = 0, bad = 0, below = 0;
+    for (int64_t i = 0; i < count; i++) {
+        float u = ((const float *)y.data)[i], v = ((const float *)ys.data)[i];
+        float lsb = fabsf(u - v) / sy;
+        off += lsb > 0.5f;
+        bad += lsb > 1.5f;
+        below += relu && u < 0.0f;
+    }
+    CHECKF(bad == 0 && (double)off <= 0.01 * (double)count && below == 0,
+           "int8 Add vs float: %lld of %lld more than 1 LSB off, %lld 1 LSB off, %lld below the Relu", (long long)bad,
+           (long long)count, (long long)off, (long long)below);
+    if (!lowered)
+        CHECKF(off == 0, "not lowered, yet %lld outputs differ from the simulation", (long long)off);
+    qf_tensor_free(&a);
+    qf_tensor_free(&b);
+    qf_tensor_free(&y);
+    qf_tensor_free(&ys);
+    qf_graph_free(g);
+    qf_graph_free(sim);
+}
+
+static void test_add(void) { check_add(0.031f, -5, 0.047f, 3, 0.06f, -20, false, QF_REQUANT_FIXED_POINT, true); }
+static void test_add_relu(void) { check_add(0.02f, 0, 0.013f, -128, 0.03f, -128, true, QF_REQUANT_FIXED_POINT, true); }
+static void test_add_onnx(void) { check_add(0.031f, -5, 0.047f, 3, 0.06f, -20, false, QF_REQUANT_ONNX, false); }
+static void test_add_tiny_scale(void)
+{
+    check_add(0.5f, 0, 0.25f, 0, 1e-7f, 0, false, QF_REQUANT_FIXED_POINT, false);
+}
+
 static void test_max_pool_shared(void) { check_max_pool(0.05f, -3, true); }
 static void test_max_pool_requantized(void) { check_max_pool(0.07f, -3, false); }
 
 int main(int argc, char **argv)
 {
-    if (argc == 2 && !strcmp(argv[1], "--max-pool")) {
+    if (argc == 2 && !strcmp(argv[1], "--graphs")) {
         RUN(test_max_pool_shared);
         RUN(test_max_pool_requantized);
+        RUN(test_add);
+        RUN(test_add_relu);
+        RUN(test_add_onnx);
+        RUN(test_add_tiny_scale);
         return qf_check_report();
     }
     if (argc != 4) {
@@ -153,5 +253,9 @@ int main(int argc, char **argv)
     RUN(test_onnx);
     RUN(test_max_pool_shared);
     RUN(test_max_pool_requantized);
+    RUN(test_add);
+    RUN(test_add_relu);
+    RUN(test_add_onnx);
+    RUN(test_add_tiny_scale);
     return qf_check_report();
 }
