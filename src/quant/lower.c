@@ -304,7 +304,7 @@ static qf_status lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool 
     return QF_OK;
 }
 
-/* An Add of two per-tensor int8 tensors of one (known) shape heading a
+/* An Add of two per-tensor int8 tensors of one shape heading a
  * DQ -> Add -> [act] -> Q group: qfold's int8 Add (QF_OP_QADD, TFLite's
  * integer arithmetic, src/ops/qadd.c); with TFLite's requantization only. Left in float when its multipliers
  * would not be below 1 (an output scale below max(s_a, s_b) / 2^19). */
@@ -314,9 +314,9 @@ static qf_status lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done
     const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
     if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
     const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
+    /* The same shape: equal known sizes, and an unknown size (a dynamic
+     * batch) only where both are unknown; the int8 Add does not broadcast. */
     if (!qf_shape_equal(ta->ndim, ta->dims, tb->ndim, tb->dims)) return QF_OK;
-    for (int i = 0; i < ta->ndim; i++)
-        if (ta->dims[i] < 0) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
     if (!group_tail(n, &q, &act, clamp)) return QF_OK;
