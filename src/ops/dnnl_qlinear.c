@@ -118,19 +118,26 @@ static qf_status qdnnl_exec(const qf_node *n, dnnl_primitive_t p, int nargs, con
     return qf_dnnl_check(n, QF_DNNL(primitive_execute)(p, qf_dnnl()->stream, nargs, args), what);
 }
 
-/* The weights [M, C/g, k...] as oneDNN's (g)oi(d)(h)w, reordered into the
- * convolution's layout (with the compensation oneDNN keeps for s8
- * activations) in memory the state owns. */
-static qf_status qdnnl_weights(const qf_node *n, qdnnl_state *s, const qf_conv_geom *cg, const qf_tensor *w,
-                               const dnnl_memory_desc_t *want)
+/* The dims of the weights [M, C/g, k...] as oneDNN's (g)oi(d)(h)w; returns
+ * their count. */
+static int qdnnl_weight_dims(const qf_conv_geom *cg, const qf_tensor *w, dnnl_dims_t dims)
 {
-    const qf_dnnl_lib *d = qf_dnnl();
-    dnnl_dims_t dims;
     int nd = 0;
     if (cg->group > 1) dims[nd++] = cg->group;
     dims[nd++] = cg->mg;
     dims[nd++] = cg->cg;
     for (int i = 0; i < cg->s.rank; i++) dims[nd++] = w->dims[2 + i];
+    return nd;
+}
+
+/* The weights reordered into the convolution's layout (with the
+ * compensation oneDNN keeps for s8 activations) in memory the state owns. */
+static qf_status qdnnl_weights(const qf_node *n, qdnnl_state *s, const qf_conv_geom *cg, const qf_tensor *w,
+                               const dnnl_memory_desc_t *want)
+{
+    const qf_dnnl_lib *d = qf_dnnl();
+    dnnl_dims_t dims;
+    const int nd = qdnnl_weight_dims(cg, w, dims);
     static const dnnl_format_tag_t plain[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde, dnnl_abcdef};
     dnnl_memory_desc_t user;
     QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&user, nd, dims, dnnl_s8, plain[nd]), "weights"));
@@ -199,8 +206,10 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, d
     QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_attr_set_output_scales)(attr, nch, nch > 1 ? 1 << 1 : 0, scale),
                          "output scales"));
     const int32_t xz = io->in[2] ? qdnnl_zp(io->in[2], 0) : 0, yz = qdnnl_zp(io->in[7], 0);
-    if (xz) QF_TRY(qf_dnnl_try(n, QF_DNNL(primitive_attr_set_zero_points)(attr, DNNL_ARG_SRC, 1, 0, &xz), "zero points"));
-    if (yz) QF_TRY(qf_dnnl_try(n, QF_DNNL(primitive_attr_set_zero_points)(attr, DNNL_ARG_DST, 1, 0, &yz), "zero points"));
+    if (xz)
+        QF_TRY(qf_dnnl_try(n, QF_DNNL(primitive_attr_set_zero_points)(attr, DNNL_ARG_SRC, 1, 0, &xz), "zero points"));
+    if (yz)
+        QF_TRY(qf_dnnl_try(n, QF_DNNL(primitive_attr_set_zero_points)(attr, DNNL_ARG_DST, 1, 0, &yz), "zero points"));
     /* oneDNN adds the output zero point after its post-ops and rounds after
      * that: a round post-op (half to even) first makes it round(v) + zp, as
      * ONNX and the reference compute (round(v + zp) differs at ties when zp
@@ -233,17 +242,14 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     QF_TRY(qf_dnnl_md(n, &y_md, y, false));
     dnnl_dims_t dims;
     for (int i = 0; i < x->ndim; i++) dims[i] = x->dims[i];
-    QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&x_any, x->ndim, dims, x_md.data_type, dnnl_format_tag_any),
-                         "input"));
+    QF_TRY(qf_dnnl_check(
+        n, QF_DNNL(memory_desc_init_by_tag)(&x_any, x->ndim, dims, x_md.data_type, dnnl_format_tag_any), "input"));
     for (int i = 0; i < y->ndim; i++) dims[i] = y->dims[i];
-    QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&y_any, y->ndim, dims, y_md.data_type, dnnl_format_tag_any),
-                         "output"));
-    int nd = 0;
-    if (cg->group > 1) dims[nd++] = cg->group;
-    dims[nd++] = cg->mg;
-    dims[nd++] = cg->cg;
-    for (int i = 0; i < cg->s.rank; i++) dims[nd++] = w->dims[2 + i];
-    QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&w_any, nd, dims, dnnl_s8, dnnl_format_tag_any), "weights"));
+    QF_TRY(qf_dnnl_check(
+        n, QF_DNNL(memory_desc_init_by_tag)(&y_any, y->ndim, dims, y_md.data_type, dnnl_format_tag_any), "output"));
+    const int nd = qdnnl_weight_dims(cg, w, dims);
+    QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&w_any, nd, dims, dnnl_s8, dnnl_format_tag_any),
+                         "weights"));
     if (b) {
         dims[0] = cg->m;
         QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&b_md, 1, dims, dnnl_s32, dnnl_a), "bias"));

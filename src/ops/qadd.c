@@ -14,7 +14,8 @@
  * (requant.h, multipliers from QuantizeMultiplier in double). Every
  * multiplier must be below 1 (TFLite checks the same): an output scale below
  * max(s_a, s_b) / 2^19 is refused (the lowering leaves such an Add in float).
- * The scales and zero points must be constants.
+ * The scales and zero points must be constants; prepare tabulates the result
+ * of every pair of int8 inputs (64 KiB of state), the kernel looks it up.
  */
 #include <string.h>
 
@@ -22,11 +23,12 @@
 #include "kernels.h"
 #include "requant.h"
 
+/* Every (A, B) pair of int8 values has its result computed once, at
+ * prepare: the kernel is one table lookup per element (the fixed-point
+ * arithmetic, three 64-bit multiplications per element, does not vectorize
+ * and took a quarter of resnet18's integer run). */
 typedef struct qadd_state {
-    int32_t zp_a, zp_b, zp_y;
-    int32_t mult_a, mult_b, mult_y;
-    int shift_a, shift_b, shift_y;
-    int32_t lo, hi;
+    int8_t table[256 * 256]; /* [(uint8_t)a << 8 | (uint8_t)b] */
 } qadd_state;
 
 static const char *const qadd_names[8] = {"A", "A_scale", "A_zero_point", "B", "B_scale", "B_zero_point",
@@ -87,49 +89,55 @@ static qf_status qf_qadd_prepare(const qf_kernel_io *io, void *state)
                             qadd_names[i]);
     const double sa = *(const float *)io->in[1]->data, sb = *(const float *)io->in[4]->data,
                  sy = *(const float *)io->in[6]->data;
-    st->zp_a = *(const int8_t *)io->in[2]->data;
-    st->zp_b = *(const int8_t *)io->in[5]->data;
-    st->zp_y = *(const int8_t *)io->in[7]->data;
+    const int32_t zp_a = *(const int8_t *)io->in[2]->data, zp_b = *(const int8_t *)io->in[5]->data,
+                  zp_y = *(const int8_t *)io->in[7]->data;
     const double twice_max = 2.0 * (sa > sb ? sa : sb);
-    QF_TRY(qadd_multiplier(n, sa / twice_max, "A", &st->mult_a, &st->shift_a));
-    QF_TRY(qadd_multiplier(n, sb / twice_max, "B", &st->mult_b, &st->shift_b));
-    QF_TRY(qadd_multiplier(n, twice_max / ((double)(1 << 20) * sy), "output", &st->mult_y, &st->shift_y));
-    st->lo = -128;
-    st->hi = 127;
+    int32_t mult_a, mult_b, mult_y;
+    int shift_a, shift_b, shift_y;
+    QF_TRY(qadd_multiplier(n, sa / twice_max, "A", &mult_a, &shift_a));
+    QF_TRY(qadd_multiplier(n, sb / twice_max, "B", &mult_b, &shift_b));
+    QF_TRY(qadd_multiplier(n, twice_max / ((double)(1 << 20) * sy), "output", &mult_y, &shift_y));
+    int32_t lo = -128, hi = 127;
     int nc = 0;
     const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
     if (clamp && nc == 2) {
         if (clamp[0] > clamp[1] || clamp[0] < -128 || clamp[1] > 127)
             return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp [%lld, %lld] is not inside [-128, 127]",
                             n->name, qf_op_label(n), (long long)clamp[0], (long long)clamp[1]);
-        st->lo = (int32_t)clamp[0];
-        st->hi = (int32_t)clamp[1];
+        lo = (int32_t)clamp[0];
+        hi = (int32_t)clamp[1];
     }
+    /* TFLite's reference int8 Add (integer_ops/add.h, AddElementwise) for
+     * every pair; |q - zp| <= 255, so (q - zp) << 20 fits int32. */
+    int32_t ta[256], tb[256];
+    for (int q = -128; q < 128; q++) {
+        ta[q + 128] = qf_multiply_by_quantized_multiplier((q - zp_a) * (1 << 20), mult_a, shift_a);
+        tb[q + 128] = qf_multiply_by_quantized_multiplier((q - zp_b) * (1 << 20), mult_b, shift_b);
+    }
+    for (int a = -128; a < 128; a++)
+        for (int b = -128; b < 128; b++) {
+            int32_t y = qf_multiply_by_quantized_multiplier(ta[a + 128] + tb[b + 128], mult_y, shift_y) + zp_y;
+            st->table[(uint8_t)a << 8 | (uint8_t)b] = (int8_t)(y < lo ? lo : y > hi ? hi : y);
+        }
     return QF_OK;
 }
 
 typedef struct qadd_job {
-    const qadd_state *st;
-    const int8_t *a, *b;
+    const int8_t *table;
+    const uint8_t *a, *b;
     int8_t *y;
 } qadd_job;
 
 static void qadd_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const qadd_job *j = ctx;
-    const qadd_state *st = j->st;
-    for (int64_t i = lo; i < hi; i++) {
-        /* |q - zp| <= 255, so (q - zp) << 20 fits int32. */
-        int32_t a = qf_multiply_by_quantized_multiplier((j->a[i] - st->zp_a) * (1 << 20), st->mult_a, st->shift_a);
-        int32_t b = qf_multiply_by_quantized_multiplier((j->b[i] - st->zp_b) * (1 << 20), st->mult_b, st->shift_b);
-        int32_t y = qf_multiply_by_quantized_multiplier(a + b, st->mult_y, st->shift_y) + st->zp_y;
-        j->y[i] = (int8_t)(y < st->lo ? st->lo : y > st->hi ? st->hi : y);
-    }
+    for (int64_t i = lo; i < hi; i++) j->y[i] = j->table[(uint32_t)j->a[i] << 8 | j->b[i]];
 }
 
 static qf_status qf_qadd_forward_f32(const qf_kernel_io *io)
 {
-    qadd_job j = {.st = io->state, .a = io->in[0]->data, .b = io->in[3]->data, .y = io->out[0]->data};
+    const qadd_state *st = io->state;
+    qadd_job j = {.table = st->table, .a = io->in[0]->data, .b = io->in[3]->data, .y = io->out[0]->data};
     qf_parallel_for(qf_tensor_numel(io->in[0]), 16384, qadd_slice, &j);
     return QF_OK;
 }
