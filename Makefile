@@ -37,9 +37,13 @@ test-asan: deps
 
 # The whole suite again with AddressSanitizer, LeakSanitizer and UBSan: the
 # C tests directly, the CLI tests through the instrumented build/qfold.
+# oneDNN runs on one OpenMP thread here: LeakSanitizer's tracer (GCC 12's
+# libsanitizer, glibc 2.36) crashes at exit on the dynamic TLS that the
+# dlopen'ed libdnnl leaves in libgomp's worker threads ("Tracer caught
+# signal 11"), failing every process that ran a oneDNN primitive.
 test-asan-run:
 	$(MAKE) build BUILD=build-asan CMAKE_FLAGS="-DQF_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug"
-	cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	cd build-asan && OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 		ctest --output-on-failure -j $(JOBS)
 
 demo: deps
