@@ -54,8 +54,8 @@ qf_node *qf_rewrite_sole_user(const qf_value *v, int *slot)
 
 bool qf_rewrite_can_write_in_place(const qf_value *v, const qf_node *n, int slot)
 {
-    return v && qf_value_is_const(v) && v->type.owns && !v->is_output && v->nuses == 1 &&
-           v->uses[0].node == n && v->uses[0].slot == slot;
+    return v && qf_value_is_const(v) && (v->type.owns || v->type.writable) && !v->is_output &&
+           v->nuses == 1 && v->uses[0].node == n && v->uses[0].slot == slot;
 }
 
 qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t,
