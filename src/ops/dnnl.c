@@ -195,6 +195,19 @@ qf_status qf_dnnl_check(const qf_node *n, dnnl_status_t s, const char *what)
               : qf_error(code, "oneDNN %s failed (status %d)", what, (int)s);
 }
 
+/* Address space a primitive's creation may need (its JIT kernels and their
+ * buffers are a few MB at most; with room to spare). */
+#define QF_DNNL_PRIM_ROOM ((size_t)32 << 20)
+
+qf_status qf_dnnl_primitive_create(const qf_node *n, dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd,
+                                   const char *what)
+{
+    void *probe = mmap(NULL, QF_DNNL_PRIM_ROOM, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (probe == MAP_FAILED) return qf_dnnl_check(n, dnnl_out_of_memory, what);
+    munmap(probe, QF_DNNL_PRIM_ROOM);
+    return qf_dnnl_check(n, QF_DNNL(primitive_create)(prim, pd), what);
+}
+
 qf_status qf_dnnl_try(const qf_node *n, dnnl_status_t s, const char *what)
 {
     if (s == dnnl_unimplemented) return QF_ERR_UNSUPPORTED;

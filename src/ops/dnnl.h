@@ -129,6 +129,13 @@ qf_status qf_dnnl_check(const qf_node *n, dnnl_status_t s, const char *what);
  * plan falls back to the reference kernels); other failures as qf_dnnl_check. */
 qf_status qf_dnnl_try(const qf_node *n, dnnl_status_t s, const char *what);
 
+/* dnnl_primitive_create behind a check that the address space has room for
+ * what it allocates (JIT code and buffers: oneDNN does not survive running
+ * out there — it calls the failed JIT buffer, SIGSEGV): QF_ERR_NOMEM "out of
+ * memory" naming n when it has not. */
+qf_status qf_dnnl_primitive_create(const qf_node *n, dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd,
+                                   const char *what);
+
 /* A plain memory descriptor for a qfold tensor's dims (and dtype): ncX, or
  * nXc (channels-last) when nhwc is set and the rank is 3..5. */
 qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, bool nhwc);

@@ -166,7 +166,7 @@ qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
                     "primitive descriptor");
     qf_dk_abort(b);
     QF_TRY(st);
-    QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_create)(&p->prim, p->pd), "primitive"));
+    QF_TRY(qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive"));
     /* The memory objects of the binary post-op operands, recorded by
      * qf_dk_post_fused before the primitive descriptor existed. */
     for (int i = 0; i < p->nargs; i++) {
@@ -213,7 +213,7 @@ static qf_status dk_reorder_now(const dnnl_memory_desc_t *src_md, const void *sr
     qf_status st = qf_dnnl_check(NULL, QF_DNNL(reorder_primitive_desc_create)(&rpd, src_md, d->engine, dst_md,
                                                                               d->engine, NULL),
                                  "weights reorder");
-    if (st == QF_OK) st = qf_dnnl_check(NULL, QF_DNNL(primitive_create)(&r, rpd), "weights reorder");
+    if (st == QF_OK) st = qf_dnnl_primitive_create(NULL, &r, rpd, "weights reorder");
     if (st == QF_OK)
         st = qf_dnnl_check(NULL, QF_DNNL(memory_create)(&ms, src_md, d->engine, (void *)src), "memory");
     if (st == QF_OK) st = qf_dnnl_check(NULL, QF_DNNL(memory_create)(&md, dst_md, d->engine, dst), "memory");

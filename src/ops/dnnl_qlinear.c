@@ -100,7 +100,7 @@ static qf_status qdnnl_reorder(const qf_node *n, const dnnl_memory_desc_t *src, 
     if (st == QF_OK) {
         size_t sz = QF_DNNL(memory_desc_get_size)(QF_DNNL(primitive_desc_query_md)(pd, dnnl_query_scratchpad_md, 0));
         if (sz > *pad) *pad = sz;
-        st = qf_dnnl_check(n, QF_DNNL(primitive_create)(prim, pd), "reorder");
+        st = qf_dnnl_primitive_create(n, prim, pd, "reorder");
     }
     if (pd) QF_DNNL(primitive_desc_destroy)(pd);
     if (attr) QF_DNNL(primitive_attr_destroy)(attr);
@@ -279,7 +279,7 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     const dnnl_memory_desc_t *wc = QF_DNNL(primitive_desc_query_md)(pd, dnnl_query_weights_md, 0);
     const dnnl_memory_desc_t *yc = QF_DNNL(primitive_desc_query_md)(pd, dnnl_query_dst_md, 0);
     size_t pad = QF_DNNL(memory_desc_get_size)(QF_DNNL(primitive_desc_query_md)(pd, dnnl_query_scratchpad_md, 0));
-    st = qf_dnnl_check(n, QF_DNNL(primitive_create)(&s->conv, pd), "int8 convolution");
+    st = qf_dnnl_primitive_create(n, &s->conv, pd, "int8 convolution");
     if (st == QF_OK) st = qdnnl_weights(n, s, cg, w, wc);
     size_t off = 0;
     s->off_x = s->off_y = SIZE_MAX;
