@@ -65,7 +65,7 @@ def output_scale(model):
     return float(numpy_helper.to_array(inits[dq.input[1]]))
 
 
-def lsb_agreement(model, x, within_1, max_lsb, tflite=(0.999, 2)):
+def lsb_agreement(model, x, within_1, max_lsb, tflite=(0.999, 2), onnx=0.999):
     """qfold vs ONNX Runtime on the quantized model, the fraction of output
     elements within 1 LSB of the output scale and the largest difference:
     qfold's float simulation (--simulate) against ORT running the graph as
@@ -76,7 +76,7 @@ def lsb_agreement(model, x, within_1, max_lsb, tflite=(0.999, 2)):
     # ORT's integer path also fuses what qfold still runs in float (QLinearAdd
     # for the residual adds): 2 LSB where those round differently.
     runs = [("simulate", ort_as_written, qfold_run(model, x, "--simulate"), within_1, max_lsb),
-            ("int8 onnx requant", ort_int8, qfold_run(model, x, "--requant", "onnx"), 0.999, 2),
+            ("int8 onnx requant", ort_int8, qfold_run(model, x, "--requant", "onnx"), onnx, 2),
             ("int8 tflite requant", ort_int8, qfold_run(model, x), tflite[0], tflite[1])]
     for what, a, b, w1, mx in runs:
         d = np.abs(a.astype(np.float64) - b) / s
@@ -187,10 +187,17 @@ def case_resnet18():
     check(rep["counts"]["weights"] == 21 and rep["counts"]["biases"] == 21 and rep["counts"]["left_float"] == 0,
           "resnet18 counts %r" % rep["counts"])
     check(rep["passes"][0]["pass"] == "canonicalize", "the ptq passes are not in the report")
-    # TFLite's rounding against ORT's (ONNX's): 98.8 % within 1 LSB here (with
-    # --requant onnx the integer executor meets >= 99.9 %).
+    # TFLite's rounding against ORT's (ONNX's): 98.8 % within 1 LSB here.
+    # With --requant onnx, qfold computes the eight residual Adds as ONNX
+    # defines them (dequantize, add, quantize), while ORT fuses them into its
+    # QLinearAdd, which approximates the two scale ratios by 22-bit fixed-point
+    # multipliers: where a sum lands that close to a rounding edge the two
+    # differ by 1 LSB, and that carries on to the logits. How many such edges
+    # a calibration hits varies: 99.75 - 99.95 % of the logits within 1 LSB
+    # over calibrations whose scales differ by 5e-7 relative (the float
+    # convolutions' summation order: reference GEMM, oneDNN); never over 2 LSB.
     lsb_agreement(work("q.onnx"), rng.standard_normal((2, 3, 224, 224)).astype(np.float32), 0.99, 3,
-                  tflite=(0.98, 2))
+                  tflite=(0.98, 2), onnx=0.995)
 
 
 def case_mobilenet_v2():
