@@ -35,6 +35,7 @@ typedef struct qf_import {
      * they are in gp->initializer (decoded whole, copied by protobuf-c). */
     uint8_t *data;
     void *adopt;        /* data, until the graph adopts it */
+    size_t size;        /* of data */
     const qf_onnx_range *init;
     size_t ninit;
     qf_onnx_scratch scratch;
@@ -145,7 +146,7 @@ static qf_status qf_import_initializers(qf_import *im)
         QF_TRY(qf_import_initializer(im, i, gp->initializer[i], NULL));
     if (!im->ninit) return QF_OK;
     /* The tensors below point into the buffer: the graph owns it from here. */
-    QF_TRY(qf_graph_adopt_buffer(im->g, im->adopt));
+    QF_TRY(qf_graph_adopt_buffer(im->g, im->adopt, im->size));
     im->adopt = NULL;
     for (size_t i = 0; i < im->ninit; i++) {
         const qf_onnx_range *r = &im->init[i];
@@ -516,6 +517,7 @@ static qf_status qf_onnx_decode(void *buf, size_t size, qf_graph **out)
     }
     qf_import im = {.data = buf,
                     .adopt = buf,
+                    .size = size,
                     .init = split.init,
                     .ninit = split.ninit,
                     .alloc = &alloc,

@@ -1,8 +1,10 @@
 /* The graph: values, nodes, use lists, attributes, rewiring. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "graph_impl.h"
+#include "../core/mem.h"
 
 qf_status qf_graph_init(qf_graph **out)
 {
@@ -69,11 +71,12 @@ void *qf_graph_alloc(qf_graph *g, size_t size)
     return p;
 }
 
-qf_status qf_graph_adopt_buffer(qf_graph *g, void *buf)
+qf_status qf_graph_adopt_buffer(qf_graph *g, void *buf, size_t size)
 {
     qf_graph_buffer *b = qf_graph_alloc(g, sizeof *b);
     if (!b) return QF_ERR_NOMEM;
     b->data = buf;
+    b->size = size;
     b->next = g->impl->buffers;
     g->impl->buffers = b;
     return QF_OK;
@@ -218,6 +221,25 @@ bool qf_value_is_const(const qf_value *v)
                                  v->kind == QF_VALUE_BUFFER);
 }
 
+/* A removed value's writable slice of an adopted buffer is nobody's any
+ * more: its whole pages go back to the system, as an owned payload's memory
+ * does when it is freed (checked to lie inside one of g's buffers, since
+ * only those are the graph's to discard). */
+static void qf_value_discard(qf_graph *g, const qf_value *v)
+{
+    const qf_tensor *t = &v->type;
+    if (t->owns || !t->writable || !t->data) return;
+    uintptr_t p = (uintptr_t)t->data;
+    size_t n = qf_tensor_nbytes(t);
+    for (const qf_graph_buffer *b = g->impl->buffers; b; b = b->next) {
+        uintptr_t lo = (uintptr_t)b->data;
+        if (p >= lo && p - lo <= b->size && n <= b->size - (p - lo)) {
+            qf_mem_discard(t->data, n);
+            return;
+        }
+    }
+}
+
 void qf_graph_remove_value(qf_graph *g, qf_value *v)
 {
     if (v->producer || v->nuses || v->is_output) return;
@@ -229,6 +251,7 @@ void qf_graph_remove_value(qf_graph *g, qf_value *v)
     }
     qf_name_map_del(&g->impl->value_names, v->name);
     g->values[v->id] = NULL;
+    qf_value_discard(g, v);
     qf_value_release(v);
 }
 

@@ -15,6 +15,7 @@ typedef struct qf_name_map {
 /* A buffer constants borrow from (qf_graph_adopt_buffer). */
 typedef struct qf_graph_buffer {
     void *data;
+    size_t size;
     struct qf_graph_buffer *next;
 } qf_graph_buffer;
 

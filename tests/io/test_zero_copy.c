@@ -12,6 +12,8 @@
  *   modulo 8, for float32, int64, float64 and int8, with and without room to
  *   move them into alignment: every constant comes back with its values and
  *   aligned for its dtype, borrowed where there was room, copied where not.
+ * - discard: removing a borrowed weight hands its whole pages back and
+ *   leaves the weights around it as they were.
  */
 #include <stdint.h>
 #include <string.h>
@@ -274,6 +276,114 @@ static void alignment(void)
     }
 }
 
+/* --- discard: a removed borrowed weight's pages go back, its neighbours stay ------ */
+
+/* A model of `count` float32 initializers of `elems` elements each (values
+ * k * 1000 + i), the first one the graph's output, the others unused. */
+static void big_model(uint8_t *out, size_t cap, size_t *size, int count, int elems)
+{
+    size_t es = sizeof(float), nb = (size_t)elems * es;
+    uint8_t *raw = qf_malloc(nb);
+    pb *t = qf_malloc(sizeof *t);
+    uint8_t *g = qf_malloc(cap);
+    size_t gn = 0;
+    REQUIRE(raw && t && g, "out of memory");
+    pb tail = {.n = 0};
+    pb_bytes(&tail, 2, "g", 1);
+    memcpy(g, tail.b, tail.n);
+    gn = tail.n;
+    for (int k = 0; k < count; k++) {
+        for (int i = 0; i < elems; i++) {
+            float f = (float)(k * 1000 + i % 1000);
+            memcpy(raw + (size_t)i * es, &f, es);
+        }
+        char name[16];
+        snprintf(name, sizeof name, "big%d", k);
+        /* TensorProto: dims, data_type, name, raw_data (the exporter order). */
+        t->n = 0;
+        pb_int(t, 1, (uint64_t)elems);
+        pb_int(t, 2, QF_DTYPE_F32);
+        pb_bytes(t, 8, name, strlen(name));
+        pb_varint(t, 9 << 3 | 2);
+        pb_varint(t, nb);
+        /* key + length of the initializer field, the header, the payload */
+        pb hdr = {.n = 0};
+        pb_varint(&hdr, 5 << 3 | 2);
+        pb_varint(&hdr, t->n + nb);
+        REQUIRE(gn + hdr.n + t->n + nb < cap - 512, "model too big");
+        memcpy(g + gn, hdr.b, hdr.n), gn += hdr.n;
+        memcpy(g + gn, t->b, t->n), gn += t->n;
+        memcpy(g + gn, raw, nb), gn += nb;
+    }
+    pb dim = {.n = 0}, shape = {.n = 0}, tt = {.n = 0}, ty = {.n = 0}, vi = {.n = 0}, outp = {.n = 0};
+    pb_int(&dim, 1, (uint64_t)elems);
+    pb_msg(&shape, 1, &dim);
+    pb_int(&tt, 1, QF_DTYPE_F32);
+    pb_msg(&tt, 2, &shape);
+    pb_msg(&ty, 1, &tt);
+    pb_bytes(&vi, 1, "big0", 4);
+    pb_msg(&vi, 2, &ty);
+    pb_msg(&outp, 12, &vi);
+    memcpy(g + gn, outp.b, outp.n), gn += outp.n;
+    pb m = {.n = 0}, op = {.n = 0};
+    pb_int(&op, 2, 13);
+    pb_int(&m, 1, 8);
+    pb_varint(&m, 7 << 3 | 2);
+    pb_varint(&m, gn);
+    memcpy(out, m.b, m.n);
+    memcpy(out + m.n, g, gn);
+    size_t n = m.n + gn;
+    pb tailm = {.n = 0};
+    pb_msg(&tailm, 8, &op);
+    memcpy(out + n, tailm.b, tailm.n);
+    *size = n + tailm.n;
+    qf_free(raw);
+    qf_free(t);
+    qf_free(g);
+}
+
+static void discard(void)
+{
+    enum { COUNT = 6, ELEMS = 5000 }; /* 20 KB each: several whole pages */
+    size_t cap = (size_t)COUNT * ELEMS * 4 + 4096, size = 0;
+    uint8_t *bytes = qf_malloc(cap);
+    REQUIRE(bytes, "out of memory");
+    big_model(bytes, cap, &size, COUNT, ELEMS);
+    qf_graph *g = NULL;
+    CHECK_OK(qf_onnx_load_buffer(bytes, size, "big", &g));
+    qf_free(bytes);
+    REQUIRE(g, "load failed");
+    qf_value *v[COUNT];
+    for (int k = 0; k < COUNT; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "big%d", k);
+        v[k] = qf_graph_find_value(g, name);
+        REQUIRE(v[k] && qf_value_is_const(v[k]), "%s is missing", name);
+        CHECKF(!v[k]->type.owns && v[k]->type.writable, "%s is not borrowed", name);
+    }
+    /* Remove every other one (not the output): the neighbours' bytes, some
+     * on pages the removed ones partly cover, must be unchanged. */
+    const float *removed = v[3]->type.data;
+    for (int k = 1; k < COUNT; k += 2) qf_graph_remove_value(g, v[k]);
+    for (int k = 0; k < COUNT; k += 2) {
+        const float *d = v[k]->type.data;
+        int bad = 0;
+        for (int i = 0; i < ELEMS; i++) bad += d[i] != (float)(k * 1000 + i % 1000);
+        CHECKF(bad == 0, "big%d: %d values changed after its neighbours were removed", k, bad);
+    }
+#if defined(__linux__)
+    /* The removed slice's whole pages were handed back: they read as zeros
+     * (Linux: private anonymous memory after MADV_DONTNEED); the bytes at its
+     * ends share pages with neighbours and keep their values. */
+    int zeros = 0;
+    for (int i = 0; i < ELEMS; i++) zeros += removed[i] == 0.0f;
+    CHECKF(zeros >= ELEMS / 2, "big3: %d of %d values read as zero after removal", zeros, ELEMS);
+#else
+    (void)removed;
+#endif
+    qf_graph_free(g);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -283,6 +393,7 @@ int main(int argc, char **argv)
     models_dir = argv[1];
     work_dir = argv[2];
     RUN(alignment);
+    RUN(discard);
     RUN(fold_equal);
     return qf_check_report();
 }

@@ -1,0 +1,25 @@
+/* Handing memory pages back to the system (mem.h). */
+/* madvise() is not in POSIX (posix_madvise's DONTNEED does nothing in
+ * glibc): _DEFAULT_SOURCE exposes it. */
+#define _DEFAULT_SOURCE
+#include <stdint.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "mem.h"
+
+void qf_mem_discard(void *p, size_t n)
+{
+#if defined(MADV_DONTNEED)
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t page = pg > 0 ? (uintptr_t)pg : 4096;
+    uintptr_t from = ((uintptr_t)p + page - 1) / page * page;
+    uintptr_t to = ((uintptr_t)p + n) / page * page;
+    /* On private anonymous memory DONTNEED frees the pages at once (zero-
+     * filled on the next touch); elsewhere it fails and nothing changes. */
+    if (to > from) (void)madvise((void *)from, to - from, MADV_DONTNEED);
+#else
+    (void)p;
+    (void)n;
+#endif
+}
