@@ -1,7 +1,13 @@
 /* qfold's side of bench/run: load a model once, plan once, then time
  * qf_plan_run as often as the driver asks.
  *
- *   run_bench MODEL.onnx IN.npy
+ *   run_bench MODEL.onnx IN.npy [THREADS [ENGINE [int8 | int8-onnx]]]
+ *
+ * THREADS (0 = the cores) and ENGINE (auto, ref, dnnl) as qfold's --threads
+ * and --engine. With int8 (bench/int8), a QDQ model runs on qfold's integer
+ * executor as `qfold run` runs it: its DQ -> Conv/Gemm -> [act] -> Q groups
+ * lowered to integer convs (qf_quant_lower_int8; TFLite's fixed-point
+ * requantization, or ONNX's with int8-onnx).
  *
  * Not a test and not part of the library: a timing harness that links the
  * library like any user would (built by CMake with -DQF_BUILD_BENCH=ON, or by
@@ -22,6 +28,7 @@
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "qfold/io.h"
+#include "qfold/quant.h"
 
 static double now_ms(void)
 {
@@ -68,10 +75,17 @@ static int serve(qf_plan *plan, const qf_tensor *x)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
-        fprintf(stderr, "usage: run_bench MODEL.onnx IN.npy\n");
+    bool int8 = argc == 6 && (!strcmp(argv[5], "int8") || !strcmp(argv[5], "int8-onnx"));
+    if (argc < 3 || argc > 6 || (argc == 6 && !int8)) {
+        fprintf(stderr, "usage: run_bench MODEL.onnx IN.npy [THREADS [ENGINE [int8 | int8-onnx]]]\n");
         return 2;
     }
+    qf_status set = argc > 3 ? qf_set_threads(atoi(argv[3])) : QF_OK;
+    if (set == QF_OK && argc > 4)
+        set = qf_set_engine(strcmp(argv[4], "ref") == 0 ? QF_ENGINE_REF
+                            : strcmp(argv[4], "dnnl") == 0 ? QF_ENGINE_DNNL
+                                                          : QF_ENGINE_AUTO);
+    if (set != QF_OK) return fail("options", set);
     qf_graph *g = NULL;
     qf_plan *plan = NULL;
     qf_tensor x = {0};
@@ -87,6 +101,8 @@ int main(int argc, char **argv)
     if (st == QF_OK && g->ninputs != 1) st = qf_error(QF_ERR_INVALID, "the model must have one input");
     /* A dynamic batch takes the input array's size. */
     if (st == QF_OK) st = qf_graph_set_input_shape(g, 0, x.ndim, x.dims);
+    if (st == QF_OK && int8)
+        st = qf_quant_lower_int8(g, NULL, strcmp(argv[5], "int8") ? QF_REQUANT_ONNX : QF_REQUANT_FIXED_POINT, NULL);
     if (st == QF_OK) st = qf_plan_init(&plan, g);
     if (st != QF_OK) {
         rc = fail("plan", st);

@@ -8,7 +8,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs=(build-essential cmake pkg-config libprotobuf-c-dev protobuf-c-compiler
-            libonnx-dev libopenblas-dev libdnnl-dev)
+            libonnx-dev libdnnl-dev)
 test_pkgs=(python3-torch python3-torchvision python3-onnx python3-numpy nodejs npm dataset-fashion-mnist)
 
 want=("${build_pkgs[@]}")

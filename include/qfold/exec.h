@@ -40,6 +40,9 @@ qf_status qf_set_engine(qf_engine e);
 /* QF_ENGINE_REF or QF_ENGINE_DNNL: what new plans use. */
 qf_engine qf_get_engine(void);
 const char *qf_engine_name(qf_engine e);   /* "auto", "ref", "dnnl" */
+/* One phrase on the active kernels: "oneDNN 2.6.3" when the oneDNN backend
+ * is active, else "oneDNN: <why not>". */
+const char *qf_engine_about(void);
 /* Threads the kernels use: 0 = the machine's cores (the default). Before the
  * first plan runs; QF_ERR_INVALID outside 0..16. */
 qf_status qf_set_threads(int n);

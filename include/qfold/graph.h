@@ -119,6 +119,11 @@ void qf_graph_free(qf_graph *g);
 const char *qf_graph_strdup(qf_graph *g, const char *s);
 /* Allocate zeroed memory in the graph's arena (freed with the graph). */
 void *qf_graph_alloc(qf_graph *g, size_t size);
+/* Hand the graph a buffer from qf_malloc that constants borrow slices of
+ * (the ONNX importer reads the model file into one buffer and points each
+ * weight at its bytes there, see qf_tensor.writable): qf_graph_free frees it
+ * after every value. On failure (out of memory) the caller still owns buf. */
+qf_status qf_graph_adopt_buffer(qf_graph *g, void *buf);
 
 /* --- values -------------------------------------------------------------- */
 /* A new value. name may be NULL (a unique name is made); a name already in

@@ -223,6 +223,9 @@ extern "C" {
     X(MATMUL_INTEGER, matmul_integer, "MatMulInteger", "", 2, 4, 1, 1,                \
       (DATA),                                                                         \
       ())                                                                             \
+    X(QADD, qadd, NULL, "", 8, 8, 1, 1,                                               \
+      (DATA),                                                                         \
+      (A(qfold_clamp,INTS)))                                                          \
     QF_EXTRA_OP_LIST(X)
 
 typedef enum qf_op {

@@ -8,7 +8,11 @@
  *   qf_tensor_free(&t);
  *
  * A tensor either owns its data (freed by qf_tensor_free) or borrows it
- * (owns == false: a view into a plan's arena, a caller's buffer, ...).
+ * (owns == false: a view into a plan's arena, a caller's buffer, a slice of
+ * the buffer a loaded model was read into, ...). A borrowed tensor that is
+ * `writable` is the only user of its bytes, so a pass may change them in
+ * place; any other borrowed tensor is read-only to its holder, and a pass
+ * that rewrites it makes an owned copy (copy-on-write).
  */
 #ifndef QFOLD_TENSOR_H
 #define QFOLD_TENSOR_H
@@ -50,7 +54,10 @@ typedef struct qf_tensor {
     int ndim;                    /* 0 = scalar */
     int64_t dims[QF_MAX_DIMS];   /* -1 = not known yet (symbolic dim) */
     void *data;
-    bool owns;
+    bool owns;     /* data is this tensor's allocation: qf_tensor_free frees it */
+    bool writable; /* borrowed data that only this tensor uses (a slice of a
+                    * graph's model buffer, qf_graph_adopt_buffer): may be
+                    * changed in place; its owner frees it */
 } qf_tensor;
 
 size_t qf_dtype_size(qf_dtype dt);         /* 0 for an unknown dtype */
@@ -80,11 +87,12 @@ size_t qf_tensor_nbytes(const qf_tensor *t); /* saturates at SIZE_MAX */
 /* Allocates zeroed, owned data for the shape (dims must be known and the
  * shape must fit: QF_ERR_SHAPE otherwise). */
 qf_status qf_tensor_init(qf_tensor *t, qf_dtype dt, int ndim, const int64_t *dims);
-/* A borrowed view of `data`. */
+/* A borrowed, read-only view of `data`. */
 void qf_tensor_view(qf_tensor *t, qf_dtype dt, int ndim, const int64_t *dims, void *data);
 /* Deep copy; dst owns its data. */
 qf_status qf_tensor_copy(qf_tensor *dst, const qf_tensor *src);
-/* Frees owned data; leaves dtype/shape, sets data = NULL. */
+/* Frees owned data; leaves dtype/shape, sets data = NULL (owns and
+ * writable false). */
 void qf_tensor_free(qf_tensor *t);
 
 /* Element i as double, whatever the dtype (for constants and tests). */

@@ -6,8 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "cli.h"
+#include "qfold/exec.h"
 #include "qfold/io.h"
 
 #ifndef QF_VERSION
@@ -39,14 +43,19 @@ void qf_cli_print_overview(FILE *f)
             "qfold %s - fold BatchNorm, quantize to int8 (post-training, ONNX QDQ) and run ONNX "
             "models\n\n",
             QF_VERSION);
-    fputs("usage: qfold COMMAND [ARGS]\n"
+    fputs("usage: qfold COMMAND [ARGS] [--engine E] [--threads N]\n"
           "       qfold COMMAND --help\n"
           "       qfold --version\n\n"
           "commands:\n",
           f);
     for (int i = 0; i < QF_CLI_NCOMMANDS; i++)
         fprintf(f, "  %-10s %s\n", qf_cli_table[i]->name, qf_cli_table[i]->summary);
-    fputs("\nExit status: 0 success, 1 failure while processing, 2 bad usage or bad input file.\n"
+    fputs("\noptions of every command (anywhere before \"--\"):\n"
+          "  --engine auto|ref|dnnl  kernels: oneDNN where it has one and loads (auto, the\n"
+          "                          default), only qfold's reference kernels (ref), or oneDNN\n"
+          "                          required (dnnl); QFOLD_ENGINE sets the default\n"
+          "  --threads N             threads for the kernels, 1 to 16; 0 = the cores (default)\n"
+          "\nExit status: 0 success, 1 failure while processing, 2 bad usage or bad input file.\n"
           "Environment: QFOLD_MAX_MEMORY=SIZE (bytes, or with K, M, G) caps the memory qfold\n"
           "allocates itself; a command that needs more fails with exit status 1.\n",
           f);
@@ -153,6 +162,73 @@ static int qf_cli_memory_cap(void)
     return QF_EXIT_OK;
 }
 
+/* --- --engine / --threads ------------------------------------------------------ */
+
+/* Removes "--engine E" / "--engine=E" and "--threads N" / "--threads=N" from
+ * argv (anywhere before "--": they belong to every command) and applies
+ * them. Returns an exit code (QF_EXIT_OK to go on). */
+static int qf_cli_globals(int *argc, char **argv)
+{
+    const char *engine = NULL, *threads = NULL;
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            while (i < *argc) argv[out++] = argv[i++];
+            break;
+        }
+        const char **slot = NULL;
+        const char *name = NULL;
+        size_t len = 0;
+        if (strncmp(a, "--engine", 8) == 0 && (a[8] == 0 || a[8] == '=')) slot = &engine, name = "--engine", len = 8;
+        if (strncmp(a, "--threads", 9) == 0 && (a[9] == 0 || a[9] == '='))
+            slot = &threads, name = "--threads", len = 9;
+        if (!slot) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        if (a[len] == '=')
+            *slot = a + len + 1;
+        else if (i + 1 < *argc && strncmp(argv[i + 1], "--", 2) != 0)
+            *slot = argv[++i];
+        else
+            return qf_cli_usage_error(NULL, "option %s needs a value", name);
+    }
+    *argc = out;
+    argv[out] = NULL;
+    if (threads) {
+        char *end = NULL;
+        long n = strtol(threads, &end, 10);
+        if (!*threads || *end || n < 0 || n > 16)
+            return qf_cli_usage_error(NULL, "--threads '%s': expected a number from 0 (the cores) to 16", threads);
+        qf_status st = qf_set_threads((int)n);
+        if (st != QF_OK) return qf_cli_fail(st);
+    }
+    if (engine) {
+        qf_engine e;
+        if (strcmp(engine, "auto") == 0)
+            e = QF_ENGINE_AUTO;
+        else if (strcmp(engine, "ref") == 0)
+            e = QF_ENGINE_REF;
+        else if (strcmp(engine, "dnnl") == 0)
+            e = QF_ENGINE_DNNL;
+        else
+            return qf_cli_usage_error(NULL, "--engine '%s': expected auto, ref or dnnl", engine);
+        qf_status st = qf_set_engine(e);
+        if (st != QF_OK) return qf_cli_fail(st);
+    }
+    return QF_EXIT_OK;
+}
+
+/* `qfold --version`: the version, then the kernels this run would use. */
+static void qf_cli_version(void)
+{
+    printf("qfold %s\n", QF_VERSION);
+    qf_engine e = qf_get_engine();
+    int t = qf_get_threads();
+    printf("kernels: %s (%s), %d thread%s\n", qf_engine_name(e), qf_engine_about(), t, t == 1 ? "" : "s");
+}
+
 /* `qfold CMD ... --help` anywhere before "--" asks for the command's help. */
 static bool qf_cli_wants_help(int argc, char **argv)
 {
@@ -163,18 +239,37 @@ static bool qf_cli_wants_help(int argc, char **argv)
     return false;
 }
 
+/* glibc gives each thread that calls malloc its own arena, reserving 64 MB
+ * (128 MB for a moment) of address space for it: under `ulimit -v` that
+ * alone can exhaust the limit when oneDNN's threads start. qfold's threads
+ * allocate little, so one arena serves them all (MALLOC_ARENA_MAX, when
+ * set, is glibc's and wins). */
+static void qf_cli_malloc_arenas(void)
+{
+#if defined(__GLIBC__) && defined(M_ARENA_MAX)
+    if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 1);
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    qf_cli_malloc_arenas();
+    if (argc < 2) {
+        qf_cli_print_overview(stderr);
+        return QF_EXIT_USAGE;
+    }
+    int rc = qf_cli_memory_cap();
+    if (rc != QF_EXIT_OK) return rc;
+    qf_cli_signals();
+    rc = qf_cli_globals(&argc, argv);
+    if (rc != QF_EXIT_OK) return rc;
     if (argc < 2) {
         qf_cli_print_overview(stderr);
         return QF_EXIT_USAGE;
     }
     const char *name = argv[1];
-    int rc = qf_cli_memory_cap();
-    if (rc != QF_EXIT_OK) return rc;
-    qf_cli_signals();
     if (strcmp(name, "--version") == 0) {
-        printf("qfold %s\n", QF_VERSION);
+        qf_cli_version();
         rc = QF_EXIT_OK;
     } else if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
         qf_cli_print_overview(stdout);

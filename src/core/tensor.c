@@ -182,6 +182,7 @@ void qf_tensor_free(qf_tensor *t)
     if (t->owns) qf_free(t->data);
     t->data = NULL;
     t->owns = false;
+    t->writable = false;
 }
 
 double qf_tensor_get_f64(const qf_tensor *t, int64_t i)

@@ -1,5 +1,7 @@
 /* The process-wide engine and thread choice of qfold/exec.h, over the
  * backend state of ops/dnnl.h and the thread pool of core/parallel.h. */
+#include <stdio.h>
+
 #include "../core/parallel.h"
 #include "../ops/dnnl.h"
 #include "qfold/exec.h"
@@ -20,6 +22,16 @@ const char *qf_engine_name(qf_engine e)
     case QF_ENGINE_DNNL: return "dnnl";
     }
     return "?";
+}
+
+const char *qf_engine_about(void)
+{
+    static char buf[320];
+    if (qf_backend_engine() == QF_BACKEND_DNNL)
+        snprintf(buf, sizeof buf, "%s", qf_backend_version());
+    else
+        snprintf(buf, sizeof buf, "oneDNN: %s", qf_backend_why_not());
+    return buf;
 }
 
 qf_status qf_set_threads(int n)

@@ -9,6 +9,10 @@
 qf_status qf_file_write_parts(const char *path, int nparts, const void *const *data,
                               const size_t *size);
 
+/* qf_file_read of a file of at most `max` bytes: a larger one is not read
+ * (QF_OK with *data NULL and *size > max, its size or a lower bound). */
+qf_status qf_file_read_max(const char *path, size_t max, void **data, size_t *size);
+
 /* Open a file for reading without blocking (a FIFO with no writer) and
  * refuse anything but a regular file (directory, FIFO, device, socket:
  * QF_ERR_IO naming the kind). On success *fd is open and blocking. */
@@ -17,22 +21,6 @@ qf_status qf_file_open_regular(const char *path, int *fd, struct stat *st);
 
 /* qf_file_temp_create, with the file left open in *fd. */
 qf_status qf_file_temp_open(const char *path, char **tmp, int *fd);
-
-/* A file's bytes for reading: mapped read-only (private) when it is a
- * non-empty regular file, else read into an owned buffer. */
-typedef struct qf_file_view {
-    const unsigned char *data;
-    size_t size;
-    void *map;       /* the mapping, or NULL */
-    void *buf;       /* the owned buffer, or NULL */
-    size_t released; /* bytes below this offset were handed back */
-} qf_file_view;
-qf_status qf_file_view_open(const char *path, qf_file_view *v);
-/* A hint that bytes [0, end) will not be read again: their mapped pages leave
- * this process's memory (a later read would fault them in again, so this
- * never loses data). No-op for a buffered view. */
-void qf_file_view_release(qf_file_view *v, size_t end);
-void qf_file_view_close(qf_file_view *v);
 
 /* A file written piece by piece to a temporary file next to `path`, renamed
  * into place by commit (same contract as qf_file_write_parts). Pieces smaller

@@ -1,14 +1,19 @@
 /* ONNX import: ModelProto (protobuf-c) -> qf_graph.
  *
- * Steps: map the file, pre-check the wire format, unpack (the graph's
- * initializers one at a time, see qf_onnx_decode), check the opset, then
- * build the graph in three passes over the GraphProto — initializers and
- * inputs, nodes
+ * Steps: read the file into one buffer, pre-check the wire format, unpack
+ * (the graph's initializers one at a time, see qf_onnx_decode), check the
+ * opset, then build the graph in three passes over the GraphProto —
+ * initializers and inputs, nodes
  * (created with empty input slots so that the ONNX node order need not be
  * topological), then node inputs and graph outputs bound by name. The
  * protobuf is freed before the graph is sorted, folded, inferred and
  * verified. Every check names the node / value and the problem, because the
- * input file may be anything (truncated, random, crafted). */
+ * input file may be anything (truncated, random, crafted).
+ *
+ * Weights are not copied: the graph adopts the buffer the file was read
+ * into, and each initializer's tensor borrows its raw_data bytes there
+ * (qf_tensor.writable: a pass may rewrite them in place, as the BN fold
+ * does). */
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -25,12 +30,14 @@ typedef struct qf_import {
     qf_graph *g;
     Onnx__GraphProto *gp;
     /* The fast path (qf_onnx_split_model): initializers decoded one at a time
-     * from their byte ranges in `data` (the file), each range handed back to
-     * the system once decoded. ninit == 0: they are in gp->initializer. */
-    const uint8_t *data;
+     * from their byte ranges in `data` (the model buffer, adopted by the
+     * graph), their tensors borrowing raw_data where it lies. ninit == 0:
+     * they are in gp->initializer (decoded whole, copied by protobuf-c). */
+    uint8_t *data;
+    void *adopt;        /* data, until the graph adopts it */
     const qf_onnx_range *init;
     size_t ninit;
-    qf_file_view *view; /* NULL when data is a caller's buffer */
+    qf_onnx_scratch scratch;
     ProtobufCAllocator *alloc;
     bool *oom;
     qf_node **nodes;    /* qf node of ONNX node i */
@@ -105,8 +112,11 @@ static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char
     return QF_OK;
 }
 
-/* Initializer i as a tensor (its raw_data buffer taken over, not copied). */
-static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProto *tp)
+/* Initializer i as a tensor: its raw_data borrowed in the model buffer at
+ * base (where tp's bytes start), or, base NULL, protobuf-c's copy of it
+ * taken over. Neither copies the weights. */
+static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProto *tp,
+                                       const uint8_t *base)
 {
     const char *name = qf_str(tp->name);
     if (!*name) return qf_error(QF_ERR_INVALID, "initializer %zu has no name", i);
@@ -115,7 +125,7 @@ static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProt
     char what[300];
     snprintf(what, sizeof what, "initializer '%.256s'", name);
     qf_tensor t;
-    QF_TRY(qf_onnx_tensor_take(tp, what, &t));
+    QF_TRY(base ? qf_onnx_tensor_borrow(tp, base, what, &t) : qf_onnx_tensor_take(tp, what, &t));
     if (!qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t)) {
         qf_tensor_free(&t);
         return QF_ERR_NOMEM;
@@ -132,16 +142,17 @@ static qf_status qf_import_initializers(qf_import *im)
             gp->sparse_initializer[0]->values ? qf_str(gp->sparse_initializer[0]->values->name)
                                               : "");
     for (size_t i = 0; i < gp->n_initializer; i++)
-        QF_TRY(qf_import_initializer(im, i, gp->initializer[i]));
+        QF_TRY(qf_import_initializer(im, i, gp->initializer[i], NULL));
+    if (!im->ninit) return QF_OK;
+    /* The tensors below point into the buffer: the graph owns it from here. */
+    QF_TRY(qf_graph_adopt_buffer(im->g, im->adopt));
+    im->adopt = NULL;
     for (size_t i = 0; i < im->ninit; i++) {
         const qf_onnx_range *r = &im->init[i];
-        Onnx__TensorProto *tp = onnx__tensor_proto__unpack(im->alloc, r->len, im->data + r->off);
-        if (!tp) return qf_pb_unpack_failed(*im->oom, "ONNX model");
-        qf_status st = qf_import_initializer(im, i, tp);
-        onnx__tensor_proto__free_unpacked(tp, im->alloc);
-        /* The graph now holds these weights: drop the file's pages of them, so
-         * that the model is in memory about once, not twice, at the peak. */
-        if (im->view) qf_file_view_release(im->view, r->off + r->len);
+        Onnx__TensorProto *tp;
+        QF_TRY(qf_onnx_initializer_unpack(im->data, *r, im->alloc, im->oom, &im->scratch, &tp));
+        qf_status st = qf_import_initializer(im, i, tp, im->data + r->off);
+        qf_onnx_initializer_free(tp, im->alloc);
         QF_TRY(st);
     }
     return QF_OK;
@@ -470,24 +481,22 @@ static qf_status qf_import_finish(qf_graph *g)
     return qf_graph_verify(g);
 }
 
-/* Check, decode and import `data` (the file's bytes: `view` when mapped or
- * read from a file, NULL for a caller's buffer). `owned` is freed once the
- * bytes are no longer needed.
+/* Check, decode and import buf (size bytes from qf_malloc, writable; taken
+ * over: adopted by the graph or freed).
  *
  * Memory: the usual model (one graph field) is decoded as a skeleton without
- * initializers, then each initializer on its own; protobuf-c's copy of its
- * raw_data becomes the tensor's data, and the file's pages of it are handed
- * back, so the weights exist about once at any time. Any other shape is
- * decoded whole (the weights twice at the peak, as protobuf-c copies them),
- * the file's pages handed back right after. */
-static qf_status qf_onnx_decode(const void *data, size_t size, qf_file_view *view, void *owned,
-                                qf_graph **out)
+ * initializers, then each initializer on its own without its raw_data
+ * (qf_onnx_initializer_unpack), whose bytes the tensor borrows in buf: the
+ * weights exist once, in the buffer the file was read into. Any other shape
+ * is decoded whole (protobuf-c copies every weight; the tensors take those
+ * copies) and buf is freed right after. */
+static qf_status qf_onnx_decode(void *buf, size_t size, qf_graph **out)
 {
     *out = NULL;
-    qf_status st = size ? qf_pb_check(&onnx__model_proto__descriptor, data, size, "ONNX model")
+    qf_status st = size ? qf_pb_check(&onnx__model_proto__descriptor, buf, size, "ONNX model")
                         : qf_error(QF_ERR_PARSE, "not a valid ONNX model (the file is empty)");
     qf_onnx_split split = {0};
-    if (st == QF_OK) st = qf_onnx_split_model(data, size, &split);
+    if (st == QF_OK) st = qf_onnx_split_model(buf, size, &split);
     Onnx__ModelProto *m = NULL;
     bool oom;
     ProtobufCAllocator alloc = qf_pb_allocator_make(&oom);
@@ -495,45 +504,42 @@ static qf_status qf_onnx_decode(const void *data, size_t size, qf_file_view *vie
         if (split.skeleton)
             m = onnx__model_proto__unpack(&alloc, split.skeleton_size, split.skeleton);
         else
-            m = onnx__model_proto__unpack(&alloc, size, data);
+            m = onnx__model_proto__unpack(&alloc, size, buf);
         if (!m) st = qf_pb_unpack_failed(oom, "ONNX model");
     }
     qf_free(split.skeleton);
     split.skeleton = NULL;
     if (!split.init) {
         /* Decoded whole (or failed): the file bytes are not needed any more. */
-        qf_free(owned);
-        owned = NULL;
-        if (view) qf_file_view_release(view, size);
+        qf_free(buf);
+        buf = NULL;
     }
-    if (st == QF_OK) {
-        qf_import im = {.data = data,
-                        .init = split.init,
-                        .ninit = split.ninit,
-                        .view = view,
-                        .alloc = &alloc,
-                        .oom = &oom};
-        st = qf_import_model(&im, m, out);
-    }
+    qf_import im = {.data = buf,
+                    .adopt = buf,
+                    .init = split.init,
+                    .ninit = split.ninit,
+                    .alloc = &alloc,
+                    .oom = &oom};
+    if (st == QF_OK) st = qf_import_model(&im, m, out);
     if (m) onnx__model_proto__free_unpacked(m, &alloc);
     qf_onnx_split_free(&split);
-    qf_free(owned);
+    qf_free(im.scratch.buf);
+    qf_free(im.adopt); /* not adopted: the import failed before the initializers */
     return st;
 }
 
-qf_status qf_onnx_parse(const void *data, size_t size, void *owned, qf_graph **out)
+qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out)
 {
-    return qf_onnx_decode(data, size, NULL, owned, out);
+    return qf_onnx_decode(buf, size, out);
 }
 
-/* Decode, then finish; `what` (may be NULL) prefixes error messages. */
-static qf_status qf_onnx_load_impl(const void *data, size_t size, qf_file_view *view,
-                                   const char *what, qf_graph **out)
+/* Decode (taking buf), then finish; `what` (may be NULL) prefixes error
+ * messages. */
+static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, qf_graph **out)
 {
     *out = NULL;
     qf_graph *g = NULL;
-    qf_status st = qf_onnx_decode(data, size, view, NULL, &g);
-    if (view) qf_file_view_close(view); /* before the finish steps allocate */
+    qf_status st = qf_onnx_decode(buf, size, &g);
     if (st == QF_OK) {
         st = qf_import_finish(g);
         if (st != QF_OK) qf_graph_free(g);
@@ -545,21 +551,25 @@ static qf_status qf_onnx_load_impl(const void *data, size_t size, qf_file_view *
 
 qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, qf_graph **out)
 {
-    return qf_onnx_load_impl(data, size, NULL, what, out);
+    *out = NULL;
+    /* The graph keeps its weights in a buffer of its own: the caller's may
+     * go away after this call. */
+    void *buf = qf_malloc(size ? size : 1);
+    if (!buf) return what ? qf_error_prefix(QF_ERR_NOMEM, "%s: ", what) : QF_ERR_NOMEM;
+    if (size) memcpy(buf, data, size);
+    return qf_onnx_load_impl(buf, size, what, out);
 }
 
 qf_status qf_onnx_load(const char *path, qf_graph **out)
 {
     *out = NULL;
-    qf_file_view v;
-    QF_TRY(qf_file_view_open(path, &v));
+    void *buf;
+    size_t size;
     /* A protobuf message is at most 2 GiB: anything larger is not a model. */
-    if (v.size > 0x7fffffffu) {
-        size_t size = v.size;
-        qf_file_view_close(&v);
+    QF_TRY(qf_file_read_max(path, 0x7fffffffu, &buf, &size));
+    if (!buf)
         return qf_error(QF_ERR_PARSE,
                         "%s: not a valid ONNX model (%zu bytes, over protobuf's 2 GiB limit)", path,
                         size);
-    }
-    return qf_onnx_load_impl(v.data, v.size, &v, path, out);
+    return qf_onnx_load_impl(buf, size, path, out);
 }

@@ -1,6 +1,7 @@
 /* The protobuf side of ONNX: allocator hook, a wire-format pre-check, dtypes,
- * TensorProto -> qf_tensor, the model split of the import fast path, and the
- * TensorProto file loader. */
+ * TensorProto -> qf_tensor, the model split and the raw_data-less
+ * initializer decoding of the import fast path, and the TensorProto file
+ * loader. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -173,10 +174,12 @@ static qf_status qf_tensor_typed(const Onnx__TensorProto *tp, const char *what, 
     return QF_OK;
 }
 
-/* Shared by the copying and the taking decoder: `take`, when not NULL, is
- * tp itself, whose raw_data buffer the tensor may take over. */
+/* Shared by the copying, the taking and the borrowing decoder: `take`, when
+ * not NULL, is tp itself, whose raw_data buffer the tensor may take over;
+ * `base`, when not NULL, is where tp's bytes start in a writable buffer that
+ * raw_data points into (qf_onnx_tensor_borrow). */
 static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto *take,
-                                  const char *what, qf_tensor *out)
+                                  const uint8_t *base, const char *what, qf_tensor *out)
 {
     memset(out, 0, sizeof *out);
     if (!tp->has_data_type) return qf_error(QF_ERR_PARSE, "%s has no data type", what);
@@ -219,6 +222,24 @@ static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto
         return qf_error(QF_ERR_PARSE,
                         "%s has %zu bytes of raw_data, but its shape %s of %s needs %zu", what,
                         tp->raw_data.len, shape, qf_dtype_name(dt), nbytes);
+    if (base && tp->has_raw_data && nbytes) {
+        /* The payload stays where it is in the model buffer. A kernel reads
+         * it as float / int64 / ...: when it is not aligned for its dtype
+         * (raw_data can start at any offset in the file), it moves back by
+         * up to esize - 1 bytes over the message's own earlier bytes (the
+         * raw_data key and length at least; all decoded by now), and is
+         * copied only when there is not that much room. */
+        uint8_t *p = tp->raw_data.data;
+        size_t shift = (uintptr_t)p % esize, room = (size_t)(p - base);
+        if (shift <= room) {
+            if (shift) memmove(p - shift, p, nbytes);
+            t.data = p - shift;
+            t.owns = false;
+            t.writable = true;
+            *out = t;
+            return QF_OK;
+        }
+    }
     if (take && tp->has_raw_data && nbytes && tp->raw_data.data &&
         (uintptr_t)tp->raw_data.data % esize == 0) {
         /* protobuf-c allocated raw_data through qf_pb_alloc (qf_malloc) for
@@ -251,12 +272,18 @@ static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto
 
 qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, qf_tensor *out)
 {
-    return qf_tensor_decode(tp, NULL, what, out);
+    return qf_tensor_decode(tp, NULL, NULL, what, out);
 }
 
 qf_status qf_onnx_tensor_take(Onnx__TensorProto *tp, const char *what, qf_tensor *out)
 {
-    return qf_tensor_decode(tp, tp, what, out);
+    return qf_tensor_decode(tp, tp, NULL, what, out);
+}
+
+qf_status qf_onnx_tensor_borrow(const Onnx__TensorProto *tp, const uint8_t *base, const char *what,
+                                qf_tensor *out)
+{
+    return qf_tensor_decode(tp, NULL, base, what, out);
 }
 
 /* --- the model split of the import fast path ---------------------------------- */
@@ -383,22 +410,76 @@ qf_status qf_onnx_split_model(const void *data, size_t size, qf_onnx_split *out)
     return QF_OK;
 }
 
+/* TensorProto.raw_data = 9, length-delimited. */
+#define QF_PB_TENSOR_RAW_DATA 9
+
+qf_status qf_onnx_initializer_unpack(uint8_t *data, qf_onnx_range r, ProtobufCAllocator *alloc,
+                                     const bool *oom, qf_onnx_scratch *scratch,
+                                     Onnx__TensorProto **out)
+{
+    *out = NULL;
+    const uint8_t *msg = data + r.off;
+    /* The message less every raw_data field into scratch; the payload of the
+     * last one (protobuf: the last occurrence of a field wins) is raw_data. */
+    if (scratch->cap < r.len) {
+        uint8_t *p = qf_realloc(scratch->buf, r.len ? r.len : 1);
+        if (!p) return QF_ERR_NOMEM;
+        scratch->buf = p;
+        scratch->cap = r.len;
+    }
+    size_t n = 0, raw_body = 0, raw_len = 0;
+    bool raw = false;
+    qf_pb_field f;
+    for (size_t pos = 0; pos < r.len;) {
+        if (!qf_pb_next(msg, r.len, &pos, &f))
+            return qf_error(QF_ERR_PARSE, "not a valid ONNX model (malformed initializer)");
+        if (f.num == QF_PB_TENSOR_RAW_DATA && f.wire == 2) {
+            raw = true;
+            raw_body = f.body;
+            raw_len = f.end - f.body;
+        } else {
+            memcpy(scratch->buf + n, msg + f.start, f.end - f.start);
+            n += f.end - f.start;
+        }
+    }
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(alloc, n, scratch->buf);
+    if (!tp) return qf_pb_unpack_failed(*oom, "ONNX model");
+    if (raw) {
+        tp->has_raw_data = 1;
+        tp->raw_data.len = raw_len;
+        tp->raw_data.data = data + r.off + raw_body;
+    }
+    *out = tp;
+    return QF_OK;
+}
+
+void qf_onnx_initializer_free(Onnx__TensorProto *tp, ProtobufCAllocator *alloc)
+{
+    if (!tp) return;
+    /* raw_data points into the model buffer: not protobuf-c's to free. */
+    tp->raw_data.data = NULL;
+    tp->raw_data.len = 0;
+    tp->has_raw_data = 0;
+    onnx__tensor_proto__free_unpacked(tp, alloc);
+}
+
 qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out)
 {
     memset(out, 0, sizeof *out);
-    qf_file_view v;
-    QF_TRY(qf_file_view_open(path, &v));
+    void *data;
+    size_t size;
+    QF_TRY(qf_file_read(path, &data, &size));
     qf_status st =
-        v.size ? qf_pb_check(&onnx__tensor_proto__descriptor, v.data, v.size, "ONNX tensor file")
-               : qf_error(QF_ERR_PARSE, "not a valid ONNX tensor file (the file is empty)");
+        size ? qf_pb_check(&onnx__tensor_proto__descriptor, data, size, "ONNX tensor file")
+             : qf_error(QF_ERR_PARSE, "not a valid ONNX tensor file (the file is empty)");
     Onnx__TensorProto *tp = NULL;
     bool oom;
     ProtobufCAllocator alloc = qf_pb_allocator_make(&oom);
     if (st == QF_OK) {
-        tp = onnx__tensor_proto__unpack(&alloc, v.size, v.data);
+        tp = onnx__tensor_proto__unpack(&alloc, size, data);
         if (!tp) st = qf_pb_unpack_failed(oom, "ONNX tensor file");
     }
-    qf_file_view_close(&v);
+    qf_free(data);
     if (st == QF_OK) {
         char what[300];
         if (tp->name && tp->name[0])

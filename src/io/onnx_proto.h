@@ -34,6 +34,15 @@ qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *wha
  * from a protobuf-c unpack with qf_pb_allocator_make's allocator. */
 qf_status qf_onnx_tensor_take(Onnx__TensorProto *tp, const char *what, qf_tensor *out);
 
+/* The same for a TensorProto whose raw_data points into a writable buffer
+ * that will outlive the tensor (the model buffer a graph adopts), at `base`
+ * where tp's own bytes start: the tensor borrows the payload where it lies
+ * (owns false, writable true), moved back over up to dtype size - 1 of tp's
+ * earlier bytes when it is not aligned for its dtype; copied (owned) only
+ * when those bytes are fewer, or the tensor is empty or has no raw_data. */
+qf_status qf_onnx_tensor_borrow(const Onnx__TensorProto *tp, const uint8_t *base, const char *what,
+                                qf_tensor *out);
+
 /* The import fast path. A big model is almost all initializers' raw_data;
  * decoding the whole ModelProto at once would hold every weight twice (the
  * file and protobuf-c's copy). The split cuts the graph's initializers out:
@@ -55,9 +64,27 @@ typedef struct qf_onnx_split {
 qf_status qf_onnx_split_model(const void *data, size_t size, qf_onnx_split *out);
 void qf_onnx_split_free(qf_onnx_split *s);
 
+/* A growing buffer reused from one initializer to the next. */
+typedef struct qf_onnx_scratch {
+    uint8_t *buf;
+    size_t cap;
+} qf_onnx_scratch;
+
+/* Unpack the TensorProto at data[r.off, r.off + r.len) (a range of the
+ * split) without copying its raw_data: protobuf-c copies every bytes field
+ * it decodes, so the message less its raw_data is gathered into scratch and
+ * unpacked, and tp->raw_data is then set to the payload's place in data.
+ * Free *out with qf_onnx_initializer_free (never free_unpacked: raw_data is
+ * not protobuf-c's). */
+qf_status qf_onnx_initializer_unpack(uint8_t *data, qf_onnx_range r, ProtobufCAllocator *alloc,
+                                     const bool *oom, qf_onnx_scratch *scratch,
+                                     Onnx__TensorProto **out);
+void qf_onnx_initializer_free(Onnx__TensorProto *tp, ProtobufCAllocator *alloc);
+
 /* Decode a ModelProto and build the graph, without the sort / fold / infer /
  * verify steps of qf_onnx_load (tests use it on graphs the kernels cannot
- * run yet). `owned` (may be NULL) is freed as soon as data is decoded. */
-qf_status qf_onnx_parse(const void *data, size_t size, void *owned, qf_graph **out);
+ * run yet). Takes buf (from qf_malloc, `size` bytes): the graph adopts it
+ * as the storage of its weights, or it is freed. */
+qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out);
 
 #endif

@@ -43,6 +43,8 @@ void qf_graph_free(qf_graph *g)
     for (qf_node *n = g->first; n; n = n->next) qf_node_release_attrs(n);
     for (int i = 0; i < g->nvalues; i++)
         if (g->values[i]) qf_value_release(g->values[i]);
+    /* Every tensor borrowing from these is gone now. */
+    for (qf_graph_buffer *b = g->impl->buffers; b; b = b->next) qf_free(b->data);
     qf_free(g->values);
     qf_free(g->inputs);
     qf_free(g->outputs);
@@ -65,6 +67,16 @@ void *qf_graph_alloc(qf_graph *g, size_t size)
     void *p = qf_arena_alloc(&g->impl->arena, size);
     if (!p) qf_error(QF_ERR_NOMEM, "out of memory");
     return p;
+}
+
+qf_status qf_graph_adopt_buffer(qf_graph *g, void *buf)
+{
+    qf_graph_buffer *b = qf_graph_alloc(g, sizeof *b);
+    if (!b) return QF_ERR_NOMEM;
+    b->data = buf;
+    b->next = g->impl->buffers;
+    g->impl->buffers = b;
+    return QF_OK;
 }
 
 static qf_status qf_grow(void **arr, int *cap, int need, size_t elem)

@@ -12,8 +12,15 @@ typedef struct qf_name_map {
     size_t cap, count; /* cap is a power of two */
 } qf_name_map;
 
+/* A buffer constants borrow from (qf_graph_adopt_buffer). */
+typedef struct qf_graph_buffer {
+    void *data;
+    struct qf_graph_buffer *next;
+} qf_graph_buffer;
+
 struct qf_graph_impl {
     qf_arena arena;
+    qf_graph_buffer *buffers; /* freed after the values */
     qf_name_map value_names;
     qf_name_map node_names;
     uint32_t name_counter; /* for generated names */

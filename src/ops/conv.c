@@ -3,7 +3,7 @@
  * Layouts: X [N, C, spatial...]; Conv W [M, C/group, k...]; ConvTranspose W
  * [C, M/group, k...]; optional bias B [M]; Y [N, M, spatial'...].
  *
- * Both run through a real GEMM (OpenBLAS cblas_sgemm, which threads itself):
+ * Both run through a real GEMM (qf_sgemm, ops/gemm.h, which threads itself):
  *   Conv:          Y_g (M/g x P_out) = W_g (M/g x K) * im2col(X_g) (K x P_out),
  *                  K = C/g * prod(k). 1x1 kernels with stride 1 and no pads
  *                  skip im2col (X_g already is the column matrix); depthwise
@@ -15,12 +15,12 @@
  * Every problem is lifted to 3-D (leading size-1 dims, see spatial.h), so one
  * im2col / col2im serves 1-D, 2-D and 3-D.
  */
-#include <cblas.h>
 #include <limits.h>
 #include <string.h>
 
 #include "core/parallel.h"
 #include "conv.h"
+#include "gemm.h"
 #include "dnnl_kernels.h"
 #include "kernels.h"
 
@@ -235,7 +235,7 @@ void qf_conv_col2im3(const float *col, int64_t channels, const qf_spatial *l, fl
 
 /* Depthwise (one input channel per group, any channel multiplier): each
  * kernel tap sweeps the output plane once, a vectorizable multiply-add.
- * OpenBLAS is not involved, so the (batch, channel) planes are split across
+ * No GEMM is involved, so the (batch, channel) planes are split across
  * threads here (core/parallel.h); each plane is written by one thread only. */
 typedef struct dw_job {
     const qf_conv_geom *cg;
@@ -334,7 +334,8 @@ static qf_status conv_prepare(const qf_kernel_io *io, bool transpose, qf_conv_st
         qf_spatial_prod(cg->s.rank, y->dims + 2) != cg->out_plane)
         return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): output buffer shape does not match the inputs", n->name,
                         qf_op_label(n));
-    /* cblas takes int sizes. */
+    /* Sizes the kernels index with int64 products of; beyond 2^31 nothing
+     * would fit in memory anyway. */
     if (cg->k > INT_MAX || cg->in_plane > INT_MAX || cg->out_plane > INT_MAX || cg->mg > INT_MAX ||
         cg->cg > INT_MAX)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): GEMM dimensions exceed 2^31 (K %lld, planes %lld, %lld)",
@@ -390,7 +391,7 @@ static qf_status qf_conv_forward_f32(const qf_kernel_io *io)
         return QF_OK;
     }
     float *col = io->scratch;
-    const int M = (int)cg.mg, P = (int)cg.out_plane, K = (int)cg.k;
+    const int64_t M = cg.mg, P = cg.out_plane, K = cg.k;
     for (int64_t bn = 0; bn < cg.n; bn++)
         for (int64_t g = 0; g < cg.group; g++) {
             const float *xg = x + (bn * cg.c + g * cg.cg) * cg.in_plane;
@@ -403,8 +404,9 @@ static qf_status qf_conv_forward_f32(const qf_kernel_io *io)
                 colm = col;
             }
             if (bg) conv_fill_bias(yg, bg, cg.mg, cg.out_plane);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, P, K, 1.0f, wg, K, colm, P,
-                        bg ? 1.0f : 0.0f, yg, P);
+            QF_TRY(qf_sgemm(io->node, &(qf_sgemm_args){.m = M, .n = P, .k = K, .alpha = 1.0f, .a = wg, .lda = K,
+                                                        .b = colm, .ldb = P, .beta = bg ? 1.0f : 0.0f, .c = yg,
+                                                        .ldc = P}));
         }
     return QF_OK;
 }
@@ -438,13 +440,14 @@ static qf_status qf_conv_transpose_forward_f32(const qf_kernel_io *io)
         return QF_OK;
     }
     float *col = io->scratch;
-    const int K = (int)cg.k, P = (int)cg.in_plane, C = (int)cg.cg;
+    const int64_t K = cg.k, P = cg.in_plane, C = cg.cg;
     for (int64_t bn = 0; bn < cg.n; bn++)
         for (int64_t g = 0; g < cg.group; g++) {
             const float *xg = x + (bn * cg.c + g * cg.cg) * cg.in_plane;
             const float *wg = w + g * cg.cg * cg.k;
             float *yg = y + (bn * cg.m + g * cg.mg) * cg.out_plane;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, C, 1.0f, wg, K, xg, P, 0.0f, col, P);
+            QF_TRY(qf_sgemm(io->node, &(qf_sgemm_args){.ta = true, .m = K, .n = P, .k = C, .alpha = 1.0f, .a = wg,
+                                                        .lda = K, .b = xg, .ldb = P, .c = col, .ldc = P}));
             conv_fill_bias(yg, b ? b + g * cg.mg : NULL, cg.mg, cg.out_plane);
             qf_conv_col2im3(col, cg.mg, &cg.l, yg);
         }

@@ -1,9 +1,12 @@
 /* The backend choice and the oneDNN loader of dnnl.h. */
+/* MAP_ANONYMOUS and MAP_NORESERVE (the headroom probe) are not POSIX. */
+#define _DEFAULT_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "../core/parallel.h"
 #include "dnnl.h"
@@ -23,15 +26,100 @@ static int engine_default(void)
 #if QF_HAVE_DNNL
 qf_dnnl_lib qf_dnnl_lib_;
 static int dnnl_state;           /* 0 not tried, 1 loaded, -1 failed (why_not says why) */
+static bool dnnl_nomem;          /* it failed for want of memory */
+static char dnnl_version_str[32];
 
 /* Environment for libgomp, which reads it once, when it loads. A value the
- * user set is kept. */
+ * user set is kept. OMP_STACKSIZE: libgomp's threads otherwise get the
+ * process's stack limit (8 MB) each; oneDNN's kernels need far less. */
+#define QF_OMP_STACK "4M"
 static void omp_environment(void)
 {
     char n[16];
     snprintf(n, sizeof n, "%d", qf_parallel_threads());
     setenv("OMP_NUM_THREADS", n, 0);
     setenv("OMP_WAIT_POLICY", "passive", 0);
+    setenv("OMP_STACKSIZE", QF_OMP_STACK, 0);
+}
+
+/* OMP_STACKSIZE in bytes (libgomp's syntax: a number, unit B, K (default),
+ * M or G); 8 MB when unreadable. */
+static size_t omp_stack_bytes(void)
+{
+    const char *v = getenv("OMP_STACKSIZE");
+    char *end = NULL;
+    unsigned long long x = v ? strtoull(v, &end, 10) : 0;
+    if (!v || end == v) return (size_t)8 << 20;
+    while (*end == ' ') end++;
+    int shift = 10;
+    switch (*end) {
+    case 'b': case 'B': shift = 0; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    default: break;
+    }
+    if (x > ((unsigned long long)1 << 40) >> shift) return (size_t)8 << 20;
+    return (size_t)(x << shift);
+}
+
+static void omp_nothing(void *arg) { (void)arg; }
+
+/* Address space oneDNN needs to start beyond its threads' stacks: the JIT
+ * code and buffers of sgemm_warm_up, ~30 MB measured with one malloc arena
+ * (the CLI's setting), with room to spare. oneDNN does not survive running
+ * out during that step (a failed JIT buffer is called anyway: SIGSEGV). */
+#define QF_DNNL_MARGIN ((size_t)64 << 20)
+
+/* libgomp calls exit(1) when it cannot create a thread for a parallel
+ * region, and it creates the threads of the calling thread's team at its
+ * first parallel region, keeping them for later ones. So, before oneDNN runs
+ * anything: check that the address space has room for the team's stacks
+ * (plus QF_DNNL_MARGIN for oneDNN's first allocations) with one mmap that is
+ * released at once, then start the team with an empty parallel region.
+ * After that, oneDNN's regions (from this thread, which is where the CLI
+ * runs every plan) reuse the threads and create none. No room: false, and
+ * the reference kernels run instead (their pool copes with threads it
+ * cannot create). */
+static bool omp_warm_up(int threads)
+{
+    void *gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!gomp) return true; /* oneDNN built on another runtime: nothing to guard */
+    void (*gomp_parallel)(void (*)(void *), void *, unsigned, unsigned) = NULL;
+    *(void **)&gomp_parallel = dlsym(gomp, "GOMP_parallel");
+    bool ok = true;
+    if (gomp_parallel && threads > 1) {
+        size_t need = (size_t)(threads - 1) * (omp_stack_bytes() + ((size_t)1 << 20)) + QF_DNNL_MARGIN;
+        void *probe = mmap(NULL, need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (probe == MAP_FAILED) {
+            snprintf(why_not, sizeof why_not,
+                     "out of memory: no room for oneDNN's %d threads (%zu MB of address space)", threads,
+                     need >> 20);
+            ok = false;
+        } else {
+            munmap(probe, need);
+            gomp_parallel(omp_nothing, NULL, (unsigned)threads, 0);
+        }
+    }
+    dlclose(gomp);
+    return ok;
+}
+
+/* dnnl_sgemm generates its JIT kernels once, on first use, inside a
+ * parallel region, and an allocation failure there is a C++ exception that
+ * ends the process (std::terminate). So the kernels are generated now, on
+ * both transposes of A and B, while the process is small; later sgemm calls
+ * only allocate their packing buffers, whose failure comes back as
+ * dnnl_out_of_memory. */
+static bool sgemm_warm_up(qf_dnnl_lib *d)
+{
+    enum { W = 96 };
+    static float a[W * W], b[W * W], c[W * W];
+    for (int t = 0; t < 4; t++)
+        if (d->sgemm(t & 1 ? 'T' : 'N', t & 2 ? 'T' : 'N', W, W, W, 1.0f, a, W, b, W, 0.0f, c, W) != dnnl_success) {
+            snprintf(why_not, sizeof why_not, "out of memory: oneDNN's sgemm could not start");
+            return false;
+        }
+    return true;
 }
 
 static bool dnnl_load(void)
@@ -39,7 +127,10 @@ static bool dnnl_load(void)
     omp_environment();
     void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        snprintf(why_not, sizeof why_not, "oneDNN (libdnnl.so.2) could not be loaded: %s", dlerror());
+        const char *e = dlerror();
+        snprintf(why_not, sizeof why_not, "oneDNN (libdnnl.so.2) could not be loaded: %s", e ? e : "?");
+        /* The loader's words when mmap fails under a memory limit. */
+        dnnl_nomem = e && (strstr(e, "map segment") || strstr(e, "Cannot allocate memory"));
         return false;
     }
     qf_dnnl_lib *d = &qf_dnnl_lib_;
@@ -71,6 +162,20 @@ static bool dnnl_load(void)
         return false;
     }
     d->threads = qf_parallel_threads();
+    if (!omp_warm_up(d->threads)) {
+        /* The library stays loaded (its threads never start). */
+        d->stream_destroy(d->stream);
+        d->engine_destroy(d->engine);
+        dnnl_nomem = true;
+        return false;
+    }
+    if (!sgemm_warm_up(d)) {
+        d->stream_destroy(d->stream);
+        d->engine_destroy(d->engine);
+        dnnl_nomem = true;
+        return false;
+    }
+    snprintf(dnnl_version_str, sizeof dnnl_version_str, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
     /* The handle stays open for the process's life. */
     return true;
 }
@@ -129,6 +234,15 @@ static int engine_resolve(int want)
 #endif
 }
 
+static bool engine_nomem(void)
+{
+#if QF_HAVE_DNNL
+    return dnnl_nomem;
+#else
+    return false;
+#endif
+}
+
 int qf_backend_engine(void)
 {
     pthread_mutex_lock(&backend_lock);
@@ -146,7 +260,7 @@ qf_status qf_backend_set_engine(int engine)
     int active = engine_resolve(engine);
     qf_status st = QF_OK;
     if (engine == QF_BACKEND_DNNL && active != QF_BACKEND_DNNL)
-        st = qf_error(QF_ERR_UNSUPPORTED, "engine dnnl: %s", why_not);
+        st = qf_error(engine_nomem() ? QF_ERR_NOMEM : QF_ERR_UNSUPPORTED, "engine dnnl: %s", why_not);
     else
         engine_wanted = engine;
     pthread_mutex_unlock(&backend_lock);
@@ -156,4 +270,12 @@ qf_status qf_backend_set_engine(int engine)
 const char *qf_backend_why_not(void)
 {
     return qf_backend_engine() == QF_BACKEND_DNNL ? "" : why_not[0] ? why_not : "engine ref chosen";
+}
+
+const char *qf_backend_version(void)
+{
+#if QF_HAVE_DNNL
+    if (qf_backend_engine() == QF_BACKEND_DNNL) return dnnl_version_str;
+#endif
+    return "";
 }

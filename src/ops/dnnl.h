@@ -153,7 +153,12 @@ int qf_backend_engine(void);
 /* AUTO (default: oneDNN when it loads, else the reference kernels), REF, or
  * DNNL (an error when oneDNN cannot be loaded, saying why). */
 qf_status qf_backend_set_engine(int engine);
-/* Why the oneDNN backend is not active ("" when it is). */
+/* Why the oneDNN backend is not active ("" when it is). Starting oneDNN
+ * also starts its OpenMP threads, after a check that there is room for
+ * them (libgomp would exit the process if it could not create one): without
+ * room, the reference kernels run and this says "out of memory: ...". */
 const char *qf_backend_why_not(void);
+/* "oneDNN 2.6.3" when the backend is active, else "". */
+const char *qf_backend_version(void);
 
 #endif

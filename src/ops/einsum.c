@@ -14,17 +14,17 @@
  *   label (both operands and the output), an M label (A and the output), an
  *   N label (B and the output) or a K label (both operands, summed). Operands
  *   already laid out [batch, M, K] / [batch, K, M] (and [batch, K, N] /
- *   [batch, N, K] for B) go to cblas_?gemm as they are, with a transpose
+ *   [batch, N, K] for B) go to qf_sgemm / qf_dgemm as they are, with a transpose
  *   flag; others are packed into scratch first, and an output that is not
  *   [batch, M, N] is computed into scratch and permuted. The attention forms
  *   ("bhid,bhjd->bhij", "bhij,bhjd->bhid") and batch matmuls need no copy.
  * - a generic loop over the output and summed labels, accumulating in
  *   double, for everything else (diagonals, one-sided sums, 3+ operands).
  */
-#include <cblas.h>
 #include <limits.h>
 #include <string.h>
 
+#include "gemm.h"
 #include "kernels.h"
 
 #define ES_LETTERS 52                         /* a-z: 0..25, A-Z: 26..51 */
@@ -419,17 +419,19 @@ static qf_status es_gemm_run(const qf_kernel_io *io, const es_spec *sp, const es
     if (K == 0) {
         memset(pc, 0, (size_t)(g->B * M * N) * es);
     } else if (M > 0 && N > 0) {
-        int lda = (int)(g->ta ? M : K), ldb = (int)(g->tb ? K : N);
-        enum CBLAS_TRANSPOSE at = g->ta ? CblasTrans : CblasNoTrans, bt = g->tb ? CblasTrans : CblasNoTrans;
+        int64_t lda = g->ta ? M : K, ldb = g->tb ? K : N;
         for (int64_t i = 0; i < g->B; i++) {
             size_t oa = (size_t)(i * M * K) * es, ob = (size_t)(i * K * N) * es, oc = (size_t)(i * M * N) * es;
             if (es == 4)
-                cblas_sgemm(CblasRowMajor, at, bt, (int)M, (int)N, (int)K, 1.0f, (const float *)((const char *)pa + oa),
-                            lda, (const float *)((const char *)pb + ob), ldb, 0.0f, (float *)((char *)pc + oc), (int)N);
+                QF_TRY(qf_sgemm(io->node, &(qf_sgemm_args){.ta = g->ta, .tb = g->tb, .m = M, .n = N, .k = K,
+                                                            .alpha = 1.0f, .a = (const float *)((const char *)pa + oa),
+                                                            .lda = lda, .b = (const float *)((const char *)pb + ob),
+                                                            .ldb = ldb, .c = (float *)((char *)pc + oc), .ldc = N}));
             else
-                cblas_dgemm(CblasRowMajor, at, bt, (int)M, (int)N, (int)K, 1.0, (const double *)((const char *)pa + oa),
-                            lda, (const double *)((const char *)pb + ob), ldb, 0.0, (double *)((char *)pc + oc),
-                            (int)N);
+                QF_TRY(qf_dgemm(io->node, &(qf_dgemm_args){.ta = g->ta, .tb = g->tb, .m = M, .n = N, .k = K,
+                                                            .alpha = 1.0, .a = (const double *)((const char *)pa + oa),
+                                                            .lda = lda, .b = (const double *)((const char *)pb + ob),
+                                                            .ldb = ldb, .c = (double *)((char *)pc + oc), .ldc = N}));
         }
     }
     if (g->tmp_out) {

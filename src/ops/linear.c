@@ -1,12 +1,12 @@
 /* Matrix products: Gemm, MatMul (numpy matmul) and the internal `linear`
  * (ATen: y = x W^T + b with W [out, in]). Everything goes through
- * cblas_sgemm / cblas_dgemm, row-major.
+ * qf_sgemm / qf_dgemm (ops/gemm.h), row-major.
  */
-#include <cblas.h>
 #include <limits.h>
 #include <string.h>
 
 #include "broadcast.h"
+#include "gemm.h"
 #include "dnnl_kernels.h"
 #include "kernels.h"
 
@@ -31,24 +31,20 @@ static qf_status linear_check_float_inputs(const qf_node *n, int required)
 static bool linear_dims_differ(int64_t a, int64_t b) { return a >= 0 && b >= 0 && a != b; }
 
 /* One row-major GEMM: C = alpha * op(A) op(B) + beta * C, C is [M, N] with
- * leading dimension N. BLAS wants int sizes and leading dimensions >= 1. */
+ * leading dimension N. Leading dimensions >= 1 even for empty operands. */
 static qf_status gemm_call(const qf_node *n, qf_dtype dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
                            double alpha, const void *A, int64_t lda, const void *B, int64_t ldb, double beta,
                            void *C)
 {
     if (M == 0 || N == 0) return QF_OK;
-    if (M > INT_MAX || N > INT_MAX || K > INT_MAX || lda > INT_MAX || ldb > INT_MAX)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): matrix too large for BLAS", n->name, qf_op_label(n));
     lda = lda < 1 ? 1 : lda;
     ldb = ldb < 1 ? 1 : ldb;
-    enum CBLAS_TRANSPOSE a_t = ta ? CblasTrans : CblasNoTrans, b_t = tb ? CblasTrans : CblasNoTrans;
     if (dt == QF_DTYPE_F32)
-        cblas_sgemm(CblasRowMajor, a_t, b_t, (int)M, (int)N, (int)K, (float)alpha, A, (int)lda, B, (int)ldb,
-                    (float)beta, C, (int)N);
-    else
-        cblas_dgemm(CblasRowMajor, a_t, b_t, (int)M, (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C,
-                    (int)N);
-    return QF_OK;
+        return qf_sgemm(n, &(qf_sgemm_args){.ta = ta, .tb = tb, .m = M, .n = N, .k = K, .alpha = (float)alpha,
+                                            .a = A, .lda = lda, .b = B, .ldb = ldb, .beta = (float)beta, .c = C,
+                                            .ldc = N});
+    return qf_dgemm(n, &(qf_dgemm_args){.ta = ta, .tb = tb, .m = M, .n = N, .k = K, .alpha = alpha, .a = A,
+                                        .lda = lda, .b = B, .ldb = ldb, .beta = beta, .c = C, .ldc = N});
 }
 
 /* y = src broadcast to y's shape (y contiguous, same dtype). */
@@ -127,8 +123,8 @@ static qf_status qf_gemm_forward_f32(const qf_kernel_io *io)
     bool ta = st->ta, tb = st->tb;
     double alpha = st->alpha, beta = st->beta;
     int64_t M = y->dims[0], N = y->dims[1], K = a->dims[ta ? 0 : 1];
-    /* Y starts as C (broadcast), and BLAS adds alpha * A'B' to beta * Y. With
-     * no C, beta 0 makes BLAS ignore Y's (uninitialised) contents. */
+    /* Y starts as C (broadcast), and the GEMM adds alpha * A'B' to beta * Y.
+     * With no C, beta 0 makes it ignore Y's (uninitialised) contents. */
     if (c && beta != 0.0 && qf_tensor_numel(y) > 0) linear_broadcast_fill(c, y);
     else beta = 0.0;
     return gemm_call(io->node, y->dtype, ta, tb, M, N, K, alpha, a->data, a->dims[1], b->data, b->dims[1], beta,

@@ -22,6 +22,7 @@
 #include "broadcast.h"
 #include "int8.h"
 #include "kernels.h"
+#include "qlinear.h"
 #include "quant_math.h"
 
 /* --- shared checks ---------------------------------------------------------- */
@@ -137,20 +138,7 @@ typedef struct qconv_slots {
 static const qconv_slots qconv_qlinear = {0, 1, 2, 3, 4, 5, 6, 7, 8};
 static const qconv_slots qconv_integer = {0, -1, 2, 1, -1, 3, -1, -1, -1};
 
-typedef struct qconv_state {
-    qf_conv_geom geom;
-    bool qlinear;
-    /* qfold's int8 executor (src/quant/lower.c) sets two attributes no ONNX
-     * file carries: qfold_requant = 1 for TFLite's fixed-point requantization
-     * instead of ONNX's float one, qfold_clamp = [lo, hi] for a fused
-     * activation's range in the output's integers. */
-    bool fixed;
-    int32_t lo, hi;
-    int64_t acc_bound;
-    qf_dtype xdt, wdt, ydt;
-    bool w_scale_per, w_zp_per;
-    size_t off_w16, off_col, off_acc, off_scale, off_wzp, off_mult, scratch;
-} qconv_state;
+typedef qf_qconv_state qconv_state;
 
 static const qf_tensor *qconv_in(const qf_node *n, const qf_tensor *const *in, int nin, int slot)
 {
@@ -213,7 +201,7 @@ static qf_status qconv_infer(qf_node *n, bool qlinear)
     return QF_OK;
 }
 
-static qf_status qconv_prepare(const qf_kernel_io *io, bool qlinear, qconv_state *st)
+qf_status qf_qconv_prepare(const qf_kernel_io *io, bool qlinear, qconv_state *st)
 {
     const qf_node *n = io->node;
     QF_TRY(ql_need(n, qlinear ? 8 : 2));
@@ -342,7 +330,7 @@ static qf_status qf_qlinear_conv_infer(qf_graph *g, qf_node *n)
 
 static qf_status qf_qlinear_conv_prepare(const qf_kernel_io *io, void *state)
 {
-    return qconv_prepare(io, true, state);
+    return qf_qconv_prepare(io, true, state);
 }
 
 static qf_status qf_conv_integer_infer(qf_graph *g, qf_node *n)
@@ -353,7 +341,7 @@ static qf_status qf_conv_integer_infer(qf_graph *g, qf_node *n)
 
 static qf_status qf_conv_integer_prepare(const qf_kernel_io *io, void *state)
 {
-    return qconv_prepare(io, false, state);
+    return qf_qconv_prepare(io, false, state);
 }
 
 /* --- matrix products --------------------------------------------------------- */
@@ -582,6 +570,7 @@ const qf_op_kernels qf_qlinear_conv_kernels = {
     .state_size = sizeof(qconv_state),
     .scratch = qconv_scratch,
     .forward_f32 = qf_qlinear_conv_forward_f32,
+    .dnnl = QF_DNNL_KERNELS(qlinear_conv),
 };
 
 const qf_op_kernels qf_conv_integer_kernels = {

@@ -12,6 +12,7 @@
  */
 #include <string.h>
 
+#include "../core/parallel.h"
 #include "kernels.h"
 #include "quant_math.h"
 
@@ -115,6 +116,52 @@ static qf_status qf_quantize_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
+/* One scale and zero point over a whole tensor: a vectorizable loop over
+ * slices of it, on qfold's threads (the integer executor quantizes the
+ * activations around every op that runs in float). */
+typedef struct quant_job {
+    const void *x;
+    void *y;
+    float scale;
+    int32_t zp;
+    qf_dtype xdt, ydt;
+} quant_job;
+
+static void quantize_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const quant_job *j = ctx;
+    const float *px = j->x;
+    const float s = j->scale;
+    const int32_t z = j->zp;
+    if (j->ydt == QF_DTYPE_I8) {
+        int8_t *py = j->y;
+        for (int64_t i = lo; i < hi; i++) py[i] = (int8_t)qf_quantize_range_vec_f32(px[i], s, z, -128, 127);
+    } else {
+        uint8_t *py = j->y;
+        for (int64_t i = lo; i < hi; i++) py[i] = (uint8_t)qf_quantize_range_vec_f32(px[i], s, z, 0, 255);
+    }
+}
+
+static void dequantize_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const quant_job *j = ctx;
+    float *py = j->y;
+    const float s = j->scale;
+    const int32_t z = j->zp;
+    /* (q - zp) fits int32 for int8 / uint8 inputs: the same float as the
+     * int64 difference of qf_dequantize_f32. */
+    if (j->xdt == QF_DTYPE_I8) {
+        const int8_t *px = j->x;
+        for (int64_t i = lo; i < hi; i++) py[i] = (float)((int32_t)px[i] - z) * s;
+    } else {
+        const uint8_t *px = j->x;
+        for (int64_t i = lo; i < hi; i++) py[i] = (float)((int32_t)px[i] - z) * s;
+    }
+}
+
+/* Elements per thread slice of a per-tensor (de)quantization. */
+#define QUANT_GRAIN 16384
+
 static qf_status qf_quantize_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0], *scale = io->in[1];
@@ -125,6 +172,11 @@ static qf_status qf_quantize_forward_f32(const qf_kernel_io *io)
     int64_t n = qf_tensor_numel(x);
     int64_t block = lay.channels * lay.inner;
     if (n == 0) return QF_OK;
+    if (lay.channels == 1) {
+        quant_job j = {.x = px, .y = y->data, .scale = ps[0], .zp = quant_zp_at(zp, 0), .ydt = y->dtype};
+        qf_parallel_for(n, QUANT_GRAIN, quantize_slice, &j);
+        return QF_OK;
+    }
     /* Walk x as [outer, channels, inner]; per tensor is channels = inner = 1. */
     for (int64_t base = 0; base < n; base += block) {
         for (int64_t c = 0; c < lay.channels; c++) {
@@ -175,6 +227,11 @@ static qf_status qf_dequantize_forward_f32(const qf_kernel_io *io)
     int64_t n = qf_tensor_numel(x);
     int64_t block = lay.channels * lay.inner;
     if (n == 0) return QF_OK;
+    if (lay.channels == 1 && (x->dtype == QF_DTYPE_I8 || x->dtype == QF_DTYPE_U8)) {
+        quant_job j = {.x = x->data, .y = py, .scale = ps[0], .zp = quant_zp_at(zp, 0), .xdt = x->dtype};
+        qf_parallel_for(n, QUANT_GRAIN, dequantize_slice, &j);
+        return QF_OK;
+    }
     for (int64_t base = 0; base < n; base += block) {
         for (int64_t c = 0; c < lay.channels; c++) {
             const float s = ps[c];

@@ -81,6 +81,25 @@ static inline int32_t qf_quantize_range_f32(float x, float scale, int32_t zp, in
     return qf_saturate_range_f32(r + (float)zp, lo, hi, zp);
 }
 
+/* qf_quantize_range_f32 in a form compilers vectorize (no calls, no
+ * branches), with the same result for every float x, NaN and +-Inf included:
+ * x / scale is clamped to +-2^22 first (where every result saturates: zp is
+ * an int8 / uint8 value, so zp +- 2^22 is outside [lo, hi]), NaN taken as 0;
+ * then the truncation t and the exact remainder frac = v - t give the
+ * rounding half to even. For a loop over many elements of one scale. */
+static inline int32_t qf_quantize_range_vec_f32(float x, float scale, int32_t zp, int32_t lo, int32_t hi)
+{
+    float v = x / scale;
+    v = v != v ? 0.0f : v;
+    v = v < -4194304.0f ? -4194304.0f : v;
+    v = v > 4194304.0f ? 4194304.0f : v;
+    int32_t t = (int32_t)v;
+    float frac = v - (float)t;
+    int32_t odd = t & 1;
+    int32_t r = t + ((frac > 0.5f) | ((frac == 0.5f) & odd)) - ((frac < -0.5f) | ((frac == -0.5f) & odd)) + zp;
+    return r < lo ? lo : r > hi ? hi : r;
+}
+
 /* QuantizeLinear to int8 [-128, 127] / uint8 [0, 255]. */
 static inline int8_t qf_quantize_s8(float x, float scale, int32_t zp)
 {

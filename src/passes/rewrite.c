@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "qfold/pass.h"
 
@@ -23,25 +24,63 @@ bool qf_rewrite_is_f32_const(const qf_value *v)
     return v && qf_value_is_const(v) && v->type.dtype == QF_DTYPE_F32;
 }
 
+/* Elements per block of the finite scans below. */
+#define QF_FINITE_BLOCK 4096
+
+/* The index of the first NaN or Inf in p[0, n), or n. Each block is first
+ * scanned without a branch (exponent bits all ones = NaN or Inf: a loop the
+ * compiler vectorizes, where an early exit would keep it scalar), and only a
+ * block that holds one is searched element by element. */
+static int64_t qf_first_nonfinite_f32(const float *p, int64_t n)
+{
+    for (int64_t b = 0; b < n; b += QF_FINITE_BLOCK) {
+        int64_t e = n - b < QF_FINITE_BLOCK ? n : b + QF_FINITE_BLOCK;
+        uint32_t any = 0;
+        for (int64_t i = b; i < e; i++) {
+            uint32_t u;
+            memcpy(&u, &p[i], sizeof u);
+            any |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        if (any)
+            for (int64_t i = b; i < e; i++)
+                if (!isfinite(p[i])) return i;
+    }
+    return n;
+}
+
+static int64_t qf_first_nonfinite_f64(const double *p, int64_t n)
+{
+    const uint64_t exp = 0x7ff0000000000000u;
+    for (int64_t b = 0; b < n; b += QF_FINITE_BLOCK) {
+        int64_t e = n - b < QF_FINITE_BLOCK ? n : b + QF_FINITE_BLOCK;
+        uint64_t any = 0;
+        for (int64_t i = b; i < e; i++) {
+            uint64_t u;
+            memcpy(&u, &p[i], sizeof u);
+            any |= (u & exp) == exp;
+        }
+        if (any)
+            for (int64_t i = b; i < e; i++)
+                if (!isfinite(p[i])) return i;
+    }
+    return n;
+}
+
 qf_status qf_rewrite_check_finite(const qf_value *v, const qf_node *n)
 {
     const qf_tensor *t = &v->type;
-    int64_t count = qf_tensor_numel(t);
+    int64_t count = qf_tensor_numel(t), i = count;
+    double bad = 0.0;
     if (t->dtype == QF_DTYPE_F32) {
-        const float *p = t->data;
-        for (int64_t i = 0; i < count; i++)
-            if (!isfinite(p[i]))
-                return qf_error(QF_ERR_NUMERIC,
-                                "node '%s' (%s): tensor '%s' holds %s at index %" PRId64, n->name,
-                                qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
+        i = qf_first_nonfinite_f32(t->data, count);
+        if (i < count) bad = ((const float *)t->data)[i];
     } else if (t->dtype == QF_DTYPE_F64) {
-        const double *p = t->data;
-        for (int64_t i = 0; i < count; i++)
-            if (!isfinite(p[i]))
-                return qf_error(QF_ERR_NUMERIC,
-                                "node '%s' (%s): tensor '%s' holds %s at index %" PRId64, n->name,
-                                qf_op_name(n->op), v->name, isnan(p[i]) ? "NaN" : "Inf", i);
+        i = qf_first_nonfinite_f64(t->data, count);
+        if (i < count) bad = ((const double *)t->data)[i];
     }
+    if (i < count)
+        return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
+                        n->name, qf_op_name(n->op), v->name, isnan(bad) ? "NaN" : "Inf", i);
     return QF_OK;
 }
 
@@ -54,8 +93,8 @@ qf_node *qf_rewrite_sole_user(const qf_value *v, int *slot)
 
 bool qf_rewrite_can_write_in_place(const qf_value *v, const qf_node *n, int slot)
 {
-    return v && qf_value_is_const(v) && v->type.owns && !v->is_output && v->nuses == 1 &&
-           v->uses[0].node == n && v->uses[0].slot == slot;
+    return v && qf_value_is_const(v) && (v->type.owns || v->type.writable) && !v->is_output &&
+           v->nuses == 1 && v->uses[0].node == n && v->uses[0].slot == slot;
 }
 
 qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor *t,

@@ -46,9 +46,11 @@ qf_status qf_rewrite_check_finite(const qf_value *v, const qf_node *n);
  * has no or several uses. *slot (may be NULL) gets the input slot it reads. */
 qf_node *qf_rewrite_sole_user(const qf_value *v, int *slot);
 
-/* True when n may overwrite constant v in place: v is a constant that owns
- * its payload, is not a graph output, and n reading it at `slot` is its only
- * use (a tied weight read elsewhere must keep its value). */
+/* True when n may overwrite constant v in place: v is a constant whose
+ * payload it owns or alone borrows (qf_tensor.writable: its slice of the
+ * buffer the model was read into), is not a graph output, and n reading it
+ * at `slot` is its only use (a tied weight read elsewhere must keep its
+ * value). Any other payload is copied before it is rewritten. */
 bool qf_rewrite_can_write_in_place(const qf_value *v, const qf_node *n, int slot);
 
 /* Install t as input `slot` of n; takes t's data (t is left empty, also on

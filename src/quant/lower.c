@@ -17,8 +17,12 @@
  * two, and each matches its own reference.
  *
  * A Gemm group (a Linear layer) becomes the same integer conv, 1x1, between
- * two int8 reshapes. Everything else keeps running as written (DQ -> float
- * op -> Q). The
+ * two int8 reshapes. A DQ -> MaxPool -> Q with one set of qparams becomes the
+ * MaxPool of the integers (exact). A DQ -> Add -> [ReLU] -> Q group of one
+ * shape becomes qfold's int8 Add (TFLite's integer Add, src/ops/qadd.c), with
+ * TFLite's requantization only (ONNX has no integer Add: with ONNX's, the Add
+ * stays DQ -> float Add -> Q). Everything else
+ * keeps running as written (DQ -> float op -> Q). The
  * lowered graph is for execution only: the two attributes are qfold's own
  * and no exporter should see them (`qfold run` lowers its private copy).
  */
@@ -136,6 +140,19 @@ static bool int8_weight(const qf_node *dqw, int axis)
     return qf_tensor_numel(&dqw->inputs[1]->type) == 1 || qf_node_attr_int(dqw, "axis", 1) == axis;
 }
 
+/* The int, ints and string attributes of `like` (NULL: none) onto n. */
+static qf_status copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
+{
+    qf_status st = QF_OK;
+    for (int i = 0; like && i < like->nattrs && st == QF_OK; i++) {
+        const qf_attr *a = &like->attrs[i];
+        if (a->type == QF_ATTR_INT) st = qf_node_set_attr_int(g, n, a->name, a->i);
+        else if (a->type == QF_ATTR_INTS) st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
+        else if (a->type == QF_ATTR_STRING) st = qf_node_set_attr_string(g, n, a->name, a->s);
+    }
+    return st;
+}
+
 /* The integer conv of a group: QLinearConv(in) {attrs of `like`, the
  * requantization, the clamp}, output typed `type`. */
 static qf_node *int8_conv(qf_graph *g, const char *name, qf_value *const *in, int nin, const qf_node *like,
@@ -143,13 +160,7 @@ static qf_node *int8_conv(qf_graph *g, const char *name, qf_value *const *in, in
 {
     qf_node *ql = qf_graph_add_node(g, QF_OP_QLINEAR_CONV, name, nin, in, 1);
     if (!ql) return NULL;
-    qf_status st = QF_OK;
-    for (int i = 0; like && i < like->nattrs && st == QF_OK; i++) {
-        const qf_attr *a = &like->attrs[i];
-        if (a->type == QF_ATTR_INT) st = qf_node_set_attr_int(g, ql, a->name, a->i);
-        else if (a->type == QF_ATTR_INTS) st = qf_node_set_attr_ints(g, ql, a->name, a->ints, a->n);
-        else if (a->type == QF_ATTR_STRING) st = qf_node_set_attr_string(g, ql, a->name, a->s);
-    }
+    qf_status st = copy_attrs(g, ql, like);
     if (st == QF_OK && rq == QF_REQUANT_FIXED_POINT) st = qf_node_set_attr_int(g, ql, "qfold_requant", 1);
     if (st == QF_OK) st = qf_node_set_attr_ints(g, ql, "qfold_clamp", clamp, 2);
     return st == QF_OK ? ql : NULL;
@@ -262,6 +273,73 @@ static qf_status lower_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
     return QF_OK;
 }
 
+/* A max pool between a DQ and a Q of the same per-tensor int8 qparams (the
+ * profiles give a pool its input's): MaxPool on the integers, which is exact
+ * (the largest q gives the largest (q - zp) * s, and Q maps that back to q;
+ * the padding is -inf either way). */
+static qf_status lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    const qf_node *dqx = dq_of(n->inputs[0]);
+    if (n->noutputs != 1 || !dqx || !per_tensor_s8(dqx)) return QF_OK;
+    const qf_value *y = n->outputs[0];
+    if (y->nuses != 1 || y->is_output) return QF_OK;
+    const qf_node *q = y->uses[0].node;
+    if (q->op != QF_OP_QUANTIZE || q->ninputs != 3 || !scalar_const(q->inputs[1], QF_DTYPE_F32) ||
+        !scalar_const(q->inputs[2], QF_DTYPE_I8))
+        return QF_OK;
+    const float sx = *(const float *)dqx->inputs[1]->type.data, sy = *(const float *)q->inputs[1]->type.data;
+    const int8_t zx = *(const int8_t *)dqx->inputs[2]->type.data, zy = *(const int8_t *)q->inputs[2]->type.data;
+    if (sx != sy || zx != zy) return QF_OK;
+    char name[512];
+    snprintf(name, sizeof name, "%s_int8", n->name);
+    qf_value *in = dqx->inputs[0];
+    qf_node *mp = qf_graph_add_node(g, QF_OP_MAX_POOL, name, 1, &in, 1);
+    if (!mp) return QF_ERR_NOMEM;
+    QF_TRY(copy_attrs(g, mp, n));
+    mp->outputs[0]->type = q->outputs[0]->type;
+    if (ctx) qf_pass_rewrite(ctx, n, NULL, "int8 max pool -> '%s'", q->outputs[0]->name);
+    QF_TRY(qf_graph_replace_uses(g, q->outputs[0], mp->outputs[0]));
+    *done = true;
+    return QF_OK;
+}
+
+/* An Add of two per-tensor int8 tensors of one shape heading a
+ * DQ -> Add -> [act] -> Q group: qfold's int8 Add (QF_OP_QADD, TFLite's
+ * integer arithmetic, src/ops/qadd.c); with TFLite's requantization only. Left in float when its multipliers
+ * would not be below 1 (an output scale below max(s_a, s_b) / 2^19). */
+static qf_status lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
+    if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
+    const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
+    /* The same shape: equal known sizes, and an unknown size (a dynamic
+     * batch) only where both are unknown; the int8 Add does not broadcast. */
+    if (!qf_shape_equal(ta->ndim, ta->dims, tb->ndim, tb->dims)) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    const double sa = *(const float *)dqa->inputs[1]->type.data, sb = *(const float *)dqb->inputs[1]->type.data,
+                 sy = *(const float *)q->inputs[1]->type.data;
+    const double twice_max = 2.0 * (sa > sb ? sa : sb);
+    if (!(sa > 0.0 && sb > 0.0 && twice_max / ((double)(1 << 20) * sy) < 1.0)) return QF_OK;
+    char name[512];
+    snprintf(name, sizeof name, "%s_int8", n->name);
+    qf_value *in[8] = {dqa->inputs[0], dqa->inputs[1], dqa->inputs[2], dqb->inputs[0],
+                       dqb->inputs[1], dqb->inputs[2], q->inputs[1],   q->inputs[2]};
+    qf_node *qa = qf_graph_add_node(g, QF_OP_QADD, name, 8, in, 1);
+    if (!qa) return QF_ERR_NOMEM;
+    QF_TRY(qf_node_set_attr_ints(g, qa, "qfold_clamp", clamp, 2));
+    qa->outputs[0]->type = q->outputs[0]->type;
+    if (ctx)
+        qf_pass_rewrite(ctx, n, NULL, "int8 add (%s) -> '%s'", act ? qf_op_name(act->op) : "no activation",
+                        q->outputs[0]->name);
+    QF_TRY(qf_graph_replace_uses(g, q->outputs[0], qa->outputs[0]));
+    *done = true;
+    return QF_OK;
+}
+
 qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kind rq, int *count)
 {
     int k = 0;
@@ -269,6 +347,8 @@ qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kin
         bool done = false;
         if (n->op == QF_OP_CONV) QF_TRY(lower_conv(g, ctx, n, rq, &done));
         else if (n->op == QF_OP_GEMM) QF_TRY(lower_gemm(g, ctx, n, rq, &done));
+        else if (n->op == QF_OP_MAX_POOL) QF_TRY(lower_max_pool(g, ctx, n, &done));
+        else if (n->op == QF_OP_ADD && rq == QF_REQUANT_FIXED_POINT) QF_TRY(lower_add(g, ctx, n, &done));
         k += done;
     }
     if (count) *count = k;

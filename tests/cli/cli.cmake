@@ -2,7 +2,7 @@
 # messages, inspect text / JSON / DOT, run against PyTorch's output on the
 # bundled example). They run the qfold binary of this build, so under
 # `make test-asan` they run it with AddressSanitizer + UBSan.
-set(QF_CLI_CASES version help usage inspect inspect_plan inspect_json inspect_dot inspect_escape run run_multi run_int64 run_errors
+set(QF_CLI_CASES version engine_threads help usage inspect inspect_plan inspect_json inspect_dot inspect_escape run run_multi run_int64 run_errors
     eval eval_compare eval_fixed_batch eval_errors)
 foreach(case ${QF_CLI_CASES})
   add_test(NAME cli_${case}
@@ -22,4 +22,21 @@ foreach(case ${QF_FAULT_CASES})
             --qfold $<TARGET_FILE:qfold> --examples ${PROJECT_SOURCE_DIR}/examples
             --work ${QF_TEST_WORK}/cli_fault --source ${PROJECT_SOURCE_DIR} ${case})
   set_tests_properties(cli_fault_${case} PROPERTIES LABELS "cli" TIMEOUT 300)
+endforeach()
+
+# qfold under `ulimit -v` at levels from 20 to 600 MB (tests/cli/memlimit_test.py):
+# exit 0, or 1 with "out of memory", within seconds; never a hang or a death
+# inside a library. Skipped in the sanitizer build (ASan needs its shadow).
+if(QF_SANITIZE)
+  set(QF_MEMLIMIT_ENV "QF_SANITIZED=1")
+else()
+  set(QF_MEMLIMIT_ENV "QF_SANITIZED=0")
+endif()
+foreach(case version run fuse)
+  add_test(NAME cli_memlimit_${case}
+    COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/memlimit_test.py
+            --qfold $<TARGET_FILE:qfold> --models ${QF_TEST_WORK}/models
+            --work ${QF_TEST_WORK}/cli_memlimit ${case})
+  set_tests_properties(cli_memlimit_${case} PROPERTIES LABELS "cli" TIMEOUT 600 FIXTURES_REQUIRED ref_models
+    SKIP_RETURN_CODE 77 ENVIRONMENT "${QF_MEMLIMIT_ENV}")
 endforeach()

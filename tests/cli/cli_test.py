@@ -8,6 +8,7 @@ ran, what it printed and what was expected.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,9 +43,61 @@ def rel_error(got, want):
 
 # --- cases ----------------------------------------------------------------------
 
+KERNELS_LINE = re.compile(r"^kernels: (dnnl \(oneDNN \d+\.\d+\.\d+\)|ref \(oneDNN: [^\n]+\)), (\d+) threads?$")
+
+
 def case_version():
     out, _ = qfold("--version")
-    check(out == "qfold %s\n" % ARGS.version, "--version printed %r" % out)
+    lines = out.split("\n")
+    check(len(lines) == 3 and lines[0] == "qfold %s" % ARGS.version and lines[2] == "",
+          "--version printed %r" % out)
+    check(KERNELS_LINE.match(lines[1]), "--version's second line is %r" % lines[1])
+
+
+def version_kernels(*argv, env=None):
+    """(engine, threads) from `qfold [argv] --version`."""
+    _, out, _ = qfcli.run_qfold(ARGS.qfold, list(argv) + ["--version"], expect=0, timeout=120,
+                                env=dict(os.environ, **(env or {})))
+    m = KERNELS_LINE.match(out.split("\n")[1])
+    check(m, "%s --version printed %r" % (" ".join(argv), out))
+    return m.group(1).split(" ")[0], int(m.group(2))
+
+
+def case_engine_threads():
+    """--engine and --threads, accepted by every command before or after it."""
+    cores = min(os.cpu_count() or 1, 16)
+    check(version_kernels("--engine", "ref", "--threads", "1") == ("ref", 1), "--engine ref --threads 1")
+    check(version_kernels("--threads=3")[1] == 3, "--threads=3")
+    check(version_kernels("--threads", "0")[1] == cores, "--threads 0 is not the %d cores" % cores)
+    check(version_kernels(env={"QFOLD_ENGINE": "ref"})[0] == "ref", "QFOLD_ENGINE=ref ignored")
+    rc, out, err = qfcli.run_qfold(ARGS.qfold, ["--engine=dnnl", "--version"])
+    if rc == 0:
+        check(out.split("\n")[1].startswith("kernels: dnnl (oneDNN "), "--engine dnnl printed %r" % out)
+        # The flag wins over the environment.
+        check(version_kernels("--engine", "auto", env={"QFOLD_ENGINE": "ref"})[0] == "dnnl",
+              "--engine auto did not override QFOLD_ENGINE=ref")
+    else:
+        check(rc in (1, 2), "--engine dnnl without oneDNN exited %d" % rc)
+        one_error_line(err, "engine dnnl")
+    # Both engines compute the example like PyTorch, the options after the
+    # command or before it.
+    want = np.load(example("expected.npy"))
+    for i, pre in enumerate((["--engine", "ref", "--threads", "1"], ["--engine=auto", "--threads=2"])):
+        out = work("y%d.npy" % i)
+        qfold(*(pre + ["run", example("tiny_cnn.onnx"), "-i", example("input.npy"), "-o", out]))
+        check(rel_error(np.load(out), want) <= 1e-4, "%s run: wrong result" % " ".join(pre))
+        qfold("run", example("tiny_cnn.onnx"), *pre, "-i", example("input.npy"), "-o", out)
+        check(rel_error(np.load(out), want) <= 1e-4, "run %s: wrong result" % " ".join(pre))
+    qfold("inspect", example("tiny_cnn.onnx"), "--threads", "1")
+    # Errors: a usage error (exit 2) naming the option.
+    for argv, needle in ((["--engine", "fast"], "--engine 'fast'"), (["--engine"], "--engine needs a value"),
+                         (["--threads", "17"], "--threads '17'"), (["--threads", "-1"], "--threads '-1'"),
+                         (["--threads", "two"], "--threads 'two'"), (["--threads="], "--threads ''"),
+                         (["--threads"], "--threads needs a value")):
+        for where in ("before", "after"):
+            full = argv + ["--version"] if where == "before" else ["inspect", example("tiny_cnn.onnx")] + argv
+            _, _, err = qfcli.run_qfold(ARGS.qfold, full, expect=2)
+            one_error_line(err, needle)
 
 
 def case_help():

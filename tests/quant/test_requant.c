@@ -3,7 +3,10 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <float.h>
 
+#include "ops/quant_math.h"
 #include "ops/requant.h"
 #include "tools/qf_check.h"
 
@@ -94,8 +97,49 @@ static void test_against_exact(void)
     CHECK(exact >= n * 95 / 100);
 }
 
+/* The vectorizable QuantizeLinear (qf_quantize_range_vec_f32) against the
+ * scalar one on ties, values near ties, every magnitude, NaN and +-Inf, for
+ * int8 and uint8 ranges and several zero points and scales. */
+static void test_quantize_vec(void)
+{
+    const float scales[] = {1.0f, 0.5f, 0.0173f, 3.0e-4f, 7.0f, 1.0e-12f};
+    const int32_t zps[][3] = {{0, -128, 127}, {-9, -128, 127}, {127, -128, 127}, {-128, -128, 127},
+                              {0, 0, 255}, {131, 0, 255}, {255, 0, 255}};
+    uint32_t st = 99u;
+    long bad = 0, n = 0;
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+        for (size_t zi = 0; zi < sizeof zps / sizeof zps[0]; zi++) {
+            const float s = scales[si];
+            const int32_t zp = zps[zi][0], lo = zps[zi][1], hi = zps[zi][2];
+            for (int i = 0; i < 40000; i++) {
+                float x;
+                if (i < 1200) {
+                    x = ((float)(i - 600) * 0.5f) * s;                         /* ties and integers */
+                } else if (i < 2400) {
+                    x = nextafterf(((float)(i - 1800) * 0.5f) * s, i & 1 ? INFINITY : -INFINITY);
+                } else if (i < 2410) {
+                    const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, FLT_MAX, -FLT_MAX,
+                                        4194304.5f, -8388609.0f};
+                    x = sp[i - 2400];
+                } else {
+                    st = st * 1664525u + 1013904223u;
+                    uint32_t bits = st;
+                    memcpy(&x, &bits, sizeof x);                                /* any float */
+                    if (i & 1) x = (float)((int32_t)(st >> 8) % 4000) * 0.125f * s; /* near the range */
+                }
+                int32_t a = qf_quantize_range_f32(x, s, zp, lo, hi);
+                int32_t b = qf_quantize_range_vec_f32(x, s, zp, lo, hi);
+                if (a != b && bad++ < 5)
+                    FAIL("x = %a, scale %g, zp %d: vec %d, scalar %d", (double)x, (double)s, (int)zp, (int)b, (int)a);
+                n++;
+            }
+        }
+    CHECKF(bad == 0, "%ld of %ld quantizations differ", bad, n);
+}
+
 int main(void)
 {
+    RUN(test_quantize_vec);
     RUN(test_quantize_multiplier_edges);
     RUN(test_high_mul_and_pot);
     RUN(test_against_exact);

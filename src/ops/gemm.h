@@ -1,0 +1,67 @@
+/* qfold's GEMM: row-major C = alpha * op(A) op(B) + beta * C, float and
+ * double, the one matrix product the kernels call (Conv's im2col, Gemm /
+ * MatMul / linear, Einsum).
+ *
+ *   QF_TRY(qf_sgemm(n, &(qf_sgemm_args){.m = M, .n = N, .k = K, .alpha = 1, .a = w, .lda = K,
+ *                                         .b = col, .ldb = N, .c = y, .ldc = N}));
+ *
+ * op(A) is M x K: A stored [M, lda] (ta false) or [K, lda] (ta true); op(B)
+ * is K x N: B stored [K, ldb] or [N, ldb] (tb true); C is [M, ldc]. With beta
+ * 0, C is not read (it may hold garbage, even NaN).
+ *
+ * When the oneDNN backend is active (qf_dnnl(), ops/dnnl.h), qf_sgemm runs
+ * dnnl_sgemm, which allocates internally: its out of memory comes back as
+ * QF_ERR_NOMEM naming the node n. Otherwise, and always for double, a
+ * portable blocked GEMM (gemm.c) runs on qfold's thread pool
+ * (core/parallel.h); it never allocates (its packing buffers are a fixed
+ * block of about 200 KB on each thread's stack) and never fails. Not to be
+ * called from inside a qf_parallel_for body.
+ */
+#ifndef QF_OPS_GEMM_H
+#define QF_OPS_GEMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "qfold/graph.h"
+
+typedef struct qf_sgemm_args {
+    bool ta, tb;          /* transpose A / B */
+    int64_t m, n, k;      /* op(A) is m x k, op(B) k x n, C m x n */
+    float alpha, beta;
+    const float *a;
+    int64_t lda;
+    const float *b;
+    int64_t ldb;
+    float *c;
+    int64_t ldc;
+} qf_sgemm_args;
+
+typedef struct qf_dgemm_args {
+    bool ta, tb;
+    int64_t m, n, k;
+    double alpha, beta;
+    const double *a;
+    int64_t lda;
+    const double *b;
+    int64_t ldb;
+    double *c;
+    int64_t ldc;
+} qf_dgemm_args;
+
+/* n (may be NULL) names the node in error messages. */
+qf_status qf_sgemm(const qf_node *n, const qf_sgemm_args *g);
+qf_status qf_dgemm(const qf_node *n, const qf_dgemm_args *g);
+
+/* The portable float GEMM alone (whatever the backend): for tests and
+ * bench/gemm. */
+void qf_sgemm_ref(const qf_sgemm_args *g);
+
+/* The inner kernel the portable GEMM picked for this CPU ("avx512", "avx2",
+ * "generic"). */
+const char *qf_gemm_kernel_name(void);
+/* Tests: run a narrower kernel than the CPU's (false if it cannot run it).
+ * Not thread-safe; before any GEMM runs concurrently. */
+bool qf_gemm_set_kernel(const char *name);
+
+#endif

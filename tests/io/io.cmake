@@ -1,0 +1,10 @@
+# C tests of the io module: the zero-copy ONNX import (weights borrowed in
+# the buffer the file was read into). Uses the torch models of the
+# ref_models fixture (tests/ref.cmake).
+add_executable(test_zero_copy ${CMAKE_CURRENT_LIST_DIR}/test_zero_copy.c)
+target_include_directories(test_zero_copy PRIVATE ${QF_TEST_DIR})
+target_compile_options(test_zero_copy PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_zero_copy PRIVATE qfold_static)
+file(MAKE_DIRECTORY "${QF_TEST_WORK}/zero_copy")
+add_test(NAME io_zero_copy COMMAND test_zero_copy ${QF_TEST_WORK}/models ${QF_TEST_WORK}/zero_copy)
+set_tests_properties(io_zero_copy PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit;io" TIMEOUT 300)
