@@ -56,7 +56,8 @@ static void lay_union(int *parent, int a, int b)
 static bool lay_backend_nhwc(const qf_layout *L, int i)
 {
     const qf_op_kernels *k = qf_op_kernels_get(L->nodes[i]->op);
-    return !L->plain && L->np[i].cap == QF_CAP_FULL && k->dnnl && (k->dnnl->layouts & QF_LAYOUT_NHWC);
+    return !L->plain && L->np[i].cap == QF_CAP_FULL && k->dnnl &&
+           (k->dnnl->layouts & QF_LAYOUT_NHWC);
 }
 
 /* Same bytes in NCHW and NHWC: 1x1 spatial, or one channel. */
@@ -75,21 +76,26 @@ static bool lay_agnostic(const qf_layout *L, int i)
 {
     const qf_node *n = L->nodes[i];
     const qf_op_kernels *k = qf_op_kernels_get(n->op);
-    if (L->plain || L->np[i].cap != QF_CAP_REF || !(k->layouts & QF_LAYOUT_NHWC) || n->noutputs < 1) return false;
+    if (L->plain || L->np[i].cap != QF_CAP_REF || !(k->layouts & QF_LAYOUT_NHWC) || n->noutputs < 1)
+        return false;
     const qf_tensor *o = &n->outputs[0]->type;
     if (o->ndim != 4 || o->dtype != QF_DTYPE_F32) return false;
     for (int j = 0; j < n->ninputs; j++) {
         const qf_value *v = n->inputs[j];
         if (!v || qf_tensor_numel(&v->type) == 1) continue;
         if (v->type.dtype != o->dtype || v->type.ndim != 4) return false;
-        if (!lay_eligible(v) && !lay_free_shape(&v->type)) return false; /* a constant stored NCHW */
+        if (!lay_eligible(v) && !lay_free_shape(&v->type))
+            return false; /* a constant stored NCHW */
     }
     return true;
 }
 
 /* Input slot j of node n carries activations in the node's layout (data
  * slots), not weights. */
-static bool lay_data_slot(const qf_node *n, int j) { return qf_op_input_role(n->op, j) == QF_ROLE_DATA; }
+static bool lay_data_slot(const qf_node *n, int j)
+{
+    return qf_op_input_role(n->op, j) == QF_ROLE_DATA;
+}
 
 /* The plan index of the step that writes v (-1: a graph input or constant). */
 static int lay_writer(const qf_layout *L, const qf_value *v)
@@ -123,7 +129,8 @@ static void lay_fuse(qf_layout *L)
             int nact = 0, nother = 0;
             for (int j = 0; j < f->ninputs; j++) {
                 const qf_value *v = f->inputs[j];
-                if (v == cur) nact++;
+                if (v == cur)
+                    nact++;
                 else if (v && !(v->type.data && qf_tensor_numel(&v->type) == 1)) {
                     other = v;
                     nother++;
@@ -136,7 +143,8 @@ static void lay_fuse(qf_layout *L)
                 bool constant = !other->producer && other->kind != QF_VALUE_INPUT;
                 if (constant && other->type.ndim == 4 && !lay_free_shape(&other->type)) break;
                 if (other->type.dtype != cur->type.dtype ||
-                    !qf_shape_equal(other->type.ndim, other->type.dims, cur->type.ndim, cur->type.dims))
+                    !qf_shape_equal(other->type.ndim, other->type.dims, cur->type.ndim,
+                                    cur->type.dims))
                     break;
                 if (lay_writer(L, other) >= i) break;
             }
@@ -222,7 +230,8 @@ static void lay_groups(qf_layout *L, const qf_graph *g)
         } else if (lay_agnostic(L, i) && vo->eligible && !vo->free) {
             for (int j = 0; j < n->ninputs; j++) {
                 const qf_value *v = n->inputs[j];
-                if (v && L->vp[v->id].eligible && !L->vp[v->id].free) lay_union(parent, v->id, out0->id);
+                if (v && L->vp[v->id].eligible && !L->vp[v->id].free)
+                    lay_union(parent, v->id, out0->id);
             }
             for (int o = 1; o < n->noutputs; o++) {
                 const qf_value *v = n->outputs[o];
@@ -233,7 +242,8 @@ static void lay_groups(qf_layout *L, const qf_graph *g)
     for (int id = 0; id < nv; id++)
         if (want[id] && L->vp[id].eligible && !L->vp[id].free) want[lay_find(parent, id)] = 1;
     for (int id = 0; id < nv; id++)
-        if (L->vp[id].eligible && !L->vp[id].free) L->vp[id].group = want[lay_find(parent, id)] ? 1 : 0;
+        if (L->vp[id].eligible && !L->vp[id].free)
+            L->vp[id].group = want[lay_find(parent, id)] ? 1 : 0;
 }
 
 void qf_layout_plan(qf_layout *L, const qf_graph *g)
@@ -335,7 +345,8 @@ qf_status qf_exec_reorder(const qf_kernel_io *io)
     }
     /* NCHW -> NHWC transposes each image's C x HW matrix, NHWC -> NCHW its
      * HW x C one. */
-    lay_transpose c = {.src = x->data, .dst = y->data, .rows = to_nhwc ? ch : sp, .cols = to_nhwc ? sp : ch};
+    lay_transpose c = {
+        .src = x->data, .dst = y->data, .rows = to_nhwc ? ch : sp, .cols = to_nhwc ? sp : ch};
     c.tiles_r = (c.rows + LAY_TILE - 1) / LAY_TILE;
     c.tiles_c = (c.cols + LAY_TILE - 1) / LAY_TILE;
     int64_t tiles = n * c.tiles_r * c.tiles_c;

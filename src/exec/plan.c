@@ -768,7 +768,7 @@ static void qf_plan_print_slots(FILE *f, const qf_value *const *vs, int n, uint3
     for (int j = 0; j < n; j++) {
         const qf_value *v = vs[j];
         bool act = v && v->type.ndim == 4 && (v->producer || v->kind == QF_VALUE_INPUT);
-        fprintf(f, "%s%s", j ? "," : "", !act ? "-" : (bits >> j) & 1u ? "nhwc" : "nchw");
+        fprintf(f, "%s%s", j ? "," : "", !act ? "-" : j < 32 && ((bits >> j) & 1u) ? "nhwc" : "nchw");
     }
 }
 

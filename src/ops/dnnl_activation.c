@@ -15,7 +15,8 @@
 static qf_status dact_build(const qf_kernel_io *io, qf_dk_prim *p)
 {
     const qf_node *n = io->node;
-    if (io->nin < 1 || !io->in[0] || io->nout != 1 || io->nfused || !qf_dk_all_f32(io)) return QF_DK_DECLINE;
+    if (io->nin < 1 || !io->in[0] || io->nout != 1 || io->nfused || !qf_dk_all_f32(io))
+        return QF_DK_DECLINE;
     if ((io->in_nhwc & ~1u) || io->out_nhwc != (io->in_nhwc & 1u)) return QF_DK_DECLINE;
     dnnl_alg_kind_t alg;
     float alpha, beta;
@@ -29,11 +30,13 @@ static qf_status dact_build(const qf_kernel_io *io, qf_dk_prim *p)
     qf_dk_build b;
     QF_TRY(qf_dk_begin(&b, io, p));
     dnnl_eltwise_desc_t d;
-    dnnl_status_t r = QF_DNNL(eltwise_forward_desc_init)(&d, dnnl_forward_inference, alg, &md, alpha, beta);
+    dnnl_status_t r =
+        QF_DNNL(eltwise_forward_desc_init)(&d, dnnl_forward_inference, alg, &md, alpha, beta);
     if (r != dnnl_success) {
         qf_dk_abort(&b);
-        return r == dnnl_unimplemented || r == dnnl_invalid_arguments ? QF_DK_DECLINE
-                                                                      : qf_dnnl_check(n, r, "eltwise descriptor");
+        return r == dnnl_unimplemented || r == dnnl_invalid_arguments
+                   ? QF_DK_DECLINE
+                   : qf_dnnl_check(n, r, "eltwise descriptor");
     }
     QF_TRY(qf_dk_finish(&b, &d));
     QF_TRY(qf_dk_bind(p, DNNL_ARG_SRC, QF_DK_IN, 0, &md, NULL));
@@ -47,10 +50,11 @@ static qf_status dact_prepare(const qf_kernel_io *io, void *state)
     return st;
 }
 
-#define QF_DACT_COLUMNS_                                                                                        \
-    {                                                                                                         \
-        .prepare = dact_prepare, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release,                  \
-        .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward, .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,   \
+#define QF_DACT_COLUMNS_                                                                     \
+    {                                                                                        \
+        .prepare = dact_prepare, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, \
+        .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward,                              \
+        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,                                          \
     }
 const qf_backend_kernels qf_leaky_relu_dnnl = QF_DACT_COLUMNS_;
 const qf_backend_kernels qf_sigmoid_dnnl = QF_DACT_COLUMNS_;

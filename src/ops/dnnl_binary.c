@@ -12,7 +12,8 @@
 #if QF_HAVE_DNNL
 
 /* Descriptor of t padded to `nd` dims (leading 1s), channels-last if asked. */
-static qf_status dbin_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, int nd, bool nhwc)
+static qf_status dbin_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, int nd,
+                         bool nhwc)
 {
     qf_tensor v;
     int64_t dims[QF_MAX_DIMS];
@@ -32,7 +33,8 @@ static bool dbin_same(const qf_tensor *a, const qf_tensor *y)
 static qf_status dbin_build(const qf_kernel_io *io, qf_dk_prim *p)
 {
     const qf_node *n = io->node;
-    if (io->nin != 2 || !io->in[0] || !io->in[1] || io->nout != 1 || io->nfused || !qf_dk_all_f32(io))
+    if (io->nin != 2 || !io->in[0] || !io->in[1] || io->nout != 1 || io->nfused ||
+        !qf_dk_all_f32(io))
         return QF_DK_DECLINE;
     dnnl_alg_kind_t alg;
     switch (n->op) {
@@ -45,13 +47,16 @@ static qf_status dbin_build(const qf_kernel_io *io, qf_dk_prim *p)
     const qf_tensor *y = io->out[0];
     int a = 0, b = 1;
     if (!dbin_same(io->in[0], y)) {
-        if ((alg != dnnl_binary_add && alg != dnnl_binary_mul) || !dbin_same(io->in[1], y)) return QF_DK_DECLINE;
+        if ((alg != dnnl_binary_add && alg != dnnl_binary_mul) || !dbin_same(io->in[1], y))
+            return QF_DK_DECLINE;
         a = 1, b = 0;
     }
     /* A channels-last bit only on a tensor with a channel axis (rank 3..5). */
     for (int i = 0; i < 2; i++)
-        if ((io->in_nhwc >> i & 1u) && (y->ndim < 3 || io->in[i]->ndim != y->ndim)) return QF_DK_DECLINE;
-    if ((io->in_nhwc & ~3u) || (io->out_nhwc & ~1u) || ((io->out_nhwc & 1u) && y->ndim < 3)) return QF_DK_DECLINE;
+        if ((io->in_nhwc >> i & 1u) && (y->ndim < 3 || io->in[i]->ndim != y->ndim))
+            return QF_DK_DECLINE;
+    if ((io->in_nhwc & ~3u) || (io->out_nhwc & ~1u) || ((io->out_nhwc & 1u) && y->ndim < 3))
+        return QF_DK_DECLINE;
     dnnl_memory_desc_t md0, md1, dst;
     QF_TRY(dbin_md(n, &md0, io->in[a], y->ndim, io->in_nhwc >> a & 1u));
     QF_TRY(dbin_md(n, &md1, io->in[b], y->ndim, io->in_nhwc >> b & 1u));
@@ -62,8 +67,9 @@ static qf_status dbin_build(const qf_kernel_io *io, qf_dk_prim *p)
     dnnl_status_t r = QF_DNNL(binary_desc_init)(&d, alg, &md0, &md1, &dst);
     if (r != dnnl_success) {
         qf_dk_abort(&bb);
-        return r == dnnl_unimplemented || r == dnnl_invalid_arguments ? QF_DK_DECLINE
-                                                                      : qf_dnnl_check(n, r, "binary descriptor");
+        return r == dnnl_unimplemented || r == dnnl_invalid_arguments
+                   ? QF_DK_DECLINE
+                   : qf_dnnl_check(n, r, "binary descriptor");
     }
     QF_TRY(qf_dk_finish(&bb, &d));
     const qf_tensor *ta = io->in[a], *tb = io->in[b];
@@ -79,10 +85,11 @@ static qf_status dbin_prepare(const qf_kernel_io *io, void *state)
     return st;
 }
 
-#define QF_DBIN_COLUMNS_                                                                                        \
-    {                                                                                                         \
-        .prepare = dbin_prepare, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release,                  \
-        .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward, .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,   \
+#define QF_DBIN_COLUMNS_                                                                     \
+    {                                                                                        \
+        .prepare = dbin_prepare, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, \
+        .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward,                              \
+        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,                                          \
     }
 const qf_backend_kernels qf_add_dnnl = QF_DBIN_COLUMNS_;
 const qf_backend_kernels qf_sub_dnnl = QF_DBIN_COLUMNS_;

@@ -25,14 +25,15 @@
 #if QF_HAVE_DNNL
 
 /* Weights descriptor dims and the strides of ONNX's W in memory. */
-static int dconv_weights(const qf_conv_geom *cg, const qf_tensor *w, int64_t *dims, int64_t *strides)
+static int dconv_weights(const qf_conv_geom *cg, const qf_tensor *w, int64_t *dims,
+                         int64_t *strides)
 {
     const int rank = cg->s.rank;
     const int64_t K = cg->ksize;
     int nd = 0;
     if (cg->group > 1) dims[nd++] = cg->group;
-    dims[nd++] = cg->mg;  /* oc per group */
-    dims[nd++] = cg->cg;  /* ic per group */
+    dims[nd++] = cg->mg; /* oc per group */
+    dims[nd++] = cg->cg; /* ic per group */
     for (int i = 0; i < rank; i++) dims[nd++] = w->dims[2 + i];
     int64_t ks = 1;
     for (int i = nd - 1; i >= nd - rank; i--) {
@@ -54,7 +55,8 @@ static int dconv_weights(const qf_conv_geom *cg, const qf_tensor *w, int64_t *di
 static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpose)
 {
     const qf_node *n = io->node;
-    if (io->nin < 2 || !io->in[0] || !io->in[1] || io->nout != 1 || !qf_dk_all_f32(io)) return QF_DK_DECLINE;
+    if (io->nin < 2 || !io->in[0] || !io->in[1] || io->nout != 1 || !qf_dk_all_f32(io))
+        return QF_DK_DECLINE;
     if ((io->in_nhwc & ~1u) || (io->out_nhwc & ~1u)) return QF_DK_DECLINE;
     const qf_tensor *x = io->in[0], *w = io->in[1], *bias = io->nin > 2 ? io->in[2] : NULL;
     const qf_tensor *y = io->out[0];
@@ -66,8 +68,8 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
     }
     /* Nor a node the reference refuses for its size (an im2col buffer over
      * qfold's tensor limit, GEMM sizes over 2^31): same error either way. */
-    if (qf_conv_scratch_bytes(&cg) > (uint64_t)QF_MAX_TENSOR_BYTES || cg.k > INT_MAX || cg.in_plane > INT_MAX ||
-        cg.out_plane > INT_MAX || cg.mg > INT_MAX || cg.cg > INT_MAX)
+    if (qf_conv_scratch_bytes(&cg) > (uint64_t)QF_MAX_TENSOR_BYTES || cg.k > INT_MAX ||
+        cg.in_plane > INT_MAX || cg.out_plane > INT_MAX || cg.mg > INT_MAX || cg.cg > INT_MAX)
         return QF_DK_DECLINE;
     const int rank = cg.s.rank;
     dnnl_dims_t strides, dil, pl, pr;
@@ -93,8 +95,10 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
     int wn = dconv_weights(&cg, w, wd, ws);
     QF_TRY(qf_dk_md_strided(&w_user, wn, wd, ws));
     const bool w_const = w->data != NULL;
-    if (w_const) QF_TRY(qf_dk_md_any(&w_md, wn, wd));
-    else w_md = w_user;
+    if (w_const)
+        QF_TRY(qf_dk_md_any(&w_md, wn, wd));
+    else
+        w_md = w_user;
     if (bias) QF_TRY(qf_dk_md_plain(&b_md, 1, &cg.m));
 
     qf_dk_build b;
@@ -104,16 +108,17 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
     dnnl_deconvolution_desc_t dd;
     const void *desc = transpose ? (const void *)&dd : (const void *)&cd;
     if (st == QF_OK) {
-        dnnl_status_t r =
-            transpose ? QF_DNNL(dilated_deconvolution_forward_desc_init)(
-                            &dd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_md, &w_md,
-                            bias ? &b_md : NULL, &dst_md, strides, dil, pl, pr)
-                      : QF_DNNL(dilated_convolution_forward_desc_init)(&cd, dnnl_forward_inference,
-                                                                      dnnl_convolution_direct, &src_md, &w_md,
-                                                                      bias ? &b_md : NULL, &dst_md, strides, dil,
-                                                                      pl, pr);
-        if (r == dnnl_unimplemented || r == dnnl_invalid_arguments) st = QF_DK_DECLINE;
-        else st = qf_dnnl_check(n, r, "convolution descriptor");
+        dnnl_status_t r = transpose
+                              ? QF_DNNL(dilated_deconvolution_forward_desc_init)(
+                                    &dd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_md,
+                                    &w_md, bias ? &b_md : NULL, &dst_md, strides, dil, pl, pr)
+                              : QF_DNNL(dilated_convolution_forward_desc_init)(
+                                    &cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
+                                    &w_md, bias ? &b_md : NULL, &dst_md, strides, dil, pl, pr);
+        if (r == dnnl_unimplemented || r == dnnl_invalid_arguments)
+            st = QF_DK_DECLINE;
+        else
+            st = qf_dnnl_check(n, r, "convolution descriptor");
     }
     if (st != QF_OK) {
         qf_dk_abort(&b);
@@ -123,12 +128,13 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
 
     QF_TRY(qf_dk_bind(p, DNNL_ARG_SRC, QF_DK_IN, 0, &src_md, NULL));
     if (w_const)
-        QF_TRY(qf_dk_bind_const(p, DNNL_ARG_WEIGHTS, &w_user, w->data, qf_dk_query(p, dnnl_query_weights_md, 0),
-                                0));
+        QF_TRY(qf_dk_bind_const(p, DNNL_ARG_WEIGHTS, &w_user, w->data,
+                                qf_dk_query(p, dnnl_query_weights_md, 0), 0));
     else
         QF_TRY(qf_dk_bind(p, DNNL_ARG_WEIGHTS, QF_DK_IN, 1, &w_md, NULL));
     if (bias)
-        QF_TRY(qf_dk_bind(p, DNNL_ARG_BIAS, bias->data ? QF_DK_FIXED : QF_DK_IN, 2, &b_md, bias->data));
+        QF_TRY(qf_dk_bind(p, DNNL_ARG_BIAS, bias->data ? QF_DK_FIXED : QF_DK_IN, 2, &b_md,
+                          bias->data));
     return qf_dk_bind(p, DNNL_ARG_DST, QF_DK_OUT, 0, &dst_md, NULL);
 }
 

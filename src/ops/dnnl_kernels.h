@@ -31,7 +31,8 @@ extern const qf_backend_kernels qf_gemm_dnnl, qf_matmul_dnnl, qf_linear_dnnl;
 extern const qf_backend_kernels qf_max_pool_dnnl, qf_avg_pool_dnnl, qf_global_avg_pool_dnnl;
 extern const qf_backend_kernels qf_batch_norm_dnnl;
 extern const qf_backend_kernels qf_add_dnnl, qf_sub_dnnl, qf_mul_dnnl, qf_div_dnnl;
-extern const qf_backend_kernels qf_leaky_relu_dnnl, qf_sigmoid_dnnl, qf_tanh_dnnl, qf_hard_swish_dnnl;
+extern const qf_backend_kernels qf_leaky_relu_dnnl, qf_sigmoid_dnnl, qf_tanh_dnnl,
+    qf_hard_swish_dnnl;
 
 /* Where an argument's data comes from at run time. */
 typedef enum qf_dk_source {
@@ -45,7 +46,7 @@ typedef enum qf_dk_source {
 #define QF_DK_MAX_ARGS 16
 
 typedef struct qf_dk_arg {
-    int arg;               /* DNNL_ARG_* */
+    int arg; /* DNNL_ARG_* */
     qf_dk_source source;
     int index;
     dnnl_memory_t mem;
@@ -54,11 +55,11 @@ typedef struct qf_dk_arg {
 /* A node's prepared primitive: the state of every oneDNN kernel. */
 typedef struct qf_dk_prim {
     dnnl_primitive_t prim;
-    dnnl_primitive_desc_t pd;  /* kept for the memory descriptors it chose */
-    size_t scratch;            /* scratchpad bytes (user-managed) */
+    dnnl_primitive_desc_t pd; /* kept for the memory descriptors it chose */
+    size_t scratch;           /* scratchpad bytes (user-managed) */
     int nargs;
     qf_dk_arg args[QF_DK_MAX_ARGS];
-    void *owned[2];            /* reordered weights (qf_malloc'ed, aligned inside) */
+    void *owned[2]; /* reordered weights (qf_malloc'ed, aligned inside) */
 } qf_dk_prim;
 
 /* A primitive under construction. */
@@ -90,20 +91,21 @@ void qf_dk_abort(qf_dk_build *b);
 
 /* A memory object for argument `arg`, with no data until the run (source
  * FIXED: data now). */
-qf_status qf_dk_bind(qf_dk_prim *p, int arg, qf_dk_source source, int index, const dnnl_memory_desc_t *md,
-                     void *data);
+qf_status qf_dk_bind(qf_dk_prim *p, int arg, qf_dk_source source, int index,
+                     const dnnl_memory_desc_t *md, void *data);
 /* The memory descriptor the primitive chose for `what` (dnnl_query_*_md). */
 const dnnl_memory_desc_t *qf_dk_query(const qf_dk_prim *p, dnnl_query_t what, int index);
 /* A constant's data (user_md, plain) bound to `arg` in the layout the
  * primitive chose (want): used in place when they are the same, else
  * reordered once into a buffer the state owns (slot 0 or 1). */
-qf_status qf_dk_bind_const(qf_dk_prim *p, int arg, const dnnl_memory_desc_t *user_md, const void *data,
-                           const dnnl_memory_desc_t *want, int slot);
+qf_status qf_dk_bind_const(qf_dk_prim *p, int arg, const dnnl_memory_desc_t *user_md,
+                           const void *data, const dnnl_memory_desc_t *want, int slot);
 
 /* Plain row-major descriptor of f32 dims (no qf_tensor needed). */
 qf_status qf_dk_md_plain(dnnl_memory_desc_t *md, int ndim, const int64_t *dims);
 /* Descriptor with explicit strides. */
-qf_status qf_dk_md_strided(dnnl_memory_desc_t *md, int ndim, const int64_t *dims, const int64_t *strides);
+qf_status qf_dk_md_strided(dnnl_memory_desc_t *md, int ndim, const int64_t *dims,
+                           const int64_t *strides);
 /* Descriptor with format_tag_any (the primitive chooses). */
 qf_status qf_dk_md_any(dnnl_memory_desc_t *md, int ndim, const int64_t *dims);
 

@@ -25,11 +25,11 @@ typedef struct dmm_problem {
     int64_t src[DNNL_MAX_NDIMS], src_st[DNNL_MAX_NDIMS];
     int64_t wei[DNNL_MAX_NDIMS], wei_st[DNNL_MAX_NDIMS];
     int64_t dst[DNNL_MAX_NDIMS];
-    int wei_in;            /* input slot of the weights */
-    const void *wei_data;  /* constant weights, or NULL */
-    int bias_in;           /* input slot of a [1, N] bias, or -1 */
-    float alpha;           /* Gemm's alpha (1: none) */
-    int c_in;              /* Gemm's C slot (added as a binary post-op), or -1 */
+    int wei_in;           /* input slot of the weights */
+    const void *wei_data; /* constant weights, or NULL */
+    int bias_in;          /* input slot of a [1, N] bias, or -1 */
+    float alpha;          /* Gemm's alpha (1: none) */
+    int c_in;             /* Gemm's C slot (added as a binary post-op), or -1 */
     int64_t c_dims[2];
 } dmm_problem;
 
@@ -45,8 +45,10 @@ static qf_status dmm_build(const qf_kernel_io *io, qf_dk_prim *p, const dmm_prob
     dnnl_memory_desc_t src_md, wei_user, wei_md, dst_md, bias_md, c_md;
     QF_TRY(qf_dk_md_strided(&src_md, pr->nd, pr->src, pr->src_st));
     QF_TRY(qf_dk_md_strided(&wei_user, pr->nd, pr->wei, pr->wei_st));
-    if (pr->wei_data) QF_TRY(qf_dk_md_any(&wei_md, pr->nd, pr->wei));
-    else wei_md = wei_user;
+    if (pr->wei_data)
+        QF_TRY(qf_dk_md_any(&wei_md, pr->nd, pr->wei));
+    else
+        wei_md = wei_user;
     QF_TRY(qf_dk_md_plain(&dst_md, pr->nd, pr->dst));
     if (pr->bias_in >= 0) {
         int64_t bd[DNNL_MAX_NDIMS];
@@ -61,20 +63,24 @@ static qf_status dmm_build(const qf_kernel_io *io, qf_dk_prim *p, const dmm_prob
     qf_status st = QF_OK;
     if (pr->alpha != 1.0f) st = qf_dk_post_eltwise(&b, dnnl_eltwise_linear, pr->alpha, 0.0f);
     if (st == QF_OK && pr->c_in >= 0) {
-        st = qf_dnnl_check(n, QF_DNNL(post_ops_append_binary)(b.po, dnnl_binary_add, &c_md), "binary post-op");
+        st = qf_dnnl_check(n, QF_DNNL(post_ops_append_binary)(b.po, dnnl_binary_add, &c_md),
+                           "binary post-op");
         if (st == QF_OK) {
-            p->args[p->nargs++] = (qf_dk_arg){
-                .arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(b.npo) | DNNL_ARG_SRC_1, .source = QF_DK_IN, .index = pr->c_in};
+            p->args[p->nargs++] =
+                (qf_dk_arg){.arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(b.npo) | DNNL_ARG_SRC_1,
+                            .source = QF_DK_IN,
+                            .index = pr->c_in};
             b.npo++;
         }
     }
     if (st == QF_OK) st = qf_dk_post_fused(&b, &dst_md);
     dnnl_matmul_desc_t md;
     if (st == QF_OK) {
-        dnnl_status_t r = QF_DNNL(matmul_desc_init)(&md, &src_md, &wei_md, pr->bias_in >= 0 ? &bias_md : NULL,
-                                                   &dst_md);
-        st = r == dnnl_unimplemented || r == dnnl_invalid_arguments ? QF_DK_DECLINE
-                                                                     : qf_dnnl_check(n, r, "matmul descriptor");
+        dnnl_status_t r = QF_DNNL(matmul_desc_init)(&md, &src_md, &wei_md,
+                                                    pr->bias_in >= 0 ? &bias_md : NULL, &dst_md);
+        st = r == dnnl_unimplemented || r == dnnl_invalid_arguments
+                 ? QF_DK_DECLINE
+                 : qf_dnnl_check(n, r, "matmul descriptor");
     }
     if (st != QF_OK) {
         qf_dk_abort(&b);
@@ -89,7 +95,8 @@ static qf_status dmm_build(const qf_kernel_io *io, qf_dk_prim *p, const dmm_prob
         QF_TRY(qf_dk_bind(p, DNNL_ARG_WEIGHTS, QF_DK_IN, pr->wei_in, &wei_md, NULL));
     if (pr->bias_in >= 0) {
         const qf_tensor *bt = io->in[pr->bias_in];
-        QF_TRY(qf_dk_bind(p, DNNL_ARG_BIAS, bt->data ? QF_DK_FIXED : QF_DK_IN, pr->bias_in, &bias_md, bt->data));
+        QF_TRY(qf_dk_bind(p, DNNL_ARG_BIAS, bt->data ? QF_DK_FIXED : QF_DK_IN, pr->bias_in,
+                          &bias_md, bt->data));
     }
     return qf_dk_bind(p, DNNL_ARG_DST, QF_DK_OUT, 0, &dst_md, NULL);
 }
@@ -98,7 +105,8 @@ static qf_status dmm_build(const qf_kernel_io *io, qf_dk_prim *p, const dmm_prob
  * spatial ops), one output. */
 static bool dmm_io_ok(const qf_kernel_io *io, int nin_min)
 {
-    if (io->nin < nin_min || io->nout != 1 || !qf_dk_all_f32(io) || io->in_nhwc || io->out_nhwc) return false;
+    if (io->nin < nin_min || io->nout != 1 || !qf_dk_all_f32(io) || io->in_nhwc || io->out_nhwc)
+        return false;
     for (int i = 0; i < nin_min; i++)
         if (!io->in[i]) return false;
     return true;
@@ -110,12 +118,16 @@ static qf_status dgemm_build(const qf_kernel_io *io, qf_dk_prim *p)
 {
     if (!dmm_io_ok(io, 2)) return QF_DK_DECLINE;
     const qf_node *n = io->node;
-    const qf_tensor *a = io->in[0], *bt = io->in[1], *c = io->nin > 2 ? io->in[2] : NULL, *y = io->out[0];
+    const qf_tensor *a = io->in[0], *bt = io->in[1], *c = io->nin > 2 ? io->in[2] : NULL,
+                    *y = io->out[0];
     if (a->ndim != 2 || bt->ndim != 2 || y->ndim != 2) return QF_DK_DECLINE;
-    const bool ta = qf_node_attr_int(n, "transA", 0) != 0, tb = qf_node_attr_int(n, "transB", 0) != 0;
-    const float alpha = qf_node_attr_float(n, "alpha", 1.0f), beta = qf_node_attr_float(n, "beta", 1.0f);
+    const bool ta = qf_node_attr_int(n, "transA", 0) != 0,
+               tb = qf_node_attr_int(n, "transB", 0) != 0;
+    const float alpha = qf_node_attr_float(n, "alpha", 1.0f),
+                beta = qf_node_attr_float(n, "beta", 1.0f);
     const int64_t M = y->dims[0], N = y->dims[1], K = a->dims[ta ? 0 : 1];
-    if (a->dims[ta ? 1 : 0] != M || bt->dims[tb ? 1 : 0] != K || bt->dims[tb ? 0 : 1] != N) return QF_DK_DECLINE;
+    if (a->dims[ta ? 1 : 0] != M || bt->dims[tb ? 1 : 0] != K || bt->dims[tb ? 0 : 1] != N)
+        return QF_DK_DECLINE;
     dmm_problem pr = {.nd = 2, .wei_in = 1, .bias_in = -1, .alpha = alpha, .c_in = -1};
     pr.src[0] = M, pr.src[1] = K;
     pr.src_st[0] = ta ? 1 : K, pr.src_st[1] = ta ? M : 1;
@@ -190,22 +202,22 @@ static qf_status dlinear_build(const qf_kernel_io *io, qf_dk_prim *p)
 
 /* --- op table columns ------------------------------------------------------------ */
 
-#define QF_DMM_PREPARE_(name, build)                                        \
-    static qf_status name(const qf_kernel_io *io, void *state)              \
-    {                                                                       \
-        qf_status st = build(io, state);                                    \
-        if (st != QF_OK) qf_dk_release(state);                              \
-        return st;                                                          \
+#define QF_DMM_PREPARE_(name, build)                           \
+    static qf_status name(const qf_kernel_io *io, void *state) \
+    {                                                          \
+        qf_status st = build(io, state);                       \
+        if (st != QF_OK) qf_dk_release(state);                 \
+        return st;                                             \
     }
 QF_DMM_PREPARE_(dgemm_prepare, dgemm_build)
 QF_DMM_PREPARE_(dmatmul_prepare, dmatmul_build)
 QF_DMM_PREPARE_(dlinear_prepare, dlinear_build)
 #undef QF_DMM_PREPARE_
 
-#define QF_DMM_COLUMNS_(prep)                                                                                  \
-    {                                                                                                        \
-        .prepare = prep, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, .scratch = qf_dk_scratch, \
-        .forward_f32 = qf_dk_forward, .layouts = QF_LAYOUT_NCHW,                                             \
+#define QF_DMM_COLUMNS_(prep)                                                              \
+    {                                                                                      \
+        .prepare = prep, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release,       \
+        .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward, .layouts = QF_LAYOUT_NCHW, \
     }
 const qf_backend_kernels qf_gemm_dnnl = QF_DMM_COLUMNS_(dgemm_prepare);
 const qf_backend_kernels qf_matmul_dnnl = QF_DMM_COLUMNS_(dmatmul_prepare);

@@ -35,11 +35,13 @@ static qf_status dbn_build(const qf_kernel_io *io, qf_dk_prim *p)
     QF_TRY(qf_dk_begin(&b, io, p));
     dnnl_batch_normalization_desc_t d;
     dnnl_status_t r = QF_DNNL(batch_normalization_forward_desc_init)(
-        &d, dnnl_forward_inference, &data_md, eps, dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift);
+        &d, dnnl_forward_inference, &data_md, eps,
+        dnnl_use_global_stats | dnnl_use_scale | dnnl_use_shift);
     if (r != dnnl_success) {
         qf_dk_abort(&b);
-        return r == dnnl_unimplemented || r == dnnl_invalid_arguments ? QF_DK_DECLINE
-                                                                      : qf_dnnl_check(n, r, "batch norm descriptor");
+        return r == dnnl_unimplemented || r == dnnl_invalid_arguments
+                   ? QF_DK_DECLINE
+                   : qf_dnnl_check(n, r, "batch norm descriptor");
     }
     QF_TRY(qf_dk_finish(&b, &d));
     QF_TRY(qf_dk_bind(p, DNNL_ARG_SRC, QF_DK_IN, 0, &data_md, NULL));

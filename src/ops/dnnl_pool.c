@@ -23,7 +23,8 @@ typedef enum { DPOOL_MAX, DPOOL_AVG, DPOOL_GLOBAL_AVG } dpool_kind;
 static qf_status dpool_build(const qf_kernel_io *io, qf_dk_prim *p, dpool_kind kind)
 {
     const qf_node *n = io->node;
-    if (io->nin != 1 || !io->in[0] || io->nout != 1 || io->nfused || !qf_dk_all_f32(io)) return QF_DK_DECLINE;
+    if (io->nin != 1 || !io->in[0] || io->nout != 1 || io->nfused || !qf_dk_all_f32(io))
+        return QF_DK_DECLINE;
     if ((io->in_nhwc & ~1u) || (io->out_nhwc & ~1u)) return QF_DK_DECLINE;
     const qf_tensor *x = io->in[0], *y = io->out[0];
     if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX || y->ndim != x->ndim) return QF_DK_DECLINE;
@@ -39,8 +40,8 @@ static qf_status dpool_build(const qf_kernel_io *io, qf_dk_prim *p, dpool_kind k
         }
     } else {
         bool ceil_mode = qf_node_attr_int(n, "ceil_mode", 0) != 0;
-        qf_status st = qf_spatial_parse(n, rank, NULL, kind == DPOOL_MAX ? QF_SPATIAL_MAX_POOL : QF_SPATIAL_AVG_POOL,
-                                        &s);
+        qf_status st = qf_spatial_parse(
+            n, rank, NULL, kind == DPOOL_MAX ? QF_SPATIAL_MAX_POOL : QF_SPATIAL_AVG_POOL, &s);
         if (st == QF_OK) st = qf_spatial_forward_dims(n, &s, x->dims + 2, ceil_mode);
         if (st != QF_OK) { /* the reference prepare reports it */
             qf_error_clear();
@@ -53,7 +54,8 @@ static qf_status dpool_build(const qf_kernel_io *io, qf_dk_prim *p, dpool_kind k
         if (y->dims[2 + i] != s.out[i]) return QF_DK_DECLINE;
         if (kind != DPOOL_MAX && s.dilation[i] != 1) return QF_DK_DECLINE;
         int64_t dk = (s.kernel[i] - 1) * s.dilation[i] + 1;
-        int64_t reach = (s.out[i] - 1) * s.stride[i] + dk - s.in[i] - s.pad_begin[i]; /* past the input end */
+        int64_t reach =
+            (s.out[i] - 1) * s.stride[i] + dk - s.in[i] - s.pad_begin[i]; /* past the input end */
         if (s.pad_begin[i] < 0 || reach <= -s.stride[i]) return QF_DK_DECLINE;
         if (include_pad && reach > s.pad_end[i]) return QF_DK_DECLINE;
         kernel[i] = s.kernel[i];
@@ -65,40 +67,42 @@ static qf_status dpool_build(const qf_kernel_io *io, qf_dk_prim *p, dpool_kind k
     dnnl_memory_desc_t src_md, dst_md;
     QF_TRY(qf_dnnl_md(n, &src_md, x, io->in_nhwc & 1u));
     QF_TRY(qf_dnnl_md(n, &dst_md, y, io->out_nhwc & 1u));
-    dnnl_alg_kind_t alg = kind == DPOOL_MAX   ? dnnl_pooling_max
-                          : include_pad       ? dnnl_pooling_avg_include_padding
-                                              : dnnl_pooling_avg_exclude_padding;
+    dnnl_alg_kind_t alg = kind == DPOOL_MAX ? dnnl_pooling_max
+                          : include_pad     ? dnnl_pooling_avg_include_padding
+                                            : dnnl_pooling_avg_exclude_padding;
     qf_dk_build b;
     QF_TRY(qf_dk_begin(&b, io, p));
     dnnl_pooling_v2_desc_t pd;
-    dnnl_status_t r = QF_DNNL(pooling_v2_forward_desc_init)(&pd, dnnl_forward_inference, alg, &src_md, &dst_md,
-                                                            strides, kernel, dil, pl, pr);
+    dnnl_status_t r = QF_DNNL(pooling_v2_forward_desc_init)(
+        &pd, dnnl_forward_inference, alg, &src_md, &dst_md, strides, kernel, dil, pl, pr);
     if (r != dnnl_success) {
         qf_dk_abort(&b);
-        return r == dnnl_unimplemented || r == dnnl_invalid_arguments ? QF_DK_DECLINE
-                                                                      : qf_dnnl_check(n, r, "pooling descriptor");
+        return r == dnnl_unimplemented || r == dnnl_invalid_arguments
+                   ? QF_DK_DECLINE
+                   : qf_dnnl_check(n, r, "pooling descriptor");
     }
     QF_TRY(qf_dk_finish(&b, &pd));
     QF_TRY(qf_dk_bind(p, DNNL_ARG_SRC, QF_DK_IN, 0, &src_md, NULL));
     return qf_dk_bind(p, DNNL_ARG_DST, QF_DK_OUT, 0, &dst_md, NULL);
 }
 
-#define QF_DPOOL_PREPARE_(name, kind)                                       \
-    static qf_status name(const qf_kernel_io *io, void *state)              \
-    {                                                                       \
-        qf_status st = dpool_build(io, state, kind);                        \
-        if (st != QF_OK) qf_dk_release(state);                              \
-        return st;                                                          \
+#define QF_DPOOL_PREPARE_(name, kind)                          \
+    static qf_status name(const qf_kernel_io *io, void *state) \
+    {                                                          \
+        qf_status st = dpool_build(io, state, kind);           \
+        if (st != QF_OK) qf_dk_release(state);                 \
+        return st;                                             \
     }
 QF_DPOOL_PREPARE_(dmax_pool_prepare, DPOOL_MAX)
 QF_DPOOL_PREPARE_(davg_pool_prepare, DPOOL_AVG)
 QF_DPOOL_PREPARE_(dglobal_avg_pool_prepare, DPOOL_GLOBAL_AVG)
 #undef QF_DPOOL_PREPARE_
 
-#define QF_DPOOL_COLUMNS_(prep)                                                                                \
-    {                                                                                                        \
-        .prepare = prep, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, .scratch = qf_dk_scratch, \
-        .forward_f32 = qf_dk_forward, .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,                            \
+#define QF_DPOOL_COLUMNS_(prep)                                                      \
+    {                                                                                \
+        .prepare = prep, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, \
+        .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward,                      \
+        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,                                  \
     }
 const qf_backend_kernels qf_max_pool_dnnl = QF_DPOOL_COLUMNS_(dmax_pool_prepare);
 const qf_backend_kernels qf_avg_pool_dnnl = QF_DPOOL_COLUMNS_(davg_pool_prepare);

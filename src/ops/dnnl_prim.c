@@ -25,8 +25,9 @@ qf_status qf_dk_begin(qf_dk_build *b, const qf_kernel_io *io, qf_dk_prim *p)
     b->p = p;
     const qf_node *n = io->node;
     QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_attr_create)(&b->attr), "attributes"));
-    qf_status st = qf_dnnl_check(n, QF_DNNL(primitive_attr_set_scratchpad_mode)(b->attr, dnnl_scratchpad_mode_user),
-                                 "scratchpad mode");
+    qf_status st = qf_dnnl_check(
+        n, QF_DNNL(primitive_attr_set_scratchpad_mode)(b->attr, dnnl_scratchpad_mode_user),
+        "scratchpad mode");
     if (st == QF_OK) st = qf_dnnl_check(n, QF_DNNL(post_ops_create)(&b->po), "post-ops");
     if (st != QF_OK) qf_dk_abort(b);
     return st;
@@ -42,7 +43,8 @@ void qf_dk_abort(qf_dk_build *b)
 
 qf_status qf_dk_post_eltwise(qf_dk_build *b, dnnl_alg_kind_t alg, float alpha, float beta)
 {
-    QF_TRY(qf_dnnl_check(b->io->node, QF_DNNL(post_ops_append_eltwise)(b->po, 1.0f, alg, alpha, beta),
+    QF_TRY(qf_dnnl_check(b->io->node,
+                         QF_DNNL(post_ops_append_eltwise)(b->po, 1.0f, alg, alpha, beta),
                          "eltwise post-op"));
     b->npo++;
     return QF_OK;
@@ -55,7 +57,8 @@ static bool dk_scalar_bound(const qf_node *n, int i, const char *attr, float dfl
     *v = qf_node_attr_float(n, attr, dflt);
     if (i >= n->ninputs || !n->inputs[i]) return true;
     const qf_value *c = n->inputs[i];
-    if (!qf_value_is_const(c) || c->type.dtype != QF_DTYPE_F32 || qf_tensor_numel(&c->type) != 1) return false;
+    if (!qf_value_is_const(c) || c->type.dtype != QF_DTYPE_F32 || qf_tensor_numel(&c->type) != 1)
+        return false;
     *v = *(const float *)c->type.data;
     return true;
 }
@@ -65,10 +68,14 @@ bool qf_dk_eltwise_of(const qf_node *n, dnnl_alg_kind_t *alg, float *alpha, floa
     *alpha = *beta = 0.0f;
     switch (n->op) {
     case QF_OP_RELU: *alg = dnnl_eltwise_relu; return true;
-    case QF_OP_RELU6: *alg = dnnl_eltwise_clip; *beta = 6.0f; return true;
+    case QF_OP_RELU6:
+        *alg = dnnl_eltwise_clip;
+        *beta = 6.0f;
+        return true;
     case QF_OP_CLIP:
         *alg = dnnl_eltwise_clip;
-        return dk_scalar_bound(n, 1, "min", -INFINITY, alpha) && dk_scalar_bound(n, 2, "max", INFINITY, beta);
+        return dk_scalar_bound(n, 1, "min", -INFINITY, alpha) &&
+               dk_scalar_bound(n, 2, "max", INFINITY, beta);
     case QF_OP_LEAKY_RELU:
         *alg = dnnl_eltwise_relu;
         *alpha = qf_node_attr_float(n, "alpha", 0.01f);
@@ -93,8 +100,8 @@ static bool dk_same_shape(const qf_tensor *a, const qf_tensor *b)
 
 static bool dk_producer_fuses(qf_op op)
 {
-    return op == QF_OP_CONV || op == QF_OP_CONV_TRANSPOSE || op == QF_OP_GEMM || op == QF_OP_MATMUL ||
-           op == QF_OP_LINEAR;
+    return op == QF_OP_CONV || op == QF_OP_CONV_TRANSPOSE || op == QF_OP_GEMM ||
+           op == QF_OP_MATMUL || op == QF_OP_LINEAR;
 }
 
 /* The follower's input that is not `from` (an Add's residual), or NULL. */
@@ -110,7 +117,8 @@ static const qf_value *dk_other_operand(const qf_node *f, const qf_value *from)
  * previous fused node), can be a post-op. */
 static bool dk_follower_ok(const qf_node *f, const qf_value *from)
 {
-    if (f->noutputs != 1 || !f->outputs[0] || f->outputs[0]->type.dtype != QF_DTYPE_F32) return false;
+    if (f->noutputs != 1 || !f->outputs[0] || f->outputs[0]->type.dtype != QF_DTYPE_F32)
+        return false;
     if (from->type.dtype != QF_DTYPE_F32) return false;
     if (f->op == QF_OP_ADD) {
         const qf_value *o = dk_other_operand(f, from);
@@ -137,8 +145,10 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
             QF_TRY(qf_dnnl_check(n, QF_DNNL(post_ops_append_binary)(b->po, dnnl_binary_add, dst_md),
                                  "binary post-op"));
             /* Bound once the primitive exists (qf_dk_finish): remember which. */
-            b->p->args[b->p->nargs++] = (qf_dk_arg){
-                .arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(b->npo) | DNNL_ARG_SRC_1, .source = QF_DK_POST, .index = i};
+            b->p->args[b->p->nargs++] =
+                (qf_dk_arg){.arg = DNNL_ARG_ATTR_MULTIPLE_POST_OP(b->npo) | DNNL_ARG_SRC_1,
+                            .source = QF_DK_POST,
+                            .index = i};
             b->npo++;
         } else if (dk_is_hard_sigmoid(f)) {
             QF_TRY(qf_dk_post_eltwise(b, dnnl_eltwise_linear, qf_node_attr_float(f, "alpha", 0.2f),
@@ -160,10 +170,12 @@ qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
     const qf_node *n = b->io->node;
     qf_dk_prim *p = b->p;
     qf_status st = QF_OK;
-    if (b->npo) st = qf_dnnl_check(n, QF_DNNL(primitive_attr_set_post_ops)(b->attr, b->po), "post-ops");
+    if (b->npo)
+        st = qf_dnnl_check(n, QF_DNNL(primitive_attr_set_post_ops)(b->attr, b->po), "post-ops");
     if (st == QF_OK)
-        st = dk_try(n, QF_DNNL(primitive_desc_create)(&p->pd, op_desc, b->attr, qf_dnnl()->engine, NULL),
-                    "primitive descriptor");
+        st = dk_try(
+            n, QF_DNNL(primitive_desc_create)(&p->pd, op_desc, b->attr, qf_dnnl()->engine, NULL),
+            "primitive descriptor");
     qf_dk_abort(b);
     QF_TRY(st);
     QF_TRY(qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive"));
@@ -172,26 +184,31 @@ qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
     for (int i = 0; i < p->nargs; i++) {
         qf_dk_arg *a = &p->args[i];
         if (a->mem) continue;
-        const dnnl_memory_desc_t *md = QF_DNNL(primitive_desc_query_md)(p->pd, dnnl_query_exec_arg_md, a->arg);
-        if (!md) return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): oneDNN has no post-op operand", n->name,
-                                 qf_op_label(n));
-        QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_create)(&a->mem, md, qf_dnnl()->engine, DNNL_MEMORY_NONE),
-                             "memory"));
+        const dnnl_memory_desc_t *md =
+            QF_DNNL(primitive_desc_query_md)(p->pd, dnnl_query_exec_arg_md, a->arg);
+        if (!md)
+            return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): oneDNN has no post-op operand",
+                            n->name, qf_op_label(n));
+        QF_TRY(qf_dnnl_check(
+            n, QF_DNNL(memory_create)(&a->mem, md, qf_dnnl()->engine, DNNL_MEMORY_NONE), "memory"));
     }
-    const dnnl_memory_desc_t *smd = QF_DNNL(primitive_desc_query_md)(p->pd, dnnl_query_scratchpad_md, 0);
+    const dnnl_memory_desc_t *smd =
+        QF_DNNL(primitive_desc_query_md)(p->pd, dnnl_query_scratchpad_md, 0);
     p->scratch = smd ? QF_DNNL(memory_desc_get_size)(smd) : 0;
     if (p->scratch) QF_TRY(qf_dk_bind(p, DNNL_ARG_SCRATCHPAD, QF_DK_SCRATCH, 0, smd, NULL));
     return QF_OK;
 }
 
-qf_status qf_dk_bind(qf_dk_prim *p, int arg, qf_dk_source source, int index, const dnnl_memory_desc_t *md,
-                     void *data)
+qf_status qf_dk_bind(qf_dk_prim *p, int arg, qf_dk_source source, int index,
+                     const dnnl_memory_desc_t *md, void *data)
 {
-    if (p->nargs >= QF_DK_MAX_ARGS) return qf_error(QF_ERR_INTERNAL, "oneDNN kernel: too many arguments");
+    if (p->nargs >= QF_DK_MAX_ARGS)
+        return qf_error(QF_ERR_INTERNAL, "oneDNN kernel: too many arguments");
     qf_dk_arg *a = &p->args[p->nargs];
     *a = (qf_dk_arg){.arg = arg, .source = source, .index = index};
-    QF_TRY(qf_dnnl_check(NULL, QF_DNNL(memory_create)(&a->mem, md, qf_dnnl()->engine,
-                                                      source == QF_DK_FIXED ? data : DNNL_MEMORY_NONE),
+    QF_TRY(qf_dnnl_check(NULL,
+                         QF_DNNL(memory_create)(&a->mem, md, qf_dnnl()->engine,
+                                                source == QF_DK_FIXED ? data : DNNL_MEMORY_NONE),
                          "memory"));
     p->nargs++;
     return QF_OK;
@@ -203,24 +220,30 @@ const dnnl_memory_desc_t *qf_dk_query(const qf_dk_prim *p, dnnl_query_t what, in
 }
 
 /* Run a reorder of src (src_md) into dst (dst_md) now, on the stream. */
-static qf_status dk_reorder_now(const dnnl_memory_desc_t *src_md, const void *src, const dnnl_memory_desc_t *dst_md,
-                                void *dst)
+static qf_status dk_reorder_now(const dnnl_memory_desc_t *src_md, const void *src,
+                                const dnnl_memory_desc_t *dst_md, void *dst)
 {
     const qf_dnnl_lib *d = qf_dnnl();
     dnnl_primitive_desc_t rpd = NULL;
     dnnl_primitive_t r = NULL;
     dnnl_memory_t ms = NULL, md = NULL;
-    qf_status st = qf_dnnl_check(NULL, QF_DNNL(reorder_primitive_desc_create)(&rpd, src_md, d->engine, dst_md,
-                                                                              d->engine, NULL),
-                                 "weights reorder");
-    if (st == QF_OK) st = qf_dnnl_primitive_create(NULL, &r, rpd, "weights reorder");
+    qf_status st = qf_dnnl_check(
+        NULL,
+        QF_DNNL(reorder_primitive_desc_create)(&rpd, src_md, d->engine, dst_md, d->engine, NULL),
+        "weights reorder");
     if (st == QF_OK)
-        st = qf_dnnl_check(NULL, QF_DNNL(memory_create)(&ms, src_md, d->engine, (void *)src), "memory");
-    if (st == QF_OK) st = qf_dnnl_check(NULL, QF_DNNL(memory_create)(&md, dst_md, d->engine, dst), "memory");
+        st = qf_dnnl_primitive_create(NULL, &r, rpd, "weights reorder");
+    if (st == QF_OK)
+        st = qf_dnnl_check(NULL, QF_DNNL(memory_create)(&ms, src_md, d->engine, (void *)src),
+                           "memory");
+    if (st == QF_OK)
+        st = qf_dnnl_check(NULL, QF_DNNL(memory_create)(&md, dst_md, d->engine, dst), "memory");
     if (st == QF_OK) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
-        st = qf_dnnl_check(NULL, QF_DNNL(primitive_execute)(r, d->stream, 2, args), "weights reorder");
-        if (st == QF_OK) st = qf_dnnl_check(NULL, QF_DNNL(stream_wait)(d->stream), "weights reorder");
+        st = qf_dnnl_check(NULL, QF_DNNL(primitive_execute)(r, d->stream, 2, args),
+                           "weights reorder");
+        if (st == QF_OK)
+            st = qf_dnnl_check(NULL, QF_DNNL(stream_wait)(d->stream), "weights reorder");
     }
     if (md) QF_DNNL(memory_destroy)(md);
     if (ms) QF_DNNL(memory_destroy)(ms);
@@ -229,10 +252,11 @@ static qf_status dk_reorder_now(const dnnl_memory_desc_t *src_md, const void *sr
     return st;
 }
 
-qf_status qf_dk_bind_const(qf_dk_prim *p, int arg, const dnnl_memory_desc_t *user_md, const void *data,
-                           const dnnl_memory_desc_t *want, int slot)
+qf_status qf_dk_bind_const(qf_dk_prim *p, int arg, const dnnl_memory_desc_t *user_md,
+                           const void *data, const dnnl_memory_desc_t *want, int slot)
 {
-    if (QF_DNNL(memory_desc_equal)(user_md, want)) return qf_dk_bind(p, arg, QF_DK_FIXED, 0, user_md, (void *)data);
+    if (QF_DNNL(memory_desc_equal)(user_md, want))
+        return qf_dk_bind(p, arg, QF_DK_FIXED, 0, user_md, (void *)data);
     /* 64-byte aligned inside the allocation: the blocked kernels load whole
      * cache lines of weights. */
     size_t size = QF_DNNL(memory_desc_get_size)(want);
@@ -267,7 +291,8 @@ qf_status qf_dk_md_plain(dnnl_memory_desc_t *md, int ndim, const int64_t *dims)
     return dk_md(md, ndim, dims, dnnl_format_tag_undef, s);
 }
 
-qf_status qf_dk_md_strided(dnnl_memory_desc_t *md, int ndim, const int64_t *dims, const int64_t *strides)
+qf_status qf_dk_md_strided(dnnl_memory_desc_t *md, int ndim, const int64_t *dims,
+                           const int64_t *strides)
 {
     return dk_md(md, ndim, dims, dnnl_format_tag_undef, strides);
 }
@@ -301,8 +326,8 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
     const qf_dk_prim *p = io->state;
     const qf_node *n = io->node;
     if (io->scratch_size < p->scratch)
-        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, oneDNN needs %zu", n->name,
-                        qf_op_label(n), io->scratch_size, p->scratch);
+        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, oneDNN needs %zu",
+                        n->name, qf_op_label(n), io->scratch_size, p->scratch);
     dnnl_exec_arg_t args[QF_DK_MAX_ARGS];
     for (int i = 0; i < p->nargs; i++) {
         const qf_dk_arg *a = &p->args[i];
@@ -319,7 +344,8 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
         args[i] = (dnnl_exec_arg_t){a->arg, a->mem};
     }
     const qf_dnnl_lib *d = &qf_dnnl_lib_;
-    QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_execute)(p->prim, d->stream, p->nargs, args), "execute"));
+    QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_execute)(p->prim, d->stream, p->nargs, args),
+                         "execute"));
     return qf_dnnl_check(n, QF_DNNL(stream_wait)(d->stream), "execute");
 }
 
@@ -352,7 +378,8 @@ static bool dk_post_op_kind(const qf_node *q)
 
 bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower)
 {
-    if (!producer || !follower || !dk_producer_fuses(producer->op) || producer->noutputs != 1) return false;
+    if (!producer || !follower || !dk_producer_fuses(producer->op) || producer->noutputs != 1)
+        return false;
     /* The follower reads the producer's output, or (the plan asks in chain
      * order) the output of a node already fused after it. */
     for (int i = 0; i < follower->ninputs; i++) {

@@ -149,6 +149,31 @@ def case_inspect():
     check(want in lines.get("buffers", ""), "buffers: want %r in\n%s" % (want, out))
 
 
+def case_inspect_plan():
+    """--plan: one line per step (kernel, node, layouts, post-ops, reorders)."""
+    env = dict(os.environ, QFOLD_ENGINE="ref")
+    _, out, _ = qfcli.run_qfold(ARGS.qfold, ["inspect", example("tiny_cnn.onnx"), "--plan"], expect=0,
+                                env=env)
+    check("\nengine: ref\n" in out, "no engine line:\n" + out)
+    plan = out[out.index("\nplan: "):].strip().splitlines()
+    head, steps = plan[0], plan[1:]
+    n = int(head.split()[1])
+    check(len(steps) == n and "0 on dnnl" in head and "0 reorders" in head,
+          "ref plan: want %d step lines, no dnnl, no reorders:\n%s" % (n, out))
+    check(all(l.split()[1] == "ref" for l in steps), "a ref plan runs another kernel:\n" + out)
+    check(any(" Conv " in l and " in nchw,-" in l and " out nchw" in l for l in steps),
+          "no Conv step with its layouts:\n" + out)
+    env["QFOLD_ENGINE"] = "dnnl"
+    rc, out, err = qfcli.run_qfold(ARGS.qfold, ["inspect", example("tiny_cnn.onnx"), "--plan"], env=env)
+    if rc == 0:  # oneDNN loaded: channels-last from the input's reorder on
+        check("\nengine: dnnl\n" in out and " dnnl " in out and " out nhwc" in out
+              and "reorder  'input' nchw -> nhwc" in out, "dnnl plan:\n" + out)
+    _, err = qfold("inspect", example("tiny_cnn.onnx"), "--batch", "2", expect=2)
+    one_error_line(err, "--batch goes with --plan")
+    _, err = qfold("inspect", example("tiny_cnn.onnx"), "--plan", "--json", expect=2)
+    one_error_line(err, "--plan and --json do not mix")
+
+
 def case_inspect_json():
     out, _ = qfold("inspect", example("tiny_cnn.onnx"), "--json")
     try:

@@ -29,7 +29,8 @@ static float frand(void)
     return (float)((rng_state >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
-static qf_value *rand_const(qf_graph *g, const char *name, int ndim, const int64_t *dims, float scale)
+static qf_value *rand_const(qf_graph *g, const char *name, int ndim, const int64_t *dims,
+                            float scale)
 {
     qf_tensor t;
     if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
@@ -182,14 +183,15 @@ static qf_plan *compare_engines(qf_graph *g, const char *what)
     qf_plan *ref = plan_run(g, QF_ENGINE_REF, &x);
     REQUIRE(ref != NULL, "%s: reference plan", what);
     plan_stats rs = stats(ref);
-    CHECKF(rs.reorders == 0 && rs.backend == 0 && rs.fused == 0, "%s: the ref plan has %d reorders, %d fused",
-           what, rs.reorders, rs.fused);
+    CHECKF(rs.reorders == 0 && rs.backend == 0 && rs.fused == 0,
+           "%s: the ref plan has %d reorders, %d fused", what, rs.reorders, rs.fused);
     qf_plan *dn = NULL;
     if (have_dnnl) {
         dn = plan_run(g, QF_ENGINE_DNNL, &x);
         for (int o = 0; dn && o < qf_plan_num_outputs(ref); o++) {
             double r = rel_diff(qf_plan_output(dn, o), qf_plan_output(ref, o));
-            CHECKF(r <= 1e-5, "%s: output %d: dnnl vs ref relative difference %.3g > 1e-5", what, o, r);
+            CHECKF(r <= 1e-5, "%s: output %d: dnnl vs ref relative difference %.3g > 1e-5", what, o,
+                   r);
         }
         if (dn && qf_check_failed_now) qf_plan_print(dn, stderr);
     }
@@ -216,13 +218,15 @@ static void test_residual(void)
     qf_plan *p = compare_engines(g, "residual");
     if (p) {
         plan_stats s = stats(p);
-        CHECKF(s.reorders == 2 && reordered(p, "x") && reordered(p, y->name), "residual: %d reorders, want 2",
-               s.reorders);
-        CHECKF(s.steps == 4 && s.backend == 2 && s.fused == 3, "residual: %d steps, %d on dnnl, %d fused",
-               s.steps, s.backend, s.fused);
+        CHECKF(s.reorders == 2 && reordered(p, "x") && reordered(p, y->name),
+               "residual: %d reorders, want 2", s.reorders);
+        CHECKF(s.steps == 4 && s.backend == 2 && s.fused == 3,
+               "residual: %d steps, %d on dnnl, %d fused", s.steps, s.backend, s.fused);
         qf_plan_step_info c1, c2;
-        CHECK(step_of(p, "r1", &c1) >= 0 && !strcmp(c1.node->name, "c1") && c1.in_nhwc == 1 && c1.out_nhwc == 1);
-        CHECK(step_of(p, "r2", &c2) >= 0 && !strcmp(c2.node->name, "c2") && c2.nfused == 2 && c2.out_nhwc == 1);
+        CHECK(step_of(p, "r1", &c1) >= 0 && !strcmp(c1.node->name, "c1") && c1.in_nhwc == 1 &&
+              c1.out_nhwc == 1);
+        CHECK(step_of(p, "r2", &c2) >= 0 && !strcmp(c2.node->name, "c2") && c2.nfused == 2 &&
+              c2.out_nhwc == 1);
         if (qf_check_failed_now) qf_plan_print(p, stderr);
     }
     qf_plan_free(p);
@@ -243,8 +247,8 @@ static void test_flatten(void)
     qf_plan *p = compare_engines(g, "flatten");
     if (p) {
         plan_stats s = stats(p);
-        CHECKF(s.reorders == 2 && reordered(p, "x") && reordered(p, r->name), "flatten: %d reorders, want 2",
-               s.reorders);
+        CHECKF(s.reorders == 2 && reordered(p, "x") && reordered(p, r->name),
+               "flatten: %d reorders, want 2", s.reorders);
         qf_plan_step_info fl;
         CHECK(step_of(p, "flat", &fl) >= 0 && !fl.backend && fl.in_nhwc == 0);
         if (qf_check_failed_now) qf_plan_print(p, stderr);
@@ -349,7 +353,8 @@ static void test_broadcast(void)
     int64_t d[4] = {2, 6, 7, 5};
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
     qf_value *a = conv(g, "c1", x, 12, 3);
-    qf_value *sq = unary(g, QF_OP_SIGMOID, "sig", conv(g, "c2", unary(g, QF_OP_GLOBAL_AVG_POOL, "gap", a), 12, 1));
+    qf_value *sq = unary(g, QF_OP_SIGMOID, "sig",
+                         conv(g, "c2", unary(g, QF_OP_GLOBAL_AVG_POOL, "gap", a), 12, 1));
     qf_value *m = binary(g, QF_OP_MUL, "mul", a, sq);
     qf_value *y = conv(g, "c3", binary(g, QF_OP_SUB, "sub", sq, m), 4, 3);
     int64_t cd[4] = {2, 4, 7, 5};
@@ -358,8 +363,8 @@ static void test_broadcast(void)
     qf_plan *p = compare_engines(g, "broadcast");
     if (p) {
         plan_stats s = stats(p);
-        CHECKF(s.reorders <= 2 && reordered(p, "x"), "broadcast: %d reorders, want x's and at most one more",
-               s.reorders);
+        CHECKF(s.reorders <= 2 && reordered(p, "x"),
+               "broadcast: %d reorders, want x's and at most one more", s.reorders);
         qf_plan_step_info mi, si, c3;
         CHECK(step_of(p, "mul", &mi) >= 0 && mi.out_nhwc == 1);
         CHECK(step_of(p, "sub", &si) >= 0 && !si.backend && si.in_nhwc == 2 && si.out_nhwc == 1);
@@ -380,15 +385,16 @@ static void test_inplace(void)
     int64_t d[4] = {2, 3, 16, 16};
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
     qf_value *a = unary(g, QF_OP_NEG, "neg", x);
-    qf_value *b = binary(g, QF_OP_ADD, "add", a, a);     /* over a */
-    qf_value *c = binary(g, QF_OP_MUL, "mul", b, x);     /* b is read again: a new buffer */
-    qf_value *e = binary(g, QF_OP_SUB, "sub", c, b);     /* over c (or b) */
+    qf_value *b = binary(g, QF_OP_ADD, "add", a, a); /* over a */
+    qf_value *c = binary(g, QF_OP_MUL, "mul", b, x); /* b is read again: a new buffer */
+    qf_value *e = binary(g, QF_OP_SUB, "sub", c, b); /* over c (or b) */
     CHECK_OK(qf_graph_add_output(g, e));
     qf_tensor xt = input_for(g);
     qf_plan *p = plan_run(g, QF_ENGINE_REF, &xt);
     if (p) {
         const size_t one = 2 * 3 * 16 * 16 * sizeof(float);
-        CHECKF(qf_plan_arena_bytes(p) == 2 * one, "arena %zu bytes, want %zu", qf_plan_arena_bytes(p), 2 * one);
+        CHECKF(qf_plan_arena_bytes(p) == 2 * one, "arena %zu bytes, want %zu",
+               qf_plan_arena_bytes(p), 2 * one);
         const float *xv = xt.data, *y = qf_plan_output(p, 0)->data;
         int bad = 0;
         for (int64_t i = 0; i < qf_tensor_numel(&xt); i++) {
@@ -432,7 +438,8 @@ static void test_hook_plain(void)
     int64_t d[4] = {1, 8, 6, 6};
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
     qf_value *a = unary(g, QF_OP_RELU, "r1", conv(g, "c1", x, 8, 3));
-    qf_value *y = unary(g, QF_OP_RELU, "r2", binary(g, QF_OP_ADD, "add", conv(g, "c2", a, 8, 3), a));
+    qf_value *y =
+        unary(g, QF_OP_RELU, "r2", binary(g, QF_OP_ADD, "add", conv(g, "c2", a, 8, 3), a));
     CHECK_OK(qf_graph_add_output(g, y));
     qf_tensor xt = input_for(g);
     const qf_tensor *feed[] = {&xt};
@@ -445,16 +452,19 @@ static void test_hook_plain(void)
         qf_plan_set_hook(p, record, e ? &got : &want);
         CHECK_OK(qf_plan_run(p, feed, 1));
         plan_stats s = stats(p);
-        CHECKF(s.reorders == 0 && s.fused == 0, "hooked plan: %d reorders, %d fused", s.reorders, s.fused);
+        CHECKF(s.reorders == 0 && s.fused == 0, "hooked plan: %d reorders, %d fused", s.reorders,
+               s.fused);
         qf_plan_free(p);
     }
     CHECKF(want.calls == g->nnodes, "ref: the hook saw %d nodes of %d", want.calls, g->nnodes);
     if (have_dnnl) {
-        CHECKF(got.calls == want.calls, "dnnl: the hook saw %d nodes, ref %d", got.calls, want.calls);
+        CHECKF(got.calls == want.calls, "dnnl: the hook saw %d nodes, ref %d", got.calls,
+               want.calls);
         for (int i = 0; i < got.calls && i < want.calls; i++)
             CHECKF(!strcmp(got.names[i], want.names[i]) &&
                        fabs(got.sums[i] - want.sums[i]) <= 1e-5 * (fabs(want.sums[i]) + 1),
-                   "step %d: %s %.9g vs ref %s %.9g", i, got.names[i], got.sums[i], want.names[i], want.sums[i]);
+                   "step %d: %s %.9g vs ref %s %.9g", i, got.names[i], got.sums[i], want.names[i],
+                   want.sums[i]);
     }
     qf_tensor_free(&xt);
     qf_graph_free(g);
@@ -463,7 +473,9 @@ static void test_hook_plain(void)
 int main(void)
 {
     have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_op_kernels_get(QF_OP_CONV)->dnnl;
-    if (!have_dnnl) fprintf(stderr, "test_plan_layout: no oneDNN backend: layouts not checked, ref plans only\n");
+    if (!have_dnnl)
+        fprintf(stderr,
+                "test_plan_layout: no oneDNN backend: layouts not checked, ref plans only\n");
     RUN(test_residual);
     RUN(test_flatten);
     RUN(test_concat);

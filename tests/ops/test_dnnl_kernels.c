@@ -117,8 +117,10 @@ static qf_node *dc_node(dcase *c, qf_op op, int nin, qf_value *const *in)
     snprintf(name, sizeof name, "n%d", c->nfused + (c->n ? 1 : 0));
     qf_node *n = qf_graph_add_node(c->g, op, name, nin, in, 1);
     REQUIRE(n != NULL, "node: %s", qf_error_message());
-    if (!c->n) c->n = n;
-    else c->fused[c->nfused++] = n;
+    if (!c->n)
+        c->n = n;
+    else
+        c->fused[c->nfused++] = n;
     return n;
 }
 
@@ -157,8 +159,10 @@ static void to_nhwc(const qf_tensor *t, float *dst, bool back)
         for (int64_t k = 0; k < ch; k++)
             for (int64_t s = 0; s < sp; s++) {
                 int64_t nchw = (b * ch + k) * sp + s, nhwc = (b * sp + s) * ch + k;
-                if (back) src[nchw] = dst[nhwc];
-                else dst[nhwc] = src[nchw];
+                if (back)
+                    src[nchw] = dst[nhwc];
+                else
+                    dst[nhwc] = src[nchw];
             }
 }
 
@@ -211,9 +215,17 @@ static qf_status dk_prepare(dcase *c, dk_run *r, uint32_t in_nhwc, uint32_t out_
             r->post_t[i] = &(f->inputs[0] == prev ? f->inputs[1] : f->inputs[0])->type;
         }
     }
-    r->io = (qf_kernel_io){.node = n, .opset = c->g->opset, .nin = n->ninputs, .nout = 1, .in = r->in_t,
-                           .out = r->out_t, .in_nhwc = in_nhwc, .out_nhwc = out_nhwc, .nfused = c->nfused,
-                           .fused = (const qf_node *const *)c->fused, .post_in = r->post_t};
+    r->io = (qf_kernel_io){.node = n,
+                           .opset = c->g->opset,
+                           .nin = n->ninputs,
+                           .nout = 1,
+                           .in = r->in_t,
+                           .out = r->out_t,
+                           .in_nhwc = in_nhwc,
+                           .out_nhwc = out_nhwc,
+                           .nfused = c->nfused,
+                           .fused = (const qf_node *const *)c->fused,
+                           .post_in = r->post_t};
     r->state_raw = calloc(1, r->k->state_size + 64);
     r->state = (void *)(((uintptr_t)r->state_raw + 63) & ~(uintptr_t)63);
     qf_status st = r->k->prepare(&r->io, r->state);
@@ -233,7 +245,8 @@ static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_
     dk_run r;
     qf_error_clear();
     qf_status st = dk_prepare(c, &r, in_nhwc, out_nhwc);
-    REQUIRE(st == QF_OK, "%s: the backend declined or failed (%d: %s)", what, (int)st, qf_error_message());
+    REQUIRE(st == QF_OK, "%s: the backend declined or failed (%d: %s)", what, (int)st,
+            qf_error_message());
     const qf_node *n = c->n;
     /* Run-time tensors: data, channels-last copies where asked. */
     qf_tensor in_run[8], post_run[4], out_run;
@@ -304,11 +317,13 @@ static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_
         double d = fabs((double)got[i] - want[i]), scale = fmax(fabs(want[i]), rms);
         bool ok = d <= 1e-5 * scale || (isnan(got[i]) && isnan(want[i]));
         if (!ok && bad++ < 3)
-            fprintf(stderr, "  %s: [%lld] dnnl %.9g, ref %.9g\n", what, (long long)i, got[i], want[i]);
+            fprintf(stderr, "  %s: [%lld] dnnl %.9g, ref %.9g\n", what, (long long)i, got[i],
+                    want[i]);
         if (d / (scale > 0 ? scale : 1) > worst) worst = d / (scale > 0 ? scale : 1);
     }
-    CHECKF(st == QF_OK && bad == 0, "%s (in_nhwc %u, out_nhwc %u): %lld of %lld elements off, worst %.3g",
-           what, in_nhwc, out_nhwc, (long long)bad, (long long)count, worst);
+    CHECKF(st == QF_OK && bad == 0,
+           "%s (in_nhwc %u, out_nhwc %u): %lld of %lld elements off, worst %.3g", what, in_nhwc,
+           out_nhwc, (long long)bad, (long long)count, worst);
     for (int i = 0; i < nbufs; i++) free(bufs[i]);
     free(yb);
     free(nchw);
@@ -324,8 +339,8 @@ static void dc_declines(dcase *c, const char *what)
     dk_run r;
     qf_error_clear();
     qf_status st = dk_prepare(c, &r, 0, 0);
-    CHECKF(st == QF_ERR_UNSUPPORTED && strcmp(qf_error_message(), "no error") == 0, "%s: prepare gave %d (%s), want a decline",
-           what, (int)st, qf_error_message());
+    CHECKF(st == QF_ERR_UNSUPPORTED && strcmp(qf_error_message(), "no error") == 0,
+           "%s: prepare gave %d (%s), want a decline", what, (int)st, qf_error_message());
     if (st == QF_OK) {
         r.k->release(r.state);
         free(r.state_raw);
@@ -350,40 +365,229 @@ static qf_node *conv_case(dcase *c, const conv_spec *s)
     for (int i = 0; i < s->rank; i++) xd[2 + i] = s->in[i], wd[2 + i] = s->k[i];
     wd[0] = s->transpose ? s->c : s->m;
     wd[1] = s->transpose ? s->m / s->group : s->c / s->group;
-    qf_value *in[3] = {dc_val(c, false, 0, 2 + s->rank, xd), dc_val(c, s->w_const, 0, 2 + s->rank, wd),
+    qf_value *in[3] = {dc_val(c, false, 0, 2 + s->rank, xd),
+                       dc_val(c, s->w_const, 0, 2 + s->rank, wd),
                        s->bias ? dc_val(c, s->w_const, 0, 1, bd) : NULL};
     qf_node *n = dc_node(c, s->transpose ? QF_OP_CONV_TRANSPOSE : QF_OP_CONV, s->bias ? 3 : 2, in);
     if (s->group != 1) REQUIRE_OK(qf_node_set_attr_int(c->g, n, "group", s->group));
     if (s->stride[0]) set_ints(c, n, "strides", s->rank, s->stride);
     if (s->dil[0]) set_ints(c, n, "dilations", s->rank, s->dil);
-    if (s->auto_pad) REQUIRE_OK(qf_node_set_attr_string(c->g, n, "auto_pad", s->auto_pad));
-    else set_ints(c, n, "pads", 2 * s->rank, s->pads);
+    if (s->auto_pad)
+        REQUIRE_OK(qf_node_set_attr_string(c->g, n, "auto_pad", s->auto_pad));
+    else
+        set_ints(c, n, "pads", 2 * s->rank, s->pads);
     if (s->out_pad[0]) set_ints(c, n, "output_padding", s->rank, s->out_pad);
     return n;
 }
 
 static const conv_spec conv_specs[] = {
-    {"conv2d asym pads, stride, dilation", 2, 3, 5, 7, 1, {9, 11}, {3, 3}, {2, 1}, {1, 2}, {1, 0, 2, 1}, NULL, true, true},
-    {"conv2d groups 3, batch 1", 2, 1, 6, 9, 3, {8, 7}, {3, 2}, {1, 1}, {1, 1}, {1, 1, 1, 0}, NULL, true, true},
-    {"conv2d depthwise 20", 2, 3, 20, 20, 20, {10, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, NULL, true, false},
-    {"conv2d depthwise x2 multiplier", 2, 1, 6, 12, 6, {7, 7}, {5, 5}, {1, 1}, {1, 1}, {2, 2, 2, 2}, NULL, true, true},
-    {"conv2d 1x1 pointwise", 2, 3, 17, 33, 1, {6, 5}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, NULL, true, true},
+    {"conv2d asym pads, stride, dilation",
+     2,
+     3,
+     5,
+     7,
+     1,
+     {9, 11},
+     {3, 3},
+     {2, 1},
+     {1, 2},
+     {1, 0, 2, 1},
+     NULL,
+     true,
+     true},
+    {"conv2d groups 3, batch 1",
+     2,
+     1,
+     6,
+     9,
+     3,
+     {8, 7},
+     {3, 2},
+     {1, 1},
+     {1, 1},
+     {1, 1, 1, 0},
+     NULL,
+     true,
+     true},
+    {"conv2d depthwise 20",
+     2,
+     3,
+     20,
+     20,
+     20,
+     {10, 9},
+     {3, 3},
+     {2, 2},
+     {1, 1},
+     {1, 1, 1, 1},
+     NULL,
+     true,
+     false},
+    {"conv2d depthwise x2 multiplier",
+     2,
+     1,
+     6,
+     12,
+     6,
+     {7, 7},
+     {5, 5},
+     {1, 1},
+     {1, 1},
+     {2, 2, 2, 2},
+     NULL,
+     true,
+     true},
+    {"conv2d 1x1 pointwise",
+     2,
+     3,
+     17,
+     33,
+     1,
+     {6, 5},
+     {1, 1},
+     {1, 1},
+     {1, 1},
+     {0, 0, 0, 0},
+     NULL,
+     true,
+     true},
     {"conv1d stride 3 dilation 2", 1, 3, 3, 4, 1, {17}, {5}, {3}, {2}, {2, 1}, NULL, true, true},
-    {"conv3d", 3, 1, 3, 5, 1, {5, 6, 7}, {3, 2, 3}, {1, 2, 1}, {1, 1, 1}, {1, 0, 1, 0, 1, 2}, NULL, true, true},
-    {"conv2d SAME_UPPER stride 2", 2, 3, 4, 5, 1, {9, 8}, {4, 3}, {2, 2}, {1, 1}, {0}, "SAME_UPPER", true, true},
-    {"conv2d SAME_LOWER stride 2", 2, 1, 4, 5, 1, {9, 8}, {4, 3}, {2, 2}, {1, 1}, {0}, "SAME_LOWER", true, false},
-    {"conv2d W and B activations", 2, 3, 6, 10, 2, {7, 6}, {3, 3}, {1, 2}, {2, 1}, {2, 1, 0, 1}, NULL, false, true},
-    {"conv2d 64 -> 24, batch 3", 2, 3, 64, 24, 1, {12, 12}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, NULL, true, true},
+    {"conv3d",
+     3,
+     1,
+     3,
+     5,
+     1,
+     {5, 6, 7},
+     {3, 2, 3},
+     {1, 2, 1},
+     {1, 1, 1},
+     {1, 0, 1, 0, 1, 2},
+     NULL,
+     true,
+     true},
+    {"conv2d SAME_UPPER stride 2",
+     2,
+     3,
+     4,
+     5,
+     1,
+     {9, 8},
+     {4, 3},
+     {2, 2},
+     {1, 1},
+     {0},
+     "SAME_UPPER",
+     true,
+     true},
+    {"conv2d SAME_LOWER stride 2",
+     2,
+     1,
+     4,
+     5,
+     1,
+     {9, 8},
+     {4, 3},
+     {2, 2},
+     {1, 1},
+     {0},
+     "SAME_LOWER",
+     true,
+     false},
+    {"conv2d W and B activations",
+     2,
+     3,
+     6,
+     10,
+     2,
+     {7, 6},
+     {3, 3},
+     {1, 2},
+     {2, 1},
+     {2, 1, 0, 1},
+     NULL,
+     false,
+     true},
+    {"conv2d 64 -> 24, batch 3",
+     2,
+     3,
+     64,
+     24,
+     1,
+     {12, 12},
+     {3, 3},
+     {1, 1},
+     {1, 1},
+     {1, 1, 1, 1},
+     NULL,
+     true,
+     true},
 };
 
 static const conv_spec convt_specs[] = {
-    {"convT2d groups 2 stride 2 output_padding", 2, 3, 6, 4, 2, {5, 4}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, NULL,
-     true, true, true, {1, 1}},
-    {"convT2d asym pads dilation", 2, 1, 5, 7, 1, {6, 7}, {3, 2}, {2, 3}, {2, 1}, {0, 1, 1, 0}, NULL, true, true, true},
+    {"convT2d groups 2 stride 2 output_padding",
+     2,
+     3,
+     6,
+     4,
+     2,
+     {5, 4},
+     {3, 3},
+     {2, 2},
+     {1, 1},
+     {1, 1, 1, 1},
+     NULL,
+     true,
+     true,
+     true,
+     {1, 1}},
+    {"convT2d asym pads dilation",
+     2,
+     1,
+     5,
+     7,
+     1,
+     {6, 7},
+     {3, 2},
+     {2, 3},
+     {2, 1},
+     {0, 1, 1, 0},
+     NULL,
+     true,
+     true,
+     true},
     {"convT1d", 1, 3, 4, 3, 1, {9}, {4}, {2}, {1}, {1, 1}, NULL, true, false, true},
-    {"convT3d", 3, 1, 3, 4, 1, {3, 4, 5}, {2, 3, 3}, {2, 1, 2}, {1, 1, 1}, {0, 1, 1, 0, 0, 1}, NULL, true, true, true},
-    {"convT2d depthwise W activation", 2, 3, 5, 5, 5, {6, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, NULL, false, true,
-     true, {1, 0}},
+    {"convT3d",
+     3,
+     1,
+     3,
+     4,
+     1,
+     {3, 4, 5},
+     {2, 3, 3},
+     {2, 1, 2},
+     {1, 1, 1},
+     {0, 1, 1, 0, 0, 1},
+     NULL,
+     true,
+     true,
+     true},
+    {"convT2d depthwise W activation",
+     2,
+     3,
+     5,
+     5,
+     5,
+     {6, 6},
+     {3, 3},
+     {2, 2},
+     {1, 1},
+     {1, 1, 1, 1},
+     NULL,
+     false,
+     true,
+     true,
+     {1, 0}},
 };
 
 static void test_conv(void)
@@ -412,7 +616,18 @@ static void test_conv_transpose(void)
 
 /* --- post-ops -------------------------------------------------------------------- */
 
-typedef enum { P_RELU, P_CLIP, P_RELU6, P_LEAKY, P_SIGMOID, P_TANH, P_HSIG, P_HSWISH, P_ADD, P_ADD_FIRST } post_kind;
+typedef enum {
+    P_RELU,
+    P_CLIP,
+    P_RELU6,
+    P_LEAKY,
+    P_SIGMOID,
+    P_TANH,
+    P_HSIG,
+    P_HSWISH,
+    P_ADD,
+    P_ADD_FIRST
+} post_kind;
 
 static void add_post(dcase *c, post_kind k)
 {
@@ -473,7 +688,8 @@ static void test_post_ops(void)
             if (which == 1) conv_case(&c, &convt_specs[0]);
             if (which == 2) {
                 int64_t ad[2] = {5, 7}, bd[2] = {6, 7}, cd[1] = {6};
-                qf_value *in[3] = {dc_val(&c, false, 0, 2, ad), dc_val(&c, true, 0, 2, bd), dc_val(&c, true, 0, 1, cd)};
+                qf_value *in[3] = {dc_val(&c, false, 0, 2, ad), dc_val(&c, true, 0, 2, bd),
+                                   dc_val(&c, true, 0, 1, cd)};
                 qf_node *n = dc_node(&c, QF_OP_GEMM, 3, in);
                 REQUIRE_OK(qf_node_set_attr_int(c.g, n, "transB", 1));
             }
@@ -487,8 +703,8 @@ static void test_post_ops(void)
             /* The plan asks before fusing: every link must be accepted. */
             REQUIRE_OK(qf_graph_infer_shapes(c.g));
             for (int k = 0; k < c.nfused; k++)
-                CHECKF(qf_dnnl_can_fuse(c.n, c.fused[k]), "%s + %s: can_fuse says no at %d", names[which],
-                       post_chains[p].what, k);
+                CHECKF(qf_dnnl_can_fuse(c.n, c.fused[k]), "%s + %s: can_fuse says no at %d",
+                       names[which], post_chains[p].what, k);
             snprintf(what, sizeof what, "%s + %s", names[which], post_chains[p].what);
             dc_check(&c, what, 0, 0);
             dc_free(&c);
@@ -510,8 +726,8 @@ static void test_can_fuse(void)
     conv_case(&c, &conv_specs[0]);
     dc_follow(&c, QF_OP_SOFTMAX);
     REQUIRE_OK(qf_graph_infer_shapes(c.g));
-    CHECK(!qf_dnnl_can_fuse(c.n, c.fused[0]));   /* not an eltwise */
-    CHECK(!qf_dnnl_can_fuse(c.fused[0], c.n));   /* Softmax is no producer */
+    CHECK(!qf_dnnl_can_fuse(c.n, c.fused[0])); /* not an eltwise */
+    CHECK(!qf_dnnl_can_fuse(c.fused[0], c.n)); /* Softmax is no producer */
     dc_free(&c);
     /* An Add that broadcasts its other operand is not a post-op. */
     dc_init(&c, 6);
@@ -566,8 +782,8 @@ static void test_gemm(void)
                 dc_init(&c, (uint32_t)(401 + ta * 10 + tb * 5 + cd));
                 float alpha = cd == 2 ? 0.5f : 1.0f, beta = cd == 3 ? 0.0f : 1.0f;
                 gemm_case(&c, ta, tb, alpha, beta, cd, (ta + cd) % 2 == 0);
-                snprintf(what, sizeof what, "gemm transA %d transB %d C form %d alpha %g beta %g", ta, tb, cd, alpha,
-                         beta);
+                snprintf(what, sizeof what, "gemm transA %d transB %d C form %d alpha %g beta %g",
+                         ta, tb, cd, alpha, beta);
                 dc_check(&c, what, 0, 0);
                 dc_free(&c);
             }
@@ -597,7 +813,8 @@ static void test_matmul(void)
     for (size_t i = 0; i < sizeof mm / sizeof *mm; i++) {
         dcase c;
         dc_init(&c, 501 + (uint32_t)i);
-        qf_value *in[2] = {dc_val(&c, false, 0, mm[i].na, mm[i].a), dc_val(&c, mm[i].b_const, 0, mm[i].nb, mm[i].b)};
+        qf_value *in[2] = {dc_val(&c, false, 0, mm[i].na, mm[i].a),
+                           dc_val(&c, mm[i].b_const, 0, mm[i].nb, mm[i].b)};
         dc_node(&c, QF_OP_MATMUL, 2, in);
         dc_check(&c, mm[i].what, 0, 0);
         dc_free(&c);
@@ -627,17 +844,79 @@ typedef struct pool_spec {
 
 static const pool_spec pool_specs[] = {
     {"maxpool 3x3 s2 p1", QF_OP_MAX_POOL, 2, 3, 5, {11, 10}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}},
-    {"maxpool ceil_mode asym pads", QF_OP_MAX_POOL, 2, 1, 19, {10, 9}, {3, 2}, {2, 2}, {0}, {0, 1, 1, 0}, 1},
+    {"maxpool ceil_mode asym pads",
+     QF_OP_MAX_POOL,
+     2,
+     1,
+     19,
+     {10, 9},
+     {3, 2},
+     {2, 2},
+     {0},
+     {0, 1, 1, 0},
+     1},
     {"maxpool dilations", QF_OP_MAX_POOL, 2, 3, 4, {12, 11}, {3, 2}, {1, 2}, {2, 3}, {1, 0, 1, 1}},
     {"maxpool 1d", QF_OP_MAX_POOL, 1, 3, 3, {17}, {4}, {3}, {0}, {1, 2}},
-    {"maxpool 3d", QF_OP_MAX_POOL, 3, 1, 3, {5, 6, 7}, {2, 3, 2}, {2, 1, 2}, {0}, {0, 1, 1, 0, 1, 0}, 1},
+    {"maxpool 3d",
+     QF_OP_MAX_POOL,
+     3,
+     1,
+     3,
+     {5, 6, 7},
+     {2, 3, 2},
+     {2, 1, 2},
+     {0},
+     {0, 1, 1, 0, 1, 0},
+     1},
     {"avgpool exclude pad", QF_OP_AVG_POOL, 2, 3, 5, {11, 10}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}},
-    {"avgpool include pad", QF_OP_AVG_POOL, 2, 3, 5, {11, 10}, {3, 3}, {2, 2}, {0}, {1, 2, 0, 1}, 0, 1},
-    {"avgpool ceil exclude pad", QF_OP_AVG_POOL, 2, 1, 7, {10, 9}, {3, 3}, {2, 2}, {0}, {0, 0, 0, 0}, 1, 0},
-    {"avgpool ceil include pad past the pads", QF_OP_AVG_POOL, 2, 1, 7, {10, 9}, {3, 3}, {2, 2}, {0}, {0, 0, 0, 0},
-     1, 1, true},
+    {"avgpool include pad",
+     QF_OP_AVG_POOL,
+     2,
+     3,
+     5,
+     {11, 10},
+     {3, 3},
+     {2, 2},
+     {0},
+     {1, 2, 0, 1},
+     0,
+     1},
+    {"avgpool ceil exclude pad",
+     QF_OP_AVG_POOL,
+     2,
+     1,
+     7,
+     {10, 9},
+     {3, 3},
+     {2, 2},
+     {0},
+     {0, 0, 0, 0},
+     1,
+     0},
+    {"avgpool ceil include pad past the pads",
+     QF_OP_AVG_POOL,
+     2,
+     1,
+     7,
+     {10, 9},
+     {3, 3},
+     {2, 2},
+     {0},
+     {0, 0, 0, 0},
+     1,
+     1,
+     true},
     {"avgpool 1d include pad", QF_OP_AVG_POOL, 1, 3, 3, {17}, {4}, {3}, {0}, {1, 2}, 0, 1},
-    {"avgpool 3d", QF_OP_AVG_POOL, 3, 1, 3, {5, 6, 7}, {2, 3, 2}, {2, 1, 2}, {0}, {0, 1, 1, 0, 1, 0}},
+    {"avgpool 3d",
+     QF_OP_AVG_POOL,
+     3,
+     1,
+     3,
+     {5, 6, 7},
+     {2, 3, 2},
+     {2, 1, 2},
+     {0},
+     {0, 1, 1, 0, 1, 0}},
 };
 
 static void test_pools(void)
@@ -696,7 +975,8 @@ static void test_pools(void)
     memset(&r, 0, sizeof r);
     qf_dk_prim state;
     memset(&state, 0, sizeof state);
-    CHECK(qf_max_pool_dnnl.prepare(&io, &state) == QF_ERR_UNSUPPORTED && strcmp(qf_error_message(), "no error") == 0);
+    CHECK(qf_max_pool_dnnl.prepare(&io, &state) == QF_ERR_UNSUPPORTED &&
+          strcmp(qf_error_message(), "no error") == 0);
     dc_free(&c);
 }
 
@@ -711,8 +991,9 @@ static void test_batch_norm(void)
             dcase c;
             dc_init(&c, 701 + (uint32_t)s);
             int64_t cd[1] = {shapes[s][1]};
-            qf_value *in[5] = {dc_val(&c, false, 0, ranks[s], shapes[s]), dc_val(&c, true, 0, 1, cd),
-                               dc_val(&c, s == 1, 0, 1, cd), dc_val(&c, true, 0, 1, cd), dc_val(&c, true, 1.2f, 1, cd)};
+            qf_value *in[5] = {dc_val(&c, false, 0, ranks[s], shapes[s]),
+                               dc_val(&c, true, 0, 1, cd), dc_val(&c, s == 1, 0, 1, cd),
+                               dc_val(&c, true, 0, 1, cd), dc_val(&c, true, 1.2f, 1, cd)};
             qf_node *n = dc_node(&c, QF_OP_BATCH_NORM, 5, in);
             REQUIRE_OK(qf_node_set_attr_float(c.g, n, "epsilon", 1e-3f));
             dc_check(&c, "batch norm", layouts[l][0], layouts[l][1]);
@@ -771,7 +1052,8 @@ static void test_binary(void)
                 qf_value *in[2] = {dc_val(&c, false, 0, shapes[s].na, shapes[s].a),
                                    dc_val(&c, shapes[s].b_const, 2.0f, shapes[s].nb, shapes[s].b)};
                 dc_node(&c, ops[o], 2, in);
-                snprintf(what, sizeof what, "%s %s", qf_op_schema_get(ops[o])->name, shapes[s].what);
+                snprintf(what, sizeof what, "%s %s", qf_op_schema_get(ops[o])->name,
+                         shapes[s].what);
                 /* In the mixed layouts, one operand channels-last. */
                 uint32_t in_bits = l == 0 ? 0 : l == 1 ? 3 : l == 2 ? 1 : 2;
                 if (shapes[s].na != shapes[s].nb) in_bits &= 1u;
@@ -786,8 +1068,10 @@ static void test_binary(void)
         qf_value *in[2] = {dc_val(&c, true, 2.0f, 4, a), dc_val(&c, false, 0, 4, b)};
         dc_node(&c, ops[o], 2, in);
         snprintf(what, sizeof what, "%s broadcast first", qf_op_schema_get(ops[o])->name);
-        if (ops[o] == QF_OP_ADD || ops[o] == QF_OP_MUL) dc_check(&c, what, 2, 1);
-        else dc_declines(&c, what);
+        if (ops[o] == QF_OP_ADD || ops[o] == QF_OP_MUL)
+            dc_check(&c, what, 2, 1);
+        else
+            dc_declines(&c, what);
         dc_free(&c);
     }
 }
