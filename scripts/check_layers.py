@@ -15,7 +15,7 @@ command in cli composes them). A file's layer is its directory under src/;
 a public header include/qfold/<topic>.h has the layer of its topic (PUBLIC
 below). A header under src/<layer>/ is private to its layer: only files of
 that layer may include it, unless the layer shares it upward (SHARED below:
-core's arena / string builder / thread pool, and the op table that the
+core's arena / string builder / thread pool / page discard, and the op table that the
 executor and the importer read). Includes that resolve to no file of the
 tree (generated protobuf code, system headers in quotes) are not checked.
 
@@ -52,6 +52,8 @@ SHARED = {
     "core/arena.h",
     "core/strbuf.h",
     "core/parallel.h",
+    # pages handed back: the graph discards a removed weight's slice of its model buffer
+    "core/mem.h",
     "ops/op_table.h",
     # the quantization arithmetic the quant layer shares with the int8 kernels
     "ops/quant_math.h",
