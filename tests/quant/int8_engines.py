@@ -25,6 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from quant_util import fashion_calib, output_scale  # noqa: E402
 from qfcli import check, run_qfold  # noqa: E402
 
 ARGS = None  # set by qfcli.main
@@ -34,27 +35,10 @@ def work(name):
     return os.path.join(ARGS.work, name)
 
 
-def blobs(n, seed):
-    """Images shaped as Fashion-MNIST's: blurred blobs in [0, 1] (not real data)."""
-    rng = np.random.default_rng(seed)
-    return rng.random((n, 1, 28, 28), dtype=np.float32) ** 3
-
-
-def output_scale(model):
-    import onnx
-    from onnx import numpy_helper
-    m = onnx.load(model)
-    inits = {i.name: i for i in m.graph.initializer}
-    name = m.graph.output[0].name
-    dq = [n for n in m.graph.node if name in n.output][0]
-    check(dq.op_type == "DequantizeLinear", "output '%s' comes from %s, not DequantizeLinear" % (name, dq.op_type))
-    return float(numpy_helper.to_array(inits[dq.input[1]]))
-
-
 def engines_agree(requant):
     model = os.path.join(ARGS.root, "examples", "fashion_mnist", "fashion_cnn.onnx")
-    np.save(work("calib.npy"), blobs(64, 1))
-    np.save(work("x.npy"), blobs(200, 2))
+    np.save(work("calib.npy"), fashion_calib(64, 1))
+    np.save(work("x.npy"), fashion_calib(200, 2))
     for target in ("neutron", "generic"):
         q = work("fq_%s.onnx" % target)
         run_qfold(ARGS.qfold, ["quantize", model, "-o", q, "--calib", work("calib.npy"), "--target", target,

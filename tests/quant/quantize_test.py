@@ -15,6 +15,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from quant_util import fashion_calib, output_scale  # noqa: E402
 from qfcli import Fail, check, error_line as one_error_line, run_qfold  # noqa: E402
 
 ARGS = None  # set by qfcli.main
@@ -53,18 +54,6 @@ def qfold_run(model, x, *mode):
     return np.load(work("q_out.npy"))
 
 
-def output_scale(model):
-    """The scale of the DequantizeLinear that produces the model's first output."""
-    import onnx
-    from onnx import numpy_helper
-    m = onnx.load(model)
-    inits = {i.name: i for i in m.graph.initializer}
-    name = m.graph.output[0].name
-    dq = [n for n in m.graph.node if name in n.output][0]
-    check(dq.op_type == "DequantizeLinear", "output '%s' comes from %s, not DequantizeLinear" % (name, dq.op_type))
-    return float(numpy_helper.to_array(inits[dq.input[1]]))
-
-
 def lsb_agreement(model, x, within_1, max_lsb, tflite=(0.999, 2), onnx=0.999):
     """qfold vs ONNX Runtime on the quantized model, the fraction of output
     elements within 1 LSB of the output scale and the largest difference:
@@ -99,13 +88,6 @@ def quantize(model, out, calib, *extra):
     stdout, _ = qfold("quantize", model, "-o", out, "--calib", calib, "--report", report, *extra)
     with open(report) as f:
         return stdout, json.load(f)
-
-
-def fashion_calib(n, seed):
-    """Images shaped as Fashion-MNIST's: blurred blobs in [0, 1] (not real data)."""
-    rng = np.random.default_rng(seed)
-    x = rng.random((n, 1, 28, 28), dtype=np.float32) ** 3
-    return x
 
 
 # --- cases -------------------------------------------------------------------------
