@@ -2,10 +2,10 @@
  * oneDNN kernel file (src/ops/dnnl_<family>.c) shares.
  *
  * libdnnl is opened with dlopen on first use, not linked: its OpenMP runtime
- * (libgomp) reads OMP_WAIT_POLICY, OMP_NUM_THREADS and OMP_STACKSIZE once,
- * when it loads, and qfold sets them first (passive waiting, so that oneDNN's
- * threads sleep instead of spinning against qfold's own pool; the thread count
- * of qf_parallel_threads, core/parallel.h). A machine without libdnnl.so.2 runs the reference
+ * (libgomp) reads GOMP_SPINCOUNT, OMP_NUM_THREADS and OMP_STACKSIZE once,
+ * when it loads, and qfold sets them first (a bounded spin between oneDNN's
+ * calls, then sleep, so that its threads never spin for long against qfold's
+ * own pool; the thread count of qf_parallel_threads, core/parallel.h). A machine without libdnnl.so.2 runs the reference
  * kernels. Every function qfold calls is one row of QF_DNNL_FUNCS, reached as
  * QF_DNNL(name)(args...).
  *
