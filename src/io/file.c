@@ -1,8 +1,7 @@
 /* Whole-file reads and atomic writes (temporary file + fsync + rename),
  * buffered or not. */
-/* madvise() and its MADV_* hints are not in POSIX, nor is Linux's
- * sync_file_range(): _GNU_SOURCE exposes them next to _POSIX_C_SOURCE. Both
- * are used only where they exist. */
+/* Linux's sync_file_range() is not in POSIX: _GNU_SOURCE exposes it next to
+ * _POSIX_C_SOURCE. It is used only where it exists. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -13,34 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/mem.h"
 #include "io_internal.h"
 
 /* Buffers from this size on are populated before the read. */
 #define QF_POPULATE_MIN ((size_t)1 << 20)
-
-/* Ask the kernel to back buf's whole pages with memory now, in one call,
- * rather than one page fault at a time as read() fills them: on a VM each
- * fault of a fresh page costs microseconds, and a 100 MB model is 25,000 of
- * them (populating is about 1.6x cheaper here). A hint only: kernels before
- * 5.14 refuse it and the pages fault in as usual. */
-static void qf_populate(void *buf, size_t size)
-{
-#if defined(MADV_POPULATE_WRITE)
-    long pg = sysconf(_SC_PAGESIZE);
-    uintptr_t page = pg > 0 ? (uintptr_t)pg : 4096;
-    uintptr_t from = ((uintptr_t)buf + page - 1) / page * page;
-    uintptr_t to = ((uintptr_t)buf + size) / page * page;
-    if (to > from) (void)madvise((void *)from, to - from, MADV_POPULATE_WRITE);
-#else
-    (void)buf;
-    (void)size;
-#endif
-}
 
 /* Read from fd until EOF into a buffer of at least `hint` bytes, growing it
  * when the file is longer (pipes, /proc files: st_size is only a hint).
@@ -58,7 +38,7 @@ static qf_status qf_fd_read_all(int fd, const char *path, size_t hint, size_t ma
     size_t cap = hint && hint < SIZE_MAX - 1 ? hint + 1 : 65536;
     unsigned char *buf = qf_malloc(cap + 1);
     if (!buf) return QF_ERR_NOMEM;
-    if (cap >= QF_POPULATE_MIN) qf_populate(buf, cap);
+    if (cap >= QF_POPULATE_MIN) qf_mem_populate(buf, cap);
     size_t n = 0;
     for (;;) {
         if (n == cap) {
