@@ -115,7 +115,7 @@ static qf_status qdnnl_memory(const qf_node *n, dnnl_memory_t *m, const dnnl_mem
 static qf_status qdnnl_exec(const qf_node *n, dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args,
                             const char *what)
 {
-    return qf_dnnl_check(n, QF_DNNL(primitive_execute)(p, qf_dnnl()->stream, nargs, args), what);
+    return qf_dnnl_check(n, QF_DNNL(primitive_execute)(p, qf_dnnl_lib_.stream, nargs, args), what);
 }
 
 /* The dims of the weights [M, C/g, k...] as oneDNN's (g)oi(d)(h)w; returns
@@ -378,7 +378,7 @@ static qf_status qdnnl_forward(const qf_kernel_io *io)
         dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, s->y_conv}, {DNNL_ARG_TO, s->y_user}, {DNNL_ARG_SCRATCHPAD, s->pad}};
         QF_TRY(qdnnl_exec(n, s->reorder_out, 3, r, "output reorder"));
     }
-    return qf_dnnl_check(n, QF_DNNL(stream_wait)(qf_dnnl()->stream), "int8 convolution");
+    return qf_dnnl_check(n, QF_DNNL(stream_wait)(qf_dnnl_lib_.stream), "int8 convolution");
 }
 
 const qf_backend_kernels qf_qlinear_conv_dnnl = {
