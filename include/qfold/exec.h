@@ -18,6 +18,7 @@
 #ifndef QFOLD_EXEC_H
 #define QFOLD_EXEC_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #include "qfold/graph.h"
@@ -198,6 +199,68 @@ qf_status qf_compare_make_inputs(const qf_graph *g, uint64_t seed, int batch, qf
  * optional input); out: n->noutputs tensors set up by the caller (dtype,
  * shape, data). Allocates only transient state. Errors name the node. */
 qf_status qf_node_eval(const qf_node *n, int64_t opset, const qf_tensor *const *in, qf_tensor *const *out);
+
+/* Run node n alone forward then backward (the backward kernels' tests): the
+ * forward as qf_node_eval, in training mode when `training` (BatchNormalization
+ * on batch statistics, updating in[3] / in[4] in place; Dropout drawing from
+ * `seed`), then the op's backward_f32 with dout (n->noutputs entries, NULL:
+ * no gradient on that output) into din (n->ninputs entries, NULL: not
+ * wanted; float32 tensors of the input's shape, set up by the caller). The
+ * backward sees the data of only the inputs and outputs the op's bwd_in /
+ * bwd_out name (the others with data NULL, as the tape frees them).
+ * QF_ERR_UNSUPPORTED naming the node when the op has no backward kernel. */
+qf_status qf_node_eval_grad(const qf_node *n, int64_t opset, const qf_tensor *const *in, qf_tensor *const *out,
+                            const qf_tensor *const *dout, qf_tensor *const *din, bool training, uint64_t seed);
+
+/* --- the backward tape (grad.c) -----------------------------------------------
+ *
+ *   qf_grad_plan *gp;
+ *   qf_grad_options o = {.loss = loss_value, .nparams = n, .params = ps};
+ *   QF_TRY(qf_grad_plan_init(&gp, g, &o));
+ *   for (each batch) {
+ *       QF_TRY(qf_grad_plan_forward(gp, inputs, ninputs, true));   // training mode
+ *       QF_TRY(qf_grad_plan_backward(gp));                         // d loss / d params
+ *       ... an optimizer reads qf_grad_plan_grad(gp, i) and writes params[i]->type.data
+ *   }
+ *   qf_grad_plan_free(gp);
+ *
+ * A training plan over g (reference kernels, NCHW, no fusion): the forward
+ * keeps what each node's backward reads (its op's bwd_in / bwd_out) until that
+ * backward has run and frees the rest as the inference plan does; the
+ * backward runs the nodes in reverse order from d loss / d loss = 1, writing
+ * every gradient into a buffer of one arena laid out by liveness, and sums
+ * where a value has several readers. Only nodes between a parameter and the
+ * loss run backward; one of them without a backward kernel fails the init,
+ * naming it. Parameters are read from, and stay in, their values' payloads:
+ * the caller updates them in place between steps (they must be writable:
+ * owned, or borrowed and writable), as BatchNormalization's running
+ * statistics are in the training forward. The graph's input shapes must be
+ * set (batch included) and must not change while the plan exists. */
+typedef struct qf_grad_plan qf_grad_plan;
+typedef struct qf_grad_options {
+    const qf_value *loss;              /* a float32 value of one element: the loss */
+    int nparams;
+    const qf_value *const *params;     /* the values to differentiate (constants of g) */
+} qf_grad_options;
+qf_status qf_grad_plan_init(qf_grad_plan **out, qf_graph *g, const qf_grad_options *opt);
+void qf_grad_plan_free(qf_grad_plan *p);
+/* Forward over inputs (graph input order); `training`: BN on batch statistics
+ * and updating its running ones, Dropout active with a new stream each call
+ * (seeded: qf_grad_plan_seed). Without training the plan runs as inference
+ * and a backward is refused. */
+qf_status qf_grad_plan_forward(qf_grad_plan *p, const qf_tensor *const *inputs, int ninputs, bool training);
+/* Gradients of the loss of the last training forward. */
+qf_status qf_grad_plan_backward(qf_grad_plan *p);
+/* d loss / d params[i] after a backward (float32, the parameter's shape). */
+const qf_tensor *qf_grad_plan_grad(const qf_grad_plan *p, int i);
+/* Graph output i of the last forward (valid until the next forward). */
+const qf_tensor *qf_grad_plan_output(const qf_grad_plan *p, int i);
+/* The loss of the last forward. */
+float qf_grad_plan_loss(const qf_grad_plan *p);
+/* Dropout's random streams derive from this seed and a step counter. */
+void qf_grad_plan_seed(qf_grad_plan *p, uint64_t seed);
+/* Bytes of the training arena (forward values kept + gradients). */
+size_t qf_grad_plan_arena_bytes(const qf_grad_plan *p);
 
 #ifdef __cplusplus
 }

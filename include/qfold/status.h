@@ -26,7 +26,8 @@ typedef enum qf_status {
     QF_ERR_NUMERIC,     /* NaN / Inf weights, sigma^2 + eps <= 0, ... */
     QF_ERR_NOMEM,       /* the allocation hook returned NULL */
     QF_ERR_MISMATCH,    /* a verification (e.g. fused vs original outputs) failed */
-    QF_ERR_INTERNAL     /* a broken invariant: a bug in qfold */
+    QF_ERR_INTERNAL,    /* a broken invariant: a bug in qfold */
+    QF_ERR_INTERRUPTED  /* stopped on request (Ctrl-C): what was done so far is kept */
 } qf_status;
 
 /* Record a formatted message for `code` and return `code`. */

@@ -53,6 +53,7 @@ const char *qf_status_name(qf_status st)
     case QF_ERR_NOMEM: return "out of memory";
     case QF_ERR_MISMATCH: return "mismatch";
     case QF_ERR_INTERNAL: return "internal error";
+    case QF_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown status";
 }

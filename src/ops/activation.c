@@ -107,6 +107,23 @@ static qf_status qf_relu_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* dx = dy where y > 0, else 0 (PyTorch's threshold_backward on the result:
+ * the gradient at x = 0 is 0). Reads Y (bwd_out bit 0). */
+static qf_status qf_relu_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    const float *y = io->out[0]->data;
+    float *dx = io->din[0]->data;
+    const int64_t n = qf_tensor_numel(io->out[0]);
+    if (!io->dout[0]) {
+        memset(dx, 0, sizeof *dx * (size_t)n);
+        return QF_OK;
+    }
+    const float *dy = io->dout[0]->data;
+    for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    return QF_OK;
+}
+
 static qf_status qf_relu6_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
 static qf_status qf_relu6_forward_f32(const qf_kernel_io *io)
@@ -364,6 +381,8 @@ const qf_op_kernels qf_relu_kernels = {
     .infer = qf_relu_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_relu_forward_f32,
+    .backward_f32 = qf_relu_backward_f32,
+    .bwd_out = 1u << 0,
 };
 
 const qf_op_kernels qf_relu6_kernels = {

@@ -44,6 +44,29 @@ typedef struct qf_kernel_io {
     int nfused;
     const qf_node *const *fused;
     const qf_tensor *const *post_in;
+    /* Training (the tape, src/exec/grad.c, and qf_node_eval_grad; zero in
+     * every inference plan).
+     * Forward in training mode (`training`): BatchNormalization normalizes
+     * with the batch statistics and updates its running mean / variance in
+     * place (in[3], in[4]: buffers the trainer made writable), Dropout drops
+     * with the stream `seed` (a new seed every step). `saved` is the node's
+     * saved_size bytes, kept from its training forward to its backward
+     * (BN's batch mean and 1/sqrt(var + eps), Dropout's mask).
+     * Backward (backward_f32): in / out are the forward's tensors, but only
+     * those named by bwd_in / bwd_out hold data (the others: dtype and shape,
+     * data NULL); dout[j] is dL/d out[j] (float32, out[j]'s shape; NULL when
+     * no gradient reaches that output: treat it as zeros); din[i] is where
+     * dL/d in[i] goes (float32, in[i]'s shape), NULL when nobody wants it.
+     * The kernel overwrites din[i] (the tape sums over several readers). A
+     * quantized value's gradient is the gradient with respect to its
+     * dequantized real value: DequantizeLinear passes dout through,
+     * QuantizeLinear masks it (straight-through estimator). scratch is
+     * bwd_scratch's size. */
+    bool training;
+    uint64_t seed;
+    void *saved;
+    const qf_tensor *const *dout;
+    qf_tensor *const *din;
 } qf_kernel_io;
 
 /* Checks attributes + input shapes, sets output dtype/shape. */
@@ -88,7 +111,14 @@ typedef struct qf_op_kernels {
     size_t state_size;          /* > 0 exactly when prepare is set */
     qf_scratch_fn scratch;      /* NULL: no scratch */
     qf_kernel_fn forward_f32;   /* float reference kernel (also int64 where shapes need it); required */
-    qf_kernel_fn backward_f32;  /* training; NULL until the op has one */
+    qf_kernel_fn backward_f32;  /* training (see qf_kernel_io); NULL: the op cannot be trained through */
+    /* What backward_f32 reads: bit i of bwd_in / bwd_out set when it reads
+     * the data of forward input / output i (the tape keeps only those alive
+     * until the node's backward; the one-node harness hands the others with
+     * data NULL, so a missing bit crashes the kernel tests, not training). */
+    uint32_t bwd_in, bwd_out;
+    qf_scratch_fn saved_size;   /* bytes kept from the training forward to backward; NULL: 0 */
+    qf_scratch_fn bwd_scratch;  /* scratch bytes backward_f32 needs; NULL: 0 */
     qf_kernel_fn forward_s8;    /* integer kernel; NULL until the op has one */
     const qf_backend_kernels *dnnl; /* oneDNN columns (QF_DNNL_KERNELS); NULL: reference only */
     /* QF_LAYOUT_NHWC: forward_f32 computes the same whatever the memory

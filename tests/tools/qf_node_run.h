@@ -24,7 +24,10 @@
 #ifndef QF_NODE_RUN_H
 #define QF_NODE_RUN_H
 
+#include <stdio.h>
+
 #include "qfold/graph.h"
+#include "tools/qf_gradcheck.h"
 
 #define QF_NODE_RUN_MAX_IN  16
 #define QF_NODE_RUN_MAX_OUT 8
@@ -65,5 +68,23 @@ void qf_node_runner_free(qf_node_runner *r);
  * qf_node_eval. */
 qf_status qf_node_run_kernel(const qf_node *n, int64_t opset, const qf_tensor *const *in,
                              qf_tensor *const *out);
+
+
+/* --- the backward kernel of the runner's node, checked -----------------------
+ *
+ *   REQUIRE_OK(qf_node_runner_run(&r));                  // forward ran
+ *   qf_gradcheck_opts o = {.eps = 1e-2};
+ *   CHECK(qf_node_gradcheck(&r, 0, false, 42, &o, stdout)); // every float input
+ *
+ * Draws an upstream gradient dy for every float output (uniform [-1, 1),
+ * from `seed`), runs the node's backward (qf_node_eval_grad, in training
+ * mode when `training`) and checks d sum(dy * y) / d x for every float input
+ * slot in `slots` (bit i: slot i; 0: every float input) against central
+ * differences of the forward (tests/tools/qf_gradcheck.h: its kink guard,
+ * tolerances from opts, may be NULL). Inputs are copied, never changed.
+ * Prints one line per slot to `log` (may be NULL). True when every checked
+ * slot passed and at least one element was compared. */
+bool qf_node_gradcheck(qf_node_runner *r, uint32_t slots, bool training, uint64_t seed,
+                       const qf_gradcheck_opts *opts, FILE *log);
 
 #endif

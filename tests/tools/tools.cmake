@@ -20,3 +20,9 @@ target_compile_options(test_gradcheck PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_gradcheck PRIVATE qf_test_tools)
 add_test(NAME unit_gradcheck COMMAND test_gradcheck)
 set_tests_properties(unit_gradcheck PROPERTIES LABELS "unit" TIMEOUT 60)
+
+# One node forward and backward from files (tests/tools/grad_util.py drives
+# it in the tests that compare backward kernels with PyTorch's autograd).
+add_executable(qf_node_grad ${CMAKE_CURRENT_LIST_DIR}/qf_node_grad.c)
+target_compile_options(qf_node_grad PRIVATE ${QF_WARNINGS})
+target_link_libraries(qf_node_grad PRIVATE qfold_static)

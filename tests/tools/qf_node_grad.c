@@ -1,0 +1,122 @@
+/* qf_node_grad: one node's forward and backward from files, for the tests
+ * that compare the backward kernels with PyTorch's autograd
+ * (tests/tools/grad_util.py drives it).
+ *
+ *   qf_node_grad MODEL.onnx OUTDIR [--training] [--seed S]
+ *                -i X0.npy [-i X1.npy ...] [--dout D0.npy | --dout - ...]
+ *
+ * MODEL holds one node after import (its inputs: graph inputs, fed in order
+ * by -i, and initializers). The node runs forward (in training mode with
+ * --training) and backward with one --dout per node output ("-": no
+ * gradient on that output). Written to OUTDIR: out_<j>.npy per output,
+ * din_<i>.npy per float input slot i (graph input or initializer), and
+ * after_<i>.npy per input slot (its data after the run: BatchNormalization
+ * updates its running statistics in place in training mode). Exit 0, or 1
+ * with the library's message. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qfold/exec.h"
+#include "qfold/io.h"
+
+#define MAXT 16
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "qf_node_grad: %s: %s\n", what, qf_error_message());
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: qf_node_grad MODEL.onnx OUTDIR [--training] [--seed S] -i X.npy ... --dout D.npy|- ...\n");
+        return 2;
+    }
+    const char *model = argv[1], *outdir = argv[2];
+    bool training = false;
+    uint64_t seed = 0;
+    qf_tensor feeds[MAXT] = {0}, douts[MAXT] = {0};
+    bool dout_set[MAXT] = {0};
+    int nfeed = 0, ndout = 0;
+    for (int a = 3; a < argc; a++) {
+        if (!strcmp(argv[a], "--training")) training = true;
+        else if (!strcmp(argv[a], "--seed") && a + 1 < argc) seed = strtoull(argv[++a], NULL, 10);
+        else if (!strcmp(argv[a], "-i") && a + 1 < argc && nfeed < MAXT) {
+            if (qf_npy_load(argv[++a], &feeds[nfeed++]) != QF_OK) return fail(argv[a]);
+        } else if (!strcmp(argv[a], "--dout") && a + 1 < argc && ndout < MAXT) {
+            const char *p = argv[++a];
+            if (strcmp(p, "-") != 0) {
+                if (qf_npy_load(p, &douts[ndout]) != QF_OK) return fail(p);
+                dout_set[ndout] = true;
+            }
+            ndout++;
+        } else {
+            fprintf(stderr, "qf_node_grad: bad argument '%s'\n", argv[a]);
+            return 2;
+        }
+    }
+    qf_graph *g = NULL;
+    if (qf_onnx_load(model, &g) != QF_OK) return fail(model);
+    if (g->nnodes != 1 || g->ninputs != nfeed) {
+        fprintf(stderr, "qf_node_grad: %s: %d nodes and %d inputs after import (want 1 node, %d inputs)\n", model,
+                g->nnodes, g->ninputs, nfeed);
+        return 1;
+    }
+    for (int i = 0; i < nfeed; i++)
+        if (qf_graph_set_input_shape(g, i, feeds[i].ndim, feeds[i].dims) != QF_OK) return fail("input shape");
+    if (qf_graph_infer_shapes(g) != QF_OK) return fail("shapes");
+    const qf_node *n = g->first;
+    if (n->noutputs > MAXT || n->ninputs > MAXT || ndout != n->noutputs) {
+        fprintf(stderr, "qf_node_grad: node '%s' has %d outputs, %d --dout given\n", n->name, n->noutputs, ndout);
+        return 2;
+    }
+    const qf_tensor *in[MAXT] = {0};
+    qf_tensor outs[MAXT] = {0}, dins[MAXT] = {0};
+    qf_tensor *out[MAXT] = {0}, *din[MAXT] = {0};
+    const qf_tensor *dout[MAXT] = {0};
+    for (int i = 0; i < n->ninputs; i++) {
+        const qf_value *v = n->inputs[i];
+        if (!v) continue;
+        in[i] = &v->type;
+        for (int k = 0; k < g->ninputs; k++)
+            if (g->inputs[k] == v) in[i] = &feeds[k];
+        if (qf_dtype_is_float(v->type.dtype)) {
+            if (qf_tensor_init(&dins[i], QF_DTYPE_F32, v->type.ndim, v->type.dims) != QF_OK) return fail("din");
+            memset(dins[i].data, 0x7f, qf_tensor_nbytes(&dins[i])); /* poison: unwritten shows */
+            din[i] = &dins[i];
+        }
+    }
+    for (int j = 0; j < n->noutputs; j++) {
+        const qf_tensor *t = &n->outputs[j]->type;
+        if (qf_tensor_init(&outs[j], t->dtype, t->ndim, t->dims) != QF_OK) return fail("out");
+        out[j] = &outs[j];
+        dout[j] = dout_set[j] ? &douts[j] : NULL;
+    }
+    if (qf_node_eval_grad(n, g->opset, in, out, dout, din, training, seed) != QF_OK) return fail(n->name);
+    char path[4096];
+    for (int j = 0; j < n->noutputs; j++) {
+        snprintf(path, sizeof path, "%s/out_%d.npy", outdir, j);
+        if (qf_npy_save(path, &outs[j]) != QF_OK) return fail(path);
+    }
+    for (int i = 0; i < n->ninputs; i++) {
+        if (din[i]) {
+            snprintf(path, sizeof path, "%s/din_%d.npy", outdir, i);
+            if (qf_npy_save(path, din[i]) != QF_OK) return fail(path);
+        }
+        if (in[i] && in[i]->data) {
+            snprintf(path, sizeof path, "%s/after_%d.npy", outdir, i);
+            if (qf_npy_save(path, in[i]) != QF_OK) return fail(path);
+        }
+    }
+    for (int i = 0; i < MAXT; i++) {
+        qf_tensor_free(&feeds[i]);
+        qf_tensor_free(&douts[i]);
+        qf_tensor_free(&outs[i]);
+        qf_tensor_free(&dins[i]);
+    }
+    qf_graph_free(g);
+    return 0;
+}
