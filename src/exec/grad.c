@@ -22,6 +22,7 @@
  */
 #include <string.h>
 
+#include "../ops/dnnl.h"
 #include "exec_impl.h"
 
 struct qf_grad_plan {
@@ -31,6 +32,9 @@ struct qf_grad_plan {
     int *in_base, *out_base;      /* per node: first slot in the pools */
     int nin_total, nout_total;
     void **state;                 /* per node: prepared state (NULL: none) */
+    const qf_backend_kernels **be; /* per node: the backend's training kernels, NULL: the reference ones */
+    void **be_state;              /* per node: the backend's state */
+    void *be_raw;
     void **saved;                 /* per node: training forward -> backward */
     unsigned char *run_bwd;       /* per node */
     void *block_raw;              /* the states, one allocation */
@@ -77,6 +81,11 @@ static uint64_t grad_mix(uint64_t x)
 
 static void grad_plan_release(qf_grad_plan *p)
 {
+    for (int i = 0; p->be && i < p->n; i++)
+        if (p->be[i]) p->be[i]->release(p->be_state[i]);
+    qf_free(p->be);
+    qf_free(p->be_state);
+    qf_free(p->be_raw);
     qf_free(p->nodes);
     qf_free(p->in_base);
     qf_free(p->out_base);
@@ -175,6 +184,8 @@ static qf_status grad_alloc_tables(qf_grad_plan *p)
     p->in_base = qf_calloc(n, sizeof *p->in_base);
     p->out_base = qf_calloc(n, sizeof *p->out_base);
     p->state = qf_calloc(n, sizeof *p->state);
+    p->be = qf_calloc(n, sizeof *p->be);
+    p->be_state = qf_calloc(n, sizeof *p->be_state);
     p->saved = qf_calloc(n, sizeof *p->saved);
     p->run_bwd = qf_calloc(n, 1);
     p->fwd_scratch = qf_calloc(n, sizeof *p->fwd_scratch);
@@ -182,7 +193,7 @@ static qf_status grad_alloc_tables(qf_grad_plan *p)
     p->vt = qf_calloc(nv, sizeof *p->vt);
     p->gt = qf_calloc(nv, sizeof *p->gt);
     p->zero_grad = qf_calloc(nv, 1);
-    if (!p->nodes || !p->in_base || !p->out_base || !p->state || !p->saved || !p->run_bwd || !p->fwd_scratch ||
+    if (!p->nodes || !p->in_base || !p->out_base || !p->state || !p->be || !p->be_state || !p->saved || !p->run_bwd || !p->fwd_scratch ||
         !p->bwd_scratch || !p->vt || !p->gt || !p->zero_grad)
         return QF_ERR_NOMEM;
     int i = 0;
@@ -220,10 +231,22 @@ static qf_status grad_alloc_tables(qf_grad_plan *p)
  * areas and the scratch (the largest of any node's forward or backward). */
 static qf_status grad_prepare(qf_grad_plan *p)
 {
-    size_t states = 0, saved_total = 0;
-    for (int i = 0; i < p->n; i++) states += qf_exec_align(qf_op_kernels_get(p->nodes[i]->op)->state_size);
-    char *blk = NULL;
+    size_t states = 0, saved_total = 0, be_states = 0;
+    const bool backend = qf_backend_engine() == QF_BACKEND_DNNL;
+    for (int i = 0; i < p->n; i++) {
+        const qf_op_kernels *k = qf_op_kernels_get(p->nodes[i]->op);
+        states += qf_exec_align(k->state_size);
+        if (backend && k->dnnl_train) be_states += qf_exec_align(k->dnnl_train->state_size);
+    }
+    char *blk = NULL, *bblk = NULL;
     if (states && !(blk = qf_exec_alloc_aligned(states, &p->block_raw))) return QF_ERR_NOMEM;
+    if (be_states && !(bblk = qf_exec_alloc_aligned(be_states, &p->be_raw))) return QF_ERR_NOMEM;
+    for (int i = 0; i < p->n && bblk; i++) {
+        const qf_op_kernels *k = qf_op_kernels_get(p->nodes[i]->op);
+        if (!k->dnnl_train) continue;
+        p->be_state[i] = bblk;
+        bblk += qf_exec_align(k->dnnl_train->state_size);
+    }
     size_t *saved_sz = qf_calloc((size_t)(p->n ? p->n : 1), sizeof *saved_sz);
     if (!saved_sz) return QF_ERR_NOMEM;
     qf_status st = QF_OK;
@@ -243,6 +266,20 @@ static qf_status grad_prepare(qf_grad_plan *p)
         if (st == QF_OK) st = qf_exec_scratch(nd, p->state[i], &p->fwd_scratch[i]);
         if (st != QF_OK) break;
         if (k->bwd_scratch && p->run_bwd[i]) p->bwd_scratch[i] = k->bwd_scratch(nd, p->state[i]);
+        if (p->be_state[i]) {
+            /* The backend's training kernels, when they take the node. */
+            const qf_backend_kernels *b = k->dnnl_train;
+            io.training = true;
+            qf_status bst = b->prepare(&io, p->be_state[i]);
+            if (bst == QF_OK) {
+                p->be[i] = b;
+                p->fwd_scratch[i] = p->bwd_scratch[i] = b->scratch ? b->scratch(nd, p->be_state[i]) : 0;
+            } else if (bst != QF_ERR_UNSUPPORTED) {
+                qf_exec_name_node(nd, bst);
+                st = bst;
+                break;
+            }
+        }
         size_t need = p->fwd_scratch[i] > p->bwd_scratch[i] ? p->fwd_scratch[i] : p->bwd_scratch[i];
         if (need > p->scratch_bytes) p->scratch_bytes = need;
         saved_sz[i] = k->saved_size ? qf_exec_align(k->saved_size(nd, p->state[i])) : 0;
@@ -454,7 +491,13 @@ qf_status qf_grad_plan_forward(qf_grad_plan *p, const qf_tensor *const *inputs, 
                            .in = &p->fin[p->in_base[i]], .out = &p->fout[p->out_base[i]], .state = p->state[i],
                            .scratch = p->scratch, .scratch_size = p->fwd_scratch[i], .training = training,
                            .seed = grad_mix(stream + nd->id), .saved = p->saved[i]};
-        QF_TRY(qf_exec_node(&io));
+        if (p->be[i]) {
+            io.state = p->be_state[i];
+            qf_status st = p->be[i]->forward_f32(&io);
+            if (st != QF_OK) qf_exec_name_node(nd, st);
+            QF_TRY(st);
+        } else
+            QF_TRY(qf_exec_node(&io));
     }
     if (training) {
         p->ready = true;
@@ -499,7 +542,12 @@ qf_status qf_grad_plan_backward(qf_grad_plan *p)
                            .in = &p->bin[ib], .out = &p->bout[ob], .state = p->state[i], .scratch = p->scratch,
                            .scratch_size = p->bwd_scratch[i], .training = true, .saved = p->saved[i],
                            .dout = &p->bdout[ob], .din = &p->bdin[ib]};
-        qf_status st = k->backward_f32(&io);
+        qf_status st;
+        if (p->be[i]) {
+            io.state = p->be_state[i];
+            st = p->be[i]->backward_f32(&io);
+        } else
+            st = k->backward_f32(&io);
         if (st != QF_OK) {
             qf_exec_name_node(nd, st);
             return st;

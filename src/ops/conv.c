@@ -463,6 +463,7 @@ const qf_op_kernels qf_conv_kernels = {
     .scratch = conv_scratch,
     .forward_f32 = qf_conv_forward_f32,
     .dnnl = QF_DNNL_KERNELS(conv),
+    .dnnl_train = QF_DNNL_TRAIN_KERNELS(conv),
 };
 
 const qf_op_kernels qf_conv_transpose_kernels = {
@@ -472,4 +473,5 @@ const qf_op_kernels qf_conv_transpose_kernels = {
     .scratch = conv_scratch,
     .forward_f32 = qf_conv_transpose_forward_f32,
     .dnnl = QF_DNNL_KERNELS(conv_transpose),
+    .dnnl_train = QF_DNNL_TRAIN_KERNELS(conv_transpose),
 };
