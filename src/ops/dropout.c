@@ -39,7 +39,8 @@ static qf_status qf_dropout_ratio(const qf_kernel_io *io, double *ratio)
         *ratio = qf_tensor_get_f64(r, 0);
     }
     if (!(*ratio >= 0.0 && *ratio <= 1.0))
-        return qf_error(QF_ERR_INVALID, "node '%s' (Dropout): ratio %g is outside [0, 1]", io->node->name, *ratio);
+        return qf_error(QF_ERR_INVALID, "node '%s' (Dropout): ratio %g is outside [0, 1]", io->node->name,
+                        *ratio);
     return QF_OK;
 }
 

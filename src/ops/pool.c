@@ -496,8 +496,8 @@ static bool pool_grad_begin(const qf_kernel_io *io, float **dx, const float **dy
 static qf_status pool_grad_f32_only(const qf_kernel_io *io)
 {
     if (io->in[0]->dtype == QF_DTYPE_F32) return QF_OK;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of a %s input (float32 only)", io->node->name,
-                    qf_op_label(io->node), qf_dtype_name(io->in[0]->dtype));
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of a %s input (float32 only)",
+                    io->node->name, qf_op_label(io->node), qf_dtype_name(io->in[0]->dtype));
 }
 
 typedef struct pool_grad_job {
@@ -591,8 +591,9 @@ static void avg_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
                 for (int64_t ow = 0; ow < l->out[2]; ow++, dyp++) {
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
                     pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
-                    int64_t cnt = j->include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
-                                                 : (d1 - d0) * (h1 - h0) * (w1 - w0);
+                    int64_t cnt = j->include_pad
+                                      ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
+                                      : (d1 - d0) * (h1 - h0) * (w1 - w0);
                     if (cnt <= 0) continue;
                     const float g = *dyp / (float)cnt;
                     for (int64_t kd = d0; kd < d1; kd++)

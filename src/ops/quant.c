@@ -281,7 +281,8 @@ typedef struct quant_grad_job {
 static void quant_grad_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const quant_grad_job *j = ctx;
-    for (int64_t i = lo; i < hi; i++) j->dx[i] = j->dy[i] * quant_ste_pass(j->x[i], j->inv_scale, j->zp, j->lo, j->hi);
+    for (int64_t i = lo; i < hi; i++)
+        j->dx[i] = j->dy[i] * quant_ste_pass(j->x[i], j->inv_scale, j->zp, j->lo, j->hi);
 }
 
 /* Gradients of the quantization parameters, when asked for: none (0), as
