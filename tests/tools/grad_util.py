@@ -95,6 +95,42 @@ def qfold_grad(tool, model, feeds, douts, work, training=False, seed=0):
     return outs, [load("din", i) for i in range(n_in)], [load("after", i) for i in range(n_in)]
 
 
+def qfold_grad_op(tool, op, feeds, douts, work, training=False, seed=0, ints=None, floats=None):
+    """qfold_grad for qfold's op named `op` (an internal op has no ONNX
+    form): one node over graph inputs x0.. fed from `feeds`, attributes from
+    the dicts `ints` / `floats`. Returns (outs, dins, after) as qfold_grad."""
+    os.makedirs(work, exist_ok=True)
+    for f in os.listdir(work):
+        if f.endswith(".npy"):
+            os.remove(os.path.join(work, f))
+    argv = [tool, "op:" + op, work, "--seed", str(seed)] + (["--training"] if training else [])
+    for k, v in (ints or {}).items():
+        argv += ["--int", "%s=%d" % (k, v)]
+    for k, v in (floats or {}).items():
+        argv += ["--float", "%s=%r" % (k, float(v))]
+    for i, f in enumerate(feeds):
+        p = os.path.join(work, "feed_%d.npy" % i)
+        np.save(p, np.ascontiguousarray(f))
+        argv += ["-i", p]
+    for j, d in enumerate(douts):
+        p = os.path.join(work, "dout_%d.npy" % j)
+        if d is None:
+            argv += ["--dout", "-"]
+        else:
+            np.save(p, np.ascontiguousarray(d, dtype=np.float32))
+            argv += ["--dout", p]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("qf_node_grad failed (%d): %s" % (r.returncode, r.stderr.strip()))
+
+    def load(prefix, k):
+        p = os.path.join(work, "%s_%d.npy" % (prefix, k))
+        return np.load(p) if os.path.exists(p) else None
+
+    return ([load("out", j) for j in range(len(douts))], [load("din", i) for i in range(len(feeds))],
+            [load("after", i) for i in range(len(feeds))])
+
+
 def compare(what, got, ref, rtol=1e-5):
     """(ok, line): got vs ref within rtol * max(1, max|ref|)."""
     ref = np.asarray(ref, dtype=np.float64)
