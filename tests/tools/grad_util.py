@@ -77,14 +77,14 @@ def qfold_grad(tool, model, feeds, douts, work, training=False, seed=0, passes=(
         argv += ["--pass", p]
     for i, f in enumerate(feeds):
         p = os.path.join(work, "feed_%d.npy" % i)
-        np.save(p, np.ascontiguousarray(f))
+        np.save(p, np.array(f, order="C"))  # ascontiguousarray makes a 0-d array 1-d
         argv += ["-i", p]
     for j, d in enumerate(douts):
         if d is None:
             argv += ["--dout", "-"]
         else:
             p = os.path.join(work, "dout_%d.npy" % j)
-            np.save(p, np.ascontiguousarray(d, dtype=np.float32))
+            np.save(p, np.array(d, dtype=np.float32, order="C"))
             argv += ["--dout", p]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
