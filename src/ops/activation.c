@@ -106,26 +106,45 @@ static qf_status act_bwd_check(const qf_kernel_io *io)
     return QF_OK;
 }
 
-/* dx[i] = EXPR over dy[i] and v[i] (v: the forward tensor the kernel reads,
- * x or y), with x / y / dy / dx / n in scope; zeros without dy. */
-#define QF_BWD_MAP_(V, EXPR)                                                  \
-    do {                                                                      \
-        QF_TRY(act_bwd_check(io));                                            \
-        if (!io->din[0]) return QF_OK;                                        \
-        float *restrict dx_ = io->din[0]->data;                               \
-        const int64_t n_ = qf_tensor_numel(io->din[0]);                       \
-        if (!io->dout[0]) {                                                   \
-            memset(dx_, 0, sizeof *dx_ * (size_t)n_);                         \
-            return QF_OK;                                                     \
+/* A pointwise backward dx[i] = f(v[i], dy[i]), v the forward tensor the
+ * kernel reads (x or y), p0 / p1 the op's parameters; memory-bound, so split
+ * across the threads as the forward maps are. */
+typedef struct act_bwd_job {
+    const float *v, *dy;
+    float *dx;
+    float p0, p1;
+} act_bwd_job;
+
+/* The slice function `name` computing EXPR over v, dy, p0, p1. */
+#define QF_BWD_SLICE_(name, EXPR)                                             \
+    static void name(void *ctx, int64_t lo, int64_t hi)                       \
+    {                                                                         \
+        const act_bwd_job *j_ = ctx;                                          \
+        const float *v_ = j_->v, *dy_ = j_->dy;                               \
+        float *dx_ = j_->dx;                                                  \
+        const float p0 = j_->p0, p1 = j_->p1;                                 \
+        (void)p0;                                                             \
+        (void)p1;                                                             \
+        for (int64_t i = lo; i < hi; i++) {                                   \
+            const float v = v_[i], dy = dy_[i];                               \
+            dx_[i] = (EXPR);                                                  \
         }                                                                     \
-        const float *restrict dy_ = io->dout[0]->data;                        \
-        const float *restrict v_ = (V)->data;                                 \
-        for (int64_t i_ = 0; i_ < n_; i_++) {                                 \
-            const float v = v_[i_], dy = dy_[i_];                             \
-            dx_[i_] = (EXPR);                                                 \
-        }                                                                     \
-        return QF_OK;                                                         \
-    } while (0)
+    }
+
+/* Run a slice function over the node's din[0] (zeros without dy). */
+static qf_status act_bwd_map(const qf_kernel_io *io, const qf_tensor *v, qf_parallel_fn slice, float p0, float p1)
+{
+    QF_TRY(act_bwd_check(io));
+    if (!io->din[0]) return QF_OK;
+    const int64_t n = qf_tensor_numel(io->din[0]);
+    if (!io->dout[0]) {
+        memset(io->din[0]->data, 0, sizeof(float) * (size_t)n);
+        return QF_OK;
+    }
+    act_bwd_job j = {v->data, io->dout[0]->data, io->din[0]->data, p0, p1};
+    qf_parallel_for(n, 32768, slice, &j);
+    return QF_OK;
+}
 
 /* --- Relu, relu6 --------------------------------------------------------- */
 
@@ -178,9 +197,11 @@ static qf_status qf_relu6_forward_f32(const qf_kernel_io *io)
  * x = 0 and x = 6, where torch.clamp would pass it: see Clip). Read from Y
  * (bwd_out bit 0): 0 < y < 6 exactly when 0 < x < 6 (NaN: 0, as torch's
  * vectorized kernel). */
+QF_BWD_SLICE_(act_relu6_bwd_slice, v > 0.0f && v < 6.0f ? dy : 0.0f)
+
 static qf_status qf_relu6_backward_f32(const qf_kernel_io *io)
 {
-    QF_BWD_MAP_(io->out[0], v > 0.0f && v < 6.0f ? dy : 0.0f);
+    return act_bwd_map(io, io->out[0], act_relu6_bwd_slice, 0.0f, 0.0f);
 }
 
 /* --- Clip ------------------------------------------------------------------ */
@@ -298,10 +319,12 @@ static qf_status qf_leaky_relu_forward_f32(const qf_kernel_io *io)
 
 /* dx = dy where x > 0, else alpha * dy (torch's leaky_relu_backward: alpha
  * at x = 0). Reads X (bwd_in bit 0). */
+QF_BWD_SLICE_(act_leaky_relu_bwd_slice, v > 0.0f ? dy : dy * p0)
+
 static qf_status qf_leaky_relu_backward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.01f);
-    QF_BWD_MAP_(io->in[0], v > 0.0f ? dy : dy * alpha);
+    return act_bwd_map(io, io->in[0], act_leaky_relu_bwd_slice, alpha, 0.0f);
 }
 
 static qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
@@ -366,9 +389,11 @@ static qf_status qf_sigmoid_forward_f32(const qf_kernel_io *io)
 }
 
 /* dx = dy (1 - y) y, torch's sigmoid_backward from the output (bwd_out bit 0). */
+QF_BWD_SLICE_(act_sigmoid_bwd_slice, dy * (1.0f - v) * v)
+
 static qf_status qf_sigmoid_backward_f32(const qf_kernel_io *io)
 {
-    QF_BWD_MAP_(io->out[0], dy * (1.0f - v) * v);
+    return act_bwd_map(io, io->out[0], act_sigmoid_bwd_slice, 0.0f, 0.0f);
 }
 
 static qf_status qf_tanh_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
@@ -380,9 +405,11 @@ static qf_status qf_tanh_forward_f32(const qf_kernel_io *io)
 }
 
 /* dx = dy (1 - y^2), torch's tanh_backward from the output (bwd_out bit 0). */
+QF_BWD_SLICE_(act_tanh_bwd_slice, dy * (1.0f - v * v))
+
 static qf_status qf_tanh_backward_f32(const qf_kernel_io *io)
 {
-    QF_BWD_MAP_(io->out[0], dy * (1.0f - v * v));
+    return act_bwd_map(io, io->out[0], act_tanh_bwd_slice, 0.0f, 0.0f);
 }
 
 /* --- Erf -------------------------------------------------------------------- */
@@ -412,12 +439,13 @@ static qf_status qf_hard_sigmoid_forward_f32(const qf_kernel_io *io)
  * beta in double: at torch's bounds the float32 alpha (0.16666667) puts
  * alpha * 3 + 0.5 just above 1, so x = +-3 are outside and the next floats
  * inside, exactly torch's -3 < x < 3. Reads X (bwd_in bit 0). */
+QF_BWD_SLICE_(act_hard_sigmoid_bwd_slice, (double)p0 * v + p1 > 0.0 && (double)p0 * v + p1 < 1.0 ? dy * p0 : 0.0f)
+
 static qf_status qf_hard_sigmoid_backward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.2f);
     const float beta = qf_node_attr_float(io->node, "beta", 0.5f);
-    const double da = alpha, db = beta;
-    QF_BWD_MAP_(io->in[0], da * v + db > 0.0 && da * v + db < 1.0 ? dy * alpha : 0.0f);
+    return act_bwd_map(io, io->in[0], act_hard_sigmoid_bwd_slice, alpha, beta);
 }
 
 static qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
@@ -435,9 +463,11 @@ static qf_status qf_hard_swish_forward_f32(const qf_kernel_io *io)
  * the right-hand slope; at x = 3, dy, the right-hand slope too (its scalar
  * tail loop gives 1.5 dy there; we follow the vector path). Reads X
  * (bwd_in bit 0). */
+QF_BWD_SLICE_(act_hard_swish_bwd_slice, v < -3.0f ? 0.0f : v >= 3.0f ? dy : dy * (v / 3.0f + 0.5f))
+
 static qf_status qf_hard_swish_backward_f32(const qf_kernel_io *io)
 {
-    QF_BWD_MAP_(io->in[0], v < -3.0f ? 0.0f : v >= 3.0f ? dy : dy * (v / 3.0f + 0.5f));
+    return act_bwd_map(io, io->in[0], act_hard_swish_bwd_slice, 0.0f, 0.0f);
 }
 
 /* --- Softmax ----------------------------------------------------------------- */
