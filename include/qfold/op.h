@@ -132,6 +132,12 @@ extern "C" {
     X(SOFTMAX, softmax, "Softmax", "", 1, 1, 1, 1,                                    \
       (DATA),                                                                         \
       (A(axis,INT)))                                                                  \
+    X(SOFTMAX_CE_LOSS, softmax_ce_loss, "SoftmaxCrossEntropyLoss", "", 2, 3, 1, 2,    \
+      (DATA, DATA, DATA),                                                             \
+      (A(ignore_index,INT) A(reduction,STRING)))                                      \
+    X(MSE_LOSS, mse_loss, NULL, "", 2, 2, 1, 1,                                       \
+      (DATA, DATA),                                                                   \
+      (A(reduction,STRING)))                                                          \
     X(MAX_POOL, max_pool, "MaxPool", "", 1, 1, 1, 2,                                  \
       (DATA),                                                                         \
       (A(auto_pad,STRING) A(ceil_mode,INT) A(dilations,INTS) A(kernel_shape,INTS)     \

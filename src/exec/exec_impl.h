@@ -38,6 +38,24 @@ void qf_exec_name_node(const qf_node *n, qf_status st);
  * raw pointer (for qf_free) goes to *raw, the aligned one is returned. */
 void *qf_exec_alloc_aligned(size_t size, void **raw);
 
+/* A live buffer while laying out an arena. */
+typedef struct qf_block {
+    size_t off, size;
+    int last; /* index of the last step that reads it */
+} qf_block;
+
+/* Best fit: the smallest gap between the live blocks (sorted by offset)
+ * that holds `size`, else the end of the highest block; the new block (live
+ * until step `last`) goes into `live`, kept sorted. Returns its offset. */
+size_t qf_exec_place(qf_block *live, int *nlive, size_t size, int last);
+
+/* Every graph input has a known shape / every node input has data or a
+ * producer, every output a dtype and a known shape (messages name them). */
+qf_status qf_exec_check_shapes(const qf_graph *g);
+qf_status qf_exec_check_values(const qf_graph *g);
+/* Tensor t can feed graph input v: data, dtype and shape (message names v). */
+qf_status qf_exec_check_input(const qf_value *v, const qf_tensor *t);
+
 /* --- layout planning and post-op fusion (layout.c) -------------------------
  *
  * After backend selection, the plan decides per float 4-D activation whether

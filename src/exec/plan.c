@@ -61,11 +61,6 @@ struct qf_plan {
     void *hook_ud;
 };
 
-/* A live buffer while laying out the arena. */
-typedef struct qf_block {
-    size_t off, size;
-    int last; /* index of the last step that reads it */
-} qf_block;
 
 /* Run one step's kernel; errors name the node. */
 static qf_status qf_exec_step(const qf_step *s)
@@ -118,7 +113,7 @@ void *qf_exec_alloc_aligned(size_t size, void **raw)
 
 /* Best fit: the smallest gap between live blocks (sorted by offset) that
  * holds `size`, else the end of the highest block. Keeps `live` sorted. */
-static size_t qf_place(qf_block *live, int *nlive, size_t size, int last)
+size_t qf_exec_place(qf_block *live, int *nlive, size_t size, int last)
 {
     size_t best = SIZE_MAX, best_gap = SIZE_MAX, prev_end = 0;
     int best_at = *nlive;
@@ -213,7 +208,7 @@ static qf_status qf_plan_arena(qf_plan *p, size_t *offsets)
                 live[reuse].last = last[slot];
                 continue;
             }
-            offsets[slot] = qf_place(live, &nlive, sz, last[slot]);
+            offsets[slot] = qf_exec_place(live, &nlive, sz, last[slot]);
             if (offsets[slot] + sz > top) {
                 top = offsets[slot] + sz;
                 p->peak = sp->node;
@@ -249,9 +244,23 @@ done:
     return st;
 }
 
+qf_status qf_exec_check_input(const qf_value *v, const qf_tensor *t)
+{
+    char want[128], got[128];
+    if (!t || (!t->data && qf_tensor_nbytes(t))) return qf_error(QF_ERR_INVALID, "input '%s': no data given", v->name);
+    if (t->dtype != v->type.dtype)
+        return qf_error(QF_ERR_INVALID, "input '%s' expects %s, got %s", v->name, qf_dtype_name(v->type.dtype),
+                        qf_dtype_name(t->dtype));
+    if (!qf_shape_equal(t->ndim, t->dims, v->type.ndim, v->type.dims))
+        return qf_error(QF_ERR_SHAPE, "input '%s' expects shape %s, got %s", v->name,
+                        qf_shape_str(v->type.ndim, v->type.dims, want, sizeof want),
+                        qf_shape_str(t->ndim, t->dims, got, sizeof got));
+    return QF_OK;
+}
+
 /* Every graph input must have a known shape, and inference must then give
  * every activation one. */
-static qf_status qf_plan_check_shapes(const qf_graph *g)
+qf_status qf_exec_check_shapes(const qf_graph *g)
 {
     for (int i = 0; i < g->ninputs; i++) {
         const qf_value *v = g->inputs[i];
@@ -263,7 +272,7 @@ static qf_status qf_plan_check_shapes(const qf_graph *g)
     return QF_OK;
 }
 
-static qf_status qf_plan_check_values(const qf_graph *g)
+qf_status qf_exec_check_values(const qf_graph *g)
 {
     char buf[128];
     for (const qf_node *n = g->first; n; n = n->next) {
@@ -429,10 +438,10 @@ static qf_status qf_plan_prepare(qf_plan *p, qf_layout *L, const int *ki, const 
 static qf_status qf_plan_build(qf_plan *p)
 {
     qf_graph *g = p->g;
-    QF_TRY(qf_plan_check_shapes(g));
+    QF_TRY(qf_exec_check_shapes(g));
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
-    QF_TRY(qf_plan_check_values(g));
+    QF_TRY(qf_exec_check_values(g));
 
     const int nn = g->nnodes, nv = g->nvalues;
     p->nnodes = nn;
@@ -702,19 +711,9 @@ qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
                         g->ninputs == 1 ? "" : "s", ninputs);
     for (int i = 0; i < ninputs; i++) {
         const qf_value *v = g->inputs[i];
-        const qf_tensor *t = inputs[i];
-        char want[128], got[128];
-        if (!t || (!t->data && qf_tensor_nbytes(t)))
-            return qf_error(QF_ERR_INVALID, "input '%s': no data given", v->name);
-        if (t->dtype != v->type.dtype)
-            return qf_error(QF_ERR_INVALID, "input '%s' expects %s, got %s", v->name,
-                            qf_dtype_name(v->type.dtype), qf_dtype_name(t->dtype));
-        if (!qf_shape_equal(t->ndim, t->dims, v->type.ndim, v->type.dims))
-            return qf_error(QF_ERR_SHAPE, "input '%s' expects shape %s, got %s", v->name,
-                            qf_shape_str(v->type.ndim, v->type.dims, want, sizeof want),
-                            qf_shape_str(t->ndim, t->dims, got, sizeof got));
+        QF_TRY(qf_exec_check_input(v, inputs[i]));
         /* A view on the caller's data: the kernels only read it. */
-        p->vt[v->id].data = t->data;
+        p->vt[v->id].data = inputs[i]->data;
     }
     for (int k = 0; k < p->nviews; k++) p->views[k].data = p->view_src[k]->data;
     for (int i = 0; i < p->nsteps; i++) {

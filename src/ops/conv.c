@@ -158,18 +158,6 @@ static qf_status conv_infer_common(qf_node *n, bool transpose)
     return conv_set_output(n, &n->inputs[0]->type, &cg);
 }
 
-/* Index range [lo, hi) of outputs o for which i = o * st + off lies in
- * [0, size): the positions of one kernel tap that read real input. */
-static void conv_tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64_t *lo, int64_t *hi)
-{
-    int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;
-    int64_t b = size - 1 - off < 0 ? 0 : (size - 1 - off) / st + 1;
-    if (b > nout) b = nout;
-    if (a > b) a = b;
-    *lo = a;
-    *hi = b;
-}
-
 /* Column matrix of `channels` input planes: row (c, kd, kh, kw), column
  * (od, oh, ow) holds X[c, od*sd - pd + kd*dd, ...] or 0 in the padding. */
 void qf_conv_im2col3(const float *x, int64_t channels, const qf_spatial *l, float *col)
@@ -183,7 +171,7 @@ void qf_conv_im2col3(const float *x, int64_t channels, const qf_spatial *l, floa
             for (int64_t kh = 0; kh < l->kernel[1]; kh++)
                 for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
                     int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
-                    conv_tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
+                    qf_conv_tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
                     for (int64_t od = 0; od < OD; od++) {
                         int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
                         for (int64_t oh = 0; oh < OH; oh++, dst += OW) {
@@ -219,7 +207,7 @@ void qf_conv_col2im3(const float *col, int64_t channels, const qf_spatial *l, fl
             for (int64_t kh = 0; kh < l->kernel[1]; kh++)
                 for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
                     int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
-                    conv_tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
+                    qf_conv_tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
                     for (int64_t id = 0; id < ID; id++) {
                         int64_t od = id * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
                         for (int64_t ih = 0; ih < IH; ih++, src += IW) {
@@ -255,7 +243,7 @@ static void dw_plane(const qf_conv_geom *cg, const float *restrict xp, const flo
             for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
                 const float wv = *wk++;
                 int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
-                conv_tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
+                qf_conv_tap_range(offw, l->stride[2], IW, OW, &lo, &hi);
                 for (int64_t od = 0; od < OD; od++) {
                     int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
                     if (id < 0 || id >= l->in[0]) continue;
@@ -462,7 +450,11 @@ const qf_op_kernels qf_conv_kernels = {
     .state_size = sizeof(qf_conv_state),
     .scratch = conv_scratch,
     .forward_f32 = qf_conv_forward_f32,
+    .backward_f32 = qf_conv_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1), /* X (for dW) and W (for dX) */
+    .bwd_scratch = qf_conv_bwd_scratch,
     .dnnl = QF_DNNL_KERNELS(conv),
+    .dnnl_train = QF_DNNL_TRAIN_KERNELS(conv),
 };
 
 const qf_op_kernels qf_conv_transpose_kernels = {
@@ -471,5 +463,9 @@ const qf_op_kernels qf_conv_transpose_kernels = {
     .state_size = sizeof(qf_conv_state),
     .scratch = conv_scratch,
     .forward_f32 = qf_conv_transpose_forward_f32,
+    .backward_f32 = qf_conv_transpose_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1), /* X (for dW) and W (for dX) */
+    .bwd_scratch = qf_conv_bwd_scratch,
     .dnnl = QF_DNNL_KERNELS(conv_transpose),
+    .dnnl_train = QF_DNNL_TRAIN_KERNELS(conv_transpose),
 };

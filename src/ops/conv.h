@@ -1,6 +1,7 @@
 /* The numeric core of Conv and ConvTranspose, shared by their kernels (float
- * forward, the integer convs of int8.c; backward next): geometry from the attributes and
- * the operand types, the path choice, im2col / col2im over the 3-D lift.
+ * forward, the integer convs of int8.c, the backward of conv_backward.c):
+ * geometry from the attributes and the operand types, the path choice,
+ * im2col / col2im over the 3-D lift.
  *
  *   qf_conv_geom g;
  *   QF_TRY(qf_conv_setup(n, x_type, w_type, b_type, false, &g));  // once, in prepare
@@ -14,6 +15,7 @@
 #include <stdint.h>
 
 #include "qfold/graph.h"
+#include "op_table.h"
 #include "spatial.h"
 
 typedef struct qf_conv_geom {
@@ -57,6 +59,18 @@ qf_conv_path qf_conv_choose_path(const qf_conv_geom *cg);
  * does not fit). */
 size_t qf_conv_scratch_bytes(const qf_conv_geom *cg);
 
+/* Index range [lo, hi) of outputs o for which i = o * st + off lies in
+ * [0, size): the positions of one kernel tap that read real input. */
+static inline void qf_conv_tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64_t *lo, int64_t *hi)
+{
+    int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;
+    int64_t b = size - 1 - off < 0 ? 0 : (size - 1 - off) / st + 1;
+    if (b > nout) b = nout;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
 /* Column matrix of `channels` input planes: row (c, kd, kh, kw), column
  * (od, oh, ow) holds X[c, od*sd - pd + kd*dd, ...] or 0 in the padding. */
 void qf_conv_im2col3(const float *x, int64_t channels, const qf_spatial *l, float *col);
@@ -64,5 +78,12 @@ void qf_conv_im2col3(const float *x, int64_t channels, const qf_spatial *l, floa
 /* The adjoint of im2col: col row (c, kd, kh, kw), column (id, ih, iw) is
  * added into Y[c, id*sd - pd + kd*dd, ...] when that lies in the output. */
 void qf_conv_col2im3(const float *col, int64_t channels, const qf_spatial *l, float *y);
+
+/* Backward kernels (conv_backward.c) of Conv and ConvTranspose, float32,
+ * for the op table's backward_f32 / bwd_scratch columns: they read the
+ * prepared qf_conv_state, X and W (bwd_in bits 0 and 1) and dY. */
+qf_status qf_conv_backward_f32(const qf_kernel_io *io);
+qf_status qf_conv_transpose_backward_f32(const qf_kernel_io *io);
+size_t qf_conv_bwd_scratch(const qf_node *n, const void *state);
 
 #endif

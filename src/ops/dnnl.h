@@ -80,6 +80,22 @@
       (dnnl_deconvolution_desc_t *, dnnl_prop_kind_t, dnnl_alg_kind_t, const dnnl_memory_desc_t *,        \
        const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *,                \
        const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t))                       \
+    X(dnnl_status_t, dilated_convolution_backward_data_desc_init,                                         \
+      (dnnl_convolution_desc_t *, dnnl_alg_kind_t, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, \
+       const dnnl_memory_desc_t *, const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t,               \
+       const dnnl_dims_t))                                                                                \
+    X(dnnl_status_t, dilated_convolution_backward_weights_desc_init,                                      \
+      (dnnl_convolution_desc_t *, dnnl_alg_kind_t, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, \
+       const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, const dnnl_dims_t, const dnnl_dims_t,     \
+       const dnnl_dims_t, const dnnl_dims_t))                                                             \
+    X(dnnl_status_t, dilated_deconvolution_backward_data_desc_init,                                       \
+      (dnnl_deconvolution_desc_t *, dnnl_alg_kind_t, const dnnl_memory_desc_t *,                          \
+       const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, const dnnl_dims_t, const dnnl_dims_t,     \
+       const dnnl_dims_t, const dnnl_dims_t))                                                             \
+    X(dnnl_status_t, dilated_deconvolution_backward_weights_desc_init,                                    \
+      (dnnl_deconvolution_desc_t *, dnnl_alg_kind_t, const dnnl_memory_desc_t *,                          \
+       const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *,                \
+       const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t, const dnnl_dims_t))                       \
     X(dnnl_status_t, inner_product_forward_desc_init,                                                     \
       (dnnl_inner_product_desc_t *, dnnl_prop_kind_t, const dnnl_memory_desc_t *,                         \
        const dnnl_memory_desc_t *, const dnnl_memory_desc_t *, const dnnl_memory_desc_t *))               \

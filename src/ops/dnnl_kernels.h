@@ -27,6 +27,8 @@
 
 /* The backend columns defined in dnnl_<family>.c. */
 extern const qf_backend_kernels qf_conv_dnnl, qf_conv_transpose_dnnl;
+/* Training (the tape): forward in training mode and backward. */
+extern const qf_backend_kernels qf_conv_dnnl_train, qf_conv_transpose_dnnl_train;
 extern const qf_backend_kernels qf_gemm_dnnl, qf_matmul_dnnl, qf_linear_dnnl;
 extern const qf_backend_kernels qf_max_pool_dnnl, qf_avg_pool_dnnl, qf_global_avg_pool_dnnl;
 extern const qf_backend_kernels qf_batch_norm_dnnl;

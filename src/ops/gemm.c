@@ -118,6 +118,8 @@ static int dgemm_pick(dgemm_kernel_fn *k)
 
 void qf_sgemm_ref(const qf_sgemm_args *g) { sgemm_run(g); }
 
+void qf_sgemm_serial(const qf_sgemm_args *g) { sgemm_run_serial(g); }
+
 qf_status qf_sgemm(const qf_node *n, const qf_sgemm_args *g)
 {
     if (g->m <= 0 || g->n <= 0) return QF_OK;

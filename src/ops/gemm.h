@@ -57,6 +57,12 @@ qf_status qf_dgemm(const qf_node *n, const qf_dgemm_args *g);
  * bench/gemm. */
 void qf_sgemm_ref(const qf_sgemm_args *g);
 
+/* The portable float GEMM on the calling thread alone (whatever the
+ * backend), for kernels that split their work over qf_parallel_for slices
+ * themselves: unlike qf_sgemm, it may be called inside a slice body. Never
+ * allocates, never fails. */
+void qf_sgemm_serial(const qf_sgemm_args *g);
+
 /* The inner kernel the portable GEMM picked for this CPU ("avx512", "avx2",
  * "generic"). */
 const char *qf_gemm_kernel_name(void);

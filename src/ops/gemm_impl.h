@@ -179,17 +179,28 @@ static void QF_GN(slice)(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
+/* An empty K only scales C (true: nothing left to do). */
+static bool QF_GN(trivial)(const QF_GARGS *g)
+{
+    if (g->m <= 0 || g->n <= 0) return true;
+    if (g->k > 0) return false;
+    for (int64_t i = 0; i < g->m; i++)
+        for (int64_t j = 0; j < g->n; j++) {
+            QF_GT *c = g->c + i * g->ldc + j;
+            *c = g->beta != 0 ? g->beta * *c : 0;
+        }
+    return true;
+}
+
+/* The whole product on the calling thread (inline: the double one is unused). */
+static inline void QF_GN(run_serial)(const QF_GARGS *g)
+{
+    if (!QF_GN(trivial)(g)) QF_GN(block)(g, 0, g->m, 0, g->n);
+}
+
 static void QF_GN(run)(const QF_GARGS *g)
 {
-    if (g->m <= 0 || g->n <= 0) return;
-    if (g->k <= 0) {
-        for (int64_t i = 0; i < g->m; i++)
-            for (int64_t j = 0; j < g->n; j++) {
-                QF_GT *c = g->c + i * g->ldc + j;
-                *c = g->beta != 0 ? g->beta * *c : 0;
-            }
-        return;
-    }
+    if (QF_GN(trivial)(g)) return;
     QF_GN(kernel_fn) kernel;
     int nrv = QF_GN(pick)(&kernel);
     /* Threads split C along N (each packs all of A, a small share when N is

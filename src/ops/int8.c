@@ -225,7 +225,7 @@ size_t qf_int8_conv_col_bytes(const qf_conv_geom *cg)
 }
 
 /* Output positions [lo, hi) whose tap at offset off (stride st) lies in
- * [0, size): as conv.c's conv_tap_range. */
+ * [0, size): as conv.h's qf_conv_tap_range. */
 static void int8_tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64_t *lo, int64_t *hi)
 {
     int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;

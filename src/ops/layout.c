@@ -1,5 +1,6 @@
 /* Layout ops: Flatten, Reshape, Transpose, Concat, Slice, Split, Squeeze,
- * Unsqueeze, Pad, Identity, Dropout (ONNX opsets 11..17).
+ * Unsqueeze, Pad, Identity (ONNX opsets 11..17), forward and backward
+ * (Dropout, which moves data too, is in dropout.c).
  *
  * They only move data, so every dtype is handled by copying element bytes.
  * Operands that decide a shape (Reshape's shape, Slice's starts, Pad's pads,
@@ -776,7 +777,181 @@ static qf_status qf_pad_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
-/* --- Identity / Dropout --------------------------------------------------------- */
+/* --- backward (training; the contract is in op_table.h) ----------------------- */
+
+/* din[i] all zeros (when wanted). */
+static void qf_lay_grad_zero(const qf_kernel_io *io, int i)
+{
+    if (i < io->nin && io->din[i]) memset(io->din[i]->data, 0, qf_tensor_nbytes(io->din[i]));
+}
+
+/* The ops that keep the element order (Flatten, Reshape, Squeeze, Unsqueeze,
+ * Identity): dx is dy under x's shape. Shape operands (int64) get none. */
+static qf_status qf_lay_grad_copy(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    if (!io->dout[0]) {
+        qf_lay_grad_zero(io, 0);
+        return QF_OK;
+    }
+    memcpy(io->din[0]->data, io->dout[0]->data, qf_tensor_nbytes(io->din[0]));
+    return QF_OK;
+}
+
+/* Transpose: dx = dy transposed back. dx is walked in order; its axis
+ * perm[i] is dy's axis i, so it steps by dy's stride of axis i. */
+static qf_status qf_transpose_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0] || !io->dout[0]) {
+        qf_lay_grad_zero(io, 0);
+        return QF_OK;
+    }
+    const qf_tensor *dy = io->dout[0];
+    qf_tensor *dx = io->din[0];
+    int perm[QF_MAX_DIMS];
+    QF_TRY(qf_transpose_perm(io->node, dx->ndim, perm));
+    int64_t ys[QF_MAX_DIMS], st[QF_MAX_DIMS];
+    qf_lay_strides(dy->ndim, dy->dims, ys);
+    for (int i = 0; i < dy->ndim; i++) st[perm[i]] = ys[i];
+    qf_lay_gather_strided(dx->data, dy->data, sizeof(float), dx->ndim, dx->dims, st, 0);
+    return QF_OK;
+}
+
+/* Concat / Split backward: the blocks of `whole` along the node's axis, one
+ * per part i (shape shapes[i]), copied from (gather) or to data[i]'s data; a
+ * part whose data[i] is NULL is skipped. qf_lay_axis_parts for parts that
+ * may be missing. */
+static qf_status qf_lay_grad_parts(const qf_node *n, float *whole, const qf_tensor *wshape, int nparts,
+                                   const qf_tensor *const *shapes, const qf_tensor *const *data, bool gather)
+{
+    int axis;
+    QF_TRY(qf_lay_axis(n, qf_node_attr_int(n, "axis", 0), wshape->ndim, false, &axis));
+    int64_t outer = qf_shape_numel(axis, wshape->dims);
+    int64_t inner = qf_shape_numel(wshape->ndim - axis - 1, wshape->dims + axis + 1);
+    int64_t row = wshape->dims[axis] * inner, at = 0;
+    for (int i = 0; i < nparts; i++) {
+        int64_t chunk = shapes[i]->dims[axis] * inner;
+        float *part = data[i] ? data[i]->data : NULL;
+        for (int64_t o = 0; chunk && part && o < outer; o++) {
+            float *w = whole + o * row + at, *p = part + o * chunk;
+            memcpy(gather ? w : p, gather ? p : w, sizeof(float) * (size_t)chunk);
+        }
+        at += chunk;
+    }
+    return QF_OK;
+}
+
+/* Concat: each input's gradient is its block of dy (Split's forward). */
+static qf_status qf_concat_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->dout[0]) {
+        for (int i = 0; i < io->nin; i++) qf_lay_grad_zero(io, i);
+        return QF_OK;
+    }
+    return qf_lay_grad_parts(io->node, io->dout[0]->data, io->dout[0], io->nin, io->in,
+                             (const qf_tensor *const *)io->din, false);
+}
+
+/* Split: dx is the outputs' gradients side by side (Concat's forward); an
+ * output without gradient leaves its block zero. */
+static qf_status qf_split_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    for (int j = 0; j < io->nout; j++)
+        if (!io->dout[j]) {
+            qf_lay_grad_zero(io, 0);
+            break;
+        }
+    return qf_lay_grad_parts(io->node, io->din[0]->data, io->din[0], io->nout,
+                             (const qf_tensor *const *)io->out, io->dout, true);
+}
+
+/* Slice: dx is zero but where an element was taken, which gets its dy (each
+ * element is taken at most once, also with negative steps). Reads the
+ * starts / ends / axes / steps operands (bwd_in bits 1..4). */
+static qf_status qf_slice_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    qf_lay_grad_zero(io, 0);
+    if (!io->dout[0]) return QF_OK;
+    const qf_tensor *x = io->in[0], *dy = io->dout[0];
+    const qf_tensor *ops[4];
+    for (int i = 0; i < 4; i++) ops[i] = i + 1 < io->nin ? io->in[i + 1] : NULL;
+    int64_t start[QF_MAX_DIMS], step[QF_MAX_DIMS], len[QF_MAX_DIMS], xs[QF_MAX_DIMS], st[QF_MAX_DIMS];
+    QF_TRY(qf_slice_params(io->node, x->ndim, x->dims, ops, start, step, len));
+    qf_lay_strides(x->ndim, x->dims, xs);
+    int64_t base = 0;
+    for (int a = 0; a < x->ndim; a++) {
+        st[a] = xs[a] * step[a];
+        base += start[a] * xs[a];
+    }
+    const int64_t numel = qf_tensor_numel(dy);
+    if (numel <= 0) return QF_OK;
+    float *dx = io->din[0]->data;
+    const float *g = dy->data;
+    const int nd = dy->ndim;
+    if (nd == 0) {
+        dx[base] = g[0];
+        return QF_OK;
+    }
+    const int64_t inner = dy->dims[nd - 1], istr = st[nd - 1];
+    int64_t idx[QF_MAX_DIMS] = {0}, off = base;
+    for (int64_t k = 0; k < numel; k += inner, g += inner) {
+        for (int64_t j = 0; j < inner; j++) dx[off + j * istr] = g[j];
+        for (int a = nd - 2; a >= 0; a--) {
+            off += st[a];
+            if (++idx[a] < dy->dims[a]) break;
+            off -= st[a] * dy->dims[a];
+            idx[a] = 0;
+        }
+    }
+    return QF_OK;
+}
+
+/* Pad: every output element's dy goes back to the input element it was read
+ * from (constant mode: the kept block; edge / reflect: summed over every
+ * copy, as PyTorch's replication / reflection pad backward); a cropped input
+ * element (negative pad) gets 0. A float constant_value wanted as a gradient
+ * gets the sum of dy over the padded positions. Reads pads and axes (bwd_in
+ * bits 1 and 3). */
+static qf_status qf_pad_backward_f32(const qf_kernel_io *io)
+{
+    qf_tensor *dxt = io->din[0];
+    qf_tensor *dct = io->nin > 2 && io->in[2] ? io->din[2] : NULL;
+    qf_lay_grad_zero(io, 0);
+    qf_lay_grad_zero(io, 2);
+    if ((!dxt && !dct) || !io->dout[0]) return QF_OK;
+    const qf_tensor *x = io->in[0], *dy = io->dout[0];
+    qf_pad_mode mode;
+    QF_TRY(qf_pad_mode_of(io->node, &mode));
+    int64_t pads[2 * QF_MAX_DIMS];
+    QF_TRY(qf_pad_amounts(io->node, x->ndim, io->in[1], io->nin > 3 ? io->in[3] : NULL, pads));
+    int64_t xs[QF_MAX_DIMS], idx[QF_MAX_DIMS] = {0};
+    qf_lay_strides(x->ndim, x->dims, xs);
+    const int64_t numel = qf_tensor_numel(dy);
+    const float *g = dy->data;
+    float *dx = dxt ? dxt->data : NULL;
+    double outside = 0.0;
+    for (int64_t k = 0; k < numel; k++) {
+        int64_t off = 0;
+        bool inside = true;
+        for (int a = 0; a < x->ndim && inside; a++) {
+            int64_t j = qf_pad_source(mode, idx[a] - pads[a], x->dims[a]);
+            if (j < 0) inside = false;
+            else off += j * xs[a];
+        }
+        if (!inside) outside += g[k];
+        else if (dx) dx[off] += g[k];
+        for (int a = dy->ndim - 1; a >= 0; a--) {
+            if (++idx[a] < dy->dims[a]) break;
+            idx[a] = 0;
+        }
+    }
+    if (dct && qf_tensor_numel(dct) > 0) ((float *)dct->data)[0] = (float)outside;
+    return QF_OK;
+}
+
+/* --- Identity ------------------------------------------------------------------- */
 static qf_status qf_identity_infer(qf_graph *g, qf_node *n)
 {
     (void)g;
@@ -787,101 +962,67 @@ static qf_status qf_identity_infer(qf_graph *g, qf_node *n)
 
 static qf_status qf_identity_forward_f32(const qf_kernel_io *io) { return qf_lay_copy(io); }
 
-/* Dropout runs in inference mode. Training mode is accepted only with a
- * ratio of 0 (nothing dropped: the same result); ratio defaults to 0.5. */
-static qf_status qf_dropout_training(const qf_node *n, const qf_tensor *tm, const qf_tensor *ratio)
-{
-    if (!tm || !tm->data || qf_tensor_numel(tm) < 1 || qf_tensor_get_i64(tm, 0) == 0) return QF_OK;
-    if (ratio && !ratio->data) return QF_OK; /* known at run time: the kernel checks */
-    double r = ratio && qf_tensor_numel(ratio) > 0 ? qf_tensor_get_f64(ratio, 0) : 0.5;
-    if (r != 0.0)
-        return qf_error(QF_ERR_UNSUPPORTED,
-                        "node '%s' (Dropout): training_mode = true with ratio %g is not supported "
-                        "(inference only)",
-                        n->name, r);
-    return QF_OK;
-}
-
-static qf_status qf_dropout_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    const qf_tensor *x = &n->inputs[0]->type;
-    const qf_value *tm = qf_lay_in(n, 2);
-    /* Training mode is a property of how the graph is run, not of its
-     * shapes: the graph stays valid (a pass may still see or remove the
-     * node); the inference kernel refuses to run it. */
-    if (tm && tm->type.dtype != QF_DTYPE_BOOL)
-        return qf_error(QF_ERR_INVALID, "node '%s' (Dropout): training_mode must be bool, got %s",
-                        n->name, qf_dtype_name(tm->type.dtype));
-    qf_set_output(n, 0, x->dtype, x->ndim, x->dims);
-    if (n->noutputs > 1) qf_set_output(n, 1, QF_DTYPE_BOOL, x->ndim, x->dims);
-    return QF_OK;
-}
-
-static qf_status qf_dropout_forward_f32(const qf_kernel_io *io)
-{
-    QF_TRY(qf_dropout_training(io->node, io->nin > 2 ? io->in[2] : NULL, io->nin > 1 ? io->in[1] : NULL));
-    QF_TRY(qf_lay_copy(io));
-    /* In inference every element is kept: the mask is all true. */
-    if (io->nout > 1) memset(io->out[1]->data, 1, qf_tensor_nbytes(io->out[1]));
-    return QF_OK;
-}
-
 /* --- op table columns (src/ops/op_table.h) --- */
 
 const qf_op_kernels qf_flatten_kernels = {
     .infer = qf_flatten_infer,
     .forward_f32 = qf_flatten_forward_f32,
+    .backward_f32 = qf_lay_grad_copy,
 };
 
 const qf_op_kernels qf_reshape_kernels = {
     .infer = qf_reshape_infer,
     .forward_f32 = qf_reshape_forward_f32,
+    .backward_f32 = qf_lay_grad_copy,
 };
 
 const qf_op_kernels qf_transpose_kernels = {
     .infer = qf_transpose_infer,
     .forward_f32 = qf_transpose_forward_f32,
+    .backward_f32 = qf_transpose_backward_f32,
 };
 
 const qf_op_kernels qf_concat_kernels = {
     .infer = qf_concat_infer,
     .forward_f32 = qf_concat_forward_f32,
+    .backward_f32 = qf_concat_backward_f32,
 };
 
 const qf_op_kernels qf_slice_kernels = {
     .infer = qf_slice_infer,
     .forward_f32 = qf_slice_forward_f32,
+    .backward_f32 = qf_slice_backward_f32,
+    .bwd_in = 0x1eu, /* starts, ends, axes, steps */
 };
 
 const qf_op_kernels qf_split_kernels = {
     .infer = qf_split_infer,
     .forward_f32 = qf_split_forward_f32,
+    .backward_f32 = qf_split_backward_f32,
 };
 
 const qf_op_kernels qf_squeeze_kernels = {
     .infer = qf_squeeze_infer,
     .forward_f32 = qf_squeeze_forward_f32,
+    .backward_f32 = qf_lay_grad_copy,
 };
 
 const qf_op_kernels qf_unsqueeze_kernels = {
     .infer = qf_unsqueeze_infer,
     .forward_f32 = qf_unsqueeze_forward_f32,
+    .backward_f32 = qf_lay_grad_copy,
 };
 
 const qf_op_kernels qf_pad_kernels = {
     .infer = qf_pad_infer,
     .forward_f32 = qf_pad_forward_f32,
+    .backward_f32 = qf_pad_backward_f32,
+    .bwd_in = (1u << 1) | (1u << 3), /* pads, axes */
 };
 
 const qf_op_kernels qf_identity_kernels = {
     .infer = qf_identity_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_identity_forward_f32,
-};
-
-const qf_op_kernels qf_dropout_kernels = {
-    .infer = qf_dropout_infer,
-    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
-    .forward_f32 = qf_dropout_forward_f32,
+    .backward_f32 = qf_lay_grad_copy,
 };

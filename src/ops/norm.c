@@ -16,10 +16,26 @@
  * with the same biased batch_var, as the ONNX spec's reference and its node
  * tests (test_batchnorm_*_training_mode) do. Note: PyTorch updates its
  * running_var with the unbiased variance (count / (count - 1)).
+ *
+ * Training as PyTorch (io->training: the backward tape and
+ * qf_node_eval_grad; whatever the node's training_mode): y uses the batch
+ * mean and the biased batch variance (two passes in double), the batch mean
+ * and 1/sqrt(var + eps) are kept in `saved` for the backward, and the
+ * running statistics are updated in place in input_mean / input_var with
+ * nn.BatchNorm's rule, m = the node's momentum (ONNX's m is 1 - PyTorch's):
+ *     input_mean = input_mean * m + batch_mean * (1 - m)
+ *     input_var  = input_var  * m + batch_var * count / (count - 1) * (1 - m)
+ * Backward in training mode as torch's native_batch_norm_backward, per
+ * channel with xhat = (x - mean) * invstd over the channel's count values:
+ *     dbeta = sum(dy), dgamma = sum(dy * xhat),
+ *     dx = gamma * invstd * (dy - dbeta / count - xhat * dgamma / count)
+ * and outside training (frozen BN, as in QAT) the per-channel affine of the
+ * running statistics: dx = dy * gamma / sqrt(var + eps).
  */
 #include <math.h>
 
 #include "broadcast.h"
+#include "core/parallel.h"
 #include "dnnl_kernels.h"
 #include "kernels.h"
 
@@ -87,8 +103,196 @@ static void norm_store(const qf_tensor *t, int64_t i, double v)
     else ((float *)t->data)[i] = (float)v;
 }
 
+/* --- training as PyTorch (io->training) ---------------------------------------- */
+
+/* `saved`: the batch mean, then 1/sqrt(var + eps), C doubles each. */
+static size_t qf_batch_norm_saved(const qf_node *n, const void *state)
+{
+    (void)state;
+    int64_t c = n->inputs[0]->type.dims[1];
+    return 2 * (size_t)(c > 0 ? c : 0) * sizeof(double);
+}
+
+typedef struct bn_job {
+    const float *x, *dy;
+    float *y, *dx, *dscale, *dbias, *dmean, *dvar;
+    int64_t nb, c, inner;
+    double eps;
+    const qf_tensor *scale, *bias, *mean, *var;
+    double *smean, *sinv; /* saved */
+    bool batch;           /* backward: the batch-statistics formula */
+} bn_job;
+
+/* Channels lo..hi-1: the batch mean into smean, the biased variance into
+ * sinv (bn_train_forward turns it into 1/sqrt(var + eps)). */
+static void bn_stats_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    const double cnt = (double)(j->nb * j->inner);
+    for (int64_t ch = lo; ch < hi; ch++) {
+        double s = 0.0, ss = 0.0;
+        for (int64_t b = 0; b < j->nb; b++) {
+            const float *p = j->x + (b * j->c + ch) * j->inner;
+            for (int64_t i = 0; i < j->inner; i++) s += p[i];
+        }
+        const double mu = s / cnt;
+        for (int64_t b = 0; b < j->nb; b++) {
+            const float *p = j->x + (b * j->c + ch) * j->inner;
+            for (int64_t i = 0; i < j->inner; i++) {
+                const double d = p[i] - mu;
+                ss += d * d;
+            }
+        }
+        j->smean[ch] = mu;
+        j->sinv[ch] = ss / cnt;
+    }
+}
+
+/* y = x * a + d per channel, a = gamma * invstd, d = beta - mean * a. */
+static void bn_affine_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    for (int64_t ch = lo; ch < hi; ch++) {
+        const double a = qf_tensor_get_f64(j->scale, ch) * j->sinv[ch];
+        const float af = (float)a, df = (float)(qf_tensor_get_f64(j->bias, ch) - j->smean[ch] * a);
+        for (int64_t b = 0; b < j->nb; b++) {
+            const float *p = j->x + (b * j->c + ch) * j->inner;
+            float *q = j->y + (b * j->c + ch) * j->inner;
+            for (int64_t i = 0; i < j->inner; i++) q[i] = p[i] * af + df;
+        }
+    }
+}
+
+/* Channels per parallel slice: at least ~16k elements each. */
+static int64_t bn_grain(int64_t per_channel)
+{
+    return per_channel >= 16384 ? 1 : 16384 / (per_channel > 0 ? per_channel : 1);
+}
+
+static qf_status bn_train_forward(const qf_kernel_io *io)
+{
+    const qf_node *n = io->node;
+    const qf_tensor *x = io->in[0];
+    bn_job j = {.x = x->data, .y = io->out[0]->data, .nb = x->dims[0], .c = x->dims[1], .inner = 1,
+                .eps = qf_node_attr_float(n, "epsilon", 1e-5f), .scale = io->in[1], .bias = io->in[2]};
+    for (int i = 2; i < x->ndim; i++) j.inner *= x->dims[i];
+    const double momentum = qf_node_attr_float(n, "momentum", 0.9f);
+    const int64_t count = j.nb * j.inner;
+    if (count < 2)
+        return qf_error(QF_ERR_INVALID,
+                        "node '%s' (%s): training needs more than 1 value per channel (input shape has %lld)", n->name,
+                        qf_op_label(n), (long long)count);
+    if (!io->saved)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): training forward without its saved statistics", n->name,
+                        qf_op_label(n));
+    j.smean = io->saved;
+    j.sinv = j.smean + j.c;
+    qf_parallel_for(j.c, bn_grain(count), bn_stats_slice, &j);
+    for (int64_t ch = 0; ch < j.c; ch++)
+        if (!(j.sinv[ch] + j.eps > 0.0))
+            return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): channel %lld: variance %g + epsilon %g is not > 0",
+                            n->name, qf_op_label(n), (long long)ch, j.sinv[ch], j.eps);
+    /* The running statistics, in place: the trainer made them writable
+     * (op_table.h), the one-node harness passes its own copies. */
+    qf_tensor *rmean = (qf_tensor *)io->in[3], *rvar = (qf_tensor *)io->in[4];
+    const double unbias = (double)count / (double)(count - 1);
+    for (int64_t ch = 0; ch < j.c; ch++) {
+        const double v = j.sinv[ch];
+        const double m1 = qf_tensor_get_f64(rmean, ch) * momentum + j.smean[ch] * (1.0 - momentum);
+        const double v1 = qf_tensor_get_f64(rvar, ch) * momentum + v * unbias * (1.0 - momentum);
+        norm_store(rmean, ch, m1);
+        norm_store(rvar, ch, v1);
+        if (io->nout == 3) {
+            norm_store(io->out[1], ch, m1);
+            norm_store(io->out[2], ch, v1);
+        }
+        j.sinv[ch] = 1.0 / sqrt(v + j.eps);
+    }
+    qf_parallel_for(j.c, bn_grain(count), bn_affine_slice, &j);
+    return QF_OK;
+}
+
+/* Channels lo..hi-1 of the backward. */
+static void bn_backward_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    const double cnt = (double)(j->nb * j->inner);
+    for (int64_t ch = lo; ch < hi; ch++) {
+        const double gamma = qf_tensor_get_f64(j->scale, ch);
+        double mu, inv;
+        if (j->batch) {
+            mu = j->smean[ch];
+            inv = j->sinv[ch];
+        } else {
+            mu = qf_tensor_get_f64(j->mean, ch);
+            inv = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
+        }
+        double sum = 0.0, dotp = 0.0;
+        if (j->dy) {
+            for (int64_t b = 0; b < j->nb; b++) {
+                const float *p = j->x + (b * j->c + ch) * j->inner, *g = j->dy + (b * j->c + ch) * j->inner;
+                for (int64_t i = 0; i < j->inner; i++) {
+                    sum += g[i];
+                    dotp += (p[i] - mu) * g[i];
+                }
+            }
+        }
+        if (j->dbias) j->dbias[ch] = (float)sum;
+        if (j->dscale) j->dscale[ch] = (float)(dotp * inv);
+        if (j->dmean) j->dmean[ch] = j->batch ? 0.0f : (float)(-sum * gamma * inv);
+        if (j->dvar) j->dvar[ch] = j->batch ? 0.0f : (float)(-0.5 * dotp * gamma * inv * inv * inv);
+        if (!j->dx) continue;
+        const float a = (float)(gamma * inv);
+        /* Training: dx = a * (dy - sum / cnt - (x - mean) * k), k = dotp * inv^2 / cnt. */
+        const float gm = j->batch ? (float)(sum / cnt) : 0.0f, k = j->batch ? (float)(dotp * inv * inv / cnt) : 0.0f;
+        const float muf = (float)mu;
+        for (int64_t b = 0; b < j->nb; b++) {
+            const float *p = j->x + (b * j->c + ch) * j->inner;
+            float *q = j->dx + (b * j->c + ch) * j->inner;
+            if (!j->dy) {
+                for (int64_t i = 0; i < j->inner; i++) q[i] = 0.0f;
+                continue;
+            }
+            const float *g = j->dy + (b * j->c + ch) * j->inner;
+            if (j->batch)
+                for (int64_t i = 0; i < j->inner; i++) q[i] = (g[i] - gm - (p[i] - muf) * k) * a;
+            else
+                for (int64_t i = 0; i < j->inner; i++) q[i] = g[i] * a;
+        }
+    }
+}
+
+/* Reads X, scale (and the running statistics outside training): bwd_in. */
+static qf_status qf_batch_norm_backward_f32(const qf_kernel_io *io)
+{
+    const qf_node *n = io->node;
+    const qf_tensor *x = io->in[0];
+    float *din[5] = {0};
+    for (int i = 0; i < 5 && i < io->nin; i++) din[i] = io->din[i] ? io->din[i]->data : NULL;
+    bn_job j = {.x = x->data, .dy = io->dout[0] ? io->dout[0]->data : NULL, .dx = din[0], .dscale = din[1],
+                .dbias = din[2], .dmean = din[3], .dvar = din[4], .nb = x->dims[0], .c = x->dims[1], .inner = 1,
+                .eps = qf_node_attr_float(n, "epsilon", 1e-5f), .scale = io->in[1], .mean = io->in[3],
+                .var = io->in[4], .batch = io->training || bn_training(n, io->opset)};
+    for (int i = 2; i < x->ndim; i++) j.inner *= x->dims[i];
+    if (io->nout > 1 && (io->dout[1] || (io->nout > 2 && io->dout[2])))
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "node '%s' (%s): a gradient through the running_mean / running_var outputs is not supported",
+                        n->name, qf_op_label(n));
+    if (j.batch) {
+        if (!io->saved)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): backward in training mode without saved statistics",
+                            n->name, qf_op_label(n));
+        j.smean = io->saved;
+        j.sinv = j.smean + j.c;
+    }
+    qf_parallel_for(j.c, bn_grain(j.nb * j.inner), bn_backward_slice, &j);
+    return QF_OK;
+}
+
 static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
 {
+    if (io->training) return bn_train_forward(io);
+
     const qf_node *n = io->node;
     const char *op = qf_op_label(n);
     const qf_tensor *x = io->in[0];
@@ -121,6 +325,7 @@ static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
                 }
             }
             v = cnt > 0 ? ss / cnt : 0.0;
+            if (io->saved) ((double *)io->saved)[ch] = mu;
             if (io->nout == 3) {
                 norm_store(io->out[1], ch, qf_tensor_get_f64(mean, ch) * momentum + mu * (1.0 - momentum));
                 norm_store(io->out[2], ch, qf_tensor_get_f64(var, ch) * momentum + v * (1.0 - momentum));
@@ -132,6 +337,7 @@ static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
         if (!(v + eps > 0.0))
             return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): channel %lld: variance %g + epsilon %g is not > 0",
                             n->name, op, (long long)ch, v, eps);
+        if (training && io->saved) ((double *)io->saved)[c + ch] = 1.0 / sqrt(v + eps);
         double a = qf_tensor_get_f64(scale, ch) / sqrt(v + eps);
         double d = qf_tensor_get_f64(bias, ch) - mu * a;
         const float af = (float)a, df = (float)d;
@@ -293,6 +499,9 @@ static qf_status qf_layer_norm_forward_f32(const qf_kernel_io *io)
 const qf_op_kernels qf_batch_norm_kernels = {
     .infer = qf_batch_norm_infer,
     .forward_f32 = qf_batch_norm_forward_f32,
+    .backward_f32 = qf_batch_norm_backward_f32,
+    .bwd_in = 1u << 0 | 1u << 1 | 1u << 3 | 1u << 4,
+    .saved_size = qf_batch_norm_saved,
     .dnnl = QF_DNNL_KERNELS(batch_norm),
 };
 

@@ -121,6 +121,10 @@ typedef struct qf_op_kernels {
     qf_scratch_fn bwd_scratch;  /* scratch bytes backward_f32 needs; NULL: 0 */
     qf_kernel_fn forward_s8;    /* integer kernel; NULL until the op has one */
     const qf_backend_kernels *dnnl; /* oneDNN columns (QF_DNNL_KERNELS); NULL: reference only */
+    /* oneDNN's training columns (the tape: src/exec/grad.c): prepare with
+     * io->training set, forward_f32 in training mode, backward_f32 as the
+     * reference backward; NCHW, no post-ops. NULL: the reference kernels. */
+    const qf_backend_kernels *dnnl_train;
     /* QF_LAYOUT_NHWC: forward_f32 computes the same whatever the memory
      * order of its operands, as long as all have one (elementwise kernels:
      * the plan passes them same-shape operands, or one-element ones, in
@@ -139,8 +143,10 @@ typedef struct qf_op_kernels {
  * src/ops/dnnl_<family>.c) in a build with oneDNN, NULL without. */
 #if QF_HAVE_DNNL
 #define QF_DNNL_KERNELS(name) (&qf_##name##_dnnl)
+#define QF_DNNL_TRAIN_KERNELS(name) (&qf_##name##_dnnl_train)
 #else
 #define QF_DNNL_KERNELS(name) NULL
+#define QF_DNNL_TRAIN_KERNELS(name) NULL
 #endif
 
 extern const qf_op_kernels *const qf_op_table[QF_OP_COUNT];

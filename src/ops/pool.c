@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/parallel.h"
 #include "dnnl_kernels.h"
 #include "kernels.h"
 #include "spatial.h"
@@ -476,6 +477,227 @@ static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* --- backward (training; the contract is in op_table.h) -------------------- */
+
+/* din[0] zeroed, or NULL when nobody wants it. A NULL dout is zeros: the
+ * gradient is then zero too. Returns false when there is nothing more to do. */
+static bool pool_grad_begin(const qf_kernel_io *io, float **dx, const float **dy)
+{
+    *dx = NULL;
+    *dy = NULL;
+    if (!io->din[0]) return false;
+    *dx = io->din[0]->data;
+    memset(*dx, 0, sizeof(float) * (size_t)qf_tensor_numel(io->din[0]));
+    if (!io->dout[0]) return false;
+    *dy = io->dout[0]->data;
+    return true;
+}
+
+static qf_status pool_grad_f32_only(const qf_kernel_io *io)
+{
+    if (io->in[0]->dtype == QF_DTYPE_F32) return QF_OK;
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of a %s input (float32 only)",
+                    io->node->name, qf_op_label(io->node), qf_dtype_name(io->in[0]->dtype));
+}
+
+typedef struct pool_grad_job {
+    const pool_geom *pg;
+    const float *x, *dy;
+    float *dx;
+    bool include_pad;
+} pool_grad_job;
+
+/* MaxPool: each dy goes to the element its window's maximum came from, found
+ * again in X (cheaper than keeping indices from the forward). The choice is
+ * PyTorch's (max_pool{2,3}d_with_indices on CPU): the windows are scanned
+ * depth, row, column; the first maximum wins a tie (a strict >), a NaN wins
+ * over every number and a later NaN over an earlier one; a window whose
+ * every tap is -inf gives its first tap. Planes are independent: one thread
+ * slice of planes each. */
+static void max_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_grad_job *j = ctx;
+    const pool_geom *pg = j->pg;
+    const qf_spatial *l = &pg->l;
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    const int64_t dd = l->dilation[0], dh = l->dilation[1], dw = l->dilation[2];
+    for (int64_t p = lo; p < hi; p++) {
+        const float *xp = j->x + p * pg->in_plane;
+        const float *dyp = j->dy + p * pg->out_plane;
+        float *dxp = j->dx + p * pg->in_plane;
+        for (int64_t od = 0; od < l->out[0]; od++) {
+            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
+            pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);
+            for (int64_t oh = 0; oh < l->out[1]; oh++) {
+                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
+                pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);
+                for (int64_t ow = 0; ow < l->out[2]; ow++, dyp++) {
+                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
+                    pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);
+                    if (d0 >= d1 || h0 >= h1 || w0 >= w1) continue; /* no tap inside X */
+                    float best = -INFINITY;
+                    int64_t at = ((sd + d0 * dd) * IH + sh + h0 * dh) * IW + sw + w0 * dw;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            int64_t row = ((sd + kd * dd) * IH + sh + kh * dh) * IW + sw;
+                            for (int64_t kw = w0; kw < w1; kw++) {
+                                float v = xp[row + kw * dw];
+                                if (v > best || v != v) {
+                                    best = v;
+                                    at = row + kw * dw;
+                                }
+                            }
+                        }
+                    dxp[at] += *dyp;
+                }
+            }
+        }
+    }
+}
+
+/* Reads X (bwd_in bit 0). */
+static qf_status qf_max_pool_backward_f32(const qf_kernel_io *io)
+{
+    QF_TRY(pool_grad_f32_only(io));
+    float *dx;
+    const float *dy;
+    if (!pool_grad_begin(io, &dx, &dy)) return QF_OK;
+    const pool_state *st = io->state;
+    pool_grad_job j = {.pg = &st->geom, .x = io->in[0]->data, .dy = dy, .dx = dx};
+    qf_parallel_for(st->geom.planes, 1 + 4096 / (st->geom.out_plane + 1), max_pool_grad_planes, &j);
+    return QF_OK;
+}
+
+/* AveragePool: each dy / count goes to every tap of its window inside X,
+ * with the forward's count (count_include_pad: the window clipped to the
+ * padded extent, else the taps inside X; PyTorch's divisor too). */
+static void avg_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_grad_job *j = ctx;
+    const pool_geom *pg = j->pg;
+    const qf_spatial *l = &pg->l;
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    for (int64_t p = lo; p < hi; p++) {
+        const float *dyp = j->dy + p * pg->out_plane;
+        float *dxp = j->dx + p * pg->in_plane;
+        for (int64_t od = 0; od < l->out[0]; od++) {
+            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
+            pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
+            int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
+            for (int64_t oh = 0; oh < l->out[1]; oh++) {
+                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
+                pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
+                int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
+                for (int64_t ow = 0; ow < l->out[2]; ow++, dyp++) {
+                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
+                    pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
+                    int64_t cnt = j->include_pad
+                                      ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
+                                      : (d1 - d0) * (h1 - h0) * (w1 - w0);
+                    if (cnt <= 0) continue;
+                    const float g = *dyp / (float)cnt;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            float *row = dxp + ((sd + kd) * IH + sh + kh) * IW + sw;
+                            for (int64_t kw = w0; kw < w1; kw++) row[kw] += g;
+                        }
+                }
+            }
+        }
+    }
+}
+
+/* Reads neither X nor Y: the geometry is in the prepared state. */
+static qf_status qf_avg_pool_backward_f32(const qf_kernel_io *io)
+{
+    float *dx;
+    const float *dy;
+    if (!pool_grad_begin(io, &dx, &dy)) return QF_OK;
+    const pool_state *st = io->state;
+    pool_grad_job j = {.pg = &st->geom, .dy = dy, .dx = dx, .include_pad = st->include_pad};
+    qf_parallel_for(st->geom.planes, 1 + 4096 / (st->geom.out_plane + 1), avg_pool_grad_planes, &j);
+    return QF_OK;
+}
+
+/* GlobalAveragePool: dx = dy / (spatial size), broadcast over each plane. */
+static qf_status qf_global_avg_pool_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    const qf_tensor *x = io->in[0];
+    float *dx = io->din[0]->data;
+    const int64_t planes = x->dims[0] * x->dims[1];
+    int64_t inner = 1;
+    for (int i = 2; i < x->ndim; i++) inner *= x->dims[i];
+    const float *dy = io->dout[0] ? io->dout[0]->data : NULL;
+    for (int64_t p = 0; p < planes; p++) {
+        const float g = dy ? dy[p] / (float)inner : 0.0f;
+        float *dxp = dx + p * inner;
+        for (int64_t i = 0; i < inner; i++) dxp[i] = g;
+    }
+    return QF_OK;
+}
+
+/* ReduceMean: dx[i] = dy[o(i)] / (reduced count), o(i) the output element
+ * x[i] was averaged into: x is walked in order, with an output stride per
+ * axis (0 on the reduced ones). With noop_with_empty_axes and no axes the
+ * node is the identity. */
+static qf_status qf_reduce_mean_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    const qf_node *n = io->node;
+    const qf_tensor *x = io->in[0];
+    float *dx = io->din[0]->data;
+    const int64_t total = qf_tensor_numel(x);
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
+    if (!io->dout[0]) {
+        memset(dx, 0, sizeof *dx * (size_t)total);
+        return QF_OK;
+    }
+    const float *dy = io->dout[0]->data;
+    if (noop) {
+        memcpy(dx, dy, sizeof *dx * (size_t)total);
+        return QF_OK;
+    }
+    const int rank = x->ndim;
+    int64_t ostride[QF_MAX_DIMS], st = 1, rcount = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        if (mask[i]) {
+            ostride[i] = 0;
+            rcount *= x->dims[i];
+        } else {
+            ostride[i] = st;
+            st *= x->dims[i];
+        }
+    }
+    if (total == 0) return QF_OK;
+    /* Divided per element, as PyTorch's mean backward (not times 1 / n). */
+    const float cnt = (float)rcount;
+    if (rank == 0) {
+        dx[0] = dy[0] / cnt;
+        return QF_OK;
+    }
+    /* Rows of the innermost axis; an odometer over the outer ones. */
+    const int64_t inner = x->dims[rank - 1], istr = ostride[rank - 1];
+    int64_t idx[QF_MAX_DIMS] = {0}, off = 0;
+    for (int64_t k = 0; k < total; k += inner) {
+        float *row = dx + k;
+        if (istr == 0) {
+            const float g = dy[off] / cnt;
+            for (int64_t j = 0; j < inner; j++) row[j] = g;
+        } else {
+            for (int64_t j = 0; j < inner; j++) row[j] = dy[off + j] / cnt;
+        }
+        for (int a = rank - 2; a >= 0; a--) {
+            off += ostride[a];
+            if (++idx[a] < x->dims[a]) break;
+            off -= ostride[a] * x->dims[a];
+            idx[a] = 0;
+        }
+    }
+    return QF_OK;
+}
+
 /* --- op table columns (src/ops/op_table.h) --- */
 
 const qf_op_kernels qf_max_pool_kernels = {
@@ -483,6 +705,8 @@ const qf_op_kernels qf_max_pool_kernels = {
     .prepare = qf_max_pool_prepare,
     .state_size = sizeof(pool_state),
     .forward_f32 = qf_max_pool_forward_f32,
+    .backward_f32 = qf_max_pool_backward_f32,
+    .bwd_in = 1u << 0,
     .dnnl = QF_DNNL_KERNELS(max_pool),
 };
 
@@ -491,16 +715,19 @@ const qf_op_kernels qf_avg_pool_kernels = {
     .prepare = qf_avg_pool_prepare,
     .state_size = sizeof(pool_state),
     .forward_f32 = qf_avg_pool_forward_f32,
+    .backward_f32 = qf_avg_pool_backward_f32,
     .dnnl = QF_DNNL_KERNELS(avg_pool),
 };
 
 const qf_op_kernels qf_global_avg_pool_kernels = {
     .infer = qf_global_avg_pool_infer,
     .forward_f32 = qf_global_avg_pool_forward_f32,
+    .backward_f32 = qf_global_avg_pool_backward_f32,
     .dnnl = QF_DNNL_KERNELS(global_avg_pool),
 };
 
 const qf_op_kernels qf_reduce_mean_kernels = {
     .infer = qf_reduce_mean_infer,
     .forward_f32 = qf_reduce_mean_forward_f32,
+    .backward_f32 = qf_reduce_mean_backward_f32,
 };

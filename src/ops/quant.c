@@ -256,6 +256,94 @@ static qf_status qf_dequantize_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* --- backward (training; the contract is in op_table.h) ------------------------ */
+
+/* The straight-through estimator's clamp mask of fake quantization, as
+ * PyTorch 1.13 computes it (fake_quantize_tensor_cachemask_kernel and the
+ * per-channel one): qval = zp + nearbyint(x * inv_scale) with inv_scale =
+ * 1.0f / scale, all in float32, and the gradient passes where lo <= qval <=
+ * hi. The product by the float reciprocal, not the division QuantizeLinear
+ * rounds, is PyTorch's: the two can round apart only on a tie at the edge
+ * of the range, and then the mask is PyTorch's. NaN and +-Inf give 0 (their
+ * int64 cast in PyTorch is out of range). */
+static inline float quant_ste_pass(float x, float inv_scale, float zp, float lo, float hi)
+{
+    float q = qf_round_half_even_f32(x * inv_scale) + zp;
+    return q >= lo && q <= hi ? 1.0f : 0.0f;
+}
+
+typedef struct quant_grad_job {
+    const float *x, *dy;
+    float *dx;
+    float inv_scale, zp, lo, hi;
+} quant_grad_job;
+
+static void quant_grad_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const quant_grad_job *j = ctx;
+    for (int64_t i = lo; i < hi; i++)
+        j->dx[i] = j->dy[i] * quant_ste_pass(j->x[i], j->inv_scale, j->zp, j->lo, j->hi);
+}
+
+/* Gradients of the quantization parameters, when asked for: none (0), as
+ * PyTorch's fake_quantize_per_{tensor,channel}_affine gives none. */
+static void quant_grad_params_zero(const qf_kernel_io *io)
+{
+    for (int i = 1; i < io->nin && i < 3; i++)
+        if (io->din[i]) memset(io->din[i]->data, 0, qf_tensor_nbytes(io->din[i]));
+}
+
+/* QuantizeLinear: dx = dy where x quantizes inside [qmin, qmax] of the
+ * output type (before saturation), else 0; dy is the gradient with respect
+ * to the dequantized value of y (op_table.h). Reads x, scale and the zero
+ * point (bwd_in bits 0..2). */
+static qf_status qf_quantize_backward_f32(const qf_kernel_io *io)
+{
+    quant_grad_params_zero(io);
+    if (!io->din[0]) return QF_OK;
+    const qf_tensor *x = io->in[0], *scale = io->in[1];
+    const qf_tensor *zp = io->nin > 2 ? io->in[2] : NULL;
+    float *dx = io->din[0]->data;
+    const int64_t n = qf_tensor_numel(x);
+    if (!io->dout[0]) {
+        memset(dx, 0, sizeof *dx * (size_t)n);
+        return QF_OK;
+    }
+    const quant_layout lay = *(const quant_layout *)io->state;
+    const bool s8 = io->out[0]->dtype == QF_DTYPE_I8;
+    quant_grad_job j = {.x = x->data, .dy = io->dout[0]->data, .dx = dx, .lo = s8 ? -128.0f : 0.0f,
+                        .hi = s8 ? 127.0f : 255.0f};
+    const float *ps = scale->data;
+    if (n == 0) return QF_OK;
+    if (lay.channels == 1) {
+        j.inv_scale = 1.0f / ps[0];
+        j.zp = (float)quant_zp_at(zp, 0);
+        qf_parallel_for(n, QUANT_GRAIN, quant_grad_slice, &j);
+        return QF_OK;
+    }
+    const int64_t block = lay.channels * lay.inner;
+    for (int64_t base = 0; base < n; base += block)
+        for (int64_t c = 0; c < lay.channels; c++) {
+            j.inv_scale = 1.0f / ps[c];
+            j.zp = (float)quant_zp_at(zp, c);
+            int64_t i0 = base + c * lay.inner;
+            quant_grad_slice(&j, i0, i0 + lay.inner);
+        }
+    return QF_OK;
+}
+
+/* DequantizeLinear: dx = dy (x's gradient is the one of its dequantized
+ * value, which y is). Reads nothing of the forward. */
+static qf_status qf_dequantize_backward_f32(const qf_kernel_io *io)
+{
+    quant_grad_params_zero(io);
+    if (!io->din[0]) return QF_OK;
+    size_t nb = qf_tensor_nbytes(io->din[0]);
+    if (io->dout[0]) memcpy(io->din[0]->data, io->dout[0]->data, nb);
+    else memset(io->din[0]->data, 0, nb);
+    return QF_OK;
+}
+
 /* --- op table columns (src/ops/op_table.h) --- */
 
 const qf_op_kernels qf_quantize_kernels = {
@@ -263,6 +351,8 @@ const qf_op_kernels qf_quantize_kernels = {
     .prepare = quant_prepare,
     .state_size = sizeof(quant_layout),
     .forward_f32 = qf_quantize_forward_f32,
+    .backward_f32 = qf_quantize_backward_f32,
+    .bwd_in = 0x7u, /* x, scale, zero point */
 };
 
 const qf_op_kernels qf_dequantize_kernels = {
@@ -270,4 +360,5 @@ const qf_op_kernels qf_dequantize_kernels = {
     .prepare = quant_prepare,
     .state_size = sizeof(quant_layout),
     .forward_f32 = qf_dequantize_forward_f32,
+    .backward_f32 = qf_dequantize_backward_f32,
 };

@@ -17,3 +17,13 @@ target_compile_options(test_compare PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_compare PRIVATE qfold_static m)
 add_test(NAME exec_compare COMMAND test_compare)
 set_tests_properties(exec_compare PROPERTIES LABELS "exec" TIMEOUT 60)
+
+# The backward tape (src/exec/grad.c): whole-graph gradients vs central
+# differences, fan-out, frozen subsets, errors, out of memory at every
+# allocation, and oneDNN's training convolutions vs the reference kernels.
+add_executable(test_grad ${CMAKE_CURRENT_LIST_DIR}/test_grad.c)
+target_compile_options(test_grad PRIVATE ${QF_WARNINGS})
+target_include_directories(test_grad PRIVATE ${QF_TEST_DIR})
+target_link_libraries(test_grad PRIVATE qf_test_tools)
+add_test(NAME exec_grad COMMAND test_grad)
+set_tests_properties(exec_grad PROPERTIES LABELS "exec;train" TIMEOUT 120)

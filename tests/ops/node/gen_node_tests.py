@@ -37,7 +37,7 @@ OPS = """Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Div Pow S
 Reciprocal Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish Softmax MaxPool AveragePool
 GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeeze Unsqueeze Pad
 Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear
-Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum
+Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum SoftmaxCrossEntropyLoss
 QLinearConv QLinearMatMul ConvInteger MatMulInteger""".split()
 
 MIN_OPSET = 11

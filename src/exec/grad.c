@@ -1,0 +1,588 @@
+/* The backward tape: a training plan over a graph (qf_grad_plan in
+ * qfold/exec.h).
+ *
+ * Time line of one training step over the n nodes in order:
+ *
+ *     t = 0 .. n-1     forward of node t (training mode)
+ *     t = n            d loss / d loss = 1
+ *     t = 2n - i       backward of node i (i = n-1 .. 0)
+ *     t = 2n + 1       the caller reads the parameters' gradients
+ *
+ * Every buffer (a forward activation, a gradient, the temporary a second
+ * contribution to a gradient is written to before it is added) lives over an
+ * interval of that line and gets an offset in one arena by best fit, as the
+ * inference plan lays out its activations: an activation lives to its last
+ * forward reader or to the last backward that reads it (the op's bwd_in /
+ * bwd_out), a gradient from the first backward that writes it to the
+ * backward of the value's producer (a parameter's to the end).
+ *
+ * Which nodes run backward: those with an input that depends on a parameter
+ * (requires grad, forward) and an output the loss depends on (reaches,
+ * backward). A value's gradient exists where both hold.
+ */
+#include <string.h>
+
+#include "../ops/dnnl.h"
+#include "exec_impl.h"
+
+struct qf_grad_plan {
+    qf_graph *g;
+    int n;
+    const qf_node **nodes;        /* plan order */
+    int *in_base, *out_base;      /* per node: first slot in the pools */
+    int nin_total, nout_total;
+    void **state;                 /* per node: prepared state (NULL: none) */
+    const qf_backend_kernels **be; /* per node: the backend's training kernels, NULL: the reference ones */
+    void **be_state;              /* per node: the backend's state */
+    void *be_raw;
+    void **saved;                 /* per node: training forward -> backward */
+    unsigned char *run_bwd;       /* per node */
+    void *block_raw;              /* the states, one allocation */
+    void *saved_raw;              /* the saved areas, one allocation */
+    void *scratch_raw, *scratch;
+    size_t scratch_bytes;
+    size_t *fwd_scratch, *bwd_scratch;
+    int nvalues;
+    qf_tensor *vt;                /* per value id: the forward tensor */
+    qf_tensor *gt;                /* per value id: its gradient (data NULL: none) */
+    unsigned char *zero_grad;     /* per value id: no backward writes it, zeroed each backward */
+    qf_tensor *acc;               /* per input slot: temporary of a summed contribution (data NULL: direct) */
+    const qf_tensor **fin;        /* forward pools */
+    qf_tensor **fout;
+    qf_tensor *bview;             /* backward views: inputs, then outputs */
+    const qf_tensor **bin;
+    qf_tensor **bout;
+    const qf_tensor **bdout;
+    qf_tensor **bdin;
+    void *arena_raw;
+    size_t arena_bytes;
+    const qf_value *loss;
+    int nparams;
+    const qf_value **params;
+    uint64_t seed, step;
+    bool ready;                   /* a training forward ran: backward may follow */
+};
+
+/* A buffer to place: live over [start, end] of the time line. */
+typedef struct grad_buf {
+    int start, end;
+    size_t size;
+    qf_tensor *t;
+    int next; /* next buffer starting at the same time, -1: none */
+} grad_buf;
+
+static uint64_t grad_mix(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static void grad_plan_release(qf_grad_plan *p)
+{
+    for (int i = 0; p->be && i < p->n; i++)
+        if (p->be[i]) p->be[i]->release(p->be_state[i]);
+    qf_free(p->be);
+    qf_free(p->be_state);
+    qf_free(p->be_raw);
+    qf_free(p->nodes);
+    qf_free(p->in_base);
+    qf_free(p->out_base);
+    qf_free(p->state);
+    qf_free(p->saved);
+    qf_free(p->run_bwd);
+    qf_free(p->block_raw);
+    qf_free(p->saved_raw);
+    qf_free(p->scratch_raw);
+    qf_free(p->fwd_scratch);
+    qf_free(p->bwd_scratch);
+    qf_free(p->vt);
+    qf_free(p->gt);
+    qf_free(p->zero_grad);
+    qf_free(p->acc);
+    qf_free(p->fin);
+    qf_free(p->fout);
+    qf_free(p->bview);
+    qf_free(p->bin);
+    qf_free(p->bout);
+    qf_free(p->bdout);
+    qf_free(p->bdin);
+    qf_free(p->arena_raw);
+    qf_free(p->params);
+}
+
+void qf_grad_plan_free(qf_grad_plan *p)
+{
+    if (!p) return;
+    grad_plan_release(p);
+    qf_free(p);
+}
+
+static qf_status grad_check_options(const qf_graph *g, const qf_grad_options *o)
+{
+    const qf_value *l = o->loss;
+    if (!l || !l->producer || l->id >= (uint32_t)g->nvalues || g->values[l->id] != l)
+        return qf_error(QF_ERR_INVALID, "the loss must be a value computed by a node of the graph");
+    if (l->type.dtype != QF_DTYPE_F32 || qf_tensor_numel(&l->type) != 1)
+        return qf_error(QF_ERR_INVALID, "the loss '%s' must be one float32 element (did you forget to reduce it?)",
+                        l->name);
+    for (int i = 0; i < o->nparams; i++) {
+        const qf_value *v = o->params[i];
+        if (!v || v->producer || !v->type.data || v->type.dtype != QF_DTYPE_F32)
+            return qf_error(QF_ERR_INVALID, "parameter %d ('%s') is not a float32 constant of the graph", i,
+                            v ? v->name : "(null)");
+    }
+    return QF_OK;
+}
+
+/* Which nodes run backward and which values get a gradient; a node on the
+ * way without a backward kernel is the error. */
+static qf_status grad_mark(qf_grad_plan *p, unsigned char *rg, unsigned char *reach)
+{
+    for (int k = 0; k < p->nparams; k++) rg[p->params[k]->id] = 1;
+    for (int i = 0; i < p->n; i++) {
+        const qf_node *n = p->nodes[i];
+        bool any = false;
+        for (int s = 0; s < n->ninputs; s++) any = any || (n->inputs[s] && rg[n->inputs[s]->id]);
+        if (any)
+            for (int o = 0; o < n->noutputs; o++) rg[n->outputs[o]->id] = 1;
+    }
+    reach[p->loss->id] = 1;
+    for (int i = p->n - 1; i >= 0; i--) {
+        const qf_node *n = p->nodes[i];
+        bool out = false, in = false;
+        for (int o = 0; o < n->noutputs; o++) out = out || reach[n->outputs[o]->id];
+        for (int s = 0; s < n->ninputs; s++) in = in || (n->inputs[s] && rg[n->inputs[s]->id]);
+        if (!out || !in) continue;
+        if (!qf_op_kernels_get(n->op)->backward_f32) {
+            const char *what = "a parameter";
+            for (int s = 0; s < n->ninputs; s++)
+                if (n->inputs[s] && rg[n->inputs[s]->id]) {
+                    what = n->inputs[s]->name;
+                    break;
+                }
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (%s): no backward kernel: cannot train through it (it lies between '%s' "
+                            "and the loss)",
+                            n->name, qf_op_label(n), what);
+        }
+        p->run_bwd[i] = 1;
+        for (int s = 0; s < n->ninputs; s++)
+            if (n->inputs[s] && rg[n->inputs[s]->id]) reach[n->inputs[s]->id] = 1;
+    }
+    return QF_OK;
+}
+
+static qf_status grad_alloc_tables(qf_grad_plan *p)
+{
+    const qf_graph *g = p->g;
+    p->n = g->nnodes;
+    p->nvalues = g->nvalues;
+    const size_t n = (size_t)(p->n ? p->n : 1), nv = (size_t)(p->nvalues ? p->nvalues : 1);
+    p->nodes = qf_calloc(n, sizeof *p->nodes);
+    p->in_base = qf_calloc(n, sizeof *p->in_base);
+    p->out_base = qf_calloc(n, sizeof *p->out_base);
+    p->state = qf_calloc(n, sizeof *p->state);
+    p->be = qf_calloc(n, sizeof *p->be);
+    p->be_state = qf_calloc(n, sizeof *p->be_state);
+    p->saved = qf_calloc(n, sizeof *p->saved);
+    p->run_bwd = qf_calloc(n, 1);
+    p->fwd_scratch = qf_calloc(n, sizeof *p->fwd_scratch);
+    p->bwd_scratch = qf_calloc(n, sizeof *p->bwd_scratch);
+    p->vt = qf_calloc(nv, sizeof *p->vt);
+    p->gt = qf_calloc(nv, sizeof *p->gt);
+    p->zero_grad = qf_calloc(nv, 1);
+    if (!p->nodes || !p->in_base || !p->out_base || !p->state || !p->be || !p->be_state || !p->saved || !p->run_bwd || !p->fwd_scratch ||
+        !p->bwd_scratch || !p->vt || !p->gt || !p->zero_grad)
+        return QF_ERR_NOMEM;
+    int i = 0;
+    qf_graph_for_each_node(g, nd)
+    {
+        p->nodes[i] = nd;
+        p->in_base[i] = p->nin_total;
+        p->out_base[i] = p->nout_total;
+        p->nin_total += nd->ninputs;
+        p->nout_total += nd->noutputs;
+        i++;
+    }
+    const size_t ni = (size_t)(p->nin_total ? p->nin_total : 1), no = (size_t)(p->nout_total ? p->nout_total : 1);
+    p->acc = qf_calloc(ni, sizeof *p->acc);
+    p->fin = qf_calloc(ni, sizeof *p->fin);
+    p->fout = qf_calloc(no, sizeof *p->fout);
+    p->bview = qf_calloc(ni + no, sizeof *p->bview);
+    p->bin = qf_calloc(ni, sizeof *p->bin);
+    p->bout = qf_calloc(no, sizeof *p->bout);
+    p->bdout = qf_calloc(no, sizeof *p->bdout);
+    p->bdin = qf_calloc(ni, sizeof *p->bdin);
+    if (!p->acc || !p->fin || !p->fout || !p->bview || !p->bin || !p->bout || !p->bdout || !p->bdin)
+        return QF_ERR_NOMEM;
+    for (int k = 0; k < p->nvalues; k++) {
+        const qf_value *v = g->values[k];
+        if (!v) continue;
+        p->vt[k] = v->type;
+        p->vt[k].owns = false;
+        if (v->producer || v->kind == QF_VALUE_INPUT) p->vt[k].data = NULL;
+    }
+    return QF_OK;
+}
+
+/* Prepare every node (types only); size and allocate the states, the saved
+ * areas and the scratch (the largest of any node's forward or backward). */
+static qf_status grad_prepare(qf_grad_plan *p)
+{
+    size_t states = 0, saved_total = 0, be_states = 0;
+    const bool backend = qf_backend_engine() == QF_BACKEND_DNNL;
+    for (int i = 0; i < p->n; i++) {
+        const qf_op_kernels *k = qf_op_kernels_get(p->nodes[i]->op);
+        states += qf_exec_align(k->state_size);
+        if (backend && k->dnnl_train) be_states += qf_exec_align(k->dnnl_train->state_size);
+    }
+    char *blk = NULL, *bblk = NULL;
+    if (states && !(blk = qf_exec_alloc_aligned(states, &p->block_raw))) return QF_ERR_NOMEM;
+    if (be_states && !(bblk = qf_exec_alloc_aligned(be_states, &p->be_raw))) return QF_ERR_NOMEM;
+    for (int i = 0; i < p->n && bblk; i++) {
+        const qf_op_kernels *k = qf_op_kernels_get(p->nodes[i]->op);
+        if (!k->dnnl_train) continue;
+        p->be_state[i] = bblk;
+        bblk += qf_exec_align(k->dnnl_train->state_size);
+    }
+    size_t *saved_sz = qf_calloc((size_t)(p->n ? p->n : 1), sizeof *saved_sz);
+    if (!saved_sz) return QF_ERR_NOMEM;
+    qf_status st = QF_OK;
+    for (int i = 0; i < p->n && st == QF_OK; i++) {
+        const qf_node *nd = p->nodes[i];
+        const qf_op_kernels *k = qf_op_kernels_get(nd->op);
+        for (int s = 0; s < nd->ninputs; s++)
+            p->fin[p->in_base[i] + s] = nd->inputs[s] ? &p->vt[nd->inputs[s]->id] : NULL;
+        for (int o = 0; o < nd->noutputs; o++) p->fout[p->out_base[i] + o] = &p->vt[nd->outputs[o]->id];
+        if (k->state_size) {
+            p->state[i] = blk;
+            blk += qf_exec_align(k->state_size);
+        }
+        qf_kernel_io io = {.node = nd, .opset = p->g->opset, .nin = nd->ninputs, .nout = nd->noutputs,
+                           .in = &p->fin[p->in_base[i]], .out = &p->fout[p->out_base[i]]};
+        st = qf_exec_prepare(&io, p->state[i]);
+        if (st == QF_OK) st = qf_exec_scratch(nd, p->state[i], &p->fwd_scratch[i]);
+        if (st != QF_OK) break;
+        if (k->bwd_scratch && p->run_bwd[i]) p->bwd_scratch[i] = k->bwd_scratch(nd, p->state[i]);
+        if (p->be_state[i]) {
+            /* The backend's training kernels, when they take the node. */
+            const qf_backend_kernels *b = k->dnnl_train;
+            io.training = true;
+            qf_status bst = b->prepare(&io, p->be_state[i]);
+            if (bst == QF_OK) {
+                p->be[i] = b;
+                p->fwd_scratch[i] = p->bwd_scratch[i] = b->scratch ? b->scratch(nd, p->be_state[i]) : 0;
+            } else if (bst != QF_ERR_UNSUPPORTED) {
+                qf_exec_name_node(nd, bst);
+                st = bst;
+                break;
+            }
+        }
+        size_t need = p->fwd_scratch[i] > p->bwd_scratch[i] ? p->fwd_scratch[i] : p->bwd_scratch[i];
+        if (need > p->scratch_bytes) p->scratch_bytes = need;
+        saved_sz[i] = k->saved_size ? qf_exec_align(k->saved_size(nd, p->state[i])) : 0;
+        saved_total += saved_sz[i];
+    }
+    if (st == QF_OK && (saved_total > (uint64_t)QF_MAX_TENSOR_BYTES || p->scratch_bytes > (uint64_t)QF_MAX_TENSOR_BYTES))
+        st = qf_error(QF_ERR_SHAPE, "the training plan's saved tensors or scratch need more than %lld bytes",
+                      (long long)QF_MAX_TENSOR_BYTES);
+    char *sv = NULL;
+    if (st == QF_OK && saved_total && !(sv = qf_exec_alloc_aligned(saved_total, &p->saved_raw))) st = QF_ERR_NOMEM;
+    for (int i = 0; i < p->n && st == QF_OK; i++)
+        if (saved_sz[i]) {
+            p->saved[i] = sv;
+            sv += saved_sz[i];
+        }
+    if (st == QF_OK && p->scratch_bytes && !(p->scratch = qf_exec_alloc_aligned(p->scratch_bytes, &p->scratch_raw)))
+        st = QF_ERR_NOMEM;
+    qf_free(saved_sz);
+    return st;
+}
+
+/* Lifetimes on the time line, then best-fit offsets in one arena. */
+static qf_status grad_layout(qf_grad_plan *p, const unsigned char *rg, const unsigned char *reach)
+{
+    const qf_graph *g = p->g;
+    const int n = p->n, tend = 2 * n + 1, nv = p->nvalues;
+    const int nbufs_max = 2 * nv + p->nin_total;
+    int *pos = qf_calloc((size_t)g->next_node_id + 1, sizeof *pos);
+    int *end = qf_malloc(sizeof *end * (size_t)(nv ? nv : 1));
+    int *gstart = qf_malloc(sizeof *gstart * (size_t)(nv ? nv : 1));
+    int *head = qf_malloc(sizeof *head * (size_t)(tend + 1));
+    grad_buf *bufs = qf_malloc(sizeof *bufs * (size_t)(nbufs_max ? nbufs_max : 1));
+    qf_block *live = qf_malloc(sizeof *live * (size_t)(nbufs_max ? nbufs_max : 1));
+    size_t *off = qf_malloc(sizeof *off * (size_t)(nbufs_max ? nbufs_max : 1));
+    qf_status st = QF_OK;
+    if (!pos || !end || !gstart || !head || !bufs || !live || !off) {
+        st = QF_ERR_NOMEM;
+        goto done;
+    }
+    for (int i = 0; i < n; i++) pos[p->nodes[i]->id] = i;
+    for (int k = 0; k < nv; k++) {
+        end[k] = -1;
+        gstart[k] = -1;
+    }
+    /* Activations: to the last forward reader, the last backward that reads them, graph outputs to the end. */
+    for (int i = 0; i < n; i++) {
+        const qf_node *nd = p->nodes[i];
+        const qf_op_kernels *k = qf_op_kernels_get(nd->op);
+        for (int o = 0; o < nd->noutputs; o++)
+            if (end[nd->outputs[o]->id] < i) end[nd->outputs[o]->id] = i;
+        for (int s = 0; s < nd->ninputs; s++)
+            if (nd->inputs[s] && nd->inputs[s]->producer && end[nd->inputs[s]->id] < i) end[nd->inputs[s]->id] = i;
+        if (!p->run_bwd[i]) continue;
+        for (int s = 0; s < nd->ninputs && s < 32; s++)
+            if (nd->inputs[s] && nd->inputs[s]->producer && ((k->bwd_in >> s) & 1u))
+                end[nd->inputs[s]->id] = 2 * n - i;
+        for (int o = 0; o < nd->noutputs && o < 32; o++)
+            if ((k->bwd_out >> o) & 1u) end[nd->outputs[o]->id] = 2 * n - i;
+    }
+    for (int k = 0; k < g->noutputs; k++)
+        if (g->outputs[k]->producer) end[g->outputs[k]->id] = tend;
+    /* Gradients: the first backward to write one writes it, later ones go through a temporary. */
+    gstart[p->loss->id] = n;
+    for (int i = n - 1; i >= 0; i--) {
+        if (!p->run_bwd[i]) continue;
+        const qf_node *nd = p->nodes[i];
+        for (int s = 0; s < nd->ninputs; s++) {
+            const qf_value *v = nd->inputs[s];
+            if (!v || !rg[v->id] || !reach[v->id]) continue;
+            if (gstart[v->id] < 0) gstart[v->id] = 2 * n - i;
+            else {
+                qf_tensor *a = &p->acc[p->in_base[i] + s];
+                *a = (qf_tensor){.dtype = QF_DTYPE_F32, .ndim = v->type.ndim};
+                memcpy(a->dims, v->type.dims, sizeof a->dims);
+                a->data = a; /* marked: placed below */
+            }
+        }
+    }
+    for (int k = 0; k < p->nparams; k++) {
+        const qf_value *v = p->params[k];
+        if (gstart[v->id] < 0) {
+            gstart[v->id] = n; /* reaches no loss: a gradient of zeros */
+            p->zero_grad[v->id] = 1;
+        }
+    }
+    /* The buffer list, bucketed by start time. */
+    int nb = 0;
+    for (int t = 0; t <= tend; t++) head[t] = -1;
+#define GRAD_ADD(START, END, T)                                                  \
+    do {                                                                         \
+        bufs[nb] = (grad_buf){(START), (END), qf_exec_align(qf_tensor_nbytes(T)), (T), head[(START)]}; \
+        head[(START)] = nb++;                                                    \
+    } while (0)
+    for (int i = 0; i < n; i++) {
+        const qf_node *nd = p->nodes[i];
+        for (int o = 0; o < nd->noutputs; o++) GRAD_ADD(i, end[nd->outputs[o]->id], &p->vt[nd->outputs[o]->id]);
+    }
+    for (int k = 0; k < nv; k++) {
+        const qf_value *v = g->values[k];
+        if (!v || gstart[k] < 0) continue;
+        qf_tensor *t = &p->gt[k];
+        *t = (qf_tensor){.dtype = QF_DTYPE_F32, .ndim = v->type.ndim};
+        memcpy(t->dims, v->type.dims, sizeof t->dims);
+        GRAD_ADD(gstart[k], v->producer ? 2 * n - pos[v->producer->id] : tend, t);
+    }
+    for (int i = 0; i < n; i++)
+        for (int s = 0; s < p->nodes[i]->ninputs; s++) {
+            qf_tensor *a = &p->acc[p->in_base[i] + s];
+            if (a->data) GRAD_ADD(2 * n - i, 2 * n - i, a);
+        }
+#undef GRAD_ADD
+    int nlive = 0;
+    size_t top = 0;
+    for (int t = 0; t <= tend; t++) {
+        int k = 0;
+        for (int b = 0; b < nlive; b++)
+            if (live[b].last >= t) live[k++] = live[b];
+        nlive = k;
+        for (int b = head[t]; b >= 0; b = bufs[b].next) {
+            if (!bufs[b].size) {
+                off[b] = 0;
+                continue;
+            }
+            off[b] = qf_exec_place(live, &nlive, bufs[b].size, bufs[b].end);
+            if (off[b] + bufs[b].size > top) top = off[b] + bufs[b].size;
+            if (top > (uint64_t)QF_MAX_TENSOR_BYTES) {
+                st = qf_error(QF_ERR_SHAPE,
+                              "training needs %zu bytes of activations and gradients at once, more than qfold "
+                              "handles (%lld bytes)",
+                              top, (long long)QF_MAX_TENSOR_BYTES);
+                goto done;
+            }
+        }
+    }
+    p->arena_bytes = top;
+    char *arena = NULL;
+    if (top && !(arena = qf_exec_alloc_aligned(top, &p->arena_raw))) {
+        st = QF_ERR_NOMEM;
+        goto done;
+    }
+    for (int b = 0; b < nb; b++) bufs[b].t->data = bufs[b].size ? arena + off[b] : NULL;
+done:
+    qf_free(pos);
+    qf_free(end);
+    qf_free(gstart);
+    qf_free(head);
+    qf_free(bufs);
+    qf_free(live);
+    qf_free(off);
+    return st;
+}
+
+qf_status qf_grad_plan_init(qf_grad_plan **out, qf_graph *g, const qf_grad_options *opt)
+{
+    *out = NULL;
+    QF_TRY(qf_exec_check_shapes(g));
+    QF_TRY(qf_graph_toposort(g));
+    QF_TRY(qf_graph_infer_shapes(g));
+    QF_TRY(qf_exec_check_values(g));
+    QF_TRY(grad_check_options(g, opt));
+    qf_grad_plan *p = qf_calloc(1, sizeof *p);
+    if (!p) return QF_ERR_NOMEM;
+    p->g = g;
+    p->loss = opt->loss;
+    p->nparams = opt->nparams;
+    p->params = qf_calloc((size_t)(opt->nparams ? opt->nparams : 1), sizeof *p->params);
+    unsigned char *rg = qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), 1);
+    unsigned char *reach = qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), 1);
+    qf_status st = p->params && rg && reach ? grad_alloc_tables(p) : QF_ERR_NOMEM;
+    if (st == QF_OK) {
+        memcpy(p->params, opt->params, sizeof *p->params * (size_t)opt->nparams);
+        st = grad_mark(p, rg, reach);
+    }
+    if (st == QF_OK && !rg[p->loss->id])
+        st = qf_error(QF_ERR_INVALID, "the loss '%s' depends on none of the %d parameters to train", p->loss->name,
+                      p->nparams);
+    if (st == QF_OK) st = grad_prepare(p);
+    if (st == QF_OK) st = grad_layout(p, rg, reach);
+    qf_free(rg);
+    qf_free(reach);
+    if (st != QF_OK) {
+        qf_grad_plan_free(p);
+        return st;
+    }
+    *out = p;
+    return QF_OK;
+}
+
+qf_status qf_grad_plan_forward(qf_grad_plan *p, const qf_tensor *const *inputs, int ninputs, bool training)
+{
+    const qf_graph *g = p->g;
+    p->ready = false;
+    if (ninputs != g->ninputs)
+        return qf_error(QF_ERR_INVALID, "graph has %d input%s, got %d", g->ninputs, g->ninputs == 1 ? "" : "s",
+                        ninputs);
+    for (int i = 0; i < ninputs; i++) {
+        QF_TRY(qf_exec_check_input(g->inputs[i], inputs[i]));
+        p->vt[g->inputs[i]->id].data = inputs[i]->data;
+    }
+    /* Constants are read where they are now: the trainer may have given one a new payload. */
+    for (int k = 0; k < p->nvalues; k++) {
+        const qf_value *v = g->values[k];
+        if (v && !v->producer && v->kind != QF_VALUE_INPUT) p->vt[k].data = v->type.data;
+    }
+    const uint64_t stream = grad_mix(p->seed ^ grad_mix(p->step));
+    for (int i = 0; i < p->n; i++) {
+        const qf_node *nd = p->nodes[i];
+        qf_kernel_io io = {.node = nd, .opset = g->opset, .nin = nd->ninputs, .nout = nd->noutputs,
+                           .in = &p->fin[p->in_base[i]], .out = &p->fout[p->out_base[i]], .state = p->state[i],
+                           .scratch = p->scratch, .scratch_size = p->fwd_scratch[i], .training = training,
+                           .seed = grad_mix(stream + nd->id), .saved = p->saved[i]};
+        if (p->be[i]) {
+            io.state = p->be_state[i];
+            qf_status st = p->be[i]->forward_f32(&io);
+            if (st != QF_OK) qf_exec_name_node(nd, st);
+            QF_TRY(st);
+        } else
+            QF_TRY(qf_exec_node(&io));
+    }
+    if (training) {
+        p->ready = true;
+        p->step++;
+    }
+    return QF_OK;
+}
+
+/* The backward's view of slot s of value v: its data only when bit s of mask. */
+static const qf_tensor *grad_view(qf_grad_plan *p, const qf_value *v, qf_tensor *view, uint32_t mask, int s)
+{
+    if (!v) return NULL;
+    *view = p->vt[v->id];
+    if (s >= 32 || !((mask >> s) & 1u)) view->data = NULL;
+    return view;
+}
+
+qf_status qf_grad_plan_backward(qf_grad_plan *p)
+{
+    if (!p->ready) return qf_error(QF_ERR_INVALID, "backward needs a forward in training mode before it");
+    p->ready = false;
+    for (int k = 0; k < p->nvalues; k++)
+        if (p->zero_grad[k]) memset(p->gt[k].data, 0, qf_tensor_nbytes(&p->gt[k]));
+    *(float *)p->gt[p->loss->id].data = 1.0f;
+    for (int i = p->n - 1; i >= 0; i--) {
+        if (!p->run_bwd[i]) continue;
+        const qf_node *nd = p->nodes[i];
+        const qf_op_kernels *k = qf_op_kernels_get(nd->op);
+        const int ib = p->in_base[i], ob = p->out_base[i];
+        for (int s = 0; s < nd->ninputs; s++) {
+            const qf_value *v = nd->inputs[s];
+            p->bin[ib + s] = grad_view(p, v, &p->bview[ib + s], k->bwd_in, s);
+            qf_tensor *a = &p->acc[ib + s];
+            p->bdin[ib + s] = !v || !p->gt[v->id].data || p->zero_grad[v->id] ? NULL : a->data ? a : &p->gt[v->id];
+        }
+        for (int o = 0; o < nd->noutputs; o++) {
+            const qf_value *v = nd->outputs[o];
+            p->bout[ob + o] = (qf_tensor *)grad_view(p, v, &p->bview[p->nin_total + ob + o], k->bwd_out, o);
+            p->bdout[ob + o] = p->gt[v->id].data ? &p->gt[v->id] : NULL;
+        }
+        qf_kernel_io io = {.node = nd, .opset = p->g->opset, .nin = nd->ninputs, .nout = nd->noutputs,
+                           .in = &p->bin[ib], .out = &p->bout[ob], .state = p->state[i], .scratch = p->scratch,
+                           .scratch_size = p->bwd_scratch[i], .training = true, .saved = p->saved[i],
+                           .dout = &p->bdout[ob], .din = &p->bdin[ib]};
+        qf_status st;
+        if (p->be[i]) {
+            io.state = p->be_state[i];
+            st = p->be[i]->backward_f32(&io);
+        } else
+            st = k->backward_f32(&io);
+        if (st != QF_OK) {
+            qf_exec_name_node(nd, st);
+            return st;
+        }
+        for (int s = 0; s < nd->ninputs; s++) {
+            const qf_tensor *a = &p->acc[ib + s];
+            if (!a->data || !p->bdin[ib + s]) continue;
+            float *dst = p->gt[nd->inputs[s]->id].data;
+            const float *src = a->data;
+            for (int64_t e = 0, m = qf_tensor_numel(a); e < m; e++) dst[e] += src[e];
+        }
+    }
+    return QF_OK;
+}
+
+const qf_tensor *qf_grad_plan_grad(const qf_grad_plan *p, int i)
+{
+    return i >= 0 && i < p->nparams ? &p->gt[p->params[i]->id] : NULL;
+}
+
+const qf_tensor *qf_grad_plan_output(const qf_grad_plan *p, int i)
+{
+    return i >= 0 && i < p->g->noutputs ? &p->vt[p->g->outputs[i]->id] : NULL;
+}
+
+float qf_grad_plan_loss(const qf_grad_plan *p)
+{
+    const float *l = p->vt[p->loss->id].data;
+    return l ? *l : 0.0f;
+}
+
+void qf_grad_plan_seed(qf_grad_plan *p, uint64_t seed)
+{
+    p->seed = seed;
+    p->step = 0;
+}
+
+size_t qf_grad_plan_arena_bytes(const qf_grad_plan *p) { return p->arena_bytes; }
