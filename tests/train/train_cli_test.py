@@ -258,7 +258,7 @@ def case_parity_adam():
 
 # --- Fashion-MNIST -------------------------------------------------------------------------------
 
-FASHION_TRAIN, FASHION_TEST, FASHION_SEED = 2000, 1000, 7
+FASHION_TRAIN, FASHION_TEST, FASHION_SEED = 3000, 1000, 7
 
 
 def case_fashion():
@@ -296,7 +296,7 @@ def case_fashion():
     with torch.no_grad():
         t = float((model(torch.from_numpy(xte)).argmax(1).numpy() == yte).mean())
     print("fashion: qfold %.2f %% (%.1f s), torch %.2f %% (%.1f s)" % (100 * q, t1 - t0, 100 * t, t2 - t1))
-    check(t > 0.6, "torch reached only %.2f %%: the recipe does not train" % (100 * t))
+    check(t > 0.55, "torch reached only %.2f %%: the recipe does not train" % (100 * t))
     check(abs(q - t) <= 0.005, "test top-1: qfold %.2f %%, torch %.2f %% (more than 0.5 points apart)"
           % (100 * q, 100 * t))
     check_model(work("fashion.onnx"), xte[:16])
