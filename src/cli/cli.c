@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "qfold/graph.h"
 #include "qfold/io.h"
 
 int qf_cli_exit_code(qf_status st)
@@ -465,4 +467,33 @@ int qf_cli_fail_write(const qf_cli_outputs *s, int i, qf_status st)
     qf_error_prefix(st, "%s '%s': ", s->o[i].what, s->o[i].path);
     int rc = qf_cli_fail(st);
     return st == QF_ERR_IO ? QF_EXIT_FAIL : rc;
+}
+
+/* --- data files ------------------------------------------------------------ */
+
+#define QF_CLI_SCAN_BYTES ((size_t)4 << 20) /* the NaN / Inf scan reads this much at a time */
+
+qf_status qf_cli_npy_check_finite(const char *what, const char *path, const qf_value *v, qf_npy_file *f)
+{
+    const qf_tensor *t = qf_npy_info(f);
+    if (t->dtype != QF_DTYPE_F32) return QF_OK;
+    size_t row = qf_npy_row_bytes(f);
+    int64_t n = t->dims[0], step = row ? (int64_t)(QF_CLI_SCAN_BYTES / row) : n;
+    if (step < 1) step = 1;
+    if (step > n) step = n;
+    size_t bytes = (size_t)step * row;
+    float *buf = qf_malloc(bytes ? bytes : 1);
+    if (!buf) return QF_ERR_NOMEM;
+    qf_status st = QF_OK;
+    int64_t per_row = (int64_t)(row / sizeof(float));
+    for (int64_t first = 0; first < n && st == QF_OK; first += step) {
+        int64_t count = n - first < step ? n - first : step;
+        st = qf_npy_read_rows(f, first, count, buf);
+        for (int64_t i = 0, m = count * per_row; i < m && st == QF_OK; i++)
+            if (!isfinite(buf[i]))
+                st = qf_error(QF_ERR_NUMERIC, "%s '%s' for input '%s': element %lld is %s", what, path, v->name,
+                              (long long)(first * per_row + i), isnan(buf[i]) ? "NaN" : "infinite");
+    }
+    qf_free(buf);
+    return st;
 }

@@ -29,6 +29,7 @@
     X(fuse)                \
     X(quantize)            \
     X(eval)                \
+    X(train)               \
     X(passes)
 
 enum { QF_EXIT_OK = 0, QF_EXIT_FAIL = 1, QF_EXIT_USAGE = 2 };
@@ -115,6 +116,13 @@ void qf_cli_json_shape(FILE *f, int ndim, const int64_t *dims);
 char *qf_cli_thousands(long long v, char *buf, size_t size);
 /* "12.3 KiB" / "512 B" into buf; returns buf. */
 char *qf_cli_bytes(unsigned long long v, char *buf, size_t size);
+/* Every value of the float32 .npy file f (data for graph input v) finite:
+ * read a few MiB at a time, the whole file checked before anything runs.
+ * QF_ERR_NUMERIC "<what> '<path>' for input '<v>': element K is NaN". */
+struct qf_npy_file;
+struct qf_value;
+qf_status qf_cli_npy_check_finite(const char *what, const char *path, const struct qf_value *v,
+                                  struct qf_npy_file *f);
 /* Write what `print(f, ctx)` prints to `path` through a temporary file in the
  * same directory + rename, so a failure never leaves a truncated file. */
 qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void *ctx),

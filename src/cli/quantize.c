@@ -21,7 +21,6 @@
 #define QF_QZ_MAX_CALIB 16
 #define QF_QZ_MAX_SETS 16
 #define QF_QZ_SQNR_SAMPLES 128
-#define QF_QZ_SCAN_BYTES ((size_t)4 << 20) /* the NaN / Inf scan reads this much at a time */
 
 typedef struct qf_qz_args {
     const char *in, *out, *report, *target;
@@ -139,33 +138,6 @@ static qf_status qf_qz_check_data(const char *path, const qf_value *v, const qf_
     return st == QF_OK ? QF_OK : qf_error_prefix(st, "calibration data '%s': ", path);
 }
 
-/* Every value finite, the whole file checked before anything runs; read a
- * few MiB at a time (the data set is never in memory whole). */
-static qf_status qf_qz_scan_data(const char *path, const qf_value *v, qf_npy_file *f)
-{
-    const qf_tensor *t = qf_npy_info(f);
-    if (t->dtype != QF_DTYPE_F32) return QF_OK;
-    size_t row = qf_npy_row_bytes(f);
-    int64_t n = t->dims[0], step = row ? (int64_t)(QF_QZ_SCAN_BYTES / row) : n;
-    if (step < 1) step = 1;
-    if (step > n) step = n;
-    size_t bytes = (size_t)step * row;
-    float *buf = qf_malloc(bytes ? bytes : 1);
-    if (!buf) return QF_ERR_NOMEM;
-    qf_status st = QF_OK;
-    int64_t per_row = (int64_t)(row / sizeof(float));
-    for (int64_t first = 0; first < n && st == QF_OK; first += step) {
-        int64_t count = n - first < step ? n - first : step;
-        st = qf_npy_read_rows(f, first, count, buf);
-        for (int64_t i = 0, m = count * per_row; i < m && st == QF_OK; i++)
-            if (!isfinite(buf[i]))
-                st = qf_error(QF_ERR_NUMERIC, "calibration data '%s' for input '%s': element %lld is %s", path,
-                              v->name, (long long)(first * per_row + i), isnan(buf[i]) ? "NaN" : "infinite");
-    }
-    qf_free(buf);
-    return st;
-}
-
 static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
 {
     const qf_graph *g = s->g;
@@ -177,7 +149,7 @@ static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
         if (st != QF_OK) return qf_error_prefix(st, "calibration data '%s': ", qa->calib[i]);
         const qf_tensor *t = qf_npy_info(s->files[i]), *t0 = qf_npy_info(s->files[0]);
         QF_TRY(qf_qz_check_data(qa->calib[i], g->inputs[i], t));
-        QF_TRY(qf_qz_scan_data(qa->calib[i], g->inputs[i], s->files[i]));
+        QF_TRY(qf_cli_npy_check_finite("calibration data", qa->calib[i], g->inputs[i], s->files[i]));
         if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "calibration data '%s' holds %lld samples, '%s' %lld", qa->calib[i],
                             (long long)t->dims[0], qa->calib[0], (long long)t0->dims[0]);

@@ -1,0 +1,14 @@
+# qfold train end to end (tests/train/train_cli_test.py): 20-step parity with
+# PyTorch 1.13 (SGD with momentum and weight decay, Adam) on a small CNN with
+# BatchNorm, the Fashion-MNIST CNN from scratch on a slice against the same
+# recipe in PyTorch, and the command line: seeded determinism, --shuffle off,
+# --freeze, the CSV log and SVG plot, Ctrl-C, ONNX Runtime on the written
+# models, every bad input.
+if(QF_PYTHON3 AND QF_NODE)
+  foreach(case parity_sgd parity_adam fashion determinism freeze log_plot sigint ort errors)
+    add_test(NAME train_cli_${case}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/train_cli_test.py --qfold $<TARGET_FILE:qfold>
+              --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/train_cli ${case})
+    set_tests_properties(train_cli_${case} PROPERTIES LABELS "train;cli" TIMEOUT 600)
+  endforeach()
+endif()
