@@ -142,6 +142,12 @@ extern "C" {
       (DATA, BN_STAT, BN_STAT, BN_STAT, BN_STAT),                                     \
       (A(quant_min,INT) A(quant_max,INT) A(axis,INT) A(averaging_constant,FLOAT)     \
        A(symmetric,INT) A(eps,FLOAT) A(observe,INT) A(enabled,INT)))                  \
+    X(QAT_BN_WEIGHT, qat_bn_weight, NULL, "", 3, 3, 1, 1,                             \
+      (WEIGHT, BN_SCALE, BN_STAT),                                                    \
+      (A(epsilon,FLOAT) A(axis,INT) A(group,INT)))                                    \
+    X(QAT_BN_OUTPUT, qat_bn_output, NULL, "", 3, 4, 1, 1,                             \
+      (DATA, BN_SCALE, BN_STAT, BIAS),                                                \
+      (A(epsilon,FLOAT)))                                                             \
     X(MAX_POOL, max_pool, "MaxPool", "", 1, 1, 1, 2,                                  \
       (DATA),                                                                         \
       (A(auto_pad,STRING) A(ceil_mode,INT) A(dilations,INTS) A(kernel_shape,INTS)     \

@@ -1,0 +1,253 @@
+/* The two halves of QAT's simulated BatchNorm fusion (internal ops; the
+ * passes qat_bn_add / qat_bn_remove put them in and take them out, export
+ * has no ONNX form for them). With, per output channel c, as PyTorch 1.13's
+ * ConvBn2d / LinearBn1d compute it in float32,
+ *     std_c = sqrt(running_var_c + eps),   s_c = gamma_c / std_c
+ *
+ *   qat_bn_weight(W, gamma, running_var) = W * s      (s along W's output channel)
+ *   qat_bn_output(Y, gamma, running_var[, b]) = Y / s (+ b)   (s along Y's dim 1)
+ *
+ * so that op(x, FQ(qat_bn_weight(W))) -> qat_bn_output -> BN(train) is
+ * torch's _forward_approximate: the weight fake-quant sees W * s, BN sees the
+ * unscaled output. W's output channel: axis 0 ([O, ...]: conv, linear) or,
+ * with axis 1, ConvTranspose's [C_in, O/g, k...] where row r of group
+ * r / (C_in / g) holds channels g' * (O/g) + j. Gradients flow to W / Y, to
+ * gamma (through s: d s_c / d gamma_c = 1 / std_c) and to b; running_var is a
+ * buffer (no gradient), as in torch.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+typedef struct qbn_state {
+    float eps;
+    int axis;              /* qat_bn_weight: 0 or 1 */
+    int64_t group;
+    int64_t outer, ch, inner; /* qat_bn_output: Y as [outer][ch][inner] */
+} qbn_state;
+
+static qf_status qbn_check_channels(const qf_node *n, int64_t ch)
+{
+    for (int i = 1; i < 3; i++) {
+        const qf_tensor *t = &n->inputs[i]->type;
+        if (t->dtype != QF_DTYPE_F32 || t->ndim != 1 || t->dims[0] != ch)
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): %s must be float32 [%lld]", n->name, qf_op_label(n),
+                            i == 1 ? "gamma" : "running_var", (long long)ch);
+    }
+    if (n->ninputs > 3 && n->inputs[3]) {
+        const qf_tensor *b = &n->inputs[3]->type;
+        if (b->dtype != QF_DTYPE_F32 || b->ndim != 1 || b->dims[0] != ch)
+            return qf_error(QF_ERR_SHAPE, "node '%s' (%s): bias must be float32 [%lld]", n->name, qf_op_label(n),
+                            (long long)ch);
+    }
+    return QF_OK;
+}
+
+/* Output channels of W for axis / group (conv_transpose: O = group * dims[1]). */
+static int64_t qbn_weight_channels(const qf_tensor *w, int axis, int64_t group)
+{
+    return axis == 0 ? w->dims[0] : group * w->dims[1];
+}
+
+static qf_status qf_qat_bn_weight_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    QF_TRY(qf_op_check_inputs(n, 3));
+    const qf_tensor *w = &n->inputs[0]->type;
+    const int64_t axis = qf_node_attr_int(n, "axis", 0), group = qf_node_attr_int(n, "group", 1);
+    if (w->dtype != QF_DTYPE_F32 || w->ndim < 2 || (axis != 0 && axis != 1) || group < 1 ||
+        (axis == 1 && w->dims[0] % group))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): W must be float32 of rank >= 2, axis 0 or 1, group >= 1 "
+                        "dividing W's first dim", n->name, qf_op_label(n));
+    QF_TRY(qbn_check_channels(n, qbn_weight_channels(w, (int)axis, group)));
+    qf_set_output(n, 0, QF_DTYPE_F32, w->ndim, w->dims);
+    return QF_OK;
+}
+
+static qf_status qf_qat_bn_output_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    if (n->ninputs < 3 || !n->inputs[0] || !n->inputs[1] || !n->inputs[2])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): Y, gamma and running_var are required", n->name,
+                        qf_op_label(n));
+    const qf_tensor *y = &n->inputs[0]->type;
+    if (y->dtype != QF_DTYPE_F32 || y->ndim < 2)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): Y must be float32 [N, C, ...]", n->name, qf_op_label(n));
+    QF_TRY(qbn_check_channels(n, y->dims[1]));
+    qf_set_output(n, 0, QF_DTYPE_F32, y->ndim, y->dims);
+    return QF_OK;
+}
+
+static qf_status qbn_prepare_common(const qf_kernel_io *io, qbn_state *st)
+{
+    st->eps = qf_node_attr_float(io->node, "epsilon", 1e-5f);
+    if (!(st->eps > 0.0f))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): epsilon %g must be > 0", io->node->name,
+                        qf_op_label(io->node), st->eps);
+    return QF_OK;
+}
+
+static qf_status qf_qat_bn_weight_prepare(const qf_kernel_io *io, void *state)
+{
+    qbn_state *st = state;
+    QF_TRY(qbn_prepare_common(io, st));
+    const qf_tensor *w = io->in[0];
+    st->axis = (int)qf_node_attr_int(io->node, "axis", 0);
+    st->group = qf_node_attr_int(io->node, "group", 1);
+    st->ch = qbn_weight_channels(w, st->axis, st->group);
+    st->inner = 1;
+    for (int d = st->axis == 0 ? 1 : 2; d < w->ndim; d++) st->inner *= w->dims[d];
+    st->outer = w->dims[0]; /* axis 1: rows of W */
+    return QF_OK;
+}
+
+static qf_status qf_qat_bn_output_prepare(const qf_kernel_io *io, void *state)
+{
+    qbn_state *st = state;
+    QF_TRY(qbn_prepare_common(io, st));
+    const qf_tensor *y = io->in[0];
+    st->outer = y->dims[0];
+    st->ch = y->dims[1];
+    st->inner = 1;
+    for (int d = 2; d < y->ndim; d++) st->inner *= y->dims[d];
+    return QF_OK;
+}
+
+/* std_c and s_c as torch computes them (float32). NaN or a non-positive
+ * var + eps is an error naming the channel. */
+static qf_status qbn_scale(const qf_kernel_io *io, const qbn_state *st, int64_t c, float *std, float *s)
+{
+    const float var = ((const float *)io->in[2]->data)[c], gamma = ((const float *)io->in[1]->data)[c];
+    const float v = var + st->eps;
+    if (!(v > 0.0f))
+        return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): channel %lld: running_var %g + epsilon %g is not > 0",
+                        io->node->name, qf_op_label(io->node), (long long)c, var, st->eps);
+    *std = sqrtf(v);
+    *s = gamma / *std;
+    return QF_OK;
+}
+
+/* Channel of row r, column j of W (axis 1: conv_transpose). */
+static inline int64_t qbn_wch(const qbn_state *st, int64_t r, int64_t j)
+{
+    const int64_t per = st->ch / st->group, rows = st->outer / st->group;
+    return (r / rows) * per + j;
+}
+
+static qf_status qf_qat_bn_weight_forward_f32(const qf_kernel_io *io)
+{
+    const qbn_state *st = io->state;
+    const float *w = io->in[0]->data;
+    float *y = io->out[0]->data;
+    if (st->axis == 0) {
+        for (int64_t c = 0; c < st->ch; c++) {
+            float sd, s;
+            QF_TRY(qbn_scale(io, st, c, &sd, &s));
+            for (int64_t i = 0; i < st->inner; i++) y[c * st->inner + i] = w[c * st->inner + i] * s;
+        }
+        return QF_OK;
+    }
+    const int64_t per = st->ch / st->group;
+    for (int64_t r = 0; r < st->outer; r++)
+        for (int64_t j = 0; j < per; j++) {
+            float sd, s;
+            QF_TRY(qbn_scale(io, st, qbn_wch(st, r, j), &sd, &s));
+            const int64_t o = (r * per + j) * st->inner;
+            for (int64_t i = 0; i < st->inner; i++) y[o + i] = w[o + i] * s;
+        }
+    return QF_OK;
+}
+
+static qf_status qf_qat_bn_weight_backward_f32(const qf_kernel_io *io)
+{
+    const qbn_state *st = io->state;
+    const float *w = io->in[0]->data, *dy = io->dout[0] ? io->dout[0]->data : NULL;
+    float *dw = io->din[0] ? io->din[0]->data : NULL, *dg = io->din[1] ? io->din[1]->data : NULL;
+    if (dg) memset(dg, 0, sizeof *dg * (size_t)st->ch);
+    if (!dy) {
+        if (dw) memset(dw, 0, qf_tensor_nbytes(io->din[0]));
+        return QF_OK;
+    }
+    const int64_t per = st->axis == 0 ? 1 : st->ch / st->group;
+    const int64_t rows = st->axis == 0 ? st->ch : st->outer;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < per; j++) {
+            const int64_t c = st->axis == 0 ? r : qbn_wch(st, r, j);
+            float sd, s;
+            QF_TRY(qbn_scale(io, st, c, &sd, &s));
+            const int64_t o = (r * per + j) * st->inner;
+            double acc = 0.0;
+            for (int64_t i = 0; i < st->inner; i++) {
+                if (dw) dw[o + i] = dy[o + i] * s;
+                acc += (double)dy[o + i] * w[o + i];
+            }
+            if (dg) dg[c] += (float)(acc / sd);
+        }
+    return QF_OK;
+}
+
+static qf_status qf_qat_bn_output_forward_f32(const qf_kernel_io *io)
+{
+    const qbn_state *st = io->state;
+    const float *x = io->in[0]->data;
+    const float *b = io->nin > 3 && io->in[3] ? io->in[3]->data : NULL;
+    float *y = io->out[0]->data;
+    for (int64_t c = 0; c < st->ch; c++) {
+        float sd, s;
+        QF_TRY(qbn_scale(io, st, c, &sd, &s));
+        const float bc = b ? b[c] : 0.0f;
+        for (int64_t o = 0; o < st->outer; o++) {
+            const int64_t base = (o * st->ch + c) * st->inner;
+            if (b)
+                for (int64_t i = 0; i < st->inner; i++) y[base + i] = x[base + i] / s + bc;
+            else
+                for (int64_t i = 0; i < st->inner; i++) y[base + i] = x[base + i] / s;
+        }
+    }
+    return QF_OK;
+}
+
+static qf_status qf_qat_bn_output_backward_f32(const qf_kernel_io *io)
+{
+    const qbn_state *st = io->state;
+    const float *x = io->in[0]->data, *dy = io->dout[0] ? io->dout[0]->data : NULL;
+    float *dx = io->din[0] ? io->din[0]->data : NULL, *dg = io->din[1] ? io->din[1]->data : NULL;
+    float *db = io->nin > 3 && io->din[3] ? io->din[3]->data : NULL;
+    for (int64_t c = 0; c < st->ch; c++) {
+        float sd, s;
+        QF_TRY(qbn_scale(io, st, c, &sd, &s));
+        double sy = 0.0, sdy = 0.0;
+        for (int64_t o = 0; o < st->outer; o++) {
+            const int64_t base = (o * st->ch + c) * st->inner;
+            for (int64_t i = 0; i < st->inner; i++) {
+                const float d = dy ? dy[base + i] : 0.0f;
+                if (dx) dx[base + i] = d / s;
+                sy += (double)d * x[base + i];
+                sdy += d;
+            }
+        }
+        /* d (y / s) / d s = -y / s^2; d s / d gamma = 1 / std. */
+        if (dg) dg[c] = (float)(-sy / ((double)s * s) / sd);
+        if (db) db[c] = (float)sdy;
+    }
+    return QF_OK;
+}
+
+const qf_op_kernels qf_qat_bn_weight_kernels = {
+    .infer = qf_qat_bn_weight_infer,
+    .prepare = qf_qat_bn_weight_prepare,
+    .state_size = sizeof(qbn_state),
+    .forward_f32 = qf_qat_bn_weight_forward_f32,
+    .backward_f32 = qf_qat_bn_weight_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1) | (1u << 2),
+};
+
+const qf_op_kernels qf_qat_bn_output_kernels = {
+    .infer = qf_qat_bn_output_infer,
+    .prepare = qf_qat_bn_output_prepare,
+    .state_size = sizeof(qbn_state),
+    .forward_f32 = qf_qat_bn_output_forward_f32,
+    .backward_f32 = qf_qat_bn_output_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1) | (1u << 2),
+};
