@@ -24,6 +24,8 @@ extern const qf_pass qf_pass_fuse_batch_norm_forward;
 extern const qf_pass qf_pass_decompose_batch_norm;
 extern const qf_pass qf_pass_dce;
 extern const qf_pass qf_pass_fold_constants;
+extern const qf_pass qf_pass_qat_bn_add;
+extern const qf_pass qf_pass_qat_bn_remove;
 
 static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_fold_constants,
@@ -32,10 +34,13 @@ static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_fuse_batch_norm_forward,
     &qf_pass_decompose_batch_norm,
     &qf_pass_dce,
+    &qf_pass_qat_bn_add,
+    &qf_pass_qat_bn_remove,
 };
 
-/* Pipelines mirror the Neutron backend's default pass lists. qat_prepare and
- * qat_finalize are registered once their passes (qat_bn_*) exist. */
+/* Pipelines mirror the Neutron backend's default pass lists. The quantizer's
+ * QAT annotation and convert join qat_prepare / qat_finalize with the qat
+ * command (issue 10); today they hold the BatchNorm simulation. */
 static const char *const qf_ptq_passes[] = {"canonicalize", "fuse_batch_norm",
                                             "fuse_batch_norm_forward", "dce", NULL};
 
@@ -43,6 +48,21 @@ static const qf_pipeline qf_pipeline_ptq = {
     .name = "ptq",
     .summary = "post-training: canonicalize, fold BatchNorm into the op before / after it, dce",
     .passes = qf_ptq_passes,
+};
+
+static const char *const qf_qat_prepare_passes[] = {"canonicalize", "qat_bn_add", NULL};
+static const char *const qf_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", NULL};
+
+static const qf_pipeline qf_pipeline_qat_prepare = {
+    .name = "qat_prepare",
+    .summary = "QAT: canonicalize, simulate BatchNorm folded into the conv / linear before it",
+    .passes = qf_qat_prepare_passes,
+};
+
+static const qf_pipeline qf_pipeline_qat_finalize = {
+    .name = "qat_finalize",
+    .summary = "after QAT: remove the simulation, fold BatchNorm for real, dce",
+    .passes = qf_qat_finalize_passes,
 };
 
 #define QF_COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -66,6 +86,8 @@ static void qf_reg_init_locked(void)
     if (qf_reg.init) return;
     for (int i = 0; i < QF_COUNT_OF(qf_builtin_passes); i++) qf_reg.passes[qf_reg.npasses++] = qf_builtin_passes[i];
     qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_ptq;
+    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_qat_prepare;
+    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_qat_finalize;
     qf_reg.init = true;
 }
 

@@ -37,3 +37,12 @@ target_include_directories(test_fold_constants PRIVATE ${QF_TEST_DIR})
 target_link_libraries(test_fold_constants PRIVATE qfold_static)
 add_test(NAME passes_fold_constants COMMAND test_fold_constants)
 set_tests_properties(passes_fold_constants PROPERTIES LABELS "passes" TIMEOUT 60)
+
+# QAT's BatchNorm simulation: qat_bn_add then qat_bn_remove is the original,
+# bit for bit; remove leaves what it did not make.
+add_executable(test_qat_bn ${CMAKE_CURRENT_LIST_DIR}/test_qat_bn.c)
+target_compile_options(test_qat_bn PRIVATE ${QF_WARNINGS})
+target_include_directories(test_qat_bn PRIVATE ${QF_TEST_DIR})
+target_link_libraries(test_qat_bn PRIVATE qfold_static m)
+add_test(NAME passes_qat_bn COMMAND test_qat_bn)
+set_tests_properties(passes_qat_bn PROPERTIES LABELS "passes;qat" TIMEOUT 60)

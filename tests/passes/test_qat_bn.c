@@ -1,0 +1,226 @@
+/* qat_bn_add / qat_bn_remove (src/passes/qat_bn_*.c): for Conv, ConvTranspose
+ * (groups 1 and 2) and linear, with and without bias, epsilon 1e-5 and 1e-3,
+ * with and without a weight fake_quant, on random BN statistics:
+ *   - add: one rewrite, the simulation's two nodes in place, the op without
+ *     its bias; in inference the simulated graph gives the original's outputs
+ *     to float rounding (W*s / s);
+ *   - add then remove: the original graph again (same node count, the op
+ *     reads W and b) and outputs bit-identical to the original's;
+ *   - remove leaves a qat_bn_output whose chain it did not make alone, with
+ *     the reason.
+ * The reference kernels run both sides, so "bit-identical" is exact. */
+#include <math.h>
+#include <string.h>
+
+#include "qfold/exec.h"
+#include "qfold/pass.h"
+#include "tools/qf_check.h"
+
+static uint64_t rng = 0x7e57ab1e12345ull;
+
+static float rnd(void)
+{
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
+}
+
+static qf_value *cst(qf_graph *g, const char *name, qf_value_kind kind, int ndim, const int64_t *dims, float lo,
+                     float hi)
+{
+    qf_tensor t;
+    if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
+    float *p = t.data;
+    for (int64_t i = 0; i < qf_tensor_numel(&t); i++) p[i] = lo + (hi - lo) * 0.5f * (rnd() + 1.0f);
+    return qf_graph_add_constant(g, name, kind, &t);
+}
+
+typedef struct qcase {
+    const char *name;
+    qf_op op;
+    int group;
+    bool bias, fq;
+    float eps;
+} qcase;
+
+/* x -> [fake_quant(W)] -> op -> BN -> Relu -> y */
+static qf_graph *build(const qcase *c, qf_tensor *x)
+{
+    qf_graph *g = NULL;
+    if (qf_graph_init(&g) != QF_OK) return NULL;
+    g->opset = 13;
+    const int64_t cin = 4, cout = 6;
+    int64_t xd[4] = {2, cin, 5, 6}, wd[4], bd[1] = {cout}, one[1] = {1};
+    int xr = 4, wr = 4;
+    if (c->op == QF_OP_LINEAR) {
+        xd[0] = 3;
+        xd[1] = 5;
+        xr = 2;
+        wd[0] = cout;
+        wd[1] = 5;
+        wr = 2;
+    } else if (c->op == QF_OP_CONV) {
+        wd[0] = cout, wd[1] = cin / c->group, wd[2] = 3, wd[3] = 2;
+    } else {
+        wd[0] = cin, wd[1] = cout / c->group, wd[2] = 2, wd[3] = 3;
+    }
+    qf_value *xv = qf_graph_add_input(g, "x", QF_DTYPE_F32, xr, xd);
+    qf_value *w = cst(g, "w", QF_VALUE_PARAMETER, wr, wd, -1, 1);
+    qf_value *b = c->bias ? cst(g, "b", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f) : NULL;
+    qf_value *wsrc = w;
+    if (c->fq) {
+        qf_tensor t;
+        if (qf_tensor_init(&t, QF_DTYPE_F32, 1, one) != QF_OK) return NULL;
+        ((float *)t.data)[0] = 0.02f;
+        qf_value *sc = qf_graph_add_constant(g, "fq_scale", QF_VALUE_BUFFER, &t);
+        qf_value *zp = cst(g, "fq_zp", QF_VALUE_BUFFER, 1, one, 0, 0);
+        qf_value *mn = cst(g, "fq_min", QF_VALUE_BUFFER, 1, one, -1, -1);
+        qf_value *mx = cst(g, "fq_max", QF_VALUE_BUFFER, 1, one, 1, 1);
+        qf_value *in[5] = {w, sc, zp, mn, mx};
+        qf_node *fq = qf_graph_add_node(g, QF_OP_FAKE_QUANT, "w_fq", 5, in, 1);
+        if (!fq || qf_node_set_attr_int(g, fq, "quant_min", -127) != QF_OK ||
+            qf_node_set_attr_int(g, fq, "symmetric", 1) != QF_OK)
+            return NULL;
+        wsrc = fq->outputs[0];
+    }
+    qf_value *pin[3] = {xv, wsrc, b};
+    qf_node *p = qf_graph_add_node(g, c->op, "op", b ? 3 : 2, pin, 1);
+    if (!p) return NULL;
+    if (c->op != QF_OP_LINEAR && qf_node_set_attr_int(g, p, "group", c->group) != QF_OK) return NULL;
+    qf_value *gam = cst(g, "gamma", QF_VALUE_PARAMETER, 1, bd, -1.5f, 1.5f);
+    qf_value *bet = cst(g, "beta", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f);
+    qf_value *mu = cst(g, "mean", QF_VALUE_BUFFER, 1, bd, -0.3f, 0.3f);
+    qf_value *var = cst(g, "var", QF_VALUE_BUFFER, 1, bd, 0.2f, 2.0f);
+    qf_value *bin[5] = {p->outputs[0], gam, bet, mu, var};
+    qf_node *bn = qf_graph_add_node(g, QF_OP_BATCH_NORM, "bn", 5, bin, 1);
+    if (!bn || qf_node_set_attr_float(g, bn, "epsilon", c->eps) != QF_OK) return NULL;
+    qf_value *rin[1] = {bn->outputs[0]};
+    qf_node *r = qf_graph_add_node(g, QF_OP_RELU, "relu", 1, rin, 1);
+    if (!r || qf_graph_add_output(g, r->outputs[0]) != QF_OK) return NULL;
+    if (qf_tensor_init(x, QF_DTYPE_F32, xr, xd) != QF_OK) return NULL;
+    for (int64_t i = 0; i < qf_tensor_numel(x); i++) ((float *)x->data)[i] = rnd();
+    return g;
+}
+
+/* Output of g on x (owned copy in out). */
+static qf_status run(qf_graph *g, const qf_tensor *x, qf_tensor *out)
+{
+    qf_plan *p = NULL;
+    QF_TRY(qf_plan_init(&p, g));
+    const qf_tensor *in[] = {x};
+    qf_status st = qf_plan_run(p, in, 1);
+    if (st == QF_OK) {
+        const qf_tensor *y = qf_plan_output(p, 0);
+        st = qf_tensor_init(out, y->dtype, y->ndim, y->dims);
+        if (st == QF_OK) memcpy(out->data, y->data, qf_tensor_nbytes(y));
+    }
+    qf_plan_free(p);
+    return st;
+}
+
+static int count_op(const qf_graph *g, qf_op op)
+{
+    int n = 0;
+    qf_graph_for_each_node(g, nd) n += nd->op == op;
+    return n;
+}
+
+static void check_case(const qcase *c)
+{
+    qf_tensor x = {0}, y0 = {0}, y1 = {0}, y2 = {0};
+    qf_graph *g = build(c, &x);
+    REQUIRE(g, "%s: building: %s", c->name, qf_error_message());
+    const int nodes0 = g->nnodes;
+    REQUIRE_OK(run(g, &x, &y0));
+    qf_pass_report *r = NULL;
+    const char *add[] = {"qat_bn_add", NULL}, *rm[] = {"qat_bn_remove", NULL};
+    CHECK_OK(qf_passes_run(g, add, &(qf_pass_options){.verify = true}, &r));
+    CHECKF(qf_pass_report_count(r, QF_PASS_REWROTE, QF_OP_BATCH_NORM) == 1, "%s: add did not rewrite the BN",
+           c->name);
+    qf_pass_report_free(r);
+    CHECKF(count_op(g, QF_OP_QAT_BN_WEIGHT) == 1 && count_op(g, QF_OP_QAT_BN_OUTPUT) == 1,
+           "%s: the simulation's nodes are missing", c->name);
+    const qf_node *op = qf_graph_find_node(g, "op");
+    CHECKF(op && (op->ninputs < 3 || !op->inputs[2]), "%s: the op kept its bias", c->name);
+    REQUIRE_OK(run(g, &x, &y1));
+    double err = 0, scale = 1e-6;
+    for (int64_t i = 0; i < qf_tensor_numel(&y0); i++) {
+        err = fmax(err, fabs((double)((float *)y0.data)[i] - ((float *)y1.data)[i]));
+        scale = fmax(scale, fabs((double)((float *)y0.data)[i]));
+    }
+    /* With a weight fake-quant the simulation quantizes W*s instead of W:
+     * a different grid, so only the float case is equal to rounding. */
+    if (!c->fq) CHECKF(err <= 1e-5 * scale, "%s: simulated graph differs by %g (scale %g)", c->name, err, scale);
+    CHECK_OK(qf_passes_run(g, rm, &(qf_pass_options){.verify = true}, &r));
+    CHECKF(qf_pass_report_count(r, QF_PASS_REMOVED, QF_OP_QAT_BN_OUTPUT) == 1, "%s: remove did nothing", c->name);
+    qf_pass_report_free(r);
+    const char *dce[] = {"dce", NULL};
+    CHECK_OK(qf_passes_run(g, dce, &(qf_pass_options){.verify = true}, &r));
+    qf_pass_report_free(r);
+    CHECKF(g->nnodes == nodes0, "%s: %d nodes after remove, %d before add", c->name, g->nnodes, nodes0);
+    op = qf_graph_find_node(g, "op");
+    CHECKF(op && (c->fq ? op->inputs[1]->producer->inputs[0] : op->inputs[1]) == qf_graph_find_value(g, "w"),
+           "%s: the op does not read W again", c->name);
+    if (c->bias) CHECKF(op && op->ninputs > 2 && op->inputs[2] == qf_graph_find_value(g, "b"), "%s: bias", c->name);
+    REQUIRE_OK(run(g, &x, &y2));
+    CHECKF(qf_tensor_nbytes(&y0) == qf_tensor_nbytes(&y2) && !memcmp(y0.data, y2.data, qf_tensor_nbytes(&y0)),
+           "%s: add then remove is not bit-identical to the original", c->name);
+    printf("%-36s simulated vs original %.3g, add+remove bit-identical\n", c->name, err);
+    qf_tensor_free(&x);
+    qf_tensor_free(&y0);
+    qf_tensor_free(&y1);
+    qf_tensor_free(&y2);
+    qf_graph_free(g);
+}
+
+static void test_add_remove(void)
+{
+    static const qcase cases[] = {
+        {"conv, bias, eps 1e-5", QF_OP_CONV, 1, true, false, 1e-5f},
+        {"conv, no bias, eps 1e-3", QF_OP_CONV, 1, false, false, 1e-3f},
+        {"grouped conv, bias, fake-quant", QF_OP_CONV, 2, true, true, 1e-5f},
+        {"conv, no bias, fake-quant, eps 1e-3", QF_OP_CONV, 1, false, true, 1e-3f},
+        {"conv_transpose, bias", QF_OP_CONV_TRANSPOSE, 1, true, false, 1e-5f},
+        {"grouped conv_transpose, no bias, fq", QF_OP_CONV_TRANSPOSE, 2, false, true, 1e-3f},
+        {"linear, bias, eps 1e-3", QF_OP_LINEAR, 1, true, false, 1e-3f},
+        {"linear, no bias, fake-quant", QF_OP_LINEAR, 1, false, true, 1e-5f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i]);
+}
+
+/* A qat_bn_output that qat_bn_add did not make (its op reads a plain weight):
+ * remove reports it and leaves it. */
+static void test_remove_leaves_foreign(void)
+{
+    qcase c = {"foreign", QF_OP_CONV, 1, false, false, 1e-5f};
+    qf_tensor x = {0};
+    qf_graph *g = build(&c, &x);
+    REQUIRE(g, "build: %s", qf_error_message());
+    qf_node *op = qf_graph_find_node(g, "op"), *bn = qf_graph_find_node(g, "bn");
+    qf_value *in[3] = {op->outputs[0], bn->inputs[1], bn->inputs[4]};
+    qf_node *on = qf_graph_insert_node(g, op, true, QF_OP_QAT_BN_OUTPUT, "foreign_out", 3, in, 1);
+    REQUIRE(on, "insert: %s", qf_error_message());
+    REQUIRE_OK(qf_graph_infer_shapes(g));
+    REQUIRE_OK(qf_node_set_input(g, bn, 0, on->outputs[0]));
+    const int nodes = g->nnodes;
+    qf_pass_report *r = NULL;
+    const char *rm[] = {"qat_bn_remove", NULL};
+    CHECK_OK(qf_passes_run(g, rm, &(qf_pass_options){.verify = true}, &r));
+    CHECK(qf_pass_report_count(r, QF_PASS_REMOVED, QF_OP_QAT_BN_OUTPUT) == 0);
+    char *json = NULL;
+    size_t len = 0;
+    CHECK_OK(qf_pass_report_json(r, NULL, &json, &len));
+    CHECKF(json && strstr(json, "is not a qat_bn_weight"), "the skip reason is missing: %s", json ? json : "");
+    qf_free(json);
+    qf_pass_report_free(r);
+    CHECK(g->nnodes == nodes);
+    qf_tensor_free(&x);
+    qf_graph_free(g);
+}
+
+int main(void)
+{
+    qf_set_engine(QF_ENGINE_REF);
+    RUN(test_add_remove);
+    RUN(test_remove_leaves_foreign);
+    return qf_check_report();
+}
