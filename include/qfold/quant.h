@@ -215,9 +215,22 @@ typedef struct qf_quant_annotation {
 
 /* Annotate g (sorted, shapes inferred) for profile p. Nothing in g changes. */
 qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out);
+/* The same for QAT: a BatchNormalization that is the only reader of a conv /
+ * linear belongs to its pattern (nothing quantized between the op and the
+ * BN; the BN's output is what the ReLU fusion or the observer sees), as the
+ * Neutron quantizer annotates for QAT. */
+qf_status qf_quant_annotate_qat(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out);
 void qf_quant_annotation_free(qf_quant_annotation *a);
 /* The representative value id of v's shared-qparams group. */
 uint32_t qf_quant_group(qf_quant_annotation *a, uint32_t v);
+/* QAT: a fake_quant node (src/ops/fake_quant.c: PyTorch's FakeQuantize with
+ * a moving-average min / max observer) after every activation the QAT
+ * annotation quantizes (the members of a shared group read one set of
+ * buffers; a fixed group's does not observe) and on every quantized weight
+ * (per channel or per tensor, symmetric, the profile's range); biases stay
+ * float. Run before qat_bn_add, which then scales the weight under its
+ * fake_quant. *count (may be NULL) gets the fake_quants made. */
+qf_status qf_quant_qat_insert(qf_graph *g, qf_quant_annotation *a, const qf_quant_profile *p, int *count);
 /* One line per quantized value and per node left in float (tests, --report). */
 void qf_quant_annotation_print(const qf_quant_annotation *a, const qf_graph *g, FILE *f);
 

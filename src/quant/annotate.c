@@ -23,7 +23,8 @@ typedef struct ann {
     const qf_graph *g;
     const qf_quant_profile *p;
     qf_quant_annotation *a;
-    bool *fused; /* by node id: an activation whose producer conv/linear fused it */
+    bool *fused; /* by node id: an activation whose producer conv/linear fused it, or (QAT) its BN */
+    bool qat;    /* QAT: a conv / linear's BatchNorm belongs to its pattern */
 } ann;
 
 uint32_t qf_quant_group(qf_quant_annotation *a, uint32_t v)
@@ -97,10 +98,17 @@ static bool relu_range(const qf_node *n)
 }
 
 /* The output of a conv / linear: fused into the ReLU that is its only
- * reader (left float, the ReLU's output observed), or observed. */
+ * reader (left float, the ReLU's output observed), or observed. In QAT a
+ * BatchNorm that is its only reader belongs to the pattern too (no
+ * quantization between the op and BN: the BN's output is the pattern's). */
 static void producer_output(ann *c, const qf_node *n)
 {
     const qf_value *y = n->outputs[0];
+    if (c->qat && y->nuses == 1 && !y->is_output && y->uses[0].slot == 0 &&
+        y->uses[0].node->op == QF_OP_BATCH_NORM) {
+        c->fused[y->uses[0].node->id] = true;
+        y = y->uses[0].node->outputs[0];
+    }
     if (c->p->fuse_activation && y->nuses == 1 && !y->is_output && y->uses[0].slot == 0 &&
         c->p->rules[y->uses[0].node->op].pattern == QF_QPAT_ACTIVATION && relu_range(y->uses[0].node)) {
         c->fused[y->uses[0].node->id] = true;
@@ -176,6 +184,7 @@ static qf_status ann_node(ann *c, const qf_node *n)
     const qf_qrule *r = &c->p->rules[n->op];
     const qf_value *x = n->ninputs > 0 ? n->inputs[0] : NULL;
     const qf_value *y = n->noutputs > 0 ? n->outputs[0] : NULL;
+    if (n->op == QF_OP_BATCH_NORM && c->fused[n->id]) return QF_OK; /* QAT: its producer's pattern */
     switch (r->pattern) {
     case QF_QPAT_NONE: {
         /* Only ops on float tensors are worth a line: shape arithmetic is not. */
@@ -236,7 +245,7 @@ void qf_quant_annotation_free(qf_quant_annotation *a)
     qf_free(a);
 }
 
-qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out)
+static qf_status annotate(const qf_graph *g, const qf_quant_profile *p, bool qat, qf_quant_annotation **out)
 {
     *out = NULL;
     qf_quant_annotation *a = qf_calloc(1, sizeof *a);
@@ -252,7 +261,7 @@ qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_qua
         return QF_ERR_NOMEM;
     }
     for (size_t i = 0; i < nv; i++) a->parent[i] = (uint32_t)i;
-    ann c = {g, p, a, fused};
+    ann c = {g, p, a, fused, qat};
     qf_status st = QF_OK;
     for (const qf_node *n = g->first; n && st == QF_OK; n = n->next) st = ann_node(&c, n);
     qf_free(fused);
@@ -262,6 +271,16 @@ qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_qua
     }
     *out = a;
     return QF_OK;
+}
+
+qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out)
+{
+    return annotate(g, p, false, out);
+}
+
+qf_status qf_quant_annotate_qat(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out)
+{
+    return annotate(g, p, true, out);
 }
 
 static const char *observer_name(qf_observer_kind k)

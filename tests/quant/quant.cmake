@@ -50,3 +50,11 @@ if(QF_PYTHON3 AND QF_NODE)
   add_test(NAME quant_lower COMMAND test_lower ${QF_TEST_WORK}/quantize/fashion/fq_neutron.onnx 5 2)
   set_tests_properties(quant_lower PROPERTIES FIXTURES_REQUIRED quantized_fashion LABELS "quant" TIMEOUT 60)
 endif()
+
+# QAT's prepare: QAT annotation, fake_quant insertion, qat_bn_add, a training step.
+add_executable(test_qat_prepare ${CMAKE_CURRENT_LIST_DIR}/test_qat_prepare.c)
+target_include_directories(test_qat_prepare PRIVATE ${QF_TEST_DIR})
+target_compile_options(test_qat_prepare PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_qat_prepare PRIVATE qfold_static m)
+add_test(NAME quant_qat_prepare COMMAND test_qat_prepare)
+set_tests_properties(quant_qat_prepare PROPERTIES LABELS "quant;qat" TIMEOUT 60)
