@@ -213,8 +213,12 @@ void qf_conv_col2im3(const float *col, int64_t channels, const qf_spatial *l, fl
                         for (int64_t ih = 0; ih < IH; ih++, src += IW) {
                             int64_t oh = ih * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
                             if (od < 0 || od >= OD || oh < 0 || oh >= OH) continue;
-                            float *row = yc + (od * OH + oh) * OW;
-                            for (int64_t iw = lo; iw < hi; iw++) row[iw * l->stride[2] + offw] += src[iw];
+                            float *row = yc + (od * OH + oh) * OW + offw;
+                            if (l->stride[2] == 1) {
+                                for (int64_t iw = lo; iw < hi; iw++) row[iw] += src[iw];
+                            } else {
+                                for (int64_t iw = lo; iw < hi; iw++) row[iw * l->stride[2]] += src[iw];
+                            }
                         }
                     }
                 }
