@@ -38,7 +38,8 @@ typedef struct cb_plan {
     bool flat;        /* depthwise with stride 1: padded planes, one loop per tap */
     int64_t slots;    /* batch slices (GEMM paths) or channel slices (depthwise dW) */
     int64_t col;      /* floats of one slot's column buffer (depthwise: its tap accumulators) */
-    int64_t part;     /* floats of one partial dW + dB (slots past the first) */
+    bool wt;          /* partial dW kept transposed, one per slot (see cb_conv_item) */
+    int64_t part;     /* floats of one partial dW + dB (slots past the first, every slot with wt) */
     size_t bytes;     /* scratch; SIZE_MAX when it does not fit */
 } cb_plan;
 
@@ -112,10 +113,12 @@ static void cb_plan_make(const qf_conv_geom *cg, qf_conv_path path, int64_t thre
         if (!p->pointwise) ok = qf_i64_mul(cg->k, cg->transpose ? cg->in_plane : cg->out_plane, &col);
         int64_t wrows = cg->transpose ? cg->c : cg->m;
         ok = ok && qf_i64_mul(wrows, cg->k, &part) && qf_i64_add(part, cg->m, &part);
+        p->wt = slots > 1 && (cg->transpose ? cg->in_plane : cg->out_plane) < QF_SGEMM_DOT_MIN_K;
     }
     if (slots < 1) slots = 1;
     int64_t a = 0, b = 0, floats = 0;
-    ok = ok && qf_i64_mul(slots, col, &a) && qf_i64_mul(slots - 1, part, &b) && qf_i64_add(a, b, &floats) &&
+    ok = ok && qf_i64_mul(slots, col, &a) && qf_i64_mul(p->wt ? slots : slots - 1, part, &b) &&
+         qf_i64_add(a, b, &floats) &&
          floats <= (int64_t)(SIZE_MAX / sizeof(float));
     p->slots = slots;
     p->col = col;
@@ -163,7 +166,7 @@ typedef struct cb_job {
     const qf_node *node;
     const qf_conv_geom *cg;
     qf_spatial swapped;   /* cg->l with input and output sizes exchanged */
-    bool pointwise;
+    bool pointwise, wt;
     const float *x, *w, *dy;
     float *dx, *dw, *db;  /* NULL: not wanted */
     float *scratch;
@@ -176,6 +179,25 @@ static void cb_gemm(cb_job *j, const qf_sgemm_args *a)
 {
     if (j->slots > 1) qf_sgemm_serial(a);
     else if (j->st == QF_OK) j->st = qf_sgemm(j->node, a);
+}
+
+/* dW_g of one item into pw (beta 0 for the slot's first item): A (R rows:
+ * dY_g for a Conv, X_g for a ConvTranspose) times the column matrix colm (K
+ * rows), both along the plane P. Over a long plane, dW_g (R x K) = A colm^T
+ * is a set of dot products (qf_sgemm_serial's); over a short one their
+ * lane sums would cost more than the products, and with `wt` the slot keeps
+ * dW_g^T (K x R) = colm A^T instead, a packed GEMM with full panels (K a
+ * multiple of the kernel size, R the channels), transposed once at the
+ * end. */
+static void cb_dw_item(cb_job *j, const float *a, int64_t R, const float *colm, int64_t K, int64_t P, float *pw,
+                       int64_t g, float beta)
+{
+    if (j->wt)
+        cb_gemm(j, &(qf_sgemm_args){.tb = true, .m = K, .n = R, .k = P, .alpha = 1.0f, .a = colm, .lda = P,
+                                    .b = a, .ldb = P, .beta = beta, .c = pw + g * K * R, .ldc = R});
+    else
+        cb_gemm(j, &(qf_sgemm_args){.tb = true, .m = R, .n = K, .k = P, .alpha = 1.0f, .a = a, .lda = P,
+                                    .b = colm, .ldb = P, .beta = beta, .c = pw + g * R * K, .ldc = K});
 }
 
 /* Conv, batch item bn, group g: dW_g (pw, beta 0 for the slot's first item)
@@ -192,8 +214,7 @@ static void cb_conv_item(cb_job *j, int64_t bn, int64_t g, float *col, float *pw
             qf_conv_im2col3(xg, cg->cg, &cg->l, col);
             colm = col;
         }
-        cb_gemm(j, &(qf_sgemm_args){.tb = true, .m = Mg, .n = K, .k = P, .alpha = 1.0f, .a = dyg, .lda = P,
-                                    .b = colm, .ldb = P, .beta = beta, .c = pw + g * Mg * K, .ldc = K});
+        cb_dw_item(j, dyg, Mg, colm, K, P, pw, g, beta);
     }
     if (j->dx) {
         float *dxg = j->dx + (bn * cg->c + g * cg->cg) * cg->in_plane;
@@ -222,9 +243,7 @@ static void cb_convt_item(cb_job *j, int64_t bn, int64_t g, float *col, float *p
         qf_conv_im2col3(dyg, Mg, &j->swapped, col);
         colm = col;
     }
-    if (pw)
-        cb_gemm(j, &(qf_sgemm_args){.tb = true, .m = Cg, .n = K, .k = P, .alpha = 1.0f, .a = xg, .lda = P,
-                                    .b = colm, .ldb = P, .beta = beta, .c = pw + g * Cg * K, .ldc = K});
+    if (pw) cb_dw_item(j, xg, Cg, colm, K, P, pw, g, beta);
     if (j->dx)
         cb_gemm(j, &(qf_sgemm_args){.m = Cg, .n = P, .k = K, .alpha = 1.0f, .a = j->w + g * Cg * K, .lda = K,
                                     .b = colm, .ldb = P, .c = j->dx + (bn * cg->c + g * Cg) * P, .ldc = P});
@@ -238,7 +257,7 @@ static void cb_slot(void *ctx, int64_t lo, int64_t hi)
     for (int64_t s = lo; s < hi; s++) {
         int64_t b0 = cg->n * s / j->slots, b1 = cg->n * (s + 1) / j->slots;
         float *col = j->scratch ? j->scratch + s * j->col : NULL;
-        float *part = s == 0 ? NULL : j->scratch + j->slots * j->col + (s - 1) * j->part;
+        float *part = s == 0 && !j->wt ? NULL : j->scratch + j->slots * j->col + (j->wt ? s : s - 1) * j->part;
         float *pw = j->dw ? (part ? part : j->dw) : NULL;
         float *pb = j->db ? (part ? part + j->part - cg->m : j->db) : NULL;
         cb_zero(pb, cg->m);
@@ -257,12 +276,33 @@ static qf_status cb_gemm_paths(cb_job *j, int64_t wsize)
 {
     qf_parallel_for(j->slots, 1, cb_slot, j);
     QF_TRY(j->st);
+    const qf_conv_geom *cg = j->cg;
+    const float *parts = j->scratch + j->slots * j->col;
+    if (j->wt) {
+        /* Every slot's dW_g^T (K x R), summed and transposed into dW_g. */
+        const int64_t R = cg->transpose ? cg->cg : cg->mg, K = cg->k;
+        if (j->dw)
+            for (int64_t g = 0; g < cg->group; g++)
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t kk = 0; kk < K; kk++) {
+                        float sum = 0.0f;
+                        for (int64_t s = 0; s < j->slots; s++) sum += parts[s * j->part + (g * K + kk) * R + r];
+                        j->dw[(g * R + r) * K + kk] = sum;
+                    }
+        if (j->db)
+            for (int64_t i = 0; i < cg->m; i++) {
+                float sum = 0.0f;
+                for (int64_t s = 0; s < j->slots; s++) sum += parts[s * j->part + j->part - cg->m + i];
+                j->db[i] = sum;
+            }
+        return QF_OK;
+    }
     for (int64_t s = 1; s < j->slots; s++) {
-        const float *part = j->scratch + j->slots * j->col + (s - 1) * j->part;
+        const float *part = parts + (s - 1) * j->part;
         if (j->dw)
             for (int64_t i = 0; i < wsize; i++) j->dw[i] += part[i];
         if (j->db)
-            for (int64_t i = 0; i < j->cg->m; i++) j->db[i] += part[j->part - j->cg->m + i];
+            for (int64_t i = 0; i < cg->m; i++) j->db[i] += part[j->part - cg->m + i];
     }
     return QF_OK;
 }
@@ -590,7 +630,7 @@ static qf_status cb_backward(const qf_kernel_io *io)
         cb_depthwise(&j, p.flat);
         return QF_OK;
     }
-    cb_job j = {.node = io->node, .cg = cg, .swapped = cg->l, .pointwise = p.pointwise, .x = x, .w = w, .dy = dy,
+    cb_job j = {.node = io->node, .cg = cg, .swapped = cg->l, .pointwise = p.pointwise, .wt = p.wt, .x = x, .w = w, .dy = dy,
                 .dx = dx, .dw = dw, .db = db, .scratch = io->scratch, .slots = p.slots, .col = p.col,
                 .part = p.part};
     for (int i = 0; i < QF_SPATIAL_MAX; i++) {

@@ -211,8 +211,8 @@ void qf_sgemm_ref(const qf_sgemm_args *g) { sgemm_run(g); }
 
 void qf_sgemm_serial(const qf_sgemm_args *g)
 {
-    /* A B^T over a K long enough to fill the vectors: dot products. */
-    if (!g->ta && g->tb && g->m > 0 && g->n > 0 && g->k >= 32) sgemm_dot(g);
+    /* A B^T over a K long enough to pay for the lane sums: dot products. */
+    if (!g->ta && g->tb && g->m > 0 && g->n > 0 && g->k >= QF_SGEMM_DOT_MIN_K) sgemm_dot(g);
     else sgemm_run_serial(g);
 }
 
