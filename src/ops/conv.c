@@ -183,7 +183,7 @@ void qf_conv_im2col3(const float *x, int64_t channels, const qf_spatial *l, floa
                             const float *row = xc + (id * IH + ih) * IW;
                             if (lo > 0) memset(dst, 0, sizeof *dst * (size_t)lo);
                             if (l->stride[2] == 1) {
-                                memcpy(dst + lo, row + lo + offw, sizeof *dst * (size_t)(hi - lo));
+                                qf_conv_copy_row(dst + lo, row + lo + offw, hi - lo);
                             } else {
                                 for (int64_t ow = lo; ow < hi; ow++) dst[ow] = row[ow * l->stride[2] + offw];
                             }

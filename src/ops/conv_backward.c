@@ -379,21 +379,6 @@ static cb_flat_fns cb_flat_pick(void)
     return (cb_flat_fns){cb_dot_generic, cb_axpy_generic};
 }
 
-/* dst[0 .. n-1] = src[...]: short rows (a 7-wide plane) without a call to
- * memcpy per row. */
-static inline void cb_copy(float *restrict dst, const float *restrict src, int64_t n)
-{
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof *dst);
-    if (i + 4 <= n) {
-        memcpy(dst + i, src + i, 4 * sizeof *dst);
-        i += 4;
-    }
-    if (i < n) dst[i] = src[i];
-    if (i + 1 < n) dst[i + 1] = src[i + 1];
-    if (i + 2 < n) dst[i + 2] = src[i + 2];
-}
-
 /* The rows of plane `small` (dims ds) into the padded plane `big` (dims
  * dp) at offset `at`. */
 static void cb_flat_in(float *restrict big, const int64_t dp[3], const int64_t at[3], const float *restrict small,
@@ -401,7 +386,7 @@ static void cb_flat_in(float *restrict big, const int64_t dp[3], const int64_t a
 {
     for (int64_t z = 0; z < ds[0]; z++)
         for (int64_t y = 0; y < ds[1]; y++)
-            cb_copy(big + ((z + at[0]) * dp[1] + y + at[1]) * dp[2] + at[2], small + (z * ds[1] + y) * ds[2], ds[2]);
+            qf_conv_copy_row(big + ((z + at[0]) * dp[1] + y + at[1]) * dp[2] + at[2], small + (z * ds[1] + y) * ds[2], ds[2]);
 }
 
 /* The other way: the block of `big` at `at` out into `small`. */
@@ -410,7 +395,7 @@ static void cb_flat_out(const float *restrict big, const int64_t dp[3], const in
 {
     for (int64_t z = 0; z < ds[0]; z++)
         for (int64_t y = 0; y < ds[1]; y++)
-            cb_copy(small + (z * ds[1] + y) * ds[2], big + ((z + at[0]) * dp[1] + y + at[1]) * dp[2] + at[2], ds[2]);
+            qf_conv_copy_row(small + (z * ds[1] + y) * ds[2], big + ((z + at[0]) * dp[1] + y + at[1]) * dp[2] + at[2], ds[2]);
 }
 
 /* Slots lo..hi-1 of the stride-1 depthwise backward: every gradient of
