@@ -145,16 +145,17 @@ static void sgemm_dot(const qf_sgemm_args *g)
     default: break;
     }
 #endif
-    /* B's rows outside, A's inside: A (M rows of K) stays in cache. Rows
-     * past the edge repeat the last one; their results are dropped. */
-    for (int64_t j0 = 0; j0 < g->n; j0 += QF_DOT_NR) {
-        const float *b[QF_DOT_NR];
-        int nr = g->n - j0 < QF_DOT_NR ? (int)(g->n - j0) : QF_DOT_NR;
-        for (int j = 0; j < QF_DOT_NR; j++) b[j] = g->b + (j0 + (j < nr ? j : nr - 1)) * g->ldb;
-        for (int64_t i0 = 0; i0 < g->m; i0 += QF_DOT_MR) {
-            const float *a[QF_DOT_MR];
-            int mr = g->m - i0 < QF_DOT_MR ? (int)(g->m - i0) : QF_DOT_MR;
-            for (int i = 0; i < QF_DOT_MR; i++) a[i] = g->a + (i0 + (i < mr ? i : mr - 1)) * g->lda;
+    /* A's rows outside (four of them stay in L1), B's inside (streamed
+     * from L2: three loads of it per twelve products). Rows past the edge
+     * repeat the last one; their results are dropped. */
+    for (int64_t i0 = 0; i0 < g->m; i0 += QF_DOT_MR) {
+        const float *a[QF_DOT_MR];
+        int mr = g->m - i0 < QF_DOT_MR ? (int)(g->m - i0) : QF_DOT_MR;
+        for (int i = 0; i < QF_DOT_MR; i++) a[i] = g->a + (i0 + (i < mr ? i : mr - 1)) * g->lda;
+        for (int64_t j0 = 0; j0 < g->n; j0 += QF_DOT_NR) {
+            const float *b[QF_DOT_NR];
+            int nr = g->n - j0 < QF_DOT_NR ? (int)(g->n - j0) : QF_DOT_NR;
+            for (int j = 0; j < QF_DOT_NR; j++) b[j] = g->b + (j0 + (j < nr ? j : nr - 1)) * g->ldb;
             float out[QF_DOT_MR][QF_DOT_NR];
             kernel(g->k, a, b, out);
             for (int i = 0; i < mr; i++)
