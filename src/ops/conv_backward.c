@@ -13,14 +13,17 @@
  * and for both dB = the sum of dY over batch and plane. A depthwise Conv
  * (one input channel per group) runs direct loops instead, as its forward:
  * dX scatters every tap of dY back into the input plane, dW correlates dY
- * with the shifted input.
+ * with the shifted input; with stride 1 over zero-padded planes, one flat
+ * dot (dW) and one flat axpy (dX) per tap (cb_flat_dims).
  *
  * Threads (core/parallel.h): the batch is split into one slot per thread,
  * each with its own column buffer and (past the first slot, which writes
  * into dW / dB themselves) its own partial dW and dB, summed at the end; the
- * products run on the slot's thread (qf_sgemm_serial). A batch too small to
- * split evenly runs item after item, each product threaded by qf_sgemm. The
- * depthwise loops split the input planes (dX) or the channels (dW, dB).
+ * products run on the slot's thread (qf_sgemm_serial). Over a short plane a
+ * slot keeps its dW transposed (cb_dw_item). A batch too small to split
+ * evenly runs item after item, each product threaded by qf_sgemm. The
+ * depthwise loops split the input channels (stride 1), or the input planes
+ * (dX) and the output channels (dW, dB).
  * Scratch (qf_conv_bwd_scratch, from the thread count at plan build; the
  * kernel uses fewer slots if it was given less) holds the column buffers
  * and partial sums: the kernels never allocate.
