@@ -183,7 +183,7 @@ void qf_conv_im2col3(const float *x, int64_t channels, const qf_spatial *l, floa
                             const float *row = xc + (id * IH + ih) * IW;
                             if (lo > 0) memset(dst, 0, sizeof *dst * (size_t)lo);
                             if (l->stride[2] == 1) {
-                                memcpy(dst + lo, row + lo + offw, sizeof *dst * (size_t)(hi - lo));
+                                qf_conv_copy_row(dst + lo, row + lo + offw, hi - lo);
                             } else {
                                 for (int64_t ow = lo; ow < hi; ow++) dst[ow] = row[ow * l->stride[2] + offw];
                             }
@@ -213,8 +213,12 @@ void qf_conv_col2im3(const float *col, int64_t channels, const qf_spatial *l, fl
                         for (int64_t ih = 0; ih < IH; ih++, src += IW) {
                             int64_t oh = ih * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
                             if (od < 0 || od >= OD || oh < 0 || oh >= OH) continue;
-                            float *row = yc + (od * OH + oh) * OW;
-                            for (int64_t iw = lo; iw < hi; iw++) row[iw * l->stride[2] + offw] += src[iw];
+                            float *row = yc + (od * OH + oh) * OW + offw;
+                            if (l->stride[2] == 1) {
+                                for (int64_t iw = lo; iw < hi; iw++) row[iw] += src[iw];
+                            } else {
+                                for (int64_t iw = lo; iw < hi; iw++) row[iw * l->stride[2]] += src[iw];
+                            }
                         }
                     }
                 }

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "qfold/graph.h"
 #include "op_table.h"
@@ -69,6 +70,25 @@ static inline void qf_conv_tap_range(int64_t off, int64_t st, int64_t size, int6
     if (a > b) a = b;
     *lo = a;
     *hi = b;
+}
+
+/* dst[0 .. n-1] = src[0 .. n-1] for rows of a plane: a short row (7, 14,
+ * 28 wide) is copied inline, without a call to memcpy per row. */
+static inline void qf_conv_copy_row(float *restrict dst, const float *restrict src, int64_t n)
+{
+    if (n >= 64) {
+        memcpy(dst, src, sizeof *dst * (size_t)n);
+        return;
+    }
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof *dst);
+    if (i + 4 <= n) {
+        memcpy(dst + i, src + i, 4 * sizeof *dst);
+        i += 4;
+    }
+    if (i < n) dst[i] = src[i];
+    if (i + 1 < n) dst[i + 1] = src[i + 1];
+    if (i + 2 < n) dst[i + 2] = src[i + 2];
 }
 
 /* Column matrix of `channels` input planes: row (c, kd, kh, kw), column

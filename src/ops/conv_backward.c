@@ -13,14 +13,17 @@
  * and for both dB = the sum of dY over batch and plane. A depthwise Conv
  * (one input channel per group) runs direct loops instead, as its forward:
  * dX scatters every tap of dY back into the input plane, dW correlates dY
- * with the shifted input.
+ * with the shifted input; with stride 1 over zero-padded planes, one flat
+ * dot (dW) and one flat axpy (dX) per tap (cb_flat_dims).
  *
  * Threads (core/parallel.h): the batch is split into one slot per thread,
  * each with its own column buffer and (past the first slot, which writes
  * into dW / dB themselves) its own partial dW and dB, summed at the end; the
- * products run on the slot's thread (qf_sgemm_serial). A batch too small to
- * split evenly runs item after item, each product threaded by qf_sgemm. The
- * depthwise loops split the input planes (dX) or the channels (dW, dB).
+ * products run on the slot's thread (qf_sgemm_serial). Over a short plane a
+ * slot keeps its dW transposed (cb_dw_item). A batch too small to split
+ * evenly runs item after item, each product threaded by qf_sgemm. The
+ * depthwise loops split the input channels (stride 1), or the input planes
+ * (dX) and the output channels (dW, dB).
  * Scratch (qf_conv_bwd_scratch, from the thread count at plan build; the
  * kernel uses fewer slots if it was given less) holds the column buffers
  * and partial sums: the kernels never allocate.
@@ -35,9 +38,11 @@
 typedef struct cb_plan {
     bool depthwise;   /* Conv's direct loops */
     bool pointwise;   /* 1x1, stride 1, no pads: no column buffer */
+    bool flat;        /* depthwise with stride 1: padded planes, one loop per tap */
     int64_t slots;    /* batch slices (GEMM paths) or channel slices (depthwise dW) */
     int64_t col;      /* floats of one slot's column buffer (depthwise: its tap accumulators) */
-    int64_t part;     /* floats of one partial dW + dB (slots past the first) */
+    bool wt;          /* partial dW kept transposed, one per slot (see cb_conv_item) */
+    int64_t part;     /* floats of one partial dW + dB (slots past the first, every slot with wt) */
     size_t bytes;     /* scratch; SIZE_MAX when it does not fit */
 } cb_plan;
 
@@ -46,6 +51,32 @@ static bool cb_is_pointwise(const qf_spatial *l)
     for (int i = 0; i < QF_SPATIAL_MAX; i++)
         if (l->kernel[i] != 1 || l->stride[i] != 1 || l->pad_begin[i] != 0 || l->pad_end[i] != 0) return false;
     return true;
+}
+
+/* The padded planes of a stride-1 depthwise conv: X with its pads on every
+ * axis, (D, H, W) = in + pad_begin + pad_end = out + (k - 1) * dilation, and
+ * dY and dX in the same row and plane pitch. Then tap t reads X at one flat
+ * offset from each output position, and the positions of one plane are one
+ * run of `run` elements (the pitch's extra columns of dY held at zero):
+ *   dW[t] = sum_q dYp[q] Xp[q + off_t],   dXp[q + off_t] += W[t] dYp[q].
+ * -1 when a size overflows. */
+static int64_t cb_flat_dims(const qf_spatial *l, int64_t dims[3])
+{
+    for (int i = 0; i < QF_SPATIAL_MAX; i++) dims[i] = l->out[i] + (l->kernel[i] - 1) * l->dilation[i];
+    int64_t hw, plane;
+    if (!qf_i64_mul(dims[1], dims[2], &hw) || !qf_i64_mul(hw, dims[0], &plane)) return -1;
+    return plane;
+}
+
+/* The vector loops run over whole blocks of CB_VEC floats: each padded
+ * plane has that much zero slack at its end (dY's reads there add zeros). */
+#define CB_VEC 16
+
+/* Floats of one padded plane with its slack, a multiple of CB_VEC. */
+static int64_t cb_flat_plane(const qf_spatial *l)
+{
+    int64_t dims[3], p = cb_flat_dims(l, dims);
+    return p < 0 || p > INT64_MAX / 2 ? -1 : (p + 2 * CB_VEC - 1) / CB_VEC * CB_VEC;
 }
 
 /* Below this many multiply-adds a thread costs more than it saves. */
@@ -62,10 +93,21 @@ static void cb_plan_make(const qf_conv_geom *cg, qf_conv_path path, int64_t thre
     int64_t slots = 1, col = 0, part = 0;
     bool ok = true;
     if (p->depthwise) {
-        /* One slot per thread over the output channels; each accumulates
-         * every tap along one output row. */
-        slots = threads < cg->m ? threads : cg->m;
-        ok = qf_i64_mul(cg->ksize, cg->l.out[2], &col);
+        p->flat = true;
+        for (int i = 0; i < QF_SPATIAL_MAX; i++) p->flat = p->flat && cg->l.stride[i] == 1;
+        if (p->flat) {
+            /* One slot per thread over the input channels; each holds three
+             * padded planes (X, dY, dX). */
+            slots = threads < cg->c ? threads : cg->c;
+            int64_t plane = cb_flat_plane(&cg->l), lanes = 0;
+            ok = plane >= 0 && qf_i64_mul(3, plane, &col) && qf_i64_mul(cg->mg * CB_VEC, cg->ksize, &lanes) &&
+                 qf_i64_add(col, lanes, &col);
+        } else {
+            /* One slot per thread over the output channels; each accumulates
+             * every tap along one output row. */
+            slots = threads < cg->m ? threads : cg->m;
+            ok = qf_i64_mul(cg->ksize, cg->l.out[2], &col);
+        }
     } else {
         /* An uneven split of a small batch leaves a thread idle most of the
          * time: then each product threads itself instead. */
@@ -74,10 +116,12 @@ static void cb_plan_make(const qf_conv_geom *cg, qf_conv_path path, int64_t thre
         if (!p->pointwise) ok = qf_i64_mul(cg->k, cg->transpose ? cg->in_plane : cg->out_plane, &col);
         int64_t wrows = cg->transpose ? cg->c : cg->m;
         ok = ok && qf_i64_mul(wrows, cg->k, &part) && qf_i64_add(part, cg->m, &part);
+        p->wt = slots > 1 && (cg->transpose ? cg->in_plane : cg->out_plane) < QF_SGEMM_DOT_MIN_K;
     }
     if (slots < 1) slots = 1;
     int64_t a = 0, b = 0, floats = 0;
-    ok = ok && qf_i64_mul(slots, col, &a) && qf_i64_mul(slots - 1, part, &b) && qf_i64_add(a, b, &floats) &&
+    ok = ok && qf_i64_mul(slots, col, &a) && qf_i64_mul(p->wt ? slots : slots - 1, part, &b) &&
+         qf_i64_add(a, b, &floats) &&
          floats <= (int64_t)(SIZE_MAX / sizeof(float));
     p->slots = slots;
     p->col = col;
@@ -125,7 +169,7 @@ typedef struct cb_job {
     const qf_node *node;
     const qf_conv_geom *cg;
     qf_spatial swapped;   /* cg->l with input and output sizes exchanged */
-    bool pointwise;
+    bool pointwise, wt;
     const float *x, *w, *dy;
     float *dx, *dw, *db;  /* NULL: not wanted */
     float *scratch;
@@ -138,6 +182,25 @@ static void cb_gemm(cb_job *j, const qf_sgemm_args *a)
 {
     if (j->slots > 1) qf_sgemm_serial(a);
     else if (j->st == QF_OK) j->st = qf_sgemm(j->node, a);
+}
+
+/* dW_g of one item into pw (beta 0 for the slot's first item): A (R rows:
+ * dY_g for a Conv, X_g for a ConvTranspose) times the column matrix colm (K
+ * rows), both along the plane P. Over a long plane, dW_g (R x K) = A colm^T
+ * is a set of dot products (qf_sgemm_serial's); over a short one their
+ * lane sums would cost more than the products, and with `wt` the slot keeps
+ * dW_g^T (K x R) = colm A^T instead, a packed GEMM with full panels (K a
+ * multiple of the kernel size, R the channels), transposed once at the
+ * end. */
+static void cb_dw_item(cb_job *j, const float *a, int64_t R, const float *colm, int64_t K, int64_t P, float *pw,
+                       int64_t g, float beta)
+{
+    if (j->wt)
+        cb_gemm(j, &(qf_sgemm_args){.tb = true, .m = K, .n = R, .k = P, .alpha = 1.0f, .a = colm, .lda = P,
+                                    .b = a, .ldb = P, .beta = beta, .c = pw + g * K * R, .ldc = R});
+    else
+        cb_gemm(j, &(qf_sgemm_args){.tb = true, .m = R, .n = K, .k = P, .alpha = 1.0f, .a = a, .lda = P,
+                                    .b = colm, .ldb = P, .beta = beta, .c = pw + g * R * K, .ldc = K});
 }
 
 /* Conv, batch item bn, group g: dW_g (pw, beta 0 for the slot's first item)
@@ -154,8 +217,7 @@ static void cb_conv_item(cb_job *j, int64_t bn, int64_t g, float *col, float *pw
             qf_conv_im2col3(xg, cg->cg, &cg->l, col);
             colm = col;
         }
-        cb_gemm(j, &(qf_sgemm_args){.tb = true, .m = Mg, .n = K, .k = P, .alpha = 1.0f, .a = dyg, .lda = P,
-                                    .b = colm, .ldb = P, .beta = beta, .c = pw + g * Mg * K, .ldc = K});
+        cb_dw_item(j, dyg, Mg, colm, K, P, pw, g, beta);
     }
     if (j->dx) {
         float *dxg = j->dx + (bn * cg->c + g * cg->cg) * cg->in_plane;
@@ -184,9 +246,7 @@ static void cb_convt_item(cb_job *j, int64_t bn, int64_t g, float *col, float *p
         qf_conv_im2col3(dyg, Mg, &j->swapped, col);
         colm = col;
     }
-    if (pw)
-        cb_gemm(j, &(qf_sgemm_args){.tb = true, .m = Cg, .n = K, .k = P, .alpha = 1.0f, .a = xg, .lda = P,
-                                    .b = colm, .ldb = P, .beta = beta, .c = pw + g * Cg * K, .ldc = K});
+    if (pw) cb_dw_item(j, xg, Cg, colm, K, P, pw, g, beta);
     if (j->dx)
         cb_gemm(j, &(qf_sgemm_args){.m = Cg, .n = P, .k = K, .alpha = 1.0f, .a = j->w + g * Cg * K, .lda = K,
                                     .b = colm, .ldb = P, .c = j->dx + (bn * cg->c + g * Cg) * P, .ldc = P});
@@ -200,7 +260,7 @@ static void cb_slot(void *ctx, int64_t lo, int64_t hi)
     for (int64_t s = lo; s < hi; s++) {
         int64_t b0 = cg->n * s / j->slots, b1 = cg->n * (s + 1) / j->slots;
         float *col = j->scratch ? j->scratch + s * j->col : NULL;
-        float *part = s == 0 ? NULL : j->scratch + j->slots * j->col + (s - 1) * j->part;
+        float *part = s == 0 && !j->wt ? NULL : j->scratch + j->slots * j->col + (j->wt ? s : s - 1) * j->part;
         float *pw = j->dw ? (part ? part : j->dw) : NULL;
         float *pb = j->db ? (part ? part + j->part - cg->m : j->db) : NULL;
         cb_zero(pb, cg->m);
@@ -217,14 +277,38 @@ static void cb_slot(void *ctx, int64_t lo, int64_t hi)
 
 static qf_status cb_gemm_paths(cb_job *j, int64_t wsize)
 {
+    /* The GEMM picks its micro-kernel on first use: here, not in two slots
+     * at once. */
+    (void)qf_gemm_kernel_name();
     qf_parallel_for(j->slots, 1, cb_slot, j);
     QF_TRY(j->st);
+    const qf_conv_geom *cg = j->cg;
+    const float *parts = j->scratch + j->slots * j->col;
+    if (j->wt) {
+        /* Every slot's dW_g^T (K x R), summed and transposed into dW_g. */
+        const int64_t R = cg->transpose ? cg->cg : cg->mg, K = cg->k;
+        if (j->dw)
+            for (int64_t g = 0; g < cg->group; g++)
+                for (int64_t r = 0; r < R; r++)
+                    for (int64_t kk = 0; kk < K; kk++) {
+                        float sum = 0.0f;
+                        for (int64_t s = 0; s < j->slots; s++) sum += parts[s * j->part + (g * K + kk) * R + r];
+                        j->dw[(g * R + r) * K + kk] = sum;
+                    }
+        if (j->db)
+            for (int64_t i = 0; i < cg->m; i++) {
+                float sum = 0.0f;
+                for (int64_t s = 0; s < j->slots; s++) sum += parts[s * j->part + j->part - cg->m + i];
+                j->db[i] = sum;
+            }
+        return QF_OK;
+    }
     for (int64_t s = 1; s < j->slots; s++) {
-        const float *part = j->scratch + j->slots * j->col + (s - 1) * j->part;
+        const float *part = parts + (s - 1) * j->part;
         if (j->dw)
             for (int64_t i = 0; i < wsize; i++) j->dw[i] += part[i];
         if (j->db)
-            for (int64_t i = 0; i < j->cg->m; i++) j->db[i] += part[j->part - j->cg->m + i];
+            for (int64_t i = 0; i < cg->m; i++) j->db[i] += part[j->part - cg->m + i];
     }
     return QF_OK;
 }
@@ -238,6 +322,143 @@ typedef struct cb_dw_job {
     float *scratch;
     int64_t slots, col;
 } cb_dw_job;
+
+/* The flat loops, compiled for AVX-512, AVX2 and the baseline and picked
+ * at run time as gemm.c does (GCC / Clang vector extensions); n is a
+ * multiple of CB_VEC. dot: lanes[l] += the sum of a[i] b[i] over the i of
+ * lane l (the lanes are summed once, after the whole batch); axpy: y[i] +=
+ * alpha x[i]. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define CB_X86 1
+#else
+#define CB_X86 0
+#endif
+#define CB_FLAT_KERNELS(sfx, attr, VW)                                                      \
+    attr static void cb_dot_##sfx(float *restrict lanes, const float *restrict a, const float *restrict b, int64_t n) \
+    {                                                                                       \
+        typedef float vec __attribute__((vector_size((VW) * sizeof(float))));               \
+        vec s0 = {0}, s1 = {0};                                                             \
+        int64_t i = 0;                                                                      \
+        for (; i + 2 * (VW) <= n; i += 2 * (VW)) {                                          \
+            vec a0, a1, b0, b1;                                                             \
+            memcpy(&a0, a + i, sizeof a0);                                                  \
+            memcpy(&a1, a + i + (VW), sizeof a1);                                           \
+            memcpy(&b0, b + i, sizeof b0);                                                  \
+            memcpy(&b1, b + i + (VW), sizeof b1);                                           \
+            s0 += a0 * b0;                                                                  \
+            s1 += a1 * b1;                                                                  \
+        }                                                                                   \
+        for (; i < n; i += (VW)) {                                                          \
+            vec a0, b0;                                                                     \
+            memcpy(&a0, a + i, sizeof a0);                                                  \
+            memcpy(&b0, b + i, sizeof b0);                                                  \
+            s0 += a0 * b0;                                                                  \
+        }                                                                                   \
+        vec acc;                                                                            \
+        memcpy(&acc, lanes, sizeof acc);                                                    \
+        acc += s0 + s1;                                                                     \
+        memcpy(lanes, &acc, sizeof acc);                                                    \
+    }                                                                                       \
+    attr static void cb_axpy_##sfx(float *restrict y, float alpha, const float *restrict x, int64_t n) \
+    {                                                                                       \
+        for (int64_t i = 0; i < n; i++) y[i] += alpha * x[i];                               \
+    }
+#if CB_X86
+CB_FLAT_KERNELS(avx512, __attribute__((target("avx512f"))), 16)
+CB_FLAT_KERNELS(avx2, __attribute__((target("avx2,fma"))), 8)
+#endif
+CB_FLAT_KERNELS(generic, , 4)
+#undef CB_FLAT_KERNELS
+
+typedef struct cb_flat_fns {
+    void (*dot)(float *restrict, const float *restrict, const float *restrict, int64_t);
+    void (*axpy)(float *restrict, float, const float *restrict, int64_t);
+} cb_flat_fns;
+
+static cb_flat_fns cb_flat_pick(void)
+{
+#if CB_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return (cb_flat_fns){cb_dot_avx512, cb_axpy_avx512};
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return (cb_flat_fns){cb_dot_avx2, cb_axpy_avx2};
+#endif
+    return (cb_flat_fns){cb_dot_generic, cb_axpy_generic};
+}
+
+/* The rows of plane `small` (dims ds) into the padded plane `big` (dims
+ * dp) at offset `at`. */
+static void cb_flat_in(float *restrict big, const int64_t dp[3], const int64_t at[3], const float *restrict small,
+                       const int64_t ds[3])
+{
+    for (int64_t z = 0; z < ds[0]; z++)
+        for (int64_t y = 0; y < ds[1]; y++)
+            qf_conv_copy_row(big + ((z + at[0]) * dp[1] + y + at[1]) * dp[2] + at[2], small + (z * ds[1] + y) * ds[2], ds[2]);
+}
+
+/* The other way: the block of `big` at `at` out into `small`. */
+static void cb_flat_out(const float *restrict big, const int64_t dp[3], const int64_t at[3], float *restrict small,
+                        const int64_t ds[3])
+{
+    for (int64_t z = 0; z < ds[0]; z++)
+        for (int64_t y = 0; y < ds[1]; y++)
+            qf_conv_copy_row(small + (z * ds[1] + y) * ds[2], big + ((z + at[0]) * dp[1] + y + at[1]) * dp[2] + at[2], ds[2]);
+}
+
+/* Slots lo..hi-1 of the stride-1 depthwise backward: every gradient of
+ * their share of the input channels (dX planes, and dW / dB of the output
+ * channels reading them), over padded planes. */
+static void cb_dw_flat_slot(void *ctx, int64_t lo, int64_t hi)
+{
+    const cb_dw_job *j = ctx;
+    const qf_conv_geom *cg = j->cg;
+    const qf_spatial *l = &cg->l;
+    int64_t dp[3];
+    cb_flat_dims(l, dp);
+    const int64_t plane = cb_flat_plane(l);
+    const cb_flat_fns fn = cb_flat_pick();
+    const int64_t din[3] = {l->in[0], l->in[1], l->in[2]}, dout[3] = {l->out[0], l->out[1], l->out[2]};
+    const int64_t pb[3] = {l->pad_begin[0], l->pad_begin[1], l->pad_begin[2]}, zero[3] = {0, 0, 0};
+    /* The positions of a plane, to whole vectors: past the last one dY is
+     * zero (slack), so the extra products add nothing. */
+    int64_t run = ((dout[0] - 1) * dp[1] + dout[1] - 1) * dp[2] + dout[2];
+    run = (run + CB_VEC - 1) / CB_VEC * CB_VEC;
+    for (int64_t s = lo; s < hi; s++) {
+        float *xp = j->scratch + s * j->col, *yp = xp + plane, *dxp = yp + plane, *lanes = dxp + plane;
+        /* The pads of X and the pitch columns of dY stay zero: only the
+         * interiors are copied over. */
+        memset(xp, 0, sizeof *xp * (size_t)(2 * plane));
+        for (int64_t c = cg->c * s / j->slots; c < cg->c * (s + 1) / j->slots; c++) {
+            const int64_t co0 = c * cg->mg;
+            if (j->dw) cb_zero(lanes, cg->mg * cg->ksize * CB_VEC);
+            if (j->db)
+                for (int64_t i = 0; i < cg->mg; i++) j->db[co0 + i] = 0.0f;
+            for (int64_t bn = 0; bn < cg->n; bn++) {
+                if (j->dw) cb_flat_in(xp, dp, pb, j->x + (bn * cg->c + c) * cg->in_plane, din);
+                if (j->dx) memset(dxp, 0, sizeof *dxp * (size_t)plane);
+                for (int64_t co = co0; co < co0 + cg->mg; co++) {
+                    const float *dyc = j->dy + (bn * cg->m + co) * cg->out_plane;
+                    cb_flat_in(yp, dp, zero, dyc, dout);
+                    const float *wk = j->w + co * cg->ksize;
+                    float *lk = j->dw ? lanes + (co - co0) * cg->ksize * CB_VEC : NULL;
+                    int64_t t = 0;
+                    for (int64_t kd = 0; kd < l->kernel[0]; kd++)
+                        for (int64_t kh = 0; kh < l->kernel[1]; kh++)
+                            for (int64_t kw = 0; kw < l->kernel[2]; kw++, t++) {
+                                int64_t o = ((kd * l->dilation[0]) * dp[1] + kh * l->dilation[1]) * dp[2] +
+                                            kw * l->dilation[2];
+                                if (lk) fn.dot(lk + t * CB_VEC, yp, xp + o, run);
+                                if (j->dx) fn.axpy(dxp + o, wk[t], yp, run);
+                            }
+                    if (j->db) j->db[co] += (float)cb_sum(dyc, cg->out_plane);
+                }
+                if (j->dx) cb_flat_out(dxp, dp, pb, j->dx + (bn * cg->c + c) * cg->in_plane, din);
+            }
+            if (j->dw)
+                for (int64_t i = 0; i < cg->mg * cg->ksize; i++)
+                    j->dw[co0 * cg->ksize + i] = (float)cb_sum(lanes + i * CB_VEC, CB_VEC);
+        }
+    }
+}
 
 /* dxp += every tap of wk times dyp, scattered back to the input positions it
  * read (the adjoint of the forward's dw_plane). */
@@ -343,9 +564,13 @@ static void cb_dw_dw_slot(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-static void cb_depthwise(const cb_dw_job *j)
+static void cb_depthwise(const cb_dw_job *j, bool flat)
 {
     const qf_conv_geom *cg = j->cg;
+    if (flat) {
+        qf_parallel_for(j->slots, 1, cb_dw_flat_slot, (void *)j);
+        return;
+    }
     if (j->dx) {
         int64_t per_plane = cg->out_plane * cg->ksize * cg->mg;
         int64_t grain = per_plane > 0 ? 16384 / per_plane + 1 : 1;
@@ -393,10 +618,10 @@ static qf_status cb_backward(const qf_kernel_io *io)
     const float *x = io->in[0]->data, *w = io->in[1]->data;
     if (p.depthwise) {
         cb_dw_job j = {cg, x, w, dy, dx, dw, db, io->scratch, p.slots, p.col};
-        cb_depthwise(&j);
+        cb_depthwise(&j, p.flat);
         return QF_OK;
     }
-    cb_job j = {.node = io->node, .cg = cg, .swapped = cg->l, .pointwise = p.pointwise, .x = x, .w = w, .dy = dy,
+    cb_job j = {.node = io->node, .cg = cg, .swapped = cg->l, .pointwise = p.pointwise, .wt = p.wt, .x = x, .w = w, .dy = dy,
                 .dx = dx, .dw = dw, .db = db, .scratch = io->scratch, .slots = p.slots, .col = p.col,
                 .part = p.part};
     for (int i = 0; i < QF_SPATIAL_MAX; i++) {

@@ -60,7 +60,11 @@ void qf_sgemm_ref(const qf_sgemm_args *g);
 /* The portable float GEMM on the calling thread alone (whatever the
  * backend), for kernels that split their work over qf_parallel_for slices
  * themselves: unlike qf_sgemm, it may be called inside a slice body. Never
- * allocates, never fails. */
+ * allocates, never fails. A B^T (ta false, tb true) with k >=
+ * QF_SGEMM_DOT_MIN_K runs as dot products of A's and B's rows (nothing
+ * packed; each result sums its vector lanes once, which a shorter k would
+ * not pay for). */
+#define QF_SGEMM_DOT_MIN_K 256
 void qf_sgemm_serial(const qf_sgemm_args *g);
 
 /* The inner kernel the portable GEMM picked for this CPU ("avx512", "avx2",

@@ -4,7 +4,8 @@
  * multiple of any tile or block (K past one K block, N past one N block),
  * empty K, and sizes large enough to run on several threads; for each
  * micro-kernel this CPU can run, and through qf_sgemm (oneDNN's sgemm when
- * the backend is active). */
+ * the backend is active), and qf_sgemm_serial (the portable GEMM on the
+ * calling thread; A B^T over a long K as dot products). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,8 @@ static void naive(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alph
 
 static int failures_reported;
 
-/* One case in float (through fn: 0 = qf_sgemm_ref, 1 = qf_sgemm) and in
+/* One case in float (through fn: 0 = qf_sgemm_ref, 1 = qf_sgemm, 2 =
+ * qf_sgemm_serial) and in
  * double; tolerances scaled by sqrt(k). */
 static void one_case(int fn, shape s, bool ta, bool tb, double alpha, double beta, int64_t pad)
 {
@@ -68,6 +70,8 @@ static void one_case(int fn, shape s, bool ta, bool tb, double alpha, double bet
     qf_sgemm_args sg = {ta, tb, s.m, s.n, s.k, (float)alpha, (float)beta, af, lda, bf, ldb, cf, ldc};
     if (fn == 0)
         qf_sgemm_ref(&sg);
+    else if (fn == 2)
+        qf_sgemm_serial(&sg);
     else
         CHECK(qf_sgemm(NULL, &sg) == QF_OK);
     qf_dgemm_args dg = {ta, tb, s.m, s.n, s.k, alpha, beta, ad, lda, bd, ldb, cdd, ldc};
@@ -86,7 +90,7 @@ static void one_case(int fn, shape s, bool ta, bool tb, double alpha, double bet
                 fprintf(stderr,
                         "FAIL %s kernel %s m%lld n%lld k%lld ta%d tb%d alpha %g beta %g pad %lld: C[%lld,%lld] float "
                         "%.9g double %.17g want %.17g\n",
-                        fn ? "qf_sgemm" : "qf_sgemm_ref", qf_gemm_kernel_name(), (long long)s.m, (long long)s.n,
+                        fn == 2 ? "qf_sgemm_serial" : fn ? "qf_sgemm" : "qf_sgemm_ref", qf_gemm_kernel_name(), (long long)s.m, (long long)s.n,
                         (long long)s.k, ta, tb, alpha, beta, (long long)pad, (long long)i, (long long)j, cf[x],
                         cdd[x], wd);
         }
@@ -101,6 +105,7 @@ static void sweep(int fn)
         {73, 130, 9}, {64, 196, 64}, {30, 45, 520}, {0, 5, 5},    {5, 0, 5},    {4, 9, 0},
         {150, 300, 70} /* several threads, split along N */,
         {200, 10, 300} /* several threads, split along M */,
+        {4, 3, 256} /* one block of qf_sgemm_serial's dot products, K at its threshold */,
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         for (int t = 0; t < 4; t++) {
@@ -121,6 +126,7 @@ static void test_kernels(void)
         }
         printf("kernel %s\n", qf_gemm_kernel_name());
         sweep(0);
+        sweep(2);
     }
 }
 
