@@ -132,6 +132,9 @@ static qf_status qf_dropout_backward_f32(const qf_kernel_io *io)
     const float *dy = io->dout[0]->data;
     float *dx = io->din[0]->data;
     const int64_t n = qf_tensor_numel(io->din[0]);
+    if (!mask && n > 0)
+        return qf_error(QF_ERR_INTERNAL, "node '%s' (Dropout): backward without the forward's mask",
+                        io->node->name);
     for (int64_t i = 0; i < n; i++) dx[i] = mask[i] ? dy[i] * scale : 0.0f;
     return QF_OK;
 }

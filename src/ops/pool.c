@@ -72,6 +72,19 @@ static qf_status pool_input(const qf_node *n, bool ints, const qf_tensor **x)
                     qf_dtype_name(dt), ints ? "float32, int8 and uint8 are" : "only float32 is");
 }
 
+/* A float pool over a slice of the planes (each (n, c) plane is pooled on
+ * its own, so qf_parallel_for splits the planes): forward x -> y, backward
+ * y (the upstream gradient) -> dx, x read by MaxPool's backward. */
+typedef struct pool_job {
+    const pool_geom *pg;
+    const float *x, *y;
+    float *out, *dx;
+    bool include_pad;
+} pool_job;
+
+/* Planes per thread slice: at least ~4k output elements. */
+static int64_t pool_grain(const pool_geom *pg) { return 1 + 4096 / (pg->out_plane + 1); }
+
 /* Index range [lo, hi) of kernel taps k with o + k * d inside [0, size). */
 static inline void pool_tap_window(int64_t start, int64_t dil, int64_t k, int64_t size, int64_t *lo, int64_t *hi)
 {
@@ -175,6 +188,14 @@ static void max_pool_f32(const pool_geom *pg, const float *x, float *y, int64_t 
     }
 }
 
+static void max_pool_f32_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_job *j = ctx;
+    pool_geom sub = *j->pg;
+    sub.planes = hi - lo;
+    max_pool_f32(&sub, j->x + lo * sub.in_plane, j->out + lo * sub.out_plane, NULL, false);
+}
+
 static void max_pool_u8(const pool_geom *pg, const uint8_t *x, uint8_t *y, int64_t *ind, bool col_major)
 {
     if (ind) {
@@ -228,7 +249,14 @@ static qf_status qf_max_pool_forward_f32(const qf_kernel_io *io)
     int64_t *ind = io->nout > 1 && io->out[1] ? io->out[1]->data : NULL;
     bool col_major = st->col_major;
     switch (x->dtype) {
-    case QF_DTYPE_F32: max_pool_f32(&pg, x->data, io->out[0]->data, ind, col_major); break;
+    case QF_DTYPE_F32:
+        if (ind) { /* Indices number the whole tensor: one pass */
+            max_pool_f32(&pg, x->data, io->out[0]->data, ind, col_major);
+        } else {
+            pool_job j = {.pg = &pg, .x = x->data, .out = io->out[0]->data};
+            qf_parallel_for(pg.planes, pool_grain(&pg), max_pool_f32_planes, &j);
+        }
+        break;
     case QF_DTYPE_U8: max_pool_u8(&pg, x->data, io->out[0]->data, ind, col_major); break;
     case QF_DTYPE_I8: max_pool_i8(&pg, x->data, io->out[0]->data, ind, col_major); break;
     default:
@@ -266,18 +294,16 @@ static qf_status qf_avg_pool_prepare(const qf_kernel_io *io, void *state)
     return pool_setup(io->node, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom);
 }
 
-static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
+static void avg_pool_f32_planes(void *ctx, int64_t lo, int64_t hi)
 {
-    const pool_state *st = io->state;
-    const pool_geom pg = st->geom;
-    const qf_tensor *x = io->in[0];
-    const bool include_pad = st->include_pad;
-    const qf_spatial *l = &pg.l;
+    const pool_job *j = ctx;
+    const pool_geom *pg = j->pg;
+    const bool include_pad = j->include_pad;
+    const qf_spatial *l = &pg->l;
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
-    const float *xd = x->data;
-    float *yp = io->out[0]->data;
-    for (int64_t p = 0; p < pg.planes; p++) {
-        const float *xp = xd + p * pg.in_plane;
+    float *yp = j->out + lo * pg->out_plane;
+    for (int64_t p = lo; p < hi; p++) {
+        const float *xp = j->x + p * pg->in_plane;
         for (int64_t od = 0; od < l->out[0]; od++) {
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
             pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
@@ -302,6 +328,13 @@ static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
             }
         }
     }
+}
+
+static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
+{
+    const pool_state *st = io->state;
+    pool_job j = {.pg = &st->geom, .x = io->in[0]->data, .out = io->out[0]->data, .include_pad = st->include_pad};
+    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), avg_pool_f32_planes, &j);
     return QF_OK;
 }
 
@@ -500,13 +533,6 @@ static qf_status pool_grad_f32_only(const qf_kernel_io *io)
                     io->node->name, qf_op_label(io->node), qf_dtype_name(io->in[0]->dtype));
 }
 
-typedef struct pool_grad_job {
-    const pool_geom *pg;
-    const float *x, *dy;
-    float *dx;
-    bool include_pad;
-} pool_grad_job;
-
 /* MaxPool: each dy goes to the element its window's maximum came from, found
  * again in X (cheaper than keeping indices from the forward). The choice is
  * PyTorch's (max_pool{2,3}d_with_indices on CPU): the windows are scanned
@@ -516,14 +542,14 @@ typedef struct pool_grad_job {
  * slice of planes each. */
 static void max_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
 {
-    const pool_grad_job *j = ctx;
+    const pool_job *j = ctx;
     const pool_geom *pg = j->pg;
     const qf_spatial *l = &pg->l;
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
     const int64_t dd = l->dilation[0], dh = l->dilation[1], dw = l->dilation[2];
     for (int64_t p = lo; p < hi; p++) {
         const float *xp = j->x + p * pg->in_plane;
-        const float *dyp = j->dy + p * pg->out_plane;
+        const float *dyp = j->y + p * pg->out_plane;
         float *dxp = j->dx + p * pg->in_plane;
         for (int64_t od = 0; od < l->out[0]; od++) {
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
@@ -563,8 +589,8 @@ static qf_status qf_max_pool_backward_f32(const qf_kernel_io *io)
     const float *dy;
     if (!pool_grad_begin(io, &dx, &dy)) return QF_OK;
     const pool_state *st = io->state;
-    pool_grad_job j = {.pg = &st->geom, .x = io->in[0]->data, .dy = dy, .dx = dx};
-    qf_parallel_for(st->geom.planes, 1 + 4096 / (st->geom.out_plane + 1), max_pool_grad_planes, &j);
+    pool_job j = {.pg = &st->geom, .x = io->in[0]->data, .y = dy, .dx = dx};
+    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), max_pool_grad_planes, &j);
     return QF_OK;
 }
 
@@ -573,12 +599,12 @@ static qf_status qf_max_pool_backward_f32(const qf_kernel_io *io)
  * padded extent, else the taps inside X; PyTorch's divisor too). */
 static void avg_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
 {
-    const pool_grad_job *j = ctx;
+    const pool_job *j = ctx;
     const pool_geom *pg = j->pg;
     const qf_spatial *l = &pg->l;
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
     for (int64_t p = lo; p < hi; p++) {
-        const float *dyp = j->dy + p * pg->out_plane;
+        const float *dyp = j->y + p * pg->out_plane;
         float *dxp = j->dx + p * pg->in_plane;
         for (int64_t od = 0; od < l->out[0]; od++) {
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
@@ -614,8 +640,8 @@ static qf_status qf_avg_pool_backward_f32(const qf_kernel_io *io)
     const float *dy;
     if (!pool_grad_begin(io, &dx, &dy)) return QF_OK;
     const pool_state *st = io->state;
-    pool_grad_job j = {.pg = &st->geom, .dy = dy, .dx = dx, .include_pad = st->include_pad};
-    qf_parallel_for(st->geom.planes, 1 + 4096 / (st->geom.out_plane + 1), avg_pool_grad_planes, &j);
+    pool_job j = {.pg = &st->geom, .y = dy, .dx = dx, .include_pad = st->include_pad};
+    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), avg_pool_grad_planes, &j);
     return QF_OK;
 }
 

@@ -144,6 +144,64 @@ static void test_concat_split(void)
     qf_tensor_free(&c);
 }
 
+/* Missing gradients: Concat with an input nobody wants (din NULL) gives the
+ * others their blocks; Split with an output no gradient reaches (dout NULL)
+ * leaves that block of dx zero. Exact: they only copy. */
+static void test_concat_split_partial(void)
+{
+    const int64_t da[] = {2, 3, 4}, db[] = {2, 1, 4}, dw[] = {2, 4, 4};
+    qf_tensor a = make_x(3, da), b = make_x(3, db), dy, da_, db_;
+    REQUIRE_OK(qf_tensor_init(&dy, QF_DTYPE_F32, 3, dw));
+    REQUIRE_OK(qf_tensor_init(&da_, QF_DTYPE_F32, 3, da));
+    REQUIRE_OK(qf_tensor_init(&db_, QF_DTYPE_F32, 3, db));
+    grad_fill(&dy, 1.0f);
+    const float *g = dy.data;
+    {
+        grad_slot sl[] = {GS_IN(&a), GS_IN(&b)};
+        qf_node_runner r;
+        grad_node(&r, QF_OP_CONCAT, 13, 2, sl, 1);
+        REQUIRE_OK(qf_node_set_attr_int(r.g, r.n, "axis", 1));
+        REQUIRE_OK(qf_node_runner_run(&r));
+        const qf_tensor *in[] = {&a, &b}, *douts[] = {&dy};
+        qf_tensor *outs[] = {&r.out[0]}, *dins[] = {NULL, &db_};
+        CHECK_OK(qf_node_eval_grad(r.n, 13, in, outs, douts, dins, false, 0));
+        int bad = 0;
+        for (int n = 0; n < 2; n++)
+            for (int k = 0; k < 4; k++) bad += ((float *)db_.data)[n * 4 + k] != g[(n * 4 + 3) * 4 + k];
+        CHECKF(bad == 0, "Concat, first input not wanted: %d elements of the second's gradient wrong", bad);
+        qf_node_runner_free(&r);
+    }
+    {
+        qf_tensor w = make_x(3, dw), dwt;
+        REQUIRE_OK(qf_tensor_init(&dwt, QF_DTYPE_F32, 3, dw));
+        grad_slot sl[] = {GS_IN(&w), GS_I64(3, 1)};
+        qf_node_runner r;
+        grad_node(&r, QF_OP_SPLIT, 13, 2, sl, 2);
+        REQUIRE_OK(qf_node_set_attr_int(r.g, r.n, "axis", 1));
+        REQUIRE_OK(qf_node_runner_run(&r));
+        const qf_tensor *in[] = {&w, &r.n->inputs[1]->type}, *douts[] = {NULL, &b};
+        qf_tensor *outs[] = {&r.out[0], &r.out[1]}, *dins[] = {&dwt, NULL};
+        memset(dwt.data, 0x7f, qf_tensor_nbytes(&dwt));
+        CHECK_OK(qf_node_eval_grad(r.n, 13, in, outs, douts, dins, false, 0));
+        int bad = 0;
+        for (int n = 0; n < 2; n++)
+            for (int c = 0; c < 4; c++)
+                for (int k = 0; k < 4; k++) {
+                    float want = c < 3 ? 0.0f : ((float *)b.data)[n * 4 + k];
+                    bad += ((float *)dwt.data)[(n * 4 + c) * 4 + k] != want;
+                }
+        CHECKF(bad == 0, "Split, first output without gradient: %d elements of dx wrong", bad);
+        qf_node_runner_free(&r);
+        qf_tensor_free(&w);
+        qf_tensor_free(&dwt);
+    }
+    qf_tensor_free(&a);
+    qf_tensor_free(&b);
+    qf_tensor_free(&dy);
+    qf_tensor_free(&da_);
+    qf_tensor_free(&db_);
+}
+
 static void test_slice(void)
 {
     const int64_t d[] = {3, 7, 6};
@@ -467,6 +525,7 @@ int main(void)
     RUN(test_transpose);
     RUN(test_squeeze_unsqueeze);
     RUN(test_concat_split);
+    RUN(test_concat_split_partial);
     RUN(test_slice);
     RUN(test_pad);
     RUN(test_dropout_training);

@@ -58,6 +58,32 @@ static void test_max_pool(void)
     pool_case(QF_OP_MAX_POOL, 3, d3, (int64_t[]){2, 2, 2}, (int64_t[]){1, 2, 2}, NULL, (int64_t[]){2, 1, 2}, 0, 0);
 }
 
+/* auto_pad SAME_UPPER / SAME_LOWER: the geometry comes from the input size. */
+static void test_auto_pad(void)
+{
+    const int64_t dims[] = {2, 3, 7, 8};
+    const char *modes[] = {"SAME_UPPER", "SAME_LOWER"};
+    qf_op ops[] = {QF_OP_MAX_POOL, QF_OP_AVG_POOL};
+    for (int m = 0; m < 2; m++)
+        for (int k = 0; k < 2; k++) {
+            qf_tensor x;
+            REQUIRE_OK(qf_tensor_init(&x, QF_DTYPE_F32, 4, dims));
+            grad_fill(&x, 1.0f);
+            grad_slot sl[] = {GS_IN(&x)};
+            qf_node_runner r;
+            grad_node(&r, ops[k], 13, 1, sl, 1);
+            REQUIRE_OK(qf_node_set_attr_ints(r.g, r.n, "kernel_shape", (int64_t[]){3, 2}, 2));
+            REQUIRE_OK(qf_node_set_attr_ints(r.g, r.n, "strides", (int64_t[]){2, 3}, 2));
+            REQUIRE_OK(qf_node_set_attr_string(r.g, r.n, "auto_pad", modes[m]));
+            if (k == 1) REQUIRE_OK(qf_node_set_attr_int(r.g, r.n, "count_include_pad", 1));
+            char what[64];
+            snprintf(what, sizeof what, "%s auto_pad %s", qf_op_label(r.n), modes[m]);
+            qf_gradcheck_opts o = {.eps = k == 0 ? 1e-3 : 1e-2};
+            grad_run_check(&r, 0, false, &o, what);
+            qf_tensor_free(&x);
+        }
+}
+
 static void test_avg_pool(void)
 {
     const int64_t d1[] = {2, 3, 11}, d2[] = {2, 3, 7, 9}, d3[] = {1, 2, 5, 6, 7};
@@ -201,6 +227,7 @@ int main(void)
     RUN(test_max_pool);
     RUN(test_max_pool_ties);
     RUN(test_avg_pool);
+    RUN(test_auto_pad);
     RUN(test_global_avg_pool);
     RUN(test_reduce_mean);
     RUN(test_no_dout);
