@@ -315,12 +315,38 @@ static qf_status qf_train_make_writable(qf_value *v)
     return QF_OK;
 }
 
+/* The training forward updates a BatchNorm's running statistics in place:
+ * each must be a buffer of its own. torch.onnx.export merges equal
+ * initializers, so a freshly initialized model (running variance = scale =
+ * ones, running mean = shift = zeros) comes out with one tensor in several
+ * slots: training it would write the running variance over the scale. */
+static qf_status qf_train_check_bn(const qf_graph *g)
+{
+    static const char *const what[5] = {"", "scale", "shift", "running mean", "running variance"};
+    qf_graph_for_each_node(g, n)
+    {
+        if (n->op != QF_OP_BATCH_NORM || n->ninputs < 5) continue;
+        for (int i = 3; i < 5; i++) {
+            const qf_value *v = n->inputs[i];
+            if (!v) continue;
+            if (v->kind != QF_VALUE_BUFFER || !v->type.data || v->nuses != 1)
+                return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (BatchNormalization): its %s '%s' is %s: training "
+                                "updates it in place, so it must be an initializer of its own (torch.onnx.export "
+                                "merges equal initializers, as a fresh BatchNorm's statistics and scale / shift: "
+                                "export without that merge, or with distinct values)", n->name, what[i], v->name,
+                                v->nuses != 1 ? "shared with another input" : "not an initializer");
+        }
+    }
+    return QF_OK;
+}
+
 /* The parameters to train (value id order: the model's initializer order),
  * the buffers, every freeze name checked. */
 static qf_status qf_train_collect(qf_trainer *t)
 {
     qf_graph *g = t->g;
     const qf_train_config *c = t->c;
+    QF_TRY(qf_train_check_bn(g));
     for (const char *const *f = c->freeze; f && *f; f++) {
         const qf_value *v = qf_graph_find_value(g, *f);
         if (!v || !v->type.data || (v->kind != QF_VALUE_PARAMETER && v->kind != QF_VALUE_BUFFER))
@@ -599,6 +625,10 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
     }
     if (st != QF_OK) {
         qf_train_snapshot(t, true);
+        /* Numeric trouble inside the forward (a BatchNorm whose batch
+         * variance is NaN) says the step too. */
+        if (st == QF_ERR_NUMERIC && strncmp(qf_error_message(), "step ", 5) != 0)
+            qf_error_prefix(st, "step %lld: ", (long long)step + 1);
         return st;
     }
     double lr = qf_schedule_lr(&c->sched, c->optim.lr, step);
