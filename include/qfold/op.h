@@ -138,6 +138,10 @@ extern "C" {
     X(MSE_LOSS, mse_loss, NULL, "", 2, 2, 1, 1,                                       \
       (DATA, DATA),                                                                   \
       (A(reduction,STRING)))                                                          \
+    X(FAKE_QUANT, fake_quant, NULL, "", 5, 5, 1, 1,                                   \
+      (DATA, BN_STAT, BN_STAT, BN_STAT, BN_STAT),                                     \
+      (A(quant_min,INT) A(quant_max,INT) A(axis,INT) A(averaging_constant,FLOAT)     \
+       A(symmetric,INT) A(eps,FLOAT) A(observe,INT) A(enabled,INT)))                  \
     X(MAX_POOL, max_pool, "MaxPool", "", 1, 1, 1, 2,                                  \
       (DATA),                                                                         \
       (A(auto_pad,STRING) A(ceil_mode,INT) A(dilations,INTS) A(kernel_shape,INTS)     \

@@ -333,11 +333,12 @@ static qf_status grad_layout(qf_grad_plan *p, const unsigned char *rg, const uns
         for (int s = 0; s < nd->ninputs; s++)
             if (nd->inputs[s] && nd->inputs[s]->producer && end[nd->inputs[s]->id] < i) end[nd->inputs[s]->id] = i;
         if (!p->run_bwd[i]) continue;
+        /* Readers run backward in reverse order: the earliest in forward order is the last. */
         for (int s = 0; s < nd->ninputs && s < 32; s++)
-            if (nd->inputs[s] && nd->inputs[s]->producer && ((k->bwd_in >> s) & 1u))
+            if (nd->inputs[s] && nd->inputs[s]->producer && ((k->bwd_in >> s) & 1u) && end[nd->inputs[s]->id] < 2 * n - i)
                 end[nd->inputs[s]->id] = 2 * n - i;
         for (int o = 0; o < nd->noutputs && o < 32; o++)
-            if ((k->bwd_out >> o) & 1u) end[nd->outputs[o]->id] = 2 * n - i;
+            if ((k->bwd_out >> o) & 1u && end[nd->outputs[o]->id] < 2 * n - i) end[nd->outputs[o]->id] = 2 * n - i;
     }
     for (int k = 0; k < g->noutputs; k++)
         if (g->outputs[k]->producer) end[g->outputs[k]->id] = tend;

@@ -80,14 +80,70 @@ static void act_clamp_f32_slice(void *ctx, int64_t a, int64_t b)
     const f32_map_job *j = ctx;
     const float *restrict x = j->x + a;
     float *restrict y = j->y + a;
-    const float lo = j->lo, hi = j->hi;
-    for (int64_t i = 0; i < b - a; i++) y[i] = x[i] < lo ? (x[i] > hi ? hi : lo) : (x[i] > hi ? hi : x[i]);
+    /* Below lo the result is min(lo, hi): hi everywhere when lo > hi. */
+    const float lo = j->lo, hi = j->hi, under = lo > hi ? hi : lo;
+    for (int64_t i = 0; i < b - a; i++) y[i] = x[i] < lo ? under : (x[i] > hi ? hi : x[i]);
 }
 
 static void act_clamp_f32(const qf_kernel_io *io, float lo, float hi)
 {
     f32_map_job j = {io->in[0]->data, io->out[0]->data, lo, hi};
     qf_parallel_for(qf_tensor_numel(io->in[0]), 32768, act_clamp_f32_slice, &j);
+}
+
+/* --- backward ---------------------------------------------------------------
+ *
+ * The gradients are float32 (the backward contract, op_table.h). Each kernel
+ * writes din[0] = 0 when no gradient reaches the output. Where torch's
+ * derivative at a kink is not the mathematical one (both one-sided slopes
+ * exist), the kernels follow PyTorch 1.13's CPU kernels and say so. */
+
+static qf_status act_bwd_check(const qf_kernel_io *io)
+{
+    if (io->out[0]->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of dtype %s is not supported (float32)",
+                        io->node->name, qf_op_label(io->node), qf_dtype_name(io->out[0]->dtype));
+    return QF_OK;
+}
+
+/* A pointwise backward dx[i] = f(v[i], dy[i]), v the forward tensor the
+ * kernel reads (x or y), p0 / p1 the op's parameters; memory-bound, so split
+ * across the threads as the forward maps are. */
+typedef struct act_bwd_job {
+    const float *v, *dy;
+    float *dx;
+    float p0, p1;
+} act_bwd_job;
+
+/* The slice function `name` computing EXPR over v, dy, p0, p1. */
+#define QF_BWD_SLICE_(name, EXPR)                                             \
+    static void name(void *ctx, int64_t lo, int64_t hi)                       \
+    {                                                                         \
+        const act_bwd_job *j_ = ctx;                                          \
+        const float *v_ = j_->v, *dy_ = j_->dy;                               \
+        float *dx_ = j_->dx;                                                  \
+        const float p0 = j_->p0, p1 = j_->p1;                                 \
+        (void)p0;                                                             \
+        (void)p1;                                                             \
+        for (int64_t i = lo; i < hi; i++) {                                   \
+            const float v = v_[i], dy = dy_[i];                               \
+            dx_[i] = (EXPR);                                                  \
+        }                                                                     \
+    }
+
+/* Run a slice function over the node's din[0] (zeros without dy). */
+static qf_status act_bwd_map(const qf_kernel_io *io, const qf_tensor *v, qf_parallel_fn slice, float p0, float p1)
+{
+    QF_TRY(act_bwd_check(io));
+    if (!io->din[0]) return QF_OK;
+    const int64_t n = qf_tensor_numel(io->din[0]);
+    if (!io->dout[0]) {
+        memset(io->din[0]->data, 0, sizeof(float) * (size_t)n);
+        return QF_OK;
+    }
+    act_bwd_job j = {v->data, io->dout[0]->data, io->din[0]->data, p0, p1};
+    qf_parallel_for(n, 32768, slice, &j);
+    return QF_OK;
 }
 
 /* --- Relu, relu6 --------------------------------------------------------- */
@@ -136,6 +192,18 @@ static qf_status qf_relu6_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* dx = dy where 0 < x < 6, else 0: PyTorch's ReLU6 is hardtanh(x, 0, 6),
+ * whose backward passes the gradient only strictly inside the bounds (0 at
+ * x = 0 and x = 6, where torch.clamp would pass it: see Clip). Read from Y
+ * (bwd_out bit 0): 0 < y < 6 exactly when 0 < x < 6 (NaN: 0, as torch's
+ * vectorized kernel). */
+QF_BWD_SLICE_(act_relu6_bwd_slice, v > 0.0f && v < 6.0f ? dy : 0.0f)
+
+static qf_status qf_relu6_backward_f32(const qf_kernel_io *io)
+{
+    return act_bwd_map(io, io->out[0], act_relu6_bwd_slice, 0.0f, 0.0f);
+}
+
 /* --- Clip ------------------------------------------------------------------ */
 
 /* Clip (opset 11+): min and max are optional scalar inputs of x's dtype. */
@@ -168,7 +236,8 @@ static qf_status qf_clip_infer(qf_graph *g, qf_node *n)
         if (io->nin > 1 && io->in[1]) lo_ = *(const T *)io->in[1]->data;            \
         if (io->nin > 2 && io->in[2]) hi_ = *(const T *)io->in[2]->data;            \
         /* min(max(x, lo), hi): lo > hi gives hi everywhere, as numpy's clip. */    \
-        QF_MAP_T_(T, x < lo_ ? (x > hi_ ? hi_ : lo_) : (x > hi_ ? hi_ : x));         \
+        const T under_ = lo_ > hi_ ? hi_ : lo_;                                      \
+        QF_MAP_T_(T, x < lo_ ? under_ : (x > hi_ ? hi_ : x));                        \
     } while (0)
 
 static qf_status qf_clip_forward_f32(const qf_kernel_io *io)
@@ -194,6 +263,49 @@ static qf_status qf_clip_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* As torch.clamp's backward (PyTorch 1.13, derivatives.yaml clamp.Tensor):
+ * dx = dy where min <= x <= max (the gradient passes AT the bounds, unlike
+ * relu6 / hardtanh; NaN: 0); d min = the sum of dy where x < min (and
+ * min < max when both are given), d max = the sum of dy where x > max (or
+ * max < min: then max is the output everywhere). Bounds from the inputs
+ * (opset 11+) or the attributes; reads X, min, max (bwd_in bits 0-2). */
+static qf_status qf_clip_backward_f32(const qf_kernel_io *io)
+{
+    QF_TRY(act_bwd_check(io));
+    const qf_node *n = io->node;
+    const qf_tensor *tlo = io->nin > 1 ? io->in[1] : NULL, *thi = io->nin > 2 ? io->in[2] : NULL;
+    const bool has_lo = tlo || qf_node_attr(n, "min"), has_hi = thi || qf_node_attr(n, "max");
+    float lo = qf_node_attr_float(n, "min", -INFINITY), hi = qf_node_attr_float(n, "max", INFINITY);
+    if (tlo) lo = *(const float *)tlo->data;
+    if (thi) hi = *(const float *)thi->data;
+    qf_tensor *dx = io->din[0], *dlo = tlo ? io->din[1] : NULL, *dhi = thi ? io->din[2] : NULL;
+    const int64_t nel = qf_tensor_numel(io->in[0]);
+    if (!io->dout[0]) {
+        if (dx) memset(dx->data, 0, sizeof(float) * (size_t)nel);
+        if (dlo) *(float *)dlo->data = 0.0f;
+        if (dhi) *(float *)dhi->data = 0.0f;
+        return QF_OK;
+    }
+    const float *x = io->in[0]->data, *dy = io->dout[0]->data;
+    if (dx) {
+        float *pdx = dx->data;
+        for (int64_t i = 0; i < nel; i++) pdx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f;
+    }
+    if (dlo) {
+        double s = 0.0;
+        if (!has_hi || lo < hi)
+            for (int64_t i = 0; i < nel; i++) s += x[i] < lo ? (double)dy[i] : 0.0;
+        *(float *)dlo->data = (float)s;
+    }
+    if (dhi) {
+        double s = 0.0;
+        const bool all = has_lo && hi < lo;
+        for (int64_t i = 0; i < nel; i++) s += all || x[i] > hi ? (double)dy[i] : 0.0;
+        *(float *)dhi->data = (float)s;
+    }
+    return QF_OK;
+}
+
 /* --- pointwise float activations ------------------------------------------ */
 
 static qf_status qf_leaky_relu_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
@@ -203,6 +315,16 @@ static qf_status qf_leaky_relu_forward_f32(const qf_kernel_io *io)
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.01f);
     QF_MAP_FLOAT_(x < 0 ? (T)alpha * x : x);
     return QF_OK;
+}
+
+/* dx = dy where x > 0, else alpha * dy (torch's leaky_relu_backward: alpha
+ * at x = 0). Reads X (bwd_in bit 0). */
+QF_BWD_SLICE_(act_leaky_relu_bwd_slice, v > 0.0f ? dy : dy * p0)
+
+static qf_status qf_leaky_relu_backward_f32(const qf_kernel_io *io)
+{
+    const float alpha = qf_node_attr_float(io->node, "alpha", 0.01f);
+    return act_bwd_map(io, io->in[0], act_leaky_relu_bwd_slice, alpha, 0.0f);
 }
 
 static qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
@@ -266,12 +388,28 @@ static qf_status qf_sigmoid_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* dx = dy (1 - y) y, torch's sigmoid_backward from the output (bwd_out bit 0). */
+QF_BWD_SLICE_(act_sigmoid_bwd_slice, dy * (1.0f - v) * v)
+
+static qf_status qf_sigmoid_backward_f32(const qf_kernel_io *io)
+{
+    return act_bwd_map(io, io->out[0], act_sigmoid_bwd_slice, 0.0f, 0.0f);
+}
+
 static qf_status qf_tanh_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
 static qf_status qf_tanh_forward_f32(const qf_kernel_io *io)
 {
     QF_MAP_FLOAT_(tanh(x));
     return QF_OK;
+}
+
+/* dx = dy (1 - y^2), torch's tanh_backward from the output (bwd_out bit 0). */
+QF_BWD_SLICE_(act_tanh_bwd_slice, dy * (1.0f - v * v))
+
+static qf_status qf_tanh_backward_f32(const qf_kernel_io *io)
+{
+    return act_bwd_map(io, io->out[0], act_tanh_bwd_slice, 0.0f, 0.0f);
 }
 
 /* --- Erf -------------------------------------------------------------------- */
@@ -295,6 +433,21 @@ static qf_status qf_hard_sigmoid_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* dx = alpha dy where 0 < alpha x + beta < 1, else 0: strictly inside, as
+ * torch's hardsigmoid_backward (0 at x = -3 and x = 3 for torch's alpha =
+ * 1/6, beta = 1/2, where the mathematical one-sided slopes differ). alpha x +
+ * beta in double: at torch's bounds the float32 alpha (0.16666667) puts
+ * alpha * 3 + 0.5 just above 1, so x = +-3 are outside and the next floats
+ * inside, exactly torch's -3 < x < 3. Reads X (bwd_in bit 0). */
+QF_BWD_SLICE_(act_hard_sigmoid_bwd_slice, (double)p0 * v + p1 > 0.0 && (double)p0 * v + p1 < 1.0 ? dy * p0 : 0.0f)
+
+static qf_status qf_hard_sigmoid_backward_f32(const qf_kernel_io *io)
+{
+    const float alpha = qf_node_attr_float(io->node, "alpha", 0.2f);
+    const float beta = qf_node_attr_float(io->node, "beta", 0.5f);
+    return act_bwd_map(io, io->in[0], act_hard_sigmoid_bwd_slice, alpha, beta);
+}
+
 static qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
 static qf_status qf_hard_swish_forward_f32(const qf_kernel_io *io)
@@ -302,6 +455,19 @@ static qf_status qf_hard_swish_forward_f32(const qf_kernel_io *io)
     /* ONNX: x * max(0, min(1, alpha * x + beta)) with alpha = 1/6, beta = 0.5. */
     QF_MAP_FLOAT_(x * fmax((T)0, fmin((T)1, x * ((T)1 / (T)6) + (T)0.5)));
     return QF_OK;
+}
+
+/* dx = 0 for x < -3, dy (x / 3 + 1/2) for -3 <= x < 3, dy for x >= 3: torch
+ * 1.13's vectorized hardswish_backward (the CPU kernel every element but a
+ * tail of fewer than one vector goes through). At x = -3 it gives -dy / 2,
+ * the right-hand slope; at x = 3, dy, the right-hand slope too (its scalar
+ * tail loop gives 1.5 dy there; we follow the vector path). Reads X
+ * (bwd_in bit 0). */
+QF_BWD_SLICE_(act_hard_swish_bwd_slice, v < -3.0f ? 0.0f : v >= 3.0f ? dy : dy * (v / 3.0f + 0.5f))
+
+static qf_status qf_hard_swish_backward_f32(const qf_kernel_io *io)
+{
+    return act_bwd_map(io, io->in[0], act_hard_swish_bwd_slice, 0.0f, 0.0f);
 }
 
 /* --- Softmax ----------------------------------------------------------------- */
@@ -375,6 +541,45 @@ static qf_status qf_softmax_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* dx = y (dy - sum_k dy_k y_k) along the softmax's rows (torch's
+ * _softmax_backward_data), with the forward's outer x len x inner split
+ * (opset < 13: the flattened trailing dims). Reads Y (bwd_out bit 0). */
+static qf_status qf_softmax_backward_f32(const qf_kernel_io *io)
+{
+    QF_TRY(act_bwd_check(io));
+    if (!io->din[0]) return QF_OK;
+    const qf_tensor *y = io->out[0];
+    float *dx = io->din[0]->data;
+    if (!io->dout[0]) {
+        memset(dx, 0, qf_tensor_nbytes(io->din[0]));
+        return QF_OK;
+    }
+    int axis;
+    QF_TRY(act_softmax_axis(io->node, io->opset, y->ndim, &axis));
+    int64_t outer = 1, len = 1, inner = 1;
+    for (int i = 0; i < axis; i++) outer *= y->dims[i];
+    if (act_softmax_legacy(io->opset)) {
+        for (int i = axis; i < y->ndim; i++) len *= y->dims[i];
+    } else {
+        len = y->dims[axis];
+        for (int i = axis + 1; i < y->ndim; i++) inner *= y->dims[i];
+    }
+    const float *py = y->data, *pdy = io->dout[0]->data;
+    for (int64_t o = 0; o < outer; o++) {
+        for (int64_t j = 0; j < inner; j++) {
+            const int64_t base = o * len * inner + j;
+            double dot = 0.0;
+            for (int64_t k = 0; k < len; k++) dot += (double)pdy[base + k * inner] * py[base + k * inner];
+            const float fdot = (float)dot;
+            for (int64_t k = 0; k < len; k++) {
+                const int64_t e = base + k * inner;
+                dx[e] = py[e] * (pdy[e] - fdot);
+            }
+        }
+    }
+    return QF_OK;
+}
+
 /* --- op table columns (src/ops/op_table.h) --- */
 
 const qf_op_kernels qf_relu_kernels = {
@@ -389,18 +594,24 @@ const qf_op_kernels qf_relu6_kernels = {
     .infer = qf_relu6_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_relu6_forward_f32,
+    .backward_f32 = qf_relu6_backward_f32,
+    .bwd_out = 1u << 0,
 };
 
 const qf_op_kernels qf_clip_kernels = {
     .infer = qf_clip_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_clip_forward_f32,
+    .backward_f32 = qf_clip_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1) | (1u << 2),
 };
 
 const qf_op_kernels qf_leaky_relu_kernels = {
     .infer = qf_leaky_relu_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_leaky_relu_forward_f32,
+    .backward_f32 = qf_leaky_relu_backward_f32,
+    .bwd_in = 1u << 0,
     .dnnl = QF_DNNL_KERNELS(leaky_relu),
 };
 
@@ -408,6 +619,8 @@ const qf_op_kernels qf_sigmoid_kernels = {
     .infer = qf_sigmoid_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_sigmoid_forward_f32,
+    .backward_f32 = qf_sigmoid_backward_f32,
+    .bwd_out = 1u << 0,
     .dnnl = QF_DNNL_KERNELS(sigmoid),
 };
 
@@ -415,6 +628,8 @@ const qf_op_kernels qf_tanh_kernels = {
     .infer = qf_tanh_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_tanh_forward_f32,
+    .backward_f32 = qf_tanh_backward_f32,
+    .bwd_out = 1u << 0,
     .dnnl = QF_DNNL_KERNELS(tanh),
 };
 
@@ -428,16 +643,22 @@ const qf_op_kernels qf_hard_sigmoid_kernels = {
     .infer = qf_hard_sigmoid_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_hard_sigmoid_forward_f32,
+    .backward_f32 = qf_hard_sigmoid_backward_f32,
+    .bwd_in = 1u << 0,
 };
 
 const qf_op_kernels qf_hard_swish_kernels = {
     .infer = qf_hard_swish_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_hard_swish_forward_f32,
+    .backward_f32 = qf_hard_swish_backward_f32,
+    .bwd_in = 1u << 0,
     .dnnl = QF_DNNL_KERNELS(hard_swish),
 };
 
 const qf_op_kernels qf_softmax_kernels = {
     .infer = qf_softmax_infer,
     .forward_f32 = qf_softmax_forward_f32,
+    .backward_f32 = qf_softmax_backward_f32,
+    .bwd_out = 1u << 0,
 };

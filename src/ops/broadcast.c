@@ -126,3 +126,31 @@ void qf_bcast_iter_next(qf_bcast_iter *it)
         for (int k = 0; k < it->nops; k++) it->off[k] -= it->strides[k][j] * (it->dims[j] - 1);
     }
 }
+
+void qf_bcast_reduce_f32(int nout, const int64_t *out, const float *g, float scale, qf_tensor *d)
+{
+    float *pd = d->data;
+    const int64_t nd = qf_tensor_numel(d), ny = qf_shape_numel(nout, out);
+    if (nd == ny) {
+        /* Broadcasting only adds elements: same count, same layout. */
+        for (int64_t i = 0; i < nd; i++) pd[i] = scale * g[i];
+        return;
+    }
+    if (nd > 0) memset(pd, 0, sizeof *pd * (size_t)nd);
+    const qf_tensor *ops[1] = {d};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, nout, out, 1, ops);
+    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {
+        const float *gr = g + r * it.len;
+        float *dr = pd + it.off[0];
+        if (it.step[0]) {
+            for (int64_t i = 0; i < it.len; i++) dr[i] += gr[i];
+        } else {
+            double s = 0.0;
+            for (int64_t i = 0; i < it.len; i++) s += gr[i];
+            dr[0] += (float)s;
+        }
+    }
+    if (scale != 1.0f)
+        for (int64_t i = 0; i < nd; i++) pd[i] *= scale;
+}

@@ -72,4 +72,11 @@ void qf_bcast_iter_init(qf_bcast_iter *it, int nout, const int64_t *out, int nop
 /* Move off[] to the next row. */
 void qf_bcast_iter_next(qf_bcast_iter *it);
 
+/* The gradient of a broadcast operand (the backward kernels): d = scale *
+ * the sum of g over the elements of the broadcast shape (nout, out) that
+ * read each element of d. g: float32, C-contiguous, of shape (nout, out); d:
+ * float32, C-contiguous, of a shape that broadcasts to it; d is overwritten.
+ * Row sums in double; a d of the output's size is just scale * g. */
+void qf_bcast_reduce_f32(int nout, const int64_t *out, const float *g, float scale, qf_tensor *d);
+
 #endif

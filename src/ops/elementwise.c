@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "broadcast.h"
+#include "core/parallel.h"
 #include "dnnl_kernels.h"
 #include "kernels.h"
 
@@ -240,6 +241,138 @@ static qf_status qf_div_forward_f32(const qf_kernel_io *io)
 {
     static const row_fn fns[6] = {div_f32, div_f64, div_i32, div_i64, div_i8, ew_div_u8};
     return ew_binary_dispatch(io, fns);
+}
+
+/* ------------------------------------------------------------------------ */
+/* backward of Add, Sub, Mul, Div                                            */
+
+/* Which partial derivative: of Y = A op B with respect to A or B. */
+typedef enum ew_grad_kind {
+    EW_GRAD_PASS,   /* dy: Add (both), Sub (A) */
+    EW_GRAD_NEG,    /* -dy: Sub (B) */
+    EW_GRAD_MUL_A,  /* dy * b */
+    EW_GRAD_MUL_B,  /* dy * a */
+    EW_GRAD_DIV_A,  /* dy / b */
+    EW_GRAD_DIV_B,  /* -dy * (y / b), torch's -grad * ((a / b) / b) with y = a / b as the forward rounded it */
+} ew_grad_kind;
+
+/* One row of a partial derivative: v[i] from dy[i], a[i * sa], b[i * sb],
+ * y[i] (sa, sb in {0, 1}); into d: d[i] = v[i] (sd 1, !acc), d[i] += v[i]
+ * (sd 1, acc: several rows read the same elements of the operand) or d[0] +=
+ * sum v (sd 0: the operand is broadcast along the row; summed in double). */
+#define EW_GRAD_ROW_(EXPR)                                                     \
+    do {                                                                       \
+        if (sd && !acc) {                                                      \
+            for (int64_t i = 0; i < n; i++) d[i] = (EXPR);                     \
+        } else if (sd) {                                                       \
+            for (int64_t i = 0; i < n; i++) d[i] += (EXPR);                    \
+        } else {                                                               \
+            double s_ = 0.0;                                                   \
+            for (int64_t i = 0; i < n; i++) s_ += (double)(EXPR);              \
+            d[0] += (float)s_;                                                 \
+        }                                                                      \
+    } while (0)
+
+static void ew_grad_row(ew_grad_kind kind, const float *dy, const float *a, int64_t sa, const float *b,
+                        int64_t sb, const float *y, float *d, int64_t sd, bool acc, int64_t n)
+{
+    switch (kind) {
+    case EW_GRAD_PASS: EW_GRAD_ROW_(dy[i]); break;
+    case EW_GRAD_NEG: EW_GRAD_ROW_(-dy[i]); break;
+    case EW_GRAD_MUL_A: EW_GRAD_ROW_(dy[i] * b[i * sb]); break;
+    case EW_GRAD_MUL_B: EW_GRAD_ROW_(dy[i] * a[i * sa]); break;
+    case EW_GRAD_DIV_A: EW_GRAD_ROW_(dy[i] / b[i * sb]); break;
+    case EW_GRAD_DIV_B: EW_GRAD_ROW_(-dy[i] * (y[i] / b[i * sb])); break;
+    }
+}
+
+/* The no-broadcast case (the operand has Y's shape, the other Y's shape or
+ * one element): one flat row, split across the threads. */
+typedef struct ew_grad_job {
+    ew_grad_kind kind;
+    const float *dy, *a, *b, *y;
+    int64_t sa, sb;
+    float *d;
+} ew_grad_job;
+
+static void ew_grad_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const ew_grad_job *j = ctx;
+    ew_grad_row(j->kind, j->dy + lo, j->a ? j->a + lo * j->sa : NULL, j->sa, j->b ? j->b + lo * j->sb : NULL, j->sb,
+                j->y ? j->y + lo : NULL, j->d + lo, 1, false, hi - lo);
+}
+
+/* din[t] (operand t of 2) = the `kind` partial derivative, summed over the
+ * dims where operand t is broadcast. The tensors a, b, y are the forward's
+ * (their data may be NULL when the kind does not read them). */
+static void ew_grad_operand(const qf_kernel_io *io, int t, ew_grad_kind kind)
+{
+    const qf_tensor *ta = io->in[0], *tb = io->in[1], *ty = io->out[0];
+    const float *dy = io->dout[0]->data, *a = ta->data, *b = tb->data, *y = ty->data;
+    qf_tensor *dt = io->din[t];
+    float *d = dt->data;
+    const int64_t ny = qf_tensor_numel(ty), nd = qf_tensor_numel(dt);
+    const int64_t na = qf_tensor_numel(ta), nb = qf_tensor_numel(tb);
+    if (ny == 0) {
+        if (nd > 0) memset(d, 0, sizeof *d * (size_t)nd);
+        return;
+    }
+    if (nd == ny && (na == ny || na == 1) && (nb == ny || nb == 1)) {
+        ew_grad_job j = {kind, dy, a, b, y, na == ny, nb == ny, d};
+        qf_parallel_for(ny, 32768, ew_grad_slice, &j);
+        return;
+    }
+    /* Rows of Y; operand t's elements at off[t] + i * step[t]. Several rows
+     * map onto the same elements unless t has Y's size: then accumulate. */
+    const bool acc = nd != ny;
+    if (acc) memset(d, 0, sizeof *d * (size_t)nd);
+    const qf_tensor *ops[2] = {ta, tb};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, ty->ndim, ty->dims, 2, ops);
+    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {
+        const int64_t o = r * it.len;
+        ew_grad_row(kind, dy + o, a ? a + it.off[0] : NULL, it.step[0], b ? b + it.off[1] : NULL, it.step[1],
+                    y ? y + o : NULL, d + it.off[t], it.step[t], acc, it.len);
+    }
+}
+
+/* Common frame: float32 only; no upstream gradient gives zeros. */
+static qf_status ew_binary_backward(const qf_kernel_io *io, ew_grad_kind ka, ew_grad_kind kb)
+{
+    if (io->out[0]->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of dtype %s is not supported (float32)",
+                        io->node->name, qf_op_label(io->node), qf_dtype_name(io->out[0]->dtype));
+    for (int t = 0; t < 2; t++) {
+        if (!io->din[t]) continue;
+        if (!io->dout[0]) memset(io->din[t]->data, 0, qf_tensor_nbytes(io->din[t]));
+        else ew_grad_operand(io, t, t == 0 ? ka : kb);
+    }
+    return QF_OK;
+}
+
+/* Y = A + B: dA, dB = dY summed to each operand's shape. Reads no data. */
+static qf_status qf_add_backward_f32(const qf_kernel_io *io)
+{
+    return ew_binary_backward(io, EW_GRAD_PASS, EW_GRAD_PASS);
+}
+
+/* Y = A - B: dA = dY, dB = -dY (summed). Reads no data. */
+static qf_status qf_sub_backward_f32(const qf_kernel_io *io)
+{
+    return ew_binary_backward(io, EW_GRAD_PASS, EW_GRAD_NEG);
+}
+
+/* Y = A * B: dA = dY * B, dB = dY * A (summed). Reads A and B. */
+static qf_status qf_mul_backward_f32(const qf_kernel_io *io)
+{
+    return ew_binary_backward(io, EW_GRAD_MUL_A, EW_GRAD_MUL_B);
+}
+
+/* Y = A / B: dA = dY / B, dB = -dY * Y / B (summed). Reads B and Y (not A:
+ * the forward may have written Y over it). */
+static qf_status qf_div_backward_f32(const qf_kernel_io *io)
+{
+    return ew_binary_backward(io, EW_GRAD_DIV_A, EW_GRAD_DIV_B);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -513,6 +646,7 @@ const qf_op_kernels qf_add_kernels = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .inplace = true,
     .forward_f32 = qf_add_forward_f32,
+    .backward_f32 = qf_add_backward_f32,
     .dnnl = QF_DNNL_KERNELS(add),
 };
 
@@ -521,6 +655,7 @@ const qf_op_kernels qf_sub_kernels = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .inplace = true,
     .forward_f32 = qf_sub_forward_f32,
+    .backward_f32 = qf_sub_backward_f32,
     .dnnl = QF_DNNL_KERNELS(sub),
 };
 
@@ -529,6 +664,8 @@ const qf_op_kernels qf_mul_kernels = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .inplace = true,
     .forward_f32 = qf_mul_forward_f32,
+    .backward_f32 = qf_mul_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1),
     .dnnl = QF_DNNL_KERNELS(mul),
 };
 
@@ -537,6 +674,9 @@ const qf_op_kernels qf_div_kernels = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .inplace = true,
     .forward_f32 = qf_div_forward_f32,
+    .backward_f32 = qf_div_backward_f32,
+    .bwd_in = 1u << 1,
+    .bwd_out = 1u << 0,
     .dnnl = QF_DNNL_KERNELS(div),
 };
 

@@ -71,6 +71,26 @@ static void linear_broadcast_fill(const qf_tensor *src, qf_tensor *y)
     }
 }
 
+/* --- backward helpers ------------------------------------------------------ */
+
+/* The backward kernels compute in float32 (the gradients are float32): a
+ * float64 graph cannot be trained through. */
+static qf_status linear_bwd_check(const qf_kernel_io *io)
+{
+    qf_dtype dt = io->out[0]->dtype;
+    if (dt != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of dtype %s is not supported (float32)",
+                        io->node->name, qf_op_label(io->node), qf_dtype_name(dt));
+    return QF_OK;
+}
+
+/* din[i] (when wanted) = 0: no gradient reaches the output. */
+static void linear_bwd_zero(const qf_kernel_io *io)
+{
+    for (int i = 0; i < io->nin; i++)
+        if (io->din[i]) memset(io->din[i]->data, 0, qf_tensor_nbytes(io->din[i]));
+}
+
 /* --- Gemm ------------------------------------------------------------------ */
 
 static qf_status qf_gemm_infer(qf_graph *g, qf_node *n)
@@ -129,6 +149,38 @@ static qf_status qf_gemm_forward_f32(const qf_kernel_io *io)
     else beta = 0.0;
     return gemm_call(io->node, y->dtype, ta, tb, M, N, K, alpha, a->data, a->dims[1], b->data, b->dims[1], beta,
                      y->data);
+}
+
+/* Y = alpha op(A) op(B) + beta C, G = dL/dY [M, N]:
+ *   d op(A) = alpha G op(B)^T, d op(B) = alpha op(A)^T G, dC = beta * G
+ * summed over the dims C broadcasts (torch's addmm backward, sum_to). With
+ * transA the stored A is op(A)^T, so dA = alpha op(B) G^T [K, M]; with
+ * transB, dB = alpha G^T op(A) [N, K]. Reads A and B (bwd_in bits 0, 1). */
+static qf_status qf_gemm_backward_f32(const qf_kernel_io *io)
+{
+    QF_TRY(linear_bwd_check(io));
+    if (!io->dout[0]) {
+        linear_bwd_zero(io);
+        return QF_OK;
+    }
+    const qf_tensor *a = io->in[0], *b = io->in[1], *gt = io->dout[0];
+    const gemm_state *st = io->state;
+    const bool ta = st->ta, tb = st->tb;
+    const double alpha = st->alpha, beta = st->beta;
+    const int64_t M = gt->dims[0], N = gt->dims[1], K = a->dims[ta ? 0 : 1];
+    const int64_t lda = a->dims[1], ldb = b->dims[1];
+    const float *g = gt->data;
+    qf_tensor *da = io->din[0], *db = io->din[1], *dc = io->nin > 2 ? io->din[2] : NULL;
+    if (da) {
+        if (!ta) QF_TRY(gemm_call(io->node, QF_DTYPE_F32, false, !tb, M, K, N, alpha, g, N, b->data, ldb, 0.0, da->data));
+        else QF_TRY(gemm_call(io->node, QF_DTYPE_F32, tb, true, K, M, N, alpha, b->data, ldb, g, N, 0.0, da->data));
+    }
+    if (db) {
+        if (!tb) QF_TRY(gemm_call(io->node, QF_DTYPE_F32, !ta, false, K, N, M, alpha, a->data, lda, g, N, 0.0, db->data));
+        else QF_TRY(gemm_call(io->node, QF_DTYPE_F32, true, ta, N, K, M, alpha, g, N, a->data, lda, 0.0, db->data));
+    }
+    if (dc) qf_bcast_reduce_f32(2, gt->dims, g, (float)beta, dc);
+    return QF_OK;
 }
 
 /* --- MatMul ------------------------------------------------------------------ */
@@ -220,6 +272,66 @@ static qf_status qf_matmul_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* G = dL/dY. Per batch entry: dA_b = G_b B_b^T, dB_b = A_b^T G_b (a 1-D A
+ * is [1, K], a 1-D B [K, 1]: the same memory), summed over the batch
+ * entries that read the same A_b / B_b (broadcast batch dims), as torch's
+ * matmul backward reduces with sum_to. Reads A and B (bwd_in bits 0, 1). */
+static qf_status qf_matmul_backward_f32(const qf_kernel_io *io)
+{
+    QF_TRY(linear_bwd_check(io));
+    if (!io->dout[0]) {
+        linear_bwd_zero(io);
+        return QF_OK;
+    }
+    const qf_tensor *a = io->in[0], *b = io->in[1];
+    qf_tensor *da = io->din[0], *db = io->din[1];
+    const float *g = io->dout[0]->data;
+    mm_dims d;
+    mm_dims_get(a, b, &d);
+    const int64_t nbatch_a = qf_shape_numel(d.na, d.ba), nbatch_b = qf_shape_numel(d.nb, d.bb);
+
+    /* B shared by every batch entry: as in the forward, the batch is one
+     * GEMM over M * batch rows, and dB sums over them in its K dim. */
+    if (nbatch_b == 1) {
+        int64_t rows = nbatch_a * d.M;
+        if (da) QF_TRY(gemm_call(io->node, QF_DTYPE_F32, false, true, rows, d.K, d.N, 1.0, g, d.N, b->data, d.N, 0.0,
+                                 da->data));
+        if (db) QF_TRY(gemm_call(io->node, QF_DTYPE_F32, true, false, d.K, d.N, rows, 1.0, a->data, d.K, g, d.N, 0.0,
+                                 db->data));
+        return QF_OK;
+    }
+
+    int nyb;
+    int64_t yb[QF_MAX_DIMS];
+    qf_broadcast_shape(d.na, d.ba, d.nb, d.bb, &nyb, yb);
+    const int64_t nbatch_y = qf_shape_numel(nyb, yb);
+    /* An operand whose batch is not broadcast is written once per entry
+     * (beta 0); a broadcast one accumulates (zeroed, beta 1). */
+    const double beta_a = nbatch_a == nbatch_y ? 0.0 : 1.0, beta_b = nbatch_b == nbatch_y ? 0.0 : 1.0;
+    if (da && beta_a != 0.0) memset(da->data, 0, qf_tensor_nbytes(da));
+    if (db && beta_b != 0.0) memset(db->data, 0, qf_tensor_nbytes(db));
+    qf_tensor va, vb;
+    qf_tensor_view(&va, a->dtype, d.na, d.ba, NULL);
+    qf_tensor_view(&vb, b->dtype, d.nb, d.bb, NULL);
+    const qf_tensor *ops[2] = {&va, &vb};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, nyb, yb, 2, ops);
+    const float *pa = a->data, *pb = b->data;
+    const int64_t sa = d.M * d.K, sb = d.K * d.N, sy = d.M * d.N;
+    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {
+        for (int64_t i = 0; i < it.len; i++) {
+            int64_t ia = it.off[0] + i * it.step[0], ib = it.off[1] + i * it.step[1], iy = r * it.len + i;
+            if (da)
+                QF_TRY(gemm_call(io->node, QF_DTYPE_F32, false, true, d.M, d.K, d.N, 1.0, g + iy * sy, d.N,
+                                 pb + ib * sb, d.N, beta_a, (float *)da->data + ia * sa));
+            if (db)
+                QF_TRY(gemm_call(io->node, QF_DTYPE_F32, true, false, d.K, d.N, d.M, 1.0, pa + ia * sa, d.K,
+                                 g + iy * sy, d.N, beta_b, (float *)db->data + ib * sb));
+        }
+    }
+    return QF_OK;
+}
+
 /* --- linear (ATen) --------------------------------------------------------- */
 
 static qf_status qf_linear_infer(qf_graph *g, qf_node *n)
@@ -259,6 +371,47 @@ static qf_status qf_linear_forward_f32(const qf_kernel_io *io)
     return gemm_call(io->node, y->dtype, false, true, rows, out, in, 1.0, x->data, in, w->data, in, beta, y->data);
 }
 
+/* y = x W^T + b over rows of x: with G = dL/dy [rows, out], dx = G W,
+ * dW = G^T x, db = the column sums of G (torch's linear backward). Reads x
+ * and W (bwd_in bits 0, 1). */
+static qf_status qf_linear_backward_f32(const qf_kernel_io *io)
+{
+    QF_TRY(linear_bwd_check(io));
+    if (!io->dout[0]) {
+        linear_bwd_zero(io);
+        return QF_OK;
+    }
+    const qf_tensor *x = io->in[0], *w = io->in[1];
+    qf_tensor *dx = io->din[0], *dw = io->din[1], *db = io->nin > 2 ? io->din[2] : NULL;
+    const float *g = io->dout[0]->data;
+    const int64_t in = w->dims[1], out = w->dims[0];
+    const int64_t rows = out > 0 ? qf_tensor_numel(io->out[0]) / out : qf_tensor_numel(x) / (in > 0 ? in : 1);
+    if (dx) QF_TRY(gemm_call(io->node, QF_DTYPE_F32, false, false, rows, in, out, 1.0, g, out, w->data, in, 0.0,
+                             dx->data));
+    if (dw) QF_TRY(gemm_call(io->node, QF_DTYPE_F32, true, false, out, in, rows, 1.0, g, out, x->data, in, 0.0,
+                             dw->data));
+    if (db) {
+        /* Column sums in double (scratch: out doubles), rows outermost so
+         * the inner loop runs over contiguous memory. */
+        double *acc = io->scratch;
+        float *pdb = db->data;
+        for (int64_t o = 0; o < out; o++) acc[o] = 0.0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *gr = g + r * out;
+            for (int64_t o = 0; o < out; o++) acc[o] += gr[o];
+        }
+        for (int64_t o = 0; o < out; o++) pdb[o] = (float)acc[o];
+    }
+    return QF_OK;
+}
+
+static size_t qf_linear_bwd_scratch(const qf_node *n, const void *state)
+{
+    (void)state;
+    int64_t out = n->inputs[1]->type.dims[0];
+    return out > 0 ? sizeof(double) * (size_t)out : 0;
+}
+
 /* --- op table columns (src/ops/op_table.h) --- */
 
 const qf_op_kernels qf_gemm_kernels = {
@@ -266,17 +419,24 @@ const qf_op_kernels qf_gemm_kernels = {
     .prepare = qf_gemm_prepare,
     .state_size = sizeof(gemm_state),
     .forward_f32 = qf_gemm_forward_f32,
+    .backward_f32 = qf_gemm_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1),
     .dnnl = QF_DNNL_KERNELS(gemm),
 };
 
 const qf_op_kernels qf_matmul_kernels = {
     .infer = qf_matmul_infer,
     .forward_f32 = qf_matmul_forward_f32,
+    .backward_f32 = qf_matmul_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1),
     .dnnl = QF_DNNL_KERNELS(matmul),
 };
 
 const qf_op_kernels qf_linear_kernels = {
     .infer = qf_linear_infer,
     .forward_f32 = qf_linear_forward_f32,
+    .backward_f32 = qf_linear_backward_f32,
+    .bwd_in = (1u << 0) | (1u << 1),
+    .bwd_scratch = qf_linear_bwd_scratch,
     .dnnl = QF_DNNL_KERNELS(linear),
 };

@@ -43,6 +43,35 @@ static inline double qf_round_half_even_f64(double v)
     return fmod(r, 2.0) == 0.0 ? r : r + 1.0;
 }
 
+/* PyTorch 1.13's qparams for an observed range [min, max]
+ * (ObserverBase._calculate_qparams, float32 arithmetic as torch does it):
+ * the range is widened to include 0; symmetric: scale = max(-lo, hi) /
+ * ((qmax - qmin) / 2), zero point 0 for a signed range (128 for quint8, the
+ * rounded-down midpoint of another unsigned range); affine: scale =
+ * (hi - lo) / (qmax - qmin), zero point qmin - round(lo / scale) clamped to
+ * [qmin, qmax]; scale at least eps. Nothing observed (min > max, NaN):
+ * scale 1, zero point 0. */
+static inline void qf_qparams_torch(float min, float max, int symmetric, int32_t qmin, int32_t qmax, float eps,
+                                    float *scale, int32_t *zero_point)
+{
+    *scale = 1.0f;
+    *zero_point = 0;
+    if (!(min <= max)) return;
+    float lo = min < 0.0f ? min : 0.0f;
+    float hi = max > 0.0f ? max : 0.0f;
+    if (symmetric) {
+        float m = -lo > hi ? -lo : hi;
+        *scale = m / ((float)(qmax - qmin) / 2.0f);
+        if (*scale < eps) *scale = eps;
+        if (qmin >= 0) *zero_point = (qmin == 0 && qmax == 255) ? 128 : (qmin + qmax) / 2;
+    } else {
+        *scale = (hi - lo) / (float)(qmax - qmin);
+        if (*scale < eps) *scale = eps;
+        float zp = (float)qmin - qf_round_half_even_f32(lo / *scale);
+        *zero_point = zp < (float)qmin ? qmin : zp > (float)qmax ? qmax : (int32_t)zp;
+    }
+}
+
 /* Clamp an already rounded value to a range and convert. NaN -> `nan_value`. */
 static inline int32_t qf_saturate_range_f32(float v, int32_t lo, int32_t hi, int32_t nan_value)
 {

@@ -96,24 +96,8 @@ bool qf_observer_seen(const qf_observer *o) { return o->seen; }
 
 qf_qparams qf_qparams_from_range(float min, float max, qf_qscheme scheme, int32_t qmin, int32_t qmax, float eps)
 {
-    /* torch's check_min_max_valid: nothing observed (inf, -inf) -> defaults. */
-    if (!(min <= max)) return (qf_qparams){1.0f, 0};
-    float lo = min < 0.0f ? min : 0.0f;
-    float hi = max > 0.0f ? max : 0.0f;
-    qf_qparams qp = {1.0f, 0};
-    if (scheme == QF_QSCHEME_SYMMETRIC) {
-        float m = -lo > hi ? -lo : hi;
-        qp.scale = m / ((float)(qmax - qmin) / 2.0f);
-        if (qp.scale < eps) qp.scale = eps;
-        /* torch: 0 for signed types; for quint8 128, or the rounded-down
-         * midpoint of a custom range. */
-        if (qmin >= 0) qp.zero_point = (qmin == 0 && qmax == 255) ? 128 : (qmin + qmax) / 2;
-    } else {
-        qp.scale = (hi - lo) / (float)(qmax - qmin);
-        if (qp.scale < eps) qp.scale = eps;
-        float zp = (float)qmin - qf_round_half_even_f32(lo / qp.scale);
-        qp.zero_point = zp < (float)qmin ? qmin : zp > (float)qmax ? qmax : (int32_t)zp;
-    }
+    qf_qparams qp;
+    qf_qparams_torch(min, max, scheme == QF_QSCHEME_SYMMETRIC, qmin, qmax, eps, &qp.scale, &qp.zero_point);
     return qp;
 }
 

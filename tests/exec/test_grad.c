@@ -115,6 +115,10 @@ static double plan_loss(const float *x, void *user)
 
 static void test_tape_gradients(void)
 {
+    /* The reference kernels on both sides: the tape's forward must then be
+     * the inference plan's bit for bit (test_tape_engines compares oneDNN's
+     * training kernels with them). */
+    REQUIRE_OK(qf_set_engine(QF_ENGINE_REF));
     net m;
     net_build(&m);
     qf_value *ps[] = {m.w1, m.b1, m.s, m.w2, m.b2, m.u};
@@ -163,6 +167,7 @@ static void test_tape_gradients(void)
     printf("training arena: %zu bytes\n", qf_grad_plan_arena_bytes(p));
     qf_grad_plan_free(p);
     net_free(&m);
+    qf_set_engine(QF_ENGINE_AUTO);
 }
 
 /* Only some parameters: the others stay constants to the tape (no gradient

@@ -56,11 +56,13 @@ def one_node(op, inputs, params=None, attrs=None, opset=13, noutputs=1, domain="
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="grad_util")
 
 
-def qfold_grad(tool, model, feeds, douts, work, training=False, seed=0):
+def qfold_grad(tool, model, feeds, douts, work, training=False, seed=0, passes=()):
     """Run the qf_node_grad tool. feeds: arrays for the graph inputs in
-    order; douts: one array (or None) per node output. Returns (outs, dins,
-    after): outputs, d loss / d input slot (None where not float), each
-    slot's data after the run (None for omitted slots)."""
+    order; douts: one array (or None) per node output; passes: qfold passes
+    run after import (e.g. ["canonicalize"]: Gemm with a constant B becomes
+    linear; the node must stay one node with the same input slots). Returns
+    (outs, dins, after): outputs, d loss / d input slot (None where not
+    float), each slot's data after the run (None for omitted slots)."""
     os.makedirs(work, exist_ok=True)
     for f in os.listdir(work):
         if f.endswith(".npy") or f.endswith(".onnx"):
@@ -71,16 +73,18 @@ def qfold_grad(tool, model, feeds, douts, work, training=False, seed=0):
     if training:
         argv.append("--training")
     argv += ["--seed", str(seed)]
+    for p in passes:
+        argv += ["--pass", p]
     for i, f in enumerate(feeds):
         p = os.path.join(work, "feed_%d.npy" % i)
-        np.save(p, np.ascontiguousarray(f))
+        np.save(p, np.array(f, order="C"))  # ascontiguousarray makes a 0-d array 1-d
         argv += ["-i", p]
     for j, d in enumerate(douts):
         if d is None:
             argv += ["--dout", "-"]
         else:
             p = os.path.join(work, "dout_%d.npy" % j)
-            np.save(p, np.ascontiguousarray(d, dtype=np.float32))
+            np.save(p, np.array(d, dtype=np.float32, order="C"))
             argv += ["--dout", p]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
@@ -93,6 +97,42 @@ def qfold_grad(tool, model, feeds, douts, work, training=False, seed=0):
     n_in = len(model.graph.node[0].input)
     outs = [load("out", j) for j in range(len(douts))]
     return outs, [load("din", i) for i in range(n_in)], [load("after", i) for i in range(n_in)]
+
+
+def qfold_grad_op(tool, op, feeds, douts, work, training=False, seed=0, ints=None, floats=None):
+    """qfold_grad for qfold's op named `op` (an internal op has no ONNX
+    form): one node over graph inputs x0.. fed from `feeds`, attributes from
+    the dicts `ints` / `floats`. Returns (outs, dins, after) as qfold_grad."""
+    os.makedirs(work, exist_ok=True)
+    for f in os.listdir(work):
+        if f.endswith(".npy"):
+            os.remove(os.path.join(work, f))
+    argv = [tool, "op:" + op, work, "--seed", str(seed)] + (["--training"] if training else [])
+    for k, v in (ints or {}).items():
+        argv += ["--int", "%s=%d" % (k, v)]
+    for k, v in (floats or {}).items():
+        argv += ["--float", "%s=%r" % (k, float(v))]
+    for i, f in enumerate(feeds):
+        p = os.path.join(work, "feed_%d.npy" % i)
+        np.save(p, np.ascontiguousarray(f))
+        argv += ["-i", p]
+    for j, d in enumerate(douts):
+        p = os.path.join(work, "dout_%d.npy" % j)
+        if d is None:
+            argv += ["--dout", "-"]
+        else:
+            np.save(p, np.ascontiguousarray(d, dtype=np.float32))
+            argv += ["--dout", p]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("qf_node_grad failed (%d): %s" % (r.returncode, r.stderr.strip()))
+
+    def load(prefix, k):
+        p = os.path.join(work, "%s_%d.npy" % (prefix, k))
+        return np.load(p) if os.path.exists(p) else None
+
+    return ([load("out", j) for j in range(len(douts))], [load("din", i) for i in range(len(feeds))],
+            [load("after", i) for i in range(len(feeds))])
 
 
 def compare(what, got, ref, rtol=1e-5):

@@ -2,11 +2,16 @@
  * that compare the backward kernels with PyTorch's autograd
  * (tests/tools/grad_util.py drives it).
  *
- *   qf_node_grad MODEL.onnx OUTDIR [--training] [--seed S]
+ *   qf_node_grad MODEL.onnx OUTDIR [--training] [--seed S] [--pass NAME ...]
  *                -i X0.npy [-i X1.npy ...] [--dout D0.npy | --dout - ...]
+ *   qf_node_grad op:NAME OUTDIR [--int A=V] [--float A=V] ... (the same options)
  *
- * MODEL holds one node after import (its inputs: graph inputs, fed in order
- * by -i, and initializers). The node runs forward (in training mode with
+ * MODEL holds one node after import and the passes named by --pass (e.g.
+ * canonicalize: Gemm with a constant B becomes qfold's linear, Clip(0, 6)
+ * relu6); its inputs: graph inputs, fed in order by -i, and initializers.
+ * op:NAME builds a node of qfold's op NAME (an internal op has no ONNX form)
+ * over one graph input per -i, with the attributes given by --int / --float,
+ * at opset 13. The node runs forward (in training mode with
  * --training) and backward with one --dout per node output ("-": no
  * gradient on that output). Written to OUTDIR: out_<j>.npy per output,
  * din_<i>.npy per float input slot i (graph input or initializer), and
@@ -20,6 +25,7 @@
 
 #include "qfold/exec.h"
 #include "qfold/io.h"
+#include "qfold/pass.h"
 
 #define MAXT 16
 
@@ -32,18 +38,24 @@ static int fail(const char *what)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: qf_node_grad MODEL.onnx OUTDIR [--training] [--seed S] -i X.npy ... --dout D.npy|- ...\n");
+        fprintf(stderr, "usage: qf_node_grad MODEL.onnx OUTDIR [--training] [--seed S] [--pass NAME] -i X.npy ... --dout D.npy|- ...\n");
         return 2;
     }
     const char *model = argv[1], *outdir = argv[2];
     bool training = false;
     uint64_t seed = 0;
     qf_tensor feeds[MAXT] = {0}, douts[MAXT] = {0};
+    const char *iattr[MAXT], *fattr[MAXT];
+    int niattr = 0, nfattr = 0;
     bool dout_set[MAXT] = {0};
-    int nfeed = 0, ndout = 0;
+    int nfeed = 0, ndout = 0, npass = 0;
+    const char *passes[MAXT + 1] = {0};
     for (int a = 3; a < argc; a++) {
         if (!strcmp(argv[a], "--training")) training = true;
         else if (!strcmp(argv[a], "--seed") && a + 1 < argc) seed = strtoull(argv[++a], NULL, 10);
+        else if (!strcmp(argv[a], "--int") && a + 1 < argc && niattr < MAXT) iattr[niattr++] = argv[++a];
+        else if (!strcmp(argv[a], "--float") && a + 1 < argc && nfattr < MAXT) fattr[nfattr++] = argv[++a];
+        else if (!strcmp(argv[a], "--pass") && a + 1 < argc && npass < MAXT) passes[npass++] = argv[++a];
         else if (!strcmp(argv[a], "-i") && a + 1 < argc && nfeed < MAXT) {
             if (qf_npy_load(argv[++a], &feeds[nfeed++]) != QF_OK) return fail(argv[a]);
         } else if (!strcmp(argv[a], "--dout") && a + 1 < argc && ndout < MAXT) {
@@ -59,7 +71,40 @@ int main(int argc, char **argv)
         }
     }
     qf_graph *g = NULL;
-    if (qf_onnx_load(model, &g) != QF_OK) return fail(model);
+    if (!strncmp(model, "op:", 3)) {
+        qf_op op = qf_op_from_name(model + 3);
+        qf_value *vals[MAXT];
+        if (op == QF_OP_COUNT || qf_graph_init(&g) != QF_OK) return fail(model);
+        g->opset = 13;
+        for (int i = 0; i < nfeed; i++) {
+            char name[16];
+            snprintf(name, sizeof name, "x%d", i);
+            if (!(vals[i] = qf_graph_add_input(g, name, feeds[i].dtype, feeds[i].ndim, feeds[i].dims)))
+                return fail("input");
+        }
+        qf_node *nd = qf_graph_add_node(g, op, "n0", nfeed, vals, ndout > 0 ? ndout : 1);
+        if (!nd) return fail("node");
+        for (int k = 0; k < niattr + nfattr; k++) {
+            const char *kv = k < niattr ? iattr[k] : fattr[k - niattr];
+            const char *eq = strchr(kv, '=');
+            char key[64];
+            if (!eq || eq - kv >= (long)sizeof key) return fail(kv);
+            memcpy(key, kv, (size_t)(eq - kv));
+            key[eq - kv] = 0;
+            qf_status st = k < niattr ? qf_node_set_attr_int(g, nd, key, strtoll(eq + 1, NULL, 10))
+                                      : qf_node_set_attr_float(g, nd, key, strtof(eq + 1, NULL));
+            if (st != QF_OK) return fail(kv);
+        }
+        for (int j = 0; j < nd->noutputs; j++)
+            if (qf_graph_add_output(g, nd->outputs[j]) != QF_OK) return fail("output");
+    } else if (qf_onnx_load(model, &g) != QF_OK)
+        return fail(model);
+    if (npass) {
+        qf_pass_report *rep = NULL;
+        qf_status pst = qf_passes_run(g, passes, &(qf_pass_options){.verify = true}, &rep);
+        qf_pass_report_free(rep);
+        if (pst != QF_OK) return fail("passes");
+    }
     if (g->nnodes != 1 || g->ninputs != nfeed) {
         fprintf(stderr, "qf_node_grad: %s: %d nodes and %d inputs after import (want 1 node, %d inputs)\n", model,
                 g->nnodes, g->ninputs, nfeed);

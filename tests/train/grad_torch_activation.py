@@ -11,6 +11,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import grad_util as gu  # noqa: E402
+import grad_torch_case as gc  # noqa: E402
 
 
 def torch_vjp(fn, xs, dy):
@@ -43,6 +44,61 @@ def main():
     x[0, 0, 0, :3] = 0.0  # the kink: torch's gradient there is 0
     ok = True
     ok &= case(args, "relu", "Relu", torch.relu, x)
+
+    F = torch.nn.functional
+    f32 = np.float32
+
+    def with_kinks(scale, kinks, shape=(2, 3, 5, 7)):
+        # Kinks at the front: torch's vectorized kernel handles them (a
+        # tail of fewer than one vector runs its scalar loop, which differs
+        # at some kinks, see hardswish).
+        v = rng.uniform(-scale, scale, shape).astype(f32)
+        v.reshape(-1)[:len(kinks)] = kinks
+        return v
+
+    # relu6: ReLU6 exports as Clip(0, 6) with constant bounds, which
+    # canonicalize makes relu6; torch's ReLU6 (hardtanh) has gradient 0 at 0
+    # and 6.
+    xr = with_kinks(8, [0.0, 6.0, 0.0, 6.0])
+    ok &= gc.run(args, "relu6", "Clip", lambda x_, lo_, hi_: F.relu6(x_), [xr, np.array(0, f32), np.array(6, f32)],
+                 params=[False, True, True], passes=["canonicalize"])
+    # Clip as torch.clamp: gradient passes at the bounds; min / max as graph
+    # inputs get theirs (clamp.Tensor's backward), as initializers too.
+    xc = with_kinks(3, [-1.0, 2.0, -1.0, 2.0], (3, 4, 5))
+    for name, lo, hi, params in [("clip", -1.0, 2.0, [False, False, False]),
+                                 ("clip_const", -1.0, 2.0, [False, True, True]),
+                                 ("clip_swapped", 1.0, -1.0, [False, False, False])]:
+        ok &= gc.run(args, name, "Clip", lambda x_, lo_, hi_: torch.clamp(x_, lo_, hi_),
+                     [xc, np.array(lo, f32), np.array(hi, f32)], params=params)
+    ok &= gc.run(args, "clip_min_only", "Clip", lambda x_, lo_: torch.clamp(x_, min=lo_),
+                 [xc, np.array(-1.0, f32)])
+    ok &= gc.run(args, "clip_max_only", "Clip", lambda x_, lo_, hi_: torch.clamp(x_, max=hi_),
+                 [xc, None, np.array(2.0, f32)])
+    ok &= gc.run(args, "leaky_relu", "LeakyRelu", lambda x_: F.leaky_relu(x_, 0.1), [with_kinks(3, [0.0, 0.0])],
+                 attrs={"alpha": 0.1})
+    ok &= gc.run(args, "sigmoid", "Sigmoid", torch.sigmoid, [rng.uniform(-6, 6, (2, 3, 5, 7)).astype(f32)])
+    ok &= gc.run(args, "tanh", "Tanh", torch.tanh, [rng.uniform(-4, 4, (2, 3, 5, 7)).astype(f32)])
+    # HardSigmoid as torch exports it (alpha 1/6, beta 0.5): gradient 0 at
+    # -3 and 3; other alpha / beta as hardtanh(alpha x + beta, 0, 1), whose
+    # gradient is also 0 at the bounds.
+    ok &= gc.run(args, "hardsigmoid", "HardSigmoid", F.hardsigmoid, [with_kinks(5, [-3.0, 3.0, -3.0, 3.0])],
+                 attrs={"alpha": 1.0 / 6.0, "beta": 0.5})
+    ok &= gc.run(args, "hardsigmoid_onnx", "HardSigmoid", lambda x_: F.hardtanh(0.2 * x_ + 0.5, 0.0, 1.0),
+                 [with_kinks(5, [-2.5, 2.5])])
+    ok &= gc.run(args, "hardswish", "HardSwish", F.hardswish, [with_kinks(5, [-3.0, 3.0, -3.0, 3.0])], opset=14)
+
+    def softmax_legacy(axis):
+        def fn(x_):
+            shape = x_.shape
+            return torch.softmax(x_.reshape(int(np.prod(shape[:axis])), -1), 1).reshape(shape)
+        return fn
+
+    xs = rng.uniform(-3, 3, (2, 3, 4, 5)).astype(f32)
+    for axis in (-1, 0, 1, 2, 3):
+        ok &= gc.run(args, "softmax_axis%d" % axis, "Softmax", lambda x_, a=axis: torch.softmax(x_, a), [xs],
+                     attrs={"axis": axis})
+        ok &= gc.run(args, "softmax11_axis%d" % axis, "Softmax", softmax_legacy(axis % 4), [xs],
+                     attrs={"axis": axis}, opset=11)
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 

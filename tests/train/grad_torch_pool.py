@@ -1,0 +1,141 @@
+"""Backward kernels of the pools (MaxPool, AveragePool, GlobalAveragePool,
+ReduceMean) vs PyTorch 1.13 autograd: the same input and upstream gradient
+through qfold (tests/tools/qf_node_grad) and torch; outputs and d loss / d x
+within 1e-5 relative (tests/tools/grad_util.py says how relative).
+
+MaxPool inputs are drawn from a few integers, so windows hold tied maxima:
+the gradient must go where torch sends it (the first maximum in scan
+order); a NaN case checks that a NaN wins its window, as in torch."""
+import argparse
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import grad_util as gu  # noqa: E402
+
+ARGS = None
+
+
+def torch_vjp(fn, xs, dy):
+    ts = [torch.tensor(x, requires_grad=True) for x in xs]
+    y = fn(*ts)
+    y.backward(torch.tensor(dy))
+    return y.detach().numpy(), [t.grad.numpy() for t in ts]
+
+
+def case(name, op, fn, x, attrs=None, opset=13, extra=None, check_y=True):
+    """extra: more node inputs after x, as initializers."""
+    rng = np.random.default_rng(abs(hash(name)) % 2**32)
+    with torch.no_grad():
+        y_shape = fn(torch.tensor(x)).shape
+    dy = rng.uniform(-1, 1, tuple(y_shape)).astype(np.float32)
+    inputs = [x] + (extra or [])
+    model = gu.one_node(op, inputs, params=[False] + [True] * len(extra or []), attrs=attrs, opset=opset)
+    outs, dins, _ = gu.qfold_grad(ARGS.tool, model, [x], [dy], os.path.join(ARGS.work, name))
+    y_ref, (dx_ref,) = torch_vjp(fn, [x], dy)
+    ok = True
+    if check_y == "exact":  # -inf outputs: compare() wants finite values
+        ok1 = np.array_equal(outs[0], y_ref)
+        l1 = "%s y: %s" % (name, "equal" if ok1 else "DIFFERENT  FAIL")
+        print(l1)
+        ok &= ok1
+    elif check_y:
+        ok1, l1 = gu.compare(name + " y", outs[0], y_ref)
+        print(l1)
+        ok &= ok1
+    ok2, l2 = gu.compare(name + " dx", dins[0], dx_ref)
+    print(l2)
+    return ok and ok2
+
+
+def onnx_pads(p, rank):
+    return [p] * (2 * rank)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tool", required=True)
+    ap.add_argument("--work", required=True)
+    ARGS = ap.parse_args()
+    rng = np.random.default_rng(3)
+    ok = True
+
+    # --- MaxPool: ties everywhere (values from 5 integers), every attribute
+    pools = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
+    shapes = {1: (2, 3, 13), 2: (2, 3, 9, 11), 3: (1, 2, 7, 6, 9)}
+    n = 0
+    for rank in (1, 2, 3):
+        for k, s, p, d, ceil in ((3, 2, 1, 1, 0), (3, 2, 1, 1, 1), (2, 2, 0, 1, 1), (3, 1, 1, 2, 0),
+                                 (2, 3, 1, 2, 1), (3, 3, 0, 1, 1)):
+            x = rng.integers(-2, 3, shapes[rank]).astype(np.float32)
+            attrs = {"kernel_shape": [k] * rank, "strides": [s] * rank, "pads": onnx_pads(p, rank),
+                     "dilations": [d] * rank, "ceil_mode": ceil}
+            fn = (lambda t, k=k, s=s, p=p, d=d, c=ceil, f=pools[rank]:
+                  f(t, k, stride=s, padding=p, dilation=d, ceil_mode=bool(c)))
+            ok &= case("maxpool%dd_%d" % (rank, n), "MaxPool", fn, x, attrs)
+            n += 1
+    # smooth values too (no ties), non-square kernel and stride
+    x = rng.uniform(-3, 3, (2, 3, 10, 7)).astype(np.float32)
+    ok &= case("maxpool_rect", "MaxPool",
+               lambda t: F.max_pool2d(t, (3, 2), stride=(2, 1), padding=(1, 0), ceil_mode=True), x,
+               {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 0], "ceil_mode": 1})
+    # all-equal windows and a window holding -inf only
+    x = np.full((1, 2, 5, 5), 1.5, np.float32)
+    x[0, 1, :2, :2] = -np.inf
+    ok &= case("maxpool_flat", "MaxPool", lambda t: F.max_pool2d(t, 2, stride=2, padding=1), x,
+               {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]}, check_y="exact")
+    # NaN: torch's output is NaN there (qfold's forward keeps ONNX Runtime's
+    # choice); the gradient goes to the NaN in both
+    x = rng.uniform(-3, 3, (1, 2, 6, 6)).astype(np.float32)
+    x[0, 0, 1, 1] = np.nan
+    x[0, 1, 4, 2] = np.nan
+    x[0, 1, 4, 3] = np.nan
+    ok &= case("maxpool_nan", "MaxPool", lambda t: F.max_pool2d(t, 3, stride=2, padding=1), x,
+               {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, check_y=False)
+
+    # --- AveragePool: count_include_pad, ceil_mode, pads
+    avgs = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
+    n = 0
+    for rank in (1, 2, 3):
+        for k, s, p, ceil in ((3, 2, 1, 0), (3, 2, 1, 1), (2, 2, 1, 1), (3, 1, 0, 0), (4, 3, 2, 1)):
+            for inc in (0, 1):
+                x = rng.uniform(-3, 3, shapes[rank]).astype(np.float32)
+                attrs = {"kernel_shape": [k] * rank, "strides": [s] * rank, "pads": onnx_pads(p, rank),
+                         "ceil_mode": ceil, "count_include_pad": inc}
+                fn = (lambda t, k=k, s=s, p=p, c=ceil, i=inc, f=avgs[rank]:
+                      f(t, k, stride=s, padding=p, ceil_mode=bool(c), count_include_pad=bool(i)))
+                ok &= case("avgpool%dd_%d" % (rank, n), "AveragePool", fn, x, attrs)
+                n += 1
+
+    # --- GlobalAveragePool = adaptive_avg_pool(1)
+    gaps = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
+    for rank in (1, 2, 3):
+        x = rng.uniform(-3, 3, shapes[rank]).astype(np.float32)
+        ok &= case("gap%dd" % rank, "GlobalAveragePool", lambda t, f=gaps[rank]: f(t, 1), x)
+
+    # --- ReduceMean = mean(dim, keepdim)
+    x = rng.uniform(-3, 3, (2, 3, 5, 7)).astype(np.float32)
+    n = 0
+    for axes in ([2, 3], [1], [-1, 0], [0, 1, 2, 3], None):
+        for keep in (0, 1):
+            dims = tuple(axes) if axes else (0, 1, 2, 3)
+            fn = lambda t, dims=dims, keep=keep: torch.mean(t, dim=dims, keepdim=bool(keep))
+            attrs = {"keepdims": keep}
+            if axes:
+                attrs["axes"] = axes
+            ok &= case("mean_attr_%d" % n, "ReduceMean", fn, x, attrs)
+            n += 1
+    # (axes as an input and noop_with_empty_axes are opset 18, which qfold's
+    # import does not take yet: test_grad_pool.c checks them)
+
+    print("ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
