@@ -405,6 +405,35 @@ def case_log_plot():
     check(len(svg.findall(".//" + ns + "polyline")) >= 6, "the SVG lacks its curves")
 
 
+def case_progress():
+    """A progress bar on stderr when it is a terminal (epoch, step, loss,
+    accuracy, steps/s, ETA), cleared before each epoch's line; none otherwise."""
+    import pty
+    _, init, xp, yp, _, _ = small_setup(40)
+    master, slave = pty.openpty()
+    p = subprocess.Popen([ARGS.qfold, "train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp,
+                          "--epochs", "2", "--batch", "8"], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    out = p.communicate(timeout=300)[0].decode()
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 65536)
+        except OSError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    os.close(master)
+    bar = b"".join(chunks).decode(errors="replace")
+    check(p.returncode == 0, "exit status %d:\n%s" % (p.returncode, bar))
+    for needle in ("\rEpoch 1/2  step ", "Epoch 2/2  step 5/5", "loss ", "acc ", "steps/s", "ETA "):
+        check(needle in bar, "the progress bar lacks %r:\n%r" % (needle, bar))
+    check(out.count("epoch ") == 2 and "\r" not in out, "stdout: %r" % out)
+    _, _, err = qfold("train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp)
+    check(err == "", "a progress bar on stderr that is not a terminal: %r" % err)
+
+
 def case_sigint():
     """Ctrl-C stops after the current step: the model trained so far is
     written (ONNX Runtime runs it), the log has the steps done, exit 1 with
