@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Full-dataset accuracy (not in CI): the bundled Fashion-MNIST CNN quantized by
 # qfold with both targets and by PyTorch 1.13 FX PTQ with the same scheme and
-# calibration data, evaluated on the whole test set (10,000 images).
+# calibration data, evaluated on the whole test set (10,000 images); then the
+# same CNN trained from scratch by qfold train and by PyTorch (2 epochs, 60,000 images).
 #   scripts/accuracy.sh [QFOLD_BINARY]      (make accuracy)
 # Prints a Markdown table (docs/ACCURACY.md holds the last one).
 set -euo pipefail
@@ -29,3 +30,10 @@ print("| %s | 512 train images | %.2f %% | %.2f %% | %.2f %% | %.2f %% |"
       % (target, 100 * f, 100 * i, 100 * fx["int8_top1"], 100 * q["top1_agreement"]))
 PY
 done
+
+# Training from scratch: qfold train against PyTorch with the same initial
+# weights, batches and recipe (examples/fashion_mnist/train_compare.py).
+echo
+echo "| training data | epochs | qfold train top-1 | PyTorch top-1 | qfold - PyTorch (points) |"
+echo "| --- | --- | --- | --- | --- |"
+$py "$root/examples/fashion_mnist/train_compare.py" "$qfold" "$out" --train 60000 --epochs 2

@@ -8,8 +8,8 @@
  *
  * The gradients come from the backward tape (qf_grad_plan, qfold/exec.h);
  * losses are ops of the graph (SoftmaxCrossEntropyLoss, mse_loss: ops/loss.c)
- * that qf_train appends to a copy of the graph's output, so the tape runs
- * through them like any other node. Arithmetic follows PyTorch 1.13
+ * that qf_train appends to the graph's output 0 for the run (and removes
+ * afterwards), so the tape runs through them like any other node. Arithmetic follows PyTorch 1.13
  * (torch.optim.SGD / Adam / AdamW, torch.nn.utils.clip_grad_norm_), so that
  * a run can be compared with PyTorch's step by step.
  */
@@ -134,14 +134,31 @@ typedef struct qf_train_result {
     int64_t nweights;      /* their elements */
 } qf_train_result;
 
-/* Train g (an inference graph: one float input [N, ...], output 0 the
- * logits [N, classes] for cross-entropy or the prediction for MSE) on the
- * samples of `data` with `labels` (int64 [N] class indices for
- * cross-entropy, float32 of output 0's sample shape for MSE). g's
- * parameters (and BN running statistics) are updated in place: on success
- * and on a stop by on_step (Ctrl-C), g holds the model as trained so far;
- * on a numeric failure (loss NaN / Inf: QF_ERR_NUMERIC naming the step) g is
- * left as it was before the failing step. val / val_labels may be NULL. */
+/* Train g (an inference graph: float inputs [N, ...], one data source input
+ * per graph input; output 0 the logits [N, classes] for cross-entropy or the
+ * prediction for MSE) on the samples of `data` with `labels` (int64 [N]
+ * class indices in [0, classes) for cross-entropy, float32 [N, output 0's
+ * sample dims] for MSE). g's parameters (and BN running statistics) are
+ * updated in place: on success and on a stop by on_step / on_epoch (Ctrl-C),
+ * g holds the model as trained so far; on a numeric failure (loss or
+ * gradient NaN / Inf, numeric trouble in the forward: QF_ERR_NUMERIC "step
+ * N: ...") g is left as it was before the failing step. val / val_labels may
+ * be NULL (validation: after each epoch, inference mode).
+ *
+ * For the run, g gets a graph input "qf_train_labels" and the loss node
+ * "qf_train_loss" reading output 0, and its inputs' batch dimension is set
+ * to the batch size (also when the model fixes it); all of it is undone
+ * before qf_train returns, whatever happened: g keeps its inputs, outputs and
+ * shapes. Payloads of parameters and buffers that are borrowed and not
+ * writable are copied first (the caller's bytes are never written). A BN's
+ * running statistic shared with other inputs (torch.onnx.export merges a
+ * fresh BN's equal initializers, read through Identity nodes) gets a buffer
+ * of its own, named as that Identity's output. A name in c->freeze that is
+ * not a parameter is QF_ERR_INVALID. Each epoch's order is a Fisher-Yates
+ * shuffle (i from N-1 down to 1, swap i with j uniform in [0, i]) of the
+ * previous epoch's order (the first: 0 .. N-1), driven by splitmix64 seeded
+ * once with c->seed, uniform integers by rejecting draws below 2^64 mod
+ * (i+1); with c->shuffle off, file order every epoch. */
 qf_status qf_train(qf_graph *g, const qf_data_source *data, const qf_tensor *labels, const qf_data_source *val,
                    const qf_tensor *val_labels, const qf_train_config *c, qf_train_result *res);
 

@@ -248,6 +248,8 @@ static int qf_tr_parse(int argc, char **argv, qf_tr_args *ta)
         return qf_cli_usage_error(cmd, "%d --data but %d --val-data: give one of each per graph input", ta->ndata,
                                   ta->nval);
     if (c->optim.nesterov && c->optim.momentum <= 0) return qf_cli_usage_error(cmd, "--nesterov needs --momentum > 0");
+    if (c->sched.kind == QF_SCHED_STEP && c->sched.step_size <= 0)
+        return qf_cli_usage_error(cmd, "--schedule step needs --step-size S (steps between rate changes)");
     if (c->optim.kind != QF_OPTIM_SGD && (c->optim.momentum > 0 || c->optim.nesterov))
         return qf_cli_usage_error(cmd, "--momentum and --nesterov are options of --optimizer sgd");
     return qf_tr_split_freeze(ta);

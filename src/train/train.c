@@ -315,12 +315,55 @@ static qf_status qf_train_make_writable(qf_value *v)
     return QF_OK;
 }
 
+/* The training forward updates a BatchNorm's running statistics in place:
+ * each must be a buffer of its own. torch.onnx.export merges equal
+ * initializers, so a freshly initialized model (running variance = scale =
+ * ones, running mean = shift = zeros) comes with one tensor in several slots,
+ * the statistics read through Identity nodes: training would write the
+ * running variance over the scale. Such a statistic gets a buffer of its own
+ * here, a copy of the tensor, named as the Identity's output was (the name
+ * torch gave the statistic); the Identity goes when nothing else reads it.
+ * A statistic computed by other nodes is refused. */
+static qf_status qf_train_own_bn_stats(qf_graph *g)
+{
+    static const char *const what[5] = {"", "scale", "shift", "running mean", "running variance"};
+    qf_graph_for_each_node(g, n)
+    {
+        if (n->op != QF_OP_BATCH_NORM || n->ninputs < 5) continue;
+        for (int i = 3; i < 5; i++) {
+            qf_value *v = n->inputs[i];
+            if (!v || (v->kind == QF_VALUE_BUFFER && v->type.data && v->nuses == 1)) continue;
+            qf_node *id = v->producer && v->producer->op == QF_OP_IDENTITY ? v->producer : NULL;
+            const qf_value *src = id ? id->inputs[0] : v;
+            if (!qf_value_is_const(src) || v->is_output)
+                return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (BatchNormalization): its %s '%s' is computed by "
+                                "the graph: training updates it in place, so it must be an initializer", n->name,
+                                what[i], v->name);
+            qf_tensor copy;
+            QF_TRY(qf_tensor_copy(&copy, &src->type));
+            qf_value *own = qf_graph_add_constant(g, NULL, QF_VALUE_BUFFER, &copy);
+            if (!own) {
+                qf_tensor_free(&copy);
+                return QF_ERR_NOMEM;
+            }
+            const char *name = v->name;
+            QF_TRY(qf_node_set_input(g, n, i, own));
+            if (id && !v->nuses) {
+                qf_graph_remove_node(g, id);
+                QF_TRY(qf_graph_rename_value(g, own, name));
+            }
+        }
+    }
+    return QF_OK;
+}
+
 /* The parameters to train (value id order: the model's initializer order),
  * the buffers, every freeze name checked. */
 static qf_status qf_train_collect(qf_trainer *t)
 {
     qf_graph *g = t->g;
     const qf_train_config *c = t->c;
+    QF_TRY(qf_train_own_bn_stats(g));
     for (const char *const *f = c->freeze; f && *f; f++) {
         const qf_value *v = qf_graph_find_value(g, *f);
         if (!v || !v->type.data || (v->kind != QF_VALUE_PARAMETER && v->kind != QF_VALUE_BUFFER))
@@ -599,6 +642,10 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
     }
     if (st != QF_OK) {
         qf_train_snapshot(t, true);
+        /* Numeric trouble inside the forward (a BatchNorm whose batch
+         * variance is NaN) says the step too. */
+        if (st == QF_ERR_NUMERIC && strncmp(qf_error_message(), "step ", 5) != 0)
+            qf_error_prefix(st, "step %lld: ", (long long)step + 1);
         return st;
     }
     double lr = qf_schedule_lr(&c->sched, c->optim.lr, step);

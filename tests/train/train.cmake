@@ -5,7 +5,7 @@
 # --freeze, the CSV log and SVG plot, Ctrl-C, ONNX Runtime on the written
 # models, every bad input.
 if(QF_PYTHON3 AND QF_NODE)
-  foreach(case parity_sgd parity_adam fashion determinism freeze log_plot sigint ort errors)
+  foreach(case parity_sgd parity_adam fresh fashion determinism freeze log_plot progress sigint ort errors)
     add_test(NAME train_cli_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/train_cli_test.py --qfold $<TARGET_FILE:qfold>
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/train_cli ${case})

@@ -61,7 +61,9 @@ def small_cnn(seed=0, erf=False):
     class Small(nn.Module):
         def __init__(self):
             super().__init__()
-            self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+            # No conv biases: in front of a BN in training mode their gradient is
+            # zero up to rounding, which Adam would normalize into full steps.
+            self.c1 = nn.Conv2d(3, 8, 3, padding=1, bias=False)
             self.b1 = nn.BatchNorm2d(8)
             self.pool = nn.MaxPool2d(2)
             self.c2 = nn.Conv2d(8, 12, 3, stride=1, padding=1, bias=False)
@@ -87,14 +89,24 @@ def small_cnn(seed=0, erf=False):
     return m
 
 
-def export(model, path, sample_shape):
+def export(model, path, sample_shape, merge=False):
     """ONNX opset 13 with BatchNorm kept (eval mode, PRESERVE, no constant
-    folding: initializers keep the state_dict's names), dynamic batch."""
+    folding: initializers keep the state_dict's names), dynamic batch. Unless
+    `merge`, without the exporter's merging of equal initializers: a fresh
+    BatchNorm's running variance and scale (all ones) would become one tensor
+    (torch 1.13's torch/onnx/utils.py calls this pass by attribute lookup, so
+    it can be switched off here)."""
     torch = torch_setup()
     model.eval()
-    torch.onnx.export(model, torch.zeros(2, *sample_shape), path, opset_version=13,
-                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
-                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    dedup = torch._C._jit_pass_onnx_deduplicate_initializers
+    if not merge:
+        torch._C._jit_pass_onnx_deduplicate_initializers = lambda graph, params, training: params
+    try:
+        torch.onnx.export(model, torch.zeros(2, *sample_shape), path, opset_version=13,
+                          training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
+                          input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    finally:
+        torch._C._jit_pass_onnx_deduplicate_initializers = dedup
     import onnx
     ops = [n.op_type for n in onnx.load(path).graph.node]
     check(ops.count("BatchNormalization") == sum(1 for m in model.modules() if "BatchNorm" in type(m).__name__),
@@ -234,6 +246,29 @@ def compare_run(model, log, out, torch_losses, rtol=1e-4):
               "weight '%s': max |qfold - torch| = %.3g (max |torch| %.3g)" % (k, d, float(np.abs(ref).max())))
 
 
+def case_fresh():
+    """A freshly initialized model exported as torch does by default: equal
+    initializers merged (each BN's running variance and scale are one tensor,
+    read through Identity nodes). qfold gives each statistic its own buffer and
+    trains as torch does; the written model names them as torch did."""
+    torch = torch_setup()
+    torch.manual_seed(0)
+    nn = torch.nn
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 6, 3, bias=False),
+                      nn.BatchNorm2d(6), nn.ReLU(), nn.Flatten(), nn.Linear(288, 5))
+    export(m, work("fresh.onnx"), (3, 10, 12), merge=True)
+    import onnx
+    check("Identity" in [n.op_type for n in onnx.load(work("fresh.onnx")).graph.node],
+          "the exporter no longer merges a fresh BN's initializers: this case tests nothing")
+    x, y = small_data(24, 3)
+    qfold("train", work("fresh.onnx"), "-o", work("out.onnx"), "--data", save("x.npy", x), "--labels",
+          save("y.npy", y), "--epochs", 2, "--batch", 8, "--shuffle", "off", "--lr", 0.05, "--momentum", 0.9,
+          "--log", work("log.csv"))
+    losses = torch_train(m, x, y, 8, [list(range(24))] * 2, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
+    compare_run(m, work("log.csv"), work("out.onnx"), losses)
+    check_model(work("out.onnx"), x[:3])
+
+
 def parity(opt_args, make_opt):
     """20 steps (36 samples, batch 8: 5 steps an epoch, the last of 4
     samples, 4 epochs) in file order, qfold against torch."""
@@ -258,13 +293,16 @@ def case_parity_adam():
 
 # --- Fashion-MNIST -------------------------------------------------------------------------------
 
-FASHION_TRAIN, FASHION_TEST, FASHION_SEED = 3000, 1000, 7
+FASHION_TRAIN, FASHION_TEST, FASHION_SEED = 3000, 10000, 7
 
 
 def case_fashion():
     """The repo's Fashion-MNIST CNN, re-initialized (the same init in both),
-    trained for 2 epochs on a slice by qfold and by torch in qfold's shuffled
-    order (Adam, lr 4e-3, batch 64): test top-1 within 0.5 points."""
+    trained for 2 epochs on 3,000 training images by qfold and by torch in
+    qfold's shuffled order (SGD, lr 0.01, momentum 0.9, batch 64): top-1 on
+    the 10,000 test images within 0.5 points. (Adam, or SGD at lr 0.05, makes
+    both runs chaotic: two torch runs whose batches differ in rounding alone
+    end points apart.)"""
     torch = torch_setup()
     sys.path.insert(0, root("examples", "fashion_mnist"))
     from train import FashionCNN, load
@@ -277,18 +315,21 @@ def case_fashion():
     xte, yte = np.ascontiguousarray(xte[:FASHION_TEST]), yte[:FASHION_TEST]
     t0 = time.time()
     qfold("train", work("fashion_init.onnx"), "-o", work("fashion.onnx"), "--data", save("xtr.npy", xtr),
-          "--labels", save("ytr.npy", ytr), "--epochs", 2, "--batch", 64, "--optimizer", "adam", "--lr", 4e-3,
+          "--labels", save("ytr.npy", ytr), "--epochs", 2, "--batch", 64, "--optimizer", "sgd", "--lr", 0.01,
+          "--momentum", 0.9,
           "--seed", FASHION_SEED, "--log", work("fashion.csv"))
     t1 = time.time()
     losses = torch_train(model, xtr, ytr, 64, qfold_orders(FASHION_TRAIN, 2, FASHION_SEED),
-                         lambda p: torch.optim.Adam(p, lr=4e-3))
+                         lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
     t2 = time.time()
-    # The same order: the first steps agree closely (later ones drift apart
-    # as float rounding compounds).
+    # The same order: the first step's batch and weights are the same (later
+    # steps drift apart as Adam magnifies rounding differences in tiny
+    # gradients, such as the Linear bias in front of BatchNorm1d's).
     steps, _ = read_log(work("fashion.csv"))
-    for k in range(5):
-        a, b = float(steps[k]["loss"]), losses[k]
-        check(abs(a - b) <= 1e-3 * abs(b), "step %d: loss %.6g, torch %.6g: not the same batches?" % (k + 1, a, b))
+    a, b = float(steps[0]["loss"]), losses[0]
+    check(abs(a - b) <= 1e-4 * abs(b), "step 1: loss %.6g, torch %.6g: not the same batch?" % (a, b))
+    print("fashion: loss of steps 1-5: qfold %s, torch %s" % ([round(float(r["loss"]), 5) for r in steps[:5]],
+                                                            [round(v, 5) for v in losses[:5]]))
     _, out, _ = qfold("eval", work("fashion.onnx"), "--data", save("xte.npy", xte), "--labels",
                       save("yte.npy", yte), "--json")
     import json
@@ -364,6 +405,35 @@ def case_log_plot():
     check(len(svg.findall(".//" + ns + "polyline")) >= 6, "the SVG lacks its curves")
 
 
+def case_progress():
+    """A progress bar on stderr when it is a terminal (epoch, step, loss,
+    accuracy, steps/s, ETA), cleared before each epoch's line; none otherwise."""
+    import pty
+    _, init, xp, yp, _, _ = small_setup(40)
+    master, slave = pty.openpty()
+    p = subprocess.Popen([ARGS.qfold, "train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp,
+                          "--epochs", "2", "--batch", "8"], stdout=subprocess.PIPE, stderr=slave)
+    os.close(slave)
+    out = p.communicate(timeout=300)[0].decode()
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 65536)
+        except OSError:
+            break
+        if not b:
+            break
+        chunks.append(b)
+    os.close(master)
+    bar = b"".join(chunks).decode(errors="replace")
+    check(p.returncode == 0, "exit status %d:\n%s" % (p.returncode, bar))
+    for needle in ("\rEpoch 1/2  step ", "Epoch 2/2  step 5/5", "loss ", "acc ", "steps/s", "ETA "):
+        check(needle in bar, "the progress bar lacks %r:\n%r" % (needle, bar))
+    check(out.count("epoch ") == 2 and "\r" not in out, "stdout: %r" % out)
+    _, _, err = qfold("train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp)
+    check(err == "", "a progress bar on stderr that is not a terminal: %r" % err)
+
+
 def case_sigint():
     """Ctrl-C stops after the current step: the model trained so far is
     written (ONNX Runtime runs it), the log has the steps done, exit 1 with
@@ -371,8 +441,8 @@ def case_sigint():
     _, init, _, _, _, _ = small_setup(8)
     x, y = small_data(4000, 9)
     xp, yp = save("xbig.npy", x), save("ybig.npy", y)
-    cmd = [ARGS.qfold, "train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp, "--epochs", 1000,
-           "--batch", 16, "--log", work("log.csv")]
+    cmd = [ARGS.qfold, "train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp, "--epochs", "1000",
+           "--batch", "16", "--log", work("log.csv")]
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = p.stdout.readline()  # the first epoch is done
     check(first.startswith("epoch 1/1000"), "first stdout line: %r" % first)
@@ -404,6 +474,8 @@ def case_errors():
     m, init, xp, yp, x, y = small_setup(16)
     before = sha(init)
     out = work("out.onnx")
+    if os.path.exists(out):  # from an earlier run of the case
+        os.remove(out)
 
     def bad(needles, *extra, data=xp, labels=yp, model=init, expect=2):
         _, _, err = qfold("train", model, "-o", out, "--data", data, "--labels", labels, "--batch", 4, *extra,
@@ -416,7 +488,7 @@ def case_errors():
     bad(["labels", "-1"], labels=save("y_neg.npy", np.where(np.arange(16) == 0, -1, y).astype(np.int64)))
     bad(["labels", "shape [15]", "[16]"], labels=save("y_short.npy", y[:15]))
     bad(["labels", "dtype float32"], labels=save("y_float.npy", y.astype(np.float32)))
-    bad(["data", "expects", "[N, 3, 10, 12]"], data=save("x_shape.npy", np.zeros((16, 3, 10, 13), np.float32)))
+    bad(["data", "expects", "[?, 3, 10, 12]", "[16, 3, 10, 13]"], data=save("x_shape.npy", np.zeros((16, 3, 10, 13), np.float32)))
     bad(["data", "float64"], data=save("x_f64.npy", x.astype(np.float64)))
     xn = x.copy()
     xn[2, 1, 3, 4] = np.nan
@@ -428,7 +500,13 @@ def case_errors():
     bad(["--shuffle"], "--shuffle", "maybe")
     bad(["freeze", "no parameter named 'nope'"], "--freeze", "c1.weight,nope")
     bad(["freeze", "'b1.running_mean' is a buffer"], "--freeze", "b1.running_mean")
-    bad(["loss is", "step", "nothing written"], "--lr", 1e30, "--epochs", 5)
+    # A loss that diverges: caught by the BatchNorm (its batch variance is NaN)
+    # or, in a model without one, at the loss.
+    bad(["step 2: ", "nan", "nothing written"], "--lr", 1e30, "--epochs", 5)
+    torch = torch_setup()
+    torch.manual_seed(0)
+    export(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(360, 5)), work("mlp.onnx"), (3, 10, 12))
+    bad(["step 2: loss is nan", "nothing written"], "--lr", 1e38, "--epochs", 5, model=work("mlp.onnx"))
     # An op without a backward kernel between the parameters and the loss.
     export(small_cnn(0, erf=True), work("erf.onnx"), (3, 10, 12))
     bad(["Erf"], model=work("erf.onnx"))
