@@ -263,6 +263,8 @@ static qf_status qf_clip_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+QF_BWD_SLICE_(act_clip_bwd_slice, v >= p0 && v <= p1 ? dy : 0.0f)
+
 /* As torch.clamp's backward (PyTorch 1.13, derivatives.yaml clamp.Tensor):
  * dx = dy where min <= x <= max (the gradient passes AT the bounds, unlike
  * relu6 / hardtanh; NaN: 0); d min = the sum of dy where x < min (and
@@ -287,10 +289,7 @@ static qf_status qf_clip_backward_f32(const qf_kernel_io *io)
         return QF_OK;
     }
     const float *x = io->in[0]->data, *dy = io->dout[0]->data;
-    if (dx) {
-        float *pdx = dx->data;
-        for (int64_t i = 0; i < nel; i++) pdx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f;
-    }
+    if (dx) QF_TRY(act_bwd_map(io, io->in[0], act_clip_bwd_slice, lo, hi));
     if (dlo) {
         double s = 0.0;
         if (!has_hi || lo < hi)

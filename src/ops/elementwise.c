@@ -302,6 +302,28 @@ static void ew_grad_slice(void *ctx, int64_t lo, int64_t hi)
                 j->y ? j->y + lo : NULL, j->d + lo, 1, false, hi - lo);
 }
 
+/* Rows [lo, hi) of Y through a broadcast iterator over (A, B). */
+typedef struct ew_grad_rows_job {
+    ew_grad_kind kind;
+    const float *dy, *a, *b, *y;
+    float *d;
+    int t;
+    bool acc;
+    qf_bcast_iter it; /* initialised, on row 0 */
+} ew_grad_rows_job;
+
+static void ew_grad_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const ew_grad_rows_job *j = ctx;
+    qf_bcast_iter it = j->it;
+    qf_bcast_iter_seek(&it, lo);
+    for (int64_t r = lo; r < hi; r++, qf_bcast_iter_next(&it)) {
+        const int64_t o = r * it.len;
+        ew_grad_row(j->kind, j->dy + o, j->a ? j->a + it.off[0] : NULL, it.step[0], j->b ? j->b + it.off[1] : NULL,
+                    it.step[1], j->y ? j->y + o : NULL, j->d + it.off[j->t], it.step[j->t], j->acc, it.len);
+    }
+}
+
 /* din[t] (operand t of 2) = the `kind` partial derivative, summed over the
  * dims where operand t is broadcast. The tensors a, b, y are the forward's
  * (their data may be NULL when the kind does not read them). */
@@ -323,16 +345,17 @@ static void ew_grad_operand(const qf_kernel_io *io, int t, ew_grad_kind kind)
         return;
     }
     /* Rows of Y; operand t's elements at off[t] + i * step[t]. Several rows
-     * map onto the same elements unless t has Y's size: then accumulate. */
-    const bool acc = nd != ny;
-    if (acc) memset(d, 0, sizeof *d * (size_t)nd);
+     * map onto the same elements unless t has Y's size: then accumulate,
+     * serially; else every row writes its own elements, rows split across
+     * the threads. */
     const qf_tensor *ops[2] = {ta, tb};
-    qf_bcast_iter it;
-    qf_bcast_iter_init(&it, ty->ndim, ty->dims, 2, ops);
-    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {
-        const int64_t o = r * it.len;
-        ew_grad_row(kind, dy + o, a ? a + it.off[0] : NULL, it.step[0], b ? b + it.off[1] : NULL, it.step[1],
-                    y ? y + o : NULL, d + it.off[t], it.step[t], acc, it.len);
+    ew_grad_rows_job j = {kind, dy, a, b, y, d, t, nd != ny};
+    qf_bcast_iter_init(&j.it, ty->ndim, ty->dims, 2, ops);
+    if (j.acc) {
+        memset(d, 0, sizeof *d * (size_t)nd);
+        ew_grad_rows(&j, 0, j.it.rows);
+    } else {
+        qf_parallel_for(j.it.rows, 1 + 32768 / j.it.len, ew_grad_rows, &j);
     }
 }
 
