@@ -424,10 +424,43 @@ static qf_status qf_erf_forward_f32(const qf_kernel_io *io)
 
 static qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
+/* float32 HardSigmoid (lo = alpha, hi = beta) and HardSwish (alpha 1/6,
+ * beta 1/2) split across the threads: t = alpha x + beta, clamped to [0, 1]
+ * with fmin / fmax's result (a NaN t gives 1, as fmin(1, NaN)), written as
+ * comparisons so that the loop vectorizes. */
+static inline float act_hard_sigmoid_f32(float x, float alpha, float beta)
+{
+    float t = alpha * x + beta;
+    t = t < 1.0f ? t : 1.0f;
+    return t > 0.0f ? t : 0.0f;
+}
+
+static void act_hard_sigmoid_f32_slice(void *ctx, int64_t a, int64_t b)
+{
+    const f32_map_job *j = ctx;
+    const float *restrict x = j->x + a;
+    float *restrict y = j->y + a;
+    const float alpha = j->lo, beta = j->hi;
+    for (int64_t i = 0; i < b - a; i++) y[i] = act_hard_sigmoid_f32(x[i], alpha, beta);
+}
+
+static void act_hard_swish_f32_slice(void *ctx, int64_t a, int64_t b)
+{
+    const f32_map_job *j = ctx;
+    const float *restrict x = j->x + a;
+    float *restrict y = j->y + a;
+    for (int64_t i = 0; i < b - a; i++) y[i] = x[i] * act_hard_sigmoid_f32(x[i], 1.0f / 6.0f, 0.5f);
+}
+
 static qf_status qf_hard_sigmoid_forward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.2f);
     const float beta = qf_node_attr_float(io->node, "beta", 0.5f);
+    if (io->in[0]->dtype == QF_DTYPE_F32) {
+        f32_map_job j = {io->in[0]->data, io->out[0]->data, alpha, beta};
+        qf_parallel_for(qf_tensor_numel(io->in[0]), 32768, act_hard_sigmoid_f32_slice, &j);
+        return QF_OK;
+    }
     QF_MAP_FLOAT_(fmax((T)0, fmin((T)1, (T)alpha * x + (T)beta)));
     return QF_OK;
 }
@@ -452,6 +485,11 @@ static qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return 
 static qf_status qf_hard_swish_forward_f32(const qf_kernel_io *io)
 {
     /* ONNX: x * max(0, min(1, alpha * x + beta)) with alpha = 1/6, beta = 0.5. */
+    if (io->in[0]->dtype == QF_DTYPE_F32) {
+        f32_map_job j = {io->in[0]->data, io->out[0]->data, 0.0f, 0.0f};
+        qf_parallel_for(qf_tensor_numel(io->in[0]), 32768, act_hard_swish_f32_slice, &j);
+        return QF_OK;
+    }
     QF_MAP_FLOAT_(x * fmax((T)0, fmin((T)1, x * ((T)1 / (T)6) + (T)0.5)));
     return QF_OK;
 }
