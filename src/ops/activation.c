@@ -263,6 +263,8 @@ static qf_status qf_clip_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+QF_BWD_SLICE_(act_clip_bwd_slice, v >= p0 && v <= p1 ? dy : 0.0f)
+
 /* As torch.clamp's backward (PyTorch 1.13, derivatives.yaml clamp.Tensor):
  * dx = dy where min <= x <= max (the gradient passes AT the bounds, unlike
  * relu6 / hardtanh; NaN: 0); d min = the sum of dy where x < min (and
@@ -287,10 +289,7 @@ static qf_status qf_clip_backward_f32(const qf_kernel_io *io)
         return QF_OK;
     }
     const float *x = io->in[0]->data, *dy = io->dout[0]->data;
-    if (dx) {
-        float *pdx = dx->data;
-        for (int64_t i = 0; i < nel; i++) pdx[i] = x[i] >= lo && x[i] <= hi ? dy[i] : 0.0f;
-    }
+    if (dx) QF_TRY(act_bwd_map(io, io->in[0], act_clip_bwd_slice, lo, hi));
     if (dlo) {
         double s = 0.0;
         if (!has_hi || lo < hi)
@@ -425,10 +424,43 @@ static qf_status qf_erf_forward_f32(const qf_kernel_io *io)
 
 static qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
+/* float32 HardSigmoid (lo = alpha, hi = beta) and HardSwish (alpha 1/6,
+ * beta 1/2) split across the threads: t = alpha x + beta, clamped to [0, 1]
+ * with fmin / fmax's result (a NaN t gives 1, as fmin(1, NaN)), written as
+ * comparisons so that the loop vectorizes. */
+static inline float act_hard_sigmoid_f32(float x, float alpha, float beta)
+{
+    float t = alpha * x + beta;
+    t = t < 1.0f ? t : 1.0f;
+    return t > 0.0f ? t : 0.0f;
+}
+
+static void act_hard_sigmoid_f32_slice(void *ctx, int64_t a, int64_t b)
+{
+    const f32_map_job *j = ctx;
+    const float *restrict x = j->x + a;
+    float *restrict y = j->y + a;
+    const float alpha = j->lo, beta = j->hi;
+    for (int64_t i = 0; i < b - a; i++) y[i] = act_hard_sigmoid_f32(x[i], alpha, beta);
+}
+
+static void act_hard_swish_f32_slice(void *ctx, int64_t a, int64_t b)
+{
+    const f32_map_job *j = ctx;
+    const float *restrict x = j->x + a;
+    float *restrict y = j->y + a;
+    for (int64_t i = 0; i < b - a; i++) y[i] = x[i] * act_hard_sigmoid_f32(x[i], 1.0f / 6.0f, 0.5f);
+}
+
 static qf_status qf_hard_sigmoid_forward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.2f);
     const float beta = qf_node_attr_float(io->node, "beta", 0.5f);
+    if (io->in[0]->dtype == QF_DTYPE_F32) {
+        f32_map_job j = {io->in[0]->data, io->out[0]->data, alpha, beta};
+        qf_parallel_for(qf_tensor_numel(io->in[0]), 32768, act_hard_sigmoid_f32_slice, &j);
+        return QF_OK;
+    }
     QF_MAP_FLOAT_(fmax((T)0, fmin((T)1, (T)alpha * x + (T)beta)));
     return QF_OK;
 }
@@ -453,6 +485,11 @@ static qf_status qf_hard_swish_infer(qf_graph *g, qf_node *n) { (void)g; return 
 static qf_status qf_hard_swish_forward_f32(const qf_kernel_io *io)
 {
     /* ONNX: x * max(0, min(1, alpha * x + beta)) with alpha = 1/6, beta = 0.5. */
+    if (io->in[0]->dtype == QF_DTYPE_F32) {
+        f32_map_job j = {io->in[0]->data, io->out[0]->data, 0.0f, 0.0f};
+        qf_parallel_for(qf_tensor_numel(io->in[0]), 32768, act_hard_swish_f32_slice, &j);
+        return QF_OK;
+    }
     QF_MAP_FLOAT_(x * fmax((T)0, fmin((T)1, x * ((T)1 / (T)6) + (T)0.5)));
     return QF_OK;
 }

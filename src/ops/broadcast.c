@@ -127,6 +127,16 @@ void qf_bcast_iter_next(qf_bcast_iter *it)
     }
 }
 
+void qf_bcast_iter_seek(qf_bcast_iter *it, int64_t row)
+{
+    for (int k = 0; k < it->nops; k++) it->off[k] = 0;
+    for (int j = it->nouter - 1; j >= 0; j--) {
+        it->idx[j] = row % it->dims[j];
+        row /= it->dims[j];
+        for (int k = 0; k < it->nops; k++) it->off[k] += it->idx[j] * it->strides[k][j];
+    }
+}
+
 void qf_bcast_reduce_f32(int nout, const int64_t *out, const float *g, float scale, qf_tensor *d)
 {
     float *pd = d->data;

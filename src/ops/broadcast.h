@@ -71,6 +71,9 @@ void qf_bcast_iter_init(qf_bcast_iter *it, int nout, const int64_t *out, int nop
                         const qf_tensor *const *ops);
 /* Move off[] to the next row. */
 void qf_bcast_iter_next(qf_bcast_iter *it);
+/* Put the iterator on row `row` (0 <= row < rows): a slice of the rows run
+ * on another thread starts from its own copy of a freshly initialised one. */
+void qf_bcast_iter_seek(qf_bcast_iter *it, int64_t row);
 
 /* The gradient of a broadcast operand (the backward kernels): d = scale *
  * the sum of g over the elements of the broadcast shape (nout, out) that

@@ -302,6 +302,31 @@ static void ew_grad_slice(void *ctx, int64_t lo, int64_t hi)
                 j->y ? j->y + lo : NULL, j->d + lo, 1, false, hi - lo);
 }
 
+/* Rows [lo, hi) of Y through a broadcast iterator over (A, B). */
+typedef struct ew_grad_rows_job {
+    ew_grad_kind kind;
+    const float *dy, *a, *b, *y;
+    float *d;
+    int t;
+    bool acc;
+    float *sums;      /* non-NULL: row r's sum goes to sums[r], not into d */
+    qf_bcast_iter it; /* initialised, on row 0 */
+} ew_grad_rows_job;
+
+static void ew_grad_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const ew_grad_rows_job *j = ctx;
+    qf_bcast_iter it = j->it;
+    qf_bcast_iter_seek(&it, lo);
+    for (int64_t r = lo; r < hi; r++, qf_bcast_iter_next(&it)) {
+        const int64_t o = r * it.len;
+        float *d = j->sums ? &j->sums[r] : j->d + it.off[j->t];
+        if (j->sums) *d = 0.0f;
+        ew_grad_row(j->kind, j->dy + o, j->a ? j->a + it.off[0] : NULL, it.step[0], j->b ? j->b + it.off[1] : NULL,
+                    it.step[1], j->y ? j->y + o : NULL, d, it.step[j->t], j->acc, it.len);
+    }
+}
+
 /* din[t] (operand t of 2) = the `kind` partial derivative, summed over the
  * dims where operand t is broadcast. The tensors a, b, y are the forward's
  * (their data may be NULL when the kind does not read them). */
@@ -323,17 +348,47 @@ static void ew_grad_operand(const qf_kernel_io *io, int t, ew_grad_kind kind)
         return;
     }
     /* Rows of Y; operand t's elements at off[t] + i * step[t]. Several rows
-     * map onto the same elements unless t has Y's size: then accumulate. */
-    const bool acc = nd != ny;
-    if (acc) memset(d, 0, sizeof *d * (size_t)nd);
+     * map onto the same elements unless t has Y's size: then accumulate.
+     * Else every row writes its own elements: rows split across the
+     * threads. An operand broadcast along the rows (a per-channel scale or
+     * bias of [N, C, H, W]: step 0) gets its row sums in parallel into the
+     * scratch, then added up serially, one per row. Any other accumulation
+     * runs serially. */
     const qf_tensor *ops[2] = {ta, tb};
+    ew_grad_rows_job j = {kind, dy, a, b, y, d, t, nd != ny, NULL, {0}};
+    qf_bcast_iter_init(&j.it, ty->ndim, ty->dims, 2, ops);
+    const int64_t grain = 1 + 32768 / j.it.len;
+    if (!j.acc) {
+        qf_parallel_for(j.it.rows, grain, ew_grad_rows, &j);
+        return;
+    }
+    memset(d, 0, sizeof *d * (size_t)nd);
+    if (j.it.step[t] == 0 && io->scratch && io->scratch_size >= sizeof(float) * (size_t)j.it.rows) {
+        j.sums = io->scratch;
+        qf_parallel_for(j.it.rows, grain, ew_grad_rows, &j);
+        qf_bcast_iter it = j.it;
+        for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) d[it.off[t]] += j.sums[r];
+    } else {
+        ew_grad_rows(&j, 0, j.it.rows);
+    }
+}
+
+/* Scratch of the broadcast backward: a float per row of Y's broadcast
+ * iterator (the row sums above); 0 while shapes are unknown. */
+static size_t ew_binary_bwd_scratch(const qf_node *n, const void *state)
+{
+    (void)state;
+    if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1]) return 0;
+    const qf_tensor *ty = &n->outputs[0]->type;
+    const qf_tensor *ops[2] = {&n->inputs[0]->type, &n->inputs[1]->type};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < ops[k]->ndim; i++)
+            if (ops[k]->dims[i] < 0) return 0;
+    for (int i = 0; i < ty->ndim; i++)
+        if (ty->dims[i] < 0) return 0;
     qf_bcast_iter it;
     qf_bcast_iter_init(&it, ty->ndim, ty->dims, 2, ops);
-    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {
-        const int64_t o = r * it.len;
-        ew_grad_row(kind, dy + o, a ? a + it.off[0] : NULL, it.step[0], b ? b + it.off[1] : NULL, it.step[1],
-                    y ? y + o : NULL, d + it.off[t], it.step[t], acc, it.len);
-    }
+    return sizeof(float) * (size_t)it.rows;
 }
 
 /* Common frame: float32 only; no upstream gradient gives zeros. */
@@ -647,6 +702,7 @@ const qf_op_kernels qf_add_kernels = {
     .inplace = true,
     .forward_f32 = qf_add_forward_f32,
     .backward_f32 = qf_add_backward_f32,
+    .bwd_scratch = ew_binary_bwd_scratch,
     .dnnl = QF_DNNL_KERNELS(add),
 };
 
@@ -656,6 +712,7 @@ const qf_op_kernels qf_sub_kernels = {
     .inplace = true,
     .forward_f32 = qf_sub_forward_f32,
     .backward_f32 = qf_sub_backward_f32,
+    .bwd_scratch = ew_binary_bwd_scratch,
     .dnnl = QF_DNNL_KERNELS(sub),
 };
 
@@ -665,6 +722,7 @@ const qf_op_kernels qf_mul_kernels = {
     .inplace = true,
     .forward_f32 = qf_mul_forward_f32,
     .backward_f32 = qf_mul_backward_f32,
+    .bwd_scratch = ew_binary_bwd_scratch,
     .bwd_in = (1u << 0) | (1u << 1),
     .dnnl = QF_DNNL_KERNELS(mul),
 };
@@ -675,6 +733,7 @@ const qf_op_kernels qf_div_kernels = {
     .inplace = true,
     .forward_f32 = qf_div_forward_f32,
     .backward_f32 = qf_div_backward_f32,
+    .bwd_scratch = ew_binary_bwd_scratch,
     .bwd_in = 1u << 1,
     .bwd_out = 1u << 0,
     .dnnl = QF_DNNL_KERNELS(div),

@@ -172,12 +172,20 @@ static qf_status qf_gemm_backward_f32(const qf_kernel_io *io)
     const float *g = gt->data;
     qf_tensor *da = io->din[0], *db = io->din[1], *dc = io->nin > 2 ? io->din[2] : NULL;
     if (da) {
-        if (!ta) QF_TRY(gemm_call(io->node, QF_DTYPE_F32, false, !tb, M, K, N, alpha, g, N, b->data, ldb, 0.0, da->data));
-        else QF_TRY(gemm_call(io->node, QF_DTYPE_F32, tb, true, K, M, N, alpha, b->data, ldb, g, N, 0.0, da->data));
+        if (!ta)
+            QF_TRY(gemm_call(io->node, QF_DTYPE_F32, false, !tb, M, K, N, alpha, g, N, b->data, ldb, 0.0,
+                             da->data));
+        else
+            QF_TRY(gemm_call(io->node, QF_DTYPE_F32, tb, true, K, M, N, alpha, b->data, ldb, g, N, 0.0,
+                             da->data));
     }
     if (db) {
-        if (!tb) QF_TRY(gemm_call(io->node, QF_DTYPE_F32, !ta, false, K, N, M, alpha, a->data, lda, g, N, 0.0, db->data));
-        else QF_TRY(gemm_call(io->node, QF_DTYPE_F32, true, ta, N, K, M, alpha, g, N, a->data, lda, 0.0, db->data));
+        if (!tb)
+            QF_TRY(gemm_call(io->node, QF_DTYPE_F32, !ta, false, K, N, M, alpha, a->data, lda, g, N, 0.0,
+                             db->data));
+        else
+            QF_TRY(gemm_call(io->node, QF_DTYPE_F32, true, ta, N, K, M, alpha, g, N, a->data, lda, 0.0,
+                             db->data));
     }
     if (dc) qf_bcast_reduce_f32(2, gt->dims, g, (float)beta, dc);
     return QF_OK;
