@@ -120,8 +120,8 @@ typedef struct act_bwd_job {
     static void name(void *ctx, int64_t lo, int64_t hi)                       \
     {                                                                         \
         const act_bwd_job *j_ = ctx;                                          \
-        const float *v_ = j_->v, *dy_ = j_->dy;                               \
-        float *dx_ = j_->dx;                                                  \
+        const float *restrict v_ = j_->v, *restrict dy_ = j_->dy;             \
+        float *restrict dx_ = j_->dx; /* never dy's or v's memory: the tape */\
         const float p0 = j_->p0, p1 = j_->p1;                                 \
         (void)p0;                                                             \
         (void)p1;                                                             \
@@ -164,20 +164,13 @@ static qf_status qf_relu_forward_f32(const qf_kernel_io *io)
 }
 
 /* dx = dy where y > 0, else 0 (PyTorch's threshold_backward on the result:
- * the gradient at x = 0 is 0). Reads Y (bwd_out bit 0). */
+ * the gradient at x = 0 is 0). Reads Y (bwd_out bit 0). A select, not a
+ * branch: the signs of a layer's activations are a coin toss. */
+QF_BWD_SLICE_(act_relu_bwd_slice, v > 0.0f ? dy : 0.0f)
+
 static qf_status qf_relu_backward_f32(const qf_kernel_io *io)
 {
-    if (!io->din[0]) return QF_OK;
-    const float *y = io->out[0]->data;
-    float *dx = io->din[0]->data;
-    const int64_t n = qf_tensor_numel(io->out[0]);
-    if (!io->dout[0]) {
-        memset(dx, 0, sizeof *dx * (size_t)n);
-        return QF_OK;
-    }
-    const float *dy = io->dout[0]->data;
-    for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-    return QF_OK;
+    return act_bwd_map(io, io->out[0], act_relu_bwd_slice, 0.0f, 0.0f);
 }
 
 static qf_status qf_relu6_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }

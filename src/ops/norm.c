@@ -125,24 +125,70 @@ typedef struct bn_job {
 
 /* Channels lo..hi-1: the batch mean into smean, the biased variance into
  * sinv (bn_train_forward turns it into 1/sqrt(var + eps)). */
+/* Reductions of one channel row in double, over 8 independent partial sums
+ * (a single running sum is a chain of dependent adds: 4 cycles an element;
+ * eight chains let the adds overlap and vectorize). */
+#define BN_LANES 8
+static double bn_sum(const float *restrict p, int64_t n)
+{
+    double acc[BN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + BN_LANES <= n; i += BN_LANES)
+        for (int l = 0; l < BN_LANES; l++) acc[l] += p[i + l];
+    double s = 0.0;
+    for (; i < n; i++) s += p[i];
+    for (int l = 0; l < BN_LANES; l++) s += acc[l];
+    return s;
+}
+
+static double bn_centered_sq(const float *restrict p, int64_t n, double mu)
+{
+    double acc[BN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + BN_LANES <= n; i += BN_LANES)
+        for (int l = 0; l < BN_LANES; l++) {
+            const double d = p[i + l] - mu;
+            acc[l] += d * d;
+        }
+    double s = 0.0;
+    for (; i < n; i++) s += (p[i] - mu) * (p[i] - mu);
+    for (int l = 0; l < BN_LANES; l++) s += acc[l];
+    return s;
+}
+
+/* sum g and sum (x - mu) g. */
+static void bn_sum_dot(const float *restrict x, const float *restrict g, int64_t n, double mu, double *sum,
+                       double *dot)
+{
+    double as[BN_LANES] = {0}, ad[BN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + BN_LANES <= n; i += BN_LANES)
+        for (int l = 0; l < BN_LANES; l++) {
+            as[l] += g[i + l];
+            ad[l] += (x[i + l] - mu) * g[i + l];
+        }
+    double s = 0.0, d = 0.0;
+    for (; i < n; i++) {
+        s += g[i];
+        d += (x[i] - mu) * g[i];
+    }
+    for (int l = 0; l < BN_LANES; l++) {
+        s += as[l];
+        d += ad[l];
+    }
+    *sum += s;
+    *dot += d;
+}
+
 static void bn_stats_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
     const double cnt = (double)(j->nb * j->inner);
     for (int64_t ch = lo; ch < hi; ch++) {
         double s = 0.0, ss = 0.0;
-        for (int64_t b = 0; b < j->nb; b++) {
-            const float *p = j->x + (b * j->c + ch) * j->inner;
-            for (int64_t i = 0; i < j->inner; i++) s += p[i];
-        }
+        for (int64_t b = 0; b < j->nb; b++) s += bn_sum(j->x + (b * j->c + ch) * j->inner, j->inner);
         const double mu = s / cnt;
-        for (int64_t b = 0; b < j->nb; b++) {
-            const float *p = j->x + (b * j->c + ch) * j->inner;
-            for (int64_t i = 0; i < j->inner; i++) {
-                const double d = p[i] - mu;
-                ss += d * d;
-            }
-        }
+        for (int64_t b = 0; b < j->nb; b++) ss += bn_centered_sq(j->x + (b * j->c + ch) * j->inner, j->inner, mu);
         j->smean[ch] = mu;
         j->sinv[ch] = ss / cnt;
     }
@@ -229,13 +275,9 @@ static void bn_backward_slice(void *ctx, int64_t lo, int64_t hi)
         }
         double sum = 0.0, dotp = 0.0;
         if (j->dy) {
-            for (int64_t b = 0; b < j->nb; b++) {
-                const float *p = j->x + (b * j->c + ch) * j->inner, *g = j->dy + (b * j->c + ch) * j->inner;
-                for (int64_t i = 0; i < j->inner; i++) {
-                    sum += g[i];
-                    dotp += (p[i] - mu) * g[i];
-                }
-            }
+            for (int64_t b = 0; b < j->nb; b++)
+                bn_sum_dot(j->x + (b * j->c + ch) * j->inner, j->dy + (b * j->c + ch) * j->inner, j->inner, mu,
+                           &sum, &dotp);
         }
         if (j->dbias) j->dbias[ch] = (float)sum;
         if (j->dscale) j->dscale[ch] = (float)(dotp * inv);
