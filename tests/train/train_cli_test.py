@@ -293,52 +293,60 @@ def case_parity_adam():
 
 # --- Fashion-MNIST -------------------------------------------------------------------------------
 
-FASHION_TRAIN, FASHION_TEST, FASHION_SEED = 3000, 10000, 7
+FASHION_TRAIN, FASHION_TEST, FASHION_SEEDS = 3000, 10000, (7, 8, 9)
 
 
 def case_fashion():
     """The repo's Fashion-MNIST CNN, re-initialized (the same init in both),
     trained for 2 epochs on 3,000 training images by qfold and by torch in
-    qfold's shuffled order (SGD, lr 0.01, momentum 0.9, batch 64): top-1 on
-    the 10,000 test images within 0.5 points. (Adam, or SGD at lr 0.05, makes
-    both runs chaotic: two torch runs whose batches differ in rounding alone
-    end points apart.)"""
+    qfold's shuffled order (SGD, lr 0.02, momentum 0.5, batch 64), for three
+    shuffling seeds: every run's top-1 on the 10,000 test images within 0.5
+    points of torch's, and so their mean. The recipe is one where training is
+    not chaotic: at lr 0.01 with momentum 0.9 a loss difference of 1e-7 at
+    step 1 (rounding alone) grows tenfold every ~15 steps to 3 % at step 94,
+    and qfold's reference kernels and its oneDNN ones, on the same batches,
+    then end 0.6 points apart; such a run measures the recipe's chaos, not
+    the trainer. (Adam, or SGD at lr 0.05, is chaotic too.)"""
     torch = torch_setup()
     sys.path.insert(0, root("examples", "fashion_mnist"))
     from train import FashionCNN, load
-    torch.manual_seed(3)
-    model = FashionCNN()
-    export(model, work("fashion_init.onnx"), (1, 28, 28))
     xtr, ytr = load("train")
     xte, yte = load("test")
     xtr, ytr = np.ascontiguousarray(xtr[:FASHION_TRAIN]), ytr[:FASHION_TRAIN]
     xte, yte = np.ascontiguousarray(xte[:FASHION_TEST]), yte[:FASHION_TEST]
-    t0 = time.time()
-    qfold("train", work("fashion_init.onnx"), "-o", work("fashion.onnx"), "--data", save("xtr.npy", xtr),
-          "--labels", save("ytr.npy", ytr), "--epochs", 2, "--batch", 64, "--optimizer", "sgd", "--lr", 0.01,
-          "--momentum", 0.9,
-          "--seed", FASHION_SEED, "--log", work("fashion.csv"))
-    t1 = time.time()
-    losses = torch_train(model, xtr, ytr, 64, qfold_orders(FASHION_TRAIN, 2, FASHION_SEED),
-                         lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9))
-    t2 = time.time()
-    # The same order: the first step's batch and weights are the same (later
-    # steps drift apart as Adam magnifies rounding differences in tiny
-    # gradients, such as the Linear bias in front of BatchNorm1d's).
-    steps, _ = read_log(work("fashion.csv"))
-    a, b = float(steps[0]["loss"]), losses[0]
-    check(abs(a - b) <= 1e-4 * abs(b), "step 1: loss %.6g, torch %.6g: not the same batch?" % (a, b))
-    print("fashion: loss of steps 1-5: qfold %s, torch %s" % ([round(float(r["loss"]), 5) for r in steps[:5]],
-                                                            [round(v, 5) for v in losses[:5]]))
-    _, out, _ = qfold("eval", work("fashion.onnx"), "--data", save("xte.npy", xte), "--labels",
-                      save("yte.npy", yte), "--json")
     import json
-    q = json.loads(out)["models"][0]["top1"]
-    with torch.no_grad():
-        t = float((model(torch.from_numpy(xte)).argmax(1).numpy() == yte).mean())
-    print("fashion: qfold %.2f %% (%.1f s), torch %.2f %% (%.1f s)" % (100 * q, t1 - t0, 100 * t, t2 - t1))
-    check(t > 0.55, "torch reached only %.2f %%: the recipe does not train" % (100 * t))
-    check(abs(q - t) <= 0.005, "test top-1: qfold %.2f %%, torch %.2f %% (more than 0.5 points apart)"
+    qs, ts = [], []
+    for seed in FASHION_SEEDS:
+        torch.manual_seed(3)
+        model = FashionCNN()
+        export(model, work("fashion_init.onnx"), (1, 28, 28))
+        t0 = time.time()
+        qfold("train", work("fashion_init.onnx"), "-o", work("fashion.onnx"), "--data", save("xtr.npy", xtr),
+              "--labels", save("ytr.npy", ytr), "--epochs", 2, "--batch", 64, "--optimizer", "sgd", "--lr", 0.02,
+              "--momentum", 0.5, "--seed", seed, "--log", work("fashion.csv"))
+        t1 = time.time()
+        losses = torch_train(model, xtr, ytr, 64, qfold_orders(FASHION_TRAIN, 2, seed),
+                             lambda p: torch.optim.SGD(p, lr=0.02, momentum=0.5))
+        t2 = time.time()
+        # The same order: the first step's batch and weights are the same.
+        steps, _ = read_log(work("fashion.csv"))
+        a, b = float(steps[0]["loss"]), losses[0]
+        check(abs(a - b) <= 1e-4 * abs(b), "seed %d step 1: loss %.6g, torch %.6g: not the same batch?" % (seed, a, b))
+        _, out, _ = qfold("eval", work("fashion.onnx"), "--data", save("xte.npy", xte), "--labels",
+                          save("yte.npy", yte), "--json")
+        q = json.loads(out)["models"][0]["top1"]
+        with torch.no_grad():
+            t = float((model(torch.from_numpy(xte)).argmax(1).numpy() == yte).mean())
+        print("fashion seed %d: qfold %.2f %% (%.1f s), torch %.2f %% (%.1f s)"
+              % (seed, 100 * q, t1 - t0, 100 * t, t2 - t1))
+        check(t > 0.55, "torch reached only %.2f %%: the recipe does not train" % (100 * t))
+        check(abs(q - t) <= 0.005, "seed %d: test top-1 qfold %.2f %%, torch %.2f %% (more than 0.5 points apart)"
+              % (seed, 100 * q, 100 * t))
+        qs.append(q)
+        ts.append(t)
+    q, t = float(np.mean(qs)), float(np.mean(ts))
+    print("fashion: mean over seeds %s: qfold %.2f %%, torch %.2f %%" % (FASHION_SEEDS, 100 * q, 100 * t))
+    check(abs(q - t) <= 0.005, "mean test top-1: qfold %.2f %%, torch %.2f %% (more than 0.5 points apart)"
           % (100 * q, 100 * t))
     check_model(work("fashion.onnx"), xte[:16])
 
