@@ -472,20 +472,30 @@ static qf_status qf_slice_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
+/* Where the slice reads X: element strides st[] per output axis and the
+ * offset of its first element (from the starts / ends / axes / steps). */
+static qf_status slice_walk(const qf_kernel_io *io, int64_t *st, int64_t *base)
+{
+    const qf_tensor *x = io->in[0];
+    const qf_tensor *ops[4];
+    for (int i = 0; i < 4; i++) ops[i] = i + 1 < io->nin ? io->in[i + 1] : NULL;
+    int64_t start[QF_MAX_DIMS], step[QF_MAX_DIMS], len[QF_MAX_DIMS], xs[QF_MAX_DIMS];
+    QF_TRY(qf_slice_params(io->node, x->ndim, x->dims, ops, start, step, len));
+    qf_lay_strides(x->ndim, x->dims, xs);
+    *base = 0;
+    for (int a = 0; a < x->ndim; a++) {
+        st[a] = xs[a] * step[a];
+        *base += start[a] * xs[a];
+    }
+    return QF_OK;
+}
+
 static qf_status qf_slice_forward_f32(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
     qf_tensor *y = io->out[0];
-    const qf_tensor *ops[4];
-    for (int i = 0; i < 4; i++) ops[i] = i + 1 < io->nin ? io->in[i + 1] : NULL;
-    int64_t start[QF_MAX_DIMS], step[QF_MAX_DIMS], len[QF_MAX_DIMS], xs[QF_MAX_DIMS], st[QF_MAX_DIMS];
-    QF_TRY(qf_slice_params(io->node, x->ndim, x->dims, ops, start, step, len));
-    qf_lay_strides(x->ndim, x->dims, xs);
-    int64_t base = 0;
-    for (int a = 0; a < x->ndim; a++) {
-        st[a] = xs[a] * step[a];
-        base += start[a] * xs[a];
-    }
+    int64_t st[QF_MAX_DIMS], base;
+    QF_TRY(slice_walk(io, st, &base));
     qf_lay_gather_strided(y->data, x->data, qf_dtype_size(x->dtype), y->ndim, y->dims, st, base);
     return QF_OK;
 }
@@ -874,17 +884,9 @@ static qf_status qf_slice_backward_f32(const qf_kernel_io *io)
     if (!io->din[0]) return QF_OK;
     qf_lay_grad_zero(io, 0);
     if (!io->dout[0]) return QF_OK;
-    const qf_tensor *x = io->in[0], *dy = io->dout[0];
-    const qf_tensor *ops[4];
-    for (int i = 0; i < 4; i++) ops[i] = i + 1 < io->nin ? io->in[i + 1] : NULL;
-    int64_t start[QF_MAX_DIMS], step[QF_MAX_DIMS], len[QF_MAX_DIMS], xs[QF_MAX_DIMS], st[QF_MAX_DIMS];
-    QF_TRY(qf_slice_params(io->node, x->ndim, x->dims, ops, start, step, len));
-    qf_lay_strides(x->ndim, x->dims, xs);
-    int64_t base = 0;
-    for (int a = 0; a < x->ndim; a++) {
-        st[a] = xs[a] * step[a];
-        base += start[a] * xs[a];
-    }
+    const qf_tensor *dy = io->dout[0];
+    int64_t st[QF_MAX_DIMS], base;
+    QF_TRY(slice_walk(io, st, &base));
     const int64_t numel = qf_tensor_numel(dy);
     if (numel <= 0) return QF_OK;
     float *dx = io->din[0]->data;
