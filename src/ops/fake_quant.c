@@ -9,7 +9,8 @@
  * statistics are. Attributes: quant_min, quant_max (the integer grid),
  * axis (per channel), averaging_constant (c, default 0.01), symmetric (0/1),
  * eps (the smallest scale, default float32's epsilon), observe (1: the
- * training forward observes), enabled (1: fake-quantize; 0: Y = X).
+ * training forward observes; read at run time), enabled (1: fake-quantize;
+ * 0: Y = X).
  *
  * Training forward, with observe: the minimum and maximum of X (per channel
  * over every dim but `axis`) update the running ones as
@@ -38,7 +39,7 @@ typedef struct fq_state {
     int32_t qmin, qmax;
     int axis;            /* -1: per tensor */
     float c, eps;
-    bool symmetric, observe, enabled;
+    bool symmetric, enabled;
     int64_t outer, ch, inner; /* X as [outer][ch][inner] */
 } fq_state;
 
@@ -85,7 +86,6 @@ static qf_status qf_fake_quant_prepare(const qf_kernel_io *io, void *state)
     st->c = qf_node_attr_float(n, "averaging_constant", 0.01f);
     st->eps = qf_node_attr_float(n, "eps", FLT_EPSILON);
     st->symmetric = qf_node_attr_int(n, "symmetric", 0) != 0;
-    st->observe = qf_node_attr_int(n, "observe", 1) != 0;
     st->enabled = qf_node_attr_int(n, "enabled", 1) != 0;
     if (!(st->c > 0.0f && st->c <= 1.0f) || !(st->eps > 0.0f))
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): averaging_constant %g must be in (0, 1], eps %g > 0",
@@ -186,7 +186,9 @@ static void fq_run(const qf_kernel_io *io, const fq_state *st, const float *dy, 
 static qf_status qf_fake_quant_forward_f32(const qf_kernel_io *io)
 {
     const fq_state *st = io->state;
-    if (io->training && st->observe) QF_TRY(fq_observe(io, st));
+    /* observe is read at run time: QAT's --freeze-observers flips it between
+     * steps without a new plan. */
+    if (io->training && qf_node_attr_int(io->node, "observe", 1)) QF_TRY(fq_observe(io, st));
     if (!st->enabled) {
         memcpy(io->out[0]->data, io->in[0]->data, qf_tensor_nbytes(io->in[0]));
         return QF_OK;

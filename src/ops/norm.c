@@ -41,6 +41,16 @@
 
 static const char *const bn_param_names[4] = {"scale", "B", "input_mean", "input_var"};
 
+/* QAT's --freeze-bn: a BatchNormalization with the internal attribute
+ * qfold_frozen = 1 runs on its running statistics (and leaves them alone)
+ * in a training plan too, and its backward is the per-channel affine's, as
+ * torch's ConvBn2d.freeze_bn_stats(). Read at run time: a training loop
+ * flips it between steps without a new plan. */
+static bool bn_frozen(const qf_node *n)
+{
+    return qf_node_attr_int(n, "qfold_frozen", 0) != 0;
+}
+
 static bool bn_training(const qf_node *n, int64_t opset)
 {
     if (opset >= 14) return qf_node_attr_int(n, "training_mode", 0) != 0;
@@ -314,7 +324,7 @@ static qf_status qf_batch_norm_backward_f32(const qf_kernel_io *io)
     bn_job j = {.x = x->data, .dy = io->dout[0] ? io->dout[0]->data : NULL, .dx = din[0], .dscale = din[1],
                 .dbias = din[2], .dmean = din[3], .dvar = din[4], .nb = x->dims[0], .c = x->dims[1], .inner = 1,
                 .eps = qf_node_attr_float(n, "epsilon", 1e-5f), .scale = io->in[1], .mean = io->in[3],
-                .var = io->in[4], .batch = io->training || bn_training(n, io->opset)};
+                .var = io->in[4], .batch = (io->training && !bn_frozen(n)) || bn_training(n, io->opset)};
     for (int i = 2; i < x->ndim; i++) j.inner *= x->dims[i];
     if (io->nout > 1 && (io->dout[1] || (io->nout > 2 && io->dout[2])))
         return qf_error(QF_ERR_UNSUPPORTED,
@@ -333,7 +343,7 @@ static qf_status qf_batch_norm_backward_f32(const qf_kernel_io *io)
 
 static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
 {
-    if (io->training) return bn_train_forward(io);
+    if (io->training && !bn_frozen(io->node)) return bn_train_forward(io);
 
     const qf_node *n = io->node;
     const char *op = qf_op_label(n);
