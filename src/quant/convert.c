@@ -17,6 +17,7 @@
 
 #include "../ops/quant_math.h"
 #include "../passes/rewrite.h"
+#include "qdq.h"
 #include "qfold/quant.h"
 
 /* Where convert lists what it quantized (the report's tensors). */
@@ -107,6 +108,7 @@ static qf_status add_qparams(qf_graph *g, const char *base, const float *scale, 
     memcpy(ts.data, scale, sizeof(float) * (size_t)n);
     for (int64_t c = 0; c < n; c++) {
         if (zdt == QF_DTYPE_I8) ((int8_t *)tz.data)[c] = (int8_t)(zp ? zp[c] : 0);
+        else if (zdt == QF_DTYPE_U8) ((uint8_t *)tz.data)[c] = (uint8_t)(zp ? zp[c] : 0);
         else ((int32_t *)tz.data)[c] = zp ? zp[c] : 0;
     }
     *vs = add_const(g, base, "scale", &ts);
@@ -125,12 +127,11 @@ static qf_status reroute(qf_graph *g, qf_value *from, qf_value *to, qf_node *kee
     return QF_OK;
 }
 
-/* DequantizeLinear(q, scale, zp [, axis]) replacing constant `orig`. */
-static qf_status dequantize_const(qf_graph *g, qf_value *orig, qf_tensor *q, const float *scale, int64_t n,
-                                  int axis, qf_dtype zdt)
+qf_status qf_qdq_const(qf_graph *g, qf_value *orig, qf_tensor *q, const float *scale, int64_t n, int axis)
 {
     char base[400];
     snprintf(base, sizeof base, "%s", orig->name);
+    const qf_dtype zdt = q->dtype;
     qf_value *vq = add_const(g, base, "quantized", q);
     qf_tensor_free(q);
     if (!vq) return QF_ERR_NOMEM;
@@ -151,6 +152,67 @@ static qf_status dequantize_const(qf_graph *g, qf_value *orig, qf_tensor *q, con
     QF_TRY(reroute(g, orig, dq->outputs[0], NULL));
     qf_rewrite_drop_dead_consts(g, &orig, 1);
     return QF_OK;
+}
+
+qf_status qf_qdq_weight(qf_graph *g, qf_value *w, const float *scale, int axis, int32_t qmin, int32_t qmax)
+{
+    wlayout l = layout_of(&w->type, axis);
+    qf_tensor q;
+    QF_TRY(qf_tensor_init(&q, QF_DTYPE_I8, w->type.ndim, w->type.dims));
+    const float *d = w->type.data;
+    int8_t *pq = q.data;
+    for (int64_t o = 0; o < l.outer; o++)
+        for (int64_t c = 0; c < l.channels; c++)
+            for (int64_t i = 0; i < l.inner; i++) {
+                int64_t k = (o * l.channels + c) * l.inner + i;
+                pq[k] = (int8_t)qf_quantize_range_f32(d[k], scale[c], 0, qmin, qmax);
+            }
+    return qf_qdq_const(g, w, &q, scale, l.channels, axis);
+}
+
+qf_status qf_qdq_bias(qf_graph *g, qf_value *b, float s_in, const float *sw, int64_t nw, float *scale)
+{
+    const int64_t n = qf_tensor_numel(&b->type);
+    if (nw != 1 && nw != n)
+        return qf_error(QF_ERR_SHAPE, "bias '%s' has %lld entries, its weight %lld channels", b->name, (long long)n,
+                        (long long)nw);
+    qf_tensor q;
+    QF_TRY(qf_tensor_init(&q, QF_DTYPE_I32, b->type.ndim, b->type.dims));
+    const float *d = b->type.data;
+    int32_t *pq = q.data;
+    for (int64_t c = 0; c < n; c++) {
+        /* float32 product, as ONNX Runtime's and PyTorch's converters */
+        scale[c] = s_in * sw[nw == 1 ? 0 : c];
+        pq[c] = qf_saturate_s32_f64(qf_round_half_even_f64((double)d[c] / (double)scale[c]));
+    }
+    /* per-tensor weight: one scale for the whole bias */
+    return qf_qdq_const(g, b, &q, scale, nw == 1 ? 1 : n, nw == 1 ? -1 : 0);
+}
+
+qf_status qf_qdq_pair(qf_graph *g, qf_value *v, float scale, int32_t zero_point, qf_dtype qdt)
+{
+    char base[400], name[512];
+    snprintf(base, sizeof base, "%s", v->name);
+    qf_value *vs, *vz;
+    QF_TRY(add_qparams(g, base, &scale, qdt, 1, true, &zero_point, &vs, &vz));
+    snprintf(name, sizeof name, "%s_QuantizeLinear", base);
+    qf_value *qin[3] = {v, vs, vz};
+    qf_node *q = qf_graph_add_node(g, QF_OP_QUANTIZE, name, 3, qin, 1);
+    if (!q) return QF_ERR_NOMEM;
+    q->outputs[0]->type.dtype = qdt;
+    q->outputs[0]->type.ndim = v->type.ndim;
+    memcpy(q->outputs[0]->type.dims, v->type.dims, sizeof v->type.dims);
+    snprintf(name, sizeof name, "%s_quantized", base);
+    QF_TRY(qf_graph_rename_value(g, q->outputs[0], name));
+    snprintf(name, sizeof name, "%s_DequantizeLinear", base);
+    qf_value *dqin[3] = {q->outputs[0], vs, vz};
+    qf_node *dq = qf_graph_add_node(g, QF_OP_DEQUANTIZE, name, 3, dqin, 1);
+    if (!dq) return QF_ERR_NOMEM;
+    dq->outputs[0]->type = v->type;
+    dq->outputs[0]->type.data = NULL;
+    snprintf(name, sizeof name, "%s_dequantized", base);
+    QF_TRY(qf_graph_rename_value(g, dq->outputs[0], name));
+    return reroute(g, v, dq->outputs[0], q);
 }
 
 /* A weight: per-channel (or per-tensor) symmetric int8; scales kept in
@@ -175,31 +237,14 @@ static qf_status convert_weight(qf_graph *g, qf_value *w, const qf_qspec *s, flo
         if (mn == 0.0f && mx == 0.0f) zero++;
         scale[c] = qf_qparams_from_range(mn, mx, s->format.scheme, s->format.qmin, s->format.qmax, FLT_EPSILON).scale;
     }
-    qf_tensor q;
-    qf_status st = qf_tensor_init(&q, QF_DTYPE_I8, w->type.ndim, w->type.dims);
-    if (st != QF_OK) {
-        qf_free(scale);
-        return st;
-    }
-    int8_t *pq = q.data;
-    for (int64_t o = 0; o < l.outer; o++)
-        for (int64_t c = 0; c < l.channels; c++)
-            for (int64_t i = 0; i < l.inner; i++) {
-                int64_t k = (o * l.channels + c) * l.inner + i;
-                pq[k] = (int8_t)qf_quantize_range_f32(d[k], scale[c], 0, s->format.qmin, s->format.qmax);
-            }
     wscale[w->id] = scale;
     wn[w->id] = l.channels;
     stats->weights++;
     /* All-zero weights quantize exactly (to zeros, at the smallest scale),
      * but a layer that computes nothing is worth a line in the report. */
     if (zero) stats->zero_weights++;
-    st = record(rec, w->name, QF_QSPEC_WEIGHT, scale, (int)l.channels, 0, 0.0f, 0.0f, NULL, reader_of(w), zero);
-    if (st != QF_OK) {
-        qf_tensor_free(&q);
-        return st;
-    }
-    return dequantize_const(g, w, &q, scale, l.channels, s->axis, QF_DTYPE_I8);
+    QF_TRY(record(rec, w->name, QF_QSPEC_WEIGHT, scale, (int)l.channels, 0, 0.0f, 0.0f, NULL, reader_of(w), zero));
+    return qf_qdq_weight(g, w, scale, s->axis, s->format.qmin, s->format.qmax);
 }
 
 /* A bias: int32 with scale s_in * s_w (per channel where the weight is). */
@@ -208,36 +253,19 @@ static qf_status convert_bias(qf_graph *g, qf_value *b, const qf_qspec *s, const
 {
     const qf_qparams *in = qf_quant_calib_qparams(cal, s->bias_input);
     const float *sw = wscale[s->bias_weight];
-    int64_t nw = wn[s->bias_weight], n = qf_tensor_numel(&b->type);
+    const int64_t nw = wn[s->bias_weight], n = qf_tensor_numel(&b->type);
     if (!in || !sw) return qf_error(QF_ERR_INTERNAL, "bias '%s': its input or weight was not quantized", b->name);
-    if (nw != 1 && nw != n)
-        return qf_error(QF_ERR_SHAPE, "bias '%s' has %lld entries, its weight %lld channels", b->name, (long long)n,
-                        (long long)nw);
     float *scale = qf_malloc(sizeof *scale * (size_t)(n ? n : 1));
     if (!scale) return QF_ERR_NOMEM;
-    qf_tensor q;
-    qf_status st = qf_tensor_init(&q, QF_DTYPE_I32, b->type.ndim, b->type.dims);
-    if (st != QF_OK) {
-        qf_free(scale);
-        return st;
+    /* recorded before the bias is replaced (its name goes with it) */
+    char *name = qf_strdup(b->name);
+    const qf_node *reader = reader_of(b);
+    qf_status st = name ? qf_qdq_bias(g, b, in->scale, sw, nw, scale) : QF_ERR_NOMEM;
+    if (st == QF_OK) {
+        stats->biases++;
+        st = record(rec, name, QF_QSPEC_BIAS, scale, (int)(nw == 1 ? 1 : n), 0, 0.0f, 0.0f, NULL, reader, 0);
     }
-    const float *d = b->type.data;
-    int32_t *pq = q.data;
-    for (int64_t c = 0; c < n; c++) {
-        /* float32 product, as ONNX Runtime's and PyTorch's converters */
-        scale[c] = in->scale * sw[nw == 1 ? 0 : c];
-        pq[c] = qf_saturate_s32_f64(qf_round_half_even_f64((double)d[c] / (double)scale[c]));
-    }
-    stats->biases++;
-    /* per-tensor weight: one scale for the whole bias */
-    int64_t ns = nw == 1 ? 1 : n;
-    st = record(rec, b->name, QF_QSPEC_BIAS, scale, (int)ns, 0, 0.0f, 0.0f, NULL, reader_of(b), 0);
-    if (st != QF_OK) {
-        qf_free(scale);
-        qf_tensor_free(&q);
-        return st;
-    }
-    st = dequantize_const(g, b, &q, scale, ns, nw == 1 ? -1 : 0, QF_DTYPE_I32);
+    qf_free(name);
     qf_free(scale);
     return st;
 }
@@ -247,33 +275,12 @@ static qf_status convert_activation(qf_graph *g, qf_value *v, const qf_qspec *s,
                                     qf_quant_convert_stats *stats, recorder *rec)
 {
     const qf_qparams *qp = qf_quant_calib_qparams(cal, v->id);
-    char base[400], name[512];
-    snprintf(base, sizeof base, "%s", v->name);
     float mn = 0.0f, mx = 0.0f;
     QF_TRY(qf_quant_calib_range(cal, v->id, &mn, &mx));
     QF_TRY(record(rec, v->name, s->kind, &qp->scale, 1, qp->zero_point, mn, mx,
                   s->kind == QF_QSPEC_SHARE ? g->values[s->share]->name : NULL, NULL, 0));
-    qf_value *vs, *vz;
-    QF_TRY(add_qparams(g, base, &qp->scale, QF_DTYPE_I8, 1, true, &qp->zero_point, &vs, &vz));
-    snprintf(name, sizeof name, "%s_QuantizeLinear", base);
-    qf_value *qin[3] = {v, vs, vz};
-    qf_node *q = qf_graph_add_node(g, QF_OP_QUANTIZE, name, 3, qin, 1);
-    if (!q) return QF_ERR_NOMEM;
-    q->outputs[0]->type.dtype = QF_DTYPE_I8;
-    q->outputs[0]->type.ndim = v->type.ndim;
-    memcpy(q->outputs[0]->type.dims, v->type.dims, sizeof v->type.dims);
-    snprintf(name, sizeof name, "%s_quantized", base);
-    QF_TRY(qf_graph_rename_value(g, q->outputs[0], name));
-    snprintf(name, sizeof name, "%s_DequantizeLinear", base);
-    qf_value *dqin[3] = {q->outputs[0], vs, vz};
-    qf_node *dq = qf_graph_add_node(g, QF_OP_DEQUANTIZE, name, 3, dqin, 1);
-    if (!dq) return QF_ERR_NOMEM;
-    dq->outputs[0]->type = v->type;
-    dq->outputs[0]->type.data = NULL;
-    snprintf(name, sizeof name, "%s_dequantized", base);
-    QF_TRY(qf_graph_rename_value(g, dq->outputs[0], name));
     stats->activations++;
-    return reroute(g, v, dq->outputs[0], q);
+    return qf_qdq_pair(g, v, qp->scale, qp->zero_point, QF_DTYPE_I8);
 }
 
 /* Checks before the first write. */
