@@ -38,9 +38,10 @@ static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_qat_bn_remove,
 };
 
-/* Pipelines mirror the Neutron backend's default pass lists. The quantizer's
- * QAT annotation and convert join qat_prepare / qat_finalize with the qat
- * command (issue 10); today they hold the BatchNorm simulation. */
+/* Pipelines mirror the Neutron backend's default pass lists. qat_prepare's
+ * quant_qat_insert is the quantizer's (registered by the quant layer,
+ * qf_quant_register_passes: the pipeline runs once it is, with a
+ * qf_quant_session in qf_pass_options.user). */
 static const char *const qf_ptq_passes[] = {"canonicalize", "fuse_batch_norm",
                                             "fuse_batch_norm_forward", "dce", NULL};
 
@@ -50,12 +51,13 @@ static const qf_pipeline qf_pipeline_ptq = {
     .passes = qf_ptq_passes,
 };
 
-static const char *const qf_qat_prepare_passes[] = {"canonicalize", "qat_bn_add", NULL};
+static const char *const qf_qat_prepare_passes[] = {"canonicalize", "quant_qat_insert", "qat_bn_add", NULL};
 static const char *const qf_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", NULL};
 
 static const qf_pipeline qf_pipeline_qat_prepare = {
     .name = "qat_prepare",
-    .summary = "QAT: canonicalize, simulate BatchNorm folded into the conv / linear before it",
+    .summary = "QAT: canonicalize, fake_quants for the target, simulate BatchNorm folded into the conv / linear "
+               "before it",
     .passes = qf_qat_prepare_passes,
 };
 
