@@ -32,6 +32,12 @@ typedef struct qf_qat_args {
     int64_t calib_count;
 } qf_qat_args;
 
+static int qf_qat_when_arg(const qf_cli_command *cmd, const char *opt, const char *v, qf_qat_when *w)
+{
+    if (qf_qat_when_parse(v, w) == QF_OK) return QF_EXIT_OK;
+    return qf_cli_usage_error(cmd, "%s takes optimizer steps (500), epochs (2ep) or never, got '%s'", opt, v);
+}
+
 static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
 {
     int rc = QF_EXIT_OK;
@@ -48,13 +54,12 @@ static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
             if (a.failed) break;
             if (qa->nsets == QF_QAT_MAX_SETS) return qf_cli_usage_error(cmd, "more than %d --set", QF_QAT_MAX_SETS);
             qa->sets[qa->nsets++] = v;
-        } else if (qf_cli_args_value(&a, "--freeze-bn", NULL, &v) ||
-                   qf_cli_args_value(&a, "--freeze-observers", NULL, &v)) {
+        } else if (qf_cli_args_value(&a, "--freeze-bn", NULL, &v)) {
             if (a.failed) break;
-            bool bn = strncmp(a.argv[a.i], "--freeze-bn", 11) == 0;
-            if (qf_qat_when_parse(v, bn ? &qa->freeze_bn : &qa->freeze_observers) != QF_OK)
-                return qf_cli_usage_error(cmd, "%s takes optimizer steps (500), epochs (2ep) or never, got '%s'",
-                                          bn ? "--freeze-bn" : "--freeze-observers", v);
+            if ((rc = qf_qat_when_arg(cmd, "--freeze-bn", v, &qa->freeze_bn)) != QF_EXIT_OK) return rc;
+        } else if (qf_cli_args_value(&a, "--freeze-observers", NULL, &v)) {
+            if (a.failed) break;
+            if ((rc = qf_qat_when_arg(cmd, "--freeze-observers", v, &qa->freeze_observers)) != QF_EXIT_OK) return rc;
         } else if (qf_cli_args_value(&a, "--calib-count", NULL, &v)) {
             if (a.failed) break;
             if (!qf_tr_int(v, 0, INT64_MAX, &k))

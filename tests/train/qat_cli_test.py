@@ -1,0 +1,259 @@
+#!/usr/bin/python3
+"""Tests of `qfold qat` (registered by tests/train/qat.cmake).
+
+    qat_cli_test.py --qfold BIN --root DIR --work DIR CASE
+
+The model: Conv+BN+ReLU, depthwise Conv+BN+ReLU, pointwise Conv+BN+ReLU,
+Linear+BN1d+ReLU, Linear, built in PyTorch 1.13 with random BatchNorm
+statistics, scale and shift, exported to ONNX with its BatchNorms kept.
+ONNX Runtime (tests/ref/ort_run.js) runs every model qfold writes; `qfold
+eval` recounts the accuracies the summary prints.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import qfcli  # noqa: E402
+from qfcli import Fail, check, error_line, run_qfold  # noqa: E402
+
+ARGS = None  # set by qfcli.main
+
+
+def work(*parts):
+    return os.path.join(ARGS.work, *parts)
+
+
+def root(*parts):
+    return os.path.join(ARGS.root, *parts)
+
+
+def qfold(*argv, expect=0, timeout=600):
+    return run_qfold(ARGS.qfold, argv, expect=expect, timeout=timeout)
+
+
+def torch_setup():
+    import warnings
+    warnings.filterwarnings("ignore")
+    import torch
+    torch.set_num_threads(1)
+    return torch
+
+
+def save(name, a):
+    np.save(work(name), a)
+    return work(name)
+
+
+def export(model, path, sample_shape):
+    """ONNX opset 13, BatchNorm kept (eval mode, PRESERVE), dynamic batch."""
+    torch = torch_setup()
+    model.eval()
+    torch.onnx.export(model, torch.zeros(2, *sample_shape), path, opset_version=13,
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def qat_model(seed=0, eps=1e-5):
+    torch = torch_setup()
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(1, 8, 3, padding=1)
+            self.b1 = nn.BatchNorm2d(8, eps=eps)
+            self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+            self.b2 = nn.BatchNorm2d(8)
+            self.pw = nn.Conv2d(8, 12, 1)
+            self.b3 = nn.BatchNorm2d(12, momentum=0.2)
+            self.fc1 = nn.Linear(12 * 3 * 3, 16)
+            self.bn1d = nn.BatchNorm1d(16)
+            self.fc2 = nn.Linear(16, 4)
+
+        def forward(self, x):
+            x = nn.functional.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
+            x = torch.relu(self.b2(self.dw(x)))
+            x = nn.functional.max_pool2d(torch.relu(self.b3(self.pw(x))), 2)
+            x = torch.relu(self.bn1d(self.fc1(torch.flatten(x, 1))))
+            return self.fc2(x)
+
+    torch.manual_seed(seed)
+    m = Net()
+    with torch.no_grad():
+        for b in m.modules():
+            if isinstance(b, (nn.BatchNorm1d, nn.BatchNorm2d)):
+                b.weight.uniform_(0.5, 1.5)
+                b.bias.uniform_(-0.5, 0.5)
+                b.running_mean.uniform_(-0.5, 0.5)
+                b.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def quadrant_data(n, seed):
+    """[n, 1, 12, 12] noise; the class says which quadrant means are positive."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 1, 12, 12)).astype(np.float32)
+    y = (x[:, 0, :6, :6].mean((1, 2)) > 0).astype(np.int64) * 2 + (x[:, 0, 6:, 6:].mean((1, 2)) > 0)
+    x[:, 0, :6, :6] += np.where(y[:, None, None] >= 2, 0.4, -0.4).astype(np.float32)
+    x[:, 0, 6:, 6:] += np.where(y[:, None, None] % 2 == 1, 0.4, -0.4).astype(np.float32)
+    return x, y.astype(np.int64)
+
+
+def setup(eps=1e-5):
+    export(qat_model(eps=eps), work("float.onnx"), (1, 12, 12))
+    x, y = quadrant_data(128, 1)
+    xv, yv = quadrant_data(64, 2)
+    return (work("float.onnx"), save("x.npy", x), save("y.npy", y), save("xv.npy", xv), save("yv.npy", yv), xv, yv)
+
+
+def ort_run(model, x):
+    xin = save("ort_in.npy", x)
+    out = work("ort_out")
+    os.makedirs(out, exist_ok=True)
+    p = subprocess.run(["node", root("tests", "ref", "ort_run.js"), model, out, xin], capture_output=True,
+                       text=True, timeout=300)
+    check(p.returncode == 0, "ONNX Runtime could not run %s:\n%s" % (model, p.stderr))
+    return np.load(os.path.join(out, "out0.npy"))
+
+
+def eval_top1(model, xp, yp):
+    _, out, _ = qfold("eval", model, "--data", xp, "--labels", yp, "--json")
+    import json
+    return json.loads(out)["models"][0]["top1"]
+
+
+def ops(path):
+    import onnx
+    return [n.op_type for n in onnx.load(path).graph.node]
+
+
+TRAIN = ("--epochs", 3, "--batch", 16, "--lr", 0.05, "--momentum", 0.9, "--seed", 3)
+
+
+# --- cases ------------------------------------------------------------------------------------------
+
+
+def case_int8():
+    """A float model with Conv+BN, depthwise Conv+BN and Linear+BN1d becomes a
+    folded int8 QDQ model: no BatchNormalization, no simulated fusion left,
+    int8 weights behind DequantizeLinear; onnx.checker accepts it, ONNX
+    Runtime runs it and agrees with qfold's integer executor; the summary's
+    float and int8 top-1 are what `qfold eval` counts; the log and plot are
+    written; the int8 model learned the task."""
+    model, xp, yp, xvp, yvp, xv, yv = setup()
+    _, out, _ = qfold("qat", model, "-o", work("q.onnx"), "--data", xp, "--labels", yp, "--val-data", xvp,
+                      "--val-labels", yvp, "--log", work("log.csv"), "--plot", work("plot.svg"),
+                      "--freeze-bn", "2ep", "--freeze-observers", "16", *TRAIN)
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(work("q.onnx"))
+    onnx.checker.check_model(m)
+    kinds = ops(work("q.onnx"))
+    check("BatchNormalization" not in kinds and "Div" not in kinds, "not folded: %s" % kinds)
+    check(kinds.count("QuantizeLinear") >= 5 and kinds.count("DequantizeLinear") >= 10, "not QDQ: %s" % kinds)
+    w8 = [t for t in m.graph.initializer if numpy_helper.to_array(t).dtype == np.int8 and t.dims and len(t.dims) >= 2]
+    check(len(w8) == 5, "%d int8 weights, expected 5 (three convs, two linears)" % len(w8))
+    got = re.search(r"val top-1: float ([\d.]+) % before, int8 ([\d.]+) % after", out)
+    check(got, "no accuracy line in the summary:\n" + out)
+    f_acc, q_acc = float(got.group(1)), float(got.group(2))
+    check(abs(f_acc - 100 * eval_top1(model, xvp, yvp)) < 0.01, "float top-1 %.2f is not qfold eval's" % f_acc)
+    check(abs(q_acc - 100 * eval_top1(work("q.onnx"), xvp, yvp)) < 0.01, "int8 top-1 %.2f is not qfold eval's" % q_acc)
+    check(q_acc >= 75, "the int8 model reached only %.2f %% on a task a linear model solves" % q_acc)
+    ref = ort_run(work("q.onnx"), xv)
+    qfold("run", work("q.onnx"), "-i", save("run_in.npy", xv), "-o", work("run_out.npy"))
+    mine = np.load(work("run_out.npy"))
+    agree = float((ref.argmax(1) == mine.argmax(1)).mean())
+    check(agree >= 0.95, "ONNX Runtime and qfold agree on %.1f %% of the top-1" % (100 * agree))
+    check(os.path.getsize(work("plot.svg")) > 1000 and open(work("log.csv")).read().count("\nstep,") == 24,
+          "log / plot not written as by qfold train")
+    check(not [f for f in os.listdir(work()) if "qfold-tmp" in f], "temporary files left")
+
+
+def case_keep_qat():
+    """--keep-qat writes the training graph as PyTorch exports a QAT model:
+    onnx.checker accepts it, ONNX Runtime runs it, and its predictions agree
+    with the finalized int8 model's."""
+    model, xp, yp, xvp, yvp, xv, _ = setup()
+    qfold("qat", model, "-o", work("q.onnx"), "--data", xp, "--labels", yp, "--keep-qat", work("t.onnx"), *TRAIN)
+    import onnx
+    onnx.checker.check_model(onnx.load(work("t.onnx")))
+    kinds = ops(work("t.onnx"))
+    check("QuantizeLinear" in kinds and "BatchNormalization" in kinds, "not a QAT export: %s" % kinds)
+    a, b = ort_run(work("t.onnx"), xv), ort_run(work("q.onnx"), xv)
+    agree = float((a.argmax(1) == b.argmax(1)).mean())
+    check(agree >= 0.9, "the training graph and the int8 model agree on %.1f %% of the top-1" % (100 * agree))
+
+
+def case_exact():
+    """--qat-bn exact runs the pipeline qat_prepare_exact where the build has
+    it; without it, qfold says so before any work."""
+    model, xp, yp, _, _, _, _ = setup()
+    _, listing, _ = qfold("passes")
+    if "qat_prepare_exact" not in listing:
+        _, _, err = qfold("qat", model, "-o", work("q.onnx"), "--data", xp, "--labels", yp, "--qat-bn", "exact",
+                          expect=2)
+        error_line(err, "--qat-bn exact", "qat_prepare_exact")
+        check(not os.path.exists(work("q.onnx")), "output written")
+        return
+    _, out, _ = qfold("qat", model, "-o", work("q.onnx"), "--data", xp, "--labels", yp, "--qat-bn", "exact", *TRAIN)
+    check("BN exact" in out, out)
+    check("BatchNormalization" not in ops(work("q.onnx")), "not folded")
+
+
+def case_help():
+    """`qfold help qat` documents its options and every option of `qfold train`."""
+    _, out, _ = qfold("help", "qat")
+    _, tr, _ = qfold("help", "train")
+    for opt in re.findall(r"^  (--[a-z-]+)", tr, re.M) + ["--freeze-bn", "--freeze-observers", "--calib-count",
+                                                          "--qat-bn", "--keep-qat", "--target", "--set"]:
+        check(opt in out, "qfold help qat lacks %s" % opt)
+
+
+def case_errors():
+    """Bad input: exit 2, one line naming the node or the option, nothing written."""
+    model, xp, yp, _, _, _, _ = setup()
+    out = work("q.onnx")
+
+    def bad(needles, *argv, expect=2, m=model):
+        _, _, err = qfold("qat", m, "-o", out, "--data", xp, "--labels", yp, *argv, expect=expect)
+        error_line(err, *needles)
+        check(not os.path.exists(out), "output written after %s" % (argv,))
+
+    bad(["--freeze-bn", "2ep", "'2x'"], "--freeze-bn", "2x")
+    bad(["--freeze-observers", "'-1'"], "--freeze-observers=-1")
+    bad(["--calib-count"], "--calib-count", "many")
+    bad(["--qat-bn", "'fast'"], "--qat-bn", "fast")
+    bad(["--target", "'tpu'"], "--target", "tpu")
+    bad(["--loss ce"], "--loss", "mse")
+    bad(["unknown option", "--bogus"], "--bogus")
+    # A BatchNorm with an absurd epsilon, named.
+    export(qat_model(eps=5.0), work("eps.onnx"), (1, 12, 12))
+    bad(["BatchNormalization", "epsilon 5"], m=work("eps.onnx"))
+    # Nothing the target quantizes: x -> Erf (a classifier's [N, 4] output).
+    import onnx
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Erf", ["x"], ["y"], name="erf0")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), work("erf.onnx"))
+    np.save(work("x4.npy"), np.ones((8, 4), np.float32))
+    np.save(work("y4.npy"), np.zeros(8, np.int64))
+    _, _, err = qfold("qat", work("erf.onnx"), "-o", out, "--data", work("x4.npy"), "--labels", work("y4.npy"),
+                      expect=2)
+    error_line(err, "node 'erf0' (Erf)", "nothing")
+    check(not os.path.exists(out), "output written for a model with nothing to quantize")
+    # NaN in the data: the data file named (train's scan).
+    x = np.load(xp)
+    x[3, 0, 2, 2] = np.nan
+    _, _, err = qfold("qat", model, "-o", out, "--data", save("nan.npy", x), "--labels", yp, expect=2)
+    error_line(err, "nan.npy", "NaN")
+    check(not os.path.exists(out), "output written for data with NaN")
+    check(not [f for f in os.listdir(work()) if "qfold-tmp" in f], "temporary files left")
+
+
+if __name__ == "__main__":
+    sys.exit(qfcli.main("qat", globals(), paths=("--root", "--work")))
