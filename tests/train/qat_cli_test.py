@@ -188,6 +188,100 @@ def case_keep_qat():
     check(agree >= 0.9, "the training graph and the int8 model agree on %.1f %% of the top-1" % (100 * agree))
 
 
+def case_torch_schedules():
+    """The schedules against PyTorch 1.13: x -> ConvBn2d -> ReLU -> Flatten ->
+    Linear with FakeQuantize modules of the neutron scheme (activations
+    affine [-128, 127], moving average 0.01, eps 2^-12; conv weights per
+    channel, linear weights per tensor, symmetric [-127, 127]; the ReLU's
+    fake-quant shared by the Flatten output, as qfold's shared group), SGD on
+    the same batches, freeze_bn_stats() before step 3 and disable_observer
+    before step 5 (qfold: --freeze-bn 3 --freeze-observers 5, no
+    calibration): every step's loss agrees to 1e-5 relative, so the BN
+    statistics and the observers stop where torch's do and the simulated
+    fusion reads the running variance each step updates."""
+    torch = torch_setup()
+    import torch.nn as nn
+    import torch.nn.intrinsic.qat as nniqat
+    import torch.nn.qat as nnqat
+    from torch.ao.quantization import (FakeQuantize, MovingAverageMinMaxObserver,
+                                       MovingAveragePerChannelMinMaxObserver, QConfig)
+
+    class Float(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+            self.bn = nn.BatchNorm2d(4, momentum=0.2)
+            self.fc = nn.Linear(4 * 36, 3)
+
+        def forward(self, x):
+            return self.fc(torch.flatten(torch.relu(self.bn(self.conv(x))), 1))
+
+    torch.manual_seed(0)
+    f = Float()
+    with torch.no_grad():
+        f.bn.weight.uniform_(0.5, 1.5)
+        f.bn.bias.uniform_(-0.5, 0.5)
+        f.bn.running_mean.uniform_(-0.5, 0.5)
+        f.bn.running_var.uniform_(0.5, 2)
+    export(f, work("f.onnx"), (1, 6, 6))
+    rng = np.random.default_rng(1)
+    n, b, freeze_bn, freeze_obs = 32, 8, 3, 5
+    x = rng.standard_normal((n, 1, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 3, n).astype(np.int64)
+
+    act = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=-128, quant_max=127,
+                                 dtype=torch.qint8, qscheme=torch.per_tensor_affine, averaging_constant=0.01,
+                                 eps=2 ** -12)
+    wconv = FakeQuantize.with_args(observer=MovingAveragePerChannelMinMaxObserver, quant_min=-127, quant_max=127,
+                                   dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=0,
+                                   averaging_constant=0.01)
+    wlin = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=-127, quant_max=127,
+                                  dtype=torch.qint8, qscheme=torch.per_tensor_symmetric, averaging_constant=0.01)
+
+    class Qat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fin, self.frelu, self.fout = act(), act(), act()
+            self.cb = nniqat.ConvBn2d(1, 4, 3, padding=1, bias=True, eps=f.bn.eps, momentum=0.2,
+                                      qconfig=QConfig(activation=act, weight=wconv))
+            self.fc = nnqat.Linear(144, 3, qconfig=QConfig(activation=act, weight=wlin))
+
+        def forward(self, t):
+            t = self.frelu(torch.relu(self.cb(self.fin(t))))
+            return self.fout(self.fc(self.frelu(torch.flatten(t, 1))))
+
+    q = Qat()
+    with torch.no_grad():
+        q.cb.weight.copy_(f.conv.weight)
+        q.cb.bias.copy_(f.conv.bias)
+        for k in ("weight", "bias", "running_mean", "running_var"):
+            getattr(q.cb.bn, k).copy_(getattr(f.bn, k))
+        q.fc.weight.copy_(f.fc.weight)
+        q.fc.bias.copy_(f.fc.bias)
+    q.train()
+    opt = torch.optim.SGD(q.parameters(), lr=0.05)
+    ref = []
+    for step, first in enumerate(list(range(0, n, b)) * 2):
+        if step >= freeze_bn:
+            q.cb.freeze_bn_stats()
+        if step >= freeze_obs:
+            q.apply(torch.ao.quantization.disable_observer)
+        loss = nn.functional.cross_entropy(q(torch.from_numpy(x[first:first + b])), torch.from_numpy(y[first:first + b]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ref.append(loss.item())
+    qfold("qat", work("f.onnx"), "-o", work("q.onnx"), "--data", save("x.npy", x), "--labels", save("y.npy", y),
+          "--calib-count", 0, "--shuffle", "off", "--batch", b, "--epochs", 2, "--lr", 0.05,
+          "--freeze-bn", freeze_bn, "--freeze-observers", freeze_obs, "--log", work("log.csv"))
+    import csv
+    with open(work("log.csv"), newline="") as fh:
+        got = [float(r["loss"]) for r in csv.DictReader(fh) if r["kind"] == "step"]
+    check(len(got) == len(ref), "%d steps logged, torch ran %d" % (len(got), len(ref)))
+    for k, (a, c) in enumerate(zip(ref, got)):
+        check(abs(a - c) <= 1e-5 * abs(a), "step %d: loss %.9g, torch %.9g" % (k + 1, c, a))
+
+
 def case_exact():
     """--qat-bn exact runs the pipeline qat_prepare_exact where the build has
     it; without it, qfold says so before any work."""
