@@ -51,7 +51,10 @@ static const qf_pipeline qf_pipeline_ptq = {
 };
 
 static const char *const qf_qat_prepare_passes[] = {"canonicalize", "qat_bn_add", NULL};
-static const char *const qf_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", NULL};
+/* qat_convert is the quantizer's (src/quant/qat_convert.c): registered by
+ * qf_quant_register_passes, which a caller of qat_finalize runs first. */
+static const char *const qf_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", "qat_convert", "dce",
+                                                     NULL};
 
 static const qf_pipeline qf_pipeline_qat_prepare = {
     .name = "qat_prepare",
@@ -61,7 +64,7 @@ static const qf_pipeline qf_pipeline_qat_prepare = {
 
 static const qf_pipeline qf_pipeline_qat_finalize = {
     .name = "qat_finalize",
-    .summary = "after QAT: remove the simulation, fold BatchNorm for real, dce",
+    .summary = "after QAT: remove the simulation, fold BatchNorm through the weight fake_quants, dce, to QDQ, dce",
     .passes = qf_qat_finalize_passes,
 };
 
