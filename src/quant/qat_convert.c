@@ -20,7 +20,9 @@
  * The graph edits are quant/qdq.h's, PTQ's. A fake_quant that never observed
  * anything (running_min still +inf) has no qparams worth writing: an error
  * naming the node, unless its qparams are fixed (the `fixed` attribute
- * qf_quant_qat_insert sets for a fixed-qparams group). Every check runs
+ * qf_quant_qat_insert sets for a fixed-qparams group); so is a simulated
+ * fusion node left in the graph. A BatchNormalization the fold left loses
+ * its internal `qfold_frozen` attribute. Every check runs
  * before the first write: a refused graph is left as it was. The opset is
  * raised to 13 (DequantizeLinear's axis).
  */
@@ -205,7 +207,13 @@ static qf_status qat_convert_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
     }
     int k = 0;
     qf_status st = QF_OK;
-    qf_graph_for_each_node(g, n) if (n->op == QF_OP_FAKE_QUANT) fqs[k++] = n;
+    qf_graph_for_each_node(g, n) {
+        if (n->op == QF_OP_FAKE_QUANT) fqs[k++] = n;
+        /* The simulation has no ONNX form: qat_bn_remove must have taken it out. */
+        if (st == QF_OK && (n->op == QF_OP_QAT_BN_WEIGHT || n->op == QF_OP_QAT_BN_OUTPUT))
+            st = qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): the simulated BatchNorm fusion is still in the graph "
+                          "(run qat_bn_remove first)", n->name, qf_op_name(n->op));
+    }
     for (int i = 0; i < nfq && st == QF_OK; i++) {
         st = qc_check(fqs[i]);
         weight[i] = qc_is_weight(fqs[i]);
@@ -234,6 +242,11 @@ static qf_status qat_convert_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
                 st = qc_bias(g, ctx, ops[i], changed);
         }
         qf_free(ops);
+    }
+    /* A BatchNormalization left unfolded keeps no internal attribute. */
+    qf_graph_for_each_node(g, n) if (st == QF_OK && n->op == QF_OP_BATCH_NORM && qf_node_attr(n, "qfold_frozen")) {
+        qf_node_remove_attr(n, "qfold_frozen");
+        *changed = true;
     }
     if (st == QF_OK && *changed && g->opset < 13) g->opset = 13;
     if (st == QF_OK && *changed) st = qf_graph_toposort(g);

@@ -14,7 +14,7 @@ target_include_directories(qat_state_tool PRIVATE ${QF_TEST_DIR})
 target_compile_options(qat_state_tool PRIVATE ${QF_WARNINGS})
 target_link_libraries(qat_state_tool PRIVATE qfold_static m)
 if(QF_PYTHON3 AND QF_NODE)
-  foreach(case convbn_obs1 convbn_nobias_obs1 convbn_obs0 convbn_w128_obs1 linearbn_obs1 linearbn_obs0
+  foreach(case convbn_obs1 convbn_nobias_obs1 convbn_obs0 convbn_w128_obs1 convtbn linearbn_obs1 linearbn_obs0
                linearbn_w128_obs0)
     add_test(NAME quant_qat_convert_torch_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_convert_torch.py --qfold $<TARGET_FILE:qat_state_tool>

@@ -238,6 +238,70 @@ def run(kind, bias, observe, wqmin=-127):
           % (t_int8.size, rel, nb, s1, 100 * f1, below, s2, s3))
 
 
+def case_convtbn():
+    """ConvTranspose2d + BN (torch 1.13 has no QAT module for it): qfold's
+    qat_finalize / qat_export on observer states made by torch's observers
+    (input, W*s per channel along axis 1, output), run by ONNX Runtime; the
+    references are qfold's internal graph (export) and the QAT output
+    (int8 model, within a few output steps)."""
+    import onnx
+    import torch
+    import torch.nn as nn
+    from torch.ao.quantization import MovingAverageMinMaxObserver, MovingAveragePerChannelMinMaxObserver
+
+    torch.manual_seed(5)
+    gen = torch.Generator().manual_seed(13)
+    fm = nn.Sequential(nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, bias=True), nn.BatchNorm2d(6))
+    randomize_bn(fm, gen)
+    fm.eval()
+    xt = torch.randn(4, 4, 5, 5, generator=gen)
+    torch.onnx.export(fm, xt, work("float.onnx"), input_names=["x"], output_names=["y"], opset_version=13,
+                      training=torch.onnx.TrainingMode.PRESERVE)
+    wname = [n for n in onnx.load(work("float.onnx")).graph.node if n.op_type == "ConvTranspose"][0].input[1]
+    bn = fm[1]
+    ws = fm[0].weight.detach() * (bn.weight / torch.sqrt(bn.running_var + bn.eps)).detach().reshape(1, -1, 1, 1)
+    obs = {"x": MovingAverageMinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_affine, quant_min=-128,
+                                            quant_max=127, eps=2.0 ** -12),
+           wname: MovingAveragePerChannelMinMaxObserver(ch_axis=1, dtype=torch.qint8, quant_min=-127, quant_max=127,
+                                                        qscheme=torch.per_channel_symmetric),
+           "y": MovingAverageMinMaxObserver(dtype=torch.qint8, qscheme=torch.per_tensor_affine, quant_min=-128,
+                                            quant_max=127, eps=2.0 ** -12)}
+    with torch.no_grad():
+        for _ in range(2):
+            xb = torch.randn(4, 4, 5, 5, generator=gen)
+            obs["x"](xb)
+            obs[wname](ws)
+            obs["y"](fm(xb))
+    state = work("state")
+    os.makedirs(state, exist_ok=True)
+    for name, o in obs.items():
+        sc, zp = o.calculate_qparams()
+        for what, t in (("scale", sc), ("zero_point", zp), ("min", o.min_val), ("max", o.max_val)):
+            np.save(os.path.join(state, "%s_fq_%s.npy" % (name, what)), t.detach().to(torch.float32).numpy().reshape(-1))
+    x = xt.numpy()
+    np.save(work("x.npy"), x)
+    p = subprocess.run([ARGS.qfold, work("float.onnx"), state, "1", work("x.npy"), work("qat.onnx"),
+                        work("final.onnx"), work("y_internal.npy"), "-128"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, "qat_state_tool failed:\n%s%s" % (p.stdout, p.stderr))
+    check("12 state tensors loaded" in p.stdout, "state not loaded:\n" + p.stdout)
+    for f in ("qat.onnx", "final.onnx"):
+        onnx.checker.check_model(onnx.load(work(f)))
+    final = onnx.load(work("final.onnx"))
+    ct = [n for n in final.graph.node if n.op_type == "ConvTranspose"][0]
+    prod = {o: n for n in final.graph.node for o in n.output}
+    check(all(prod[ct.input[i]].op_type == "DequantizeLinear" for i in range(3)), "ConvTranspose inputs not all DQ")
+    step = float(np.load(os.path.join(state, "y_fq_scale.npy"))[0])
+    y_internal = np.load(work("y_internal.npy"))
+    d_exp = np.abs(ort_run(work("qat.onnx"), x) - y_internal)
+    d_fin = np.abs(ort_run(work("final.onnx"), x) - y_internal)
+    check(d_exp.max() <= step * 1.001 and np.mean(d_exp > 1e-5) <= 0.01,
+          "qat_export (ORT) vs qfold internal: %.2f steps, %.3f%% off" % (d_exp.max() / step, 100 * np.mean(d_exp > 1e-5)))
+    check(d_fin.max() <= 4 * step * 1.001, "qat_finalize (ORT) vs qfold internal: %.2f steps" % (d_fin.max() / step))
+    print("ConvTranspose: ORT export vs internal %.2f steps (%.2f%% > 1e-5), finalized vs internal %.2f steps"
+          % (d_exp.max() / step, 100 * np.mean(d_exp > 1e-5), d_fin.max() / step))
+
+
 def case_convbn_obs1():
     run("conv", True, True)
 
