@@ -38,10 +38,10 @@ static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_qat_bn_remove,
 };
 
-/* Pipelines mirror the Neutron backend's default pass lists. qat_prepare's
- * quant_qat_insert is the quantizer's (registered by the quant layer,
- * qf_quant_register_passes: the pipeline runs once it is, with a
- * qf_quant_session in qf_pass_options.user). */
+/* Pipelines mirror the Neutron backend's default pass lists. qat_prepare
+ * (with the quantizer's quant_qat_insert) and qat_finalize (ending in its
+ * qat_convert) are the quant layer's (src/quant/quantize.c, registered by
+ * qf_quant_register_passes). */
 static const char *const qf_ptq_passes[] = {"canonicalize", "fuse_batch_norm",
                                             "fuse_batch_norm_forward", "dce", NULL};
 
@@ -51,21 +51,6 @@ static const qf_pipeline qf_pipeline_ptq = {
     .passes = qf_ptq_passes,
 };
 
-static const char *const qf_qat_prepare_passes[] = {"canonicalize", "quant_qat_insert", "qat_bn_add", NULL};
-static const char *const qf_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", NULL};
-
-static const qf_pipeline qf_pipeline_qat_prepare = {
-    .name = "qat_prepare",
-    .summary = "QAT: canonicalize, fake_quants for the target, simulate BatchNorm folded into the conv / linear "
-               "before it",
-    .passes = qf_qat_prepare_passes,
-};
-
-static const qf_pipeline qf_pipeline_qat_finalize = {
-    .name = "qat_finalize",
-    .summary = "after QAT: remove the simulation, fold BatchNorm for real, dce",
-    .passes = qf_qat_finalize_passes,
-};
 
 #define QF_COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define QF_MAX_REGISTERED 64
@@ -88,8 +73,6 @@ static void qf_reg_init_locked(void)
     if (qf_reg.init) return;
     for (int i = 0; i < QF_COUNT_OF(qf_builtin_passes); i++) qf_reg.passes[qf_reg.npasses++] = qf_builtin_passes[i];
     qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_ptq;
-    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_qat_prepare;
-    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_qat_finalize;
     qf_reg.init = true;
 }
 

@@ -12,7 +12,6 @@
 
 #include "qfold/io.h"
 #include "qfold/pass.h"
-#include "qfold/quant.h"
 #include "tools/qf_check.h"
 
 /* --- graph building helpers ------------------------------------------------------ */
@@ -173,10 +172,6 @@ static qf_graph *chain_graph(void)
 
 static void test_registry(void)
 {
-    /* A built-in pipeline may name a pass of a layer above passes (qat_prepare
-     * names the quantizer's quant_qat_insert), registered at run time as
-     * `qfold passes` and `qfold qat` do: every name must resolve once they are. */
-    REQUIRE_OK(qf_quant_register_passes());
     int np, nl;
     const qf_pass *const *ps = qf_pass_list(&np);
     const qf_pipeline *const *pl = qf_pipeline_list(&nl);
