@@ -114,7 +114,9 @@ static qf_status qf_qat_keep(const qf_graph *g, qf_cli_outputs *out, int wi)
     const char *tmp = NULL;
     qf_status st = qf_graph_toposort(copy);
     if (st == QF_OK) st = qf_graph_infer_shapes(copy);
-    if (st == QF_OK) st = qf_passes_run(copy, passes, &po, NULL);
+    qf_pass_report *rep = NULL;
+    if (st == QF_OK) st = qf_passes_run(copy, passes, &po, &rep);
+    qf_pass_report_free(rep);
     if (st == QF_OK) st = qf_cli_outputs_stage(out, wi, &tmp);
     if (st == QF_OK) st = qf_onnx_save(copy, tmp);
     qf_graph_free(copy);

@@ -98,8 +98,8 @@ def quadrant_data(n, seed):
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, 1, 12, 12)).astype(np.float32)
     y = (x[:, 0, :6, :6].mean((1, 2)) > 0).astype(np.int64) * 2 + (x[:, 0, 6:, 6:].mean((1, 2)) > 0)
-    x[:, 0, :6, :6] += np.where(y[:, None, None] >= 2, 0.4, -0.4).astype(np.float32)
-    x[:, 0, 6:, 6:] += np.where(y[:, None, None] % 2 == 1, 0.4, -0.4).astype(np.float32)
+    x[:, 0, :6, :6] += np.where(y[:, None, None] >= 2, 1.0, -1.0).astype(np.float32)
+    x[:, 0, 6:, 6:] += np.where(y[:, None, None] % 2 == 1, 1.0, -1.0).astype(np.float32)
     return x, y.astype(np.int64)
 
 
