@@ -283,7 +283,7 @@ const qf_cli_command qf_cli_cmd_qat = {
         "  --qat-bn approx|exact   the simulated fusion: PyTorch's (default) or the exact two-pass\n"
         "                      method for channels with gamma = 0 or a tiny running variance\n"
         "  --keep-qat FILE     also write the training graph (Q/DQ pairs and the simulated fusion,\n"
-        "                      as PyTorch exports a QAT model; `qfold finalize` reads it)\n" QF_TR_OPTIONS_HELP "\n"
+        "                      in the form PyTorch exports a QAT model)\n" QF_TR_OPTIONS_HELP "\n"
         "Ctrl-C stops training after the current step; the model trained so far is finalized and\n"
         "written (exit status 1). A loss that becomes NaN or infinite writes nothing (exit 2).\n",
     .fn = qf_cli_qat,

@@ -156,7 +156,10 @@ qf_status qf_qat_calibrate(qf_graph *g, const qf_data_source *data, const qf_ten
     int64_t n = data->ninputs >= 1 && data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
     if (c->calib_count < 0) return qf_error(QF_ERR_INVALID, "calibration: %lld samples", (long long)c->calib_count);
     if (c->calib_count < n) n = c->calib_count;
-    if (n < 1 || data->ninputs > 16) return QF_OK;
+    if (n < 1) return QF_OK;
+    if (data->ninputs > 16)
+        return qf_error(QF_ERR_UNSUPPORTED, "calibration: the model has %d inputs, training takes 1 to 16",
+                        data->ninputs);
     /* The first n samples: the same source with n rows. */
     qf_tensor views[16], lab;
     const qf_tensor *ptrs[16];

@@ -322,6 +322,7 @@ def case_errors():
     bad(["--calib-count"], "--calib-count", "many")
     bad(["--qat-bn", "'fast'"], "--qat-bn", "fast")
     bad(["--target", "'tpu'"], "--target", "tpu")
+    bad(["--set"], "--set", "nonsense=1")
     bad(["--loss ce"], "--loss", "mse")
     bad(["unknown option", "--bogus"], "--bogus")
     # A BatchNorm with an absurd epsilon, named.
