@@ -154,11 +154,12 @@ static qf_status qbn_saved_scale(const qf_kernel_io *io, const qbn_state *st, in
     return QF_OK;
 }
 
-/* qbn_scale, also kept in `saved` in a training forward. */
+/* qbn_scale, also kept in `saved` when there is one (a forward before a
+ * backward). */
 static qf_status qbn_scale_fwd(const qf_kernel_io *io, const qbn_state *st, int64_t c, float *std, float *s)
 {
     QF_TRY(qbn_scale(io, st, c, std, s));
-    if (io->training && io->saved) {
+    if (io->saved) {
         float *sv = io->saved;
         sv[c] = *std;
         sv[st->ch + c] = *s;

@@ -12,3 +12,10 @@ add_test(NAME torch_qat_fusion
   COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fusion_torch.py
           --tool $<TARGET_FILE:qf_qat_step> --work ${QF_TEST_WORK}/qat_fusion)
 set_tests_properties(torch_qat_fusion PROPERTIES LABELS "ref;train;qat" TIMEOUT 300)
+
+# Their backward kernels against central differences, qat_bn_stats's update.
+add_executable(test_grad_qat ${CMAKE_CURRENT_LIST_DIR}/test_grad_qat.c)
+target_compile_options(test_grad_qat PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_grad_qat PRIVATE qf_test_tools)
+add_test(NAME unit_grad_qat COMMAND test_grad_qat)
+set_tests_properties(unit_grad_qat PROPERTIES LABELS "unit;train;qat" TIMEOUT 120)

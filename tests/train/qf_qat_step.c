@@ -73,7 +73,8 @@ static int save(const char *dir, const char *what, int k, const char *name, cons
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: qf_qat_step MODEL.onnx OUTDIR [--pass NAME ...] [--frozen] [--eval] -i X.npy -t T.npy ...\n");
+        fprintf(stderr, "usage: qf_qat_step MODEL.onnx OUTDIR [--pass NAME ...] [--frozen] [--eval] "
+                        "-i X.npy -t T.npy ...\n");
         return 2;
     }
     const char *model = argv[1], *outdir = argv[2];
@@ -161,7 +162,8 @@ int main(int argc, char **argv)
         }
         rc = save(outdir, "out", k, NULL, qf_grad_plan_output(gp, 0));
         if (!eval && !rc && qf_grad_plan_backward(gp) != QF_OK) rc = fail("backward");
-        for (int i = 0; i < np && !eval && !rc; i++) rc = save(outdir, "grad", k, params[i]->name, qf_grad_plan_grad(gp, i));
+        for (int i = 0; i < np && !eval && !rc; i++)
+            rc = save(outdir, "grad", k, params[i]->name, qf_grad_plan_grad(gp, i));
         for (int i = 0; i < nb && !rc; i++) rc = save(outdir, "buf", k, bufs[i]->name, &bufs[i]->type);
     }
     qf_grad_plan_free(gp);
