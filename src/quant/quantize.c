@@ -116,6 +116,8 @@ static qf_status qz_left_float(const qf_quant_annotation *a, qf_quantize_result 
 extern const qf_pass qf_pass_quant_annotate;
 extern const qf_pass qf_pass_quant_convert;
 extern const qf_pass qf_pass_quant_lower_int8;
+extern const qf_pass qf_pass_qat_convert;
+extern const qf_pass qf_pass_qat_export;
 
 static const char *const qz_prepare_passes[] = {"quant_annotate", NULL};
 static const char *const qz_convert_passes[] = {"quant_convert", "dce", NULL};
@@ -129,13 +131,24 @@ static const qf_pipeline qz_convert = {
     .summary = "quantizer, after calibration: convert to ONNX QDQ, dce",
     .passes = qz_convert_passes,
 };
+/* After QAT: the simulation removed, BatchNorm folded for real through the
+ * weight fake_quants (fuse_batch_norm), the fake_quants to QDQ. */
+static const char *const qz_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", "qat_convert", "dce",
+                                                     NULL};
+static const qf_pipeline qz_qat_finalize = {
+    .name = "qat_finalize",
+    .summary = "after QAT: remove the simulation, fold BatchNorm through the weight fake_quants, to QDQ, dce",
+    .passes = qz_qat_finalize_passes,
+};
 
 qf_status qf_quant_register_passes(void)
 {
+    /* qat_convert / qat_export: the qat_finalize pipeline (passes layer) and
+     * qfold qat --keep-qat name them, so register before running those. */
     static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert,
-                                            &qf_pass_quant_lower_int8};
-    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert};
-    return qf_pass_register(passes, 3, pipelines, 2);
+                                            &qf_pass_quant_lower_int8, &qf_pass_qat_convert, &qf_pass_qat_export};
+    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_finalize};
+    return qf_pass_register(passes, 5, pipelines, 3);
 }
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
