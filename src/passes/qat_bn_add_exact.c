@@ -21,7 +21,9 @@
  * and momentum), the op keeps its name and reads the fake-quantized W·s
  * without its bias, and a copy of the op ("<op>_qat_batch") computes Y0 on
  * the float W for the batch statistics. W, b, γ, β, μ and σ² stay the same
- * values; qat_bn_remove puts the original chain back exactly.
+ * values; qat_bn_remove puts the original chain back exactly (a running
+ * statistic that other nodes read too is first given a copy of its own: the
+ * training forward updates it in place).
  * Guards as qat_bn_add's (the op's output has the BN as its one reader and
  * is no graph output, W under at most one fake_quant, W and b float32
  * constants, γ, β, μ, σ² float32 constants of the op's channel count,
@@ -156,8 +158,25 @@ static qf_status qx_apply(qf_graph *g, qf_pass_ctx *ctx, qat_exact *a)
         if (p->attrs[i].type == QF_ATTR_TENSOR)
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): tensor attribute '%s' cannot be copied", p->name,
                             qf_op_label(p), p->attrs[i].name);
-    qf_value *gamma = bn->inputs[QF_BN_IN_SCALE], *mean = bn->inputs[QF_BN_IN_MEAN], *var = bn->inputs[QF_BN_IN_VAR];
     char name[512];
+    /* Training updates mean and var in place: each must be a buffer that
+     * the BN alone reads (torch.onnx.export merges equal initializers: a
+     * fresh BN's running variance may be its scale as well). A shared one
+     * gets a copy of its own, as the trainer gives a plain BN. */
+    for (int i = QF_BN_IN_MEAN; i <= QF_BN_IN_VAR; i++) {
+        qf_value *v = bn->inputs[i];
+        if (v->nuses == 1 && !v->is_output) continue;
+        qf_tensor t;
+        QF_TRY(qf_tensor_copy(&t, &v->type));
+        snprintf(name, sizeof name, "%.480s_%s", bn->name, i == QF_BN_IN_MEAN ? "running_mean" : "running_var");
+        qf_value *own = qf_graph_add_constant(g, name, QF_VALUE_BUFFER, &t);
+        if (!own) {
+            qf_tensor_free(&t);
+            return QF_ERR_NOMEM;
+        }
+        QF_TRY(qf_node_set_input(g, bn, i, own));
+    }
+    qf_value *gamma = bn->inputs[QF_BN_IN_SCALE], *mean = bn->inputs[QF_BN_IN_MEAN], *var = bn->inputs[QF_BN_IN_VAR];
     /* Y0 = op(x, W): the batch statistics' pass, on the float weight. */
     snprintf(name, sizeof name, "%.480s_qat_batch", p->name);
     qf_value *pin[2] = {p->inputs[0], a->w};

@@ -372,6 +372,39 @@ static void test_exact_bad_bn(void)
     }
 }
 
+/* A running mean that is also the BN's shift (torch.onnx.export merges
+ * equal initializers): the exact form updates its own copy, beta stays
+ * beta; add then remove is still bit-identical. */
+static void test_exact_shared_stat(void)
+{
+    qcase c = {"shared running mean", QF_OP_CONV, 1, true, false, 1e-5f, true};
+    qf_tensor x = {0}, y0 = {0}, y1 = {0};
+    qf_graph *g = build(&c, &x);
+    REQUIRE(g, "build: %s", qf_error_message());
+    qf_node *bn = qf_graph_find_node(g, "bn");
+    qf_value *beta = qf_graph_find_value(g, "beta");
+    REQUIRE_OK(qf_node_set_input(g, bn, 3, beta));
+    REQUIRE_OK(run(g, &x, &y0));
+    qf_pass_report *r = NULL;
+    const char *add[] = {"qat_bn_add_exact", NULL}, *rm[] = {"qat_bn_remove", NULL};
+    CHECK_OK(qf_passes_run(g, add, &(qf_pass_options){.verify = true}, &r));
+    qf_pass_report_free(r);
+    const qf_node *sn = qf_graph_find_node(g, "bn_qat_stats");
+    REQUIRE(sn, "no bn_qat_stats");
+    const qf_value *m = sn->inputs[1];
+    CHECKF(m != beta && m->kind == QF_VALUE_BUFFER && m->nuses == 2 &&
+               !memcmp(m->type.data, beta->type.data, qf_tensor_nbytes(&beta->type)),
+           "the running mean is not a copy of its own");
+    CHECK_OK(qf_passes_run(g, rm, &(qf_pass_options){.verify = true}, &r));
+    qf_pass_report_free(r);
+    REQUIRE_OK(run(g, &x, &y1));
+    CHECK(!memcmp(y0.data, y1.data, qf_tensor_nbytes(&y0)));
+    qf_tensor_free(&x);
+    qf_tensor_free(&y0);
+    qf_tensor_free(&y1);
+    qf_graph_free(g);
+}
+
 int main(void)
 {
     qf_set_engine(QF_ENGINE_REF);
@@ -380,5 +413,6 @@ int main(void)
     RUN(test_remove_leaves_foreign_exact);
     RUN(test_remove_leaves_onnx_chain);
     RUN(test_exact_bad_bn);
+    RUN(test_exact_shared_stat);
     return qf_check_report();
 }
