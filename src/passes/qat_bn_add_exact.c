@@ -28,7 +28,7 @@
  * is no graph output, W under at most one fake_quant, W and b float32
  * constants, γ, β, μ, σ² float32 constants of the op's channel count,
  * linear's output is rank 2). A BN that passes them with an epsilon or a
- * momentum that is missing or absurd (epsilon not in (0, 1], momentum not
+ * momentum that is missing or absurd (epsilon not in (0, 0.5], momentum not
  * in [0, 1]) is an error naming the node: the simulation would train with
  * statistics the model was not built for.
  */
@@ -119,8 +119,8 @@ static qf_status qx_bn_attrs(const qf_node *bn, float *eps, float *momentum)
     if (!m || m->type != QF_ATTR_FLOAT)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): no momentum attribute: QAT needs the momentum of its "
                         "running statistics", bn->name, qf_op_label(bn));
-    if (!(e->f > 0.0f && e->f <= 1.0f))
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): epsilon %g is not in (0, 1]", bn->name, qf_op_label(bn),
+    if (!(e->f > 0.0f && e->f <= 0.5f))
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): epsilon %g is not in (0, 0.5]", bn->name, qf_op_label(bn),
                         e->f);
     if (!(m->f >= 0.0f && m->f <= 1.0f))
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): momentum %g is not in [0, 1] (ONNX's: 1 - PyTorch's)",

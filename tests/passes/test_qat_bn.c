@@ -344,9 +344,9 @@ static void test_exact_bad_bn(void)
         const char *msg;
     } bad[] = {{"epsilon", NAN, "node 'bn' (BatchNormalization): no epsilon attribute"},
                {"momentum", NAN, "node 'bn' (BatchNormalization): no momentum attribute"},
-               {"epsilon", 0.0f, "node 'bn' (BatchNormalization): epsilon 0 is not in (0, 1]"},
-               {"epsilon", -1e-5f, "node 'bn' (BatchNormalization): epsilon -1e-05 is not in (0, 1]"},
-               {"epsilon", INFINITY, "node 'bn' (BatchNormalization): epsilon inf is not in (0, 1]"},
+               {"epsilon", 0.0f, "node 'bn' (BatchNormalization): epsilon 0 is not in (0, 0.5]"},
+               {"epsilon", -1e-5f, "node 'bn' (BatchNormalization): epsilon -1e-05 is not in (0, 0.5]"},
+               {"epsilon", INFINITY, "node 'bn' (BatchNormalization): epsilon inf is not in (0, 0.5]"},
                {"momentum", 1.5f, "node 'bn' (BatchNormalization): momentum 1.5 is not in [0, 1]"},
                {"momentum", -0.1f, "node 'bn' (BatchNormalization): momentum -0.1 is not in [0, 1]"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
