@@ -25,6 +25,7 @@ extern const qf_pass qf_pass_decompose_batch_norm;
 extern const qf_pass qf_pass_dce;
 extern const qf_pass qf_pass_fold_constants;
 extern const qf_pass qf_pass_qat_bn_add;
+extern const qf_pass qf_pass_qat_bn_add_exact;
 extern const qf_pass qf_pass_qat_bn_remove;
 
 static const qf_pass *const qf_builtin_passes[] = {
@@ -35,6 +36,7 @@ static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_decompose_batch_norm,
     &qf_pass_dce,
     &qf_pass_qat_bn_add,
+    &qf_pass_qat_bn_add_exact,
     &qf_pass_qat_bn_remove,
 };
 
