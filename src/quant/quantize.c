@@ -135,7 +135,8 @@ qf_status qf_quant_register_passes(void)
     static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert,
                                             &qf_pass_quant_lower_int8};
     static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert};
-    return qf_pass_register(passes, 3, pipelines, 2);
+    QF_TRY(qf_pass_register(passes, 3, pipelines, 2));
+    return qf_quant_finalize_register();
 }
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
