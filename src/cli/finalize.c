@@ -261,7 +261,7 @@ static int qf_cli_finalize(int argc, char **argv)
 
 const qf_cli_command qf_cli_cmd_finalize = {
     .name = "finalize",
-    .summary = "a QAT model exported from PyTorch: fold BatchNorm through the fake-quant, write int8 QDQ",
+    .summary = "a model trained with fake-quant in PyTorch (ONNX export): fold BatchNorm through it, write int8 QDQ",
     .usage = "qfold finalize IN.onnx -o OUT.onnx [--target neutron|generic] [--report R.json] [--verify] [-v]",
     .details =
         "IN is a quantization-aware-trained model as PyTorch 1.13 exports it (prepare_qat_fx\n"

@@ -10,3 +10,17 @@ if(QF_PYTHON3 AND QF_NODE)
     set_tests_properties(finalize_${case} PROPERTIES LABELS "quant;finalize" TIMEOUT 300)
   endforeach()
 endif()
+
+# The finalized models run in qfold's integer executor: every Conv / Gemm group
+# is lowered to an integer conv (test_lower: counts and both requantizations).
+if(QF_PYTHON3 AND QF_NODE AND TARGET test_lower)
+  foreach(spec "convbnrelu;2;1" "depthwise;3;1" "linearbn;0;2")
+    list(GET spec 0 m)
+    list(GET spec 1 nconv)
+    list(GET spec 2 ngemm)
+    set_tests_properties(finalize_${m} PROPERTIES FIXTURES_SETUP finalized_${m})
+    add_test(NAME finalize_lower_${m} COMMAND test_lower ${QF_TEST_WORK}/finalize/${m}/final.onnx ${nconv} ${ngemm})
+    set_tests_properties(finalize_lower_${m} PROPERTIES FIXTURES_REQUIRED finalized_${m} LABELS "quant;finalize"
+                         TIMEOUT 60)
+  endforeach()
+endif()
