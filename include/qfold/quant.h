@@ -335,7 +335,8 @@ qf_status qf_quant_register_passes(void);
  *   ... fs.weights: the model's weight ranges, for a comparison with a profile ...
  *   qf_quant_finalize_session_free(&fs);
  *
- * Pipeline finalize = canonicalize -> qat_fold_exported -> dce. The pass
+ * Pipeline finalize = qat_fold_exported -> dce (Identity chains torch writes
+ * before a zero point are read through, then go as dead code). The pass
  * (src/quant/qat_fold_exported.c) folds torch's simulated Conv / Gemm +
  * BatchNorm chains (op(QDQ(W*s)) -> Div(s) -> [Add(b)] -> BN, or op(QDQ(W))
  * -> BN) through the weight's Q / DQ, writes every fake-quantized weight as

@@ -3,7 +3,7 @@
  * A QAT model exported from PyTorch 1.13 (prepare_qat_fx with FakeQuantize
  * modules, observers disabled, eval(), torch.onnx.export at opset 13), or by
  * `qfold qat --keep-qat`, becomes the folded int8 QDQ model `qfold quantize`
- * writes: the pipeline finalize (canonicalize -> qat_fold_exported -> dce).
+ * writes: the pipeline finalize (qat_fold_exported -> dce).
  * The weights keep the range the model was trained with (torch's exporter
  * takes [-128, 127] only); where that differs from the target profile's the
  * summary and the report say so, weight by weight. */
@@ -268,13 +268,14 @@ const qf_cli_command qf_cli_cmd_finalize = {
         "with FakeQuantize modules, observers disabled, eval(), torch.onnx.export at opset\n"
         "13) or as `qfold qat --keep-qat` writes it: QuantizeLinear -> DequantizeLinear on\n"
         "activations and weights, ConvBn / LinearBn as op -> Div(s) -> [Add(b)] ->\n"
-        "BatchNormalization. Runs the pipeline finalize (canonicalize, qat_fold_exported,\n"
-        "dce): the Div / Add / BatchNorm chain is folded into the op through the weight's\n"
-        "fake-quant (channels whose folded factor is exactly 1 keep the trained int8 grid,\n"
-        "the others get a new symmetric scale), every weight becomes an int8 initializer ->\n"
-        "DequantizeLinear (per channel with its axis), every conv / Gemm bias an int32 at\n"
-        "s_in * s_w, uint8 activation pairs int8 ones (the same grid). The output has the\n"
-        "form `qfold quantize` writes. Weights keep the range they were trained with (torch's\n"
+        "BatchNormalization. Runs the pipeline finalize (qat_fold_exported, dce): the\n"
+        "Div / Add / BatchNorm chain is folded into the op through the weight's fake-quant\n"
+        "(channels whose folded factor is exactly 1, as in every PyTorch export, keep the\n"
+        "trained int8 grid; per-channel weights keep their int8 values at a scaled scale\n"
+        "otherwise, per-tensor ones get a new symmetric grid), every weight becomes an int8\n"
+        "initializer -> DequantizeLinear (per channel with its axis), every conv / Gemm bias\n"
+        "an int32 at s_in * s_w, uint8 activation pairs int8 ones (the same grid). The output\n"
+        "has the form `qfold quantize` writes. Weights keep the range they were trained with (torch's\n"
         "exporter only takes [-128, 127]); each weight whose range or granularity differs\n"
         "from the target's is named on stderr and in the report. A fake-quant pattern qfold\n"
         "does not know (a non-constant scale, a Div by a non-constant, a BatchNorm in training\n"

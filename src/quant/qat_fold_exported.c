@@ -830,7 +830,7 @@ const qf_pass qf_pass_qat_fold_exported = {
     .run = fx_run,
 };
 
-static const char *const fx_finalize_passes[] = {"canonicalize", "qat_fold_exported", "dce", NULL};
+static const char *const fx_finalize_passes[] = {"qat_fold_exported", "dce", NULL};
 static const qf_pipeline fx_finalize = {
     .name = "finalize",
     .summary = "a QAT model exported by PyTorch (or qfold qat --keep-qat) to the folded int8 QDQ form",

@@ -4,7 +4,7 @@
     tests/ref/torch_qat_export.py QFOLD NODE ORT_RUN WORKDIR CASE
 
 CASE is a model (convbn, convbnrelu, linearbn, depthwise) or a bad input
-(bad_scale, bad_div, bad_bn_training, bad_var, bad_nan, bad_zero_point).
+(bad_scale, bad_div, bad_bn_training, bad_var, bad_nan, bad_zero_point, bad_float).
 
 A model case builds a small network on a Fashion-MNIST slice with BatchNorm
 statistics, gamma and beta randomized (a fresh BN is the identity and every
@@ -423,11 +423,23 @@ def edit(m, case):
 
 
 def bad_case(qfold, work, case):
+    if case == "bad_float":
+        # a float model (no Q / DQ at all): not a QAT export
+        model = build("convbn").eval()
+        randomize_bn(model, torch.Generator().manual_seed(1))
+        path = os.path.join(work, "bad_float.onnx")
+        torch.onnx.export(model, torch.zeros(1, 1, 28, 28), path, opset_version=13)
+        return expect_bad(qfold, work, case, path, os.path.basename(path))
     qat, _, _, _ = make("convbnrelu", work, steps=2)  # trained qparams are not the point here
     m = onnx.load(qat)
     node = edit(m, case)
     bad = os.path.join(work, f"{case}.onnx")
     onnx.save(m, bad)
+    return expect_bad(qfold, work, case, bad, node)
+
+
+def expect_bad(qfold, work, case, bad, node):
+    """Exit 2, one line on stderr naming `node`, nothing written."""
     out = os.path.join(work, f"{case}_out.onnx")
     if os.path.exists(out):
         os.remove(out)
