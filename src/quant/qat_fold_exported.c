@@ -304,6 +304,7 @@ static qf_status fx_write_weight(qf_graph *g, fx_weight *w, const int8_t *qv, co
     /* The old pair reads nothing any more: remove it and its constants. */
     qf_value *ins[6] = {0};
     int nin = 0;
+    if (dqo->nuses || dqo->is_output) return QF_OK; /* left to dce */
     for (int i = 0; i < w->dq->ninputs && nin < 3; i++) ins[nin++] = w->dq->inputs[i];
     qf_graph_remove_node(g, w->dq);
     if (!w->q->outputs[0]->nuses && !w->q->outputs[0]->is_output) {
