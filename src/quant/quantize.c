@@ -160,7 +160,8 @@ qf_status qf_quant_register_passes(void)
                                             &qf_pass_quant_lower_int8, &qf_pass_qat_convert, &qf_pass_qat_export,
                                             &qf_pass_quant_qat_insert};
     static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_prepare, &qz_qat_finalize};
-    return qf_pass_register(passes, 6, pipelines, 4);
+    QF_TRY(qf_pass_register(passes, 6, pipelines, 4));
+    return qf_quant_finalize_register();
 }
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
