@@ -616,11 +616,28 @@ static qf_status fx_chain_apply(qf_graph *g, qf_pass_ctx *ctx, fx_chain *c, qf_q
         double cb = ob ? (double)fx_at(ob, k) : 0.0, ab = c->b ? (double)fx_at(c->b, k) : 0.0;
         ((float *)bt.data)[k] = (float)(cb * f[k] + (ab - a.mean[k]) * a.scale[k] + a.beta[k]);
     }
+    /* The fold's diagnostics (bn_math.h), over the folded int8 weight's
+     * per-channel ranges max |s_w' * q|. */
+    double *ranges = qf_calloc((size_t)ch, sizeof *ranges);
+    char *diag = NULL;
+    if (ranges) {
+        int64_t outer, wch, inner;
+        fx_layout(&c->w.w->type, c->w.out_axis, &outer, &wch, &inner);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t k = 0; k < ch; k++)
+                for (int64_t i = 0; i < inner; i++) {
+                    double r = fabs((double)wf.q[(o * ch + k) * inner + i] * wf.scale[nsc == 1 ? 0 : k]);
+                    ranges[k] = r > ranges[k] ? r : ranges[k];
+                }
+        diag = qf_bn_diag_json(&a, ranges, ch);
+    }
+    qf_free(ranges);
     const char *how = c->div ? (c->add ? "Div, Add" : "Div") : (c->add ? "Add" : "");
-    qf_pass_rewrite_as(ctx, c->bn, QF_PASS_FOLDED, NULL,
+    qf_pass_rewrite_as(ctx, c->bn, QF_PASS_FOLDED, diag,
                        "folded%s%s into '%s' through its weight fake-quant: of %lld channels %d keep the trained "
                        "int8 grid (factor exactly 1), %d its int8 values at a scaled scale, %d a new grid",
                        *how ? " with " : "", how, c->op->name, (long long)ch, wf.kept, wf.scaled, wf.requant);
+    qf_free(diag);
     /* The rewrite: BN, Add, Div out (their readers read the op), then the
      * weight and the bias. */
     char wname[400];
