@@ -732,16 +732,45 @@ static bool fx_alive(const qf_graph *g, const qf_node *n)
     return false;
 }
 
+/* torch.onnx.export(..., do_constant_folding=False) writes the constant
+ * computations of the simulated fusion as nodes: W * Reshape(gamma /
+ * Sqrt(var + eps)) under the weight's Q, Reshape(...) as the Div's divisor,
+ * Cast / Identity before a zero point. Import leaves those reading an
+ * initializer that others read too (the BN reads var): fold every node whose
+ * inputs are all constants here (not Q / DQ), with qfold's float32 kernels,
+ * the arithmetic torch ran, so that W*s and s come out as torch computed
+ * them. Semantics-preserving, so done before the checks. */
+static qf_status fx_fold_constants(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    bool again = true;
+    while (again) {
+        again = false;
+        qf_graph_for_each_node(g, n) {
+            if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE || n->ninputs == 0) continue;
+            bool all = true;
+            for (int i = 0; i < n->ninputs && all; i++) all = !n->inputs[i] || qf_value_is_const(n->inputs[i]);
+            if (!all) continue;
+            qf_pass_rewrite_as(ctx, n, QF_PASS_FOLDED, NULL, "constant computation folded (an export without "
+                                                             "constant folding)");
+            QF_TRY(qf_graph_fold_node(g, n));
+            *changed = again = true;
+            break; /* the node list changed */
+        }
+    }
+    return QF_OK;
+}
+
 static qf_status fx_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
-    *changed = false;
     qf_quant_finalize_session *s = qf_pass_user(ctx);
     int nbn = 0, nqdq = 0, nop = 0, nq = 0;
     qf_node **bns = NULL, **qdqs = NULL, **ops = NULL, **qs = NULL;
     fx_chain *chains = NULL;
     bool *skip = NULL;
     qf_status st = QF_OK;
+    *changed = false;
     QF_TRY(qf_graph_toposort(g));
+    QF_TRY(fx_fold_constants(g, ctx, changed));
     if (!(bns = fx_nodes(g, fx_is_bn, &nbn)) || !(qdqs = fx_nodes(g, fx_is_qdq, &nqdq)) ||
         !(ops = fx_nodes(g, fx_is_weighted_op, &nop))) {
         st = QF_ERR_NOMEM;
