@@ -419,6 +419,10 @@ static qf_status fx_chain_match(const qf_graph *g, qf_node *bn, fx_chain *c, boo
                         bn->name);
     char bwhy[160];
     if (qf_bn_check(g, bn, bwhy, sizeof bwhy)) return qf_error(QF_ERR_INVALID, "BatchNormalization '%s': %s", bn->name, bwhy);
+    float eps = qf_node_attr_float(bn, "epsilon", 1e-5f);
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return qf_error(QF_ERR_INVALID, "BatchNormalization '%s': epsilon %g is not a non-negative number", bn->name,
+                        (double)eps);
     qf_bn_affine a; /* var + eps <= 0, NaN statistics: an error now, before any write */
     QF_TRY(qf_bn_affine_init(&a, bn));
     qf_bn_affine_free(&a);

@@ -5,7 +5,7 @@
 
 CASE is a model (convbn, convbnrelu, linearbn, depthwise; nofold: convbnrelu exported
 without constant folding; no_div, no_div_linear: the Div removed, a fold factor != 1) or a bad input
-(bad_scale, bad_div, bad_bn_training, bad_var, bad_nan, bad_zero_point, bad_float).
+(bad_scale, bad_div, bad_bn_training, bad_eps, bad_var, bad_nan, bad_zero_point, bad_float).
 
 A model case builds a small network on a Fashion-MNIST slice with BatchNorm
 statistics, gamma and beta randomized (a fresh BN is the identity and every
@@ -405,6 +405,11 @@ def edit(m, case):
         return div.name
     if case == "bad_bn_training":
         bn.output.extend(["bn_mean_out", "bn_var_out"])
+        return bn.name
+    if case == "bad_eps":
+        for a in bn.attribute:
+            if a.name == "epsilon":
+                a.f = -0.5
         return bn.name
     if case == "bad_var":
         t = inits[bn.input[4]]
