@@ -5,7 +5,7 @@
 
 CASE is a model (convbn, convbnrelu, linearbn, depthwise; nofold: convbnrelu exported
 without constant folding; no_div, no_div_linear: the Div removed, a fold factor != 1) or a bad input
-(bad_scale, bad_div, bad_bn_training, bad_eps, bad_var, bad_nan, bad_zero_point, bad_float).
+(bad_scale, bad_qdq_mismatch, bad_div, bad_div_zero, bad_bn_training, bad_eps, bad_var, bad_nan, bad_zero_point, bad_float).
 
 A model case builds a small network on a Fashion-MNIST slice with BatchNorm
 statistics, gamma and beta randomized (a fresh BN is the identity and every
@@ -406,6 +406,17 @@ def edit(m, case):
     if case == "bad_bn_training":
         bn.output.extend(["bn_mean_out", "bn_var_out"])
         return bn.name
+    if case == "bad_qdq_mismatch":
+        sc = numpy_helper.to_array(inits[q.input[1]]).copy() * 2
+        g.initializer.append(numpy_helper.from_array(sc, "dq_scale_other"))
+        dq.input[1] = "dq_scale_other"
+        return q.name
+    if case == "bad_div_zero":
+        t = inits[div.input[1]]
+        v = numpy_helper.to_array(t).copy()
+        v.flat[2] = 0.0
+        t.CopyFrom(numpy_helper.from_array(v, t.name))
+        return div.name
     if case == "bad_eps":
         for a in bn.attribute:
             if a.name == "epsilon":
