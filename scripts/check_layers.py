@@ -43,6 +43,7 @@ PUBLIC = {
     "pass.h": "passes",
     "quant.h": "quant",
     "train.h": "train",
+    "qat.h": "train",
     "io.h": "io",
 }
 

@@ -114,6 +114,10 @@ struct qf_graph {
 /* --- life cycle ---------------------------------------------------------- */
 qf_status qf_graph_init(qf_graph **out);
 void qf_graph_free(qf_graph *g);
+/* A deep copy of g in *out: inputs, constants (payloads copied, owned),
+ * nodes in g's list order with their attributes, outputs, the same names
+ * and recorded shapes (src/ir/clone.c). Value and node ids may differ. */
+qf_status qf_graph_clone(const qf_graph *g, qf_graph **out);
 
 /* Copy a string into the graph's arena (NULL on out-of-memory). */
 const char *qf_graph_strdup(qf_graph *g, const char *s);

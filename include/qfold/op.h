@@ -148,6 +148,12 @@ extern "C" {
     X(QAT_BN_OUTPUT, qat_bn_output, NULL, "", 3, 4, 1, 1,                             \
       (DATA, BN_SCALE, BN_STAT, BIAS),                                                \
       (A(epsilon,FLOAT)))                                                             \
+    X(QAT_BN_STATS, qat_bn_stats, NULL, "", 3, 4, 1, 1,                               \
+      (DATA, BN_STAT, BN_STAT, BIAS),                                                 \
+      (A(momentum,FLOAT) A(qfold_frozen,INT)))                                        \
+    X(QAT_BN_EXACT, qat_bn_exact, NULL, "", 6, 7, 1, 1,                               \
+      (DATA, BN_SCALE, BN_SHIFT, BN_STAT, BN_STAT),                                   \
+      (A(epsilon,FLOAT) A(momentum,FLOAT) A(qfold_frozen,INT)))                       \
     X(MAX_POOL, max_pool, "MaxPool", "", 1, 1, 1, 2,                                  \
       (DATA),                                                                         \
       (A(auto_pad,STRING) A(ceil_mode,INT) A(dilations,INTS) A(kernel_shape,INTS)     \

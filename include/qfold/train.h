@@ -118,6 +118,9 @@ typedef struct qf_train_config {
     bool shuffle;          /* off: the data in file order every epoch */
     double clip_norm;      /* > 0: clip gradients to this global norm */
     const char *const *freeze; /* parameter names kept fixed (NULL-terminated; may be NULL) */
+    bool forward_only;     /* each step is the training forward alone (BN and fake_quant update their
+                              buffers; no backward, no optimizer step, lr reported as 0): QAT's
+                              calibration of the observers */
     qf_train_step_fn on_step;
     qf_train_epoch_fn on_epoch;
     void *ud;

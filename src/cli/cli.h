@@ -31,6 +31,7 @@
     X(finalize)            \
     X(eval)                \
     X(train)               \
+    X(qat)                 \
     X(passes)
 
 enum { QF_EXIT_OK = 0, QF_EXIT_FAIL = 1, QF_EXIT_USAGE = 2 };
@@ -124,6 +125,18 @@ struct qf_npy_file;
 struct qf_value;
 qf_status qf_cli_npy_check_finite(const char *what, const char *path, const struct qf_value *v,
                                   struct qf_npy_file *f);
+/* The target profile (NULL: neutron) with the --set RULE=VALUE overrides
+ * applied into *p; a usage error (printed) for an unknown target or rule
+ * (quantize.c: `qfold quantize` and `qfold qat`). */
+struct qf_quant_profile;
+int qf_cli_quant_profile(const char *target, const char *const *sets, int nsets, struct qf_quant_profile *p);
+/* Top-1 hits of g's first output (class scores [N, classes]) over the samples
+ * of src against labels (int64 [N]), in batches of `batch` (eval.c: as `qfold
+ * eval` counts them). */
+struct qf_graph;
+struct qf_data_source;
+qf_status qf_cli_top1(struct qf_graph *g, const struct qf_data_source *src, const int64_t *labels, int64_t batch,
+                      int64_t *top1);
 /* Write what `print(f, ctx)` prints to `path` through a temporary file in the
  * same directory + rename, so a failure never leaves a truncated file. */
 qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void *ctx),

@@ -99,6 +99,19 @@ static qf_status qf_eval_model(const qf_eval_args *ea, const char *path, const q
     return st;
 }
 
+qf_status qf_cli_top1(qf_graph *g, const qf_data_source *src, const int64_t *labels, int64_t batch, int64_t *top1)
+{
+    qf_eval_result r = {.path = "the model", .labels = labels};
+    r.n = src->inputs[0]->ndim >= 1 ? src->inputs[0]->dims[0] : 0;
+    r.pred = qf_calloc((size_t)(r.n ? r.n : 1), sizeof *r.pred);
+    if (!r.pred) return QF_ERR_NOMEM;
+    qf_batch_options bo = {.batch = batch, .on_batch = qf_eval_batch, .ud = &r};
+    qf_status st = qf_run_source(g, src, &bo);
+    qf_free(r.pred);
+    *top1 = r.top1;
+    return st;
+}
+
 static double pct(int64_t k, int64_t n) { return n ? 100.0 * (double)k / (double)n : 0.0; }
 
 static void qf_eval_print(const qf_eval_args *ea, const qf_eval_result *r, int nr)

@@ -113,18 +113,18 @@ static int qf_qz_outputs(const qf_qz_args *qa, qf_cli_outputs *out)
     return rc;
 }
 
-/* The target profile with the --set overrides applied. */
-static int qf_qz_profile(const qf_qz_args *qa, qf_quant_profile *p)
+/* The target profile with the --set overrides applied (also `qfold qat`'s). */
+int qf_cli_quant_profile(const char *target, const char *const *sets, int nsets, qf_quant_profile *p)
 {
-    const char *name = qa->target ? qa->target : "neutron";
+    const char *name = target ? target : "neutron";
     const qf_quant_profile *base = qf_quant_profile_find(name);
     if (!base) {
         const char *const *names = qf_quant_profile_names();
         return qf_cli_error(QF_EXIT_USAGE, "unknown --target '%s' (targets: %s, %s)", name, names[0], names[1]);
     }
     *p = *base;
-    for (int i = 0; i < qa->nsets; i++) {
-        qf_status st = qf_quant_profile_set(p, qa->sets[i]);
+    for (int i = 0; i < nsets; i++) {
+        qf_status st = qf_quant_profile_set(p, sets[i]);
         if (st != QF_OK) return qf_cli_error(QF_EXIT_USAGE, "--set: %s", qf_error_message());
     }
     return QF_EXIT_OK;
@@ -399,7 +399,7 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_qz_args qa = {0};
     int rc = qf_qz_parse(argc, argv, &qa);
     qf_quant_profile p;
-    if (rc == QF_EXIT_OK) rc = qf_qz_profile(&qa, &p);
+    if (rc == QF_EXIT_OK) rc = qf_cli_quant_profile(qa.target, qa.sets, qa.nsets, &p);
     if (rc != QF_EXIT_OK) return rc;
     qf_cli_outputs out;
     qf_cli_outputs_init(&out);

@@ -9,7 +9,8 @@
  * output) read instead; the members of a shared-qparams group read one set
  * of buffers (scale, zero point, running min / max: [fq*] above updates the
  * same ones as the MaxPool input's), as torch shares one observer; a fixed
- * group's fake_quant does not observe. Activations: the profile's
+ * group's fake_quant does not observe (and carries `fixed` = 1: qat_convert
+ * accepts its never-observed running range). Activations: the profile's
  * activation format, per tensor, moving-average min / max with averaging
  * constant 0.01, the profile's min_scale as the smallest scale. Weights: a
  * fake_quant per channel (the qspec's axis) or per tensor, symmetric, the
@@ -23,6 +24,7 @@
 #include <string.h>
 
 #include "qfold/quant.h"
+#include "qfold/schema.h"
 
 #define QAT_AVERAGING 0.01f
 
@@ -105,6 +107,8 @@ qf_status qf_quant_qat_insert(qf_graph *g, qf_quant_annotation *a, const qf_quan
                 st = qat_make_bufs(g, g->values[r]->name, 1, fixed ? rs->fixed.scale : 1.0f,
                                    fixed ? (float)rs->fixed.zero_point : 0.0f, &group[r]);
             if (st == QF_OK) st = qat_insert(g, v, &group[r], &p->activation, -1, p->min_scale, !fixed, &fq);
+            /* qat_convert: its qparams are given, not observed. */
+            if (st == QF_OK && fixed) st = qf_node_set_attr_int(g, fq, "fixed", 1);
         }
         if (st == QF_OK) made++;
     }
@@ -112,3 +116,50 @@ qf_status qf_quant_qat_insert(qf_graph *g, qf_quant_annotation *a, const qf_quan
     if (count) *count = made;
     return st;
 }
+
+/* --- the pass ------------------------------------------------------------------ */
+
+/* quant_qat_insert: the QAT annotation and its fake_quants, for the
+ * session's profile (qf_pass_options.user, as quant_annotate). A model in
+ * which the profile quantizes nothing is refused: QAT would train a float
+ * model and finalize could write no int8 model from it. */
+static qf_status quant_qat_insert_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    *changed = false;
+    qf_quant_session *s = qf_pass_user(ctx);
+    if (!s || !s->profile)
+        return qf_error(QF_ERR_INVALID, "pass 'quant_qat_insert' needs a quantization session (qfold qat)");
+    qf_quant_annotation_free(s->annotation);
+    s->annotation = NULL;
+    QF_TRY(qf_quant_annotate_qat(g, s->profile, &s->annotation));
+    qf_quant_annotation *a = s->annotation;
+    for (int i = 0; i < a->nskips; i++) qf_pass_skip(ctx, a->skips[i].node, "left in float: %s", a->skips[i].reason);
+    int made = 0;
+    QF_TRY(qf_quant_qat_insert(g, a, s->profile, &made));
+    if (!made || !a->nquantized) {
+        if (a->nskips)
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): left in float (%s), and nothing else in the model is "
+                            "quantized for target '%s': nothing to train for QAT",
+                            a->skips[0].node->name, qf_op_label(a->skips[0].node), a->skips[0].reason, s->profile->name);
+        return qf_error(QF_ERR_UNSUPPORTED, "the model has nothing target '%s' quantizes (no conv, linear or "
+                        "activation pattern): nothing to train for QAT", s->profile->name);
+    }
+    /* One report line per fake_quant made, on the node it was made as. */
+    qf_graph_for_each_node(g, n)
+    {
+        if (n->op != QF_OP_FAKE_QUANT || !n->inputs[0]) continue;
+        const qf_value *v = n->inputs[0];
+        bool weight = qf_value_is_const(v);
+        qf_pass_rewrite(ctx, n, NULL, "fake_quant on %s '%s'%s", weight ? "weight" : "activation", v->name,
+                        qf_tensor_numel(&n->inputs[1]->type) > 1 ? " (per channel)" : "");
+    }
+    *changed = true;
+    return QF_OK;
+}
+
+const qf_pass qf_pass_quant_qat_insert = {
+    .name = "quant_qat_insert",
+    .summary = "QAT: annotate for the target (BatchNorm inside its conv / linear's pattern) and insert fake_quants "
+               "with moving-average observers",
+    .run = quant_qat_insert_run,
+};

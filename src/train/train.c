@@ -324,6 +324,22 @@ static qf_status qf_train_make_writable(qf_value *v)
  * here, a copy of the tensor, named as the Identity's output was (the name
  * torch gave the statistic); the Identity goes when nothing else reads it.
  * A statistic computed by other nodes is refused. */
+/* v, a BatchNorm's running statistic, is a buffer that the BN alone
+ * updates: the BN reads it once, and every other reader is QAT's simulated
+ * fusion (qat_bn_weight / qat_bn_output read the running variance and must
+ * see each update, as PyTorch's ConvBn2d reads bn.running_var). */
+static bool qf_train_bn_stat_own(const qf_value *v)
+{
+    if (v->kind != QF_VALUE_BUFFER || !v->type.data) return false;
+    int bn_reads = 0;
+    for (int u = 0; u < v->nuses; u++) {
+        qf_op op = v->uses[u].node->op;
+        if (op == QF_OP_BATCH_NORM) bn_reads++;
+        else if (op != QF_OP_QAT_BN_WEIGHT && op != QF_OP_QAT_BN_OUTPUT) return false;
+    }
+    return bn_reads == 1;
+}
+
 static qf_status qf_train_own_bn_stats(qf_graph *g)
 {
     static const char *const what[5] = {"", "scale", "shift", "running mean", "running variance"};
@@ -332,7 +348,7 @@ static qf_status qf_train_own_bn_stats(qf_graph *g)
         if (n->op != QF_OP_BATCH_NORM || n->ninputs < 5) continue;
         for (int i = 3; i < 5; i++) {
             qf_value *v = n->inputs[i];
-            if (!v || (v->kind == QF_VALUE_BUFFER && v->type.data && v->nuses == 1)) continue;
+            if (!v || qf_train_bn_stat_own(v)) continue;
             qf_node *id = v->producer && v->producer->op == QF_OP_IDENTITY ? v->producer : NULL;
             const qf_value *src = id ? id->inputs[0] : v;
             if (!qf_value_is_const(src) || v->is_output)
@@ -612,7 +628,8 @@ static void qf_train_release(qf_trainer *t)
 
 /* One optimizer step on samples order[first .. first+count-1]: forward in
  * training mode, the loss checked, backward, the gradients checked and
- * clipped, the optimizer. Nothing of g is changed when it fails (the
+ * clipped, the optimizer (with c->forward_only: the forward and the loss
+ * check alone). Nothing of g is changed when it fails (the
  * buffers the forward updated are put back). */
 static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const qf_tensor *labels, int64_t first,
                                int64_t count, int64_t step, qf_train_step_info *info)
@@ -629,9 +646,10 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
     double loss = st == QF_OK ? qf_grad_plan_loss(t->gp) : 0;
     if (st == QF_OK && !isfinite(loss))
         st = qf_error(QF_ERR_NUMERIC, "step %lld: loss is %s", (long long)step + 1, isnan(loss) ? "nan" : "inf");
-    if (st == QF_OK) st = qf_grad_plan_backward(t->gp);
+    const bool update = !c->forward_only;
+    if (st == QF_OK && update) st = qf_grad_plan_backward(t->gp);
     double norm = 0;
-    if (st == QF_OK) {
+    if (st == QF_OK && update) {
         for (int i = 0; i < t->nparams; i++) t->grads[i] = qf_grad_plan_grad(t->gp, i);
         /* The gradients live in the plan's arena, which is the trainer's
          * to change: clipping scales them in place. */
@@ -648,15 +666,14 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
             qf_error_prefix(st, "step %lld: ", (long long)step + 1);
         return st;
     }
-    double lr = qf_schedule_lr(&c->sched, c->optim.lr, step);
-    QF_TRY(qf_optim_step(t->opt, t->grads, lr));
+    info->lr = update ? qf_schedule_lr(&c->sched, c->optim.lr, step) : 0;
+    if (update) QF_TRY(qf_optim_step(t->opt, t->grads, info->lr));
     double sum = 0;
     int64_t hits = 0;
     if (c->loss == QF_LOSS_CROSS_ENTROPY) qf_train_score(t, qf_grad_plan_output(t->gp, 0), count, &sum, &hits);
     info->step = step + 1;
     info->loss = loss;
     info->accuracy = c->loss == QF_LOSS_CROSS_ENTROPY ? (double)hits / (double)count : -1;
-    info->lr = lr;
     return QF_OK;
 }
 
