@@ -419,6 +419,10 @@ static qf_status fx_chain_match(const qf_graph *g, qf_node *bn, fx_chain *c, boo
                         bn->name);
     char bwhy[160];
     if (qf_bn_check(g, bn, bwhy, sizeof bwhy)) return qf_error(QF_ERR_INVALID, "BatchNormalization '%s': %s", bn->name, bwhy);
+    float eps = qf_node_attr_float(bn, "epsilon", 1e-5f);
+    if (!(eps >= 0.0f) || !isfinite(eps))
+        return qf_error(QF_ERR_INVALID, "BatchNormalization '%s': epsilon %g is not a non-negative number", bn->name,
+                        (double)eps);
     qf_bn_affine a; /* var + eps <= 0, NaN statistics: an error now, before any write */
     QF_TRY(qf_bn_affine_init(&a, bn));
     qf_bn_affine_free(&a);
@@ -616,11 +620,28 @@ static qf_status fx_chain_apply(qf_graph *g, qf_pass_ctx *ctx, fx_chain *c, qf_q
         double cb = ob ? (double)fx_at(ob, k) : 0.0, ab = c->b ? (double)fx_at(c->b, k) : 0.0;
         ((float *)bt.data)[k] = (float)(cb * f[k] + (ab - a.mean[k]) * a.scale[k] + a.beta[k]);
     }
+    /* The fold's diagnostics (bn_math.h), over the folded int8 weight's
+     * per-channel ranges max |s_w' * q|. */
+    double *ranges = qf_calloc((size_t)ch, sizeof *ranges);
+    char *diag = NULL;
+    if (ranges) {
+        int64_t outer, wch, inner;
+        fx_layout(&c->w.w->type, c->w.out_axis, &outer, &wch, &inner);
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t k = 0; k < ch; k++)
+                for (int64_t i = 0; i < inner; i++) {
+                    double r = fabs((double)wf.q[(o * ch + k) * inner + i] * wf.scale[nsc == 1 ? 0 : k]);
+                    ranges[k] = r > ranges[k] ? r : ranges[k];
+                }
+        diag = qf_bn_diag_json(&a, ranges, ch);
+    }
+    qf_free(ranges);
     const char *how = c->div ? (c->add ? "Div, Add" : "Div") : (c->add ? "Add" : "");
-    qf_pass_rewrite_as(ctx, c->bn, QF_PASS_FOLDED, NULL,
+    qf_pass_rewrite_as(ctx, c->bn, QF_PASS_FOLDED, diag,
                        "folded%s%s into '%s' through its weight fake-quant: of %lld channels %d keep the trained "
                        "int8 grid (factor exactly 1), %d its int8 values at a scaled scale, %d a new grid",
                        *how ? " with " : "", how, c->op->name, (long long)ch, wf.kept, wf.scaled, wf.requant);
+    qf_free(diag);
     /* The rewrite: BN, Add, Div out (their readers read the op), then the
      * weight and the bias. */
     char wname[400];
@@ -715,16 +736,45 @@ static bool fx_alive(const qf_graph *g, const qf_node *n)
     return false;
 }
 
+/* torch.onnx.export(..., do_constant_folding=False) writes the constant
+ * computations of the simulated fusion as nodes: W * Reshape(gamma /
+ * Sqrt(var + eps)) under the weight's Q, Reshape(...) as the Div's divisor,
+ * Cast / Identity before a zero point. Import leaves those reading an
+ * initializer that others read too (the BN reads var): fold every node whose
+ * inputs are all constants here (not Q / DQ), with qfold's float32 kernels,
+ * the arithmetic torch ran, so that W*s and s come out as torch computed
+ * them. Semantics-preserving, so done before the checks. */
+static qf_status fx_fold_constants(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    bool again = true;
+    while (again) {
+        again = false;
+        qf_graph_for_each_node(g, n) {
+            if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE || n->ninputs == 0) continue;
+            bool all = true;
+            for (int i = 0; i < n->ninputs && all; i++) all = !n->inputs[i] || qf_value_is_const(n->inputs[i]);
+            if (!all) continue;
+            qf_pass_rewrite_as(ctx, n, QF_PASS_FOLDED, NULL, "constant computation folded (an export without "
+                                                             "constant folding)");
+            QF_TRY(qf_graph_fold_node(g, n));
+            *changed = again = true;
+            break; /* the node list changed */
+        }
+    }
+    return QF_OK;
+}
+
 static qf_status fx_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
-    *changed = false;
     qf_quant_finalize_session *s = qf_pass_user(ctx);
     int nbn = 0, nqdq = 0, nop = 0, nq = 0;
     qf_node **bns = NULL, **qdqs = NULL, **ops = NULL, **qs = NULL;
     fx_chain *chains = NULL;
     bool *skip = NULL;
     qf_status st = QF_OK;
+    *changed = false;
     QF_TRY(qf_graph_toposort(g));
+    QF_TRY(fx_fold_constants(g, ctx, changed));
     if (!(bns = fx_nodes(g, fx_is_bn, &nbn)) || !(qdqs = fx_nodes(g, fx_is_qdq, &nqdq)) ||
         !(ops = fx_nodes(g, fx_is_weighted_op, &nop))) {
         st = QF_ERR_NOMEM;

@@ -3,8 +3,9 @@
 
     tests/ref/torch_qat_export.py QFOLD NODE ORT_RUN WORKDIR CASE
 
-CASE is a model (convbn, convbnrelu, linearbn, depthwise) or a bad input
-(bad_scale, bad_div, bad_bn_training, bad_var, bad_nan, bad_zero_point, bad_float).
+CASE is a model (convbn, convbnrelu, linearbn, depthwise; nofold: convbnrelu exported
+without constant folding; no_div, no_div_linear: the Div removed, a fold factor != 1) or a bad input
+(bad_scale, bad_qdq_mismatch, bad_div, bad_div_zero, bad_bn_training, bad_eps, bad_var, bad_nan, bad_zero_point, bad_float).
 
 A model case builds a small network on a Fashion-MNIST slice with BatchNorm
 statistics, gamma and beta randomized (a fresh BN is the identity and every
@@ -113,7 +114,11 @@ def fashion():
 
 
 def make(case, work, steps=STEPS):
-    """Train, export and convert one model; returns the paths and torch's results."""
+    """Train, export and convert one model; returns the paths and torch's results. Case
+    `nofold` is convbnrelu exported with do_constant_folding=False: the simulated fusion's
+    constants then come as nodes (W * Reshape(gamma / Sqrt(var + eps)), Cast, Identity)."""
+    fold = case != "nofold"
+    case = "convbnrelu" if case == "nofold" else case
     torch.manual_seed(0)
     torch.backends.quantized.engine = "qnnpack"
     gen = torch.Generator().manual_seed(1)
@@ -135,7 +140,8 @@ def make(case, work, steps=STEPS):
     qat_path = os.path.join(work, "qat.onnx")
     with torch.no_grad():
         torch.onnx.export(prepared, torch.from_numpy(xe[:1]), qat_path, opset_version=13, input_names=["x"],
-                          output_names=["logits"], dynamic_axes={"x": {0: "n"}, "logits": {0: "n"}})
+                          output_names=["logits"], dynamic_axes={"x": {0: "n"}, "logits": {0: "n"}},
+                          do_constant_folding=fold)
         converted = convert_fx(copy.deepcopy(prepared))
         logits = converted(torch.from_numpy(xe)).numpy()
     np.save(os.path.join(work, "x.npy"), xe)
@@ -399,6 +405,22 @@ def edit(m, case):
         return div.name
     if case == "bad_bn_training":
         bn.output.extend(["bn_mean_out", "bn_var_out"])
+        return bn.name
+    if case == "bad_qdq_mismatch":
+        sc = numpy_helper.to_array(inits[q.input[1]]).copy() * 2
+        g.initializer.append(numpy_helper.from_array(sc, "dq_scale_other"))
+        dq.input[1] = "dq_scale_other"
+        return q.name
+    if case == "bad_div_zero":
+        t = inits[div.input[1]]
+        v = numpy_helper.to_array(t).copy()
+        v.flat[2] = 0.0
+        t.CopyFrom(numpy_helper.from_array(v, t.name))
+        return div.name
+    if case == "bad_eps":
+        for a in bn.attribute:
+            if a.name == "epsilon":
+                a.f = -0.5
         return bn.name
     if case == "bad_var":
         t = inits[bn.input[4]]
