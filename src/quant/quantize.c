@@ -141,6 +141,15 @@ static const qf_pipeline qz_qat_prepare = {
                "before it",
     .passes = qz_qat_prepare_passes,
 };
+/* The same with the exact simulation (--qat-bn exact: PyTorch's two-pass
+ * _forward_slow, for channels with gamma = 0 or a tiny running variance). */
+static const char *const qz_qat_prepare_exact_passes[] = {"canonicalize", "quant_qat_insert", "qat_bn_add_exact",
+                                                          NULL};
+static const qf_pipeline qz_qat_prepare_exact = {
+    .name = "qat_prepare_exact",
+    .summary = "QAT: canonicalize, fake_quants for the target, simulate BatchNorm folded exactly (two passes)",
+    .passes = qz_qat_prepare_exact_passes,
+};
 /* After QAT: the simulation removed, BatchNorm folded for real through the
  * weight fake_quants (fuse_batch_norm), the fake_quants to QDQ. */
 static const char *const qz_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", "qat_convert", "dce",
@@ -159,8 +168,9 @@ qf_status qf_quant_register_passes(void)
     static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert,
                                             &qf_pass_quant_lower_int8, &qf_pass_qat_convert, &qf_pass_qat_export,
                                             &qf_pass_quant_qat_insert};
-    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_prepare, &qz_qat_finalize};
-    QF_TRY(qf_pass_register(passes, 6, pipelines, 4));
+    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_prepare, &qz_qat_prepare_exact,
+                                                   &qz_qat_finalize};
+    QF_TRY(qf_pass_register(passes, 6, pipelines, 5));
     return qf_quant_finalize_register();
 }
 
