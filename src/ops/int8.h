@@ -73,6 +73,11 @@ float qf_int8_combined_scale(float x_scale, float w_scale, float y_scale);
 qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, int64_t channels, int64_t acc_bound,
                                         int32_t *multiplier, int32_t *shift);
 
+/* Whether qf_int8_requant_prepare_fixed takes the real multiplier m for
+ * accumulators up to acc_bound in magnitude (the integer executor's
+ * lowering asks before it makes an integer node). */
+bool qf_int8_requant_fits(double m, int64_t acc_bound);
+
 /* y[r][c] (rows x cols, contiguous) from acc[r][c]; a per-row channel is
  * ch0 + r, a per-column one c. y is int8_t or uint8_t by rq->dtype. */
 void qf_int8_requant_float(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
@@ -114,5 +119,31 @@ void qf_int8_im2row3(const void *x, qf_dtype dt, int32_t zp, int64_t channels, c
  * qf_int8_conv_col_bytes. bias may be NULL. */
 void qf_int8_conv_group(const qf_conv_geom *cg, const void *x, qf_dtype xdt, int32_t x_zp, int64_t bn, int64_t g,
                         const int16_t *w16, const int32_t *bias, int16_t *col, int32_t *acc);
+
+/* The adjoint of im2row for a transposed conv, in int32: column matrix col
+ * (rows (c, kd, kh, kw) of `channels` output planes, columns the input
+ * positions (id, ih, iw)) added into y[c, id*sd - pd + kd*dd, ...] where that
+ * lies in the output (conv.h's qf_conv_col2im3 on integers; the caller
+ * bounded the sums). Additions wrap as int32 two's complement. */
+void qf_int8_col2im3(const int32_t *col, int64_t channels, const qf_spatial *l, int32_t *y);
+
+/* --- qfold's internal int8 ops (the integer executor, src/quant/lower.c) -- */
+
+/* A per-tensor int8 quantization of an internal int8 op: scale a float32
+ * constant > 0, zero point an int8 constant, one value each (`what` names
+ * the tensor in the message). */
+qf_status qf_int8_qparams(const qf_node *n, const qf_tensor *scale, const qf_tensor *zp, const char *what, float *s,
+                          int32_t *z);
+
+/* The int8 output range [lo, hi] of n: its qfold_clamp attribute (a fused
+ * activation's range in the output's integers) or [-128, 127]. */
+qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi);
+
+/* acc / count rounded to nearest, ties away from zero, as TFLite's integer
+ * AveragePool and Mean divide (count > 0). */
+static inline int64_t qf_int8_div_round_away(int64_t acc, int64_t count)
+{
+    return acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+}
 
 #endif

@@ -1,25 +1,30 @@
-/* qfold's int8 Add (internal op QF_OP_QADD, never exported): the integer
- * executor's lowering (src/quant/lower.c) makes one of every DQ -> Add ->
- * [Relu / Clip] -> Q group of per-tensor int8 tensors of one shape, so that
- * the sum is computed as TFLite's reference int8 Add computes it:
+/* qfold's int8 Add and Mul (internal ops QF_OP_QADD, QF_OP_QMUL, never
+ * exported): the integer executor's lowering (src/quant/lower.c) makes one of
+ * every DQ -> Add / Mul -> [Relu / Clip] -> Q group of per-tensor int8
+ * tensors of one shape, so that it is computed as TFLite's reference int8
+ * Add / Mul computes it:
  *
  *   inputs  A, A_scale, A_zp, B, B_scale, B_zp, Y_scale, Y_zp  (QLinearAdd's order)
  *   attr    qfold_clamp = [lo, hi]: a fused activation's range in Y's integers
  *
- *   m = 2 * max(s_a, s_b);  left_shift = 20
- *   a' = MBQM((A - zp_a) << 20, s_a / m),  b' = MBQM((B - zp_b) << 20, s_b / m)
- *   Y  = clamp(MBQM(a' + b', m / (2^20 * s_y)) + zp_y, lo, hi)
+ *   Add:  m = 2 * max(s_a, s_b);  left_shift = 20
+ *         a' = MBQM((A - zp_a) << 20, s_a / m),  b' = MBQM((B - zp_b) << 20, s_b / m)
+ *         Y  = clamp(MBQM(a' + b', m / (2^20 * s_y)) + zp_y, lo, hi)
+ *   Mul:  Y  = clamp(MBQM((A - zp_a) * (B - zp_b), s_a * s_b / s_y) + zp_y, lo, hi)
+ *         (one requantization of the int32 product)
  *
- * with MBQM TFLite's MultiplyByQuantizedMultiplierSmallerThanOneExp
- * (requant.h, multipliers from QuantizeMultiplier in double). Every
- * multiplier must be below 1 (TFLite checks the same): an output scale below
- * max(s_a, s_b) / 2^19 is refused (the lowering leaves such an Add in float).
+ * with MBQM TFLite's MultiplyByQuantizedMultiplier (requant.h, multipliers
+ * from QuantizeMultiplier in double). Add's multipliers must be below 1
+ * (TFLite checks the same): an output scale below max(s_a, s_b) / 2^19 is
+ * refused (the lowering leaves such an Add in float); Mul's may be above 1
+ * as long as the product's left shift fits (qf_int8_requant_prepare_fixed).
  * The scales and zero points must be constants; prepare tabulates the result
  * of every pair of int8 inputs (64 KiB of state), the kernel looks it up.
  */
 #include <string.h>
 
 #include "../core/parallel.h"
+#include "int8.h"
 #include "kernels.h"
 #include "requant.h"
 
@@ -97,16 +102,8 @@ static qf_status qf_qadd_prepare(const qf_kernel_io *io, void *state)
     QF_TRY(qadd_multiplier(n, sa / twice_max, "A", &mult_a, &shift_a));
     QF_TRY(qadd_multiplier(n, sb / twice_max, "B", &mult_b, &shift_b));
     QF_TRY(qadd_multiplier(n, twice_max / ((double)(1 << 20) * sy), "output", &mult_y, &shift_y));
-    int32_t lo = -128, hi = 127;
-    int nc = 0;
-    const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
-    if (clamp && nc == 2) {
-        if (clamp[0] > clamp[1] || clamp[0] < -128 || clamp[1] > 127)
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp [%lld, %lld] is not inside [-128, 127]",
-                            n->name, qf_op_label(n), (long long)clamp[0], (long long)clamp[1]);
-        lo = (int32_t)clamp[0];
-        hi = (int32_t)clamp[1];
-    }
+    int32_t lo, hi;
+    QF_TRY(qf_int8_clamp_attr(n, &lo, &hi));
     /* TFLite's reference int8 Add (integer_ops/add.h, AddElementwise) for
      * every pair; |q - zp| <= 255, so (q - zp) << 20 fits int32. */
     int32_t ta[256], tb[256];
@@ -117,6 +114,31 @@ static qf_status qf_qadd_prepare(const qf_kernel_io *io, void *state)
     for (int a = -128; a < 128; a++)
         for (int b = -128; b < 128; b++) {
             int32_t y = qf_multiply_by_quantized_multiplier(ta[a + 128] + tb[b + 128], mult_y, shift_y) + zp_y;
+            st->table[(uint8_t)a << 8 | (uint8_t)b] = (int8_t)(y < lo ? lo : y > hi ? hi : y);
+        }
+    return QF_OK;
+}
+
+/* TFLite's reference int8 Mul (integer_ops/mul.h, MulElementwise) for every
+ * pair: one multiplier s_a * s_b / s_y for the int32 product. */
+static qf_status qf_qmul_prepare(const qf_kernel_io *io, void *state)
+{
+    const qf_node *n = io->node;
+    qadd_state *st = state;
+    QF_TRY(qf_op_check_inputs(n, 8));
+    QF_TRY(qadd_check(n, io->in));
+    float sa, sb, sy;
+    int32_t zp_a, zp_b, zp_y, mult, shift, lo, hi;
+    QF_TRY(qf_int8_qparams(n, io->in[1], io->in[2], "A", &sa, &zp_a));
+    QF_TRY(qf_int8_qparams(n, io->in[4], io->in[5], "B", &sb, &zp_b));
+    QF_TRY(qf_int8_qparams(n, io->in[6], io->in[7], "Y", &sy, &zp_y));
+    const double real = (double)sa * (double)sb / (double)sy;
+    /* |(a - zp_a) * (b - zp_b)| <= 255 * 255 */
+    QF_TRY(qf_int8_requant_prepare_fixed(n, &real, 1, 255 * 255, &mult, &shift));
+    QF_TRY(qf_int8_clamp_attr(n, &lo, &hi));
+    for (int a = -128; a < 128; a++)
+        for (int b = -128; b < 128; b++) {
+            int32_t y = qf_multiply_by_quantized_multiplier((a - zp_a) * (b - zp_b), mult, (int)shift) + zp_y;
             st->table[(uint8_t)a << 8 | (uint8_t)b] = (int8_t)(y < lo ? lo : y > hi ? hi : y);
         }
     return QF_OK;
@@ -145,6 +167,13 @@ static qf_status qf_qadd_forward_f32(const qf_kernel_io *io)
 const qf_op_kernels qf_qadd_kernels = {
     .infer = qf_qadd_infer,
     .prepare = qf_qadd_prepare,
+    .state_size = sizeof(qadd_state),
+    .forward_f32 = qf_qadd_forward_f32,
+};
+
+const qf_op_kernels qf_qmul_kernels = {
+    .infer = qf_qadd_infer,
+    .prepare = qf_qmul_prepare,
     .state_size = sizeof(qadd_state),
     .forward_f32 = qf_qadd_forward_f32,
 };

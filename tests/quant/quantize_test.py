@@ -194,7 +194,10 @@ def case_mobilenet_v2():
 
 def case_mixed():
     """ConvTranspose, Gemm, Concat, MaxPool, GlobalAveragePool, Add, Sigmoid,
-    Softmax in one model: the placement rules of neutron, checked in the file."""
+    Softmax in one model: the placement rules of neutron, checked in the file,
+    and qfold's integer executor against ONNX Runtime on it (the ConvTranspose,
+    Concat, pools and Gemm run as integer nodes: quant_lower_mixed checks that
+    they are lowered)."""
     import onnx
     import torch
     import torch.nn as nn
