@@ -27,7 +27,7 @@
  * requantization only; with ONNX's (`--requant onnx`, what ONNX Runtime's
  * integer kernels compute) they stay DQ -> float op -> Q. Each becomes one of
  * qfold's internal int8 ops, with TFLite's reference integer arithmetic:
- *   Add / Mul of one shape  -> QF_OP_QADD / QF_OP_QMUL (src/ops/qadd.c)
+ *   Add / Mul (broadcasting) -> QF_OP_QADD / QF_OP_QMUL (src/ops/qadd.c)
  *   ConvTranspose           -> QF_OP_QCONV_TRANSPOSE (src/ops/qconv_transpose.c;
  *                              weight per channel on axis 1, int32 bias)
  *   AveragePool, one set of qparams -> QF_OP_QAVG_POOL (src/ops/pool.c)
@@ -47,6 +47,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../ops/broadcast.h"
 #include "../ops/int8.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
@@ -322,7 +323,17 @@ static qf_status lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool 
     return QF_OK;
 }
 
-/* An Add of two per-tensor int8 tensors of one shape heading a
+/* The int8 operands of dqa and dqb broadcast (numpy's rules) as the int8
+ * Add / Mul take them. */
+static bool broadcasts(const qf_node *dqa, const qf_node *dqb)
+{
+    const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
+    int ny;
+    int64_t y[QF_MAX_DIMS];
+    return qf_broadcast_shape(ta->ndim, ta->dims, tb->ndim, tb->dims, &ny, y);
+}
+
+/* An Add of two per-tensor int8 tensors that broadcast heading a
  * DQ -> Add -> [act] -> Q group: qfold's int8 Add (QF_OP_QADD, TFLite's
  * integer arithmetic, src/ops/qadd.c); with TFLite's requantization only. Left in float when its multipliers
  * would not be below 1 (an output scale below max(s_a, s_b) / 2^19). */
@@ -331,10 +342,7 @@ static qf_status lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done
     *done = false;
     const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
     if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
-    const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
-    /* The same shape: equal known sizes, and an unknown size (a dynamic
-     * batch) only where both are unknown; the int8 Add does not broadcast. */
-    if (!qf_shape_equal(ta->ndim, ta->dims, tb->ndim, tb->dims)) return QF_OK;
+    if (!broadcasts(dqa, dqb)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
     if (!group_tail(n, &q, &act, clamp)) return QF_OK;
@@ -453,7 +461,7 @@ static qf_status lower_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8
     return QF_OK;
 }
 
-/* A Mul of two per-tensor int8 tensors of one shape: qfold's int8 Mul
+/* A Mul of two per-tensor int8 tensors that broadcast: qfold's int8 Mul
  * (src/ops/qadd.c, TFLite's integer Mul), when its one multiplier
  * s_a * s_b / s_y fits the product's range. */
 static qf_status lower_mul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
@@ -461,8 +469,7 @@ static qf_status lower_mul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done
     *done = false;
     const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
     if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
-    const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
-    if (!qf_shape_equal(ta->ndim, ta->dims, tb->ndim, tb->dims)) return QF_OK;
+    if (!broadcasts(dqa, dqb)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
     if (!group_tail(n, &q, &act, clamp)) return QF_OK;

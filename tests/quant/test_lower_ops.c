@@ -1,5 +1,6 @@
 /* The integer executor's kernels for ConvTranspose, MatMul, Mul,
- * AveragePool, GlobalAveragePool, ReduceMean and Concat groups
+ * AveragePool, GlobalAveragePool, ReduceMean and Concat groups (and Add's
+ * broadcasting, which it shares with Mul)
  * (src/quant/lower.c; kernels src/ops/qconv_transpose.c, qlinear.c, qadd.c,
  * pool.c, qconcat.c), each on a small QDQ graph built here:
  *
@@ -221,17 +222,20 @@ static qf_graph *build_mul(const tcase *c)
     if (!g) return NULL;
     qf_value *in[2] = {dq_input(g, "a", c->ndim[0], c->dims[0], mul_s[0], mul_z[0]),
                        dq_input(g, "b", c->ndim[1], c->dims[1], mul_s[1], mul_z[1])};
-    qf_node *n = op_node(g, QF_OP_MUL, in, 2);
+    qf_node *n = op_node(g, c->lowered_op == QF_OP_QADD ? QF_OP_ADD : QF_OP_MUL, in, 2);
     if (n) finish(g, n->outputs[0], c->relu, c->sy, c->zy);
     return g;
 }
 
+/* Variant 1: B is [2, 3, 1, 1] (one value per (n, c) plane), broadcast. */
 static int64_t ref_mul(const tcase *c, const int8_t *const *x, int8_t *y)
 {
-    int64_t count = qf_shape_numel(c->ndim[0], c->dims[0]);
+    int64_t count = qf_shape_numel(c->ndim[0], c->dims[0]), plane = c->dims[0][2] * c->dims[0][3];
     double m = (double)mul_s[0] * mul_s[1] / c->sy;
-    for (int64_t i = 0; i < count; i++)
-        y[i] = (int8_t)clamp8(mbqm((x[0][i] - mul_z[0]) * (x[1][i] - mul_z[1]), m) + c->zy, c->relu, c->zy);
+    for (int64_t i = 0; i < count; i++) {
+        int8_t b = x[1][c->variant ? i / plane : i];
+        y[i] = (int8_t)clamp8(mbqm((x[0][i] - mul_z[0]) * (b - mul_z[1]), m) + c->zy, c->relu, c->zy);
+    }
     return count;
 }
 
@@ -489,6 +493,22 @@ static int64_t ref_conv_transpose(const tcase *c, const int8_t *const *x, int8_t
 
 static const tcase mul_case = {"mul", 2, {4, 4}, {{2, 3, 5, 7}, {2, 3, 5, 7}}, 0.0021f, -3, false, build_mul,
                                ref_mul, QF_OP_QMUL, 0};
+/* TFLite's int8 Add (add.h): both inputs << 20, rescaled to twice the
+ * larger scale, summed, requantized; B broadcast per (n, c) plane. */
+static int64_t ref_add(const tcase *c, const int8_t *const *x, int8_t *y)
+{
+    int64_t count = qf_shape_numel(c->ndim[0], c->dims[0]), plane = c->dims[0][2] * c->dims[0][3];
+    const double twice = 2.0 * (mul_s[0] > mul_s[1] ? mul_s[0] : mul_s[1]);
+    for (int64_t i = 0; i < count; i++) {
+        int32_t a = mbqm((x[0][i] - mul_z[0]) * (1 << 20), mul_s[0] / twice);
+        int32_t b = mbqm((x[1][i / plane] - mul_z[1]) * (1 << 20), mul_s[1] / twice);
+        y[i] = (int8_t)clamp8(mbqm(a + b, twice / ((double)(1 << 20) * c->sy)) + c->zy, c->relu, c->zy);
+    }
+    return count;
+}
+
+static const tcase add_case = {"add (broadcast)", 2, {4, 4}, {{2, 3, 5, 7}, {2, 3, 1, 1}}, 0.06f, -20, false,
+                               build_mul, ref_add, QF_OP_QADD, 1};
 static const tcase concat_case = {"concat", 3, {4, 4, 4}, {{2, 3, 4, 5}, {2, 2, 4, 5}, {2, 4, 4, 5}}, 0.05f, 7,
                                   false, build_concat, ref_concat, QF_OP_QCONCAT, 0};
 static const tcase avg_case = {"average pool", 1, {4}, {{2, 3, 9, 8}}, 0.05f, -3, false, build_avg_pool,
@@ -510,14 +530,18 @@ static tcase with(tcase c, bool relu, int variant)
 static void test_mul(void)
 {
     check_case(&mul_case, QF_REQUANT_FIXED_POINT, true);
-    tcase r = with(mul_case, true, 0);
+    tcase r = with(mul_case, true, 0), se = with(mul_case, false, 1);
     check_case(&r, QF_REQUANT_FIXED_POINT, true);
+    se.dims[1][2] = se.dims[1][3] = 1; /* an SE block's per-channel scale */
+    check_case(&se, QF_REQUANT_FIXED_POINT, true);
     check_case(&mul_case, QF_REQUANT_ONNX, false);
     /* s_a * s_b / s_y = 2^20: the product's left shift would overflow. */
     tcase tiny = mul_case;
     tiny.sy = 1.4e-9f;
     check_case(&tiny, QF_REQUANT_FIXED_POINT, false);
 }
+
+static void test_add_broadcast(void) { check_case(&add_case, QF_REQUANT_FIXED_POINT, true); }
 
 static void test_concat(void)
 {
@@ -568,6 +592,7 @@ static void test_conv_transpose(void)
 int main(void)
 {
     RUN(test_mul);
+    RUN(test_add_broadcast);
     RUN(test_concat);
     RUN(test_avg_pool);
     RUN(test_mean);
