@@ -42,19 +42,6 @@ float qf_int8_combined_scale(float x_scale, float w_scale, float y_scale)
     return p / y_scale;
 }
 
-/* A positive shift is applied to the accumulator before the multiplication
- * (requant.h): acc * 2^shift must fit int32. */
-static bool int8_shift_fits(int s, int64_t acc_bound) { return s <= 0 || (s < 31 && acc_bound <= (INT32_MAX >> s)); }
-
-bool qf_int8_requant_fits(double m, int64_t acc_bound)
-{
-    if (!(m >= 0.0) || !isfinite(m)) return false;
-    int32_t qm;
-    int s = 0;
-    qf_quantize_multiplier(m, &qm, &s);
-    return int8_shift_fits(s, acc_bound);
-}
-
 qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, int64_t channels, int64_t acc_bound,
                                         int32_t *multiplier, int32_t *shift)
 {
@@ -66,7 +53,7 @@ qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, in
         int s = 0;
         qf_quantize_multiplier(m, &multiplier[c], &s);
         shift[c] = s;
-        if (!int8_shift_fits(s, acc_bound))
+        if (!qf_requant_shift_fits(s, acc_bound))
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): requantization scale %g of channel %lld is too "
                             "large for accumulators up to %lld (the fixed-point path needs |acc| * 2^%d < 2^31)",
                             n->name, qf_op_label(n), m, (long long)c, (long long)acc_bound, s);

@@ -73,11 +73,6 @@ float qf_int8_combined_scale(float x_scale, float w_scale, float y_scale);
 qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, int64_t channels, int64_t acc_bound,
                                         int32_t *multiplier, int32_t *shift);
 
-/* Whether qf_int8_requant_prepare_fixed takes the real multiplier m for
- * accumulators up to acc_bound in magnitude (the integer executor's
- * lowering asks before it makes an integer node). */
-bool qf_int8_requant_fits(double m, int64_t acc_bound);
-
 /* y[r][c] (rows x cols, contiguous) from acc[r][c]; a per-row channel is
  * ch0 + r, a per-column one c. y is int8_t or uint8_t by rq->dtype. */
 void qf_int8_requant_float(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,

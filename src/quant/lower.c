@@ -47,8 +47,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ops/broadcast.h"
-#include "../ops/int8.h"
+#include "../ops/requant.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
 
@@ -323,14 +322,18 @@ static qf_status lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool 
     return QF_OK;
 }
 
-/* The int8 operands of dqa and dqb broadcast (numpy's rules) as the int8
- * Add / Mul take them. */
+/* The int8 operands of dqa and dqb broadcast (numpy's rules, aligned at
+ * the last axis: equal sizes or one of them 1; an unknown size, a dynamic
+ * batch, only against the same unknown size or 1) as the int8 Add / Mul take
+ * them. */
 static bool broadcasts(const qf_node *dqa, const qf_node *dqb)
 {
     const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
-    int ny;
-    int64_t y[QF_MAX_DIMS];
-    return qf_broadcast_shape(ta->ndim, ta->dims, tb->ndim, tb->dims, &ny, y);
+    for (int i = 1; i <= ta->ndim && i <= tb->ndim; i++) {
+        int64_t a = ta->dims[ta->ndim - i], b = tb->dims[tb->ndim - i];
+        if (a != b && a != 1 && b != 1) return false;
+    }
+    return true;
 }
 
 /* An Add of two per-tensor int8 tensors that broadcast heading a
@@ -420,7 +423,7 @@ static qf_status lower_conv_transpose(qf_graph *g, qf_pass_ctx *ctx, qf_node *n,
     if (terms > INT32_MAX / (255 * 255)) return QF_OK;
     const float *ws = dqw->inputs[1]->type.data;
     for (int64_t c = 0; c < nw; c++)
-        if (!qf_int8_requant_fits((double)qscale(dqx) * ws[c] / qscale(q), terms * 255 * 255)) return QF_OK;
+        if (!qf_requant_fits((double)qscale(dqx) * ws[c] / qscale(q), terms * 255 * 255)) return QF_OK;
     qf_value *in[9] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], dqw->inputs[0], dqw->inputs[1],
                        dqw->inputs[2], q->inputs[1],   q->inputs[2],   dqb ? dqb->inputs[0] : NULL};
     qf_node *k;
@@ -450,7 +453,7 @@ static qf_status lower_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8
     const float *sb = dqb->inputs[1]->type.data;
     const int64_t nb = qf_tensor_numel(&dqb->inputs[1]->type);
     for (int64_t c = 0; rq == QF_REQUANT_FIXED_POINT && c < nb; c++)
-        if (!qf_int8_requant_fits((double)qscale(dqa) * sb[c] / qscale(q), K * 255 * 255)) return QF_OK;
+        if (!qf_requant_fits((double)qscale(dqa) * sb[c] / qscale(q), K * 255 * 255)) return QF_OK;
     qf_value *in[8] = {dqa->inputs[0], dqa->inputs[1], dqa->inputs[2], dqb->inputs[0],
                        dqb->inputs[1], dqb->inputs[2], q->inputs[1],   q->inputs[2]};
     qf_node *k;
@@ -474,7 +477,7 @@ static qf_status lower_mul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done
     int64_t clamp[2];
     if (!group_tail(n, &q, &act, clamp)) return QF_OK;
     const double sa = qscale(dqa), sb = qscale(dqb), sy = qscale(q);
-    if (!(sa > 0.0 && sb > 0.0 && sy > 0.0) || !qf_int8_requant_fits(sa * sb / sy, 255 * 255)) return QF_OK;
+    if (!(sa > 0.0 && sb > 0.0 && sy > 0.0) || !qf_requant_fits(sa * sb / sy, 255 * 255)) return QF_OK;
     qf_value *in[8] = {dqa->inputs[0], dqa->inputs[1], dqa->inputs[2], dqb->inputs[0],
                        dqb->inputs[1], dqb->inputs[2], q->inputs[1],   q->inputs[2]};
     QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QMUL, in, 8, NULL, clamp, "mul", NULL));
@@ -498,7 +501,7 @@ static qf_status lower_concat(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *d
         const qf_node *dq = dq_of(n->inputs[i]);
         if (!dq || !per_tensor_s8(dq)) return QF_OK;
         if ((qscale(dq) != qscale(q) || qzp(dq) != qzp(q)) &&
-            !qf_int8_requant_fits((double)qscale(dq) / qscale(q), 255))
+            !qf_requant_fits((double)qscale(dq) / qscale(q), 255))
             return QF_OK;
         for (int j = 0; j < 3; j++) in[2 + 3 * i + j] = dq->inputs[j];
     }
@@ -578,7 +581,7 @@ static qf_status lower_mean(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *don
     const qf_node *q, *act;
     int64_t clamp[2];
     if (!group_tail(n, &q, &act, clamp)) return QF_OK;
-    if (!qf_int8_requant_fits((double)qscale(dqx) / qscale(q), 255 * inner)) return QF_OK;
+    if (!qf_requant_fits((double)qscale(dqx) / qscale(q), 255 * inner)) return QF_OK;
     qf_value *in[5] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], q->inputs[1], q->inputs[2]};
     qf_node *k;
     QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QMEAN, in, 5, NULL, clamp, "mean", &k));
