@@ -248,6 +248,23 @@ extern "C" {
     X(QADD, qadd, NULL, "", 8, 8, 1, 1,                                               \
       (DATA),                                                                         \
       (A(qfold_clamp,INTS)))                                                          \
+    X(QMUL, qmul, NULL, "", 8, 8, 1, 1,                                               \
+      (DATA),                                                                         \
+      (A(qfold_clamp,INTS)))                                                          \
+    X(QCONCAT, qconcat, NULL, "", 5, -1, 1, 1,                                        \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(QAVG_POOL, qavg_pool, NULL, "", 5, 5, 1, 1,                                     \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(ceil_mode,INT) A(count_include_pad,INT) A(dilations,INTS) \
+       A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS) A(qfold_clamp,INTS)))        \
+    X(QMEAN, qmean, NULL, "", 5, 5, 1, 1,                                             \
+      (DATA),                                                                         \
+      (A(axes,INTS) A(keepdims,INT) A(qfold_clamp,INTS)))                             \
+    X(QCONV_TRANSPOSE, qconv_transpose, NULL, "", 8, 9, 1, 1,                         \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS)         \
+       A(output_padding,INTS) A(output_shape,INTS) A(pads,INTS) A(strides,INTS)))     \
     QF_EXTRA_OP_LIST(X)
 
 typedef enum qf_op {
