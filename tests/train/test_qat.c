@@ -14,8 +14,8 @@
  *     a BN with an absurd epsilon / momentum and a model with nothing to
  *     quantize refused with the node's name. */
 #include <math.h>
-#include <string.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "qfold/exec.h"
 #include "qfold/pass.h"
