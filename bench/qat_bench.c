@@ -67,6 +67,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "qat_bench: unknown profile '%s' or warm-up < 1\n", pname);
         return 2;
     }
+    qf_engine_prefer_training(); /* before qf_set_engine loads oneDNN */
     qf_status st = qf_set_threads(atoi(argv[4]));
     if (st == QF_OK && argc > 7)
         st = qf_set_engine(!strcmp(argv[7], "ref") ? QF_ENGINE_REF

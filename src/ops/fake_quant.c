@@ -34,6 +34,7 @@
 #include "core/parallel.h"
 #include "kernels.h"
 #include "quant_math.h"
+#include "vector.h"
 
 typedef struct fq_state {
     int32_t qmin, qmax;
@@ -125,7 +126,7 @@ static inline float fq_rint(float v)
 /* Min / max with NaN skipped (a NaN never compares below or above), over
  * FQ_LANES independent lanes so that the loop is a vector min / max. */
 #define FQ_LANES 16
-static void fq_minmax(const float *restrict p, int64_t n, float *mn, float *mx)
+QF_VECTOR_CLONES static void fq_minmax(const float *restrict p, int64_t n, float *mn, float *mx)
 {
     float lo[FQ_LANES], hi[FQ_LANES];
     for (int l = 0; l < FQ_LANES; l++) {
@@ -228,7 +229,7 @@ typedef struct fq_job {
 
 /* Elements [lo, hi) of one channel's run with scale s and zero point z:
  * fake-quantize X into Y (forward) or mask dY into Y (backward). */
-static void fq_span(const fq_job *j, int64_t lo, int64_t hi, float s, float z)
+QF_VECTOR_CLONES static void fq_span(const fq_job *j, int64_t lo, int64_t hi, float s, float z)
 {
     const float qlo = (float)j->st->qmin, qhi = (float)j->st->qmax, inv = 1.0f / s;
     const float *restrict x = j->x;

@@ -20,6 +20,7 @@
 
 #include "core/parallel.h"
 #include "kernels.h"
+#include "vector.h"
 
 typedef struct qbn_state {
     float eps;
@@ -192,7 +193,7 @@ static qf_status qf_qat_bn_weight_backward_f32(const qf_kernel_io *io)
  * computed before (qbn_scales), the sums of the backward in double over
  * QBN_LANES independent partial sums (they vectorize; one running sum is a
  * chain of dependent adds). */
-#define QBN_LANES 8
+#define QBN_LANES 16
 typedef struct qbn_job {
     const qbn_state *st;
     const float *x, *dy, *b, *s, *sd;
@@ -206,7 +207,7 @@ static qf_status qbn_scales(const qf_kernel_io *io, const qbn_state *st, float *
     return QF_OK;
 }
 
-static void qbn_output_fwd_slice(void *arg, int64_t lo, int64_t hi)
+QF_VECTOR_CLONES static void qbn_output_fwd_slice(void *arg, int64_t lo, int64_t hi)
 {
     const qbn_job *j = arg;
     const qbn_state *st = j->st;
@@ -224,7 +225,7 @@ static void qbn_output_fwd_slice(void *arg, int64_t lo, int64_t hi)
     }
 }
 
-static void qbn_output_bwd_slice(void *arg, int64_t lo, int64_t hi)
+QF_VECTOR_CLONES static void qbn_output_bwd_slice(void *arg, int64_t lo, int64_t hi)
 {
     const qbn_job *j = arg;
     const qbn_state *st = j->st;
