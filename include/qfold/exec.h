@@ -44,6 +44,15 @@ const char *qf_engine_name(qf_engine e);   /* "auto", "ref", "dnnl" */
 /* One phrase on the active kernels: "oneDNN 2.6.3" when the oneDNN backend
  * is active, else "oneDNN: <why not>". */
 const char *qf_engine_about(void);
+/* The process is about to train (qf_train calls it; `qfold train` / `qfold
+ * qat` before anything loads oneDNN). oneDNN's OpenMP threads then spin at
+ * most 3000 iterations after each oneDNN call instead of the 30000 that
+ * inference was measured best with: between a training step's convolutions
+ * qfold's own kernels (BatchNorm, fake-quant, activations, their backward)
+ * run on its own threads, which the spinning ones take cores from. No effect
+ * once oneDNN is loaded (libgomp reads its environment once), nor on a
+ * user's OMP_WAIT_POLICY / GOMP_SPINCOUNT. */
+void qf_engine_prefer_training(void);
 /* Threads the kernels use: 0 = the machine's cores (the default). Before the
  * first plan runs; QF_ERR_INVALID outside 0..16. */
 qf_status qf_set_threads(int n);

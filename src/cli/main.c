@@ -261,6 +261,8 @@ int main(int argc, char **argv)
     int rc = qf_cli_memory_cap();
     if (rc != QF_EXIT_OK) return rc;
     qf_cli_signals();
+    /* Before --engine can load oneDNN: its threads' spin count for training. */
+    if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "qat") == 0) qf_engine_prefer_training();
     rc = qf_cli_globals(&argc, argv);
     if (rc != QF_EXIT_OK) return rc;
     if (argc < 2) {

@@ -14,6 +14,8 @@ qf_status qf_set_engine(qf_engine e) { return qf_backend_set_engine((int)e); }
 
 qf_engine qf_get_engine(void) { return (qf_engine)qf_backend_engine(); }
 
+void qf_engine_prefer_training(void) { qf_backend_prefer_training(); }
+
 const char *qf_engine_name(qf_engine e)
 {
     switch (e) {

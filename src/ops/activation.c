@@ -12,6 +12,7 @@
 #include "core/parallel.h"
 #include "dnnl_kernels.h"
 #include "kernels.h"
+#include "vector.h"
 
 static qf_status act_unsupported_dtype(const qf_node *n, qf_dtype dt)
 {
@@ -75,7 +76,7 @@ typedef struct f32_map_job {
 } f32_map_job;
 
 /* min(max(x, lo), hi) with NaN passing through, as QF_CLIP_T_ below. */
-static void act_clamp_f32_slice(void *ctx, int64_t a, int64_t b)
+QF_VECTOR_CLONES static void act_clamp_f32_slice(void *ctx, int64_t a, int64_t b)
 {
     const f32_map_job *j = ctx;
     const float *restrict x = j->x + a;
@@ -117,7 +118,7 @@ typedef struct act_bwd_job {
 
 /* The slice function `name` computing EXPR over v, dy, p0, p1. */
 #define QF_BWD_SLICE_(name, EXPR)                                             \
-    static void name(void *ctx, int64_t lo, int64_t hi)                       \
+    QF_VECTOR_CLONES static void name(void *ctx, int64_t lo, int64_t hi)      \
     {                                                                         \
         const act_bwd_job *j_ = ctx;                                          \
         const float *restrict v_ = j_->v, *restrict dy_ = j_->dy;             \

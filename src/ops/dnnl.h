@@ -183,5 +183,8 @@ qf_status qf_backend_set_engine(int engine);
 const char *qf_backend_why_not(void);
 /* "oneDNN 2.6.3" when the backend is active, else "". */
 const char *qf_backend_version(void);
+/* qf_engine_prefer_training (qfold/exec.h): libgomp's spin count for
+ * training, if oneDNN is not loaded yet. */
+void qf_backend_prefer_training(void);
 
 #endif

@@ -214,6 +214,7 @@ typedef struct dct_state {
     dnnl_memory_t bias, dbias;     /* plain [M] */
     size_t pad_bytes, dw_spare, db_spare, scratch;
     bool has_bias;
+    bool ddst_reuse;               /* backward weights reads ddst_d's reordered dY */
 } dct_state;
 
 enum { DCT_F, DCT_D, DCT_W };
@@ -339,6 +340,15 @@ static qf_status dct_build(const qf_kernel_io *io, dct_state *t, bool transpose)
     QF_TRY(dct_arg_make(n, t, &t->src_w, t->pd[DCT_W], DNNL_ARG_SRC, &x_user, true));
     QF_TRY(dct_arg_make(n, t, &t->ddst_w, t->pd[DCT_W], DNNL_ARG_DIFF_DST, &y_user, true));
     QF_TRY(dct_arg_make(n, t, &t->dw_w, t->pd[DCT_W], DNNL_ARG_DIFF_WEIGHTS, &w_user, false));
+    /* Backward data and backward weights mostly want dY in the same blocked
+     * layout: when backward data has just reordered it, backward weights
+     * reads that buffer (one reorder of dY per step instead of two; a
+     * reorder is an exact copy, so nothing else changes). */
+    const dnnl_memory_desc_t *dd = QF_DNNL(primitive_desc_query_md)(t->pd[DCT_D], dnnl_query_exec_arg_md,
+                                                                     DNNL_ARG_DIFF_DST);
+    const dnnl_memory_desc_t *dwm = QF_DNNL(primitive_desc_query_md)(t->pd[DCT_W], dnnl_query_exec_arg_md,
+                                                                      DNNL_ARG_DIFF_DST);
+    t->ddst_reuse = t->ddst_d.reorder && t->ddst_w.reorder && dd && dwm && QF_DNNL(memory_desc_equal)(dd, dwm);
     /* Where d W and d B go when the tape does not want them (a frozen weight
      * with a trained bias, or the reverse): oneDNN computes both together. */
     t->dw_spare = t->scratch;
@@ -440,12 +450,14 @@ static qf_status dct_backward(const qf_kernel_io *io)
         QF_TRY(dct_reorder(n, &t->dsrc_d, false));
     }
     if (dw || db) {
+        const bool reuse = dx && t->ddst_reuse; /* ddst_d.prim holds dY, reordered above */
         QF_TRY(dct_point(n, &t->src_w, io->in[0]->data, sc));
-        QF_TRY(dct_point(n, &t->ddst_w, ddst, sc));
+        if (!reuse) QF_TRY(dct_point(n, &t->ddst_w, ddst, sc));
         QF_TRY(dct_point(n, &t->dw_w, dw ? dw->data : sc + t->dw_spare, sc));
         QF_TRY(dct_reorder(n, &t->src_w, true));
-        QF_TRY(dct_reorder(n, &t->ddst_w, true));
-        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, t->src_w.prim}, {DNNL_ARG_DIFF_DST, t->ddst_w.prim},
+        if (!reuse) QF_TRY(dct_reorder(n, &t->ddst_w, true));
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, t->src_w.prim},
+                                   {DNNL_ARG_DIFF_DST, reuse ? t->ddst_d.prim : t->ddst_w.prim},
                                    {DNNL_ARG_DIFF_WEIGHTS, t->dw_w.prim}};
         int na = 3;
         if (t->has_bias) {

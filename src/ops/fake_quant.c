@@ -34,6 +34,7 @@
 #include "core/parallel.h"
 #include "kernels.h"
 #include "quant_math.h"
+#include "vector.h"
 
 typedef struct fq_state {
     int32_t qmin, qmax;
@@ -107,23 +108,100 @@ static qf_status qf_fake_quant_prepare(const qf_kernel_io *io, void *state)
     return QF_OK;
 }
 
+/* nearbyintf without the call (baseline x86-64 has no rounding instruction,
+ * so nearbyintf is a libm call per element, and no loop around it
+ * vectorizes): for |v| < 2^23, |v| + 2^23 lies where the float grid is the
+ * integers, so the add rounds |v| to an integer in the current rounding mode
+ * (to nearest, ties to even: the parity of |v| + 2^23 is that of |v|'s
+ * integer part) and the subtraction is exact; the sign goes back on (-0.3
+ * gives -0, as nearbyintf). |v| >= 2^23 is an integer already, and NaN / Inf
+ * fail the comparison and pass through. Bit-identical to nearbyintf. */
+static inline float fq_rint(float v)
+{
+    const float big = 8388608.0f;
+    const float a = fabsf(v), r = copysignf((a + big) - big, v);
+    return a < big ? r : v;
+}
+
+/* Min / max with NaN skipped (a NaN never compares below or above), over
+ * FQ_LANES independent lanes so that the loop is a vector min / max. */
+#define FQ_LANES 16
+QF_VECTOR_CLONES static void fq_minmax(const float *restrict p, int64_t n, float *mn, float *mx)
+{
+    float lo[FQ_LANES], hi[FQ_LANES];
+    for (int l = 0; l < FQ_LANES; l++) {
+        lo[l] = *mn;
+        hi[l] = *mx;
+    }
+    int64_t i = 0;
+    for (; i + FQ_LANES <= n; i += FQ_LANES)
+        for (int l = 0; l < FQ_LANES; l++) {
+            lo[l] = p[i + l] < lo[l] ? p[i + l] : lo[l];
+            hi[l] = p[i + l] > hi[l] ? p[i + l] : hi[l];
+        }
+    float a = *mn, b = *mx;
+    for (; i < n; i++) {
+        a = p[i] < a ? p[i] : a;
+        b = p[i] > b ? p[i] : b;
+    }
+    for (int l = 0; l < FQ_LANES; l++) {
+        a = lo[l] < a ? lo[l] : a;
+        b = hi[l] > b ? hi[l] : b;
+    }
+    *mn = a;
+    *mx = b;
+}
+
+/* Per-tensor work is cut into pieces of FQ_PIECE elements for the threads;
+ * the observer's partial minima / maxima of at most FQ_MAX_PIECES pieces
+ * live on the stack (kernels never allocate): bigger tensors get bigger
+ * pieces. */
+#define FQ_PIECE 16384
+#define FQ_MAX_PIECES 256
+
+typedef struct fq_obs_job {
+    const float *x;
+    int64_t n, piece;
+    float *mn, *mx; /* per piece */
+} fq_obs_job;
+
+static void fq_obs_pieces(void *arg, int64_t p0, int64_t p1)
+{
+    const fq_obs_job *j = arg;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t lo = p * j->piece, hi = lo + j->piece < j->n ? lo + j->piece : j->n;
+        j->mn[p] = INFINITY;
+        j->mx[p] = -INFINITY;
+        fq_minmax(j->x + lo, hi - lo, &j->mn[p], &j->mx[p]);
+    }
+}
+
 /* The observer: min / max of X per channel, moved into the running ones,
  * then the qparams. NaN / Inf in X is an error (an observer fed them would
- * make every later scale meaningless). */
+ * make every later scale meaningless). Per tensor, the threads take pieces
+ * of X; min / max are exact, so the order does not matter. */
 static qf_status fq_observe(const qf_kernel_io *io, const fq_state *st)
 {
     const float *x = io->in[0]->data;
     float *scale = (float *)io->in[1]->data, *zp = (float *)io->in[2]->data;
     float *rmin = (float *)io->in[3]->data, *rmax = (float *)io->in[4]->data;
-    if (qf_tensor_numel(io->in[0]) == 0) return QF_OK;
+    const int64_t numel = qf_tensor_numel(io->in[0]);
+    if (numel == 0) return QF_OK;
     for (int64_t c = 0; c < st->ch; c++) {
         float mn = INFINITY, mx = -INFINITY;
-        for (int64_t o = 0; o < st->outer; o++) {
-            const float *p = x + (o * st->ch + c) * st->inner;
-            for (int64_t i = 0; i < st->inner; i++) {
-                mn = p[i] < mn ? p[i] : mn;
-                mx = p[i] > mx ? p[i] : mx;
+        if (st->ch == 1 && numel > FQ_PIECE) {
+            float pmn[FQ_MAX_PIECES], pmx[FQ_MAX_PIECES];
+            int64_t piece = FQ_PIECE;
+            while ((numel + piece - 1) / piece > FQ_MAX_PIECES) piece *= 2;
+            fq_obs_job j = {x, numel, piece, pmn, pmx};
+            const int64_t np = (numel + piece - 1) / piece;
+            qf_parallel_for(np, 1, fq_obs_pieces, &j);
+            for (int64_t p = 0; p < np; p++) {
+                mn = pmn[p] < mn ? pmn[p] : mn;
+                mx = pmx[p] > mx ? pmx[p] : mx;
             }
+        } else {
+            for (int64_t o = 0; o < st->outer; o++) fq_minmax(x + (o * st->ch + c) * st->inner, st->inner, &mn, &mx);
         }
         if (!isfinite(mn) || !isfinite(mx))
             return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): the observed input holds NaN or Inf (channel %lld)",
@@ -149,36 +227,55 @@ typedef struct fq_job {
     bool backward;
 } fq_job;
 
-/* Rows [o0, o1) of [outer][ch]: fake-quantize (forward) or mask dY (backward). */
+/* Elements [lo, hi) of one channel's run with scale s and zero point z:
+ * fake-quantize X into Y (forward) or mask dY into Y (backward). */
+QF_VECTOR_CLONES static void fq_span(const fq_job *j, int64_t lo, int64_t hi, float s, float z)
+{
+    const float qlo = (float)j->st->qmin, qhi = (float)j->st->qmax, inv = 1.0f / s;
+    const float *restrict x = j->x;
+    float *restrict y = j->y;
+    if (j->backward) {
+        const float *restrict dy = j->dy;
+        for (int64_t i = lo; i < hi; i++) {
+            const float q = z + fq_rint(x[i] * inv);
+            y[i] = q >= qlo && q <= qhi ? dy[i] : 0.0f;
+        }
+    } else {
+        for (int64_t i = lo; i < hi; i++) {
+            float q = z + fq_rint(x[i] * inv);
+            q = q < qlo ? qlo : q > qhi ? qhi : q;
+            y[i] = (q - z) * s;
+        }
+    }
+}
+
+/* Rows [r0, r1) of [outer][ch] (per channel). */
 static void fq_rows(void *arg, int64_t r0, int64_t r1)
 {
     const fq_job *j = arg;
     const fq_state *st = j->st;
-    const float lo = (float)st->qmin, hi = (float)st->qmax;
     for (int64_t r = r0; r < r1; r++) {
         const int64_t c = r % st->ch;
-        const float s = j->scale[c], inv = 1.0f / s, z = j->zp[c];
-        const float *x = j->x + r * st->inner;
-        float *y = j->y + r * st->inner;
-        if (j->backward) {
-            const float *dy = j->dy + r * st->inner;
-            for (int64_t i = 0; i < st->inner; i++) {
-                float q = z + nearbyintf(x[i] * inv);
-                y[i] = q >= lo && q <= hi ? dy[i] : 0.0f;
-            }
-        } else {
-            for (int64_t i = 0; i < st->inner; i++) {
-                float q = z + nearbyintf(x[i] * inv);
-                q = q < lo ? lo : q > hi ? hi : q;
-                y[i] = (q - z) * s;
-            }
-        }
+        fq_span(j, r * st->inner, (r + 1) * st->inner, j->scale[c], j->zp[c]);
     }
+}
+
+/* Pieces [p0, p1) of FQ_PIECE elements (per tensor). */
+static void fq_pieces(void *arg, int64_t p0, int64_t p1)
+{
+    const fq_job *j = arg;
+    const int64_t n = j->st->outer * j->st->inner, hi = p1 * FQ_PIECE;
+    fq_span(j, p0 * FQ_PIECE, hi < n ? hi : n, j->scale[0], j->zp[0]);
 }
 
 static void fq_run(const qf_kernel_io *io, const fq_state *st, const float *dy, float *y, bool backward)
 {
     fq_job j = {st, io->in[0]->data, io->in[1]->data, io->in[2]->data, dy, y, backward};
+    if (st->ch == 1) {
+        const int64_t n = st->outer * st->inner;
+        qf_parallel_for((n + FQ_PIECE - 1) / FQ_PIECE, 1, fq_pieces, &j);
+        return;
+    }
     int64_t rows = st->outer * st->ch;
     qf_parallel_for(rows, (st->inner > 4096 ? 1 : 4096 / (st->inner ? st->inner : 1)), fq_rows, &j);
 }

@@ -23,7 +23,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/parallel.h"
 #include "kernels.h"
+#include "vector.h"
 
 typedef struct qbn_state {
     float eps;
@@ -227,51 +229,123 @@ static qf_status qf_qat_bn_weight_backward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* qat_bn_output over the threads: channels [lo, hi) each, s_c and std_c
+ * computed before (qbn_scales), the sums of the backward in double over
+ * QBN_LANES independent partial sums (they vectorize; one running sum is a
+ * chain of dependent adds). */
+#define QBN_LANES 16
+typedef struct qbn_job {
+    const qbn_state *st;
+    const float *x, *dy, *b, *s, *sd;
+    float *y, *dx, *dg, *db;
+} qbn_job;
+
+/* s_c and std_c of every channel into s / sd (the plan's scratch). */
+static qf_status qbn_scales(const qf_kernel_io *io, const qbn_state *st, float *sd, float *s)
+{
+    for (int64_t c = 0; c < st->ch; c++) QF_TRY(qbn_scale(io, st, c, &sd[c], &s[c]));
+    return QF_OK;
+}
+
+QF_VECTOR_CLONES static void qbn_output_fwd_slice(void *arg, int64_t lo, int64_t hi)
+{
+    const qbn_job *j = arg;
+    const qbn_state *st = j->st;
+    for (int64_t c = lo; c < hi; c++) {
+        const float s = j->s[c], bc = j->b ? j->b[c] : 0.0f;
+        for (int64_t o = 0; o < st->outer; o++) {
+            const int64_t base = (o * st->ch + c) * st->inner;
+            const float *restrict x = j->x + base;
+            float *restrict y = j->y + base;
+            if (j->b)
+                for (int64_t i = 0; i < st->inner; i++) y[i] = x[i] / s + bc;
+            else
+                for (int64_t i = 0; i < st->inner; i++) y[i] = x[i] / s;
+        }
+    }
+}
+
+QF_VECTOR_CLONES static void qbn_output_bwd_slice(void *arg, int64_t lo, int64_t hi)
+{
+    const qbn_job *j = arg;
+    const qbn_state *st = j->st;
+    for (int64_t c = lo; c < hi; c++) {
+        const float s = j->s[c];
+        double ay[QBN_LANES] = {0}, ad[QBN_LANES] = {0};
+        double sy = 0.0, sdy = 0.0;
+        for (int64_t o = 0; o < st->outer; o++) {
+            const int64_t base = (o * st->ch + c) * st->inner;
+            const float *restrict x = j->x + base;
+            if (!j->dy) {
+                if (j->dx) memset(j->dx + base, 0, sizeof(float) * (size_t)st->inner);
+                continue;
+            }
+            const float *restrict d = j->dy + base;
+            if (j->dx) {
+                float *restrict dx = j->dx + base;
+                for (int64_t i = 0; i < st->inner; i++) dx[i] = d[i] / s;
+            }
+            int64_t i = 0;
+            for (; i + QBN_LANES <= st->inner; i += QBN_LANES)
+                for (int l = 0; l < QBN_LANES; l++) {
+                    ay[l] += (double)d[i + l] * x[i + l];
+                    ad[l] += d[i + l];
+                }
+            for (; i < st->inner; i++) {
+                sy += (double)d[i] * x[i];
+                sdy += d[i];
+            }
+        }
+        for (int l = 0; l < QBN_LANES; l++) {
+            sy += ay[l];
+            sdy += ad[l];
+        }
+        /* d (y / s) / d s = -y / s^2; d s / d gamma = 1 / std. */
+        if (j->dg) j->dg[c] = (float)(-sy / ((double)s * s) / j->sd[c]);
+        if (j->db) j->db[c] = (float)sdy;
+    }
+}
+
+/* s_c and std_c: two floats per channel. */
+static size_t qbn_output_scratch(const qf_node *n, const void *state)
+{
+    (void)n;
+    return 2 * sizeof(float) * (size_t)((const qbn_state *)state)->ch;
+}
+
+/* Channels per slice: at least ~16k elements each. */
+static int64_t qbn_grain(const qbn_state *st)
+{
+    const int64_t per = st->outer * st->inner;
+    return per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1);
+}
+
 static qf_status qf_qat_bn_output_forward_f32(const qf_kernel_io *io)
 {
     const qbn_state *st = io->state;
-    const float *x = io->in[0]->data;
-    const float *b = io->nin > 3 && io->in[3] ? io->in[3]->data : NULL;
-    float *y = io->out[0]->data;
-    for (int64_t c = 0; c < st->ch; c++) {
-        float sd = 1.0f, s = 1.0f;
-        QF_TRY(qbn_scale_fwd(io, st, c, &sd, &s));
-        const float bc = b ? b[c] : 0.0f;
-        for (int64_t o = 0; o < st->outer; o++) {
-            const int64_t base = (o * st->ch + c) * st->inner;
-            if (b)
-                for (int64_t i = 0; i < st->inner; i++) y[base + i] = x[base + i] / s + bc;
-            else
-                for (int64_t i = 0; i < st->inner; i++) y[base + i] = x[base + i] / s;
-        }
-    }
+    /* std_c, s_c: kept in `saved` for the backward in a training plan (BN's
+     * forward updates the running variance later in the same step), in the
+     * scratch otherwise. */
+    float *sd = io->saved ? (float *)io->saved : (float *)io->scratch, *s = sd + st->ch;
+    QF_TRY(qbn_scales(io, st, sd, s));
+    qbn_job j = {.st = st, .x = io->in[0]->data, .b = io->nin > 3 && io->in[3] ? io->in[3]->data : NULL, .s = s,
+                 .sd = sd, .y = io->out[0]->data};
+    qf_parallel_for(st->ch, qbn_grain(st), qbn_output_fwd_slice, &j);
     return QF_OK;
 }
 
 static qf_status qf_qat_bn_output_backward_f32(const qf_kernel_io *io)
 {
     const qbn_state *st = io->state;
-    const float *x = io->in[0]->data, *dy = io->dout[0] ? io->dout[0]->data : NULL;
-    float *dx = io->din[0] ? io->din[0]->data : NULL, *dg = io->din[1] ? io->din[1]->data : NULL;
-    float *db = io->nin > 3 && io->din[3] ? io->din[3]->data : NULL;
+    if (!io->saved)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): backward without the forward's saved scale", io->node->name,
+                        qf_op_label(io->node));
+    const float *sd = io->saved, *s = sd + st->ch;
     if (io->din[2]) memset(io->din[2]->data, 0, qf_tensor_nbytes(io->din[2]));
-    for (int64_t c = 0; c < st->ch; c++) {
-        float sd = 1.0f, s = 1.0f;
-        QF_TRY(qbn_saved_scale(io, st, c, &sd, &s));
-        double sy = 0.0, sdy = 0.0;
-        for (int64_t o = 0; o < st->outer; o++) {
-            const int64_t base = (o * st->ch + c) * st->inner;
-            for (int64_t i = 0; i < st->inner; i++) {
-                const float d = dy ? dy[base + i] : 0.0f;
-                if (dx) dx[base + i] = d / s;
-                sy += (double)d * x[base + i];
-                sdy += d;
-            }
-        }
-        /* d (y / s) / d s = -y / s^2; d s / d gamma = 1 / std. */
-        if (dg) dg[c] = (float)(-sy / ((double)s * s) / sd);
-        if (db) db[c] = (float)sdy;
-    }
+    qbn_job j = {.st = st, .x = io->in[0]->data, .dy = io->dout[0] ? io->dout[0]->data : NULL, .s = s, .sd = sd,
+                 .dx = io->din[0] ? io->din[0]->data : NULL, .dg = io->din[1] ? io->din[1]->data : NULL,
+                 .db = io->nin > 3 && io->din[3] ? io->din[3]->data : NULL};
+    qf_parallel_for(st->ch, qbn_grain(st), qbn_output_bwd_slice, &j);
     return QF_OK;
 }
 
@@ -289,6 +363,7 @@ const qf_op_kernels qf_qat_bn_output_kernels = {
     .infer = qf_qat_bn_output_infer,
     .prepare = qf_qat_bn_output_prepare,
     .state_size = sizeof(qbn_state),
+    .scratch = qbn_output_scratch,
     .forward_f32 = qf_qat_bn_output_forward_f32,
     .backward_f32 = qf_qat_bn_output_backward_f32,
     .bwd_in = (1u << 0), /* Y (for d gamma); std and s come from `saved` */

@@ -680,6 +680,7 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
 qf_status qf_train(qf_graph *g, const qf_data_source *data, const qf_tensor *labels, const qf_data_source *val,
                    const qf_tensor *val_labels, const qf_train_config *c, qf_train_result *res)
 {
+    qf_engine_prefer_training();
     qf_train_result r = {.val_accuracy = -1};
     qf_trainer t = {.g = g, .c = c};
     qf_status st = qf_train_setup(&t, data, labels, val, val_labels);

@@ -82,6 +82,9 @@ def main():
     ok = True
     ok &= case(args, "per_tensor_affine", (4, 3, 5, 6), -128, 127, False)
     ok &= case(args, "per_tensor_symmetric", (4, 7), -128, 127, True)
+    # More than one piece of the threaded per-tensor kernels (16384
+    # elements), the last one partial.
+    ok &= case(args, "per_tensor_affine_pieces", (5, 7, 31, 33), -128, 127, False)
     ok &= case(args, "per_tensor_neutron_scale_floor", (2, 3, 4, 4), -128, 127, False, eps=2.0 ** -12)
     ok &= case(args, "per_channel_symmetric_axis0", (6, 3, 3, 3), -127, 127, True, axis=0)
     ok &= case(args, "per_channel_affine_axis1", (3, 5, 4), -128, 127, False, axis=1)
