@@ -97,6 +97,22 @@ static qf_status qf_softmax_ce_loss_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
+/* What the forward and backward read of the node's attributes, decoded once. */
+typedef struct sce_state {
+    int red;
+    bool has_ii;
+    int64_t ii;
+} sce_state;
+
+static qf_status qf_softmax_ce_loss_prepare(const qf_kernel_io *io, void *state)
+{
+    sce_state *st = state;
+    st->red = loss_reduction(io->node, true);
+    st->has_ii = qf_node_attr(io->node, "ignore_index") != NULL;
+    st->ii = qf_node_attr_int(io->node, "ignore_index", 0);
+    return QF_OK;
+}
+
 /* `saved`: the weight sum and the reduced loss (doubles), then log_prob. */
 typedef struct sce_saved {
     double wsum;
@@ -120,9 +136,10 @@ static qf_status qf_softmax_ce_loss_forward_f32(const qf_kernel_io *io)
     const qf_node *n = io->node;
     const qf_tensor *x = io->in[0], *y = io->in[1];
     const qf_tensor *w = io->nin > 2 ? io->in[2] : NULL;
-    const int red = loss_reduction(n, true);
-    const bool has_ii = qf_node_attr(n, "ignore_index") != NULL;
-    const int64_t ii = qf_node_attr_int(n, "ignore_index", 0);
+    const sce_state *st = io->state;
+    const int red = st->red;
+    const bool has_ii = st->has_ii;
+    const int64_t ii = st->ii;
     int64_t nb, c, dd;
     sce_geometry(x, &nb, &c, &dd);
     const float *xd = x->data, *wd = w ? w->data : NULL;
@@ -185,12 +202,12 @@ static qf_status qf_softmax_ce_loss_forward_f32(const qf_kernel_io *io)
 
 static qf_status qf_softmax_ce_loss_backward_f32(const qf_kernel_io *io)
 {
-    const qf_node *n = io->node;
     const qf_tensor *x = io->in[0], *y = io->in[1];
     const qf_tensor *w = io->nin > 2 ? io->in[2] : NULL;
-    const int red = loss_reduction(n, true);
-    const bool has_ii = qf_node_attr(n, "ignore_index") != NULL;
-    const int64_t ii = qf_node_attr_int(n, "ignore_index", 0);
+    const sce_state *st = io->state;
+    const int red = st->red;
+    const bool has_ii = st->has_ii;
+    const int64_t ii = st->ii;
     int64_t nb, c, dd;
     sce_geometry(x, &nb, &c, &dd);
     const sce_saved *sv = io->saved;
@@ -256,6 +273,13 @@ static qf_status qf_mse_loss_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
+/* The reduction, decoded once (an int in the state). */
+static qf_status qf_mse_loss_prepare(const qf_kernel_io *io, void *state)
+{
+    *(int *)state = loss_reduction(io->node, false);
+    return QF_OK;
+}
+
 static qf_status qf_mse_loss_forward_f32(const qf_kernel_io *io)
 {
     const float *p = io->in[0]->data, *t = io->in[1]->data;
@@ -265,7 +289,7 @@ static qf_status qf_mse_loss_forward_f32(const qf_kernel_io *io)
         const double d = (double)p[i] - t[i];
         s += d * d;
     }
-    if (loss_reduction(io->node, false) == LOSS_MEAN) s /= (double)cnt;
+    if (*(const int *)io->state == LOSS_MEAN) s /= (double)cnt;
     ((float *)io->out[0]->data)[0] = (float)s;
     return QF_OK;
 }
@@ -275,7 +299,7 @@ static qf_status qf_mse_loss_backward_f32(const qf_kernel_io *io)
     const float *p = io->in[0]->data, *t = io->in[1]->data;
     const int64_t cnt = qf_tensor_numel(io->in[0]);
     double k = io->dout[0] ? 2.0 * ((const float *)io->dout[0]->data)[0] : 0.0;
-    if (loss_reduction(io->node, false) == LOSS_MEAN) k /= (double)cnt;
+    if (*(const int *)io->state == LOSS_MEAN) k /= (double)cnt;
     const float kf = (float)k;
     float *dp = io->din[0] ? io->din[0]->data : NULL, *dt = io->din[1] ? io->din[1]->data : NULL;
     for (int64_t i = 0; i < cnt; i++) {
@@ -290,6 +314,8 @@ static qf_status qf_mse_loss_backward_f32(const qf_kernel_io *io)
 
 const qf_op_kernels qf_softmax_ce_loss_kernels = {
     .infer = qf_softmax_ce_loss_infer,
+    .prepare = qf_softmax_ce_loss_prepare,
+    .state_size = sizeof(sce_state),
     .forward_f32 = qf_softmax_ce_loss_forward_f32,
     .backward_f32 = qf_softmax_ce_loss_backward_f32,
     .bwd_in = 1u << 1 | 1u << 2,
@@ -298,6 +324,8 @@ const qf_op_kernels qf_softmax_ce_loss_kernels = {
 
 const qf_op_kernels qf_mse_loss_kernels = {
     .infer = qf_mse_loss_infer,
+    .prepare = qf_mse_loss_prepare,
+    .state_size = sizeof(int),
     .forward_f32 = qf_mse_loss_forward_f32,
     .backward_f32 = qf_mse_loss_backward_f32,
     .bwd_in = 1u << 0 | 1u << 1,

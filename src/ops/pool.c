@@ -294,40 +294,60 @@ static qf_status qf_avg_pool_prepare(const qf_kernel_io *io, void *state)
     return pool_setup(io->node, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom);
 }
 
+/* One (n, c) plane of AveragePool, the window walk its forward and
+ * backward share: forward (dx NULL) y = mean of x over each window's taps
+ * inside X; backward dy / count to every tap (dx accumulates: zeroed by the
+ * caller). The count: count_include_pad, the window clipped to the padded
+ * extent, else the taps inside X (PyTorch's divisor too). */
+static void avg_pool_plane(const pool_geom *pg, bool include_pad, const float *xp, float *yp, const float *dyp,
+                           float *dxp)
+{
+    const qf_spatial *l = &pg->l;
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    for (int64_t od = 0; od < l->out[0]; od++) {
+        int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
+        pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
+        int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
+        for (int64_t oh = 0; oh < l->out[1]; oh++) {
+            int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
+            pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
+            int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
+            for (int64_t ow = 0; ow < l->out[2]; ow++) {
+                int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
+                pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
+                int64_t cnt = include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
+                                          : (d1 - d0) * (h1 - h0) * (w1 - w0);
+                if (dxp) {
+                    if (cnt <= 0) {
+                        dyp++;
+                        continue;
+                    }
+                    const float g = *dyp++ / (float)cnt;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            float *row = dxp + ((sd + kd) * IH + sh + kh) * IW + sw;
+                            for (int64_t kw = w0; kw < w1; kw++) row[kw] += g;
+                        }
+                    continue;
+                }
+                double sum = 0.0;
+                for (int64_t kd = d0; kd < d1; kd++)
+                    for (int64_t kh = h0; kh < h1; kh++) {
+                        const float *row = xp + ((sd + kd) * IH + sh + kh) * IW;
+                        for (int64_t kw = w0; kw < w1; kw++) sum += row[sw + kw];
+                    }
+                *yp++ = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
+            }
+        }
+    }
+}
+
 static void avg_pool_f32_planes(void *ctx, int64_t lo, int64_t hi)
 {
     const pool_job *j = ctx;
     const pool_geom *pg = j->pg;
-    const bool include_pad = j->include_pad;
-    const qf_spatial *l = &pg->l;
-    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
-    float *yp = j->out + lo * pg->out_plane;
-    for (int64_t p = lo; p < hi; p++) {
-        const float *xp = j->x + p * pg->in_plane;
-        for (int64_t od = 0; od < l->out[0]; od++) {
-            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
-            pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
-            int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
-            for (int64_t oh = 0; oh < l->out[1]; oh++) {
-                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
-                pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
-                int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
-                for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {
-                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
-                    pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
-                    double sum = 0.0;
-                    for (int64_t kd = d0; kd < d1; kd++)
-                        for (int64_t kh = h0; kh < h1; kh++) {
-                            const float *row = xp + ((sd + kd) * IH + sh + kh) * IW;
-                            for (int64_t kw = w0; kw < w1; kw++) sum += row[sw + kw];
-                        }
-                    int64_t cnt = include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
-                                              : (d1 - d0) * (h1 - h0) * (w1 - w0);
-                    *yp = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
-                }
-            }
-        }
-    }
+    for (int64_t p = lo; p < hi; p++)
+        avg_pool_plane(pg, j->include_pad, j->x + p * pg->in_plane, j->out + p * pg->out_plane, NULL, NULL);
 }
 
 static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
@@ -594,43 +614,14 @@ static qf_status qf_max_pool_backward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
-/* AveragePool: each dy / count goes to every tap of its window inside X,
- * with the forward's count (count_include_pad: the window clipped to the
- * padded extent, else the taps inside X; PyTorch's divisor too). */
+/* AveragePool: each dy / count goes to every tap of its window inside X
+ * (avg_pool_plane's backward). */
 static void avg_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
 {
     const pool_job *j = ctx;
     const pool_geom *pg = j->pg;
-    const qf_spatial *l = &pg->l;
-    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
-    for (int64_t p = lo; p < hi; p++) {
-        const float *dyp = j->y + p * pg->out_plane;
-        float *dxp = j->dx + p * pg->in_plane;
-        for (int64_t od = 0; od < l->out[0]; od++) {
-            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
-            pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
-            int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
-            for (int64_t oh = 0; oh < l->out[1]; oh++) {
-                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
-                pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
-                int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
-                for (int64_t ow = 0; ow < l->out[2]; ow++, dyp++) {
-                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
-                    pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
-                    int64_t cnt = j->include_pad
-                                      ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
-                                      : (d1 - d0) * (h1 - h0) * (w1 - w0);
-                    if (cnt <= 0) continue;
-                    const float g = *dyp / (float)cnt;
-                    for (int64_t kd = d0; kd < d1; kd++)
-                        for (int64_t kh = h0; kh < h1; kh++) {
-                            float *row = dxp + ((sd + kd) * IH + sh + kh) * IW + sw;
-                            for (int64_t kw = w0; kw < w1; kw++) row[kw] += g;
-                        }
-                }
-            }
-        }
-    }
+    for (int64_t p = lo; p < hi; p++)
+        avg_pool_plane(pg, j->include_pad, NULL, NULL, j->y + p * pg->out_plane, j->dx + p * pg->in_plane);
 }
 
 /* Reads neither X nor Y: the geometry is in the prepared state. */

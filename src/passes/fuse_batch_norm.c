@@ -14,12 +14,30 @@
  *                                       (one node, and what the quantizer expects).
  * Gemm's alpha and beta are folded as well (W' = alpha*W*s, C' = (beta*C - mu)*s + beta_bn)
  * and both attributes set to 1.
+ *
+ * Through a weight fake_quant (QAT's finalize, after qat_bn_remove): when the
+ * weight of a conv / conv_transpose / linear / Gemm is fake_quant(W) with W a
+ * float32 constant, the fake_quant read by this op alone and its buffers
+ * constants, W' replaces W as the fake_quant's input and the bias is written
+ * as above. W' is then computed in float32 exactly as qat_bn_weight computes
+ * W * s during training (std = sqrtf(var + eps), s = gamma / std, W * s: see
+ * src/ops/qat.c), so the fake_quant sees after the fold, bit for bit, the
+ * weight it saw in training (eval mode). Its qparams then follow PyTorch
+ * 1.13's convert of a ConvBn module (_ConvNd.from_float: fuse_conv_bn_weights,
+ * then weight_post_process(weight), which moves the observer once with the
+ * folded weight when it is enabled, then the observer's qparams): with the
+ * node's `observe` = 1, one moving-average update of running_min / max with
+ * W' and scale / zero_point recomputed (qf_qparams_torch, as fake_quant.c);
+ * with observe = 0 they stay. Gemm needs alpha = 1 there (alpha * W * s would
+ * not be what the fake_quant saw).
  */
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../ops/quant_math.h"
 #include "bn_math.h"
 #include "rewrite.h"
 #include "qfold/pass.h"
@@ -33,6 +51,7 @@ typedef enum fold_layout {
 
 typedef struct fold {
     qf_node *bn, *prod;
+    qf_node *fq;      /* the weight's fake_quant (w is its input), or NULL */
     qf_value *x;      /* producer output = BN input */
     qf_value *w, *b;  /* b: NULL when the producer has no bias */
     fold_layout layout;
@@ -84,6 +103,26 @@ static bool fold_match(const qf_graph *g, qf_node *bn, fold *f, char *why, size_
     if (p->op == QF_OP_MATMUL && fold_transposed_weight(f->w)) {
         f->w = f->w->producer->inputs[0];
         f->via_transpose = true;
+    }
+    /* QAT: fold under the weight's fake_quant (see the header). */
+    if (p->op != QF_OP_MATMUL && f->w->producer && f->w->producer->op == QF_OP_FAKE_QUANT) {
+        qf_node *fq = f->w->producer;
+        if (f->w->nuses != 1 || f->w->is_output)
+            return qf_rewrite_why(why, size, "the weight's fake_quant '%s' has %d readers", fq->name,
+                                  f->w->nuses + (f->w->is_output ? 1 : 0));
+        if (fq->ninputs < 5) return qf_rewrite_why(why, size, "the weight's fake_quant '%s' has no buffers", fq->name);
+        for (int i = 1; i < 5; i++)
+            if (!qf_rewrite_is_f32_const(fq->inputs[i]))
+                return qf_rewrite_why(why, size, "buffer '%s' of the weight's fake_quant '%s' is not a float32 constant",
+                                      fq->inputs[i] ? fq->inputs[i]->name : "?", fq->name);
+        if (!fq->inputs[0]) return qf_rewrite_why(why, size, "the weight's fake_quant '%s' has no input", fq->name);
+        if (p->op == QF_OP_GEMM && qf_node_attr_float(p, "alpha", 1.0f) != 1.0f)
+            return qf_rewrite_why(why, size, "gemm alpha %g under the weight's fake_quant '%s'",
+                                  qf_node_attr_float(p, "alpha", 1.0f), fq->name);
+        if (bn->inputs[QF_BN_IN_SCALE]->type.dtype != QF_DTYPE_F32 || bn->inputs[QF_BN_IN_VAR]->type.dtype != QF_DTYPE_F32)
+            return qf_rewrite_why(why, size, "BN scale / var are not float32 (the fold under a fake_quant is float32)");
+        f->fq = fq;
+        f->w = fq->inputs[0];
     }
     if (!qf_value_is_const(f->w))
         return qf_rewrite_why(why, size, "weight is not a constant ('%s' is %s)", f->w->name,
@@ -272,6 +311,125 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
     return qf_rewrite_install_const(g, f->prod, 1, &fresh, hint);
 }
 
+/* Under a fake_quant: W' = W * s in float32 as qat_bn_weight computes it
+ * (std = sqrtf(var + eps), s = gamma / std), for the fake_quant to see the
+ * weight it saw in training, bit for bit. ranges as fold_weight. */
+static qf_status fold_weight_fq(qf_graph *g, const fold *f, double *ranges)
+{
+    const qf_node *bn = f->bn;
+    const float eps = qf_node_attr_float(bn, "epsilon", 1e-5f);
+    const float *gamma = bn->inputs[QF_BN_IN_SCALE]->type.data, *var = bn->inputs[QF_BN_IN_VAR]->type.data;
+    const qf_tensor *wt = &f->w->type;
+    const int64_t numel = qf_tensor_numel(wt), O = f->out_ch;
+    float *s = qf_malloc((size_t)(O > 0 ? O : 1) * sizeof *s);
+    if (!s) return QF_ERR_NOMEM;
+    for (int64_t o = 0; o < O; o++) {
+        s[o] = gamma[o] / sqrtf(var[o] + eps);
+        ranges[o] = 0.0;
+    }
+    qf_tensor fresh;
+    memset(&fresh, 0, sizeof fresh);
+    const bool in_place = qf_rewrite_can_write_in_place(f->w, f->fq, 0);
+    if (!in_place) {
+        qf_status st = qf_tensor_init(&fresh, QF_DTYPE_F32, wt->ndim, wt->dims);
+        if (st != QF_OK) {
+            qf_free(s);
+            return st;
+        }
+    }
+    const float *src = wt->data;
+    float *dst = in_place ? wt->data : fresh.data;
+    /* The output channel of element k (the layouts of fold_match). */
+    const int64_t inner = O ? numel / O : 0, og = wt->ndim > 1 ? wt->dims[1] : 1;
+    const int64_t kk = f->layout == FOLD_CONVT && wt->dims[0] > 0 && og > 0 ? numel / (wt->dims[0] * og) : 1;
+    const int64_t cin_g = f->layout == FOLD_CONVT ? wt->dims[0] / f->groups : 1;
+    for (int64_t k = 0; k < numel; k++) {
+        int64_t o;
+        if (f->layout == FOLD_AXIS0) o = k / inner;
+        else if (f->layout == FOLD_AXIS1) o = k % O;
+        else o = (k / (og * kk)) / cin_g * og + (k / kk) % og;
+        const float v = src[k] * s[o];
+        dst[k] = v;
+        if (fabsf(v) > ranges[o]) ranges[o] = fabsf(v);
+    }
+    qf_free(s);
+    if (in_place) return QF_OK;
+    char hint[512];
+    snprintf(hint, sizeof hint, "%.480s_bnfold", f->w->name);
+    return qf_rewrite_install_const(g, f->fq, 0, &fresh, hint);
+}
+
+/* The fake_quant's qparams after the fold, as PyTorch's convert: with
+ * observe = 1, the observer moves once with W' (the first observation
+ * assigns) and scale / zero point are its qparams; observe = 0 keeps them.
+ * New buffer payloads are installed (in place when only fq reads them). */
+static qf_status fold_fq_qparams(qf_graph *g, qf_node *fq)
+{
+    if (!qf_node_attr_int(fq, "observe", 1)) return QF_OK;
+    const qf_tensor *x = &fq->inputs[0]->type;
+    const int64_t nel = qf_tensor_numel(&fq->inputs[1]->type);
+    int64_t outer = 1, ch = 1, inner = qf_tensor_numel(x);
+    if (nel > 1) {
+        int64_t axis = qf_node_attr_int(fq, "axis", 0);
+        if (axis < 0) axis += x->ndim;
+        if (axis < 0 || axis >= x->ndim || x->dims[axis] != nel)
+            return qf_error(QF_ERR_SHAPE, "node '%s' (fake_quant): %lld qparams for axis %lld of a rank-%d weight",
+                            fq->name, (long long)nel, (long long)axis, x->ndim);
+        ch = nel;
+        inner = 1;
+        for (int64_t d = 0; d < axis; d++) outer *= x->dims[d];
+        for (int d = (int)axis + 1; d < x->ndim; d++) inner *= x->dims[d];
+    }
+    if (qf_tensor_numel(x) == 0) return QF_OK;
+    const int32_t qmin = (int32_t)qf_node_attr_int(fq, "quant_min", -128);
+    const int32_t qmax = (int32_t)qf_node_attr_int(fq, "quant_max", 127);
+    const float c = qf_node_attr_float(fq, "averaging_constant", 0.01f), eps = qf_node_attr_float(fq, "eps", FLT_EPSILON);
+    const int symmetric = qf_node_attr_int(fq, "symmetric", 0) != 0;
+    qf_tensor t[4];
+    memset(t, 0, sizeof t);
+    qf_status st = QF_OK;
+    for (int i = 0; i < 4 && st == QF_OK; i++) {
+        const qf_tensor *b = &fq->inputs[1 + i]->type;
+        st = qf_tensor_init(&t[i], QF_DTYPE_F32, b->ndim, b->dims);
+        if (st == QF_OK) memcpy(t[i].data, b->data, qf_tensor_nbytes(b));
+    }
+    if (st != QF_OK) {
+        for (int i = 0; i < 4; i++) qf_tensor_free(&t[i]);
+        return st;
+    }
+    float *scale = t[0].data, *zp = t[1].data, *rmin = t[2].data, *rmax = t[3].data;
+    const float *w = x->data;
+    for (int64_t k = 0; k < ch; k++) {
+        float mn = INFINITY, mx = -INFINITY;
+        for (int64_t o = 0; o < outer; o++) {
+            const float *p = w + (o * ch + k) * inner;
+            for (int64_t i = 0; i < inner; i++) {
+                mn = p[i] < mn ? p[i] : mn;
+                mx = p[i] > mx ? p[i] : mx;
+            }
+        }
+        /* fake_quant.c's observer step, verbatim in its arithmetic. */
+        if (rmin[k] == INFINITY && rmax[k] == -INFINITY) {
+            rmin[k] = mn;
+            rmax[k] = mx;
+        } else {
+            rmin[k] = rmin[k] + c * (mn - rmin[k]);
+            rmax[k] = rmax[k] + c * (mx - rmax[k]);
+        }
+        int32_t z;
+        qf_qparams_torch(rmin[k], rmax[k], symmetric, qmin, qmax, eps, &scale[k], &z);
+        zp[k] = (float)z;
+    }
+    static const char *const what[4] = {"scale", "zero_point", "min", "max"};
+    for (int i = 0; i < 4; i++) {
+        char hint[512];
+        snprintf(hint, sizeof hint, "%.480s_%s", fq->name, what[i]);
+        qf_status s2 = qf_rewrite_install_const(g, fq, 1 + i, &t[i], hint);
+        if (st == QF_OK) st = s2;
+    }
+    return st;
+}
+
 /* b'_o = (beta_gemm * b_o - mu_o) * s_o + beta_o (b = 0 when absent). */
 static qf_status fold_bias(qf_graph *g, const fold *f, const qf_bn_affine *a)
 {
@@ -320,7 +478,8 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     }
     /* The bias reads only b, so its order with the weight does not matter. */
     if (st == QF_OK) st = fold_bias(g, f, &a);
-    if (st == QF_OK) st = fold_weight(g, f, &a, ranges);
+    if (st == QF_OK) st = f->fq ? fold_weight_fq(g, f, ranges) : fold_weight(g, f, &a, ranges);
+    if (st == QF_OK && f->fq) st = fold_fq_qparams(g, f->fq);
     if (st == QF_OK && p->op == QF_OP_GEMM) {
         if (qf_node_attr(p, "alpha")) st = qf_node_set_attr_float(g, p, "alpha", 1.0f);
         if (st == QF_OK && qf_node_attr(p, "beta")) st = qf_node_set_attr_float(g, p, "beta", 1.0f);
@@ -332,7 +491,12 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     }
     if (st == QF_OK) {
         const char *pn = f->layout == FOLD_TRANSPOSE || f->via_transpose ? "matmul (now linear)" : qf_op_name(p->op);
-        qf_pass_rewrite_as(ctx, bn, QF_PASS_FOLDED, detail, "folded into %s '%s'", pn, p->name);
+        if (f->fq)
+            qf_pass_rewrite_as(ctx, bn, QF_PASS_FOLDED, detail, "folded into %s '%s' through its weight fake_quant '%s'%s",
+                               pn, p->name, f->fq->name,
+                               qf_node_attr_int(f->fq, "observe", 1) ? " (observer moved, qparams recomputed)" : "");
+        else
+            qf_pass_rewrite_as(ctx, bn, QF_PASS_FOLDED, detail, "folded into %s '%s'", pn, p->name);
         /* The producer's output takes over the BN output's readers (and its
          * name, when the BN output is a graph output). */
         st = qf_rewrite_splice_out(g, bn, f->x);

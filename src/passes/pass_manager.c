@@ -41,7 +41,9 @@ static const qf_pass *const qf_builtin_passes[] = {
 /* Pipelines mirror the Neutron backend's default pass lists. qat_prepare's
  * quant_qat_insert is the quantizer's (registered by the quant layer,
  * qf_quant_register_passes: the pipeline runs once it is, with a
- * qf_quant_session in qf_pass_options.user). */
+ * qf_quant_session in qf_pass_options.user). qat_finalize ends in the
+ * quantizer's qat_convert, so it is the quant layer's (src/quant/quantize.c,
+ * registered by qf_quant_register_passes). */
 static const char *const qf_ptq_passes[] = {"canonicalize", "fuse_batch_norm",
                                             "fuse_batch_norm_forward", "dce", NULL};
 
@@ -52,19 +54,12 @@ static const qf_pipeline qf_pipeline_ptq = {
 };
 
 static const char *const qf_qat_prepare_passes[] = {"canonicalize", "quant_qat_insert", "qat_bn_add", NULL};
-static const char *const qf_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", NULL};
 
 static const qf_pipeline qf_pipeline_qat_prepare = {
     .name = "qat_prepare",
     .summary = "QAT: canonicalize, fake_quants for the target, simulate BatchNorm folded into the conv / linear "
                "before it",
     .passes = qf_qat_prepare_passes,
-};
-
-static const qf_pipeline qf_pipeline_qat_finalize = {
-    .name = "qat_finalize",
-    .summary = "after QAT: remove the simulation, fold BatchNorm for real, dce",
-    .passes = qf_qat_finalize_passes,
 };
 
 #define QF_COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -89,7 +84,6 @@ static void qf_reg_init_locked(void)
     for (int i = 0; i < QF_COUNT_OF(qf_builtin_passes); i++) qf_reg.passes[qf_reg.npasses++] = qf_builtin_passes[i];
     qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_ptq;
     qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_qat_prepare;
-    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_qat_finalize;
     qf_reg.init = true;
 }
 

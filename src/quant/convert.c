@@ -189,16 +189,18 @@ qf_status qf_qdq_bias(qf_graph *g, qf_value *b, float s_in, const float *sw, int
     return qf_qdq_const(g, b, &q, scale, nw == 1 ? 1 : n, nw == 1 ? -1 : 0);
 }
 
-qf_status qf_qdq_pair(qf_graph *g, qf_value *v, float scale, int32_t zero_point, qf_dtype qdt)
+qf_status qf_qdq_pair_axis(qf_graph *g, qf_value *v, const float *scale, const int32_t *zero_point, int64_t n,
+                           int axis, qf_dtype qdt)
 {
     char base[400], name[512];
     snprintf(base, sizeof base, "%s", v->name);
     qf_value *vs, *vz;
-    QF_TRY(add_qparams(g, base, &scale, qdt, 1, true, &zero_point, &vs, &vz));
+    QF_TRY(add_qparams(g, base, scale, qdt, n, axis < 0, zero_point, &vs, &vz));
     snprintf(name, sizeof name, "%s_QuantizeLinear", base);
     qf_value *qin[3] = {v, vs, vz};
     qf_node *q = qf_graph_add_node(g, QF_OP_QUANTIZE, name, 3, qin, 1);
     if (!q) return QF_ERR_NOMEM;
+    if (axis >= 0) QF_TRY(qf_node_set_attr_int(g, q, "axis", axis));
     q->outputs[0]->type.dtype = qdt;
     q->outputs[0]->type.ndim = v->type.ndim;
     memcpy(q->outputs[0]->type.dims, v->type.dims, sizeof v->type.dims);
@@ -208,11 +210,19 @@ qf_status qf_qdq_pair(qf_graph *g, qf_value *v, float scale, int32_t zero_point,
     qf_value *dqin[3] = {q->outputs[0], vs, vz};
     qf_node *dq = qf_graph_add_node(g, QF_OP_DEQUANTIZE, name, 3, dqin, 1);
     if (!dq) return QF_ERR_NOMEM;
+    if (axis >= 0) QF_TRY(qf_node_set_attr_int(g, dq, "axis", axis));
     dq->outputs[0]->type = v->type;
     dq->outputs[0]->type.data = NULL;
+    dq->outputs[0]->type.owns = false;
+    dq->outputs[0]->type.writable = false;
     snprintf(name, sizeof name, "%s_dequantized", base);
     QF_TRY(qf_graph_rename_value(g, dq->outputs[0], name));
     return reroute(g, v, dq->outputs[0], q);
+}
+
+qf_status qf_qdq_pair(qf_graph *g, qf_value *v, float scale, int32_t zero_point, qf_dtype qdt)
+{
+    return qf_qdq_pair_axis(g, v, &scale, &zero_point, 1, -1, qdt);
 }
 
 /* A weight: per-channel (or per-tensor) symmetric int8; scales kept in

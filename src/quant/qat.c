@@ -9,7 +9,8 @@
  * output) read instead; the members of a shared-qparams group read one set
  * of buffers (scale, zero point, running min / max: [fq*] above updates the
  * same ones as the MaxPool input's), as torch shares one observer; a fixed
- * group's fake_quant does not observe. Activations: the profile's
+ * group's fake_quant does not observe (and carries `fixed` = 1: qat_convert
+ * accepts its never-observed running range). Activations: the profile's
  * activation format, per tensor, moving-average min / max with averaging
  * constant 0.01, the profile's min_scale as the smallest scale. Weights: a
  * fake_quant per channel (the qspec's axis) or per tensor, symmetric, the
@@ -106,6 +107,8 @@ qf_status qf_quant_qat_insert(qf_graph *g, qf_quant_annotation *a, const qf_quan
                 st = qat_make_bufs(g, g->values[r]->name, 1, fixed ? rs->fixed.scale : 1.0f,
                                    fixed ? (float)rs->fixed.zero_point : 0.0f, &group[r]);
             if (st == QF_OK) st = qat_insert(g, v, &group[r], &p->activation, -1, p->min_scale, !fixed, &fq);
+            /* qat_convert: its qparams are given, not observed. */
+            if (st == QF_OK && fixed) st = qf_node_set_attr_int(g, fq, "fixed", 1);
         }
         if (st == QF_OK) made++;
     }

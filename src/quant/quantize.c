@@ -117,6 +117,8 @@ extern const qf_pass qf_pass_quant_annotate;
 extern const qf_pass qf_pass_quant_convert;
 extern const qf_pass qf_pass_quant_lower_int8;
 extern const qf_pass qf_pass_quant_qat_insert;
+extern const qf_pass qf_pass_qat_convert;
+extern const qf_pass qf_pass_qat_export;
 
 static const char *const qz_prepare_passes[] = {"quant_annotate", NULL};
 static const char *const qz_convert_passes[] = {"quant_convert", "dce", NULL};
@@ -130,13 +132,25 @@ static const qf_pipeline qz_convert = {
     .summary = "quantizer, after calibration: convert to ONNX QDQ, dce",
     .passes = qz_convert_passes,
 };
+/* After QAT: the simulation removed, BatchNorm folded for real through the
+ * weight fake_quants (fuse_batch_norm), the fake_quants to QDQ. */
+static const char *const qz_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", "qat_convert", "dce",
+                                                     NULL};
+static const qf_pipeline qz_qat_finalize = {
+    .name = "qat_finalize",
+    .summary = "after QAT: remove the simulation, fold BatchNorm through the weight fake_quants, to QDQ, dce",
+    .passes = qz_qat_finalize_passes,
+};
 
 qf_status qf_quant_register_passes(void)
 {
+    /* qat_convert / qat_export: the qat_finalize pipeline (passes layer) and
+     * qfold qat --keep-qat name them, so register before running those. */
     static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert,
-                                            &qf_pass_quant_lower_int8, &qf_pass_quant_qat_insert};
-    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert};
-    return qf_pass_register(passes, 4, pipelines, 2);
+                                            &qf_pass_quant_lower_int8, &qf_pass_quant_qat_insert,
+                                            &qf_pass_qat_convert, &qf_pass_qat_export};
+    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_finalize};
+    return qf_pass_register(passes, 6, pipelines, 3);
 }
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
