@@ -2,15 +2,18 @@
 """PyTorch 1.13 FX quantization-aware training of a depthwise-separable
 Fashion-MNIST CNN: the reference `qfold qat` must not fall below (issue 10).
 
-    tests/ref/fx_qat.py --out DIR [--train 4000] [--test 2000] [--pretrain-epochs 4]
-                        [--seeds 7,8,9] [--epochs 1] [--batch 64] [--lr 0.01] [--momentum 0.5]
-                        [--freeze-bn STEP] [--freeze-observers STEP] [--calib-count N]
+    tests/ref/fx_qat.py --out DIR [--state fashion_cnn.pt | --pretrain-epochs 8] [--train 4000]
+                        [--test 2000] [--seeds 7,8,9] [--epochs 1] [--batch 64] [--lr 0.01]
+                        [--momentum 0.5] [--freeze-bn STEP] [--freeze-observers STEP]
+                        [--calib-count N] [--no-ptq]
 
-1. The float model (DSCNN below: Conv+BN+ReLU, depthwise Conv+BN (groups =
-   channels) and pointwise Conv+BN+ReLU twice, global average pool,
-   Linear+BN1d+ReLU, Linear) is built with torch.manual_seed(0) and trained
-   in float (Adam, one-cycle, batch 128, seeded order) on the first --train
-   training images; its BatchNorms end with trained, non-trivial statistics.
+1. The float model: with --state, the bundled CNN (examples/fashion_mnist,
+   class Bundled below) with that state_dict; otherwise DSCNN below
+   (Conv+BN+ReLU, depthwise Conv+BN (groups = channels) and pointwise
+   Conv+BN+ReLU twice, global average pool, Linear+BN1d+ReLU, Linear) built
+   with torch.manual_seed(0) and trained in float (Adam, one-cycle, batch
+   128, seeded order) on the first --train training images; either way the
+   BatchNorms hold trained, non-trivial statistics.
    Written as DIR/float.pt (state_dict) and DIR/float.onnx (opset 13,
    BatchNorm kept, the input for `qfold quantize` and `qfold qat`), with the
    data as .npy: DIR/train_x.npy, train_y.npy (the --train images), test_x.npy,
