@@ -45,7 +45,7 @@ $py "$root/examples/fashion_mnist/train_compare.py" "$qfold" "$out" --train 6000
 # training images for one epoch; float, qfold PTQ and both QAT int8 models on
 # the 10,000 test images (tests/train/qat_fashion_test.py; in CI on a slice).
 echo
-echo "| QAT run | float top-1 | qfold PTQ int8 top-1 | qfold qat int8 top-1 | PyTorch FX QAT int8 top-1 | qfold qat per seed |"
+echo "| QAT run | float top-1 | qfold PTQ int8 | qfold qat int8 | PyTorch FX QAT int8 | qfold qat per seed |"
 echo "| --- | --- | --- | --- | --- | --- |"
 $py "$root/tests/train/qat_fashion_test.py" --qfold "$qfold" --root "$root" --work "$out/qat" --train 60000 \
   --test 10000 --seeds 7 --freeze-observers 700 --table --no-check | tail -1
