@@ -8,5 +8,5 @@ if(QF_PYTHON3 AND QF_NODE)
   add_test(NAME train_qat_fashion
     COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fashion_test.py --qfold $<TARGET_FILE:qfold>
             --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/qat_fashion)
-  set_tests_properties(train_qat_fashion PROPERTIES LABELS "train;qat;ref" TIMEOUT 1200)
+  set_tests_properties(train_qat_fashion PROPERTIES LABELS "train;qat;ref" TIMEOUT 2400)
 endif()

@@ -3,7 +3,7 @@
 accuracy test; registered by tests/train/qat_fashion.cmake, and run on the
 whole data set by scripts/accuracy.sh).
 
-    qat_fashion_test.py --qfold BIN --root DIR --work DIR [--train 4000] [--test 10000]
+    qat_fashion_test.py --qfold BIN --root DIR --work DIR [--train 4000] [--test 5000]
                         [--seeds 7,8,9] [--epochs 1] [--lr 0.0003] [--momentum 0.5]
                         [--calib-count 256] [--freeze-observers 48] [--freeze-bn 48]
                         [--table] [--no-check]
@@ -59,6 +59,8 @@ from qfcli import Fail, check, run_qfold  # noqa: E402
 
 ARGS = None
 # How far a mean over three batch orders moves by chance (10,000 test images;
+# on the 5,000 of the test: qfold 88.46 / 88.62 / 88.56 %, PyTorch 88.54 /
+# 88.32 / 88.42 %, PTQ 88.46 %, float 88.80 %;
 # the recipe without the BatchNorm freeze: qfold 88.58 / 88.67 / 88.66 %,
 # PyTorch 88.82 / 88.62 / 88.53 %; with it: qfold 88.57 / 88.72 / 88.60 %,
 # PyTorch 88.65 / 88.59 / 88.65 %; qfold's two engines 0.1 point apart on one
@@ -109,7 +111,7 @@ def main():
     ap.add_argument("--root", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--train", type=int, default=4000)
-    ap.add_argument("--test", type=int, default=10000)
+    ap.add_argument("--test", type=int, default=5000)
     ap.add_argument("--seeds", default="7,8,9")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=64)
