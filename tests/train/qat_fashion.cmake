@@ -1,9 +1,9 @@
 # qfold qat against PyTorch 1.13 FX QAT on Fashion-MNIST
 # (tests/train/qat_fashion_test.py, its PyTorch side tests/ref/fx_qat.py): the
 # bundled CNN (Conv+BN, depthwise Conv+BN, Linear+BN1d) fine-tuned with
-# fake-quantization on 4,000 training images for two batch orders, the int8
-# models evaluated on 5,000 test images by qfold and ONNX Runtime: at or
-# above qfold's PTQ, within 0.5 point of float, not below PyTorch's QAT.
+# fake-quantization on 4,000 training images for three batch orders, the int8
+# models evaluated on 5,000 test images by qfold and ONNX Runtime: means not
+# below qfold's PTQ or PyTorch's QAT beyond chance, within 0.5 point of float.
 if(QF_PYTHON3 AND QF_NODE)
   add_test(NAME train_qat_fashion
     COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fashion_test.py --qfold $<TARGET_FILE:qfold>
