@@ -48,4 +48,4 @@ echo
 echo "| QAT run | float top-1 | qfold PTQ int8 | qfold qat int8 | PyTorch FX QAT int8 | qfold qat per seed |"
 echo "| --- | --- | --- | --- | --- | --- |"
 $py "$root/tests/train/qat_fashion_test.py" --qfold "$qfold" --root "$root" --work "$out/qat" --train 60000 \
-  --test 10000 --seeds 7 --freeze-observers 700 --table --no-check | tail -1
+  --test 10000 --seeds 7 --freeze-observers 700 --freeze-bn -1 --table --no-check | tail -1
