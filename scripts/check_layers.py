@@ -63,6 +63,9 @@ SHARED = {
     "ops/dnnl.h",
     # graph-rewrite helpers: every rewrite uses them (quant's convert too)
     "passes/rewrite.h",
+    # the BatchNorm math (checks, s and shift in double, diagnostics): the fold of a
+    # PyTorch-exported QAT model (quant/qat_fold_exported.c) folds BN with it too
+    "passes/bn_math.h",
 }
 
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -148,6 +148,12 @@ extern "C" {
     X(QAT_BN_OUTPUT, qat_bn_output, NULL, "", 3, 4, 1, 1,                             \
       (DATA, BN_SCALE, BN_STAT, BIAS),                                                \
       (A(epsilon,FLOAT)))                                                             \
+    X(QAT_BN_STATS, qat_bn_stats, NULL, "", 3, 4, 1, 1,                               \
+      (DATA, BN_STAT, BN_STAT, BIAS),                                                 \
+      (A(momentum,FLOAT) A(qfold_frozen,INT)))                                        \
+    X(QAT_BN_EXACT, qat_bn_exact, NULL, "", 6, 7, 1, 1,                               \
+      (DATA, BN_SCALE, BN_SHIFT, BN_STAT, BN_STAT),                                   \
+      (A(epsilon,FLOAT) A(momentum,FLOAT) A(qfold_frozen,INT)))                       \
     X(MAX_POOL, max_pool, "MaxPool", "", 1, 1, 1, 2,                                  \
       (DATA),                                                                         \
       (A(auto_pad,STRING) A(ceil_mode,INT) A(dilations,INTS) A(kernel_shape,INTS)     \
@@ -242,6 +248,23 @@ extern "C" {
     X(QADD, qadd, NULL, "", 8, 8, 1, 1,                                               \
       (DATA),                                                                         \
       (A(qfold_clamp,INTS)))                                                          \
+    X(QMUL, qmul, NULL, "", 8, 8, 1, 1,                                               \
+      (DATA),                                                                         \
+      (A(qfold_clamp,INTS)))                                                          \
+    X(QCONCAT, qconcat, NULL, "", 5, -1, 1, 1,                                        \
+      (DATA),                                                                         \
+      (A(axis,INT)))                                                                  \
+    X(QAVG_POOL, qavg_pool, NULL, "", 5, 5, 1, 1,                                     \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(ceil_mode,INT) A(count_include_pad,INT) A(dilations,INTS) \
+       A(kernel_shape,INTS) A(pads,INTS) A(strides,INTS) A(qfold_clamp,INTS)))        \
+    X(QMEAN, qmean, NULL, "", 5, 5, 1, 1,                                             \
+      (DATA),                                                                         \
+      (A(axes,INTS) A(keepdims,INT) A(qfold_clamp,INTS)))                             \
+    X(QCONV_TRANSPOSE, qconv_transpose, NULL, "", 8, 9, 1, 1,                         \
+      (DATA),                                                                         \
+      (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS)         \
+       A(output_padding,INTS) A(output_shape,INTS) A(pads,INTS) A(strides,INTS)))     \
     QF_EXTRA_OP_LIST(X)
 
 typedef enum qf_op {

@@ -327,6 +327,45 @@ qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kin
 /* Register the quant passes and pipelines (idempotent); qf_quantize does it. */
 qf_status qf_quant_register_passes(void);
 
+/* --- finalize: a QAT model exported from PyTorch -> the folded int8 QDQ form --
+ *
+ *   qf_quant_finalize_session fs = {0};
+ *   QF_TRY(qf_quant_register_passes());
+ *   st = qf_pipeline_run(g, "finalize", &(qf_pass_options){.verify = true, .user = &fs}, &report);
+ *   ... fs.weights: the model's weight ranges, for a comparison with a profile ...
+ *   qf_quant_finalize_session_free(&fs);
+ *
+ * Pipeline finalize = qat_fold_exported -> dce (Identity chains torch writes
+ * before a zero point are read through, then go as dead code). The pass
+ * (src/quant/qat_fold_exported.c) folds torch's simulated Conv / Gemm +
+ * BatchNorm chains (op(QDQ(W*s)) -> Div(s) -> [Add(b)] -> BN, or op(QDQ(W))
+ * -> BN) through the weight's Q / DQ, writes every fake-quantized weight as
+ * an int8 initializer -> DequantizeLinear, the biases as int32 at s_in * s_w
+ * and uint8 activation pairs as int8 ones. `user` may be NULL (no record). */
+typedef struct qf_quant_finalize_weight {
+    char *name;          /* the float weight's name (its int8 initializer: <name>_quantized) */
+    char *node;          /* the Conv / ConvTranspose / Gemm reading it */
+    bool linear;         /* a Gemm (the profile's linear weights), else a conv */
+    int nch;             /* scales: 1 = per tensor */
+    int32_t qmin, qmax;  /* the range the model was trained with */
+    int folded;          /* output channels a BatchNorm was folded into (0: none) */
+    int grid_kept;       /* of those, channels whose factor was exactly 1 (int8 and scale as trained) */
+    int grid_scaled;     /* channels with the trained int8 values at the trained scale * |factor| */
+    int requantized;     /* channels put on a new grid (per-tensor weights, degenerate factors) */
+} qf_quant_finalize_weight;
+
+typedef struct qf_quant_finalize_session {
+    qf_quant_finalize_weight *weights;
+    int nweights, cap;
+    int folded;          /* BatchNorms folded */
+    int biases;          /* biases written as int32 */
+    int float_biases;    /* biases left float (the op's input is not dequantized) */
+    int activations;     /* uint8 activation pairs rewritten as int8 */
+} qf_quant_finalize_session;
+void qf_quant_finalize_session_free(qf_quant_finalize_session *s);
+/* Register qat_fold_exported and the finalize pipeline (qf_quant_register_passes does). */
+qf_status qf_quant_finalize_register(void);
+
 /* --- the whole post-training quantization ------------------------------------
  *
  * Annotate g for the profile, calibrate on `data` (a source with one array

@@ -28,6 +28,7 @@
     X(run)                 \
     X(fuse)                \
     X(quantize)            \
+    X(finalize)            \
     X(eval)                \
     X(train)               \
     X(qat)                 \

@@ -32,6 +32,12 @@ typedef struct qf_qat_args {
     int64_t calib_count;
 } qf_qat_args;
 
+static int qf_qat_when_arg(const qf_cli_command *cmd, const char *opt, const char *v, qf_qat_when *w)
+{
+    if (qf_qat_when_parse(v, w) == QF_OK) return QF_EXIT_OK;
+    return qf_cli_usage_error(cmd, "%s takes optimizer steps (500), epochs (2ep) or never, got '%s'", opt, v);
+}
+
 static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
 {
     int rc = QF_EXIT_OK;
@@ -48,13 +54,12 @@ static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
             if (a.failed) break;
             if (qa->nsets == QF_QAT_MAX_SETS) return qf_cli_usage_error(cmd, "more than %d --set", QF_QAT_MAX_SETS);
             qa->sets[qa->nsets++] = v;
-        } else if (qf_cli_args_value(&a, "--freeze-bn", NULL, &v) ||
-                   qf_cli_args_value(&a, "--freeze-observers", NULL, &v)) {
+        } else if (qf_cli_args_value(&a, "--freeze-bn", NULL, &v)) {
             if (a.failed) break;
-            bool bn = strncmp(a.argv[a.i], "--freeze-bn", 11) == 0;
-            if (qf_qat_when_parse(v, bn ? &qa->freeze_bn : &qa->freeze_observers) != QF_OK)
-                return qf_cli_usage_error(cmd, "%s takes optimizer steps (500), epochs (2ep) or never, got '%s'",
-                                          bn ? "--freeze-bn" : "--freeze-observers", v);
+            if ((rc = qf_qat_when_arg(cmd, "--freeze-bn", v, &qa->freeze_bn)) != QF_EXIT_OK) return rc;
+        } else if (qf_cli_args_value(&a, "--freeze-observers", NULL, &v)) {
+            if (a.failed) break;
+            if ((rc = qf_qat_when_arg(cmd, "--freeze-observers", v, &qa->freeze_observers)) != QF_EXIT_OK) return rc;
         } else if (qf_cli_args_value(&a, "--calib-count", NULL, &v)) {
             if (a.failed) break;
             if (!qf_tr_int(v, 0, INT64_MAX, &k))
@@ -109,7 +114,9 @@ static qf_status qf_qat_keep(const qf_graph *g, qf_cli_outputs *out, int wi)
     const char *tmp = NULL;
     qf_status st = qf_graph_toposort(copy);
     if (st == QF_OK) st = qf_graph_infer_shapes(copy);
-    if (st == QF_OK) st = qf_passes_run(copy, passes, &po, NULL);
+    qf_pass_report *rep = NULL;
+    if (st == QF_OK) st = qf_passes_run(copy, passes, &po, &rep);
+    qf_pass_report_free(rep);
     if (st == QF_OK) st = qf_cli_outputs_stage(out, wi, &tmp);
     if (st == QF_OK) st = qf_onnx_save(copy, tmp);
     qf_graph_free(copy);
@@ -276,7 +283,7 @@ const qf_cli_command qf_cli_cmd_qat = {
         "  --qat-bn approx|exact   the simulated fusion: PyTorch's (default) or the exact two-pass\n"
         "                      method for channels with gamma = 0 or a tiny running variance\n"
         "  --keep-qat FILE     also write the training graph (Q/DQ pairs and the simulated fusion,\n"
-        "                      as PyTorch exports a QAT model; `qfold finalize` reads it)\n" QF_TR_OPTIONS_HELP "\n"
+        "                      in the form PyTorch exports a QAT model)\n" QF_TR_OPTIONS_HELP "\n"
         "Ctrl-C stops training after the current step; the model trained so far is finalized and\n"
         "written (exit status 1). A loss that becomes NaN or infinite writes nothing (exit 2).\n",
     .fn = qf_cli_qat,

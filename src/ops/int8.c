@@ -53,9 +53,7 @@ qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, in
         int s = 0;
         qf_quantize_multiplier(m, &multiplier[c], &s);
         shift[c] = s;
-        /* A positive shift is applied to the accumulator before the
-         * multiplication (requant.h): acc * 2^shift must fit int32. */
-        if (s > 0 && (s >= 31 || acc_bound > (INT32_MAX >> s)))
+        if (!qf_requant_shift_fits(s, acc_bound))
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): requantization scale %g of channel %lld is too "
                             "large for accumulators up to %lld (the fixed-point path needs |acc| * 2^%d < 2^31)",
                             n->name, qf_op_label(n), m, (long long)c, (long long)acc_bound, s);
@@ -292,4 +290,65 @@ void qf_int8_conv_group(const qf_conv_geom *cg, const void *x, qf_dtype xdt, int
     qf_int8_im2row3(xg, xdt, x_zp, cg->cg, &cg->l, col);
     qf_int8_gemm_nt(cg->mg, cg->out_plane, cg->k, w16 + g * cg->mg * cg->k, col, bias ? bias + g * cg->mg : NULL,
                     acc, cg->out_plane);
+}
+
+void qf_int8_col2im3(const int32_t *col, int64_t channels, const qf_spatial *l, int32_t *y)
+{
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];
+    const int32_t *src = col;
+    for (int64_t c = 0; c < channels; c++) {
+        int32_t *yc = y + c * OD * OH * OW;
+        for (int64_t kd = 0; kd < l->kernel[0]; kd++)
+            for (int64_t kh = 0; kh < l->kernel[1]; kh++)
+                for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
+                    int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
+                    int8_tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
+                    for (int64_t id = 0; id < ID; id++) {
+                        int64_t od = id * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
+                        for (int64_t ih = 0; ih < IH; ih++, src += IW) {
+                            int64_t oh = ih * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
+                            if (od < 0 || od >= OD || oh < 0 || oh >= OH) continue;
+                            int32_t *row = yc + (od * OH + oh) * OW + offw;
+                            for (int64_t iw = lo; iw < hi; iw++)
+                                row[iw * l->stride[2]] = int8_add_wrap(row[iw * l->stride[2]], src[iw]);
+                        }
+                    }
+                }
+    }
+}
+
+/* --- internal int8 ops ---------------------------------------------------- */
+
+qf_status qf_int8_qparams(const qf_node *n, const qf_tensor *scale, const qf_tensor *zp, const char *what, float *s,
+                          int32_t *z)
+{
+    if (!scale || !zp || scale->dtype != QF_DTYPE_F32 || zp->dtype != QF_DTYPE_I8 || qf_tensor_numel(scale) != 1 ||
+        qf_tensor_numel(zp) != 1)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s's scale and zero point must be one float32 and one "
+                        "int8 value", n->name, qf_op_label(n), what);
+    if (!scale->data || !zp->data)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s's scale and zero point must be constants", n->name,
+                        qf_op_label(n), what);
+    *s = *(const float *)scale->data;
+    *z = *(const int8_t *)zp->data;
+    if (!(*s > 0.0f) || !isfinite(*s))
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s's scale %g is not a finite number > 0", n->name,
+                        qf_op_label(n), what, (double)*s);
+    return QF_OK;
+}
+
+qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi)
+{
+    *lo = -128;
+    *hi = 127;
+    int nc = 0;
+    const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
+    if (!clamp) return QF_OK;
+    if (nc != 2 || clamp[0] > clamp[1] || clamp[0] < -128 || clamp[1] > 127)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp must be [lo, hi] inside [-128, 127]", n->name,
+                        qf_op_label(n));
+    *lo = (int32_t)clamp[0];
+    *hi = (int32_t)clamp[1];
+    return QF_OK;
 }

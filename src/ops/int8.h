@@ -115,4 +115,30 @@ void qf_int8_im2row3(const void *x, qf_dtype dt, int32_t zp, int64_t channels, c
 void qf_int8_conv_group(const qf_conv_geom *cg, const void *x, qf_dtype xdt, int32_t x_zp, int64_t bn, int64_t g,
                         const int16_t *w16, const int32_t *bias, int16_t *col, int32_t *acc);
 
+/* The adjoint of im2row for a transposed conv, in int32: column matrix col
+ * (rows (c, kd, kh, kw) of `channels` output planes, columns the input
+ * positions (id, ih, iw)) added into y[c, id*sd - pd + kd*dd, ...] where that
+ * lies in the output (conv.h's qf_conv_col2im3 on integers; the caller
+ * bounded the sums). Additions wrap as int32 two's complement. */
+void qf_int8_col2im3(const int32_t *col, int64_t channels, const qf_spatial *l, int32_t *y);
+
+/* --- qfold's internal int8 ops (the integer executor, src/quant/lower.c) -- */
+
+/* A per-tensor int8 quantization of an internal int8 op: scale a float32
+ * constant > 0, zero point an int8 constant, one value each (`what` names
+ * the tensor in the message). */
+qf_status qf_int8_qparams(const qf_node *n, const qf_tensor *scale, const qf_tensor *zp, const char *what, float *s,
+                          int32_t *z);
+
+/* The int8 output range [lo, hi] of n: its qfold_clamp attribute (a fused
+ * activation's range in the output's integers) or [-128, 127]. */
+qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi);
+
+/* acc / count rounded to nearest, ties away from zero, as TFLite's integer
+ * AveragePool and Mean divide (count > 0). */
+static inline int64_t qf_int8_div_round_away(int64_t acc, int64_t count)
+{
+    return acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+}
+
 #endif

@@ -13,7 +13,12 @@
  * with axis 1, ConvTranspose's [C_in, O/g, k...] where row r of group
  * r / (C_in / g) holds channels g' * (O/g) + j. Gradients flow to W / Y, to
  * gamma (through s: d s_c / d gamma_c = 1 / std_c) and to b; running_var is a
- * buffer (no gradient), as in torch.
+ * buffer (no gradient), as in torch: when it comes from another node (the
+ * exact form's qat_bn_stats) its gradient is written as zeros.
+ * The training forward keeps std and s in `saved` and the backward uses
+ * those: BatchNormalization's training forward, later in the step, updates
+ * running_var in place, and torch differentiates through the std its
+ * forward computed from the running variance before that update.
  */
 #include <math.h>
 #include <string.h>
@@ -128,6 +133,40 @@ static qf_status qbn_scale(const qf_kernel_io *io, const qbn_state *st, int64_t 
     return QF_OK;
 }
 
+/* `saved`: std_c, then s_c (floats), kept from the training forward. */
+static size_t qbn_saved(const qf_node *n, const void *state)
+{
+    (void)n;
+    const qbn_state *st = state;
+    return 2 * (size_t)(st && st->ch > 0 ? st->ch : 0) * sizeof(float);
+}
+
+/* The forward's std_c and s_c in a backward (saved), or an error naming the
+ * node when the training forward did not keep them. */
+static qf_status qbn_saved_scale(const qf_kernel_io *io, const qbn_state *st, int64_t c, float *std, float *s)
+{
+    if (!io->saved)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): backward without the forward's saved scale", io->node->name,
+                        qf_op_label(io->node));
+    const float *sv = io->saved;
+    *std = sv[c];
+    *s = sv[st->ch + c];
+    return QF_OK;
+}
+
+/* qbn_scale, also kept in `saved` when there is one (a forward before a
+ * backward). */
+static qf_status qbn_scale_fwd(const qf_kernel_io *io, const qbn_state *st, int64_t c, float *std, float *s)
+{
+    QF_TRY(qbn_scale(io, st, c, std, s));
+    if (io->saved) {
+        float *sv = io->saved;
+        sv[c] = *std;
+        sv[st->ch + c] = *s;
+    }
+    return QF_OK;
+}
+
 /* Channel of row r, column j of W (axis 1: conv_transpose). */
 static inline int64_t qbn_wch(const qbn_state *st, int64_t r, int64_t j)
 {
@@ -142,8 +181,8 @@ static qf_status qf_qat_bn_weight_forward_f32(const qf_kernel_io *io)
     float *y = io->out[0]->data;
     if (st->axis == 0) {
         for (int64_t c = 0; c < st->ch; c++) {
-            float sd, s;
-            QF_TRY(qbn_scale(io, st, c, &sd, &s));
+            float sd = 1.0f, s = 1.0f;
+            QF_TRY(qbn_scale_fwd(io, st, c, &sd, &s));
             for (int64_t i = 0; i < st->inner; i++) y[c * st->inner + i] = w[c * st->inner + i] * s;
         }
         return QF_OK;
@@ -151,8 +190,8 @@ static qf_status qf_qat_bn_weight_forward_f32(const qf_kernel_io *io)
     const int64_t per = st->ch / st->group;
     for (int64_t r = 0; r < st->outer; r++)
         for (int64_t j = 0; j < per; j++) {
-            float sd, s;
-            QF_TRY(qbn_scale(io, st, qbn_wch(st, r, j), &sd, &s));
+            float sd = 1.0f, s = 1.0f;
+            QF_TRY(qbn_scale_fwd(io, st, qbn_wch(st, r, j), &sd, &s));
             const int64_t o = (r * per + j) * st->inner;
             for (int64_t i = 0; i < st->inner; i++) y[o + i] = w[o + i] * s;
         }
@@ -165,6 +204,7 @@ static qf_status qf_qat_bn_weight_backward_f32(const qf_kernel_io *io)
     const float *w = io->in[0]->data, *dy = io->dout[0] ? io->dout[0]->data : NULL;
     float *dw = io->din[0] ? io->din[0]->data : NULL, *dg = io->din[1] ? io->din[1]->data : NULL;
     if (dg) memset(dg, 0, sizeof *dg * (size_t)st->ch);
+    if (io->din[2]) memset(io->din[2]->data, 0, qf_tensor_nbytes(io->din[2]));
     if (!dy) {
         if (dw) memset(dw, 0, qf_tensor_nbytes(io->din[0]));
         return QF_OK;
@@ -174,8 +214,8 @@ static qf_status qf_qat_bn_weight_backward_f32(const qf_kernel_io *io)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < per; j++) {
             const int64_t c = st->axis == 0 ? r : qbn_wch(st, r, j);
-            float sd, s;
-            QF_TRY(qbn_scale(io, st, c, &sd, &s));
+            float sd = 1.0f, s = 1.0f;
+            QF_TRY(qbn_saved_scale(io, st, c, &sd, &s));
             const int64_t o = (r * per + j) * st->inner;
             double acc = 0.0;
             for (int64_t i = 0; i < st->inner; i++) {
@@ -194,8 +234,8 @@ static qf_status qf_qat_bn_output_forward_f32(const qf_kernel_io *io)
     const float *b = io->nin > 3 && io->in[3] ? io->in[3]->data : NULL;
     float *y = io->out[0]->data;
     for (int64_t c = 0; c < st->ch; c++) {
-        float sd, s;
-        QF_TRY(qbn_scale(io, st, c, &sd, &s));
+        float sd = 1.0f, s = 1.0f;
+        QF_TRY(qbn_scale_fwd(io, st, c, &sd, &s));
         const float bc = b ? b[c] : 0.0f;
         for (int64_t o = 0; o < st->outer; o++) {
             const int64_t base = (o * st->ch + c) * st->inner;
@@ -214,9 +254,10 @@ static qf_status qf_qat_bn_output_backward_f32(const qf_kernel_io *io)
     const float *x = io->in[0]->data, *dy = io->dout[0] ? io->dout[0]->data : NULL;
     float *dx = io->din[0] ? io->din[0]->data : NULL, *dg = io->din[1] ? io->din[1]->data : NULL;
     float *db = io->nin > 3 && io->din[3] ? io->din[3]->data : NULL;
+    if (io->din[2]) memset(io->din[2]->data, 0, qf_tensor_nbytes(io->din[2]));
     for (int64_t c = 0; c < st->ch; c++) {
-        float sd, s;
-        QF_TRY(qbn_scale(io, st, c, &sd, &s));
+        float sd = 1.0f, s = 1.0f;
+        QF_TRY(qbn_saved_scale(io, st, c, &sd, &s));
         double sy = 0.0, sdy = 0.0;
         for (int64_t o = 0; o < st->outer; o++) {
             const int64_t base = (o * st->ch + c) * st->inner;
@@ -240,7 +281,8 @@ const qf_op_kernels qf_qat_bn_weight_kernels = {
     .state_size = sizeof(qbn_state),
     .forward_f32 = qf_qat_bn_weight_forward_f32,
     .backward_f32 = qf_qat_bn_weight_backward_f32,
-    .bwd_in = (1u << 0) | (1u << 1) | (1u << 2),
+    .bwd_in = (1u << 0), /* W (for d gamma); std and s come from `saved` */
+    .saved_size = qbn_saved,
 };
 
 const qf_op_kernels qf_qat_bn_output_kernels = {
@@ -249,5 +291,6 @@ const qf_op_kernels qf_qat_bn_output_kernels = {
     .state_size = sizeof(qbn_state),
     .forward_f32 = qf_qat_bn_output_forward_f32,
     .backward_f32 = qf_qat_bn_output_backward_f32,
-    .bwd_in = (1u << 0) | (1u << 1) | (1u << 2),
+    .bwd_in = (1u << 0), /* Y (for d gamma); std and s come from `saved` */
+    .saved_size = qbn_saved,
 };

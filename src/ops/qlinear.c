@@ -355,7 +355,13 @@ typedef struct qmm_state {
     bool qlinear;
     qf_dtype adt, bdt, ydt;
     bool a_zp_per, b_zp_per, b_scale_per;
-    size_t off_a16, off_b16, off_acc, off_scale, off_azp, off_bzp, scratch;
+    /* qfold's int8 executor (src/quant/lower.c), as for QLinearConv:
+     * qfold_requant = 1 (TFLite's fixed point, as its BATCH_MATMUL /
+     * FULLY_CONNECTED), qfold_clamp = [lo, hi]. */
+    bool fixed;
+    int32_t lo, hi;
+    int64_t acc_bound;
+    size_t off_a16, off_b16, off_acc, off_scale, off_azp, off_bzp, off_mult, scratch;
 } qmm_state;
 
 typedef struct qmm_slots {
@@ -455,6 +461,24 @@ static qf_status qmm_prepare(const qf_kernel_io *io, bool qlinear, qmm_state *st
     st->off_scale = ql_take(&off, qlinear ? scale : 0);
     st->off_azp = ql_take(&off, azb);
     st->off_bzp = ql_take(&off, bzb);
+    st->fixed = qlinear && qf_node_attr_int(n, "qfold_requant", 0) == 1;
+    st->lo = st->ydt == QF_DTYPE_U8 ? 0 : -128;
+    st->hi = st->ydt == QF_DTYPE_U8 ? 255 : 127;
+    int nc = 0;
+    const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
+    if (clamp && nc == 2 && qlinear) {
+        if (clamp[0] > clamp[1] || clamp[0] < st->lo || clamp[1] > st->hi)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp [%lld, %lld] is not inside [%d, %d]",
+                            n->name, qf_op_label(n), (long long)clamp[0], (long long)clamp[1], (int)st->lo,
+                            (int)st->hi);
+        st->lo = (int32_t)clamp[0];
+        st->hi = (int32_t)clamp[1];
+    }
+    st->acc_bound = st->K * (int64_t)ql_range_abs(st->adt, azp) * (int64_t)ql_range_abs(st->bdt, bzp);
+    size_t mult = 0;
+    if (st->fixed && !ql_bytes(st->N, 2, sizeof(int32_t), &mult))
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scratch size overflows", n->name, qf_op_label(n));
+    st->off_mult = ql_take(&off, mult);
     st->scratch = off;
     if (off == SIZE_MAX)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scratch size overflows", n->name, qf_op_label(n));
@@ -497,9 +521,19 @@ static qf_status qmm_forward(const qf_kernel_io *io)
         rq.per_col = true;
         rq.zp = ql_zp_at(io->in[sl->y_zp], 0);
         rq.dtype = st->ydt;
-        rq.lo = st->ydt == QF_DTYPE_U8 ? 0 : -128;
-        rq.hi = st->ydt == QF_DTYPE_U8 ? 255 : 127;
+        rq.lo = st->lo;
+        rq.hi = st->hi;
         acc = (int32_t *)(scr + st->off_acc);
+        if (st->fixed) {
+            /* TFLite: the real multiplier a_scale * b_scale / y_scale in double. */
+            int32_t *mult = (int32_t *)(scr + st->off_mult), *shift = mult + N;
+            for (int64_t c = 0; c < nch; c++) {
+                double real = (double)as * (double)bs[c] / (double)ys;
+                QF_TRY(qf_int8_requant_prepare_fixed(io->node, &real, 1, st->acc_bound, mult + c, shift + c));
+            }
+            rq.multiplier = mult;
+            rq.shift = shift;
+        }
     }
 
     /* One GEMM per output batch entry; the batch index walks A's and B's
@@ -531,7 +565,8 @@ static qf_status qmm_forward(const qf_kernel_io *io)
                 continue;
             }
             qf_int8_gemm_nt(M, N, K, a16, b16, NULL, acc, N);
-            qf_int8_requant_float(&rq, 0, M, N, acc, yo);
+            if (st->fixed) qf_int8_requant_fixed(&rq, 0, M, N, acc, yo);
+            else qf_int8_requant_float(&rq, 0, M, N, acc, yo);
         }
     }
     return QF_OK;

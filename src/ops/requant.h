@@ -44,6 +44,25 @@ static inline void qf_quantize_multiplier(double m, int32_t *qm, int *shift)
     *shift = e;
 }
 
+/* Whether the real multiplier m (finite, >= 0) can requantize accumulators
+ * of magnitude up to acc_bound: a positive shift is applied to the
+ * accumulator before the multiplication (qf_multiply_by_quantized_multiplier
+ * below), so acc * 2^shift must fit int32. The int8 kernels refuse such a
+ * multiplier; the integer executor's lowering asks first. */
+static inline int qf_requant_shift_fits(int shift, int64_t acc_bound)
+{
+    return shift <= 0 || (shift < 31 && acc_bound <= (INT32_MAX >> shift));
+}
+
+static inline int qf_requant_fits(double m, int64_t acc_bound)
+{
+    if (!(m >= 0.0) || !isfinite(m)) return 0;
+    int32_t qm;
+    int shift = 0;
+    qf_quantize_multiplier(m, &qm, &shift);
+    return qf_requant_shift_fits(shift, acc_bound);
+}
+
 /* gemmlowp SaturatingRoundingDoublingHighMul: round(a * b / 2^31), ties away
  * from zero; the one overflow (INT32_MIN * INT32_MIN) saturates. */
 static inline int32_t qf_sat_round_doubling_high_mul(int32_t a, int32_t b)

@@ -25,6 +25,7 @@ extern const qf_pass qf_pass_decompose_batch_norm;
 extern const qf_pass qf_pass_dce;
 extern const qf_pass qf_pass_fold_constants;
 extern const qf_pass qf_pass_qat_bn_add;
+extern const qf_pass qf_pass_qat_bn_add_exact;
 extern const qf_pass qf_pass_qat_bn_remove;
 
 static const qf_pass *const qf_builtin_passes[] = {
@@ -35,15 +36,14 @@ static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_decompose_batch_norm,
     &qf_pass_dce,
     &qf_pass_qat_bn_add,
+    &qf_pass_qat_bn_add_exact,
     &qf_pass_qat_bn_remove,
 };
 
-/* Pipelines mirror the Neutron backend's default pass lists. qat_prepare's
- * quant_qat_insert is the quantizer's (registered by the quant layer,
- * qf_quant_register_passes: the pipeline runs once it is, with a
- * qf_quant_session in qf_pass_options.user). qat_finalize ends in the
- * quantizer's qat_convert, so it is the quant layer's (src/quant/quantize.c,
- * registered by qf_quant_register_passes). */
+/* Pipelines mirror the Neutron backend's default pass lists. qat_prepare
+ * (with the quantizer's quant_qat_insert) and qat_finalize (ending in its
+ * qat_convert) are the quant layer's (src/quant/quantize.c, registered by
+ * qf_quant_register_passes). */
 static const char *const qf_ptq_passes[] = {"canonicalize", "fuse_batch_norm",
                                             "fuse_batch_norm_forward", "dce", NULL};
 
@@ -53,14 +53,6 @@ static const qf_pipeline qf_pipeline_ptq = {
     .passes = qf_ptq_passes,
 };
 
-static const char *const qf_qat_prepare_passes[] = {"canonicalize", "quant_qat_insert", "qat_bn_add", NULL};
-
-static const qf_pipeline qf_pipeline_qat_prepare = {
-    .name = "qat_prepare",
-    .summary = "QAT: canonicalize, fake_quants for the target, simulate BatchNorm folded into the conv / linear "
-               "before it",
-    .passes = qf_qat_prepare_passes,
-};
 
 #define QF_COUNT_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define QF_MAX_REGISTERED 64
@@ -83,7 +75,6 @@ static void qf_reg_init_locked(void)
     if (qf_reg.init) return;
     for (int i = 0; i < QF_COUNT_OF(qf_builtin_passes); i++) qf_reg.passes[qf_reg.npasses++] = qf_builtin_passes[i];
     qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_ptq;
-    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_qat_prepare;
     qf_reg.init = true;
 }
 

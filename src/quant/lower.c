@@ -1,4 +1,4 @@
-/* The int8 executor's lowering: recognised DQ -> Conv -> [ReLU] -> Q groups of
+/* The int8 executor's lowering: recognised DQ -> op -> [ReLU] -> Q groups of
  * a QDQ graph become one integer node, so that `qfold run` computes them as
  * the NPU does (int8 x int8 -> int32, TFLite's fixed-point requantization,
  * the activation as a clamp of the output integers):
@@ -18,18 +18,36 @@
  *
  * A Gemm group (a Linear layer) becomes the same integer conv, 1x1, between
  * two int8 reshapes. A DQ -> MaxPool -> Q with one set of qparams becomes the
- * MaxPool of the integers (exact). A DQ -> Add -> [ReLU] -> Q group of one
- * shape becomes qfold's int8 Add (TFLite's integer Add, src/ops/qadd.c), with
- * TFLite's requantization only (ONNX has no integer Add: with ONNX's, the Add
- * stays DQ -> float Add -> Q). Everything else
- * keeps running as written (DQ -> float op -> Q). The
- * lowered graph is for execution only: the two attributes are qfold's own
- * and no exporter should see them (`qfold run` lowers its private copy).
+ * MaxPool of the integers (exact). A DQ -> MatMul -> [act] -> Q group (two
+ * int8 activations, TFLite's BATCH_MATMUL, or an activation by a constant
+ * int8 matrix per tensor or per column, its FULLY_CONNECTED) becomes ONNX's
+ * QLinearMatMul with the same two attributes, with either requantization.
+ *
+ * The rest have no integer op in ONNX, so they are lowered with TFLite's
+ * requantization only; with ONNX's (`--requant onnx`, what ONNX Runtime's
+ * integer kernels compute) they stay DQ -> float op -> Q. Each becomes one of
+ * qfold's internal int8 ops, with TFLite's reference integer arithmetic:
+ *   Add / Mul (broadcasting) -> QF_OP_QADD / QF_OP_QMUL (src/ops/qadd.c)
+ *   ConvTranspose           -> QF_OP_QCONV_TRANSPOSE (src/ops/qconv_transpose.c;
+ *                              weight per channel on axis 1, int32 bias)
+ *   AveragePool, one set of qparams -> QF_OP_QAVG_POOL (src/ops/pool.c)
+ *   GlobalAveragePool, ReduceMean over trailing axes -> QF_OP_QMEAN (pool.c)
+ *   Concat                  -> QF_OP_QCONCAT (src/ops/qconcat.c: inputs of the
+ *                              output's qparams copied, others requantized)
+ * A group is lowered only where its kernel takes it: per-tensor int8
+ * activations, constant qparams, every fixed-point multiplier's shift within
+ * the accumulator's range (else the kernel's prepare would refuse the node),
+ * and for an AveragePool the same qparams in and out (TFLite's has no
+ * requantization); otherwise it keeps running as written, as does everything
+ * else (DQ -> float op -> Q). The lowered graph is for execution only: the
+ * attributes and internal ops are qfold's own and no exporter should see
+ * them (`qfold run` lowers its private copy).
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../ops/requant.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
 
@@ -304,7 +322,21 @@ static qf_status lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool 
     return QF_OK;
 }
 
-/* An Add of two per-tensor int8 tensors of one shape heading a
+/* The int8 operands of dqa and dqb broadcast (numpy's rules, aligned at
+ * the last axis: equal sizes or one of them 1; an unknown size, a dynamic
+ * batch, only against the same unknown size or 1) as the int8 Add / Mul take
+ * them. */
+static bool broadcasts(const qf_node *dqa, const qf_node *dqb)
+{
+    const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
+    for (int i = 1; i <= ta->ndim && i <= tb->ndim; i++) {
+        int64_t a = ta->dims[ta->ndim - i], b = tb->dims[tb->ndim - i];
+        if (a != b && a != 1 && b != 1) return false;
+    }
+    return true;
+}
+
+/* An Add of two per-tensor int8 tensors that broadcast heading a
  * DQ -> Add -> [act] -> Q group: qfold's int8 Add (QF_OP_QADD, TFLite's
  * integer arithmetic, src/ops/qadd.c); with TFLite's requantization only. Left in float when its multipliers
  * would not be below 1 (an output scale below max(s_a, s_b) / 2^19). */
@@ -313,10 +345,7 @@ static qf_status lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done
     *done = false;
     const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
     if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
-    const qf_tensor *ta = &dqa->inputs[0]->type, *tb = &dqb->inputs[0]->type;
-    /* The same shape: equal known sizes, and an unknown size (a dynamic
-     * batch) only where both are unknown; the int8 Add does not broadcast. */
-    if (!qf_shape_equal(ta->ndim, ta->dims, tb->ndim, tb->dims)) return QF_OK;
+    if (!broadcasts(dqa, dqb)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
     if (!group_tail(n, &q, &act, clamp)) return QF_OK;
@@ -340,6 +369,228 @@ static qf_status lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done
     return QF_OK;
 }
 
+/* The scale and zero point of a per-tensor int8 DQ or Q node. */
+static float qscale(const qf_node *qdq) { return *(const float *)qdq->inputs[1]->type.data; }
+static int32_t qzp(const qf_node *qdq) { return *(const int8_t *)qdq->inputs[2]->type.data; }
+
+/* A new node of `op` named after n, its output typed as the group's Q
+ * output, taking the Q's readers; a clamp attribute when clamp is set. */
+static qf_status replace_group(qf_graph *g, qf_pass_ctx *ctx, const qf_node *n, const qf_node *q, const qf_node *act,
+                               qf_op op, qf_value *const *in, int nin, const qf_node *like, const int64_t *clamp,
+                               const char *what, qf_node **out)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s_int8", n->name);
+    qf_node *k = qf_graph_add_node(g, op, name, nin, in, 1);
+    if (!k) return QF_ERR_NOMEM;
+    QF_TRY(copy_attrs(g, k, like));
+    if (clamp) QF_TRY(qf_node_set_attr_ints(g, k, "qfold_clamp", clamp, 2));
+    k->outputs[0]->type = q->outputs[0]->type;
+    if (ctx)
+        qf_pass_rewrite(ctx, n, NULL, "int8 %s (%s) -> '%s'", what, act ? qf_op_name(act->op) : "no activation",
+                        q->outputs[0]->name);
+    QF_TRY(qf_graph_replace_uses(g, q->outputs[0], k->outputs[0]));
+    if (out) *out = k;
+    return QF_OK;
+}
+
+/* A ConvTranspose group, as a Conv group but for the weight [C, M/group,
+ * k...], per channel on axis 1: qfold's int8 ConvTranspose
+ * (src/ops/qconv_transpose.c); TFLite's requantization only (ONNX has no
+ * integer ConvTranspose). */
+static qf_status lower_conv_transpose(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    const qf_node *dqx = dq_of(n->inputs[0]), *dqw = dq_of(n->inputs[1]);
+    const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? dq_of(n->inputs[2]) : NULL;
+    if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
+    if (!per_tensor_s8(dqx) || !int8_weight(dqw, 1) || dqw->inputs[0]->type.ndim < 3) return QF_OK;
+    const int64_t group = qf_node_attr_int(n, "group", 1), nw = qf_tensor_numel(&dqw->inputs[1]->type);
+    /* One scale per output channel of a group, the same in every group. */
+    if (nw != 1 && (nw != dqw->inputs[0]->type.dims[1] || (group != 1 && dqb))) return QF_OK;
+    if (!bias_fits(dqb, dqx, dqw)) {
+        if (ctx) qf_pass_skip(ctx, n, "bias scale is not s_x * s_W: left as DQ -> ConvTranspose -> Q");
+        return QF_OK;
+    }
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    /* The accumulator: C/group * prod(k) products of |x - zp| <= 255 and
+     * |w - zp| <= 255; each multiplier's shift must fit it. */
+    const qf_tensor *wt = &dqw->inputs[0]->type;
+    int64_t terms = wt->dims[0] / (group > 0 ? group : 1);
+    for (int i = 2; i < wt->ndim; i++) terms *= wt->dims[i];
+    if (terms > INT32_MAX / (255 * 255)) return QF_OK;
+    const float *ws = dqw->inputs[1]->type.data;
+    for (int64_t c = 0; c < nw; c++)
+        if (!qf_requant_fits((double)qscale(dqx) * ws[c] / qscale(q), terms * 255 * 255)) return QF_OK;
+    qf_value *in[9] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], dqw->inputs[0], dqw->inputs[1],
+                       dqw->inputs[2], q->inputs[1],   q->inputs[2],   dqb ? dqb->inputs[0] : NULL};
+    qf_node *k;
+    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QCONV_TRANSPOSE, in, dqb ? 9 : 8, n, clamp, "conv transpose", &k));
+    QF_TRY(qf_node_set_attr_int(g, k, "qfold_requant", 1));
+    *done = true;
+    return QF_OK;
+}
+
+/* A MatMul group: A an int8 activation, B an int8 activation (TFLite's
+ * BATCH_MATMUL) or a constant int8 matrix per tensor or per column (its
+ * FULLY_CONNECTED): ONNX's QLinearMatMul with qfold's requantization and
+ * clamp attributes, so with either requantization. */
+static qf_status lower_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+{
+    *done = false;
+    const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
+    if (!dqa || !dqb || !per_tensor_s8(dqa)) return QF_OK;
+    const bool weight = qf_value_is_const(dqb->inputs[0]);
+    if (weight ? !int8_weight(dqb, 1) || dqb->inputs[0]->type.ndim != 2 : !per_tensor_s8(dqb)) return QF_OK;
+    const qf_tensor *ta = &dqa->inputs[0]->type;
+    const int64_t K = ta->ndim ? ta->dims[ta->ndim - 1] : -1;
+    if (K < 0 || K > INT32_MAX / (255 * 255)) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    const float *sb = dqb->inputs[1]->type.data;
+    const int64_t nb = qf_tensor_numel(&dqb->inputs[1]->type);
+    for (int64_t c = 0; rq == QF_REQUANT_FIXED_POINT && c < nb; c++)
+        if (!qf_requant_fits((double)qscale(dqa) * sb[c] / qscale(q), K * 255 * 255)) return QF_OK;
+    qf_value *in[8] = {dqa->inputs[0], dqa->inputs[1], dqa->inputs[2], dqb->inputs[0],
+                       dqb->inputs[1], dqb->inputs[2], q->inputs[1],   q->inputs[2]};
+    qf_node *k;
+    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QLINEAR_MATMUL, in, 8, NULL, clamp,
+                         weight ? "matmul by a constant" : "matmul of two activations", &k));
+    if (rq == QF_REQUANT_FIXED_POINT) QF_TRY(qf_node_set_attr_int(g, k, "qfold_requant", 1));
+    *done = true;
+    return QF_OK;
+}
+
+/* A Mul of two per-tensor int8 tensors that broadcast: qfold's int8 Mul
+ * (src/ops/qadd.c, TFLite's integer Mul), when its one multiplier
+ * s_a * s_b / s_y fits the product's range. */
+static qf_status lower_mul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
+    if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
+    if (!broadcasts(dqa, dqb)) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    const double sa = qscale(dqa), sb = qscale(dqb), sy = qscale(q);
+    if (!(sa > 0.0 && sb > 0.0 && sy > 0.0) || !qf_requant_fits(sa * sb / sy, 255 * 255)) return QF_OK;
+    qf_value *in[8] = {dqa->inputs[0], dqa->inputs[1], dqa->inputs[2], dqb->inputs[0],
+                       dqb->inputs[1], dqb->inputs[2], q->inputs[1],   q->inputs[2]};
+    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QMUL, in, 8, NULL, clamp, "mul", NULL));
+    *done = true;
+    return QF_OK;
+}
+
+/* A Concat of per-tensor int8 tensors into a Q (no activation: TFLite's
+ * CONCATENATION has none): qfold's int8 Concat (src/ops/qconcat.c), which
+ * copies the inputs of the output's qparams and requantizes the others. */
+static qf_status lower_concat(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    enum { MAX_IN = 64 };
+    if (n->ninputs < 1 || n->ninputs > MAX_IN) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp) || act) return QF_OK;
+    qf_value *in[2 + 3 * MAX_IN] = {q->inputs[1], q->inputs[2]};
+    for (int i = 0; i < n->ninputs; i++) {
+        const qf_node *dq = dq_of(n->inputs[i]);
+        if (!dq || !per_tensor_s8(dq)) return QF_OK;
+        if ((qscale(dq) != qscale(q) || qzp(dq) != qzp(q)) &&
+            !qf_requant_fits((double)qscale(dq) / qscale(q), 255))
+            return QF_OK;
+        for (int j = 0; j < 3; j++) in[2 + 3 * i + j] = dq->inputs[j];
+    }
+    QF_TRY(replace_group(g, ctx, n, q, NULL, QF_OP_QCONCAT, in, 2 + 3 * n->ninputs, n, NULL, "concat", NULL));
+    *done = true;
+    return QF_OK;
+}
+
+/* An AveragePool between a DQ and a Q of the same per-tensor int8 qparams
+ * (TFLite's int8 AveragePool does not requantize): qfold's int8 AveragePool
+ * (src/ops/pool.c). Other qparams stay in float. */
+static qf_status lower_avg_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    const qf_node *dqx = dq_of(n->inputs[0]);
+    if (!dqx || !per_tensor_s8(dqx)) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (qscale(dqx) != qscale(q) || qzp(dqx) != qzp(q)) {
+        if (ctx) qf_pass_skip(ctx, n, "input and output qparams differ: left as DQ -> AveragePool -> Q");
+        return QF_OK;
+    }
+    qf_value *in[5] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], q->inputs[1], q->inputs[2]};
+    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QAVG_POOL, in, 5, n, clamp, "average pool", NULL));
+    *done = true;
+    return QF_OK;
+}
+
+/* A GlobalAveragePool, or a ReduceMean over trailing axes of known sizes:
+ * qfold's int8 Mean (src/ops/pool.c, TFLite's integer Mean), when its
+ * multiplier s_x / s_y fits the sum's range. */
+static qf_status lower_mean(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    const qf_node *dqx = dq_of(n->inputs[0]);
+    if (!dqx || !per_tensor_s8(dqx)) return QF_OK;
+    const qf_tensor *x = &dqx->inputs[0]->type;
+    const int rank = x->ndim;
+    bool mask[QF_MAX_DIMS] = {false};
+    int64_t keep = 1;
+    if (n->op == QF_OP_GLOBAL_AVG_POOL) {
+        if (rank < 3) return QF_OK;
+        for (int i = 2; i < rank; i++) mask[i] = true;
+    } else {
+        int count = 0;
+        const int64_t *axes = qf_node_attr_ints(n, "axes", &count);
+        int64_t from_input[QF_MAX_DIMS];
+        if (n->ninputs > 1 && n->inputs[1]) {
+            const qf_value *av = n->inputs[1];
+            int64_t na = qf_tensor_numel(&av->type);
+            if (!qf_value_is_const(av) || na > QF_MAX_DIMS) return QF_OK;
+            for (int64_t i = 0; i < na; i++) from_input[i] = qf_tensor_get_i64(&av->type, i);
+            axes = from_input;
+            count = (int)na;
+        }
+        if (count == 0) return QF_OK; /* all axes, or none: not a trailing mean worth an op */
+        for (int i = 0; i < count; i++) {
+            int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+            if (a < 0 || a >= rank || mask[a]) return QF_OK;
+            mask[a] = true;
+        }
+        keep = qf_node_attr_int(n, "keepdims", 1) != 0;
+    }
+    int64_t axes[QF_MAX_DIMS], inner = 1;
+    int na = 0;
+    for (int i = 0; i < rank; i++) {
+        if (!mask[i]) {
+            if (na) return QF_OK; /* not trailing */
+            continue;
+        }
+        if (x->dims[i] <= 0) return QF_OK;
+        inner *= x->dims[i];
+        axes[na++] = i;
+    }
+    if (inner > INT32_MAX / 255) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (!qf_requant_fits((double)qscale(dqx) / qscale(q), 255 * inner)) return QF_OK;
+    qf_value *in[5] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], q->inputs[1], q->inputs[2]};
+    qf_node *k;
+    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QMEAN, in, 5, NULL, clamp, "mean", &k));
+    QF_TRY(qf_node_set_attr_ints(g, k, "axes", axes, na));
+    QF_TRY(qf_node_set_attr_int(g, k, "keepdims", keep));
+    *done = true;
+    return QF_OK;
+}
+
 qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kind rq, int *count)
 {
     int k = 0;
@@ -348,7 +599,14 @@ qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kin
         if (n->op == QF_OP_CONV) QF_TRY(lower_conv(g, ctx, n, rq, &done));
         else if (n->op == QF_OP_GEMM) QF_TRY(lower_gemm(g, ctx, n, rq, &done));
         else if (n->op == QF_OP_MAX_POOL) QF_TRY(lower_max_pool(g, ctx, n, &done));
-        else if (n->op == QF_OP_ADD && rq == QF_REQUANT_FIXED_POINT) QF_TRY(lower_add(g, ctx, n, &done));
+        else if (n->op == QF_OP_MATMUL) QF_TRY(lower_matmul(g, ctx, n, rq, &done));
+        else if (rq != QF_REQUANT_FIXED_POINT) continue; /* ONNX has no integer form of the rest */
+        else if (n->op == QF_OP_ADD) QF_TRY(lower_add(g, ctx, n, &done));
+        else if (n->op == QF_OP_MUL) QF_TRY(lower_mul(g, ctx, n, &done));
+        else if (n->op == QF_OP_CONV_TRANSPOSE) QF_TRY(lower_conv_transpose(g, ctx, n, &done));
+        else if (n->op == QF_OP_CONCAT) QF_TRY(lower_concat(g, ctx, n, &done));
+        else if (n->op == QF_OP_AVG_POOL) QF_TRY(lower_avg_pool(g, ctx, n, &done));
+        else if (n->op == QF_OP_GLOBAL_AVG_POOL || n->op == QF_OP_REDUCE_MEAN) QF_TRY(lower_mean(g, ctx, n, &done));
         k += done;
     }
     if (count) *count = k;
@@ -370,6 +628,6 @@ static qf_status quant_lower_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 
 const qf_pass qf_pass_quant_lower_int8 = {
     .name = "quant_lower_int8",
-    .summary = "int8 executor: DQ -> Conv -> [ReLU] -> Q groups become integer convs (for running, not export)",
+    .summary = "int8 executor: DQ -> op -> [ReLU] -> Q groups become integer nodes (for running, not export)",
     .run = quant_lower_run,
 };

@@ -152,13 +152,10 @@ static qf_status obs_minmax(const float *x, int64_t n, float *mn, float *mx)
         for (int j = 0; j < OBS_LANES; j++) any |= bad[j];
         if (any) return obs_minmax_scalar(x, n, mn, mx);
     }
-    float a, b;
+    float a = INFINITY, b = -INFINITY;
     if (i < n) {
         qf_status st = obs_minmax_scalar(x + i, n - i, &a, &b);
         if (st != QF_OK) return obs_minmax_scalar(x, n, mn, mx); /* the index in the whole tensor */
-    } else {
-        a = INFINITY;
-        b = -INFINITY;
     }
     for (int j = 0; j < OBS_LANES; j++) {
         a = lo[j] < a ? lo[j] : a;

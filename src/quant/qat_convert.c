@@ -210,7 +210,8 @@ static qf_status qat_convert_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
     qf_graph_for_each_node(g, n) {
         if (n->op == QF_OP_FAKE_QUANT) fqs[k++] = n;
         /* The simulation has no ONNX form: qat_bn_remove must have taken it out. */
-        if (st == QF_OK && (n->op == QF_OP_QAT_BN_WEIGHT || n->op == QF_OP_QAT_BN_OUTPUT))
+        if (st == QF_OK && (n->op == QF_OP_QAT_BN_WEIGHT || n->op == QF_OP_QAT_BN_OUTPUT ||
+                            n->op == QF_OP_QAT_BN_STATS || n->op == QF_OP_QAT_BN_EXACT))
             st = qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): the simulated BatchNorm fusion is still in the graph "
                           "(run qat_bn_remove first)", n->name, qf_op_name(n->op));
     }

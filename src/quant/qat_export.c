@@ -39,7 +39,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../passes/bn_math.h"
 #include "../passes/rewrite.h"
 #include "qdq.h"
 #include "qfold/pass.h"

@@ -116,9 +116,9 @@ static qf_status qz_left_float(const qf_quant_annotation *a, qf_quantize_result 
 extern const qf_pass qf_pass_quant_annotate;
 extern const qf_pass qf_pass_quant_convert;
 extern const qf_pass qf_pass_quant_lower_int8;
-extern const qf_pass qf_pass_quant_qat_insert;
 extern const qf_pass qf_pass_qat_convert;
 extern const qf_pass qf_pass_qat_export;
+extern const qf_pass qf_pass_quant_qat_insert;
 
 static const char *const qz_prepare_passes[] = {"quant_annotate", NULL};
 static const char *const qz_convert_passes[] = {"quant_convert", "dce", NULL};
@@ -132,6 +132,24 @@ static const qf_pipeline qz_convert = {
     .summary = "quantizer, after calibration: convert to ONNX QDQ, dce",
     .passes = qz_convert_passes,
 };
+/* Before QAT: fake_quants for the session's profile, then BatchNorm
+ * simulated as folded into the conv / linear before it. */
+static const char *const qz_qat_prepare_passes[] = {"canonicalize", "quant_qat_insert", "qat_bn_add", NULL};
+static const qf_pipeline qz_qat_prepare = {
+    .name = "qat_prepare",
+    .summary = "QAT: canonicalize, fake_quants for the target, simulate BatchNorm folded into the conv / linear "
+               "before it",
+    .passes = qz_qat_prepare_passes,
+};
+/* The same with the exact simulated fusion (--qat-bn exact: PyTorch's
+ * two-pass _forward_slow, for channels with gamma = 0 or a tiny variance). */
+static const char *const qz_qat_prepare_exact_passes[] = {"canonicalize", "quant_qat_insert", "qat_bn_add_exact",
+                                                          NULL};
+static const qf_pipeline qz_qat_prepare_exact = {
+    .name = "qat_prepare_exact",
+    .summary = "QAT: as qat_prepare, with the exact two-pass simulated BatchNorm fusion (qat_bn_add_exact)",
+    .passes = qz_qat_prepare_exact_passes,
+};
 /* After QAT: the simulation removed, BatchNorm folded for real through the
  * weight fake_quants (fuse_batch_norm), the fake_quants to QDQ. */
 static const char *const qz_qat_finalize_passes[] = {"qat_bn_remove", "fuse_batch_norm", "dce", "qat_convert", "dce",
@@ -144,13 +162,16 @@ static const qf_pipeline qz_qat_finalize = {
 
 qf_status qf_quant_register_passes(void)
 {
-    /* qat_convert / qat_export: the qat_finalize pipeline (passes layer) and
-     * qfold qat --keep-qat name them, so register before running those. */
+    /* quant_qat_insert, qat_convert, qat_export: the pipelines qat_prepare /
+     * qat_finalize and qfold qat --keep-qat name them, so register before
+     * running those. */
     static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert,
-                                            &qf_pass_quant_lower_int8, &qf_pass_quant_qat_insert,
-                                            &qf_pass_qat_convert, &qf_pass_qat_export};
-    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_finalize};
-    return qf_pass_register(passes, 6, pipelines, 3);
+                                            &qf_pass_quant_lower_int8, &qf_pass_qat_convert, &qf_pass_qat_export,
+                                            &qf_pass_quant_qat_insert};
+    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_prepare, &qz_qat_prepare_exact,
+                                                   &qz_qat_finalize};
+    QF_TRY(qf_pass_register(passes, 6, pipelines, 5));
+    return qf_quant_finalize_register();
 }
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,

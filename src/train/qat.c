@@ -69,7 +69,9 @@ int qf_qat_set_bn_frozen(qf_graph *g, bool frozen)
     int n = 0;
     qf_graph_for_each_node(g, nd)
     {
-        if (nd->op != QF_OP_BATCH_NORM) continue;
+        /* the exact form's BatchNorm is qat_bn_exact, its running statistics'
+         * update qat_bn_stats: both read the flag too */
+        if (nd->op != QF_OP_BATCH_NORM && nd->op != QF_OP_QAT_BN_EXACT && nd->op != QF_OP_QAT_BN_STATS) continue;
         if (frozen) {
             if (qf_node_set_attr_int(g, nd, "qfold_frozen", 1) != QF_OK) return -1;
         } else {
@@ -96,13 +98,18 @@ int qf_qat_set_observe(qf_graph *g, bool observe)
 
 /* A BatchNormalization QAT can train: the simulated fusion divides by
  * sqrt(running_var + epsilon) and training moves the running statistics by
- * momentum, so epsilon must be a small positive number and momentum (ONNX's:
- * 1 - PyTorch's) within [0, 1]. */
+ * momentum, so both must be written in the model (the values it was trained
+ * with: ONNX's defaults may not be them, and PyTorch always writes both),
+ * epsilon a small positive number and momentum (ONNX's: 1 - PyTorch's)
+ * within [0, 1]. */
 static qf_status qat_check_bn(const qf_node *n)
 {
     const qf_attr *e = qf_node_attr(n, "epsilon"), *m = qf_node_attr(n, "momentum");
-    const double eps = e ? (e->type == QF_ATTR_FLOAT ? e->f : (double)e->i) : 1e-5;
-    const double mom = m ? (m->type == QF_ATTR_FLOAT ? m->f : (double)m->i) : 0.9;
+    if (!e || !m)
+        return qf_error(QF_ERR_INVALID, "node '%s' (BatchNormalization): no %s attribute: QAT needs the value the "
+                        "model was trained with (ONNX's default may not be it)", n->name, !e ? "epsilon" : "momentum");
+    const double eps = e->type == QF_ATTR_FLOAT ? e->f : (double)e->i;
+    const double mom = m->type == QF_ATTR_FLOAT ? m->f : (double)m->i;
     if (!(eps > 0 && eps <= 0.5))
         return qf_error(QF_ERR_INVALID, "node '%s' (BatchNormalization): epsilon %g is absurd: QAT divides by "
                         "sqrt(running_var + epsilon), which needs a small positive epsilon (PyTorch's default 1e-5)",
@@ -156,7 +163,10 @@ qf_status qf_qat_calibrate(qf_graph *g, const qf_data_source *data, const qf_ten
     int64_t n = data->ninputs >= 1 && data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
     if (c->calib_count < 0) return qf_error(QF_ERR_INVALID, "calibration: %lld samples", (long long)c->calib_count);
     if (c->calib_count < n) n = c->calib_count;
-    if (n < 1 || data->ninputs > 16) return QF_OK;
+    if (n < 1) return QF_OK;
+    if (data->ninputs > 16)
+        return qf_error(QF_ERR_UNSUPPORTED, "calibration: the model has %d inputs, training takes 1 to 16",
+                        data->ninputs);
     /* The first n samples: the same source with n rows. */
     qf_tensor views[16], lab;
     const qf_tensor *ptrs[16];

@@ -324,6 +324,22 @@ static qf_status qf_train_make_writable(qf_value *v)
  * here, a copy of the tensor, named as the Identity's output was (the name
  * torch gave the statistic); the Identity goes when nothing else reads it.
  * A statistic computed by other nodes is refused. */
+/* v, a BatchNorm's running statistic, is a buffer that the BN alone
+ * updates: the BN reads it once, and every other reader is QAT's simulated
+ * fusion (qat_bn_weight / qat_bn_output read the running variance and must
+ * see each update, as PyTorch's ConvBn2d reads bn.running_var). */
+static bool qf_train_bn_stat_own(const qf_value *v)
+{
+    if (v->kind != QF_VALUE_BUFFER || !v->type.data) return false;
+    int bn_reads = 0;
+    for (int u = 0; u < v->nuses; u++) {
+        qf_op op = v->uses[u].node->op;
+        if (op == QF_OP_BATCH_NORM) bn_reads++;
+        else if (op != QF_OP_QAT_BN_WEIGHT && op != QF_OP_QAT_BN_OUTPUT) return false;
+    }
+    return bn_reads == 1;
+}
+
 static qf_status qf_train_own_bn_stats(qf_graph *g)
 {
     static const char *const what[5] = {"", "scale", "shift", "running mean", "running variance"};
@@ -332,7 +348,7 @@ static qf_status qf_train_own_bn_stats(qf_graph *g)
         if (n->op != QF_OP_BATCH_NORM || n->ninputs < 5) continue;
         for (int i = 3; i < 5; i++) {
             qf_value *v = n->inputs[i];
-            if (!v || (v->kind == QF_VALUE_BUFFER && v->type.data && v->nuses == 1)) continue;
+            if (!v || qf_train_bn_stat_own(v)) continue;
             qf_node *id = v->producer && v->producer->op == QF_OP_IDENTITY ? v->producer : NULL;
             const qf_value *src = id ? id->inputs[0] : v;
             if (!qf_value_is_const(src) || v->is_output)

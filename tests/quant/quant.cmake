@@ -42,13 +42,21 @@ if(QF_PYTHON3 AND QF_NODE)
   endforeach()
   set_tests_properties(quant_quantize_fashion PROPERTIES FIXTURES_SETUP quantized_fashion)
 
-  # The int8 lowering on the model the fashion case wrote: 5 Conv and 2 Gemm groups.
+  # The int8 lowering on the model the fashion case wrote: 5 Conv and 2 Gemm
+  # groups, its global average pool and its input's scaling (a Mul by a constant).
   add_executable(test_lower ${CMAKE_CURRENT_LIST_DIR}/test_lower.c)
   target_include_directories(test_lower PRIVATE ${QF_TEST_DIR})
   target_compile_options(test_lower PRIVATE ${QF_WARNINGS})
   target_link_libraries(test_lower PRIVATE qfold_static)
-  add_test(NAME quant_lower COMMAND test_lower ${QF_TEST_WORK}/quantize/fashion/fq_neutron.onnx 5 2)
+  add_test(NAME quant_lower COMMAND test_lower ${QF_TEST_WORK}/quantize/fashion/fq_neutron.onnx 5 2 2)
   set_tests_properties(quant_lower PROPERTIES FIXTURES_REQUIRED quantized_fashion LABELS "quant" TIMEOUT 60)
+  # And on the mixed case's model: 2 Conv groups, 1 Gemm, and with TFLite's
+  # requantization its ConvTranspose, Concat, Add of a constant, global average
+  # pool and max pool (the max pool with ONNX's too).
+  set_tests_properties(quant_quantize_mixed PROPERTIES FIXTURES_SETUP quantized_mixed)
+  add_test(NAME quant_lower_mixed COMMAND test_lower ${QF_TEST_WORK}/quantize/mixed/q.onnx 2 1 5 1
+           qconv_transpose,qconcat,qmean)
+  set_tests_properties(quant_lower_mixed PROPERTIES FIXTURES_REQUIRED quantized_mixed LABELS "quant" TIMEOUT 60)
 endif()
 
 # QAT's prepare: QAT annotation, fake_quant insertion, qat_bn_add, a training step.

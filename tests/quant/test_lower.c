@@ -1,11 +1,15 @@
 /* The int8 executor's lowering (src/quant/lower.c) on a QDQ model written by
  * `qfold quantize` (the fashion case of quantize_test.py):
  *
- *   test_lower MODEL.onnx CONVS GEMMS
+ *   test_lower MODEL.onnx CONVS GEMMS [OTHERS [OTHERS_ONNX [OPS]]]
  *
  * every Conv and Gemm group becomes a QLinearConv with the TFLite
  * requantization attribute (or without it for ONNX's), none is left, and a
- * second lowering finds nothing to do. And on a graph built here: a
+ * second lowering finds nothing to do; OTHERS (default 0) more groups (a
+ * pool, a mean, a concat, a ConvTranspose) become integer nodes too with
+ * TFLite's requantization, OTHERS_ONNX (default 0) with ONNX's (a max pool),
+ * and each op of the comma-separated list OPS (qfold's names, e.g.
+ * qconv_transpose,qconcat) is among the nodes lowering made. And on a graph built here: a
  * DQ -> MaxPool -> Q of one set of qparams becomes the MaxPool of the int8
  * tensor, with the same outputs as the float simulation; with two sets of
  * qparams it stays as it is. A DQ -> Add -> [Relu] -> Q becomes the int8 Add
@@ -20,7 +24,8 @@
 #include "tools/qf_check.h"
 
 static const char *model;
-static int want_conv, want_gemm;
+static int want_conv, want_gemm, want_other, want_other_onnx;
+static const char *want_ops;
 
 static void count(const qf_graph *g, int *conv, int *gemm, int *ql, int *fixed)
 {
@@ -43,10 +48,21 @@ static void check_lowering(qf_int8_requant_kind rq)
            ql);
     CHECK_OK(qf_quant_lower_int8(g, NULL, rq, &k));
     count(g, &conv, &gemm, &ql, &fixed);
-    CHECKF(k == want_conv + want_gemm && ql == k && conv == 0 && gemm == 0,
-           "lowered %d: %d QLinearConv, %d Conv and %d Gemm left", k, ql, conv, gemm);
+    const int other = rq == QF_REQUANT_FIXED_POINT ? want_other : want_other_onnx;
+    CHECKF(k == want_conv + want_gemm + other && ql == want_conv + want_gemm && conv == 0 && gemm == 0,
+           "lowered %d (want %d + %d + %d): %d QLinearConv, %d Conv and %d Gemm left", k, want_conv, want_gemm,
+           other, ql, conv, gemm);
     CHECKF(fixed == (rq == QF_REQUANT_FIXED_POINT ? ql : 0), "%d of %d with the fixed-point attribute", fixed, ql);
     CHECK_OK(qf_graph_verify_shapes(g));
+    for (const char *p = want_ops; p && *p && rq == QF_REQUANT_FIXED_POINT;) {
+        size_t len = strcspn(p, ",");
+        char op[64];
+        snprintf(op, sizeof op, "%.*s", (int)len, p);
+        int found = 0;
+        qf_graph_for_each_node(g, n) found += !strcmp(qf_op_name(n->op), op);
+        CHECKF(found > 0, "no %s node after lowering", op);
+        p += len + (p[len] == ',');
+    }
     CHECK_OK(qf_quant_lower_int8(g, NULL, rq, &k));
     CHECKF(k == 0, "a second lowering lowered %d", k);
     qf_graph_free(g);
@@ -242,13 +258,16 @@ int main(int argc, char **argv)
         RUN(test_add_tiny_scale);
         return qf_check_report();
     }
-    if (argc != 4) {
-        fprintf(stderr, "usage: test_lower MODEL.onnx CONVS GEMMS\n");
+    if (argc < 4 || argc > 7) {
+        fprintf(stderr, "usage: test_lower MODEL.onnx CONVS GEMMS [OTHERS [OTHERS_ONNX [OPS]]]\n");
         return 2;
     }
     model = argv[1];
     want_conv = atoi(argv[2]);
     want_gemm = atoi(argv[3]);
+    want_other = argc > 4 ? atoi(argv[4]) : 0;
+    want_other_onnx = argc > 5 ? atoi(argv[5]) : 0;
+    want_ops = argc > 6 ? argv[6] : NULL;
     RUN(test_fixed_point);
     RUN(test_onnx);
     RUN(test_max_pool_shared);

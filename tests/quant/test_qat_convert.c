@@ -14,8 +14,10 @@
  *   - the QDQ graph's inference output is the QAT graph's (eval) within one
  *     output quantization step (observe 0) / a few (observe 1: the weight
  *     grid moved);
- *   - bad input: a fake_quant that never observed is an error naming it; a
- *     weight fake_quant with another reader is a fold skip with the reason. */
+ *   - bad input: a fake_quant that never observed is an error naming it, so
+ *     is an activation range without an ONNX type (qat_convert, qat_export;
+ *     nothing written); a weight fake_quant with another reader is a fold
+ *     skip with the reason. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -329,6 +331,38 @@ static void test_never_observed(void)
     built_free(&b);
 }
 
+/* An activation range with no ONNX type: qat_convert and qat_export refuse
+ * it naming the node, and qat_convert writes nothing. */
+static void test_bad_range(void)
+{
+    const ccase c = {"bad range", QF_OP_CONV, 1, true, true, true};
+    built b;
+    REQUIRE(build(&c, &b), "build");
+    qf_graph *g = b.g;
+    prepare(&c, g);
+    observe(&b);
+    qf_node *xfq = g->inputs[0]->uses[0].node;
+    REQUIRE(xfq->op == QF_OP_FAKE_QUANT, "x has no fake_quant");
+    REQUIRE_OK(qf_node_set_attr_int(g, xfq, "quant_max", 300));
+    qf_pass_report *r = NULL;
+    const char *exp[] = {"qat_export", NULL};
+    CHECK_ERR(qf_passes_run(g, exp, &(qf_pass_options){.verify = true}, &r), QF_ERR_UNSUPPORTED,
+              "node 'x_fq' (fake_quant): range [-128, 300] fits neither int8 nor uint8");
+    qf_pass_report_free(r);
+    const char *fold[] = {"qat_bn_remove", "fuse_batch_norm", "dce", NULL};
+    REQUIRE_OK(qf_passes_run(g, fold, &(qf_pass_options){.verify = true}, &r));
+    qf_pass_report_free(r);
+    int before = 0, after = 0;
+    qf_graph_for_each_node(g, n) before++;
+    const char *conv[] = {"qat_convert", NULL};
+    CHECK_ERR(qf_passes_run(g, conv, &(qf_pass_options){.verify = true}, &r), QF_ERR_UNSUPPORTED,
+              "node 'x_fq' (fake_quant): activation range [-128, 300] is neither int8");
+    qf_pass_report_free(r);
+    qf_graph_for_each_node(g, n) after += n->op == QF_OP_FAKE_QUANT ? 1 : 0;
+    CHECKF(after == 3, "qat_convert wrote before refusing: %d fake_quants left of %d nodes", after, before);
+    built_free(&b);
+}
+
 /* The weight's fake_quant read by another node: the fold skips with the
  * reason, as its other skips. */
 static void test_fq_two_readers(void)
@@ -360,5 +394,6 @@ int main(void)
     RUN(test_qat_finalize_cases);
     RUN(test_never_observed);
     RUN(test_fq_two_readers);
+    RUN(test_bad_range);
     return qf_check_report();
 }

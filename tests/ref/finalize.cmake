@@ -1,0 +1,26 @@
+# qfold finalize (issue 10, item 4): QAT models exported from PyTorch 1.13
+# (ConvBn, ConvBnReLU, LinearBn1d, depthwise ConvBn) against convert_fx's int8
+# weights and top-1, ONNX Runtime and qfold's own int8 executor; bad input.
+if(QF_PYTHON3 AND QF_NODE)
+  foreach(case convbn convbnrelu linearbn depthwise nofold no_div no_div_linear
+          bad_scale bad_qdq_mismatch bad_div bad_div_zero bad_bn_training bad_eps bad_var bad_nan bad_zero_point bad_float)
+    add_test(NAME finalize_${case}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/torch_qat_export.py $<TARGET_FILE:qfold> ${QF_NODE}
+              ${CMAKE_CURRENT_LIST_DIR}/ort_run.js ${QF_TEST_WORK}/finalize ${case})
+    set_tests_properties(finalize_${case} PROPERTIES LABELS "quant;finalize" TIMEOUT 300)
+  endforeach()
+endif()
+
+# The finalized models run in qfold's integer executor: every Conv / Gemm group
+# is lowered to an integer conv (test_lower: counts and both requantizations).
+if(QF_PYTHON3 AND QF_NODE AND TARGET test_lower)
+  foreach(spec "convbnrelu;2;1" "depthwise;3;1" "linearbn;0;2")
+    list(GET spec 0 m)
+    list(GET spec 1 nconv)
+    list(GET spec 2 ngemm)
+    set_tests_properties(finalize_${m} PROPERTIES FIXTURES_SETUP finalized_${m})
+    add_test(NAME finalize_lower_${m} COMMAND test_lower ${QF_TEST_WORK}/finalize/${m}/final.onnx ${nconv} ${ngemm})
+    set_tests_properties(finalize_lower_${m} PROPERTIES FIXTURES_REQUIRED finalized_${m} LABELS "quant;finalize"
+                         TIMEOUT 60)
+  endforeach()
+endif()

@@ -1,0 +1,349 @@
+#!/usr/bin/python3
+"""Tests of `qfold qat` (registered by tests/train/qat.cmake).
+
+    qat_cli_test.py --qfold BIN --root DIR --work DIR CASE
+
+The model: Conv+BN+ReLU, depthwise Conv+BN+ReLU, pointwise Conv+BN+ReLU,
+Linear+BN1d+ReLU, Linear, built in PyTorch 1.13 with random BatchNorm
+statistics, scale and shift, exported to ONNX with its BatchNorms kept.
+ONNX Runtime (tests/ref/ort_run.js) runs every model qfold writes; `qfold
+eval` recounts the accuracies the summary prints.
+"""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import qfcli  # noqa: E402
+from qfcli import Fail, check, error_line, run_qfold  # noqa: E402
+
+ARGS = None  # set by qfcli.main
+
+
+def work(*parts):
+    return os.path.join(ARGS.work, *parts)
+
+
+def root(*parts):
+    return os.path.join(ARGS.root, *parts)
+
+
+def qfold(*argv, expect=0, timeout=600):
+    return run_qfold(ARGS.qfold, argv, expect=expect, timeout=timeout)
+
+
+def torch_setup():
+    import warnings
+    warnings.filterwarnings("ignore")
+    import torch
+    torch.set_num_threads(1)
+    return torch
+
+
+def save(name, a):
+    np.save(work(name), a)
+    return work(name)
+
+
+def export(model, path, sample_shape):
+    """ONNX opset 13, BatchNorm kept (eval mode, PRESERVE), dynamic batch."""
+    torch = torch_setup()
+    model.eval()
+    torch.onnx.export(model, torch.zeros(2, *sample_shape), path, opset_version=13,
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def qat_model(seed=0, eps=1e-5):
+    torch = torch_setup()
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(1, 8, 3, padding=1)
+            self.b1 = nn.BatchNorm2d(8, eps=eps)
+            self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8, bias=False)
+            self.b2 = nn.BatchNorm2d(8)
+            self.pw = nn.Conv2d(8, 12, 1)
+            self.b3 = nn.BatchNorm2d(12, momentum=0.2)
+            self.fc1 = nn.Linear(12 * 3 * 3, 16)
+            self.bn1d = nn.BatchNorm1d(16)
+            self.fc2 = nn.Linear(16, 4)
+
+        def forward(self, x):
+            x = nn.functional.max_pool2d(torch.relu(self.b1(self.c1(x))), 2)
+            x = torch.relu(self.b2(self.dw(x)))
+            x = nn.functional.max_pool2d(torch.relu(self.b3(self.pw(x))), 2)
+            x = torch.relu(self.bn1d(self.fc1(torch.flatten(x, 1))))
+            return self.fc2(x)
+
+    torch.manual_seed(seed)
+    m = Net()
+    with torch.no_grad():
+        for b in m.modules():
+            if isinstance(b, (nn.BatchNorm1d, nn.BatchNorm2d)):
+                b.weight.uniform_(0.5, 1.5)
+                b.bias.uniform_(-0.5, 0.5)
+                b.running_mean.uniform_(-0.5, 0.5)
+                b.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def quadrant_data(n, seed):
+    """[n, 1, 12, 12] noise; the class says which quadrant means are positive."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 1, 12, 12)).astype(np.float32)
+    y = (x[:, 0, :6, :6].mean((1, 2)) > 0).astype(np.int64) * 2 + (x[:, 0, 6:, 6:].mean((1, 2)) > 0)
+    x[:, 0, :6, :6] += np.where(y[:, None, None] >= 2, 1.0, -1.0).astype(np.float32)
+    x[:, 0, 6:, 6:] += np.where(y[:, None, None] % 2 == 1, 1.0, -1.0).astype(np.float32)
+    return x, y.astype(np.int64)
+
+
+def setup(eps=1e-5):
+    export(qat_model(eps=eps), work("float.onnx"), (1, 12, 12))
+    x, y = quadrant_data(128, 1)
+    xv, yv = quadrant_data(64, 2)
+    return (work("float.onnx"), save("x.npy", x), save("y.npy", y), save("xv.npy", xv), save("yv.npy", yv), xv, yv)
+
+
+def ort_run(model, x):
+    xin = save("ort_in.npy", x)
+    out = work("ort_out")
+    os.makedirs(out, exist_ok=True)
+    p = subprocess.run(["node", root("tests", "ref", "ort_run.js"), model, out, xin], capture_output=True,
+                       text=True, timeout=300)
+    check(p.returncode == 0, "ONNX Runtime could not run %s:\n%s" % (model, p.stderr))
+    return np.load(os.path.join(out, "out0.npy"))
+
+
+def eval_top1(model, xp, yp):
+    _, out, _ = qfold("eval", model, "--data", xp, "--labels", yp, "--json")
+    import json
+    return json.loads(out)["models"][0]["top1"]
+
+
+def ops(path):
+    import onnx
+    return [n.op_type for n in onnx.load(path).graph.node]
+
+
+TRAIN = ("--epochs", 3, "--batch", 16, "--lr", 0.05, "--momentum", 0.9, "--seed", 3)
+
+
+# --- cases ------------------------------------------------------------------------------------------
+
+
+def case_int8():
+    """A float model with Conv+BN, depthwise Conv+BN and Linear+BN1d becomes a
+    folded int8 QDQ model: no BatchNormalization, no simulated fusion left,
+    int8 weights behind DequantizeLinear; onnx.checker accepts it, ONNX
+    Runtime runs it and agrees with qfold's integer executor; the summary's
+    float and int8 top-1 are what `qfold eval` counts; the log and plot are
+    written; the int8 model learned the task."""
+    model, xp, yp, xvp, yvp, xv, yv = setup()
+    _, out, _ = qfold("qat", model, "-o", work("q.onnx"), "--data", xp, "--labels", yp, "--val-data", xvp,
+                      "--val-labels", yvp, "--log", work("log.csv"), "--plot", work("plot.svg"),
+                      "--freeze-bn", "2ep", "--freeze-observers", "16", *TRAIN)
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(work("q.onnx"))
+    onnx.checker.check_model(m)
+    kinds = ops(work("q.onnx"))
+    check("BatchNormalization" not in kinds and "Div" not in kinds, "not folded: %s" % kinds)
+    check(kinds.count("QuantizeLinear") >= 5 and kinds.count("DequantizeLinear") >= 10, "not QDQ: %s" % kinds)
+    w8 = [t for t in m.graph.initializer if numpy_helper.to_array(t).dtype == np.int8 and t.dims and len(t.dims) >= 2]
+    check(len(w8) == 5, "%d int8 weights, expected 5 (three convs, two linears)" % len(w8))
+    got = re.search(r"val top-1: float ([\d.]+) % before, int8 ([\d.]+) % after", out)
+    check(got, "no accuracy line in the summary:\n" + out)
+    f_acc, q_acc = float(got.group(1)), float(got.group(2))
+    check(abs(f_acc - 100 * eval_top1(model, xvp, yvp)) < 0.01, "float top-1 %.2f is not qfold eval's" % f_acc)
+    check(abs(q_acc - 100 * eval_top1(work("q.onnx"), xvp, yvp)) < 0.01, "int8 top-1 %.2f is not qfold eval's" % q_acc)
+    check(q_acc >= 75, "the int8 model reached only %.2f %% on a task a linear model solves" % q_acc)
+    ref = ort_run(work("q.onnx"), xv)
+    qfold("run", work("q.onnx"), "-i", save("run_in.npy", xv), "-o", work("run_out.npy"))
+    mine = np.load(work("run_out.npy"))
+    agree = float((ref.argmax(1) == mine.argmax(1)).mean())
+    check(agree >= 0.95, "ONNX Runtime and qfold agree on %.1f %% of the top-1" % (100 * agree))
+    check(os.path.getsize(work("plot.svg")) > 1000 and open(work("log.csv")).read().count("\nstep,") == 24,
+          "log / plot not written as by qfold train")
+    check(not [f for f in os.listdir(work()) if "qfold-tmp" in f], "temporary files left")
+
+
+def case_keep_qat():
+    """--keep-qat writes the training graph as PyTorch exports a QAT model:
+    onnx.checker accepts it, ONNX Runtime runs it, and its predictions agree
+    with the finalized int8 model's."""
+    model, xp, yp, xvp, yvp, xv, _ = setup()
+    qfold("qat", model, "-o", work("q.onnx"), "--data", xp, "--labels", yp, "--keep-qat", work("t.onnx"), *TRAIN)
+    import onnx
+    onnx.checker.check_model(onnx.load(work("t.onnx")))
+    kinds = ops(work("t.onnx"))
+    check("QuantizeLinear" in kinds and "BatchNormalization" in kinds, "not a QAT export: %s" % kinds)
+    a, b = ort_run(work("t.onnx"), xv), ort_run(work("q.onnx"), xv)
+    agree = float((a.argmax(1) == b.argmax(1)).mean())
+    check(agree >= 0.9, "the training graph and the int8 model agree on %.1f %% of the top-1" % (100 * agree))
+
+
+def case_torch_schedules():
+    """The schedules against PyTorch 1.13: x -> ConvBn2d -> ReLU -> Flatten ->
+    Linear with FakeQuantize modules of the neutron scheme (activations
+    affine [-128, 127], moving average 0.01, eps 2^-12; conv weights per
+    channel, linear weights per tensor, symmetric [-127, 127]; the ReLU's
+    fake-quant shared by the Flatten output, as qfold's shared group), SGD on
+    the same batches, freeze_bn_stats() before step 3 and disable_observer
+    before step 5 (qfold: --freeze-bn 3 --freeze-observers 5, no
+    calibration): every step's loss agrees to 1e-5 relative, so the BN
+    statistics and the observers stop where torch's do and the simulated
+    fusion reads the running variance each step updates."""
+    torch = torch_setup()
+    import torch.nn as nn
+    import torch.nn.intrinsic.qat as nniqat
+    import torch.nn.qat as nnqat
+    from torch.ao.quantization import (FakeQuantize, MovingAverageMinMaxObserver,
+                                       MovingAveragePerChannelMinMaxObserver, QConfig)
+
+    class Float(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+            self.bn = nn.BatchNorm2d(4, momentum=0.2)
+            self.fc = nn.Linear(4 * 36, 3)
+
+        def forward(self, x):
+            return self.fc(torch.flatten(torch.relu(self.bn(self.conv(x))), 1))
+
+    torch.manual_seed(0)
+    f = Float()
+    with torch.no_grad():
+        f.bn.weight.uniform_(0.5, 1.5)
+        f.bn.bias.uniform_(-0.5, 0.5)
+        f.bn.running_mean.uniform_(-0.5, 0.5)
+        f.bn.running_var.uniform_(0.5, 2)
+    export(f, work("f.onnx"), (1, 6, 6))
+    rng = np.random.default_rng(1)
+    n, b, freeze_bn, freeze_obs = 32, 8, 3, 5
+    x = rng.standard_normal((n, 1, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 3, n).astype(np.int64)
+
+    act = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=-128, quant_max=127,
+                                 dtype=torch.qint8, qscheme=torch.per_tensor_affine, averaging_constant=0.01,
+                                 eps=2 ** -12)
+    wconv = FakeQuantize.with_args(observer=MovingAveragePerChannelMinMaxObserver, quant_min=-127, quant_max=127,
+                                   dtype=torch.qint8, qscheme=torch.per_channel_symmetric, ch_axis=0,
+                                   averaging_constant=0.01)
+    wlin = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=-127, quant_max=127,
+                                  dtype=torch.qint8, qscheme=torch.per_tensor_symmetric, averaging_constant=0.01)
+
+    class Qat(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fin, self.frelu, self.fout = act(), act(), act()
+            self.cb = nniqat.ConvBn2d(1, 4, 3, padding=1, bias=True, eps=f.bn.eps, momentum=0.2,
+                                      qconfig=QConfig(activation=act, weight=wconv))
+            self.fc = nnqat.Linear(144, 3, qconfig=QConfig(activation=act, weight=wlin))
+
+        def forward(self, t):
+            t = self.frelu(torch.relu(self.cb(self.fin(t))))
+            return self.fout(self.fc(self.frelu(torch.flatten(t, 1))))
+
+    q = Qat()
+    with torch.no_grad():
+        q.cb.weight.copy_(f.conv.weight)
+        q.cb.bias.copy_(f.conv.bias)
+        for k in ("weight", "bias", "running_mean", "running_var"):
+            getattr(q.cb.bn, k).copy_(getattr(f.bn, k))
+        q.fc.weight.copy_(f.fc.weight)
+        q.fc.bias.copy_(f.fc.bias)
+    q.train()
+    opt = torch.optim.SGD(q.parameters(), lr=0.05)
+    ref = []
+    for step, first in enumerate(list(range(0, n, b)) * 2):
+        if step >= freeze_bn:
+            q.cb.freeze_bn_stats()
+        if step >= freeze_obs:
+            q.apply(torch.ao.quantization.disable_observer)
+        loss = nn.functional.cross_entropy(q(torch.from_numpy(x[first:first + b])), torch.from_numpy(y[first:first + b]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ref.append(loss.item())
+    qfold("qat", work("f.onnx"), "-o", work("q.onnx"), "--data", save("x.npy", x), "--labels", save("y.npy", y),
+          "--calib-count", 0, "--shuffle", "off", "--batch", b, "--epochs", 2, "--lr", 0.05,
+          "--freeze-bn", freeze_bn, "--freeze-observers", freeze_obs, "--log", work("log.csv"))
+    import csv
+    with open(work("log.csv"), newline="") as fh:
+        got = [float(r["loss"]) for r in csv.DictReader(fh) if r["kind"] == "step"]
+    check(len(got) == len(ref), "%d steps logged, torch ran %d" % (len(got), len(ref)))
+    for k, (a, c) in enumerate(zip(ref, got)):
+        check(abs(a - c) <= 1e-5 * abs(a), "step %d: loss %.9g, torch %.9g" % (k + 1, c, a))
+
+
+def case_exact():
+    """--qat-bn exact runs the pipeline qat_prepare_exact (PyTorch's two-pass
+    simulated fusion) and still ends in a folded int8 model that ONNX Runtime
+    runs."""
+    model, xp, yp, _, _, _, _ = setup()
+    _, out, _ = qfold("qat", model, "-o", work("q.onnx"), "--data", xp, "--labels", yp, "--qat-bn", "exact", *TRAIN)
+    check("BN exact" in out, out)
+    check("BatchNormalization" not in ops(work("q.onnx")), "not folded")
+    check(np.all(np.isfinite(ort_run(work("q.onnx"), np.load(xp)[:8]))), "ONNX Runtime's output is not finite")
+
+
+def case_help():
+    """`qfold help qat` documents its options and every option of `qfold train`."""
+    _, out, _ = qfold("help", "qat")
+    _, tr, _ = qfold("help", "train")
+    for opt in re.findall(r"^  (--[a-z-]+)", tr, re.M) + ["--freeze-bn", "--freeze-observers", "--calib-count",
+                                                          "--qat-bn", "--keep-qat", "--target", "--set"]:
+        check(opt in out, "qfold help qat lacks %s" % opt)
+
+
+def case_errors():
+    """Bad input: exit 2, one line naming the node or the option, nothing written."""
+    model, xp, yp, _, _, _, _ = setup()
+    out = work("q.onnx")
+
+    def bad(needles, *argv, expect=2, m=model):
+        _, _, err = qfold("qat", m, "-o", out, "--data", xp, "--labels", yp, *argv, expect=expect)
+        error_line(err, *needles)
+        check(not os.path.exists(out), "output written after %s" % (argv,))
+
+    bad(["--freeze-bn", "2ep", "'2x'"], "--freeze-bn", "2x")
+    bad(["--freeze-observers", "'-1'"], "--freeze-observers=-1")
+    bad(["--calib-count"], "--calib-count", "many")
+    bad(["--qat-bn", "'fast'"], "--qat-bn", "fast")
+    bad(["--target", "'tpu'"], "--target", "tpu")
+    bad(["--set"], "--set", "nonsense=1")
+    bad(["--loss ce"], "--loss", "mse")
+    bad(["unknown option", "--bogus"], "--bogus")
+    # A BatchNorm with an absurd epsilon, named.
+    export(qat_model(eps=5.0), work("eps.onnx"), (1, 12, 12))
+    bad(["BatchNormalization", "epsilon 5"], m=work("eps.onnx"))
+    # Nothing the target quantizes: x -> Erf (a classifier's [N, 4] output).
+    import onnx
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Erf", ["x"], ["y"], name="erf0")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), work("erf.onnx"))
+    np.save(work("x4.npy"), np.ones((8, 4), np.float32))
+    np.save(work("y4.npy"), np.zeros(8, np.int64))
+    _, _, err = qfold("qat", work("erf.onnx"), "-o", out, "--data", work("x4.npy"), "--labels", work("y4.npy"),
+                      expect=2)
+    error_line(err, "node 'erf0' (Erf)", "nothing")
+    check(not os.path.exists(out), "output written for a model with nothing to quantize")
+    # NaN in the data: the data file named (train's scan).
+    x = np.load(xp)
+    x[3, 0, 2, 2] = np.nan
+    _, _, err = qfold("qat", model, "-o", out, "--data", save("nan.npy", x), "--labels", yp, expect=2)
+    error_line(err, "nan.npy", "NaN")
+    check(not os.path.exists(out), "output written for data with NaN")
+    check(not [f for f in os.listdir(work()) if "qfold-tmp" in f], "temporary files left")
+
+
+if __name__ == "__main__":
+    sys.exit(qfcli.main("qat", globals(), paths=("--root", "--work")))

@@ -1,0 +1,21 @@
+# QAT's simulated BatchNorm fusion as a whole graph (qat_bn_add, and the
+# exact two-pass form of qat_bn_add_exact) vs PyTorch 1.13's fused QAT modules
+# (ConvBn2d, ConvBnReLU2d, LinearBn1d; the ConvTranspose and exact forms as
+# torch formulas): two training steps through the training plan (the
+# qf_qat_step driver), outputs, gradients, running statistics and the weight
+# fake-quant's buffers.
+add_executable(qf_qat_step ${CMAKE_CURRENT_LIST_DIR}/qf_qat_step.c)
+target_compile_options(qf_qat_step PRIVATE ${QF_WARNINGS})
+target_link_libraries(qf_qat_step PRIVATE qfold_static)
+
+add_test(NAME torch_qat_fusion
+  COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fusion_torch.py
+          --tool $<TARGET_FILE:qf_qat_step> --work ${QF_TEST_WORK}/qat_fusion)
+set_tests_properties(torch_qat_fusion PROPERTIES LABELS "ref;train;qat" TIMEOUT 300)
+
+# Their backward kernels against central differences, qat_bn_stats's update.
+add_executable(test_grad_qat ${CMAKE_CURRENT_LIST_DIR}/test_grad_qat.c)
+target_compile_options(test_grad_qat PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_grad_qat PRIVATE qf_test_tools)
+add_test(NAME unit_grad_qat COMMAND test_grad_qat)
+set_tests_properties(unit_grad_qat PROPERTIES LABELS "unit;train;qat" TIMEOUT 120)
