@@ -2,7 +2,8 @@
 # Full-dataset accuracy (not in CI): the bundled Fashion-MNIST CNN quantized by
 # qfold with both targets and by PyTorch 1.13 FX PTQ with the same scheme and
 # calibration data, evaluated on the whole test set (10,000 images); then the
-# same CNN trained from scratch by qfold train and by PyTorch (2 epochs, 60,000 images).
+# same CNN trained from scratch by qfold train and by PyTorch (2 epochs, 60,000 images);
+# then qfold qat against PyTorch FX QAT (one epoch from the trained weights).
 #   scripts/accuracy.sh [QFOLD_BINARY]      (make accuracy)
 # Prints a Markdown table (docs/ACCURACY.md holds the last one).
 set -euo pipefail
@@ -37,3 +38,14 @@ echo
 echo "| training data | epochs | qfold train top-1 | PyTorch top-1 | qfold - PyTorch (points) |"
 echo "| --- | --- | --- | --- | --- |"
 $py "$root/examples/fashion_mnist/train_compare.py" "$qfold" "$out" --train 60000 --epochs 2
+
+# Quantization-aware training: qfold qat against PyTorch 1.13 FX QAT (the
+# Neutron scheme, the same calibration, SGD recipe, batches and observer
+# schedule), from the bundled CNN's trained float weights, on all 60,000
+# training images for one epoch; float, qfold PTQ and both QAT int8 models on
+# the 10,000 test images (tests/train/qat_fashion_test.py; in CI on a slice).
+echo
+echo "| QAT run | float top-1 | qfold PTQ int8 | qfold qat int8 | PyTorch FX QAT int8 | qfold qat per seed |"
+echo "| --- | --- | --- | --- | --- | --- |"
+$py "$root/tests/train/qat_fashion_test.py" --qfold "$qfold" --root "$root" --work "$out/qat" --train 60000 \
+  --test 10000 --seeds 7 --freeze-observers 700 --freeze-bn -1 --table --no-check | tail -1

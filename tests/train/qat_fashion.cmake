@@ -1,0 +1,12 @@
+# qfold qat against PyTorch 1.13 FX QAT on Fashion-MNIST
+# (tests/train/qat_fashion_test.py, its PyTorch side tests/ref/fx_qat.py): the
+# bundled CNN (Conv+BN, depthwise Conv+BN, Linear+BN1d) fine-tuned with
+# fake-quantization on 4,000 training images for three batch orders, the int8
+# models evaluated on 5,000 test images by qfold and ONNX Runtime: means not
+# below qfold's PTQ or PyTorch's QAT beyond chance, within 0.5 point of float.
+if(QF_PYTHON3 AND QF_NODE)
+  add_test(NAME train_qat_fashion
+    COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fashion_test.py --qfold $<TARGET_FILE:qfold>
+            --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/qat_fashion)
+  set_tests_properties(train_qat_fashion PROPERTIES LABELS "train;qat;ref" TIMEOUT 2400)
+endif()
