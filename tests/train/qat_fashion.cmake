@@ -4,9 +4,16 @@
 # fake-quantization on 4,000 training images for three batch orders, the int8
 # models evaluated on 5,000 test images by qfold and ONNX Runtime: means not
 # below qfold's PTQ or PyTorch's QAT beyond chance, within 0.5 point of float.
-if(QF_PYTHON3 AND QF_NODE)
+# Not in the sanitizer build: it compares accuracies, which depend on the
+# engine's rounding (the sanitizer build runs the reference kernels, where one
+# of the three batch orders drifts to 0.7 point below the others: 63 steps of
+# fake-quantized SGD amplify summation-order differences), and the integer
+# executor takes minutes per run under ASan. Its code paths (prepare,
+# calibration, schedules, finalize, the int8 run) run under the sanitizers in
+# unit_qat, qat_cli_* and torch_qat_fusion.
+if(QF_PYTHON3 AND QF_NODE AND NOT QF_SANITIZE)
   add_test(NAME train_qat_fashion
     COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fashion_test.py --qfold $<TARGET_FILE:qfold>
             --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/qat_fashion)
-  set_tests_properties(train_qat_fashion PROPERTIES LABELS "train;qat;ref" TIMEOUT 2400)
+  set_tests_properties(train_qat_fashion PROPERTIES LABELS "train;qat;ref" TIMEOUT 900)
 endif()
