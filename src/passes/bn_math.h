@@ -1,5 +1,6 @@
 /* Private helpers shared by the BatchNorm passes (fuse_batch_norm,
- * fuse_batch_norm_forward, decompose_batch_norm): the BN math only; the
+ * fuse_batch_norm_forward, decompose_batch_norm, and QAT's qat_bn_add /
+ * qat_bn_add_exact): the BN math and the QAT chain's match; the
  * generic rewrite helpers they use too are in rewrite.h.
  *
  *   char why[160];
@@ -58,6 +59,22 @@ bool qf_bn_check(const qf_graph *g, const qf_node *bn, char *buf, size_t size);
  * the tensor when a parameter holds NaN / Inf. */
 qf_status qf_bn_affine_init(qf_bn_affine *a, const qf_node *bn);
 void qf_bn_affine_free(qf_bn_affine *a);
+
+/* The chain QAT's simulated fusion rewrites (qat_bn_add, qat_bn_add_exact):
+ * a conv / conv_transpose / linear whose output has bn as its one reader
+ * (and is no graph output), its weight a float32 constant under at most one
+ * fake_quant read only by the op, its bias (if any) a float32 constant
+ * [C], the channel counts agreeing, linear's output rank 2. */
+typedef struct qf_bn_qat_chain {
+    qf_node *bn, *prod, *fq;   /* fq: the weight's fake_quant, or NULL */
+    qf_value *w, *b;           /* W under the fake_quant; b NULL without bias */
+    int axis;                  /* W's output-channel axis: 1 for conv_transpose */
+    int64_t group, out_ch;
+} qf_bn_qat_chain;
+
+/* Fills *a and returns false when bn heads such a chain (bn passed
+ * qf_bn_check too); else writes the reason to why and returns true. */
+bool qf_bn_qat_match(const qf_graph *g, qf_node *bn, qf_bn_qat_chain *a, char *why, size_t size);
 
 /* Diagnostics for the rewrite record, as a JSON object (qf_malloc'd, free
  * with qf_free; NULL on out-of-memory): channel count, eps, channels with a

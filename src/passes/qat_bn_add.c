@@ -13,12 +13,11 @@
  * by s and the bias added back, and BN (left as it is: the trainer runs it in
  * training mode) normalizes that. γ, σ², W and b stay the same values, read
  * by the new nodes; qat_bn_remove puts the original chain back exactly.
- * Guards as the fold's (src/passes/fuse_batch_norm.c): the op's output has
+ * Guards (qf_bn_qat_match in bn_math.c) as the fold's: the op's output has
  * the BN as its one reader and is no graph output, W (under at most one
  * fake_quant) and b are float32 constants, γ and σ² constants, the channel
  * counts agree, linear's output is rank 2.
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,65 +25,7 @@
 #include "rewrite.h"
 #include "qfold/pass.h"
 
-typedef struct qat_add {
-    qf_node *bn, *prod, *fq; /* fq: the weight's fake_quant, or NULL */
-    qf_value *w, *b;
-    int axis;
-    int64_t group, out_ch;
-} qat_add;
-
-static bool qat_add_match(const qf_graph *g, qf_node *bn, qat_add *a, char *why, size_t size)
-{
-    memset(a, 0, sizeof *a);
-    a->bn = bn;
-    if (qf_bn_check(g, bn, why, size)) return true;
-    qf_value *x = bn->inputs[QF_BN_IN_X];
-    qf_node *p = x->producer;
-    if (!p || (p->op != QF_OP_CONV && p->op != QF_OP_CONV_TRANSPOSE && p->op != QF_OP_LINEAR))
-        return qf_rewrite_why(why, size, "BN input comes from %s, not a conv / conv_transpose / linear",
-                              p ? qf_op_name(p->op) : "no node");
-    const char *pn = qf_op_name(p->op);
-    a->prod = p;
-    if (x->is_output) return qf_rewrite_why(why, size, "%s output is a graph output", pn);
-    if (x->nuses != 1) return qf_rewrite_why(why, size, "%s output has %d users", pn, x->nuses);
-    if (p->ninputs < 2 || !p->inputs[1]) return qf_rewrite_why(why, size, "%s has no weight input", pn);
-    a->w = p->inputs[1];
-    if (a->w->producer && a->w->producer->op == QF_OP_FAKE_QUANT) {
-        a->fq = a->w->producer;
-        if (a->w->nuses != 1) return qf_rewrite_why(why, size, "the weight's fake_quant has %d readers", a->w->nuses);
-        a->w = a->fq->inputs[0];
-    }
-    if (!qf_value_is_const(a->w) || a->w->type.dtype != QF_DTYPE_F32)
-        return qf_rewrite_why(why, size, "weight '%s' is not a float32 constant", a->w->name);
-    if (p->ninputs > 2 && p->inputs[2]) {
-        a->b = p->inputs[2];
-        if (!qf_value_is_const(a->b) || a->b->type.dtype != QF_DTYPE_F32)
-            return qf_rewrite_why(why, size, "bias '%s' is not a float32 constant", a->b->name);
-    }
-    const qf_tensor *w = &a->w->type;
-    a->group = 1;
-    if (p->op == QF_OP_CONV_TRANSPOSE) {
-        a->axis = 1;
-        a->group = qf_node_attr_int(p, "group", 1);
-        if (w->ndim < 3 || a->group < 1 || w->dims[0] % a->group)
-            return qf_rewrite_why(why, size, "conv_transpose weight %s does not fit group %" PRId64, a->w->name,
-                                  a->group);
-        a->out_ch = w->dims[1] * a->group;
-    } else {
-        if (p->op == QF_OP_LINEAR && (x->type.ndim != 2 || w->ndim != 2))
-            return qf_rewrite_why(why, size, "linear output is rank %d (BN1d over [N, C] only)", x->type.ndim);
-        a->out_ch = w->dims[0];
-    }
-    const int64_t c = qf_tensor_numel(&bn->inputs[QF_BN_IN_SCALE]->type);
-    if (a->out_ch != c)
-        return qf_rewrite_why(why, size, "channel counts differ: %s has %" PRId64 ", BN has %" PRId64, pn, a->out_ch,
-                              c);
-    if (a->b && (a->b->type.ndim != 1 || a->b->type.dims[0] != c))
-        return qf_rewrite_why(why, size, "bias '%s' is not [%" PRId64 "]", a->b->name, c);
-    return false;
-}
-
-static qf_status qat_add_apply(qf_graph *g, qf_pass_ctx *ctx, qat_add *a)
+static qf_status qat_add_apply(qf_graph *g, qf_pass_ctx *ctx, qf_bn_qat_chain *a)
 {
     qf_node *bn = a->bn, *p = a->prod;
     const float eps = qf_node_attr_float(bn, "epsilon", 1e-5f);
@@ -120,7 +61,7 @@ static qf_status qat_add_apply(qf_graph *g, qf_pass_ctx *ctx, qat_add *a)
 static bool qat_bn_add_match(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn, void *user)
 {
     char why[256];
-    if (qat_add_match(g, bn, user, why, sizeof why)) {
+    if (qf_bn_qat_match(g, bn, user, why, sizeof why)) {
         qf_pass_skip(ctx, bn, "%s", why);
         return false;
     }
@@ -135,7 +76,7 @@ static qf_status qat_bn_add_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *bn, vo
 
 static qf_status qat_bn_add_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
-    qat_add a;
+    qf_bn_qat_chain a;
     *changed = false;
     return qf_pass_for_each_op(g, ctx, QF_OP_BATCH_NORM, qat_bn_add_match, qat_bn_add_apply, &a, changed);
 }

@@ -32,8 +32,6 @@
  * in [0, 1]) is an error naming the node: the simulation would train with
  * statistics the model was not built for.
  */
-#include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -42,70 +40,22 @@
 #include "qfold/pass.h"
 #include "qfold/schema.h"
 
-typedef struct qat_exact {
-    qf_node *bn, *prod, *fq; /* fq: the weight's fake_quant, or NULL */
-    qf_value *w, *b;
-    int axis;
-    int64_t group, out_ch;
-} qat_exact;
+typedef qf_bn_qat_chain qat_exact;
 
 static bool qx_f32_vec(const qf_value *v)
 {
     return v && v->type.dtype == QF_DTYPE_F32;
 }
 
+/* qat_bn_add's chain (qf_bn_qat_match), and a BN with one output whose
+ * parameters are float32: it becomes qat_bn_exact. */
 static bool qx_match(const qf_graph *g, qf_node *bn, qat_exact *a, char *why, size_t size)
 {
-    memset(a, 0, sizeof *a);
-    a->bn = bn;
-    if (qf_bn_check(g, bn, why, size)) return true;
+    if (qf_bn_qat_match(g, bn, a, why, size)) return true;
     if (bn->noutputs != 1) return qf_rewrite_why(why, size, "BN has %d outputs", bn->noutputs);
     for (int i = QF_BN_IN_SCALE; i <= QF_BN_IN_VAR; i++)
         if (!qx_f32_vec(bn->inputs[i]))
             return qf_rewrite_why(why, size, "BN parameter '%s' is not float32", bn->inputs[i]->name);
-    qf_value *x = bn->inputs[QF_BN_IN_X];
-    qf_node *p = x->producer;
-    if (!p || (p->op != QF_OP_CONV && p->op != QF_OP_CONV_TRANSPOSE && p->op != QF_OP_LINEAR))
-        return qf_rewrite_why(why, size, "BN input comes from %s, not a conv / conv_transpose / linear",
-                              p ? qf_op_name(p->op) : "no node");
-    const char *pn = qf_op_name(p->op);
-    a->prod = p;
-    if (x->is_output) return qf_rewrite_why(why, size, "%s output is a graph output", pn);
-    if (x->nuses != 1) return qf_rewrite_why(why, size, "%s output has %d users", pn, x->nuses);
-    if (p->ninputs < 2 || !p->inputs[1]) return qf_rewrite_why(why, size, "%s has no weight input", pn);
-    a->w = p->inputs[1];
-    if (a->w->producer && a->w->producer->op == QF_OP_FAKE_QUANT) {
-        a->fq = a->w->producer;
-        if (a->w->nuses != 1) return qf_rewrite_why(why, size, "the weight's fake_quant has %d readers", a->w->nuses);
-        a->w = a->fq->inputs[0];
-    }
-    if (!qf_value_is_const(a->w) || a->w->type.dtype != QF_DTYPE_F32)
-        return qf_rewrite_why(why, size, "weight '%s' is not a float32 constant", a->w->name);
-    if (p->ninputs > 2 && p->inputs[2]) {
-        a->b = p->inputs[2];
-        if (!qf_value_is_const(a->b) || a->b->type.dtype != QF_DTYPE_F32)
-            return qf_rewrite_why(why, size, "bias '%s' is not a float32 constant", a->b->name);
-    }
-    const qf_tensor *w = &a->w->type;
-    a->group = 1;
-    if (p->op == QF_OP_CONV_TRANSPOSE) {
-        a->axis = 1;
-        a->group = qf_node_attr_int(p, "group", 1);
-        if (w->ndim < 3 || a->group < 1 || w->dims[0] % a->group)
-            return qf_rewrite_why(why, size, "conv_transpose weight %s does not fit group %" PRId64, a->w->name,
-                                  a->group);
-        a->out_ch = w->dims[1] * a->group;
-    } else {
-        if (p->op == QF_OP_LINEAR && (x->type.ndim != 2 || w->ndim != 2))
-            return qf_rewrite_why(why, size, "linear output is rank %d (BN1d over [N, C] only)", x->type.ndim);
-        a->out_ch = w->dims[0];
-    }
-    const int64_t c = qf_tensor_numel(&bn->inputs[QF_BN_IN_SCALE]->type);
-    if (a->out_ch != c)
-        return qf_rewrite_why(why, size, "channel counts differ: %s has %" PRId64 ", BN has %" PRId64, pn, a->out_ch,
-                              c);
-    if (a->b && (a->b->type.ndim != 1 || a->b->type.dims[0] != c))
-        return qf_rewrite_why(why, size, "bias '%s' is not [%" PRId64 "]", a->b->name, c);
     return false;
 }
 
