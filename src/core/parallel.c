@@ -121,3 +121,13 @@ void qf_parallel_for(int64_t n, int64_t grain, qf_parallel_fn body, void *ctx)
     pthread_mutex_unlock(&pool.lock);
     pthread_mutex_unlock(&pool.job_lock);
 }
+
+/* Touches QF_STACK_RESERVE bytes below the caller's frame (not inlined, so
+ * the array is a frame of its own; volatile, so the stores stay). Linux
+ * keeps a stack mapping once grown. */
+__attribute__((noinline)) void qf_stack_reserve(void)
+{
+    volatile char probe[QF_STACK_RESERVE];
+    for (size_t i = 0; i < sizeof probe; i += 4096) probe[i] = 0;
+    probe[sizeof probe - 1] = 0;
+}

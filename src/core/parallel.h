@@ -23,6 +23,15 @@ int qf_parallel_threads(void);
  * once). -1 when n is out of range (0..16). */
 int qf_parallel_set_threads(int n);
 
+/* The calling thread's stack, QF_STACK_RESERVE bytes of it, mapped now:
+ * kernels run on the caller too and keep buffers on the stack (the GEMM's
+ * packed panels: ~200 KB). The main thread's stack grows on first touch, and
+ * under an address-space limit (RLIMIT_AS) that growth fails once the
+ * plan's allocations have taken the room: a SIGSEGV inside a kernel instead
+ * of a clean out-of-memory. Plans call this before they allocate. */
+#define QF_STACK_RESERVE ((size_t)1 << 20)
+void qf_stack_reserve(void);
+
 typedef void (*qf_parallel_fn)(void *ctx, int64_t lo, int64_t hi);
 
 /* Runs body over [0, n) in slices of at least `grain` items; returns when all

@@ -22,6 +22,7 @@
  */
 #include <string.h>
 
+#include "core/parallel.h"
 #include "../ops/dnnl.h"
 #include "exec_impl.h"
 
@@ -436,6 +437,7 @@ done:
 qf_status qf_grad_plan_init(qf_grad_plan **out, qf_graph *g, const qf_grad_options *opt)
 {
     *out = NULL;
+    qf_stack_reserve();
     QF_TRY(qf_exec_check_shapes(g));
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
