@@ -22,24 +22,9 @@
 #include "qfold/exec.h"
 #include "qfold/pass.h"
 #include "tools/qf_check.h"
+#include "tools/qf_test_graph.h"
 
 static uint64_t rng = 0x7e57ab1e12345ull;
-
-static float rnd(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
-}
-
-static qf_value *cst(qf_graph *g, const char *name, qf_value_kind kind, int ndim, const int64_t *dims, float lo,
-                     float hi)
-{
-    qf_tensor t;
-    if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
-    float *p = t.data;
-    for (int64_t i = 0; i < qf_tensor_numel(&t); i++) p[i] = lo + (hi - lo) * 0.5f * (rnd() + 1.0f);
-    return qf_graph_add_constant(g, name, kind, &t);
-}
 
 typedef struct qcase {
     char name[96];
@@ -72,17 +57,17 @@ static qf_graph *build(const qcase *c, qf_tensor *x)
         wd[0] = cin, wd[1] = cout / c->group, wd[2] = 2, wd[3] = 3;
     }
     qf_value *xv = qf_graph_add_input(g, "x", QF_DTYPE_F32, xr, xd);
-    qf_value *w = cst(g, "w", QF_VALUE_PARAMETER, wr, wd, -1, 1);
-    qf_value *b = c->bias ? cst(g, "b", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f) : NULL;
+    qf_value *w = qf_test_const(g, &rng, "w", QF_VALUE_PARAMETER, wr, wd, -1, 1);
+    qf_value *b = c->bias ? qf_test_const(g, &rng, "b", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f) : NULL;
     qf_value *wsrc = w;
     if (c->fq) {
         qf_tensor t;
         if (qf_tensor_init(&t, QF_DTYPE_F32, 1, one) != QF_OK) return NULL;
         ((float *)t.data)[0] = 0.02f;
         qf_value *sc = qf_graph_add_constant(g, "fq_scale", QF_VALUE_BUFFER, &t);
-        qf_value *zp = cst(g, "fq_zp", QF_VALUE_BUFFER, 1, one, 0, 0);
-        qf_value *mn = cst(g, "fq_min", QF_VALUE_BUFFER, 1, one, -1, -1);
-        qf_value *mx = cst(g, "fq_max", QF_VALUE_BUFFER, 1, one, 1, 1);
+        qf_value *zp = qf_test_const(g, &rng, "fq_zp", QF_VALUE_BUFFER, 1, one, 0, 0);
+        qf_value *mn = qf_test_const(g, &rng, "fq_min", QF_VALUE_BUFFER, 1, one, -1, -1);
+        qf_value *mx = qf_test_const(g, &rng, "fq_max", QF_VALUE_BUFFER, 1, one, 1, 1);
         qf_value *in[5] = {w, sc, zp, mn, mx};
         qf_node *fq = qf_graph_add_node(g, QF_OP_FAKE_QUANT, "w_fq", 5, in, 1);
         if (!fq || qf_node_set_attr_int(g, fq, "quant_min", -127) != QF_OK ||
@@ -94,10 +79,10 @@ static qf_graph *build(const qcase *c, qf_tensor *x)
     qf_node *p = qf_graph_add_node(g, c->op, "op", b ? 3 : 2, pin, 1);
     if (!p) return NULL;
     if (c->op != QF_OP_LINEAR && qf_node_set_attr_int(g, p, "group", c->group) != QF_OK) return NULL;
-    qf_value *gam = cst(g, "gamma", QF_VALUE_PARAMETER, 1, bd, -1.5f, 1.5f);
-    qf_value *bet = cst(g, "beta", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f);
-    qf_value *mu = cst(g, "mean", QF_VALUE_BUFFER, 1, bd, -0.3f, 0.3f);
-    qf_value *var = cst(g, "var", QF_VALUE_BUFFER, 1, bd, 0.2f, 2.0f);
+    qf_value *gam = qf_test_const(g, &rng, "gamma", QF_VALUE_PARAMETER, 1, bd, -1.5f, 1.5f);
+    qf_value *bet = qf_test_const(g, &rng, "beta", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f);
+    qf_value *mu = qf_test_const(g, &rng, "mean", QF_VALUE_BUFFER, 1, bd, -0.3f, 0.3f);
+    qf_value *var = qf_test_const(g, &rng, "var", QF_VALUE_BUFFER, 1, bd, 0.2f, 2.0f);
     qf_value *bin[5] = {p->outputs[0], gam, bet, mu, var};
     qf_node *bn = qf_graph_add_node(g, QF_OP_BATCH_NORM, "bn", 5, bin, 1);
     if (!bn || qf_node_set_attr_float(g, bn, "epsilon", c->eps) != QF_OK ||
@@ -107,7 +92,7 @@ static qf_graph *build(const qcase *c, qf_tensor *x)
     qf_node *r = qf_graph_add_node(g, QF_OP_RELU, "relu", 1, rin, 1);
     if (!r || qf_graph_add_output(g, r->outputs[0]) != QF_OK) return NULL;
     if (qf_tensor_init(x, QF_DTYPE_F32, xr, xd) != QF_OK) return NULL;
-    for (int64_t i = 0; i < qf_tensor_numel(x); i++) ((float *)x->data)[i] = rnd();
+    for (int64_t i = 0; i < qf_tensor_numel(x); i++) ((float *)x->data)[i] = qf_test_rnd(&rng);
     return g;
 }
 
@@ -270,7 +255,7 @@ static void test_remove_leaves_foreign_exact(void)
             REQUIRE(cp, "no op_qat_batch");
             int64_t wd[4];
             memcpy(wd, cp->inputs[1]->type.dims, sizeof wd);
-            qf_value *w2 = cst(g, "w2", QF_VALUE_PARAMETER, 4, wd, -1, 1);
+            qf_value *w2 = qf_test_const(g, &rng, "w2", QF_VALUE_PARAMETER, 4, wd, -1, 1);
             REQUIRE_OK(qf_node_set_input(g, cp, 1, w2));
             why = "Y0 is not conv 'op' on the float weight";
         } else {
@@ -278,7 +263,7 @@ static void test_remove_leaves_foreign_exact(void)
             qf_node *sn = qf_graph_find_node(g, "bn_qat_stats");
             REQUIRE(sn && sn->op == QF_OP_QAT_BN_STATS, "no bn_qat_stats");
             const int64_t cd[1] = {6};
-            REQUIRE_OK(qf_node_set_input(g, sn, 1, cst(g, "mean2", QF_VALUE_BUFFER, 1, cd, 0, 0)));
+            REQUIRE_OK(qf_node_set_input(g, sn, 1, qf_test_const(g, &rng, "mean2", QF_VALUE_BUFFER, 1, cd, 0, 0)));
             why = "qat_bn_stats 'bn_qat_stats' reads another Y0 / running_mean / bias";
         }
         const int nodes = g->nnodes;
@@ -308,8 +293,8 @@ static void test_remove_leaves_onnx_chain(void)
     REQUIRE(g, "build: %s", qf_error_message());
     qf_node *op = qf_graph_find_node(g, "op"), *bn = qf_graph_find_node(g, "bn");
     const int64_t cd[4] = {1, 6, 1, 1};
-    qf_value *s = cst(g, "s", QF_VALUE_CONSTANT, 4, cd, 0.5f, 1.5f), *b = cst(g, "b_after", QF_VALUE_CONSTANT, 4, cd,
-                                                                              -0.5f, 0.5f);
+    qf_value *s = qf_test_const(g, &rng, "s", QF_VALUE_CONSTANT, 4, cd, 0.5f, 1.5f),
+             *b = qf_test_const(g, &rng, "b_after", QF_VALUE_CONSTANT, 4, cd, -0.5f, 0.5f);
     qf_value *din[2] = {op->outputs[0], s};
     qf_node *div = qf_graph_insert_node(g, op, true, QF_OP_DIV, "div", 2, din, 1);
     REQUIRE(div, "div");

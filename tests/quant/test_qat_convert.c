@@ -27,23 +27,9 @@
 #include "qfold/pass.h"
 #include "qfold/quant.h"
 #include "tools/qf_check.h"
+#include "tools/qf_test_graph.h"
 
 static uint64_t rng = 0x9a7c0de5eedull;
-
-static float rnd(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
-}
-
-static qf_value *cst(qf_graph *g, const char *name, qf_value_kind kind, int ndim, const int64_t *dims, float lo,
-                     float hi)
-{
-    qf_tensor t;
-    if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
-    for (int64_t i = 0; i < qf_tensor_numel(&t); i++) ((float *)t.data)[i] = lo + (hi - lo) * 0.5f * (rnd() + 1);
-    return qf_graph_add_constant(g, name, kind, &t);
-}
 
 typedef struct ccase {
     const char *name;
@@ -85,16 +71,16 @@ static bool build(const ccase *c, built *b)
         yd[0] = 4, yd[1] = cout;
     }
     qf_value *xv = qf_graph_add_input(g, "x", QF_DTYPE_F32, b->xr, b->xd);
-    qf_value *w = cst(g, "w", QF_VALUE_PARAMETER, wr, wd, -1, 1);
-    qf_value *bias = c->bias ? cst(g, "b", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f) : NULL;
+    qf_value *w = qf_test_const(g, &rng, "w", QF_VALUE_PARAMETER, wr, wd, -1, 1);
+    qf_value *bias = c->bias ? qf_test_const(g, &rng, "b", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f) : NULL;
     qf_value *pin[3] = {xv, w, bias};
     qf_node *p = qf_graph_add_node(g, c->op, "op", bias ? 3 : 2, pin, 1);
     if (!p) return false;
     if (c->op != QF_OP_LINEAR && qf_node_set_attr_int(g, p, "group", c->group) != QF_OK) return false;
-    qf_value *gam = cst(g, "gamma", QF_VALUE_PARAMETER, 1, bd, 0.3f, 1.5f);
-    qf_value *bet = cst(g, "beta", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f);
-    qf_value *mu = cst(g, "mean", QF_VALUE_BUFFER, 1, bd, -0.3f, 0.3f);
-    qf_value *var = cst(g, "var", QF_VALUE_BUFFER, 1, bd, 0.2f, 2.0f);
+    qf_value *gam = qf_test_const(g, &rng, "gamma", QF_VALUE_PARAMETER, 1, bd, 0.3f, 1.5f);
+    qf_value *bet = qf_test_const(g, &rng, "beta", QF_VALUE_PARAMETER, 1, bd, -0.5f, 0.5f);
+    qf_value *mu = qf_test_const(g, &rng, "mean", QF_VALUE_BUFFER, 1, bd, -0.3f, 0.3f);
+    qf_value *var = qf_test_const(g, &rng, "var", QF_VALUE_BUFFER, 1, bd, 0.2f, 2.0f);
     qf_value *bin[5] = {p->outputs[0], gam, bet, mu, var};
     qf_node *bn = qf_graph_add_node(g, QF_OP_BATCH_NORM, "bn", 5, bin, 1);
     if (!bn) return false;
@@ -103,9 +89,9 @@ static bool build(const ccase *c, built *b)
     if (!r || qf_graph_add_output(g, r->outputs[0]) != QF_OK) return false;
     if (qf_graph_infer_shapes(g) != QF_OK) return false;
     if (qf_tensor_init(&b->x, QF_DTYPE_F32, b->xr, b->xd) != QF_OK) return false;
-    for (int64_t i = 0; i < qf_tensor_numel(&b->x); i++) ((float *)b->x.data)[i] = rnd();
+    for (int64_t i = 0; i < qf_tensor_numel(&b->x); i++) ((float *)b->x.data)[i] = qf_test_rnd(&rng);
     if (qf_tensor_init(&b->target, QF_DTYPE_F32, b->xr, yd) != QF_OK) return false;
-    for (int64_t i = 0; i < qf_tensor_numel(&b->target); i++) ((float *)b->target.data)[i] = rnd();
+    for (int64_t i = 0; i < qf_tensor_numel(&b->target); i++) ((float *)b->target.data)[i] = qf_test_rnd(&rng);
     return true;
 }
 
@@ -120,7 +106,8 @@ static void built_free(built *b)
 static void prepare(const ccase *c, qf_graph *g)
 {
     qf_quant_profile prof = *qf_quant_profile_find("neutron");
-    REQUIRE_OK(qf_quant_profile_set(&prof, c->per_channel ? "linear-weights=per-channel" : "linear-weights=per-tensor"));
+    REQUIRE_OK(qf_quant_profile_set(&prof, c->per_channel ? "linear-weights=per-channel"
+                                                          : "linear-weights=per-tensor"));
     REQUIRE_OK(qf_quant_profile_set(&prof, c->per_channel ? "conv-weights=per-channel" : "conv-weights=per-tensor"));
     qf_quant_annotation *a = NULL;
     REQUIRE_OK(qf_quant_annotate_qat(g, &prof, &a));
@@ -255,14 +242,17 @@ static void run_case(const ccase *c)
     REQUIRE_OK(qf_passes_run(g, conv, &(qf_pass_options){.verify = true}, &r));
     qf_pass_report_free(r);
     int internal = 0;
-    qf_graph_for_each_node(g, n) internal += !qf_op_onnx_name(n->op) && n->op != QF_OP_LINEAR && n->op != QF_OP_MSE_LOSS;
+    qf_graph_for_each_node(g, n)
+    {
+        internal += !qf_op_onnx_name(n->op) && n->op != QF_OP_LINEAR && n->op != QF_OP_MSE_LOSS;
+    }
     CHECKF(internal == 0, "%s: %d internal nodes left", c->name, internal);
     CHECKF(g->opset >= 13, "%s: opset %lld", c->name, (long long)g->opset);
     const qf_node *wdq = op->inputs[1]->producer, *bdq = op->inputs[2]->producer;
-    REQUIRE(wdq && wdq->op == QF_OP_DEQUANTIZE && wdq->inputs[0]->type.dtype == QF_DTYPE_I8, "%s: weight is not a DQ of int8",
-            c->name);
-    REQUIRE(bdq && bdq->op == QF_OP_DEQUANTIZE && bdq->inputs[0]->type.dtype == QF_DTYPE_I32, "%s: bias is not a DQ of int32",
-            c->name);
+    REQUIRE(wdq && wdq->op == QF_OP_DEQUANTIZE && wdq->inputs[0]->type.dtype == QF_DTYPE_I8,
+            "%s: weight is not a DQ of int8", c->name);
+    REQUIRE(bdq && bdq->op == QF_OP_DEQUANTIZE && bdq->inputs[0]->type.dtype == QF_DTYPE_I32,
+            "%s: bias is not a DQ of int32", c->name);
     const int8_t *q = wdq->inputs[0]->type.data;
     const qf_tensor *st = &seen;
     int64_t inner = 1, bad = 0;
@@ -382,8 +372,10 @@ static void test_fq_two_readers(void)
     const char *fold[] = {"fuse_batch_norm", NULL};
     REQUIRE_OK(qf_passes_run(g, fold, &(qf_pass_options){.verify = true}, &r));
     const qf_pass_result *res = &r->results[0];
-    CHECKF(res->rewrites == 0 && res->nskipped == 1 && strstr(res->skipped[0].reason, "the weight's fake_quant 'w_fq' has 2 readers"),
-           "fold: %d rewrites, skip '%s'", res->rewrites, res->nskipped ? res->skipped[0].reason : "");
+    CHECKF(res->rewrites == 0 && res->nskipped == 1 &&
+               strstr(res->skipped[0].reason, "the weight's fake_quant 'w_fq' has 2 readers"),
+           "fold: %d rewrites, skip '%s'", res->rewrites,
+           res->nskipped ? res->skipped[0].reason : "");
     qf_pass_report_free(r);
     built_free(&b);
 }

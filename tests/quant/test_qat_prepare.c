@@ -16,38 +16,9 @@
 #include "qfold/pass.h"
 #include "qfold/quant.h"
 #include "tools/qf_check.h"
+#include "tools/qf_test_graph.h"
 
 static uint64_t rng = 0x0ddba11cafe1ull;
-
-static float rnd(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
-}
-
-static qf_value *cst(qf_graph *g, const char *name, qf_value_kind kind, int ndim, const int64_t *dims, float lo,
-                     float hi)
-{
-    qf_tensor t;
-    if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
-    for (int64_t i = 0; i < qf_tensor_numel(&t); i++) ((float *)t.data)[i] = lo + (hi - lo) * 0.5f * (rnd() + 1);
-    return qf_graph_add_constant(g, name, kind, &t);
-}
-
-static qf_node *bn(qf_graph *g, const char *name, qf_value *x, int64_t c)
-{
-    char n[64];
-    snprintf(n, sizeof n, "%s_gamma", name);
-    qf_value *ga = cst(g, n, QF_VALUE_PARAMETER, 1, &c, 0.5f, 1.5f);
-    snprintf(n, sizeof n, "%s_beta", name);
-    qf_value *be = cst(g, n, QF_VALUE_PARAMETER, 1, &c, -0.5f, 0.5f);
-    snprintf(n, sizeof n, "%s_mean", name);
-    qf_value *mu = cst(g, n, QF_VALUE_BUFFER, 1, &c, -0.3f, 0.3f);
-    snprintf(n, sizeof n, "%s_var", name);
-    qf_value *va = cst(g, n, QF_VALUE_BUFFER, 1, &c, 0.5f, 2.0f);
-    qf_value *in[5] = {x, ga, be, mu, va};
-    return qf_graph_add_node(g, QF_OP_BATCH_NORM, name, 5, in, 1);
-}
 
 static int count_fq(const qf_graph *g)
 {
@@ -72,13 +43,14 @@ static void test_qat_prepare(void)
     g->opset = 13;
     int64_t xd[] = {8, 3, 8, 8}, wd[] = {6, 3, 3, 3}, b6[] = {6}, w2d[] = {5, 6 * 4 * 4};
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, xd);
-    qf_value *w = cst(g, "w", QF_VALUE_PARAMETER, 4, wd, -0.5f, 0.5f), *b = cst(g, "b", QF_VALUE_PARAMETER, 1, b6, -.1f, .1f);
+    qf_value *w = qf_test_const(g, &rng, "w", QF_VALUE_PARAMETER, 4, wd, -0.5f, 0.5f),
+             *b = qf_test_const(g, &rng, "b", QF_VALUE_PARAMETER, 1, b6, -.1f, .1f);
     qf_value *cin[3] = {x, w, b};
     qf_node *conv = qf_graph_add_node(g, QF_OP_CONV, "conv", 3, cin, 1);
     REQUIRE(conv, "conv");
     int64_t pads[] = {1, 1, 1, 1};
     REQUIRE_OK(qf_node_set_attr_ints(g, conv, "pads", pads, 4));
-    qf_node *bn1 = bn(g, "bn1", conv->outputs[0], 6);
+    qf_node *bn1 = qf_test_bn(g, &rng, "bn1", conv->outputs[0], 6);
     qf_value *r_in[1] = {bn1->outputs[0]};
     qf_node *relu = qf_graph_add_node(g, QF_OP_RELU, "relu", 1, r_in, 1);
     qf_value *p_in[1] = {relu->outputs[0]};
@@ -88,10 +60,10 @@ static void test_qat_prepare(void)
     REQUIRE_OK(qf_node_set_attr_ints(g, pool, "strides", k, 2));
     qf_value *f_in[1] = {pool->outputs[0]};
     qf_node *flat = qf_graph_add_node(g, QF_OP_FLATTEN, "flat", 1, f_in, 1);
-    qf_value *w2 = cst(g, "w2", QF_VALUE_PARAMETER, 2, w2d, -0.2f, 0.2f);
+    qf_value *w2 = qf_test_const(g, &rng, "w2", QF_VALUE_PARAMETER, 2, w2d, -0.2f, 0.2f);
     qf_value *l_in[2] = {flat->outputs[0], w2};
     qf_node *fc = qf_graph_add_node(g, QF_OP_LINEAR, "fc", 2, l_in, 1);
-    qf_node *bn2 = bn(g, "bn2", fc->outputs[0], 5);
+    qf_node *bn2 = qf_test_bn(g, &rng, "bn2", fc->outputs[0], 5);
     qf_value *target = qf_graph_add_input(g, "target", QF_DTYPE_F32, 2, (int64_t[]){8, 5});
     qf_value *m_in[2] = {bn2->outputs[0], target};
     REQUIRE(relu && pool && flat && fc && bn2 && target, "graph: %s", qf_error_message());
@@ -143,8 +115,8 @@ static void test_qat_prepare(void)
     qf_tensor xt, tt;
     REQUIRE_OK(qf_tensor_init(&xt, QF_DTYPE_F32, 4, xd));
     REQUIRE_OK(qf_tensor_init(&tt, QF_DTYPE_F32, 2, (int64_t[]){8, 5}));
-    for (int64_t i = 0; i < qf_tensor_numel(&xt); i++) ((float *)xt.data)[i] = rnd();
-    for (int64_t i = 0; i < qf_tensor_numel(&tt); i++) ((float *)tt.data)[i] = rnd();
+    for (int64_t i = 0; i < qf_tensor_numel(&xt); i++) ((float *)xt.data)[i] = qf_test_rnd(&rng);
+    for (int64_t i = 0; i < qf_tensor_numel(&tt); i++) ((float *)tt.data)[i] = qf_test_rnd(&rng);
     const qf_tensor *in[] = {&xt, &tt};
     REQUIRE_OK(qf_grad_plan_forward(gp, in, 2, true));
     REQUIRE_OK(qf_grad_plan_backward(gp));

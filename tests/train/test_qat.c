@@ -22,6 +22,7 @@
 #include "qfold/qat.h"
 #include "qfold/quant.h"
 #include "tools/qf_check.h"
+#include "tools/qf_test_graph.h"
 
 #define N 24
 #define BATCH 4
@@ -29,44 +30,14 @@
 
 static uint64_t rng = 0x5eedf00dull;
 
-static float rnd(void)
-{
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((double)(rng >> 11) / (double)(1ull << 52) - 1.0);
-}
-
-static qf_value *cst(qf_graph *g, const char *name, qf_value_kind kind, int ndim, const int64_t *dims, float lo,
-                     float hi)
-{
-    qf_tensor t;
-    if (qf_tensor_init(&t, QF_DTYPE_F32, ndim, dims) != QF_OK) return NULL;
-    for (int64_t i = 0; i < qf_tensor_numel(&t); i++) ((float *)t.data)[i] = lo + (hi - lo) * 0.5f * (rnd() + 1);
-    return qf_graph_add_constant(g, name, kind, &t);
-}
-
-static qf_node *bn(qf_graph *g, const char *name, qf_value *x, int64_t c)
-{
-    char n[64];
-    snprintf(n, sizeof n, "%s_gamma", name);
-    qf_value *ga = cst(g, n, QF_VALUE_PARAMETER, 1, &c, 0.5f, 1.5f);
-    snprintf(n, sizeof n, "%s_beta", name);
-    qf_value *be = cst(g, n, QF_VALUE_PARAMETER, 1, &c, -0.5f, 0.5f);
-    snprintf(n, sizeof n, "%s_mean", name);
-    qf_value *mu = cst(g, n, QF_VALUE_BUFFER, 1, &c, -0.3f, 0.3f);
-    snprintf(n, sizeof n, "%s_var", name);
-    qf_value *va = cst(g, n, QF_VALUE_BUFFER, 1, &c, 0.5f, 2.0f);
-    qf_value *in[5] = {x, ga, be, mu, va};
-    return qf_graph_add_node(g, QF_OP_BATCH_NORM, name, 5, in, 1);
-}
-
 static qf_node *gemm(qf_graph *g, const char *name, qf_value *x, int64_t out, int64_t in)
 {
     char n[64];
     int64_t wd[] = {out, in};
     snprintf(n, sizeof n, "%s_w", name);
-    qf_value *w = cst(g, n, QF_VALUE_PARAMETER, 2, wd, -0.4f, 0.4f);
+    qf_value *w = qf_test_const(g, &rng, n, QF_VALUE_PARAMETER, 2, wd, -0.4f, 0.4f);
     snprintf(n, sizeof n, "%s_b", name);
-    qf_value *b = cst(g, n, QF_VALUE_PARAMETER, 1, &out, -0.1f, 0.1f);
+    qf_value *b = qf_test_const(g, &rng, n, QF_VALUE_PARAMETER, 1, &out, -0.1f, 0.1f);
     qf_value *gi[3] = {x, w, b};
     qf_node *nd = qf_graph_add_node(g, QF_OP_GEMM, name, 3, gi, 1);
     if (nd && qf_node_set_attr_int(g, nd, "transB", 1) != QF_OK) return NULL;
@@ -82,12 +53,12 @@ static qf_graph *model(float eps, float momentum)
     int64_t xd[] = {-1, 3, 6, 6}, wd[] = {6, 3, 3, 3}, c6 = 6;
     xd[0] = BATCH;
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, xd);
-    qf_value *cin[3] = {x, cst(g, "w", QF_VALUE_PARAMETER, 4, wd, -0.5f, 0.5f),
-                        cst(g, "b", QF_VALUE_PARAMETER, 1, &c6, -0.1f, 0.1f)};
+    qf_value *cin[3] = {x, qf_test_const(g, &rng, "w", QF_VALUE_PARAMETER, 4, wd, -0.5f, 0.5f),
+                        qf_test_const(g, &rng, "b", QF_VALUE_PARAMETER, 1, &c6, -0.1f, 0.1f)};
     qf_node *conv = qf_graph_add_node(g, QF_OP_CONV, "conv", 3, cin, 1);
     int64_t pads[] = {1, 1, 1, 1};
     if (!conv || qf_node_set_attr_ints(g, conv, "pads", pads, 4) != QF_OK) return NULL;
-    qf_node *b1 = bn(g, "bn1", conv->outputs[0], 6);
+    qf_node *b1 = qf_test_bn(g, &rng, "bn1", conv->outputs[0], 6);
     if (!b1 || qf_node_set_attr_float(g, b1, "epsilon", eps) != QF_OK ||
         qf_node_set_attr_float(g, b1, "momentum", momentum) != QF_OK)
         return NULL;
@@ -95,7 +66,7 @@ static qf_graph *model(float eps, float momentum)
     qf_node *gap = relu ? qf_graph_add_node(g, QF_OP_GLOBAL_AVG_POOL, "gap", 1, relu->outputs, 1) : NULL;
     qf_node *flat = gap ? qf_graph_add_node(g, QF_OP_FLATTEN, "flat", 1, gap->outputs, 1) : NULL;
     qf_node *fc1 = flat ? gemm(g, "fc1", flat->outputs[0], 8, 6) : NULL;
-    qf_node *b2 = fc1 ? bn(g, "bn2", fc1->outputs[0], 8) : NULL;
+    qf_node *b2 = fc1 ? qf_test_bn(g, &rng, "bn2", fc1->outputs[0], 8) : NULL;
     if (b2 && (qf_node_set_attr_float(g, b2, "epsilon", 1e-3f) != QF_OK ||
                qf_node_set_attr_float(g, b2, "momentum", 0.9f) != QF_OK))
         return NULL;
@@ -119,7 +90,7 @@ static void data_init(data *d)
     int64_t xd[] = {N, 3, 6, 6}, yd[] = {N};
     REQUIRE_OK(qf_tensor_init(&d->x, QF_DTYPE_F32, 4, xd));
     REQUIRE_OK(qf_tensor_init(&d->y, QF_DTYPE_I64, 1, yd));
-    for (int64_t i = 0; i < qf_tensor_numel(&d->x); i++) ((float *)d->x.data)[i] = 1.5f * rnd();
+    for (int64_t i = 0; i < qf_tensor_numel(&d->x); i++) ((float *)d->x.data)[i] = 1.5f * qf_test_rnd(&rng);
     for (int64_t i = 0; i < N; i++) ((int64_t *)d->y.data)[i] = (int64_t)(i % 4);
     d->feed[0] = &d->x;
     d->src = qf_data_source_tensors(d->feed, 1);
