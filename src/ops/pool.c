@@ -310,13 +310,24 @@ static qf_status qf_avg_pool_prepare(const qf_kernel_io *io, void *state)
     return pool_setup(io->node, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom);
 }
 
-/* One (n, c) plane of AveragePool, the window walk its forward and
- * backward share: forward (dx NULL) y = mean of x over each window's taps
- * inside X; backward dy / count to every tap (dx accumulates: zeroed by the
- * caller). The count: count_include_pad, the window clipped to the padded
- * extent, else the taps inside X (PyTorch's divisor too). */
-static void avg_pool_plane(const pool_geom *pg, bool include_pad, const float *xp, float *yp, const float *dyp,
-                           float *dxp)
+/* One (n, c) plane of AveragePool: the window walk the float forward, its
+ * backward and the int8 forward (qavg_pool) share. The count:
+ * count_include_pad, the window clipped to the padded extent, else the taps
+ * inside X (PyTorch's divisor too). Exactly one of the three is set:
+ *   x, y     float forward: y = the mean of x over each window's taps
+ *   dy, dx   backward: dy / count to every tap (dx accumulates: zeroed by the caller)
+ *   xq, yq   int8 forward (TFLite's): the integer sum, the padded taps
+ *            counted at the zero point (the real 0), divided by the count
+ *            rounding half away from zero, clamped to [lo, hi] */
+typedef struct avg_plane {
+    const float *x, *dy;
+    float *y, *dx;
+    const int8_t *xq;
+    int8_t *yq;
+    int32_t zp, lo, hi;
+} avg_plane;
+
+static void avg_pool_plane(const pool_geom *pg, bool include_pad, avg_plane io)
 {
     const qf_spatial *l = &pg->l;
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
@@ -331,28 +342,36 @@ static void avg_pool_plane(const pool_geom *pg, bool include_pad, const float *x
             for (int64_t ow = 0; ow < l->out[2]; ow++) {
                 int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
                 pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
-                int64_t cnt = include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
-                                          : (d1 - d0) * (h1 - h0) * (w1 - w0);
-                if (dxp) {
-                    if (cnt <= 0) {
-                        dyp++;
-                        continue;
-                    }
-                    const float g = *dyp++ / (float)cnt;
+                const int64_t inside = (d1 - d0) * (h1 - h0) * (w1 - w0);
+                const int64_t cnt =
+                    include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2]) : inside;
+                if (io.xq) {
+                    int64_t acc = (cnt - inside) * io.zp;
                     for (int64_t kd = d0; kd < d1; kd++)
                         for (int64_t kh = h0; kh < h1; kh++) {
-                            float *row = dxp + ((sd + kd) * IH + sh + kh) * IW + sw;
+                            const int8_t *row = io.xq + ((sd + kd) * IH + sh + kh) * IW + sw;
+                            for (int64_t kw = w0; kw < w1; kw++) acc += row[kw];
+                        }
+                    int64_t v = cnt > 0 ? qf_int8_div_round_away(acc, cnt) : io.zp;
+                    *io.yq++ = (int8_t)(v < io.lo ? io.lo : v > io.hi ? io.hi : v);
+                } else if (io.dx) {
+                    const float dyv = *io.dy++;
+                    if (cnt <= 0) continue;
+                    const float g = dyv / (float)cnt;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            float *row = io.dx + ((sd + kd) * IH + sh + kh) * IW + sw;
                             for (int64_t kw = w0; kw < w1; kw++) row[kw] += g;
                         }
-                    continue;
+                } else {
+                    double sum = 0.0;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            const float *row = io.x + ((sd + kd) * IH + sh + kh) * IW;
+                            for (int64_t kw = w0; kw < w1; kw++) sum += row[sw + kw];
+                        }
+                    *io.y++ = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
                 }
-                double sum = 0.0;
-                for (int64_t kd = d0; kd < d1; kd++)
-                    for (int64_t kh = h0; kh < h1; kh++) {
-                        const float *row = xp + ((sd + kd) * IH + sh + kh) * IW;
-                        for (int64_t kw = w0; kw < w1; kw++) sum += row[sw + kw];
-                    }
-                *yp++ = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
             }
         }
     }
@@ -363,7 +382,7 @@ static void avg_pool_f32_planes(void *ctx, int64_t lo, int64_t hi)
     const pool_job *j = ctx;
     const pool_geom *pg = j->pg;
     for (int64_t p = lo; p < hi; p++)
-        avg_pool_plane(pg, j->include_pad, j->x + p * pg->in_plane, j->out + p * pg->out_plane, NULL, NULL);
+        avg_pool_plane(pg, j->include_pad, (avg_plane){.x = j->x + p * pg->in_plane, .y = j->out + p * pg->out_plane});
 }
 
 static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
@@ -637,7 +656,7 @@ static void avg_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
     const pool_job *j = ctx;
     const pool_geom *pg = j->pg;
     for (int64_t p = lo; p < hi; p++)
-        avg_pool_plane(pg, j->include_pad, NULL, NULL, j->y + p * pg->out_plane, j->dx + p * pg->in_plane);
+        avg_pool_plane(pg, j->include_pad, (avg_plane){.dy = j->y + p * pg->out_plane, .dx = j->dx + p * pg->in_plane});
 }
 
 /* Reads neither X nor Y: the geometry is in the prepared state. */
@@ -786,42 +805,6 @@ static qf_status qf_qavg_pool_prepare(const qf_kernel_io *io, void *state)
     return QF_OK;
 }
 
-/* One plane: the windows of avg_pool_plane (taps inside X, the count by
- * count_include_pad), summed in integers. */
-static void qavg_pool_plane(const qpool_state *st, const int8_t *xp, int8_t *yp)
-{
-    const pool_geom *pg = &st->geom;
-    const qf_spatial *l = &pg->l;
-    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
-    for (int64_t od = 0; od < l->out[0]; od++) {
-        int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
-        pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
-        int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
-        for (int64_t oh = 0; oh < l->out[1]; oh++) {
-            int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
-            pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
-            int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
-            for (int64_t ow = 0; ow < l->out[2]; ow++) {
-                int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
-                pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
-                int64_t inside = (d1 - d0) * (h1 - h0) * (w1 - w0);
-                int64_t cnt = st->include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2])
-                                              : inside;
-                int64_t acc = 0;
-                for (int64_t kd = d0; kd < d1; kd++)
-                    for (int64_t kh = h0; kh < h1; kh++) {
-                        const int8_t *row = xp + ((sd + kd) * IH + sh + kh) * IW + sw;
-                        for (int64_t kw = w0; kw < w1; kw++) acc += row[kw];
-                    }
-                /* The padded taps counted hold the zero point (the real 0). */
-                acc += (cnt - inside) * st->zp;
-                int64_t v = cnt > 0 ? qf_int8_div_round_away(acc, cnt) : st->zp;
-                *yp++ = (int8_t)(v < st->lo ? st->lo : v > st->hi ? st->hi : v);
-            }
-        }
-    }
-}
-
 typedef struct qpool_job {
     const qpool_state *st;
     const int8_t *x;
@@ -832,7 +815,10 @@ static void qavg_pool_planes(void *ctx, int64_t lo, int64_t hi)
 {
     const qpool_job *j = ctx;
     const pool_geom *pg = &j->st->geom;
-    for (int64_t p = lo; p < hi; p++) qavg_pool_plane(j->st, j->x + p * pg->in_plane, j->y + p * pg->out_plane);
+    for (int64_t p = lo; p < hi; p++)
+        avg_pool_plane(pg, j->st->include_pad,
+                       (avg_plane){.xq = j->x + p * pg->in_plane, .yq = j->y + p * pg->out_plane, .zp = j->st->zp,
+                                   .lo = j->st->lo, .hi = j->st->hi});
 }
 
 static qf_status qf_qavg_pool_forward_f32(const qf_kernel_io *io)
