@@ -442,7 +442,9 @@ static qf_status pool_reduce_axes(const qf_node *n, int rank, bool *mask, bool *
     if (n->ninputs > 1 && n->inputs[1]) {
         const qf_value *av = n->inputs[1];
         if (!qf_value_is_const(av))
-            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): axes input '%s' is not a constant; dynamic shapes are not supported",
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (%s): axes input '%s' is not a constant; dynamic shapes are "
+                            "not supported",
                             n->name, op, av->name);
         int64_t na = qf_tensor_numel(&av->type);
         if (na > QF_MAX_DIMS)
