@@ -147,7 +147,8 @@ qf_status qf_qat_finalize(qf_graph *g, const qf_qat_config *c, qf_pass_report **
     QF_TRY(qf_graph_infer_shapes(g));
     qf_graph_for_each_node(g, n)
     {
-        if (n->op == QF_OP_FAKE_QUANT || n->op == QF_OP_QAT_BN_WEIGHT || n->op == QF_OP_QAT_BN_OUTPUT)
+        if (n->op == QF_OP_FAKE_QUANT || n->op == QF_OP_QAT_BN_WEIGHT || n->op == QF_OP_QAT_BN_OUTPUT ||
+            n->op == QF_OP_QAT_BN_STATS || n->op == QF_OP_QAT_BN_EXACT)
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): left by the pipeline '%s': the model is not an int8 "
                             "QDQ model", n->name, qf_op_label(n), name);
     }
