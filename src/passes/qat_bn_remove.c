@@ -30,14 +30,17 @@ typedef struct qat_rm {
     qf_node *out, *prod, *wnode, *fq;
 } qat_rm;
 
-static bool qat_rm_match(qf_node *on, qat_rm *r, char *why, size_t size)
+/* The op side both forms share: y comes from a conv / conv_transpose /
+ * linear read only here, with no bias of its own, whose weight is
+ * qat_bn_weight(W, gamma, var) (under at most one fake_quant) read only by
+ * it. Fills *prod, *fq (or NULL), *wnode; true with the reason otherwise. */
+static bool qat_rm_op(const qf_value *y, const qf_value *gamma, const qf_value *var, qf_node **prod, qf_node **fq,
+                      qf_node **wnode, char *why, size_t size)
 {
-    memset(r, 0, sizeof *r);
-    r->out = on;
-    qf_node *p = on->inputs[0] ? on->inputs[0]->producer : NULL;
+    qf_node *p = y ? y->producer : NULL;
     if (!p || (p->op != QF_OP_CONV && p->op != QF_OP_CONV_TRANSPOSE && p->op != QF_OP_LINEAR))
         return qf_rewrite_why(why, size, "input does not come from a conv / conv_transpose / linear");
-    r->prod = p;
+    *prod = p;
     if (p->outputs[0]->nuses != 1 || p->outputs[0]->is_output)
         return qf_rewrite_why(why, size, "%s '%s' output has other readers", qf_op_name(p->op), p->name);
     if (p->ninputs > 2 && p->inputs[2])
@@ -45,17 +48,24 @@ static bool qat_rm_match(qf_node *on, qat_rm *r, char *why, size_t size)
     qf_value *w = p->ninputs > 1 ? p->inputs[1] : NULL;
     qf_node *wn = w ? w->producer : NULL;
     if (wn && wn->op == QF_OP_FAKE_QUANT) {
-        r->fq = wn;
+        *fq = wn;
         wn = wn->inputs[0] ? wn->inputs[0]->producer : NULL;
     }
     if (!wn || wn->op != QF_OP_QAT_BN_WEIGHT)
         return qf_rewrite_why(why, size, "the weight of %s '%s' is not a qat_bn_weight", qf_op_name(p->op), p->name);
-    if (wn->inputs[1] != on->inputs[1] || wn->inputs[2] != on->inputs[2])
+    if (wn->inputs[1] != gamma || wn->inputs[2] != var)
         return qf_rewrite_why(why, size, "qat_bn_weight '%s' reads another gamma / running_var", wn->name);
     if (wn->outputs[0]->nuses != 1)
         return qf_rewrite_why(why, size, "qat_bn_weight '%s' has %d readers", wn->name, wn->outputs[0]->nuses);
-    r->wnode = wn;
+    *wnode = wn;
     return false;
+}
+
+static bool qat_rm_match(qf_node *on, qat_rm *r, char *why, size_t size)
+{
+    memset(r, 0, sizeof *r);
+    r->out = on;
+    return qat_rm_op(on->inputs[0], on->inputs[1], on->inputs[2], &r->prod, &r->fq, &r->wnode, why, size);
 }
 
 static qf_status qat_rm_apply(qf_graph *g, qf_pass_ctx *ctx, qat_rm *r)
@@ -95,27 +105,10 @@ static bool qat_rm_exact_match(qf_node *ex, qat_rm_exact *r, char *why, size_t s
     r->ex = ex;
     if (ex->ninputs < 6 || ex->noutputs != 1) return qf_rewrite_why(why, size, "not the exact form's 6 or 7 inputs");
     qf_value *b = ex->ninputs > QX_BIAS ? ex->inputs[QX_BIAS] : NULL;
-    qf_node *p = ex->inputs[QX_Y] ? ex->inputs[QX_Y]->producer : NULL;
-    if (!p || (p->op != QF_OP_CONV && p->op != QF_OP_CONV_TRANSPOSE && p->op != QF_OP_LINEAR))
-        return qf_rewrite_why(why, size, "input does not come from a conv / conv_transpose / linear");
-    r->prod = p;
-    if (p->outputs[0]->nuses != 1 || p->outputs[0]->is_output)
-        return qf_rewrite_why(why, size, "%s '%s' output has other readers", qf_op_name(p->op), p->name);
-    if (p->ninputs > 2 && p->inputs[2])
-        return qf_rewrite_why(why, size, "%s '%s' has a bias of its own", qf_op_name(p->op), p->name);
-    qf_value *w = p->ninputs > 1 ? p->inputs[1] : NULL;
-    qf_node *wn = w ? w->producer : NULL;
-    if (wn && wn->op == QF_OP_FAKE_QUANT) {
-        r->fq = wn;
-        wn = wn->inputs[0] ? wn->inputs[0]->producer : NULL;
-    }
-    if (!wn || wn->op != QF_OP_QAT_BN_WEIGHT)
-        return qf_rewrite_why(why, size, "the weight of %s '%s' is not a qat_bn_weight", qf_op_name(p->op), p->name);
-    if (wn->inputs[1] != ex->inputs[QX_GAMMA] || wn->inputs[2] != ex->inputs[QX_VAR])
-        return qf_rewrite_why(why, size, "qat_bn_weight '%s' reads another gamma / running_var", wn->name);
-    if (wn->outputs[0]->nuses != 1)
-        return qf_rewrite_why(why, size, "qat_bn_weight '%s' has %d readers", wn->name, wn->outputs[0]->nuses);
-    r->wnode = wn;
+    if (qat_rm_op(ex->inputs[QX_Y], ex->inputs[QX_GAMMA], ex->inputs[QX_VAR], &r->prod, &r->fq, &r->wnode, why,
+                  size))
+        return true;
+    qf_node *p = r->prod;
     qf_value *var1 = ex->inputs[QX_VAR], *y0 = ex->inputs[QX_Y0];
     qf_node *sn = var1 ? var1->producer : NULL;
     if (!sn || sn->op != QF_OP_QAT_BN_STATS)
@@ -128,7 +121,7 @@ static bool qat_rm_exact_match(qf_node *ex, qat_rm_exact *r, char *why, size_t s
     r->stats = sn;
     qf_node *cp = y0 ? y0->producer : NULL;
     if (!cp || cp->op != p->op || cp->ninputs < 2 || (cp->ninputs > 2 && cp->inputs[2]) ||
-        cp->inputs[0] != p->inputs[0] || cp->inputs[1] != wn->inputs[0])
+        cp->inputs[0] != p->inputs[0] || cp->inputs[1] != r->wnode->inputs[0])
         return qf_rewrite_why(why, size, "Y0 is not %s '%s' on the float weight", qf_op_name(p->op), p->name);
     if (y0->nuses != 2 || y0->is_output)
         return qf_rewrite_why(why, size, "%s '%s' output has other readers", qf_op_name(cp->op), cp->name);
