@@ -8,8 +8,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs=(build-essential cmake pkg-config libprotobuf-c-dev protobuf-c-compiler
-            libonnx-dev libdnnl-dev)
-test_pkgs=(python3-torch python3-torchvision python3-onnx python3-numpy nodejs npm dataset-fashion-mnist)
+            libonnx-dev libdnnl-dev flatbuffers-compiler libflatbuffers-dev)
+test_pkgs=(python3-torch python3-torchvision python3-onnx python3-numpy nodejs npm dataset-fashion-mnist
+           python3-flatbuffers python3-pyarmnn libarmnn-cpuref-backend22)
 
 want=("${build_pkgs[@]}")
 [ "${1:-}" = "--build" ] || want+=("${test_pkgs[@]}")
