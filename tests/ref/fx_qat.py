@@ -5,7 +5,7 @@ Fashion-MNIST CNN: the reference `qfold qat` must not fall below (issue 10).
     tests/ref/fx_qat.py --out DIR [--state fashion_cnn.pt | --pretrain-epochs 8] [--train 4000]
                         [--test 2000] [--seeds 7,8,9] [--epochs 1] [--batch 64] [--lr 0.01]
                         [--momentum 0.5] [--freeze-bn STEP] [--freeze-observers STEP]
-                        [--calib-count N] [--no-ptq]
+                        [--calib-count N] [--skew S] [--no-ptq]
 
 1. The float model: with --state, the bundled CNN (examples/fashion_mnist,
    class Bundled below) with that state_dict; otherwise DSCNN below
@@ -14,6 +14,12 @@ Fashion-MNIST CNN: the reference `qfold qat` must not fall below (issue 10).
    with torch.manual_seed(0) and trained in float (Adam, one-cycle, batch
    128, seeded order) on the first --train training images; either way the
    BatchNorms hold trained, non-trivial statistics.
+   With --skew S (S > 1), the head's Linear+BN1d+ReLU is reparametrized
+   without changing the float function (skew() below): BN1d's output channel c
+   scaled by k_c, log-uniform in [1/S, S] (seeded), the next Linear's column c
+   by 1/k_c. A per-tensor weight and activation grid then serves channels whose
+   ranges differ by up to S^2: what PTQ loses on such models (the case
+   cross-layer equalization exists for), and what QAT can win back.
    Written as DIR/float.pt (state_dict) and DIR/float.onnx (opset 13,
    BatchNorm kept, the input for `qfold quantize` and `qfold qat`), with the
    data as .npy: DIR/train_x.npy, train_y.npy (the --train images), test_x.npy,
@@ -121,6 +127,18 @@ class Bundled(FashionCNN):
 
     def forward(self, x):
         return self.head(self.features(x))
+
+
+def skew(model, spread, seed=1):
+    """Reparametrize model.head (Linear, BatchNorm1d, ReLU, Linear) without
+    changing its float function: ReLU(k * z) = k * ReLU(z) for k > 0, so BN1d's
+    channel c times k_c and the next Linear's input column c times 1 / k_c."""
+    k = torch.from_numpy(np.exp(np.random.RandomState(seed).uniform(
+        -np.log(spread), np.log(spread), model.head[1].num_features)).astype(np.float32))
+    with torch.no_grad():
+        model.head[1].weight.mul_(k)
+        model.head[1].bias.mul_(k)
+        model.head[3].weight.div_(k[None, :])
 
 
 def normalize(x):
@@ -250,6 +268,7 @@ def main():
     ap.add_argument("--calib-count", type=int, default=0)
     ap.add_argument("--state", help="start from this state_dict of the bundled CNN "
                     "(examples/fashion_mnist/fashion_cnn.pt) instead of pretraining DSCNN")
+    ap.add_argument("--skew", type=float, default=0.0, help="reparametrize the head (see above); 0: no")
     ap.add_argument("--no-ptq", action="store_true", help="skip PyTorch's PTQ figure")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
@@ -272,11 +291,13 @@ def main():
         args.pretrain_epochs = 0
     else:
         model = pretrain(x, y, args.pretrain_epochs)
+    if args.skew > 1:
+        skew(model, args.skew)
     torch.save(model.state_dict(), path("float.pt"))
     tt.export(model, path("float.onnx"), (1, 28, 28))
     out = {"train": len(x), "test": len(xt), "pretrain_epochs": args.pretrain_epochs, "epochs": args.epochs,
            "batch": args.batch, "lr": args.lr, "momentum": args.momentum, "freeze_bn": args.freeze_bn,
-           "freeze_observers": args.freeze_observers, "calib_count": args.calib_count,
+           "freeze_observers": args.freeze_observers, "calib_count": args.calib_count, "skew": args.skew,
            "float_top1": top1(model, xt, yt), "pretrain_seconds": time.time() - t0}
     if not args.no_ptq:
         out["ptq_top1"] = top1(ptq(model, calib), xt, yt)
