@@ -151,6 +151,11 @@ typedef struct qf_qrule {
     qf_qparams fixed;   /* QF_QPAT_FIXED: the output's qparams */
 } qf_qrule;
 
+/* Which layer pairs the equalize pass balances: none, those where one of
+ * the two weights is quantized per tensor (where a channel's range is lost
+ * to its neighbours'), every pair. */
+typedef enum qf_qequalize { QF_QEQ_OFF = 0, QF_QEQ_PER_TENSOR, QF_QEQ_ALL } qf_qequalize;
+
 /* How one class of tensors is quantized. */
 typedef struct qf_qformat {
     qf_qscheme scheme;
@@ -168,6 +173,7 @@ typedef struct qf_quant_profile {
     float min_scale;              /* smallest scale an activation gets (observer eps) */
     bool fuse_activation;         /* no quantization between conv/linear and a following ReLU */
     bool reduction_shares;        /* reductions share their input's qparams (else own) */
+    qf_qequalize equalize;        /* cross-layer equalization first (pass equalize) */
     qf_qrule rules[QF_OP_COUNT];
 } qf_quant_profile;
 

@@ -22,6 +22,7 @@
 #include "qfold/exec.h"
 #include "qfold/io.h"
 #include "qfold/pass.h"
+#include "qfold/quant.h"
 
 #define QF_FUSE_MAX_PASSES 64
 #define QF_FUSE_DEFAULT_TOL 1e-4
@@ -228,6 +229,9 @@ static int qf_cli_fuse(int argc, char **argv)
     qf_fuse_args fa;
     int rc = qf_fuse_parse(argc, argv, &fa);
     if (rc != QF_EXIT_OK) return rc;
+    /* the quant layer's passes too (equalize runs outside a quantize session) */
+    qf_status rst = qf_quant_register_passes();
+    if (rst != QF_OK) return qf_cli_fail(rst);
     char pass_buf[4096];
     const char *names[QF_FUSE_MAX_PASSES + 1];
     if (fa.passes && (rc = qf_fuse_split(fa.passes, pass_buf, sizeof pass_buf, names)) != QF_EXIT_OK) return rc;

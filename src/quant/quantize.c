@@ -113,6 +113,7 @@ static qf_status qz_left_float(const qf_quant_annotation *a, qf_quantize_result 
     return QF_OK;
 }
 
+extern const qf_pass qf_pass_quant_equalize;
 extern const qf_pass qf_pass_quant_annotate;
 extern const qf_pass qf_pass_quant_convert;
 extern const qf_pass qf_pass_quant_lower_int8;
@@ -120,11 +121,11 @@ extern const qf_pass qf_pass_qat_convert;
 extern const qf_pass qf_pass_qat_export;
 extern const qf_pass qf_pass_quant_qat_insert;
 
-static const char *const qz_prepare_passes[] = {"quant_annotate", NULL};
+static const char *const qz_prepare_passes[] = {"equalize", "quant_annotate", NULL};
 static const char *const qz_convert_passes[] = {"quant_convert", "dce", NULL};
 static const qf_pipeline qz_prepare = {
     .name = "quantize_prepare",
-    .summary = "quantizer, before calibration: annotate the graph for the target",
+    .summary = "quantizer, before calibration: cross-layer equalization (profile rule), annotate the graph for the target",
     .passes = qz_prepare_passes,
 };
 static const qf_pipeline qz_convert = {
@@ -167,10 +168,10 @@ qf_status qf_quant_register_passes(void)
      * running those. */
     static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert,
                                             &qf_pass_quant_lower_int8, &qf_pass_qat_convert, &qf_pass_qat_export,
-                                            &qf_pass_quant_qat_insert};
+                                            &qf_pass_quant_qat_insert, &qf_pass_quant_equalize};
     static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_prepare, &qz_qat_prepare_exact,
                                                    &qz_qat_finalize};
-    QF_TRY(qf_pass_register(passes, 6, pipelines, 5));
+    QF_TRY(qf_pass_register(passes, 7, pipelines, 5));
     return qf_quant_finalize_register();
 }
 

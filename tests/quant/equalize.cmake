@@ -1,0 +1,11 @@
+# The equalize pass (cross-layer equalization, src/quant/equalize.c): the
+# function kept (ONNX Runtime on the written model), the pairs balanced, the
+# chains it must leave alone left alone, the profile rule of qfold quantize.
+if(QF_PYTHON3 AND QF_NODE)
+  foreach(case function quantize)
+    add_test(NAME quant_equalize_${case}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/equalize_test.py --qfold $<TARGET_FILE:qfold>
+              --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/equalize ${case})
+    set_tests_properties(quant_equalize_${case} PROPERTIES LABELS "quant;ref" TIMEOUT 300)
+  endforeach()
+endif()

@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""The equalize pass (src/quant/equalize.c, cross-layer equalization).
+
+    equalize_test.py --qfold BIN --root DIR --work DIR CASE
+
+Cases:
+  function  a PyTorch model with every chain the pass handles (conv -> Relu ->
+            conv, -> grouped and depthwise conv, -> MaxPool / AveragePool ->
+            conv, LeakyRelu, conv -> Relu -> GlobalAveragePool -> Flatten ->
+            Gemm, conv -> Relu -> Flatten -> Gemm over 4x4 positions, Gemm ->
+            Relu -> Gemm, MatMul -> Relu -> MatMul) and the chains it must
+            leave alone (Relu6, a value read twice, a tied weight read by two
+            convs), random BatchNorm statistics and channels scaled apart by
+            up to 16x; `qfold fuse --passes canonicalize,fuse_batch_norm,equalize`
+            then: ONNX Runtime's outputs on the written model equal its
+            outputs on the original (1e-5 of the output's scale), every pair
+            the report lists is balanced in the file (max |W1[c]| = max
+            |W2[:, c]| within 2 %), the pairs it must skip are skipped with
+            their reason and their weights are untouched.
+  quantize  `qfold quantize --set equalize=...`: off by default (the report's
+            equalize pass rewrote nothing), per-tensor and all rewrite, a bad
+            value exits 2.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+import qfcli  # noqa: E402
+from qfcli import check, run_qfold  # noqa: E402
+
+ARGS = None
+
+
+def work(*p):
+    return os.path.join(ARGS.work, *p)
+
+
+def build_model(path):
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(3)
+
+    def bn(c):
+        b = nn.BatchNorm2d(c)
+        b.running_mean.uniform_(-1, 1)
+        b.running_var.uniform_(0.2, 3)
+        b.weight.data = torch.exp(torch.empty(c).uniform_(-np.log(16), np.log(16)))  # spread 16x
+        b.bias.data.uniform_(-0.5, 0.5)
+        return b
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), bn(8)
+            self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1, groups=2), bn(8)      # grouped
+            self.c3, self.b3 = nn.Conv2d(8, 8, 3, padding=1, groups=8), bn(8)      # depthwise
+            self.c4 = nn.Conv2d(8, 12, 1)                                           # after MaxPool
+            self.c5 = nn.Conv2d(12, 12, 3, padding=1)                               # after AvgPool + LeakyRelu
+            self.c6 = nn.Conv2d(12, 6, 1)                                           # after Relu6: not equalized
+            self.c7 = nn.Conv2d(6, 6, 3, padding=1)
+            self.fc1 = nn.Linear(6 * 4 * 4, 10)                                     # Flatten over 4x4
+            self.fc2 = nn.Linear(10, 7)
+            self.w1 = nn.Parameter(torch.randn(7, 9))
+            self.w2 = nn.Parameter(torch.randn(9, 5) * 3)
+            self.d = nn.Conv2d(3, 4, 1)
+            self.tied = nn.Conv2d(4, 4, 1)                                          # read twice
+
+        def forward(self, x):
+            y = torch.relu(self.b1(self.c1(x)))
+            y = torch.relu(self.b2(self.c2(y)))
+            y = torch.relu(self.b3(self.c3(y)))
+            y = nn.functional.max_pool2d(y, 2)
+            y = nn.functional.leaky_relu(self.c4(y), 0.1)
+            y = nn.functional.avg_pool2d(y, 2)
+            y = nn.functional.relu6(self.c5(y))
+            y = torch.relu(self.c6(y))
+            y = torch.relu(self.c7(y))
+            y = torch.flatten(y, 1)
+            y = torch.relu(self.fc1(y))
+            y = torch.relu(self.fc2(y))
+            y = torch.relu(y @ self.w1) @ self.w2
+            z = torch.relu(self.d(x))
+            z = self.tied(z) + self.tied(z * 0.5)
+            return y, nn.functional.adaptive_avg_pool2d(z, 1).flatten(1)
+
+    net = Net().eval()
+    torch.onnx.export(net, torch.zeros(2, 3, 16, 16), path, opset_version=13, input_names=["x"],
+                      output_names=["y", "z"], training=torch.onnx.TrainingMode.PRESERVE,
+                      dynamic_axes={"x": {0: "n"}})
+
+
+def ort(model, x, out):
+    os.makedirs(out, exist_ok=True)
+    np.save(os.path.join(out, "x.npy"), x)
+    p = subprocess.run(["node", os.path.join(ARGS.root, "tests", "ref", "ort_run.js"), model, out,
+                        os.path.join(out, "x.npy")], capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "ONNX Runtime could not run %s:\n%s" % (model, p.stderr))
+    return [np.load(os.path.join(out, "out%d.npy" % i)) for i in range(2)]
+
+
+def inits(path):
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(path)
+    return m, {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
+
+
+def case_function():
+    src, dst, rep = work("m.onnx"), work("eq.onnx"), work("eq.json")
+    build_model(src)
+    run_qfold(ARGS.qfold, ["fuse", src, "-o", dst, "--passes", "canonicalize,fuse_batch_norm,equalize",
+                           "--report", rep, "--verify"], expect=0)
+    x = np.random.RandomState(1).uniform(-1, 1, (4, 3, 16, 16)).astype(np.float32)
+    a, b = ort(src, x, work("ort_a")), ort(dst, x, work("ort_b"))
+    for i, (u, v) in enumerate(zip(a, b)):
+        err = float(np.abs(u - v).max() / max(1e-6, np.abs(u).max()))
+        check(err <= 1e-5, "output %d: ONNX Runtime on the equalized model differs by %.3g of its scale" % (i, err))
+    r = json.load(open(rep))
+    eq = [p for p in r["passes"] if p["pass"] == "equalize"][0]
+    done = {e["node"] for e in eq["rewritten"]}
+    skipped = {e["node"]: e["reason"] for e in eq["skipped"]}
+    m, w = inits(dst)
+    nodes = {n.name: n for n in m.graph.node}
+    # The A sides: c1, c2, c3, c4 (c5 feeds Relu6), c6, c7 (-> Flatten -> fc1), fc1, fc2 and the
+    # first MatMul (the second's output is a graph output; d's is read twice).
+    want_done = 9
+    check(len(done) == want_done, "equalized %d layers, expected %d: %s; skipped %s"
+          % (len(done), want_done, sorted(done), skipped))
+    relu6 = [k for k, v in skipped.items() if "Clip" in v or "relu6" in v]
+    check(len(relu6) == 1, "the conv before Relu6 was not skipped for it: %s" % skipped)
+    twice = [k for k, v in skipped.items() if "readers" in v]
+    check(len(twice) >= 1, "the conv read twice was not skipped for it: %s" % skipped)
+
+    def weight(node):
+        n = nodes[node]
+        return w[n.input[1]], n.op_type
+
+    # Balanced: for each rewritten A, its B's matching input slices have the same range.
+    def consumer(out):
+        for n in m.graph.node:
+            if out in n.input:
+                return n
+    checked = 0
+    for name in done:
+        wa, op = weight(name)
+        if op == "MatMul":
+            r1 = np.abs(wa).max(0)
+        elif op == "Gemm":
+            r1 = np.abs(wa.reshape(wa.shape[0], -1)).max(1)
+        else:
+            r1 = np.abs(wa.reshape(wa.shape[0], -1)).max(1)
+        n = nodes[name]
+        hw = 1
+        while True:
+            n = consumer(n.output[0])
+            if n.op_type == "Flatten":
+                hw = None
+            if n.op_type in ("Conv", "Gemm", "MatMul"):
+                break
+        wb = w[n.input[1]]
+        c = len(r1)
+        if n.op_type == "Conv":
+            g = [a.i for a in n.attribute if a.name == "group"]
+            g = g[0] if g else 1
+            cpg, og = wb.shape[1], wb.shape[0] // g
+            r2 = np.array([np.abs(wb[(k // cpg) * og:(k // cpg + 1) * og, k % cpg]).max() for k in range(c)])
+        elif n.op_type == "Gemm":
+            trans = [a.i for a in n.attribute if a.name == "transB"]
+            wb2 = wb if trans and trans[0] else wb.T
+            hw = wb2.shape[1] // c
+            r2 = np.abs(wb2.reshape(wb2.shape[0], c, hw)).max((0, 2))
+        else:
+            hw = wb.shape[0] // c
+            r2 = np.abs(wb.reshape(c, hw, -1)).max((1, 2))
+        ratio = r1 / r2
+        check(np.all(np.abs(np.log(ratio)) < np.log(1.02)),
+              "%s -> %s not balanced: max|W1[c]| / max|W2[:, c]| in [%.3g, %.3g]"
+              % (name, n.name, ratio.min(), ratio.max()))
+        checked += 1
+    check(checked == want_done, "checked %d pairs" % checked)
+    # The conv whose output is read twice and the tied conv after it: untouched.
+    _, w0 = inits(src)
+    for name in ("d.weight", "tied.weight"):
+        check(name in w and np.array_equal(w[name], w0[name]), "weight %s changed (or gone)" % name)
+
+
+def case_quantize():
+    src = work("m.onnx")
+    build_model(src)
+    calib = work("calib.npy")
+    np.save(calib, np.random.RandomState(2).uniform(-1, 1, (16, 3, 16, 16)).astype(np.float32))
+    counts = {}
+    for mode in (None, "off", "per-tensor", "all"):
+        rep = work("q_%s.json" % mode)
+        argv = ["quantize", src, "-o", work("q_%s.onnx" % mode), "--calib", calib, "--report", rep]
+        if mode:
+            argv += ["--set", "equalize=" + mode]
+        run_qfold(ARGS.qfold, argv, expect=0)
+        r = json.load(open(rep))
+        eq = [p for p in r["quantize_prepare"]["passes"] if p["pass"] == "equalize"]
+        check(len(eq) == 1, "no equalize pass in quantize_prepare: %r" % r["quantize_prepare"])
+        counts[mode] = eq[0]["rewrites"]
+    check(counts[None] == 0 and counts["off"] == 0, "equalize rewrote with the default / off: %r" % counts)
+    # neutron: conv weights per channel, linear per tensor: per-tensor balances
+    # the pairs with a Gemm / MatMul (c7 -> fc1, fc1 -> fc2, the two MatMuls
+    # -- fc2 -> MatMul is not a pair: the Relu's output feeds the MatMul's
+    # data input, which is a pair), all balances every one.
+    check(0 < counts["per-tensor"] < counts["all"], "per-tensor %r, all %r" % (counts["per-tensor"], counts["all"]))
+    _, _, err = run_qfold(ARGS.qfold, ["quantize", src, "-o", work("bad.onnx"), "--calib", calib, "--set",
+                                       "equalize=maybe"], expect=2)
+    qfcli.error_line(err, "equalize")
+    check(not os.path.exists(work("bad.onnx")), "a model was written on a bad --set")
+
+
+if __name__ == "__main__":
+    sys.exit(qfcli.main("equalize", globals(), paths=("--root", "--work")))
