@@ -1128,13 +1128,13 @@ static qf_status emit_float(ex *e, qf_node *n)
     tfl_qp yq;
     int act;
     QF_TRY(group_out(e, n, &y, &yq, binary ? &act : NULL));
-    /* TFLite's int8 kernels fix these outputs' qparams */
-    if ((code == QF_TFL_LOGISTIC || code == QF_TFL_SOFTMAX) && (yq.scale != 1.0f / 256 || yq.zp != -128))
-        return refuse(e, n, "TFLite's int8 %s output must have scale 1/256 and zero point -128 (has %g, %d)",
-                      tfl_op_name(code), yq.scale, yq.zp);
-    if (code == QF_TFL_TANH && (yq.scale != 1.0f / 128 || yq.zp != 0))
-        return refuse(e, n, "TFLite's int8 TANH output must have scale 1/128 and zero point 0 (has %g, %d)", yq.scale,
-                      yq.zp);
+    /* TFLite's int8 kernels fix these outputs' qparams (qfold's profiles
+     * give them these); other qparams (another tool's) get a QUANTIZE
+     * (int8 -> int8 requantization) after the op */
+    tfl_qp fixed = {0.0f, 0};
+    if (code == QF_TFL_LOGISTIC || code == QF_TFL_SOFTMAX) fixed = (tfl_qp){1.0f / 256, -128};
+    if (code == QF_TFL_TANH) fixed = (tfl_qp){1.0f / 128, 0};
+    const bool requant = fixed.scale > 0.0f && (yq.scale != fixed.scale || yq.zp != fixed.zp);
     const int rank = y->type.ndim;
     if (code == QF_TFL_SOFTMAX) {
         int64_t axis = qf_node_attr_int(n, "axis", e->g->opset >= 13 ? -1 : 1);
@@ -1152,8 +1152,17 @@ static qf_status emit_float(ex *e, qf_node *n)
     int yi;
     QF_TRY(act_tensor(e, n, y, &yi));
     qf_tfl_op *op;
-    QF_TRY(add_op(e, n, code, in, binary ? 2 : 1, &yi, 1, 0, &op));
+    int oi = yi;
+    if (requant) {
+        char name[512];
+        snprintf(name, sizeof name, "%.480s_fixed", y->name);
+        int64_t zp = fixed.zp;
+        oi = add_tensor(e, name, QF_TFL_INT8, e->t[yi].ndim, e->t[yi].shape, NULL, 0, 1, &fixed.scale, &zp, 0, false);
+        QF_TRY(need(oi));
+    }
+    QF_TRY(add_op(e, n, code, in, binary ? 2 : 1, &oi, 1, 0, &op));
     if (binary) op->activation = act;
+    if (requant) QF_TRY(add_op(e, n, QF_TFL_QUANTIZE, &oi, 1, &yi, 1, 0, &op));
     return QF_OK;
 }
 
