@@ -393,7 +393,8 @@ static qf_status add_op(ex *e, const qf_node *n, int code, const int32_t *in, in
     qf_tflite_op_info *f = &e->info[e->nops];
     memset(f, 0, sizeof *f);
     f->op = tfl_op_name(code);
-    f->node = node_name(e, n);
+    f->node = ex_strdup(e, node_name(e, n)); /* the result outlives the private graph */
+    if (!f->node) return QF_ERR_NOMEM;
     f->output = nout ? e->t[out[0]].name : "";
     f->macs = macs;
     for (int i = 0; i < nin; i++) {
