@@ -170,7 +170,7 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
     QF_TRY(qf_qat_finalize(g, &run->q, NULL));
     const char *tmp = NULL;
     QF_TRY(qf_cli_outputs_stage(out, wi, &tmp));
-    QF_TRY(qf_onnx_save(g, tmp));
+    QF_TRY(qf_cli_save_model(g, qa->tr.out, tmp));
     QF_TRY(qf_tr_stage_logs(&qa->tr, s, out, &wi));
     if (val) {
         /* As `qfold eval` runs a QDQ model: its conv / Gemm groups in integers. */
@@ -265,7 +265,8 @@ const qf_cli_command qf_cli_cmd_qat = {
         "trains with `qfold train`'s engine, then removes the simulation, folds BatchNorm through\n"
         "the weight fake-quants and writes the int8 QDQ model. With --val-data it prints the\n"
         "float model's top-1 before and the int8 model's after (qfold's integer executor, as\n"
-        "`qfold eval`).\n\n"
+        "`qfold eval`). An output name ending in .tflite gets the int8 TFLite model instead (as\n"
+        "`qfold export` writes it).\n\n"
         "options:\n"
         "  --target NAME       neutron (default: NXP eIQ Neutron's scheme) or generic\n"
         "  --set RULE=VALUE    override one rule of the target (see qfold help quantize)\n"

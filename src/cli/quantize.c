@@ -97,6 +97,8 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
     if (a.failed) return QF_EXIT_USAGE;
     if (!qa->in) return qf_cli_usage_error(a.cmd, "no input model given");
     if (!qa->out) return qf_cli_usage_error(a.cmd, "no output given (-o OUT.onnx)");
+    if (qa->verify && qf_cli_is_tflite(qa->out))
+        return qf_cli_usage_error(a.cmd, "--verify loads an ONNX output back: not with a .tflite output");
     if (!qa->ncalib) return qf_cli_usage_error(a.cmd, "no calibration data given (--calib X.npy)");
     return QF_EXIT_OK;
 }
@@ -424,7 +426,7 @@ static int qf_cli_quantize(int argc, char **argv)
     int wi = -1; /* the output being written */
     qf_compare_result cmp = {0};
     if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
-        st = qf_onnx_save(s.g, tmp);
+        st = qf_cli_save_model(s.g, qa.out, tmp);
     if (st == QF_OK && qa.verify) {
         wi = -1; /* a mismatch is not a write error */
         st = qf_qz_verify(&s, tmp, &cmp);
@@ -467,7 +469,9 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "then writes an ONNX QDQ model (opset >= 13): int8 weights and int32 biases behind\n"
         "DequantizeLinear, QuantizeLinear -> DequantizeLinear on activations. Prints what\n"
         "was quantized, the ops left in float with the reason, and the layers whose int8\n"
-        "output is furthest from the float one (SQNR on up to 128 calibration samples).\n\n"
+        "output is furthest from the float one (SQNR on up to 128 calibration samples).\n"
+        "An output name ending in .tflite gets the int8 TFLite model instead (as `qfold\n"
+        "export` writes it from the QDQ model; not with --verify).\n\n"
         "options:\n"
         "  --calib FILE         .npy with the calibration samples of the next graph input, the\n"
         "                       samples first ([N, ...input dims]); one per graph input\n"
