@@ -29,6 +29,7 @@
 /* Whether every input n reads is known at import time. */
 static bool qf_fold_inputs_known(const qf_node *n)
 {
+    if (n->op == QF_OP_OPAQUE) return false; /* no kernel: it cannot be evaluated */
     if (n->op == QF_OP_SHAPE)
         return n->ninputs >= 1 && n->inputs[0] && qf_tensor_numel(&n->inputs[0]->type) >= 0;
     for (int i = 0; i < n->ninputs; i++)
