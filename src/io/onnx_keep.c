@@ -6,6 +6,7 @@
 
 #include "../ir/graph_notes.h"
 #include "onnx_keep.h"
+#include "onnx_problems.h"
 #include "qfold/schema.h"
 
 /* Graph note kinds (the notes' name field in parentheses). */
@@ -265,6 +266,12 @@ const char *qf_keep_dim_name(const qf_graph *g, const char *name, int ndim, int 
     const char *p = (const char *)dn->data, *end = p + dn->len;
     for (int k = 0; k < i && p < end; k++) p += strlen(p) + 1;
     return p < end && *p ? p : NULL;
+}
+
+const char *qf_onnx_dim_name(const qf_graph *g, const char *value, int ndim, int i)
+{
+    bool declared;
+    return qf_keep_dim_name(g, value, ndim, i, &declared);
 }
 
 bool qf_keep_declared_type(const qf_graph *g, const char *name, int32_t *elem_type, int *ndim,

@@ -64,4 +64,9 @@ void qf_problems_print(const qf_problems *p, FILE *f, const char *indent);
  * status is that of the import; problems may be recorded either way. */
 qf_status qf_onnx_load_collect(const char *path, qf_problems *p, qf_graph **out);
 
+/* The symbolic name the model gave dim i of graph input / output `value`
+ * (of rank ndim), NULL when it gave none (src/io/onnx_keep.c). `fuse
+ * --verify` sizes the dims that share a name alike. */
+const char *qf_onnx_dim_name(const qf_graph *g, const char *value, int ndim, int i);
+
 #endif
