@@ -11,6 +11,7 @@ field.
   keep_test.py QFOLD NODE ORT_RUN_JS WORKDIR CASE
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -281,7 +282,8 @@ CASES = {
 
 if __name__ == "__main__":
     WORK = os.path.join(WORK, CASE)
-    os.makedirs(WORK, exist_ok=True)
+    shutil.rmtree(WORK, ignore_errors=True)  # "not written" checks need a clean directory
+    os.makedirs(WORK)
     CASES[CASE]()
     if FAILS:
         print("%d check(s) failed" % len(FAILS))
