@@ -1,4 +1,4 @@
-/* qfold fuse IN.onnx -o OUT.onnx [--report R.json] [--verify] [--verify-data X.npy]
+/* qfold fuse IN.onnx -o OUT.onnx [--report R.json] [--verify] [--verify-data [NAME=]X.npy ...]
  *            [--tolerance T] [--passes p1,p2 | --pipeline NAME] [--fixpoint] [-v]
  *
  * Load, run a pipeline (default ptq) with the verifier after every pass,
