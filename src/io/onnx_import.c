@@ -370,11 +370,19 @@ static qf_status qf_import_node(qf_import *im, size_t i)
     qf_op op = qf_default_domain(np->domain) ? qf_op_from_onnx(op_type) : QF_OP_COUNT;
     if (op == QF_OP_COUNT) {
         /* An op qfold does not know: kept as an opaque node (onnx_keep.c). */
-        qf_node *n;
+        qf_node *n = NULL;
         char key[300];
-        QF_TRY(qf_keep_opaque_node(im->g, np, name, &n));
-        QF_TRY(qf_problems_add(im->problems, QF_PROBLEM_OP,
-                               qf_keep_op_key(np->domain, op_type, key, sizeof key), n->name, QF_OK));
+        qf_keep_op_key(np->domain, op_type, key, sizeof key);
+        qf_status st = qf_keep_opaque_node(im->g, np, name, true, &n);
+        if (st != QF_OK && !n && st != QF_ERR_NOMEM) {
+            /* One it cannot keep either: an error, unless collecting
+             * problems (inspect), which goes on with a stand-in. */
+            QF_TRY(qf_problems_add(im->problems, QF_PROBLEM_OP, key, name, st));
+            QF_TRY(qf_keep_opaque_node(im->g, np, name, false, &n));
+        } else {
+            QF_TRY(st);
+            QF_TRY(qf_problems_add(im->problems, QF_PROBLEM_OP, key, n->name, QF_OK));
+        }
         return qf_import_node_tail(im, i, n, false);
     }
 

@@ -177,12 +177,12 @@ static const char *qf_keep_attr_type_name(int t)
 }
 
 qf_status qf_keep_opaque_node(qf_graph *g, const Onnx__NodeProto *np, const char *name,
-                              qf_node **out)
+                              bool attrs, qf_node **out)
 {
     *out = NULL;
     const char *op_type = qf_keep_str(np->op_type);
     size_t total = 0;
-    for (size_t k = 0; k < np->n_attribute; k++) {
+    for (size_t k = 0; attrs && k < np->n_attribute; k++) {
         const Onnx__AttributeProto *a = np->attribute[k];
         if (a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH ||
             a->type == ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS || a->g || a->n_graphs)

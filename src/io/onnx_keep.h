@@ -28,9 +28,11 @@ qf_status qf_keep_import_model(qf_graph *g, const Onnx__ModelProto *m);
 qf_status qf_keep_import_node_doc(qf_graph *g, const Onnx__NodeProto *np, const char *name);
 /* Make np an opaque node named `name` (with np->n_input empty input slots,
  * bound later by name) in *out. "" names in np mean no name / an omitted
- * input or output. Refuses an attribute holding a subgraph (its references
- * to outer values would not be tracked). */
-qf_status qf_keep_opaque_node(qf_graph *g, const Onnx__NodeProto *np, const char *name,
+ * input or output. Refuses (QF_ERR_UNSUPPORTED, *out NULL) an attribute
+ * holding a subgraph (its references to outer values would not be
+ * tracked). attrs false: without its attributes (a stand-in while
+ * collecting problems: never to be written). */
+qf_status qf_keep_opaque_node(qf_graph *g, const Onnx__NodeProto *np, const char *name, bool attrs,
                               qf_node **out);
 /* "domain.op_type" (just op_type in the default domain) of an opaque node,
  * or of np: the key inspect groups unsupported ops by. */

@@ -185,12 +185,20 @@ def case_inspect_grouped():
                          domain="com.microsoft", alpha=1.0) for i, n in enumerate(["a", "b", "c"])]
     nodes.append(h.make_node("Relu", ["g2"], ["r"], name="relu"))
     nodes.append(h.make_node("Foo", ["r"], ["y"], name="d"))
-    g = h.make_graph(nodes, "many", [x], [h.make_tensor_value_info("y", T.FLOAT, [1, 4])], [w])
+    # An op with subgraphs cannot even be kept: fuse refuses it, inspect lists it with the rest.
+    branch = lambda v: h.make_graph([h.make_node("Constant", [], ["o"], value=nh.from_array(
+        np.full((1, 4), v, np.float32)))], "b%d" % v, [], [h.make_tensor_value_info("o", T.FLOAT, [1, 4])])
+    nodes.append(h.make_node("If", ["cond"], ["iy"], name="e", then_branch=branch(1), else_branch=branch(0)))
+    g = h.make_graph(nodes, "many", [x, h.make_tensor_value_info("cond", T.BOOL, [])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 4]), h.make_tensor_value_info("iy", T.FLOAT, [1, 4])],
+                     [w])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 13), h.make_opsetid("com.microsoft", 1)])
     onnx.save(m, os.path.join(WORK, "many.onnx"))  # Foo is in no schema: the checker would refuse it
     p = qfold("inspect", "many.onnx", expect=2)
-    want = "  unsupported ops: 3 x com.microsoft.FusedGemm (nodes a, b, c), 1 x Foo (node d)"
+    want = "  unsupported ops: 3 x com.microsoft.FusedGemm (nodes a, b, c), 1 x Foo (node d), 1 x If (node e)"
     check(want in p.stderr.splitlines(), "inspect: stderr %r" % p.stderr)
+    f = qfold("fuse", "many.onnx", "-o", "many.fused.onnx", expect=2)
+    check("'e'" in f.stderr and "subgraph" in f.stderr and len(f.stderr.splitlines()) == 1, "fuse If: %r" % f.stderr)
     check("com.microsoft.FusedGemm  3" in p.stdout and "Relu" in p.stdout, "inspect: stdout %r" % p.stdout)
     p = qfold("inspect", "many.onnx", "--json", expect=2)
     check('"com.microsoft.FusedGemm": 3' in p.stdout, "inspect --json: %r" % p.stdout)
