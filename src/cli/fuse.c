@@ -291,7 +291,8 @@ static int qf_cli_fuse(int argc, char **argv)
         }
         if (st == QF_OK && !cmp.ok)
             st = qf_error(QF_ERR_MISMATCH, "the fused model's outputs differ from the original's past the "
-                                           "tolerance %g: nothing written", fa.tol);
+                                           "tolerance %g: %s", fa.tol,
+                          fa.report ? "the model is not written" : "nothing written");
         if (st == QF_ERR_MISMATCH && fa.report) {
             /* A failed verification is reported: the report is written, the
              * model is not (exit 1). */

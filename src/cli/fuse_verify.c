@@ -44,42 +44,56 @@ static qf_status qf_verify_try(const qf_graph *g, qf_tensor *ts)
     return st;
 }
 
-/* The size of dim `name` in a given array, -1 when none has it. */
-static int64_t qf_verify_tied(const qf_graph *g, const qf_tensor *given, const char *name)
+/* Sizes given to symbolic dim names so far: dims that share a name get the
+ * same size (the given arrays' first, then the first generated one). */
+typedef struct qf_verify_tie {
+    const char *name;
+    int64_t size;
+} qf_verify_tie;
+
+static int64_t qf_verify_tie_get(const qf_verify_tie *t, int n, const char *name)
 {
-    for (int i = 0; i < g->ninputs; i++) {
-        const qf_value *v = g->inputs[i];
-        if (!given[i].data) continue;
-        for (int d = 0; d < v->type.ndim; d++) {
-            const char *nm = qf_onnx_dim_name(g, v->name, v->type.ndim, d);
-            if (nm && strcmp(nm, name) == 0) return given[i].dims[d];
-        }
-    }
+    for (int k = 0; k < n; k++)
+        if (strcmp(t[k].name, name) == 0) return t[k].size;
     return -1;
 }
 
 /* Inputs at size S in ts (the given ones copied, the others generated). */
 static qf_status qf_verify_make(const qf_graph *g, const qf_tensor *given, int64_t s, qf_tensor *ts)
 {
+    qf_verify_tie *tie = qf_calloc((size_t)g->ninputs * QF_MAX_DIMS + 1, sizeof *tie);
+    if (!tie) return QF_ERR_NOMEM;
+    int nt = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        /* Pass 0: the names of the given arrays' dims; pass 1: the others. */
+        for (int i = 0; i < g->ninputs; i++) {
+            const qf_value *v = g->inputs[i];
+            if (!given[i].data != (pass == 1)) continue;
+            for (int d = 0; d < v->type.ndim; d++) {
+                const char *nm = qf_onnx_dim_name(g, v->name, v->type.ndim, d);
+                if (!nm || qf_verify_tie_get(tie, nt, nm) >= 0) continue;
+                int64_t size = given[i].data ? given[i].dims[d] : v->type.dims[d] >= 0 ? v->type.dims[d]
+                               : d == 0                        ? 1
+                                                               : s;
+                tie[nt++] = (qf_verify_tie){nm, size};
+            }
+        }
+    }
     qf_graph *c = NULL;
-    QF_TRY(qf_graph_clone(g, &c));
-    qf_status st = QF_OK;
+    qf_status st = qf_graph_clone(g, &c);
     for (int i = 0; st == QF_OK && i < g->ninputs; i++) {
         const qf_value *v = g->inputs[i];
         int64_t dims[QF_MAX_DIMS];
         for (int d = 0; d < v->type.ndim; d++) {
-            dims[d] = v->type.dims[d];
-            if (given[i].data) {
-                dims[d] = given[i].dims[d];
-                continue;
-            }
+            dims[d] = given[i].data ? given[i].dims[d] : v->type.dims[d];
             if (dims[d] >= 0) continue;
             const char *nm = qf_onnx_dim_name(g, v->name, v->type.ndim, d);
-            int64_t tied = nm ? qf_verify_tied(g, given, nm) : -1;
+            int64_t tied = nm ? qf_verify_tie_get(tie, nt, nm) : -1;
             dims[d] = tied >= 0 ? tied : d == 0 ? 1 : s;
         }
         st = qf_graph_set_input_shape(c, i, v->type.ndim, dims);
     }
+    qf_free(tie);
     if (st == QF_OK) st = qf_compare_make_inputs(c, 0, 0, ts);
     qf_graph_free(c);
     for (int i = 0; st == QF_OK && i < g->ninputs; i++) {

@@ -276,6 +276,16 @@ def case_verify_dynamic():
     p = qfold("fuse", "dyn2.onnx", "-o", "dyn2.fused.onnx", "--verify", "--verify-data", "shape=shape.npy",
               "--verify-data", "x=x.npy", "--report", "dyn2.json")
     check("ok" in p.stdout, "dyn2 with both: %r" % p.stdout)
+    # Dims tied by name: y's H / W are x's, given 7 x 9 (no power of two matches them).
+    n3, i3, y3 = conv_bn("c_", 3, 4, "x")
+    add = h.make_node("Add", [y3, "z"], ["s"], name="add")
+    pool = h.make_node("MaxPool", ["s"], ["q"], name="pool", kernel_shape=[5, 5])
+    g = h.make_graph(n3 + [add, pool], "dyn3", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, "H", "W"]),
+                                                 h.make_tensor_value_info("z", T.FLOAT, ["N", 4, "H", "W"])],
+                     [h.make_tensor_value_info("q", T.FLOAT, ["N", 4, None, None])], i3)
+    save(h.make_model(g, opset_imports=[h.make_opsetid("", 13)]), "dyn3.onnx")
+    p = qfold("fuse", "dyn3.onnx", "-o", "dyn3.fused.onnx", "--verify", "--verify-data", "x=x.npy")
+    check("ok" in p.stdout, "dyn3 tied dims: %r" % p.stdout)
     p = qfold("fuse", "dyn2.onnx", "-o", "dyn2.fused.onnx", "--verify", "--verify-data", "nope=x.npy", expect=2)
     check("no input 'nope'" in p.stderr, "dyn2 bad name: %r" % p.stderr)
 
