@@ -13,7 +13,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build deps deps-build test test-asan test-asan-run demo accuracy install clean
+.PHONY: all configure build deps deps-build test test-asan test-asan-run demo accuracy install clean
 
 all: build
 
@@ -23,10 +23,23 @@ deps-build:
 deps:
 	@scripts/deps.sh
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)
+# Configure when the build directory has no build system yet, which is also
+# what a failed configure leaves (CMake writes CMakeCache.txt before it fails,
+# so a rule on the cache would never run again and every later make would stop
+# at "No rule to make target 'Makefile'"). A failed configure removes its cache
+# (a wrong compiler or a package found missing stays cached otherwise), so the
+# next make starts afresh; once the build system exists, `cmake --build` re-runs
+# CMake itself when a CMakeLists.txt changes.
+configure:
+	@if [ ! -f $(BUILD)/Makefile ] && [ ! -f $(BUILD)/build.ninja ]; then \
+		rm -f $(BUILD)/CMakeCache.txt; \
+		echo "cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS)"; \
+		cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) || \
+			{ rm -rf $(BUILD)/CMakeCache.txt $(BUILD)/CMakeFiles; \
+			  echo "configure failed: fix the cause and run make again (it configures afresh)" >&2; exit 1; }; \
+	fi
 
-build: $(BUILD)/CMakeCache.txt
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: deps

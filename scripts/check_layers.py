@@ -51,6 +51,11 @@ PUBLIC = {
 # Private headers (paths under src/) that their layer shares with the layers
 # above it. Every other header under src/<layer>/ is for that layer only.
 SHARED = {
+    # notes a graph carries for its file format (the ONNX importer / exporter keep
+    # doc strings, metadata, value_info there)
+    "ir/graph_notes.h",
+    # problems found at import, collected for `qfold inspect`
+    "io/onnx_problems.h",
     "core/arena.h",
     "core/strbuf.h",
     "core/parallel.h",

@@ -265,6 +265,10 @@ extern "C" {
       (DATA),                                                                         \
       (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS)         \
        A(output_padding,INTS) A(output_shape,INTS) A(pads,INTS) A(strides,INTS)))     \
+    X(OPAQUE, opaque, NULL, "", 0, -1, 1, -1,                                         \
+      (DATA),                                                                         \
+      (A(op_type,STRING) A(domain,STRING) A(attributes,TENSOR)                        \
+       A(output_types,INTS) A(empty_outputs,INTS) A(unnamed,INT)))                    \
     QF_EXTRA_OP_LIST(X)
 
 typedef enum qf_op {

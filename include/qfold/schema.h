@@ -59,6 +59,9 @@ qf_input_role qf_op_input_role(qf_op op, int slot);
 static inline const char *qf_op_label(const qf_node *n)
 {
     const char *onnx = qf_op_onnx_name(n->op);
+    /* An opaque node (an op qfold does not know, kept for export) goes by
+     * its ONNX op_type. */
+    if (n->op == QF_OP_OPAQUE) onnx = qf_node_attr_string(n, "op_type", NULL);
     return onnx ? onnx : qf_op_name(n->op);
 }
 

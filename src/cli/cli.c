@@ -451,6 +451,14 @@ int qf_cli_outputs_commit(qf_cli_outputs *s)
     return QF_EXIT_OK;
 }
 
+void qf_cli_outputs_drop(qf_cli_outputs *s, int i)
+{
+    qf_cli_output *o = &s->o[i];
+    if (o->tmp) qf_file_temp_discard(o->tmp);
+    qf_free(o->tmp);
+    o->tmp = NULL;
+}
+
 void qf_cli_outputs_free(qf_cli_outputs *s)
 {
     for (int i = 0; i < s->n; i++) {

@@ -183,6 +183,8 @@ int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path);
 int qf_cli_outputs_input(const qf_cli_outputs *s, const char *what, const char *path);
 qf_status qf_cli_outputs_stage(qf_cli_outputs *s, int i, const char **tmp);
 int qf_cli_outputs_commit(qf_cli_outputs *s);
+/* Discard what output i staged: commit leaves its file as it was. */
+void qf_cli_outputs_drop(qf_cli_outputs *s, int i);
 void qf_cli_outputs_free(qf_cli_outputs *s);
 /* qf_cli_fail for a failure while writing output i: the message names it,
  * and an I/O error (full disk, quota, EIO) is a failure while processing

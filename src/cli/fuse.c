@@ -1,4 +1,4 @@
-/* qfold fuse IN.onnx -o OUT.onnx [--report R.json] [--verify] [--verify-data X.npy]
+/* qfold fuse IN.onnx -o OUT.onnx [--report R.json] [--verify] [--verify-data [NAME=]X.npy ...]
  *            [--tolerance T] [--passes p1,p2 | --pipeline NAME] [--fixpoint] [-v]
  *
  * Load, run a pipeline (default ptq) with the verifier after every pass,
@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "core/strbuf.h"
+#include "fuse_verify.h"
 #include "qfold/exec.h"
 #include "qfold/io.h"
 #include "qfold/pass.h"
@@ -26,9 +27,12 @@
 
 #define QF_FUSE_MAX_PASSES 64
 #define QF_FUSE_DEFAULT_TOL 1e-4
+#define QF_FUSE_MAX_VERIFY_DATA 32
 
 typedef struct qf_fuse_args {
-    const char *in, *out, *report, *verify_data, *passes, *pipeline;
+    const char *in, *out, *report, *passes, *pipeline;
+    qf_verify_data vd[QF_FUSE_MAX_VERIFY_DATA]; /* --verify-data, in the order given */
+    int nvd;
     bool verify, fixpoint, verbose;
     double tol;
 } qf_fuse_args;
@@ -48,38 +52,6 @@ static int qf_fuse_count_bn(const qf_graph *g)
 }
 
 /* --- verification ---------------------------------------------------------------- */
-
-/* Run the original and the written file on the same inputs (--verify-data,
- * else generated ones) and compare every output (qf_compare_graphs). *res
- * holds the outputs compared, also when an output's shape differs. */
-static qf_status qf_fuse_verify(const qf_fuse_args *fa, const char *written, qf_compare_result *res)
-{
-    qf_graph *g0 = NULL, *g1 = NULL;
-    qf_tensor data = {0};
-    memset(res, 0, sizeof *res);
-    qf_status st = qf_onnx_load(fa->in, &g0);
-    if (st == QF_OK) st = qf_onnx_load(written, &g1);
-    if (st == QF_OK && fa->verify_data) {
-        if (g0->ninputs != 1)
-            st = qf_error(QF_ERR_INVALID, "--verify-data takes one array, the model has %d inputs", g0->ninputs);
-        if (st == QF_OK) st = qf_npy_load(fa->verify_data, &data);
-        const qf_value *v = st == QF_OK ? g0->inputs[0] : NULL;
-        if (v && (data.dtype != v->type.dtype || data.ndim != v->type.ndim))
-            st = qf_error(QF_ERR_INVALID, "--verify-data '%s': input '%s' wants %s of rank %d, got %s of rank %d",
-                          fa->verify_data, v->name, qf_dtype_name(v->type.dtype), v->type.ndim,
-                          qf_dtype_name(data.dtype), data.ndim);
-    }
-    if (st == QF_OK) {
-        const qf_tensor *in[1] = {&data};
-        qf_compare_options opt = {.tolerance = fa->tol, .ref_name = "original", .cand_name = "fused",
-                                  .change = "fusing"};
-        st = qf_compare_graphs(g0, g1, fa->verify_data ? in : NULL, fa->verify_data ? 1 : 0, &opt, res);
-    }
-    qf_tensor_free(&data);
-    qf_graph_free(g0);
-    qf_graph_free(g1);
-    return st;
-}
 
 /* --- summary ---------------------------------------------------------------------- */
 
@@ -130,7 +102,7 @@ static void qf_fuse_summary(const qf_fuse_args *fa, const qf_graph *g, const qf_
 }
 
 static void qf_fuse_extra_json(const qf_fuse_args *fa, const qf_graph *g, int bn_before,
-                               const qf_compare_result *cmp, qf_strbuf *s)
+                               const qf_compare_result *cmp, const char *verify_error, qf_strbuf *s)
 {
     qf_strbuf_puts(s, "\"input\": ");
     qf_strbuf_json_string(s, fa->in);
@@ -151,8 +123,21 @@ static void qf_fuse_extra_json(const qf_fuse_args *fa, const qf_graph *g, int bn
         return;
     }
     qf_strbuf_printf(s, "{\"tolerance\": %.9g, \"data\": ", fa->tol);
-    if (fa->verify_data) qf_strbuf_json_string(s, fa->verify_data);
-    else qf_strbuf_puts(s, "\"random (fixed seed)\"");
+    if (fa->nvd == 1 && !fa->vd[0].name[0]) {
+        qf_strbuf_json_string(s, fa->vd[0].path);
+    } else if (fa->nvd) {
+        /* Per input: {"x": "x.npy", ...}. */
+        qf_strbuf_puts(s, "{");
+        for (int i = 0; i < fa->nvd; i++) {
+            qf_strbuf_puts(s, i ? ", " : "");
+            qf_strbuf_json_string(s, fa->vd[i].name);
+            qf_strbuf_puts(s, ": ");
+            qf_strbuf_json_string(s, fa->vd[i].path);
+        }
+        qf_strbuf_puts(s, "}");
+    } else {
+        qf_strbuf_puts(s, "\"random (fixed seed)\"");
+    }
     qf_strbuf_puts(s, ", \"outputs\": [");
     for (int i = 0; i < cmp->noutputs; i++) {
         const qf_compare_output *d = &cmp->outputs[i];
@@ -161,7 +146,13 @@ static void qf_fuse_extra_json(const qf_fuse_args *fa, const qf_graph *g, int bn
         qf_strbuf_printf(s, ", \"max_abs\": %.9g, \"max_rel\": %.9g, \"ok\": %s}", d->max_abs, d->max_rel,
                          d->ok ? "true" : "false");
     }
-    qf_strbuf_puts(s, "]}");
+    qf_strbuf_puts(s, "]");
+    if (verify_error) {
+        /* Only a failed verification has these: a passing report is as before. */
+        qf_strbuf_puts(s, ", \"ok\": false, \"error\": ");
+        qf_strbuf_json_string(s, verify_error);
+    }
+    qf_strbuf_puts(s, "}");
 }
 
 /* --- the command -------------------------------------------------------------------- */
@@ -175,7 +166,23 @@ static int qf_fuse_parse(int argc, char **argv, qf_fuse_args *fa)
         if (qf_cli_args_value(&a, "-o", "--output", &v)) fa->out = v;
         else if (qf_cli_args_value(&a, "--report", NULL, &v)) fa->report = v;
         else if (qf_cli_args_flag(&a, "--verify", NULL)) fa->verify = true;
-        else if (qf_cli_args_value(&a, "--verify-data", NULL, &v)) fa->verify_data = v, fa->verify = true;
+        else if (qf_cli_args_value(&a, "--verify-data", NULL, &v)) {
+            if (a.failed) break;
+            if (fa->nvd == QF_FUSE_MAX_VERIFY_DATA) return qf_cli_usage_error(a.cmd, "too many --verify-data");
+            qf_verify_data *d = &fa->vd[fa->nvd++];
+            /* NAME=X.npy names the input; a path that exists as given is a file. */
+            const char *eq = strchr(v, '=');
+            struct stat sb;
+            memset(d, 0, sizeof *d);
+            d->path = v;
+            if (eq && eq != v && !memchr(v, '/', (size_t)(eq - v)) && stat(v, &sb) != 0) {
+                if ((size_t)(eq - v) >= sizeof d->name)
+                    return qf_cli_usage_error(a.cmd, "--verify-data: input name too long");
+                memcpy(d->name, v, (size_t)(eq - v));
+                d->path = eq + 1;
+            }
+            fa->verify = true;
+        }
         else if (qf_cli_args_value(&a, "--tolerance", NULL, &v)) {
             if (a.failed) break;
             char *end;
@@ -204,8 +211,8 @@ static int qf_fuse_outputs(const qf_fuse_args *fa, qf_cli_outputs *out)
     int rc = qf_cli_outputs_add(out, "output", fa->out);
     if (rc == QF_EXIT_OK && fa->report) rc = qf_cli_outputs_add(out, "report", fa->report);
     if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(out, "the input model", fa->in);
-    if (rc == QF_EXIT_OK && fa->verify_data)
-        rc = qf_cli_outputs_input(out, "the --verify-data input", fa->verify_data);
+    for (int i = 0; rc == QF_EXIT_OK && i < fa->nvd; i++)
+        rc = qf_cli_outputs_input(out, "the --verify-data input", fa->vd[i].path);
     return rc;
 }
 
@@ -278,8 +285,9 @@ static int qf_cli_fuse(int argc, char **argv)
         rc = qf_cli_fail_write(&out, 0, st);
         goto done;
     }
+    char *verify_error = NULL;
     if (fa.verify) {
-        st = qf_fuse_verify(&fa, tmp, &cmp);
+        st = qf_fuse_verify_run(fa.in, tmp, fa.vd, fa.nvd, fa.tol, &cmp);
         for (int i = 0; i < cmp.noutputs; i++) {
             const qf_compare_output *d = &cmp.outputs[i];
             printf("verify: output '%s': max abs diff %.3g, max rel diff %.3g (tolerance %.3g) %s\n", d->name,
@@ -287,8 +295,16 @@ static int qf_cli_fuse(int argc, char **argv)
         }
         if (st == QF_OK && !cmp.ok)
             st = qf_error(QF_ERR_MISMATCH, "the fused model's outputs differ from the original's past the "
-                                           "tolerance %g: nothing written", fa.tol);
-        if (st != QF_OK) {
+                                           "tolerance %g: %s", fa.tol,
+                          fa.report ? "the model is not written" : "nothing written");
+        if (st == QF_ERR_MISMATCH && fa.report) {
+            /* A failed verification is reported: the report is written, the
+             * model is not (exit 1). */
+            const char *msg = qf_error_message();
+            size_t n = strlen(msg) + 1;
+            if ((verify_error = qf_malloc(n))) memcpy(verify_error, msg, n);
+            qf_cli_outputs_drop(&out, 0);
+        } else if (st != QF_OK) {
             rc = qf_cli_fail(st);
             goto done;
         }
@@ -297,7 +313,7 @@ static int qf_cli_fuse(int argc, char **argv)
         char *text = NULL;
         size_t len = 0;
         const char *rtmp = NULL;
-        qf_fuse_extra_json(&fa, g, bn_before, &cmp, &extra);
+        qf_fuse_extra_json(&fa, g, bn_before, &cmp, verify_error, &extra);
         st = extra.oom ? qf_error(QF_ERR_NOMEM, "out of memory")
                        : qf_pass_report_json(r, extra.p, &text, &len);
         if (st != QF_OK) {
@@ -308,11 +324,20 @@ static int qf_cli_fuse(int argc, char **argv)
         if (st == QF_OK) st = qf_file_write_atomic(rtmp, text, len);
         qf_free(text);
         if (st != QF_OK) {
+            qf_free(verify_error);
             rc = qf_cli_fail_write(&out, 1, st);
             goto done;
         }
     }
-    if ((rc = qf_cli_outputs_commit(&out)) != QF_EXIT_OK) goto done;
+    if ((rc = qf_cli_outputs_commit(&out)) != QF_EXIT_OK) {
+        qf_free(verify_error);
+        goto done;
+    }
+    if (verify_error) {
+        rc = qf_cli_error(QF_EXIT_FAIL, "%s (report written to %s)", verify_error, fa.report);
+        qf_free(verify_error);
+        goto done;
+    }
     double t_end = qf_fuse_now();
     qf_fuse_summary(&fa, g, r, bn_before, stdout);
     printf("  time: load %.1f ms, passes %.1f ms, %s %.1f ms, total %.1f ms\n", (t_load - t0) * 1e3,
@@ -329,7 +354,7 @@ done:
 const qf_cli_command qf_cli_cmd_fuse = {
     .name = "fuse",
     .summary = "fold BatchNorm (and canonicalize) with a pass pipeline, write the rewritten model",
-    .usage = "qfold fuse IN.onnx -o OUT.onnx [--report R.json] [--verify] [--verify-data X.npy]\n"
+    .usage = "qfold fuse IN.onnx -o OUT.onnx [--report R.json] [--verify] [--verify-data [NAME=]X.npy ...]\n"
              "                  [--tolerance T] [--passes p1,p2 | --pipeline NAME] [--fixpoint] [-v]",
     .details =
         "Runs the passes (default: pipeline ptq = canonicalize, fuse_batch_norm,\n"
@@ -343,12 +368,20 @@ const qf_cli_command qf_cli_cmd_fuse = {
         "                        with its reason, per-pass times, BN diagnostics, --verify\n"
         "  --verify              run the original and the written model on the same inputs\n"
         "                        and compare every output; inputs are uniform [-1, 1) from a\n"
-        "                        fixed-seed generator, unknown dims taken as 1, integer inputs\n"
-        "                        zeros (int64 ones bound as constants, as `qfold run` does)\n"
-        "  --verify-data X.npy   verify on this array instead (single-input models)\n"
+        "                        fixed-seed generator, integer inputs zeros (int64 ones bound\n"
+        "                        as constants, as `qfold run` does). Unknown dims: a dim named\n"
+        "                        as a dim of a --verify-data array takes its size, the first\n"
+        "                        dim 1, the others the smallest of 1, 2, 4, ..., 256 the model\n"
+        "                        accepts (pooling / convolution windows). A model that cannot\n"
+        "                        be verified (an op qfold cannot run, no size fits) fails\n"
+        "                        with exit status 1, nothing written but the --report\n"
+        "  --verify-data X.npy   verify on this array instead (single-input models); for a\n"
+        "  --verify-data NAME=X.npy  model with several inputs (or integer shape inputs),\n"
+        "                        one per input given, the others generated\n"
         "  --tolerance T         fail when, for some output, max|a - b| / max(1e-6, max|a|)\n"
         "                        exceeds T (a = original, b = rewritten; default 1e-4); then\n"
-        "                        nothing is written and the exit status is 1\n"
+        "                        nothing is written (but the --report, which says why) and\n"
+        "                        the exit status is 1\n"
         "  --passes p1,p2        run these passes instead of a pipeline (dce is appended)\n"
         "  --pipeline NAME       run this pipeline (default ptq)\n"
         "  --fixpoint            repeat the list until no pass changes the graph (at most 8)\n"

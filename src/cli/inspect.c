@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "io/onnx_problems.h"
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "qfold/io.h"
@@ -22,7 +23,8 @@ typedef struct qf_op_count {
 typedef struct qf_inspect {
     const char *path;
     const qf_graph *g;
-    qf_op_count ops[QF_OP_COUNT];
+    const qf_problems *problems; /* found at import (unsupported ops, dtypes, opsets) */
+    qf_op_count *ops;            /* room for QF_OP_COUNT + one per problem */
     int nops;
     qf_tally params, buffers, consts;
     int batch_norms;
@@ -51,6 +53,7 @@ static void qf_inspect_collect(qf_inspect *in)
     const qf_graph *g = in->g;
     int per_op[QF_OP_COUNT] = {0};
     for (const qf_node *n = g->first; n; n = n->next) {
+        if (n->op == QF_OP_OPAQUE) continue; /* counted by their op's key, below */
         if ((unsigned)n->op < QF_OP_COUNT) per_op[n->op]++;
         if (n->op == QF_OP_BATCH_NORM) in->batch_norms++;
         /* A Constant node's payload is model data too. */
@@ -62,6 +65,15 @@ static void qf_inspect_collect(qf_inspect *in)
         if (!per_op[op]) continue;
         const char *onnx = qf_op_onnx_name((qf_op)op);
         in->ops[in->nops++] = (qf_op_count){onnx ? onnx : qf_op_name((qf_op)op), per_op[op]};
+    }
+    /* Ops qfold does not know, by "domain.op_type": one problem per node. */
+    for (int i = 0; i < in->problems->n; i++) {
+        const qf_problem *p = &in->problems->items[i];
+        if (p->kind != QF_PROBLEM_OP) continue;
+        int k = 0;
+        while (k < in->nops && strcmp(in->ops[k].name, p->key) != 0) k++;
+        if (k == in->nops) in->ops[in->nops++] = (qf_op_count){p->key, 0};
+        in->ops[k].count++;
     }
     qsort(in->ops, (size_t)in->nops, sizeof in->ops[0], qf_op_count_cmp);
     for (int i = 0; i < g->nvalues; i++) {
@@ -171,6 +183,14 @@ static void qf_inspect_json(const qf_inspect *in, FILE *f)
     fprintf(f, "  \"batch_norms\": %d\n}\n", in->batch_norms);
 }
 
+/* The grouped listing of what keeps qfold from running the model, on stderr. */
+static void qf_inspect_problems(const char *model, const qf_problems *p, bool loaded)
+{
+    fprintf(stderr, "qfold: %s: %s:\n", model,
+            loaded ? "qfold cannot run this model" : "problems found before the import stopped");
+    qf_problems_print(p, stderr, "  ");
+}
+
 static void qf_print_dot_cb(FILE *f, const void *g) { qf_graph_print_dot(g, f); }
 
 /* The plan qfold would run the model with, unknown input dims taken as
@@ -229,13 +249,22 @@ static int qf_cli_inspect(int argc, char **argv)
         rc = qf_cli_outputs_input(&out, "the model", model);
     qf_graph *g = NULL;
     qf_status st = QF_OK;
-    if (rc == QF_EXIT_OK && (st = qf_onnx_load(model, &g)) != QF_OK) rc = qf_cli_fail(st);
+    /* Every problem at once, not just the first (src/io/onnx_problems.h). */
+    qf_problems problems = {0};
+    if (rc == QF_EXIT_OK && (st = qf_onnx_load_collect(model, &problems, &g)) != QF_OK) {
+        rc = qf_cli_fail(st);
+        if (problems.n) qf_inspect_problems(model, &problems, g != NULL);
+    }
+    qf_inspect in = {.path = model, .g = g, .problems = &problems};
+    if (rc == QF_EXIT_OK &&
+        !(in.ops = qf_calloc((size_t)QF_OP_COUNT + (size_t)problems.n, sizeof *in.ops)))
+        rc = qf_cli_fail(QF_ERR_NOMEM);
     if (rc != QF_EXIT_OK) {
+        qf_problems_free(&problems);
+        qf_graph_free(g);
         qf_cli_outputs_free(&out);
         return rc;
     }
-
-    qf_inspect in = {.path = model, .g = g};
     qf_inspect_collect(&in);
     if (json)
         qf_inspect_json(&in, stdout);
@@ -245,7 +274,13 @@ static int qf_cli_inspect(int argc, char **argv)
         fputc('\n', stdout);
         qf_graph_print(g, stdout);
     }
-    if (plan && (st = qf_inspect_plan(g, batch ? batch : 1, stdout)) != QF_OK) rc = qf_cli_fail(st);
+    if (problems.n) {
+        /* A model qfold cannot run: the status a failed import has. */
+        qf_inspect_problems(model, &problems, true);
+        rc = qf_cli_exit_code(QF_ERR_UNSUPPORTED);
+    }
+    if (rc == QF_EXIT_OK && plan && (st = qf_inspect_plan(g, batch ? batch : 1, stdout)) != QF_OK)
+        rc = qf_cli_fail(st);
     if (dot && rc == QF_EXIT_OK) {
         const char *tmp;
         st = qf_cli_outputs_stage(&out, 0, &tmp);
@@ -253,6 +288,8 @@ static int qf_cli_inspect(int argc, char **argv)
         rc = st == QF_OK ? qf_cli_outputs_commit(&out) : qf_cli_fail_write(&out, 0, st);
     }
     qf_cli_outputs_free(&out);
+    qf_free(in.ops);
+    qf_problems_free(&problems);
     qf_graph_free(g);
     return rc;
 }
@@ -263,7 +300,13 @@ const qf_cli_command qf_cli_cmd_inspect = {
     .usage = "qfold inspect MODEL.onnx [--json] [--graph] [--dot FILE] [--plan [--batch N]]",
     .details =
         "Shows the graph as qfold imports it. Op names are ONNX op types (qfold's own\n"
-        "name for its internal ops, such as linear and relu6).\n\n"
+        "name for its internal ops, such as linear and relu6; domain.op_type for ops of\n"
+        "other domains).\n\n"
+        "A model qfold cannot run (ops it does not know, dtypes or opsets it does not\n"
+        "handle) is still described; every problem is then listed on stderr, grouped with\n"
+        "counts (unsupported ops: 2 x com.microsoft.FusedGemm (nodes a, b)), nothing is\n"
+        "written and the exit status is 2. `qfold fuse` still folds the rest of such a\n"
+        "model, keeping the unknown nodes as they are.\n\n"
         "options:\n"
         "  --json       print the same information as one JSON object\n"
         "  --graph      also print the whole graph, one node per line\n"

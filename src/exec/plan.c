@@ -672,6 +672,7 @@ static void qf_plan_clear(qf_plan *p)
 static qf_status qf_plan_make(qf_plan **out, qf_graph *g, bool plain)
 {
     *out = NULL;
+    QF_TRY(qf_graph_check_runnable(g));
     qf_stack_reserve();
     qf_plan *p = qf_calloc(1, sizeof *p);
     if (!p) return QF_ERR_NOMEM;

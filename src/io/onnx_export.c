@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../core/arena.h"
+#include "onnx_keep.h"
 #include "onnx_proto.h"
 
 typedef struct qf_transposed {
@@ -104,7 +105,14 @@ static Onnx__ValueInfoProto *qf_ex_value_info(qf_export *ex, const qf_value *v)
     Onnx__TypeProto *tp = qf_ex_alloc(ex, sizeof *tp);
     Onnx__TypeProto__Tensor *tt = qf_ex_alloc(ex, sizeof *tt);
     Onnx__TensorShapeProto *sh = qf_ex_alloc(ex, sizeof *sh);
+    int32_t elem = (int32_t)v->type.dtype;
     int nd = v->type.ndim;
+    int64_t known[QF_MAX_DIMS];
+    for (int i = 0; i < nd; i++) known[i] = v->type.dims[i];
+    /* Downstream of an op qfold does not know, the model's declaration is
+     * all there is (src/io/onnx_keep.c). */
+    if (!qf_dtype_valid(v->type.dtype) && !qf_keep_declared_type(ex->g, v->name, &elem, &nd, known))
+        return NULL; /* the caller checked */
     Onnx__TensorShapeProto__Dimension **dims =
         qf_ex_alloc(ex, sizeof *dims * (size_t)(nd ? nd : 1));
     if (!vi || !tp || !tt || !sh || !dims) return NULL;
@@ -116,11 +124,20 @@ static Onnx__ValueInfoProto *qf_ex_value_info(qf_export *ex, const qf_value *v)
         Onnx__TensorShapeProto__Dimension *d = qf_ex_alloc(ex, sizeof *d);
         if (!d) return NULL;
         onnx__tensor_shape_proto__dimension__init(d);
-        if (v->type.dims[i] >= 0) {
+        bool declared;
+        const char *param = qf_keep_dim_name(ex->g, v->name, nd, i, &declared);
+        if (known[i] >= 0) {
             d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
-            d->dim_value = v->type.dims[i];
+            d->dim_value = known[i];
+        } else if (param) {
+            /* The model's own symbolic name. */
+            d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+            d->dim_param = (char *)param;
+        } else if (declared) {
+            /* Unknown and unnamed in the model: it stays so. */
         } else {
-            /* A symbolic dim: "N" for the leading (batch) dim, "d<i>" elsewhere. */
+            /* A value the model did not declare: "N" for the leading (batch)
+             * dim, "d<i>" elsewhere. */
             char buf[16];
             snprintf(buf, sizeof buf, i == 0 ? "N" : "d%d", i);
             d->value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
@@ -132,12 +149,13 @@ static Onnx__ValueInfoProto *qf_ex_value_info(qf_export *ex, const qf_value *v)
     sh->n_dim = (size_t)nd;
     sh->dim = dims;
     tt->has_elem_type = 1;
-    tt->elem_type = (int32_t)v->type.dtype;
+    tt->elem_type = elem;
     tt->shape = sh;
     tp->value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
     tp->tensor_type = tt;
     vi->name = (char *)v->name;
     vi->type = tp;
+    vi->doc_string = (char *)qf_keep_value_doc(ex->g, v->name, &ex->arena);
     return vi;
 }
 
@@ -376,12 +394,32 @@ static qf_status qf_ex_plain(qf_export *ex, const qf_node *n, const char *op_typ
     return QF_OK;
 }
 
+/* An op qfold does not know, written back as it was read: op_type, domain,
+ * name, every input slot (trailing empty ones too), its attributes' bytes
+ * (src/io/onnx_keep.c). */
+static qf_status qf_ex_opaque(qf_export *ex, const qf_node *n)
+{
+    int nin = n->ninputs, nout = n->noutputs;
+    char **ins = qf_ex_alloc(ex, sizeof *ins * (size_t)(nin ? nin : 1));
+    const char **outs = qf_ex_alloc(ex, sizeof *outs * (size_t)(nout ? nout : 1));
+    if (!ins || !outs) return QF_ERR_NOMEM;
+    for (int i = 0; i < nin; i++) ins[i] = (char *)qf_ex_use(ex, n->inputs[i]);
+    for (int i = 0; i < nout; i++) outs[i] = n->outputs[i]->name;
+    const char *op_type = qf_node_attr_string(n, "op_type", "");
+    Onnx__NodeProto *np = qf_ex_node(ex, n->name, op_type, 0, NULL, nout, outs, 0);
+    if (!np) return QF_ERR_NOMEM;
+    np->n_input = (size_t)nin;
+    np->input = ins;
+    return qf_keep_opaque_fill(n, &ex->arena, np);
+}
+
 /* Internal ops (no ONNX op_type in their schema row) and how each is
  * written as ONNX ops. */
 typedef qf_status (*qf_ex_lower_fn)(qf_export *ex, const qf_node *n);
 static const qf_ex_lower_fn qf_ex_lowerings[QF_OP_COUNT] = {
     [QF_OP_LINEAR] = qf_ex_linear,
     [QF_OP_RELU6] = qf_ex_relu6,
+    [QF_OP_OPAQUE] = qf_ex_opaque,
 };
 
 static qf_status qf_ex_nodes(qf_export *ex)
@@ -398,6 +436,7 @@ static qf_status qf_ex_nodes(qf_export *ex)
                             n->name, qf_op_name(n->op));
         }
     }
+    for (size_t i = 0; i < ex->nnodes; i++) QF_TRY(qf_keep_node_doc(ex->g, &ex->arena, ex->nodes[i]));
     return QF_OK;
 }
 
@@ -417,8 +456,12 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
     for (int i = 0; i < g->ninputs + g->noutputs; i++) {
         bool is_in = i < g->ninputs;
         const qf_value *v = is_in ? g->inputs[i] : g->outputs[i - g->ninputs];
-        /* The 1.12 checker rejects interface values without a type. */
-        if (!qf_dtype_valid(v->type.dtype))
+        /* The 1.12 checker rejects interface values without a type; past an
+         * op qfold does not know, the model's declaration stands in. */
+        int32_t elem;
+        int nd;
+        int64_t dims[QF_MAX_DIMS];
+        if (!qf_dtype_valid(v->type.dtype) && !qf_keep_declared_type(g, v->name, &elem, &nd, dims))
             return qf_error(QF_ERR_INVALID,
                             "graph %s '%s' has no known dtype (shapes were not inferred)",
                             is_in ? "input" : "output", v->name);
@@ -462,8 +505,10 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
  * the two levels that hold the weights are written by hand, in the field
  * order protobuf-c uses (ascending field numbers), and only the small
  * remainders are packed by protobuf-c:
- *   ModelProto  fields before graph (ir_version 1, producer_name 2), graph (7)
- *               as a key + length, then the rest (opset_import 8)
+ *   ModelProto  fields before graph (ir_version 1, producer_name 2, the kept
+ *               producer_version 3 to doc_string 6), graph (7) as a key +
+ *               length, then the rest (opset_import 8, then the kept
+ *               metadata_props 14 and functions 25 as unknown fields)
  *   GraphProto  node (1), name (2), each initializer (5) as key + length,
  *               then the rest (input 11, output 12, ...)
  *   TensorProto everything but raw_data packed (dims 1, data_type 2, name 8;
@@ -534,8 +579,12 @@ static void qf_ex_put_model(qf_ex_stream *s, const Onnx__ModelProto *m)
     mhead.graph = NULL;
     mhead.n_opset_import = 0;
     mhead.opset_import = NULL;
+    mhead.base.n_unknown_fields = 0; /* kept fields past opset_import (onnx_keep.c) */
+    mhead.base.unknown_fields = NULL;
     mtail.n_opset_import = m->n_opset_import;
     mtail.opset_import = m->opset_import;
+    mtail.base.n_unknown_fields = m->base.n_unknown_fields;
+    mtail.base.unknown_fields = m->base.unknown_fields;
     Onnx__GraphProto ghead = ONNX__GRAPH_PROTO__INIT, gtail = *gp;
     ghead.n_node = gp->n_node;
     ghead.node = gp->node;
@@ -599,7 +648,9 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
         m.n_opset_import = 1;
         m.opset_import = opsets;
         m.graph = &gp;
-        st = qf_ex_write(&m, path);
+        st = qf_keep_export_model(g, &ex.arena, &m, &gp);
+        if (st != QF_OK) qf_error_prefix(st, "%s: ", path);
+        if (st == QF_OK) st = qf_ex_write(&m, path);
     }
     qf_free(ex.used);
     qf_free(ex.nodes);

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "onnx_keep.h"
+#include "onnx_problems.h"
 #include "onnx_proto.h"
 #include "qfold/pass.h"
 #include "qfold/schema.h"
@@ -44,6 +46,7 @@ typedef struct qf_import {
     qf_node **nodes;    /* qf node of ONNX node i */
     const char **names; /* node name used in messages (ONNX name or generated) */
     uint32_t id0;       /* id of the first node created */
+    qf_problems *problems; /* every problem found (onnx_problems.h) */
 } qf_import;
 
 static const char *qf_str(const char *s) { return s ? s : ""; }
@@ -339,6 +342,21 @@ static const char *qf_arity_str(int min, int max, char *buf, size_t size)
     return buf;
 }
 
+/* What every node of ONNX node i gets once made: its place in the tables,
+ * its outputs' names, its doc string, and (attrs) its attributes. */
+static qf_status qf_import_node_tail(qf_import *im, size_t i, qf_node *n, bool attrs)
+{
+    const Onnx__NodeProto *np = im->gp->node[i];
+    im->nodes[i] = n;
+    im->names[i] = n->name;
+    if (n->id - im->id0 != i) return qf_error(QF_ERR_INTERNAL, "node ids are not sequential");
+    QF_TRY(qf_import_node_outputs(im, i, n));
+    QF_TRY(qf_keep_import_node_doc(im->g, np, n->name));
+    for (size_t k = 0; attrs && k < np->n_attribute; k++)
+        QF_TRY(qf_import_attr(im->g, n, n->name, np->attribute[k]));
+    return QF_OK;
+}
+
 static qf_status qf_import_node(qf_import *im, size_t i)
 {
     const Onnx__NodeProto *np = im->gp->node[i];
@@ -349,12 +367,24 @@ static qf_status qf_import_node(qf_import *im, size_t i)
         snprintf(gen, sizeof gen, "%.120s_%zu", op_type, i);
         name = gen;
     }
-    if (!qf_default_domain(np->domain))
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': unsupported op '%s' (from domain '%s')",
-                        name, op_type, np->domain);
-    qf_op op = qf_op_from_onnx(op_type);
-    if (op == QF_OP_COUNT)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s': unsupported op '%s'", name, op_type);
+    qf_op op = qf_default_domain(np->domain) ? qf_op_from_onnx(op_type) : QF_OP_COUNT;
+    if (op == QF_OP_COUNT) {
+        /* An op qfold does not know: kept as an opaque node (onnx_keep.c). */
+        qf_node *n = NULL;
+        char key[300];
+        qf_keep_op_key(np->domain, op_type, key, sizeof key);
+        qf_status st = qf_keep_opaque_node(im->g, np, name, true, &n);
+        if (st != QF_OK && !n && st != QF_ERR_NOMEM) {
+            /* One it cannot keep either: an error, unless collecting
+             * problems (inspect), which goes on with a stand-in. */
+            QF_TRY(qf_problems_add(im->problems, QF_PROBLEM_OP, key, name, st));
+            QF_TRY(qf_keep_opaque_node(im->g, np, name, false, &n));
+        } else {
+            QF_TRY(st);
+            QF_TRY(qf_problems_add(im->problems, QF_PROBLEM_OP, key, n->name, QF_OK));
+        }
+        return qf_import_node_tail(im, i, n, false);
+    }
 
     /* Arity from the op table: slots below min_inputs are required. Checked
      * here because shape inference indexes inputs without looking. */
@@ -383,13 +413,7 @@ static qf_status qf_import_node(qf_import *im, size_t i)
     qf_node *n = qf_graph_add_node(im->g, op, name, (int)nin, none, (int)nout);
     qf_free(none);
     if (!n) return QF_ERR_NOMEM;
-    im->nodes[i] = n;
-    im->names[i] = n->name;
-    if (n->id - im->id0 != i) return qf_error(QF_ERR_INTERNAL, "node ids are not sequential");
-    QF_TRY(qf_import_node_outputs(im, i, n));
-    for (size_t k = 0; k < np->n_attribute; k++)
-        QF_TRY(qf_import_attr(im->g, n, n->name, np->attribute[k]));
-    return QF_OK;
+    return qf_import_node_tail(im, i, n, true);
 }
 
 static qf_status qf_import_node_inputs(qf_import *im, size_t i)
@@ -442,6 +466,7 @@ static qf_status qf_import_graph(qf_import *im, const Onnx__ModelProto *m)
     if (m->producer_name && *m->producer_name &&
         !(g->producer_name = qf_graph_strdup(g, m->producer_name)))
         return QF_ERR_NOMEM;
+    QF_TRY(qf_keep_import_model(g, m));
     QF_TRY(qf_import_initializers(im));
     QF_TRY(qf_import_inputs(im));
     im->nodes = qf_calloc(gp->n_node ? gp->n_node : 1, sizeof *im->nodes);
@@ -491,7 +516,7 @@ static qf_status qf_import_finish(qf_graph *g)
  * weights exist once, in the buffer the file was read into. Any other shape
  * is decoded whole (protobuf-c copies every weight; the tensors take those
  * copies) and buf is freed right after. */
-static qf_status qf_onnx_decode(void *buf, size_t size, qf_graph **out)
+static qf_status qf_onnx_decode(void *buf, size_t size, qf_problems *problems, qf_graph **out)
 {
     *out = NULL;
     qf_status st = size ? qf_pb_check(&onnx__model_proto__descriptor, buf, size, "ONNX model")
@@ -521,7 +546,8 @@ static qf_status qf_onnx_decode(void *buf, size_t size, qf_graph **out)
                     .init = split.init,
                     .ninit = split.ninit,
                     .alloc = &alloc,
-                    .oom = &oom};
+                    .oom = &oom,
+                    .problems = problems};
     if (st == QF_OK) st = qf_import_model(&im, m, out);
     if (m) onnx__model_proto__free_unpacked(m, &alloc);
     qf_onnx_split_free(&split);
@@ -532,16 +558,22 @@ static qf_status qf_onnx_decode(void *buf, size_t size, qf_graph **out)
 
 qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out)
 {
-    return qf_onnx_decode(buf, size, out);
+    qf_problems problems = {0};
+    qf_status st = qf_onnx_decode(buf, size, &problems, out);
+    qf_problems_free(&problems);
+    return st;
 }
 
 /* Decode (taking buf), then finish; `what` (may be NULL) prefixes error
  * messages. */
-static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, qf_graph **out)
+static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, qf_problems *problems,
+                                   qf_graph **out)
 {
     *out = NULL;
     qf_graph *g = NULL;
-    qf_status st = qf_onnx_decode(buf, size, &g);
+    qf_problems own = {0};
+    qf_status st = qf_onnx_decode(buf, size, problems ? problems : &own, &g);
+    qf_problems_free(&own);
     if (st == QF_OK) {
         st = qf_import_finish(g);
         if (st != QF_OK) qf_graph_free(g);
@@ -559,10 +591,10 @@ qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, q
     void *buf = qf_malloc(size ? size : 1);
     if (!buf) return what ? qf_error_prefix(QF_ERR_NOMEM, "%s: ", what) : QF_ERR_NOMEM;
     if (size) memcpy(buf, data, size);
-    return qf_onnx_load_impl(buf, size, what, out);
+    return qf_onnx_load_impl(buf, size, what, NULL, out);
 }
 
-qf_status qf_onnx_load(const char *path, qf_graph **out)
+static qf_status qf_onnx_load_path(const char *path, qf_problems *problems, qf_graph **out)
 {
     *out = NULL;
     void *buf;
@@ -573,5 +605,13 @@ qf_status qf_onnx_load(const char *path, qf_graph **out)
         return qf_error(QF_ERR_PARSE,
                         "%s: not a valid ONNX model (%zu bytes, over protobuf's 2 GiB limit)", path,
                         size);
-    return qf_onnx_load_impl(buf, size, path, out);
+    return qf_onnx_load_impl(buf, size, path, problems, out);
+}
+
+qf_status qf_onnx_load(const char *path, qf_graph **out) { return qf_onnx_load_path(path, NULL, out); }
+
+qf_status qf_onnx_load_collect(const char *path, qf_problems *p, qf_graph **out)
+{
+    p->collect = true;
+    return qf_onnx_load_path(path, p, out);
 }

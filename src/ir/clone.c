@@ -4,6 +4,7 @@
  * rewrites it) while the trained graph itself goes on to finalize. */
 #include <string.h>
 
+#include "graph_notes.h"
 #include "qfold/graph.h"
 
 static qf_status clone_attr(qf_graph *d, qf_node *n, const qf_attr *a)
@@ -37,6 +38,7 @@ static qf_status clone_body(const qf_graph *s, qf_graph *d, qf_value **map)
     if (s->producer_name && !(d->producer_name = qf_graph_strdup(d, s->producer_name))) return QF_ERR_NOMEM;
     d->opset = s->opset;
     d->ir_version = s->ir_version;
+    QF_TRY(qf_graph_notes_copy(d, s));
     for (int i = 0; i < s->ninputs; i++) {
         const qf_value *v = s->inputs[i];
         if (!(map[v->id] = qf_graph_add_input(d, v->name, v->type.dtype, v->type.ndim, v->type.dims)))

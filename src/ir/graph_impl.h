@@ -25,6 +25,7 @@ struct qf_graph_impl {
     qf_name_map value_names;
     qf_name_map node_names;
     uint32_t name_counter; /* for generated names */
+    struct qf_graph_note *notes; /* graph_notes.h: kept for the file format */
 };
 
 void *qf_name_map_get(const qf_name_map *m, const char *key);

@@ -22,9 +22,17 @@ qf_status qf_node_infer(qf_graph *g, qf_node *n)
 {
     const qf_op_kernels *k = qf_op_kernels_get(n->op);
     const char *label = qf_op_label(n);
+    bool unknown = false;
     for (int i = 0; i < n->ninputs; i++) {
         const qf_value *v = n->inputs[i];
         if (!v) continue;
+        if (v->type.dtype == QF_DTYPE_UNDEFINED && v->producer) {
+            /* Downstream of an opaque node whose outputs the model declares
+             * no type for (src/ops/opaque.c): inference stops here, and the
+             * outputs stay unknown too. */
+            unknown = true;
+            continue;
+        }
         if (v->type.dtype == QF_DTYPE_UNDEFINED)
             return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d '%s' has no type", n->name, label, i,
                             v->name);
@@ -32,6 +40,13 @@ qf_status qf_node_infer(qf_graph *g, qf_node *n)
          * whatever else reaches a node (a binding, a rewrite). */
         if (!qf_shape_fits(v->type.dtype, v->type.ndim, v->type.dims))
             return qf_node_too_large(n, label, "input", i, v);
+    }
+    if (unknown && n->op != QF_OP_OPAQUE) {
+        for (int i = 0; i < n->noutputs; i++) {
+            n->outputs[i]->type.dtype = QF_DTYPE_UNDEFINED;
+            n->outputs[i]->type.ndim = 0;
+        }
+        return QF_OK;
     }
     if (!k || !k->infer) return qf_error(QF_ERR_INTERNAL, "op %s has no shape inference", qf_op_name(n->op));
     QF_TRY(k->infer(g, n));

@@ -175,4 +175,8 @@ static inline void qf_set_output(qf_node *n, int i, qf_dtype dt, int ndim, const
     for (int d = 0; d < ndim; d++) t->dims[d] = dims[d];
 }
 
+/* QF_ERR_UNSUPPORTED naming the first opaque node (an op qfold does not
+ * know, src/ops/opaque.c): the graph cannot be run. Plans call it first. */
+qf_status qf_graph_check_runnable(const qf_graph *g);
+
 #endif

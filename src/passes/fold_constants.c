@@ -29,8 +29,10 @@
 /* Whether every input n reads is known at import time. */
 static bool qf_fold_inputs_known(const qf_node *n)
 {
+    if (n->op == QF_OP_OPAQUE) return false; /* no kernel: it cannot be evaluated */
     if (n->op == QF_OP_SHAPE)
-        return n->ninputs >= 1 && n->inputs[0] && qf_tensor_numel(&n->inputs[0]->type) >= 0;
+        return n->ninputs >= 1 && n->inputs[0] && n->inputs[0]->type.dtype != QF_DTYPE_UNDEFINED &&
+               qf_tensor_numel(&n->inputs[0]->type) >= 0; /* undefined: past an opaque node */
     for (int i = 0; i < n->ninputs; i++)
         if (n->inputs[i] && !qf_value_is_const(n->inputs[i])) return false;
     return true;

@@ -164,10 +164,19 @@ qf_status qf_rewrite_splice_out(qf_graph *g, qf_node *n, qf_value *with)
     }
     int nin = n->ninputs;
     for (int i = 0; i < nin; i++) ins[i] = n->inputs[i];
+    /* The readers keep the name they read: `with` takes the spliced
+     * output's name when it is a node's output (as ONNX Runtime's fusions
+     * do, the folded Conv writes the BatchNorm's output), so that a node
+     * qfold keeps without knowing it (src/ops/opaque.c) and the model's
+     * value_info still name what they named. */
+    const char *old = n->outputs[0]->name;
+    bool rename = with->producer && !with->is_output && !n->outputs[0]->is_output;
     qf_status st = qf_graph_replace_uses(g, n->outputs[0], with);
     if (st == QF_OK) {
         qf_graph_remove_node(g, n);
         qf_rewrite_drop_dead_consts(g, ins, nin);
+        /* old stays readable: removed values' names stay in the arena. */
+        if (rename && !qf_graph_find_value(g, old)) st = qf_graph_rename_value(g, with, old);
     }
     if (ins != local) qf_free(ins);
     return st;

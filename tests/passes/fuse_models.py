@@ -16,7 +16,8 @@ original, `qfold run` on the fused file and ONNX Runtime on the fused file
 equal torch's (or numpy's) within 1e-5 relative.
 
 CLI cases:
-  cli_verify_fail  --tolerance far below the fold's rounding: exit 1, nothing written
+  cli_verify_fail  --tolerance far below the fold's rounding: exit 1, the model not written, the report
+                   written with the failure
   cli_same_path    -o equal to the input: exit 2, input untouched
   cli_usage        unknown pass / pipeline, --passes with --pipeline: exit 2
   cli_passes       `qfold passes` lists the passes and the ptq pipeline
@@ -227,8 +228,16 @@ def main():
         p = run([QFOLD, "fuse", src, "-o", out, "--verify", "--tolerance", "1e-15", "--report", rep], expect=1)
         if "FAILED" not in p.stdout or "tolerance" not in p.stderr:
             fail(f"no verification message:\n{p.stdout}\n{p.stderr}")
-        if os.path.exists(out) or os.path.exists(rep):
-            fail("a file was written although verification failed")
+        # The model is not written; the report is, with the failure in it (issue 7).
+        if os.path.exists(out):
+            fail("the model was written although verification failed")
+        if not os.path.exists(rep):
+            fail("no report although --report was given")
+        else:
+            v = json.load(open(rep))["verify"]
+            if v.get("ok") is not False or "tolerance" not in v.get("error", "") or not v["outputs"]:
+                fail(f"the report does not say verification failed: {v}")
+            os.remove(rep)
         no_leftovers(WORK, "vf_out")
         # The same with the default tolerance passes and writes both.
         run([QFOLD, "fuse", src, "-o", out, "--verify", "--report", rep])
