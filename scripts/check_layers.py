@@ -7,7 +7,7 @@
 
 The order (docs/ARCHITECTURE.md, "Layers"):
 
-    core < ir < ops < exec < passes < {quant, train} < io < cli
+    core < ir < ops < exec < passes < {quant, train} < io < tflite < cli
 
 A file may include headers of its own layer and of the layers below it.
 quant and train sit side by side: neither includes the other (the `qat`
@@ -27,9 +27,9 @@ import re
 import sys
 import tempfile
 
-LAYERS = ["core", "ir", "ops", "exec", "passes", "quant", "train", "io", "cli"]
+LAYERS = ["core", "ir", "ops", "exec", "passes", "quant", "train", "io", "tflite", "cli"]
 # quant and train have the same rank: neither may include the other.
-RANK = {"core": 0, "ir": 1, "ops": 2, "exec": 3, "passes": 4, "quant": 5, "train": 5, "io": 6, "cli": 7}
+RANK = {"core": 0, "ir": 1, "ops": 2, "exec": 3, "passes": 4, "quant": 5, "train": 5, "io": 6, "tflite": 7, "cli": 8}
 SIDE_BY_SIDE = {"quant", "train"}
 
 # include/qfold/<topic>.h -> layer
@@ -45,6 +45,7 @@ PUBLIC = {
     "train.h": "train",
     "qat.h": "train",
     "io.h": "io",
+    "tflite.h": "tflite",
 }
 
 # Private headers (paths under src/) that their layer shares with the layers
@@ -92,7 +93,7 @@ def resolve(root, rel, name):
 
 
 def sources(root):
-    for top, exts in (("src", (".c", ".h")), (os.path.join("include", "qfold"), (".h",))):
+    for top, exts in (("src", (".c", ".h", ".cc")), (os.path.join("include", "qfold"), (".h",))):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in sorted(files):
                 if f.endswith(exts):
@@ -143,9 +144,9 @@ def check(root):
 def report(root):
     bad = check(root)
     if not bad:
-        print("layers: every include follows core < ir < ops < exec < passes < {quant, train} < io < cli")
+        print("layers: every include follows core < ir < ops < exec < passes < {quant, train} < io < tflite < cli")
         return 0
-    print("layers: %d include%s against the order core < ir < ops < exec < passes < {quant, train} < io < cli:"
+    print("layers: %d include%s against the order core < ir < ops < exec < passes < {quant, train} < io < tflite < cli:"
           % (len(bad), "" if len(bad) == 1 else "s"))
     for rel, line, inc, reason in bad:
         print('  %s:%d: #include "%s"\n      %s' % (rel, line, inc, reason))

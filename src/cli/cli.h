@@ -29,6 +29,7 @@
     X(fuse)                \
     X(quantize)            \
     X(finalize)            \
+    X(export)              \
     X(eval)                \
     X(train)               \
     X(qat)                 \

@@ -1,0 +1,89 @@
+/* qfold export: an int8 QDQ model -> an int8 TFLite flatbuffer (the
+ * library's qf_tflite_export, include/qfold/tflite.h), with the deployment
+ * report (--report) and a short summary on stderr. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qfold/io.h"
+#include "qfold/tflite.h"
+
+static int qf_cli_export(int argc, char **argv)
+{
+    const char *in = NULL, *outp = NULL, *report = NULL, *v;
+    qf_tflite_options o = {0};
+    qf_cli_args a = qf_cli_args_begin(&qf_cli_cmd_export, argc, argv);
+    while (qf_cli_args_next(&a)) {
+        if (qf_cli_args_value(&a, "-o", "--output", &v)) outp = v;
+        else if (qf_cli_args_value(&a, "--report", NULL, &v)) report = v;
+        else if (qf_cli_args_flag(&a, "--float-io", NULL)) o.float_io = true;
+        else if (qf_cli_args_flag(&a, "--all-outputs", NULL)) o.all_outputs = true; /* debug, not in the help */
+        else if (!in && qf_cli_args_positional(&a, &v)) in = v;
+        else return qf_cli_args_unknown(&a);
+    }
+    if (a.failed) return QF_EXIT_USAGE;
+    if (!in) return qf_cli_usage_error(&qf_cli_cmd_export, "no input model");
+    if (!outp) return qf_cli_usage_error(&qf_cli_cmd_export, "no output file (-o OUT.tflite)");
+    qf_cli_outputs out;
+    qf_cli_outputs_init(&out);
+    int rc = qf_cli_outputs_add(&out, "output", outp);
+    if (rc == QF_EXIT_OK && report) rc = qf_cli_outputs_add(&out, "report", report);
+    if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(&out, "the input model", in);
+    if (rc != QF_EXIT_OK) {
+        qf_cli_outputs_free(&out);
+        return rc;
+    }
+    qf_graph *g = NULL;
+    qf_tflite_result r = {0};
+    char *text = NULL;
+    size_t len = 0;
+    const char *tmp = NULL;
+    int wi = -1;
+    qf_status st = qf_onnx_load(in, &g);
+    if (st == QF_OK) st = qf_tflite_export(g, &o, &r);
+    if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
+        st = qf_file_write_atomic(tmp, r.data, r.size);
+    if (st == QF_OK && report) {
+        wi = -1;
+        st = qf_tflite_report_json(&r, NULL, &text, &len);
+        if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 1, &tmp)) == QF_OK)
+            st = qf_file_write_atomic(tmp, text, len);
+    }
+    if (st != QF_OK) rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
+    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) qf_tflite_report_print(&r, stderr);
+    qf_cli_outputs_free(&out);
+    qf_free(text);
+    qf_tflite_result_free(&r);
+    qf_graph_free(g);
+    return rc;
+}
+
+const qf_cli_command qf_cli_cmd_export = {
+    .name = "export",
+    .summary = "an int8 QDQ model -> an int8 TFLite flatbuffer (NHWC), with a deployment report",
+    .usage = "qfold export IN.onnx -o OUT.tflite [--float-io] [--report R.json]",
+    .details =
+        "IN is an int8 QDQ model: what `qfold quantize`, `qat` or `finalize` write, or one\n"
+        "quantized by another tool in the same form (ONNX Runtime's quantize_static, QDQ,\n"
+        "int8 activations and weights). Each DQ -> op -> [Relu] -> Q group becomes one TFLite\n"
+        "operator: CONV_2D (weights OHWI, per channel), DEPTHWISE_CONV_2D (1HWO),\n"
+        "TRANSPOSE_CONV, FULLY_CONNECTED (per-tensor weights only), AVERAGE_POOL_2D,\n"
+        "MAX_POOL_2D, MEAN, ADD, SUB, MUL, CONCATENATION, RESHAPE, TRANSPOSE, PAD, SOFTMAX,\n"
+        "LOGISTIC, TANH, HARD_SWISH; Relu / Relu6 become fused activations. Tensors are NHWC\n"
+        "(transposed once for the whole graph; a TRANSPOSE only where a Reshape / Flatten\n"
+        "needs the NCHW order) and keep the ONNX value names; batch 1. Anything TFLite's int8\n"
+        "ops (or ArmNN's TfLite parser) cannot express is an error naming the node and the\n"
+        "reason (exit 2, nothing written).\n"
+        "`quantize`, `qat` and `finalize` write the same file directly when their output\n"
+        "name ends in .tflite.\n\n"
+        "options:\n"
+        "  -o, --output FILE   the .tflite file (temporary file + rename; never the input)\n"
+        "  --float-io          float32 inputs and outputs (QUANTIZE / DEQUANTIZE at the\n"
+        "                      boundaries); without it they are int8 with their qparams\n"
+        "  --report FILE       JSON deployment report: per op the TFLite op, its node, tensor\n"
+        "                      shapes (NHWC), MACs, weight bytes; totals: file size, weight\n"
+        "                      bytes, peak activation memory (first-fit arena plan in op\n"
+        "                      order), MACs per inference\n",
+    .fn = qf_cli_export,
+};

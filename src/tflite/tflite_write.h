@@ -1,0 +1,105 @@
+/* The TFLite flatbuffer writer: a model described in plain C structs
+ * (tensors, buffers, operators, one subgraph) serialized with the
+ * FlatBuffers library and the code flatc generates at build time from the
+ * vendored schema (third_party/tflite/schema.fbs). The one C++ unit of the
+ * library (tflite_write.cc) sits behind this C interface; everything else of
+ * the export (src/tflite/tflite_export.c) is C.
+ *
+ * What the writer does the way TFLite's own writer does: buffer 0 is the
+ * empty buffer every tensor without data points at, each buffer's data is
+ * aligned to 16 bytes (force_align in the schema), one OperatorCode per
+ * builtin with both fields set (deprecated_builtin_code = min(code, 127),
+ * builtin_code), model version 3, file identifier "TFL3". */
+#ifndef QF_TFLITE_WRITE_H
+#define QF_TFLITE_WRITE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qfold/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* TensorType values of the schema. */
+enum { QF_TFL_FLOAT32 = 0, QF_TFL_INT32 = 2, QF_TFL_INT64 = 4, QF_TFL_INT8 = 9 };
+/* BuiltinOperator values of the schema (the ones qfold writes). */
+enum {
+    QF_TFL_ADD = 0,
+    QF_TFL_AVERAGE_POOL_2D = 1,
+    QF_TFL_CONCATENATION = 2,
+    QF_TFL_CONV_2D = 3,
+    QF_TFL_DEPTHWISE_CONV_2D = 4,
+    QF_TFL_DEQUANTIZE = 6,
+    QF_TFL_FULLY_CONNECTED = 9,
+    QF_TFL_LOGISTIC = 14,
+    QF_TFL_MAX_POOL_2D = 17,
+    QF_TFL_MUL = 18,
+    QF_TFL_RESHAPE = 22,
+    QF_TFL_SOFTMAX = 25,
+    QF_TFL_TANH = 28,
+    QF_TFL_PAD = 34,
+    QF_TFL_TRANSPOSE = 39,
+    QF_TFL_MEAN = 40,
+    QF_TFL_SUB = 41,
+    QF_TFL_TRANSPOSE_CONV = 67,
+    QF_TFL_QUANTIZE = 114,
+    QF_TFL_HARD_SWISH = 117
+};
+/* Padding and ActivationFunctionType values of the schema. */
+enum { QF_TFL_PAD_SAME = 0, QF_TFL_PAD_VALID = 1 };
+enum { QF_TFL_ACT_NONE = 0, QF_TFL_ACT_RELU = 1, QF_TFL_ACT_RELU6 = 3 };
+
+#define QF_TFL_MAX_RANK 8
+
+typedef struct qf_tfl_tensor {
+    const char *name;
+    int type;                        /* QF_TFL_INT8 ... */
+    int ndim;
+    int32_t shape[QF_TFL_MAX_RANK];
+    uint32_t buffer;                 /* index into the model's buffers + 1; 0: no data */
+    int nq;                          /* number of scales (0: no quantization) */
+    const float *scale;              /* nq scales */
+    const int64_t *zero_point;       /* nq zero points */
+    int qdim;                        /* quantized_dimension */
+} qf_tfl_tensor;
+
+typedef struct qf_tfl_buffer {
+    const void *data;
+    size_t size;
+} qf_tfl_buffer;
+
+/* One operator; the options fields the op's options table has are read,
+ * the others ignored. */
+typedef struct qf_tfl_op {
+    int code;                        /* BuiltinOperator */
+    int ninputs, noutputs;
+    const int32_t *inputs, *outputs; /* tensor indices (-1: an omitted optional input) */
+    int padding, stride_w, stride_h, dilation_w, dilation_h, filter_w, filter_h;
+    int depth_multiplier, activation, axis, keep_dims;
+    float beta;
+} qf_tfl_op;
+
+typedef struct qf_tfl_model {
+    const qf_tfl_tensor *tensors;
+    int ntensors;
+    const qf_tfl_buffer *buffers;    /* written as buffers 1..n (0 is the empty one) */
+    int nbuffers;
+    const qf_tfl_op *ops;
+    int nops;
+    const int32_t *inputs, *outputs; /* the subgraph's */
+    int ninputs, noutputs;
+    const char *name;                /* the subgraph's name */
+    const char *description;
+} qf_tfl_model;
+
+/* Serialize m; *out (qf_malloc, the caller frees) gets *size bytes, whose
+ * start is aligned for the 16-byte buffer alignment to hold in memory. */
+qf_status qf_tfl_serialize(const qf_tfl_model *m, uint8_t **out, size_t *size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
