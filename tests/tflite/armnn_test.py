@@ -298,6 +298,35 @@ def case_concat():
     export_and_check(*torch_model("concat", Net(), (3, 12, 12)))
 
 
+def case_data_errors():
+    """--data / --count: bad input is one line naming the file or option, exit
+    2, nothing written; --count limits the samples measured."""
+    import torch
+    import torch.nn as nn
+    from qfcli import error_line
+    torch.manual_seed(7)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 1))
+    qdq, x, calib = torch_model("small", net, (3, 8, 8))
+    out, rep = work("e.tflite"), work("e.json")
+    cases = [(["--data", calib], "--report"),
+             (["--report", rep, "--data", calib, "--data", calib], "one --data per input"),
+             (["--report", rep, "--data", work("missing.npy")], "missing.npy"),
+             (["--report", rep, "--data", calib, "--count", "0"], "--count"),
+             (["--report", rep, "--data", work("bad.npy")], "bad.npy")]
+    np.save(work("bad.npy"), np.full((4, 3, 8, 8), np.nan, np.float32))
+    for extra, needle in cases:
+        _, _, err = run_qfold(ARGS.qfold, ["export", qdq, "-o", out] + extra, expect=2)
+        error_line(err, needle)
+        check(not os.path.exists(out) and not os.path.exists(rep), "%r: a file was written" % extra)
+    np.save(work("shape.npy"), np.zeros((4, 3, 9, 8), np.float32))
+    _, _, err = run_qfold(ARGS.qfold, ["export", qdq, "-o", out, "--report", rep, "--data", work("shape.npy")],
+                          expect=2)
+    error_line(err, "shape.npy")
+    qfold("export", qdq, "-o", out, "--report", rep, "--data", calib, "--count", "3")
+    r = json.load(open(rep))
+    check(all(isinstance(o["max_lsb"], int) for o in r["ops"]), "max_lsb: %r" % r["ops"])
+
+
 def _probe_model(kind):
     """A one-op model built with the flatc --python code (tfl_build.py), in
     a form the checker or ArmNN must refuse."""
