@@ -330,7 +330,9 @@ qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kin
  * exported graph computes) and once as written (Q / DQ in float, as `qfold
  * run --simulate`); max_lsb[k] gets the largest |difference| of int8 value
  * names[k] over every element and sample, or -1 where the graph has no such
- * int8 activation. qdq is not changed. (src/quant/int8_diff.c) */
+ * int8 activation. qdq is not changed. TFLite's exact arithmetic needs the
+ * reference kernels (qf_set_engine(QF_ENGINE_REF) first: oneDNN's int8 convs
+ * requantize in float, within 1 LSB of it). (src/quant/int8_diff.c) */
 qf_status qf_quant_int8_diff(const qf_graph *qdq, const qf_data_source *src, int64_t count, int nnames,
                              const char *const *names, int32_t *max_lsb);
 

@@ -7,7 +7,7 @@ find_program(QF_FLATC flatc)
 if(QF_PYTHON3 AND QF_FLATC)
   set(QF_TFLITE_PY "${QF_TEST_WORK}/tflite_py")
   add_test(NAME tflite_schema_py
-    COMMAND ${QF_FLATC} --python -o ${QF_TFLITE_PY} ${PROJECT_SOURCE_DIR}/third_party/tflite/schema.fbs)
+    COMMAND ${QF_FLATC} --python --gen-object-api -o ${QF_TFLITE_PY} ${PROJECT_SOURCE_DIR}/third_party/tflite/schema.fbs)
   set_tests_properties(tflite_schema_py PROPERTIES FIXTURES_SETUP tflite_py LABELS "tflite" TIMEOUT 60)
   set(QF_TFLITE_CASES checker armnn_limits data_errors conv_bn depthwise conv_transpose residual concat)
   if(QF_NODE)

@@ -38,8 +38,8 @@ def work(name):
     return os.path.join(ARGS.work, name)
 
 
-def qfold(*argv, expect=0):
-    _, out, err = run_qfold(ARGS.qfold, argv, expect=expect, timeout=600)
+def qfold(*argv, expect=0, env=None):
+    _, out, err = run_qfold(ARGS.qfold, argv, expect=expect, timeout=600, env=env)
     return out, err
 
 
@@ -52,15 +52,27 @@ def structure(path, float_io=False, max_transpose=0):
     check(not probs, "%s:\n  %s" % (path, "\n  ".join(probs)))
 
 
+def armnn_many(jobs):
+    """Run [(model, input .npy / .npz path)] on ArmNN in one subprocess;
+    [{tensor name: array}] per job. Fails with ArmNN's message when it
+    refuses a file or crashes."""
+    argv, outs = [], []
+    for i, (model, inp) in enumerate(jobs):
+        outs.append(work("armnn_out%d.npz" % i))
+        argv += [model, inp, outs[-1]]
+    p = subprocess.run([PY, os.path.join(HERE, "armnn_run.py")] + argv, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "ArmNN failed (exit %d):\n%s" % (p.returncode, p.stderr[-2000:]))
+    res = []
+    for o in outs:
+        with np.load(o) as z:
+            res.append({k: z[k] for k in z.files})
+    return res
+
+
 def armnn(model, x):
-    """ArmNN's outputs of `model` on x: {tensor name: array}; fails with
-    ArmNN's message when it refuses the file or crashes."""
+    """ArmNN's outputs of `model` on x: {tensor name: array}."""
     np.save(work("armnn_in.npy"), x)
-    p = subprocess.run([PY, os.path.join(HERE, "armnn_run.py"), model, work("armnn_in.npy"), work("armnn_out.npz")],
-                       capture_output=True, text=True, timeout=300)
-    check(p.returncode == 0, "ArmNN failed on %s (exit %d):\n%s" % (model, p.returncode, p.stderr[-2000:]))
-    with np.load(work("armnn_out.npz")) as z:
-        return {k: z[k] for k in z.files}
+    return armnn_many([(model, work("armnn_in.npy"))])[0]
 
 
 def io_qparams(path):
@@ -96,12 +108,55 @@ def int8_reference(qdq, x, names):
     argv = ["run", dbg, "-i", work("ref_in.npy")]
     for i in range(len(outs)):
         argv += ["-o", work("ref_out%d.npy" % i)]
-    qfold(*argv)
+    # The reference kernels: TFLite's fixed point exactly (oneDNN's int8
+    # convs requantize in float).
+    qfold(*argv, env=dict(os.environ, QFOLD_ENGINE="ref"))
     return {n: np.load(work("ref_out%d.npy" % i)) for i, n in enumerate(outs)}
 
 
 def nchw(a):
     return a.transpose(0, 3, 1, 2) if a.ndim == 4 else a
+
+
+def nhwc(a):
+    return np.ascontiguousarray(a.transpose(0, 2, 3, 1)) if a.ndim == 4 else a
+
+
+def per_op(dbg, ref, inputs):
+    """Each op of `dbg` alone on ArmNN, fed the integer reference's values
+    of its inputs (NHWC; `inputs`: the model's input tensors); an op output
+    the reference does not have (a PAD or TRANSPOSE the export adds) is
+    taken from ArmNN's own run of that op. {output name: (op, max LSB,
+    fraction differing)} for every output the reference has."""
+    import tfl_split
+    ops = tfl_split.split(dbg, tfl())
+    vals = dict(inputs)
+    for n, a in ref.items():
+        if a.dtype == np.int8:
+            vals[n] = nhwc(a)
+    done, res = set(), {}
+    while len(done) < len(ops):
+        ready = [o for o in ops if o[0] not in done and all(i in vals for i in o[3])]
+        check(ready, "ops whose inputs nobody computed: %r" % [o[1] for o in ops if o[0] not in done])
+        jobs = []
+        for k, name, model, ins, outs in ready:
+            path = work("op%d.tflite" % k)
+            with open(path, "wb") as f:
+                f.write(model)
+            np.savez(work("op%d_in.npz" % k), **{i: vals[i] for i in ins})
+            jobs.append((path, work("op%d_in.npz" % k)))
+        for (k, name, model, ins, outs), got in zip(ready, armnn_many(jobs)):
+            done.add(k)
+            for o in outs:
+                a = got[o]
+                if o in ref and ref[o].dtype == np.int8:
+                    r = nhwc(ref[o])
+                    check(a.shape == r.shape, "%s %s: ArmNN shape %s, qfold %s" % (name, o, a.shape, r.shape))
+                    d = np.abs(a.astype(np.int32) - r.astype(np.int32))
+                    res[o] = (name, int(d.max()), float((d > 0).mean()))
+                elif o not in vals:
+                    vals[o] = a
+    return res
 
 
 def export_and_check(qdq, x, calib, max_transpose=0, whole_lsb=None, min_top1=0.99):
@@ -113,31 +168,34 @@ def export_and_check(qdq, x, calib, max_transpose=0, whole_lsb=None, min_top1=0.
     ops = rep["ops"]
     measured = [o for o in ops if o.get("max_lsb") is not None]
     check(measured, "report: no op has max_lsb: %r" % ops)
-    print("max_lsb per op (integer reference vs simulation): %s"
+    print("max_lsb per op (integer reference vs simulation, 16 samples): %s"
           % ", ".join("%s %s" % (o["op"], o["max_lsb"]) for o in ops))
     dbg = work("dbg.tflite")
     qfold("export", qdq, "-o", dbg, "--all-outputs")
     structure(dbg, max_transpose=max_transpose)
     (si, zi), (so, zo) = io_qparams(out)
-    xq = quantize_input(x, si, zi)
-    got = armnn(dbg, xq if xq.ndim != 4 else xq.transpose(0, 2, 3, 1))
-    ref = int8_reference(qdq, x, list(got))
-    worst = {}
-    for name, a in got.items():
-        if name not in ref or a.dtype != np.int8:
-            continue
-        r = ref[name]
-        a = nchw(a)
-        check(a.shape == r.shape, "%s: ArmNN shape %s, qfold %s" % (name, a.shape, r.shape))
-        d = np.abs(a.astype(np.int32) - r.astype(np.int32))
-        worst[name] = (int(d.max()), float((d > 0).mean()))
-    check(len(worst) >= 2, "only %d intermediate tensors compared: %r" % (len(worst), list(got)))
-    print("ArmNN vs integer reference per tensor (max LSB, fraction differing): %s"
-          % ", ".join("%s %d %.4f" % (k, v[0], v[1]) for k, v in worst.items()))
-    bad = {k: v for k, v in worst.items() if v[0] > 1}
+    xq = nhwc(quantize_input(x, si, zi))
+    in_name = tfl().Model.Model.GetRootAs(open(dbg, "rb").read(), 0).Subgraphs(0)
+    in_name = in_name.Tensors(in_name.Inputs(0)).Name().decode()
+    chained = armnn(dbg, xq)
+    ref = int8_reference(qdq, x, list(chained) + [in_name])
+    # Each op alone, on the reference's inputs: within 1 LSB.
+    alone = per_op(dbg, ref, {in_name: xq})
+    check(len(alone) >= 2, "only %d ops compared: %r" % (len(alone), alone))
+    print("each op alone on ArmNN vs qfold's integer reference (max LSB, fraction differing): %s"
+          % ", ".join("%s %d %.4f" % v for v in alone.values()))
+    bad = {k: v for k, v in alone.items() if v[1] > 1}
     check(not bad, "ops more than 1 LSB from qfold's integer reference: %r" % bad)
+    # The chained run: every intermediate, for the record (flips amplify).
+    chain = {}
+    for name, a in chained.items():
+        if name in ref and a.dtype == np.int8 and ref[name].dtype == np.int8:
+            d = np.abs(nchw(a).astype(np.int32) - ref[name].astype(np.int32))
+            chain[name] = (int(d.max()), float((d > 0).mean()))
+    print("chained on ArmNN vs integer reference per tensor (max LSB, fraction differing): %s"
+          % ", ".join("%d %.4f" % v for v in chain.values()))
     # The whole model: its output dequantized, and top-1 against qfold's int8 run.
-    y = nchw(list(armnn(out, xq if xq.ndim != 4 else xq.transpose(0, 2, 3, 1)).values())[0])
+    y = nchw(list(armnn(out, xq).values())[0])
     np.save(work("x.npy"), x)
     qfold("run", qdq, "-i", work("x.npy"), "-o", work("q.npy"))
     yq = np.load(work("q.npy"))
