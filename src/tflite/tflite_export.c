@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../core/strbuf.h"
+#include "qfold/exec.h"
 #include "qfold/io.h"
 #include "qfold/quant.h"
 #include "qfold/schema.h"
@@ -456,6 +457,35 @@ static int tfl_padding(const geom *g)
     return valid ? QF_TFL_PAD_VALID : same ? QF_TFL_PAD_SAME : -1;
 }
 
+/* Pads SAME cannot express (PyTorch's stride-2 padding 1: one row before,
+ * SAME puts it after) as SAME with a larger kernel: the kernel embedded at
+ * offset off[i] in k' >= k taps of zeros, so that SAME's pads put the first
+ * tap where ONNX's do; the taps SAME adds read zeros (padding) or get weight
+ * 0. No PAD op: ArmNN's TfLite parser (20.08) pads an int8 tensor with 0, not
+ * with its zero point. Undilated only; g->k gets k'. */
+static bool widen_kernel(geom *g, int64_t off[2])
+{
+    int64_t kk[2];
+    for (int i = 0; i < 2; i++) {
+        if (g->d[i] != 1 || g->out[i] != (g->in[i] + g->s[i] - 1) / g->s[i]) return false;
+        bool ok = false;
+        for (int64_t k = g->k[i]; k <= g->k[i] + 2 * (g->pb[i] + g->s[i]) && !ok; k++) {
+            int64_t total = (g->out[i] - 1) * g->s[i] + k - g->in[i];
+            if (total < 0) total = 0;
+            int64_t a = total / 2 - g->pb[i];
+            if (a >= 0 && a + g->k[i] <= k) {
+                kk[i] = k;
+                off[i] = a;
+                ok = true;
+            }
+        }
+        if (!ok) return false;
+    }
+    g->k[0] = kk[0];
+    g->k[1] = kk[1];
+    return true;
+}
+
 /* A PAD of tensor xi (NHWC, int8) by g's pads: the padded tensor's index.
  * TFLite's int8 PAD fills with the zero point (the real value 0). */
 static qf_status add_pad(ex *e, const qf_node *n, int xi, const geom *g, int *out)
@@ -495,8 +525,9 @@ static int bias_tensor(ex *e, const qf_node *n, const qf_value *bq, int64_t m, f
         if (!zeros) return -1;
         data = zeros;
     }
-    return add_tensor(e, bq ? bq->name : name, QF_TFL_INT32, 1, shape, data, sizeof(int32_t) * (size_t)m, (int)m, sb,
-                      zb, 0, true);
+    /* one scale per weight scale: a per-tensor weight's bias has one (ArmNN checks) */
+    return add_tensor(e, bq ? bq->name : name, QF_TFL_INT32, 1, shape, data, sizeof(int32_t) * (size_t)m,
+                      nw == 1 ? 1 : (int)m, sb, zb, 0, true);
 }
 
 /* Weight scales: per tensor, or per channel (all equal counts as per tensor
@@ -514,13 +545,12 @@ static qf_status weight_qp(ex *e, const qf_node *n, const qf_value *s, const qf_
 }
 
 /* A weight tensor, data already in TFLite's layout. */
-static int weight_tensor(ex *e, const qf_value *w, int ndim, const int32_t *shape, const void *data, const float *sw,
-                         int64_t nw, int qdim)
+static int weight_tensor(ex *e, const qf_value *w, int ndim, const int32_t *shape, const void *data, size_t size,
+                         const float *sw, int64_t nw, int qdim)
 {
     int64_t *zp = ex_alloc(e, sizeof *zp * (size_t)nw);
     if (!zp) return -1;
-    return add_tensor(e, w->name, QF_TFL_INT8, ndim, shape, data, (size_t)qf_tensor_numel(&w->type), (int)nw, sw, zp,
-                      qdim, true);
+    return add_tensor(e, w->name, QF_TFL_INT8, ndim, shape, data, size, (int)nw, sw, zp, qdim, true);
 }
 
 /* A fully connected layer: x [N, K] int8 -> y [N, M], weight [M, K] int8 per
@@ -542,7 +572,7 @@ static qf_status emit_fc(ex *e, const qf_node *n, const qf_value *x, const qf_va
     QF_TRY(act_tensor(e, n, x, &xi));
     QF_TRY(act_tensor(e, n, y, &yi));
     int32_t wshape[2] = {(int32_t)M, (int32_t)K};
-    int wi = weight_tensor(e, w, 2, wshape, wdata, sw, 1, 0);
+    int wi = weight_tensor(e, w, 2, wshape, wdata, (size_t)(M * K), sw, 1, 0);
     QF_TRY(need(wi));
     int bi = bias_tensor(e, n, bq, M, xq.scale, sw, 1);
     QF_TRY(need(bi));
@@ -602,23 +632,40 @@ static qf_status emit_qconv(ex *e, qf_node *n)
     QF_TRY(act_tensor(e, n, x, &xi));
     QF_TRY(act_tensor(e, n, y, &yi));
     int padding = tfl_padding(&g);
-    if (padding < 0) {
+    int64_t off[2] = {0, 0};
+    if (padding < 0 && widen_kernel(&g, off)) {
+        padding = QF_TFL_PAD_SAME;
+        kh = g.k[0];
+        kw = g.k[1];
+    } else if (padding < 0) {
         QF_TRY(add_pad(e, n, xi, &g, &xi));
         padding = QF_TFL_PAD_VALID;
     }
-    /* Weights: OIHW -> OHWI (CONV_2D, per channel on 0) or [M, 1, kh, kw] ->
-     * [1, kh, kw, M] (DEPTHWISE_CONV_2D, per channel on 3). */
-    int8_t *wd = ex_alloc(e, (size_t)qf_tensor_numel(wt));
+    /* Weights (embedded in the widened kernel, if any): OIHW -> OHWI
+     * (CONV_2D, per channel on 0) or [M, 1, kh, kw] -> [1, kh, kw, M]
+     * (DEPTHWISE_CONV_2D, per channel on 3). */
+    const int64_t wdims[4] = {M, Cg, kh, kw};
+    const int8_t *wsrc = wt->data;
+    if (kh != wt->dims[2] || kw != wt->dims[3]) {
+        int8_t *big = ex_alloc(e, (size_t)(M * Cg * kh * kw));
+        if (!big) return QF_ERR_NOMEM;
+        for (int64_t oc = 0; oc < M * Cg; oc++)
+            for (int64_t i = 0; i < wt->dims[2]; i++)
+                memcpy(big + (oc * kh + i + off[0]) * kw + off[1], wsrc + (oc * wt->dims[2] + i) * wt->dims[3],
+                       (size_t)wt->dims[3]);
+        wsrc = big;
+    }
+    int8_t *wd = ex_alloc(e, (size_t)(M * Cg * kh * kw));
     if (!wd) return QF_ERR_NOMEM;
     static const int ohwi[4] = {0, 2, 3, 1}, ihwo[4] = {1, 2, 3, 0};
-    qf_tfl_permute4(wt->data, wd, wt->dims, dw ? ihwo : ohwi, 1);
+    qf_tfl_permute4(wsrc, wd, wdims, dw ? ihwo : ohwi, 1);
     int32_t wshape[4];
     if (dw) {
         wshape[0] = 1, wshape[1] = (int32_t)kh, wshape[2] = (int32_t)kw, wshape[3] = (int32_t)M;
     } else {
         wshape[0] = (int32_t)M, wshape[1] = (int32_t)kh, wshape[2] = (int32_t)kw, wshape[3] = (int32_t)Cg;
     }
-    int wi = weight_tensor(e, w, 4, wshape, wd, sw, nw, dw ? 3 : 0);
+    int wi = weight_tensor(e, w, 4, wshape, wd, (size_t)(M * Cg * kh * kw), sw, nw, dw ? 3 : 0);
     QF_TRY(need(wi));
     int bi = bias_tensor(e, n, bq, M, xq.scale, sw, nw);
     QF_TRY(need(bi));
@@ -635,6 +682,560 @@ static qf_status emit_qconv(ex *e, qf_node *n)
     op->activation = act;
     op->depth_multiplier = dw ? (int)(M / C) : 0;
     return QF_OK;
+}
+
+/* A fully connected layer from an int8 MatMul by a constant [K, M] (per
+ * tensor): the weight transposed to [M, K]. */
+static qf_status emit_qmatmul(ex *e, qf_node *n)
+{
+    tfl_qp xq, yq;
+    if (!qp_from(n->inputs[1], n->inputs[2], &xq) || !qp_from(n->inputs[6], n->inputs[7], &yq))
+        return refuse(e, n, "activation qparams are not per-tensor int8");
+    const qf_value *b = n->inputs[3];
+    if (!qf_value_is_const(b))
+        return refuse(e, n, "a MatMul of two activations (BATCH_MATMUL) is not in the exported op set");
+    const qf_tensor *bt = &b->type;
+    int64_t K = bt->dims[0], M = bt->dims[1];
+    int8_t *wd = ex_alloc(e, (size_t)(K * M));
+    if (!wd) return QF_ERR_NOMEM;
+    const int8_t *src = bt->data;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t k = 0; k < K; k++) wd[m * K + k] = src[k * M + m];
+    return emit_fc(e, n, n->inputs[0], n->outputs[0], b, wd, M, K, n->inputs[4], n->inputs[5], NULL, xq, yq,
+                   fused_act(n, yq));
+}
+
+/* MAX_POOL_2D (the int8 MaxPool) and AVERAGE_POOL_2D (QAVG_POOL). */
+static qf_status emit_pool(ex *e, qf_node *n)
+{
+    const bool avg = n->op == QF_OP_QAVG_POOL;
+    const qf_value *x = n->inputs[0], *y = n->outputs[0];
+    if (x->type.ndim != 4) return refuse(e, n, "only 2-D pooling (rank-4 tensors) has a TFLite form");
+    int cnt;
+    const int64_t *ks = qf_node_attr_ints(n, "kernel_shape", &cnt);
+    if (!ks || cnt != 2) return refuse(e, n, "kernel_shape is not 2-D");
+    const int64_t *dl = qf_node_attr_ints(n, "dilations", &cnt);
+    for (int i = 0; dl && i < cnt; i++)
+        if (dl[i] != 1) return refuse(e, n, "dilated pooling has no TFLite form");
+    geom g;
+    QF_TRY(get_geom(e, n, &x->type, &y->type, ks, &g));
+    int act = QF_TFL_ACT_NONE;
+    if (avg) {
+        tfl_qp yq;
+        if (!qp_from(n->inputs[3], n->inputs[4], &yq)) return refuse(e, n, "output qparams are not per-tensor int8");
+        act = fused_act(n, yq);
+        if (act < 0) return refuse(e, n, "its activation is none of NONE, RELU, RELU6");
+    }
+    int xi, yi;
+    QF_TRY(act_tensor(e, n, x, &xi));
+    QF_TRY(act_tensor(e, n, y, &yi));
+    int padding = tfl_padding(&g);
+    if (padding < 0) {
+        /* explicit pads: an average that counts them is a PAD (zero point: the
+         * real 0) + VALID pool; TFLite's SAME average excludes them */
+        if (!avg || qf_node_attr_int(n, "count_include_pad", 0) == 0)
+            return refuse(e, n, "pads [%lld, %lld, %lld, %lld] are neither SAME nor VALID for TFLite%s",
+                          (long long)g.pb[0], (long long)g.pb[1], (long long)g.pe[0], (long long)g.pe[1],
+                          avg ? " (and the average excludes them)" : "");
+        QF_TRY(add_pad(e, n, xi, &g, &xi));
+        padding = QF_TFL_PAD_VALID;
+    } else if (avg && padding == QF_TFL_PAD_SAME && (g.pb[0] || g.pb[1] || g.pe[0] || g.pe[1]) &&
+               qf_node_attr_int(n, "count_include_pad", 0) != 0) {
+        return refuse(e, n, "count_include_pad = 1 with SAME pads (TFLite's average excludes the padding)");
+    }
+    qf_tfl_op *op;
+    QF_TRY(add_op(e, n, avg ? QF_TFL_AVERAGE_POOL_2D : QF_TFL_MAX_POOL_2D, &xi, 1, &yi, 1, 0, &op));
+    op->padding = padding;
+    op->stride_h = (int)g.s[0];
+    op->stride_w = (int)g.s[1];
+    op->filter_h = (int)g.k[0];
+    op->filter_w = (int)g.k[1];
+    op->activation = act;
+    return QF_OK;
+}
+
+/* MEAN over the lowered node's axes (non-negative), mapped to NHWC. */
+static qf_status emit_qmean(ex *e, qf_node *n)
+{
+    const qf_value *x = n->inputs[0], *y = n->outputs[0];
+    int cnt = 0;
+    const int64_t *axes = qf_node_attr_ints(n, "axes", &cnt);
+    const int r = x->type.ndim;
+    bool red[QF_MAX_DIMS] = {false};
+    for (int i = 0; i < cnt; i++) red[qf_tfl_phys_axis(r, (int)axes[i])] = true;
+    const bool keep = qf_node_attr_int(n, "keepdims", 1) != 0;
+    if (!keep && r == 4) {
+        /* the kept axes must come out in the same order in both layouts */
+        int last = -1;
+        for (int i = 0; i < 4; i++)
+            if (!red[i]) {
+                if (nhwc_from[i] < last) return refuse(e, n, "a mean without keepdims that reorders NHWC axes");
+                last = nhwc_from[i];
+            }
+    }
+    tfl_qp yq;
+    if (!qp_from(n->inputs[3], n->inputs[4], &yq)) return refuse(e, n, "output qparams are not per-tensor int8");
+    if (fused_act(n, yq) != QF_TFL_ACT_NONE) return refuse(e, n, "TFLite's MEAN has no fused activation");
+    int32_t pa[QF_MAX_DIMS];
+    int na = 0;
+    for (int i = 0; i < r; i++)
+        if (red[i]) pa[na++] = i;
+    int xi, yi;
+    QF_TRY(act_tensor(e, n, x, &xi));
+    QF_TRY(act_tensor(e, n, y, &yi));
+    int ai = i32_tensor(e, node_name(e, n), "axes", pa, na, false);
+    QF_TRY(need(ai));
+    qf_tfl_op *op;
+    int32_t in[2] = {xi, ai};
+    QF_TRY(add_op(e, n, QF_TFL_MEAN, in, 2, &yi, 1, 0, &op));
+    op->keep_dims = keep;
+    return QF_OK;
+}
+
+/* An operand of an elementwise op of output rank `rank`: an activation's
+ * tensor, or a constant int8 (qparams qp) broadcast-expanded to the rank and
+ * permuted to NHWC. */
+static qf_status operand(ex *e, const qf_node *n, const qf_value *v, tfl_qp qp, int rank, int *out)
+{
+    if (!qf_value_is_const(v)) {
+        if (v->type.ndim != rank && rank == 4)
+            return refuse(e, n, "operand '%s' of rank %d broadcast against rank 4 (NHWC) is not exported", v->name,
+                          v->type.ndim);
+        return act_tensor(e, n, v, out);
+    }
+    if (v->type.dtype != QF_DTYPE_I8) return refuse(e, n, "constant '%s' is not int8", v->name);
+    if (e->vmap[v->id]) {
+        *out = e->vmap[v->id] - 1;
+        return QF_OK;
+    }
+    int64_t d[QF_MAX_DIMS];
+    int k = rank - v->type.ndim;
+    if (k < 0) return refuse(e, n, "constant '%s' has a higher rank than the output", v->name);
+    for (int i = 0; i < rank; i++) d[i] = i < k ? 1 : v->type.dims[i - k];
+    int64_t numel = qf_tensor_numel(&v->type);
+    int8_t *data = ex_alloc(e, (size_t)numel);
+    if (!data) return QF_ERR_NOMEM;
+    int32_t shape[QF_MAX_DIMS];
+    if (rank == 4) {
+        qf_tfl_permute4(v->type.data, data, d, nhwc_from, 1);
+        for (int i = 0; i < 4; i++) shape[i] = (int32_t)d[nhwc_from[i]];
+    } else {
+        memcpy(data, v->type.data, (size_t)numel);
+        for (int i = 0; i < rank; i++) shape[i] = (int32_t)d[i];
+    }
+    int64_t zp = qp.zp;
+    int ti = add_tensor(e, v->name, QF_TFL_INT8, rank, shape, data, (size_t)numel, 1, &qp.scale, &zp, 0, true);
+    QF_TRY(need(ti));
+    e->vmap[v->id] = ti + 1;
+    *out = ti;
+    return QF_OK;
+}
+
+/* ADD / MUL from the lowered QADD / QMUL. */
+static qf_status emit_qbinary(ex *e, qf_node *n)
+{
+    tfl_qp aq, bq, yq;
+    if (!qp_from(n->inputs[1], n->inputs[2], &aq) || !qp_from(n->inputs[4], n->inputs[5], &bq) ||
+        !qp_from(n->inputs[6], n->inputs[7], &yq))
+        return refuse(e, n, "qparams are not per-tensor int8");
+    int act = fused_act(n, yq);
+    if (act < 0) return refuse(e, n, "its activation is none of NONE, RELU, RELU6");
+    const int rank = n->outputs[0]->type.ndim;
+    int ai, bi, yi;
+    QF_TRY(operand(e, n, n->inputs[0], aq, rank, &ai));
+    QF_TRY(operand(e, n, n->inputs[3], bq, rank, &bi));
+    QF_TRY(act_tensor(e, n, n->outputs[0], &yi));
+    qf_tfl_op *op;
+    int32_t in[2] = {ai, bi};
+    QF_TRY(add_op(e, n, n->op == QF_OP_QADD ? QF_TFL_ADD : QF_TFL_MUL, in, 2, &yi, 1, 0, &op));
+    op->activation = act;
+    return QF_OK;
+}
+
+/* CONCATENATION from the lowered QCONCAT (inputs: s_y, zp_y, then x, s, zp each). */
+static qf_status emit_qconcat(ex *e, qf_node *n)
+{
+    const qf_value *y = n->outputs[0];
+    const int rank = y->type.ndim, k = (n->ninputs - 2) / 3;
+    int64_t axis = qf_node_attr_int(n, "axis", 0);
+    if (axis < 0) axis += rank;
+    int32_t *in = ex_alloc(e, sizeof *in * (size_t)(k > 0 ? k : 1));
+    if (!in) return QF_ERR_NOMEM;
+    for (int i = 0; i < k; i++) {
+        const qf_value *x = n->inputs[2 + 3 * i];
+        tfl_qp xq;
+        if (!qp_from(n->inputs[3 + 3 * i], n->inputs[4 + 3 * i], &xq))
+            return refuse(e, n, "input qparams are not per-tensor int8");
+        int xi;
+        QF_TRY(operand(e, n, x, xq, rank, &xi));
+        in[i] = xi;
+    }
+    int yi;
+    QF_TRY(act_tensor(e, n, y, &yi));
+    qf_tfl_op *op;
+    QF_TRY(add_op(e, n, QF_TFL_CONCATENATION, in, k, &yi, 1, 0, &op));
+    op->axis = qf_tfl_phys_axis(rank, (int)axis);
+    op->activation = QF_TFL_ACT_NONE;
+    return QF_OK;
+}
+
+/* TRANSPOSE_CONV from the lowered QCONV_TRANSPOSE: weights [C, M, kh, kw]
+ * -> [M, kh, kw, C] (OHWI, per channel on 0), output_shape an input. TFLite
+ * crops total/2 at the start (SAME) or nothing (VALID); other pads are refused. */
+static qf_status emit_qconv_transpose(ex *e, qf_node *n)
+{
+    tfl_qp xq, yq;
+    if (!qp_from(n->inputs[1], n->inputs[2], &xq) || !qp_from(n->inputs[6], n->inputs[7], &yq))
+        return refuse(e, n, "activation qparams are not per-tensor int8");
+    const qf_value *x = n->inputs[0], *y = n->outputs[0], *w = n->inputs[3], *bq = n->ninputs > 8 ? n->inputs[8] : NULL;
+    const qf_tensor *wt = &w->type;
+    if (x->type.ndim != 4 || wt->ndim != 4) return refuse(e, n, "only 2-D transposed convolutions have a TFLite form");
+    if (qf_node_attr_int(n, "group", 1) != 1) return refuse(e, n, "a grouped ConvTranspose has no TFLite form");
+    int cnt;
+    const int64_t *a = qf_node_attr_ints(n, "dilations", &cnt);
+    for (int i = 0; a && i < cnt; i++)
+        if (a[i] != 1) return refuse(e, n, "a dilated ConvTranspose has no TFLite form");
+    int act = fused_act(n, yq);
+    if (act < 0) return refuse(e, n, "its activation is none of NONE, RELU, RELU6");
+    const float *sw;
+    int64_t nw;
+    QF_TRY(weight_qp(e, n, n->inputs[4], n->inputs[5], &sw, &nw));
+    int64_t C = wt->dims[0], M = wt->dims[1], k[2] = {wt->dims[2], wt->dims[3]}, s[2] = {1, 1}, pb[2] = {0, 0};
+    if ((a = qf_node_attr_ints(n, "strides", &cnt)) && cnt == 2) memcpy(s, a, sizeof s);
+    if ((a = qf_node_attr_ints(n, "pads", &cnt)) && cnt == 4) pb[0] = a[0], pb[1] = a[1];
+    if (strcmp(qf_node_attr_string(n, "auto_pad", "NOTSET"), "NOTSET") != 0)
+        return refuse(e, n, "auto_pad on a ConvTranspose is not exported");
+    bool valid = true, same = true;
+    for (int i = 0; i < 2; i++) {
+        int64_t in = x->type.dims[2 + i], out = y->type.dims[2 + i];
+        if (in <= 0 || out <= 0) return refuse(e, n, "spatial size unknown");
+        if (pb[i] != 0 || out != (in - 1) * s[i] + k[i]) valid = false;
+        int64_t q = (out + s[i] - 1) / s[i], total = (q - 1) * s[i] + k[i] - out;
+        if (total < 0) total = 0;
+        if (q != in || pb[i] != total / 2) same = false;
+    }
+    if (!valid && !same)
+        return refuse(e, n, "pads / output_padding TFLite's TRANSPOSE_CONV cannot express (it crops total/2 "
+                            "at the start, SAME, or nothing, VALID)");
+    int xi, yi;
+    QF_TRY(act_tensor(e, n, x, &xi));
+    QF_TRY(act_tensor(e, n, y, &yi));
+    int8_t *wd = ex_alloc(e, (size_t)qf_tensor_numel(wt));
+    if (!wd) return QF_ERR_NOMEM;
+    static const int mhwc[4] = {1, 2, 3, 0};
+    qf_tfl_permute4(wt->data, wd, wt->dims, mhwc, 1);
+    int32_t wshape[4] = {(int32_t)M, (int32_t)k[0], (int32_t)k[1], (int32_t)C};
+    int wi = weight_tensor(e, w, 4, wshape, wd, (size_t)qf_tensor_numel(wt), sw, nw, 0);
+    QF_TRY(need(wi));
+    int oi = i32_tensor(e, node_name(e, n), "output_shape", e->t[yi].shape, 4, false);
+    QF_TRY(need(oi));
+    int64_t N = x->type.dims[0] > 0 ? x->type.dims[0] : 1;
+    const int64_t macs = N * x->type.dims[2] * x->type.dims[3] * C * k[0] * k[1] * M;
+    /* TFLite's TRANSPOSE_CONV takes a bias (4th input) and a fused activation
+     * only in its later versions; ArmNN's TfLite parser (20.08) takes neither.
+     * So the op is written with three inputs and no activation; a non-zero
+     * bias or an activation follows as an ADD of the bias (int8, per tensor)
+     * with the fused activation. The intermediate int8 tensor covers the
+     * output's range minus the bias (and, under an activation, as much below
+     * zero, so that what saturates there still ends at or below zero). */
+    float bmin = 0.0f, bmax = 0.0f;
+    const int32_t *bd = bq ? bq->type.data : NULL;
+    for (int64_t c = 0; bd && c < M; c++) {
+        float b = (float)bd[c] * xq.scale * sw[nw == 1 ? 0 : c];
+        bmin = b < bmin ? b : bmin;
+        bmax = b > bmax ? b : bmax;
+    }
+    qf_tfl_op *op;
+    if (bmin == 0.0f && bmax == 0.0f && act == QF_TFL_ACT_NONE) {
+        int32_t in[3] = {oi, wi, xi};
+        QF_TRY(add_op(e, n, QF_TFL_TRANSPOSE_CONV, in, 3, &yi, 1, macs, &op));
+        op->padding = valid ? QF_TFL_PAD_VALID : QF_TFL_PAD_SAME;
+        op->stride_h = (int)s[0];
+        op->stride_w = (int)s[1];
+        return QF_OK;
+    }
+    const double yhi = (127.0 - yq.zp) * yq.scale, ylo = act == QF_TFL_ACT_NONE ? (-128.0 - yq.zp) * yq.scale : -yhi;
+    const double lo = fmin(ylo - bmax, 0.0), hi = fmax(yhi - bmin, 0.0);
+    float ts = (float)((hi - lo) / 255.0);
+    int64_t tz = (int64_t)nearbyint(-128.0 - lo / ts);
+    tz = tz < -128 ? -128 : tz > 127 ? 127 : tz;
+    char name[512];
+    snprintf(name, sizeof name, "%.480s_nobias", y->name);
+    int ti = add_tensor(e, name, QF_TFL_INT8, 4, e->t[yi].shape, NULL, 0, 1, &ts, &tz, 0, false);
+    QF_TRY(need(ti));
+    int32_t in[3] = {oi, wi, xi};
+    QF_TRY(add_op(e, n, QF_TFL_TRANSPOSE_CONV, in, 3, &ti, 1, macs, &op));
+    op->padding = valid ? QF_TFL_PAD_VALID : QF_TFL_PAD_SAME;
+    op->stride_h = (int)s[0];
+    op->stride_w = (int)s[1];
+    /* the bias as an int8 constant [1, 1, 1, M] */
+    float bs = fmaxf(fabsf(bmin), fabsf(bmax)) / 127.0f;
+    if (!(bs > 0.0f)) bs = 1.0f;
+    int8_t *bv = ex_alloc(e, (size_t)M);
+    if (!bv) return QF_ERR_NOMEM;
+    for (int64_t c = 0; c < M; c++) {
+        double q = nearbyint((double)bd[c] * xq.scale * sw[nw == 1 ? 0 : c] / bs);
+        bv[c] = (int8_t)(q < -127 ? -127 : q > 127 ? 127 : q);
+    }
+    int64_t bz = 0;
+    int32_t bshape[4] = {1, 1, 1, (int32_t)M};
+    snprintf(name, sizeof name, "%.480s_bias_int8", node_name(e, n));
+    int bi2 = add_tensor(e, name, QF_TFL_INT8, 4, bshape, bv, (size_t)M, 1, &bs, &bz, 0, true);
+    QF_TRY(need(bi2));
+    int32_t ain[2] = {ti, bi2};
+    QF_TRY(add_op(e, n, QF_TFL_ADD, ain, 2, &yi, 1, 0, &op));
+    op->activation = act;
+    return QF_OK;
+}
+
+/* ---- DQ -> op -> [act] -> Q forms the lowering leaves -------------------------- */
+
+/* Input i of a float op: the int8 value behind its DequantizeLinear (per
+ * tensor), or an int8 value read directly (shape ops). */
+static qf_status group_in(ex *e, const qf_node *n, int i, const qf_value **v, tfl_qp *qp)
+{
+    const qf_value *x = n->inputs[i];
+    if (x->type.dtype == QF_DTYPE_I8) {
+        *v = x;
+        if (qf_value_is_const(x)) return refuse(e, n, "an int8 constant read without its DequantizeLinear");
+        if (!act_qp(x, qp)) return refuse(e, n, "int8 input '%s' has no per-tensor qparams", x->name);
+        return QF_OK;
+    }
+    const qf_node *dq = x->producer;
+    if (!dq || dq->op != QF_OP_DEQUANTIZE || dq->ninputs != 3 || dq->inputs[0]->type.dtype != QF_DTYPE_I8 ||
+        !qp_from(dq->inputs[1], dq->inputs[2], qp))
+        return refuse(e, n, "input '%s' is not a per-tensor int8 DequantizeLinear (computed in float: TFLite's int8 "
+                            "ops cannot express it)", x->name);
+    *v = dq->inputs[0];
+    return QF_OK;
+}
+
+/* The output of a float op: its int8 value (shape ops on int8), or the Q
+ * that reads it (through a Relu / Relu6 / Clip when `act` is not NULL: the
+ * fused activation in *act); the Q and the activation are consumed. */
+static qf_status group_out(ex *e, const qf_node *n, const qf_value **y, tfl_qp *qp, int *act)
+{
+    const qf_value *v = n->outputs[0];
+    if (act) *act = QF_TFL_ACT_NONE;
+    if (v->type.dtype == QF_DTYPE_I8) {
+        *y = v;
+        return act_qp(v, qp) ? QF_OK : refuse(e, n, "int8 output '%s' has no per-tensor qparams", v->name);
+    }
+    const qf_node *u = v->nuses == 1 && !v->is_output ? v->uses[0].node : NULL, *a = NULL;
+    if (u && act && (u->op == QF_OP_RELU || u->op == QF_OP_RELU6 || u->op == QF_OP_CLIP) &&
+        u->outputs[0]->nuses == 1 && !u->outputs[0]->is_output) {
+        a = u;
+        u = u->outputs[0]->uses[0].node;
+    }
+    if (!u || u->op != QF_OP_QUANTIZE || u->ninputs != 3 || !qp_from(u->inputs[1], u->inputs[2], qp))
+        return refuse(e, n, "output '%s' is not requantized to int8 by one per-tensor QuantizeLinear", v->name);
+    if (a) {
+        double lo = 0.0, hi = INFINITY;
+        if (a->op == QF_OP_RELU6) hi = 6.0;
+        if (a->op == QF_OP_CLIP) {
+            const qf_value *mn = a->ninputs > 1 ? a->inputs[1] : NULL, *mx = a->ninputs > 2 ? a->inputs[2] : NULL;
+            lo = mn && qf_value_is_const(mn) ? *(const float *)mn->type.data : -INFINITY;
+            hi = mx && qf_value_is_const(mx) ? *(const float *)mx->type.data : INFINITY;
+        }
+        if (lo == 0.0 && isinf(hi)) *act = QF_TFL_ACT_RELU;
+        else if (lo == 0.0 && hi == 6.0) *act = QF_TFL_ACT_RELU6;
+        else return refuse(e, n, "its activation '%s' is none of RELU, RELU6", a->name);
+        e->skip[a->id] = true;
+    }
+    e->skip[u->id] = true;
+    *y = u->outputs[0];
+    return QF_OK;
+}
+
+/* SUB, ADD, MUL (left in float by the lowering), LOGISTIC, TANH,
+ * HARD_SWISH, SOFTMAX between DQs and a Q. */
+static qf_status emit_float(ex *e, qf_node *n)
+{
+    int code;
+    switch (n->op) {
+    case QF_OP_SUB: code = QF_TFL_SUB; break;
+    case QF_OP_ADD: code = QF_TFL_ADD; break;
+    case QF_OP_MUL: code = QF_TFL_MUL; break;
+    case QF_OP_SIGMOID: code = QF_TFL_LOGISTIC; break;
+    case QF_OP_TANH: code = QF_TFL_TANH; break;
+    case QF_OP_HARD_SWISH: code = QF_TFL_HARD_SWISH; break;
+    default: code = QF_TFL_SOFTMAX; break;
+    }
+    const bool binary = code == QF_TFL_SUB || code == QF_TFL_ADD || code == QF_TFL_MUL;
+    const qf_value *y;
+    tfl_qp yq;
+    int act;
+    QF_TRY(group_out(e, n, &y, &yq, binary ? &act : NULL));
+    /* TFLite's int8 kernels fix these outputs' qparams */
+    if ((code == QF_TFL_LOGISTIC || code == QF_TFL_SOFTMAX) && (yq.scale != 1.0f / 256 || yq.zp != -128))
+        return refuse(e, n, "TFLite's int8 %s output must have scale 1/256 and zero point -128 (has %g, %d)",
+                      tfl_op_name(code), yq.scale, yq.zp);
+    if (code == QF_TFL_TANH && (yq.scale != 1.0f / 128 || yq.zp != 0))
+        return refuse(e, n, "TFLite's int8 TANH output must have scale 1/128 and zero point 0 (has %g, %d)", yq.scale,
+                      yq.zp);
+    const int rank = y->type.ndim;
+    if (code == QF_TFL_SOFTMAX) {
+        int64_t axis = qf_node_attr_int(n, "axis", e->g->opset >= 13 ? -1 : 1);
+        if (axis < 0) axis += rank;
+        if (qf_tfl_phys_axis(rank, (int)axis) != rank - 1 || (e->g->opset < 13 && axis != rank - 1))
+            return refuse(e, n, "a softmax over axis %lld, not the last NHWC axis", (long long)axis);
+    }
+    int32_t in[2];
+    for (int i = 0; i < (binary ? 2 : 1); i++) {
+        const qf_value *x;
+        tfl_qp xq;
+        QF_TRY(group_in(e, n, i, &x, &xq));
+        QF_TRY(operand(e, n, x, xq, rank, &in[i]));
+    }
+    int yi;
+    QF_TRY(act_tensor(e, n, y, &yi));
+    qf_tfl_op *op;
+    QF_TRY(add_op(e, n, code, in, binary ? 2 : 1, &yi, 1, 0, &op));
+    if (binary) op->activation = act;
+    return QF_OK;
+}
+
+/* A rank-4 tensor whose NHWC and NCHW element orders are the same. */
+static bool order_same(const qf_tensor *t)
+{
+    return t->ndim != 4 || t->dims[1] == 1 || (t->dims[2] == 1 && t->dims[3] == 1);
+}
+
+/* TRANSPOSE of tensor xi by perm into a new tensor named `name` of shape. */
+static qf_status add_transpose(ex *e, const qf_node *n, int xi, const int32_t perm[4], const char *name,
+                               const int32_t *shape, int *out)
+{
+    const qf_tfl_tensor x = e->t[xi];
+    int ti = add_tensor(e, name, x.type, 4, shape, NULL, 0, x.nq, x.scale, x.zero_point, 0, false);
+    QF_TRY(need(ti));
+    int pi = i32_tensor(e, name, "perm", perm, 4, false);
+    QF_TRY(need(pi));
+    qf_tfl_op *op;
+    int32_t in[2] = {xi, pi};
+    QF_TRY(add_op(e, n, QF_TFL_TRANSPOSE, in, 2, &ti, 1, 0, &op));
+    *out = ti;
+    return QF_OK;
+}
+
+/* RESHAPE (Reshape, Flatten, Squeeze, Unsqueeze) on int8 data, with a
+ * TRANSPOSE to NCHW before / to NHWC after where the orders differ. */
+static qf_status emit_reshape(ex *e, qf_node *n)
+{
+    const qf_value *x, *y;
+    tfl_qp xq, yq;
+    QF_TRY(group_in(e, n, 0, &x, &xq));
+    QF_TRY(group_out(e, n, &y, &yq, NULL));
+    if (xq.scale != yq.scale || xq.zp != yq.zp) return refuse(e, n, "a reshape that changes the qparams");
+    int xi, yi;
+    QF_TRY(act_tensor(e, n, x, &xi));
+    QF_TRY(act_tensor(e, n, y, &yi));
+    char name[512];
+    static const int32_t to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
+    if (!order_same(&x->type)) {
+        int32_t s[4];
+        for (int i = 0; i < 4; i++) s[i] = x->type.dims[i] > 0 ? (int32_t)x->type.dims[i] : 1;
+        snprintf(name, sizeof name, "%.480s_nchw", x->name);
+        QF_TRY(add_transpose(e, n, xi, to_nchw, name, s, &xi));
+    }
+    const bool after = !order_same(&y->type);
+    int32_t ls[QF_MAX_DIMS];
+    const int r = y->type.ndim;
+    for (int i = 0; i < r; i++) ls[i] = y->type.dims[i] > 0 ? (int32_t)y->type.dims[i] : 1;
+    const int32_t *shape = after ? ls : e->t[yi].shape;
+    int ri = yi;
+    if (after) {
+        snprintf(name, sizeof name, "%.480s_nchw", y->name);
+        ri = add_tensor(e, name, QF_TFL_INT8, r, ls, NULL, 0, 1, e->t[yi].scale, e->t[yi].zero_point, 0, false);
+        QF_TRY(need(ri));
+    }
+    int si = i32_tensor(e, e->t[ri].name, "shape", shape, r, false);
+    QF_TRY(need(si));
+    int32_t *ns = ex_alloc(e, sizeof *ns * (size_t)r);
+    if (!ns) return QF_ERR_NOMEM;
+    memcpy(ns, shape, sizeof *ns * (size_t)r);
+    qf_tfl_op *op;
+    int32_t in[2] = {xi, si};
+    QF_TRY(add_op(e, n, QF_TFL_RESHAPE, in, 2, &ri, 1, 0, &op));
+    op->new_shape = ns;
+    op->new_shape_len = r;
+    if (after) {
+        /* the transpose writes y's own tensor */
+        int pi = i32_tensor(e, y->name, "perm", to_nhwc, 4, false);
+        QF_TRY(need(pi));
+        int32_t tin[2] = {ri, pi};
+        QF_TRY(add_op(e, n, QF_TFL_TRANSPOSE, tin, 2, &yi, 1, 0, &op));
+    }
+    return QF_OK;
+}
+
+/* TRANSPOSE with the permutation mapped to NHWC. */
+static qf_status emit_transpose(ex *e, qf_node *n)
+{
+    const qf_value *x, *y;
+    tfl_qp xq, yq;
+    QF_TRY(group_in(e, n, 0, &x, &xq));
+    QF_TRY(group_out(e, n, &y, &yq, NULL));
+    if (xq.scale != yq.scale || xq.zp != yq.zp) return refuse(e, n, "a transpose that changes the qparams");
+    const int r = x->type.ndim;
+    int cnt = 0;
+    const int64_t *perm = qf_node_attr_ints(n, "perm", &cnt);
+    int32_t p[QF_MAX_DIMS];
+    for (int k = 0; k < r; k++) {
+        int l = r == 4 ? nhwc_from[k] : k;               /* output physical k holds logical l */
+        int src = perm && cnt == r ? (int)perm[l] : r - 1 - l; /* which logical input axis */
+        p[k] = qf_tfl_phys_axis(r, src);
+    }
+    int xi, yi;
+    QF_TRY(act_tensor(e, n, x, &xi));
+    QF_TRY(act_tensor(e, n, y, &yi));
+    int pi = i32_tensor(e, y->name, "perm", p, r, false);
+    QF_TRY(need(pi));
+    qf_tfl_op *op;
+    int32_t in[2] = {xi, pi};
+    return add_op(e, n, QF_TFL_TRANSPOSE, in, 2, &yi, 1, 0, &op);
+}
+
+/* PAD (constant mode, value 0: TFLite pads int8 with the zero point). */
+static qf_status emit_pad_node(ex *e, qf_node *n)
+{
+    const qf_value *x, *y;
+    tfl_qp xq, yq;
+    QF_TRY(group_in(e, n, 0, &x, &xq));
+    QF_TRY(group_out(e, n, &y, &yq, NULL));
+    if (xq.scale != yq.scale || xq.zp != yq.zp) return refuse(e, n, "a pad that changes the qparams");
+    if (strcmp(qf_node_attr_string(n, "mode", "constant"), "constant") != 0)
+        return refuse(e, n, "only constant padding has a TFLite form (PAD)");
+    const int r = x->type.ndim;
+    int64_t pads[2 * QF_MAX_DIMS];
+    const qf_value *pv = n->ninputs > 1 ? n->inputs[1] : NULL;
+    if (!pv || !qf_value_is_const(pv) || qf_tensor_numel(&pv->type) != 2 * r)
+        return refuse(e, n, "pads are not a constant of 2 x rank values");
+    for (int i = 0; i < 2 * r; i++) pads[i] = qf_tensor_get_i64(&pv->type, i);
+    if (n->ninputs > 2 && n->inputs[2]) {
+        const qf_value *cv = n->inputs[2];
+        const qf_node *dq = cv->producer;
+        bool zero = false;
+        if (qf_value_is_const(cv) && cv->type.dtype == QF_DTYPE_F32) zero = *(const float *)cv->type.data == 0.0f;
+        else if (dq && dq->op == QF_OP_DEQUANTIZE && qf_value_is_const(dq->inputs[0]) && dq->ninputs == 3 &&
+                 qf_value_is_const(dq->inputs[2]))
+            zero = *(const int8_t *)dq->inputs[0]->type.data == *(const int8_t *)dq->inputs[2]->type.data;
+        if (!zero) return refuse(e, n, "a pad value other than 0 (TFLite's int8 PAD fills with the zero point)");
+    }
+    int32_t pp[2 * QF_MAX_DIMS];
+    for (int k = 0; k < r; k++) {
+        int l = r == 4 ? nhwc_from[k] : k;
+        if (pads[l] < 0 || pads[l + r] < 0) return refuse(e, n, "negative pads (a crop) are not exported");
+        pp[2 * k] = (int32_t)pads[l];
+        pp[2 * k + 1] = (int32_t)pads[l + r];
+    }
+    int xi, yi;
+    QF_TRY(act_tensor(e, n, x, &xi));
+    QF_TRY(act_tensor(e, n, y, &yi));
+    int pi = i32_tensor(e, y->name, "paddings", pp, 2 * r, true);
+    QF_TRY(need(pi));
+    qf_tfl_op *op;
+    int32_t in[2] = {xi, pi};
+    return add_op(e, n, QF_TFL_PAD, in, 2, &yi, 1, 0, &op);
 }
 
 /* The lowered Gemm's first reshape: part of the FULLY_CONNECTED. */
@@ -656,7 +1257,31 @@ typedef struct tfl_row {
 } tfl_row;
 
 static const tfl_row qf_tfl_rows[] = {
-    {QF_OP_QLINEAR_CONV, emit_qconv},
+    /* integer nodes of the lowering (src/quant/lower.c) */
+    {QF_OP_QLINEAR_CONV, emit_qconv},             /* CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED (Gemm) */
+    {QF_OP_QLINEAR_MATMUL, emit_qmatmul},         /* FULLY_CONNECTED (MatMul by a constant) */
+    {QF_OP_QCONV_TRANSPOSE, emit_qconv_transpose}, /* TRANSPOSE_CONV */
+    {QF_OP_MAX_POOL, emit_pool},                  /* MAX_POOL_2D (int8 in and out) */
+    {QF_OP_QAVG_POOL, emit_pool},                 /* AVERAGE_POOL_2D */
+    {QF_OP_QMEAN, emit_qmean},                    /* MEAN (GlobalAveragePool, ReduceMean) */
+    {QF_OP_QADD, emit_qbinary},                   /* ADD */
+    {QF_OP_QMUL, emit_qbinary},                   /* MUL */
+    {QF_OP_QCONCAT, emit_qconcat},                /* CONCATENATION */
+    /* DQ -> op -> [act] -> Q groups the lowering leaves */
+    {QF_OP_SUB, emit_float},                      /* SUB */
+    {QF_OP_ADD, emit_float},                      /* ADD (qparams the lowering declined) */
+    {QF_OP_MUL, emit_float},                      /* MUL */
+    {QF_OP_SIGMOID, emit_float},                  /* LOGISTIC */
+    {QF_OP_TANH, emit_float},                     /* TANH */
+    {QF_OP_HARD_SWISH, emit_float},               /* HARD_SWISH */
+    {QF_OP_SOFTMAX, emit_float},                  /* SOFTMAX */
+    /* layout ops, on int8 data or between a DQ and a Q of the same qparams */
+    {QF_OP_RESHAPE, emit_reshape},                /* RESHAPE (+ TRANSPOSE where NHWC order differs) */
+    {QF_OP_FLATTEN, emit_reshape},
+    {QF_OP_SQUEEZE, emit_reshape},
+    {QF_OP_UNSQUEEZE, emit_reshape},
+    {QF_OP_TRANSPOSE, emit_transpose},            /* TRANSPOSE */
+    {QF_OP_PAD, emit_pad_node},                   /* PAD */
 };
 
 static const tfl_row *row_of(qf_op op)
@@ -787,12 +1412,46 @@ typedef struct result_impl {
     int npool;
 } result_impl;
 
+/* A QuantizeLinear of constants (a constant operand: Mul by 2, Add 0.5)
+ * becomes the int8 constant it computes, with the Q output's name. */
+static qf_status fold_const_q(qf_graph *c)
+{
+    qf_node *next;
+    for (qf_node *n = c->first; n; n = next) {
+        next = n->next;
+        if (n->op != QF_OP_QUANTIZE || n->outputs[0]->is_output) continue;
+        bool all = true;
+        for (int i = 0; i < n->ninputs; i++) all &= !n->inputs[i] || qf_value_is_const(n->inputs[i]);
+        if (!all) continue;
+        qf_value *y = n->outputs[0];
+        qf_tensor t;
+        QF_TRY(qf_tensor_init(&t, y->type.dtype, y->type.ndim, y->type.dims));
+        const qf_tensor *in[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < n->ninputs && i < 3; i++) in[i] = n->inputs[i] ? &n->inputs[i]->type : NULL;
+        qf_tensor *outs[1] = {&t};
+        qf_status st = qf_node_eval(n, c->opset, in, outs);
+        char name[512];
+        snprintf(name, sizeof name, "%.480s_tflite_folded", y->name);
+        qf_value *k = st == QF_OK ? qf_graph_add_constant(c, name, QF_VALUE_CONSTANT, &t) : NULL;
+        if (!k) {
+            qf_tensor_free(&t);
+            return st != QF_OK ? st : QF_ERR_NOMEM;
+        }
+        const char *keep = qf_graph_strdup(c, y->name);
+        if (!keep) return QF_ERR_NOMEM;
+        QF_TRY(qf_graph_replace_uses(c, y, k));
+        qf_graph_remove_node(c, n);
+        QF_TRY(qf_graph_rename_value(c, k, keep));
+    }
+    return QF_OK;
+}
+
 /* The private copy of g, lowered, every Q output's name kept (see the top). */
 static qf_status lower_copy(const qf_graph *g, qf_graph **out)
 {
     qf_graph *c;
     QF_TRY(qf_graph_clone(g, &c));
-    qf_status st = QF_OK;
+    qf_status st = fold_const_q(c);
     int n0 = c->noutputs;
     for (qf_node *n = c->first; n && st == QF_OK; n = n->next)
         if (n->op == QF_OP_QUANTIZE && !n->outputs[0]->is_output) st = qf_graph_add_output(c, n->outputs[0]);

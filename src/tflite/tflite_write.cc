@@ -59,7 +59,9 @@ std::pair<tflite::BuiltinOptions, Offset<void>> options(FlatBufferBuilder &b, co
         return {BO::BuiltinOptions_ConcatenationOptions,
                 tflite::CreateConcatenationOptions(b, o.axis, act(o.activation)).Union()};
     case QF_TFL_RESHAPE:
-        return {BO::BuiltinOptions_ReshapeOptions, tflite::CreateReshapeOptions(b).Union()};
+        return {BO::BuiltinOptions_ReshapeOptions,
+                tflite::CreateReshapeOptions(b, b.CreateVector(o.new_shape, static_cast<size_t>(o.new_shape_len)))
+                    .Union()};
     case QF_TFL_TRANSPOSE:
         return {BO::BuiltinOptions_TransposeOptions, tflite::CreateTransposeOptions(b).Union()};
     case QF_TFL_PAD:

@@ -79,6 +79,8 @@ typedef struct qf_tfl_op {
     int padding, stride_w, stride_h, dilation_w, dilation_h, filter_w, filter_h;
     int depth_multiplier, activation, axis, keep_dims;
     float beta;
+    const int32_t *new_shape;        /* RESHAPE: also in its options, for readers that take it there */
+    int new_shape_len;
 } qf_tfl_op;
 
 typedef struct qf_tfl_model {
