@@ -159,7 +159,7 @@ def per_op(dbg, ref, inputs):
     return res
 
 
-def export_and_check(qdq, x, calib, max_transpose=0, whole_lsb=None, min_top1=0.99):
+def export_and_check(qdq, x, calib, max_transpose=0, whole_lsb=(4, 0.25), min_top1=0.99):
     """The checks every case runs (see the module doc). Returns the report."""
     out = work("m.tflite")
     qfold("export", qdq, "-o", out, "--report", work("r.json"), "--data", calib, "--count", "16")
@@ -194,19 +194,22 @@ def export_and_check(qdq, x, calib, max_transpose=0, whole_lsb=None, min_top1=0.
             chain[name] = (int(d.max()), float((d > 0).mean()))
     print("chained on ArmNN vs integer reference per tensor (max LSB, fraction differing): %s"
           % ", ".join("%d %.4f" % v for v in chain.values()))
-    # The whole model: its output dequantized, and top-1 against qfold's int8 run.
+    # The whole model on ArmNN against qfold's int8 run (the integer
+    # reference's kernels): its output dequantized, in LSB of the output
+    # scale (a flip early is amplified later: bounded loosely, by the mean
+    # and the largest difference), and the top-1 of the flattened output.
     y = nchw(list(armnn(out, xq).values())[0])
     np.save(work("x.npy"), x)
-    qfold("run", qdq, "-i", work("x.npy"), "-o", work("q.npy"))
+    qfold("run", qdq, "-i", work("x.npy"), "-o", work("q.npy"), env=dict(os.environ, QFOLD_ENGINE="ref"))
     yq = np.load(work("q.npy"))
     ya = (y.astype(np.float64) - zo) * so
     d = np.abs(ya.reshape(yq.shape) - yq) / so
     top1 = float((ya.reshape(len(x), -1).argmax(1) == yq.reshape(len(x), -1).argmax(1)).mean())
-    print("whole model: max %.2f LSB (%.4f of outputs differ), top-1 agreement with qfold int8 %.4f"
-          % (d.max(), float((d > 0.5).mean()), top1))
-    if whole_lsb is not None:
-        check(d.max() <= whole_lsb + 1e-6, "whole model: %.2f LSB from qfold's int8 run (want <= %d)"
-              % (d.max(), whole_lsb))
+    print("whole model: max %.2f LSB, mean %.3f LSB (%.4f of outputs differ), top-1 agreement with qfold int8 %.4f"
+          % (d.max(), d.mean(), float((d > 0.5).mean()), top1))
+    check(d.max() <= whole_lsb[0] + 1e-6 and d.mean() <= whole_lsb[1],
+          "whole model: max %.2f LSB, mean %.3f LSB from qfold's int8 run (want <= %g, %g)"
+          % (d.max(), d.mean(), whole_lsb[0], whole_lsb[1]))
     check(top1 >= min_top1, "top-1 agreement %.4f < %.2f" % (top1, min_top1))
     return rep
 
@@ -221,7 +224,7 @@ def torch_model(name, net, shape, seed=0):
     calib = work("calib.npy")
     np.save(calib, rng.standard_normal((32,) + tuple(shape)).astype(np.float32))
     qfold("quantize", model, "-o", work(name + "_q.onnx"), "--calib", calib)
-    x = rng.standard_normal((32,) + tuple(shape)).astype(np.float32)
+    x = rng.standard_normal((64,) + tuple(shape)).astype(np.float32)
     return work(name + "_q.onnx"), x, calib
 
 
@@ -291,7 +294,7 @@ def case_depthwise():
 
 
 def case_conv_transpose():
-    """Conv, ConvTranspose (stride 2) + ReLU, Conv."""
+    """Conv, ConvTranspose (stride 2, bias) + ReLU, Conv, GAP, Linear."""
     import torch
     import torch.nn as nn
 
@@ -301,16 +304,20 @@ def case_conv_transpose():
             self.c1 = nn.Conv2d(3, 8, 3, stride=2, padding=1)
             self.up = nn.ConvTranspose2d(8, 6, 2, stride=2)
             self.c2 = nn.Conv2d(6, 4, 3, padding=1)
+            self.fc = nn.Linear(4, 5)
 
         def forward(self, x):
-            return self.c2(torch.relu(self.up(torch.relu(self.c1(x)))))
+            y = self.c2(torch.relu(self.up(torch.relu(self.c1(x)))))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
 
     torch.manual_seed(3)
     export_and_check(*torch_model("conv_transpose", Net(), (3, 12, 12)))
 
 
 def case_residual():
-    """A residual Add (two int8 inputs of different qparams), max pool, GAP, Linear."""
+    """A residual Add (two int8 inputs of different qparams), max pool, GAP,
+    Linear. (No ReLU after the Add: qfold's profiles put a Q between the Add
+    and a ReLU after it, and the export refuses that lone DQ -> Relu -> Q.)"""
     import torch
     import torch.nn as nn
 
@@ -324,7 +331,7 @@ def case_residual():
         def forward(self, x):
             a = torch.relu(self.b1(self.c1(x)))
             b = self.b2(self.c2(a))
-            y = nn.functional.max_pool2d(torch.relu(a + b), 2)
+            y = nn.functional.max_pool2d(a + b, 2)
             return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
 
     torch.manual_seed(4)
@@ -466,12 +473,14 @@ def case_armnn_limits():
 
 def case_fashion():
     """The acceptance check: the bundled Fashion-MNIST CNN quantized on 256
-    training images, exported with float I/O; ArmNN on 300 test images agrees
-    with ONNX Runtime on the QDQ model on >= 99 % of the top-1 predictions."""
+    training images, exported with float I/O; ArmNN on 500 test images agrees
+    with ONNX Runtime on the QDQ model on >= 99 % of the top-1 predictions,
+    accuracy within 0.3 point. Its int8 export passes the per-op check
+    (every op alone within 1 LSB of the integer reference) on 16 images."""
     root = ARGS.root
     data = work("data")
     subprocess.run([PY, os.path.join(root, "examples", "fashion_mnist", "make_data.py"), data, "--calib", "256",
-                    "--test", "300"], check=True, timeout=300, capture_output=True)
+                    "--test", "500"], check=True, timeout=300, capture_output=True)
     qdq = work("fq.onnx")
     qfold("quantize", os.path.join(root, "examples", "fashion_mnist", "fashion_cnn.onnx"), "-o", qdq,
           "--calib", os.path.join(data, "calib.npy"))
@@ -482,6 +491,7 @@ def case_fashion():
     labels = np.load(os.path.join(data, "test_labels.npy"))
     ya = list(armnn(out, x.transpose(0, 2, 3, 1).copy()).values())[0].reshape(len(x), -1)
     np.save(work("x.npy"), x)
+    os.makedirs(work("ort"), exist_ok=True)
     p = subprocess.run(["node", os.path.join(root, "tests", "ref", "ort_run.js"), qdq, work("ort"), work("x.npy")],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, QF_ORT_OPT="disabled"))
     check(p.returncode == 0, "ONNX Runtime could not run %s:\n%s" % (qdq, p.stderr))
@@ -492,6 +502,12 @@ def case_fashion():
           % (len(x), agree, acc_a, acc_o))
     check(agree >= 0.99, "top-1 agreement %.4f < 0.99" % agree)
     check(abs(acc_a - acc_o) <= 0.003 + 1e-9, "accuracy ArmNN %.4f vs ORT %.4f: more than 0.3 pt" % (acc_a, acc_o))
+    # Its depthwise layers (BatchNorm folded in) amplify a 1-LSB difference
+    # (ArmNN requantizes in float, the reference in TFLite's fixed point) to
+    # several LSB of the logits (as between qfold's two requantizations,
+    # tests/quant/quantize_test.py): the whole model is bounded loosely.
+    export_and_check(qdq, x[:16], os.path.join(data, "calib.npy"), max_transpose=1, whole_lsb=(12, 1.5),
+                     min_top1=15 / 16)
 
 
 if __name__ == "__main__":
