@@ -138,6 +138,10 @@ struct qf_graph;
 struct qf_data_source;
 qf_status qf_cli_top1(struct qf_graph *g, const struct qf_data_source *src, const int64_t *labels, int64_t batch,
                       int64_t *top1);
+/* The model output of quantize / qat / finalize written to tmp: TFLite when
+ * `path` (the name the user gave) ends in ".tflite", else ONNX (tflite_out.c). */
+bool qf_cli_is_tflite(const char *path);
+qf_status qf_cli_save_model(const struct qf_graph *g, const char *path, const char *tmp);
 /* Write what `print(f, ctx)` prints to `path` through a temporary file in the
  * same directory + rename, so a failure never leaves a truncated file. */
 qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void *ctx),

@@ -49,6 +49,8 @@ static int qf_fin_parse(int argc, char **argv, qf_fin_args *fa)
     if (a.failed) return QF_EXIT_USAGE;
     if (!fa->in) return qf_cli_usage_error(a.cmd, "no input model given");
     if (!fa->out) return qf_cli_usage_error(a.cmd, "no output given (-o OUT.onnx)");
+    if (fa->verify && qf_cli_is_tflite(fa->out))
+        return qf_cli_usage_error(a.cmd, "--verify loads an ONNX output back: not with a .tflite output");
     return QF_EXIT_OK;
 }
 
@@ -228,7 +230,8 @@ static int qf_cli_finalize(int argc, char **argv)
     if (st == QF_OK) st = qf_graph_verify_shapes(g);
     if (st == QF_OK && fa.verbose) qf_pass_report_print(r, stdout);
     /* Both files or neither: staged, then renamed together. */
-    if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK) st = qf_onnx_save(g, tmp);
+    if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
+        st = qf_cli_save_model(g, fa.out, tmp);
     if (st == QF_OK && fa.verify) {
         wi = -1; /* a mismatch is not a write error */
         st = qf_fin_verify(g, tmp, &cmp);

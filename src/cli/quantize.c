@@ -97,6 +97,8 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
     if (a.failed) return QF_EXIT_USAGE;
     if (!qa->in) return qf_cli_usage_error(a.cmd, "no input model given");
     if (!qa->out) return qf_cli_usage_error(a.cmd, "no output given (-o OUT.onnx)");
+    if (qa->verify && qf_cli_is_tflite(qa->out))
+        return qf_cli_usage_error(a.cmd, "--verify loads an ONNX output back: not with a .tflite output");
     if (!qa->ncalib) return qf_cli_usage_error(a.cmd, "no calibration data given (--calib X.npy)");
     return QF_EXIT_OK;
 }
@@ -424,7 +426,7 @@ static int qf_cli_quantize(int argc, char **argv)
     int wi = -1; /* the output being written */
     qf_compare_result cmp = {0};
     if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
-        st = qf_onnx_save(s.g, tmp);
+        st = qf_cli_save_model(s.g, qa.out, tmp);
     if (st == QF_OK && qa.verify) {
         wi = -1; /* a mismatch is not a write error */
         st = qf_qz_verify(&s, tmp, &cmp);

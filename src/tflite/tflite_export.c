@@ -100,6 +100,24 @@ static const char *node_name(ex *e, const qf_node *n)
     return n->name;
 }
 
+static const qf_node *fc_tail(const qf_node *ql);
+
+/* The ONNX op a (lowered) node comes from, for messages. */
+static const char *source_op(const qf_node *n)
+{
+    switch (n->op) {
+    case QF_OP_QLINEAR_CONV: return fc_tail(n) ? "Gemm" : "Conv";
+    case QF_OP_QLINEAR_MATMUL: return "MatMul";
+    case QF_OP_QCONV_TRANSPOSE: return "ConvTranspose";
+    case QF_OP_QADD: return "Add";
+    case QF_OP_QMUL: return "Mul";
+    case QF_OP_QCONCAT: return "Concat";
+    case QF_OP_QAVG_POOL: return "AveragePool";
+    case QF_OP_QMEAN: return "ReduceMean / GlobalAveragePool";
+    default: return qf_op_label(n);
+    }
+}
+
 static qf_status refuse(ex *e, const qf_node *n, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -113,7 +131,7 @@ static qf_status refuse(ex *e, const qf_node *n, const char *fmt, ...)
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     if (!n) return qf_error(QF_ERR_UNSUPPORTED, "tflite export: %s", why);
-    return qf_error(QF_ERR_UNSUPPORTED, "tflite export: node '%s' (%s): %s", node_name(e, n), qf_op_label(n), why);
+    return qf_error(QF_ERR_UNSUPPORTED, "tflite export: node '%s' (%s): %s", node_name(e, n), source_op(n), why);
 }
 
 /* ---- layout ------------------------------------------------------------------ */
@@ -905,27 +923,55 @@ static qf_status emit_qconv_transpose(ex *e, qf_node *n)
     if ((a = qf_node_attr_ints(n, "pads", &cnt)) && cnt == 4) pb[0] = a[0], pb[1] = a[1];
     if (strcmp(qf_node_attr_string(n, "auto_pad", "NOTSET"), "NOTSET") != 0)
         return refuse(e, n, "auto_pad on a ConvTranspose is not exported");
+    /* TFLite crops nothing (VALID) or, SAME, total/2 at the start where total
+     * = (ceil(out/s) - 1) * s + k - out. Other crops (PyTorch's padding 1 with
+     * output_padding 1) as SAME with the kernel embedded at offset off in k'
+     * >= k taps (zeros elsewhere), so that SAME's crop lands where ONNX's does. */
     bool valid = true, same = true;
+    int64_t kk[2] = {k[0], k[1]}, off[2] = {0, 0};
     for (int i = 0; i < 2; i++) {
         int64_t in = x->type.dims[2 + i], out = y->type.dims[2 + i];
         if (in <= 0 || out <= 0) return refuse(e, n, "spatial size unknown");
         if (pb[i] != 0 || out != (in - 1) * s[i] + k[i]) valid = false;
-        int64_t q = (out + s[i] - 1) / s[i], total = (q - 1) * s[i] + k[i] - out;
-        if (total < 0) total = 0;
-        if (q != in || pb[i] != total / 2) same = false;
+        if ((out + s[i] - 1) / s[i] != in) same = false;
+        bool found = false;
+        for (int64_t kw2 = k[i]; kw2 <= k[i] + 2 * (pb[i] + s[i]) && same && !found; kw2++) {
+            int64_t total = (in - 1) * s[i] + kw2 - out;
+            if (total < 0) total = 0;
+            int64_t at = total / 2 - pb[i];
+            if (at >= 0 && at + k[i] <= kw2) {
+                kk[i] = kw2;
+                off[i] = at;
+                found = true;
+            }
+        }
+        if (!found) same = false;
     }
+    if (valid) kk[0] = k[0], kk[1] = k[1], off[0] = off[1] = 0;
     if (!valid && !same)
         return refuse(e, n, "pads / output_padding TFLite's TRANSPOSE_CONV cannot express (it crops total/2 "
                             "at the start, SAME, or nothing, VALID)");
     int xi, yi;
     QF_TRY(act_tensor(e, n, x, &xi));
     QF_TRY(act_tensor(e, n, y, &yi));
-    int8_t *wd = ex_alloc(e, (size_t)qf_tensor_numel(wt));
+    const int64_t wn = C * M * kk[0] * kk[1], wdims[4] = {C, M, kk[0], kk[1]};
+    const int8_t *wsrc = wt->data;
+    if (kk[0] != k[0] || kk[1] != k[1]) {
+        int8_t *big = ex_alloc(e, (size_t)wn);
+        if (!big) return QF_ERR_NOMEM;
+        for (int64_t cm = 0; cm < C * M; cm++)
+            for (int64_t i = 0; i < k[0]; i++)
+                memcpy(big + (cm * kk[0] + i + off[0]) * kk[1] + off[1], wsrc + (cm * k[0] + i) * k[1], (size_t)k[1]);
+        wsrc = big;
+        k[0] = kk[0];
+        k[1] = kk[1];
+    }
+    int8_t *wd = ex_alloc(e, (size_t)wn);
     if (!wd) return QF_ERR_NOMEM;
     static const int mhwc[4] = {1, 2, 3, 0};
-    qf_tfl_permute4(wt->data, wd, wt->dims, mhwc, 1);
+    qf_tfl_permute4(wsrc, wd, wdims, mhwc, 1);
     int32_t wshape[4] = {(int32_t)M, (int32_t)k[0], (int32_t)k[1], (int32_t)C};
-    int wi = weight_tensor(e, w, 4, wshape, wd, (size_t)qf_tensor_numel(wt), sw, nw, 0);
+    int wi = weight_tensor(e, w, 4, wshape, wd, (size_t)wn, sw, nw, 0);
     QF_TRY(need(wi));
     int oi = i32_tensor(e, node_name(e, n), "output_shape", e->t[yi].shape, 4, false);
     QF_TRY(need(oi));
@@ -1230,6 +1276,13 @@ static qf_status emit_pad_node(ex *e, qf_node *n)
     }
     int xi, yi;
     QF_TRY(act_tensor(e, n, x, &xi));
+    bool zero = true;
+    for (int i = 0; i < 2 * r; i++) zero &= pp[i] == 0;
+    if (zero && !y->is_output) {
+        /* a Pad by nothing (PyTorch's avg_pool2d writes one): y is x */
+        e->vmap[y->id] = xi + 1;
+        return QF_OK;
+    }
     QF_TRY(act_tensor(e, n, y, &yi));
     int pi = i32_tensor(e, y->name, "paddings", pp, 2 * r, true);
     QF_TRY(need(pi));
@@ -1446,12 +1499,41 @@ static qf_status fold_const_q(qf_graph *c)
     return QF_OK;
 }
 
+/* qfold's internal `linear` (x W^T + b, what the passes make of a Gemm) on
+ * a 2-D input back to the Gemm (transB = 1) the lowering recognises, as ONNX
+ * export writes it; an in-memory graph (quantize / qat / finalize writing a
+ * .tflite) has them. */
+static qf_status linear_to_gemm(qf_graph *c)
+{
+    qf_node *next;
+    for (qf_node *n = c->first; n; n = next) {
+        next = n->next;
+        if (n->op != QF_OP_LINEAR || n->inputs[0]->type.ndim != 2) continue;
+        char name[512];
+        snprintf(name, sizeof name, "%.480s_tflite_gemm", n->name);
+        qf_node *gm = qf_graph_insert_node(c, n, false, QF_OP_GEMM, name, n->ninputs, n->inputs, 1);
+        if (!gm) return QF_ERR_NOMEM;
+        QF_TRY(qf_node_set_attr_int(c, gm, "transB", 1));
+        gm->outputs[0]->type = n->outputs[0]->type;
+        gm->outputs[0]->type.data = NULL;
+        gm->outputs[0]->type.owns = false;
+        const char *keep = qf_graph_strdup(c, n->name), *vkeep = qf_graph_strdup(c, n->outputs[0]->name);
+        if (!keep || !vkeep) return QF_ERR_NOMEM;
+        QF_TRY(qf_graph_replace_uses(c, n->outputs[0], gm->outputs[0]));
+        qf_graph_remove_node(c, n);
+        QF_TRY(qf_graph_rename_node(c, gm, keep));
+        if (strcmp(gm->outputs[0]->name, vkeep) != 0) QF_TRY(qf_graph_rename_value(c, gm->outputs[0], vkeep));
+    }
+    return QF_OK;
+}
+
 /* The private copy of g, lowered, every Q output's name kept (see the top). */
 static qf_status lower_copy(const qf_graph *g, qf_graph **out)
 {
     qf_graph *c;
     QF_TRY(qf_graph_clone(g, &c));
     qf_status st = fold_const_q(c);
+    if (st == QF_OK) st = linear_to_gemm(c);
     int n0 = c->noutputs;
     for (qf_node *n = c->first; n && st == QF_OK; n = n->next)
         if (n->op == QF_OP_QUANTIZE && !n->outputs[0]->is_output) st = qf_graph_add_output(c, n->outputs[0]);
