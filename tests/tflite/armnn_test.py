@@ -214,11 +214,11 @@ def export_and_check(qdq, x, calib, max_transpose=0, whole_lsb=(4, 0.25), min_to
     return rep
 
 
-def torch_model(name, net, shape, seed=0):
+def torch_model(name, net, shape, seed=0, opset=13):
     import torch
     net.eval()
     model = work(name + ".onnx")
-    torch.onnx.export(net, torch.zeros(1, *shape), model, opset_version=13, input_names=["x"], output_names=["y"],
+    torch.onnx.export(net, torch.zeros(1, *shape), model, opset_version=opset, input_names=["x"], output_names=["y"],
                       dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
     rng = np.random.default_rng(seed)
     calib = work("calib.npy")
@@ -361,6 +361,31 @@ def case_concat():
 
     torch.manual_seed(5)
     export_and_check(*torch_model("concat", Net(), (3, 12, 12)))
+
+
+def case_activations():
+    """HardSwish, AveragePool, Tanh, Sigmoid, Mul of two activations, Sub
+    of a constant, GAP, Linear, Softmax: the ops TFLite computes with LUTs or
+    fixed point (qfold's int8 run: DQ -> float -> Q, as ArmNN's CpuRef)."""
+    import torch
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+            self.c3 = nn.Conv2d(8, 8, 1)
+            self.fc = nn.Linear(8, 6)
+
+        def forward(self, x):
+            x = nn.functional.avg_pool2d(nn.functional.hardswish(self.c1(x)), 2)
+            y = torch.tanh(self.c2(x)) * torch.sigmoid(self.c3(x)) - 0.25
+            return torch.softmax(self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1)), 1)
+
+    torch.manual_seed(8)
+    # Opset 14: HardSwish (torch 1.13 writes HardSigmoid * x below it).
+    export_and_check(*torch_model("activations", Net(), (3, 12, 12), opset=14))
 
 
 def case_data_errors():
