@@ -267,27 +267,43 @@ static int out_qp_slot(qf_op op)
     }
 }
 
-/* The qparams of an int8 activation: from its producer (a Q, a lowered node,
- * an int8 shape op or max pool: its input's), else from a DQ reading it. */
-static bool act_qp(const qf_value *v, tfl_qp *qp)
+/* An op that moves int8 values without changing their qparams. */
+static bool passes_qp(qf_op op)
 {
-    for (int depth = 0; depth < 64 && v; depth++) {
-        const qf_node *p = v->producer;
-        if (p && p->op == QF_OP_QUANTIZE && p->ninputs == 3) return qp_from(p->inputs[1], p->inputs[2], qp);
-        int slot = p ? out_qp_slot(p->op) : -1;
-        if (slot >= 0) return qp_from(p->inputs[slot], p->inputs[slot + 1], qp);
-        for (int i = 0; i < v->nuses; i++) {
-            const qf_node *u = v->uses[i].node;
-            if (u->op == QF_OP_DEQUANTIZE && u->ninputs == 3 && v->uses[i].slot == 0)
-                return qp_from(u->inputs[1], u->inputs[2], qp);
-        }
-        if (!p || p->ninputs < 1 || (p->op != QF_OP_MAX_POOL && p->op != QF_OP_RESHAPE && p->op != QF_OP_FLATTEN &&
-                                     p->op != QF_OP_TRANSPOSE))
-            return false;
-        v = p->inputs[0];
+    return op == QF_OP_MAX_POOL || op == QF_OP_RESHAPE || op == QF_OP_FLATTEN || op == QF_OP_TRANSPOSE ||
+           op == QF_OP_SQUEEZE || op == QF_OP_UNSQUEEZE;
+}
+
+/* The qparams of an int8 activation: from its producer (a Q, a lowered node,
+ * an int8 shape op or max pool: its input's), else from a reader (a DQ, a
+ * lowered node: the scale and zero point after the operand, an int8 shape
+ * op: its output's). */
+static bool act_qp_depth(const qf_value *v, tfl_qp *qp, int depth, bool up)
+{
+    if (!v || depth > 64) return false;
+    const qf_node *p = v->producer;
+    if (p && p->op == QF_OP_QUANTIZE && p->ninputs == 3) return qp_from(p->inputs[1], p->inputs[2], qp);
+    int slot = p ? out_qp_slot(p->op) : -1;
+    if (slot >= 0) return qp_from(p->inputs[slot], p->inputs[slot + 1], qp);
+    for (int i = 0; i < v->nuses; i++) {
+        const qf_node *u = v->uses[i].node;
+        const int k = v->uses[i].slot;
+        if (u->op == QF_OP_DEQUANTIZE && u->ninputs == 3 && k == 0) return qp_from(u->inputs[1], u->inputs[2], qp);
+        /* a lowered node reads each int8 operand followed by its scale and zero point */
+        if (out_qp_slot(u->op) >= 0 && k + 2 < u->ninputs && qp_from(u->inputs[k + 1], u->inputs[k + 2], qp))
+            return true;
     }
+    for (int i = 0; i < v->nuses; i++) {
+        const qf_node *u = v->uses[i].node;
+        if (v->uses[i].slot == 0 && passes_qp(u->op) && u->outputs[0]->type.dtype == QF_DTYPE_I8 &&
+            act_qp_depth(u->outputs[0], qp, depth + 1, false))
+            return true;
+    }
+    if (up && p && p->ninputs >= 1 && passes_qp(p->op)) return act_qp_depth(p->inputs[0], qp, depth + 1, true);
     return false;
 }
+
+static bool act_qp(const qf_value *v, tfl_qp *qp) { return act_qp_depth(v, qp, 0, true); }
 
 /* The tensor of an int8 (or, at the boundaries, float) activation value. */
 static qf_status act_tensor(ex *e, const qf_node *n, const qf_value *v, int *out)
@@ -1141,6 +1157,54 @@ static qf_status emit_float(ex *e, qf_node *n)
     return QF_OK;
 }
 
+/* A Relu / Relu6 / Clip(0, 6) / Clip(0, inf) between a DQ and a Q (one
+ * the lowering did not fuse into the op before it): TFLite has no such op in
+ * the exported set, so it is the fused activation of an op that computes
+ * nothing else: a 1x1 MAX_POOL_2D when the qparams are the same (exact), else
+ * an ADD of an int8 zero (TFLite's requantization of x to the output's
+ * qparams). */
+static qf_status emit_act(ex *e, qf_node *n)
+{
+    const qf_value *x, *y;
+    tfl_qp xq, yq;
+    QF_TRY(group_in(e, n, 0, &x, &xq));
+    QF_TRY(group_out(e, n, &y, &yq, NULL));
+    int act = n->op == QF_OP_RELU ? QF_TFL_ACT_RELU : n->op == QF_OP_RELU6 ? QF_TFL_ACT_RELU6 : -1;
+    if (n->op == QF_OP_CLIP) {
+        const qf_value *mn = n->ninputs > 1 ? n->inputs[1] : NULL, *mx = n->ninputs > 2 ? n->inputs[2] : NULL;
+        bool okmn = mn && qf_value_is_const(mn) && mn->type.dtype == QF_DTYPE_F32;
+        bool okmx = !mx || (qf_value_is_const(mx) && mx->type.dtype == QF_DTYPE_F32);
+        float lo = okmn ? *(const float *)mn->type.data : NAN, hi = mx && okmx ? *(const float *)mx->type.data : INFINITY;
+        if (lo == 0.0f && isinf(hi) && hi > 0) act = QF_TFL_ACT_RELU;
+        else if (lo == 0.0f && hi == 6.0f) act = QF_TFL_ACT_RELU6;
+    }
+    if (act < 0) return refuse(e, n, "a clip other than [0, 6] or [0, inf) has no TFLite int8 form here");
+    const int rank = x->type.ndim;
+    int xi, yi;
+    QF_TRY(act_tensor(e, n, x, &xi));
+    QF_TRY(act_tensor(e, n, y, &yi));
+    qf_tfl_op *op;
+    if (xq.scale == yq.scale && xq.zp == yq.zp && rank == 4) {
+        QF_TRY(add_op(e, n, QF_TFL_MAX_POOL_2D, &xi, 1, &yi, 1, 0, &op));
+        op->padding = QF_TFL_PAD_VALID;
+        op->filter_w = op->filter_h = 1;
+        op->activation = act;
+        return QF_OK;
+    }
+    int32_t shape[QF_MAX_DIMS];
+    for (int i = 0; i < rank; i++) shape[i] = 1;
+    int8_t zero = 0;
+    int64_t zp = 0;
+    char name[512];
+    snprintf(name, sizeof name, "%.480s_zero", node_name(e, n));
+    int zi = add_tensor(e, name, QF_TFL_INT8, rank, shape, &zero, 1, 1, &xq.scale, &zp, 0, true);
+    QF_TRY(need(zi));
+    int32_t in[2] = {xi, zi};
+    QF_TRY(add_op(e, n, QF_TFL_ADD, in, 2, &yi, 1, 0, &op));
+    op->activation = act;
+    return QF_OK;
+}
+
 /* A rank-4 tensor whose NHWC and NCHW element orders are the same. */
 static bool order_same(const qf_tensor *t)
 {
@@ -1328,6 +1392,9 @@ static const tfl_row qf_tfl_rows[] = {
     {QF_OP_TANH, emit_float},                     /* TANH */
     {QF_OP_HARD_SWISH, emit_float},               /* HARD_SWISH */
     {QF_OP_SOFTMAX, emit_float},                  /* SOFTMAX */
+    {QF_OP_RELU, emit_act},                       /* a fused RELU / RELU6 of a 1x1 MAX_POOL_2D or an ADD of 0 */
+    {QF_OP_RELU6, emit_act},
+    {QF_OP_CLIP, emit_act},
     /* layout ops, on int8 data or between a DQ and a Q of the same qparams */
     {QF_OP_RESHAPE, emit_reshape},                /* RESHAPE (+ TRANSPOSE where NHWC order differs) */
     {QF_OP_FLATTEN, emit_reshape},
@@ -1358,9 +1425,9 @@ static qf_status emit_inputs(ex *e)
         }
         if (x->nuses != 1 || x->uses[0].node->op != QF_OP_QUANTIZE || x->uses[0].slot != 0)
             return qf_error(QF_ERR_UNSUPPORTED,
-                            "tflite export: input '%s' is read by node '%s' (%s), not by one QuantizeLinear: "
-                            "not an int8 QDQ model (quantize it first: qfold quantize)",
-                            x->name, x->uses[0].node->name, qf_op_name(x->uses[0].node->op));
+                            "tflite export: node '%s' (%s) reads input '%s' in float, not through one "
+                            "QuantizeLinear: not an int8 QDQ model (quantize it first: qfold quantize)",
+                            x->uses[0].node->name, qf_op_label(x->uses[0].node), x->name);
         qf_node *q = x->uses[0].node;
         e->skip[q->id] = true;
         int qi;

@@ -1,0 +1,285 @@
+#!/usr/bin/python3
+"""Tests of `qfold export` and of the .tflite outputs of `quantize`
+(registered by tests/tflite/tflite.cmake).
+
+    export_test.py --qfold BIN --root DIR --work DIR --reader DIR CASE
+
+The models are built here with PyTorch and quantized by qfold; the written
+files are read back with the Python reader flatc generates from the vendored
+schema (--reader: the build tree's gen/tflite_py), independent of the C++
+writer. This is a smoke check of the structure (identifier, version, opcode
+fields, layouts, quantized dimensions, zero-point vectors, bias scales,
+alignment, names); the thorough structural checker and ArmNN's numeric check
+are tests of their own.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+from qfcli import check, error_line, run_qfold  # noqa: E402
+
+ARGS = None  # set by qfcli.main
+
+CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, TRANSPOSE_CONV, TRANSPOSE, RESHAPE = 3, 4, 9, 67, 39, 22
+INT8, INT32 = 9, 2
+
+
+def work(name):
+    return os.path.join(ARGS.work, name)
+
+
+def qfold(*argv, expect=0):
+    return run_qfold(ARGS.qfold, argv, expect=expect, timeout=300)
+
+
+def export_torch(net, shape, path):
+    import torch
+    torch.manual_seed(0)
+    net.eval()
+    torch.onnx.export(net, torch.zeros(*shape), path, opset_version=13, training=torch.onnx.TrainingMode.PRESERVE,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def calib(shape, n=16):
+    path = work("calib_%s.npy" % "x".join(map(str, shape)))
+    np.save(path, np.random.default_rng(1).standard_normal((n,) + tuple(shape[1:])).astype(np.float32))
+    return path
+
+
+def models():
+    """(name, module, input shape): the quantizer's test CNN kinds."""
+    import torch
+    import torch.nn as nn
+
+    class ConvBn(nn.Module):  # Conv+BN, depthwise (stride 2), GAP, Linear+BN
+        def __init__(self):
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.dw, self.b2 = nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=8), nn.BatchNorm2d(8)
+            self.pw = nn.Conv2d(8, 12, 1)
+            self.fc, self.b3 = nn.Linear(12, 16), nn.BatchNorm1d(16)
+            self.head = nn.Linear(16, 5)
+
+        def forward(self, x):
+            a = torch.relu(self.b1(self.c1(x)))
+            a = nn.functional.relu6(self.b2(self.dw(a)))
+            a = torch.relu(self.pw(a))
+            g = torch.flatten(nn.functional.adaptive_avg_pool2d(a, 1), 1)
+            return self.head(torch.relu(self.b3(self.fc(g))))
+
+    class Residual(nn.Module):  # residual Add, Concat, ConvTranspose, pools, a flatten of 2x2 spatial
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+            self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+            self.down = nn.Conv2d(8, 8, 3, stride=2, padding=1)
+            self.up = nn.ConvTranspose2d(8, 6, 3, stride=2, padding=1, output_padding=1)
+            self.c3 = nn.Conv2d(14, 8, 3, padding=1)
+            self.fc = nn.Linear(8 * 2 * 2, 10)
+
+        def forward(self, x):
+            a = torch.relu(self.c1(x))
+            a = a + torch.relu(self.c2(a))
+            u = torch.relu(self.up(torch.relu(self.down(a))))
+            d = torch.relu(self.c3(torch.cat([a, u], 1)))
+            p = nn.functional.max_pool2d(nn.functional.avg_pool2d(d, 2), 2)
+            return self.fc(torch.flatten(p, 1))
+
+    for m in (ConvBn(),):
+        with torch.no_grad():
+            for bn in (m.b1, m.b2, m.b3):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 2.0)
+    return [("convbn", ConvBn(), (1, 3, 12, 12)), ("residual", Residual(), (1, 3, 8, 8))]
+
+
+def reader():
+    sys.path.insert(0, ARGS.reader)
+    from tflite.Model import Model
+    return Model
+
+
+def load(path):
+    buf = open(path, "rb").read()
+    return buf, reader().GetRootAs(buf, 0)
+
+
+def tensors(sg):
+    return [sg.Tensors(i) for i in range(sg.TensorsLength())]
+
+
+def check_structure(path, onnx_names, float_io):
+    """The smoke check of one file; returns (model, ops as builtin codes)."""
+    buf, m = load(path)
+    check(buf[4:8] == b"TFL3", "%s: identifier %r" % (path, buf[4:8]))
+    check(m.Version() == 3, "version %d" % m.Version())
+    check(b"qfold" in m.Description(), "description %r" % m.Description())
+    codes = []
+    for i in range(m.OperatorCodesLength()):
+        c = m.OperatorCodes(i)
+        check(c.DeprecatedBuiltinCode() == min(c.BuiltinCode(), 127), "opcode fields %d / %d"
+              % (c.DeprecatedBuiltinCode(), c.BuiltinCode()))
+        codes.append(c.BuiltinCode())
+    check(m.Buffers(0).DataLength() == 0, "buffer 0 is not empty")
+    for i in range(m.BuffersLength()):
+        b = m.Buffers(i)
+        if b.DataLength():
+            off = b._tab.Vector(b._tab.Offset(4))
+            check(off % 16 == 0, "buffer %d data at offset %d, not 16-byte aligned" % (i, off))
+    check(m.SubgraphsLength() == 1, "subgraphs")
+    sg = m.Subgraphs(0)
+    ts = tensors(sg)
+    ops = [sg.Operators(i) for i in range(sg.OperatorsLength())]
+    op_codes = [codes[o.OpcodeIndex()] for o in ops]
+    for t in ts:
+        q = t.Quantization()
+        if t.Type() == INT8 and t.Buffer() == 0:
+            check(q is not None and q.ScaleLength() == 1 and q.ZeroPointLength() == 1,
+                  "int8 activation %s: not per tensor" % t.Name())
+        if q is not None and q.ScaleLength():
+            check(q.ZeroPointLength() == q.ScaleLength(), "%s: %d zero points for %d scales"
+                  % (t.Name(), q.ZeroPointLength(), q.ScaleLength()))
+    for o, code in zip(ops, op_codes):
+        ins = o.InputsAsNumpy()
+        if code in (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED):
+            x, w, b = ts[ins[0]], ts[ins[1]], ts[ins[2]]
+            wq, bq, xq = w.Quantization(), b.Quantization(), x.Quantization()
+            check(w.Type() == INT8 and b.Type() == INT32, "weight / bias types")
+            check(not wq.ZeroPointAsNumpy().any(), "%s: weights not symmetric" % w.Name())
+            if code == CONV_2D:
+                check(wq.QuantizedDimension() == 0 and w.ShapeAsNumpy()[3] == x.ShapeAsNumpy()[3],
+                      "%s: CONV_2D weight not OHWI per channel on 0" % w.Name())
+            if code == DEPTHWISE_CONV_2D:
+                check(wq.QuantizedDimension() == 3 and w.ShapeAsNumpy()[0] == 1, "%s: not 1HWO on 3" % w.Name())
+            if code == FULLY_CONNECTED:
+                check(wq.ScaleLength() == 1, "%s: per-channel FULLY_CONNECTED" % w.Name())
+            want = (xq.ScaleAsNumpy()[0] * wq.ScaleAsNumpy()).astype(np.float32)
+            check(np.allclose(bq.ScaleAsNumpy(), want, rtol=1e-6), "%s: bias scale is not s_in * s_w" % b.Name())
+    # names: every int8 activation made by an op carries an ONNX value name,
+    # except the few tensors the export adds (suffixes below)
+    added = ("_nchw", "_nobias", "_padded")
+    for t in ts:
+        name = t.Name().decode()
+        if t.Buffer() == 0 and not name.endswith(added):
+            check(name in onnx_names, "tensor %r is not an ONNX value name" % name)
+    io_type = 0 if float_io else INT8
+    for i in list(sg.InputsAsNumpy()) + list(sg.OutputsAsNumpy()):
+        check(ts[i].Type() == io_type, "boundary tensor %s type %d" % (ts[i].Name(), ts[i].Type()))
+    return m, op_codes
+
+
+def onnx_value_names(path):
+    import onnx
+    g = onnx.load(path).graph
+    return {v for n in g.node for v in list(n.input) + list(n.output)} | {i.name for i in g.input}
+
+
+# --- cases ---------------------------------------------------------------------------
+
+def case_cnn():
+    """The test CNNs quantized (neutron: per-tensor Linear weights), exported,
+    read back; the report's totals and per-op fields; --all-outputs."""
+    for name, net, shape in models():
+        src, q = work(name + ".onnx"), work(name + "_q.onnx")
+        export_torch(net, shape, src)
+        qfold("quantize", src, "-o", q, "--calib", calib(shape), "--target", "neutron")
+        names = onnx_value_names(q)
+        for float_io in (False, True):
+            out, rep = work(name + ".tflite"), work(name + ".json")
+            _, _, err = qfold("export", q, "-o", out, "--report", rep, *(["--float-io"] if float_io else []))
+            check("tflite: " in err and "peak activations" in err, "summary:\n" + err)
+            _, codes = check_structure(out, names, float_io)
+            with open(rep) as f:
+                r = json.load(f)
+            check(r["totals"]["model_bytes"] == os.path.getsize(out), "model_bytes")
+            check(len(r["ops"]) == len(codes), "report ops %d, file %d" % (len(r["ops"]), len(codes)))
+            check(r["totals"]["macs"] == sum(o["macs"] for o in r["ops"]) > 0, "macs")
+            check(0 < r["totals"]["peak_activation_bytes"] <= r["totals"]["activation_bytes_no_reuse"], "arena")
+            check(all(o["max_lsb"] is None for o in r["ops"]), "max_lsb set without a measurement")
+            check(all(len(s) == 4 for o in r["ops"] if o["op"] == "CONV_2D" for s in o["inputs"] + o["outputs"]),
+                  "conv shapes")
+        if name == "convbn":
+            check(codes.count(CONV_2D) == 2 and codes.count(DEPTHWISE_CONV_2D) == 1
+                  and codes.count(FULLY_CONNECTED) == 2, "convbn ops %r" % codes)
+            # NHWC once: a flatten of 1x1 spatial needs no TRANSPOSE
+            check(TRANSPOSE not in codes, "a TRANSPOSE in %r" % codes)
+        else:
+            check(TRANSPOSE_CONV in codes, "residual ops %r" % codes)
+            # the one TRANSPOSE: before the flatten of 2x2 spatial data, then its RESHAPE
+            check(codes.count(TRANSPOSE) == 1 and codes[codes.index(TRANSPOSE) + 1] == RESHAPE,
+                  "residual ops %r" % codes)
+        # --all-outputs (debug): every int8 activation an output
+        dbg = work(name + "_all.tflite")
+        qfold("export", q, "-o", dbg, "--all-outputs")
+        _, m = load(dbg)
+        sg = m.Subgraphs(0)
+        check(sg.OutputsLength() >= sg.OperatorsLength(), "--all-outputs: %d outputs for %d ops"
+              % (sg.OutputsLength(), sg.OperatorsLength()))
+
+
+def case_refusals():
+    """Exit 2, one line naming the node and the reason, nothing written."""
+    import torch.nn as nn
+    name, net, shape = models()[0]
+    src = work("convbn.onnx")
+    export_torch(net, shape, src)
+
+    def refused(model, *needles):
+        out = work("refused.tflite")
+        _, _, err = qfold("export", model, "-o", out, "--report", work("refused.json"), expect=2)
+        error_line(err, *needles)
+        check(not os.path.exists(out) and not os.path.exists(work("refused.json")), "something was written")
+        check(not [f for f in os.listdir(ARGS.work) if "qfold-tmp" in f], "a temporary file was left")
+
+    # a float model: its first op reads the float input
+    refused(src, "node '/c1/Conv' (Conv)", "not an int8 QDQ model")
+    # generic target: per-channel Linear weights
+    q = work("generic.onnx")
+    qfold("quantize", src, "-o", q, "--calib", calib(shape), "--target", "generic")
+    refused(q, "node '/fc/Gemm' (Gemm)", "per-channel")
+
+    # a MatMul of two activations (TFLite's BATCH_MATMUL, not in the op set)
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 4, 1)
+
+        def forward(self, x):
+            g = self.c(x).mean((2, 3))
+            return (g.unsqueeze(2) @ g.unsqueeze(1)).flatten(1)
+
+    src2, q2 = work("outer.onnx"), work("outer_q.onnx")
+    export_torch(Outer(), (1, 3, 4, 4), src2)
+    qfold("quantize", src2, "-o", q2, "--calib", calib((1, 3, 4, 4)))
+    refused(q2, "(MatMul)", "BATCH_MATMUL")
+
+
+def case_tflite_out():
+    """`quantize -o X.tflite` writes the model `export` writes from the ONNX
+    file (the same operators and tensor shapes); --verify needs an ONNX output."""
+    name, net, shape = models()[0]
+    src = work(name + ".onnx")
+    export_torch(net, shape, src)
+    c = calib(shape)
+    direct, q, exported = work("direct.tflite"), work("q.onnx"), work("exported.tflite")
+    _, _, err = qfold("quantize", src, "-o", direct, "--calib", c)
+    check("tflite: " in err, "no TFLite summary:\n" + err)
+    qfold("quantize", src, "-o", q, "--calib", c)
+    qfold("export", q, "-o", exported)
+    shapes = []
+    for path in (direct, exported):
+        _, m = load(path)
+        sg = m.Subgraphs(0)
+        ops = [m.OperatorCodes(sg.Operators(i).OpcodeIndex()).BuiltinCode() for i in range(sg.OperatorsLength())]
+        shapes.append((ops, sorted(tuple(t.ShapeAsNumpy()) if t.ShapeLength() else () for t in tensors(sg))))
+    check(shapes[0] == shapes[1], "quantize -o .tflite and export differ:\n%r\n%r" % tuple(shapes))
+    _, _, err = qfold("quantize", src, "-o", work("v.tflite"), "--calib", c, "--verify", expect=2)
+    error_line(err, "--verify")
+
+
+if __name__ == "__main__":
+    import qfcli
+    sys.exit(qfcli.main("tflite_export", globals(), paths=("--root", "--work", "--reader")))
