@@ -88,16 +88,21 @@ static const char *ex_strdup(ex *e, const char *s)
 }
 
 /* The ONNX node a lowered node comes from ("<name>_int8" -> "<name>"). */
+/* The result's copy of a name (the private graph is freed at the end of the
+ * export, the report outlives it); NULL when out of memory. */
+static const char *pool_name(ex *e, const char *s, size_t len)
+{
+    char *p = ex_alloc(e, len + 1);
+    if (p) memcpy(p, s, len);
+    return p;
+}
+
 static const char *node_name(ex *e, const qf_node *n)
 {
     size_t len = strlen(n->name);
-    if (len > 5 && strcmp(n->name + len - 5, "_int8") == 0) {
-        char *p = ex_alloc(e, len - 4);
-        if (!p) return n->name;
-        memcpy(p, n->name, len - 5);
-        return p;
-    }
-    return n->name;
+    if (len > 5 && strcmp(n->name + len - 5, "_int8") == 0) len -= 5;
+    const char *p = pool_name(e, n->name, len);
+    return p ? p : n->name;
 }
 
 static const qf_node *fc_tail(const qf_node *ql);
@@ -394,7 +399,9 @@ static qf_status add_op(ex *e, const qf_node *n, int code, const int32_t *in, in
     memset(f, 0, sizeof *f);
     f->op = tfl_op_name(code);
     f->node = node_name(e, n);
-    f->output = nout ? e->t[out[0]].name : "";
+    if (f->node == n->name) f->node = NULL; /* not the pool's copy: out of memory */
+    f->output = nout ? pool_name(e, e->t[out[0]].name, strlen(e->t[out[0]].name)) : "";
+    if (!f->node || !f->output) return QF_ERR_NOMEM;
     f->macs = macs;
     for (int i = 0; i < nin; i++) {
         if (in[i] < 0) continue;

@@ -404,6 +404,9 @@ def case_data_errors():
              (["--report", rep, "--data", calib, "--count", "0"], "--count"),
              (["--report", rep, "--data", work("bad.npy")], "bad.npy")]
     np.save(work("bad.npy"), np.full((4, 3, 8, 8), np.nan, np.float32))
+    for f in (out, rep):
+        if os.path.exists(f):
+            os.remove(f)
     for extra, needle in cases:
         _, _, err = run_qfold(ARGS.qfold, ["export", qdq, "-o", out] + extra, expect=2)
         error_line(err, needle)
