@@ -315,9 +315,9 @@ def case_conv_transpose():
 
 
 def case_residual():
-    """A residual Add (two int8 inputs of different qparams), max pool, GAP,
-    Linear. (No ReLU after the Add: qfold's profiles put a Q between the Add
-    and a ReLU after it, and the export refuses that lone DQ -> Relu -> Q.)"""
+    """A residual Add (two int8 inputs of different qparams) + ReLU, max
+    pool, GAP, Linear. (qfold's profiles put a Q between the Add and the ReLU:
+    the export writes that lone ReLU as the fused activation of an ADD of 0.)"""
     import torch
     import torch.nn as nn
 
@@ -331,7 +331,7 @@ def case_residual():
         def forward(self, x):
             a = torch.relu(self.b1(self.c1(x)))
             b = self.b2(self.c2(a))
-            y = nn.functional.max_pool2d(a + b, 2)
+            y = nn.functional.max_pool2d(torch.relu(a + b), 2)
             return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
 
     torch.manual_seed(4)
