@@ -88,21 +88,16 @@ static const char *ex_strdup(ex *e, const char *s)
 }
 
 /* The ONNX node a lowered node comes from ("<name>_int8" -> "<name>"). */
-/* The result's copy of a name (the private graph is freed at the end of the
- * export, the report outlives it); NULL when out of memory. */
-static const char *pool_name(ex *e, const char *s, size_t len)
-{
-    char *p = ex_alloc(e, len + 1);
-    if (p) memcpy(p, s, len);
-    return p;
-}
-
 static const char *node_name(ex *e, const qf_node *n)
 {
     size_t len = strlen(n->name);
-    if (len > 5 && strcmp(n->name + len - 5, "_int8") == 0) len -= 5;
-    const char *p = pool_name(e, n->name, len);
-    return p ? p : n->name;
+    if (len > 5 && strcmp(n->name + len - 5, "_int8") == 0) {
+        char *p = ex_alloc(e, len - 4);
+        if (!p) return n->name;
+        memcpy(p, n->name, len - 5);
+        return p;
+    }
+    return n->name;
 }
 
 static const qf_node *fc_tail(const qf_node *ql);
@@ -398,10 +393,9 @@ static qf_status add_op(ex *e, const qf_node *n, int code, const int32_t *in, in
     qf_tflite_op_info *f = &e->info[e->nops];
     memset(f, 0, sizeof *f);
     f->op = tfl_op_name(code);
-    f->node = node_name(e, n);
-    if (f->node == n->name) f->node = NULL; /* not the pool's copy: out of memory */
-    f->output = nout ? pool_name(e, e->t[out[0]].name, strlen(e->t[out[0]].name)) : "";
-    if (!f->node || !f->output) return QF_ERR_NOMEM;
+    f->node = ex_strdup(e, node_name(e, n)); /* the result outlives the private graph */
+    if (!f->node) return QF_ERR_NOMEM;
+    f->output = nout ? e->t[out[0]].name : "";
     f->macs = macs;
     for (int i = 0; i < nin; i++) {
         if (in[i] < 0) continue;
@@ -1135,13 +1129,13 @@ static qf_status emit_float(ex *e, qf_node *n)
     tfl_qp yq;
     int act;
     QF_TRY(group_out(e, n, &y, &yq, binary ? &act : NULL));
-    /* TFLite's int8 kernels fix these outputs' qparams */
-    if ((code == QF_TFL_LOGISTIC || code == QF_TFL_SOFTMAX) && (yq.scale != 1.0f / 256 || yq.zp != -128))
-        return refuse(e, n, "TFLite's int8 %s output must have scale 1/256 and zero point -128 (has %g, %d)",
-                      tfl_op_name(code), yq.scale, yq.zp);
-    if (code == QF_TFL_TANH && (yq.scale != 1.0f / 128 || yq.zp != 0))
-        return refuse(e, n, "TFLite's int8 TANH output must have scale 1/128 and zero point 0 (has %g, %d)", yq.scale,
-                      yq.zp);
+    /* TFLite's int8 kernels fix these outputs' qparams (qfold's profiles
+     * give them these); other qparams (another tool's) get a QUANTIZE
+     * (int8 -> int8 requantization) after the op */
+    tfl_qp fixed = {0.0f, 0};
+    if (code == QF_TFL_LOGISTIC || code == QF_TFL_SOFTMAX) fixed = (tfl_qp){1.0f / 256, -128};
+    if (code == QF_TFL_TANH) fixed = (tfl_qp){1.0f / 128, 0};
+    const bool requant = fixed.scale > 0.0f && (yq.scale != fixed.scale || yq.zp != fixed.zp);
     const int rank = y->type.ndim;
     if (code == QF_TFL_SOFTMAX) {
         int64_t axis = qf_node_attr_int(n, "axis", e->g->opset >= 13 ? -1 : 1);
@@ -1159,8 +1153,17 @@ static qf_status emit_float(ex *e, qf_node *n)
     int yi;
     QF_TRY(act_tensor(e, n, y, &yi));
     qf_tfl_op *op;
-    QF_TRY(add_op(e, n, code, in, binary ? 2 : 1, &yi, 1, 0, &op));
+    int oi = yi;
+    if (requant) {
+        char name[512];
+        snprintf(name, sizeof name, "%.480s_fixed", y->name);
+        int64_t zp = fixed.zp;
+        oi = add_tensor(e, name, QF_TFL_INT8, e->t[yi].ndim, e->t[yi].shape, NULL, 0, 1, &fixed.scale, &zp, 0, false);
+        QF_TRY(need(oi));
+    }
+    QF_TRY(add_op(e, n, code, in, binary ? 2 : 1, &oi, 1, 0, &op));
     if (binary) op->activation = act;
+    if (requant) QF_TRY(add_op(e, n, QF_TFL_QUANTIZE, &oi, 1, &yi, 1, 0, &op));
     return QF_OK;
 }
 

@@ -238,6 +238,28 @@ static void test_fully_connected(void)
     qf_graph_free(g);
 }
 
+/* A Sigmoid between a DQ and a Q: LOGISTIC, whose int8 output TFLite fixes
+ * at 1/256, -128; other qparams (another tool's) get a QUANTIZE after it. */
+static void test_fixed_qparams(void)
+{
+    for (int k = 0; k < 2; k++) {
+        qf_graph *g = NULL;
+        REQUIRE_OK(qf_graph_init(&g));
+        const int64_t xd[4] = {1, 3, 4, 4};
+        float sx = 0.05f;
+        qf_value *x = dq(g, "x_dq", qf_graph_add_input(g, "x", QF_DTYPE_I8, 4, xd), &sx, 1, QF_DTYPE_I8);
+        qf_node *n = qf_graph_add_node(g, QF_OP_SIGMOID, "sig", 1, &x, 1);
+        REQUIRE(n != NULL, "sigmoid");
+        finish(g, n->outputs[0], false, k ? 0.004f : 1.0f / 256, k ? -100 : -128);
+        qf_tflite_result r;
+        REQUIRE_OK(qf_tflite_export(g, NULL, &r));
+        CHECKF(r.nops == 1 + k && strcmp(r.ops[0].op, "LOGISTIC") == 0, "case %d: %d ops", k, r.nops);
+        if (k) CHECK(r.nops == 2 && strcmp(r.ops[1].op, "QUANTIZE") == 0 && strcmp(r.ops[1].output, "y_q") == 0);
+        qf_tflite_result_free(&r);
+        qf_graph_free(g);
+    }
+}
+
 static void test_refusals(void)
 {
     qf_tflite_result r;
@@ -261,6 +283,7 @@ int main(void)
     RUN(test_conv);
     RUN(test_depthwise);
     RUN(test_fully_connected);
+    RUN(test_fixed_qparams);
     RUN(test_refusals);
     return qf_check_report();
 }
