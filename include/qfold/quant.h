@@ -330,6 +330,18 @@ typedef enum qf_int8_requant_kind {
 } qf_int8_requant_kind;
 qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kind rq, int *count);
 
+/* The integer reference against the simulation, per value (the TFLite export
+ * report's max_lsb): qdq runs twice on the first `count` samples of src (0:
+ * all), once lowered with TFLite's fixed-point requantization (what the
+ * exported graph computes) and once as written (Q / DQ in float, as `qfold
+ * run --simulate`); max_lsb[k] gets the largest |difference| of int8 value
+ * names[k] over every element and sample, or -1 where the graph has no such
+ * int8 activation. qdq is not changed. TFLite's exact arithmetic needs the
+ * reference kernels (qf_set_engine(QF_ENGINE_REF) first: oneDNN's int8 convs
+ * requantize in float, within 1 LSB of it). (src/quant/int8_diff.c) */
+qf_status qf_quant_int8_diff(const qf_graph *qdq, const qf_data_source *src, int64_t count, int nnames,
+                             const char *const *names, int32_t *max_lsb);
+
 /* Register the quant passes and pipelines (idempotent); qf_quantize does it. */
 qf_status qf_quant_register_passes(void);
 

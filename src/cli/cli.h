@@ -191,4 +191,13 @@ void qf_cli_outputs_free(qf_cli_outputs *s);
  * (exit 1), not bad input. */
 int qf_cli_fail_write(const qf_cli_outputs *s, int i, qf_status st);
 
+/* qfold export --data (src/cli/export_data.c): the report's per-op max_lsb
+ * (integer reference vs simulation) on the first `count` samples (0: all) of
+ * one .npy per graph input; *max_lsb (r->nops values, NaN: not measured)
+ * from qf_malloc. */
+#define QF_CLI_EXPORT_MAX_DATA 8
+struct qf_tflite_result;
+qf_status qf_cli_export_lsb(const struct qf_graph *g, const struct qf_tflite_result *r, const char *const *data,
+                            int ndata, int64_t count, double **max_lsb);
+
 #endif

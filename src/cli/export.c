@@ -12,6 +12,10 @@
 static int qf_cli_export(int argc, char **argv)
 {
     const char *in = NULL, *outp = NULL, *report = NULL, *v;
+    const char *data[QF_CLI_EXPORT_MAX_DATA];
+    int ndata = 0;
+    int64_t count = 0;
+    double *max_lsb = NULL;
     qf_tflite_options o = {0};
     qf_cli_args a = qf_cli_args_begin(&qf_cli_cmd_export, argc, argv);
     while (qf_cli_args_next(&a)) {
@@ -19,12 +23,24 @@ static int qf_cli_export(int argc, char **argv)
         else if (qf_cli_args_value(&a, "--report", NULL, &v)) report = v;
         else if (qf_cli_args_flag(&a, "--float-io", NULL)) o.float_io = true;
         else if (qf_cli_args_flag(&a, "--all-outputs", NULL)) o.all_outputs = true; /* debug, not in the help */
-        else if (!in && qf_cli_args_positional(&a, &v)) in = v;
+        else if (qf_cli_args_value(&a, "--data", NULL, &v)) {
+            if (ndata == QF_CLI_EXPORT_MAX_DATA)
+                return qf_cli_usage_error(a.cmd, "at most %d --data files", QF_CLI_EXPORT_MAX_DATA);
+            data[ndata++] = v;
+        } else if (qf_cli_args_value(&a, "--count", NULL, &v)) {
+            char *end;
+            long long c = strtoll(v, &end, 10);
+            if (end == v || *end || c < 1)
+                return qf_cli_usage_error(a.cmd, "--count takes a positive number, got '%s'", v);
+            count = c;
+        } else if (!in && qf_cli_args_positional(&a, &v)) in = v;
         else return qf_cli_args_unknown(&a);
     }
     if (a.failed) return QF_EXIT_USAGE;
     if (!in) return qf_cli_usage_error(&qf_cli_cmd_export, "no input model");
     if (!outp) return qf_cli_usage_error(&qf_cli_cmd_export, "no output file (-o OUT.tflite)");
+    if ((ndata || count) && !report)
+        return qf_cli_usage_error(&qf_cli_cmd_export, "--data / --count fill the report: give --report R.json");
     qf_cli_outputs out;
     qf_cli_outputs_init(&out);
     int rc = qf_cli_outputs_add(&out, "output", outp);
@@ -46,7 +62,8 @@ static int qf_cli_export(int argc, char **argv)
         st = qf_file_write_atomic(tmp, r.data, r.size);
     if (st == QF_OK && report) {
         wi = -1;
-        st = qf_tflite_report_json(&r, NULL, &text, &len);
+        if (ndata) st = qf_cli_export_lsb(g, &r, data, ndata, count, &max_lsb);
+        if (st == QF_OK) st = qf_tflite_report_json(&r, max_lsb, &text, &len);
         if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 1, &tmp)) == QF_OK)
             st = qf_file_write_atomic(tmp, text, len);
     }
@@ -54,6 +71,7 @@ static int qf_cli_export(int argc, char **argv)
     else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) qf_tflite_report_print(&r, stderr);
     qf_cli_outputs_free(&out);
     qf_free(text);
+    qf_free(max_lsb);
     qf_tflite_result_free(&r);
     qf_graph_free(g);
     return rc;
@@ -62,7 +80,7 @@ static int qf_cli_export(int argc, char **argv)
 const qf_cli_command qf_cli_cmd_export = {
     .name = "export",
     .summary = "an int8 QDQ model -> an int8 TFLite flatbuffer (NHWC), with a deployment report",
-    .usage = "qfold export IN.onnx -o OUT.tflite [--float-io] [--report R.json]",
+    .usage = "qfold export IN.onnx -o OUT.tflite [--float-io] [--report R.json [--data X.npy [--count N]]]",
     .details =
         "IN is an int8 QDQ model: what `qfold quantize`, `qat` or `finalize` write, or one\n"
         "quantized by another tool in the same form (ONNX Runtime's quantize_static, QDQ,\n"
@@ -84,6 +102,12 @@ const qf_cli_command qf_cli_cmd_export = {
         "  --report FILE       JSON deployment report: per op the TFLite op, its node, tensor\n"
         "                      shapes (NHWC), MACs, weight bytes; totals: file size, weight\n"
         "                      bytes, peak activation memory (first-fit arena plan in op\n"
-        "                      order), MACs per inference\n",
+        "                      order), MACs per inference\n"
+        "  --data FILE         .npy of samples for the next graph input (float32, the batch\n"
+        "                      first; one per input): the report's per-op max_lsb, the\n"
+        "                      largest difference in LSB between the integer reference (the\n"
+        "                      .tflite's arithmetic: TFLite's requantization) and qfold's int8\n"
+        "                      run of the QDQ model as written (`qfold run --simulate`)\n"
+        "  --count N           measure on the first N samples of --data (default: all)\n",
     .fn = qf_cli_export,
 };

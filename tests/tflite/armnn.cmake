@@ -1,0 +1,23 @@
+# qfold export on ArmNN's TfLite parser (tests/tflite/): the structure of every
+# exported model read with flatc --python code of the vendored schema
+# (generated here, at test time: independent of the C writer), every op of
+# the test models within 1 LSB of qfold's integer reference on ArmNN 20.08's
+# CpuRef backend, whole models and Fashion-MNIST's top-1 against ONNX Runtime.
+find_program(QF_FLATC flatc)
+if(QF_PYTHON3 AND QF_FLATC)
+  set(QF_TFLITE_TEST_PY "${QF_TEST_WORK}/tflite_py_obj")  # with the object API (tfl_split.py)
+  add_test(NAME tflite_schema_py
+    COMMAND ${QF_FLATC} --python --gen-object-api -o ${QF_TFLITE_TEST_PY} ${PROJECT_SOURCE_DIR}/third_party/tflite/schema.fbs)
+  set_tests_properties(tflite_schema_py PROPERTIES FIXTURES_SETUP tflite_py LABELS "tflite" TIMEOUT 60)
+  set(QF_TFLITE_CASES checker armnn_limits data_errors conv_bn depthwise conv_transpose residual concat
+      activations)
+  if(QF_NODE)
+    list(APPEND QF_TFLITE_CASES fashion)
+  endif()
+  foreach(case ${QF_TFLITE_CASES})
+    add_test(NAME tflite_armnn_${case}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/armnn_test.py --qfold $<TARGET_FILE:qfold>
+              --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/tflite --schema-py ${QF_TFLITE_TEST_PY} ${case})
+    set_tests_properties(tflite_armnn_${case} PROPERTIES FIXTURES_REQUIRED tflite_py LABELS "tflite" TIMEOUT 300)
+  endforeach()
+endif()
