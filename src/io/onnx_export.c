@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "../core/arena.h"
+#include "onnx_opset.h"
 #include "onnx_proto.h"
 
 typedef struct qf_transposed {
@@ -22,6 +23,7 @@ typedef struct qf_transposed {
 
 typedef struct qf_export {
     const qf_graph *g;
+    int64_t opset; /* written (qf_onnx_opset_target) */
     qf_arena arena; /* every protobuf struct and generated name */
     Onnx__NodeProto **nodes;
     size_t nnodes, cap_nodes;
@@ -327,8 +329,11 @@ static qf_status qf_ex_linear(qf_export *ex, const qf_node *n)
     return qf_ex_node(ex, add_name, "Add", 2, add_in, 1, &out, 0) ? QF_OK : QF_ERR_NOMEM;
 }
 
+static qf_status qf_ex_relu6_attrs(qf_export *ex, const qf_node *n);
+
 static qf_status qf_ex_relu6(qf_export *ex, const qf_node *n)
 {
+    if (ex->opset < 11) return qf_ex_relu6_attrs(ex, n);
     const qf_value *x = n->inputs[0];
     int k = x->type.dtype == QF_DTYPE_F64 ? 1 : 0;
     if (x->type.dtype != QF_DTYPE_F32 && x->type.dtype != QF_DTYPE_F64)
@@ -358,6 +363,22 @@ static qf_status qf_ex_relu6(qf_export *ex, const qf_node *n)
     return qf_ex_node(ex, n->name, "Clip", 3, in, 1, &out, 0) ? QF_OK : QF_ERR_NOMEM;
 }
 
+/* relu6 before opset 11: Clip's bounds are attributes. */
+static qf_status qf_ex_relu6_attrs(qf_export *ex, const qf_node *n)
+{
+    const char *out = n->outputs[0]->name;
+    const char *in = qf_ex_use(ex, n->inputs[0]);
+    Onnx__NodeProto *np = qf_ex_node(ex, n->name, "Clip", 1, &in, 1, &out, 2);
+    if (!np) return QF_ERR_NOMEM;
+    for (int j = 0; j < 2; j++) {
+        qf_attr a = {.name = j ? "max" : "min", .type = QF_ATTR_FLOAT, .f = j ? 6.0f : 0.0f};
+        Onnx__AttributeProto *ap = qf_ex_attr(ex, &a);
+        if (!ap) return QF_ERR_NOMEM;
+        np->attribute[np->n_attribute++] = ap;
+    }
+    return QF_OK;
+}
+
 static qf_status qf_ex_plain(qf_export *ex, const qf_node *n, const char *op_type)
 {
     const char **outs = qf_ex_alloc(ex, sizeof *outs * (size_t)(n->noutputs ? n->noutputs : 1));
@@ -370,6 +391,40 @@ static qf_status qf_ex_plain(qf_export *ex, const qf_node *n, const char *op_typ
     if (!np) return QF_ERR_NOMEM;
     for (int i = 0; i < n->nattrs; i++) {
         Onnx__AttributeProto *ap = qf_ex_attr(ex, &n->attrs[i]);
+        if (!ap) return QF_ERR_NOMEM;
+        np->attribute[np->n_attribute++] = ap;
+    }
+    return QF_OK;
+}
+
+static void *qf_ex_form_alloc(void *ud, size_t size) { return qf_ex_alloc(ud, size); }
+
+/* n in the written opset's form (src/io/onnx_opset.c); plain when its form
+ * is the same. */
+static qf_status qf_ex_versioned(qf_export *ex, const qf_node *n, const char *op_type)
+{
+    qf_onnx_written w;
+    bool converted;
+    QF_TRY(qf_onnx_opset_write(ex->g, n, ex->opset, qf_ex_form_alloc, ex, &w, &converted));
+    if (!converted) return qf_ex_plain(ex, n, op_type);
+    const char **outs = qf_ex_alloc(ex, sizeof *outs * (size_t)(n->noutputs ? n->noutputs : 1));
+    const char *ins[QF_ONNX_WRITE_IN];
+    if (!outs) return QF_ERR_NOMEM;
+    for (int i = 0; i < n->noutputs; i++) outs[i] = n->outputs[i]->name;
+    for (int i = 0; i < w.nin; i++) {
+        if (w.made[i]) {
+            char base[600];
+            snprintf(base, sizeof base, "%.400s_%s", n->name, w.made_name[i]);
+            if (!(ins[i] = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+            QF_TRY(qf_ex_add_initializer(ex, ins[i], w.made[i]));
+        } else {
+            ins[i] = qf_ex_use(ex, w.in[i]);
+        }
+    }
+    Onnx__NodeProto *np = qf_ex_node(ex, n->name, op_type, w.nin, ins, n->noutputs, outs, w.nattrs);
+    if (!np) return QF_ERR_NOMEM;
+    for (int i = 0; i < w.nattrs; i++) {
+        Onnx__AttributeProto *ap = qf_ex_attr(ex, &w.attrs[i]);
         if (!ap) return QF_ERR_NOMEM;
         np->attribute[np->n_attribute++] = ap;
     }
@@ -390,7 +445,7 @@ static qf_status qf_ex_nodes(qf_export *ex)
     {
         const char *op_type = qf_op_onnx_name(n->op);
         if (op_type) {
-            QF_TRY(qf_ex_plain(ex, n, op_type));
+            QF_TRY(qf_ex_versioned(ex, n, op_type));
         } else if ((unsigned)n->op < QF_OP_COUNT && qf_ex_lowerings[n->op]) {
             QF_TRY(qf_ex_lowerings[n->op](ex, n));
         } else {
@@ -581,6 +636,7 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     qf_status st = QF_OK;
     ex.used = qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof *ex.used);
     if (!ex.used) st = QF_ERR_NOMEM;
+    if (st == QF_OK) st = qf_onnx_opset_target(g, &ex.opset);
 
     Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
     Onnx__GraphProto gp = ONNX__GRAPH_PROTO__INIT;
@@ -595,7 +651,7 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
             (char *)(g->producer_name && *g->producer_name ? g->producer_name : "qfold");
         opset.domain = "";
         opset.has_version = 1;
-        opset.version = g->opset;
+        opset.version = ex.opset;
         m.n_opset_import = 1;
         m.opset_import = opsets;
         m.graph = &gp;
