@@ -35,6 +35,9 @@ import onnx  # noqa: E402
 import onnx.defs  # noqa: E402
 from onnx.backend.test import cmd_tools  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import old_forms  # noqa: E402
+
 OPS = """Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Div Pow Sqrt
 Reciprocal Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish Softmax MaxPool AveragePool
 GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeeze Unsqueeze Pad
@@ -74,6 +77,14 @@ def same_at(op, old, new):
         return False
 
 
+def write_meta(tdir, ins, outs):
+    with open(os.path.join(tdir, "qf_meta.txt"), "w") as f:
+        for j, n in enumerate(ins):
+            f.write(f"input {j} {n}\n")
+        for j, n in enumerate(outs):
+            f.write(f"output {j} {n}\n")
+
+
 def main():
     outdir, excluded_path = sys.argv[1], sys.argv[2]
     data = os.path.join(outdir, "data")
@@ -86,6 +97,7 @@ def main():
     manifest["expanded"] = []
     seen_excluded = set()
     bumped = []
+    variants = 0
     for name in sorted(os.listdir(root)):
         tdir = os.path.join(root, name)
         model_path = os.path.join(tdir, "model.onnx")
@@ -115,13 +127,14 @@ def main():
         init = {i.name for i in model.graph.initializer}
         ins = [i.name for i in model.graph.input if i.name not in init]
         outs = [o.name for o in model.graph.output]
-        with open(os.path.join(tdir, "qf_meta.txt"), "w") as f:
-            for j, n in enumerate(ins):
-                f.write(f"input {j} {n}\n")
-            for j, n in enumerate(outs):
-                f.write(f"output {j} {n}\n")
+        write_meta(tdir, ins, outs)
         key = ops[0] if len(ops) == 1 else "expanded"
         manifest[key].append(tdir)
+        # The same test in the form of each older opset whose definition differs.
+        for vdir, vins in old_forms.make_variants(tdir, model, ins, os.path.join(data, "node_old")):
+            write_meta(vdir, vins, outs)
+            manifest[key].append(vdir)
+            variants += 1
 
     stale = sorted(set(excluded) - seen_excluded)
     if stale:
@@ -135,7 +148,8 @@ def main():
             for d in dirs:
                 f.write(d + "\n")
         total += len(dirs)
-    print(f"gen: {total} node tests selected for {len(OPS)} ops, {len(excluded)} excluded, "
+    print(f"gen: {total} node tests selected for {len(OPS)} ops ({variants} of them older-opset forms), "
+          f"{len(excluded)} excluded, "
           f"opset raised to {MIN_OPSET} for: {', '.join(bumped) or 'none'}")
     empty = [k for k in OPS if not manifest[k]]
     if empty:
