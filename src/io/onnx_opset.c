@@ -712,12 +712,12 @@ static qf_status wr_dropout(qf_wr *r, int64_t opset)
 static qf_status wr_pad(qf_wr *r, int64_t opset)
 {
     const qf_node *n = r->n;
-    if (opset >= 18) return QF_OK;
+    const qf_value *av = op_in(n, 3);
+    if (opset >= 18 || (opset >= 11 && !av)) return QF_OK;
     int rank = n->inputs[0]->type.ndim;
     int64_t p[2 * QF_MAX_DIMS], ax[QF_MAX_DIMS], full[2 * QF_MAX_DIMS] = {0};
     int np = 0, na = 0;
     if (!op_const_ints(op_in(n, 1), p, 2 * QF_MAX_DIMS, &np)) return wr_cannot(n, opset, "pads");
-    const qf_value *av = op_in(n, 3);
     if (av) {
         if (!op_const_ints(av, ax, QF_MAX_DIMS, &na) || np != 2 * na) return wr_cannot(n, opset, "axes");
         for (int i = 0; i < na; i++) {
@@ -731,10 +731,7 @@ static qf_status wr_pad(qf_wr *r, int64_t opset)
         memcpy(full, p, sizeof *p * (size_t)np);
     }
     wr_input(r, 3, NULL);
-    if (opset >= 11) {
-        if (!av) return QF_OK;
-        return wr_made(r, 1, "pads", QF_DTYPE_I64, np, full, NULL);
-    }
+    if (opset >= 11) return wr_made(r, 1, "pads", QF_DTYPE_I64, np, full, NULL);
     const qf_value *cv = op_in(n, 2);
     wr_input(r, 2, NULL);
     wr_input(r, 1, NULL);
