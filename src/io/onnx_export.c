@@ -647,6 +647,11 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     if (st == QF_OK) {
         m.has_ir_version = 1;
         m.ir_version = g->ir_version > 0 ? g->ir_version : 8;
+        /* Initializers that are not graph inputs need IR 4; an opset (raised
+         * by export or by the quantizer) at least the IR version it came with. */
+        if (m.ir_version < 4) m.ir_version = 4;
+        if (m.ir_version < qf_onnx_opset_ir_version(ex.opset))
+            m.ir_version = qf_onnx_opset_ir_version(ex.opset);
         m.producer_name =
             (char *)(g->producer_name && *g->producer_name ? g->producer_name : "qfold");
         opset.domain = "";

@@ -240,6 +240,21 @@ static qf_status imp_node(qf_graph *g, qf_node *n, int64_t opset)
     case QF_OP_SPLIT: return imp_split(n);
     case QF_OP_QUANTIZE:
     case QF_OP_DEQUANTIZE: return imp_quant(n);
+    case QF_OP_GEMM:
+        /* Gemm-6's broadcast flag: from 7 on C always broadcasts one way. */
+        qf_node_remove_attr(n, "broadcast");
+        return QF_OK;
+    case QF_OP_ADD:
+    case QF_OP_SUB:
+    case QF_OP_MUL:
+    case QF_OP_DIV:
+        /* Before 7, broadcast = 1 aligned B at `axis`; from 7 on, numpy rules. */
+        if (qf_node_attr_int(n, "broadcast", 0) != 0 && qf_node_attr(n, "axis"))
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (%s): broadcast with an axis (opset < 7 broadcasting) is not supported",
+                            n->name, qf_op_label(n));
+        qf_node_remove_attr(n, "broadcast");
+        return QF_OK;
     case QF_OP_CAST:
         QF_TRY(op_attr_type(n, "saturate", QF_ATTR_INT));
         qf_node_remove_attr(n, "saturate"); /* float8 only */
@@ -407,7 +422,7 @@ static int64_t node_min_opset(const qf_graph *g, const qf_node *n)
         break;
     case QF_OP_SPLIT:
         if (op_nonconst(n, 1)) v = 13;
-        if (!op_in(n, 1) && !qf_node_attr(n, "split") && op_split_uneven(n)) {
+        if (!op_in(n, 1) && !qf_node_attr(n, "split") && qf_node_attr(n, "num_outputs") && op_split_uneven(n)) {
             /* An uneven num_outputs split: explicit sizes need known dims. */
             const qf_tensor *x = &n->inputs[0]->type;
             int64_t a = qf_node_attr_int(n, "axis", 0);
@@ -502,6 +517,13 @@ qf_status qf_onnx_opset_target(const qf_graph *g, int64_t *opset)
     for (const qf_node *n = g->first; n; n = n->next) v = op_max(v, node_min_opset(g, n));
     *opset = v;
     return QF_OK;
+}
+
+int64_t qf_onnx_opset_ir_version(int64_t opset)
+{
+    static const int64_t ir[] = {3, 3, 3, 4, 5, 6, 7, 7, 7, 8, 8, 8, 8, 9, 9, 10}; /* opsets 6..21 */
+    if (opset < 6) return 3;
+    return opset - 6 < (int64_t)(sizeof ir / sizeof ir[0]) ? ir[opset - 6] : 10;
 }
 
 /* --- export: one node in an opset's form ---------------------------------------- */
@@ -649,7 +671,7 @@ static qf_status wr_split(qf_wr *r, int64_t opset)
         return QF_OK;
     }
     wr_drop_attr(r, "num_outputs");
-    if (!op_split_uneven(n)) return QF_OK;
+    if (!qf_node_attr(n, "num_outputs") || !op_split_uneven(n)) return QF_OK;
     /* num_outputs with a smaller last part: the sizes, explicitly. */
     const qf_tensor *x = &n->inputs[0]->type;
     int64_t a = qf_node_attr_int(n, "axis", 0);

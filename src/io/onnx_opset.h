@@ -31,6 +31,9 @@ qf_status qf_onnx_opset_finish(qf_graph *g, bool *changed);
  * any opset up to QF_ONNX_OPSET_MAX. */
 qf_status qf_onnx_opset_target(const qf_graph *g, int64_t *opset);
 
+/* The IR version an opset was released with (opset 13: 7, 21: 10). */
+int64_t qf_onnx_opset_ir_version(int64_t opset);
+
 enum { QF_ONNX_WRITE_IN = 8, QF_ONNX_WRITE_ATTRS = 32 };
 
 /* One node as written at an opset: inputs (a graph value, or a constant made

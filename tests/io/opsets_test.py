@@ -171,6 +171,8 @@ def torch_case(opset):
     mq = onnx.load(quant)
     if default_opset(mq) != max(13, opset):
         fail(f"quantize wrote opset {default_opset(mq)}, want {max(13, opset)}")
+    if mq.ir_version < 7:
+        fail(f"quantize wrote IR version {mq.ir_version} with opset {default_opset(mq)} (13 needs 7)")
     onnx.checker.check_model(mq, full_check=True)
     got = ort_run(quant, xs, 2)
     for j, (a, b) in enumerate(zip(got, want)):
