@@ -399,10 +399,54 @@ static qf_status qf_ex_plain(qf_export *ex, const qf_node *n, const char *op_typ
 
 static void *qf_ex_form_alloc(void *ud, size_t size) { return qf_ex_alloc(ud, size); }
 
+/* An opset < 13 Softmax (2-D coercion at `axis`) written at 13+:
+ * Flatten(axis) -> Softmax(axis 1) -> Reshape to x's shape (a constant, or
+ * Shape(x) when a dim is not known). */
+static qf_status qf_ex_softmax_2d(qf_export *ex, const qf_node *n)
+{
+    const qf_value *x = n->inputs[0];
+    int r = x->type.ndim;
+    int64_t a = qf_node_attr_int(n, "axis", 1);
+    a = a < 0 ? a + r : a;
+    char base[600];
+    const char *flat, *sm, *shape, *fname, *rname;
+    snprintf(base, sizeof base, "%.500s_flat", n->outputs[0]->name);
+    if (!(flat = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    snprintf(base, sizeof base, "%.500s_2d", n->outputs[0]->name);
+    if (!(sm = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    snprintf(base, sizeof base, "%.500s_shape", n->name);
+    if (!(shape = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    snprintf(base, sizeof base, "%.500s_flatten", n->name);
+    if (!(fname = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    snprintf(base, sizeof base, "%.500s_reshape", n->name);
+    if (!(rname = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    const char *in = qf_ex_use(ex, x);
+    Onnx__NodeProto *np = qf_ex_node(ex, fname, "Flatten", 1, &in, 1, &flat, 1);
+    if (!np) return QF_ERR_NOMEM;
+    QF_TRY(qf_ex_add_attr_int(ex, np, "axis", a));
+    if (!(np = qf_ex_node(ex, n->name, "Softmax", 1, &flat, 1, &sm, 1))) return QF_ERR_NOMEM;
+    QF_TRY(qf_ex_add_attr_int(ex, np, "axis", 1));
+    bool known = true;
+    for (int i = 0; i < r; i++) known &= x->type.dims[i] > 0;
+    if (known) {
+        qf_tensor t = {.dtype = QF_DTYPE_I64, .ndim = 1, .dims = {r}};
+        if (!(t.data = qf_ex_alloc(ex, sizeof(int64_t) * (size_t)(r ? r : 1)))) return QF_ERR_NOMEM;
+        memcpy(t.data, x->type.dims, sizeof(int64_t) * (size_t)r);
+        QF_TRY(qf_ex_add_initializer(ex, shape, &t));
+    } else {
+        snprintf(base, sizeof base, "%.500s_shape_of", n->name);
+        const char *sname = qf_ex_unique(ex, base);
+        if (!sname || !qf_ex_node(ex, sname, "Shape", 1, &in, 1, &shape, 0)) return QF_ERR_NOMEM;
+    }
+    const char *rin[2] = {sm, shape}, *out = n->outputs[0]->name;
+    return qf_ex_node(ex, rname, "Reshape", 2, rin, 1, &out, 0) ? QF_OK : QF_ERR_NOMEM;
+}
+
 /* n in the written opset's form (src/io/onnx_opset.c); plain when its form
  * is the same. */
 static qf_status qf_ex_versioned(qf_export *ex, const qf_node *n, const char *op_type)
 {
+    if (qf_onnx_opset_softmax_2d(n, ex->opset)) return qf_ex_softmax_2d(ex, n);
     qf_onnx_written w;
     bool converted;
     QF_TRY(qf_onnx_opset_write(ex->g, n, ex->opset, qf_ex_form_alloc, ex, &w, &converted));

@@ -8,11 +8,11 @@
  *     read by its inference (the last part the smaller one).
  *   Pad, Slice: the input form only: Pad-2's pads / value and Slice-1's
  *     starts / ends / axes attributes become constant inputs at import.
- *   Softmax: the kernels follow g->opset (2-D coercion below 13). Import
- *     makes every Softmax of an opset < 13 model one whose coercion is the
- *     same as opset 13's single axis (the axis is the last non-trivial one,
- *     or the node is rewritten as Flatten -> Softmax -> Reshape), so that
- *     raising the opset later (the quantizer does, to 13) changes nothing.
+ *   Softmax: the kernels follow g->opset (2-D coercion below 13) or the
+ *     qfold_softmax_2d mark, which import sets on an opset < 13 Softmax
+ *     whose coercion is not opset 13's single axis, so that raising the
+ *     opset later (the quantizer does, to 13) changes nothing; export
+ *     writes such a node at 13+ as Flatten -> Softmax -> Reshape.
  *   BatchNormalization: training is training_mode (14+) or, below 14, the
  *     optional outputs (src/passes/bn_math.c). spatial (7, 8) must be 1.
  * Export writes at g->opset, raised to the first opset at which every node
@@ -213,7 +213,10 @@ static qf_status imp_node(qf_graph *g, qf_node *n, int64_t opset)
     case QF_OP_SOFTMAX:
         /* The 2-D coercion (before 13) is settled once shapes are known
          * (qf_onnx_opset_finish); the axis default changes at 13. */
-        if (opset < 13 && !qf_node_attr(n, "axis")) QF_TRY(qf_node_set_attr_int(g, n, "axis", 1));
+        if (opset < 13) {
+            if (!qf_node_attr(n, "axis")) QF_TRY(qf_node_set_attr_int(g, n, "axis", 1));
+            QF_TRY(qf_node_set_attr_int(g, n, QF_ONNX_SOFTMAX_2D, 1));
+        }
         return QF_OK;
     case QF_OP_CLIP:
         QF_TRY(op_attr_type(n, "min", QF_ATTR_FLOAT));
@@ -270,68 +273,19 @@ qf_status qf_onnx_opset_import(qf_graph *g, int64_t opset)
 }
 
 /* Opset < 13 Softmax on x with axis a normalises rows of
- * [prod(dims[:a]), prod(dims[a:])]. That is opset 13's softmax along a when
- * the dims after a multiply to 1; otherwise x is flattened there, the 2-D
- * softmax taken along axis 1 (the same at every opset) and the result
- * reshaped to x's shape. */
-static qf_status fin_softmax(qf_graph *g, qf_node *n, bool *changed)
-{
-    qf_value *x = n->inputs[0];
-    int r = x->type.ndim;
-    int64_t a = qf_node_attr_int(n, "axis", 1);
-    if (r == 0 || a < -r || a >= r) return QF_OK; /* refused by the op's inference */
-    if (a < 0) a += r;
-    bool single = true;
-    for (int i = (int)a + 1; i < r; i++) single &= x->type.dims[i] == 1;
-    if (single) return QF_OK;
-    char name[300];
-    op_unique(g, n->name, "flatten", true, name, sizeof name);
-    qf_node *f = qf_graph_insert_node(g, n, false, QF_OP_FLATTEN, name, 1, &x, 1);
-    if (!f) return QF_ERR_NOMEM;
-    QF_TRY(qf_node_set_attr_int(g, f, "axis", a));
-    op_unique(g, n->name, "flat", false, name, sizeof name);
-    QF_TRY(qf_graph_rename_value(g, f->outputs[0], name));
-    bool known = true;
-    for (int i = 0; i < r; i++) known &= x->type.dims[i] > 0;
-    qf_value *shape;
-    if (known) {
-        QF_TRY(op_const_i64(g, n, "shape", x->type.dims, r, &shape));
-    } else {
-        op_unique(g, n->name, "shape", true, name, sizeof name);
-        qf_node *s = qf_graph_insert_node(g, n, false, QF_OP_SHAPE, name, 1, &x, 1);
-        if (!s) return QF_ERR_NOMEM;
-        op_unique(g, n->name, "shape", false, name, sizeof name);
-        QF_TRY(qf_graph_rename_value(g, s->outputs[0], name));
-        shape = s->outputs[0];
-    }
-    QF_TRY(qf_node_set_input(g, n, 0, f->outputs[0]));
-    QF_TRY(qf_node_set_attr_int(g, n, "axis", 1));
-    qf_value *y = n->outputs[0];
-    qf_value *rin[2] = {NULL, shape};
-    op_unique(g, n->name, "reshape", true, name, sizeof name);
-    qf_node *rs = qf_graph_insert_node(g, n, true, QF_OP_RESHAPE, name, 2, rin, 1);
-    if (!rs) return QF_ERR_NOMEM;
-    char orig[300];
-    snprintf(orig, sizeof orig, "%s", y->name);
-    QF_TRY(qf_graph_replace_uses(g, y, rs->outputs[0]));
-    /* The Reshape's output takes y's name (replace_uses has swapped the
-     * names already when y was a graph output); y gets a generated one. */
-    if (strcmp(rs->outputs[0]->name, orig) != 0) {
-        op_unique(g, n->name, "2d", false, name, sizeof name);
-        QF_TRY(qf_graph_rename_value(g, y, name));
-        QF_TRY(qf_graph_rename_value(g, rs->outputs[0], orig));
-    }
-    QF_TRY(qf_node_set_input(g, rs, 0, y));
-    *changed = true;
-    return QF_OK;
-}
+ * [prod(dims[:a]), prod(dims[a:])]: opset 13's softmax along a when the
+ * dims after a multiply to 1 (then the mark goes: raising the opset changes
+ * nothing). Otherwise the mark stays, the kernels keep the 2-D coercion and
+ * export writes it at 13+ as Flatten -> Softmax -> Reshape. */
+static bool op_single_axis(const qf_tensor *x, int64_t a);
 
 qf_status qf_onnx_opset_finish(qf_graph *g, bool *changed)
 {
     *changed = false;
-    if (g->opset >= 13) return QF_OK;
     for (qf_node *n = g->first; n; n = n->next)
-        if (n->op == QF_OP_SOFTMAX) QF_TRY(fin_softmax(g, n, changed));
+        if (n->op == QF_OP_SOFTMAX && qf_node_attr(n, QF_ONNX_SOFTMAX_2D) &&
+            op_single_axis(&n->inputs[0]->type, qf_node_attr_int(n, "axis", 1)))
+            qf_node_remove_attr(n, QF_ONNX_SOFTMAX_2D);
     return QF_OK;
 }
 
@@ -517,6 +471,12 @@ qf_status qf_onnx_opset_target(const qf_graph *g, int64_t *opset)
     for (const qf_node *n = g->first; n; n = n->next) v = op_max(v, node_min_opset(g, n));
     *opset = v;
     return QF_OK;
+}
+
+bool qf_onnx_opset_softmax_2d(const qf_node *n, int64_t opset)
+{
+    return n->op == QF_OP_SOFTMAX && opset >= 13 && qf_node_attr_int(n, QF_ONNX_SOFTMAX_2D, 0) != 0 &&
+           !op_single_axis(&n->inputs[0]->type, qf_node_attr_int(n, "axis", 1));
 }
 
 int64_t qf_onnx_opset_ir_version(int64_t opset)
@@ -815,6 +775,9 @@ qf_status qf_onnx_opset_write(const qf_graph *g, const qf_node *n, int64_t opset
     case QF_OP_PAD: QF_TRY(wr_pad(&r, opset)); break;
     case QF_OP_SLICE: QF_TRY(wr_slice(&r, opset)); break;
     case QF_OP_SOFTMAX:
+        wr_drop_attr(&r, QF_ONNX_SOFTMAX_2D);
+        if (qf_onnx_opset_softmax_2d(n, opset))
+            return qf_error(QF_ERR_INTERNAL, "node '%s' (Softmax): the 2-D form is written by export", n->name);
         if (opset >= 13 && g->opset < 13) {
             /* The graph's Softmax follows the 2-D coercion: written at 13+,
              * it must be the same as one axis (import makes it so). */

@@ -3,9 +3,10 @@
  *
  * Import: qf_onnx_opset_import runs on the bound graph (before it is sorted,
  * folded and inferred) and rewrites the forms the op table does not read
- * (Pad-2's and Slice-1's attributes become constant inputs), refusing what
- * qfold cannot express; qf_onnx_opset_finish runs after shape inference and
- * rewrites the opset < 13 Softmax whose 2-D coercion differs from one axis.
+ * (Pad-2's and Slice-1's attributes become constant inputs, an opset < 13
+ * Softmax is marked QF_ONNX_SOFTMAX_2D), refusing what qfold cannot express;
+ * qf_onnx_opset_finish runs after shape inference and unmarks the Softmax
+ * whose 2-D coercion is the same as one axis.
  * Export: qf_onnx_opset_target picks the opset to write (the graph's, raised
  * where a node needs a later one), qf_onnx_opset_write gives one node's
  * inputs and attributes in that opset's form. */
@@ -22,8 +23,12 @@
  * what a version defines that qfold cannot express. */
 qf_status qf_onnx_opset_import(qf_graph *g, int64_t opset);
 
-/* After shape inference: rewrite what needed the shapes (opset < 13
- * Softmax); *changed when nodes were added (the caller infers again). */
+/* The attribute marking a Softmax with the opset < 13 2-D coercion (read by
+ * its kernels whatever g->opset says). */
+#define QF_ONNX_SOFTMAX_2D "qfold_softmax_2d"
+
+/* After shape inference: settle what needed the shapes (the Softmax mark);
+ * *changed when nodes were added (the caller infers again). */
 qf_status qf_onnx_opset_finish(qf_graph *g, bool *changed);
 
 /* The opset export writes g at: g->opset, raised to the first opset in which
@@ -47,6 +52,10 @@ typedef struct qf_onnx_written {
     int nattrs;
     qf_attr attrs[QF_ONNX_WRITE_ATTRS];
 } qf_onnx_written;
+
+/* n is a marked Softmax that opset `opset` cannot write as one node: export
+ * writes Flatten -> Softmax(axis 1) -> Reshape. */
+bool qf_onnx_opset_softmax_2d(const qf_node *n, int64_t opset);
 
 /* Memory for the written form (arrays, made tensors' data), valid until
  * the model is written; NULL on out-of-memory. */

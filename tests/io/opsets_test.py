@@ -13,7 +13,8 @@ CASE:
       `qfold quantize` writes opset >= 13 (every op in 13's form: the checker
       passes and ORT runs it).
   hand11_softmax  opset 11 Softmax on a 4-D input along axis 1 (2-D coercion,
-      not opset 13's single axis) and axis 3: run and fuse vs ORT.
+      not opset 13's single axis), axis 3 and the default: run and fuse vs ORT;
+      quantized (opset raised to 13) vs the float model in ORT.
   hand18 .. hand21  built with onnx.helper at that opset (ReduceMean with an
       axes input, Split with num_outputs (uneven), Pad with axes, Squeeze /
       Unsqueeze with axes inputs, Clip, BN after Conv); onnx 1.12's checker
@@ -256,6 +257,22 @@ def hand11_softmax():
         fail(f"fuse wrote opset {default_opset(m1)}")
     onnx.checker.check_model(m1, full_check=True)
     close("fused in ORT vs ORT", ort_run(out, xs, 3), want)
+    # quantize raises the opset to 13, where Softmax normalises one axis:
+    # the 2-D coercion of axis 1 must then be written out (Flatten -> Softmax
+    # -> Reshape), not silently become softmax along axis 1.
+    calib = save_npy("calib.npy", rng.standard_normal((8, 3, 4, 5)).astype(np.float32))
+    quant = work("quant.onnx")
+    run([QFOLD, "quantize", model, "-o", quant, "--calib", calib])
+    mq = onnx.load(quant)
+    if default_opset(mq) != 13:
+        fail(f"quantize wrote opset {default_opset(mq)}, want 13")
+    onnx.checker.check_model(mq, full_check=True)
+    got = ort_run(quant, xs, 3)
+    for j, (a, b) in enumerate(zip(got, want)):
+        err = float(np.max(np.abs(a - b)))
+        if a.shape != b.shape or err > 0.05:
+            fail(f"quantized model in ORT: output {j} differs by {err:g} from the float model")
+        print(f"{CASE}: quantized model in ORT: output {j} max |diff| {err:.3g} (int8)")
 
 
 def refused(model, needle):
