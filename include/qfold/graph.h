@@ -96,7 +96,7 @@ struct qf_node {
 
 struct qf_graph {
     const char *name;
-    int64_t opset;        /* default-domain opset (11..17) */
+    int64_t opset;        /* default-domain opset (7..21; written at, or raised from) */
     int64_t ir_version;
     const char *producer_name;
     qf_node *first, *last;

@@ -14,6 +14,7 @@
 
 #include "../core/arena.h"
 #include "onnx_keep.h"
+#include "onnx_opset.h"
 #include "onnx_proto.h"
 
 typedef struct qf_transposed {
@@ -23,6 +24,7 @@ typedef struct qf_transposed {
 
 typedef struct qf_export {
     const qf_graph *g;
+    int64_t opset; /* written (qf_onnx_opset_target) */
     qf_arena arena; /* every protobuf struct and generated name */
     Onnx__NodeProto **nodes;
     size_t nnodes, cap_nodes;
@@ -345,8 +347,11 @@ static qf_status qf_ex_linear(qf_export *ex, const qf_node *n)
     return qf_ex_node(ex, add_name, "Add", 2, add_in, 1, &out, 0) ? QF_OK : QF_ERR_NOMEM;
 }
 
+static qf_status qf_ex_relu6_attrs(qf_export *ex, const qf_node *n);
+
 static qf_status qf_ex_relu6(qf_export *ex, const qf_node *n)
 {
+    if (ex->opset < 11) return qf_ex_relu6_attrs(ex, n);
     const qf_value *x = n->inputs[0];
     int k = x->type.dtype == QF_DTYPE_F64 ? 1 : 0;
     if (x->type.dtype != QF_DTYPE_F32 && x->type.dtype != QF_DTYPE_F64)
@@ -374,6 +379,22 @@ static qf_status qf_ex_relu6(qf_export *ex, const qf_node *n)
     const char *out = n->outputs[0]->name;
     const char *in[3] = {qf_ex_use(ex, x), ex->relu6_min[k], ex->relu6_max[k]};
     return qf_ex_node(ex, n->name, "Clip", 3, in, 1, &out, 0) ? QF_OK : QF_ERR_NOMEM;
+}
+
+/* relu6 before opset 11: Clip's bounds are attributes. */
+static qf_status qf_ex_relu6_attrs(qf_export *ex, const qf_node *n)
+{
+    const char *out = n->outputs[0]->name;
+    const char *in = qf_ex_use(ex, n->inputs[0]);
+    Onnx__NodeProto *np = qf_ex_node(ex, n->name, "Clip", 1, &in, 1, &out, 2);
+    if (!np) return QF_ERR_NOMEM;
+    for (int j = 0; j < 2; j++) {
+        qf_attr a = {.name = j ? "max" : "min", .type = QF_ATTR_FLOAT, .f = j ? 6.0f : 0.0f};
+        Onnx__AttributeProto *ap = qf_ex_attr(ex, &a);
+        if (!ap) return QF_ERR_NOMEM;
+        np->attribute[np->n_attribute++] = ap;
+    }
+    return QF_OK;
 }
 
 static qf_status qf_ex_plain(qf_export *ex, const qf_node *n, const char *op_type)
@@ -413,6 +434,84 @@ static qf_status qf_ex_opaque(qf_export *ex, const qf_node *n)
     return qf_keep_opaque_fill(n, &ex->arena, np);
 }
 
+static void *qf_ex_form_alloc(void *ud, size_t size) { return qf_ex_alloc(ud, size); }
+
+/* An opset < 13 Softmax (2-D coercion at `axis`) written at 13+:
+ * Flatten(axis) -> Softmax(axis 1) -> Reshape to x's shape (a constant, or
+ * Shape(x) when a dim is not known). */
+static qf_status qf_ex_softmax_2d(qf_export *ex, const qf_node *n)
+{
+    const qf_value *x = n->inputs[0];
+    int r = x->type.ndim;
+    int64_t a = qf_node_attr_int(n, "axis", 1);
+    a = a < 0 ? a + r : a;
+    char base[600];
+    const char *flat, *sm, *shape, *fname, *rname;
+    snprintf(base, sizeof base, "%.500s_flat", n->outputs[0]->name);
+    if (!(flat = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    snprintf(base, sizeof base, "%.500s_2d", n->outputs[0]->name);
+    if (!(sm = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    snprintf(base, sizeof base, "%.500s_shape", n->name);
+    if (!(shape = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    snprintf(base, sizeof base, "%.500s_flatten", n->name);
+    if (!(fname = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    snprintf(base, sizeof base, "%.500s_reshape", n->name);
+    if (!(rname = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+    const char *in = qf_ex_use(ex, x);
+    Onnx__NodeProto *np = qf_ex_node(ex, fname, "Flatten", 1, &in, 1, &flat, 1);
+    if (!np) return QF_ERR_NOMEM;
+    QF_TRY(qf_ex_add_attr_int(ex, np, "axis", a));
+    if (!(np = qf_ex_node(ex, n->name, "Softmax", 1, &flat, 1, &sm, 1))) return QF_ERR_NOMEM;
+    QF_TRY(qf_ex_add_attr_int(ex, np, "axis", 1));
+    bool known = true;
+    for (int i = 0; i < r; i++) known &= x->type.dims[i] > 0;
+    if (known) {
+        qf_tensor t = {.dtype = QF_DTYPE_I64, .ndim = 1, .dims = {r}};
+        if (!(t.data = qf_ex_alloc(ex, sizeof(int64_t) * (size_t)(r ? r : 1)))) return QF_ERR_NOMEM;
+        memcpy(t.data, x->type.dims, sizeof(int64_t) * (size_t)r);
+        QF_TRY(qf_ex_add_initializer(ex, shape, &t));
+    } else {
+        snprintf(base, sizeof base, "%.500s_shape_of", n->name);
+        const char *sname = qf_ex_unique(ex, base);
+        if (!sname || !qf_ex_node(ex, sname, "Shape", 1, &in, 1, &shape, 0)) return QF_ERR_NOMEM;
+    }
+    const char *rin[2] = {sm, shape}, *out = n->outputs[0]->name;
+    return qf_ex_node(ex, rname, "Reshape", 2, rin, 1, &out, 0) ? QF_OK : QF_ERR_NOMEM;
+}
+
+/* n in the written opset's form (src/io/onnx_opset.c); plain when its form
+ * is the same. */
+static qf_status qf_ex_versioned(qf_export *ex, const qf_node *n, const char *op_type)
+{
+    if (qf_onnx_opset_softmax_2d(n, ex->opset)) return qf_ex_softmax_2d(ex, n);
+    qf_onnx_written w;
+    bool converted;
+    QF_TRY(qf_onnx_opset_write(ex->g, n, ex->opset, qf_ex_form_alloc, ex, &w, &converted));
+    if (!converted) return qf_ex_plain(ex, n, op_type);
+    const char **outs = qf_ex_alloc(ex, sizeof *outs * (size_t)(n->noutputs ? n->noutputs : 1));
+    const char *ins[QF_ONNX_WRITE_IN];
+    if (!outs) return QF_ERR_NOMEM;
+    for (int i = 0; i < n->noutputs; i++) outs[i] = n->outputs[i]->name;
+    for (int i = 0; i < w.nin; i++) {
+        if (w.made[i]) {
+            char base[600];
+            snprintf(base, sizeof base, "%.400s_%s", n->name, w.made_name[i]);
+            if (!(ins[i] = qf_ex_unique(ex, base))) return QF_ERR_NOMEM;
+            QF_TRY(qf_ex_add_initializer(ex, ins[i], w.made[i]));
+        } else {
+            ins[i] = qf_ex_use(ex, w.in[i]);
+        }
+    }
+    Onnx__NodeProto *np = qf_ex_node(ex, n->name, op_type, w.nin, ins, n->noutputs, outs, w.nattrs);
+    if (!np) return QF_ERR_NOMEM;
+    for (int i = 0; i < w.nattrs; i++) {
+        Onnx__AttributeProto *ap = qf_ex_attr(ex, &w.attrs[i]);
+        if (!ap) return QF_ERR_NOMEM;
+        np->attribute[np->n_attribute++] = ap;
+    }
+    return QF_OK;
+}
+
 /* Internal ops (no ONNX op_type in their schema row) and how each is
  * written as ONNX ops. */
 typedef qf_status (*qf_ex_lower_fn)(qf_export *ex, const qf_node *n);
@@ -428,7 +527,7 @@ static qf_status qf_ex_nodes(qf_export *ex)
     {
         const char *op_type = qf_op_onnx_name(n->op);
         if (op_type) {
-            QF_TRY(qf_ex_plain(ex, n, op_type));
+            QF_TRY(qf_ex_versioned(ex, n, op_type));
         } else if ((unsigned)n->op < QF_OP_COUNT && qf_ex_lowerings[n->op]) {
             QF_TRY(qf_ex_lowerings[n->op](ex, n));
         } else {
@@ -630,6 +729,7 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     qf_status st = QF_OK;
     ex.used = qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), sizeof *ex.used);
     if (!ex.used) st = QF_ERR_NOMEM;
+    if (st == QF_OK) st = qf_onnx_opset_target(g, &ex.opset);
 
     Onnx__ModelProto m = ONNX__MODEL_PROTO__INIT;
     Onnx__GraphProto gp = ONNX__GRAPH_PROTO__INIT;
@@ -640,11 +740,16 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     if (st == QF_OK) {
         m.has_ir_version = 1;
         m.ir_version = g->ir_version > 0 ? g->ir_version : 8;
+        /* Initializers that are not graph inputs need IR 4; an opset (raised
+         * by export or by the quantizer) at least the IR version it came with. */
+        if (m.ir_version < 4) m.ir_version = 4;
+        if (m.ir_version < qf_onnx_opset_ir_version(ex.opset))
+            m.ir_version = qf_onnx_opset_ir_version(ex.opset);
         m.producer_name =
             (char *)(g->producer_name && *g->producer_name ? g->producer_name : "qfold");
         opset.domain = "";
         opset.has_version = 1;
-        opset.version = g->opset;
+        opset.version = ex.opset;
         m.n_opset_import = 1;
         m.opset_import = opsets;
         m.graph = &gp;

@@ -20,13 +20,14 @@
 #include <string.h>
 
 #include "onnx_keep.h"
+#include "onnx_opset.h"
 #include "onnx_problems.h"
 #include "onnx_proto.h"
 #include "qfold/pass.h"
 #include "qfold/schema.h"
 
-#define QF_OPSET_MIN 11
-#define QF_OPSET_MAX 17
+#define QF_OPSET_MIN QF_ONNX_OPSET_MIN
+#define QF_OPSET_MAX QF_ONNX_OPSET_MAX
 
 typedef struct qf_import {
     qf_graph *g;
@@ -475,7 +476,9 @@ static qf_status qf_import_graph(qf_import *im, const Onnx__ModelProto *m)
     im->id0 = g->next_node_id;
     for (size_t i = 0; i < gp->n_node; i++) QF_TRY(qf_import_node(im, i));
     for (size_t i = 0; i < gp->n_node; i++) QF_TRY(qf_import_node_inputs(im, i));
-    return qf_import_outputs(im);
+    QF_TRY(qf_import_outputs(im));
+    /* Versioned ops onto qfold's forms (src/io/onnx_opset.c). */
+    return qf_onnx_opset_import(g, g->opset);
 }
 
 /* Protobuf -> graph; the ModelProto is freed by the caller right after. */
@@ -503,6 +506,12 @@ static qf_status qf_import_finish(qf_graph *g)
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_fold_constants(g, NULL));
     QF_TRY(qf_graph_infer_shapes(g));
+    bool changed;
+    QF_TRY(qf_onnx_opset_finish(g, &changed));
+    if (changed) {
+        QF_TRY(qf_graph_toposort(g));
+        QF_TRY(qf_graph_infer_shapes(g));
+    }
     qf_graph_classify_constants(g);
     return qf_graph_verify(g);
 }

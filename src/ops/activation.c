@@ -508,13 +508,18 @@ static qf_status qf_hard_swish_backward_f32(const qf_kernel_io *io)
  * normalised; from 13 on, it is normalised along one axis (default -1). Both
  * are "outer x len x inner" loops: opset < 13 is inner = 1 with len the
  * product of the trailing dims. An opset of 0 (a graph built in code) means
- * the current semantics. */
-static bool act_softmax_legacy(int64_t opset) { return opset > 0 && opset < 13; }
+ * the current semantics. ONNX import marks the Softmax of an opset < 13
+ * model with qfold_softmax_2d (src/io/onnx_opset.c), which keeps the 2-D
+ * coercion when the graph's opset is raised later (the quantizer's 13). */
+static bool act_softmax_legacy(const qf_node *n, int64_t opset)
+{
+    return qf_node_attr_int(n, "qfold_softmax_2d", 0) != 0 || (opset > 0 && opset < 13);
+}
 
 static qf_status act_softmax_axis(const qf_node *n, int64_t opset, int ndim, int *axis)
 {
     *axis = 0; /* defined on every path */
-    int64_t a = qf_node_attr_int(n, "axis", act_softmax_legacy(opset) ? 1 : -1);
+    int64_t a = qf_node_attr_int(n, "axis", act_softmax_legacy(n, opset) ? 1 : -1);
     if (a < -ndim || a >= ndim || ndim == 0)
         return qf_error(QF_ERR_INVALID, "node '%s' (Softmax): axis %lld out of range for rank %d", n->name,
                         (long long)a, ndim);
@@ -558,7 +563,7 @@ static qf_status qf_softmax_forward_f32(const qf_kernel_io *io)
     QF_TRY(act_softmax_axis(io->node, io->opset, x->ndim, &axis));
     int64_t outer = 1, len = 1, inner = 1;
     for (int i = 0; i < axis; i++) outer *= x->dims[i];
-    if (act_softmax_legacy(io->opset)) {
+    if (act_softmax_legacy(io->node, io->opset)) {
         for (int i = axis; i < x->ndim; i++) len *= x->dims[i];
     } else {
         len = x->dims[axis];
@@ -589,7 +594,7 @@ static qf_status qf_softmax_backward_f32(const qf_kernel_io *io)
     QF_TRY(act_softmax_axis(io->node, io->opset, y->ndim, &axis));
     int64_t outer = 1, len = 1, inner = 1;
     for (int i = 0; i < axis; i++) outer *= y->dims[i];
-    if (act_softmax_legacy(io->opset)) {
+    if (act_softmax_legacy(io->node, io->opset)) {
         for (int i = axis; i < y->ndim; i++) len *= y->dims[i];
     } else {
         len = y->dims[axis];

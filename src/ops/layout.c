@@ -548,6 +548,14 @@ static qf_status qf_split_infer(qf_graph *g, qf_node *n)
         if (d >= 0 && sum != d)
             return qf_error(QF_ERR_SHAPE, "node '%s' (Split): split sums to %lld, axis %d has %lld",
                             n->name, (long long)sum, axis, (long long)d);
+    } else if (qf_node_attr(n, "num_outputs")) {
+        if (nout > 64) return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (Split): %d parts", n->name, nout);
+        /* Opset 18's num_outputs: parts of ceil(d / n), the last one smaller. */
+        int64_t part = d < 0 ? -1 : (d + nout - 1) / nout, last = d - part * (nout - 1);
+        if (d >= 0 && last < 0)
+            return qf_error(QF_ERR_SHAPE, "node '%s' (Split): axis %d of size %lld does not split into %d parts",
+                            n->name, axis, (long long)d, nout);
+        for (int i = 0; i < nout; i++) split[i] = d < 0 ? -1 : i < nout - 1 ? part : last;
     } else {
         if (nout > 64) return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (Split): %d parts", n->name, nout);
         /* Opset 13: equal parts; the dimension must divide evenly. */

@@ -21,5 +21,13 @@ set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Di
   expanded)
 foreach(op ${QF_NODE_OPS})
   add_test(NAME node_${op} COMMAND node_runner ${QF_NODE_WORK}/manifest/${op}.txt)
-  set_tests_properties(node_${op} PROPERTIES FIXTURES_REQUIRED node_data LABELS "node" TIMEOUT 120)
+  set_tests_properties(node_${op} PROPERTIES FIXTURES_REQUIRED node_data FIXTURES_SETUP node_exports
+                       LABELS "node" TIMEOUT 120)
 endforeach()
+
+# node_runner runs qfold's export of each model (qf_export.onnx, at the
+# model's opset): the onnx checker checks every one (issue 7).
+add_test(NAME node_export_check
+  COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/node/check_exports.py ${QF_NODE_WORK})
+set_tests_properties(node_export_check PROPERTIES FIXTURES_REQUIRED "node_data;node_exports" LABELS "node"
+                     TIMEOUT 120)

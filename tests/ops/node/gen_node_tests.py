@@ -11,9 +11,11 @@ OUTDIR/manifest/expanded.txt). Tests named in EXCLUDED_TXT are left out.
 Each selected test directory also gets a qf_meta.txt naming its inputs and
 outputs in order (input_<j>.pb holds graph input j), which the C runner reads.
 
-Models declaring a default-domain opset below 11 (qfold imports 11..17) are
-kept only when every op they use has the same definition at opset 11; their
-opset import is then raised to 11 in place, which does not change semantics.
+Each test runs at the opset its generator declares (qfold imports 7..21;
+onnx 1.12 writes up to 17), so the old-opset forms are exercised as they
+are. Models declaring an opset below 7 are kept only when every op they use
+has the same definition at opset 7; their opset import is then raised to 7
+in place, which does not change semantics.
 """
 import os
 import sys
@@ -33,6 +35,9 @@ import onnx  # noqa: E402
 import onnx.defs  # noqa: E402
 from onnx.backend.test import cmd_tools  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import old_forms  # noqa: E402
+
 OPS = """Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Div Pow Sqrt
 Reciprocal Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish Softmax MaxPool AveragePool
 GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeeze Unsqueeze Pad
@@ -40,7 +45,7 @@ Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear Dequa
 Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum SoftmaxCrossEntropyLoss
 QLinearConv QLinearMatMul ConvInteger MatMulInteger""".split()
 
-MIN_OPSET = 11
+MIN_OPSET = 7
 MAX_OPSET = 17
 
 
@@ -72,6 +77,14 @@ def same_at(op, old, new):
         return False
 
 
+def write_meta(tdir, ins, outs):
+    with open(os.path.join(tdir, "qf_meta.txt"), "w") as f:
+        for j, n in enumerate(ins):
+            f.write(f"input {j} {n}\n")
+        for j, n in enumerate(outs):
+            f.write(f"output {j} {n}\n")
+
+
 def main():
     outdir, excluded_path = sys.argv[1], sys.argv[2]
     data = os.path.join(outdir, "data")
@@ -84,6 +97,7 @@ def main():
     manifest["expanded"] = []
     seen_excluded = set()
     bumped = []
+    variants = 0
     for name in sorted(os.listdir(root)):
         tdir = os.path.join(root, name)
         model_path = os.path.join(tdir, "model.onnx")
@@ -113,13 +127,14 @@ def main():
         init = {i.name for i in model.graph.initializer}
         ins = [i.name for i in model.graph.input if i.name not in init]
         outs = [o.name for o in model.graph.output]
-        with open(os.path.join(tdir, "qf_meta.txt"), "w") as f:
-            for j, n in enumerate(ins):
-                f.write(f"input {j} {n}\n")
-            for j, n in enumerate(outs):
-                f.write(f"output {j} {n}\n")
+        write_meta(tdir, ins, outs)
         key = ops[0] if len(ops) == 1 else "expanded"
         manifest[key].append(tdir)
+        # The same test in the form of each older opset whose definition differs.
+        for vdir, vins in old_forms.make_variants(tdir, model, ins, os.path.join(data, "node_old")):
+            write_meta(vdir, vins, outs)
+            manifest[key].append(vdir)
+            variants += 1
 
     stale = sorted(set(excluded) - seen_excluded)
     if stale:
@@ -133,7 +148,8 @@ def main():
             for d in dirs:
                 f.write(d + "\n")
         total += len(dirs)
-    print(f"gen: {total} node tests selected for {len(OPS)} ops, {len(excluded)} excluded, "
+    print(f"gen: {total} node tests selected for {len(OPS)} ops ({variants} of them older-opset forms), "
+          f"{len(excluded)} excluded, "
           f"opset raised to {MIN_OPSET} for: {', '.join(bumped) or 'none'}")
     empty = [k for k in OPS if not manifest[k]]
     if empty:

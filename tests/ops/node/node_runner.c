@@ -172,6 +172,19 @@ static int nr_run_test(const char *dir, char *err, size_t errsz)
         g = NULL;
         goto out;
     }
+    /* The test runs qfold's export of the model (written at the model's
+     * opset, in that opset's forms), read back: import and export both.
+     * node_export_check runs the onnx checker on every qf_export.onnx. */
+    snprintf(path, sizeof path, "%s/qf_export.onnx", dir);
+    st = qf_onnx_save(g, path);
+    qf_graph_free(g);
+    g = NULL;
+    if (st != QF_OK || (st = qf_onnx_load(path, &g)) != QF_OK) {
+        nr_status_msg(st, err, errsz);
+        snprintf(err + strlen(err), errsz - strlen(err), " (qfold's export)");
+        g = NULL;
+        goto out;
+    }
     for (int j = 0; j < m.nin; j++, nin_loaded++) {
         snprintf(path, sizeof path, "%s/test_data_set_0/input_%d.pb", dir, j);
         if ((st = qf_onnx_tensor_load(path, &in[j])) != QF_OK) {
