@@ -172,6 +172,12 @@ typedef struct qf_cli_output {
 typedef struct qf_cli_outputs {
     qf_cli_output *o;
     int n, cap;
+    /* The side file of the model's external data (--external-data, or a
+     * model over protobuf's limit): checked with the first output added (the
+     * model) when the option is given, staged by qf_cli_outputs_save_model,
+     * renamed before every other output. */
+    qf_cli_output side;
+    bool has_side;
 } qf_cli_outputs;
 void qf_cli_outputs_init(qf_cli_outputs *s);
 int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path);
@@ -183,5 +189,24 @@ void qf_cli_outputs_free(qf_cli_outputs *s);
  * and an I/O error (full disk, quota, EIO) is a failure while processing
  * (exit 1), not bad input. */
 int qf_cli_fail_write(const qf_cli_outputs *s, int i, qf_status st);
+
+/* --- external data: --external-data[=NAME] ----------------------------------
+ *
+ * Every command that writes an ONNX model (fuse, quantize, finalize, train,
+ * qat) takes --external-data[=NAME]: initializers of 1 KiB and more go to
+ * one side file NAME in the output's directory (default: the output's name +
+ * ".data"). Without it a model over protobuf's 2 GiB goes out that way
+ * anyway (the limit can be lowered for tests with QFOLD_EXTERNAL_DATA_LIMIT,
+ * bytes). main.c strips the option (qf_cli_extdata_strip) before the command
+ * parses its arguments; the commands only call qf_cli_outputs_save_model for
+ * their model (output i) and load what they wrote with qf_cli_load_staged. */
+struct qf_graph;
+int qf_cli_extdata_strip(int *argc, char **argv);
+/* Stage output i and write g to it (*tmp: the staged name), with its side
+ * file staged next to it when external data is written. */
+qf_status qf_cli_outputs_save_model(qf_cli_outputs *s, int i, const struct qf_graph *g, const char **tmp);
+/* qf_onnx_load of a model the last qf_cli_outputs_save_model staged at
+ * `path` (its side file read from its staged name), else of path. */
+qf_status qf_cli_load_staged(const char *path, struct qf_graph **out);
 
 #endif

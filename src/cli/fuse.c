@@ -57,7 +57,7 @@ static qf_status qf_fuse_verify(const qf_fuse_args *fa, const char *written, qf_
     qf_tensor data = {0};
     memset(res, 0, sizeof *res);
     qf_status st = qf_onnx_load(fa->in, &g0);
-    if (st == QF_OK) st = qf_onnx_load(written, &g1);
+    if (st == QF_OK) st = qf_cli_load_staged(written, &g1);
     if (st == QF_OK && fa->verify_data) {
         if (g0->ninputs != 1)
             st = qf_error(QF_ERR_INVALID, "--verify-data takes one array, the model has %d inputs", g0->ninputs);
@@ -268,8 +268,7 @@ static int qf_cli_fuse(int argc, char **argv)
      * report); they are renamed together once all are written, so a failure
      * anywhere leaves the old files as they were. --verify checks exactly
      * the file that will be renamed into place (export included). */
-    st = qf_cli_outputs_stage(&out, 0, &tmp);
-    if (st == QF_OK) st = qf_onnx_save(g, tmp);
+    st = qf_cli_outputs_save_model(&out, 0, g, &tmp);
     if (st != QF_OK) {
         rc = qf_cli_fail_write(&out, 0, st);
         goto done;

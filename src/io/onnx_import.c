@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "external_data.h"
 #include "onnx_proto.h"
 #include "qfold/pass.h"
 #include "qfold/schema.h"
@@ -44,6 +45,7 @@ typedef struct qf_import {
     qf_node **nodes;    /* qf node of ONNX node i */
     const char **names; /* node name used in messages (ONNX name or generated) */
     uint32_t id0;       /* id of the first node created */
+    qf_ext_reader *ext; /* side files of external data (external_data.c) */
 } qf_import;
 
 static const char *qf_str(const char *s) { return s ? s : ""; }
@@ -126,7 +128,10 @@ static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProt
     char what[300];
     snprintf(what, sizeof what, "initializer '%.256s'", name);
     qf_tensor t;
-    QF_TRY(base ? qf_onnx_tensor_borrow(tp, base, what, &t) : qf_onnx_tensor_take(tp, what, &t));
+    if (qf_ext_is_external(tp))
+        QF_TRY(qf_ext_read_tensor(im->ext, tp, what, &t));
+    else
+        QF_TRY(base ? qf_onnx_tensor_borrow(tp, base, what, &t) : qf_onnx_tensor_take(tp, what, &t));
     if (!qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t)) {
         qf_tensor_free(&t);
         return QF_ERR_NOMEM;
@@ -491,7 +496,8 @@ static qf_status qf_import_finish(qf_graph *g)
  * weights exist once, in the buffer the file was read into. Any other shape
  * is decoded whole (protobuf-c copies every weight; the tensors take those
  * copies) and buf is freed right after. */
-static qf_status qf_onnx_decode(void *buf, size_t size, qf_graph **out)
+static qf_status qf_onnx_decode(void *buf, size_t size, const char *path, const qf_onnx_load_options *lo,
+                                qf_graph **out)
 {
     *out = NULL;
     qf_status st = size ? qf_pb_check(&onnx__model_proto__descriptor, buf, size, "ONNX model")
@@ -522,7 +528,11 @@ static qf_status qf_onnx_decode(void *buf, size_t size, qf_graph **out)
                     .ninit = split.ninit,
                     .alloc = &alloc,
                     .oom = &oom};
+    if (st == QF_OK)
+        st = qf_ext_reader_init(&im.ext, path, lo ? lo->external_location : NULL,
+                                lo ? lo->external_path : NULL);
     if (st == QF_OK) st = qf_import_model(&im, m, out);
+    qf_ext_reader_free(im.ext);
     if (m) onnx__model_proto__free_unpacked(m, &alloc);
     qf_onnx_split_free(&split);
     qf_free(im.scratch.buf);
@@ -532,16 +542,17 @@ static qf_status qf_onnx_decode(void *buf, size_t size, qf_graph **out)
 
 qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out)
 {
-    return qf_onnx_decode(buf, size, out);
+    return qf_onnx_decode(buf, size, NULL, NULL, out);
 }
 
 /* Decode (taking buf), then finish; `what` (may be NULL) prefixes error
  * messages. */
-static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, qf_graph **out)
+static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, const char *path,
+                                   const qf_onnx_load_options *lo, qf_graph **out)
 {
     *out = NULL;
     qf_graph *g = NULL;
-    qf_status st = qf_onnx_decode(buf, size, &g);
+    qf_status st = qf_onnx_decode(buf, size, path, lo, &g);
     if (st == QF_OK) {
         st = qf_import_finish(g);
         if (st != QF_OK) qf_graph_free(g);
@@ -559,10 +570,15 @@ qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, q
     void *buf = qf_malloc(size ? size : 1);
     if (!buf) return what ? qf_error_prefix(QF_ERR_NOMEM, "%s: ", what) : QF_ERR_NOMEM;
     if (size) memcpy(buf, data, size);
-    return qf_onnx_load_impl(buf, size, what, out);
+    return qf_onnx_load_impl(buf, size, what, NULL, NULL, out);
 }
 
 qf_status qf_onnx_load(const char *path, qf_graph **out)
+{
+    return qf_onnx_load_ex(path, NULL, out);
+}
+
+qf_status qf_onnx_load_ex(const char *path, const qf_onnx_load_options *o, qf_graph **out)
 {
     *out = NULL;
     void *buf;
@@ -573,5 +589,5 @@ qf_status qf_onnx_load(const char *path, qf_graph **out)
         return qf_error(QF_ERR_PARSE,
                         "%s: not a valid ONNX model (%zu bytes, over protobuf's 2 GiB limit)", path,
                         size);
-    return qf_onnx_load_impl(buf, size, path, out);
+    return qf_onnx_load_impl(buf, size, path, path, o, out);
 }

@@ -174,14 +174,11 @@ static qf_status qf_tensor_typed(const Onnx__TensorProto *tp, const char *what, 
     return QF_OK;
 }
 
-/* Shared by the copying, the taking and the borrowing decoder: `take`, when
- * not NULL, is tp itself, whose raw_data buffer the tensor may take over;
- * `base`, when not NULL, is where tp's bytes start in a writable buffer that
- * raw_data points into (qf_onnx_tensor_borrow). */
-static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto *take,
-                                  const uint8_t *base, const char *what, qf_tensor *out)
+qf_status qf_onnx_tensor_meta(const Onnx__TensorProto *tp, const char *what, qf_tensor *out,
+                              size_t *nbytes)
 {
     memset(out, 0, sizeof *out);
+    *nbytes = 0;
     if (!tp->has_data_type) return qf_error(QF_ERR_PARSE, "%s has no data type", what);
     qf_dtype dt = QF_DTYPE_UNDEFINED;
     QF_TRY(qf_onnx_dtype(tp->data_type, what, &dt));
@@ -189,13 +186,6 @@ static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto
         return qf_error(QF_ERR_UNSUPPORTED, "%s has rank %zu (qfold handles up to %d)", what,
                         tp->n_dims, QF_MAX_DIMS);
     if (tp->segment) return qf_error(QF_ERR_UNSUPPORTED, "%s is a segment of a tensor", what);
-    if (tp->n_external_data ||
-        (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
-        return qf_error(
-            QF_ERR_UNSUPPORTED,
-            "%s keeps its data in an external file; qfold reads models whose weights are "
-            "inside the .onnx file",
-            what);
     /* Guard the element count: dims come from the file, and a product that
      * overflows would size the allocation wrongly. */
     size_t esize = qf_dtype_size(dt);
@@ -210,14 +200,41 @@ static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto
     }
     qf_tensor t = {.dtype = dt, .ndim = (int)tp->n_dims};
     for (size_t i = 0; i < tp->n_dims; i++) t.dims[i] = tp->dims[i];
-    char shape[160];
-    qf_shape_str(t.ndim, t.dims, shape, sizeof shape);
     /* Also an empty tensor: a zero dim must not hide absurd others, which
      * later products (Flatten, Reshape) would overflow on. */
-    if (!qf_shape_fits(dt, t.ndim, t.dims))
-        return qf_error(QF_ERR_SHAPE, "%s has shape %s, larger than qfold handles (%lld bytes)", what, shape,
-                        (long long)QF_MAX_TENSOR_BYTES);
-    size_t nbytes = (size_t)numel * esize;
+    if (!qf_shape_fits(dt, t.ndim, t.dims)) {
+        char shape[160];
+        return qf_error(QF_ERR_SHAPE, "%s has shape %s, larger than qfold handles (%lld bytes)", what,
+                        qf_shape_str(t.ndim, t.dims, shape, sizeof shape), (long long)QF_MAX_TENSOR_BYTES);
+    }
+    *out = t;
+    *nbytes = (size_t)numel * esize;
+    return QF_OK;
+}
+
+/* Shared by the copying, the taking and the borrowing decoder: `take`, when
+ * not NULL, is tp itself, whose raw_data buffer the tensor may take over;
+ * `base`, when not NULL, is where tp's bytes start in a writable buffer that
+ * raw_data points into (qf_onnx_tensor_borrow). */
+static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto *take,
+                                  const uint8_t *base, const char *what, qf_tensor *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tp->n_external_data ||
+        (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+        return qf_error(
+            QF_ERR_UNSUPPORTED,
+            "%s keeps its data in an external file, which only a model loaded from its file "
+            "can read",
+            what);
+    qf_tensor t;
+    size_t nbytes;
+    QF_TRY(qf_onnx_tensor_meta(tp, what, &t, &nbytes));
+    qf_dtype dt = t.dtype;
+    size_t esize = qf_dtype_size(dt);
+    int64_t numel = esize ? (int64_t)(nbytes / esize) : 0;
+    char shape[160];
+    qf_shape_str(t.ndim, t.dims, shape, sizeof shape);
     if (tp->has_raw_data && tp->raw_data.len != nbytes)
         return qf_error(QF_ERR_PARSE,
                         "%s has %zu bytes of raw_data, but its shape %s of %s needs %zu", what,

@@ -24,6 +24,11 @@ const char *qf_onnx_dtype_name(int code);
 /* QF_ERR_UNSUPPORTED naming `what` unless code is a dtype qfold handles. */
 qf_status qf_onnx_dtype(int code, const char *what, qf_dtype *out);
 
+/* dtype and shape of a TensorProto (data NULL) and its payload's size in
+ * bytes, checked (dtype known, rank, no negative dims, size within limits). */
+qf_status qf_onnx_tensor_meta(const Onnx__TensorProto *tp, const char *what, qf_tensor *out,
+                              size_t *nbytes);
+
 /* Copy a TensorProto into an owned tensor. `what` names it in messages
  * ("initializer 'w'"). Accepts raw_data (little-endian) and the typed fields;
  * checks dims, rank, element count against the data size. */
