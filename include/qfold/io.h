@@ -84,6 +84,11 @@ qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out);
  * dtypes are QF_ERR_UNSUPPORTED. */
 qf_status qf_npy_load(const char *path, qf_tensor *out);
 qf_status qf_npy_save(const char *path, const qf_tensor *t);
+/* qf_npy_save of a float32 tensor in a model's storage dtype (qf_value.store):
+ * QF_STORE_F16 writes float16 ('<f2'), QF_STORE_BF16 float32 holding the
+ * bfloat16 values (numpy has no bfloat16), both rounded to nearest even; 0
+ * is qf_npy_save. qf_npy_load also reads float16 arrays, into float32. */
+qf_status qf_npy_save_as(const char *path, const qf_tensor *t, int store);
 
 /* A .npy file read a range of rows (indices of the first axis) at a time,
  * for data sets that need not be in memory whole (calibration):

@@ -110,7 +110,7 @@ static int qf_run_save(const qf_run_args *ra, qf_run_state *s, qf_cli_outputs *o
     for (int i = 0; i < ra->nout; i++) {
         const char *tmp;
         qf_status st = qf_cli_outputs_stage(out, i, &tmp);
-        if (st == QF_OK) st = qf_npy_save(tmp, qf_plan_output(s->plan, i));
+        if (st == QF_OK) st = qf_npy_save_as(tmp, qf_plan_output(s->plan, i), g->outputs[i]->store);
         if (st != QF_OK)
             return qf_cli_fail_write(out, i, qf_error_prefix(st, "'%s': ", g->outputs[i]->name));
     }
@@ -118,7 +118,9 @@ static int qf_run_save(const qf_run_args *ra, qf_run_state *s, qf_cli_outputs *o
     for (int i = 0; rc == QF_EXIT_OK && i < ra->nout; i++) {
         const qf_tensor *y = qf_plan_output(s->plan, i);
         char shape[256];
-        printf("%s: %s %s -> %s\n", g->outputs[i]->name, qf_dtype_name(y->dtype),
+        int store = g->outputs[i]->store & QF_STORE_DTYPE;
+        printf("%s: %s %s -> %s\n", g->outputs[i]->name,
+               store == QF_STORE_F16 ? "float16" : store == QF_STORE_BF16 ? "bfloat16" : qf_dtype_name(y->dtype),
                qf_shape_str(y->ndim, y->dims, shape, sizeof shape), ra->out[i]);
     }
     return rc;

@@ -227,7 +227,7 @@ qf_status qf_ext_read_tensor(qf_ext_reader *r, const Onnx__TensorProto *tp, cons
     if (len != nbytes)
         return qf_error(QF_ERR_INVALID,
                         "%s: external data length %" PRIu64 ", but its shape %s of %s needs %zu bytes", what, len,
-                        shape, qf_dtype_name(t.dtype), nbytes);
+                        shape, qf_onnx_dtype_name(tp->data_type), nbytes);
     qf_ext_file *f = NULL;
     QF_TRY(qf_ext_open(r, loc, what, &f));
     /* The range must lie in the file: checked without overflow. */
@@ -256,6 +256,15 @@ qf_status qf_ext_read_tensor(qf_ext_reader *r, const Onnx__TensorProto *tp, cons
             return st;
         }
         done += (size_t)k;
+    }
+    int half = qf_onnx_half_code(tp->data_type);
+    if (half) {
+        /* The 2-byte values read, then widened to the float32 qfold holds. */
+        qf_tensor wide;
+        qf_status st = qf_onnx_half_decode(t.data, NULL, &t, half, &wide);
+        qf_tensor_free(&t);
+        QF_TRY(st);
+        t = wide;
     }
     *out = t;
     return QF_OK;

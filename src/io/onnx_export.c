@@ -14,6 +14,7 @@
 
 #include "../core/arena.h"
 #include "external_data.h"
+#include "half_export.h"
 #include "onnx_proto.h"
 
 typedef struct qf_transposed {
@@ -643,6 +644,7 @@ qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_opti
     Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT;
     Onnx__OperatorSetIdProto *opsets[1] = {&opset};
     if (st == QF_OK) st = qf_ex_graph(&ex, &gp);
+    if (st == QF_OK) st = qf_half_export(g, &gp, qf_ex_arena_alloc, &ex.arena);
     if (st != QF_OK) qf_error_prefix(st, "%s: ", path); /* write errors name the file already */
     if (st == QF_OK) {
         m.has_ir_version = 1;

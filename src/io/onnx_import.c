@@ -77,7 +77,7 @@ static qf_status qf_import_opset(const Onnx__ModelProto *m, int64_t *opset)
 /* dtype and shape of a graph input from its ValueInfo; dim_param or a
  * missing dim_value is an unknown dim (-1), bound later from the data. */
 static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char *what,
-                                      qf_tensor *ty)
+                                      qf_tensor *ty, int *store)
 {
     const Onnx__TypeProto *tp = vi->type;
     if (!tp) return qf_error(QF_ERR_INVALID, "%s has no type", what);
@@ -89,7 +89,7 @@ static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     if (!tt->has_elem_type) return qf_error(QF_ERR_INVALID, "%s has no element type", what);
     memset(ty, 0, sizeof *ty);
-    QF_TRY(qf_onnx_dtype(tt->elem_type, what, &ty->dtype));
+    QF_TRY(qf_onnx_dtype_store(tt->elem_type, what, &ty->dtype, store));
     if (!tt->shape)
         return qf_error(QF_ERR_UNSUPPORTED,
                         "%s has no shape; qfold needs the rank of every graph input", what);
@@ -132,10 +132,12 @@ static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProt
         QF_TRY(qf_ext_read_tensor(im->ext, tp, what, &t));
     else
         QF_TRY(base ? qf_onnx_tensor_borrow(tp, base, what, &t) : qf_onnx_tensor_take(tp, what, &t));
-    if (!qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t)) {
+    qf_value *v = qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t);
+    if (!v) {
         qf_tensor_free(&t);
         return QF_ERR_NOMEM;
     }
+    v->store = qf_onnx_half_code(tp->data_type); /* float16 / bfloat16, held as float32 */
     return QF_OK;
 }
 
@@ -179,8 +181,11 @@ static qf_status qf_import_inputs(qf_import *im)
         char what[300];
         snprintf(what, sizeof what, "graph input '%.256s'", name);
         qf_tensor ty;
-        QF_TRY(qf_import_value_type(vi, what, &ty));
-        if (!qf_graph_add_input(im->g, name, ty.dtype, ty.ndim, ty.dims)) return QF_ERR_NOMEM;
+        int store;
+        QF_TRY(qf_import_value_type(vi, what, &ty, &store));
+        qf_value *v = qf_graph_add_input(im->g, name, ty.dtype, ty.ndim, ty.dims);
+        if (!v) return QF_ERR_NOMEM;
+        v->store = store;
     }
     return QF_OK;
 }
@@ -433,6 +438,12 @@ static qf_status qf_import_outputs(qf_import *im)
         if (v->is_output)
             return qf_error(QF_ERR_INVALID, "graph output '%s' is listed twice", name);
         QF_TRY(qf_graph_add_output(im->g, v));
+        /* A float16 / bfloat16 output: computed in float32, given back in
+         * the model's dtype (qfold run, export). */
+        const Onnx__TypeProto *tp = gp->output[i]->type;
+        if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type &&
+            tp->tensor_type->has_elem_type && qf_onnx_half_code(tp->tensor_type->elem_type))
+            v->store = tp->tensor_type->elem_type;
     }
     return QF_OK;
 }
