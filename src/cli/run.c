@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "cli.h"
 #include "qfold/exec.h"
 #include "qfold/graph.h"
@@ -76,6 +77,13 @@ static qf_status qf_run_model(const qf_run_args *ra, qf_run_state *s)
         qf_status st = qf_npy_load(ra->in[i], &s->tensors[i]);
         if (st != QF_OK) return qf_error_prefix(st, "input '%s': ", g->inputs[i]->name);
         QF_TRY(qf_run_check_input(g->inputs[i], &s->tensors[i], ra->in[i]));
+        /* A float16 / bfloat16 input given as float32 (numpy has no
+         * bfloat16) is rounded to the model's dtype, as the model sees it. */
+        int store = g->inputs[i]->store & QF_STORE_DTYPE;
+        if (store && s->tensors[i].dtype == QF_DTYPE_F32) {
+            float *x = s->tensors[i].data;
+            for (int64_t k = 0, m = qf_tensor_numel(&s->tensors[i]); k < m; k++) x[k] = qf_half_round(x[k], store);
+        }
     }
     /* Unknown dims (a dynamic batch) take the arrays' sizes. int64 inputs
      * are shape-like (a Reshape's target fed at run time): they become
