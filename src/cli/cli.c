@@ -662,3 +662,29 @@ qf_status qf_cli_npy_check_finite(const char *what, const char *path, const qf_v
     qf_free(buf);
     return st;
 }
+
+/* --- half precision ------------------------------------------------------------ */
+
+const char *qf_cli_dtype_label(const qf_value *v)
+{
+    switch (v->store & QF_STORE_DTYPE) {
+    case QF_STORE_F16: return "float16";
+    case QF_STORE_BF16: return "bfloat16";
+    default: return qf_dtype_name(v->type.dtype);
+    }
+}
+
+double qf_cli_half_tolerance(const qf_graph *g, double tol)
+{
+    /* A folded weight rounded to float16 moves by up to 2^-11 of itself,
+     * to bfloat16 by 2^-8: outputs move by about as much, summed over a
+     * few layers. */
+    double need = 0;
+    for (int i = 0; i < g->nvalues; i++) {
+        const qf_value *v = g->values[i];
+        int s = v ? v->store & QF_STORE_DTYPE : 0;
+        if (s == QF_STORE_F16 && need < 1e-2) need = 1e-2;
+        if (s == QF_STORE_BF16) need = 5e-2;
+    }
+    return tol > need ? tol : need;
+}

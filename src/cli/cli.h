@@ -209,4 +209,14 @@ qf_status qf_cli_outputs_save_model(qf_cli_outputs *s, int i, const struct qf_gr
  * `path` (its side file read from its staged name), else of path. */
 qf_status qf_cli_load_staged(const char *path, struct qf_graph **out);
 
+/* --- half precision ------------------------------------------------------------ */
+/* A value's dtype as the model has it: "float16" / "bfloat16" for the float32
+ * values qfold holds for them (qf_value.store), else qf_dtype_name. */
+struct qf_value;
+const char *qf_cli_dtype_label(const struct qf_value *v);
+/* The default verification tolerance for g: `tol`, raised to what writing
+ * folded weights back in the model's float16 (1e-2) / bfloat16 (5e-2)
+ * costs when g holds such values. */
+double qf_cli_half_tolerance(const struct qf_graph *g, double tol);
+
 #endif

@@ -28,7 +28,7 @@
 
 typedef struct qf_fuse_args {
     const char *in, *out, *report, *verify_data, *passes, *pipeline;
-    bool verify, fixpoint, verbose;
+    bool verify, fixpoint, verbose, tol_set;
     double tol;
 } qf_fuse_args;
 
@@ -179,6 +179,7 @@ static int qf_fuse_parse(int argc, char **argv, qf_fuse_args *fa)
             if (a.failed) break;
             char *end;
             fa->tol = strtod(v, &end);
+            fa->tol_set = true;
             if (*end || !(fa->tol > 0) || !isfinite(fa->tol))
                 return qf_cli_usage_error(a.cmd, "--tolerance wants a positive number, got '%s'", v);
         } else if (qf_cli_args_value(&a, "--passes", NULL, &v)) fa->passes = v;
@@ -254,6 +255,7 @@ static int qf_cli_fuse(int argc, char **argv)
         goto done;
     }
     double t_load = qf_fuse_now();
+    if (!fa.tol_set) fa.tol = qf_cli_half_tolerance(g, fa.tol);
     int bn_before = qf_fuse_count_bn(g);
     qf_pass_options opt = {.verify = true, .fixpoint = fa.fixpoint};
     st = fa.passes ? qf_passes_run(g, names, &opt, &r) : qf_pipeline_run(g, pipeline, &opt, &r);

@@ -158,6 +158,12 @@ def case_fp16_cnn():
     y2 = work("y2.npy")
     qfold("run", fused, "-i", x, "-o", y2)
     close(np.load(y2), want, "qfold run on the folded model vs ORT on the original", 1e-2)
+    # --verify's default tolerance allows for the weights' rounding to fp16;
+    # inspect names the model's dtypes.
+    out, _ = qfold("fuse", src, "-o", work("hv.onnx"), "--verify")
+    check("(tolerance 0.01) ok" in out, "fuse --verify printed %r" % out)
+    out, _ = qfold("inspect", src)
+    check("x  float16 [1, 3, 10, 10]" in out and "y  float16 [1, 4, 8, 8]" in out, "inspect printed %r" % out)
     # The folded weight is w * gamma / sqrt(var + eps) in float32, rounded once to fp16.
     w = {k: v.astype(np.float16).astype(np.float64) for k, v in weights().items()}
     s = w["s1"] / np.sqrt(w["v1"] + np.float64(np.float32(1e-3)))
