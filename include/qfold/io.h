@@ -25,7 +25,8 @@ extern "C" {
  * Any op outside QF_OP_LIST fails with QF_ERR_UNSUPPORTED naming op and node.
  * Statuses: QF_ERR_IO (unreadable file), QF_ERR_PARSE (not a valid ONNX
  * model: empty, truncated, malformed), QF_ERR_UNSUPPORTED (opset, op, dtype,
- * attribute type), QF_ERR_INVALID (dangling name, value
+ * attribute type; float16 / bfloat16 are read as float32, their dtype kept
+ * in qf_value.store), QF_ERR_INVALID (dangling name, value
  * produced twice, cycle), or whatever shape inference reports. Messages start
  * with the file name: "m.onnx: node 'conv1': ...". Graph inputs keep unknown
  * dims (dim_param) as -1. The protobuf is not kept: weights are copied once. */
