@@ -2,7 +2,7 @@
 # their weights in side files, run and fused against ONNX Runtime; the side
 # file qfold writes read back by onnx; hostile locations and ranges refused.
 if(QF_NODE)
-  set(QF_EXTDATA_CASES read_run fuse_roundtrip auto from_memory_and_inline_mix
+  set(QF_EXTDATA_CASES read_run fuse_roundtrip auto all_or_nothing from_memory_and_inline_mix
     hostile_dotdot hostile_dotdot_inner hostile_absolute hostile_symlink hostile_fifo hostile_directory
     hostile_device hostile_missing hostile_offset_past_end hostile_offset_overflow hostile_offset_too_big
     hostile_offset_negative hostile_length_mismatch hostile_no_location)

@@ -220,6 +220,30 @@ def case_auto():
     qfold("quantize", src, "-o", q, "--calib", calib, "--external-data")
     check(os.path.exists(q + ".data"), "quantize --external-data wrote no side file")
     ort(q, [x], "q")
+    fin = work("fin.onnx")
+    qfold("finalize", q, "-o", fin, "--external-data=fin.bin")
+    check(os.path.exists(work("fin.bin")), "finalize --external-data=fin.bin wrote no side file")
+    ort(fin, [x], "fin")
+    no_temps(ARGS.work)
+
+
+def case_all_or_nothing():
+    """A failure after both files were staged (--verify past a tolerance no
+    fold meets) leaves the old model and its old side file as they were,
+    and no temporary file."""
+    src = work("m.onnx")
+    save_external(conv_bn_model(), src, "m.data")
+    out = work("out.onnx")
+    qfold("fuse", src, "-o", out, "--external-data")
+    old = (open(out, "rb").read(), open(out + ".data", "rb").read())
+    _, err = qfold("fuse", src, "-o", out, "--external-data", "--verify", "--tolerance", "1e-12", expect=1)
+    error_line(err, "nothing written")
+    check((open(out, "rb").read(), open(out + ".data", "rb").read()) == old, "the old output files changed")
+    no_temps(ARGS.work)
+    os.remove(out + ".data")
+    os.remove(out)
+    qfold("fuse", src, "-o", out, "--external-data", "--verify", "--tolerance", "1e-12", expect=1)
+    check(not os.path.exists(out) and not os.path.exists(out + ".data"), "a failed fuse left an output")
     no_temps(ARGS.work)
 
 
