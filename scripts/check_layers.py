@@ -61,6 +61,8 @@ SHARED = {
     "core/parallel.h",
     # pages handed back: the graph discards a removed weight's slice of its model buffer
     "core/mem.h",
+    # float16 / bfloat16 conversions: the Cast kernel, ONNX import / export, .npy
+    "core/half.h",
     "ops/op_table.h",
     # the quantization arithmetic the quant layer shares with the int8 kernels
     "ops/quant_math.h",

@@ -59,7 +59,18 @@ struct qf_value {
     qf_use *uses;
     int nuses, cap_uses;
     bool is_output;       /* listed in graph->outputs */
+    /* How the model stores this float32 value when it is not float32: 0, or
+     * QF_STORE_F16 / QF_STORE_BF16 (import converts half-precision tensors to
+     * float32; export and `qfold run`'s outputs convert back), with
+     * QF_STORE_VIA_CAST on a constant the model had as a half-precision
+     * initializer behind Cast(to=FLOAT) (export writes it so again). */
+    int store;
 };
+
+#define QF_STORE_F16      10 /* ONNX FLOAT16 */
+#define QF_STORE_BF16     16 /* ONNX BFLOAT16 */
+#define QF_STORE_DTYPE    0xff
+#define QF_STORE_VIA_CAST 0x100
 
 typedef enum qf_attr_type {
     QF_ATTR_INT = 0,

@@ -25,12 +25,28 @@ extern "C" {
  * Any op outside QF_OP_LIST fails with QF_ERR_UNSUPPORTED naming op and node.
  * Statuses: QF_ERR_IO (unreadable file), QF_ERR_PARSE (not a valid ONNX
  * model: empty, truncated, malformed), QF_ERR_UNSUPPORTED (opset, op, dtype,
- * attribute type, external data), QF_ERR_INVALID (dangling name, value
+ * attribute type; float16 / bfloat16 are read as float32, their dtype kept
+ * in qf_value.store), QF_ERR_INVALID (dangling name, value
  * produced twice, cycle), or whatever shape inference reports. Messages start
  * with the file name: "m.onnx: node 'conv1': ...". Graph inputs keep unknown
  * dims (dim_param) as -1. The protobuf is not kept: weights are copied once. */
 qf_status qf_onnx_load(const char *path, qf_graph **out);
-/* Same from memory; `what` (may be NULL) prefixes error messages. */
+/* External data (initializers whose bytes live in side files next to the
+ * model, as onnx's save_model(..., save_as_external_data=True) writes them)
+ * is read by qf_onnx_load from the model's directory only: a location that
+ * is absolute, has a ".." component or leads outside through a symbolic
+ * link, a side file that is not a regular file, a range past its end are
+ * QF_ERR_INVALID / QF_ERR_IO naming the initializer. Each such payload is
+ * read into an allocation of its own (once, no other copy).
+ * qf_onnx_load_ex reads side file `external_location` (as the model names
+ * it) from `external_path` instead: a side file staged under a temporary
+ * name by its writer (not confined: the caller vouches for it). */
+typedef struct qf_onnx_load_options {
+    const char *external_location, *external_path;
+} qf_onnx_load_options;
+qf_status qf_onnx_load_ex(const char *path, const qf_onnx_load_options *o, qf_graph **out);
+/* Same from memory; `what` (may be NULL) prefixes error messages. A model
+ * with external data cannot be loaded this way (QF_ERR_UNSUPPORTED). */
 qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, qf_graph **out);
 /* Export: names, opset, ir_version, producer and initializer order preserved
  * (initializers = constants that a node reads or that are graph outputs, in
@@ -40,6 +56,24 @@ qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, q
  * input, else MatMul(x, W^T) [+ Add(b)]; relu6 -> Clip(x, 0, 6). Written to a
  * temporary file in the same directory and renamed into place. */
 qf_status qf_onnx_save(const qf_graph *g, const char *path);
+/* qf_onnx_save with external data: initializers of at least `threshold`
+ * bytes (0: 1024, as onnx's convert_model_to_external_data) are written to
+ * the side file `external_data`, each at an offset that is a multiple of
+ * 4096, and the model records them under `location` (NULL: the base name of
+ * external_data). That happens when `always` is set, and otherwise only when
+ * the model would be over `limit` bytes (0: protobuf's 2 GiB - 1), with
+ * external_data NULL meaning "<path>.data". The side file is written to a
+ * temporary file and renamed into place before the model (also through a
+ * temporary file) is; `wrote_external` says whether it was written. */
+typedef struct qf_onnx_save_options {
+    const char *external_data;
+    const char *location;
+    bool always;
+    size_t threshold;
+    size_t limit;
+    bool wrote_external; /* out */
+} qf_onnx_save_options;
+qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_options *o);
 
 /* Read one serialized TensorProto (the ONNX backend tests' input_0.pb). */
 qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out);
@@ -51,6 +85,11 @@ qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out);
  * dtypes are QF_ERR_UNSUPPORTED. */
 qf_status qf_npy_load(const char *path, qf_tensor *out);
 qf_status qf_npy_save(const char *path, const qf_tensor *t);
+/* qf_npy_save of a float32 tensor in a model's storage dtype (qf_value.store):
+ * QF_STORE_F16 writes float16 ('<f2'), QF_STORE_BF16 float32 holding the
+ * bfloat16 values (numpy has no bfloat16), both rounded to nearest even; 0
+ * is qf_npy_save. qf_npy_load also reads float16 arrays, into float32. */
+qf_status qf_npy_save_as(const char *path, const qf_tensor *t, int store);
 
 /* A .npy file read a range of rows (indices of the first axis) at a time,
  * for data sets that need not be in memory whole (calibration):

@@ -344,7 +344,52 @@ static bool qf_cli_same_identity(const qf_cli_output *a, bool exists, unsigned l
 
 void qf_cli_outputs_init(qf_cli_outputs *s) { memset(s, 0, sizeof *s); }
 
+/* --external-data as main.c found it (one command per process). */
+static struct {
+    bool on;
+    const char *name; /* NULL: "<output>.data" */
+    char *side_path;  /* the side file of the model output */
+    /* The last model qf_cli_outputs_save_model staged, for qf_cli_load_staged. */
+    char *staged_model, *staged_side, *location;
+} qf_cli_ext;
+
+static int qf_cli_outputs_add_one(qf_cli_outputs *s, const char *what, const char *path);
+
+/* The side file's path for model output `path`: NAME (or the output's base
+ * name + ".data") in the output's directory. */
+static char *qf_cli_side_path(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+    const char *name = qf_cli_ext.name;
+    size_t n = dlen + (name ? strlen(name) : strlen(path + dlen) + 5) + 1;
+    char *p = qf_malloc(n);
+    if (!p) return NULL;
+    if (name)
+        snprintf(p, n, "%.*s%s", (int)dlen, path, name);
+    else
+        snprintf(p, n, "%s.data", path);
+    return p;
+}
+
 int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path)
+{
+    int rc = qf_cli_outputs_add_one(s, what, path);
+    if (rc != QF_EXIT_OK) return rc;
+    /* The side file of the model (the first output) is checked as an output
+     * of its own, against every output before and after it. */
+    if (s->n == 1 && qf_cli_ext.on && !s->has_side) {
+        qf_free(qf_cli_ext.side_path);
+        if (!(qf_cli_ext.side_path = qf_cli_side_path(path))) return qf_cli_fail(QF_ERR_NOMEM);
+        rc = qf_cli_outputs_add_one(s, "--external-data file", qf_cli_ext.side_path);
+        if (rc != QF_EXIT_OK) return rc;
+        s->side = s->o[--s->n];
+        s->has_side = true;
+    }
+    return QF_EXIT_OK;
+}
+
+static int qf_cli_outputs_add_one(qf_cli_outputs *s, const char *what, const char *path)
 {
     char dir[PATH_MAX];
     const char *name;
@@ -388,6 +433,9 @@ int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path)
             return qf_cli_error(QF_EXIT_USAGE,
                                 "%s '%s' and %s '%s' are the same file: one would be lost",
                                 s->o[k].what, s->o[k].path, what, path);
+    if (s->has_side && qf_cli_same_identity(&s->side, o->exists, o->dev, o->ino, o->resolved))
+        return qf_cli_error(QF_EXIT_USAGE, "%s '%s' and %s '%s' are the same file: one would be lost",
+                            s->side.what, s->side.path, what, path);
     return QF_EXIT_OK;
 }
 
@@ -403,13 +451,16 @@ int qf_cli_outputs_input(const qf_cli_outputs *s, const char *what, const char *
             qf_cli_same_identity(&s->o[k], exists, dev, ino, resolved))
             rc = qf_cli_error(QF_EXIT_USAGE, "%s '%s' is %s '%s': refusing to overwrite it",
                               s->o[k].what, s->o[k].path, what, path);
+    if (rc == QF_EXIT_OK && s->has_side &&
+        (strcmp(s->side.path, path) == 0 || qf_cli_same_identity(&s->side, exists, dev, ino, resolved)))
+        rc = qf_cli_error(QF_EXIT_USAGE, "%s '%s' is %s '%s': refusing to overwrite it", s->side.what,
+                          s->side.path, what, path);
     qf_free(resolved);
     return rc;
 }
 
-qf_status qf_cli_outputs_stage(qf_cli_outputs *s, int i, const char **tmp)
+static qf_status qf_cli_output_stage(qf_cli_output *o, const char **tmp)
 {
-    qf_cli_output *o = &s->o[i];
     if (o->tmp) {
         qf_file_temp_discard(o->tmp);
         qf_free(o->tmp);
@@ -427,11 +478,123 @@ qf_status qf_cli_outputs_stage(qf_cli_outputs *s, int i, const char **tmp)
     return st;
 }
 
+qf_status qf_cli_outputs_stage(qf_cli_outputs *s, int i, const char **tmp)
+{
+    return qf_cli_output_stage(&s->o[i], tmp);
+}
+
+static void qf_cli_output_unstage(qf_cli_output *o)
+{
+    if (!o->tmp) return;
+    qf_file_temp_discard(o->tmp);
+    qf_free(o->tmp);
+    o->tmp = NULL;
+}
+
+static qf_status qf_cli_strdup_to(char **dst, const char *src)
+{
+    qf_free(*dst);
+    *dst = NULL;
+    if (!src) return QF_OK;
+    size_t n = strlen(src) + 1;
+    if (!(*dst = qf_malloc(n))) return QF_ERR_NOMEM;
+    memcpy(*dst, src, n);
+    return QF_OK;
+}
+
+qf_status qf_cli_outputs_save_model(qf_cli_outputs *s, int i, const qf_graph *g, const char **tmp)
+{
+    if (qf_cli_is_tflite(s->o[i].path)) {
+        /* quantize / qat / finalize -o X.tflite (tflite_out.c): one file */
+        if (qf_cli_ext.on)
+            return qf_error(QF_ERR_INVALID, "--external-data: '%s' is a TFLite file (external data is ONNX's)",
+                            s->o[i].path);
+        QF_TRY(qf_cli_output_stage(&s->o[i], tmp));
+        return qf_cli_save_model(g, s->o[i].path, *tmp);
+    }
+    QF_TRY(qf_cli_output_stage(&s->o[i], tmp));
+    qf_onnx_save_options so = {.always = qf_cli_ext.on};
+    /* For tests: the size past which a model goes out with external data
+     * without being asked (protobuf's 2 GiB otherwise, too big for CI). */
+    const char *lim = getenv("QFOLD_EXTERNAL_DATA_LIMIT");
+    if (lim && *lim) so.limit = (size_t)strtoull(lim, NULL, 10);
+    if (!s->has_side) {
+        /* No --external-data: the side file of a model over the limit,
+         * "<output>.data", staged in case it is needed. */
+        char *side = qf_cli_side_path(s->o[i].path);
+        if (!side) return QF_ERR_NOMEM;
+        qf_free(qf_cli_ext.side_path);
+        qf_cli_ext.side_path = side;
+        memset(&s->side, 0, sizeof s->side);
+        s->side.what = "external data file";
+        s->side.path = side;
+        s->has_side = true;
+    }
+    const char *stmp = NULL;
+    QF_TRY(qf_cli_output_stage(&s->side, &stmp));
+    const char *slash = strrchr(s->side.path, '/');
+    so.external_data = stmp;
+    so.location = slash ? slash + 1 : s->side.path;
+    qf_status st = qf_onnx_save_ex(g, *tmp, &so);
+    if (st == QF_OK && !so.wrote_external) qf_cli_output_unstage(&s->side);
+    if (st == QF_OK) st = qf_cli_strdup_to(&qf_cli_ext.staged_model, *tmp);
+    if (st == QF_OK) st = qf_cli_strdup_to(&qf_cli_ext.staged_side, so.wrote_external ? stmp : NULL);
+    if (st == QF_OK) st = qf_cli_strdup_to(&qf_cli_ext.location, so.wrote_external ? so.location : NULL);
+    return st;
+}
+
+qf_status qf_cli_load_staged(const char *path, qf_graph **out)
+{
+    if (qf_cli_ext.staged_model && qf_cli_ext.staged_side && strcmp(path, qf_cli_ext.staged_model) == 0) {
+        qf_onnx_load_options lo = {.external_location = qf_cli_ext.location,
+                                   .external_path = qf_cli_ext.staged_side};
+        return qf_onnx_load_ex(path, &lo, out);
+    }
+    return qf_onnx_load(path, out);
+}
+
+int qf_cli_extdata_strip(int *argc, char **argv)
+{
+    static const char *const writers[] = {"fuse", "quantize", "finalize", "train", "qat"};
+    bool writes = false;
+    for (size_t k = 0; k < sizeof writers / sizeof writers[0]; k++)
+        writes = writes || (*argc > 1 && strcmp(argv[1], writers[k]) == 0);
+    /* Other commands see the option and refuse it as unknown. */
+    if (!writes) return QF_EXIT_OK;
+    int out = 2;
+    for (int i = 2; i < *argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--") == 0) {
+            while (i < *argc) argv[out++] = argv[i++];
+            break;
+        }
+        if (strncmp(a, "--external-data", 15) != 0 || (a[15] != 0 && a[15] != '=')) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        qf_cli_ext.on = true;
+        qf_cli_ext.name = NULL;
+        if (a[15] == '=') {
+            const char *v = a + 16;
+            if (!*v || strchr(v, '/') || strcmp(v, ".") == 0 || strcmp(v, "..") == 0)
+                return qf_cli_usage_error(qf_cli_find(argv[1]),
+                                          "--external-data '%s': expected a file name (no directory: the side "
+                                          "file is written next to the output)",
+                                          v);
+            qf_cli_ext.name = v;
+        }
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return QF_EXIT_OK;
+}
+
 int qf_cli_outputs_commit(qf_cli_outputs *s)
 {
-    for (int i = 0; i < s->n; i++) {
-        qf_cli_output *o = &s->o[i];
-        if (!o->tmp) continue;
+    /* The side file first: a model never names a side file not yet there. */
+    for (int i = -1; i < s->n; i++) {
+        qf_cli_output *o = i < 0 ? (s->has_side ? &s->side : NULL) : &s->o[i];
+        if (!o || !o->tmp) continue;
         if (rename(o->tmp, o->path) != 0)
             return qf_cli_error(QF_EXIT_FAIL, "cannot rename '%s' to '%s': %s", o->tmp, o->path,
                                 strerror(errno));
@@ -461,6 +624,16 @@ void qf_cli_outputs_drop(qf_cli_outputs *s, int i)
 
 void qf_cli_outputs_free(qf_cli_outputs *s)
 {
+    if (s->has_side) {
+        if (s->side.tmp) qf_file_temp_discard(s->side.tmp);
+        qf_free(s->side.tmp);
+        qf_free(s->side.resolved);
+    }
+    qf_free(qf_cli_ext.side_path);
+    qf_free(qf_cli_ext.staged_model);
+    qf_free(qf_cli_ext.staged_side);
+    qf_free(qf_cli_ext.location);
+    qf_cli_ext.side_path = qf_cli_ext.staged_model = qf_cli_ext.staged_side = qf_cli_ext.location = NULL;
     for (int i = 0; i < s->n; i++) {
         if (s->o[i].tmp) qf_file_temp_discard(s->o[i].tmp);
         qf_free(s->o[i].tmp);
@@ -504,4 +677,30 @@ qf_status qf_cli_npy_check_finite(const char *what, const char *path, const qf_v
     }
     qf_free(buf);
     return st;
+}
+
+/* --- half precision ------------------------------------------------------------ */
+
+const char *qf_cli_dtype_label(const qf_value *v)
+{
+    switch (v->store & QF_STORE_DTYPE) {
+    case QF_STORE_F16: return "float16";
+    case QF_STORE_BF16: return "bfloat16";
+    default: return qf_dtype_name(v->type.dtype);
+    }
+}
+
+double qf_cli_half_tolerance(const qf_graph *g, double tol)
+{
+    /* A folded weight rounded to float16 moves by up to 2^-11 of itself,
+     * to bfloat16 by 2^-8: outputs move by about as much, summed over a
+     * few layers. */
+    double need = 0;
+    for (int i = 0; i < g->nvalues; i++) {
+        const qf_value *v = g->values[i];
+        int s = v ? v->store & QF_STORE_DTYPE : 0;
+        if (s == QF_STORE_F16 && need < 1e-2) need = 1e-2;
+        if (s == QF_STORE_BF16) need = 5e-2;
+    }
+    return tol > need ? tol : need;
 }

@@ -177,6 +177,12 @@ typedef struct qf_cli_output {
 typedef struct qf_cli_outputs {
     qf_cli_output *o;
     int n, cap;
+    /* The side file of the model's external data (--external-data, or a
+     * model over protobuf's limit): checked with the first output added (the
+     * model) when the option is given, staged by qf_cli_outputs_save_model,
+     * renamed before every other output. */
+    qf_cli_output side;
+    bool has_side;
 } qf_cli_outputs;
 void qf_cli_outputs_init(qf_cli_outputs *s);
 int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path);
@@ -199,5 +205,34 @@ int qf_cli_fail_write(const qf_cli_outputs *s, int i, qf_status st);
 struct qf_tflite_result;
 qf_status qf_cli_export_lsb(const struct qf_graph *g, const struct qf_tflite_result *r, const char *const *data,
                             int ndata, int64_t count, double **max_lsb);
+
+/* --- external data: --external-data[=NAME] ----------------------------------
+ *
+ * Every command that writes an ONNX model (fuse, quantize, finalize, train,
+ * qat) takes --external-data[=NAME]: initializers of 1 KiB and more go to
+ * one side file NAME in the output's directory (default: the output's name +
+ * ".data"). Without it a model over protobuf's 2 GiB goes out that way
+ * anyway (the limit can be lowered for tests with QFOLD_EXTERNAL_DATA_LIMIT,
+ * bytes). main.c strips the option (qf_cli_extdata_strip) before the command
+ * parses its arguments; the commands only call qf_cli_outputs_save_model for
+ * their model (output i) and load what they wrote with qf_cli_load_staged. */
+struct qf_graph;
+int qf_cli_extdata_strip(int *argc, char **argv);
+/* Stage output i and write g to it (*tmp: the staged name), with its side
+ * file staged next to it when external data is written. */
+qf_status qf_cli_outputs_save_model(qf_cli_outputs *s, int i, const struct qf_graph *g, const char **tmp);
+/* qf_onnx_load of a model the last qf_cli_outputs_save_model staged at
+ * `path` (its side file read from its staged name), else of path. */
+qf_status qf_cli_load_staged(const char *path, struct qf_graph **out);
+
+/* --- half precision ------------------------------------------------------------ */
+/* A value's dtype as the model has it: "float16" / "bfloat16" for the float32
+ * values qfold holds for them (qf_value.store), else qf_dtype_name. */
+struct qf_value;
+const char *qf_cli_dtype_label(const struct qf_value *v);
+/* The default verification tolerance for g: `tol`, raised to what writing
+ * folded weights back in the model's float16 (1e-2) / bfloat16 (5e-2)
+ * costs when g holds such values. */
+double qf_cli_half_tolerance(const struct qf_graph *g, double tol);
 
 #endif

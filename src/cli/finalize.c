@@ -172,7 +172,7 @@ static void qf_fin_json(const qf_fin_args *fa, const qf_quant_profile *p, const 
 static qf_status qf_fin_verify(qf_graph *g, const char *tmp, qf_compare_result *res)
 {
     qf_graph *written = NULL;
-    QF_TRY(qf_onnx_load(tmp, &written));
+    QF_TRY(qf_cli_load_staged(tmp, &written));
     qf_compare_options opt = {.tolerance = 1e-6, .ref_name = "finalized", .cand_name = "written",
                               .change = "writing"};
     qf_status st = qf_compare_graphs(g, written, NULL, 0, &opt, res);
@@ -230,8 +230,7 @@ static int qf_cli_finalize(int argc, char **argv)
     if (st == QF_OK) st = qf_graph_verify_shapes(g);
     if (st == QF_OK && fa.verbose) qf_pass_report_print(r, stdout);
     /* Both files or neither: staged, then renamed together. */
-    if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
-        st = qf_cli_save_model(g, fa.out, tmp);
+    if (st == QF_OK) st = qf_cli_outputs_save_model(&out, wi = 0, g, &tmp);
     if (st == QF_OK && fa.verify) {
         wi = -1; /* a mismatch is not a write error */
         st = qf_fin_verify(g, tmp, &cmp);

@@ -33,7 +33,7 @@ typedef struct qf_fuse_args {
     const char *in, *out, *report, *passes, *pipeline;
     qf_verify_data vd[QF_FUSE_MAX_VERIFY_DATA]; /* --verify-data, in the order given */
     int nvd;
-    bool verify, fixpoint, verbose;
+    bool verify, fixpoint, verbose, tol_set;
     double tol;
 } qf_fuse_args;
 
@@ -187,6 +187,7 @@ static int qf_fuse_parse(int argc, char **argv, qf_fuse_args *fa)
             if (a.failed) break;
             char *end;
             fa->tol = strtod(v, &end);
+            fa->tol_set = true;
             if (*end || !(fa->tol > 0) || !isfinite(fa->tol))
                 return qf_cli_usage_error(a.cmd, "--tolerance wants a positive number, got '%s'", v);
         } else if (qf_cli_args_value(&a, "--passes", NULL, &v)) fa->passes = v;
@@ -265,6 +266,7 @@ static int qf_cli_fuse(int argc, char **argv)
         goto done;
     }
     double t_load = qf_fuse_now();
+    if (!fa.tol_set) fa.tol = qf_cli_half_tolerance(g, fa.tol);
     int bn_before = qf_fuse_count_bn(g);
     qf_pass_options opt = {.verify = true, .fixpoint = fa.fixpoint};
     st = fa.passes ? qf_passes_run(g, names, &opt, &r) : qf_pipeline_run(g, pipeline, &opt, &r);
@@ -279,8 +281,7 @@ static int qf_cli_fuse(int argc, char **argv)
      * report); they are renamed together once all are written, so a failure
      * anywhere leaves the old files as they were. --verify checks exactly
      * the file that will be renamed into place (export included). */
-    st = qf_cli_outputs_stage(&out, 0, &tmp);
-    if (st == QF_OK) st = qf_onnx_save(g, tmp);
+    st = qf_cli_outputs_save_model(&out, 0, g, &tmp);
     if (st != QF_OK) {
         rc = qf_cli_fail_write(&out, 0, st);
         goto done;

@@ -206,7 +206,7 @@ qf_status qf_fuse_verify_run(const char *in, const char *written, const qf_verif
     memset(res, 0, sizeof *res);
     res->worst = -1;
     qf_status st = qf_onnx_load(in, &g0);
-    if (st == QF_OK) st = qf_onnx_load(written, &g1);
+    if (st == QF_OK) st = qf_cli_load_staged(written, &g1);
     if (st == QF_OK) st = qf_verify_runnable(g0);
     int n = g0 ? g0->ninputs : 0;
     qf_tensor *given = qf_calloc((size_t)n + 1, sizeof *given);

@@ -106,7 +106,7 @@ static void qf_print_values_text(FILE *f, const char *title, qf_value *const *vs
     fprintf(f, "%s (%d):\n", title, n);
     for (int i = 0; i < n; i++) {
         char shape[256];
-        fprintf(f, "  %-*s  %s %s\n", width, vs[i]->name, qf_dtype_name(vs[i]->type.dtype),
+        fprintf(f, "  %-*s  %s %s\n", width, vs[i]->name, qf_cli_dtype_label(vs[i]),
                 qf_shape_str(vs[i]->type.ndim, vs[i]->type.dims, shape, sizeof shape));
     }
 }
@@ -142,7 +142,7 @@ static void qf_print_values_json(FILE *f, qf_value *const *vs, int n)
         fputs(i ? ", {\"name\": " : "{\"name\": ", f);
         qf_cli_json_string(f, vs[i]->name);
         fputs(", \"dtype\": ", f);
-        qf_cli_json_string(f, qf_dtype_name(vs[i]->type.dtype));
+        qf_cli_json_string(f, qf_cli_dtype_label(vs[i]));
         fputs(", \"shape\": ", f);
         qf_cli_json_shape(f, vs[i]->type.ndim, vs[i]->type.dims);
         fputc('}', f);

@@ -55,6 +55,10 @@ void qf_cli_print_overview(FILE *f)
           "                          default), only qfold's reference kernels (ref), or oneDNN\n"
           "                          required (dnnl); QFOLD_ENGINE sets the default\n"
           "  --threads N             threads for the kernels, 1 to 16; 0 = the cores (default)\n"
+          "\noption of the commands that write a model (fuse, quantize, finalize, train, qat):\n"
+          "  --external-data[=NAME]  initializers of 1 KiB and more go to one side file NAME\n"
+          "                          next to the output (default: the output's name + .data);\n"
+          "                          a model over protobuf's 2 GiB is written so without it\n"
           "\nExit status: 0 success, 1 failure while processing, 2 bad usage or bad input file.\n"
           "Environment: QFOLD_MAX_MEMORY=SIZE (bytes, or with K, M, G) caps the memory qfold\n"
           "allocates itself; a command that needs more fails with exit status 1.\n",
@@ -264,6 +268,7 @@ int main(int argc, char **argv)
     /* Before --engine can load oneDNN: its threads' spin count for training. */
     if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "qat") == 0) qf_engine_prefer_training();
     rc = qf_cli_globals(&argc, argv);
+    if (rc == QF_EXIT_OK) rc = qf_cli_extdata_strip(&argc, argv);
     if (rc != QF_EXIT_OK) return rc;
     if (argc < 2) {
         qf_cli_print_overview(stderr);

@@ -169,8 +169,7 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
     }
     QF_TRY(qf_qat_finalize(g, &run->q, NULL));
     const char *tmp = NULL;
-    QF_TRY(qf_cli_outputs_stage(out, wi, &tmp));
-    QF_TRY(qf_cli_save_model(g, qa->tr.out, tmp));
+    QF_TRY(qf_cli_outputs_save_model(out, wi, g, &tmp));
     QF_TRY(qf_tr_stage_logs(&qa->tr, s, out, &wi));
     if (val) {
         /* As `qfold eval` runs a QDQ model: its conv / Gemm groups in integers. */

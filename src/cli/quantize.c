@@ -385,7 +385,7 @@ static qf_status qf_qz_verify(const qf_qz_state *s, const char *tmp, qf_compare_
         in[i] = &views[i];
     }
     qf_graph *written = NULL;
-    QF_TRY(qf_onnx_load(tmp, &written));
+    QF_TRY(qf_cli_load_staged(tmp, &written));
     qf_compare_options opt = {.tolerance = 1e-6, .ref_name = "quantized", .cand_name = "written",
                               .change = "writing"};
     qf_status st = qf_compare_graphs(s->g, written, in, n, &opt, res);
@@ -425,8 +425,7 @@ static int qf_cli_quantize(int argc, char **argv)
     const char *tmp = NULL;
     int wi = -1; /* the output being written */
     qf_compare_result cmp = {0};
-    if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
-        st = qf_cli_save_model(s.g, qa.out, tmp);
+    if (st == QF_OK) st = qf_cli_outputs_save_model(&out, wi = 0, s.g, &tmp);
     if (st == QF_OK && qa.verify) {
         wi = -1; /* a mismatch is not a write error */
         st = qf_qz_verify(&s, tmp, &cmp);

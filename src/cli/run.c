@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"
 #include "cli.h"
 #include "qfold/exec.h"
 #include "qfold/graph.h"
@@ -76,6 +77,13 @@ static qf_status qf_run_model(const qf_run_args *ra, qf_run_state *s)
         qf_status st = qf_npy_load(ra->in[i], &s->tensors[i]);
         if (st != QF_OK) return qf_error_prefix(st, "input '%s': ", g->inputs[i]->name);
         QF_TRY(qf_run_check_input(g->inputs[i], &s->tensors[i], ra->in[i]));
+        /* A float16 / bfloat16 input given as float32 (numpy has no
+         * bfloat16) is rounded to the model's dtype, as the model sees it. */
+        int store = g->inputs[i]->store & QF_STORE_DTYPE;
+        if (store && s->tensors[i].dtype == QF_DTYPE_F32) {
+            float *x = s->tensors[i].data;
+            for (int64_t k = 0, m = qf_tensor_numel(&s->tensors[i]); k < m; k++) x[k] = qf_half_round(x[k], store);
+        }
     }
     /* Unknown dims (a dynamic batch) take the arrays' sizes. int64 inputs
      * are shape-like (a Reshape's target fed at run time): they become
@@ -110,7 +118,7 @@ static int qf_run_save(const qf_run_args *ra, qf_run_state *s, qf_cli_outputs *o
     for (int i = 0; i < ra->nout; i++) {
         const char *tmp;
         qf_status st = qf_cli_outputs_stage(out, i, &tmp);
-        if (st == QF_OK) st = qf_npy_save(tmp, qf_plan_output(s->plan, i));
+        if (st == QF_OK) st = qf_npy_save_as(tmp, qf_plan_output(s->plan, i), g->outputs[i]->store);
         if (st != QF_OK)
             return qf_cli_fail_write(out, i, qf_error_prefix(st, "'%s': ", g->outputs[i]->name));
     }
@@ -118,7 +126,9 @@ static int qf_run_save(const qf_run_args *ra, qf_run_state *s, qf_cli_outputs *o
     for (int i = 0; rc == QF_EXIT_OK && i < ra->nout; i++) {
         const qf_tensor *y = qf_plan_output(s->plan, i);
         char shape[256];
-        printf("%s: %s %s -> %s\n", g->outputs[i]->name, qf_dtype_name(y->dtype),
+        int store = g->outputs[i]->store & QF_STORE_DTYPE;
+        printf("%s: %s %s -> %s\n", g->outputs[i]->name,
+               store == QF_STORE_F16 ? "float16" : store == QF_STORE_BF16 ? "bfloat16" : qf_dtype_name(y->dtype),
                qf_shape_str(y->ndim, y->dims, shape, sizeof shape), ra->out[i]);
     }
     return rc;

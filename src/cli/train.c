@@ -34,8 +34,7 @@ static int qf_tr_write(const qf_tr_args *a, const qf_tr_state *s, qf_cli_outputs
 {
     const char *tmp = NULL;
     int wi = 0;
-    qf_status st = qf_cli_outputs_stage(out, wi, &tmp);
-    if (st == QF_OK) st = qf_onnx_save(s->g, tmp);
+    qf_status st = qf_cli_outputs_save_model(out, wi, s->g, &tmp);
     if (st == QF_OK) st = qf_tr_stage_logs(a, s, out, &wi);
     if (st != QF_OK) return qf_cli_fail_write(out, wi, st);
     return qf_cli_outputs_commit(out);

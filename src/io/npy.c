@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/half.h"
 #include "io_internal.h"
 
 static const struct {
@@ -185,7 +186,7 @@ static qf_status qf_read_exact(int fd, void *buf, size_t n, size_t *got)
 
 /* The header: dtype and shape into *info (data NULL), the data's offset
  * into *off. A regular file must hold exactly the data the shape needs. */
-static qf_status qf_npy_read_header(int fd, qf_tensor *info, size_t *off_out)
+static qf_status qf_npy_read_header(int fd, qf_tensor *info, size_t *off_out, bool *half)
 {
     unsigned char pre[12];
     size_t got;
@@ -220,11 +221,17 @@ static qf_status qf_npy_read_header(int fd, qf_tensor *info, size_t *off_out)
     QF_TRY(st);
 
     qf_dtype dt = QF_DTYPE_UNDEFINED;
-    QF_TRY(qf_npy_dtype(h.descr, &dt));
+    /* float16 (a half-precision model's data): read whole into float32. */
+    bool f16 = half && (strcmp(h.descr, "<f2") == 0 || strcmp(h.descr, "=f2") == 0);
+    if (half) *half = f16;
+    if (f16)
+        dt = QF_DTYPE_F32;
+    else
+        QF_TRY(qf_npy_dtype(h.descr, &dt));
     if (h.fortran)
         return qf_error(QF_ERR_UNSUPPORTED,
                         "Fortran-order array; save it in C order (np.ascontiguousarray)");
-    size_t es = qf_dtype_size(dt);
+    size_t es = f16 ? 2 : qf_dtype_size(dt);
     int64_t numel = 1;
     for (int i = 0; i < h.ndim; i++) {
         if (h.dims[i] && numel > (int64_t)(SIZE_MAX / es / 2) / h.dims[i])
@@ -239,7 +246,8 @@ static qf_status qf_npy_read_header(int fd, qf_tensor *info, size_t *off_out)
             char why[200], shape[160];
             snprintf(why, sizeof why, "%" PRIu64 " data bytes, but shape %s of %s needs %zu",
                      (uint64_t)sb.st_size < off + hlen ? 0 : rest,
-                     qf_shape_str(h.ndim, h.dims, shape, sizeof shape), qf_dtype_name(dt), nbytes);
+                     qf_shape_str(h.ndim, h.dims, shape, sizeof shape), f16 ? "float16" : qf_dtype_name(dt),
+                     nbytes);
             return qf_npy_bad(why);
         }
     }
@@ -254,11 +262,16 @@ static qf_status qf_npy_read(int fd, qf_tensor *out)
 {
     qf_tensor info;
     size_t off, got;
-    QF_TRY(qf_npy_read_header(fd, &info, &off));
+    bool half;
+    QF_TRY(qf_npy_read_header(fd, &info, &off, &half));
     size_t nbytes = qf_tensor_nbytes(&info);
     qf_tensor t;
     QF_TRY(qf_tensor_init(&t, info.dtype, info.ndim, info.dims));
-    qf_status st = qf_read_exact(fd, t.data, nbytes, &got);
+    /* float16: the 2-byte values into the float32 buffer's upper half, then
+     * widened in place from the front (element i's source lies at or past i). */
+    if (half) nbytes /= 2;
+    unsigned char *dst = (unsigned char *)t.data + (half ? nbytes : 0);
+    qf_status st = qf_read_exact(fd, dst, nbytes, &got);
     unsigned char extra;
     size_t more = 0;
     if (st == QF_OK && got == nbytes) st = qf_read_exact(fd, &extra, 1, &more);
@@ -267,6 +280,10 @@ static qf_status qf_npy_read(int fd, qf_tensor *out)
     if (st != QF_OK) {
         qf_tensor_free(&t);
         return st;
+    }
+    if (half) {
+        float *y = t.data;
+        for (size_t i = 0; i < nbytes / 2; i++) y[i] = qf_f16_to_f32((uint16_t)(dst[2 * i] | dst[2 * i + 1] << 8));
     }
     *out = t;
     return QF_OK;
@@ -315,7 +332,7 @@ qf_status qf_npy_open(const char *path, qf_npy_file **out)
         qf_npy_close(f);
         return st;
     }
-    st = qf_npy_read_header(f->fd, &f->info, &f->off);
+    st = qf_npy_read_header(f->fd, &f->info, &f->off, NULL);
     if (st != QF_OK) {
         qf_npy_close(f);
         return qf_error_prefix(st, "%s: ", path);
@@ -420,6 +437,11 @@ void qf_npy_source_free(qf_npy_source *s)
 
 qf_status qf_npy_save(const char *path, const qf_tensor *t)
 {
+    return qf_npy_save_as(path, t, 0);
+}
+
+qf_status qf_npy_save_as(const char *path, const qf_tensor *t, int store)
+{
     const char *descr = NULL;
     for (size_t i = 0; i < QF_NPY_NTYPES; i++)
         if (qf_npy_types[i].dt == t->dtype) descr = qf_npy_types[i].descr;
@@ -430,6 +452,28 @@ qf_status qf_npy_save(const char *path, const qf_tensor *t)
         return qf_error(QF_ERR_INVALID, "%s: the tensor's shape is not known", path);
     size_t nbytes = qf_tensor_nbytes(t);
     if (nbytes && !t->data) return qf_error(QF_ERR_INVALID, "%s: the tensor has no data", path);
+    store &= QF_STORE_DTYPE;
+    if (t->dtype != QF_DTYPE_F32) store = 0;
+    /* float16: written as numpy's '<f2'; bfloat16 (no numpy dtype): float32
+     * holding the bfloat16 values. Both rounded to nearest even. */
+    void *conv = NULL;
+    const void *payload = t->data;
+    if (store) {
+        int64_t n = qf_tensor_numel(t);
+        size_t out_bytes = store == QF_STORE_F16 ? (size_t)n * 2 : nbytes;
+        conv = qf_malloc(out_bytes ? out_bytes : 1);
+        if (!conv) return QF_ERR_NOMEM;
+        const float *x = t->data;
+        for (int64_t i = 0; i < n; i++) {
+            if (store == QF_STORE_F16)
+                ((uint16_t *)conv)[i] = qf_f32_to_f16(x[i]);
+            else
+                ((float *)conv)[i] = qf_half_round(x[i], QF_ONNX_BFLOAT16);
+        }
+        if (store == QF_STORE_F16) descr = "<f2";
+        nbytes = out_bytes;
+        payload = conv;
+    }
 
     char shape[QF_MAX_DIMS * 24 + 8];
     size_t k = 0;
@@ -452,8 +496,9 @@ qf_status qf_npy_save(const char *path, const qf_tensor *t)
     hdr[8] = (char)(hlen & 0xff);
     hdr[9] = (char)(hlen >> 8);
 
-    const void *parts[2] = {hdr, t->data};
+    const void *parts[2] = {hdr, payload};
     size_t sizes[2] = {total, nbytes};
     qf_status st = qf_file_write_parts(path, nbytes ? 2 : 1, parts, sizes);
+    qf_free(conv);
     return st;
 }

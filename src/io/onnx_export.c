@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "../core/arena.h"
+#include "external_data.h"
+#include "half_export.h"
 #include "onnx_keep.h"
 #include "onnx_opset.h"
 #include "onnx_proto.h"
@@ -702,13 +704,59 @@ static void qf_ex_put_model(qf_ex_stream *s, const Onnx__ModelProto *m)
     qf_ex_put_msg(s, &mtail.base);
 }
 
-static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path)
+static void *qf_ex_arena_alloc(void *ctx, size_t size)
 {
+    return qf_arena_alloc(ctx, size ? size : 1);
+}
+
+/* The model to `path`; with external data (o->always, or a model over the
+ * limit), the big initializers first to their side file. Both through
+ * temporary files; the side file is renamed into place first, so that a
+ * model never names a side file that is not there yet. */
+static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path, qf_arena *arena,
+                             qf_onnx_save_options *o)
+{
+    const size_t proto_max = 0x7fffffffu;
+    size_t limit = o && o->limit ? o->limit : proto_max;
     size_t size = onnx__model_proto__get_packed_size(m);
+    qf_ext_plan plan = {0};
+    char *side = NULL;
+    if (o && (o->always || size > limit)) {
+        const char *target = o->external_data;
+        if (!target) {
+            size_t n = strlen(path) + 6;
+            side = qf_malloc(n);
+            if (!side) return QF_ERR_NOMEM;
+            snprintf(side, n, "%s.data", path);
+            target = side;
+        }
+        const char *loc = o->location;
+        if (!loc) {
+            const char *slash = strrchr(target, '/');
+            loc = slash ? slash + 1 : target;
+        }
+        qf_status st = qf_ext_plan_build(&plan, m->graph, loc, o->threshold ? o->threshold : QF_EXT_THRESHOLD,
+                                         qf_ex_arena_alloc, arena);
+        if (st == QF_OK && plan.n) {
+            qf_file_writer sw;
+            st = qf_file_writer_open(&sw, target, 0);
+            if (st == QF_OK) {
+                qf_ext_plan_write(&plan, &sw);
+                st = qf_file_writer_commit(&sw);
+            }
+            if (st == QF_OK) o->wrote_external = true;
+        }
+        qf_ext_plan_free(&plan);
+        qf_free(side);
+        QF_TRY(st);
+        size = onnx__model_proto__get_packed_size(m);
+    }
     /* Protobuf messages are limited to 2 GiB; past that readers reject them. */
-    if (size > 0x7fffffffu)
+    if (size > proto_max)
         return qf_error(QF_ERR_UNSUPPORTED,
-                        "%s: the model is %zu bytes, over protobuf's 2 GiB limit", path, size);
+                        "%s: the model is %zu bytes, over protobuf's 2 GiB limit even with its "
+                        "initializers in external data",
+                        path, size);
     qf_ex_stream s = {0};
     /* 1 MiB gathers the small pieces (names, nodes, BN vectors) into few
      * write() calls; weights of 1 MiB and more are written from the graph. */
@@ -724,6 +772,15 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path)
 
 qf_status qf_onnx_save(const qf_graph *g, const char *path)
 {
+    /* Without options a model over protobuf's limit still goes out, with its
+     * weights in "<path>.data". */
+    qf_onnx_save_options o = {0};
+    return qf_onnx_save_ex(g, path, &o);
+}
+
+qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_options *o)
+{
+    if (o) o->wrote_external = false;
     qf_export ex = {.g = g};
     qf_arena_init(&ex.arena);
     qf_status st = QF_OK;
@@ -736,6 +793,7 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     Onnx__OperatorSetIdProto opset = ONNX__OPERATOR_SET_ID_PROTO__INIT;
     Onnx__OperatorSetIdProto *opsets[1] = {&opset};
     if (st == QF_OK) st = qf_ex_graph(&ex, &gp);
+    if (st == QF_OK) st = qf_half_export(g, &gp, qf_ex_arena_alloc, &ex.arena);
     if (st != QF_OK) qf_error_prefix(st, "%s: ", path); /* write errors name the file already */
     if (st == QF_OK) {
         m.has_ir_version = 1;
@@ -755,7 +813,7 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
         m.graph = &gp;
         st = qf_keep_export_model(g, &ex.arena, &m, &gp);
         if (st != QF_OK) qf_error_prefix(st, "%s: ", path);
-        if (st == QF_OK) st = qf_ex_write(&m, path);
+        if (st == QF_OK) st = qf_ex_write(&m, path, &ex.arena, o);
     }
     qf_free(ex.used);
     qf_free(ex.nodes);

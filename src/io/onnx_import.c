@@ -22,6 +22,7 @@
 #include "onnx_keep.h"
 #include "onnx_opset.h"
 #include "onnx_problems.h"
+#include "external_data.h"
 #include "onnx_proto.h"
 #include "qfold/pass.h"
 #include "qfold/schema.h"
@@ -48,6 +49,7 @@ typedef struct qf_import {
     const char **names; /* node name used in messages (ONNX name or generated) */
     uint32_t id0;       /* id of the first node created */
     qf_problems *problems; /* every problem found (onnx_problems.h) */
+    qf_ext_reader *ext; /* side files of external data (external_data.c) */
 } qf_import;
 
 static const char *qf_str(const char *s) { return s ? s : ""; }
@@ -79,7 +81,7 @@ static qf_status qf_import_opset(const Onnx__ModelProto *m, int64_t *opset)
 /* dtype and shape of a graph input from its ValueInfo; dim_param or a
  * missing dim_value is an unknown dim (-1), bound later from the data. */
 static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char *what,
-                                      qf_tensor *ty)
+                                      qf_tensor *ty, int *store)
 {
     const Onnx__TypeProto *tp = vi->type;
     if (!tp) return qf_error(QF_ERR_INVALID, "%s has no type", what);
@@ -91,7 +93,7 @@ static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     if (!tt->has_elem_type) return qf_error(QF_ERR_INVALID, "%s has no element type", what);
     memset(ty, 0, sizeof *ty);
-    QF_TRY(qf_onnx_dtype(tt->elem_type, what, &ty->dtype));
+    QF_TRY(qf_onnx_dtype_store(tt->elem_type, what, &ty->dtype, store));
     if (!tt->shape)
         return qf_error(QF_ERR_UNSUPPORTED,
                         "%s has no shape; qfold needs the rank of every graph input", what);
@@ -130,11 +132,16 @@ static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProt
     char what[300];
     snprintf(what, sizeof what, "initializer '%.256s'", name);
     qf_tensor t;
-    QF_TRY(base ? qf_onnx_tensor_borrow(tp, base, what, &t) : qf_onnx_tensor_take(tp, what, &t));
-    if (!qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t)) {
+    if (qf_ext_is_external(tp))
+        QF_TRY(qf_ext_read_tensor(im->ext, tp, what, &t));
+    else
+        QF_TRY(base ? qf_onnx_tensor_borrow(tp, base, what, &t) : qf_onnx_tensor_take(tp, what, &t));
+    qf_value *v = qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t);
+    if (!v) {
         qf_tensor_free(&t);
         return QF_ERR_NOMEM;
     }
+    v->store = qf_onnx_half_code(tp->data_type); /* float16 / bfloat16, held as float32 */
     return QF_OK;
 }
 
@@ -178,8 +185,11 @@ static qf_status qf_import_inputs(qf_import *im)
         char what[300];
         snprintf(what, sizeof what, "graph input '%.256s'", name);
         qf_tensor ty;
-        QF_TRY(qf_import_value_type(vi, what, &ty));
-        if (!qf_graph_add_input(im->g, name, ty.dtype, ty.ndim, ty.dims)) return QF_ERR_NOMEM;
+        int store;
+        QF_TRY(qf_import_value_type(vi, what, &ty, &store));
+        qf_value *v = qf_graph_add_input(im->g, name, ty.dtype, ty.ndim, ty.dims);
+        if (!v) return QF_ERR_NOMEM;
+        v->store = store;
     }
     return QF_OK;
 }
@@ -453,6 +463,12 @@ static qf_status qf_import_outputs(qf_import *im)
         if (v->is_output)
             return qf_error(QF_ERR_INVALID, "graph output '%s' is listed twice", name);
         QF_TRY(qf_graph_add_output(im->g, v));
+        /* A float16 / bfloat16 output: computed in float32, given back in
+         * the model's dtype (qfold run, export). */
+        const Onnx__TypeProto *tp = gp->output[i]->type;
+        if (tp && tp->value_case == ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE && tp->tensor_type &&
+            tp->tensor_type->has_elem_type && qf_onnx_half_code(tp->tensor_type->elem_type))
+            v->store = tp->tensor_type->elem_type;
     }
     return QF_OK;
 }
@@ -525,7 +541,8 @@ static qf_status qf_import_finish(qf_graph *g)
  * weights exist once, in the buffer the file was read into. Any other shape
  * is decoded whole (protobuf-c copies every weight; the tensors take those
  * copies) and buf is freed right after. */
-static qf_status qf_onnx_decode(void *buf, size_t size, qf_problems *problems, qf_graph **out)
+static qf_status qf_onnx_decode(void *buf, size_t size, const char *path, const qf_onnx_load_options *lo,
+                                 qf_problems *problems, qf_graph **out)
 {
     *out = NULL;
     qf_status st = size ? qf_pb_check(&onnx__model_proto__descriptor, buf, size, "ONNX model")
@@ -557,7 +574,11 @@ static qf_status qf_onnx_decode(void *buf, size_t size, qf_problems *problems, q
                     .alloc = &alloc,
                     .oom = &oom,
                     .problems = problems};
+    if (st == QF_OK)
+        st = qf_ext_reader_init(&im.ext, path, lo ? lo->external_location : NULL,
+                                lo ? lo->external_path : NULL);
     if (st == QF_OK) st = qf_import_model(&im, m, out);
+    qf_ext_reader_free(im.ext);
     if (m) onnx__model_proto__free_unpacked(m, &alloc);
     qf_onnx_split_free(&split);
     qf_free(im.scratch.buf);
@@ -568,20 +589,20 @@ static qf_status qf_onnx_decode(void *buf, size_t size, qf_problems *problems, q
 qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out)
 {
     qf_problems problems = {0};
-    qf_status st = qf_onnx_decode(buf, size, &problems, out);
+    qf_status st = qf_onnx_decode(buf, size, NULL, NULL, &problems, out);
     qf_problems_free(&problems);
     return st;
 }
 
 /* Decode (taking buf), then finish; `what` (may be NULL) prefixes error
  * messages. */
-static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, qf_problems *problems,
-                                   qf_graph **out)
+static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, const char *path,
+                                   const qf_onnx_load_options *lo, qf_problems *problems, qf_graph **out)
 {
     *out = NULL;
     qf_graph *g = NULL;
     qf_problems own = {0};
-    qf_status st = qf_onnx_decode(buf, size, problems ? problems : &own, &g);
+    qf_status st = qf_onnx_decode(buf, size, path, lo, problems ? problems : &own, &g);
     qf_problems_free(&own);
     if (st == QF_OK) {
         st = qf_import_finish(g);
@@ -600,10 +621,11 @@ qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, q
     void *buf = qf_malloc(size ? size : 1);
     if (!buf) return what ? qf_error_prefix(QF_ERR_NOMEM, "%s: ", what) : QF_ERR_NOMEM;
     if (size) memcpy(buf, data, size);
-    return qf_onnx_load_impl(buf, size, what, NULL, out);
+    return qf_onnx_load_impl(buf, size, what, NULL, NULL, NULL, out);
 }
 
-static qf_status qf_onnx_load_path(const char *path, qf_problems *problems, qf_graph **out)
+static qf_status qf_onnx_load_path(const char *path, const qf_onnx_load_options *o, qf_problems *problems,
+                                   qf_graph **out)
 {
     *out = NULL;
     void *buf;
@@ -614,13 +636,18 @@ static qf_status qf_onnx_load_path(const char *path, qf_problems *problems, qf_g
         return qf_error(QF_ERR_PARSE,
                         "%s: not a valid ONNX model (%zu bytes, over protobuf's 2 GiB limit)", path,
                         size);
-    return qf_onnx_load_impl(buf, size, path, problems, out);
+    return qf_onnx_load_impl(buf, size, path, path, o, problems, out);
 }
 
-qf_status qf_onnx_load(const char *path, qf_graph **out) { return qf_onnx_load_path(path, NULL, out); }
+qf_status qf_onnx_load(const char *path, qf_graph **out) { return qf_onnx_load_path(path, NULL, NULL, out); }
+
+qf_status qf_onnx_load_ex(const char *path, const qf_onnx_load_options *o, qf_graph **out)
+{
+    return qf_onnx_load_path(path, o, NULL, out);
+}
 
 qf_status qf_onnx_load_collect(const char *path, qf_problems *p, qf_graph **out)
 {
     p->collect = true;
-    return qf_onnx_load_path(path, p, out);
+    return qf_onnx_load_path(path, NULL, p, out);
 }

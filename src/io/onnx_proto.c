@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../core/half.h"
 #include "onnx_proto.h"
 
 /* raw_data is little-endian by definition; qfold copies it as is. */
@@ -137,6 +138,21 @@ qf_status qf_onnx_dtype(int code, const char *what, qf_dtype *out)
     return QF_OK;
 }
 
+int qf_onnx_half_code(int code)
+{
+    return code == QF_ONNX_FLOAT16 || code == QF_ONNX_BFLOAT16 ? code : 0;
+}
+
+qf_status qf_onnx_dtype_store(int code, const char *what, qf_dtype *out, int *store)
+{
+    *store = qf_onnx_half_code(code);
+    if (*store) {
+        *out = QF_DTYPE_F32;
+        return QF_OK;
+    }
+    return qf_onnx_dtype(code, what, out);
+}
+
 /* --- TensorProto -> qf_tensor ---------------------------------------------- */
 
 /* Typed-field payloads: count check, then one conversion loop (the typed
@@ -174,31 +190,22 @@ static qf_status qf_tensor_typed(const Onnx__TensorProto *tp, const char *what, 
     return QF_OK;
 }
 
-/* Shared by the copying, the taking and the borrowing decoder: `take`, when
- * not NULL, is tp itself, whose raw_data buffer the tensor may take over;
- * `base`, when not NULL, is where tp's bytes start in a writable buffer that
- * raw_data points into (qf_onnx_tensor_borrow). */
-static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto *take,
-                                  const uint8_t *base, const char *what, qf_tensor *out)
+qf_status qf_onnx_tensor_meta(const Onnx__TensorProto *tp, const char *what, qf_tensor *out,
+                              size_t *nbytes)
 {
     memset(out, 0, sizeof *out);
+    *nbytes = 0;
     if (!tp->has_data_type) return qf_error(QF_ERR_PARSE, "%s has no data type", what);
     qf_dtype dt = QF_DTYPE_UNDEFINED;
-    QF_TRY(qf_onnx_dtype(tp->data_type, what, &dt));
+    int half;
+    QF_TRY(qf_onnx_dtype_store(tp->data_type, what, &dt, &half));
     if (tp->n_dims > QF_MAX_DIMS)
         return qf_error(QF_ERR_UNSUPPORTED, "%s has rank %zu (qfold handles up to %d)", what,
                         tp->n_dims, QF_MAX_DIMS);
     if (tp->segment) return qf_error(QF_ERR_UNSUPPORTED, "%s is a segment of a tensor", what);
-    if (tp->n_external_data ||
-        (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
-        return qf_error(
-            QF_ERR_UNSUPPORTED,
-            "%s keeps its data in an external file; qfold reads models whose weights are "
-            "inside the .onnx file",
-            what);
     /* Guard the element count: dims come from the file, and a product that
      * overflows would size the allocation wrongly. */
-    size_t esize = qf_dtype_size(dt);
+    size_t esize = half ? 2 : qf_dtype_size(dt);
     int64_t numel = 1;
     for (size_t i = 0; i < tp->n_dims; i++) {
         int64_t d = tp->dims[i];
@@ -210,14 +217,55 @@ static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto
     }
     qf_tensor t = {.dtype = dt, .ndim = (int)tp->n_dims};
     for (size_t i = 0; i < tp->n_dims; i++) t.dims[i] = tp->dims[i];
-    char shape[160];
-    qf_shape_str(t.ndim, t.dims, shape, sizeof shape);
     /* Also an empty tensor: a zero dim must not hide absurd others, which
      * later products (Flatten, Reshape) would overflow on. */
-    if (!qf_shape_fits(dt, t.ndim, t.dims))
-        return qf_error(QF_ERR_SHAPE, "%s has shape %s, larger than qfold handles (%lld bytes)", what, shape,
-                        (long long)QF_MAX_TENSOR_BYTES);
-    size_t nbytes = (size_t)numel * esize;
+    if (!qf_shape_fits(dt, t.ndim, t.dims)) {
+        char shape[160];
+        return qf_error(QF_ERR_SHAPE, "%s has shape %s, larger than qfold handles (%lld bytes)", what,
+                        qf_shape_str(t.ndim, t.dims, shape, sizeof shape), (long long)QF_MAX_TENSOR_BYTES);
+    }
+    *out = t;
+    *nbytes = (size_t)numel * esize;
+    return QF_OK;
+}
+
+/* Shared by the copying, the taking and the borrowing decoder: `take`, when
+ * not NULL, is tp itself, whose raw_data buffer the tensor may take over;
+ * `base`, when not NULL, is where tp's bytes start in a writable buffer that
+ * raw_data points into (qf_onnx_tensor_borrow). */
+static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto *take,
+                                  const uint8_t *base, const char *what, qf_tensor *out)
+{
+    memset(out, 0, sizeof *out);
+    if (tp->n_external_data ||
+        (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+        return qf_error(
+            QF_ERR_UNSUPPORTED,
+            "%s keeps its data in an external file, which only a model loaded from its file "
+            "can read",
+            what);
+    qf_tensor t;
+    size_t nbytes;
+    QF_TRY(qf_onnx_tensor_meta(tp, what, &t, &nbytes));
+    qf_dtype dt = t.dtype;
+    int half = qf_onnx_half_code(tp->data_type);
+    size_t esize = half ? 2 : qf_dtype_size(dt);
+    int64_t numel = esize ? (int64_t)(nbytes / esize) : 0;
+    char shape[160];
+    qf_shape_str(t.ndim, t.dims, shape, sizeof shape);
+    if (half) {
+        /* Held as float32: converted, never borrowed. raw_data holds the
+         * 2-byte values; the typed form keeps each in an int32_data entry. */
+        const char *tname = qf_onnx_dtype_name(half);
+        if (tp->has_raw_data && tp->raw_data.len != nbytes)
+            return qf_error(QF_ERR_PARSE, "%s has %zu bytes of raw_data, but its shape %s of %s needs %zu", what,
+                            tp->raw_data.len, shape, tname, nbytes);
+        if (!tp->has_raw_data && numel > 0 && tp->n_int32_data != (size_t)numel)
+            return qf_error(QF_ERR_PARSE, "%s holds %zu values, but its shape %s of %s needs %" PRId64, what,
+                            tp->n_int32_data, shape, tname, numel);
+        return qf_onnx_half_decode(tp->has_raw_data ? tp->raw_data.data : NULL,
+                                   tp->has_raw_data ? NULL : tp->int32_data, &t, half, out);
+    }
     if (tp->has_raw_data && tp->raw_data.len != nbytes)
         return qf_error(QF_ERR_PARSE,
                         "%s has %zu bytes of raw_data, but its shape %s of %s needs %zu", what,
@@ -265,6 +313,24 @@ static qf_status qf_tensor_decode(const Onnx__TensorProto *tp, Onnx__TensorProto
             qf_tensor_free(&t);
             return st;
         }
+    }
+    *out = t;
+    return QF_OK;
+}
+
+qf_status qf_onnx_half_decode(const uint8_t *raw, const int32_t *typed, const qf_tensor *meta, int code,
+                              qf_tensor *out)
+{
+    qf_tensor t = *meta;
+    int64_t n = qf_tensor_numel(&t);
+    t.data = qf_malloc(n > 0 ? (size_t)n * sizeof(float) : 1);
+    if (!t.data) return QF_ERR_NOMEM;
+    t.owns = true;
+    t.writable = false;
+    float *y = t.data;
+    for (int64_t i = 0; i < n; i++) {
+        uint16_t h = raw ? (uint16_t)(raw[2 * i] | raw[2 * i + 1] << 8) : (uint16_t)typed[i];
+        y[i] = qf_half_to_f32(h, code);
     }
     *out = t;
     return QF_OK;

@@ -23,6 +23,21 @@ qf_status qf_pb_check(const ProtobufCMessageDescriptor *d, const void *data, siz
 const char *qf_onnx_dtype_name(int code);
 /* QF_ERR_UNSUPPORTED naming `what` unless code is a dtype qfold handles. */
 qf_status qf_onnx_dtype(int code, const char *what, qf_dtype *out);
+/* Half precision: code (10 float16, 16 bfloat16) or 0 for any other dtype. */
+int qf_onnx_half_code(int code);
+/* qf_onnx_dtype that also takes float16 / bfloat16, held as float32 (*out)
+ * with *store the ONNX code (0 for the other dtypes). */
+qf_status qf_onnx_dtype_store(int code, const char *what, qf_dtype *out, int *store);
+/* A float32 tensor of meta's shape (owned) from n half-precision values of
+ * ONNX dtype `code`: little-endian 2-byte raw, or, raw NULL, the low 16 bits
+ * of each int32 in typed (TensorProto's int32_data form). */
+qf_status qf_onnx_half_decode(const uint8_t *raw, const int32_t *typed, const qf_tensor *meta, int code,
+                              qf_tensor *out);
+
+/* dtype and shape of a TensorProto (data NULL; float32 for a float16 /
+ * bfloat16 tensor) and its payload's size in the file in bytes, checked (dtype known, rank, no negative dims, size within limits). */
+qf_status qf_onnx_tensor_meta(const Onnx__TensorProto *tp, const char *what, qf_tensor *out,
+                              size_t *nbytes);
 
 /* Copy a TensorProto into an owned tensor. `what` names it in messages
  * ("initializer 'w'"). Accepts raw_data (little-endian) and the typed fields;

@@ -43,6 +43,7 @@ static qf_status clone_body(const qf_graph *s, qf_graph *d, qf_value **map)
         const qf_value *v = s->inputs[i];
         if (!(map[v->id] = qf_graph_add_input(d, v->name, v->type.dtype, v->type.ndim, v->type.dims)))
             return QF_ERR_NOMEM;
+        map[v->id]->store = v->store;
     }
     for (int i = 0; i < s->nvalues; i++) {
         const qf_value *v = s->values[i];
@@ -53,6 +54,7 @@ static qf_status clone_body(const qf_graph *s, qf_graph *d, qf_value **map)
             qf_tensor_free(&t);
             return QF_ERR_NOMEM;
         }
+        map[v->id]->store = v->store;
     }
     qf_value *in[64], **ins = in;
     for (const qf_node *n = s->first; n; n = n->next) {
@@ -74,6 +76,7 @@ static qf_status clone_body(const qf_graph *s, qf_graph *d, qf_value **map)
         for (int k = 0; k < n->noutputs && st == QF_OK; k++) {
             map[n->outputs[k]->id] = c->outputs[k];
             c->outputs[k]->type.dtype = n->outputs[k]->type.dtype;
+            c->outputs[k]->store = n->outputs[k]->store;
             c->outputs[k]->type.ndim = n->outputs[k]->type.ndim;
             memcpy(c->outputs[k]->type.dims, n->outputs[k]->type.dims, sizeof c->outputs[k]->type.dims);
             st = qf_graph_rename_value(d, c->outputs[k], n->outputs[k]->name);

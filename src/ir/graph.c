@@ -410,6 +410,8 @@ qf_status qf_graph_replace_uses(qf_graph *g, qf_value *from, qf_value *to)
             if (g->outputs[i] == from) g->outputs[i] = to;
         from->is_output = false;
         to->is_output = true;
+        /* The output keeps the model's dtype (a float16 output stays one). */
+        if (!to->store) to->store = from->store & QF_STORE_DTYPE;
         /* The graph's interface keeps its name: swap the two names. */
         const char *fname = from->name, *tname = to->name;
         qf_name_map_del(&g->impl->value_names, fname);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../core/half.h"
 #include "kernels.h"
 
 /* ONNX TensorProto.DataType names, for messages about dtypes qfold lacks. */
@@ -254,11 +255,14 @@ static qf_status qf_cast_infer(qf_graph *g, qf_node *n)
     const qf_attr *a = qf_node_attr(n, "to");
     if (!a || a->type != QF_ATTR_INT)
         return qf_error(QF_ERR_INVALID, "node '%s' (Cast): attribute 'to' is required", n->name);
-    if (!qf_dtype_valid((int)a->i) || a->i != (int)a->i)
+    /* float16 / bfloat16 are held as float32 (qf_value.store): the cast
+     * rounds to the half-precision value and keeps it in float32. */
+    bool half = a->i == QF_ONNX_FLOAT16 || a->i == QF_ONNX_BFLOAT16;
+    if (!half && (!qf_dtype_valid((int)a->i) || a->i != (int)a->i))
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (Cast): cast to %s (dtype %lld) is not supported",
                         n->name, qf_cst_onnx_dtype(a->i), (long long)a->i);
     const qf_tensor *x = &n->inputs[0]->type;
-    qf_set_output(n, 0, (qf_dtype)a->i, x->ndim, x->dims);
+    qf_set_output(n, 0, half ? QF_DTYPE_F32 : (qf_dtype)a->i, x->ndim, x->dims);
     return QF_OK;
 }
 
@@ -303,6 +307,12 @@ static qf_status qf_cast_forward_f32(const qf_kernel_io *io)
     const qf_tensor *x = io->in[0];
     qf_tensor *y = io->out[0];
     int64_t numel = qf_tensor_numel(x);
+    int64_t to = qf_node_attr_int(io->node, "to", 0);
+    if (to == QF_ONNX_FLOAT16 || to == QF_ONNX_BFLOAT16) {
+        float *yf = y->data;
+        for (int64_t i = 0; i < numel; i++) yf[i] = qf_half_round((float)qf_tensor_get_f64(x, i), (int)to);
+        return QF_OK;
+    }
     if (x->dtype == y->dtype) {
         if (numel > 0) memcpy(y->data, x->data, qf_tensor_nbytes(x));
         return QF_OK;

@@ -39,6 +39,33 @@ static bool qf_fold_inputs_known(const qf_node *n)
 }
 
 /* Evaluate n (shapes inferred, inputs known) and splice constants in. */
+/* The model's storage dtype of a folded float32 output (qf_value.store):
+ * Cast(to=FLOAT) of a half-precision constant is that constant behind a
+ * Cast, which export writes back as it was (so a folded BatchNorm's new
+ * weight stays float16 behind its Cast); Cast to float16 / bfloat16 stores
+ * that dtype; any other op keeps the storage of its first float input that
+ * has one (a Transpose of a float16 weight is float16). */
+static int qf_fold_store(const qf_node *n, const qf_value *out)
+{
+    if (out->type.dtype != QF_DTYPE_F32) return 0;
+    if (n->op == QF_OP_CAST) {
+        int64_t to = qf_node_attr_int(n, "to", 0);
+        if (to == QF_STORE_F16 || to == QF_STORE_BF16) return (int)to;
+        const qf_value *x = n->inputs[0];
+        return x && (x->store & QF_STORE_DTYPE) ? (x->store & QF_STORE_DTYPE) | QF_STORE_VIA_CAST : 0;
+    }
+    /* Behind a Cast the values are float32 ones: only ops that move them
+     * keep them exactly half-precision values. */
+    bool moves = n->op == QF_OP_TRANSPOSE || n->op == QF_OP_RESHAPE || n->op == QF_OP_SQUEEZE ||
+                 n->op == QF_OP_UNSQUEEZE || n->op == QF_OP_FLATTEN || n->op == QF_OP_IDENTITY;
+    for (int i = 0; i < n->ninputs; i++) {
+        const qf_value *x = n->inputs[i];
+        if (!x || x->type.dtype != QF_DTYPE_F32 || !x->store) continue;
+        return (x->store & QF_STORE_VIA_CAST) && !moves ? 0 : x->store;
+    }
+    return 0;
+}
+
 static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
 {
     int nin = n->ninputs, nout = n->noutputs;
@@ -83,6 +110,7 @@ static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
             st = QF_ERR_NOMEM;
             goto done;
         }
+        consts[i]->store = qf_fold_store(n, consts[i]);
         st = qf_graph_replace_uses(g, v, consts[i]);
         if (st != QF_OK) goto done;
     }

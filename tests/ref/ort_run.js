@@ -5,7 +5,7 @@
 //
 // Inputs are fed in the model's input order; output j (model output order) is
 // written to OUTDIR/out<j>.npy. Supports .npy v1-3, little-endian, C order,
-// float32/float64/int8/uint8/int32/int64/bool. Exit status 1 on any error.
+// float32/float64/float16/int8/uint8/int32/int64/bool. Exit status 1 on any error.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -14,6 +14,7 @@ const ort = require(path.join(__dirname, '..', 'node_modules', 'onnxruntime-node
 const DTYPES = {
   '<f4': ['float32', Float32Array, 4],
   '<f8': ['float64', Float64Array, 8],
+  '<f2': ['float16', Uint16Array, 2],
   '|i1': ['int8', Int8Array, 1],
   '|u1': ['uint8', Uint8Array, 1],
   '<i4': ['int32', Int32Array, 4],
