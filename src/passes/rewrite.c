@@ -109,11 +109,15 @@ qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor 
         return QF_OK;
     }
     qf_value_kind kind = old && qf_value_is_const(old) ? old->kind : QF_VALUE_PARAMETER;
+    /* a float32 replacement of a half-precision weight is written as the
+     * model had it (graph.h: store) */
+    int store = old && qf_value_is_const(old) && t->dtype == QF_DTYPE_F32 ? old->store : 0;
     qf_value *v = qf_graph_add_constant(g, name_hint, kind, t);
     if (!v) {
         qf_tensor_free(t);
         return QF_ERR_NOMEM;
     }
+    v->store = store;
     while (n->ninputs < slot) QF_TRY(qf_node_add_input(g, n, NULL));
     if (slot == n->ninputs)
         QF_TRY(qf_node_add_input(g, n, v));

@@ -173,6 +173,54 @@ def case_fp16_cnn():
     check(int(ulp.max()) <= 1, "folded w1 differs from the fp16 rounding of the float32 fold by %d ULP" % ulp.max())
 
 
+def case_fp16_shared_weight():
+    """One fp16 weight read by two Conv+BN: each fold copies it (tied weights
+    keep their value for the other reader), and the copies stay float16 (a
+    float32 copy would not type-check next to float16 data)."""
+    w = weights()
+    inits = [numpy_helper.from_array(w[k].astype(np.float16), k) for k in ("w1", "b1", "s1", "t1", "m1", "v1")]
+    inits += [numpy_helper.from_array((w[k][:8] * 0.5 + 1).astype(np.float16), k + "b") for k in ("s1", "v1")]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s1", "t1", "m1", "v1"], ["n1"], name="bn1"),
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c2", "s1b", "t1", "m1", "v1b"], ["n2"], name="bn2"),
+        helper.make_node("Add", ["n1", "n2"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(nodes, "shared", [helper.make_tensor_value_info("x", F16, [1, 3, 10, 10])],
+                          [helper.make_tensor_value_info("y", F16, [1, 8, 10, 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    src, fused, x = work("sh.onnx"), work("shf.onnx"), x16()
+    onnx.save(m, src)
+    qfold("fuse", src, "-o", fused)
+    types, fm = initializer_types(fused)
+    onnx.checker.check_model(fm, full_check=True)
+    check(not [n for n in fm.graph.node if n.op_type == "BatchNormalization"], "a BatchNorm was not folded")
+    check(all(t == F16 for t in types.values()), "fused initializers not all float16: %s" % types)
+    close(ort(fused, [x], "shf"), ort(src, [x], "sh"), "ORT on the folded model vs the original", 1e-2)
+    # The float32 model with the shared weight as float16 behind a Cast: both
+    # folded copies stay float16 behind their Casts (the model keeps its size).
+    cast = helper.make_node("Cast", ["w1_h"], ["w1"], name="w1_cast", to=F32)
+    inits = [numpy_helper.from_array(w["w1"].astype(np.float16), "w1_h")] + [
+        numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name) for t in inits[1:]]
+    g = helper.make_graph([cast] + nodes, "shared_cast", [helper.make_tensor_value_info("x", F32, [1, 3, 10, 10])],
+                          [helper.make_tensor_value_info("y", F32, [1, 8, 10, 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    src, fused, x32 = work("shc.onnx"), work("shcf.onnx"), work("x32.npy")
+    onnx.save(m, src)
+    np.save(x32, np.load(x).astype(np.float32))
+    qfold("fuse", src, "-o", fused)
+    types, fm = initializer_types(fused)
+    onnx.checker.check_model(fm, full_check=True)
+    conv_w = [n.input[1] for n in fm.graph.node if n.op_type == "Conv"]
+    casts = {n.output[0]: n.input[0] for n in fm.graph.node if n.op_type == "Cast"}
+    check(len(conv_w) == 2 and all(c in casts and types.get(casts[c]) == F16 for c in conv_w),
+          "the folded conv weights are not float16 behind Casts: %s, %s" % (conv_w, types))
+    close(ort(fused, [x32], "shcf"), ort(src, [x32], "shc"), "ORT on the folded Cast model vs the original", 1e-2)
+
+
 def case_fp16_weights_behind_cast():
     """An fp32 model whose weights are fp16 initializers behind Cast(to=FLOAT)
     (the common export pattern): run vs ORT; the fold goes through the Casts,
