@@ -1,5 +1,5 @@
 /* Constant-producing and shape-computation ops: Constant, ConstantOfShape,
- * Shape, Gather, Cast (ONNX opsets 11..17). Import folds most of them away;
+ * Shape, Gather, Cast (ONNX opsets 7..21). Import folds most of them away;
  * the kernels also serve the plan when they read activations. */
 #include <math.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* Conv and ConvTranspose (ONNX opsets 11..17), float32, 1-D to 3-D.
+/* Conv and ConvTranspose (ONNX opsets 7..21), float32, 1-D to 3-D.
  *
  * Layouts: X [N, C, spatial...]; Conv W [M, C/group, k...]; ConvTranspose W
  * [C, M/group, k...]; optional bias B [M]; Y [N, M, spatial'...].

@@ -1,5 +1,5 @@
 /* Broadcasting and indexing ops: Expand, Where, Range, ScatterND (ONNX opsets
- * 11..17).
+ * 7..21).
  *
  * PyTorch exports these mostly in shape and mask computations (ViT's class
  * token, Swin's shifted-window attention mask) whose inputs are all known at

@@ -1,5 +1,5 @@
 /* Layout ops: Flatten, Reshape, Transpose, Concat, Slice, Split, Squeeze,
- * Unsqueeze, Pad, Identity (ONNX opsets 11..17), forward and backward
+ * Unsqueeze, Pad, Identity (ONNX opsets 7..21), forward and backward
  * (Dropout, which moves data too, is in dropout.c).
  *
  * They only move data, so every dtype is handled by copying element bytes.

@@ -1,4 +1,4 @@
-/* BatchNormalization (ONNX opsets 11..17), X float32 [N, C, ...] (rank >= 2),
+/* BatchNormalization (ONNX opsets 7..21), X float32 [N, C, ...] (rank >= 2),
  * and LayerNormalization (opset 17, at the end of the file).
  *
  * Inputs: X, scale (gamma) [C], B (beta) [C], input_mean [C], input_var [C];

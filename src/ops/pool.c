@@ -1,4 +1,4 @@
-/* Pooling and mean reduction (ONNX opsets 11..17): MaxPool, AveragePool,
+/* Pooling and mean reduction (ONNX opsets 7..21): MaxPool, AveragePool,
  * GlobalAveragePool, ReduceMean.
  *
  * X is [N, C, spatial...] with 1 to 3 spatial dims; each (n, c) plane is

@@ -8,7 +8,7 @@
  *   QF_TRY(qf_spatial_forward_dims(n, &s, x->dims + 2, false));
  *   qf_spatial l = qf_spatial_lift3(&s);   // l.in[0..2], l.out[0..2], ...
  *
- * Sizes follow ONNX (opsets 11..17):
+ * Sizes follow ONNX (opsets 7..21):
  *   explicit pads:  out = floor_or_ceil((in + pb + pe - ((k-1)*d + 1)) / s) + 1;
  *                   with ceil_mode a window that would start inside the end
  *                   padding is dropped (PyTorch and ONNX Runtime do the same);
