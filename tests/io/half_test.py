@@ -221,6 +221,40 @@ def case_fp16_shared_weight():
     close(ort(fused, [x32], "shcf"), ort(src, [x32], "shc"), "ORT on the folded Cast model vs the original", 1e-2)
 
 
+def case_fp16_constant_of_shape():
+    """An fp16 model whose ConstantOfShape fills with a float16 value added to
+    float16 data: import folds the chain into a constant (qfold runs static
+    shapes), which the folded model writes in float16 (a float32 one would
+    not type-check)."""
+    w = weights()
+    inits = [numpy_helper.from_array(w[k].astype(np.float16), k) for k in ("w1", "b1", "s1", "t1", "m1", "v1")]
+    fill = helper.make_tensor("fill", F16, [1], np.array([0.5], np.float16).view(np.uint16).tolist())
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c1", "s1", "t1", "m1", "v1"], ["n1"], name="bn1"),
+        helper.make_node("Shape", ["n1"], ["shp"], name="shape"),
+        helper.make_node("ConstantOfShape", ["shp"], ["half"], name="cos", value=fill),
+        helper.make_node("Add", ["n1", "half"], ["y"], name="add"),
+    ]
+    g = helper.make_graph(nodes, "cos", [helper.make_tensor_value_info("x", F16, [1, 3, 10, 10])],
+                          [helper.make_tensor_value_info("y", F16, [1, 8, 10, 10])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
+    m.ir_version = 8
+    onnx.checker.check_model(m, full_check=True)
+    src, fused, x = work("cos.onnx"), work("cosf.onnx"), x16()
+    onnx.save(m, src)
+    qfold("fuse", src, "-o", fused)
+    fm = onnx.load(fused)
+    onnx.checker.check_model(fm, full_check=True)
+    types = {t.name: t.data_type for t in fm.graph.initializer}
+    check(all(t == F16 for t in types.values()), "initializers not all float16: %s" % types)
+    for n in fm.graph.node:
+        for a in n.attribute:
+            check(not a.HasField("t") or a.t.data_type != TensorProto.FLOAT,
+                  "node %s (%s) holds a float32 tensor attribute" % (n.name, n.op_type))
+    close(ort(fused, [x], "cosf"), ort(src, [x], "cos"), "ORT on the folded model vs the original", 1e-2)
+
+
 def case_fp16_weights_behind_cast():
     """An fp32 model whose weights are fp16 initializers behind Cast(to=FLOAT)
     (the common export pattern): run vs ORT; the fold goes through the Casts,
