@@ -191,6 +191,12 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
     qz_first_samples(data, n, views, ptrs);
 
     QF_TRY(qf_quant_register_passes());
+    /* A float16 / bfloat16 model is quantized as the float32 graph qfold
+     * holds and written with float32 data around its int8 tensors: ONNX's
+     * QuantizeLinear takes half-precision input only from opset 19 on, and an
+     * int8 model gains nothing from half-precision float edges. */
+    for (int i = 0; i < g->nvalues; i++)
+        if (g->values[i]) g->values[i]->store = 0;
     double t0 = qz_now_ms();
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));

@@ -255,6 +255,34 @@ def case_fp16_constant_of_shape():
     close(ort(fused, [x], "cosf"), ort(src, [x], "cos"), "ORT on the folded model vs the original", 1e-2)
 
 
+def case_fp16_quantize():
+    """`qfold quantize` of an fp16 model: an int8 QDQ model with float32 data
+    around its int8 tensors (QuantizeLinear takes float16 only from opset 19),
+    valid for onnx's checker; ORT and qfold's integer executor agree within
+    an LSB of the output scale, and both stay near the fp16 model."""
+    src, x = work("h.onnx"), x16()
+    onnx.save(cnn(F16), src)
+    calib, x32 = work("calib32.npy"), work("x32.npy")
+    np.save(calib, np.random.default_rng(3).standard_normal((32, 3, 10, 10)).astype(np.float32))
+    np.save(x32, np.load(x).astype(np.float32))
+    q = work("q.onnx")
+    qfold("quantize", src, "-o", q, "--calib", calib)
+    m = onnx.load(q)
+    onnx.checker.check_model(m, full_check=True)
+    check(m.graph.input[0].type.tensor_type.elem_type == F32 and m.graph.output[0].type.tensor_type.elem_type == F32,
+          "the int8 model's I/O is not float32")
+    dq = [n for n in m.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y"]
+    check(len(dq) == 1, "no DequantizeLinear writes y")
+    scale = float(numpy_helper.to_array(next(t for t in m.graph.initializer if t.name == dq[0].input[1])))
+    got_ort = ort(q, [x32], "q")
+    y = work("yq.npy")
+    qfold("run", q, "-i", x32, "-o", y)
+    d = float(np.abs(np.load(y) - got_ort).max())
+    check(d <= 1.01 * scale, "qfold run vs ORT on the int8 model: %.4g (output scale %.4g)" % (d, scale))
+    ref = ort(src, [x], "q_ref").astype(np.float32)
+    close(got_ort, ref, "int8 model vs the fp16 model", 0.05)
+
+
 def case_fp16_weights_behind_cast():
     """An fp32 model whose weights are fp16 initializers behind Cast(to=FLOAT)
     (the common export pattern): run vs ORT; the fold goes through the Casts,
