@@ -2,7 +2,7 @@
 # The bundled examples end to end: describe the small CNN, run it with qfold's
 # reference executor and compare with PyTorch's output, fold its BatchNorms;
 # then the post-training path on a model trained on Fashion-MNIST: fuse,
-# quantize to int8 for the Neutron NPU, and evaluate float vs int8.
+# quantize to int8 for the Neutron NPU, evaluate float vs int8, export to TFLite.
 #   examples/demo.sh [QFOLD_BINARY]       (default: build/qfold)
 # Files it writes go to out/demo/ (git-ignored): the output and a DOT graph.
 set -euo pipefail
@@ -107,7 +107,16 @@ r = json.loads(sys.argv[1])
 f, q = r["models"][0]["top1"], r["models"][1]["top1"]
 print("Fashion-MNIST: float top-1 %.2f %%, int8 (neutron) %.2f %%, top-1 agreement %.2f %%"
       % (100 * f, 100 * q, 100 * r["top1_agreement"]))' "$acc")")
-  files="$files, $out/fashion_int8.onnx, $out/quantize_report.json"
+  # The int8 model as the TFLite flatbuffer an NPU toolchain takes, with its
+  # deployment report (flash, RAM, MACs).
+  step "$qfold" export "$out/fashion_int8.onnx" -o "$out/fashion_int8.tflite" --report "$out/deploy_report.json"
+  summary+=("$("$py" -c '
+import json, sys
+t = json.load(open(sys.argv[1]))["totals"]
+print("TFLite: %d ops, %.1f KiB file, %.1f KiB weights, %.1f KiB peak activations, %.2f M MACs"
+      % (t["ops"], t["model_bytes"] / 1024, t["weight_bytes"] / 1024, t["peak_activation_bytes"] / 1024,
+         t["macs"] / 1e6))' "$out/deploy_report.json")")
+  files="$files, $out/fashion_int8.onnx, $out/quantize_report.json, $out/fashion_int8.tflite, $out/deploy_report.json"
 fi
 
 echo
