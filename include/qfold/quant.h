@@ -153,8 +153,14 @@ typedef struct qf_qrule {
 
 /* Which layer pairs the equalize pass balances: none, those where one of
  * the two weights is quantized per tensor (where a channel's range is lost
- * to its neighbours'), every pair. */
-typedef enum qf_qequalize { QF_QEQ_OFF = 0, QF_QEQ_PER_TENSOR, QF_QEQ_ALL } qf_qequalize;
+ * to its neighbours'), every pair. AUTO (both built-in profiles' default):
+ * qf_quantize quantizes the model with per-tensor equalization and without,
+ * and keeps the one whose graph outputs are closer to the float model's on
+ * the calibration data (higher SQNR); when per-tensor equalization changes
+ * nothing, it is simply off (one calibration); `qfold qat` decides the same
+ * way on a folded copy (qf_quant_equalize_choose). The equalize pass itself,
+ * with AUTO left undecided, does nothing. */
+typedef enum qf_qequalize { QF_QEQ_OFF = 0, QF_QEQ_PER_TENSOR, QF_QEQ_ALL, QF_QEQ_AUTO } qf_qequalize;
 
 /* How one class of tensors is quantized. */
 typedef struct qf_qformat {
@@ -418,11 +424,27 @@ typedef struct qf_quantize_result {
     qf_quant_convert_stats stats;
     double calibrate_ms;           /* wall time of the calibration runs (observers included) */
     double convert_ms;             /* wall time of annotation, qparams and conversion to QDQ */
+    /* equalize=auto with a trial (per-tensor equalization changed the
+     * model): the graph outputs' SQNR (dB, int8 vs float on the first
+     * QF_QUANT_EQ_SAMPLES calibration samples) without and with it, and which
+     * was kept. */
+    bool eq_trial, eq_kept;
+    double eq_sqnr_off, eq_sqnr_on;
 } qf_quantize_result;
+
+#define QF_QUANT_EQ_SAMPLES 512
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);
 void qf_quantize_result_free(qf_quantize_result *r);
+/* equalize=auto for a float model g that is not quantized by qf_quantize
+ * (QAT): a copy of g, BatchNorm folded (pipeline ptq), is quantized with
+ * profile p on the first max_samples of data (0: all), which decides as in
+ * qf_quantize; *out gets PER_TENSOR or OFF (p's own rule when it is not
+ * auto), *trial that quantization's figures (eq_trial, eq_kept, the SQNRs;
+ * free it with qf_quantize_result_free). g is not changed. */
+qf_status qf_quant_equalize_choose(const qf_graph *g, const qf_data_source *data, int64_t max_samples,
+                                   const qf_quant_profile *p, qf_qequalize *out, qf_quantize_result *trial);
 
 /* Per-layer error of a quantized model: for every activation `name` of the
  * float graph `ref` that the QDQ graph `q` dequantizes (value

@@ -132,6 +132,7 @@ typedef struct qf_qat_run {
     int64_t calibrated;
     double float_acc, int8_acc, seconds;
     bool interrupted;
+    qf_quantize_result eq;       /* equalize=auto: the PTQ trial that decided it */
 } qf_qat_run;
 
 static int qf_qat_fake_quants(const qf_graph *g)
@@ -148,6 +149,13 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
     qf_graph *g = s->g;
     const bool val = qa->tr.nval > 0;
     if (val) QF_TRY(qf_qat_top1(g, s, qa->tr.c.batch, "the float model", &run->float_acc));
+    /* equalize=auto: cross-layer equalization before QAT when it helps PTQ
+     * on the calibration samples (a quantized copy decides; qat_prepare's
+     * equalize pass then balances the BatchNorm-kept graph). */
+    qf_qequalize eq = run->profile.equalize;
+    QF_TRY(qf_quant_equalize_choose(g, qf_npy_source_get(s->src), run->q.calib_count > 0 ? run->q.calib_count : 256,
+                                    &run->profile, &eq, &run->eq));
+    run->profile.equalize = eq;
     QF_TRY(qf_qat_prepare(g, &run->q, NULL));
     run->nfq = qf_qat_fake_quants(g);
     QF_TRY(qf_qat_calibrate(g, qf_npy_source_get(s->src), &s->labels, &run->q, &run->calibrated));
@@ -190,6 +198,9 @@ static void qf_qat_summary(const qf_qat_args *qa, const qf_qat_run *run)
     if (qa->tr.nval)
         printf("val top-1: float %.2f %% before, int8 %.2f %% after (%+.2f pt)\n", 100 * run->float_acc,
                100 * run->int8_acc, 100 * (run->int8_acc - run->float_acc));
+    if (run->eq.eq_trial)
+        printf("equalize: %s (PTQ trial: int8 outputs' SQNR %.1f dB with cross-layer equalization, %.1f dB "
+               "without)\n", run->eq.eq_kept ? "kept" : "not kept", run->eq.eq_sqnr_on, run->eq.eq_sqnr_off);
     if (qa->keep_qat) printf("training graph written to %s\n", qa->keep_qat);
 }
 
@@ -244,6 +255,7 @@ done:
     qf_tr_state_free(&s);
     qf_tr_args_free(&qa.tr);
     qf_quant_annotation_free(run.sess.annotation);
+    qf_quantize_result_free(&run.eq);
     return rc;
 }
 

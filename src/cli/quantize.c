@@ -212,6 +212,9 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
             printf("  note        weight '%s' of node '%s': %d of %d channels are all zero\n", t->name,
                    t->node ? t->node : "?", t->zero_channels, t->nch);
     }
+    if (r->eq_trial)
+        printf("  equalize    %s: int8 outputs' SQNR %.1f dB with cross-layer equalization, %.1f dB without\n",
+               r->eq_kept ? "kept" : "not kept", r->eq_sqnr_on, r->eq_sqnr_off);
     printf("  left float  %d op%s\n", r->nleft_float, r->nleft_float == 1 ? "" : "s");
     for (int i = 0; i < r->nleft_float && i < 10; i++)
         printf("    %s '%s': %s\n", r->left_float[i].op, r->left_float[i].name, r->left_float[i].reason);
@@ -290,7 +293,17 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
         if (t->kind == QF_QSPEC_WEIGHT) qf_strbuf_printf(b, ", \"zero_channels\": %d", t->zero_channels);
         qf_strbuf_puts(b, "}");
     }
-    qf_strbuf_puts(b, "],\n  \"left_float\": [");
+    qf_strbuf_puts(b, "],\n  \"equalize\": ");
+    if (r->eq_trial) {
+        qf_strbuf_printf(b, "{\"kept\": %s, \"output_sqnr_db\": {\"on\": ", r->eq_kept ? "true" : "false");
+        qf_qz_json_num(b, r->eq_sqnr_on);
+        qf_strbuf_puts(b, ", \"off\": ");
+        qf_qz_json_num(b, r->eq_sqnr_off);
+        qf_strbuf_puts(b, "}}");
+    } else {
+        qf_strbuf_puts(b, "null");
+    }
+    qf_strbuf_puts(b, ",\n  \"left_float\": [");
     for (int i = 0; i < r->nleft_float; i++) {
         qf_strbuf_puts(b, i ? ", " : "");
         qf_strbuf_puts(b, "{\"node\": ");
@@ -480,9 +493,10 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       linear-weights / conv-weights=per-tensor|per-channel,\n"
         "                       activation-observer=histogram|minmax|moving-average,\n"
         "                       fuse-activation=on|off, min-scale=<number>,\n"
-        "                       equalize=off|per-tensor|all (cross-layer equalization first:\n"
+        "                       equalize=auto|off|per-tensor|all (cross-layer equalization first:\n"
         "                       balance channel ranges between two layers joined by Relu /\n"
-        "                       pools; off by default)\n"
+        "                       pools; auto, the default: kept when the int8 outputs are\n"
+        "                       closer to float's on the calibration data with it)\n"
         "  --calib-count N      use the first N samples only\n"
         "  --batch B            samples per calibration run (default 32)\n"
         "  --verify             load the written model back and check that it computes what the\n"

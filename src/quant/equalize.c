@@ -33,8 +33,18 @@
  * is not a graph output; the weights are float32 constants; a weight read
  * by other nodes too is copied, not changed under them.
  *
- * Which pairs: the profile's rule, `--set equalize=off|per-tensor|all`, off
- * in both built-in profiles (the Neutron quantizer has no such step, and a
+ * A may be followed by a BatchNormalization (a graph that keeps its BNs:
+ * qat_prepare runs this pass before simulating the fusion): its weight's
+ * channel c then counts as W[c] * gamma_c / sqrt(var_c + eps), as the folds
+ * make it, and the scale divides gamma_c and beta_c (A's weight and bias
+ * stay): the same function, with batch statistics too.
+ *
+ * Which pairs: the profile's rule, `--set equalize=auto|off|per-tensor|all`.
+ * auto, the built-in profiles' default, is decided by the caller on data
+ * (qf_quantize, qf_quant_equalize_choose: kept when the int8 outputs are
+ * closer to float's with it, then run this pass with per-tensor or
+ * off); undecided, this pass takes it as off. Plain off
+ * would suit most models (the Neutron quantizer has no such step, and a
  * model trained with BatchNorm usually has balanced channels: on the bundled
  * Fashion-MNIST CNN `per-tensor` cost 0.1-0.5 point of int8 top-1 and `all`
  * 0.1-0.3, by moving the activation's channel ranges apart to bring the
@@ -59,6 +69,7 @@
 
 typedef struct qf_eq_pair {
     qf_node *a, *b;
+    qf_node *bn;    /* a BatchNormalization right after A (a graph before the folds: QAT), or NULL */
     int64_t ch;     /* channels between A and B */
     int64_t hw;     /* B reads channel c as hw features c*hw .. (1 after no Flatten) */
 } qf_eq_pair;
@@ -116,6 +127,21 @@ static bool qf_eq_zero_pad(const qf_node *n)
     return qf_tensor_get_f64(&cv->type, 0) == 0.0;
 }
 
+/* A BatchNormalization of ch channels with float32 constant parameters
+ * whose only used output is its first: A's output channel c leaves it as
+ * gamma_c (x - mean) / sqrt(var + eps) + beta_c, so dividing gamma_c and
+ * beta_c by s_c divides that channel by s_c, with batch statistics too
+ * (training mode, as QAT runs it). */
+static bool qf_eq_bn(const qf_node *n, int64_t ch)
+{
+    if (n->op != QF_OP_BATCH_NORM || n->ninputs < 5) return false;
+    for (int i = 1; i < n->noutputs; i++)
+        if (n->outputs[i] && n->outputs[i]->nuses) return false;
+    for (int i = 1; i < 5; i++)
+        if (!qf_rewrite_is_f32_const(n->inputs[i]) || qf_tensor_numel(&n->inputs[i]->type) != ch) return false;
+    return true;
+}
+
 /* Between A and B: ops that commute with a positive per-channel scale. */
 static bool qf_eq_homogeneous(const qf_node *n)
 {
@@ -152,6 +178,11 @@ static bool qf_eq_match(qf_node *a, qf_eq_pair *p, char *why, size_t size)
         qf_node *n = qf_rewrite_sole_user(v, &slot);
         if (!n) return qf_rewrite_why(why, size, "'%s' has %d readers", v->name, v->nuses);
         if (slot != 0) return qf_rewrite_why(why, size, "'%s' is not the data input of '%s'", v->name, n->name);
+        if (hop == 0 && qf_eq_bn(n, p->ch)) {
+            p->bn = n;
+            v = n->outputs[0];
+            continue;
+        }
         if (qf_eq_homogeneous(n)) {
             if (!spatial && n->op != QF_OP_RELU && n->op != QF_OP_LEAKY_RELU && n->op != QF_OP_PAD)
                 return qf_rewrite_why(why, size, "'%s' pools a 2-D tensor", n->name);
@@ -263,21 +294,37 @@ static qf_status qf_eq_apply(qf_graph *g, const qf_eq_pair *p, double *s, double
     for (int64_t c = 0; c < p->ch; c++) {
         double r1 = 0, r2 = 0;
         QF_EQ_FOR_A(p->a, c, w, r1 = fmax(r1, fabs((double)*w)));
+        if (p->bn) {
+            /* A's weight as the folds (and QAT's simulated fusion) make it */
+            const float *gam = p->bn->inputs[1]->type.data, *var = p->bn->inputs[4]->type.data;
+            double eps = qf_node_attr_float(p->bn, "epsilon", 1e-5f);
+            double d = (double)var[c] + eps;
+            r1 = d > 0 ? r1 * fabs((double)gam[c]) / sqrt(d) : 0.0;
+        }
         QF_EQ_FOR_B(p, c, w, r2 = fmax(r2, fabs((double)*w)));
         double sc = r1 > 0 && r2 > 0 ? sqrt(r1 / r2) : 1.0;
         s[c] = fmin(fmax(sc, QF_EQ_SMIN), QF_EQ_SMAX);
         *worst = fmax(*worst, fabs(log(s[c])));
     }
     if (*worst <= log1p(QF_EQ_TOL)) return QF_OK;
-    QF_TRY(qf_eq_own(g, p->a, 1));
     QF_TRY(qf_eq_own(g, p->b, 1));
-    bool bias = p->a->op != QF_OP_MATMUL && p->a->ninputs > 2 && p->a->inputs[2];
-    if (bias) QF_TRY(qf_eq_own(g, p->a, 2));
-    float *bd = bias ? p->a->inputs[2]->type.data : NULL;
+    float *gd = NULL, *bd = NULL;
+    if (p->bn) { /* the scale goes into the BatchNorm's gamma and beta; A keeps its weights */
+        QF_TRY(qf_eq_own(g, p->bn, 1));
+        QF_TRY(qf_eq_own(g, p->bn, 2));
+        gd = p->bn->inputs[1]->type.data;
+        bd = p->bn->inputs[2]->type.data;
+    } else {
+        QF_TRY(qf_eq_own(g, p->a, 1));
+        bool bias = p->a->op != QF_OP_MATMUL && p->a->ninputs > 2 && p->a->inputs[2];
+        if (bias) QF_TRY(qf_eq_own(g, p->a, 2));
+        bd = bias ? p->a->inputs[2]->type.data : NULL;
+    }
     for (int64_t c = 0; c < p->ch; c++) {
         double sc = s[c];
         if (sc == 1.0) continue;
-        QF_EQ_FOR_A(p->a, c, w, *w = (float)((double)*w / sc));
+        if (gd) gd[c] = (float)((double)gd[c] / sc);
+        else QF_EQ_FOR_A(p->a, c, w, *w = (float)((double)*w / sc));
         QF_EQ_FOR_B(p, c, w, *w = (float)((double)*w * sc));
         if (bd) bd[c] = (float)((double)bd[c] / sc);
     }
@@ -300,7 +347,7 @@ static qf_status qf_eq_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
     *changed = false;
     const qf_quant_profile *prof = qf_eq_profile(ctx);
-    if (prof && prof->equalize == QF_QEQ_OFF) return QF_OK;
+    if (prof && (prof->equalize == QF_QEQ_OFF || prof->equalize == QF_QEQ_AUTO)) return QF_OK;
     int n = 0;
     int64_t maxch = 1;
     char why[256];
@@ -330,6 +377,8 @@ static qf_status qf_eq_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
     for (int i = 0; st == QF_OK && i < np; i++) {
         /* Check every weight before the first write. */
         st = qf_rewrite_check_finite(pairs[i].a->inputs[1], pairs[i].a);
+        for (int k = 1; st == QF_OK && pairs[i].bn && k < 5; k++)
+            st = qf_rewrite_check_finite(pairs[i].bn->inputs[k], pairs[i].bn);
         if (st == QF_OK) st = qf_rewrite_check_finite(pairs[i].b->inputs[1], pairs[i].b);
     }
     for (int r = 0; st == QF_OK && r < QF_EQ_ROUNDS; r++) {

@@ -48,7 +48,7 @@ static const qf_quant_profile qf_profile_neutron = {
     .min_scale = 0x1p-12f,
     .fuse_activation = true,
     .reduction_shares = true,
-    .equalize = QF_QEQ_OFF,
+    .equalize = QF_QEQ_AUTO,
     .rules = {QF_COMMON_RULES},
 };
 
@@ -61,7 +61,7 @@ static const qf_quant_profile qf_profile_generic = {
     .min_scale = 0x1p-23f, /* FLT_EPSILON, torch's default */
     .fuse_activation = true,
     .reduction_shares = false,
-    .equalize = QF_QEQ_OFF,
+    .equalize = QF_QEQ_AUTO,
     .rules = {QF_COMMON_RULES,
               [QF_OP_LEAKY_RELU] = PAT(QF_QPAT_OWN), [QF_OP_HARD_SWISH] = PAT(QF_QPAT_OWN),
               [QF_OP_HARD_SIGMOID] = PAT(QF_QPAT_OWN)},
@@ -127,6 +127,7 @@ static qf_status set_equalize(qf_quant_profile *p, const char *v)
     if (!strcmp(v, "per-tensor")) p->equalize = QF_QEQ_PER_TENSOR;
     else if (!strcmp(v, "all")) p->equalize = QF_QEQ_ALL;
     else if (!strcmp(v, "off")) p->equalize = QF_QEQ_OFF;
+    else if (!strcmp(v, "auto")) p->equalize = QF_QEQ_AUTO;
     else return QF_ERR_INVALID;
     return QF_OK;
 }
@@ -147,7 +148,7 @@ static const qf_profile_key qf_profile_keys[] = {
     {"activation-observer", "histogram|minmax|moving-average", set_observer},
     {"fuse-activation", "on|off", set_fuse},
     {"min-scale", "a number in (0, 1]", set_min_scale},
-    {"equalize", "per-tensor|all|off", set_equalize},
+    {"equalize", "auto|per-tensor|all|off", set_equalize},
 };
 
 #define QF_NKEYS (sizeof qf_profile_keys / sizeof qf_profile_keys[0])

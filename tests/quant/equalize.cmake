@@ -1,8 +1,9 @@
 # The equalize pass (cross-layer equalization, src/quant/equalize.c): the
 # function kept (ONNX Runtime on the written model), the pairs balanced, the
-# chains it must leave alone left alone, the profile rule of qfold quantize.
+# chains it must leave alone left alone, the same through a kept BatchNorm (as
+# qat_prepare runs it), the profile rule of qfold quantize (auto by default).
 if(QF_PYTHON3 AND QF_NODE)
-  foreach(case function quantize)
+  foreach(case function batchnorm quantize)
     add_test(NAME quant_equalize_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/equalize_test.py --qfold $<TARGET_FILE:qfold>
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/equalize ${case})

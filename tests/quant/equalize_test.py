@@ -17,9 +17,18 @@ Cases:
             the report lists is balanced in the file (max |W1[c]| = max
             |W2[:, c]| within 2 %), the pairs it must skip are skipped with
             their reason and their weights are untouched.
-  quantize  `qfold quantize --set equalize=...`: off by default (the report's
-            equalize pass rewrote nothing), per-tensor and all rewrite, a bad
-            value exits 2.
+  batchnorm the same model with its BatchNorms kept (`--passes
+            canonicalize,equalize`, as qat_prepare runs it before simulating the
+            fusion): the Conv -> BatchNormalization -> Relu pairs are balanced
+            through the BatchNorm (its gamma and beta scaled, the first conv's
+            weight untouched; W[c] * gamma_c / sqrt(var_c + eps) against B's input
+            slice within 2 %), ONNX Runtime's outputs unchanged (1e-5).
+  quantize  `qfold quantize --set equalize=...`: auto by default (quantized
+            with per-tensor equalization and without, the one whose graph
+            outputs have the higher SQNR against float kept: the report's
+            "equalize" member says which and the equalize pass's rewrites
+            agree with it), off rewrites nothing, per-tensor and all rewrite,
+            a bad value exits 2.
 """
 import json
 import os
@@ -189,13 +198,56 @@ def case_function():
         check(name in w and np.array_equal(w[name], w0[name]), "weight %s changed (or gone)" % name)
 
 
+def case_batchnorm():
+    src, dst, rep = work("m_bn.onnx"), work("eq_bn.onnx"), work("eq_bn.json")
+    build_model(src)
+    run_qfold(ARGS.qfold, ["fuse", src, "-o", dst, "--passes", "canonicalize,equalize", "--report", rep, "--verify"],
+              expect=0)
+    x = np.random.RandomState(1).uniform(-1, 1, (4, 3, 16, 16)).astype(np.float32)
+    a, b = ort(src, x, work("ort_bn_a")), ort(dst, x, work("ort_bn_b"))
+    for i, (u, v) in enumerate(zip(a, b)):
+        err = float(np.abs(u - v).max() / max(1e-6, np.abs(u).max()))
+        check(err <= 1e-5, "output %d: ONNX Runtime on the equalized model differs by %.3g of its scale" % (i, err))
+    r = json.load(open(rep))
+    eq = [p for p in r["passes"] if p["pass"] == "equalize"][0]
+    done = {e["node"] for e in eq["rewritten"]}
+    m0, w0 = inits(src)
+    m, w = inits(dst)
+    nodes = {n.name: n for n in m.graph.node}
+    bns = [n for n in m.graph.node if n.op_type == "BatchNormalization"]
+    check(len(bns) == 3, "BatchNorms: %d" % len(bns))
+    for bnn in bns:
+        conv = [n for n in m.graph.node if bnn.input[0] in n.output][0]
+        check(conv.name in done, "%s -> %s not equalized: %s" % (conv.name, bnn.name, sorted(done)))
+        if conv.input[0] == "x":  # the first conv is no pair's B: the scale went into its BatchNorm only
+            check(np.array_equal(w[conv.input[1]], w0[conv.input[1]]), "the weight of %s changed" % conv.name)
+        gam, var = w[bnn.input[1]], w[bnn.input[4]]
+        check(not np.allclose(gam, w0[bnn.input[1]]), "gamma of %s unchanged" % bnn.name)
+        eps = [a.f for a in bnn.attribute if a.name == "epsilon"]
+        eps = eps[0] if eps else 1e-5
+        wa = w[conv.input[1]]
+        r1 = np.abs(wa.reshape(wa.shape[0], -1)).max(1) * np.abs(gam) / np.sqrt(var + eps)
+        nb = bnn
+        while nb is bnn or nb.op_type != "Conv":  # Relu [-> MaxPool] -> the next conv
+            nb = [n for n in m.graph.node if nb.output[0] in n.input][0]
+        wb = w[nb.input[1]]
+        g = [at.i for at in nb.attribute if at.name == "group"]
+        g = g[0] if g else 1
+        cpg, og = wb.shape[1], wb.shape[0] // g
+        r2 = np.array([np.abs(wb[(k // cpg) * og:(k // cpg + 1) * og, k % cpg]).max() for k in range(len(r1))])
+        ratio = r1 / r2
+        check(np.all(np.abs(np.log(ratio)) < np.log(1.02)), "%s -> %s -> %s not balanced: [%.3g, %.3g]"
+              % (conv.name, bnn.name, nb.name, ratio.min(), ratio.max()))
+    check(nodes and len(done) == 9, "equalized %d layers: %s" % (len(done), sorted(done)))
+
+
 def case_quantize():
     src = work("m.onnx")
     build_model(src)
     calib = work("calib.npy")
     np.save(calib, np.random.RandomState(2).uniform(-1, 1, (16, 3, 16, 16)).astype(np.float32))
-    counts = {}
-    for mode in (None, "off", "per-tensor", "all"):
+    counts, chosen = {}, {}
+    for mode in (None, "auto", "off", "per-tensor", "all"):
         rep = work("q_%s.json" % mode)
         argv = ["quantize", src, "-o", work("q_%s.onnx" % mode), "--calib", calib, "--report", rep]
         if mode:
@@ -205,7 +257,17 @@ def case_quantize():
         eq = [p for p in r["quantize_prepare"]["passes"] if p["pass"] == "equalize"]
         check(len(eq) == 1, "no equalize pass in quantize_prepare: %r" % r["quantize_prepare"])
         counts[mode] = eq[0]["rewrites"]
-    check(counts[None] == 0 and counts["off"] == 0, "equalize rewrote with the default / off: %r" % counts)
+        chosen[mode] = r["equalize"]
+    check(counts["off"] == 0 and chosen["off"] is None, "equalize rewrote with off: %r %r" % (counts, chosen))
+    check(chosen["per-tensor"] is None and chosen["all"] is None, "a trial without auto: %r" % chosen)
+    # auto (the default): a trial, the model with the higher output SQNR kept.
+    for mode in (None, "auto"):
+        c = chosen[mode]
+        check(c is not None and set(c["output_sqnr_db"]) == {"on", "off"}, "auto: no trial in the report: %r" % c)
+        on, off = c["output_sqnr_db"]["on"], c["output_sqnr_db"]["off"]
+        check(c["kept"] == (on > off), "auto kept=%r with SQNR on %.2f dB, off %.2f dB" % (c["kept"], on, off))
+        check(counts[mode] == (counts["per-tensor"] if c["kept"] else 0),
+              "auto (kept=%r): %d rewrites, per-tensor %d" % (c["kept"], counts[mode], counts["per-tensor"]))
     # neutron: conv weights per channel, linear per tensor: per-tensor balances
     # the pairs with a Gemm / MatMul (c7 -> fc1, fc1 -> fc2, the two MatMuls
     # -- fc2 -> MatMul is not a pair: the Relu's output feeds the MatMul's

@@ -17,11 +17,14 @@ if(QF_PYTHON3 AND QF_NODE AND NOT QF_SANITIZE)
             --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/qat_fashion)
   set_tests_properties(train_qat_fashion PROPERTIES LABELS "train;qat;ref" TIMEOUT 900)
   # The same with the head reparametrized (fx_qat.py --skew 8, the float
-  # function unchanged): PTQ loses ~1.8 point there, QAT must win back >= 0.8
-  # (measured: +1.3 qfold, +0.9 PyTorch, means of three batch orders).
+  # function unchanged): PTQ without equalization loses ~1.8 point there,
+  # qfold's default PTQ (equalize=auto) must win back a quarter of PyTorch
+  # PTQ's loss, QAT >= 0.8 over PTQ without equalization and within 0.5 of
+  # float (measured: +1.4 qfold, +0.9 PyTorch, 0.34 under float; means of
+  # three batch orders).
   add_test(NAME train_qat_fashion_skew
     COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fashion_test.py --qfold $<TARGET_FILE:qfold>
             --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/qat_fashion_skew --skew 8 --gain 0.8
-            --float-margin 1.0)
+            --float-margin 0.5)
   set_tests_properties(train_qat_fashion_skew PROPERTIES LABELS "train;qat;ref" TIMEOUT 900)
 endif()
