@@ -155,8 +155,8 @@ typedef struct qf_qrule {
  * the two weights is quantized per tensor (where a channel's range is lost
  * to its neighbours'), every pair. AUTO (both built-in profiles' default):
  * qf_quantize quantizes the model with per-tensor equalization and without,
- * and keeps the one whose graph outputs are closer to the float model's on
- * the calibration data (higher SQNR); when per-tensor equalization changes
+ * and keeps equalization when its graph outputs are closer to the float
+ * model's on the calibration data (SQNR higher by QF_QUANT_EQ_MARGIN_DB); when per-tensor equalization changes
  * nothing, it is simply off (one calibration); `qfold qat` decides the same
  * way on a folded copy (qf_quant_equalize_choose). The equalize pass itself,
  * with AUTO left undecided, does nothing. */
@@ -433,6 +433,7 @@ typedef struct qf_quantize_result {
 } qf_quantize_result;
 
 #define QF_QUANT_EQ_SAMPLES 512
+#define QF_QUANT_EQ_MARGIN_DB 1.0  /* equalize=auto keeps it when the SQNR gains this much */
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);

@@ -496,7 +496,7 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       equalize=auto|off|per-tensor|all (cross-layer equalization first:\n"
         "                       balance channel ranges between two layers joined by Relu /\n"
         "                       pools; auto, the default: kept when the int8 outputs are\n"
-        "                       closer to float's on the calibration data with it)\n"
+        "                       clearly closer to float's on the calibration data with it)\n"
         "  --calib-count N      use the first N samples only\n"
         "  --batch B            samples per calibration run (default 32)\n"
         "  --verify             load the written model back and check that it computes what the\n"
