@@ -153,14 +153,17 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
      * on the calibration samples (a quantized copy decides; qat_prepare's
      * equalize pass then balances the BatchNorm-kept graph). */
     qf_qequalize eq = run->profile.equalize;
-    QF_TRY(qf_quant_equalize_choose(g, qf_npy_source_get(s->src), run->q.calib_count > 0 ? run->q.calib_count : 256,
-                                    &run->profile, &eq, &run->eq));
+    qf_status st = qf_quant_equalize_choose(g, qf_npy_source_get(s->src),
+                                            run->q.calib_count > 0 ? run->q.calib_count : 256, &run->profile, &eq,
+                                            &run->eq);
+    if (st == QF_ERR_NOMEM) return st;
+    if (st != QF_OK) eq = QF_QEQ_OFF; /* a model PTQ cannot take (QAT checks it below): no equalization */
     run->profile.equalize = eq;
     QF_TRY(qf_qat_prepare(g, &run->q, NULL));
     run->nfq = qf_qat_fake_quants(g);
     QF_TRY(qf_qat_calibrate(g, qf_npy_source_get(s->src), &s->labels, &run->q, &run->calibrated));
     qf_tr_begin(s, &run->q.train);
-    qf_status st = qf_qat_train(g, qf_npy_source_get(s->src), &s->labels, val ? qf_npy_source_get(s->vsrc) : NULL,
+    st = qf_qat_train(g, qf_npy_source_get(s->src), &s->labels, val ? qf_npy_source_get(s->vsrc) : NULL,
                                 val ? &s->val_labels : NULL, &run->q, &run->r);
     qf_tr_end(s);
     if (st == QF_ERR_INTERRUPTED) {
