@@ -327,7 +327,7 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
     if (st == QF_OK) st = qz_measure_outputs(ref, g, data, opt, n, &db_off);
     if (st == QF_OK) st = qz_measure_outputs(ref, ge, data, opt, n, &db_on);
     if (st == QF_OK) {
-        bool keep = db_on >= db_off + QF_QUANT_EQ_MARGIN_DB;
+        bool keep = db_on > db_off && db_on >= db_off + QF_QUANT_EQ_MARGIN_DB;
         double cal = out->calibrate_ms + re.calibrate_ms, conv = out->convert_ms + re.convert_ms;
         if (keep) {
             qz_swap_graphs(g, ge);
