@@ -52,16 +52,23 @@ def structure(path, float_io=False, max_transpose=0):
     check(not probs, "%s:\n  %s" % (path, "\n  ".join(probs)))
 
 
-def armnn_many(jobs):
-    """Run [(model, input .npy / .npz path)] on ArmNN in one subprocess;
-    [{tensor name: array}] per job. Fails with ArmNN's message when it
-    refuses a file or crashes."""
+# The two runtimes, each run in a subprocess with the same contract:
+# ArmNN 20.08's TfLite parser on CpuRef, and TensorFlow Lite 2.2's own
+# interpreter (its C library from the npm package node-tflite, via ctypes).
+RUNNERS = {"ArmNN": os.path.join(HERE, "armnn_run.py"),
+           "TFLite": os.path.join(HERE, "..", "ref", "tflite_run.py")}
+
+
+def armnn_many(jobs, rt="ArmNN"):
+    """Run [(model, input .npy / .npz path)] on runtime `rt` in one
+    subprocess; [{tensor name: array}] per job. Fails with the runtime's
+    message when it refuses a file or crashes."""
     argv, outs = [], []
     for i, (model, inp) in enumerate(jobs):
-        outs.append(work("armnn_out%d.npz" % i))
+        outs.append(work("%s_out%d.npz" % (rt, i)))
         argv += [model, inp, outs[-1]]
-    p = subprocess.run([PY, os.path.join(HERE, "armnn_run.py")] + argv, capture_output=True, text=True, timeout=300)
-    check(p.returncode == 0, "ArmNN failed (exit %d):\n%s" % (p.returncode, p.stderr[-2000:]))
+    p = subprocess.run([PY, RUNNERS[rt]] + argv, capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "%s failed (exit %d):\n%s" % (rt, p.returncode, p.stderr[-2000:]))
     res = []
     for o in outs:
         with np.load(o) as z:
@@ -69,10 +76,10 @@ def armnn_many(jobs):
     return res
 
 
-def armnn(model, x):
-    """ArmNN's outputs of `model` on x: {tensor name: array}."""
+def armnn(model, x, rt="ArmNN"):
+    """Runtime `rt`'s outputs of `model` on x: {tensor name: array}."""
     np.save(work("armnn_in.npy"), x)
-    return armnn_many([(model, work("armnn_in.npy"))])[0]
+    return armnn_many([(model, work("armnn_in.npy"))], rt)[0]
 
 
 def io_qparams(path):
@@ -122,11 +129,11 @@ def nhwc(a):
     return np.ascontiguousarray(a.transpose(0, 2, 3, 1)) if a.ndim == 4 else a
 
 
-def per_op(dbg, ref, inputs):
-    """Each op of `dbg` alone on ArmNN, fed the integer reference's values
+def per_op(dbg, ref, inputs, rt="ArmNN"):
+    """Each op of `dbg` alone on runtime `rt`, fed the integer reference's values
     of its inputs (NHWC; `inputs`: the model's input tensors); an op output
     the reference does not have (a PAD or TRANSPOSE the export adds) is
-    taken from ArmNN's own run of that op. {output name: (op, max LSB,
+    taken from the runtime's own run of that op. {output name: (op, max LSB,
     fraction differing)} for every output the reference has."""
     import tfl_split
     ops = tfl_split.split(dbg, tfl())
@@ -145,13 +152,13 @@ def per_op(dbg, ref, inputs):
                 f.write(model)
             np.savez(work("op%d_in.npz" % k), **{i: vals[i] for i in ins})
             jobs.append((path, work("op%d_in.npz" % k)))
-        for (k, name, model, ins, outs), got in zip(ready, armnn_many(jobs)):
+        for (k, name, model, ins, outs), got in zip(ready, armnn_many(jobs, rt)):
             done.add(k)
             for o in outs:
                 a = got[o]
                 if o in ref and ref[o].dtype == np.int8:
                     r = nhwc(ref[o])
-                    check(a.shape == r.shape, "%s %s: ArmNN shape %s, qfold %s" % (name, o, a.shape, r.shape))
+                    check(a.shape == r.shape, "%s %s: %s shape %s, qfold %s" % (name, o, rt, a.shape, r.shape))
                     d = np.abs(a.astype(np.int32) - r.astype(np.int32))
                     res[o] = (name, int(d.max()), float((d > 0).mean()))
                 elif o not in vals:
@@ -177,41 +184,61 @@ def export_and_check(qdq, x, calib, max_transpose=0, whole_lsb=(4, 0.25), min_to
     xq = nhwc(quantize_input(x, si, zi))
     in_name = tfl().Model.Model.GetRootAs(open(dbg, "rb").read(), 0).Subgraphs(0)
     in_name = in_name.Tensors(in_name.Inputs(0)).Name().decode()
-    chained = armnn(dbg, xq)
-    ref = int8_reference(qdq, x, list(chained) + [in_name])
-    # Each op alone, on the reference's inputs: within 1 LSB.
-    alone = per_op(dbg, ref, {in_name: xq})
+    chained = {rt: armnn(dbg, xq, rt) for rt in RUNNERS}
+    ref = int8_reference(qdq, x, list(chained["ArmNN"]) + [in_name])
+    np.save(work("x.npy"), x)
+    qfold("run", qdq, "-i", work("x.npy"), "-o", work("q.npy"), env=dict(os.environ, QFOLD_ENGINE="ref"))
+    yq = np.load(work("q.npy"))
+    for rt in RUNNERS:
+        runtime_check(rt, out, dbg, ref, chained[rt], in_name, xq, yq, (so, zo), whole_lsb, min_top1)
+    return rep
+
+
+# TFLite 2.2's interpreter against qfold's integer reference, each op alone:
+# bit-exact (0 LSB) unless listed here with the measured bound and the reason.
+TFLITE_LSB = {}
+
+
+def runtime_check(rt, out, dbg, ref, chained, in_name, xq, yq, oq, whole_lsb, min_top1):
+    """Each op alone on `rt` (ArmNN: within 1 LSB of the integer reference;
+    TFLite: bit-exact but for TFLITE_LSB), the chained intermediates for the
+    record, the whole model against qfold's int8 run."""
+    alone = per_op(dbg, ref, {in_name: xq}, rt)
     check(len(alone) >= 2, "only %d ops compared: %r" % (len(alone), alone))
-    print("each op alone on ArmNN vs qfold's integer reference (max LSB, fraction differing): %s"
-          % ", ".join("%s %d %.4f" % v for v in alone.values()))
-    bad = {k: v for k, v in alone.items() if v[1] > 1}
-    check(not bad, "ops more than 1 LSB from qfold's integer reference: %r" % bad)
+    print("each op alone on %s vs qfold's integer reference (max LSB, fraction differing): %s"
+          % (rt, ", ".join("%s %d %.4f" % v for v in alone.values())))
+    if rt == "ArmNN":
+        bad = {k: v for k, v in alone.items() if v[1] > 1}
+    else:
+        bad = {k: v for k, v in alone.items() if v[1] > TFLITE_LSB.get(v[0], (0,))[0]}
+    check(not bad, "%s: ops further from qfold's integer reference than allowed: %r" % (rt, bad))
+    exact = rt == "TFLite" and all(v[1] == 0 for v in alone.values())
     # The chained run: every intermediate, for the record (flips amplify).
     chain = {}
     for name, a in chained.items():
         if name in ref and a.dtype == np.int8 and ref[name].dtype == np.int8:
             d = np.abs(nchw(a).astype(np.int32) - ref[name].astype(np.int32))
             chain[name] = (int(d.max()), float((d > 0).mean()))
-    print("chained on ArmNN vs integer reference per tensor (max LSB, fraction differing): %s"
-          % ", ".join("%d %.4f" % v for v in chain.values()))
-    # The whole model on ArmNN against qfold's int8 run (the integer
-    # reference's kernels): its output dequantized, in LSB of the output
-    # scale (a flip early is amplified later: bounded loosely, by the mean
-    # and the largest difference), and the top-1 of the flattened output.
-    y = nchw(list(armnn(out, xq).values())[0])
-    np.save(work("x.npy"), x)
-    qfold("run", qdq, "-i", work("x.npy"), "-o", work("q.npy"), env=dict(os.environ, QFOLD_ENGINE="ref"))
-    yq = np.load(work("q.npy"))
+    print("chained on %s vs integer reference per tensor (max LSB, fraction differing): %s"
+          % (rt, ", ".join("%d %.4f" % v for v in chain.values())))
+    # The whole model against qfold's int8 run (the integer reference's
+    # kernels): its output dequantized, in LSB of the output scale (a flip
+    # early is amplified later: bounded loosely, by the mean and the largest
+    # difference; exactly when every op alone was bit-exact), and the top-1
+    # of the flattened output.
+    so, zo = oq
+    n = len(xq)
+    y = nchw(list(armnn(out, xq, rt).values())[0])
     ya = (y.astype(np.float64) - zo) * so
     d = np.abs(ya.reshape(yq.shape) - yq) / so
-    top1 = float((ya.reshape(len(x), -1).argmax(1) == yq.reshape(len(x), -1).argmax(1)).mean())
-    print("whole model: max %.2f LSB, mean %.3f LSB (%.4f of outputs differ), top-1 agreement with qfold int8 %.4f"
-          % (d.max(), d.mean(), float((d > 0.5).mean()), top1))
-    check(d.max() <= whole_lsb[0] + 1e-6 and d.mean() <= whole_lsb[1],
-          "whole model: max %.2f LSB, mean %.3f LSB from qfold's int8 run (want <= %g, %g)"
-          % (d.max(), d.mean(), whole_lsb[0], whole_lsb[1]))
-    check(top1 >= min_top1, "top-1 agreement %.4f < %.2f" % (top1, min_top1))
-    return rep
+    top1 = float((ya.reshape(n, -1).argmax(1) == yq.reshape(n, -1).argmax(1)).mean())
+    print("whole model on %s: max %.2f LSB, mean %.3f LSB (%.4f of outputs differ), top-1 agreement with qfold "
+          "int8 %.4f" % (rt, d.max(), d.mean(), float((d > 0.5).mean()), top1))
+    lim = (1e-3, 1e-3) if exact else whole_lsb  # float32 dequantization: 0 LSB up to rounding
+    check(d.max() <= lim[0] + 1e-6 and d.mean() <= lim[1] + 1e-6,
+          "%s whole model: max %.2f LSB, mean %.3f LSB from qfold's int8 run (want <= %g, %g)"
+          % (rt, d.max(), d.mean(), lim[0], lim[1]))
+    check(top1 >= min_top1, "%s: top-1 agreement %.4f < %.2f" % (rt, top1, min_top1))
 
 
 def torch_model(name, net, shape, seed=0, opset=13):
