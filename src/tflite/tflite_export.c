@@ -91,6 +91,7 @@ static const char *source_op(const qf_node *n)
     case QF_OP_QCONCAT: return "Concat";
     case QF_OP_QAVG_POOL: return "AveragePool";
     case QF_OP_QMEAN: return "ReduceMean / GlobalAveragePool";
+    case QF_OP_QLUT: return "HardSwish";
     default: return qf_op_label(n);
     }
 }
@@ -232,7 +233,8 @@ static int out_qp_slot(qf_op op)
     case QF_OP_QCONV_TRANSPOSE: return 6;
     case QF_OP_QCONCAT: return 0;
     case QF_OP_QAVG_POOL:
-    case QF_OP_QMEAN: return 3;
+    case QF_OP_QMEAN:
+    case QF_OP_QLUT: return 3;
     default: return -1;
     }
 }
@@ -335,6 +337,7 @@ static const tfl_row qf_tfl_rows[] = {
     {QF_OP_QADD, qf_tfl_emit_qbinary},                   /* ADD */
     {QF_OP_QMUL, qf_tfl_emit_qbinary},                   /* MUL */
     {QF_OP_QCONCAT, qf_tfl_emit_qconcat},                /* CONCATENATION */
+    {QF_OP_QLUT, qf_tfl_emit_qlut},                      /* HARD_SWISH */
     /* DQ -> op -> [act] -> Q groups the lowering leaves */
     {QF_OP_SUB, qf_tfl_emit_float},                      /* SUB */
     {QF_OP_ADD, qf_tfl_emit_float},                      /* ADD (qparams the lowering declined) */

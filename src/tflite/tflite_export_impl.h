@@ -108,6 +108,7 @@ qf_status qf_tfl_emit_pool(ex *e, qf_node *n);
 qf_status qf_tfl_emit_qmean(ex *e, qf_node *n);
 qf_status qf_tfl_emit_qbinary(ex *e, qf_node *n);
 qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n);
+qf_status qf_tfl_emit_qlut(ex *e, qf_node *n);
 /* tflite_ops_qdq.c */
 qf_status qf_tfl_emit_float(ex *e, qf_node *n);
 qf_status qf_tfl_emit_act(ex *e, qf_node *n);

@@ -627,6 +627,21 @@ qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n)
     return QF_OK;
 }
 
+/* HARD_SWISH from the lowered QLUT (inputs: x, s_x, zp_x, s_y, zp_y; the
+ * lowering makes it of a HardSwish only). */
+qf_status qf_tfl_emit_qlut(ex *e, qf_node *n)
+{
+    tfl_qp xq, yq;
+    if (strcmp(qf_node_attr_string(n, "qfold_fn", ""), "hard_swish") != 0 ||
+        !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) || !qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
+        return qf_tfl_refuse(e, n, "not an int8 HardSwish of per-tensor qparams");
+    int xi, yi;
+    QF_TRY(qf_tfl_act_tensor(e, n, n->inputs[0], &xi));
+    QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));
+    qf_tfl_op *op;
+    return qf_tfl_add_op(e, n, QF_TFL_HARD_SWISH, &xi, 1, &yi, 1, 0, &op);
+}
+
 /* TRANSPOSE_CONV from the lowered QCONV_TRANSPOSE: weights [C, M, kh, kw]
  * -> [M, kh, kw, C] (OHWI, per channel on 0), output_shape an input. TFLite
  * crops total/2 at the start (SAME) or nothing (VALID); other pads are refused. */
