@@ -555,7 +555,8 @@ static qf_status lower_copy(const qf_graph *g, qf_graph **out)
 {
     qf_graph *c;
     QF_TRY(qf_graph_clone(g, &c));
-    qf_status st = fold_const_q(c);
+    qf_status st = qf_tfl_uint8_to_int8(c);
+    if (st == QF_OK) st = fold_const_q(c);
     if (st == QF_OK) st = linear_to_gemm(c);
     int n0 = c->noutputs;
     for (qf_node *n = c->first; n && st == QF_OK; n = n->next)

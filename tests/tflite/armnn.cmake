@@ -12,7 +12,7 @@ if(QF_PYTHON3 AND QF_FLATC)
   set(QF_TFLITE_CASES checker armnn_limits data_errors conv_bn depthwise conv_transpose residual concat
       activations activations_sweep)
   if(QF_NODE)
-    list(APPEND QF_TFLITE_CASES fashion)
+    list(APPEND QF_TFLITE_CASES fashion quantize_static)
   endif()
   foreach(case ${QF_TFLITE_CASES})
     add_test(NAME tflite_armnn_${case}

@@ -658,6 +658,113 @@ def case_fashion():
                      min_top1=15 / 16)
 
 
+def _ort_form(src, dst, weights="int8", bad_zp=None):
+    """qfold's int8 QDQ model `src` rewritten in ONNX Runtime quantize_static's
+    default form with onnx.helper: activations uint8 (QuantizeLinear /
+    DequantizeLinear with uint8 zero points z + 128: the same real values),
+    weights int8 symmetric (per channel for convs, per tensor for the
+    Linear); weights="uint8": uint8 weights q + 128 with zero point 128
+    (quantize_static's symmetric uint8 weights); bad_zp: one weight tensor
+    shifted to that uint8 zero point (what asymmetric uint8 weights give)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    m = onnx.load(src)
+    init = {t.name: t for t in m.graph.initializer}
+    consts = {o for n in m.graph.node if n.op_type == "Constant" for o in n.output}
+    new_init = []
+    first_weight = True
+    for n in m.graph.node:
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") or len(n.input) < 3:
+            continue
+        zp = numpy_helper.to_array(init[n.input[2]])
+        if zp.dtype != np.int8:
+            continue
+        if n.input[0] in consts:  # a Constant node's int8 operand: kept
+            continue
+        if n.input[0] in init and init[n.input[0]].data_type == TensorProto.INT8:  # weights, a constant operand
+            if weights == "int8" and bad_zp is None:
+                continue
+            q = numpy_helper.to_array(init[n.input[0]])
+            shift = 128 if (bad_zp is None or not first_weight) else bad_zp
+            first_weight = False
+            qu = (q.astype(np.int32) + shift).clip(0, 255).astype(np.uint8)
+            new_init.append(numpy_helper.from_array(qu, n.input[0] + "_u8"))
+            n.input[0] = n.input[0] + "_u8"
+            new_init.append(numpy_helper.from_array((zp.astype(np.int32) + shift).astype(np.uint8), n.name + "_zp_u8"))
+        else:
+            new_init.append(numpy_helper.from_array((zp.astype(np.int32) + 128).astype(np.uint8), n.name + "_zp_u8"))
+        n.input[2] = n.name + "_zp_u8"
+    m.graph.initializer.extend(new_init)
+    del m.graph.value_info[:]
+    m = onnx.shape_inference.infer_shapes(m)
+    onnx.checker.check_model(m)
+    onnx.save(m, dst)
+
+
+def case_quantize_static():
+    """A QDQ model in ONNX Runtime quantize_static's form (uint8 activations,
+    int8 weights; built with onnx.helper from qfold's int8 model of the
+    Fashion-MNIST CNN: no Python onnxruntime here) exports exactly (q - 128,
+    zero point - 128): TFLite 2.2 and ArmNN on the export against ONNX
+    Runtime on the uint8 QDQ model, top-1 on 500 test images (agreement >=
+    99 %, accuracy within 0.3 point); the outputs equal those of qfold's
+    int8 model's export (the conversion is exact), as do those of uint8
+    weights of zero point 128; other uint8 weights are refused naming the
+    node, nothing written."""
+    root = ARGS.root
+    data = work("data")
+    subprocess.run([PY, os.path.join(root, "examples", "fashion_mnist", "make_data.py"), data, "--calib", "128",
+                    "--test", "500"], check=True, timeout=300, capture_output=True)
+    qdq = work("fq.onnx")
+    qfold("quantize", os.path.join(root, "examples", "fashion_mnist", "fashion_cnn.onnx"), "-o", qdq,
+          "--calib", os.path.join(data, "calib.npy"))
+    u8, u8w, bad = work("u8.onnx"), work("u8w.onnx"), work("u8bad.onnx")
+    _ort_form(qdq, u8)
+    _ort_form(qdq, u8w, weights="uint8")
+    _ort_form(qdq, bad, bad_zp=120)
+    x = np.load(os.path.join(data, "test.npy"))
+    labels = np.load(os.path.join(data, "test_labels.npy"))
+    np.save(work("x.npy"), x)
+    tops = {}
+    for name, model in (("ORT uint8 QDQ", u8), ("ORT int8 QDQ (qfold's)", qdq)):
+        od = work("ort_" + os.path.basename(model))
+        os.makedirs(od, exist_ok=True)
+        p = subprocess.run(["node", os.path.join(root, "tests", "ref", "ort_run.js"), model, od, work("x.npy")],
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, QF_ORT_OPT="disabled"))
+        check(p.returncode == 0, "ONNX Runtime could not run %s:\n%s" % (model, p.stderr))
+        tops[name] = np.load(os.path.join(od, "out0.npy")).reshape(len(x), -1).argmax(1)
+    outs = {}
+    for name, model in (("u8", u8), ("u8w", u8w), ("s8", qdq)):
+        out = work(name + ".tflite")
+        qfold("export", model, "-o", out, "--float-io")
+        structure(out, float_io=True, max_transpose=1)
+        outs[name] = out
+    xn = x.transpose(0, 2, 3, 1).copy()
+    np.save(work("xn.npy"), xn)
+    y = {k: list(v.values())[0].reshape(len(x), -1)
+         for k, v in zip(outs, armnn_many([(outs[k], work("xn.npy")) for k in outs], "TFLite"))}
+    check(np.array_equal(y["u8"], y["u8w"]), "TFLite: uint8 weights of zero point 128 changed the outputs")
+    check(np.array_equal(y["u8"], y["s8"]), "TFLite: the uint8 model's export computes apart from the int8 model's")
+    tops["TFLite"] = y["u8"].argmax(1)
+    tops["ArmNN"] = list(armnn(outs["u8"], xn).values())[0].reshape(len(x), -1).argmax(1)
+    ref = tops["ORT uint8 QDQ"]
+    print("top-1 on %d Fashion-MNIST test images: %s" % (len(x), ", ".join(
+        "%s accuracy %.4f, agreement with ORT on the uint8 QDQ %.4f" % (k, float((v == labels).mean()),
+                                                                      float((v == ref).mean()))
+        for k, v in tops.items())))
+    check(np.array_equal(ref, tops["ORT int8 QDQ (qfold's)"]), "ORT: the uint8 and int8 forms differ")
+    for rt in RUNNERS:
+        agree = float((tops[rt] == ref).mean())
+        check(agree >= 0.99, "%s vs ORT top-1 agreement %.4f < 0.99" % (rt, agree))
+        d = abs(float((tops[rt] == labels).mean()) - float((ref == labels).mean()))
+        check(d <= 0.003 + 1e-9, "%s vs ORT accuracy differs by %.4f" % (rt, d))
+    from qfcli import error_line
+    out = work("bad.tflite")
+    _, _, err = run_qfold(ARGS.qfold, ["export", bad, "-o", out], expect=2)
+    error_line(err, "(DequantizeLinear)", "zero point 120")
+    check(not os.path.exists(out), "a file was written for refused uint8 weights")
+
+
 if __name__ == "__main__":
     import qfcli
     sys.exit(qfcli.main("tflite", globals(), paths=("--root", "--work", "--schema-py")))
