@@ -191,6 +191,18 @@ def export_and_check(qdq, x, calib, max_transpose=0, whole_lsb=(4, 0.25), min_to
     yq = np.load(work("q.npy"))
     for rt in RUNNERS:
         runtime_check(rt, out, dbg, ref, chained[rt], in_name, xq, yq, (so, zo), whole_lsb, min_top1, tflite_lsb or {})
+    # --batch 4: the same integers, four samples an invocation.
+    out4 = work("m4.tflite")
+    qfold("export", qdq, "-o", out4, "--batch", "4")
+    structure(out4, max_transpose=max_transpose)
+    m4 = tfl().Model.Model.GetRootAs(open(out4, "rb").read(), 0).Subgraphs(0)
+    check(m4.Tensors(m4.Inputs(0)).ShapeAsNumpy()[0] == 4, "--batch 4: input shape %r"
+          % m4.Tensors(m4.Inputs(0)).ShapeAsNumpy())
+    n4 = len(xq) // 4 * 4
+    np.save(work("x4.npy"), xq[:n4])
+    for rt in RUNNERS:
+        y1, y4 = (list(r.values())[0] for r in armnn_many([(out, work("x4.npy")), (out4, work("x4.npy"))], rt))
+        check(np.array_equal(y1, y4), "%s: --batch 4 computes apart from batch 1" % rt)
     return rep
 
 
@@ -498,8 +510,8 @@ TFLITE_SWEEP_LSB = {}
 
 
 def case_data_errors():
-    """--data / --count: bad input is one line naming the file or option, exit
-    2, nothing written; --count limits the samples measured."""
+    """--data / --count / --batch: bad input is one line naming the file or
+    option, exit 2, nothing written; --count limits the samples measured."""
     import torch
     import torch.nn as nn
     from qfcli import error_line
@@ -511,7 +523,8 @@ def case_data_errors():
              (["--report", rep, "--data", calib, "--data", calib], "one --data per input"),
              (["--report", rep, "--data", work("missing.npy")], "missing.npy"),
              (["--report", rep, "--data", calib, "--count", "0"], "--count"),
-             (["--report", rep, "--data", work("bad.npy")], "bad.npy")]
+             (["--report", rep, "--data", work("bad.npy")], "bad.npy"),
+             (["--batch", "0"], "--batch"), (["--batch", "2x"], "--batch")]
     np.save(work("bad.npy"), np.full((4, 3, 8, 8), np.nan, np.float32))
     for f in (out, rep):
         if os.path.exists(f):
