@@ -634,8 +634,8 @@ def case_armnn_limits():
 
 def case_fashion():
     """The acceptance check: the bundled Fashion-MNIST CNN quantized on 256
-    training images, exported with float I/O; ArmNN on 500 test images agrees
-    with ONNX Runtime on the QDQ model on >= 99 % of the top-1 predictions,
+    training images, exported with float I/O; ArmNN and TFLite 2.2 on 500
+    test images each agree with ONNX Runtime on the QDQ model on >= 99 % of the top-1 predictions,
     accuracy within 0.3 point. Its int8 export passes the per-op check
     (every op alone within 1 LSB of the integer reference) on 16 images."""
     root = ARGS.root
@@ -650,19 +650,21 @@ def case_fashion():
     structure(out, float_io=True, max_transpose=1)
     x = np.load(os.path.join(data, "test.npy"))
     labels = np.load(os.path.join(data, "test_labels.npy"))
-    ya = list(armnn(out, x.transpose(0, 2, 3, 1).copy()).values())[0].reshape(len(x), -1)
+    ys = {rt: list(armnn(out, x.transpose(0, 2, 3, 1).copy(), rt).values())[0].reshape(len(x), -1)
+          for rt in RUNNERS}
     np.save(work("x.npy"), x)
     os.makedirs(work("ort"), exist_ok=True)
     p = subprocess.run(["node", os.path.join(root, "tests", "ref", "ort_run.js"), qdq, work("ort"), work("x.npy")],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, QF_ORT_OPT="disabled"))
     check(p.returncode == 0, "ONNX Runtime could not run %s:\n%s" % (qdq, p.stderr))
     yo = np.load(os.path.join(work("ort"), "out0.npy")).reshape(len(x), -1)
-    agree = float((ya.argmax(1) == yo.argmax(1)).mean())
-    acc_a, acc_o = float((ya.argmax(1) == labels).mean()), float((yo.argmax(1) == labels).mean())
-    print("Fashion-MNIST, %d test images: ArmNN vs ONNX Runtime top-1 agreement %.4f; accuracy ArmNN %.4f, ORT %.4f"
-          % (len(x), agree, acc_a, acc_o))
-    check(agree >= 0.99, "top-1 agreement %.4f < 0.99" % agree)
-    check(abs(acc_a - acc_o) <= 0.003 + 1e-9, "accuracy ArmNN %.4f vs ORT %.4f: more than 0.3 pt" % (acc_a, acc_o))
+    for rt, ya in ys.items():
+        agree = float((ya.argmax(1) == yo.argmax(1)).mean())
+        acc_a, acc_o = float((ya.argmax(1) == labels).mean()), float((yo.argmax(1) == labels).mean())
+        print("Fashion-MNIST, %d test images: %s vs ONNX Runtime top-1 agreement %.4f; accuracy %s %.4f, ORT %.4f"
+              % (len(x), rt, agree, rt, acc_a, acc_o))
+        check(agree >= 0.99, "%s: top-1 agreement %.4f < 0.99" % (rt, agree))
+        check(abs(acc_a - acc_o) <= 0.003 + 1e-9, "accuracy %s %.4f vs ORT %.4f: more than 0.3 pt" % (rt, acc_a, acc_o))
     # Its depthwise layers (BatchNorm folded in) amplify a 1-LSB difference
     # (ArmNN requantizes in float, the reference in TFLite's fixed point) to
     # several LSB of the logits (as between qfold's two requantizations,
