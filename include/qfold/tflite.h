@@ -8,7 +8,9 @@
  *
  * The input is an int8 QDQ graph: qfold's own (`quantize`, `qat`,
  * `finalize`) or one in the same form from another tool (ONNX Runtime's
- * quantize_static, QDQ format, int8 activations and weights). Export runs
+ * quantize_static, QDQ format; its uint8 activations are made int8 exactly,
+ * q - 128 with zero point z - 128; uint8 weights only with zero point 128).
+ * The batch is the model's (a dynamic one as 1) or options.batch. Export runs
  * the int8 executor's lowering (qf_quant_lower_int8, TFLite's
  * requantization) on a private copy, so every DQ -> op -> [ReLU] -> Q group
  * becomes one integer node with its qparams resolved, and maps each such node
