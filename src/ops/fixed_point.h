@@ -23,7 +23,9 @@
 
 #include "requant.h"
 
-/* round(a * b / 2^15), ties away from zero; -32768 * -32768 saturates. */
+/* a * b / 2^15 rounded to nearest, gemmlowp's way: a nudge of 2^14 (1 - 2^14 below
+ * zero) then division truncating toward zero, so ties go up; -32768 * -32768
+ * saturates. */
 static inline int16_t qf_fp16_sat_round_doubling_high_mul(int16_t a, int16_t b)
 {
     if (a == INT16_MIN && b == INT16_MIN) return INT16_MAX;
