@@ -67,6 +67,7 @@ SHARED = {
     # the quantization arithmetic the quant layer shares with the int8 kernels
     "ops/quant_math.h",
     "ops/requant.h",
+    "ops/fixed_point.h",
     # the backend choice (engine, threads) the executor exposes
     "ops/dnnl.h",
     # graph-rewrite helpers: every rewrite uses them (quant's convert too)

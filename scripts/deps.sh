@@ -2,8 +2,9 @@
 # Install what qfold's build and tests need, idempotently.
 #   scripts/deps.sh          build + test dependencies
 #   scripts/deps.sh --build  only what the build needs
-# Debian packages are installed only when missing; onnxruntime-node goes into
-# tests/node_modules (git-ignored), skipped when the right version is there.
+# Debian packages are installed only when missing; onnxruntime-node and
+# node-tflite go into tests/node_modules (git-ignored), skipped when the right
+# versions are there.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -35,13 +36,22 @@ fi
 
 [ "${1:-}" = "--build" ] && exit 0
 
-ort_ver=1.30.0
-ort_dir="$here/tests/node_modules/onnxruntime-node"
-if [ ! -f "$ort_dir/package.json" ] || ! grep -q "\"version\": \"$ort_ver\"" "$ort_dir/package.json"; then
-  echo "deps: installing onnxruntime-node@$ort_ver (npm)"
-  # The post-install step would download GPU binaries from an unreachable host;
-  # the CPU binaries ship inside the package, so skip it.
+# npm packages of the tests, installed together in one command: npm prunes
+# what a --no-save install does not name, so installing one alone would
+# remove the other. --ignore-scripts: onnxruntime-node's post-install would
+# download GPU binaries from an unreachable host and node-tflite's would build
+# a Node addon the tests do not use (they load its prebuilt TensorFlow Lite C
+# library, libtensorflowlite_c.so, through Python's ctypes).
+npm_pkgs=(onnxruntime-node@1.30.0 node-tflite@0.0.2)
+npm_missing=0
+for spec in "${npm_pkgs[@]}"; do
+  name=${spec%@*} ver=${spec##*@}
+  pj="$here/tests/node_modules/$name/package.json"
+  if [ ! -f "$pj" ] || ! grep -q "\"version\": \"$ver\"" "$pj"; then npm_missing=1; fi
+done
+if [ "$npm_missing" = 1 ]; then
+  echo "deps: installing ${npm_pkgs[*]} (npm)"
   (cd "$here/tests" && ONNXRUNTIME_NODE_INSTALL=skip npm install --no-audit --no-fund --silent \
-     --no-save --prefix "$here/tests" "onnxruntime-node@$ort_ver")
+     --no-save --ignore-scripts --prefix "$here/tests" "${npm_pkgs[@]}")
 fi
 echo "deps: ok"

@@ -265,6 +265,9 @@ extern "C" {
       (DATA),                                                                         \
       (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS)         \
        A(output_padding,INTS) A(output_shape,INTS) A(pads,INTS) A(strides,INTS)))     \
+    X(QLUT, qlut, NULL, "", 5, 5, 1, 1,                                               \
+      (DATA),                                                                         \
+      (A(qfold_fn,STRING)))                                                           \
     X(OPAQUE, opaque, NULL, "", 0, -1, 1, -1,                                         \
       (DATA),                                                                         \
       (A(op_type,STRING) A(domain,STRING) A(attributes,TENSOR)                        \

@@ -8,7 +8,9 @@
  *
  * The input is an int8 QDQ graph: qfold's own (`quantize`, `qat`,
  * `finalize`) or one in the same form from another tool (ONNX Runtime's
- * quantize_static, QDQ format, int8 activations and weights). Export runs
+ * quantize_static, QDQ format; its uint8 activations are made int8 exactly,
+ * q - 128 with zero point z - 128; uint8 weights only with zero point 128).
+ * The batch is the model's (a dynamic one as 1) or options.batch. Export runs
  * the int8 executor's lowering (qf_quant_lower_int8, TFLite's
  * requantization) on a private copy, so every DQ -> op -> [ReLU] -> Q group
  * becomes one integer node with its qparams resolved, and maps each such node
@@ -38,6 +40,7 @@ typedef struct qf_tflite_options {
     bool float_io;          /* float32 inputs / outputs: QUANTIZE / DEQUANTIZE at the boundaries */
     bool all_outputs;       /* debug: every int8 activation tensor is also a subgraph output */
     const char *description; /* the model's description (NULL: "qfold <version> int8 export") */
+    int batch;              /* > 0: every input's first dim (0: the model's; a dynamic batch as 1) */
 } qf_tflite_options;
 
 #define QF_TFLITE_MAX_IO 4  /* shapes kept per op in the report (first inputs / outputs) */
@@ -62,7 +65,7 @@ typedef struct qf_tflite_result {
     qf_tflite_op_info *ops;
     int ntensors;
     int64_t weight_bytes;    /* every constant buffer (weights, biases, operands) */
-    int64_t macs;            /* per inference (batch 1) */
+    int64_t macs;            /* per invocation (of the exported batch) */
     int64_t peak_activation_bytes; /* arena plan: see qf_tflite_report_json */
     int64_t activation_bytes;      /* the sum of every activation tensor (no reuse) */
     void *impl;              /* strings and arrays the result owns */

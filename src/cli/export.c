@@ -23,6 +23,13 @@ static int qf_cli_export(int argc, char **argv)
         else if (qf_cli_args_value(&a, "--report", NULL, &v)) report = v;
         else if (qf_cli_args_flag(&a, "--float-io", NULL)) o.float_io = true;
         else if (qf_cli_args_flag(&a, "--all-outputs", NULL)) o.all_outputs = true; /* debug, not in the help */
+        else if (qf_cli_args_value(&a, "--batch", NULL, &v)) {
+            char *end;
+            long b = strtol(v, &end, 10);
+            if (end == v || *end || b < 1 || b > 65536)
+                return qf_cli_usage_error(a.cmd, "--batch takes a number in [1, 65536], got '%s'", v);
+            o.batch = (int)b;
+        }
         else if (qf_cli_args_value(&a, "--data", NULL, &v)) {
             if (ndata == QF_CLI_EXPORT_MAX_DATA)
                 return qf_cli_usage_error(a.cmd, "at most %d --data files", QF_CLI_EXPORT_MAX_DATA);
@@ -80,29 +87,32 @@ static int qf_cli_export(int argc, char **argv)
 const qf_cli_command qf_cli_cmd_export = {
     .name = "export",
     .summary = "an int8 QDQ model -> an int8 TFLite flatbuffer (NHWC), with a deployment report",
-    .usage = "qfold export IN.onnx -o OUT.tflite [--float-io] [--report R.json [--data X.npy [--count N]]]",
+    .usage = "qfold export IN.onnx -o OUT.tflite [--float-io] [--batch N] [--report R.json [--data X.npy [--count "
+             "N]]]",
     .details =
         "IN is an int8 QDQ model: what `qfold quantize`, `qat` or `finalize` write, or one\n"
-        "quantized by another tool in the same form (ONNX Runtime's quantize_static, QDQ,\n"
-        "int8 activations and weights). Each DQ -> op -> [Relu] -> Q group becomes one TFLite\n"
-        "operator: CONV_2D (weights OHWI, per channel), DEPTHWISE_CONV_2D (1HWO),\n"
-        "TRANSPOSE_CONV, FULLY_CONNECTED (per-tensor weights only), AVERAGE_POOL_2D,\n"
-        "MAX_POOL_2D, MEAN, ADD, SUB, MUL, CONCATENATION, RESHAPE, TRANSPOSE, PAD, SOFTMAX,\n"
-        "LOGISTIC, TANH, HARD_SWISH; Relu / Relu6 become fused activations. Tensors are NHWC\n"
-        "(transposed once for the whole graph; a TRANSPOSE only where a Reshape / Flatten\n"
-        "needs the NCHW order) and keep the ONNX value names; batch 1. Anything TFLite's int8\n"
-        "ops (or ArmNN's TfLite parser) cannot express is an error naming the node and the\n"
-        "reason (exit 2, nothing written).\n"
+        "quantized by another tool in the same form (ONNX Runtime's quantize_static, QDQ;\n"
+        "its uint8 activations become int8 exactly, uint8 weights only with zero point\n"
+        "128). Each DQ -> op -> [Relu] -> Q group becomes one TFLite operator: CONV_2D\n"
+        "(weights OHWI, per channel), DEPTHWISE_CONV_2D (1HWO), TRANSPOSE_CONV,\n"
+        "FULLY_CONNECTED (per-tensor weights only), AVERAGE_POOL_2D, MAX_POOL_2D, MEAN, ADD,\n"
+        "SUB, MUL, CONCATENATION, RESHAPE, TRANSPOSE, PAD, SOFTMAX, LOGISTIC, TANH,\n"
+        "HARD_SWISH; Relu / Relu6 become fused activations. Tensors are NHWC (transposed\n"
+        "once for the whole graph; a TRANSPOSE only where a Reshape / Flatten needs the\n"
+        "NCHW order) and keep the ONNX value names; the batch is the model's (a dynamic one\n"
+        "as 1) or --batch's. Anything TFLite's int8 ops (or ArmNN's TfLite parser) cannot\n"
+        "express is an error naming the node and the reason (exit 2, nothing written).\n"
         "`quantize`, `qat` and `finalize` write the same file directly when their output\n"
         "name ends in .tflite.\n\n"
         "options:\n"
         "  -o, --output FILE   the .tflite file (temporary file + rename; never the input)\n"
         "  --float-io          float32 inputs and outputs (QUANTIZE / DEQUANTIZE at the\n"
         "                      boundaries); without it they are int8 with their qparams\n"
+        "  --batch N           every input's first dim N (default: the model's; dynamic: 1)\n"
         "  --report FILE       JSON deployment report: per op the TFLite op, its node, tensor\n"
         "                      shapes (NHWC), MACs, weight bytes; totals: file size, weight\n"
         "                      bytes, peak activation memory (first-fit arena plan in op\n"
-        "                      order), MACs per inference\n"
+        "                      order), MACs per invocation (of the exported batch)\n"
         "  --data FILE         .npy of samples for the next graph input (float32, the batch\n"
         "                      first; one per input): the report's per-op max_lsb, the\n"
         "                      largest difference in LSB between the integer reference (the\n"

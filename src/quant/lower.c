@@ -34,6 +34,10 @@
  *   GlobalAveragePool, ReduceMean over trailing axes -> QF_OP_QMEAN (pool.c)
  *   Concat                  -> QF_OP_QCONCAT (src/ops/qconcat.c: inputs of the
  *                              output's qparams copied, others requantized)
+ *   HardSwish               -> QF_OP_QLUT (src/ops/qlut.c: TFLite's fixed-point
+ *                              int8 HardSwish, tabulated; Sigmoid / Tanh /
+ *                              Softmax stay DQ -> float -> Q: TFLite's
+ *                              interpreter computes their int8 tables in float)
  * A group is lowered only where its kernel takes it: per-tensor int8
  * activations, constant qparams, every fixed-point multiplier's shift within
  * the accumulator's range (else the kernel's prepare would refuse the node),
@@ -47,6 +51,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../ops/fixed_point.h"
 #include "../ops/requant.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
@@ -591,6 +596,30 @@ static qf_status lower_mean(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *don
     return QF_OK;
 }
 
+/* A HardSwish between a DQ and a Q (no activation after it): qfold's int8
+ * table op (QF_OP_QLUT, src/ops/qlut.c) with TFLite's fixed-point int8
+ * HardSwish, where its Prepare takes the scales. */
+static qf_status lower_hard_swish(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+{
+    *done = false;
+    const qf_node *dqx = dq_of(n->inputs[0]);
+    if (!dqx || !per_tensor_s8(dqx)) return QF_OK;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    if (!group_tail(n, &q, &act, clamp) || act) return QF_OK;
+    qf_hard_swish_params p;
+    if (!qf_hard_swish_prepare(qscale(dqx), qzp(dqx), qscale(q), qzp(q), &p)) {
+        if (ctx) qf_pass_skip(ctx, n, "scales outside TFLite's int8 HardSwish: left as DQ -> HardSwish -> Q");
+        return QF_OK;
+    }
+    qf_value *in[5] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], q->inputs[1], q->inputs[2]};
+    qf_node *k;
+    QF_TRY(replace_group(g, ctx, n, q, NULL, QF_OP_QLUT, in, 5, NULL, NULL, "hard swish", &k));
+    QF_TRY(qf_node_set_attr_string(g, k, "qfold_fn", "hard_swish"));
+    *done = true;
+    return QF_OK;
+}
+
 qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kind rq, int *count)
 {
     int k = 0;
@@ -607,6 +636,7 @@ qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kin
         else if (n->op == QF_OP_CONCAT) QF_TRY(lower_concat(g, ctx, n, &done));
         else if (n->op == QF_OP_AVG_POOL) QF_TRY(lower_avg_pool(g, ctx, n, &done));
         else if (n->op == QF_OP_GLOBAL_AVG_POOL || n->op == QF_OP_REDUCE_MEAN) QF_TRY(lower_mean(g, ctx, n, &done));
+        else if (n->op == QF_OP_HARD_SWISH) QF_TRY(lower_hard_swish(g, ctx, n, &done));
         k += done;
     }
     if (count) *count = k;

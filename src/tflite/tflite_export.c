@@ -91,6 +91,7 @@ static const char *source_op(const qf_node *n)
     case QF_OP_QCONCAT: return "Concat";
     case QF_OP_QAVG_POOL: return "AveragePool";
     case QF_OP_QMEAN: return "ReduceMean / GlobalAveragePool";
+    case QF_OP_QLUT: return "HardSwish";
     default: return qf_op_label(n);
     }
 }
@@ -232,7 +233,8 @@ static int out_qp_slot(qf_op op)
     case QF_OP_QCONV_TRANSPOSE: return 6;
     case QF_OP_QCONCAT: return 0;
     case QF_OP_QAVG_POOL:
-    case QF_OP_QMEAN: return 3;
+    case QF_OP_QMEAN:
+    case QF_OP_QLUT: return 3;
     default: return -1;
     }
 }
@@ -335,6 +337,7 @@ static const tfl_row qf_tfl_rows[] = {
     {QF_OP_QADD, qf_tfl_emit_qbinary},                   /* ADD */
     {QF_OP_QMUL, qf_tfl_emit_qbinary},                   /* MUL */
     {QF_OP_QCONCAT, qf_tfl_emit_qconcat},                /* CONCATENATION */
+    {QF_OP_QLUT, qf_tfl_emit_qlut},                      /* HARD_SWISH */
     /* DQ -> op -> [act] -> Q groups the lowering leaves */
     {QF_OP_SUB, qf_tfl_emit_float},                      /* SUB */
     {QF_OP_ADD, qf_tfl_emit_float},                      /* ADD (qparams the lowering declined) */
@@ -548,11 +551,21 @@ static qf_status linear_to_gemm(qf_graph *c)
 }
 
 /* The private copy of g, lowered, every Q output's name kept (see the top). */
-static qf_status lower_copy(const qf_graph *g, qf_graph **out)
+static qf_status lower_copy(const qf_graph *g, int batch, qf_graph **out)
 {
     qf_graph *c;
     QF_TRY(qf_graph_clone(g, &c));
-    qf_status st = fold_const_q(c);
+    qf_status st = qf_tfl_uint8_to_int8(c);
+    /* --batch: every input's first dim (a dynamic one exports as 1) */
+    for (int i = 0; i < c->ninputs && st == QF_OK && batch > 0; i++) {
+        qf_value *x = c->inputs[i];
+        if (qf_value_is_const(x) || x->type.ndim < 1) continue;
+        int64_t d[QF_MAX_DIMS];
+        memcpy(d, x->type.dims, sizeof(int64_t) * (size_t)x->type.ndim);
+        d[0] = batch;
+        st = qf_graph_set_input_shape(c, i, x->type.ndim, d);
+    }
+    if (st == QF_OK) st = fold_const_q(c);
     if (st == QF_OK) st = linear_to_gemm(c);
     int n0 = c->noutputs;
     for (qf_node *n = c->first; n && st == QF_OK; n = n->next)
@@ -582,7 +595,9 @@ qf_status qf_tflite_export(const qf_graph *g, const qf_tflite_options *o, qf_tfl
     if (!o) o = &dflt;
     ex e = {0};
     e.o = o;
-    qf_status st = lower_copy(g, &e.g);
+    if (o->batch < 0 || o->batch > 65536)
+        return qf_error(QF_ERR_INVALID, "tflite export: batch %d is not in [1, 65536]", o->batch);
+    qf_status st = lower_copy(g, o->batch, &e.g);
     if (st == QF_OK) {
         e.vmap = qf_calloc((size_t)e.g->nvalues + 1, sizeof *e.vmap);
         e.skip = qf_calloc((size_t)e.g->next_node_id + 1, sizeof *e.skip);

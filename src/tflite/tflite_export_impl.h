@@ -89,6 +89,10 @@ qf_status qf_tfl_act_tensor(ex *e, const qf_node *n, const qf_value *v, int *out
 /* An int32 constant tensor named after owner + what. */
 int qf_tfl_i32_tensor(ex *e, const char *owner, const char *what, const int32_t *v, int n, bool pairs);
 
+/* uint8 QDQ made int8 (q - 128, zero point - 128) on the private copy;
+ * uint8 weights of a zero point other than 128 refused (tflite_uint8.c). */
+qf_status qf_tfl_uint8_to_int8(qf_graph *g);
+
 /* ---- operators (tflite_ops.c) ------------------------------------------------------- */
 
 /* Append an operator; *op gets it to fill the options. */
@@ -108,6 +112,7 @@ qf_status qf_tfl_emit_pool(ex *e, qf_node *n);
 qf_status qf_tfl_emit_qmean(ex *e, qf_node *n);
 qf_status qf_tfl_emit_qbinary(ex *e, qf_node *n);
 qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n);
+qf_status qf_tfl_emit_qlut(ex *e, qf_node *n);
 /* tflite_ops_qdq.c */
 qf_status qf_tfl_emit_float(ex *e, qf_node *n);
 qf_status qf_tfl_emit_act(ex *e, qf_node *n);

@@ -567,13 +567,46 @@ qf_status qf_tfl_emit_qbinary(ex *e, qf_node *n)
     return QF_OK;
 }
 
-/* CONCATENATION from the lowered QCONCAT (inputs: s_y, zp_y, then x, s, zp each). */
+/* Tensor xi requantized to qparams yq by an int8 -> int8 QUANTIZE (TFLite's
+ * Requantize, as qconcat.c computes it), named after node n and the input
+ * slot; xi itself when it has them. */
+static qf_status requant_to(ex *e, const qf_node *n, int slot, int xi, tfl_qp yq, int *out)
+{
+    const qf_tfl_tensor *t = &e->t[xi];
+    if (t->nq == 1 && t->scale[0] == yq.scale && t->zero_point[0] == yq.zp) {
+        *out = xi;
+        return QF_OK;
+    }
+    const char *nn = qf_tfl_node_name(e, n);
+    size_t len = strlen(nn) + sizeof "_in_requant" + 12;
+    char *name = qf_tfl_ex_alloc(e, len);
+    if (!name) return QF_ERR_NOMEM;
+    snprintf(name, len, "%s_in%d_requant", nn, slot);
+    int32_t shape[QF_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof(int32_t) * (size_t)t->ndim);
+    int64_t zp = yq.zp;
+    int ri = qf_tfl_add_tensor(e, name, QF_TFL_INT8, e->t[xi].ndim, shape, NULL, 0, 1, &yq.scale, &zp, 0, false);
+    QF_TRY(qf_tfl_need(ri));
+    qf_tfl_op *op;
+    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_QUANTIZE, &xi, 1, &ri, 1, 0, &op));
+    *out = ri;
+    return QF_OK;
+}
+
+/* CONCATENATION from the lowered QCONCAT (inputs: s_y, zp_y, then x, s, zp
+ * each). TFLite's int8 CONCATENATION (2.2 and today's) refuses an input whose
+ * qparams are not the output's (its Prepare checks scale and zero point):
+ * such an input is requantized first by a QUANTIZE, as TFLite's converter
+ * does. */
 qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n)
 {
     const qf_value *y = n->outputs[0];
     const int rank = y->type.ndim, k = (n->ninputs - 2) / 3;
     int64_t axis = qf_node_attr_int(n, "axis", 0);
     if (axis < 0) axis += rank;
+    tfl_qp yq;
+    if (!qf_tfl_qp_from(n->inputs[0], n->inputs[1], &yq))
+        return qf_tfl_refuse(e, n, "output qparams are not per-tensor int8");
     int32_t *in = qf_tfl_ex_alloc(e, sizeof *in * (size_t)(k > 0 ? k : 1));
     if (!in) return QF_ERR_NOMEM;
     for (int i = 0; i < k; i++) {
@@ -583,7 +616,7 @@ qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n)
             return qf_tfl_refuse(e, n, "input qparams are not per-tensor int8");
         int xi;
         QF_TRY(qf_tfl_operand(e, n, x, xq, rank, &xi));
-        in[i] = xi;
+        QF_TRY(requant_to(e, n, i, xi, yq, &in[i]));
     }
     int yi;
     QF_TRY(qf_tfl_act_tensor(e, n, y, &yi));
@@ -592,6 +625,21 @@ qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n)
     op->axis = qf_tfl_phys_axis(rank, (int)axis);
     op->activation = QF_TFL_ACT_NONE;
     return QF_OK;
+}
+
+/* HARD_SWISH from the lowered QLUT (inputs: x, s_x, zp_x, s_y, zp_y; the
+ * lowering makes it of a HardSwish only). */
+qf_status qf_tfl_emit_qlut(ex *e, qf_node *n)
+{
+    tfl_qp xq, yq;
+    if (strcmp(qf_node_attr_string(n, "qfold_fn", ""), "hard_swish") != 0 ||
+        !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) || !qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
+        return qf_tfl_refuse(e, n, "not an int8 HardSwish of per-tensor qparams");
+    int xi, yi;
+    QF_TRY(qf_tfl_act_tensor(e, n, n->inputs[0], &xi));
+    QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));
+    qf_tfl_op *op;
+    return qf_tfl_add_op(e, n, QF_TFL_HARD_SWISH, &xi, 1, &yi, 1, 0, &op);
 }
 
 /* TRANSPOSE_CONV from the lowered QCONV_TRANSPOSE: weights [C, M, kh, kw]

@@ -160,7 +160,7 @@ def check_structure(path, onnx_names, float_io):
             check(np.allclose(bq.ScaleAsNumpy(), want, rtol=1e-6), "%s: bias scale is not s_in * s_w" % b.Name())
     # names: every int8 activation made by an op carries an ONNX value name,
     # except the few tensors the export adds (suffixes below)
-    added = ("_nchw", "_nobias", "_padded", "_fixed")
+    added = ("_nchw", "_nobias", "_padded", "_fixed", "_requant")
     for t in ts:
         name = t.Name().decode()
         if t.Buffer() == 0 and not name.endswith(added):
