@@ -75,6 +75,15 @@ typedef struct qf_onnx_save_options {
 } qf_onnx_save_options;
 qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_options *o);
 
+/* metadata_props: the model's entries are kept from qf_onnx_load to
+ * qf_onnx_save (through passes and qf_graph_clone). qf_onnx_metadata copies
+ * the value of entry `key` into buf (NUL-terminated; *found false, buf ""
+ * when there is none; QF_ERR_INVALID when it does not fit in size bytes or
+ * is malformed); qf_onnx_metadata_set adds entry key = value, replacing one
+ * of that key. */
+qf_status qf_onnx_metadata(const qf_graph *g, const char *key, char *buf, size_t size, bool *found);
+qf_status qf_onnx_metadata_set(qf_graph *g, const char *key, const char *value);
+
 /* Read one serialized TensorProto (the ONNX backend tests' input_0.pb). */
 qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out);
 

@@ -378,7 +378,17 @@ typedef struct qf_quant_finalize_weight {
     int requantized;     /* channels put on a new grid (per-tensor weights, degenerate factors) */
 } qf_quant_finalize_weight;
 
+/* The metadata_props key under which `qfold qat --keep-qat` records the
+ * int8 range its weights were trained with, "QMIN,QMAX" (e.g. "-127,127"):
+ * the file's Q/DQ pairs can only say int8's [-128, 127]. */
+#define QF_QUANT_WEIGHT_RANGE_KEY "qfold.weight_range"
+
 typedef struct qf_quant_finalize_session {
+    /* in: the range the weights were trained with (weight_range set: the
+     * model's QF_QUANT_WEIGHT_RANGE_KEY), else int8's [-128, 127] (PyTorch's
+     * exporter takes only that range) */
+    bool weight_range;
+    int32_t weight_qmin, weight_qmax;
     qf_quant_finalize_weight *weights;
     int nweights, cap;
     int folded;          /* BatchNorms folded */

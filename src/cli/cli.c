@@ -348,20 +348,19 @@ void qf_cli_outputs_init(qf_cli_outputs *s) { memset(s, 0, sizeof *s); }
 static struct {
     bool on;
     const char *name; /* NULL: "<output>.data" */
-    char *side_path;  /* the side file of the model output */
     /* The last model qf_cli_outputs_save_model staged, for qf_cli_load_staged. */
     char *staged_model, *staged_side, *location;
 } qf_cli_ext;
 
 static int qf_cli_outputs_add_one(qf_cli_outputs *s, const char *what, const char *path);
 
-/* The side file's path for model output `path`: NAME (or the output's base
- * name + ".data") in the output's directory. */
-static char *qf_cli_side_path(const char *path)
+/* The side file's path for model output `path`: `name` (NULL: the output's
+ * base name + ".data") in the output's directory. Never a temporary's name:
+ * the model records the side file's name, and both are renamed. */
+static char *qf_cli_side_path(const char *path, const char *name)
 {
     const char *slash = strrchr(path, '/');
     size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
-    const char *name = qf_cli_ext.name;
     size_t n = dlen + (name ? strlen(name) : strlen(path + dlen) + 5) + 1;
     char *p = qf_malloc(n);
     if (!p) return NULL;
@@ -372,21 +371,74 @@ static char *qf_cli_side_path(const char *path)
     return p;
 }
 
+static void qf_cli_side_free(qf_cli_output *o)
+{
+    qf_cli_output *d = o->side;
+    if (d) {
+        if (d->tmp) qf_file_temp_discard(d->tmp);
+        qf_free(d->tmp);
+        qf_free(d->resolved);
+        qf_free(d);
+    }
+    qf_free(o->side_path);
+    o->side = NULL;
+    o->side_path = NULL;
+}
+
+/* Give output o its side file `name` (see qf_cli_side_path), not staged. */
+static qf_status qf_cli_side_new(qf_cli_output *o, const char *name, const char *what)
+{
+    qf_cli_side_free(o);
+    char *path = qf_cli_side_path(o->path, name);
+    qf_cli_output *d = qf_calloc(1, sizeof *d);
+    if (!path || !d) {
+        qf_free(path);
+        qf_free(d);
+        return QF_ERR_NOMEM;
+    }
+    d->what = what;
+    d->path = o->side_path = path;
+    o->side = d;
+    return QF_OK;
+}
+
+/* The same for output i, checked as an output of its own against every
+ * other output and side file (--external-data: the file will be written). */
+static int qf_cli_side_check(qf_cli_outputs *s, int i, const char *name)
+{
+    if (qf_cli_side_new(&s->o[i], name, "--external-data file") != QF_OK) return qf_cli_fail(QF_ERR_NOMEM);
+    int rc = qf_cli_outputs_add_one(s, "--external-data file", s->o[i].side_path);
+    if (rc != QF_EXIT_OK) return rc;
+    *s->o[i].side = s->o[--s->n];
+    return QF_EXIT_OK;
+}
+
 int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path)
 {
     int rc = qf_cli_outputs_add_one(s, what, path);
     if (rc != QF_EXIT_OK) return rc;
     /* The side file of the model (the first output) is checked as an output
      * of its own, against every output before and after it. */
-    if (s->n == 1 && qf_cli_ext.on && !s->has_side) {
-        qf_free(qf_cli_ext.side_path);
-        if (!(qf_cli_ext.side_path = qf_cli_side_path(path))) return qf_cli_fail(QF_ERR_NOMEM);
-        rc = qf_cli_outputs_add_one(s, "--external-data file", qf_cli_ext.side_path);
-        if (rc != QF_EXIT_OK) return rc;
-        s->side = s->o[--s->n];
-        s->has_side = true;
-    }
-    return QF_EXIT_OK;
+    if (s->n == 1 && qf_cli_ext.on) rc = qf_cli_side_check(s, 0, qf_cli_ext.name);
+    return rc;
+}
+
+int qf_cli_outputs_add_model(qf_cli_outputs *s, const char *what, const char *path)
+{
+    int rc = qf_cli_outputs_add_one(s, what, path);
+    if (rc == QF_EXIT_OK && qf_cli_ext.on)
+        rc = qf_cli_side_check(s, s->n - 1, NULL);
+    return rc;
+}
+
+/* Does output k (or its side file) have this identity? */
+static const qf_cli_output *qf_cli_same_as(const qf_cli_outputs *s, int k, bool exists, unsigned long long dev,
+                                           unsigned long long ino, const char *resolved)
+{
+    if (qf_cli_same_identity(&s->o[k], exists, dev, ino, resolved)) return &s->o[k];
+    const qf_cli_output *d = s->o[k].side;
+    if (d && d->resolved && qf_cli_same_identity(d, exists, dev, ino, resolved)) return d;
+    return NULL;
 }
 
 static int qf_cli_outputs_add_one(qf_cli_outputs *s, const char *what, const char *path)
@@ -428,14 +480,12 @@ static int qf_cli_outputs_add_one(qf_cli_outputs *s, const char *what, const cha
         return qf_cli_error(QF_EXIT_USAGE, "%s '%s': cannot resolve directory '%s': %s", what, path,
                             dir, strerror(errno));
     s->n++;
-    for (int k = 0; k < s->n - 1; k++)
-        if (qf_cli_same_identity(&s->o[k], o->exists, o->dev, o->ino, o->resolved))
-            return qf_cli_error(QF_EXIT_USAGE,
-                                "%s '%s' and %s '%s' are the same file: one would be lost",
-                                s->o[k].what, s->o[k].path, what, path);
-    if (s->has_side && qf_cli_same_identity(&s->side, o->exists, o->dev, o->ino, o->resolved))
-        return qf_cli_error(QF_EXIT_USAGE, "%s '%s' and %s '%s' are the same file: one would be lost",
-                            s->side.what, s->side.path, what, path);
+    for (int k = 0; k < s->n - 1; k++) {
+        const qf_cli_output *e = qf_cli_same_as(s, k, o->exists, o->dev, o->ino, o->resolved);
+        if (e)
+            return qf_cli_error(QF_EXIT_USAGE, "%s '%s' and %s '%s' are the same file: one would be lost", e->what,
+                                e->path, what, path);
+    }
     return QF_EXIT_OK;
 }
 
@@ -446,15 +496,15 @@ int qf_cli_outputs_input(const qf_cli_outputs *s, const char *what, const char *
     char *resolved;
     qf_cli_identity(path, &exists, &dev, &ino, &resolved);
     int rc = QF_EXIT_OK;
-    for (int k = 0; k < s->n && rc == QF_EXIT_OK; k++)
-        if (strcmp(s->o[k].path, path) == 0 ||
-            qf_cli_same_identity(&s->o[k], exists, dev, ino, resolved))
-            rc = qf_cli_error(QF_EXIT_USAGE, "%s '%s' is %s '%s': refusing to overwrite it",
-                              s->o[k].what, s->o[k].path, what, path);
-    if (rc == QF_EXIT_OK && s->has_side &&
-        (strcmp(s->side.path, path) == 0 || qf_cli_same_identity(&s->side, exists, dev, ino, resolved)))
-        rc = qf_cli_error(QF_EXIT_USAGE, "%s '%s' is %s '%s': refusing to overwrite it", s->side.what,
-                          s->side.path, what, path);
+    for (int k = 0; k < s->n && rc == QF_EXIT_OK; k++) {
+        const qf_cli_output *d = s->o[k].side && s->o[k].side->resolved ? s->o[k].side : NULL;
+        const qf_cli_output *e = strcmp(s->o[k].path, path) == 0       ? &s->o[k]
+                                 : d && strcmp(d->path, path) == 0      ? d
+                                                                        : qf_cli_same_as(s, k, exists, dev, ino, resolved);
+        if (e)
+            rc = qf_cli_error(QF_EXIT_USAGE, "%s '%s' is %s '%s': refusing to overwrite it", e->what, e->path, what,
+                              path);
+    }
     qf_free(resolved);
     return rc;
 }
@@ -504,39 +554,31 @@ static qf_status qf_cli_strdup_to(char **dst, const char *src)
 
 qf_status qf_cli_outputs_save_model(qf_cli_outputs *s, int i, const qf_graph *g, const char **tmp)
 {
-    if (qf_cli_is_tflite(s->o[i].path)) {
+    qf_cli_output *o = &s->o[i];
+    if (qf_cli_is_tflite(o->path)) {
         /* quantize / qat / finalize -o X.tflite (tflite_out.c): one file */
         if (qf_cli_ext.on)
             return qf_error(QF_ERR_INVALID, "--external-data: '%s' is a TFLite file (external data is ONNX's)",
-                            s->o[i].path);
-        QF_TRY(qf_cli_output_stage(&s->o[i], tmp));
-        return qf_cli_save_model(g, s->o[i].path, *tmp);
+                            o->path);
+        QF_TRY(qf_cli_output_stage(o, tmp));
+        return qf_cli_save_model(g, o->path, *tmp);
     }
-    QF_TRY(qf_cli_output_stage(&s->o[i], tmp));
+    QF_TRY(qf_cli_output_stage(o, tmp));
     qf_onnx_save_options so = {.always = qf_cli_ext.on};
     /* For tests: the size past which a model goes out with external data
      * without being asked (protobuf's 2 GiB otherwise, too big for CI). */
     const char *lim = getenv("QFOLD_EXTERNAL_DATA_LIMIT");
     if (lim && *lim) so.limit = (size_t)strtoull(lim, NULL, 10);
-    if (!s->has_side) {
-        /* No --external-data: the side file of a model over the limit,
-         * "<output>.data", staged in case it is needed. */
-        char *side = qf_cli_side_path(s->o[i].path);
-        if (!side) return QF_ERR_NOMEM;
-        qf_free(qf_cli_ext.side_path);
-        qf_cli_ext.side_path = side;
-        memset(&s->side, 0, sizeof s->side);
-        s->side.what = "external data file";
-        s->side.path = side;
-        s->has_side = true;
-    }
+    /* No --external-data: the side file of a model over the limit,
+     * "<output>.data", staged in case it is needed. */
+    if (!o->side) QF_TRY(qf_cli_side_new(o, NULL, "external data file"));
     const char *stmp = NULL;
-    QF_TRY(qf_cli_output_stage(&s->side, &stmp));
-    const char *slash = strrchr(s->side.path, '/');
+    QF_TRY(qf_cli_output_stage(o->side, &stmp));
+    const char *slash = strrchr(o->side->path, '/');
     so.external_data = stmp;
-    so.location = slash ? slash + 1 : s->side.path;
+    so.location = slash ? slash + 1 : o->side->path;
     qf_status st = qf_onnx_save_ex(g, *tmp, &so);
-    if (st == QF_OK && !so.wrote_external) qf_cli_output_unstage(&s->side);
+    if (st == QF_OK && !so.wrote_external) qf_cli_output_unstage(o->side);
     if (st == QF_OK) st = qf_cli_strdup_to(&qf_cli_ext.staged_model, *tmp);
     if (st == QF_OK) st = qf_cli_strdup_to(&qf_cli_ext.staged_side, so.wrote_external ? stmp : NULL);
     if (st == QF_OK) st = qf_cli_strdup_to(&qf_cli_ext.location, so.wrote_external ? so.location : NULL);
@@ -591,9 +633,9 @@ int qf_cli_extdata_strip(int *argc, char **argv)
 
 int qf_cli_outputs_commit(qf_cli_outputs *s)
 {
-    /* The side file first: a model never names a side file not yet there. */
-    for (int i = -1; i < s->n; i++) {
-        qf_cli_output *o = i < 0 ? (s->has_side ? &s->side : NULL) : &s->o[i];
+    /* The side files first: a model never names a side file not yet there. */
+    for (int i = -s->n; i < s->n; i++) {
+        qf_cli_output *o = i < 0 ? s->o[s->n + i].side : &s->o[i];
         if (!o || !o->tmp) continue;
         if (rename(o->tmp, o->path) != 0)
             return qf_cli_error(QF_EXIT_FAIL, "cannot rename '%s' to '%s': %s", o->tmp, o->path,
@@ -620,24 +662,20 @@ void qf_cli_outputs_drop(qf_cli_outputs *s, int i)
     if (o->tmp) qf_file_temp_discard(o->tmp);
     qf_free(o->tmp);
     o->tmp = NULL;
+    if (o->side) qf_cli_output_unstage(o->side);
 }
 
 void qf_cli_outputs_free(qf_cli_outputs *s)
 {
-    if (s->has_side) {
-        if (s->side.tmp) qf_file_temp_discard(s->side.tmp);
-        qf_free(s->side.tmp);
-        qf_free(s->side.resolved);
-    }
-    qf_free(qf_cli_ext.side_path);
     qf_free(qf_cli_ext.staged_model);
     qf_free(qf_cli_ext.staged_side);
     qf_free(qf_cli_ext.location);
-    qf_cli_ext.side_path = qf_cli_ext.staged_model = qf_cli_ext.staged_side = qf_cli_ext.location = NULL;
+    qf_cli_ext.staged_model = qf_cli_ext.staged_side = qf_cli_ext.location = NULL;
     for (int i = 0; i < s->n; i++) {
         if (s->o[i].tmp) qf_file_temp_discard(s->o[i].tmp);
         qf_free(s->o[i].tmp);
         qf_free(s->o[i].resolved);
+        qf_cli_side_free(&s->o[i]);
     }
     qf_free(s->o);
     memset(s, 0, sizeof *s);

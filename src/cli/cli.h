@@ -173,19 +173,23 @@ typedef struct qf_cli_output {
     bool exists;
     unsigned long long dev, ino;
     char *tmp; /* staged temporary, until committed */
+    /* A model output's side file for its external data (qf_malloc, with
+     * path owned in side_path): checked when added with --external-data,
+     * staged by qf_cli_outputs_save_model (always, for the automatic switch
+     * above the limit, and unstaged when not written), renamed before every
+     * other output, dropped with its model. */
+    struct qf_cli_output *side;
+    char *side_path;
 } qf_cli_output;
 typedef struct qf_cli_outputs {
     qf_cli_output *o;
     int n, cap;
-    /* The side file of the model's external data (--external-data, or a
-     * model over protobuf's limit): checked with the first output added (the
-     * model) when the option is given, staged by qf_cli_outputs_save_model,
-     * renamed before every other output. */
-    qf_cli_output side;
-    bool has_side;
 } qf_cli_outputs;
 void qf_cli_outputs_init(qf_cli_outputs *s);
 int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path);
+/* Add a model output other than the first (qat --keep-qat): with
+ * --external-data its side file "<path>.data" is checked as well. */
+int qf_cli_outputs_add_model(qf_cli_outputs *s, const char *what, const char *path);
 int qf_cli_outputs_input(const qf_cli_outputs *s, const char *what, const char *path);
 qf_status qf_cli_outputs_stage(qf_cli_outputs *s, int i, const char **tmp);
 int qf_cli_outputs_commit(qf_cli_outputs *s);
@@ -211,11 +215,13 @@ qf_status qf_cli_export_lsb(const struct qf_graph *g, const struct qf_tflite_res
  * Every command that writes an ONNX model (fuse, quantize, finalize, train,
  * qat) takes --external-data[=NAME]: initializers of 1 KiB and more go to
  * one side file NAME in the output's directory (default: the output's name +
- * ".data"). Without it a model over protobuf's 2 GiB goes out that way
+ * ".data"; a second model, qat's --keep-qat FILE, always "FILE.data"). Without it a model over protobuf's 2 GiB goes out that way
  * anyway (the limit can be lowered for tests with QFOLD_EXTERNAL_DATA_LIMIT,
  * bytes). main.c strips the option (qf_cli_extdata_strip) before the command
  * parses its arguments; the commands only call qf_cli_outputs_save_model for
- * their model (output i) and load what they wrote with qf_cli_load_staged. */
+ * their models (output i) and load what they wrote with qf_cli_load_staged.
+ * A side file is always named after the output's final name (never the
+ * staged temporary's), staged and renamed with the outputs: all or none. */
 struct qf_graph;
 int qf_cli_extdata_strip(int *argc, char **argv);
 /* Stage output i and write g to it (*tmp: the staged name), with its side

@@ -5,7 +5,8 @@
  * `qfold qat --keep-qat`, becomes the folded int8 QDQ model `qfold quantize`
  * writes: the pipeline finalize (qat_fold_exported -> dce).
  * The weights keep the range the model was trained with (torch's exporter
- * takes [-128, 127] only); where that differs from the target profile's the
+ * takes [-128, 127] only; a --keep-qat file records its range in
+ * metadata_props "qfold.weight_range"); where that differs from the target profile's the
  * summary and the report say so, weight by weight. */
 #include <stdio.h>
 #include <string.h>
@@ -183,6 +184,28 @@ static qf_status qf_fin_verify(qf_graph *g, const char *tmp, qf_compare_result *
     return st;
 }
 
+/* The range the weights were trained with, when the model records it
+ * (qfold qat --keep-qat: metadata_props "qfold.weight_range" = "QMIN,QMAX");
+ * without the record, int8's [-128, 127] as the Q/DQ pairs say. */
+static qf_status qf_fin_weight_range(const char *path, const qf_graph *g, qf_quant_finalize_session *fs)
+{
+    char v[64];
+    bool found = false;
+    qf_status st = qf_onnx_metadata(g, QF_QUANT_WEIGHT_RANGE_KEY, v, sizeof v, &found);
+    if (st != QF_OK) return qf_error_prefix(st, "%s: ", path);
+    if (!found) return QF_OK;
+    int lo = 0, hi = 0, end = 0;
+    if (sscanf(v, "%d,%d%n", &lo, &hi, &end) != 2 || v[end] || lo < -128 || hi > 127 || lo > 0 || hi <= 0)
+        return qf_error(QF_ERR_INVALID,
+                        "%s: metadata_props '%s' is '%s': expected \"QMIN,QMAX\" within int8's [-128, 127], "
+                        "QMIN <= 0 < QMAX",
+                        path, QF_QUANT_WEIGHT_RANGE_KEY, v);
+    fs->weight_range = true;
+    fs->weight_qmin = lo;
+    fs->weight_qmax = hi;
+    return QF_OK;
+}
+
 static bool qf_fin_is_quantized(const qf_graph *g)
 {
     qf_graph_for_each_node(g, n) if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) return true;
@@ -224,6 +247,7 @@ static int qf_cli_finalize(int argc, char **argv)
         st = qf_error(QF_ERR_INVALID, "'%s' has no QuantizeLinear / DequantizeLinear: not a QAT model (a float model "
                                       "goes through `qfold quantize` or `qfold qat`)",
                       fa.in);
+    if (st == QF_OK) st = qf_fin_weight_range(fa.in, g, &fs);
     if (st == QF_OK) st = qf_quant_register_passes();
     qf_pass_options opt = {.verify = true, .user = &fs};
     if (st == QF_OK) st = qf_pipeline_run(g, "finalize", &opt, &r);
@@ -278,7 +302,8 @@ const qf_cli_command qf_cli_cmd_finalize = {
         "initializer -> DequantizeLinear (per channel with its axis), every conv / Gemm bias\n"
         "an int32 at s_in * s_w, uint8 activation pairs int8 ones (the same grid). The output\n"
         "has the form `qfold quantize` writes. Weights keep the range they were trained with (torch's\n"
-        "exporter only takes [-128, 127]); each weight whose range or granularity differs\n"
+        "exporter only takes [-128, 127]; a --keep-qat file records its range in metadata_props\n"
+        "\"qfold.weight_range\"); each weight whose range or granularity differs\n"
         "from the target's is named on stderr and in the report. A fake-quant pattern qfold\n"
         "does not know (a non-constant scale, a Div by a non-constant, a BatchNorm in training\n"
         "mode, var + eps <= 0, NaN weights) is an error naming the node (exit 2, nothing\n"

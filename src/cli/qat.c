@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "qfold/io.h"
 #include "qfold/qat.h"
 #include "qfold/quant.h"
 #include "train_common.h"
@@ -104,8 +105,12 @@ static qf_status qf_qat_top1(qf_graph *g, qf_tr_state *s, int64_t batch, const c
 }
 
 /* The training graph in its exportable form (the pass qat_export on a copy),
- * staged as output `wi`. */
-static qf_status qf_qat_keep(const qf_graph *g, qf_cli_outputs *out, int wi)
+ * written as output `wi` the way the model is (--external-data, the side
+ * file above the limit, staged with the others). Its int8 weight Q/DQ pairs
+ * can only say int8's [-128, 127]: the range the weights were trained with
+ * goes in metadata_props "qfold.weight_range" ("QMIN,QMAX", when every
+ * weight of the profile has the same one), which `qfold finalize` reads. */
+static qf_status qf_qat_keep(const qf_graph *g, const qf_quant_profile *p, qf_cli_outputs *out, int wi)
 {
     static const char *const passes[] = {"qat_export", NULL};
     qf_graph *copy = NULL;
@@ -117,8 +122,13 @@ static qf_status qf_qat_keep(const qf_graph *g, qf_cli_outputs *out, int wi)
     qf_pass_report *rep = NULL;
     if (st == QF_OK) st = qf_passes_run(copy, passes, &po, &rep);
     qf_pass_report_free(rep);
-    if (st == QF_OK) st = qf_cli_outputs_stage(out, wi, &tmp);
-    if (st == QF_OK) st = qf_onnx_save(copy, tmp);
+    const qf_qformat *cw = &p->conv_weight, *lw = &p->linear_weight;
+    if (st == QF_OK && cw->qmin == lw->qmin && cw->qmax == lw->qmax) {
+        char range[32];
+        snprintf(range, sizeof range, "%d,%d", (int)cw->qmin, (int)cw->qmax);
+        st = qf_onnx_metadata_set(copy, QF_QUANT_WEIGHT_RANGE_KEY, range);
+    }
+    if (st == QF_OK) st = qf_cli_outputs_save_model(out, wi, copy, &tmp);
     qf_graph_free(copy);
     return st;
 }
@@ -175,7 +185,7 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
     int wi = 0;
     if (qa->keep_qat) {
         int keep = 1 + (qa->tr.log != NULL) + (qa->tr.plot != NULL);
-        st = qf_qat_keep(g, out, keep);
+        st = qf_qat_keep(g, &run->profile, out, keep);
         if (st != QF_OK) return qf_error_prefix(st, "--keep-qat: ");
     }
     QF_TRY(qf_qat_finalize(g, &run->q, NULL));
@@ -227,7 +237,7 @@ static int qf_cli_qat(int argc, char **argv)
     qf_cli_outputs_init(&out);
     qf_tr_state s = {.a = &qa.tr};
     if ((rc = qf_tr_outputs(&qa.tr, &out)) != QF_EXIT_OK) goto done;
-    if (qa.keep_qat && (rc = qf_cli_outputs_add(&out, "--keep-qat", qa.keep_qat)) != QF_EXIT_OK) goto done;
+    if (qa.keep_qat && (rc = qf_cli_outputs_add_model(&out, "--keep-qat", qa.keep_qat)) != QF_EXIT_OK) goto done;
     double t0 = qf_tr_now();
     run.sess.profile = &run.profile;
     run.q.passes.user = &run.sess;
@@ -298,7 +308,9 @@ const qf_cli_command qf_cli_cmd_qat = {
         "  --qat-bn approx|exact   the simulated fusion: PyTorch's (default) or the exact two-pass\n"
         "                      method for channels with gamma = 0 or a tiny running variance\n"
         "  --keep-qat FILE     also write the training graph (Q/DQ pairs and the simulated fusion,\n"
-        "                      in the form PyTorch exports a QAT model)\n" QF_TR_OPTIONS_HELP "\n"
+        "                      in the form PyTorch exports a QAT model; the weights' trained range\n"
+        "                      in metadata_props \"qfold.weight_range\" for qfold finalize; with\n"
+        "                      --external-data its side file is FILE.data)\n" QF_TR_OPTIONS_HELP "\n"
         "Ctrl-C stops training after the current step; the model trained so far is finalized and\n"
         "written (exit status 1). A loss that becomes NaN or infinite writes nothing (exit 2).\n",
     .fn = qf_cli_qat,

@@ -7,6 +7,7 @@
 #include "../ir/graph_notes.h"
 #include "onnx_keep.h"
 #include "onnx_problems.h"
+#include "qfold/io.h"
 #include "qfold/schema.h"
 
 /* Graph note kinds (the notes' name field in parentheses). */
@@ -16,7 +17,7 @@ enum {
     QF_KEEP_MODEL_VERSION,             /* int64 */
     QF_KEEP_DOC,                       /* model doc_string */
     QF_KEEP_GRAPH_DOC,                 /* graph doc_string */
-    QF_KEEP_METADATA,                  /* a packed StringStringEntryProto */
+    QF_KEEP_METADATA,                  /* (key) a packed StringStringEntryProto */
     QF_KEEP_FUNCTION,                  /* a packed FunctionProto */
     QF_KEEP_OPSET,                     /* (domain) int64 version */
     QF_KEEP_TYPE,                      /* (value) int64: elem_type, rank, dims (-1 unknown) */
@@ -140,7 +141,7 @@ qf_status qf_keep_import_model(qf_graph *g, const Onnx__ModelProto *m)
     QF_TRY(qf_keep_string(g, QF_KEEP_DOC, NULL, m->doc_string));
     QF_TRY(qf_keep_string(g, QF_KEEP_GRAPH_DOC, NULL, gp->doc_string));
     for (size_t i = 0; i < m->n_metadata_props; i++)
-        QF_TRY(qf_keep_msg(g, QF_KEEP_METADATA, NULL, &m->metadata_props[i]->base));
+        QF_TRY(qf_keep_msg(g, QF_KEEP_METADATA, qf_keep_str(m->metadata_props[i]->key), &m->metadata_props[i]->base));
     for (size_t i = 0; i < m->n_functions; i++)
         QF_TRY(qf_keep_msg(g, QF_KEEP_FUNCTION, NULL, &m->functions[i]->base));
     for (size_t i = 0; i < m->n_opset_import; i++) {
@@ -284,6 +285,12 @@ bool qf_keep_declared_type(const qf_graph *g, const char *name, int32_t *elem_ty
     *ndim = (int)t[1];
     for (int d = 0; d < *ndim; d++) dims[d] = t[2 + d];
     return true;
+}
+
+bool qf_onnx_declared_shape(const qf_graph *g, const char *value, int *ndim, int64_t *dims)
+{
+    int32_t et;
+    return qf_keep_declared_type(g, value, &et, ndim, dims);
 }
 
 const char *qf_keep_value_doc(const qf_graph *g, const char *name, qf_arena *a)
@@ -433,4 +440,66 @@ qf_status qf_keep_export_model(const qf_graph *g, qf_arena *a, Onnx__ModelProto 
     m->opset_import = arr;
     m->n_opset_import = total;
     return QF_OK;
+}
+
+/* --- metadata_props (qfold/io.h) ------------------------------------------------ */
+
+qf_status qf_onnx_metadata(const qf_graph *g, const char *key, char *buf, size_t size, bool *found)
+{
+    *found = false;
+    if (size) buf[0] = 0;
+    const qf_graph_note *n = qf_graph_note_find(g, QF_KEEP_METADATA, key);
+    if (!n) return QF_OK;
+    /* StringStringEntryProto: key 1, value 2 (both length-delimited);
+     * other fields skipped by wire type. */
+    const uint8_t *p = n->data, *end = n->data + n->len;
+    while (p < end) {
+        uint64_t tag, v;
+        size_t k = qf_varint_get(p, end, &tag);
+        if (!k) break;
+        p += k;
+        unsigned wt = (unsigned)(tag & 7);
+        if (wt == 0) {
+            if (!(k = qf_varint_get(p, end, &v))) break;
+            p += k;
+        } else if (wt == 1 || wt == 5) {
+            if ((size_t)(end - p) < (wt == 1 ? 8u : 4u)) break;
+            p += wt == 1 ? 8 : 4;
+        } else if (wt == 2) {
+            if (!(k = qf_varint_get(p, end, &v)) || v > (uint64_t)(end - (p + k))) break;
+            p += k;
+            if (tag >> 3 == 2) {
+                if (v >= size || memchr(p, 0, (size_t)v))
+                    return qf_error(QF_ERR_INVALID, "metadata_props '%s': the value is %s", key,
+                                    v >= size ? "too long" : "not a string");
+                memcpy(buf, p, (size_t)v);
+                buf[v] = 0;
+            }
+            p += v;
+        } else {
+            break;
+        }
+    }
+    if (p != end) return qf_error(QF_ERR_INVALID, "metadata_props '%s': malformed entry", key);
+    *found = true;
+    return QF_OK;
+}
+
+qf_status qf_onnx_metadata_set(qf_graph *g, const char *key, const char *value)
+{
+    size_t kl = strlen(key), vl = strlen(value);
+    size_t n = 2 + qf_varint_size(kl) + kl + qf_varint_size(vl) + vl;
+    uint8_t *b = qf_malloc(n), *p = b;
+    if (!b) return QF_ERR_NOMEM;
+    *p++ = (1 << 3) | 2;
+    p += qf_varint_put(p, kl);
+    memcpy(p, key, kl);
+    p += kl;
+    *p++ = (2 << 3) | 2;
+    p += qf_varint_put(p, vl);
+    memcpy(p, value, vl);
+    qf_graph_note_remove(g, QF_KEEP_METADATA, key);
+    qf_status st = qf_graph_note_add(g, QF_KEEP_METADATA, key, b, n);
+    qf_free(b);
+    return st;
 }

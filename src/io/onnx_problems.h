@@ -68,5 +68,10 @@ qf_status qf_onnx_load_collect(const char *path, qf_problems *p, qf_graph **out)
  * (of rank ndim), NULL when it gave none (src/io/onnx_keep.c). `fuse
  * --verify` sizes the dims that share a name alike. */
 const char *qf_onnx_dim_name(const qf_graph *g, const char *value, int ndim, int i);
+/* The shape the model declared for `value` (a graph input / output or a
+ * value_info entry; -1 for a dim it gave no number): false when it declared
+ * none. `fuse --verify` sizes unknown input dims so that shape inference
+ * reproduces the declared dims of the values after them. */
+bool qf_onnx_declared_shape(const qf_graph *g, const char *value, int *ndim, int64_t *dims);
 
 #endif

@@ -29,6 +29,8 @@ qf_status qf_graph_note_add(qf_graph *g, int kind, const char *name, const void 
 const qf_graph_note *qf_graph_notes(const qf_graph *g);
 /* The first note of `kind` named `name` (any name when name is NULL). */
 const qf_graph_note *qf_graph_note_find(const qf_graph *g, int kind, const char *name);
+/* Unlink every note of `kind` named `name`. */
+void qf_graph_note_remove(qf_graph *g, int kind, const char *name);
 /* Copy every note of s to d (qf_graph_clone). */
 qf_status qf_graph_notes_copy(qf_graph *d, const qf_graph *s);
 

@@ -30,6 +30,15 @@ const qf_graph_note *qf_graph_note_find(const qf_graph *g, int kind, const char 
     return NULL;
 }
 
+void qf_graph_note_remove(qf_graph *g, int kind, const char *name)
+{
+    for (qf_graph_note **p = &g->impl->notes; *p;)
+        if ((*p)->kind == kind && strcmp((*p)->name, name) == 0)
+            *p = (*p)->next; /* the arena keeps its bytes until the graph goes */
+        else
+            p = &(*p)->next;
+}
+
 qf_status qf_graph_notes_copy(qf_graph *d, const qf_graph *s)
 {
     for (const qf_graph_note *n = s->impl->notes; n; n = n->next)

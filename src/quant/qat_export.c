@@ -27,8 +27,9 @@
  * fake_quant trained on [-127, 127] (the neutron profile) is written with
  * int8's [-128, 127] (PyTorch's exporter accepts only that range as well):
  * a weight that rounds to -128 (|w| above 127.5 scales, which the fake_quant
- * clamped to -127) is not clamped in the file; `finalize` keeps the trained
- * range when it reads the model back. QuantizeLinear divides by the scale
+ * clamped to -127) is not clamped in the file; `qfold qat --keep-qat`
+ * records the trained range in metadata_props "qfold.weight_range", and
+ * `finalize` clamps to it when it reads the model back. QuantizeLinear divides by the scale
  * where the fake_quant multiplies by 1 / scale (as torch's): the two can
  * round a value lying on a tie to different neighbours.
  * Every check runs before the first write; a chain the pass cannot write

@@ -10,6 +10,11 @@
  *     b' (int32) ─DQ(s_in*s_w')─┤
  *     x ─Q─DQ(s_in)─────────────┴─Conv / Gemm─[Relu]─Q─DQ
  *
+ * The weights' [qmin, qmax] is int8's [-128, 127] (all a Q/DQ pair can say,
+ * and all PyTorch's exporter takes), or the range the session names (the
+ * "qfold.weight_range" a `qfold qat --keep-qat` model records: [-127, 127]
+ * for the neutron profile), so the int8 values are clamped as in training.
+ *
  * also `op(x, QDQ(W)) -> BN` without the Div (s = 1). The chain is folded
  * THROUGH the weight's Q / DQ: with a_c = gamma_c / sqrt(var_c + eps) the
  * op's output channel c is multiplied by f_c = a_c / s_c, so
@@ -154,7 +159,7 @@ typedef struct fx_weight {
  * it is something else. *st gets an error when it is one but one qfold does
  * not know (asymmetric, uint8, Q and DQ disagreeing, per channel on another
  * axis, NaN). */
-static bool fx_weight_of(const qf_node *op, fx_weight *w, qf_status *st)
+static bool fx_weight_of(const qf_node *op, const qf_quant_finalize_session *s, fx_weight *w, qf_status *st)
 {
     *st = QF_OK;
     memset(w, 0, sizeof *w);
@@ -188,8 +193,8 @@ static bool fx_weight_of(const qf_node *op, fx_weight *w, qf_status *st)
                            w->w->name, op->name, (int)fx_zp(&w->qp, c), (long long)c);
             return true;
         }
-    w->qmin = -128;
-    w->qmax = 127;
+    w->qmin = s && s->weight_range ? s->weight_qmin : -128;
+    w->qmax = s && s->weight_range ? s->weight_qmax : 127;
     w->out_axis = op->op == QF_OP_CONV_TRANSPOSE                             ? 1
                   : op->op == QF_OP_GEMM && !qf_node_attr_int(op, "transB", 0) ? 1
                                                                               : 0;
@@ -385,7 +390,8 @@ static bool fx_sole(const qf_value *v, const qf_node *by)
 /* Match the chain ending in bn. Returns QF_OK with *skip set (why filled)
  * when bn is no QAT chain or one left alone, QF_OK with *skip false when it
  * folds, an error naming the node for a chain qfold does not know. */
-static qf_status fx_chain_match(const qf_graph *g, qf_node *bn, fx_chain *c, bool *skip, char *why, size_t size)
+static qf_status fx_chain_match(const qf_graph *g, const qf_quant_finalize_session *s, qf_node *bn, fx_chain *c,
+                                bool *skip, char *why, size_t size)
 {
     memset(c, 0, sizeof *c);
     *skip = true;
@@ -406,7 +412,7 @@ static qf_status fx_chain_match(const qf_graph *g, qf_node *bn, fx_chain *c, boo
         p = x ? x->producer : NULL;
     }
     qf_status st = QF_OK;
-    if (!p || !fx_weight_of(p, &c->w, &st)) {
+    if (!p || !fx_weight_of(p, s, &c->w, &st)) {
         qf_rewrite_why(why, size, "not after a Conv / ConvTranspose / Gemm with a fake-quantized weight");
         return QF_OK;
     }
@@ -793,11 +799,11 @@ static qf_status fx_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
     }
     for (int i = 0; i < nop && st == QF_OK; i++) {
         fx_weight w;
-        fx_weight_of(ops[i], &w, &st);
+        fx_weight_of(ops[i], s, &w, &st);
     }
     char why[256];
     for (int i = 0; i < nbn && st == QF_OK; i++) {
-        st = fx_chain_match(g, bns[i], &chains[i], &skip[i], why, sizeof why);
+        st = fx_chain_match(g, s, bns[i], &chains[i], &skip[i], why, sizeof why);
         if (st == QF_OK && skip[i]) qf_pass_skip(ctx, bns[i], "%s", why);
     }
     if (st != QF_OK) goto done;
@@ -811,7 +817,7 @@ static qf_status fx_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
     for (int i = 0; i < nop && st == QF_OK; i++) {
         fx_weight w;
         qf_status wst;
-        if (!fx_alive(g, ops[i]) || !fx_weight_of(ops[i], &w, &wst)) continue;
+        if (!fx_alive(g, ops[i]) || !fx_weight_of(ops[i], s, &w, &wst)) continue;
         if ((st = wst) != QF_OK) break;
         char wname[400];
         snprintf(wname, sizeof wname, "%s", w.w->name);
