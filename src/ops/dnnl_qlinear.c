@@ -21,9 +21,12 @@
  * zero point other than 0, uint8 weights, a multiplier the fixed-point path
  * refuses, anything oneDNN has no implementation for.
  *
- * The activation and output stay NCHW (io->in_nhwc / out_nhwc are not
- * accepted: layouts 0); the reorders to oneDNN's layout use the plan's
- * backend scratch, as does the user-managed scratchpad.
+ * The activation and output are NCHW or NHWC as the plan's layout says
+ * (io->in_nhwc / out_nhwc bit 0: the integer executor's plans keep int8
+ * activations channels-last between these convs, src/exec/layout.c); a
+ * reorder to and from the layout oneDNN picks runs only where that differs
+ * (nhwc is its int8 layout on AVX-512 / VNNI, so none there). The reorders
+ * use the plan's backend scratch, as does the user-managed scratchpad.
  */
 #include <string.h>
 
@@ -238,8 +241,8 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     const qf_tensor *x = io->in[0], *w = io->in[3], *y = io->out[0];
     const qf_tensor *b = io->nin > 8 ? io->in[8] : NULL;
     dnnl_memory_desc_t x_md, x_any, w_any, b_md, y_md, y_any;
-    QF_TRY(qf_dnnl_md(n, &x_md, x, false));
-    QF_TRY(qf_dnnl_md(n, &y_md, y, false));
+    QF_TRY(qf_dnnl_md(n, &x_md, x, io->in_nhwc & 1u));
+    QF_TRY(qf_dnnl_md(n, &y_md, y, io->out_nhwc & 1u));
     dnnl_dims_t dims;
     for (int i = 0; i < x->ndim; i++) dims[i] = x->dims[i];
     QF_TRY(qf_dnnl_check(
@@ -315,7 +318,7 @@ static qf_status qdnnl_prepare(const qf_kernel_io *io, void *state)
 {
     qdnnl_state *s = state;
     memset(s, 0, sizeof *s);
-    if (!qf_dnnl()) return QF_ERR_UNSUPPORTED;
+    if (!qf_dnnl() || io->nfused || (io->in_nhwc & ~1u) || (io->out_nhwc & ~1u)) return QF_ERR_UNSUPPORTED;
     qf_qconv_state ref;
     QF_TRY(qf_qconv_prepare(io, true, &ref));
     const qf_conv_geom *cg = &ref.geom;
@@ -387,6 +390,7 @@ const qf_backend_kernels qf_qlinear_conv_dnnl = {
     .release = qdnnl_release,
     .scratch = qdnnl_scratch,
     .forward_f32 = qdnnl_forward,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
 };
 
 #endif /* QF_HAVE_DNNL */
