@@ -18,6 +18,8 @@
  *   start-up   prints {"load_ms":..,"plan_ms":..,"arena_bytes":..,"naive_bytes":..}
  *   "run K"    runs K times; prints the K wall times in ms on one line
  *   "save P"   writes output 0 of the last run to P (.npy), prints "ok"
+ *   "plan"     prints the plan (as `qfold inspect --plan`: kernels, layouts,
+ *              fusions, reorders) to stderr, then "ok"
  *   "quit"     (or end of input) frees everything and exits
  */
 #include <stdio.h>
@@ -62,6 +64,9 @@ static int serve(qf_plan *plan, const qf_tensor *x)
         } else if (!strncmp(line, "save ", 5)) {
             qf_status st = qf_npy_save(line + 5, qf_plan_output(plan, 0));
             if (st != QF_OK) return fail("save", st);
+            printf("ok\n");
+        } else if (!strcmp(line, "plan")) {
+            qf_plan_print(plan, stderr);
             printf("ok\n");
         } else if (!strcmp(line, "quit")) {
             break;

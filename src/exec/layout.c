@@ -30,9 +30,16 @@
 /* Whether the backend computes follower f as a post-op of producer p. */
 static bool lay_can_fuse(const qf_node *p, const qf_node *f) { return qf_dnnl_can_fuse(p, f); }
 
+/* The dtypes a planned layout covers: float activations, and the integer
+ * executor's int8 / uint8 ones (between its oneDNN int8 convs). */
+static bool lay_dtype(qf_dtype dt)
+{
+    return dt == QF_DTYPE_F32 || dt == QF_DTYPE_I8 || dt == QF_DTYPE_U8;
+}
+
 static bool lay_eligible(const qf_value *v)
 {
-    return v && v->type.dtype == QF_DTYPE_F32 && v->type.ndim == 4 && !v->type.data &&
+    return v && lay_dtype(v->type.dtype) && v->type.ndim == 4 && !v->type.data &&
            (v->producer || v->kind == QF_VALUE_INPUT);
 }
 
@@ -67,9 +74,11 @@ static bool lay_free_shape(const qf_tensor *t)
 }
 
 /* A reference kernel that is layout-agnostic here: an elementwise kernel
- * (qf_op_kernels.layouts) with a 4-D float output whose inputs are 4-D
- * activations (of the output's shape, or broadcast to it), tensors whose
- * bytes are the same in both layouts, or single elements. Run channels-last,
+ * (qf_op_kernels.layouts) with a 4-D float / int8 output whose inputs are 4-D
+ * activations (of the output's shape, or broadcast to it; a QuantizeLinear's
+ * may have another dtype than its output), tensors whose bytes are the same
+ * in both layouts, or single elements (per-tensor qparams; a per-axis scale
+ * is 1-D and keeps the node NCHW). Run channels-last,
  * it gets views with the dims permuted to N, H, W, C, so that its
  * broadcasting follows the memory (plan.c). */
 static bool lay_agnostic(const qf_layout *L, int i)
@@ -79,11 +88,11 @@ static bool lay_agnostic(const qf_layout *L, int i)
     if (L->plain || L->np[i].cap != QF_CAP_REF || !(k->layouts & QF_LAYOUT_NHWC) || n->noutputs < 1)
         return false;
     const qf_tensor *o = &n->outputs[0]->type;
-    if (o->ndim != 4 || o->dtype != QF_DTYPE_F32) return false;
+    if (o->ndim != 4 || !lay_dtype(o->dtype)) return false;
     for (int j = 0; j < n->ninputs; j++) {
         const qf_value *v = n->inputs[j];
         if (!v || qf_tensor_numel(&v->type) == 1) continue;
-        if (v->type.dtype != o->dtype || v->type.ndim != 4) return false;
+        if (!lay_dtype(v->type.dtype) || v->type.ndim != 4) return false;
         if (!lay_eligible(v) && !lay_free_shape(&v->type))
             return false; /* a constant stored NCHW */
     }
@@ -306,13 +315,22 @@ void qf_layout_plan(qf_layout *L, const qf_graph *g)
 /* --- the reorder kernel ---------------------------------------------------- */
 
 typedef struct lay_transpose {
-    const float *src;
-    float *dst;
+    const void *src;
+    void *dst;
     int64_t rows, cols; /* per image: src is rows x cols, dst cols x rows */
     int64_t tiles_r, tiles_c;
+    size_t elem; /* 4 (float) or 1 (int8) */
 } lay_transpose;
 
 enum { LAY_TILE = 32 };
+
+#define LAY_TILE_LOOP_(T)                                                                    \
+    do {                                                                                    \
+        const T *s = (const T *)c->src + img * c->rows * c->cols;                           \
+        T *d = (T *)c->dst + img * c->rows * c->cols;                                       \
+        for (int64_t r = r0; r < r1; r++)                                                   \
+            for (int64_t k = c0; k < c1; k++) d[k * c->rows + r] = s[r * c->cols + k];      \
+    } while (0)
 
 /* Tile t of the images' rows x cols matrices, transposed: reads and writes
  * both stay within a few cache lines per row of the tile. */
@@ -325,12 +343,11 @@ static void lay_transpose_body(void *ctx, int64_t lo, int64_t hi)
         int64_t r0 = rem / c->tiles_c * LAY_TILE, c0 = rem % c->tiles_c * LAY_TILE;
         int64_t r1 = r0 + LAY_TILE < c->rows ? r0 + LAY_TILE : c->rows;
         int64_t c1 = c0 + LAY_TILE < c->cols ? c0 + LAY_TILE : c->cols;
-        const float *s = c->src + img * c->rows * c->cols;
-        float *d = c->dst + img * c->rows * c->cols;
-        for (int64_t r = r0; r < r1; r++)
-            for (int64_t k = c0; k < c1; k++) d[k * c->rows + r] = s[r * c->cols + k];
+        if (c->elem == 1) LAY_TILE_LOOP_(uint8_t);
+        else LAY_TILE_LOOP_(uint32_t);
     }
 }
+#undef LAY_TILE_LOOP_
 
 qf_status qf_exec_reorder(const qf_kernel_io *io)
 {
@@ -339,14 +356,18 @@ qf_status qf_exec_reorder(const qf_kernel_io *io)
     int64_t n = x->dims[0], ch = x->dims[1], sp = 1;
     for (int d = 2; d < x->ndim; d++) sp *= x->dims[d];
     const bool to_nhwc = io->out_nhwc & 1u;
-    if ((io->in_nhwc & 1u) == (io->out_nhwc & 1u) || ch <= 1 || sp <= 1) {
+    const size_t elem = qf_dtype_size(x->dtype);
+    if ((io->in_nhwc & 1u) == (io->out_nhwc & 1u) || ch <= 1 || sp <= 1 || (elem != 1 && elem != 4)) {
         memcpy(y->data, x->data, qf_tensor_nbytes(x));
         return QF_OK;
     }
     /* NCHW -> NHWC transposes each image's C x HW matrix, NHWC -> NCHW its
      * HW x C one. */
-    lay_transpose c = {
-        .src = x->data, .dst = y->data, .rows = to_nhwc ? ch : sp, .cols = to_nhwc ? sp : ch};
+    lay_transpose c = {.src = x->data,
+                       .dst = y->data,
+                       .rows = to_nhwc ? ch : sp,
+                       .cols = to_nhwc ? sp : ch,
+                       .elem = elem};
     c.tiles_r = (c.rows + LAY_TILE - 1) / LAY_TILE;
     c.tiles_c = (c.cols + LAY_TILE - 1) / LAY_TILE;
     int64_t tiles = n * c.tiles_r * c.tiles_c;

@@ -1,5 +1,6 @@
 /* MaxPool, AveragePool and GlobalAveragePool on oneDNN's pooling primitive
- * (float32 forward, 1-D to 3-D, X and Y channels-first or channels-last).
+ * (float32 forward, MaxPool also int8 / uint8; 1-D to 3-D, X and Y
+ * channels-first or channels-last).
  *
  * Geometry as the reference (spatial.h: kernel, strides, dilations, pads,
  * auto_pad, ceil_mode). oneDNN wants out = (in + pl + pr - dk) / s + 1 with
@@ -23,8 +24,14 @@ typedef enum { DPOOL_MAX, DPOOL_AVG, DPOOL_GLOBAL_AVG } dpool_kind;
 static qf_status dpool_build(const qf_kernel_io *io, qf_dk_prim *p, dpool_kind kind)
 {
     const qf_node *n = io->node;
-    if (io->nin != 1 || !io->in[0] || io->nout != 1 || io->nfused || !qf_dk_all_f32(io))
-        return QF_DK_DECLINE;
+    if (io->nin != 1 || !io->in[0] || io->nout != 1 || io->nfused) return QF_DK_DECLINE;
+    /* MaxPool also on the integer executor's int8 / uint8 activations (a
+     * max of integers: exact). */
+    const qf_dtype xdt = io->in[0]->dtype;
+    const bool int8 = kind == DPOOL_MAX && (xdt == QF_DTYPE_I8 || xdt == QF_DTYPE_U8) && io->out[0]->dtype == xdt;
+    if (!int8 && !qf_dk_all_f32(io)) return QF_DK_DECLINE;
+    for (int i = 0; int8 && i < io->in[0]->ndim; i++)
+        if (io->in[0]->dims[i] < 1) return QF_DK_DECLINE;
     if ((io->in_nhwc & ~1u) || (io->out_nhwc & ~1u)) return QF_DK_DECLINE;
     const qf_tensor *x = io->in[0], *y = io->out[0];
     if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX || y->ndim != x->ndim) return QF_DK_DECLINE;

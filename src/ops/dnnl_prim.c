@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dnnl_kernels.h"
+#include "qlinear.h"
 
 #if QF_HAVE_DNNL
 
@@ -378,6 +379,7 @@ static bool dk_post_op_kind(const qf_node *q)
 
 bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower)
 {
+    if (producer && follower && producer->op == QF_OP_QLINEAR_CONV) return qf_qdnnl_can_fuse(producer, follower);
     if (!producer || !follower || !dk_producer_fuses(producer->op) || producer->noutputs != 1)
         return false;
     /* The follower reads the producer's output, or (the plan asks in chain

@@ -21,9 +21,27 @@
  * zero point other than 0, uint8 weights, a multiplier the fixed-point path
  * refuses, anything oneDNN has no implementation for.
  *
- * The activation and output stay NCHW (io->in_nhwc / out_nhwc are not
- * accepted: layouts 0); the reorders to oneDNN's layout use the plan's
- * backend scratch, as does the user-managed scratchpad.
+ * A residual qadd after the conv (the integer executor's int8 Add of the
+ * conv's output C and another int8 activation R of its shape, TFLite's
+ * arithmetic, src/ops/qadd.c) is fused when the plan asks (qf_dnnl_can_fuse)
+ * and the conv has no clamp of its own: the conv then writes the qadd's
+ * output, with output scales s_x s_W[c] / s_r and the post-ops
+ *
+ *   binary add R -> linear (s_r / s_y, -zp_r s_r / s_y) -> round
+ *   -> clip (the qadd's clamp less zp_y); + zp_y
+ *
+ * i.e. round((acc s_x s_W + (R - zp_r) s_r) / s_y) + zp_y in float, where
+ * the unfused pair rounds and saturates C to int8 first and TFLite's Add
+ * sums in 20-bit fixed point: the two differ by one LSB now and then (C's
+ * rounding is half of s_c, at most one step of s_y when s_c <= 2 s_y, which
+ * is asked), more only where C would saturate.
+ *
+ * The activation and output are NCHW or NHWC as the plan's layout says
+ * (io->in_nhwc / out_nhwc bit 0: the integer executor's plans keep int8
+ * activations channels-last between these convs, src/exec/layout.c); a
+ * reorder to and from the layout oneDNN picks runs only where that differs
+ * (nhwc is its int8 layout on AVX-512 / VNNI, so none there). The reorders
+ * use the plan's backend scratch, as does the user-managed scratchpad.
  */
 #include <string.h>
 
@@ -35,7 +53,7 @@
 
 typedef struct qdnnl_state {
     dnnl_primitive_t conv, reorder_in, reorder_out; /* reorders NULL when NCHW is oneDNN's layout */
-    dnnl_memory_t x_user, x_conv, w, b, y_conv, y_user, pad;
+    dnnl_memory_t x_user, x_conv, w, b, y_conv, y_user, pad, res; /* res: a fused qadd's other operand */
     void *w_raw;                 /* the reordered weights (qf_malloc), w's handle */
     size_t off_x, off_y, off_pad, scratch;
     bool has_bias;
@@ -48,7 +66,7 @@ static void qdnnl_release(void *state)
     dnnl_primitive_t prims[] = {s->conv, s->reorder_in, s->reorder_out};
     for (size_t i = 0; i < sizeof prims / sizeof prims[0]; i++)
         if (prims[i]) QF_DNNL(primitive_destroy)(prims[i]);
-    dnnl_memory_t mems[] = {s->x_user, s->x_conv, s->w, s->b, s->y_conv, s->y_user, s->pad};
+    dnnl_memory_t mems[] = {s->x_user, s->x_conv, s->w, s->b, s->y_conv, s->y_user, s->pad, s->res};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) QF_DNNL(memory_destroy)(mems[i]);
     qf_free(s->w_raw);
@@ -175,9 +193,62 @@ static qf_status qdnnl_weights(const qf_node *n, qdnnl_state *s, const qf_conv_g
     return st;
 }
 
+/* A fused residual qadd: the conv's output C and the other operand R (its
+ * scales and zero points), the qadd's output scale, zero point and clamp. */
+typedef struct qdnnl_res {
+    float sc, sr, sy;
+    int32_t zc, zr, zy, lo, hi;
+} qdnnl_res;
+
+/* A scalar constant of dtype dt (float32 or int8) as a double, or false. */
+static bool qdnnl_scalar(const qf_value *v, qf_dtype dt, double *out)
+{
+    if (!v || !qf_value_is_const(v) || v->type.dtype != dt || qf_tensor_numel(&v->type) != 1) return false;
+    *out = dt == QF_DTYPE_F32 ? (double)*(const float *)v->type.data : (double)*(const int8_t *)v->type.data;
+    return true;
+}
+
+/* The qadd f reading the output of conv p as a fused residual: int8 operands
+ * of one shape (no broadcasting), constant per-tensor qparams with
+ * s_c <= 2 s_y (C's skipped rounding is then within one output step), the
+ * qadd's clamp; false when it is not one. */
+static bool qdnnl_res_of(const qf_node *p, const qf_node *f, qdnnl_res *r)
+{
+    if (f->op != QF_OP_QADD || f->ninputs != 8 || f->noutputs != 1 || p->noutputs != 1) return false;
+    const qf_value *c = p->outputs[0];
+    const int ic = f->inputs[0] == c ? 0 : f->inputs[3] == c ? 3 : -1, ir = 3 - ic;
+    if (ic < 0 || f->inputs[ir] == c || !f->inputs[ir]) return false;
+    const qf_tensor *ct = &c->type, *rt = &f->inputs[ir]->type, *yt = &f->outputs[0]->type;
+    if (ct->dtype != QF_DTYPE_I8 || rt->dtype != QF_DTYPE_I8 || yt->dtype != QF_DTYPE_I8 ||
+        !qf_shape_equal(ct->ndim, ct->dims, rt->ndim, rt->dims) ||
+        !qf_shape_equal(ct->ndim, ct->dims, yt->ndim, yt->dims))
+        return false;
+    double v[6];
+    if (!qdnnl_scalar(f->inputs[ic + 1], QF_DTYPE_F32, &v[0]) || !qdnnl_scalar(f->inputs[ic + 2], QF_DTYPE_I8, &v[1]) ||
+        !qdnnl_scalar(f->inputs[ir + 1], QF_DTYPE_F32, &v[2]) || !qdnnl_scalar(f->inputs[ir + 2], QF_DTYPE_I8, &v[3]) ||
+        !qdnnl_scalar(f->inputs[6], QF_DTYPE_F32, &v[4]) || !qdnnl_scalar(f->inputs[7], QF_DTYPE_I8, &v[5]))
+        return false;
+    if (!(v[0] > 0.0 && v[2] > 0.0 && v[4] > 0.0 && v[0] <= 2.0 * v[4])) return false;
+    *r = (qdnnl_res){.sc = (float)v[0], .zc = (int32_t)v[1], .sr = (float)v[2],
+                     .zr = (int32_t)v[3], .sy = (float)v[4], .zy = (int32_t)v[5]};
+    if (qf_int8_clamp_attr(f, &r->lo, &r->hi) != QF_OK) {
+        qf_error_clear();
+        return false;
+    }
+    return true;
+}
+
+bool qf_qdnnl_can_fuse(const qf_node *producer, const qf_node *follower)
+{
+    qdnnl_res r;
+    return qdnnl_res_of(producer, follower, &r);
+}
+
 /* The convolution's attributes: output scales per channel, the input's and
- * output's zero points, the clamp of a fused activation. */
-static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, dnnl_primitive_attr_t attr)
+ * output's zero points, the clamp of a fused activation; with a fused
+ * residual (res), its post-ops and the binary operand's descriptor res_md. */
+static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, const qdnnl_res *res,
+                            const dnnl_memory_desc_t *res_md, dnnl_primitive_attr_t attr)
 {
     const qf_node *n = io->node;
     const qf_conv_geom *cg = &ref->geom;
@@ -200,12 +271,14 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, d
         } else {
             scale[c] = qf_int8_combined_scale(xs, ws[c], ys);
         }
+        /* Fused residual: the accumulator in units of R's scale. */
+        if (res) scale[c] = (float)((double)xs * (double)ws[c] / (double)res->sr);
     }
     QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_attr_set_scratchpad_mode)(attr, dnnl_scratchpad_mode_user),
                          "attributes"));
     QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_attr_set_output_scales)(attr, nch, nch > 1 ? 1 << 1 : 0, scale),
                          "output scales"));
-    const int32_t xz = io->in[2] ? qdnnl_zp(io->in[2], 0) : 0, yz = qdnnl_zp(io->in[7], 0);
+    const int32_t xz = io->in[2] ? qdnnl_zp(io->in[2], 0) : 0, yz = res ? res->zy : qdnnl_zp(io->in[7], 0);
     if (xz)
         QF_TRY(qf_dnnl_try(n, QF_DNNL(primitive_attr_set_zero_points)(attr, DNNL_ARG_SRC, 1, 0, &xz), "zero points"));
     if (yz)
@@ -219,8 +292,29 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, d
     const int32_t dlo = ref->ydt == QF_DTYPE_U8 ? 0 : -128, dhi = ref->ydt == QF_DTYPE_U8 ? 255 : 127;
     dnnl_post_ops_t po = NULL;
     QF_TRY(qf_dnnl_check(n, QF_DNNL(post_ops_create)(&po), "post-ops"));
-    qf_status st = qf_dnnl_check(n, QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_round, 0.0f, 0.0f),
-                                 "post-ops");
+    qf_status st = QF_OK;
+    if (res) {
+        /* acc s_x s_W / s_r + R -> ((.) - zp_r) s_r / s_y -> round -> the
+         * qadd's clamp (less zp_y, which oneDNN adds after). */
+        const float k = res->sr / res->sy;
+        st = qf_dnnl_check(n, QF_DNNL(post_ops_append_binary)(po, dnnl_binary_add, res_md), "binary post-op");
+        if (st == QF_OK)
+            st = qf_dnnl_check(
+                n, QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_linear, k, -(float)res->zr * k),
+                "post-ops");
+        if (st == QF_OK)
+            st = qf_dnnl_check(n, QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_round, 0.0f, 0.0f),
+                               "post-ops");
+        if (st == QF_OK)
+            st = qf_dnnl_check(n,
+                               QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_clip, (float)(res->lo - yz),
+                                                                (float)(res->hi - yz)),
+                               "post-ops");
+        if (st == QF_OK) st = qf_dnnl_check(n, QF_DNNL(primitive_attr_set_post_ops)(attr, po), "post-ops");
+        QF_DNNL(post_ops_destroy)(po);
+        return st;
+    }
+    st = qf_dnnl_check(n, QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_round, 0.0f, 0.0f), "post-ops");
     if (st == QF_OK && (ref->lo != dlo || ref->hi != dhi))
         st = qf_dnnl_check(n,
                            QF_DNNL(post_ops_append_eltwise)(po, 1.0f, dnnl_eltwise_clip, (float)(ref->lo - yz),
@@ -231,22 +325,30 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, d
     return st;
 }
 
-static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, qdnnl_state *s)
+static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, const qdnnl_res *res,
+                             qdnnl_state *s)
 {
     const qf_node *n = io->node;
     const qf_conv_geom *cg = &ref->geom;
     const qf_tensor *x = io->in[0], *w = io->in[3], *y = io->out[0];
     const qf_tensor *b = io->nin > 8 ? io->in[8] : NULL;
-    dnnl_memory_desc_t x_md, x_any, w_any, b_md, y_md, y_any;
-    QF_TRY(qf_dnnl_md(n, &x_md, x, false));
-    QF_TRY(qf_dnnl_md(n, &y_md, y, false));
+    dnnl_memory_desc_t x_md, x_any, w_any, b_md, y_md, y_any, r_md;
+    QF_TRY(qf_dnnl_md(n, &x_md, x, io->in_nhwc & 1u));
+    QF_TRY(qf_dnnl_md(n, &y_md, y, io->out_nhwc & 1u));
+    /* A fused residual is read in the output's layout, which the primitive
+     * then writes directly. */
+    if (res) QF_TRY(qf_dnnl_md(n, &r_md, io->post_in[0], io->out_nhwc & 1u));
     dnnl_dims_t dims;
     for (int i = 0; i < x->ndim; i++) dims[i] = x->dims[i];
     QF_TRY(qf_dnnl_check(
         n, QF_DNNL(memory_desc_init_by_tag)(&x_any, x->ndim, dims, x_md.data_type, dnnl_format_tag_any), "input"));
     for (int i = 0; i < y->ndim; i++) dims[i] = y->dims[i];
-    QF_TRY(qf_dnnl_check(
-        n, QF_DNNL(memory_desc_init_by_tag)(&y_any, y->ndim, dims, y_md.data_type, dnnl_format_tag_any), "output"));
+    if (res)
+        y_any = y_md;
+    else
+        QF_TRY(qf_dnnl_check(
+            n, QF_DNNL(memory_desc_init_by_tag)(&y_any, y->ndim, dims, y_md.data_type, dnnl_format_tag_any),
+            "output"));
     const int nd = qdnnl_weight_dims(cg, w, dims);
     QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&w_any, nd, dims, dnnl_s8, dnnl_format_tag_any),
                          "weights"));
@@ -270,7 +372,7 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
     QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_attr_create)(&attr), "attributes"));
-    qf_status st = qdnnl_attr(io, ref, attr);
+    qf_status st = qdnnl_attr(io, ref, res, res ? &r_md : NULL, attr);
     if (st == QF_OK) st = qdnnl_primitive(n, &cd, attr, &pd, "int8 convolution");
     QF_DNNL(primitive_attr_destroy)(attr);
     if (st != QF_OK) return st;
@@ -296,6 +398,7 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     if (st == QF_OK) st = qdnnl_memory(n, &s->y_conv, yc);
     if (st == QF_OK) st = qdnnl_memory(n, &s->y_user, &y_md);
     if (st == QF_OK && b) st = qdnnl_memory(n, &s->b, &b_md);
+    if (st == QF_OK && res) st = qdnnl_memory(n, &s->res, &r_md);
     if (st == QF_OK) {
         /* Every primitive runs on one scratchpad (they run one after another). */
         s->off_pad = qdnnl_take(&off, pad);
@@ -315,7 +418,10 @@ static qf_status qdnnl_prepare(const qf_kernel_io *io, void *state)
 {
     qdnnl_state *s = state;
     memset(s, 0, sizeof *s);
-    if (!qf_dnnl()) return QF_ERR_UNSUPPORTED;
+    if (!qf_dnnl() || io->nfused > 1 || (io->in_nhwc & ~1u) || (io->out_nhwc & ~1u)) return QF_ERR_UNSUPPORTED;
+    qdnnl_res res;
+    if (io->nfused && (!io->post_in || !io->post_in[0] || !qdnnl_res_of(io->node, io->fused[0], &res)))
+        return QF_ERR_UNSUPPORTED;
     qf_qconv_state ref;
     QF_TRY(qf_qconv_prepare(io, true, &ref));
     const qf_conv_geom *cg = &ref.geom;
@@ -334,7 +440,10 @@ static qf_status qdnnl_prepare(const qf_kernel_io *io, void *state)
             if (qdnnl_zp(io->in[5], i) != 0) return QF_ERR_UNSUPPORTED;
     }
     if (cg->n <= 0 || cg->m <= 0 || cg->c <= 0 || cg->out_plane <= 0 || cg->in_plane <= 0) return QF_ERR_UNSUPPORTED;
-    qf_status st = qdnnl_build(io, &ref, s);
+    /* With a fused residual the conv's own clamp must be the int8 range
+     * (C is not rounded or saturated on its own). */
+    if (io->nfused && (ref.ydt != QF_DTYPE_I8 || ref.lo != -128 || ref.hi != 127)) return QF_ERR_UNSUPPORTED;
+    qf_status st = qdnnl_build(io, &ref, io->nfused ? &res : NULL, s);
     if (st != QF_OK) {
         qdnnl_release(s);
         if (st == QF_ERR_UNSUPPORTED) qf_error_clear();
@@ -366,13 +475,20 @@ static qf_status qdnnl_forward(const qf_kernel_io *io)
         dnnl_exec_arg_t a[] = {{DNNL_ARG_FROM, s->x_user}, {DNNL_ARG_TO, s->x_conv}, {DNNL_ARG_SCRATCHPAD, s->pad}};
         QF_TRY(qdnnl_exec(n, s->reorder_in, 3, a, "input reorder"));
     }
-    dnnl_exec_arg_t a[5] = {{DNNL_ARG_SRC, s->x_conv},
+    dnnl_exec_arg_t a[6] = {{DNNL_ARG_SRC, s->x_conv},
                             {DNNL_ARG_WEIGHTS, s->w},
                             {DNNL_ARG_DST, s->y_conv},
-                            {DNNL_ARG_SCRATCHPAD, s->pad},
-                            {DNNL_ARG_BIAS, s->b}};
-    if (s->has_bias) QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->b, io->in[8]->data), "bias"));
-    QF_TRY(qdnnl_exec(n, s->conv, s->has_bias ? 5 : 4, a, "int8 convolution"));
+                            {DNNL_ARG_SCRATCHPAD, s->pad}};
+    int na = 4;
+    if (s->has_bias) {
+        QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->b, io->in[8]->data), "bias"));
+        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, s->b};
+    }
+    if (s->res) { /* the binary add is post-op 0 */
+        QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->res, io->post_in[0]->data), "residual"));
+        a[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, s->res};
+    }
+    QF_TRY(qdnnl_exec(n, s->conv, na, a, "int8 convolution"));
     if (s->reorder_out) {
         QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->y_user, y), "output"));
         dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, s->y_conv}, {DNNL_ARG_TO, s->y_user}, {DNNL_ARG_SCRATCHPAD, s->pad}};
@@ -387,6 +503,7 @@ const qf_backend_kernels qf_qlinear_conv_dnnl = {
     .release = qdnnl_release,
     .scratch = qdnnl_scratch,
     .forward_f32 = qdnnl_forward,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
 };
 
 #endif /* QF_HAVE_DNNL */

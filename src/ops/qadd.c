@@ -205,6 +205,8 @@ const qf_op_kernels qf_qadd_kernels = {
     .prepare = qf_qadd_prepare,
     .state_size = sizeof(qadd_state),
     .forward_f32 = qf_qadd_forward_f32,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC, /* elementwise, broadcasting by dims */
+    .inplace = true,                            /* each element read before it is written */
 };
 
 const qf_op_kernels qf_qmul_kernels = {
@@ -212,4 +214,6 @@ const qf_op_kernels qf_qmul_kernels = {
     .prepare = qf_qmul_prepare,
     .state_size = sizeof(qadd_state),
     .forward_f32 = qf_qadd_forward_f32,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC, /* elementwise, broadcasting by dims */
+    .inplace = true,                            /* each element read before it is written */
 };

@@ -39,6 +39,10 @@ qf_status qf_qconv_prepare(const qf_kernel_io *io, bool qlinear, qf_qconv_state 
 #if QF_HAVE_DNNL
 /* QLinearConv on oneDNN (src/ops/dnnl_qlinear.c). */
 extern const qf_backend_kernels qf_qlinear_conv_dnnl;
+/* Whether that kernel takes `follower` as post-ops: the integer executor's
+ * residual qadd of the conv's output and another int8 activation of its
+ * shape (qf_dnnl_can_fuse asks for a QLinearConv producer). */
+bool qf_qdnnl_can_fuse(const qf_node *producer, const qf_node *follower);
 #endif
 
 #endif

@@ -348,6 +348,7 @@ static qf_status qf_dequantize_backward_f32(const qf_kernel_io *io)
 
 const qf_op_kernels qf_quantize_kernels = {
     .infer = qf_quantize_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC, /* per tensor: elementwise (layout.c checks) */
     .prepare = quant_prepare,
     .state_size = sizeof(quant_layout),
     .forward_f32 = qf_quantize_forward_f32,
@@ -357,6 +358,7 @@ const qf_op_kernels qf_quantize_kernels = {
 
 const qf_op_kernels qf_dequantize_kernels = {
     .infer = qf_dequantize_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC, /* per tensor: elementwise (layout.c checks) */
     .prepare = quant_prepare,
     .state_size = sizeof(quant_layout),
     .forward_f32 = qf_dequantize_forward_f32,

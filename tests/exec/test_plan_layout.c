@@ -408,6 +408,139 @@ static void test_inplace(void)
     qf_graph_free(g);
 }
 
+/* --- the integer executor's int8 graphs -------------------------------------- */
+
+static qf_value *scalar_const(qf_graph *g, const char *name, qf_dtype dt, double v)
+{
+    qf_tensor t;
+    if (qf_tensor_init(&t, dt, 0, NULL) != QF_OK) return NULL;
+    if (dt == QF_DTYPE_F32) *(float *)t.data = (float)v;
+    else *(int8_t *)t.data = (int8_t)v;
+    return qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, &t);
+}
+
+/* An int8 QLinearConv k x k (pad k/2) of the int8 activation x (scale sx, zero
+ * point zx) to cout channels at scale sy / zero point zy, per-channel weight
+ * scales, an int32 bias, ONNX's requantization, clamp [lo, 127] (a fused Relu
+ * when lo is zy). */
+static qf_value *qconv(qf_graph *g, const char *name, qf_value *x, double sx, int zx, int64_t cout, int64_t k,
+                       double sy, int zy, int lo)
+{
+    char nm[8][64];
+    static const char *suffix[] = {"sx", "zx", "w", "sw", "zw", "sy", "zy", "b"};
+    for (int i = 0; i < 8; i++) snprintf(nm[i], sizeof nm[i], "%s.%s", name, suffix[i]);
+    const int64_t cin = x->type.dims[1];
+    int64_t wd[4] = {cout, cin, k, k}, cd[1] = {cout};
+    qf_tensor w, sw, zw, b;
+    CHECK_OK(qf_tensor_init(&w, QF_DTYPE_I8, 4, wd));
+    CHECK_OK(qf_tensor_init(&sw, QF_DTYPE_F32, 1, cd));
+    CHECK_OK(qf_tensor_init(&zw, QF_DTYPE_I8, 1, cd));
+    CHECK_OK(qf_tensor_init(&b, QF_DTYPE_I32, 1, cd));
+    for (int64_t i = 0; i < qf_tensor_numel(&w); i++) ((int8_t *)w.data)[i] = (int8_t)(frand() * 127.0f);
+    for (int64_t c = 0; c < cout; c++) {
+        ((float *)sw.data)[c] = 0.002f + 0.001f * (float)(c % 5);
+        ((int8_t *)zw.data)[c] = 0;
+        ((int32_t *)b.data)[c] = (int32_t)(frand() * 2000.0f);
+    }
+    qf_value *in[9] = {x,
+                       scalar_const(g, nm[0], QF_DTYPE_F32, sx),
+                       scalar_const(g, nm[1], QF_DTYPE_I8, zx),
+                       qf_graph_add_constant(g, nm[2], QF_VALUE_PARAMETER, &w),
+                       qf_graph_add_constant(g, nm[3], QF_VALUE_CONSTANT, &sw),
+                       qf_graph_add_constant(g, nm[4], QF_VALUE_CONSTANT, &zw),
+                       scalar_const(g, nm[5], QF_DTYPE_F32, sy),
+                       scalar_const(g, nm[6], QF_DTYPE_I8, zy),
+                       qf_graph_add_constant(g, nm[7], QF_VALUE_PARAMETER, &b)};
+    qf_node *n = qf_graph_add_node(g, QF_OP_QLINEAR_CONV, name, 9, in, 1);
+    int64_t pads[4] = {k / 2, k / 2, k / 2, k / 2}, clamp[2] = {lo, 127};
+    CHECK_OK(qf_node_set_attr_ints(g, n, "pads", pads, 4));
+    CHECK_OK(qf_node_set_attr_ints(g, n, "qfold_clamp", clamp, 2));
+    return inferred(g, n);
+}
+
+static qf_value *qdq(qf_graph *g, qf_op op, const char *name, qf_value *x, double s, int z)
+{
+    char a[64], b[64];
+    snprintf(a, sizeof a, "%s.s", name);
+    snprintf(b, sizeof b, "%s.z", name);
+    qf_value *in[3] = {x, scalar_const(g, a, QF_DTYPE_F32, s), scalar_const(g, b, QF_DTYPE_I8, z)};
+    return inferred(g, qf_graph_add_node(g, op, name, 3, in, 1));
+}
+
+/* The integer executor's lowered residual block, as qf_quant_lower_int8
+ * writes it: Q -> QLinearConv(+Relu) -> QLinearConv -> qadd (TFLite's integer
+ * Add) -> int8 MaxPool -> DQ, and a second branch QLinearConv 1x1 -> DQ. The
+ * int8 activations stay channels-last from the quantized input on: the only
+ * reorders are the float input's and the two outputs'. The qadd is fused
+ * into the conv before it (oneDNN computes C + R in float without rounding C
+ * to int8 first: within one step of the output scale of TFLite's Add); with
+ * ONNX's requantization oneDNN's int8 convs equal the reference's, so the
+ * 1x1 branch matches exactly. */
+static void test_int8_chain(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 16, 9, 7};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *xq = qdq(g, QF_OP_QUANTIZE, "q", x, 0.01, 3);
+    qf_value *a = qconv(g, "c1", xq, 0.01, 3, 16, 3, 0.05, -20, -20);
+    qf_value *b = qconv(g, "c2", a, 0.05, -20, 16, 3, 0.4, 5, -128);
+    qf_value *in[8] = {b,
+                       scalar_const(g, "add.sa", QF_DTYPE_F32, 0.4),
+                       scalar_const(g, "add.za", QF_DTYPE_I8, 5),
+                       a,
+                       scalar_const(g, "add.sb", QF_DTYPE_F32, 0.05),
+                       scalar_const(g, "add.zb", QF_DTYPE_I8, -20),
+                       scalar_const(g, "add.sy", QF_DTYPE_F32, 0.3),
+                       scalar_const(g, "add.zy", QF_DTYPE_I8, -7)};
+    qf_node *an = qf_graph_add_node(g, QF_OP_QADD, "add", 8, in, 1);
+    int64_t clamp[2] = {-7, 127};
+    CHECK_OK(qf_node_set_attr_ints(g, an, "qfold_clamp", clamp, 2));
+    qf_value *mp = pool(g, QF_OP_MAX_POOL, "mp", inferred(g, an));
+    qf_value *y = qdq(g, QF_OP_DEQUANTIZE, "dq", mp, 0.3, -7);
+    qf_value *c3 = qconv(g, "c3", a, 0.05, -20, 8, 1, 0.2, 0, -128);
+    qf_value *z = qdq(g, QF_OP_DEQUANTIZE, "dq3", c3, 0.2, 0);
+    CHECK_OK(qf_graph_add_output(g, y));
+    CHECK_OK(qf_graph_add_output(g, z));
+
+    qf_tensor xt = input_for(g);
+    qf_plan *ref = plan_run(g, QF_ENGINE_REF, &xt);
+    qf_plan *p = have_dnnl ? plan_run(g, QF_ENGINE_DNNL, &xt) : NULL;
+    if (p && ref) {
+        /* The fused add: every element within one step (0.3) of the
+         * reference, most equal (C's skipped rounding is up to 0.67 of a
+         * step here, s_c / s_y = 4 / 3); the 1x1 branch: equal. */
+        const qf_tensor *yd = qf_plan_output(p, 0), *yr = qf_plan_output(ref, 0);
+        const float *u = yd->data, *v = yr->data;
+        int64_t n = qf_tensor_numel(yr), equal = 0, within = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double diff = fabs((double)u[i] - v[i]) / 0.3;
+            equal += diff < 0.5;
+            within += diff < 1.5;
+        }
+        CHECKF(within == n && equal >= n * 6 / 10, "int8 chain: add: %lld of %lld within 1 LSB, %lld equal",
+               (long long)within, (long long)n, (long long)equal);
+        double r = rel_diff(qf_plan_output(p, 1), qf_plan_output(ref, 1));
+        CHECKF(r == 0.0, "int8 chain: the 1x1 branch differs (%.3g relative)", r);
+        plan_stats s = stats(p);
+        CHECKF(s.reorders == 3 && reordered(p, "x") && reordered(p, y->name) && reordered(p, z->name),
+               "int8 chain: %d reorders, want 3 (x, y, z)", s.reorders);
+        static const char *const on_dnnl[] = {"c1", "c2", "mp", "c3"};
+        for (size_t i = 0; i < sizeof on_dnnl / sizeof on_dnnl[0]; i++) {
+            qf_plan_step_info info;
+            CHECKF(step_of(p, on_dnnl[i], &info) >= 0 && info.backend && (info.in_nhwc & 1u) && info.out_nhwc == 1,
+                   "int8 chain: %s not on dnnl channels-last", on_dnnl[i]);
+        }
+        qf_plan_step_info ai;
+        CHECK(step_of(p, "add", &ai) >= 0 && !strcmp(ai.node->name, "c2") && ai.nfused == 1);
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_plan_free(ref);
+    qf_tensor_free(&xt);
+    qf_graph_free(g);
+}
+
 /* What a per-step hook sees. */
 typedef struct seen {
     int calls;
@@ -482,6 +615,7 @@ int main(void)
     RUN(test_middle_output);
     RUN(test_pools);
     RUN(test_broadcast);
+    RUN(test_int8_chain);
     RUN(test_inplace);
     RUN(test_hook_plain);
     return qf_check_report();
