@@ -112,7 +112,7 @@ qf_status qf_tfl_emit_float(ex *e, qf_node *n)
     }
     int32_t in[2];
     for (int i = 0; i < (binary ? 2 : 1); i++) {
-        const qf_value *x;
+        const qf_value *x = NULL;
         tfl_qp xq;
         QF_TRY(group_in(e, n, i, &x, &xq));
         QF_TRY(qf_tfl_operand(e, n, x, xq, rank, &in[i]));
@@ -143,7 +143,7 @@ qf_status qf_tfl_emit_float(ex *e, qf_node *n)
  * qparams). */
 qf_status qf_tfl_emit_act(ex *e, qf_node *n)
 {
-    const qf_value *x, *y;
+    const qf_value *x = NULL, *y = NULL;
     tfl_qp xq, yq;
     QF_TRY(group_in(e, n, 0, &x, &xq));
     QF_TRY(group_out(e, n, &y, &yq, NULL));
@@ -210,7 +210,7 @@ static qf_status add_transpose(ex *e, const qf_node *n, int xi, const int32_t pe
  * TRANSPOSE to NCHW before / to NHWC after where the orders differ. */
 qf_status qf_tfl_emit_reshape(ex *e, qf_node *n)
 {
-    const qf_value *x, *y;
+    const qf_value *x = NULL, *y = NULL;
     tfl_qp xq, yq;
     QF_TRY(group_in(e, n, 0, &x, &xq));
     QF_TRY(group_out(e, n, &y, &yq, NULL));
@@ -260,7 +260,7 @@ qf_status qf_tfl_emit_reshape(ex *e, qf_node *n)
 /* TRANSPOSE with the permutation mapped to NHWC. */
 qf_status qf_tfl_emit_transpose(ex *e, qf_node *n)
 {
-    const qf_value *x, *y;
+    const qf_value *x = NULL, *y = NULL;
     tfl_qp xq, yq;
     QF_TRY(group_in(e, n, 0, &x, &xq));
     QF_TRY(group_out(e, n, &y, &yq, NULL));
@@ -287,7 +287,7 @@ qf_status qf_tfl_emit_transpose(ex *e, qf_node *n)
 /* PAD (constant mode, value 0: TFLite pads int8 with the zero point). */
 qf_status qf_tfl_emit_pad_node(ex *e, qf_node *n)
 {
-    const qf_value *x, *y;
+    const qf_value *x = NULL, *y = NULL;
     tfl_qp xq, yq;
     QF_TRY(group_in(e, n, 0, &x, &xq));
     QF_TRY(group_out(e, n, &y, &yq, NULL));

@@ -257,7 +257,7 @@ static int nr_load(const char *path, int store, qf_tensor *out, char *err, size_
     qf_status st = qf_onnx_tensor_load(path, out);
     if (st == QF_OK) return 0;
     if ((store & QF_STORE_DTYPE) == QF_STORE_BF16) return nr_load_bf16(path, out, err, errsz);
-    snprintf(err, errsz, "reading %s: %s: %s", path, qf_status_name(st), qf_error_message());
+    snprintf(err, errsz, "reading %.900s: %s: %.900s", path, qf_status_name(st), qf_error_message());
     return -1;
 }
 
