@@ -237,10 +237,10 @@ static int64_t bn_grain(int64_t per_channel)
  *
  * X is [P][C]. Each slice takes a range of channels (a multiple of 16 where
  * there are enough: whole cache lines per thread) and walks all P rows,
- * BN_CBLK channels at a time, with one double accumulator per channel: a
+ * BN_CBLK (16) channels at a time, with one double accumulator per channel: a
  * channel's sum runs over its P values in row order (one chain per channel,
  * the chains of neighbouring channels side by side in a vector). */
-#define BN_CBLK 64
+#define BN_CBLK 16
 
 static int64_t bn_nhwc_grain(int64_t rows, int64_t c)
 {
@@ -249,30 +249,40 @@ static int64_t bn_nhwc_grain(int64_t rows, int64_t c)
     return g;
 }
 
+/* One block of w <= BN_CBLK channels from c0. Inlined with w = BN_CBLK for
+ * whole blocks, so that the accumulators stay in registers (with a variable
+ * w they live on the stack, each row's add waiting on the last one's store). */
+static inline __attribute__((always_inline)) void bn_stats_nhwc_block(const bn_job *j, int64_t c0, int64_t w)
+{
+    const int64_t rows = j->nb * j->inner, c = j->c;
+    const double cnt = (double)rows;
+    double s[BN_CBLK] = {0}, ss[BN_CBLK] = {0}, mu[BN_CBLK];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = j->x + r * c + c0;
+        for (int64_t k = 0; k < w; k++) s[k] += p[k];
+    }
+    for (int64_t k = 0; k < w; k++) mu[k] = s[k] / cnt;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = j->x + r * c + c0;
+        for (int64_t k = 0; k < w; k++) {
+            const double d = p[k] - mu[k];
+            ss[k] += d * d;
+        }
+    }
+    for (int64_t k = 0; k < w; k++) {
+        j->smean[c0 + k] = mu[k];
+        j->sinv[c0 + k] = ss[k] / cnt;
+    }
+}
+
 QF_VECTOR_CLONES static void bn_stats_nhwc_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
-    const int64_t rows = j->nb * j->inner, c = j->c;
-    const double cnt = (double)rows;
     for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
-        const int64_t w = hi - c0 < BN_CBLK ? hi - c0 : BN_CBLK;
-        double s[BN_CBLK] = {0}, ss[BN_CBLK] = {0}, mu[BN_CBLK];
-        for (int64_t r = 0; r < rows; r++) {
-            const float *p = j->x + r * c + c0;
-            for (int64_t k = 0; k < w; k++) s[k] += p[k];
-        }
-        for (int64_t k = 0; k < w; k++) mu[k] = s[k] / cnt;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *p = j->x + r * c + c0;
-            for (int64_t k = 0; k < w; k++) {
-                const double d = p[k] - mu[k];
-                ss[k] += d * d;
-            }
-        }
-        for (int64_t k = 0; k < w; k++) {
-            j->smean[c0 + k] = mu[k];
-            j->sinv[c0 + k] = ss[k] / cnt;
-        }
+        if (hi - c0 >= BN_CBLK)
+            bn_stats_nhwc_block(j, c0, BN_CBLK);
+        else
+            bn_stats_nhwc_block(j, c0, hi - c0);
     }
 }
 
@@ -309,59 +319,66 @@ QF_VECTOR_CLONES static void bn_affine_nhwc_slice(void *ctx, int64_t lo, int64_t
     }
 }
 
+static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const bn_job *j, int64_t c0, int64_t w)
+{
+    const int64_t rows = j->nb * j->inner, c = j->c;
+    const double cnt = (double)rows;
+    double mu[BN_CBLK], inv[BN_CBLK], sum[BN_CBLK] = {0}, dotp[BN_CBLK] = {0};
+    float a[BN_CBLK], gm[BN_CBLK], kk[BN_CBLK], muf[BN_CBLK];
+    for (int64_t k = 0; k < w; k++) {
+        const int64_t ch = c0 + k;
+        if (j->batch) {
+            mu[k] = j->smean[ch];
+            inv[k] = j->sinv[ch];
+        } else {
+            mu[k] = qf_tensor_get_f64(j->mean, ch);
+            inv[k] = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
+        }
+    }
+    if (j->dy)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
+            for (int64_t k = 0; k < w; k++) {
+                sum[k] += g[k];
+                dotp[k] += (p[k] - mu[k]) * g[k];
+            }
+        }
+    for (int64_t k = 0; k < w; k++) {
+        const int64_t ch = c0 + k;
+        const double gamma = qf_tensor_get_f64(j->scale, ch);
+        if (j->dbias) j->dbias[ch] = (float)sum[k];
+        if (j->dscale) j->dscale[ch] = (float)(dotp[k] * inv[k]);
+        if (j->dmean) j->dmean[ch] = j->batch ? 0.0f : (float)(-sum[k] * gamma * inv[k]);
+        if (j->dvar) j->dvar[ch] = j->batch ? 0.0f : (float)(-0.5 * dotp[k] * gamma * inv[k] * inv[k] * inv[k]);
+        a[k] = (float)(gamma * inv[k]);
+        gm[k] = j->batch ? (float)(sum[k] / cnt) : 0.0f;
+        kk[k] = j->batch ? (float)(dotp[k] * inv[k] * inv[k] / cnt) : 0.0f;
+        muf[k] = (float)mu[k];
+    }
+    if (!j->dx) return;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = j->x + r * c + c0;
+        float *q = j->dx + r * c + c0;
+        if (!j->dy) {
+            for (int64_t k = 0; k < w; k++) q[k] = 0.0f;
+            continue;
+        }
+        const float *g = j->dy + r * c + c0;
+        if (j->batch)
+            for (int64_t k = 0; k < w; k++) q[k] = (g[k] - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
+        else
+            for (int64_t k = 0; k < w; k++) q[k] = g[k] * a[k];
+    }
+}
+
 QF_VECTOR_CLONES static void bn_backward_nhwc_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
-    const int64_t rows = j->nb * j->inner, c = j->c;
-    const double cnt = (double)rows;
     for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
-        const int64_t w = hi - c0 < BN_CBLK ? hi - c0 : BN_CBLK;
-        double mu[BN_CBLK], inv[BN_CBLK], sum[BN_CBLK] = {0}, dotp[BN_CBLK] = {0};
-        float a[BN_CBLK], gm[BN_CBLK], kk[BN_CBLK], muf[BN_CBLK];
-        for (int64_t k = 0; k < w; k++) {
-            const int64_t ch = c0 + k;
-            if (j->batch) {
-                mu[k] = j->smean[ch];
-                inv[k] = j->sinv[ch];
-            } else {
-                mu[k] = qf_tensor_get_f64(j->mean, ch);
-                inv[k] = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
-            }
-        }
-        if (j->dy)
-            for (int64_t r = 0; r < rows; r++) {
-                const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
-                for (int64_t k = 0; k < w; k++) {
-                    sum[k] += g[k];
-                    dotp[k] += (p[k] - mu[k]) * g[k];
-                }
-            }
-        for (int64_t k = 0; k < w; k++) {
-            const int64_t ch = c0 + k;
-            const double gamma = qf_tensor_get_f64(j->scale, ch);
-            if (j->dbias) j->dbias[ch] = (float)sum[k];
-            if (j->dscale) j->dscale[ch] = (float)(dotp[k] * inv[k]);
-            if (j->dmean) j->dmean[ch] = j->batch ? 0.0f : (float)(-sum[k] * gamma * inv[k]);
-            if (j->dvar) j->dvar[ch] = j->batch ? 0.0f : (float)(-0.5 * dotp[k] * gamma * inv[k] * inv[k] * inv[k]);
-            a[k] = (float)(gamma * inv[k]);
-            gm[k] = j->batch ? (float)(sum[k] / cnt) : 0.0f;
-            kk[k] = j->batch ? (float)(dotp[k] * inv[k] * inv[k] / cnt) : 0.0f;
-            muf[k] = (float)mu[k];
-        }
-        if (!j->dx) continue;
-        for (int64_t r = 0; r < rows; r++) {
-            const float *p = j->x + r * c + c0;
-            float *q = j->dx + r * c + c0;
-            if (!j->dy) {
-                for (int64_t k = 0; k < w; k++) q[k] = 0.0f;
-                continue;
-            }
-            const float *g = j->dy + r * c + c0;
-            if (j->batch)
-                for (int64_t k = 0; k < w; k++) q[k] = (g[k] - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
-            else
-                for (int64_t k = 0; k < w; k++) q[k] = g[k] * a[k];
-        }
+        if (hi - c0 >= BN_CBLK)
+            bn_backward_nhwc_block(j, c0, BN_CBLK);
+        else
+            bn_backward_nhwc_block(j, c0, hi - c0);
     }
 }
 

@@ -324,7 +324,7 @@ static int64_t qbn_grain(const qbn_state *st)
 /* Channels-last Y (io->in_nhwc bit 0, from the training tape's NHWC chains):
  * Y as [rows][ch], rows = outer * inner; channels [lo, hi) of every row, the
  * same arithmetic per element, a channel's sums in double in row order. */
-#define QBN_CBLK 64
+#define QBN_CBLK 16
 
 QF_VECTOR_CLONES static void qbn_output_fwd_nhwc_slice(void *arg, int64_t lo, int64_t hi)
 {
@@ -341,36 +341,45 @@ QF_VECTOR_CLONES static void qbn_output_fwd_nhwc_slice(void *arg, int64_t lo, in
     }
 }
 
+/* One block of w <= QBN_CBLK channels from c0; inlined with w = QBN_CBLK
+ * for whole blocks (the accumulators then stay in registers). */
+static inline __attribute__((always_inline)) void qbn_output_bwd_nhwc_block(const qbn_job *j, int64_t c0, int64_t w)
+{
+    const qbn_state *st = j->st;
+    const int64_t rows = st->outer * st->inner, ch = st->ch;
+    double sy[QBN_CBLK] = {0}, sdy[QBN_CBLK] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t base = r * ch + c0;
+        if (!j->dy) {
+            if (j->dx) memset(j->dx + base, 0, sizeof(float) * (size_t)w);
+            continue;
+        }
+        const float *restrict x = j->x + base, *restrict d = j->dy + base;
+        if (j->dx) {
+            float *restrict dx = j->dx + base;
+            for (int64_t k = 0; k < w; k++) dx[k] = d[k] / j->s[c0 + k];
+        }
+        for (int64_t k = 0; k < w; k++) {
+            sy[k] += (double)d[k] * x[k];
+            sdy[k] += d[k];
+        }
+    }
+    for (int64_t k = 0; k < w; k++) {
+        const int64_t c = c0 + k;
+        const float s = j->s[c];
+        if (j->dg) j->dg[c] = (float)(-sy[k] / ((double)s * s) / j->sd[c]);
+        if (j->db) j->db[c] = (float)sdy[k];
+    }
+}
+
 QF_VECTOR_CLONES static void qbn_output_bwd_nhwc_slice(void *arg, int64_t lo, int64_t hi)
 {
     const qbn_job *j = arg;
-    const qbn_state *st = j->st;
-    const int64_t rows = st->outer * st->inner, ch = st->ch;
     for (int64_t c0 = lo; c0 < hi; c0 += QBN_CBLK) {
-        const int64_t w = hi - c0 < QBN_CBLK ? hi - c0 : QBN_CBLK;
-        double sy[QBN_CBLK] = {0}, sdy[QBN_CBLK] = {0};
-        for (int64_t r = 0; r < rows; r++) {
-            const int64_t base = r * ch + c0;
-            if (!j->dy) {
-                if (j->dx) memset(j->dx + base, 0, sizeof(float) * (size_t)w);
-                continue;
-            }
-            const float *restrict x = j->x + base, *restrict d = j->dy + base;
-            if (j->dx) {
-                float *restrict dx = j->dx + base;
-                for (int64_t k = 0; k < w; k++) dx[k] = d[k] / j->s[c0 + k];
-            }
-            for (int64_t k = 0; k < w; k++) {
-                sy[k] += (double)d[k] * x[k];
-                sdy[k] += d[k];
-            }
-        }
-        for (int64_t k = 0; k < w; k++) {
-            const int64_t c = c0 + k;
-            const float s = j->s[c];
-            if (j->dg) j->dg[c] = (float)(-sy[k] / ((double)s * s) / j->sd[c]);
-            if (j->db) j->db[c] = (float)sdy[k];
-        }
+        if (hi - c0 >= QBN_CBLK)
+            qbn_output_bwd_nhwc_block(j, c0, QBN_CBLK);
+        else
+            qbn_output_bwd_nhwc_block(j, c0, hi - c0);
     }
 }
 
