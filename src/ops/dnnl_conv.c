@@ -188,8 +188,10 @@ const qf_backend_kernels qf_conv_transpose_dnnl = {
 
 /* --- training: forward (training), backward data, backward weights ---------
  *
- * The tape (src/exec/grad.c) keeps activations and gradients in plain NCHW
- * and the weights change every step, so nothing is reordered once: each
+ * The tape (src/exec/grad.c) keeps activations and gradients in plain NCHW,
+ * or channels-last (io->in_nhwc / out_nhwc bit 0) along the Conv -> BN ->
+ * Relu chains it plans so; the weights change every step, so nothing is
+ * reordered once: each
  * primitive takes the layouts it prefers (format any: blocked, where oneDNN's
  * JIT kernels run 4-40x faster than on plain NCHW, measured on the training
  * layers of the Fashion-MNIST CNN), and every argument whose preferred layout
@@ -289,14 +291,22 @@ static qf_status dct_build(const qf_kernel_io *io, dct_state *t, bool transpose)
     QF_TRY(dconv_setup(io, transpose, &cg, &g));
     const qf_tensor *x = io->in[0], *w = io->in[1], *bias = io->nin > 2 ? io->in[2] : NULL;
     dnnl_memory_desc_t x_user, y_user, w_user, b_md, x_any, y_any, w_any;
-    QF_TRY(qf_dnnl_md(n, &x_user, x, false));
-    QF_TRY(qf_dnnl_md(n, &y_user, io->out[0], false));
+    const bool x_nhwc = (io->in_nhwc & 1u) != 0, y_nhwc = (io->out_nhwc & 1u) != 0;
+    QF_TRY(qf_dnnl_md(n, &x_user, x, x_nhwc));
+    QF_TRY(qf_dnnl_md(n, &y_user, io->out[0], y_nhwc));
     int64_t wd[QF_MAX_DIMS + 1], ws[QF_MAX_DIMS + 1];
     const int wn = dconv_weights(&cg, w, wd, ws);
     QF_TRY(qf_dk_md_strided(&w_user, wn, wd, ws));
     QF_TRY(qf_dk_md_any(&w_any, wn, wd));
     QF_TRY(qf_dk_md_any(&x_any, x->ndim, x->dims));
     QF_TRY(qf_dk_md_any(&y_any, io->out[0]->ndim, io->out[0]->dims));
+    /* A side the tape keeps channels-last: both sides run channels-last (the
+     * other one, plain, through its reorder): oneDNN's NHWC kernels, no
+     * mixed layouts. */
+    if (x_nhwc || y_nhwc) {
+        QF_TRY(qf_dnnl_md(n, &x_any, x, true));
+        QF_TRY(qf_dnnl_md(n, &y_any, io->out[0], true));
+    }
     QF_TRY(qf_dk_md_plain(&b_md, 1, &cg.m));
     t->has_bias = bias != NULL;
     const dnnl_memory_desc_t *bmd = bias ? &b_md : NULL;

@@ -31,6 +31,12 @@
  *     dx = gamma * invstd * (dy - dbeta / count - xhat * dgamma / count)
  * and outside training (frozen BN, as in QAT) the per-channel affine of the
  * running statistics: dx = dy * gamma / sqrt(var + eps).
+ *
+ * Channels-last (io->in_nhwc bit 0: set only by the training tape, which
+ * keeps a Conv -> BN -> Relu chain in NHWC for oneDNN's convolutions; X, Y,
+ * dY and dX are then [P][C], P = N * spatial): the same formulas, each
+ * channel's sums in double over its P values in row order, vectorized across
+ * the channels of a row (bn_*_nhwc below).
  */
 #include <math.h>
 
@@ -227,6 +233,155 @@ static int64_t bn_grain(int64_t per_channel)
     return per_channel >= 16384 ? 1 : 16384 / (per_channel > 0 ? per_channel : 1);
 }
 
+/* --- channels-last (the training tape's NHWC chains) ----------------------------
+ *
+ * X is [P][C]. Each slice takes a range of channels (a multiple of 16 where
+ * there are enough: whole cache lines per thread) and walks all P rows,
+ * BN_CBLK (16) channels at a time, with one double accumulator per channel: a
+ * channel's sum runs over its P values in row order (one chain per channel,
+ * the chains of neighbouring channels side by side in a vector). */
+#define BN_CBLK 16
+
+static int64_t bn_nhwc_grain(int64_t rows, int64_t c)
+{
+    int64_t g = bn_grain(rows);
+    if (c >= 32) g = (g + 15) / 16 * 16;
+    return g;
+}
+
+/* One block of w <= BN_CBLK channels from c0. Inlined with w = BN_CBLK for
+ * whole blocks, so that the accumulators stay in registers (with a variable
+ * w they live on the stack, each row's add waiting on the last one's store). */
+static inline __attribute__((always_inline)) void bn_stats_nhwc_block(const bn_job *j, int64_t c0, int64_t w)
+{
+    const int64_t rows = j->nb * j->inner, c = j->c;
+    const double cnt = (double)rows;
+    double s[BN_CBLK] = {0}, ss[BN_CBLK] = {0}, mu[BN_CBLK];
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = j->x + r * c + c0;
+        for (int64_t k = 0; k < w; k++) s[k] += p[k];
+    }
+    for (int64_t k = 0; k < w; k++) mu[k] = s[k] / cnt;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = j->x + r * c + c0;
+        for (int64_t k = 0; k < w; k++) {
+            const double d = p[k] - mu[k];
+            ss[k] += d * d;
+        }
+    }
+    for (int64_t k = 0; k < w; k++) {
+        j->smean[c0 + k] = mu[k];
+        j->sinv[c0 + k] = ss[k] / cnt;
+    }
+}
+
+QF_VECTOR_CLONES static void bn_stats_nhwc_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
+        if (hi - c0 >= BN_CBLK)
+            bn_stats_nhwc_block(j, c0, BN_CBLK);
+        else
+            bn_stats_nhwc_block(j, c0, hi - c0);
+    }
+}
+
+/* The per-channel a and d of y = x * a + d: from the batch statistics
+ * (j->batch: a = gamma * invstd, as bn_affine_slice) or the running ones
+ * (a = gamma / sqrt(var + eps), as the inference forward). */
+static void bn_nhwc_coef(const bn_job *j, int64_t ch, float *af, float *df)
+{
+    double a, mu;
+    if (j->batch) {
+        a = qf_tensor_get_f64(j->scale, ch) * j->sinv[ch];
+        mu = j->smean[ch];
+    } else {
+        a = qf_tensor_get_f64(j->scale, ch) / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
+        mu = qf_tensor_get_f64(j->mean, ch);
+    }
+    *af = (float)a;
+    *df = (float)(qf_tensor_get_f64(j->bias, ch) - mu * a);
+}
+
+QF_VECTOR_CLONES static void bn_affine_nhwc_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    const int64_t rows = j->nb * j->inner, c = j->c;
+    for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
+        const int64_t w = hi - c0 < BN_CBLK ? hi - c0 : BN_CBLK;
+        float af[BN_CBLK], df[BN_CBLK];
+        for (int64_t k = 0; k < w; k++) bn_nhwc_coef(j, c0 + k, &af[k], &df[k]);
+        for (int64_t r = 0; r < rows; r++) {
+            const float *p = j->x + r * c + c0;
+            float *q = j->y + r * c + c0;
+            for (int64_t k = 0; k < w; k++) q[k] = p[k] * af[k] + df[k];
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const bn_job *j, int64_t c0, int64_t w)
+{
+    const int64_t rows = j->nb * j->inner, c = j->c;
+    const double cnt = (double)rows;
+    double mu[BN_CBLK], inv[BN_CBLK], sum[BN_CBLK] = {0}, dotp[BN_CBLK] = {0};
+    float a[BN_CBLK], gm[BN_CBLK], kk[BN_CBLK], muf[BN_CBLK];
+    for (int64_t k = 0; k < w; k++) {
+        const int64_t ch = c0 + k;
+        if (j->batch) {
+            mu[k] = j->smean[ch];
+            inv[k] = j->sinv[ch];
+        } else {
+            mu[k] = qf_tensor_get_f64(j->mean, ch);
+            inv[k] = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
+        }
+    }
+    if (j->dy)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
+            for (int64_t k = 0; k < w; k++) {
+                sum[k] += g[k];
+                dotp[k] += (p[k] - mu[k]) * g[k];
+            }
+        }
+    for (int64_t k = 0; k < w; k++) {
+        const int64_t ch = c0 + k;
+        const double gamma = qf_tensor_get_f64(j->scale, ch);
+        if (j->dbias) j->dbias[ch] = (float)sum[k];
+        if (j->dscale) j->dscale[ch] = (float)(dotp[k] * inv[k]);
+        if (j->dmean) j->dmean[ch] = j->batch ? 0.0f : (float)(-sum[k] * gamma * inv[k]);
+        if (j->dvar) j->dvar[ch] = j->batch ? 0.0f : (float)(-0.5 * dotp[k] * gamma * inv[k] * inv[k] * inv[k]);
+        a[k] = (float)(gamma * inv[k]);
+        gm[k] = j->batch ? (float)(sum[k] / cnt) : 0.0f;
+        kk[k] = j->batch ? (float)(dotp[k] * inv[k] * inv[k] / cnt) : 0.0f;
+        muf[k] = (float)mu[k];
+    }
+    if (!j->dx) return;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *p = j->x + r * c + c0;
+        float *q = j->dx + r * c + c0;
+        if (!j->dy) {
+            for (int64_t k = 0; k < w; k++) q[k] = 0.0f;
+            continue;
+        }
+        const float *g = j->dy + r * c + c0;
+        if (j->batch)
+            for (int64_t k = 0; k < w; k++) q[k] = (g[k] - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
+        else
+            for (int64_t k = 0; k < w; k++) q[k] = g[k] * a[k];
+    }
+}
+
+QF_VECTOR_CLONES static void bn_backward_nhwc_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const bn_job *j = ctx;
+    for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
+        if (hi - c0 >= BN_CBLK)
+            bn_backward_nhwc_block(j, c0, BN_CBLK);
+        else
+            bn_backward_nhwc_block(j, c0, hi - c0);
+    }
+}
+
 static qf_status bn_train_forward(const qf_kernel_io *io)
 {
     const qf_node *n = io->node;
@@ -245,7 +400,9 @@ static qf_status bn_train_forward(const qf_kernel_io *io)
                         qf_op_label(n));
     j.smean = io->saved;
     j.sinv = j.smean + j.c;
-    qf_parallel_for(j.c, bn_grain(count), bn_stats_slice, &j);
+    const bool nhwc = (io->in_nhwc & 1u) != 0;
+    qf_parallel_for(j.c, nhwc ? bn_nhwc_grain(count, j.c) : bn_grain(count), nhwc ? bn_stats_nhwc_slice : bn_stats_slice,
+                    &j);
     for (int64_t ch = 0; ch < j.c; ch++)
         if (!(j.sinv[ch] + j.eps > 0.0))
             return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): channel %lld: variance %g + epsilon %g is not > 0",
@@ -266,7 +423,9 @@ static qf_status bn_train_forward(const qf_kernel_io *io)
         }
         j.sinv[ch] = 1.0 / sqrt(v + j.eps);
     }
-    qf_parallel_for(j.c, bn_grain(count), bn_affine_slice, &j);
+    j.batch = true;
+    qf_parallel_for(j.c, nhwc ? bn_nhwc_grain(count, j.c) : bn_grain(count), nhwc ? bn_affine_nhwc_slice : bn_affine_slice,
+                    &j);
     return QF_OK;
 }
 
@@ -339,13 +498,41 @@ static qf_status qf_batch_norm_backward_f32(const qf_kernel_io *io)
         j.smean = io->saved;
         j.sinv = j.smean + j.c;
     }
-    qf_parallel_for(j.c, bn_grain(j.nb * j.inner), bn_backward_slice, &j);
+    if (io->in_nhwc & 1u)
+        qf_parallel_for(j.c, bn_nhwc_grain(j.nb * j.inner, j.c), bn_backward_nhwc_slice, &j);
+    else
+        qf_parallel_for(j.c, bn_grain(j.nb * j.inner), bn_backward_slice, &j);
+    return QF_OK;
+}
+
+/* Outside PyTorch-style training on channels-last data (a frozen BN in the
+ * tape; the tape keeps a BN in its ONNX training mode in NCHW): the affine of
+ * the running statistics, as below. */
+static qf_status bn_forward_nhwc(const qf_kernel_io *io)
+{
+    const qf_node *n = io->node;
+    const qf_tensor *x = io->in[0];
+    if (bn_training(n, io->opset) || io->nout != 1)
+        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): ONNX training mode on channels-last data", n->name,
+                        qf_op_label(n));
+    bn_job j = {.x = x->data, .y = io->out[0]->data, .nb = x->dims[0], .c = x->dims[1], .inner = 1,
+                .eps = qf_node_attr_float(n, "epsilon", 1e-5f), .scale = io->in[1], .bias = io->in[2],
+                .mean = io->in[3], .var = io->in[4]};
+    for (int i = 2; i < x->ndim; i++) j.inner *= x->dims[i];
+    for (int64_t ch = 0; ch < j.c; ch++) {
+        const double v = qf_tensor_get_f64(j.var, ch);
+        if (!(v + j.eps > 0.0))
+            return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): channel %lld: variance %g + epsilon %g is not > 0",
+                            n->name, qf_op_label(n), (long long)ch, v, j.eps);
+    }
+    qf_parallel_for(j.c, bn_nhwc_grain(j.nb * j.inner, j.c), bn_affine_nhwc_slice, &j);
     return QF_OK;
 }
 
 static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
 {
     if (io->training && !bn_frozen(io->node)) return bn_train_forward(io);
+    if (io->in_nhwc & 1u) return bn_forward_nhwc(io);
 
     const qf_node *n = io->node;
     const char *op = qf_op_label(n);

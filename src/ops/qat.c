@@ -5,7 +5,8 @@
  *     std_c = sqrt(running_var_c + eps),   s_c = gamma_c / std_c
  *
  *   qat_bn_weight(W, gamma, running_var) = W * s      (s along W's output channel)
- *   qat_bn_output(Y, gamma, running_var[, b]) = Y / s (+ b)   (s along Y's dim 1)
+ *   qat_bn_output(Y, gamma, running_var[, b]) = Y / s (+ b)   (s along Y's dim 1;
+ *   Y channels-last when the training tape sets io->in_nhwc bit 0)
  *
  * so that op(x, FQ(qat_bn_weight(W))) -> qat_bn_output -> BN(train) is
  * torch's _forward_approximate: the weight fake-quant sees W * s, BN sees the
@@ -320,6 +321,77 @@ static int64_t qbn_grain(const qbn_state *st)
     return per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1);
 }
 
+/* Channels-last Y (io->in_nhwc bit 0, from the training tape's NHWC chains):
+ * Y as [rows][ch], rows = outer * inner; channels [lo, hi) of every row, the
+ * same arithmetic per element, a channel's sums in double in row order. */
+#define QBN_CBLK 16
+
+QF_VECTOR_CLONES static void qbn_output_fwd_nhwc_slice(void *arg, int64_t lo, int64_t hi)
+{
+    const qbn_job *j = arg;
+    const qbn_state *st = j->st;
+    const int64_t rows = st->outer * st->inner, ch = st->ch;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *restrict x = j->x + r * ch;
+        float *restrict y = j->y + r * ch;
+        if (j->b)
+            for (int64_t c = lo; c < hi; c++) y[c] = x[c] / j->s[c] + j->b[c];
+        else
+            for (int64_t c = lo; c < hi; c++) y[c] = x[c] / j->s[c];
+    }
+}
+
+/* One block of w <= QBN_CBLK channels from c0; inlined with w = QBN_CBLK
+ * for whole blocks (the accumulators then stay in registers). */
+static inline __attribute__((always_inline)) void qbn_output_bwd_nhwc_block(const qbn_job *j, int64_t c0, int64_t w)
+{
+    const qbn_state *st = j->st;
+    const int64_t rows = st->outer * st->inner, ch = st->ch;
+    double sy[QBN_CBLK] = {0}, sdy[QBN_CBLK] = {0};
+    for (int64_t r = 0; r < rows; r++) {
+        const int64_t base = r * ch + c0;
+        if (!j->dy) {
+            if (j->dx) memset(j->dx + base, 0, sizeof(float) * (size_t)w);
+            continue;
+        }
+        const float *restrict x = j->x + base, *restrict d = j->dy + base;
+        if (j->dx) {
+            float *restrict dx = j->dx + base;
+            for (int64_t k = 0; k < w; k++) dx[k] = d[k] / j->s[c0 + k];
+        }
+        for (int64_t k = 0; k < w; k++) {
+            sy[k] += (double)d[k] * x[k];
+            sdy[k] += d[k];
+        }
+    }
+    for (int64_t k = 0; k < w; k++) {
+        const int64_t c = c0 + k;
+        const float s = j->s[c];
+        if (j->dg) j->dg[c] = (float)(-sy[k] / ((double)s * s) / j->sd[c]);
+        if (j->db) j->db[c] = (float)sdy[k];
+    }
+}
+
+QF_VECTOR_CLONES static void qbn_output_bwd_nhwc_slice(void *arg, int64_t lo, int64_t hi)
+{
+    const qbn_job *j = arg;
+    for (int64_t c0 = lo; c0 < hi; c0 += QBN_CBLK) {
+        if (hi - c0 >= QBN_CBLK)
+            qbn_output_bwd_nhwc_block(j, c0, QBN_CBLK);
+        else
+            qbn_output_bwd_nhwc_block(j, c0, hi - c0);
+    }
+}
+
+/* Channels per NHWC slice: whole cache lines (16 floats) per thread where
+ * there are enough channels. */
+static int64_t qbn_nhwc_grain(const qbn_state *st)
+{
+    int64_t g = qbn_grain(st);
+    if (st->ch >= 32) g = (g + 15) / 16 * 16;
+    return g;
+}
+
 static qf_status qf_qat_bn_output_forward_f32(const qf_kernel_io *io)
 {
     const qbn_state *st = io->state;
@@ -330,7 +402,10 @@ static qf_status qf_qat_bn_output_forward_f32(const qf_kernel_io *io)
     QF_TRY(qbn_scales(io, st, sd, s));
     qbn_job j = {.st = st, .x = io->in[0]->data, .b = io->nin > 3 && io->in[3] ? io->in[3]->data : NULL, .s = s,
                  .sd = sd, .y = io->out[0]->data};
-    qf_parallel_for(st->ch, qbn_grain(st), qbn_output_fwd_slice, &j);
+    if (io->in_nhwc & 1u)
+        qf_parallel_for(st->ch, qbn_nhwc_grain(st), qbn_output_fwd_nhwc_slice, &j);
+    else
+        qf_parallel_for(st->ch, qbn_grain(st), qbn_output_fwd_slice, &j);
     return QF_OK;
 }
 
@@ -345,7 +420,10 @@ static qf_status qf_qat_bn_output_backward_f32(const qf_kernel_io *io)
     qbn_job j = {.st = st, .x = io->in[0]->data, .dy = io->dout[0] ? io->dout[0]->data : NULL, .s = s, .sd = sd,
                  .dx = io->din[0] ? io->din[0]->data : NULL, .dg = io->din[1] ? io->din[1]->data : NULL,
                  .db = io->nin > 3 && io->din[3] ? io->din[3]->data : NULL};
-    qf_parallel_for(st->ch, qbn_grain(st), qbn_output_bwd_slice, &j);
+    if (io->in_nhwc & 1u)
+        qf_parallel_for(st->ch, qbn_nhwc_grain(st), qbn_output_bwd_nhwc_slice, &j);
+    else
+        qf_parallel_for(st->ch, qbn_grain(st), qbn_output_bwd_slice, &j);
     return QF_OK;
 }
 

@@ -340,6 +340,166 @@ static void test_tape_engines(void)
     qf_set_engine(QF_ENGINE_AUTO);
 }
 
+/* A chain the tape keeps channels-last on oneDNN (grad_nhwc): x -> Conv ->
+ * BN -> Relu -> depthwise Conv (stride 2) -> BN -> Relu -> 1x1 Conv -> BN ->
+ * Add (residual from the second Relu: a gradient summed from two readers)
+ * -> Relu -> 1x1 Conv -> GlobalAveragePool -> Flatten -> linear -> mse_loss.
+ * Two steps (the second with the middle BN frozen, its NHWC running-stats
+ * path): every gradient, the loss and the running statistics of the oneDNN
+ * engine against the reference kernels' (NCHW). */
+typedef struct chain {
+    qf_graph *g;
+    qf_value *loss;
+    qf_value *ps[16];
+    int np;
+    qf_value *stats[6];
+    qf_node *bn2;
+    qf_tensor target;
+} chain;
+
+static qf_node *chain_conv(chain *c, qf_value *x, const char *name, int64_t m, int64_t cin, int64_t k, int64_t group,
+                           int64_t stride, bool bias)
+{
+    int64_t wd[] = {m, cin / group, k, k}, bd[] = {m};
+    char wn[32], bn[32];
+    snprintf(wn, sizeof wn, "%s_w", name);
+    snprintf(bn, sizeof bn, "%s_b", name);
+    qf_value *w = param(c->g, wn, QF_VALUE_PARAMETER, 4, wd, 0.6f, 0.0f);
+    qf_value *b = bias ? param(c->g, bn, QF_VALUE_PARAMETER, 1, bd, 0.3f, 0.0f) : NULL;
+    REQUIRE(w && (!bias || b), "conv params");
+    c->ps[c->np++] = w;
+    if (b) c->ps[c->np++] = b;
+    qf_node *n = node(c->g, QF_OP_CONV, name, bias ? 3 : 2, x, w, b);
+    REQUIRE(n, "conv node");
+    int64_t p = k / 2, pads[] = {p, p, p, p}, st[] = {stride, stride};
+    REQUIRE_OK(qf_node_set_attr_int(c->g, n, "group", group));
+    REQUIRE_OK(qf_node_set_attr_ints(c->g, n, "pads", pads, 4));
+    REQUIRE_OK(qf_node_set_attr_ints(c->g, n, "strides", st, 2));
+    return n;
+}
+
+static qf_node *chain_bn(chain *c, qf_value *x, const char *name, int64_t ch, int k)
+{
+    int64_t d[] = {ch};
+    char nm[4][32];
+    const char *suf[] = {"scale", "bias", "mean", "var"};
+    for (int i = 0; i < 4; i++) snprintf(nm[i], sizeof nm[i], "%s_%s", name, suf[i]);
+    qf_value *s = param(c->g, nm[0], QF_VALUE_PARAMETER, 1, d, 0.4f, 1.0f);
+    qf_value *b = param(c->g, nm[1], QF_VALUE_PARAMETER, 1, d, 0.3f, 0.0f);
+    qf_value *mu = param(c->g, nm[2], QF_VALUE_BUFFER, 1, d, 0.2f, 0.0f);
+    qf_value *var = param(c->g, nm[3], QF_VALUE_BUFFER, 1, d, 0.3f, 1.0f);
+    REQUIRE(s && b && mu && var, "bn params");
+    c->ps[c->np++] = s;
+    c->ps[c->np++] = b;
+    c->stats[2 * k] = mu;
+    c->stats[2 * k + 1] = var;
+    qf_value *in[5] = {x, s, b, mu, var};
+    qf_node *n = qf_graph_add_node(c->g, QF_OP_BATCH_NORM, name, 5, in, 1);
+    REQUIRE(n, "bn node");
+    REQUIRE_OK(qf_node_set_attr_float(c->g, n, "momentum", 0.9f));
+    return n;
+}
+
+static void chain_build(chain *c)
+{
+    memset(c, 0, sizeof *c);
+    rng = 0xfeedbeefull;
+    REQUIRE_OK(qf_graph_init(&c->g));
+    qf_graph *g = c->g;
+    g->opset = 13;
+    int64_t xd[] = {3, 5, 9, 8}, w5d[] = {4, 8}, b5d[] = {4}, td[] = {3, 4};
+    qf_value *x = param(g, "x", QF_VALUE_PARAMETER, 4, xd, 1.0f, 0.0f);
+    REQUIRE(x, "x");
+    c->ps[c->np++] = x;
+    qf_node *c1 = chain_conv(c, x, "conv1", 16, 5, 3, 1, 1, true);
+    qf_node *b1 = chain_bn(c, c1->outputs[0], "bn1", 16, 0);
+    qf_node *r1 = node(g, QF_OP_RELU, "relu1", 1, b1->outputs[0], NULL, NULL);
+    qf_node *c2 = chain_conv(c, r1->outputs[0], "conv2", 16, 16, 3, 16, 2, false);
+    qf_node *b2 = chain_bn(c, c2->outputs[0], "bn2", 16, 1);
+    qf_node *r2 = node(g, QF_OP_RELU, "relu2", 1, b2->outputs[0], NULL, NULL);
+    qf_node *c3 = chain_conv(c, r2->outputs[0], "conv3", 16, 16, 1, 1, 1, false);
+    qf_node *b3 = chain_bn(c, c3->outputs[0], "bn3", 16, 2);
+    qf_node *add = node(g, QF_OP_ADD, "add", 2, b3->outputs[0], r2->outputs[0], NULL);
+    qf_node *r3 = node(g, QF_OP_RELU, "relu3", 1, add->outputs[0], NULL, NULL);
+    qf_node *c4 = chain_conv(c, r3->outputs[0], "conv4", 8, 16, 1, 1, 1, true);
+    qf_node *gap = node(g, QF_OP_GLOBAL_AVG_POOL, "gap", 1, c4->outputs[0], NULL, NULL);
+    qf_node *fl = node(g, QF_OP_FLATTEN, "flatten", 1, gap->outputs[0], NULL, NULL);
+    qf_value *w5 = param(g, "fc_w", QF_VALUE_PARAMETER, 2, w5d, 0.5f, 0.0f);
+    qf_value *b5 = param(g, "fc_b", QF_VALUE_PARAMETER, 1, b5d, 0.3f, 0.0f);
+    REQUIRE(r1 && r2 && add && r3 && gap && fl && w5 && b5, "chain nodes");
+    c->ps[c->np++] = w5;
+    c->ps[c->np++] = b5;
+    qf_node *fc = node(g, QF_OP_LINEAR, "fc", 3, fl->outputs[0], w5, b5);
+    qf_value *t = qf_graph_add_input(g, "target", QF_DTYPE_F32, 2, td);
+    REQUIRE(fc && t, "fc");
+    qf_node *loss = node(g, QF_OP_MSE_LOSS, "loss", 2, fc->outputs[0], t, NULL);
+    REQUIRE(loss, "loss");
+    c->loss = loss->outputs[0];
+    c->bn2 = b2;
+    REQUIRE_OK(qf_graph_add_output(g, c->loss));
+    REQUIRE_OK(qf_tensor_init(&c->target, QF_DTYPE_F32, 2, td));
+    for (int64_t i = 0; i < qf_tensor_numel(&c->target); i++) ((float *)c->target.data)[i] = rnd();
+}
+
+/* Two steps with the current engine: the loss, every gradient and the
+ * running statistics after each, appended to out (floats). */
+static qf_status chain_run(float *out, int64_t cap, int64_t *len)
+{
+    chain c;
+    chain_build(&c);
+    qf_grad_options o = {.loss = c.loss, .nparams = c.np, .params = (const qf_value *const *)c.ps};
+    qf_grad_plan *p = NULL;
+    qf_status st = qf_grad_plan_init(&p, c.g, &o);
+    const qf_tensor *in[] = {&c.target};
+    *len = 0;
+    for (int step = 0; step < 2 && st == QF_OK; step++) {
+        if (step == 1) st = qf_node_set_attr_int(c.g, c.bn2, "qfold_frozen", 1);
+        if (st == QF_OK) st = qf_grad_plan_forward(p, in, 1, true);
+        if (st == QF_OK) st = qf_grad_plan_backward(p);
+        if (st != QF_OK) break;
+        if (*len < cap) out[(*len)++] = qf_grad_plan_loss(p);
+        for (int i = 0; i < c.np; i++) {
+            const qf_tensor *gi = qf_grad_plan_grad(p, i);
+            for (int64_t e = 0; e < qf_tensor_numel(gi) && *len < cap; e++) out[(*len)++] = ((const float *)gi->data)[e];
+        }
+        for (int k = 0; k < 6; k++) {
+            const qf_tensor *t = &c.stats[k]->type;
+            for (int64_t e = 0; e < qf_tensor_numel(t) && *len < cap; e++) out[(*len)++] = ((const float *)t->data)[e];
+        }
+    }
+    qf_grad_plan_free(p);
+    qf_tensor_free(&c.target);
+    qf_graph_free(c.g);
+    return st;
+}
+
+static void test_tape_nhwc_chain(void)
+{
+    if (qf_set_engine(QF_ENGINE_DNNL) != QF_OK) {
+        printf("oneDNN not available: %s (the reference kernels only)\n", qf_error_message());
+        qf_set_engine(QF_ENGINE_AUTO);
+        return;
+    }
+    enum { CAP = 8192 };
+    static float ref[CAP], dn[CAP];
+    int64_t nref = 0, ndn = 0;
+    CHECK_OK(qf_set_engine(QF_ENGINE_REF));
+    qf_status st = chain_run(ref, CAP, &nref);
+    CHECKF(st == QF_OK, "chain (ref): %s", qf_error_message());
+    CHECK_OK(qf_set_engine(QF_ENGINE_DNNL));
+    st = chain_run(dn, CAP, &ndn);
+    CHECKF(st == QF_OK, "chain (dnnl): %s", qf_error_message());
+    CHECKF(nref == ndn && nref > 1000 && nref < CAP, "chain: %lld vs %lld values", (long long)nref, (long long)ndn);
+    double err = 0, scale = 1e-6;
+    for (int64_t e = 0; e < nref && e < ndn; e++) {
+        err = fmax(err, fabs((double)ref[e] - dn[e]));
+        scale = fmax(scale, fabs((double)ref[e]));
+    }
+    printf("nhwc chain: dnnl vs ref max diff %.3g of %.3g over %lld values\n", err, scale, (long long)nref);
+    CHECKF(err <= 1e-5 * scale, "chain: dnnl vs ref: max diff %g (scale %g)", err, scale);
+    qf_set_engine(QF_ENGINE_AUTO);
+}
+
 static qf_check_alloc counter;
 
 /* Out of memory at every allocation of the init: QF_ERR_NOMEM, nothing left allocated. */
@@ -376,6 +536,7 @@ int main(void)
     RUN(test_tape_errors);
     RUN(test_tape_oom);
     RUN(test_tape_engines);
+    RUN(test_tape_nhwc_chain);
     CHECKF(counter.live == 0, "%ld blocks still allocated at the end", counter.live);
     return qf_check_report();
 }
