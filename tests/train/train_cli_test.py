@@ -299,14 +299,21 @@ FASHION_TRAIN, FASHION_TEST, FASHION_SEEDS = 3000, 10000, (7, 8, 9)
 def case_fashion():
     """The repo's Fashion-MNIST CNN, re-initialized (the same init in both),
     trained for 2 epochs on 3,000 training images by qfold and by torch in
-    qfold's shuffled order (SGD, lr 0.02, momentum 0.5, batch 64), for three
-    shuffling seeds: every run's top-1 on the 10,000 test images within 0.5
-    points of torch's, and so their mean. The recipe is one where training is
-    not chaotic: at lr 0.01 with momentum 0.9 a loss difference of 1e-7 at
-    step 1 (rounding alone) grows tenfold every ~15 steps to 3 % at step 94,
-    and qfold's reference kernels and its oneDNN ones, on the same batches,
-    then end 0.6 points apart; such a run measures the recipe's chaos, not
-    the trainer. (Adam, or SGD at lr 0.05, is chaotic too.)"""
+    qfold's shuffled order (SGD, lr 0.01, momentum 0.5, batch 64), for three
+    shuffling seeds: the mean top-1 over the seeds on the 10,000 test images
+    within 0.5 points of torch's, and every seed within 1 point.
+    The bounds come from the recipe's own noise, measured with torch alone:
+    multiplying the initial weights by 1 + 1e-7 * N(0, 1) (what a different
+    summation order does) moves torch's top-1 with a standard deviation of
+    0.19 points at this recipe (seed 9, six draws), and of 0.50 points at the
+    lr 0.02 one used before (eight draws: 65.04 to 66.62 %), so a one-seed
+    bound of 0.5 points failed on rounding alone (oneDNN's channels-last
+    backward, bit-identical to the previous build on one thread, ended seed 9
+    at 64.92 % against torch's 66.53 %). One seed's difference has a standard
+    deviation of ~0.27 points here: 1 point is ~3.7 of them; the 3-seed mean's
+    ~0.16: 0.5 points is ~3 of them. At lr 0.01 with momentum 0.9, a loss
+    difference of 1e-7 at step 1 grows tenfold every ~15 steps to 3 % at step
+    94; Adam, or SGD at lr 0.05, is chaotic too."""
     torch = torch_setup()
     sys.path.insert(0, root("examples", "fashion_mnist"))
     from train import FashionCNN, load
@@ -322,11 +329,11 @@ def case_fashion():
         export(model, work("fashion_init.onnx"), (1, 28, 28))
         t0 = time.time()
         qfold("train", work("fashion_init.onnx"), "-o", work("fashion.onnx"), "--data", save("xtr.npy", xtr),
-              "--labels", save("ytr.npy", ytr), "--epochs", 2, "--batch", 64, "--optimizer", "sgd", "--lr", 0.02,
+              "--labels", save("ytr.npy", ytr), "--epochs", 2, "--batch", 64, "--optimizer", "sgd", "--lr", 0.01,
               "--momentum", 0.5, "--seed", seed, "--log", work("fashion.csv"))
         t1 = time.time()
         losses = torch_train(model, xtr, ytr, 64, qfold_orders(FASHION_TRAIN, 2, seed),
-                             lambda p: torch.optim.SGD(p, lr=0.02, momentum=0.5))
+                             lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.5))
         t2 = time.time()
         # The same order: the first step's batch and weights are the same.
         steps, _ = read_log(work("fashion.csv"))
@@ -340,7 +347,7 @@ def case_fashion():
         print("fashion seed %d: qfold %.2f %% (%.1f s), torch %.2f %% (%.1f s)"
               % (seed, 100 * q, t1 - t0, 100 * t, t2 - t1))
         check(t > 0.55, "torch reached only %.2f %%: the recipe does not train" % (100 * t))
-        check(abs(q - t) <= 0.005, "seed %d: test top-1 qfold %.2f %%, torch %.2f %% (more than 0.5 points apart)"
+        check(abs(q - t) <= 0.01, "seed %d: test top-1 qfold %.2f %%, torch %.2f %% (more than 1 point apart)"
               % (seed, 100 * q, 100 * t))
         qs.append(q)
         ts.append(t)
