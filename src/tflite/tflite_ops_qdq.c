@@ -77,6 +77,18 @@ static qf_status group_out(ex *e, const qf_node *n, const qf_value **y, tfl_qp *
     return QF_OK;
 }
 
+/* A layout op on int8 data (reshape, transpose, pad): its input and output,
+ * which must carry the same qparams (`what` names the op in the refusal). */
+static qf_status group_same_qp(ex *e, const qf_node *n, const char *what, const qf_value **x, const qf_value **y)
+{
+    tfl_qp xq, yq;
+    *x = *y = NULL;
+    QF_TRY(group_in(e, n, 0, x, &xq));
+    QF_TRY(group_out(e, n, y, &yq, NULL));
+    if (xq.scale != yq.scale || xq.zp != yq.zp) return qf_tfl_refuse(e, n, "a %s that changes the qparams", what);
+    return QF_OK;
+}
+
 /* SUB, ADD, MUL (left in float by the lowering), LOGISTIC, TANH,
  * HARD_SWISH, SOFTMAX between DQs and a Q. */
 qf_status qf_tfl_emit_float(ex *e, qf_node *n)
@@ -210,11 +222,8 @@ static qf_status add_transpose(ex *e, const qf_node *n, int xi, const int32_t pe
  * TRANSPOSE to NCHW before / to NHWC after where the orders differ. */
 qf_status qf_tfl_emit_reshape(ex *e, qf_node *n)
 {
-    const qf_value *x = NULL, *y = NULL;
-    tfl_qp xq, yq;
-    QF_TRY(group_in(e, n, 0, &x, &xq));
-    QF_TRY(group_out(e, n, &y, &yq, NULL));
-    if (xq.scale != yq.scale || xq.zp != yq.zp) return qf_tfl_refuse(e, n, "a reshape that changes the qparams");
+    const qf_value *x, *y;
+    QF_TRY(group_same_qp(e, n, "reshape", &x, &y));
     int xi, yi;
     QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));
     QF_TRY(qf_tfl_act_tensor(e, n, y, &yi));
@@ -260,11 +269,8 @@ qf_status qf_tfl_emit_reshape(ex *e, qf_node *n)
 /* TRANSPOSE with the permutation mapped to NHWC. */
 qf_status qf_tfl_emit_transpose(ex *e, qf_node *n)
 {
-    const qf_value *x = NULL, *y = NULL;
-    tfl_qp xq, yq;
-    QF_TRY(group_in(e, n, 0, &x, &xq));
-    QF_TRY(group_out(e, n, &y, &yq, NULL));
-    if (xq.scale != yq.scale || xq.zp != yq.zp) return qf_tfl_refuse(e, n, "a transpose that changes the qparams");
+    const qf_value *x, *y;
+    QF_TRY(group_same_qp(e, n, "transpose", &x, &y));
     const int r = x->type.ndim;
     int cnt = 0;
     const int64_t *perm = qf_node_attr_ints(n, "perm", &cnt);
@@ -287,11 +293,8 @@ qf_status qf_tfl_emit_transpose(ex *e, qf_node *n)
 /* PAD (constant mode, value 0: TFLite pads int8 with the zero point). */
 qf_status qf_tfl_emit_pad_node(ex *e, qf_node *n)
 {
-    const qf_value *x = NULL, *y = NULL;
-    tfl_qp xq, yq;
-    QF_TRY(group_in(e, n, 0, &x, &xq));
-    QF_TRY(group_out(e, n, &y, &yq, NULL));
-    if (xq.scale != yq.scale || xq.zp != yq.zp) return qf_tfl_refuse(e, n, "a pad that changes the qparams");
+    const qf_value *x, *y;
+    QF_TRY(group_same_qp(e, n, "pad", &x, &y));
     if (strcmp(qf_node_attr_string(n, "mode", "constant"), "constant") != 0)
         return qf_tfl_refuse(e, n, "only constant padding has a TFLite form (PAD)");
     const int r = x->type.ndim;

@@ -119,18 +119,25 @@ def inits(path):
     return m, {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
 
 
-def case_function():
-    src, dst, rep = work("m.onnx"), work("eq.onnx"), work("eq.json")
+def equalize_same_function(src, dst, passes, tag):
+    """Build the test model into src, run `qfold fuse --passes PASSES` on it
+    into dst, check that ONNX Runtime computes the same function on both
+    (1e-5 of each output's scale), return the report's equalize entry."""
+    rep = work("eq%s.json" % tag)
     build_model(src)
-    run_qfold(ARGS.qfold, ["fuse", src, "-o", dst, "--passes", "canonicalize,fuse_batch_norm,equalize",
-                           "--report", rep, "--verify"], expect=0)
+    run_qfold(ARGS.qfold, ["fuse", src, "-o", dst, "--passes", passes, "--report", rep, "--verify"], expect=0)
     x = np.random.RandomState(1).uniform(-1, 1, (4, 3, 16, 16)).astype(np.float32)
-    a, b = ort(src, x, work("ort_a")), ort(dst, x, work("ort_b"))
+    a, b = ort(src, x, work("ort%s_a" % tag)), ort(dst, x, work("ort%s_b" % tag))
     for i, (u, v) in enumerate(zip(a, b)):
         err = float(np.abs(u - v).max() / max(1e-6, np.abs(u).max()))
         check(err <= 1e-5, "output %d: ONNX Runtime on the equalized model differs by %.3g of its scale" % (i, err))
     r = json.load(open(rep))
-    eq = [p for p in r["passes"] if p["pass"] == "equalize"][0]
+    return [p for p in r["passes"] if p["pass"] == "equalize"][0]
+
+
+def case_function():
+    src, dst = work("m.onnx"), work("eq.onnx")
+    eq = equalize_same_function(src, dst, "canonicalize,fuse_batch_norm,equalize", "")
     done = {e["node"] for e in eq["rewritten"]}
     skipped = {e["node"]: e["reason"] for e in eq["skipped"]}
     m, w = inits(dst)
@@ -199,17 +206,8 @@ def case_function():
 
 
 def case_batchnorm():
-    src, dst, rep = work("m_bn.onnx"), work("eq_bn.onnx"), work("eq_bn.json")
-    build_model(src)
-    run_qfold(ARGS.qfold, ["fuse", src, "-o", dst, "--passes", "canonicalize,equalize", "--report", rep, "--verify"],
-              expect=0)
-    x = np.random.RandomState(1).uniform(-1, 1, (4, 3, 16, 16)).astype(np.float32)
-    a, b = ort(src, x, work("ort_bn_a")), ort(dst, x, work("ort_bn_b"))
-    for i, (u, v) in enumerate(zip(a, b)):
-        err = float(np.abs(u - v).max() / max(1e-6, np.abs(u).max()))
-        check(err <= 1e-5, "output %d: ONNX Runtime on the equalized model differs by %.3g of its scale" % (i, err))
-    r = json.load(open(rep))
-    eq = [p for p in r["passes"] if p["pass"] == "equalize"][0]
+    src, dst = work("m_bn.onnx"), work("eq_bn.onnx")
+    eq = equalize_same_function(src, dst, "canonicalize,equalize", "_bn")
     done = {e["node"] for e in eq["rewritten"]}
     m0, w0 = inits(src)
     m, w = inits(dst)
