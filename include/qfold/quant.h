@@ -154,11 +154,14 @@ typedef struct qf_qrule {
 /* Which layer pairs the equalize pass balances: none, those where one of
  * the two weights is quantized per tensor (where a channel's range is lost
  * to its neighbours'), every pair. AUTO (both built-in profiles' default):
- * qf_quantize quantizes the model with per-tensor equalization and without,
- * and keeps equalization when its graph outputs are closer to the float
- * model's on the calibration data (SQNR higher by QF_QUANT_EQ_MARGIN_DB); when per-tensor equalization changes
- * nothing, it is simply off (one calibration); `qfold qat` decides the same
- * way on a folded copy (qf_quant_equalize_choose). The equalize pass itself,
+ * qf_quantize quantizes the model without equalization and with each rule
+ * that changes it, and keeps the rule whose graph outputs are clearly closer
+ * to the float model's on the calibration data (SQNR higher by
+ * QF_QUANT_EQ_MARGIN_DB for per-tensor, QF_QUANT_EQ_ALL_MARGIN_DB over the
+ * best other for all, tried only up to QF_QUANT_EQ_ALL_BYTES of weights);
+ * when no rule changes the model, it is simply off (one calibration);
+ * `qfold qat` decides the same way on a folded copy
+ * (qf_quant_equalize_choose). The equalize pass itself,
  * with AUTO left undecided, does nothing. */
 typedef enum qf_qequalize { QF_QEQ_OFF = 0, QF_QEQ_PER_TENSOR, QF_QEQ_ALL, QF_QEQ_AUTO } qf_qequalize;
 
@@ -434,19 +437,29 @@ typedef struct qf_quantize_result {
     qf_quant_convert_stats stats;
     double calibrate_ms;           /* wall time of the calibration runs (observers included) */
     double convert_ms;             /* wall time of annotation, qparams and conversion to QDQ */
-    /* equalize=auto with a trial (per-tensor equalization changed the
-     * model): the graph outputs' SQNR (dB, int8 vs float on the first
-     * QF_QUANT_EQ_SAMPLES calibration samples) without and with it, and which
-     * was kept. */
-    bool eq_trial, eq_kept;
-    double eq_sqnr_off, eq_sqnr_on;
+    /* equalize=auto with a trial (some rule changed the model): per rule
+     * (index QF_QEQ_OFF, _PER_TENSOR, _ALL) whether it was tried and the
+     * graph outputs' SQNR (dB, int8 vs float on the first
+     * QF_QUANT_EQ_SAMPLES calibration samples), and the rule kept. */
+    bool eq_trial;
+    bool eq_tried[3];
+    double eq_sqnr[3];
+    qf_qequalize eq_rule;
 } qf_quantize_result;
 
 #define QF_QUANT_EQ_SAMPLES 512
-#define QF_QUANT_EQ_MARGIN_DB 1.0  /* equalize=auto keeps it when the SQNR gains this much */
+#define QF_QUANT_EQ_MARGIN_DB 1.0     /* equalize=auto keeps per-tensor when the SQNR gains this much */
+#define QF_QUANT_EQ_ALL_MARGIN_DB 6.0 /* ... and all when it gains this much over the best other */
+#define QF_QUANT_EQ_ALL_BYTES ((size_t)32 << 20) /* all is tried on models with at most these weights */
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);
+/* "off", "per-tensor", "all", "auto": the --set equalize= spelling. */
+const char *qf_quant_eq_rule_name(qf_qequalize e);
+/* The equalize=auto trial in one line for a summary: the rule kept and
+ * every rule's output SQNR, e.g. "all kept: int8 outputs' SQNR 25.9 dB
+ * (per-tensor 13.2, without 13.3)". */
+void qf_quant_eq_summary(const qf_quantize_result *r, char *buf, size_t n);
 void qf_quantize_result_free(qf_quantize_result *r);
 /* Whether the equalize pass, with profile p's rule (per-tensor or all),
  * finds a layer pair in g to balance (it may still find each one balanced
@@ -456,8 +469,8 @@ bool qf_quant_equalize_candidates(const qf_graph *g, const qf_quant_profile *p);
 /* equalize=auto for a float model g that is not quantized by qf_quantize
  * (QAT): a copy of g, BatchNorm folded (pipeline ptq), is quantized with
  * profile p on the first max_samples of data (0: all), which decides as in
- * qf_quantize; *out gets PER_TENSOR or OFF (p's own rule when it is not
- * auto), *trial that quantization's figures (eq_trial, eq_kept, the SQNRs;
+ * qf_quantize; *out gets OFF, PER_TENSOR or ALL (p's own rule when it is not
+ * auto), *trial that quantization's figures (eq_trial, eq_rule, the SQNRs;
  * free it with qf_quantize_result_free). g is not changed. */
 qf_status qf_quant_equalize_choose(const qf_graph *g, const qf_data_source *data, int64_t max_samples,
                                    const qf_quant_profile *p, qf_qequalize *out, qf_quantize_result *trial);

@@ -211,9 +211,11 @@ static void qf_qat_summary(const qf_qat_args *qa, const qf_qat_run *run)
     if (qa->tr.nval)
         printf("val top-1: float %.2f %% before, int8 %.2f %% after (%+.2f pt)\n", 100 * run->float_acc,
                100 * run->int8_acc, 100 * (run->int8_acc - run->float_acc));
-    if (run->eq.eq_trial)
-        printf("equalize: %s (PTQ trial: int8 outputs' SQNR %.1f dB with cross-layer equalization, %.1f dB "
-               "without)\n", run->eq.eq_kept ? "kept" : "not kept", run->eq.eq_sqnr_on, run->eq.eq_sqnr_off);
+    if (run->eq.eq_trial) {
+        char line[160];
+        qf_quant_eq_summary(&run->eq, line, sizeof line);
+        printf("equalize: %s (PTQ trial)\n", line);
+    }
     if (qa->keep_qat) printf("training graph written to %s\n", qa->keep_qat);
 }
 

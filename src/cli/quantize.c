@@ -212,9 +212,11 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
             printf("  note        weight '%s' of node '%s': %d of %d channels are all zero\n", t->name,
                    t->node ? t->node : "?", t->zero_channels, t->nch);
     }
-    if (r->eq_trial)
-        printf("  equalize    %s: int8 outputs' SQNR %.1f dB with cross-layer equalization, %.1f dB without\n",
-               r->eq_kept ? "kept" : "not kept", r->eq_sqnr_on, r->eq_sqnr_off);
+    if (r->eq_trial) {
+        char line[160];
+        qf_quant_eq_summary(r, line, sizeof line);
+        printf("  equalize    %s\n", line);
+    }
     printf("  left float  %d op%s\n", r->nleft_float, r->nleft_float == 1 ? "" : "s");
     for (int i = 0; i < r->nleft_float && i < 10; i++)
         printf("    %s '%s': %s\n", r->left_float[i].op, r->left_float[i].name, r->left_float[i].reason);
@@ -295,10 +297,14 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
     }
     qf_strbuf_puts(b, "],\n  \"equalize\": ");
     if (r->eq_trial) {
-        qf_strbuf_printf(b, "{\"kept\": %s, \"output_sqnr_db\": {\"on\": ", r->eq_kept ? "true" : "false");
-        qf_qz_json_num(b, r->eq_sqnr_on);
-        qf_strbuf_puts(b, ", \"off\": ");
-        qf_qz_json_num(b, r->eq_sqnr_off);
+        qf_strbuf_printf(b, "{\"kept\": \"%s\", \"output_sqnr_db\": {", qf_quant_eq_rule_name(r->eq_rule));
+        const char *sep = "";
+        for (int k = QF_QEQ_OFF; k <= QF_QEQ_ALL; k++) {
+            if (!r->eq_tried[k]) continue;
+            qf_strbuf_printf(b, "%s\"%s\": ", sep, qf_quant_eq_rule_name((qf_qequalize)k));
+            qf_qz_json_num(b, r->eq_sqnr[k]);
+            sep = ", ";
+        }
         qf_strbuf_puts(b, "}}");
     } else {
         qf_strbuf_puts(b, "null");
