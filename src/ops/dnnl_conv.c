@@ -298,7 +298,10 @@ static qf_status dct_build(const qf_kernel_io *io, dct_state *t, bool transpose)
     QF_TRY(dconv_setup(io, transpose, &cg, &g));
     const qf_tensor *x = io->in[0], *w = io->in[1], *bias = io->nin > 2 ? io->in[2] : NULL;
     dnnl_memory_desc_t x_user, y_user, w_user, b_md, x_any, y_any, w_any;
-    const bool x_nhwc = (io->in_nhwc & 1u) != 0, y_nhwc = (io->out_nhwc & 1u) != 0;
+    /* One input channel (a first layer reading the data): NCHW and NHWC are
+     * the same bytes, so the tape's X is taken as channels-last when Y is,
+     * and its reorders (a copy) go. */
+    const bool y_nhwc = (io->out_nhwc & 1u) != 0, x_nhwc = (io->in_nhwc & 1u) != 0 || (y_nhwc && x->dims[1] == 1);
     QF_TRY(qf_dnnl_md(n, &x_user, x, x_nhwc));
     QF_TRY(qf_dnnl_md(n, &y_user, io->out[0], y_nhwc));
     int64_t wd[QF_MAX_DIMS + 1], ws[QF_MAX_DIMS + 1];

@@ -199,7 +199,10 @@ QF_VECTOR_CLONES static void bn_sum_dot(const float *restrict x, const float *re
     *dot += d;
 }
 
-/* The same over the Relu-masked gradient: g where x * af + df > 0, else 0. */
+/* The same over the Relu-masked gradient: g where x * af + df > 0, else 0.
+ * g is read unconditionally, then selected: a conditional read became a
+ * masked load, and GCC then kept the accumulators on the stack (each
+ * iteration's adds waiting on the last one's stores). */
 QF_VECTOR_CLONES static void bn_sum_dot_relu(const float *restrict x, const float *restrict g, int64_t n, double mu,
                                              float af, float df, double *sum, double *dot)
 {
@@ -207,7 +210,7 @@ QF_VECTOR_CLONES static void bn_sum_dot_relu(const float *restrict x, const floa
     int64_t i = 0;
     for (; i + BN_LANES <= n; i += BN_LANES)
         for (int l = 0; l < BN_LANES; l++) {
-            const float gl = x[i + l] * af + df > 0.0f ? g[i + l] : 0.0f;
+            const float gv = g[i + l], gl = x[i + l] * af + df > 0.0f ? gv : 0.0f; /* g read first: see below */
             as[l] += gl;
             ad[l] += (x[i + l] - mu) * gl;
         }
@@ -369,7 +372,11 @@ QF_VECTOR_CLONES static void bn_affine_nhwc_slice(void *ctx, int64_t lo, int64_t
     }
 }
 
-static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const bn_job *j, int64_t c0, int64_t w)
+/* relu: j->relu, as a constant of each inlined copy (with both loops in one
+ * body GCC kept the fused loop's accumulators on the stack: each row's adds
+ * waited on the last row's stores). */
+static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const bn_job *j, int64_t c0, int64_t w,
+                                                                         const bool relu)
 {
     const int64_t rows = j->nb * j->inner, c = j->c;
     const double cnt = (double)rows;
@@ -377,7 +384,7 @@ static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const b
     float a[BN_CBLK], gm[BN_CBLK], kk[BN_CBLK], muf[BN_CBLK], af[BN_CBLK], df[BN_CBLK];
     for (int64_t k = 0; k < w; k++) {
         const int64_t ch = c0 + k;
-        if (j->relu) bn_coef(j, ch, &af[k], &df[k]);
+        if (relu) bn_coef(j, ch, &af[k], &df[k]);
         if (j->batch) {
             mu[k] = j->smean[ch];
             inv[k] = j->sinv[ch];
@@ -386,11 +393,11 @@ static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const b
             inv[k] = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
         }
     }
-    if (j->dy && j->relu)
+    if (j->dy && relu)
         for (int64_t r = 0; r < rows; r++) {
             const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
             for (int64_t k = 0; k < w; k++) {
-                const float gk = p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f;
+                const float gv = g[k], gk = p[k] * af[k] + df[k] > 0.0f ? gv : 0.0f; /* as bn_sum_dot_relu */
                 sum[k] += gk;
                 dotp[k] += (p[k] - mu[k]) * gk;
             }
@@ -424,12 +431,12 @@ static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const b
             continue;
         }
         const float *g = j->dy + r * c + c0;
-        if (j->relu && j->batch)
+        if (relu && j->batch)
             for (int64_t k = 0; k < w; k++) {
                 const float gk = p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f;
                 q[k] = (gk - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
             }
-        else if (j->relu)
+        else if (relu)
             for (int64_t k = 0; k < w; k++) q[k] = (p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f) * a[k];
         else if (j->batch)
             for (int64_t k = 0; k < w; k++) q[k] = (g[k] - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
@@ -442,10 +449,14 @@ QF_VECTOR_CLONES static void bn_backward_nhwc_slice(void *ctx, int64_t lo, int64
 {
     const bn_job *j = ctx;
     for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
-        if (hi - c0 >= BN_CBLK)
-            bn_backward_nhwc_block(j, c0, BN_CBLK);
+        if (hi - c0 >= BN_CBLK && j->relu)
+            bn_backward_nhwc_block(j, c0, BN_CBLK, true);
+        else if (hi - c0 >= BN_CBLK)
+            bn_backward_nhwc_block(j, c0, BN_CBLK, false);
+        else if (j->relu)
+            bn_backward_nhwc_block(j, c0, hi - c0, true);
         else
-            bn_backward_nhwc_block(j, c0, hi - c0);
+            bn_backward_nhwc_block(j, c0, hi - c0, false);
     }
 }
 

@@ -510,8 +510,8 @@ static void test_tape_nhwc_chain(void)
  * the same bits, and the fused plan must have fused the Relu. oneDNN's
  * against the reference's within 1e-5 of their scale: its convolutions'
  * backward weights as GEMMs (dct_w_gemm: the 3x3 one over im2col's
- * columns, the 1x1 one over X; at batch 1 x is an input: no d x, so dY is
- * reordered for the GEMM alone). */
+ * columns, the 1x1 one over X; at batch 1 x is an input of one channel:
+ * no d x, so dY is reordered for the GEMM alone, and x is read as NHWC). */
 typedef struct bnr_case {
     int64_t n, c, h, w; /* h = 0: x [n, c], no convolutions */
 } bnr_case;
@@ -525,8 +525,9 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
     qf_graph *g = c.g;
     g->opset = 13;
     const bool conv = bc->h > 0;
-    int64_t xd[] = {bc->n, conv ? 3 : bc->c, bc->h, bc->w}, td[] = {bc->n, conv ? 4 : bc->c, bc->h, bc->w};
     const bool x_in = conv && bc->n == 1;
+    const int64_t cin = x_in ? 1 : 3;
+    int64_t xd[] = {bc->n, conv ? cin : bc->c, bc->h, bc->w}, td[] = {bc->n, conv ? 4 : bc->c, bc->h, bc->w};
     qf_tensor xt = {0};
     qf_value *x = x_in ? qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, xd)
                        : param(g, "x", QF_VALUE_PARAMETER, conv ? 4 : 2, xd, 1.0f, 0.0f);
@@ -536,7 +537,7 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
         for (int64_t i = 0; i < qf_tensor_numel(&xt); i++) ((float *)xt.data)[i] = rnd();
     } else
         c.ps[c.np++] = x;
-    qf_value *v = conv ? chain_conv(&c, x, "conv1", bc->c, 3, 3, 1, 1, true)->outputs[0] : x;
+    qf_value *v = conv ? chain_conv(&c, x, "conv1", bc->c, cin, 3, 1, 1, true)->outputs[0] : x;
     qf_node *bn = chain_bn(&c, v, "bn", bc->c, 0);
     qf_node *r = node(g, QF_OP_RELU, "relu", 1, bn->outputs[0], NULL, NULL);
     REQUIRE(r, "relu");
