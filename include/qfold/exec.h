@@ -233,7 +233,8 @@ qf_status qf_node_eval_grad(const qf_node *n, int64_t opset, const qf_tensor *co
  *   }
  *   qf_grad_plan_free(gp);
  *
- * A training plan over g (reference kernels, NCHW, no fusion): the forward
+ * A training plan over g (reference kernels; a Relu after a BatchNormalization
+ * runs inside it; channels-last chains on oneDNN's convolutions): the forward
  * keeps what each node's backward reads (its op's bwd_in / bwd_out) until that
  * backward has run and frees the rest as the inference plan does; the
  * backward runs the nodes in reverse order from d loss / d loss = 1, writing
@@ -250,6 +251,7 @@ typedef struct qf_grad_options {
     const qf_value *loss;              /* a float32 value of one element: the loss */
     int nparams;
     const qf_value *const *params;     /* the values to differentiate (constants of g) */
+    bool unfused;                      /* every node a step of its own (tests: the fused kernels against them) */
 } qf_grad_options;
 qf_status qf_grad_plan_init(qf_grad_plan **out, qf_graph *g, const qf_grad_options *opt);
 void qf_grad_plan_free(qf_grad_plan *p);
@@ -270,6 +272,9 @@ float qf_grad_plan_loss(const qf_grad_plan *p);
 void qf_grad_plan_seed(qf_grad_plan *p, uint64_t seed);
 /* Bytes of the training arena (forward values kept + gradients). */
 size_t qf_grad_plan_arena_bytes(const qf_grad_plan *p);
+/* Nodes that run inside another node's kernels (a Relu inside the
+ * BatchNormalization before it): 0 with qf_grad_options.unfused. */
+int qf_grad_plan_fused(const qf_grad_plan *p);
 
 #ifdef __cplusplus
 }

@@ -44,6 +44,8 @@ struct qf_grad_plan {
     void *be_raw;
     void **saved;                 /* per node: training forward -> backward */
     unsigned char *run_bwd;       /* per node */
+    int *fuse;                    /* per node: the Relu run inside this BatchNormalization (grad_fuse), -1: none */
+    int *host;                    /* per node: the node it runs inside, -1: its own step */
     void *block_raw;              /* the states, one allocation */
     void *saved_raw;              /* the saved areas, one allocation */
     void *scratch_raw, *scratch;
@@ -100,6 +102,8 @@ static void grad_plan_release(qf_grad_plan *p)
     qf_free(p->state);
     qf_free(p->saved);
     qf_free(p->run_bwd);
+    qf_free(p->fuse);
+    qf_free(p->host);
     qf_free(p->block_raw);
     qf_free(p->saved_raw);
     qf_free(p->scratch_raw);
@@ -198,6 +202,8 @@ static qf_status grad_alloc_tables(qf_grad_plan *p)
     p->be_state = qf_calloc(n, sizeof *p->be_state);
     p->saved = qf_calloc(n, sizeof *p->saved);
     p->run_bwd = qf_calloc(n, 1);
+    p->fuse = qf_malloc(n * sizeof *p->fuse);
+    p->host = qf_malloc(n * sizeof *p->host);
     p->fwd_scratch = qf_calloc(n, sizeof *p->fwd_scratch);
     p->bwd_scratch = qf_calloc(n, sizeof *p->bwd_scratch);
     p->in_nhwc = qf_calloc(n, sizeof *p->in_nhwc);
@@ -205,9 +211,11 @@ static qf_status grad_alloc_tables(qf_grad_plan *p)
     p->vt = qf_calloc(nv, sizeof *p->vt);
     p->gt = qf_calloc(nv, sizeof *p->gt);
     p->zero_grad = qf_calloc(nv, 1);
-    if (!p->nodes || !p->in_base || !p->out_base || !p->state || !p->be || !p->be_state || !p->saved || !p->run_bwd || !p->fwd_scratch ||
-        !p->bwd_scratch || !p->in_nhwc || !p->out_nhwc || !p->vt || !p->gt || !p->zero_grad)
+    if (!p->nodes || !p->in_base || !p->out_base || !p->state || !p->be || !p->be_state || !p->saved || !p->run_bwd ||
+        !p->fuse || !p->host || !p->fwd_scratch || !p->bwd_scratch || !p->in_nhwc || !p->out_nhwc || !p->vt || !p->gt ||
+        !p->zero_grad)
         return QF_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) p->fuse[i] = p->host[i] = -1;
     int i = 0;
     qf_graph_for_each_node(g, nd)
     {
@@ -414,6 +422,47 @@ done:
     return st;
 }
 
+/* --- fusion --------------------------------------------------------------------
+ *
+ * A Relu that is the only reader of a BatchNormalization's Y (Y no graph
+ * output; BN outside ONNX's training mode, its one output) runs inside the
+ * BatchNormalization's kernels (qf_kernel_io.nfused = 1, bn_relu in
+ * src/ops/norm.c): the forward writes the Relu's output, the backward takes
+ * its gradient and masks it itself. Y and its gradient get no buffer; the
+ * Relu's output lives from the BatchNormalization's forward, its gradient to
+ * the BatchNormalization's backward. Same results bit for bit (the kernels'
+ * tests compare with the nodes unfused: qf_grad_options.unfused). After
+ * grad_prepare: the BatchNormalization was prepared with its own Y, of the
+ * Relu's output's type. */
+static qf_status grad_fuse(qf_grad_plan *p)
+{
+    const int nv = p->nvalues;
+    int *readers = qf_calloc((size_t)(nv ? nv : 1), sizeof *readers);
+    if (!readers) return QF_ERR_NOMEM;
+    for (int k = 0; k < p->g->noutputs; k++) readers[p->g->outputs[k]->id] = 2; /* the caller reads it */
+    for (int i = 0; i < p->n; i++)
+        for (int s = 0; s < p->nodes[i]->ninputs; s++)
+            if (p->nodes[i]->inputs[s]) readers[p->nodes[i]->inputs[s]->id]++;
+    for (int j = 0; j < p->n; j++) {
+        const qf_node *r = p->nodes[j];
+        if (r->op != QF_OP_RELU || r->ninputs != 1 || r->noutputs != 1) continue;
+        const qf_value *y = r->inputs[0];
+        const qf_node *b = y ? y->producer : NULL;
+        if (!b || b->op != QF_OP_BATCH_NORM || b->noutputs != 1 || readers[y->id] != 1 ||
+            y->type.dtype != QF_DTYPE_F32 || (p->g->opset >= 14 && qf_node_attr_int(b, "training_mode", 0) != 0))
+            continue;
+        int i = j - 1;
+        while (i >= 0 && p->nodes[i] != b) i--;
+        if (i < 0 || p->be[i] || p->run_bwd[i] != p->run_bwd[j]) continue;
+        p->fuse[i] = j;
+        p->host[j] = i;
+        p->run_bwd[j] = 0;
+        p->fout[p->out_base[i]] = &p->vt[r->outputs[0]->id];
+    }
+    qf_free(readers);
+    return QF_OK;
+}
+
 /* Prepare every node (types only); size and allocate the states, the saved
  * areas and the scratch (the largest of any node's forward or backward). */
 static qf_status grad_prepare(qf_grad_plan *p)
@@ -567,8 +616,12 @@ static qf_status grad_layout(qf_grad_plan *p, const unsigned char *rg, const uns
         head[(START)] = nb++;                                                    \
     } while (0)
     for (int i = 0; i < n; i++) {
+        if (p->host[i] >= 0) continue; /* written by its host's forward: placed there */
         const qf_node *nd = p->nodes[i];
-        for (int o = 0; o < nd->noutputs; o++) GRAD_ADD(i, end[nd->outputs[o]->id], &p->vt[nd->outputs[o]->id]);
+        for (int o = 0; o < nd->noutputs; o++) {
+            const qf_value *v = o == 0 && p->fuse[i] >= 0 ? p->nodes[p->fuse[i]]->outputs[0] : nd->outputs[o];
+            GRAD_ADD(i, end[v->id], &p->vt[v->id]);
+        }
     }
     for (int k = 0; k < nv; k++) {
         const qf_value *v = g->values[k];
@@ -576,7 +629,9 @@ static qf_status grad_layout(qf_grad_plan *p, const unsigned char *rg, const uns
         qf_tensor *t = &p->gt[k];
         *t = (qf_tensor){.dtype = QF_DTYPE_F32, .ndim = v->type.ndim};
         memcpy(t->dims, v->type.dims, sizeof t->dims);
-        GRAD_ADD(gstart[k], v->producer ? 2 * n - pos[v->producer->id] : tend, t);
+        int prod = v->producer ? pos[v->producer->id] : -1;
+        if (prod >= 0 && p->host[prod] >= 0) prod = p->host[prod]; /* read by the host's backward */
+        GRAD_ADD(gstart[k], prod >= 0 ? 2 * n - prod : tend, t);
     }
     for (int i = 0; i < n; i++)
         for (int s = 0; s < p->nodes[i]->ninputs; s++) {
@@ -651,6 +706,7 @@ qf_status qf_grad_plan_init(qf_grad_plan **out, qf_graph *g, const qf_grad_optio
         st = qf_error(QF_ERR_INVALID, "the loss '%s' depends on none of the %d parameters to train", p->loss->name,
                       p->nparams);
     if (st == QF_OK) st = grad_prepare(p);
+    if (st == QF_OK && !opt->unfused) st = grad_fuse(p);
     if (st == QF_OK) st = grad_layout(p, rg, reach);
     qf_free(rg);
     qf_free(reach);
@@ -680,8 +736,10 @@ qf_status qf_grad_plan_forward(qf_grad_plan *p, const qf_tensor *const *inputs, 
     }
     const uint64_t stream = grad_mix(p->seed ^ grad_mix(p->step));
     for (int i = 0; i < p->n; i++) {
+        if (p->host[i] >= 0) continue;
         const qf_node *nd = p->nodes[i];
         qf_kernel_io io = {.node = nd, .opset = g->opset, .nin = nd->ninputs, .nout = nd->noutputs,
+                           .nfused = p->fuse[i] >= 0, .fused = p->fuse[i] >= 0 ? &p->nodes[p->fuse[i]] : NULL,
                            .in = &p->fin[p->in_base[i]], .out = &p->fout[p->out_base[i]], .state = p->state[i],
                            .scratch = p->scratch, .scratch_size = p->fwd_scratch[i], .training = training,
                            .seed = grad_mix(stream + nd->id), .saved = p->saved[i], .in_nhwc = p->in_nhwc[i],
@@ -729,11 +787,12 @@ qf_status qf_grad_plan_backward(qf_grad_plan *p)
             p->bdin[ib + s] = !v || !p->gt[v->id].data || p->zero_grad[v->id] ? NULL : a->data ? a : &p->gt[v->id];
         }
         for (int o = 0; o < nd->noutputs; o++) {
-            const qf_value *v = nd->outputs[o];
+            const qf_value *v = o == 0 && p->fuse[i] >= 0 ? p->nodes[p->fuse[i]]->outputs[0] : nd->outputs[o];
             p->bout[ob + o] = (qf_tensor *)grad_view(p, v, &p->bview[p->nin_total + ob + o], k->bwd_out, o);
             p->bdout[ob + o] = p->gt[v->id].data ? &p->gt[v->id] : NULL;
         }
         qf_kernel_io io = {.node = nd, .opset = p->g->opset, .nin = nd->ninputs, .nout = nd->noutputs,
+                           .nfused = p->fuse[i] >= 0, .fused = p->fuse[i] >= 0 ? &p->nodes[p->fuse[i]] : NULL,
                            .in = &p->bin[ib], .out = &p->bout[ob], .state = p->state[i], .scratch = p->scratch,
                            .scratch_size = p->bwd_scratch[i], .training = true, .saved = p->saved[i],
                            .dout = &p->bdout[ob], .din = &p->bdin[ib], .in_nhwc = p->in_nhwc[i],
@@ -782,3 +841,10 @@ void qf_grad_plan_seed(qf_grad_plan *p, uint64_t seed)
 }
 
 size_t qf_grad_plan_arena_bytes(const qf_grad_plan *p) { return p->arena_bytes; }
+
+int qf_grad_plan_fused(const qf_grad_plan *p)
+{
+    int k = 0;
+    for (int i = 0; i < p->n; i++) k += p->host[i] >= 0;
+    return k;
+}

@@ -21,6 +21,7 @@
 
 #include "conv.h"
 #include "dnnl_kernels.h"
+#include "gemm.h"
 
 #if QF_HAVE_DNNL
 
@@ -217,6 +218,12 @@ typedef struct dct_state {
     size_t pad_bytes, dw_spare, db_spare, scratch;
     bool has_bias;
     bool ddst_reuse;               /* backward weights reads ddst_d's reordered dY */
+    bool w_gemm;                   /* backward weights as one GEMM (dct_w_gemm) */
+    bool w_im2col;                 /* ... over im2col's columns (else X is the column matrix) */
+    int64_t m, c, rows, kcols;     /* its sizes: output, input channels, N * out spatial, C * kernel */
+    int64_t n;                     /* batch */
+    qf_spatial l;                  /* the geometry lifted to 3-D (im2col) */
+    size_t col_off;                /* im2col's columns in the scratch */
 } dct_state;
 
 enum { DCT_F, DCT_D, DCT_W };
@@ -291,7 +298,10 @@ static qf_status dct_build(const qf_kernel_io *io, dct_state *t, bool transpose)
     QF_TRY(dconv_setup(io, transpose, &cg, &g));
     const qf_tensor *x = io->in[0], *w = io->in[1], *bias = io->nin > 2 ? io->in[2] : NULL;
     dnnl_memory_desc_t x_user, y_user, w_user, b_md, x_any, y_any, w_any;
-    const bool x_nhwc = (io->in_nhwc & 1u) != 0, y_nhwc = (io->out_nhwc & 1u) != 0;
+    /* One input channel (a first layer reading the data): NCHW and NHWC are
+     * the same bytes, so the tape's X is taken as channels-last when Y is,
+     * and its reorders (a copy) go. */
+    const bool y_nhwc = (io->out_nhwc & 1u) != 0, x_nhwc = (io->in_nhwc & 1u) != 0 || (y_nhwc && x->dims[1] == 1);
     QF_TRY(qf_dnnl_md(n, &x_user, x, x_nhwc));
     QF_TRY(qf_dnnl_md(n, &y_user, io->out[0], y_nhwc));
     int64_t wd[QF_MAX_DIMS + 1], ws[QF_MAX_DIMS + 1];
@@ -359,6 +369,35 @@ static qf_status dct_build(const qf_kernel_io *io, dct_state *t, bool transpose)
     const dnnl_memory_desc_t *dwm = QF_DNNL(primitive_desc_query_md)(t->pd[DCT_W], dnnl_query_exec_arg_md,
                                                                       DNNL_ARG_DIFF_DST);
     t->ddst_reuse = t->ddst_d.reorder && t->ddst_w.reorder && dd && dwm && QF_DNNL(memory_desc_equal)(dd, dwm);
+    /* Backward weights as one GEMM, d W [M, C * k] = dY^T col over the
+     * N * out-spatial rows of dY [rows, M] (channels-last) and the column
+     * matrix [rows, C * k] (qf_sgemm: oneDNN's sgemm), for a one-group
+     * convolution run channels-last that is pointwise (1x1, stride 1, no
+     * pads: X itself is the column matrix) or has few columns (C * k <= 64:
+     * im2col into the scratch). oneDNN's backward-weights kernels took 5x
+     * (jit_1x1) and 6.5x (jit, ds_cnn's first layer: 10x4 over one channel)
+     * their forward's time there: ds_cnn at batch 64, ONEDNN_VERBOSE, 27 % and
+     * 11 % of a training step's oneDNN time. The GEMM sums in another order,
+     * within float rounding of oneDNN's. */
+    bool pw = !transpose && cg.group == 1 && (x_nhwc || y_nhwc);
+    const bool gemm_ok = pw;
+    for (int i = 0; i < cg.s.rank && pw; i++)
+        pw = cg.s.kernel[i] == 1 && cg.s.stride[i] == 1 && cg.s.pad_begin[i] == 0 && cg.s.pad_end[i] == 0;
+    const int64_t rows = qf_tensor_numel(io->out[0]) / cg.m, kcols = cg.c * cg.ksize;
+    if (gemm_ok && (pw || (kcols <= 64 && (uint64_t)rows * (uint64_t)kcols * sizeof(float) <= (64u << 20)))) {
+        t->w_gemm = true;
+        t->w_im2col = !pw;
+        t->m = cg.m;
+        t->c = cg.c;
+        t->n = cg.n;
+        t->rows = rows;
+        t->kcols = kcols;
+        t->l = cg.l;
+        if (t->w_im2col) {
+            t->col_off = t->scratch;
+            t->scratch += ((size_t)rows * (size_t)kcols * sizeof(float) + 63) & ~(size_t)63;
+        }
+    }
     /* Where d W and d B go when the tape does not want them (a frozen weight
      * with a trained bias, or the reverse): oneDNN computes both together. */
     t->dw_spare = t->scratch;
@@ -436,6 +475,78 @@ static qf_status dct_forward(const qf_kernel_io *io)
     return qf_dnnl_check(n, QF_DNNL(stream_wait)(qf_dnnl_lib_.stream), "execute");
 }
 
+/* The data an argument's primitive side reads: the tape's own buffer or its reordered copy in the scratch. */
+static const float *dct_prim_data(const dct_arg *a, const void *user, const char *scratch)
+{
+    return a->prim == a->user ? user : (const float *)(scratch + a->off);
+}
+
+/* The column matrix of channels-last X [n][i0][i1][i2][C] (t->l: the
+ * geometry lifted to 3-D): col[r][ci][k0][k1][k2], r = ((n * O0 + o0) * O1
+ * + o1) * O2 + o2, zeros in the padding; the columns in ONNX W's order. */
+static void dct_im2col(const dct_state *t, const float *x, float *col)
+{
+    const qf_spatial *l = &t->l;
+    const int64_t C = t->c, K = t->kcols, ks = K / C;
+    float *row = col;
+    for (int64_t n = 0; n < t->n; n++)
+        for (int64_t o0 = 0; o0 < l->out[0]; o0++)
+            for (int64_t o1 = 0; o1 < l->out[1]; o1++)
+                for (int64_t o2 = 0; o2 < l->out[2]; o2++, row += K) {
+                    int64_t kk = 0;
+                    for (int64_t k0 = 0; k0 < l->kernel[0]; k0++)
+                        for (int64_t k1 = 0; k1 < l->kernel[1]; k1++)
+                            for (int64_t k2 = 0; k2 < l->kernel[2]; k2++, kk++) {
+                                const int64_t i0 = o0 * l->stride[0] - l->pad_begin[0] + k0 * l->dilation[0];
+                                const int64_t i1 = o1 * l->stride[1] - l->pad_begin[1] + k1 * l->dilation[1];
+                                const int64_t i2 = o2 * l->stride[2] - l->pad_begin[2] + k2 * l->dilation[2];
+                                if (i0 < 0 || i0 >= l->in[0] || i1 < 0 || i1 >= l->in[1] || i2 < 0 || i2 >= l->in[2]) {
+                                    for (int64_t ci = 0; ci < C; ci++) row[ci * ks + kk] = 0.0f;
+                                    continue;
+                                }
+                                const float *src = x + (((n * l->in[0] + i0) * l->in[1] + i1) * l->in[2] + i2) * C;
+                                for (int64_t ci = 0; ci < C; ci++) row[ci * ks + kk] = src[ci];
+                            }
+                }
+}
+
+/* Backward weights as a GEMM (t->w_gemm): d W = dY^T col (col: X itself for
+ * a pointwise convolution, else its im2col), d B = column sums of dY (in
+ * double, 16 channels at a time). */
+static qf_status dct_w_gemm(const qf_kernel_io *io, const dct_state *t, const float *gy, char *sc, bool reuse)
+{
+    const qf_node *n = io->node;
+    qf_tensor *dw = io->din[1], *db = io->nin > 2 ? io->din[2] : NULL;
+    if (!reuse) {
+        QF_TRY(dct_point(n, &t->ddst_w, io->dout[0]->data, sc));
+        QF_TRY(dct_reorder(n, &t->ddst_w, true));
+        gy = dct_prim_data(&t->ddst_w, io->dout[0]->data, sc);
+    }
+    QF_TRY(dct_point(n, &t->src_w, io->in[0]->data, sc));
+    QF_TRY(dct_reorder(n, &t->src_w, true));
+    QF_TRY(qf_dnnl_check(n, QF_DNNL(stream_wait)(qf_dnnl_lib_.stream), "execute"));
+    const float *x = dct_prim_data(&t->src_w, io->in[0]->data, sc);
+    if (dw && t->w_im2col) {
+        dct_im2col(t, x, (float *)(sc + t->col_off));
+        x = (const float *)(sc + t->col_off);
+    }
+    if (dw)
+        QF_TRY(qf_sgemm(n, &(qf_sgemm_args){.ta = true, .m = t->m, .n = t->kcols, .k = t->rows, .alpha = 1.0f,
+                                           .a = gy, .lda = t->m, .b = x, .ldb = t->kcols, .c = dw->data,
+                                           .ldc = t->kcols}));
+    if (db) {
+        float *o = db->data;
+        for (int64_t c0 = 0; c0 < t->m; c0 += 16) {
+            const int64_t w = t->m - c0 < 16 ? t->m - c0 : 16;
+            double acc[16] = {0};
+            for (int64_t r = 0; r < t->rows; r++)
+                for (int64_t k = 0; k < w; k++) acc[k] += gy[r * t->m + c0 + k];
+            for (int64_t k = 0; k < w; k++) o[c0 + k] = (float)acc[k];
+        }
+    }
+    return QF_OK;
+}
+
 static qf_status dct_backward(const qf_kernel_io *io)
 {
     const dct_state *t = io->state;
@@ -459,7 +570,10 @@ static qf_status dct_backward(const qf_kernel_io *io)
         QF_TRY(dct_run(n, t, DCT_D, sc, args, 3));
         QF_TRY(dct_reorder(n, &t->dsrc_d, false));
     }
-    if (dw || db) {
+    if ((dw || db) && t->w_gemm) {
+        /* Backward data ran on dY channels-last (the tape's, or its reorder). */
+        QF_TRY(dct_w_gemm(io, t, dx ? dct_prim_data(&t->ddst_d, ddst, sc) : NULL, sc, dx != NULL));
+    } else if (dw || db) {
         const bool reuse = dx && t->ddst_reuse; /* ddst_d.prim holds dY, reordered above */
         QF_TRY(dct_point(n, &t->src_w, io->in[0]->data, sc));
         if (!reuse) QF_TRY(dct_point(n, &t->ddst_w, ddst, sc));

@@ -138,6 +138,7 @@ typedef struct bn_job {
     const qf_tensor *scale, *bias, *mean, *var;
     double *smean, *sinv; /* saved */
     bool batch;           /* backward: the batch-statistics formula */
+    bool relu;            /* a Relu fused after the node (bn_relu below) */
 } bn_job;
 
 /* Channels lo..hi-1: the batch mean into smean, the biased variance into
@@ -198,6 +199,35 @@ QF_VECTOR_CLONES static void bn_sum_dot(const float *restrict x, const float *re
     *dot += d;
 }
 
+/* The same over the Relu-masked gradient: g where x * af + df > 0, else 0.
+ * g is read unconditionally, then selected: a conditional read became a
+ * masked load, and GCC then kept the accumulators on the stack (each
+ * iteration's adds waiting on the last one's stores). */
+QF_VECTOR_CLONES static void bn_sum_dot_relu(const float *restrict x, const float *restrict g, int64_t n, double mu,
+                                             float af, float df, double *sum, double *dot)
+{
+    double as[BN_LANES] = {0}, ad[BN_LANES] = {0};
+    int64_t i = 0;
+    for (; i + BN_LANES <= n; i += BN_LANES)
+        for (int l = 0; l < BN_LANES; l++) {
+            const float gv = g[i + l], gl = x[i + l] * af + df > 0.0f ? gv : 0.0f; /* g read first: see below */
+            as[l] += gl;
+            ad[l] += (x[i + l] - mu) * gl;
+        }
+    double s = 0.0, d = 0.0;
+    for (; i < n; i++) {
+        const float gl = x[i] * af + df > 0.0f ? g[i] : 0.0f;
+        s += gl;
+        d += (x[i] - mu) * gl;
+    }
+    for (int l = 0; l < BN_LANES; l++) {
+        s += as[l];
+        d += ad[l];
+    }
+    *sum += s;
+    *dot += d;
+}
+
 QF_VECTOR_CLONES static void bn_stats_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const bn_job *j = ctx;
@@ -212,6 +242,23 @@ QF_VECTOR_CLONES static void bn_stats_slice(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
+/* A Relu fused after the BatchNormalization (the training tape, grad_fuse in
+ * src/exec/grad.c: the Relu is the only reader of Y; io->nfused == 1):
+ * the forward writes relu(y) (Relu's own kernel: y < 0 ? 0 : y, NaN passing
+ * through), and the backward takes d loss / d relu(y) and masks it where
+ * y > 0 (Relu's backward: 0 at y = 0 and NaN) before the BatchNormalization
+ * backward, recomputing y = x * a + d from X with the forward's own float a
+ * and d (bn_coef): -ffp-contract=off (vector.h), so the same bits. Two
+ * memory passes saved forward (Relu reading Y and writing its output) and
+ * one backward (Relu reading Y and dY' and writing dY), and neither Y nor
+ * dY is stored. */
+static inline float bn_relu(float y) { return y < 0.0f ? 0.0f : y; }
+
+static bool bn_fused_relu(const qf_kernel_io *io)
+{
+    return io->nfused == 1 && io->fused && io->fused[0]->op == QF_OP_RELU;
+}
+
 /* y = x * a + d per channel, a = gamma * invstd, d = beta - mean * a. */
 QF_VECTOR_CLONES static void bn_affine_slice(void *ctx, int64_t lo, int64_t hi)
 {
@@ -222,7 +269,10 @@ QF_VECTOR_CLONES static void bn_affine_slice(void *ctx, int64_t lo, int64_t hi)
         for (int64_t b = 0; b < j->nb; b++) {
             const float *p = j->x + (b * j->c + ch) * j->inner;
             float *q = j->y + (b * j->c + ch) * j->inner;
-            for (int64_t i = 0; i < j->inner; i++) q[i] = p[i] * af + df;
+            if (j->relu)
+                for (int64_t i = 0; i < j->inner; i++) q[i] = bn_relu(p[i] * af + df);
+            else
+                for (int64_t i = 0; i < j->inner; i++) q[i] = p[i] * af + df;
         }
     }
 }
@@ -289,7 +339,7 @@ QF_VECTOR_CLONES static void bn_stats_nhwc_slice(void *ctx, int64_t lo, int64_t 
 /* The per-channel a and d of y = x * a + d: from the batch statistics
  * (j->batch: a = gamma * invstd, as bn_affine_slice) or the running ones
  * (a = gamma / sqrt(var + eps), as the inference forward). */
-static void bn_nhwc_coef(const bn_job *j, int64_t ch, float *af, float *df)
+static void bn_coef(const bn_job *j, int64_t ch, float *af, float *df)
 {
     double a, mu;
     if (j->batch) {
@@ -310,23 +360,31 @@ QF_VECTOR_CLONES static void bn_affine_nhwc_slice(void *ctx, int64_t lo, int64_t
     for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
         const int64_t w = hi - c0 < BN_CBLK ? hi - c0 : BN_CBLK;
         float af[BN_CBLK], df[BN_CBLK];
-        for (int64_t k = 0; k < w; k++) bn_nhwc_coef(j, c0 + k, &af[k], &df[k]);
+        for (int64_t k = 0; k < w; k++) bn_coef(j, c0 + k, &af[k], &df[k]);
         for (int64_t r = 0; r < rows; r++) {
             const float *p = j->x + r * c + c0;
             float *q = j->y + r * c + c0;
-            for (int64_t k = 0; k < w; k++) q[k] = p[k] * af[k] + df[k];
+            if (j->relu)
+                for (int64_t k = 0; k < w; k++) q[k] = bn_relu(p[k] * af[k] + df[k]);
+            else
+                for (int64_t k = 0; k < w; k++) q[k] = p[k] * af[k] + df[k];
         }
     }
 }
 
-static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const bn_job *j, int64_t c0, int64_t w)
+/* relu: j->relu, as a constant of each inlined copy (with both loops in one
+ * body GCC kept the fused loop's accumulators on the stack: each row's adds
+ * waited on the last row's stores). */
+static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const bn_job *j, int64_t c0, int64_t w,
+                                                                         const bool relu)
 {
     const int64_t rows = j->nb * j->inner, c = j->c;
     const double cnt = (double)rows;
     double mu[BN_CBLK], inv[BN_CBLK], sum[BN_CBLK] = {0}, dotp[BN_CBLK] = {0};
-    float a[BN_CBLK], gm[BN_CBLK], kk[BN_CBLK], muf[BN_CBLK];
+    float a[BN_CBLK], gm[BN_CBLK], kk[BN_CBLK], muf[BN_CBLK], af[BN_CBLK], df[BN_CBLK];
     for (int64_t k = 0; k < w; k++) {
         const int64_t ch = c0 + k;
+        if (relu) bn_coef(j, ch, &af[k], &df[k]);
         if (j->batch) {
             mu[k] = j->smean[ch];
             inv[k] = j->sinv[ch];
@@ -335,7 +393,16 @@ static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const b
             inv[k] = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
         }
     }
-    if (j->dy)
+    if (j->dy && relu)
+        for (int64_t r = 0; r < rows; r++) {
+            const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
+            for (int64_t k = 0; k < w; k++) {
+                const float gv = g[k], gk = p[k] * af[k] + df[k] > 0.0f ? gv : 0.0f; /* as bn_sum_dot_relu */
+                sum[k] += gk;
+                dotp[k] += (p[k] - mu[k]) * gk;
+            }
+        }
+    else if (j->dy)
         for (int64_t r = 0; r < rows; r++) {
             const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
             for (int64_t k = 0; k < w; k++) {
@@ -364,7 +431,14 @@ static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const b
             continue;
         }
         const float *g = j->dy + r * c + c0;
-        if (j->batch)
+        if (relu && j->batch)
+            for (int64_t k = 0; k < w; k++) {
+                const float gk = p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f;
+                q[k] = (gk - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
+            }
+        else if (relu)
+            for (int64_t k = 0; k < w; k++) q[k] = (p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f) * a[k];
+        else if (j->batch)
             for (int64_t k = 0; k < w; k++) q[k] = (g[k] - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
         else
             for (int64_t k = 0; k < w; k++) q[k] = g[k] * a[k];
@@ -375,10 +449,14 @@ QF_VECTOR_CLONES static void bn_backward_nhwc_slice(void *ctx, int64_t lo, int64
 {
     const bn_job *j = ctx;
     for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
-        if (hi - c0 >= BN_CBLK)
-            bn_backward_nhwc_block(j, c0, BN_CBLK);
+        if (hi - c0 >= BN_CBLK && j->relu)
+            bn_backward_nhwc_block(j, c0, BN_CBLK, true);
+        else if (hi - c0 >= BN_CBLK)
+            bn_backward_nhwc_block(j, c0, BN_CBLK, false);
+        else if (j->relu)
+            bn_backward_nhwc_block(j, c0, hi - c0, true);
         else
-            bn_backward_nhwc_block(j, c0, hi - c0);
+            bn_backward_nhwc_block(j, c0, hi - c0, false);
     }
 }
 
@@ -400,6 +478,7 @@ static qf_status bn_train_forward(const qf_kernel_io *io)
                         qf_op_label(n));
     j.smean = io->saved;
     j.sinv = j.smean + j.c;
+    j.relu = bn_fused_relu(io);
     const bool nhwc = (io->in_nhwc & 1u) != 0;
     qf_parallel_for(j.c, nhwc ? bn_nhwc_grain(count, j.c) : bn_grain(count), nhwc ? bn_stats_nhwc_slice : bn_stats_slice,
                     &j);
@@ -445,10 +524,16 @@ QF_VECTOR_CLONES static void bn_backward_slice(void *ctx, int64_t lo, int64_t hi
             inv = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
         }
         double sum = 0.0, dotp = 0.0;
+        float af = 0.0f, df = 0.0f;
+        if (j->relu) bn_coef(j, ch, &af, &df);
         if (j->dy) {
-            for (int64_t b = 0; b < j->nb; b++)
-                bn_sum_dot(j->x + (b * j->c + ch) * j->inner, j->dy + (b * j->c + ch) * j->inner, j->inner, mu,
-                           &sum, &dotp);
+            for (int64_t b = 0; b < j->nb; b++) {
+                const float *p = j->x + (b * j->c + ch) * j->inner, *g = j->dy + (b * j->c + ch) * j->inner;
+                if (j->relu)
+                    bn_sum_dot_relu(p, g, j->inner, mu, af, df, &sum, &dotp);
+                else
+                    bn_sum_dot(p, g, j->inner, mu, &sum, &dotp);
+            }
         }
         if (j->dbias) j->dbias[ch] = (float)sum;
         if (j->dscale) j->dscale[ch] = (float)(dotp * inv);
@@ -467,7 +552,14 @@ QF_VECTOR_CLONES static void bn_backward_slice(void *ctx, int64_t lo, int64_t hi
                 continue;
             }
             const float *g = j->dy + (b * j->c + ch) * j->inner;
-            if (j->batch)
+            if (j->relu && j->batch)
+                for (int64_t i = 0; i < j->inner; i++) {
+                    const float gi = p[i] * af + df > 0.0f ? g[i] : 0.0f;
+                    q[i] = (gi - gm - (p[i] - muf) * k) * a;
+                }
+            else if (j->relu)
+                for (int64_t i = 0; i < j->inner; i++) q[i] = (p[i] * af + df > 0.0f ? g[i] : 0.0f) * a;
+            else if (j->batch)
                 for (int64_t i = 0; i < j->inner; i++) q[i] = (g[i] - gm - (p[i] - muf) * k) * a;
             else
                 for (int64_t i = 0; i < j->inner; i++) q[i] = g[i] * a;
@@ -484,8 +576,9 @@ static qf_status qf_batch_norm_backward_f32(const qf_kernel_io *io)
     for (int i = 0; i < 5 && i < io->nin; i++) din[i] = io->din[i] ? io->din[i]->data : NULL;
     bn_job j = {.x = x->data, .dy = io->dout[0] ? io->dout[0]->data : NULL, .dx = din[0], .dscale = din[1],
                 .dbias = din[2], .dmean = din[3], .dvar = din[4], .nb = x->dims[0], .c = x->dims[1], .inner = 1,
-                .eps = qf_node_attr_float(n, "epsilon", 1e-5f), .scale = io->in[1], .mean = io->in[3],
-                .var = io->in[4], .batch = (io->training && !bn_frozen(n)) || bn_training(n, io->opset)};
+                .eps = qf_node_attr_float(n, "epsilon", 1e-5f), .scale = io->in[1], .bias = io->in[2],
+                .mean = io->in[3], .var = io->in[4], .batch = (io->training && !bn_frozen(n)) || bn_training(n, io->opset),
+                .relu = bn_fused_relu(io)};
     for (int i = 2; i < x->ndim; i++) j.inner *= x->dims[i];
     if (io->nout > 1 && (io->dout[1] || (io->nout > 2 && io->dout[2])))
         return qf_error(QF_ERR_UNSUPPORTED,
@@ -517,7 +610,7 @@ static qf_status bn_forward_nhwc(const qf_kernel_io *io)
                         qf_op_label(n));
     bn_job j = {.x = x->data, .y = io->out[0]->data, .nb = x->dims[0], .c = x->dims[1], .inner = 1,
                 .eps = qf_node_attr_float(n, "epsilon", 1e-5f), .scale = io->in[1], .bias = io->in[2],
-                .mean = io->in[3], .var = io->in[4]};
+                .mean = io->in[3], .var = io->in[4], .relu = bn_fused_relu(io)};
     for (int i = 2; i < x->ndim; i++) j.inner *= x->dims[i];
     for (int64_t ch = 0; ch < j.c; ch++) {
         const double v = qf_tensor_get_f64(j.var, ch);
@@ -543,7 +636,7 @@ static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
     for (int i = 2; i < x->ndim; i++) inner *= x->dims[i];
     const double eps = qf_node_attr_float(n, "epsilon", 1e-5f);
     const double momentum = qf_node_attr_float(n, "momentum", 0.9f);
-    const bool training = bn_training(n, io->opset);
+    const bool training = bn_training(n, io->opset), relu = bn_fused_relu(io);
     const float *xd = x->data;
     float *yd = io->out[0]->data;
 
@@ -585,7 +678,10 @@ static qf_status qf_batch_norm_forward_f32(const qf_kernel_io *io)
         for (int64_t b = 0; b < nb; b++) {
             const float *p = xd + (b * c + ch) * inner;
             float *q = yd + (b * c + ch) * inner;
-            for (int64_t i = 0; i < inner; i++) q[i] = p[i] * af + df;
+            if (relu)
+                for (int64_t i = 0; i < inner; i++) q[i] = bn_relu(p[i] * af + df);
+            else
+                for (int64_t i = 0; i < inner; i++) q[i] = p[i] * af + df;
         }
     }
     return QF_OK;
@@ -741,7 +837,7 @@ const qf_op_kernels qf_batch_norm_kernels = {
     .infer = qf_batch_norm_infer,
     .forward_f32 = qf_batch_norm_forward_f32,
     .backward_f32 = qf_batch_norm_backward_f32,
-    .bwd_in = 1u << 0 | 1u << 1 | 1u << 3 | 1u << 4,
+    .bwd_in = 1u << 0 | 1u << 1 | 1u << 2 | 1u << 3 | 1u << 4, /* B: a fused Relu's mask (bn_relu) */
     .saved_size = qf_batch_norm_saved,
     .dnnl = QF_DNNL_KERNELS(batch_norm),
 };

@@ -36,11 +36,14 @@ typedef struct qf_kernel_io {
      * QF_LAYOUT_NHWC (qf_backend_kernels.layouts); the reference kernels
      * always see 0. */
     uint32_t in_nhwc, out_nhwc;
-    /* Post-ops (backend kernels only): nodes the plan fused into this one, in
-     * order, e.g. a Relu / Clip after a Conv, or an Add of a residual. For a
-     * binary one, post_in[i] is its other operand (NULL for a unary one).
-     * out[0] is then the last fused node's output; the fused nodes do not
-     * run as steps of their own. nfused is 0 for every reference kernel. */
+    /* Post-ops: nodes the plan fused into this one, in order, e.g. a Relu /
+     * Clip after a Conv, or an Add of a residual. For a binary one,
+     * post_in[i] is its other operand (NULL for a unary one). out[0] is then
+     * the last fused node's output; the fused nodes do not run as steps of
+     * their own. Backend kernels only, except one reference kernel: the
+     * training tape runs a Relu inside BatchNormalization's forward and
+     * backward (grad_fuse in src/exec/grad.c; dout[0] is then the Relu's
+     * output's gradient). nfused is 0 for every other reference kernel. */
     int nfused;
     const qf_node *const *fused;
     const qf_tensor *const *post_in;

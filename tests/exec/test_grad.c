@@ -500,6 +500,137 @@ static void test_tape_nhwc_chain(void)
     qf_set_engine(QF_ENGINE_AUTO);
 }
 
+/* BatchNormalization -> Relu run as one node in the tape (grad_fuse, bn_relu
+ * in src/ops/norm.c) against the two nodes each on its own (unfused), same
+ * engine: x -> [Conv 3x3 ->] BN -> Relu -> [1x1 Conv ->] mse_loss, on odd
+ * shapes (channels not a multiple of 16, batch 1 and 3, 2-D BatchNorm1d
+ * input); with the convolutions on oneDNN the BN and Relu run channels-last.
+ * Three steps (batch statistics, frozen, batch statistics) and an inference
+ * forward: loss, output, every gradient and the running statistics must be
+ * the same bits, and the fused plan must have fused the Relu. oneDNN's
+ * against the reference's within 1e-5 of their scale: its convolutions'
+ * backward weights as GEMMs (dct_w_gemm: the 3x3 one over im2col's
+ * columns, the 1x1 one over X; at batch 1 x is an input of one channel:
+ * no d x, so dY is reordered for the GEMM alone, and x is read as NHWC). */
+typedef struct bnr_case {
+    int64_t n, c, h, w; /* h = 0: x [n, c], no convolutions */
+} bnr_case;
+
+static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t cap, int64_t *len, int *fused)
+{
+    chain c;
+    memset(&c, 0, sizeof c);
+    rng = 0xb0a710c5ull + (uint64_t)bc->c;
+    REQUIRE_OK(qf_graph_init(&c.g));
+    qf_graph *g = c.g;
+    g->opset = 13;
+    const bool conv = bc->h > 0;
+    const bool x_in = conv && bc->n == 1;
+    const int64_t cin = x_in ? 1 : 3;
+    int64_t xd[] = {bc->n, conv ? cin : bc->c, bc->h, bc->w}, td[] = {bc->n, conv ? 4 : bc->c, bc->h, bc->w};
+    qf_tensor xt = {0};
+    qf_value *x = x_in ? qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, xd)
+                       : param(g, "x", QF_VALUE_PARAMETER, conv ? 4 : 2, xd, 1.0f, 0.0f);
+    REQUIRE(x, "x");
+    if (x_in) {
+        REQUIRE_OK(qf_tensor_init(&xt, QF_DTYPE_F32, 4, xd));
+        for (int64_t i = 0; i < qf_tensor_numel(&xt); i++) ((float *)xt.data)[i] = rnd();
+    } else
+        c.ps[c.np++] = x;
+    qf_value *v = conv ? chain_conv(&c, x, "conv1", bc->c, cin, 3, 1, 1, true)->outputs[0] : x;
+    qf_node *bn = chain_bn(&c, v, "bn", bc->c, 0);
+    qf_node *r = node(g, QF_OP_RELU, "relu", 1, bn->outputs[0], NULL, NULL);
+    REQUIRE(r, "relu");
+    v = conv ? chain_conv(&c, r->outputs[0], "conv2", 4, bc->c, 1, 1, 1, false)->outputs[0] : r->outputs[0];
+    qf_value *t = qf_graph_add_input(g, "target", QF_DTYPE_F32, conv ? 4 : 2, td);
+    qf_node *loss = t ? node(g, QF_OP_MSE_LOSS, "loss", 2, v, t, NULL) : NULL;
+    REQUIRE(loss, "loss");
+    REQUIRE_OK(qf_graph_add_output(g, loss->outputs[0]));
+    REQUIRE_OK(qf_tensor_init(&c.target, QF_DTYPE_F32, conv ? 4 : 2, td));
+    for (int64_t i = 0; i < qf_tensor_numel(&c.target); i++) ((float *)c.target.data)[i] = rnd();
+    qf_grad_options o = {.loss = loss->outputs[0], .nparams = c.np, .params = (const qf_value *const *)c.ps,
+                         .unfused = unfused};
+    qf_grad_plan *p = NULL;
+    qf_status st = qf_grad_plan_init(&p, g, &o);
+    const qf_tensor *in[] = {x_in ? &xt : &c.target, &c.target};
+    *len = 0;
+    for (int step = 0; step < 4 && st == QF_OK; step++) {
+        st = qf_node_set_attr_int(g, bn, "qfold_frozen", step == 1);
+        if (st == QF_OK) st = qf_grad_plan_forward(p, in, x_in ? 2 : 1, step < 3);
+        if (st == QF_OK && step < 3) st = qf_grad_plan_backward(p);
+        if (st != QF_OK) break;
+        if (*len < cap) out[(*len)++] = qf_grad_plan_loss(p);
+        for (int i = 0; i < c.np && step < 3; i++) {
+            const qf_tensor *gi = qf_grad_plan_grad(p, i);
+            for (int64_t e = 0; e < qf_tensor_numel(gi) && *len < cap; e++) out[(*len)++] = ((const float *)gi->data)[e];
+        }
+        for (int k = 0; k < 2; k++) {
+            const qf_tensor *sk = &c.stats[k]->type;
+            for (int64_t e = 0; e < qf_tensor_numel(sk) && *len < cap; e++) out[(*len)++] = ((const float *)sk->data)[e];
+        }
+        /* The next step from other parameters: the optimizer's move. */
+        for (int i = 0; i < c.np; i++) {
+            float *pi = c.ps[i]->type.data;
+            for (int64_t e = 0; e < qf_tensor_numel(&c.ps[i]->type); e++) pi[e] += 0.05f * rnd();
+        }
+    }
+    *fused = p ? qf_grad_plan_fused(p) : -1;
+    qf_grad_plan_free(p);
+    qf_tensor_free(&c.target);
+    qf_tensor_free(&xt);
+    qf_graph_free(g);
+    return st;
+}
+
+static void test_tape_bn_relu_fused(void)
+{
+    static const bnr_case cases[] = {{1, 5, 7, 3}, {3, 17, 5, 4}, {3, 33, 4, 5}, {3, 16, 6, 6}, {3, 17, 0, 0},
+                                     {2, 20, 0, 0}};
+    enum { CAP = 16384, NCASE = 6 };
+    static float a[CAP], b[CAP], ref[NCASE][CAP];
+    int64_t nref[NCASE] = {0};
+    const qf_engine engines[] = {QF_ENGINE_REF, QF_ENGINE_DNNL};
+    for (int e = 0; e < 2; e++) {
+        if (qf_set_engine(engines[e]) != QF_OK) {
+            printf("oneDNN not available: %s (the reference kernels only)\n", qf_error_message());
+            qf_error_clear();
+            continue;
+        }
+        for (size_t k = 0; k < NCASE; k++) {
+            const bnr_case bc = cases[k];
+            int64_t na = 0, nb = 0;
+            int fused = 0, unfused = 0;
+            qf_status st = bnr_run(&bc, false, a, CAP, &na, &fused);
+            CHECKF(st == QF_OK, "case %zu fused: %s", k, qf_error_message());
+            st = bnr_run(&bc, true, b, CAP, &nb, &unfused);
+            CHECKF(st == QF_OK, "case %zu unfused: %s", k, qf_error_message());
+            CHECKF(na == nb && na > 20 && na < CAP, "case %zu: %lld vs %lld values", k, (long long)na, (long long)nb);
+            int64_t diff = 0;
+            for (int64_t i = 0; i < na && i < nb; i++) diff += memcmp(&a[i], &b[i], sizeof a[i]) != 0;
+            CHECKF(diff == 0, "case %zu (%s): %lld of %lld values differ fused vs unfused", k, e ? "dnnl" : "ref",
+                   (long long)diff, (long long)na);
+            CHECKF(fused == 1 && unfused == 0, "case %zu: %d / %d nodes fused", k, fused, unfused);
+            double err = 0, scale = 1e-6;
+            if (e == 0) {
+                memcpy(ref[k], a, sizeof a[0] * (size_t)na);
+                nref[k] = na;
+            } else {
+                CHECKF(nref[k] == na, "case %zu: %lld values on oneDNN, %lld on ref", k, (long long)na,
+                       (long long)nref[k]);
+                for (int64_t i = 0; i < na && i < nref[k]; i++) {
+                    err = fmax(err, fabs((double)ref[k][i] - a[i]));
+                    scale = fmax(scale, fabs((double)ref[k][i]));
+                }
+                CHECKF(err <= 1e-5 * scale, "case %zu: dnnl vs ref max diff %g (scale %g)", k, err, scale);
+            }
+            printf("bn+relu [%lld, %lld, %lld, %lld] %s: %lld values equal fused / unfused; vs ref %.3g of %.3g\n",
+                   (long long)bc.n, (long long)bc.c, (long long)bc.h, (long long)bc.w, e ? "dnnl" : "ref",
+                   (long long)na, err, scale);
+        }
+    }
+    qf_set_engine(QF_ENGINE_AUTO);
+}
+
 static qf_check_alloc counter;
 
 /* Out of memory at every allocation of the init: QF_ERR_NOMEM, nothing left allocated. */
@@ -537,6 +668,7 @@ int main(void)
     RUN(test_tape_oom);
     RUN(test_tape_engines);
     RUN(test_tape_nhwc_chain);
+    RUN(test_tape_bn_relu_fused);
     CHECKF(counter.live == 0, "%ld blocks still allocated at the end", counter.live);
     return qf_check_report();
 }
