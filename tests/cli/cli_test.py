@@ -531,10 +531,27 @@ def case_eval_errors():
     one_error_line(err, "yf.npy", "float32")
     np.save(work("xs.npy"), np.zeros((4, 1, 27, 28), np.float32))
     _, err = qfold("eval", model, "--data", work("xs.npy"), "--labels", work("y.npy"), expect=2)
-    one_error_line(err, "input 'image'", "[?, 1, 28, 28]", "[4, 1, 27, 28]")
+    one_error_line(err, "xs.npy", "input 'image'", "[?, 1, 28, 28]", "[4, 1, 27, 28]")
     np.save(work("xi.npy"), np.zeros((4, 1, 28, 28), np.int32))
     _, err = qfold("eval", model, "--data", work("xi.npy"), "--labels", work("y.npy"), expect=2)
-    one_error_line(err, "int32")
+    one_error_line(err, "xi.npy", "input 'image'", "[?, 1, 28, 28]", "int32")
+    # Without its batch axis the data is refused as data, not as 1 sample
+    # whose 4 labels do not match.
+    np.save(work("xr.npy"), np.zeros((1, 28, 28), np.float32))
+    _, err = qfold("eval", model, "--data", work("xr.npy"), "--labels", work("y.npy"), expect=2)
+    one_error_line(err, "xr.npy", "input 'image'", "[?, 1, 28, 28]", "[1, 28, 28]")
+    xn = np.zeros((4, 1, 28, 28), np.float32)
+    xn[3, 0, 2, 1] = np.nan
+    np.save(work("xn.npy"), xn)
+    _, err = qfold("eval", model, "--data", work("xn.npy"), "--labels", work("y.npy"), expect=2)
+    one_error_line(err, "xn.npy", "input 'image'", "element %d is NaN" % (3 * 784 + 2 * 28 + 1))
+    xn[3, 0, 2, 1] = -np.inf
+    np.save(work("xn.npy"), xn)
+    _, err = qfold("eval", model, "--data", work("xn.npy"), "--labels", work("y.npy"), expect=2)
+    one_error_line(err, "xn.npy", "infinite")
+    _, err = qfold("eval", model, "--data", work("x.npy"), "--data", work("x.npy"), "--labels", work("y.npy"),
+                   expect=2)
+    one_error_line(err, "1 input", "got 2")
     np.save(work("x0.npy"), np.zeros((0, 1, 28, 28), np.float32))
     _, err = qfold("eval", model, "--data", work("x0.npy"), "--labels", work("y.npy"), expect=2)
     one_error_line(err, "holds no samples")

@@ -361,7 +361,7 @@ def case_errors():
     one_error_line(err, "dtype.npy", "float32", "float64")
     np.save(work("empty.npy"), np.zeros((0, 1, 28, 28), np.float32))
     _, err = qfold("quantize", model, "-o", out, "--calib", work("empty.npy"), expect=2)
-    one_error_line(err, "empty.npy", "no samples")
+    one_error_line(err, "empty.npy", "input 'image'", "[?, 1, 28, 28]", "no samples")
     x = fashion_calib(4, 8)
     x[2, 0, 5, 5] = np.nan
     np.save(work("nan.npy"), x)
