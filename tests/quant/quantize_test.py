@@ -384,7 +384,28 @@ def case_errors():
     one_error_line(err, "no calibration data")
     check(not os.path.exists(out), "a failed quantize left %s" % out)
     # An already quantized model is refused, by name.
-    qfold("quantize", model, "-o", work("q.onnx"), "--calib", work("good.npy"))
+    # Calibration progress goes to stderr only when it is a terminal: nothing
+    # through a pipe, a line per batch on a pseudo-terminal.
+    _, err = qfold("quantize", model, "-o", work("q.onnx"), "--calib", work("good.npy"), "--batch", "2")
+    check(err == "", "quantize wrote to a stderr that is no terminal:\n" + err)
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.run([ARGS.qfold, "quantize", model, "-o", work("q2.onnx"), "--calib", work("good.npy"), "--batch",
+                        "2"], stdout=subprocess.DEVNULL, stderr=slave, timeout=600)
+    os.close(slave)
+    tty = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        tty += chunk
+    os.close(master)
+    tty = tty.decode(errors="replace")
+    check(p.returncode == 0 and "calibrating 2 / 4 samples" in tty and "calibrating 4 / 4 samples" in tty,
+          "no calibration progress on a terminal (exit %d):\n%r" % (p.returncode, tty))
     _, err = qfold("run", work("q.onnx"), "-i", work("good.npy"), "-o", work("y.npy"), "--requant", "gemmlowp",
                    expect=2)
     one_error_line(err, "--requant takes tflite or onnx")
