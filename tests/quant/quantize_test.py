@@ -458,6 +458,16 @@ def case_shared_bias():
             sx, sw, sb = (inits[producer[n.input[k]].input[1]] for k in (0, 1, 2))
             check(np.array_equal(sb, (sx * sw).astype(np.float32)), "bias scale of %s is not s_x * s_W" % n.name)
     lsb_agreement(work("q.onnx"), rng.standard_normal((4, 3, 8, 8)).astype(np.float32), 0.999, 1)
+    # A model imported at opset 11 / 12 is written at 13 (per-channel
+    # DequantizeLinear needs it), and still checks and runs.
+    for opset in (11, 12):
+        old = work("shared%d.onnx" % opset)
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), old)
+        quantize(old, work("q%d.onnx" % opset), work("calib.npy"))
+        m = checker(work("q%d.onnx" % opset))
+        got = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
+        check(got == [13], "opset %d model written at %r" % (opset, got))
+        lsb_agreement(work("q%d.onnx" % opset), rng.standard_normal((4, 3, 8, 8)).astype(np.float32), 0.999, 1)
 
 
 def case_zero_weights():
