@@ -448,6 +448,11 @@ typedef struct qf_quantize_result {
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);
 void qf_quantize_result_free(qf_quantize_result *r);
+/* Whether the equalize pass, with profile p's rule (per-tensor or all),
+ * finds a layer pair in g to balance (it may still find each one balanced
+ * already). Reads g only: equalize=auto asks it before it copies the graph
+ * to learn whether equalization changes anything. */
+bool qf_quant_equalize_candidates(const qf_graph *g, const qf_quant_profile *p);
 /* equalize=auto for a float model g that is not quantized by qf_quantize
  * (QAT): a copy of g, BatchNorm folded (pipeline ptq), is quantized with
  * profile p on the first max_samples of data (0: all), which decides as in

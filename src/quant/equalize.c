@@ -412,6 +412,20 @@ static qf_status qf_eq_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
     return st;
 }
 
+bool qf_quant_equalize_candidates(const qf_graph *g, const qf_quant_profile *p)
+{
+    qf_eq_pair pair;
+    char why[256];
+    qf_graph_for_each_node(g, a)
+    {
+        if (a->op != QF_OP_CONV && a->op != QF_OP_LINEAR && a->op != QF_OP_MATMUL) continue;
+        if (qf_eq_match(a, &pair, why, sizeof why)) continue;
+        if (p->equalize == QF_QEQ_PER_TENSOR && qf_eq_per_channel(p, a) && qf_eq_per_channel(p, pair.b)) continue;
+        return true;
+    }
+    return false;
+}
+
 const qf_pass qf_pass_quant_equalize = {
     "equalize",
     "cross-layer equalization: balance channel ranges between two layers joined by Relu / pools (profile rule)",

@@ -272,9 +272,12 @@ static void qz_swap_graphs(qf_graph *a, qf_graph *b)
 static qf_status qz_eq_changes(const qf_graph *g, const qf_quant_profile *p, qf_graph **copy, bool *changed)
 {
     *changed = false;
-    QF_TRY(qf_graph_clone(g, copy));
     qf_quant_profile pe = *p;
     pe.equalize = QF_QEQ_PER_TENSOR;
+    /* Most models have no pair at all (resnet18 / resnet50 / mobilenet_v2:
+     * an Add or a Relu6 before each Gemm): no copy of their weights then. */
+    if (!qf_quant_equalize_candidates(g, &pe)) return QF_OK;
+    QF_TRY(qf_graph_clone(g, copy));
     qf_quant_session sess = {.profile = &pe};
     static const char *const only[] = {"equalize", NULL};
     qf_pass_options po = {.verify = false, .user = &sess};
