@@ -26,6 +26,7 @@ typedef struct qf_eval_result {
     int64_t top1, top5;
     int32_t *pred;      /* top-1 class per sample */
     const int64_t *labels;
+    const char *labels_path; /* the labels file, for messages (NULL: not named) */
 } qf_eval_result;
 
 /* The labels as int64 [N] (int64, int32 or uint8 .npy, [N] or [N, 1]). */
@@ -64,8 +65,9 @@ static qf_status qf_eval_batch(void *ud, int64_t first, int64_t count, const qf_
         const float *row = s + b * c;
         int64_t label = r->labels[first + b];
         if (label < 0 || label >= c)
-            return qf_error(QF_ERR_INVALID, "label %lld of sample %lld is out of range: the model has %lld classes",
-                            (long long)label, (long long)(first + b), (long long)c);
+            return qf_error(QF_ERR_INVALID, "%s%s%slabel %lld of sample %lld is out of range: the model has %lld "
+                            "classes", r->labels_path ? "labels '" : "", r->labels_path ? r->labels_path : "",
+                            r->labels_path ? "': " : "", (long long)label, (long long)(first + b), (long long)c);
         /* Rank of the true class: how many scores beat it (ties go to the
          * lower index, as argmax). NaN scores never beat anything. */
         int64_t better = 0, best = 0;
@@ -237,6 +239,7 @@ static int qf_cli_eval(int argc, char **argv)
     int nr = ea.compare ? 2 : 1;
     for (int i = 0; i < nr && st == QF_OK; i++) {
         r[i].n = n;
+        r[i].labels_path = ea.labels;
         st = qf_eval_model(&ea, i, files, qf_npy_source_get(src), &lab, &labels, &r[i]);
     }
     if (st == QF_OK && nr == 2 && r[0].classes != r[1].classes)

@@ -525,7 +525,7 @@ def case_eval_errors():
     one_error_line(err, "y3.npy", "expected [4]")
     np.save(work("ybad.npy"), np.array([0, 1, 10, 3], np.int64))
     _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("ybad.npy"), expect=2)
-    one_error_line(err, "label 10 of sample 2 is out of range", "10 classes")
+    one_error_line(err, "ybad.npy", "label 10 of sample 2 is out of range", "10 classes")
     np.save(work("yf.npy"), np.zeros(4, np.float32))
     _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("yf.npy"), expect=2)
     one_error_line(err, "yf.npy", "float32")
