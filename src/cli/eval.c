@@ -26,6 +26,7 @@ typedef struct qf_eval_result {
     int64_t top1, top5;
     int32_t *pred;      /* top-1 class per sample */
     const int64_t *labels;
+    const char *labels_path; /* the labels file, for messages (NULL: not named) */
 } qf_eval_result;
 
 /* The labels as int64 [N] (int64, int32 or uint8 .npy, [N] or [N, 1]). */
@@ -64,8 +65,9 @@ static qf_status qf_eval_batch(void *ud, int64_t first, int64_t count, const qf_
         const float *row = s + b * c;
         int64_t label = r->labels[first + b];
         if (label < 0 || label >= c)
-            return qf_error(QF_ERR_INVALID, "label %lld of sample %lld is out of range: the model has %lld classes",
-                            (long long)label, (long long)(first + b), (long long)c);
+            return qf_error(QF_ERR_INVALID, "%s%s%slabel %lld of sample %lld is out of range: the model has %lld "
+                            "classes", r->labels_path ? "labels '" : "", r->labels_path ? r->labels_path : "",
+                            r->labels_path ? "': " : "", (long long)label, (long long)(first + b), (long long)c);
         /* Rank of the true class: how many scores beat it (ties go to the
          * lower index, as argmax). NaN scores never beat anything. */
         int64_t better = 0, best = 0;
@@ -80,21 +82,51 @@ static qf_status qf_eval_batch(void *ud, int64_t first, int64_t count, const qf_
     return QF_OK;
 }
 
-static qf_status qf_eval_model(const qf_eval_args *ea, const char *path, const qf_tensor *const *data,
-                               qf_eval_result *r)
+/* The data files against model g's inputs (named in the error with the
+ * file), scanned for NaN / Inf once (for the first model). */
+static qf_status qf_eval_check_data(const qf_eval_args *ea, const char *path, const qf_graph *g,
+                                    qf_npy_file *const *files, bool scan)
 {
+    if (ea->ndata != g->ninputs)
+        return qf_error(QF_ERR_INVALID, "'%s' has %d input%s: give one --data per input, got %d", path, g->ninputs,
+                        g->ninputs == 1 ? "" : "s", ea->ndata);
+    for (int i = 0; i < ea->ndata; i++) {
+        const qf_tensor *t = qf_npy_info(files[i]), *t0 = qf_npy_info(files[0]);
+        qf_status st = qf_data_check(g->inputs[i], t);
+        if (st != QF_OK) return qf_error_prefix(st, "data '%s': ", ea->data[i]);
+        if (t->dims[0] != t0->dims[0])
+            return qf_error(QF_ERR_SHAPE, "data '%s' holds %lld samples, '%s' %lld", ea->data[i],
+                            (long long)t->dims[0], ea->data[0], (long long)t0->dims[0]);
+        if (scan) QF_TRY(qf_cli_npy_check_finite("data", ea->data[i], g->inputs[i], files[i]));
+    }
+    return QF_OK;
+}
+
+/* Model i (0: MODEL, 1: --compare): load, check the data against it, (for
+ * the first) read the labels, run it over the data. */
+static qf_status qf_eval_model(const qf_eval_args *ea, int i, qf_npy_file *const *files, const qf_data_source *src,
+                               qf_tensor *lab, int64_t **labels, qf_eval_result *r)
+{
+    const char *path = i ? ea->compare : ea->model;
     qf_graph *g = NULL;
     QF_TRY(qf_onnx_load(path, &g));
     r->path = path;
-    r->pred = qf_calloc((size_t)r->n, sizeof *r->pred);
-    qf_status st = r->pred ? QF_OK : QF_ERR_NOMEM;
+    qf_status st = qf_eval_check_data(ea, path, g, files, i == 0);
+    if (st == QF_OK && i == 0) st = qf_eval_labels(ea->labels, r->n, lab, labels);
+    r->labels = *labels;
+    if (st == QF_OK) {
+        r->pred = qf_calloc((size_t)r->n, sizeof *r->pred);
+        if (!r->pred) st = QF_ERR_NOMEM;
+    }
     if (st == QF_OK && g->noutputs < 1) st = qf_error(QF_ERR_INVALID, "'%s' has no outputs", path);
     /* A QDQ model is evaluated as `qfold run` runs it: its conv groups in
      * integers, unless --simulate. */
     if (st == QF_OK && !ea->simulate) st = qf_quant_lower_int8(g, NULL, QF_REQUANT_FIXED_POINT, NULL);
     qf_batch_options bo = {.batch = ea->batch, .on_batch = qf_eval_batch, .ud = r};
-    if (st == QF_OK) st = qf_run_batches(g, data, ea->ndata, &bo);
-    if (st != QF_OK && !strstr(qf_error_message(), path)) qf_error_prefix(st, "'%s': ", path);
+    if (st == QF_OK) {
+        st = qf_run_source(g, src, &bo);
+        if (st != QF_OK && !strstr(qf_error_message(), path)) qf_error_prefix(st, "'%s': ", path);
+    }
     qf_graph_free(g);
     return st;
 }
@@ -189,31 +221,34 @@ static int qf_cli_eval(int argc, char **argv)
     qf_eval_args ea = {.batch = 64};
     int rc = qf_eval_parse(argc, argv, &ea);
     if (rc != QF_EXIT_OK) return rc;
-    qf_tensor data[QF_EVAL_MAX_DATA] = {0}, lab = {0};
-    const qf_tensor *feed[QF_EVAL_MAX_DATA];
+    qf_npy_file *files[QF_EVAL_MAX_DATA] = {0};
+    qf_npy_source *src = NULL;
+    qf_tensor lab = {0};
     qf_eval_result r[2] = {{0}};
     int64_t *labels = NULL;
     qf_status st = QF_OK;
+    /* The data is read a batch at a time (never whole in memory). */
     for (int i = 0; i < ea.ndata && st == QF_OK; i++) {
-        st = qf_npy_load(ea.data[i], &data[i]);
+        st = qf_npy_open(ea.data[i], &files[i]);
         if (st != QF_OK) qf_error_prefix(st, "data '%s': ", ea.data[i]);
-        feed[i] = &data[i];
     }
-    int64_t n = st == QF_OK && data[0].ndim >= 1 ? data[0].dims[0] : 0;
+    const qf_tensor *t0 = st == QF_OK ? qf_npy_info(files[0]) : NULL;
+    int64_t n = t0 && t0->ndim >= 1 ? t0->dims[0] : 0;
     if (st == QF_OK && n < 1) st = qf_error(QF_ERR_SHAPE, "data '%s' holds no samples", ea.data[0]);
-    if (st == QF_OK) st = qf_eval_labels(ea.labels, n, &lab, &labels);
+    if (st == QF_OK) st = qf_npy_source_init(&src, files, ea.ndata);
     int nr = ea.compare ? 2 : 1;
     for (int i = 0; i < nr && st == QF_OK; i++) {
         r[i].n = n;
-        r[i].labels = labels;
-        st = qf_eval_model(&ea, i ? ea.compare : ea.model, feed, &r[i]);
+        r[i].labels_path = ea.labels;
+        st = qf_eval_model(&ea, i, files, qf_npy_source_get(src), &lab, &labels, &r[i]);
     }
     if (st == QF_OK && nr == 2 && r[0].classes != r[1].classes)
         st = qf_error(QF_ERR_SHAPE, "'%s' has %lld classes, '%s' %lld", ea.model, (long long)r[0].classes, ea.compare,
                       (long long)r[1].classes);
     if (st == QF_OK) qf_eval_print(&ea, r, nr);
     else rc = qf_cli_fail(st);
-    for (int i = 0; i < ea.ndata; i++) qf_tensor_free(&data[i]);
+    qf_npy_source_free(src);
+    for (int i = 0; i < ea.ndata; i++) qf_npy_close(files[i]);
     qf_tensor_free(&lab);
     qf_free(labels);
     qf_free(r[0].pred);

@@ -31,7 +31,10 @@ qf_status qf_data_check(const qf_value *v, const qf_tensor *d)
                         "input '%s' expects %s %s (samples first), the data is %s %s", v->name,
                         qf_dtype_name(v->type.dtype), qf_shape_str(v->type.ndim, dims, want, sizeof want),
                         qf_dtype_name(d->dtype), qf_shape_str(d->ndim, d->dims, got, sizeof got));
-    if (d->dims[0] < 1) return qf_error(QF_ERR_SHAPE, "input '%s': the data holds no samples", v->name);
+    if (d->dims[0] < 1)
+        return qf_error(QF_ERR_SHAPE, "input '%s' expects %s %s (samples first), the data holds no samples (%s)",
+                        v->name, qf_dtype_name(v->type.dtype), qf_shape_str(v->type.ndim, dims, want, sizeof want),
+                        qf_shape_str(d->ndim, d->dims, got, sizeof got));
     return QF_OK;
 }
 

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/parallel.h"
 #include "../ops/quant_math.h"
 #include "qfold/quant.h"
 
@@ -207,20 +208,14 @@ static qf_status obs_update_per_channel(qf_observer *o, const qf_tensor *x, cons
 /* --- histogram ---------------------------------------------------------------- */
 
 /* torch.histc over [lo, hi]: bin = (int)((v - lo) * bins / (hi - lo)) in
- * float, the right edge into the last bin, values outside dropped. */
-static void hist_add(double *hist, int bins, const float *x, int64_t n, float lo, float hi)
+ * float, the right edge into the last bin, values outside dropped. Bin
+ * indices a block at a time (the same float arithmetic, division included,
+ * as one element at a time, but vectorized), then counted into `counts`.
+ * The clamp to [0, bins - 1] happens in float before the conversion, which
+ * truncates to the same index as clamping after it. */
+static void hist_count(int64_t *counts, int bins, const float *x, int64_t n, float lo, float hi)
 {
-    if (!(hi > lo)) {
-        /* A single value (all elements equal): torch widens to [v-1, v+1];
-         * every element lands in the middle bin. */
-        hist[bins / 2] += (double)n;
-        return;
-    }
     float width = hi - lo, fbins = (float)bins, top = (float)(bins - 1);
-    /* Bin indices a block at a time (the same float arithmetic, division
-     * included, as one element at a time, but vectorized), then counted.
-     * The clamp to [0, bins - 1] happens in float before the conversion,
-     * which truncates to the same index as clamping after it. */
     enum { BLOCK = 256 };
     int32_t pos[BLOCK];
     for (int64_t i = 0; i < n; i += BLOCK) {
@@ -234,8 +229,63 @@ static void hist_add(double *hist, int bins, const float *x, int64_t n, float lo
             pos[j] = (v[j] < lo || v[j] > hi) ? -1 : p;
         }
         for (int j = 0; j < m; j++)
-            if (pos[j] >= 0) hist[pos[j]] += 1.0;
+            if (pos[j] >= 0) counts[pos[j]]++;
     }
+}
+
+/* Slices of a large tensor counted on the threads, each into its own row of
+ * counts (integers: the sums are exact in any order, so the histogram is
+ * the one a single thread makes, to the bit). */
+#define HIST_GRAIN ((int64_t)1 << 16)
+typedef struct hist_job {
+    int64_t *counts; /* nslices rows of bins */
+    int bins;
+    const float *x;
+    int64_t n, slice;
+    float lo, hi;
+} hist_job;
+
+static void hist_slices(void *ctx, int64_t a, int64_t b)
+{
+    const hist_job *j = ctx;
+    for (int64_t k = a; k < b; k++) {
+        int64_t first = k * j->slice, m = j->n - first < j->slice ? j->n - first : j->slice;
+        hist_count(j->counts + k * j->bins, j->bins, j->x + first, m, j->lo, j->hi);
+    }
+}
+
+static void hist_add(double *hist, int bins, const float *x, int64_t n, float lo, float hi)
+{
+    if (!(hi > lo)) {
+        /* A single value (all elements equal): torch widens to [v-1, v+1];
+         * every element lands in the middle bin. */
+        hist[bins / 2] += (double)n;
+        return;
+    }
+    int64_t nslices = qf_parallel_threads();
+    if (n / HIST_GRAIN < nslices) nslices = n / HIST_GRAIN;
+    if (nslices < 1) nslices = 1;
+    int64_t *counts = qf_calloc((size_t)nslices * (size_t)bins, sizeof *counts);
+    if (!counts) { /* no room for the rows: one element at a time, straight into hist */
+        qf_error_clear();
+        float width = hi - lo, fbins = (float)bins, top = (float)(bins - 1);
+        for (int64_t i = 0; i < n; i++) {
+            float f = (x[i] - lo) * fbins / width;
+            f = f < 0.0f ? 0.0f : f;
+            f = f > top ? top : f;
+            if (!(x[i] < lo || x[i] > hi)) hist[(int32_t)f] += 1.0;
+        }
+        return;
+    }
+    hist_job j = {counts, bins, x, n, (n + nslices - 1) / nslices, lo, hi};
+    if (nslices == 1) hist_slices(&j, 0, 1);
+    else qf_parallel_for(nslices, 1, hist_slices, &j);
+    for (int b = 0; b < bins; b++) {
+        int64_t t = 0;
+        for (int64_t k = 0; k < nslices; k++) t += counts[k * bins + b];
+        hist[b] += (double)t;
+    }
+    qf_free(counts);
 }
 
 /* torch's _combine_histograms without materializing the upsampled grid:

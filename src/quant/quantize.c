@@ -275,8 +275,9 @@ static qf_status qz_eq_rewrites(const qf_graph *g, const qf_quant_profile *p, qf
     *rewrites = 0;
     qf_quant_profile pe = *p;
     pe.equalize = rule;
-    /* Most models have no pair at all (resnet18 / resnet50 / mobilenet_v2:
-     * an Add or a Relu6 before each Gemm): no copy of their weights then. */
+    /* Many models have no pair for a rule (per-tensor in resnet18 / resnet50 /
+     * mobilenet_v2: an Add or a Relu6 before each Gemm): no copy of their
+     * weights then. */
     if (!qf_quant_equalize_candidates(g, &pe)) return QF_OK;
     qf_graph *copy = NULL;
     QF_TRY(qf_graph_clone(g, &copy));

@@ -361,7 +361,7 @@ def case_errors():
     one_error_line(err, "dtype.npy", "float32", "float64")
     np.save(work("empty.npy"), np.zeros((0, 1, 28, 28), np.float32))
     _, err = qfold("quantize", model, "-o", out, "--calib", work("empty.npy"), expect=2)
-    one_error_line(err, "empty.npy", "no samples")
+    one_error_line(err, "empty.npy", "input 'image'", "[?, 1, 28, 28]", "no samples")
     x = fashion_calib(4, 8)
     x[2, 0, 5, 5] = np.nan
     np.save(work("nan.npy"), x)
@@ -384,7 +384,28 @@ def case_errors():
     one_error_line(err, "no calibration data")
     check(not os.path.exists(out), "a failed quantize left %s" % out)
     # An already quantized model is refused, by name.
-    qfold("quantize", model, "-o", work("q.onnx"), "--calib", work("good.npy"))
+    # Calibration progress goes to stderr only when it is a terminal: nothing
+    # through a pipe, a line per batch on a pseudo-terminal.
+    _, err = qfold("quantize", model, "-o", work("q.onnx"), "--calib", work("good.npy"), "--batch", "2")
+    check(err == "", "quantize wrote to a stderr that is no terminal:\n" + err)
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.run([ARGS.qfold, "quantize", model, "-o", work("q2.onnx"), "--calib", work("good.npy"), "--batch",
+                        "2"], stdout=subprocess.DEVNULL, stderr=slave, timeout=600)
+    os.close(slave)
+    tty = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        tty += chunk
+    os.close(master)
+    tty = tty.decode(errors="replace")
+    check(p.returncode == 0 and "calibrating 2 / 4 samples" in tty and "calibrating 4 / 4 samples" in tty,
+          "no calibration progress on a terminal (exit %d):\n%r" % (p.returncode, tty))
     _, err = qfold("run", work("q.onnx"), "-i", work("good.npy"), "-o", work("y.npy"), "--requant", "gemmlowp",
                    expect=2)
     one_error_line(err, "--requant takes tflite or onnx")
@@ -437,6 +458,16 @@ def case_shared_bias():
             sx, sw, sb = (inits[producer[n.input[k]].input[1]] for k in (0, 1, 2))
             check(np.array_equal(sb, (sx * sw).astype(np.float32)), "bias scale of %s is not s_x * s_W" % n.name)
     lsb_agreement(work("q.onnx"), rng.standard_normal((4, 3, 8, 8)).astype(np.float32), 0.999, 1)
+    # A model imported at opset 11 / 12 is written at 13 (per-channel
+    # DequantizeLinear needs it), and still checks and runs.
+    for opset in (11, 12):
+        old = work("shared%d.onnx" % opset)
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), old)
+        quantize(old, work("q%d.onnx" % opset), work("calib.npy"))
+        m = checker(work("q%d.onnx" % opset))
+        got = [o.version for o in m.opset_import if o.domain in ("", "ai.onnx")]
+        check(got == [13], "opset %d model written at %r" % (opset, got))
+        lsb_agreement(work("q%d.onnx" % opset), rng.standard_normal((4, 3, 8, 8)).astype(np.float32), 0.999, 1)
 
 
 def case_zero_weights():

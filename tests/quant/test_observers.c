@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qfold/exec.h"
 #include "qfold/io.h"
 #include "qfold/quant.h"
 #include "tools/qf_check.h"
@@ -201,6 +202,53 @@ static void test_histogram_uniform(void)
     free(d);
 }
 
+/* A large tensor's histogram is counted in slices on the threads (one row
+ * of integer counts each); when the rows cannot be allocated the observer
+ * counts one element at a time on the calling thread. Both must give the
+ * same histogram, hence the same range and qparams, to the bit. */
+static size_t fail_size;
+static void *fail_one_size(void *ud, void *p, size_t n)
+{
+    (void)ud;
+    if (n == 0) {
+        free(p);
+        return NULL;
+    }
+    return !p && n == fail_size ? NULL : realloc(p, n);
+}
+
+static void test_histogram_threads(void)
+{
+    enum { N = 3 * 98304 + 77 }; /* several slices of 65536, the last one short */
+    float *d = malloc(sizeof *d * N);
+    unsigned s = 7;
+    for (int i = 0; i < N; i++) { /* relu-like: half zeros, a tail */
+        s = s * 1103515245u + 12345u;
+        float u = (float)((s >> 8) & 0xffff) / 65535.0f;
+        d[i] = u < 0.5f ? 0.0f : (u - 0.5f) * (u - 0.5f) * 12.0f;
+    }
+    d[N - 1] = 3.5f; /* the maximum in the last, short slice */
+    qf_tensor t = vec(d, N), half = vec(d, N / 2);
+    qf_qparams q[2];
+    float lo[2], hi[2];
+    for (int k = 0; k < 2; k++) {
+        qf_observer *h = make(QF_OBSERVER_HISTOGRAM, QF_QSCHEME_AFFINE, -128, 127);
+        /* k = 1: the rows of counts (threads x 2048 x 8 bytes) are refused */
+        fail_size = k ? (size_t)2 * 2048 * sizeof(int64_t) : 0;
+        if (k) qf_set_allocator(fail_one_size, NULL);
+        CHECK_OK(qf_observer_update(h, &half));
+        CHECK_OK(qf_observer_update(h, &t)); /* a wider range: the old bins are combined */
+        qf_set_allocator(NULL, NULL);
+        CHECK_OK(qf_observer_result(h, &q[k], &lo[k], &hi[k], 1));
+        qf_observer_free(h);
+    }
+    CHECK(q[0].scale == q[1].scale && q[0].zero_point == q[1].zero_point && lo[0] == lo[1] && hi[0] == hi[1]);
+    if (!(q[0].scale == q[1].scale && lo[0] == lo[1] && hi[0] == hi[1]))
+        fprintf(stderr, "  threads: scale %.9g range [%.9g, %.9g]; one by one: scale %.9g range [%.9g, %.9g]\n",
+                q[0].scale, lo[0], hi[0], q[1].scale, lo[1], hi[1]);
+    free(d);
+}
+
 /* --- against PyTorch --------------------------------------------------------- */
 
 static int read_floats(FILE *f, const char *key, float *v, int n)
@@ -324,6 +372,7 @@ int main(int argc, char **argv)
         RUN(test_against_torch);
         return qf_check_report();
     }
+    CHECK_OK(qf_set_threads(2)); /* the histogram's slices on two threads, whatever the machine */
     RUN(test_qparams_formulas);
     RUN(test_bad_config);
     RUN(test_refuses_nan_and_other_dtypes);
@@ -331,5 +380,6 @@ int main(int argc, char **argv)
     RUN(test_per_channel_shape_errors);
     RUN(test_merge);
     RUN(test_histogram_uniform);
+    RUN(test_histogram_threads);
     return qf_check_report();
 }
