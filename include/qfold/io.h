@@ -64,11 +64,17 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path);
  * the model would be over `limit` bytes (0: protobuf's 2 GiB - 1), with
  * external_data NULL meaning "<path>.data". The side file is written to a
  * temporary file and renamed into place before the model (also through a
- * temporary file) is; `wrote_external` says whether it was written. */
+ * temporary file) is; `wrote_external` says whether it was written.
+ * `staged`: path (and external_data) are temporary files the caller created
+ * with qf_file_temp_create and renames into place itself once all its
+ * outputs are written: they are written directly and synced, without a
+ * temporary file of their own (one rename and one directory sync fewer); on
+ * failure they are left to the caller to discard. */
 typedef struct qf_onnx_save_options {
     const char *external_data;
     const char *location;
     bool always;
+    bool staged;
     size_t threshold;
     size_t limit;
     bool wrote_external; /* out */

@@ -564,7 +564,9 @@ qf_status qf_cli_outputs_save_model(qf_cli_outputs *s, int i, const qf_graph *g,
         return qf_cli_save_model(g, o->path, *tmp);
     }
     QF_TRY(qf_cli_output_stage(o, tmp));
-    qf_onnx_save_options so = {.always = qf_cli_ext.on};
+    /* Both files are staged here (and renamed by qf_cli_outputs_commit): the
+     * writer fills them directly. */
+    qf_onnx_save_options so = {.always = qf_cli_ext.on, .staged = true};
     /* For tests: the size past which a model goes out with external data
      * without being asked (protobuf's 2 GiB otherwise, too big for CI). */
     const char *lim = getenv("QFOLD_EXTERNAL_DATA_LIMIT");

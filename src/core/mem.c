@@ -33,6 +33,10 @@ void qf_mem_discard(void *p, size_t n)
 
 void qf_mem_populate(void *p, size_t n)
 {
+#if defined(MADV_HUGEPAGE)
+    /* Before the populate, so that it allocates huge pages (mem.h). */
+    mem_advise(p, n, MADV_HUGEPAGE);
+#endif
 #if defined(MADV_POPULATE_WRITE)
     mem_advise(p, n, MADV_POPULATE_WRITE);
 #else

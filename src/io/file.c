@@ -331,6 +331,32 @@ qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsiz
     return QF_OK;
 }
 
+qf_status qf_file_writer_open_staged(qf_file_writer *w, const char *path, size_t bufsize)
+{
+    memset(w, 0, sizeof *w);
+    w->path = path;
+    w->staged = true;
+    if (bufsize) {
+        w->buf = qf_malloc(bufsize);
+        if (!w->buf) {
+            w->fd = -1;
+            return QF_ERR_NOMEM;
+        }
+        w->cap = bufsize;
+    }
+    /* O_NOFOLLOW: the caller created it as a regular file; a link put in its
+     * place since is not followed. */
+    w->fd = open(path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+    if (w->fd < 0) {
+        qf_status st = qf_error(QF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        qf_free(w->buf);
+        memset(w, 0, sizeof *w);
+        w->fd = -1;
+        return st;
+    }
+    return QF_OK;
+}
+
 /* Bytes written to the file between two writeback starts. */
 #define QF_WRITEBACK_STEP ((size_t)8 << 20)
 
@@ -390,7 +416,7 @@ void qf_file_writer_abort(qf_file_writer *w)
 {
     if (w->fd >= 0) {
         close(w->fd);
-        qf_file_temp_discard(w->tmp);
+        if (!w->staged) qf_file_temp_discard(w->tmp);
     }
     qf_file_writer_release(w);
 }
@@ -404,6 +430,15 @@ qf_status qf_file_writer_commit(qf_file_writer *w)
     qf_status st = w->st;
     int fd = w->fd;
     const char *path = w->path, *tmp = w->tmp;
+    if (w->staged) {
+        /* The caller's temporary file: synced here, renamed by the caller. */
+        if (st == QF_OK && fsync(fd) != 0)
+            st = qf_error(QF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        if (close(fd) != 0 && st == QF_OK)
+            st = qf_error(QF_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
+        qf_file_writer_release(w);
+        return st;
+    }
     /* mkstemp creates the file 0600; give it the target's mode when it exists,
      * else the usual 0644 of a file written by a tool. */
     struct stat old;

@@ -36,16 +36,23 @@ typedef struct qf_file_writer {
     size_t written; /* bytes put so far */
     size_t off;     /* bytes written to the file so far */
     size_t synced;  /* bytes whose writeback was started */
+    bool staged;    /* writing `path` itself (qf_file_writer_open_staged) */
     qf_status st;
 } qf_file_writer;
 qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsize);
+/* A writer of `path` itself, a temporary file the caller made
+ * (qf_file_temp_create) and renames into place once everything it stages is
+ * written: truncated and written, and commit only syncs and closes it (no
+ * second temporary file, rename and directory sync). On any error the file
+ * is left to the caller, who discards it. */
+qf_status qf_file_writer_open_staged(qf_file_writer *w, const char *path, size_t bufsize);
 void qf_file_writer_put(qf_file_writer *w, const void *data, size_t size);
 /* Record an error found by the caller (the first error sticks). */
 void qf_file_writer_fail(qf_file_writer *w, qf_status st);
 /* Flush, set the mode, fsync, close, rename; on any error the temporary file
- * is removed. Frees the writer either way. */
+ * is removed (staged: flush, fsync, close). Frees the writer either way. */
 qf_status qf_file_writer_commit(qf_file_writer *w);
-/* Close and remove the temporary file. */
+/* Close and remove the temporary file (staged: close it). */
 void qf_file_writer_abort(qf_file_writer *w);
 
 #endif

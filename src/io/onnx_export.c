@@ -739,7 +739,7 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path, qf_arena *ar
                                          qf_ex_arena_alloc, arena);
         if (st == QF_OK && plan.n) {
             qf_file_writer sw;
-            st = qf_file_writer_open(&sw, target, 0);
+            st = o->staged ? qf_file_writer_open_staged(&sw, target, 0) : qf_file_writer_open(&sw, target, 0);
             if (st == QF_OK) {
                 qf_ext_plan_write(&plan, &sw);
                 st = qf_file_writer_commit(&sw);
@@ -760,7 +760,10 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path, qf_arena *ar
     qf_ex_stream s = {0};
     /* 1 MiB gathers the small pieces (names, nodes, BN vectors) into few
      * write() calls; weights of 1 MiB and more are written from the graph. */
-    QF_TRY(qf_file_writer_open(&s.w, path, (size_t)1 << 20));
+    if (o && o->staged)
+        QF_TRY(qf_file_writer_open_staged(&s.w, path, (size_t)1 << 20));
+    else
+        QF_TRY(qf_file_writer_open(&s.w, path, (size_t)1 << 20));
     qf_ex_put_model(&s, m);
     if (s.w.st == QF_OK && s.w.written != size)
         qf_file_writer_fail(&s.w,
