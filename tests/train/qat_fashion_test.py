@@ -49,13 +49,13 @@ With --spread S the channel ranges inside the depthwise-separable blocks are
 spread apart (tests/ref/fx_qat.py --spread: float unchanged, every
 BatchNorm2d's channels scaled by up to S either way, compensated in the next
 layer): the hard depthwise-separable model of issue 10, where the per-tensor
-activation grids cost both PTQs points and equalize=auto (per-tensor pairs
-only) leaves qfold's PTQ as hurt as PyTorch's. Both PTQs must lose more than
-a point (else the model is not the hard one), and QAT must win back --gain
-points over qfold's PTQ. --qat-set RULE=V (repeatable) is passed to `qfold
-qat` as --set; qfold's PTQ is run with it too, and QAT's mean must not fall
-below that PTQ either (the CI test: --set equalize=all, cross-layer
-equalization of the per-channel pairs, which equalize=auto leaves off).
+activation grids cost both PTQs points (PyTorch 86.58 %, qfold without
+equalization 86.14 %, float 88.80 %). Both must lose more than a point (else
+the model is not the hard one); qfold's default PTQ (equalize=auto keeps
+`all` there, +12.6 dB: 88.58 %) must win back a quarter of PyTorch's loss,
+and QAT must win back --gain points over qfold's PTQ without equalization.
+--qat-set RULE=V (repeatable) is passed to `qfold qat` as --set; qfold's PTQ
+is run with it too, and QAT's mean must not fall below that PTQ either.
 
 What the figures can show: the bundled model loses only ~0.2 point to PTQ, so QAT
 has little to win back and the comparison with PTQ is at the level of
@@ -199,33 +199,30 @@ def run():
               "neutron", *qat_set)
         ptq_set_top1 = qfold_top1(work("ptq_set.onnx"))[0]
         print("qfold PTQ with %s: %.2f %%" % (" ".join(qat_set), 100 * ptq_set_top1))
-    if a.skew > 1:
-        # qfold's PTQ by default (equalize=auto: cross-layer equalization kept
-        # where it brings the int8 outputs closer to float's) on the skewed
-        # model: where PyTorch's PTQ loses more than a point, qfold's must win
-        # back at least a quarter of the loss (issue 8's bar). Without
-        # equalization (equalize=off) it is the PTQ that QAT must improve on
-        # by --gain (the loss QAT alone can repair).
+    if a.skew > 1 or a.spread > 1:
+        # The PTQ-hostile models. qfold's PTQ by default (equalize=auto:
+        # cross-layer equalization kept where it brings the int8 outputs
+        # clearly closer to float's): where PyTorch's PTQ loses more than a
+        # point, qfold's must win back at least a quarter of the loss (issue
+        # 8's bar). Without equalization (equalize=off) it is the PTQ that QAT
+        # must improve on by --gain (the loss QAT alone can repair); on the
+        # spread model it must lose more than a point too, or the model is not
+        # the hard one issue 10 asks for.
         qfold("quantize", work("float.onnx"), "-o", work("ptq_off.onnx"), "--calib", work("calib.npy"), "--target",
               "neutron", "--set", "equalize=off")
         ptq_off_top1 = qfold_top1(work("ptq_off.onnx"))[0]
         loss = ref["float_top1"] - ref["ptq_top1"]
-        print("skew %g: float %.2f %%, PyTorch PTQ %.2f %%, qfold PTQ %.2f %% (default), with --set equalize=off %.2f %%"
-              % (a.skew, 100 * f_top1, 100 * ref["ptq_top1"], 100 * ptq_top1, 100 * ptq_off_top1))
+        print("%s %g: float %.2f %%, PyTorch PTQ %.2f %%, qfold PTQ %.2f %% (default), with --set equalize=off %.2f %%"
+              % ("skew" if a.skew > 1 else "spread", a.skew if a.skew > 1 else a.spread, 100 * f_top1,
+                 100 * ref["ptq_top1"], 100 * ptq_top1, 100 * ptq_off_top1))
         if not a.no_check:
-            check(loss > 0.01, "PyTorch's PTQ loses only %.2f point on the skewed model" % (100 * loss))
+            check(loss > 0.01, "PyTorch's PTQ loses only %.2f point on the model" % (100 * loss))
+            if a.spread > 1:
+                check(f_top1 - ptq_off_top1 > 0.01, "qfold's PTQ without equalization loses only %.2f point on the "
+                      "spread model" % (100 * (f_top1 - ptq_off_top1)))
             check(ptq_top1 >= ref["ptq_top1"] + loss / 4,
                   "qfold PTQ %.2f %% wins back less than a quarter of PyTorch PTQ's loss "
                   "(%.2f %%, float %.2f %%)" % (100 * ptq_top1, 100 * ref["ptq_top1"], 100 * f_top1))
-    if a.spread > 1:
-        # The hard model: both PTQs must lose more than a point to float, or
-        # the comparison below is not the one issue 10 asks for.
-        print("spread %g: float %.2f %%, PyTorch PTQ %.2f %%, qfold PTQ %.2f %%"
-              % (a.spread, 100 * f_top1, 100 * ref["ptq_top1"], 100 * ptq_top1))
-        if not a.no_check:
-            for who, t in (("PyTorch", ref["ptq_top1"]), ("qfold", ptq_top1)):
-                check(f_top1 - t > 0.01, "%s's PTQ loses only %.2f point on the spread model"
-                      % (who, 100 * (f_top1 - t)))
     runs = []
     t_qfold = 0.0
     for r in ref["qat"]:
