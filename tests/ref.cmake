@@ -12,7 +12,7 @@ set_tests_properties(ref_make_models PROPERTIES FIXTURES_SETUP ref_models LABELS
 # Small models and the two torchvision networks; `make test-asan` runs them
 # all through the instrumented qfold too.
 set(QF_REF_SMALL tiny_cnn conv1d_bn convtranspose_bn grouped_conv depthwise_conv linear_bn1d
-  linear_3d relu6 hardswish sigmoid pools flatten_linear softmax)
+  linear_3d relu6 hardswish sigmoid pools flatten_linear softmax silu_se)
 set(QF_REF_BIG resnet18 mobilenet_v2)
 
 foreach(m ${QF_REF_SMALL} ${QF_REF_BIG})

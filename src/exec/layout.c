@@ -9,7 +9,8 @@
  *
  * 1. Fusion: a backend Conv / ConvTranspose / Gemm / MatMul absorbs the
  *    activations (and a residual Add) that follow it when the value between
- *    has no other reader, is no graph output, and qf_dnnl_can_fuse agrees;
+ *    has no other reader, is no graph output, and qf_dnnl_can_fuse agrees,
+ *    and a SiLU (Sigmoid + Mul, whose Mul reads the value between too);
  *    the absorbed nodes do not run, the producer writes the last one's output.
  * 2. Groups: values joined through a layout-agnostic reference kernel (the
  *    elementwise ones: relu, same-shape add, ...) must share a layout; a
@@ -114,6 +115,34 @@ static int lay_writer(const qf_layout *L, const qf_value *v)
     return L->np[i].fused_into >= 0 ? L->np[i].fused_into : i;
 }
 
+/* A SiLU after the chain's value cur, as PyTorch exports it: s = Sigmoid(cur),
+ * y = Mul(cur, s) (either operand order), cur read by those two nodes only, s
+ * by the Mul only, neither already fused:
+ *
+ *   Conv ─cur─┬─ Sigmoid ─s─┐
+ *             └─────────── Mul ─y─▶        =   Conv + swish ─y─▶
+ *
+ * The backend takes the pair as one swish post-op (qf_dnnl_can_fuse). */
+static bool lay_silu(const qf_layout *L, const qf_value *cur, const qf_node **sg, const qf_node **mul)
+{
+    if (cur->is_output || cur->nuses != 2) return false;
+    for (int u = 0; u < 2; u++) {
+        const qf_node *s = cur->uses[u].node, *m = cur->uses[1 - u].node;
+        if (s->op != QF_OP_SIGMOID || m->op != QF_OP_MUL || s->noutputs != 1 || m->noutputs != 1 ||
+            m->ninputs != 2)
+            continue;
+        const qf_value *sv = s->outputs[0];
+        if (sv->is_output || sv->nuses != 1 || sv->uses[0].node != m) continue;
+        if (!((m->inputs[0] == cur && m->inputs[1] == sv) || (m->inputs[1] == cur && m->inputs[0] == sv)))
+            continue;
+        if (L->np[L->pos[s->id]].fused_into >= 0 || L->np[L->pos[m->id]].fused_into >= 0) continue;
+        *sg = s;
+        *mul = m;
+        return true;
+    }
+    return false;
+}
+
 static void lay_fuse(qf_layout *L)
 {
     for (int i = 0; i < L->nnodes; i++) {
@@ -123,6 +152,20 @@ static void lay_fuse(qf_layout *L)
         if (L->plain || np->cap != QF_CAP_FULL || np->fused_into >= 0 || p->noutputs != 1) continue;
         const qf_value *cur = p->outputs[0];
         while (np->nfused < QF_FUSE_MAX) {
+            const qf_node *sg, *mul;
+            if (np->nfused + 2 <= QF_FUSE_MAX && lay_silu(L, cur, &sg, &mul)) {
+                if (!lay_can_fuse(p, sg) || !lay_can_fuse(p, mul)) break;
+                for (int k = 0; k < 2; k++) {
+                    const qf_node *f = k ? mul : sg;
+                    L->fused[L->nfused_total] = f;
+                    L->post[L->nfused_total] = NULL;
+                    L->nfused_total++;
+                    np->nfused++;
+                    L->np[L->pos[f->id]].fused_into = i;
+                }
+                cur = mul->outputs[0];
+                continue;
+            }
             if (cur->is_output || cur->nuses != 1) break;
             const qf_node *f = cur->uses[0].node;
             int fi = L->pos[f->id];

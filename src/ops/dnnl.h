@@ -161,8 +161,10 @@ qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *
  * linear) takes `follower` as a post-op: a unary activation oneDNN computes
  * exactly as the reference (Relu, relu6, Clip with constant bounds,
  * LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish) reading the producer's
- * output or the previous fused node's, or an Add of a float32 operand of the
- * same shape (a residual: the kernel gets it as post_in); for an int8
+ * output or the previous fused node's, an Add of a float32 operand of the
+ * same shape (a residual: the kernel gets it as post_in), or the Mul of a
+ * SiLU, Mul(v, Sigmoid(v)) with v that output (the plan fuses the Sigmoid
+ * and the Mul together, in that order: one swish post-op); for an int8
  * QLinearConv, the integer executor's residual qadd (qf_qdnnl_can_fuse).
  * Asked by the plan in chain order; false in a build without oneDNN. */
 bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower);

@@ -114,6 +114,20 @@ static const qf_value *dk_other_operand(const qf_node *f, const qf_value *from)
     return NULL;
 }
 
+/* SiLU: the Sigmoid s reading `from` when mul is Mul(from, s) or Mul(s, from)
+ * of from's shape, else NULL. The pair is one swish post-op,
+ * from * logistic(from). */
+static const qf_node *dk_swish_sigmoid(const qf_node *mul, const qf_value *from)
+{
+    if (mul->op != QF_OP_MUL || mul->noutputs != 1 || !mul->outputs[0]) return NULL;
+    const qf_value *s = dk_other_operand(mul, from);
+    const qf_node *sg = s ? s->producer : NULL;
+    if (!sg || sg->op != QF_OP_SIGMOID || sg->ninputs != 1 || sg->inputs[0] != from ||
+        s->type.dtype != QF_DTYPE_F32 || !dk_same_shape(&mul->outputs[0]->type, &from->type))
+        return NULL;
+    return sg;
+}
+
 /* Whether follower f, reading `from` (the output of the producer or of the
  * previous fused node), can be a post-op. */
 static bool dk_follower_ok(const qf_node *f, const qf_value *from)
@@ -121,6 +135,7 @@ static bool dk_follower_ok(const qf_node *f, const qf_value *from)
     if (f->noutputs != 1 || !f->outputs[0] || f->outputs[0]->type.dtype != QF_DTYPE_F32)
         return false;
     if (from->type.dtype != QF_DTYPE_F32) return false;
+    if (f->op == QF_OP_MUL) return dk_swish_sigmoid(f, from) != NULL;
     if (f->op == QF_OP_ADD) {
         const qf_value *o = dk_other_operand(f, from);
         return o && o->type.dtype == QF_DTYPE_F32 && dk_same_shape(&o->type, &from->type) &&
@@ -140,6 +155,14 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
     for (int i = 0; i < io->nfused; i++) {
         const qf_node *f = io->fused[i];
         if (!from || !dk_follower_ok(f, from)) return QF_DK_DECLINE;
+        /* SiLU, fused as the pair Sigmoid(from), Mul(from, that): one swish
+         * post-op (a Mul on its own is none). */
+        if (f->op == QF_OP_SIGMOID && i + 1 < io->nfused && dk_swish_sigmoid(io->fused[i + 1], from) == f) {
+            QF_TRY(qf_dk_post_eltwise(b, dnnl_eltwise_swish, 1.0f, 0.0f));
+            from = io->fused[++i]->outputs[0];
+            continue;
+        }
+        if (f->op == QF_OP_MUL) return QF_DK_DECLINE;
         if (f->op == QF_OP_ADD) {
             const qf_tensor *t = io->post_in ? io->post_in[i] : NULL;
             if (!t || t->dtype != QF_DTYPE_F32) return QF_DK_DECLINE;
@@ -369,11 +392,15 @@ size_t qf_dk_scratch(const qf_node *n, const void *state)
 }
 
 /* A node that could itself have been fused as a post-op (the chain
- * producer -> Relu -> ... ): eltwise-able unary activations and Add. */
+ * producer -> Relu -> ... ): eltwise-able unary activations, Add, and the Mul
+ * of a SiLU. */
 static bool dk_post_op_kind(const qf_node *q)
 {
     dnnl_alg_kind_t alg;
     float a, b;
+    if (q->op == QF_OP_MUL)
+        return q->ninputs == 2 && ((q->inputs[0] && dk_swish_sigmoid(q, q->inputs[0])) ||
+                                   (q->inputs[1] && dk_swish_sigmoid(q, q->inputs[1])));
     return q->op == QF_OP_ADD || dk_is_hard_sigmoid(q) || qf_dk_eltwise_of(q, &alg, &a, &b);
 }
 

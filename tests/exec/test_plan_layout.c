@@ -375,6 +375,54 @@ static void test_broadcast(void)
     qf_graph_free(g);
 }
 
+/* SiLU as PyTorch exports it, Mul(v, Sigmoid(v)) in either operand order,
+ * runs as one swish post-op of the conv before it (EfficientNet's blocks and
+ * their squeeze-excite fc1); not when the Sigmoid's output has another
+ * reader (here a graph output) or the conv's output a third one (a residual
+ * Add). */
+static void test_silu(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 5, 9, 7};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = conv(g, "c1", x, 12, 3);
+    qf_value *a1 = binary(g, QF_OP_MUL, "mul1", a, unary(g, QF_OP_SIGMOID, "sig1", a));
+    qf_value *b = conv(g, "c2", a1, 12, 1);
+    qf_value *b1 = binary(g, QF_OP_MUL, "mul2", unary(g, QF_OP_SIGMOID, "sig2", b), b);
+    /* squeeze-excite: GAP -> conv + SiLU -> conv + Sigmoid -> Mul (broadcast) */
+    qf_value *e = conv(g, "fc1", unary(g, QF_OP_GLOBAL_AVG_POOL, "gap", b1), 3, 1);
+    qf_value *e1 = binary(g, QF_OP_MUL, "mul3", e, unary(g, QF_OP_SIGMOID, "sig3", e));
+    qf_value *sc = unary(g, QF_OP_SIGMOID, "sig4", conv(g, "fc2", e1, 12, 1));
+    qf_value *c = conv(g, "c3", binary(g, QF_OP_MUL, "se", b1, sc), 7, 3);
+    qf_value *s5 = unary(g, QF_OP_SIGMOID, "sig5", c); /* also a graph output */
+    qf_value *c1 = binary(g, QF_OP_MUL, "mul5", c, s5);
+    qf_value *f = conv(g, "c4", c1, 7, 3);
+    qf_value *f1 = binary(g, QF_OP_MUL, "mul6", f, unary(g, QF_OP_SIGMOID, "sig6", f));
+    qf_value *y = binary(g, QF_OP_ADD, "res", f1, f); /* f has a third reader */
+    CHECK_OK(qf_graph_add_output(g, y));
+    CHECK_OK(qf_graph_add_output(g, s5));
+    qf_plan *p = compare_engines(g, "silu");
+    if (p) {
+        static const char *const fused_in[][3] = {
+            {"c1", "sig1", "mul1"}, {"c2", "sig2", "mul2"}, {"fc1", "sig3", "mul3"}};
+        for (int k = 0; k < 3; k++) {
+            qf_plan_step_info ci, si, mi;
+            int at = step_of(p, fused_in[k][0], &ci);
+            CHECKF(at >= 0 && ci.nfused == 2 && step_of(p, fused_in[k][1], &si) == at &&
+                       step_of(p, fused_in[k][2], &mi) == at,
+                   "silu: %s + %s + %s not one step", fused_in[k][0], fused_in[k][1],
+                   fused_in[k][2]);
+        }
+        qf_plan_step_info c3, c4;
+        CHECK(step_of(p, "c3", &c3) >= 0 && c3.nfused == 0 && step_of(p, "sig5", NULL) != step_of(p, "c3", NULL));
+        CHECK(step_of(p, "c4", &c4) >= 0 && c4.nfused == 0 && step_of(p, "mul6", NULL) != step_of(p, "c4", NULL));
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
 /* Elementwise arithmetic writes over an operand it reads for the last time:
  * a = -x; b = a + a (over a); c = b * x (b is read again: a new buffer);
  * e = c - b (over c or b): two buffers where there would be four. */
@@ -615,6 +663,7 @@ int main(void)
     RUN(test_middle_output);
     RUN(test_pools);
     RUN(test_broadcast);
+    RUN(test_silu);
     RUN(test_int8_chain);
     RUN(test_inplace);
     RUN(test_hook_plain);

@@ -626,7 +626,9 @@ typedef enum {
     P_HSIG,
     P_HSWISH,
     P_ADD,
-    P_ADD_FIRST
+    P_ADD_FIRST,
+    P_SILU,      /* Sigmoid(v), then Mul(v, that): one swish post-op */
+    P_SILU_SWAP  /* the same with Mul(Sigmoid(v), v) */
 } post_kind;
 
 static void add_post(dcase *c, post_kind k)
@@ -654,6 +656,14 @@ static void add_post(dcase *c, post_kind k)
     case P_HSWISH: dc_follow(c, QF_OP_HARD_SWISH); break;
     case P_ADD: dc_follow_add(c, false); break;
     case P_ADD_FIRST: dc_follow_add(c, true); break;
+    case P_SILU:
+    case P_SILU_SWAP: {
+        qf_value *v = (c->nfused ? c->fused[c->nfused - 1] : c->n)->outputs[0];
+        qf_value *s = dc_follow(c, QF_OP_SIGMOID)->outputs[0];
+        qf_value *in[2] = {k == P_SILU ? v : s, k == P_SILU ? s : v};
+        dc_node(c, QF_OP_MUL, 2, in);
+        break;
+    }
     }
 }
 
@@ -674,6 +684,10 @@ static const struct {
     {"add (residual first) + relu", 2, {P_ADD_FIRST, P_RELU}},
     {"relu + add + relu", 3, {P_RELU, P_ADD, P_RELU}},
     {"leaky + sigmoid + add", 3, {P_LEAKY, P_SIGMOID, P_ADD}},
+    {"silu", 1, {P_SILU}},
+    {"silu (sigmoid first)", 1, {P_SILU_SWAP}},
+    {"add + silu", 2, {P_ADD, P_SILU}},
+    {"silu + add", 2, {P_SILU_SWAP, P_ADD}},
 };
 
 static void test_post_ops(void)
@@ -746,6 +760,32 @@ static void test_can_fuse(void)
     dc_node(&c, QF_OP_CLIP, 2, cin);
     REQUIRE_OK(qf_graph_infer_shapes(c.g));
     CHECK(!qf_dnnl_can_fuse(c.n, c.fused[0]));
+    dc_free(&c);
+    /* A Mul is a post-op only as a SiLU's: Mul(y, Sigmoid(y)). Not
+     * Mul(y, Sigmoid(z)), Mul(y, Tanh(y)), Mul(y, y). */
+    for (int k = 0; k < 3; k++) {
+        dc_init(&c, 8);
+        qf_value *y = conv_case(&c, &conv_specs[0])->outputs[0];
+        REQUIRE_OK(qf_graph_infer_shapes(c.g));
+        qf_value *z = k == 0 ? dc_val(&c, false, 0, y->type.ndim, y->type.dims) : y;
+        qf_node *act = qf_graph_add_node(c.g, k == 1 ? QF_OP_TANH : QF_OP_SIGMOID, "act", 1, &z, 1);
+        REQUIRE(act != NULL, "node: %s", qf_error_message());
+        qf_value *min[2] = {y, k == 2 ? y : act->outputs[0]};
+        dc_node(&c, QF_OP_MUL, 2, min);
+        REQUIRE_OK(qf_graph_infer_shapes(c.g));
+        CHECKF(!qf_dnnl_can_fuse(c.n, c.fused[0]), "mul case %d taken as a post-op", k);
+        dc_free(&c);
+    }
+    /* A SiLU's Mul fused without its Sigmoid before it: declined. */
+    dc_init(&c, 9);
+    qf_value *y = conv_case(&c, &conv_specs[0])->outputs[0];
+    qf_node *sg = qf_graph_add_node(c.g, QF_OP_SIGMOID, "sg", 1, &y, 1);
+    REQUIRE(sg != NULL, "node: %s", qf_error_message());
+    qf_value *min[2] = {y, sg->outputs[0]};
+    dc_node(&c, QF_OP_MUL, 2, min);
+    REQUIRE_OK(qf_graph_infer_shapes(c.g));
+    CHECK(qf_dnnl_can_fuse(c.n, c.fused[0]));
+    dc_declines(&c, "conv + mul of a silu without its sigmoid");
     dc_free(&c);
 }
 

@@ -63,6 +63,26 @@ class FlattenLinear(nn.Module):
         return self.fc(torch.flatten(torch.relu(self.bn(self.conv(x))), 1))
 
 
+class SiluSE(nn.Module):
+    """An EfficientNet MBConv block: expand 1x1 + BN + SiLU, depthwise 3x3 + BN +
+    SiLU, squeeze-excite (average pool, 1x1 + SiLU, 1x1 + Sigmoid, scale),
+    project 1x1 + BN, residual. SiLU exports as Mul(x, Sigmoid(x)), which the
+    oneDNN plan fuses into the conv before it as a swish post-op."""
+
+    def __init__(self):
+        super().__init__()
+        self.expand = Seq(nn.Conv2d(6, 20, 1, bias=False), nn.BatchNorm2d(20), nn.SiLU())
+        self.dw = Seq(nn.Conv2d(20, 20, 3, padding=1, groups=20, bias=False), nn.BatchNorm2d(20), nn.SiLU())
+        self.fc1 = nn.Conv2d(20, 5, 1)
+        self.fc2 = nn.Conv2d(5, 20, 1)
+        self.project = Seq(nn.Conv2d(20, 6, 1, bias=False), nn.BatchNorm2d(6))
+
+    def forward(self, x):
+        h = self.dw(self.expand(x))
+        s = torch.sigmoid(self.fc2(nn.functional.silu(self.fc1(nn.functional.adaptive_avg_pool2d(h, 1)))))
+        return x + self.project(h * s)
+
+
 def small_models():
     """name -> (module, input shape)."""
     return {
@@ -83,7 +103,13 @@ def small_models():
         "pools": (Pools(), (2, 3, 12, 12)),
         "flatten_linear": (FlattenLinear(), (3, 3, 9, 9)),
         "softmax": (Seq(nn.Linear(12, 7), nn.Softmax(dim=1)), (3, 12)),
+        "silu_se": (SiluSE(), (2, 6, 11, 9)),
     }
+
+
+# Models added after the first set, seeded after it (in this order) so that
+# the others keep their seeds and so their weights.
+LATER = ["silu_se"]
 
 
 def big_models():
@@ -118,7 +144,7 @@ def main():
     torch.set_num_threads(1)
     models = {**small_models(), **big_models()}
     names = sys.argv[2:] or list(models)
-    for i, name in enumerate(sorted(models)):
+    for i, name in enumerate(sorted(set(models) - set(LATER)) + LATER):
         if name in names:
             module, shape = models[name]
             build(name, module, shape, outdir, 1000 + i)
