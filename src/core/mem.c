@@ -44,3 +44,13 @@ void qf_mem_populate(void *p, size_t n)
     (void)n;
 #endif
 }
+
+void qf_mem_hugepages(void *p, size_t n)
+{
+#if defined(MADV_HUGEPAGE)
+    mem_advise(p, n, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)n;
+#endif
+}

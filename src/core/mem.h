@@ -23,4 +23,10 @@ void qf_mem_discard(void *p, size_t n);
  * and the pages fault in as usual; without THP the pages stay 4 KB. */
 void qf_mem_populate(void *p, size_t n);
 
+/* Only the transparent-huge-page mark of qf_mem_populate: the pages still
+ * fault in as they are first written, 2 MiB at a time where the system can
+ * (the executor's arena and scratch: most of a one-shot `qfold run` was
+ * their 4 KB first-touch faults). A hint; nothing changes without THP. */
+void qf_mem_hugepages(void *p, size_t n);
+
 #endif

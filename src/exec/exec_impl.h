@@ -37,6 +37,8 @@ void qf_exec_name_node(const qf_node *n, qf_status st);
 /* Zeroed memory aligned to QF_EXEC_ALIGN through the allocation hook: the
  * raw pointer (for qf_free) goes to *raw, the aligned one is returned. */
 void *qf_exec_alloc_aligned(size_t size, void **raw);
+/* From this size on (arenas, scratch) the block is marked for huge pages. */
+#define QF_EXEC_HUGE_MIN ((size_t)4 << 20)
 
 /* A live buffer while laying out an arena. */
 typedef struct qf_block {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/mem.h"
 #include "core/parallel.h"
 #include "../ops/dnnl.h"
 #include "exec_impl.h"
@@ -105,8 +106,15 @@ qf_status qf_exec_scratch(const qf_node *n, const void *state, size_t *bytes)
 
 void *qf_exec_alloc_aligned(size_t size, void **raw)
 {
-    *raw = qf_calloc(1, size + QF_EXEC_ALIGN);
+    if (size > SIZE_MAX - QF_EXEC_ALIGN) {
+        qf_error(QF_ERR_NOMEM, "out of memory (%zu bytes)", size);
+        return NULL;
+    }
+    *raw = qf_malloc(size + QF_EXEC_ALIGN);
     if (!*raw) return NULL;
+    /* Marked before the zeroing, which is the first touch of its pages. */
+    if (size >= QF_EXEC_HUGE_MIN) qf_mem_hugepages(*raw, size + QF_EXEC_ALIGN);
+    memset(*raw, 0, size + QF_EXEC_ALIGN);
     uintptr_t p = (uintptr_t)*raw;
     p = (p + QF_EXEC_ALIGN - 1) / QF_EXEC_ALIGN * QF_EXEC_ALIGN;
     return (void *)p;
