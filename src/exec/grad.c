@@ -436,19 +436,12 @@ done:
  * Relu's output's type. */
 static qf_status grad_fuse(qf_grad_plan *p)
 {
-    const int nv = p->nvalues;
-    int *readers = qf_calloc((size_t)(nv ? nv : 1), sizeof *readers);
-    if (!readers) return QF_ERR_NOMEM;
-    for (int k = 0; k < p->g->noutputs; k++) readers[p->g->outputs[k]->id] = 2; /* the caller reads it */
-    for (int i = 0; i < p->n; i++)
-        for (int s = 0; s < p->nodes[i]->ninputs; s++)
-            if (p->nodes[i]->inputs[s]) readers[p->nodes[i]->inputs[s]->id]++;
     for (int j = 0; j < p->n; j++) {
         const qf_node *r = p->nodes[j];
         if (r->op != QF_OP_RELU || r->ninputs != 1 || r->noutputs != 1) continue;
         const qf_value *y = r->inputs[0];
         const qf_node *b = y ? y->producer : NULL;
-        if (!b || b->op != QF_OP_BATCH_NORM || b->noutputs != 1 || readers[y->id] != 1 ||
+        if (!b || b->op != QF_OP_BATCH_NORM || b->noutputs != 1 || y->is_output || y->nuses != 1 ||
             y->type.dtype != QF_DTYPE_F32 || (p->g->opset >= 14 && qf_node_attr_int(b, "training_mode", 0) != 0))
             continue;
         int i = j - 1;
@@ -459,7 +452,6 @@ static qf_status grad_fuse(qf_grad_plan *p)
         p->run_bwd[j] = 0;
         p->fout[p->out_base[i]] = &p->vt[r->outputs[0]->id];
     }
-    qf_free(readers);
     return QF_OK;
 }
 
