@@ -84,6 +84,22 @@ void qf_plan_print(const qf_plan *p, FILE *f);
 typedef qf_status (*qf_plan_hook)(void *ud, const qf_node *n, const qf_tensor *const *outputs, int noutputs);
 void qf_plan_set_hook(qf_plan *p, qf_plan_hook hook, void *ud);
 
+/* Observing chosen values on the planned fast path (calibration): a plan
+ * built with qf_plan_init_observed runs channels-last and with post-ops
+ * fused as qf_plan_init's does, except that no fusion hides a value that
+ * wants(ud, v) accepts (asked once per value at build); after the step that
+ * writes such a value, observe(ud, v, t, nhwc) sees it: t has v's logical
+ * dims (N, C, H, W for 4-D) and, when nhwc, channels-last data — fine for
+ * statistics that ignore element order (per-tensor min / max, histograms).
+ * t is a view into the arena, valid during the call. A hook set later
+ * (qf_plan_set_hook) makes the plan plain again; observe is still called. */
+typedef struct qf_plan_observer {
+    bool (*wants)(void *ud, const qf_value *v);
+    qf_status (*observe)(void *ud, const qf_value *v, const qf_tensor *t, bool nhwc);
+    void *ud;
+} qf_plan_observer;
+qf_status qf_plan_init_observed(qf_plan **out, qf_graph *g, const qf_plan_observer *obs);
+
 /* A data set read a range of samples at a time, so that it never has to be
  * in memory whole. inputs[i] describes the data of graph input i: dtype and
  * shape [N, sample dims...] (its data pointer is not used; N, the sample
@@ -111,7 +127,8 @@ qf_data_source qf_data_source_tensors(const qf_tensor *const *data, int ndata);
 
 /* Running a data set in batches: the graph's batch dimension is set to
  * `batch` (the last batch may be smaller), a plan is built for each batch
- * size (with `hook`, may be NULL, installed), each batch's rows are read
+ * size (with `hook`, may be NULL, installed; by qf_plan_init_observed with
+ * `observer`), each batch's rows are read
  * from the source (one batch in memory at a time) and run, and after each
  * run on_batch(ud, first, count, plan) is called (may be NULL): samples
  * first .. first+count-1, the plan's outputs hold them in their first
@@ -122,8 +139,9 @@ qf_data_source qf_data_source_tensors(const qf_tensor *const *data, int ndata);
 typedef qf_status (*qf_batch_fn)(void *ud, int64_t first, int64_t count, const qf_plan *plan);
 typedef struct qf_batch_options {
     int64_t batch;       /* samples per run; 0 = 32 */
-    qf_plan_hook hook;   /* per-step hook of every plan (may be NULL) */
+    qf_plan_hook hook;   /* per-step hook of every plan (may be NULL): plans run plain */
     void *hook_ud;
+    const qf_plan_observer *observer; /* NULL, or plans built by qf_plan_init_observed */
     qf_batch_fn on_batch;
     void *ud;
 } qf_batch_options;

@@ -265,6 +265,10 @@ void qf_quant_calib_free(qf_quant_calib *c);
 bool qf_quant_calib_wants(const qf_quant_calib *c, uint32_t v);
 /* Feed one tensor of value v (QF_ERR_NUMERIC naming the value on NaN / Inf). */
 qf_status qf_quant_calib_observe(qf_quant_calib *c, uint32_t v, const qf_tensor *t);
+/* Whether every observer ignores the order of a tensor's elements (per-tensor
+ * min / max, moving average, histogram: then it may see a channels-last
+ * tensor as is); false when one is per channel. */
+bool qf_quant_calib_order_free(const qf_quant_calib *c);
 /* Compute every group's qparams; after it, qf_quant_calib_qparams. A group
  * that saw nothing is QF_ERR_INVALID naming a value of it. */
 qf_status qf_quant_calib_finish(qf_quant_calib *c);
@@ -418,8 +422,16 @@ typedef struct qf_quantize_options {
     const qf_quant_profile *profile;  /* NULL: neutron */
     int64_t batch;                    /* calibration batch; 0 = 32 */
     int64_t max_samples;              /* 0: every sample */
-    void (*progress)(void *ud, int64_t done, int64_t total); /* after each batch (may be NULL) */
+    /* After each batch (may be NULL). `pass` names the calibration when
+     * there are several (equalize=auto's trial: "without equalization",
+     * "equalize per-tensor", ...), NULL when there is one. */
+    void (*progress)(void *ud, const char *pass, int64_t done, int64_t total);
     void *progress_ud;
+    /* Calibrate on a plain plan (every node's output written, NCHW, no
+     * post-op fusion) instead of the planned one (channels-last and fused
+     * except at observed values): the same statistics up to float rounding,
+     * slower; tests compare the two. */
+    bool plain_calibration;
 } qf_quantize_options;
 
 

@@ -165,10 +165,11 @@ static bool qf_qz_is_quantized(const qf_graph *g)
     return false;
 }
 
-static void qf_qz_progress(void *ud, int64_t done, int64_t total)
+static void qf_qz_progress(void *ud, const char *pass, int64_t done, int64_t total)
 {
     (void)ud;
-    fprintf(stderr, "\rcalibrating %lld / %lld samples", (long long)done, (long long)total);
+    fprintf(stderr, "\rcalibrating %lld / %lld samples%s%s%s", (long long)done, (long long)total, pass ? " (" : "",
+            pass ? pass : "", pass ? ")" : "");
     if (done >= total) fputc('\n', stderr);
     fflush(stderr);
 }

@@ -119,8 +119,12 @@ qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_o
                 st = qf_graph_set_input_shape(g, i, data[i]->ndim, dims);
             }
             /* A hook sees every node's output: such plans run without
-             * NHWC and fusion. */
-            if (st == QF_OK) st = opt->hook ? qf_plan_init_plain(&plan, g) : qf_plan_init(&plan, g);
+             * NHWC and fusion. An observer sees the values it asks for:
+             * the plan keeps those unfused, and the rest as qf_plan_init. */
+            if (st == QF_OK)
+                st = opt->observer ? qf_plan_init_observed(&plan, g, opt->observer)
+                     : opt->hook   ? qf_plan_init_plain(&plan, g)
+                                   : qf_plan_init(&plan, g);
             if (st != QF_OK) break;
             qf_plan_set_hook(plan, opt->hook, opt->hook_ud);
             planned = rows_run;

@@ -106,6 +106,7 @@ typedef struct qf_layout {
     int *parent;               /* per value id: union-find links (scratch) */
     unsigned char *want;       /* per value id: scratch */
     bool plain;                /* no NHWC, no fusion (plans whose steps a hook observes) */
+    const unsigned char *keep; /* per value id: never inside a fused chain (observed); NULL: none */
 } qf_layout;
 
 /* Decides fusion and layouts from np[].cap (set by the caller); fills np

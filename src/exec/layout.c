@@ -9,7 +9,8 @@
  *
  * 1. Fusion: a backend Conv / ConvTranspose / Gemm / MatMul absorbs the
  *    activations (and a residual Add) that follow it when the value between
- *    has no other reader, is no graph output, and qf_dnnl_can_fuse agrees,
+ *    has no other reader, is no graph output, is not observed (keep: a
+ *    calibration plan's), and qf_dnnl_can_fuse agrees,
  *    and a SiLU (Sigmoid + Mul, whose Mul reads the value between too);
  *    the absorbed nodes do not run, the producer writes the last one's output.
  * 2. Groups: values joined through a layout-agnostic reference kernel (the
@@ -133,6 +134,7 @@ static bool lay_silu(const qf_layout *L, const qf_value *cur, const qf_node **sg
             continue;
         const qf_value *sv = s->outputs[0];
         if (sv->is_output || sv->nuses != 1 || sv->uses[0].node != m) continue;
+        if (L->keep && (L->keep[cur->id] || L->keep[sv->id])) continue;
         if (!((m->inputs[0] == cur && m->inputs[1] == sv) || (m->inputs[1] == cur && m->inputs[0] == sv)))
             continue;
         if (L->np[L->pos[s->id]].fused_into >= 0 || L->np[L->pos[m->id]].fused_into >= 0) continue;
@@ -167,6 +169,8 @@ static void lay_fuse(qf_layout *L)
                 continue;
             }
             if (cur->is_output || cur->nuses != 1) break;
+            /* An observed value must be written: it ends the chain. */
+            if (L->keep && L->keep[cur->id]) break;
             const qf_node *f = cur->uses[0].node;
             int fi = L->pos[f->id];
             if (L->np[fi].fused_into >= 0 || f->noutputs != 1) break;

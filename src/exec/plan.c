@@ -61,6 +61,8 @@ struct qf_plan {
     void *state_raw;          /* every node's prepared state, one allocation */
     qf_plan_hook hook;        /* called after every step (calibration); NULL: none */
     void *hook_ud;
+    qf_plan_observer obs;     /* observe != NULL: called for every kept value */
+    unsigned char *keep;      /* per value id: obs.wants it (no fusion hides it); NULL: none */
 };
 
 
@@ -465,7 +467,7 @@ static qf_status qf_plan_build(qf_plan *p)
     const size_t nn1 = (size_t)(nn ? nn : 1), nv1 = (size_t)(nv ? nv : 1);
     /* The layout plan's arrays and the per-node pool offsets: one block,
      * freed at the end of the build. */
-    qf_layout L = {.nnodes = nn, .plain = p->plain};
+    qf_layout L = {.nnodes = nn, .plain = p->plain, .keep = p->keep};
     L.nodes = qf_calloc(nn1, sizeof *L.nodes);
     L.pos = qf_calloc((size_t)maxid + 1, sizeof *L.pos);
     L.np = qf_calloc(nn1, sizeof *L.np);
@@ -674,10 +676,11 @@ static void qf_plan_clear(qf_plan *p)
     qf_free(p->arena_raw);
     qf_free(p->scratch_raw);
     qf_free(p->state_raw);
-    *p = (qf_plan){.g = p->g, .plain = p->plain, .stale = p->stale, .hook = p->hook, .hook_ud = p->hook_ud};
+    *p = (qf_plan){.g = p->g, .plain = p->plain, .stale = p->stale, .hook = p->hook, .hook_ud = p->hook_ud,
+                   .obs = p->obs, .keep = p->keep};
 }
 
-static qf_status qf_plan_make(qf_plan **out, qf_graph *g, bool plain)
+static qf_status qf_plan_make(qf_plan **out, qf_graph *g, bool plain, const qf_plan_observer *obs)
 {
     *out = NULL;
     QF_TRY(qf_graph_check_runnable(g));
@@ -686,6 +689,18 @@ static qf_status qf_plan_make(qf_plan **out, qf_graph *g, bool plain)
     if (!p) return QF_ERR_NOMEM;
     p->g = g;
     p->plain = plain;
+    if (obs) {
+        /* The values observed, asked once: the layout plan keeps them out
+         * of fused chains, the run hands them to obs->observe. */
+        p->obs = *obs;
+        p->keep = qf_calloc((size_t)(g->nvalues ? g->nvalues : 1), 1);
+        if (!p->keep) {
+            qf_free(p);
+            return QF_ERR_NOMEM;
+        }
+        for (int i = 0; i < g->nvalues; i++)
+            p->keep[i] = g->values[i] && g->values[i]->producer && obs->wants(obs->ud, g->values[i]);
+    }
     qf_status st = qf_plan_build(p);
     if (st != QF_OK) {
         qf_plan_free(p);
@@ -695,15 +710,36 @@ static qf_status qf_plan_make(qf_plan **out, qf_graph *g, bool plain)
     return QF_OK;
 }
 
-qf_status qf_plan_init(qf_plan **out, qf_graph *g) { return qf_plan_make(out, g, false); }
+qf_status qf_plan_init(qf_plan **out, qf_graph *g) { return qf_plan_make(out, g, false, NULL); }
 
-qf_status qf_plan_init_plain(qf_plan **out, qf_graph *g) { return qf_plan_make(out, g, true); }
+qf_status qf_plan_init_plain(qf_plan **out, qf_graph *g) { return qf_plan_make(out, g, true, NULL); }
+
+qf_status qf_plan_init_observed(qf_plan **out, qf_graph *g, const qf_plan_observer *obs)
+{
+    return qf_plan_make(out, g, false, obs);
+}
 
 void qf_plan_free(qf_plan *p)
 {
     if (!p) return;
     qf_plan_clear(p);
+    qf_free(p->keep);
     qf_free(p);
+}
+
+/* The kept values step s wrote, to the observer: each as written (its
+ * primary slot, in the layout the plan made it). */
+static qf_status qf_plan_observe(qf_plan *p, const qf_step *s)
+{
+    const qf_node *n = s->node;
+    for (int o = 0; o < n->noutputs; o++) {
+        const qf_value *v = o == 0 && s->io.nfused ? s->io.fused[s->io.nfused - 1]->outputs[0] : n->outputs[o];
+        if (!p->keep[v->id]) continue;
+        bool nhwc = o < 32 && ((s->out_nhwc >> o) & 1u);
+        qf_status st = p->obs.observe(p->obs.ud, v, &p->vt[v->id], nhwc);
+        if (st != QF_OK) return st;
+    }
+    return QF_OK;
 }
 
 qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
@@ -732,6 +768,7 @@ qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
         QF_TRY(qf_exec_step(s));
         if (p->hook && !s->reorder)
             QF_TRY(p->hook(p->hook_ud, s->node, (const qf_tensor *const *)s->io.out, s->io.nout));
+        if (p->keep && !s->reorder) QF_TRY(qf_plan_observe(p, s));
     }
     return QF_OK;
 }

@@ -13,6 +13,7 @@ struct qf_quant_calib {
     bool *fixed;         /* by group root: the group has fixed qparams (no observer) */
     float *lo, *hi;      /* by group root, after finish: the observed range the qparams come from */
     bool finished;
+    bool per_channel;    /* an observer is per channel (it needs NCHW tensors) */
 };
 
 static bool is_activation_spec(qf_qspec_kind k)
@@ -79,6 +80,7 @@ qf_status qf_quant_calib_init(qf_quant_calib **out, const qf_graph *g, qf_quant_
         oc.qmin = s->format.qmin;
         oc.qmax = s->format.qmax;
         oc.eps = p->min_scale;
+        c->per_channel |= oc.kind == QF_OBSERVER_PER_CHANNEL;
         st = qf_observer_init(&c->obs[r], &oc);
     }
     /* Observed constants are seen once, now. */
@@ -111,6 +113,11 @@ qf_status qf_quant_calib_observe(qf_quant_calib *c, uint32_t v, const qf_tensor 
     qf_status st = qf_observer_update(group_observer(c, v), t);
     if (st != QF_OK) return qf_error_prefix(st, "value '%s': ", c->g->values[v]->name);
     return QF_OK;
+}
+
+bool qf_quant_calib_order_free(const qf_quant_calib *c)
+{
+    return !c->per_channel;
 }
 
 qf_status qf_quant_calib_finish(qf_quant_calib *c)

@@ -1,6 +1,7 @@
 /* Post-training quantization end to end: annotate, calibrate, convert; and
  * the per-layer SQNR of the result against the float model. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -23,13 +24,32 @@ typedef struct qz_calib_run {
     const void *rows[QF_QUANT_MAX_INPUTS]; /* the current batch's rows, as it returned them */
     int64_t total, done;
     const qf_quantize_options *opt;
+    const char *pass;             /* the progress line's label (NULL: the only calibration) */
 } qz_calib_run;
 
+/* The plain plan's hook: every node's outputs, as the node wrote them. */
 static qf_status qz_hook(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
 {
     qz_calib_run *r = ud;
     for (int i = 0; i < nout; i++) QF_TRY(qf_quant_calib_observe(r->c, n->outputs[i]->id, outs[i]));
     return QF_OK;
+}
+
+/* The planned path: the plan keeps the values the observers want out of
+ * fused chains and hands each over after the step that writes it, possibly
+ * channels-last, which per-tensor observers do not mind (min / max are
+ * exact in any order, histogram counts are integers). */
+static bool qz_wants(void *ud, const qf_value *v)
+{
+    const qz_calib_run *r = ud;
+    return qf_quant_calib_wants(r->c, v->id);
+}
+
+static qf_status qz_observe(void *ud, const qf_value *v, const qf_tensor *t, bool nhwc)
+{
+    (void)nhwc;
+    qz_calib_run *r = ud;
+    return qf_quant_calib_observe(r->c, v->id, t);
 }
 
 /* The caller's source, its rows kept for qz_batch. */
@@ -59,7 +79,7 @@ static qf_status qz_batch(void *ud, int64_t first, int64_t count, const qf_plan 
         QF_TRY(qf_quant_calib_observe(r->c, v->id, &view));
     }
     r->done += count;
-    if (r->opt->progress) r->opt->progress(r->opt->progress_ud, r->done, r->total);
+    if (r->opt->progress) r->opt->progress(r->opt->progress_ud, r->pass, r->done, r->total);
     return QF_OK;
 }
 
@@ -176,9 +196,10 @@ qf_status qf_quant_register_passes(void)
     return qf_quant_finalize_register();
 }
 
-/* One quantization of g with profile p (its equalize rule taken as is). */
+/* One quantization of g with profile p (its equalize rule taken as is);
+ * `pass` labels its progress (NULL: the only one). */
 static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
-                                 const qf_quant_profile *p, qf_quantize_result *out)
+                                 const qf_quant_profile *p, const char *pass, qf_quantize_result *out)
 {
     memset(out, 0, sizeof *out);
     int ndata = data->ninputs;
@@ -209,10 +230,18 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     qf_quant_calib *c = sess.calib;
     double t1 = qz_now_ms(), t2 = t1;
     if (st == QF_OK) {
-        qz_calib_run run = {.g = g, .c = c, .data = data, .total = n, .opt = opt};
+        qz_calib_run run = {.g = g, .c = c, .data = data, .total = n, .opt = opt, .pass = pass};
         qf_data_source first_n = {.ninputs = ndata, .inputs = ptrs, .read = qz_calib_read, .ud = &run};
-        qf_batch_options bo = {.batch = opt->batch, .hook = qz_hook, .hook_ud = &run, .on_batch = qz_batch,
-                               .ud = &run};
+        qf_batch_options bo = {.batch = opt->batch, .on_batch = qz_batch, .ud = &run};
+        /* The planned path (channels-last, fused where nothing is observed)
+         * unless asked for the plain one or an observer is per channel. */
+        qf_plan_observer ob = {.wants = qz_wants, .observe = qz_observe, .ud = &run};
+        if (opt->plain_calibration || !qf_quant_calib_order_free(c)) {
+            bo.hook = qz_hook;
+            bo.hook_ud = &run;
+        } else {
+            bo.observer = &ob;
+        }
         st = qf_run_source(g, &first_n, &bo);
         out->samples = run.done;
         t2 = qz_now_ms();
@@ -304,8 +333,8 @@ static size_t qz_weight_bytes(const qf_graph *g)
  * `rule`, its graph outputs' SQNR measured on the first samples; the better
  * of it and the model in g (SQNR *best, rule *kept) stays in g and out. */
 static qf_status qz_eq_try(qf_graph *g, qf_graph *ref, const qf_data_source *data, const qf_quantize_options *opt,
-                           const qf_quant_profile *p, qf_qequalize rule, double margin, qf_quantize_result *out,
-                           qf_qequalize *kept, double *best)
+                           const qf_quant_profile *p, qf_qequalize rule, double margin, const char *pass,
+                           qf_quantize_result *out, qf_qequalize *kept, double *best)
 {
     qf_quant_profile pc = *p;
     pc.equalize = rule;
@@ -314,7 +343,7 @@ static qf_status qz_eq_try(qf_graph *g, qf_graph *ref, const qf_data_source *dat
     double db = 0.0;
     int64_t n = out->samples < QF_QUANT_EQ_SAMPLES ? out->samples : QF_QUANT_EQ_SAMPLES;
     qf_status st = qf_graph_clone(ref, &c);
-    if (st == QF_OK) st = qz_quantize_one(c, data, opt, &pc, &r);
+    if (st == QF_OK) st = qz_quantize_one(c, data, opt, &pc, pass, &r);
     if (st == QF_OK) st = qz_measure_outputs(ref, c, data, opt, n, &db);
     if (st == QF_OK) {
         out->eq_sqnr[rule] = db;
@@ -343,7 +372,7 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
 {
     memset(out, 0, sizeof *out);
     const qf_quant_profile *p = opt->profile ? opt->profile : qf_quant_profile_find("neutron");
-    if (p->equalize != QF_QEQ_AUTO) return qz_quantize_one(g, data, opt, p, out);
+    if (p->equalize != QF_QEQ_AUTO) return qz_quantize_one(g, data, opt, p, NULL, out);
     /* equalize=auto: cross-layer equalization balances the weights of a
      * pair but can move the activation's channel ranges apart (on the
      * bundled Fashion-MNIST CNN it costs 0.1-0.5 point), so it is kept only
@@ -372,10 +401,14 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
     if (qz_weight_bytes(g) <= QF_QUANT_EQ_ALL_BYTES) QF_TRY(qz_eq_rewrites(g, p, QF_QEQ_ALL, &n_all));
     qf_quant_profile off = *p;
     off.equalize = QF_QEQ_OFF;
-    if (!n_pt && n_all <= n_pt) return qz_quantize_one(g, data, opt, &off, out);
+    if (!n_pt && n_all <= n_pt) return qz_quantize_one(g, data, opt, &off, NULL, out);
+    /* One progress line per calibration, each saying which it is. */
+    int npasses = 1 + (n_pt > 0) + (n_all > n_pt), pass = 1;
+    char label[80];
+    snprintf(label, sizeof label, "equalize=auto trial %d/%d: without equalization", pass++, npasses);
     qf_graph *ref = NULL;
     qf_status st = qf_graph_clone(g, &ref);
-    if (st == QF_OK) st = qz_quantize_one(g, data, opt, &off, out);
+    if (st == QF_OK) st = qz_quantize_one(g, data, opt, &off, label, out);
     int64_t n = out->samples < QF_QUANT_EQ_SAMPLES ? out->samples : QF_QUANT_EQ_SAMPLES;
     double best = 0.0;
     if (st == QF_OK) st = qz_measure_outputs(ref, g, data, opt, n, &best);
@@ -384,10 +417,14 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
         out->eq_sqnr[QF_QEQ_OFF] = best;
         out->eq_tried[QF_QEQ_OFF] = true;
     }
-    if (st == QF_OK && n_pt)
-        st = qz_eq_try(g, ref, data, opt, p, QF_QEQ_PER_TENSOR, QF_QUANT_EQ_MARGIN_DB, out, &kept, &best);
-    if (st == QF_OK && n_all > n_pt)
-        st = qz_eq_try(g, ref, data, opt, p, QF_QEQ_ALL, QF_QUANT_EQ_ALL_MARGIN_DB, out, &kept, &best);
+    if (st == QF_OK && n_pt) {
+        snprintf(label, sizeof label, "equalize=auto trial %d/%d: equalize per-tensor", pass++, npasses);
+        st = qz_eq_try(g, ref, data, opt, p, QF_QEQ_PER_TENSOR, QF_QUANT_EQ_MARGIN_DB, label, out, &kept, &best);
+    }
+    if (st == QF_OK && n_all > n_pt) {
+        snprintf(label, sizeof label, "equalize=auto trial %d/%d: equalize all", pass++, npasses);
+        st = qz_eq_try(g, ref, data, opt, p, QF_QEQ_ALL, QF_QUANT_EQ_ALL_MARGIN_DB, label, out, &kept, &best);
+    }
     if (st == QF_OK) {
         out->eq_trial = true;
         out->eq_rule = kept;

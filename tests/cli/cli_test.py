@@ -544,7 +544,8 @@ def case_eval_errors():
     xn[3, 0, 2, 1] = np.nan
     np.save(work("xn.npy"), xn)
     _, err = qfold("eval", model, "--data", work("xn.npy"), "--labels", work("y.npy"), expect=2)
-    one_error_line(err, "xn.npy", "input 'image'", "element %d is NaN" % (3 * 784 + 2 * 28 + 1))
+    one_error_line(err, "xn.npy", "input 'image'", "[?, 1, 28, 28]",
+                   "element %d (sample 3, at [0, 2, 1]) is NaN" % (3 * 784 + 2 * 28 + 1))
     xn[3, 0, 2, 1] = -np.inf
     np.save(work("xn.npy"), xn)
     _, err = qfold("eval", model, "--data", work("xn.npy"), "--labels", work("y.npy"), expect=2)

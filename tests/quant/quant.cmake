@@ -22,6 +22,15 @@ target_link_libraries(test_requant PRIVATE qfold_static)
 add_test(NAME quant_requant COMMAND test_requant)
 set_tests_properties(quant_requant PROPERTIES LABELS "quant" TIMEOUT 60)
 
+# Calibration on the planned path (channels-last, fused where nothing is
+# observed) against the plain plan: the same statistics up to float rounding.
+add_executable(test_calib_plan ${CMAKE_CURRENT_LIST_DIR}/test_calib_plan.c)
+target_include_directories(test_calib_plan PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
+target_compile_options(test_calib_plan PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_calib_plan PRIVATE qfold_static m)
+add_test(NAME quant_calib_plan COMMAND test_calib_plan)
+set_tests_properties(quant_calib_plan PROPERTIES LABELS "quant" TIMEOUT 120)
+
 # Annotation: where the profiles put every Q/DQ pair.
 add_executable(test_annotate ${CMAKE_CURRENT_LIST_DIR}/test_annotate.c)
 target_include_directories(test_annotate PRIVATE ${QF_TEST_DIR})
@@ -34,7 +43,7 @@ set_tests_properties(quant_annotate PROPERTIES LABELS "quant" TIMEOUT 60)
 # the neutron placement rules in the file, bad input, and accuracy on a slice of
 # Fashion-MNIST against PyTorch FX PTQ.
 if(QF_PYTHON3 AND QF_NODE)
-  foreach(case fashion resnet18 mobilenet_v2 mixed errors zero_weights shared_bias accuracy)
+  foreach(case fashion resnet18 mobilenet_v2 mixed errors zero_weights shared_bias accuracy progress)
     add_test(NAME quant_quantize_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/quantize_test.py --qfold $<TARGET_FILE:qfold>
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/quantize ${case})

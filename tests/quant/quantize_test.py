@@ -54,12 +54,14 @@ def qfold_run(model, x, *mode):
     return np.load(work("q_out.npy"))
 
 
-def lsb_agreement(model, x, within_1, max_lsb, tflite=(0.999, 2), onnx=0.999):
+def lsb_agreement(model, x, within_1, max_lsb, tflite=(0.999, 2), onnx=0.999, tflite_ref=None):
     """qfold vs ONNX Runtime on the quantized model, the fraction of output
     elements within 1 LSB of the output scale and the largest difference:
     qfold's float simulation (--simulate) against ORT running the graph as
     written, and qfold's integer executor (both requantizations) against ORT's
-    integer kernels (which requantize as ONNX defines: --requant onnx)."""
+    integer kernels (which requantize as ONNX defines: --requant onnx).
+    tflite_ref: the same bounds for the integer executor on the reference
+    kernels (--engine ref: TFLite's arithmetic exactly, no fused residual Add)."""
     s = output_scale(model)
     ort_as_written, ort_int8 = ort_run(model, x, "disabled"), ort_run(model, x, "all")
     # ORT's integer path also fuses what qfold still runs in float (QLinearAdd
@@ -67,6 +69,9 @@ def lsb_agreement(model, x, within_1, max_lsb, tflite=(0.999, 2), onnx=0.999):
     runs = [("simulate", ort_as_written, qfold_run(model, x, "--simulate"), within_1, max_lsb),
             ("int8 onnx requant", ort_int8, qfold_run(model, x, "--requant", "onnx"), onnx, 2),
             ("int8 tflite requant", ort_int8, qfold_run(model, x), tflite[0], tflite[1])]
+    if tflite_ref:
+        runs.append(("int8 tflite requant, reference kernels", ort_int8, qfold_run(model, x, "--engine", "ref"),
+                     tflite_ref[0], tflite_ref[1]))
     for what, a, b, w1, mx in runs:
         d = np.abs(a.astype(np.float64) - b) / s
         frac = float((d <= 1.0 + 1e-4).mean())
@@ -179,8 +184,15 @@ def case_resnet18():
     # a calibration hits varies: 99.75 - 99.95 % of the logits within 1 LSB
     # over calibrations whose scales differ by 5e-7 relative (the float
     # convolutions' summation order: reference GEMM, oneDNN); never over 2 LSB.
+    # With TFLite's requantization the reference kernels stay within 2 LSB;
+    # on oneDNN the eight residual Adds are fused into their convs without
+    # rounding the conv's output to int8 first (docs/ARCHITECTURE.md: within
+    # one output step of TFLite's Add at each), and one logit of the 2000
+    # reaches 3 LSB with some calibrations (the planned calibration's: the
+    # histogram search of layer4.1's conv output stops 3 % further out than
+    # the plain plan's did, from float-rounding differences of its input).
     lsb_agreement(work("q.onnx"), rng.standard_normal((2, 3, 224, 224)).astype(np.float32), 0.99, 3,
-                  tflite=(0.98, 2), onnx=0.995)
+                  tflite=(0.98, 3), onnx=0.995, tflite_ref=(0.98, 2))
 
 
 def case_mobilenet_v2():
@@ -344,6 +356,51 @@ def case_decoder():
         lsb_agreement(out, x, 0.999, 1)
 
 
+def stderr_on_terminal(argv):
+    """Run qfold with its stderr on a pseudo-terminal (where it draws its
+    progress line); returns what it wrote there, \r kept."""
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.Popen([ARGS.qfold] + [str(a) for a in argv], stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            b = os.read(master, 4096)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not b:
+            break
+        chunks.append(b)
+    os.close(master)
+    check(p.wait(timeout=600) == 0, "qfold %s failed:\n%s" % (argv, b"".join(chunks).decode(errors="replace")))
+    return b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+
+
+def case_progress():
+    """One progress line per calibration on a terminal: equalize=auto's trial
+    calibrates three times on the bundled CNN with neutron (it has pairs for
+    both rules), twice with generic (per-channel weights: only `all` changes
+    it), each line labelled; a single calibration (equalize off) one
+    unlabelled line."""
+    model = root("examples", "fashion_mnist", "fashion_cnn.onnx")
+    np.save(work("calib.npy"), fashion_calib(48, 3))
+    for target, want in (("neutron", ["equalize=auto trial 1/3: without equalization",
+                                      "equalize=auto trial 2/3: equalize per-tensor",
+                                      "equalize=auto trial 3/3: equalize all"]),
+                         ("generic", ["equalize=auto trial 1/2: without equalization",
+                                      "equalize=auto trial 2/2: equalize all"]),
+                         ("neutron --set equalize=off", [None])):
+        err = stderr_on_terminal(["quantize", model, "-o", work("p.onnx"), "--calib", work("calib.npy"),
+                                  "--target"] + target.split() + ["--batch", "16"])
+        lines = [ln.split("\r")[-1] for ln in err.split("\n") if "calibrating" in ln]
+        check(len(lines) == len(want), "%s: %d progress lines, want %d:\n%r" % (target, len(lines), len(want), err))
+        for ln, label in zip(lines, want):
+            check(ln.startswith("calibrating 48 / 48 samples"), "%s: progress line %r" % (target, ln))
+            check((label is None and "(" not in ln) or (label is not None and ln.endswith("(%s)" % label)),
+                  "%s: progress line %r, want the label %r" % (target, ln, label))
+
+
 def case_errors():
     model = root("examples", "fashion_mnist", "fashion_cnn.onnx")
     # The quant passes run inside quantize only: listed, but not runnable alone.
@@ -366,7 +423,16 @@ def case_errors():
     x[2, 0, 5, 5] = np.nan
     np.save(work("nan.npy"), x)
     _, err = qfold("quantize", model, "-o", out, "--calib", work("nan.npy"), expect=2)
-    one_error_line(err, "nan.npy", "NaN")
+    # As the other bad-data messages: the file, the input, the shape it
+    # expects; then where the NaN is.
+    one_error_line(err, "calibration data", "nan.npy", "input 'image'", "float32 [?, 1, 28, 28]",
+                   "element %d (sample 2, at [0, 5, 5]) is NaN" % (2 * 784 + 5 * 28 + 5))
+    x[2, 0, 5, 5] = 0
+    x[3, 0, 27, 0] = np.inf
+    np.save(work("inf.npy"), x)
+    _, err = qfold("quantize", model, "-o", out, "--calib", work("inf.npy"), expect=2)
+    one_error_line(err, "inf.npy", "input 'image'", "[?, 1, 28, 28]", "(sample 3, at [0, 27, 0]) is infinite")
+    check(not os.path.exists(out), "output written for calibration data with NaN / Inf")
     _, err = qfold("quantize", model, "-o", out, "--calib", work("good.npy"), "--calib", work("good.npy"), expect=2)
     one_error_line(err, "1 input", "got 2")
     _, err = qfold("quantize", model, "-o", out, "--calib", work("good.npy"), "--target", "tpu", expect=2)
