@@ -167,6 +167,52 @@ static qf_status obs_minmax(const float *x, int64_t n, float *mn, float *mx)
     return QF_OK;
 }
 
+/* obs_minmax over a large tensor in slices on the threads (calibration
+ * observes every activation on the calling thread otherwise, while the
+ * other threads wait): min / max of the slices' min / max are the same
+ * values in any order. A slice with a NaN / Inf sends the whole tensor to
+ * the scalar loop, for the error with its index in the tensor. */
+#define OBS_MINMAX_GRAIN ((int64_t)1 << 16)
+
+typedef struct minmax_job {
+    const float *x;
+    int64_t n, per;
+    float *lo, *hi;
+    qf_status *st;
+} minmax_job;
+
+static void minmax_slices(void *ctx, int64_t lo, int64_t hi)
+{
+    const minmax_job *j = ctx;
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t a = k * j->per, b = a + j->per < j->n ? a + j->per : j->n;
+        j->st[k] = obs_minmax(j->x + a, b - a, &j->lo[k], &j->hi[k]);
+    }
+}
+
+enum { OBS_MINMAX_MAX_SLICES = 64 };
+
+static qf_status obs_minmax_par(const float *x, int64_t n, float *mn, float *mx)
+{
+    int64_t nslices = qf_parallel_threads();
+    if (nslices > OBS_MINMAX_MAX_SLICES) nslices = OBS_MINMAX_MAX_SLICES;
+    if (n / OBS_MINMAX_GRAIN < nslices) nslices = n / OBS_MINMAX_GRAIN;
+    if (nslices < 2) return obs_minmax(x, n, mn, mx);
+    float lo[OBS_MINMAX_MAX_SLICES], hi[OBS_MINMAX_MAX_SLICES];
+    qf_status st[OBS_MINMAX_MAX_SLICES];
+    minmax_job j = {x, n, (n + nslices - 1) / nslices, lo, hi, st};
+    qf_parallel_for(nslices, 1, minmax_slices, &j);
+    float a = INFINITY, b = -INFINITY;
+    for (int64_t k = 0; k < nslices; k++) {
+        if (st[k] != QF_OK) return obs_minmax_scalar(x, n, mn, mx);
+        a = lo[k] < a ? lo[k] : a;
+        b = hi[k] > b ? hi[k] : b;
+    }
+    *mn = a;
+    *mx = b;
+    return QF_OK;
+}
+
 /* Per channel: x viewed as [outer, C, inner], channel c's min and max. */
 static qf_status obs_update_per_channel(qf_observer *o, const qf_tensor *x, const float *d)
 {
@@ -367,7 +413,7 @@ qf_status qf_observer_update(qf_observer *o, const qf_tensor *x)
         return QF_OK;
     }
     float mn, mx;
-    QF_TRY(obs_minmax(d, n, &mn, &mx));
+    QF_TRY(obs_minmax_par(d, n, &mn, &mx));
     switch (o->cfg.kind) {
     case QF_OBSERVER_MIN_MAX:
         o->min[0] = mn < o->min[0] ? mn : o->min[0];

@@ -93,6 +93,27 @@ static void test_refuses_nan_and_other_dtypes(void)
     CHECK_STATUS(qf_observer_update(o, &t), QF_ERR_NUMERIC);
     CHECK_MSG("infinite");
     CHECK(!qf_observer_seen(o));
+    /* A large tensor is scanned in slices on the threads: its range, and a
+     * NaN deep in the last slice reported at its index in the tensor. */
+    enum { BIG = 5 << 16 };
+    float *big = qf_malloc(sizeof *big * BIG);
+    REQUIRE(big, "alloc");
+    for (int i = 0; i < BIG; i++) big[i] = (float)(((int64_t)i * 7919) % 10007) * 1e-3f - 3.0f;
+    big[4 * 65536 + 17] = 9.5f;
+    big[3] = -4.25f;
+    int64_t nbig = BIG;
+    qf_tensor tb;
+    qf_tensor_view(&tb, QF_DTYPE_F32, 1, &nbig, big);
+    qf_observer *mm = make(QF_OBSERVER_MIN_MAX, QF_QSCHEME_AFFINE, -128, 127);
+    CHECK_OK(qf_observer_update(mm, &tb)); /* 2 threads (main): two slices */
+    float lo = 0, hi = 0;
+    CHECK_OK(qf_observer_range(mm, &lo, &hi, 1));
+    CHECKF(lo == -4.25f && hi == 9.5f, "range [%g, %g], want [-4.25, 9.5]", lo, hi);
+    big[BIG - 100] = NAN;
+    CHECK_STATUS(qf_observer_update(mm, &tb), QF_ERR_NUMERIC);
+    CHECK_MSG("element 327580 is NaN");
+    qf_observer_free(mm);
+    qf_free(big);
     int8_t q[2] = {1, 2};
     int64_t two = 2;
     qf_tensor_view(&t, QF_DTYPE_I8, 1, &two, q);
