@@ -6,7 +6,7 @@ min / max must be equal (outputs and gradients bit for bit: the same
 float32 formula; the observer's moving average within 1 ulp). Per tensor
 (affine and symmetric, int8 and the neutron weight range [-127, 127]) and
 per channel (axis 0 and 1), on tensors of one and of several threaded
-pieces (the backward reads the clamp mask the forward kept as bits)."""
+pieces."""
 import argparse
 import os
 import sys
@@ -89,10 +89,9 @@ def main():
     ok &= case(args, "per_tensor_neutron_scale_floor", (2, 3, 4, 4), -128, 127, False, eps=2.0 ** -12)
     ok &= case(args, "per_channel_symmetric_axis0", (6, 3, 3, 3), -127, 127, True, axis=0)
     ok &= case(args, "per_channel_affine_axis1", (3, 5, 4), -128, 127, False, axis=1)
-    # The clamp mask is kept as bits, 32 elements a word, and the threads take
-    # pieces of whole words: per channel over several pieces with runs of a
-    # channel that straddle words (rows of 437 and 533 elements), batch 1 and
-    # 3, channels not a multiple of 16, an element count not a multiple of 32.
+    # Per channel over several threaded slices (rows of 437 and 533 elements),
+    # batch 1 and 3, channels not a multiple of 16, an element count not a
+    # multiple of 32.
     ok &= case(args, "per_channel_symmetric_axis0_pieces", (40, 3, 19, 23), -127, 127, True, axis=0)
     ok &= case(args, "per_channel_affine_axis1_pieces", (3, 37, 13, 41), -128, 127, False, axis=1)
     ok &= case(args, "per_tensor_affine_batch1_odd", (1, 17, 9, 7), -128, 127, False)
