@@ -10,12 +10,15 @@
  * lr 0.01, momentum 0.9, cross-entropy), observers on and BN in training mode
  * throughout. Prints one JSON line: the mean step time after WARMUP steps
  * (forward, backward, optimizer and reading the batch, from the on_step
- * hook's clock), the step count and the fake_quants made.
+ * hook's clock), the step count and the fake_quants made. PROFILE `none`
+ * skips the QAT preparation (canonicalize only): the plain training step of
+ * the same model, harness and build, for what QAT adds to a step.
  *
  * Not a test and not part of the library: a timing harness that links the
  * library like any user would (built by CMake with -DQF_BUILD_BENCH=ON, or by
  * bench/qat with cc + pkg-config).
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,8 +65,9 @@ int main(int argc, char **argv)
     }
     const int warmup = atoi(argv[5]);
     const char *pname = argc > 6 ? argv[6] : "neutron";
-    const qf_quant_profile *prof = qf_quant_profile_find(pname);
-    if (!prof || warmup < 1) {
+    const bool plain = !strcmp(pname, "none");
+    const qf_quant_profile *prof = plain ? NULL : qf_quant_profile_find(pname);
+    if ((!prof && !plain) || warmup < 1) {
         fprintf(stderr, "qat_bench: unknown profile '%s' or warm-up < 1\n", pname);
         return 2;
     }
@@ -92,9 +96,9 @@ int main(int argc, char **argv)
     qf_pass_report_free(rep);
     rep = NULL;
     if (st == QF_OK) st = qf_graph_infer_shapes(g);
-    if (st == QF_OK) st = qf_quant_annotate_qat(g, prof, &a);
-    if (st == QF_OK) st = qf_quant_qat_insert(g, a, prof, &made);
-    if (st == QF_OK) st = qf_passes_run(g, add, NULL, &rep);
+    if (st == QF_OK && !plain) st = qf_quant_annotate_qat(g, prof, &a);
+    if (st == QF_OK && !plain) st = qf_quant_qat_insert(g, a, prof, &made);
+    if (st == QF_OK && !plain) st = qf_passes_run(g, add, NULL, &rep);
     qf_pass_report_free(rep);
     if (st != QF_OK) {
         rc = fail("qat prepare");

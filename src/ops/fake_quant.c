@@ -22,7 +22,11 @@
  *     q = zero_point + nearbyint(X * inv)
  *     Y = (clamp(q, quant_min, quant_max) - zero_point) * scale
  * and the backward passes dY where quant_min <= q <= quant_max, 0 elsewhere
- * (the straight-through estimator with torch's clamp mask). Before anything
+ * (the straight-through estimator with torch's clamp mask). The forward keeps
+ * that mask as bits in `saved` (a training plan's forward), so the backward
+ * reads dY and the bits and quantizes nothing again; a member of a shared
+ * group (its buffers read by other fake_quants, which observe after it)
+ * recomputes the mask from X with the buffers' scale at backward time. Before anything
  * was observed scale is 1 and zero point 0, as FakeQuantize's initial
  * buffers. Export has no ONNX form for it: QAT's convert turns each into a
  * QuantizeLinear -> DequantizeLinear pair.
@@ -41,6 +45,7 @@ typedef struct fq_state {
     int axis;            /* -1: per tensor */
     float c, eps;
     bool symmetric, enabled;
+    bool shared;              /* its buffers are read by another node too */
     int64_t outer, ch, inner; /* X as [outer][ch][inner] */
 } fq_state;
 
@@ -91,6 +96,11 @@ static qf_status qf_fake_quant_prepare(const qf_kernel_io *io, void *state)
     if (!(st->c > 0.0f && st->c <= 1.0f) || !(st->eps > 0.0f))
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): averaging_constant %g must be in (0, 1], eps %g > 0",
                         n->name, qf_op_label(n), st->c, st->eps);
+    /* A shared-qparams group's fake_quants read one set of buffers, and a
+     * later member's observe moves the scale before this one's backward,
+     * which then masks with the moved scale (recomputed from X): such a node
+     * keeps no mask. */
+    st->shared = n->inputs[1] && n->inputs[1]->nuses > 1;
     const int64_t nel = qf_tensor_numel(io->in[1]);
     st->axis = -1;
     st->outer = 1;
@@ -224,60 +234,128 @@ typedef struct fq_job {
     const fq_state *st;
     const float *x, *scale, *zp, *dy;
     float *y;
+    uint32_t *mask; /* forward: written when not NULL; backward: read */
     bool backward;
 } fq_job;
 
-/* Elements [lo, hi) of one channel's run with scale s and zero point z:
- * fake-quantize X into Y (forward) or mask dY into Y (backward). */
-QF_VECTOR_CLONES static void fq_span(const fq_job *j, int64_t lo, int64_t hi, float s, float z)
+/* Element i of a forward with mask bits: Y, and bit i of the mask set when
+ * quant_min <= q <= quant_max (the elements whose gradient passes). & (not
+ * &&): a branch in the loop stops it from vectorizing. */
+#define FQ_ELEM(i)                                                  \
+    float q = z + fq_rint(x[i] * inv);                              \
+    const uint32_t ok = (uint32_t)((q >= qlo) & (q <= qhi));        \
+    q = q < qlo ? qlo : q > qhi ? qhi : q;                          \
+    y[i] = (q - z) * s
+
+/* Forward elements [lo, hi) of one channel's run with scale s and zero point
+ * z: Y, and when j->mask is set the mask bits of [lo, hi). Whole 32-element
+ * words are written at once (the loop vectorizes: a compare per lane, the
+ * lanes' bits or-ed into the word); the ends of a run that share a word with
+ * the next run (per channel) set their bits one at a time. A word belongs to
+ * one thread: the threads take pieces of whole words (fq_pieces). */
+QF_VECTOR_CLONES static void fq_span_fwd(const fq_job *j, int64_t lo, int64_t hi, float s, float z)
 {
     const float qlo = (float)j->st->qmin, qhi = (float)j->st->qmax, inv = 1.0f / s;
     const float *restrict x = j->x;
     float *restrict y = j->y;
-    if (j->backward) {
-        const float *restrict dy = j->dy;
-        for (int64_t i = lo; i < hi; i++) {
-            const float q = z + fq_rint(x[i] * inv);
-            y[i] = q >= qlo && q <= qhi ? dy[i] : 0.0f;
-        }
-    } else {
+    uint32_t *restrict m = j->mask;
+    if (!m) {
         for (int64_t i = lo; i < hi; i++) {
             float q = z + fq_rint(x[i] * inv);
             q = q < qlo ? qlo : q > qhi ? qhi : q;
             y[i] = (q - z) * s;
         }
+        return;
+    }
+    int64_t i = lo;
+    for (; i < hi && (i & 31); i++) {
+        FQ_ELEM(i);
+        m[i >> 5] = (m[i >> 5] & ~(1u << (i & 31))) | ok << (i & 31);
+    }
+    for (; i + 32 <= hi; i += 32) {
+        uint32_t w = 0;
+        for (int l = 0; l < 32; l++) {
+            FQ_ELEM(i + l);
+            w |= ok << l;
+        }
+        m[i >> 5] = w;
+    }
+    for (; i < hi; i++) {
+        FQ_ELEM(i);
+        m[i >> 5] = (m[i >> 5] & ~(1u << (i & 31))) | ok << (i & 31);
     }
 }
 
-/* Rows [r0, r1) of [outer][ch] (per channel). */
-static void fq_rows(void *arg, int64_t r0, int64_t r1)
+/* Backward elements [lo, hi): dX = dY where the forward's mask bit is set,
+ * 0 elsewhere (the clamp mask of torch's straight-through estimator, as
+ * fake_quantize_*_cachemask keeps it). */
+QF_VECTOR_CLONES static void fq_span_bwd(const fq_job *j, int64_t lo, int64_t hi)
 {
-    const fq_job *j = arg;
-    const fq_state *st = j->st;
-    for (int64_t r = r0; r < r1; r++) {
-        const int64_t c = r % st->ch;
-        fq_span(j, r * st->inner, (r + 1) * st->inner, j->scale[c], j->zp[c]);
+    const uint32_t *restrict m = j->mask;
+    const float *restrict dy = j->dy;
+    float *restrict dx = j->y;
+    int64_t i = lo;
+    for (; i < hi && (i & 31); i++) dx[i] = (m[i >> 5] >> (i & 31)) & 1u ? dy[i] : 0.0f;
+    for (; i + 32 <= hi; i += 32) {
+        const uint32_t w = m[i >> 5];
+        for (int l = 0; l < 32; l++) dx[i + l] = (w >> l) & 1u ? dy[i + l] : 0.0f;
+    }
+    for (; i < hi; i++) dx[i] = (m[i >> 5] >> (i & 31)) & 1u ? dy[i] : 0.0f;
+}
+
+/* Backward elements [lo, hi) of one channel's run without a mask: the mask
+ * recomputed from X with the scale and zero point the buffers hold now. */
+QF_VECTOR_CLONES static void fq_span_bwd_x(const fq_job *j, int64_t lo, int64_t hi, float s, float z)
+{
+    const float qlo = (float)j->st->qmin, qhi = (float)j->st->qmax, inv = 1.0f / s;
+    const float *restrict x = j->x, *restrict dy = j->dy;
+    float *restrict dx = j->y;
+    for (int64_t i = lo; i < hi; i++) {
+        const float q = z + fq_rint(x[i] * inv);
+        dx[i] = (q >= qlo) & (q <= qhi) ? dy[i] : 0.0f;
     }
 }
 
-/* Pieces [p0, p1) of FQ_PIECE elements (per tensor). */
+/* Pieces [p0, p1) of FQ_PIECE elements (a multiple of 32: whole mask
+ * words), per tensor or per channel: the pieces walk the runs of one
+ * channel (row r of [outer][ch] is channel r % ch). */
 static void fq_pieces(void *arg, int64_t p0, int64_t p1)
 {
     const fq_job *j = arg;
-    const int64_t n = j->st->outer * j->st->inner, hi = p1 * FQ_PIECE;
-    fq_span(j, p0 * FQ_PIECE, hi < n ? hi : n, j->scale[0], j->zp[0]);
+    const fq_state *st = j->st;
+    const int64_t n = st->outer * st->ch * st->inner, hi = p1 * FQ_PIECE < n ? p1 * FQ_PIECE : n;
+    int64_t i = p0 * FQ_PIECE;
+    if (j->backward && j->mask) {
+        fq_span_bwd(j, i, hi);
+        return;
+    }
+    while (i < hi) {
+        const int64_t r = i / st->inner, c = st->ch == 1 ? 0 : r % st->ch;
+        const int64_t end = st->ch == 1 ? hi : (r + 1) * st->inner < hi ? (r + 1) * st->inner : hi;
+        if (j->backward)
+            fq_span_bwd_x(j, i, end, j->scale[c], j->zp[c]);
+        else
+            fq_span_fwd(j, i, end, j->scale[c], j->zp[c]);
+        i = end;
+    }
 }
 
 static void fq_run(const qf_kernel_io *io, const fq_state *st, const float *dy, float *y, bool backward)
 {
-    fq_job j = {st, io->in[0]->data, io->in[1]->data, io->in[2]->data, dy, y, backward};
-    if (st->ch == 1) {
-        const int64_t n = st->outer * st->inner;
-        qf_parallel_for((n + FQ_PIECE - 1) / FQ_PIECE, 1, fq_pieces, &j);
-        return;
-    }
-    int64_t rows = st->outer * st->ch;
-    qf_parallel_for(rows, (st->inner > 4096 ? 1 : 4096 / (st->inner ? st->inner : 1)), fq_rows, &j);
+    fq_job j = {st, io->in[0]->data, io->in[1]->data, io->in[2]->data, dy, y, io->saved, backward};
+    const int64_t n = st->outer * st->ch * st->inner;
+    qf_parallel_for((n + FQ_PIECE - 1) / FQ_PIECE, 1, fq_pieces, &j);
+}
+
+/* `saved`: the forward's mask, a bit per element of X (element i: bit i % 32
+ * of word i / 32) in X's memory order, which is dY's (a training plan lays a
+ * value and its gradient out alike); none for a shared group's member. */
+static size_t qf_fake_quant_saved(const qf_node *n, const void *state)
+{
+    (void)n;
+    const fq_state *st = state;
+    const int64_t numel = st && !st->shared ? st->outer * st->ch * st->inner : 0;
+    return numel > 0 ? (size_t)(numel + 31) / 32 * sizeof(uint32_t) : 0;
 }
 
 static qf_status qf_fake_quant_forward_f32(const qf_kernel_io *io)
@@ -307,6 +385,7 @@ static qf_status qf_fake_quant_backward_f32(const qf_kernel_io *io)
         memcpy(dx->data, io->dout[0]->data, qf_tensor_nbytes(dx));
         return QF_OK;
     }
+    if (qf_tensor_numel(dx) == 0) return QF_OK;
     fq_run(io, st, io->dout[0]->data, dx->data, true);
     return QF_OK;
 }
@@ -317,6 +396,9 @@ const qf_op_kernels qf_fake_quant_kernels = {
     .state_size = sizeof(fq_state),
     .forward_f32 = qf_fake_quant_forward_f32,
     .backward_f32 = qf_fake_quant_backward_f32,
-    /* X, and the qparams the forward used (the buffers: read in place). */
+    /* X, and the qparams the forward used (the buffers: read in place), for
+     * a backward without the mask (a shared group's member); the others
+     * read the mask in `saved`. */
     .bwd_in = (1u << 0) | (1u << 1) | (1u << 2),
+    .saved_size = qf_fake_quant_saved,
 };

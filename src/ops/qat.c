@@ -322,22 +322,27 @@ static int64_t qbn_grain(const qbn_state *st)
 }
 
 /* Channels-last Y (io->in_nhwc bit 0, from the training tape's NHWC chains):
- * Y as [rows][ch], rows = outer * inner; channels [lo, hi) of every row, the
- * same arithmetic per element, a channel's sums in double in row order. */
+ * Y as [rows][ch], rows = outer * inner; the same arithmetic per element;
+ * the backward takes channels [lo, hi) of every row, a channel's sums in
+ * double in row order. */
 #define QBN_CBLK 16
 
-QF_VECTOR_CLONES static void qbn_output_fwd_nhwc_slice(void *arg, int64_t lo, int64_t hi)
+/* The forward over rows [r0, r1) with every channel (no sums: the threads
+ * take rows, each a contiguous piece of Y). s and b through restrict
+ * pointers: read through the job, GCC reloaded them after every store to Y
+ * and kept the loop scalar (2x BatchNormalization's affine pass, perf). */
+QF_VECTOR_CLONES static void qbn_output_fwd_nhwc_rows(void *arg, int64_t r0, int64_t r1)
 {
     const qbn_job *j = arg;
-    const qbn_state *st = j->st;
-    const int64_t rows = st->outer * st->inner, ch = st->ch;
-    for (int64_t r = 0; r < rows; r++) {
+    const int64_t ch = j->st->ch;
+    const float *restrict s = j->s, *restrict b = j->b;
+    for (int64_t r = r0; r < r1; r++) {
         const float *restrict x = j->x + r * ch;
         float *restrict y = j->y + r * ch;
-        if (j->b)
-            for (int64_t c = lo; c < hi; c++) y[c] = x[c] / j->s[c] + j->b[c];
+        if (b)
+            for (int64_t c = 0; c < ch; c++) y[c] = x[c] / s[c] + b[c];
         else
-            for (int64_t c = lo; c < hi; c++) y[c] = x[c] / j->s[c];
+            for (int64_t c = 0; c < ch; c++) y[c] = x[c] / s[c];
     }
 }
 
@@ -348,6 +353,8 @@ static inline __attribute__((always_inline)) void qbn_output_bwd_nhwc_block(cons
     const qbn_state *st = j->st;
     const int64_t rows = st->outer * st->inner, ch = st->ch;
     double sy[QBN_CBLK] = {0}, sdy[QBN_CBLK] = {0};
+    float sl[QBN_CBLK]; /* s in registers: read through j, it was reloaded after every store to dX */
+    for (int64_t k = 0; k < w; k++) sl[k] = j->s[c0 + k];
     for (int64_t r = 0; r < rows; r++) {
         const int64_t base = r * ch + c0;
         if (!j->dy) {
@@ -357,7 +364,7 @@ static inline __attribute__((always_inline)) void qbn_output_bwd_nhwc_block(cons
         const float *restrict x = j->x + base, *restrict d = j->dy + base;
         if (j->dx) {
             float *restrict dx = j->dx + base;
-            for (int64_t k = 0; k < w; k++) dx[k] = d[k] / j->s[c0 + k];
+            for (int64_t k = 0; k < w; k++) dx[k] = d[k] / sl[k];
         }
         for (int64_t k = 0; k < w; k++) {
             sy[k] += (double)d[k] * x[k];
@@ -403,7 +410,7 @@ static qf_status qf_qat_bn_output_forward_f32(const qf_kernel_io *io)
     qbn_job j = {.st = st, .x = io->in[0]->data, .b = io->nin > 3 && io->in[3] ? io->in[3]->data : NULL, .s = s,
                  .sd = sd, .y = io->out[0]->data};
     if (io->in_nhwc & 1u)
-        qf_parallel_for(st->ch, qbn_nhwc_grain(st), qbn_output_fwd_nhwc_slice, &j);
+        qf_parallel_for(st->outer * st->inner, 16384 / (st->ch > 0 ? st->ch : 1) + 1, qbn_output_fwd_nhwc_rows, &j);
     else
         qf_parallel_for(st->ch, qbn_grain(st), qbn_output_fwd_slice, &j);
     return QF_OK;

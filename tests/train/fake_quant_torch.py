@@ -5,7 +5,8 @@ its own; per step the output, d x, scale, zero point and the running
 min / max must be equal (outputs and gradients bit for bit: the same
 float32 formula; the observer's moving average within 1 ulp). Per tensor
 (affine and symmetric, int8 and the neutron weight range [-127, 127]) and
-per channel (axis 0 and 1)."""
+per channel (axis 0 and 1), on tensors of one and of several threaded
+pieces."""
 import argparse
 import os
 import sys
@@ -88,6 +89,13 @@ def main():
     ok &= case(args, "per_tensor_neutron_scale_floor", (2, 3, 4, 4), -128, 127, False, eps=2.0 ** -12)
     ok &= case(args, "per_channel_symmetric_axis0", (6, 3, 3, 3), -127, 127, True, axis=0)
     ok &= case(args, "per_channel_affine_axis1", (3, 5, 4), -128, 127, False, axis=1)
+    # Per channel over several threaded slices (rows of 437 and 533 elements),
+    # batch 1 and 3, channels not a multiple of 16, an element count not a
+    # multiple of 32.
+    ok &= case(args, "per_channel_symmetric_axis0_pieces", (40, 3, 19, 23), -127, 127, True, axis=0)
+    ok &= case(args, "per_channel_affine_axis1_pieces", (3, 37, 13, 41), -128, 127, False, axis=1)
+    ok &= case(args, "per_tensor_affine_batch1_odd", (1, 17, 9, 7), -128, 127, False)
+    ok &= case(args, "per_tensor_affine_batch3_pieces", (3, 33, 19, 11), -128, 127, False)
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 
