@@ -758,7 +758,8 @@ static qf_status bn_train_forward(const qf_kernel_io *io)
     j.smean = io->saved;
     j.sinv = j.smean + j.c;
     j.relu = bn_fused_relu(io);
-    const bool nhwc = (io->in_nhwc & 1u) != 0, rows = bn_rows_split(&j, nhwc);
+    /* [N, C] (or 1x1 spatial) is channels-last as it is: one row of C a sample. */
+    const bool nhwc = (io->in_nhwc & 1u) != 0 || j.inner == 1, rows = bn_rows_split(&j, nhwc);
     if (rows)
         bn_rstats(&j);
     else
@@ -876,9 +877,10 @@ static qf_status qf_batch_norm_backward_f32(const qf_kernel_io *io)
         j.smean = io->saved;
         j.sinv = j.smean + j.c;
     }
-    if (bn_rows_split(&j, (io->in_nhwc & 1u) != 0))
+    const bool nhwc = (io->in_nhwc & 1u) != 0 || j.inner == 1; /* as bn_train_forward */
+    if (bn_rows_split(&j, nhwc))
         bn_rbackward(&j);
-    else if (io->in_nhwc & 1u)
+    else if (nhwc)
         qf_parallel_for(j.c, bn_nhwc_grain(j.nb * j.inner, j.c), bn_backward_nhwc_slice, &j);
     else
         qf_parallel_for(j.c, bn_grain(j.nb * j.inner), bn_backward_slice, &j);
