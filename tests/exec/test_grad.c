@@ -343,7 +343,8 @@ static void test_tape_engines(void)
 /* A chain the tape keeps channels-last on oneDNN (grad_nhwc): x -> Conv ->
  * BN -> Relu -> depthwise Conv (stride 2) -> BN -> Relu -> 1x1 Conv -> BN ->
  * Add (residual from the second Relu: a gradient summed from two readers)
- * -> Relu -> 1x1 Conv -> GlobalAveragePool -> Flatten -> linear -> mse_loss.
+ * -> Relu -> 1x1 Conv -> GlobalAveragePool (reading it channels-last) ->
+ * Flatten -> linear -> mse_loss.
  * Two steps (the second with the middle BN frozen, its NHWC running-stats
  * path): every gradient, the loss and the running statistics of the oneDNN
  * engine against the reference kernels' (NCHW). */
