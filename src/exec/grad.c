@@ -301,7 +301,10 @@ static bool grad_nhwc_joins(const qf_grad_plan *p, const qf_node *n)
 
 /* Whether a slot of node i may be NHWC and which group it joins: returns 1
  * for a slot that joins (join: the node's other joined slots share its
- * group), 2 for a convolution's own X / Y, 0 for NCHW only. */
+ * group), 2 for a convolution's own X / Y, 3 for a slot read in either layout
+ * that alone would not make a group worth it (GlobalAveragePool's X: its
+ * kernels take io->in_nhwc; its [N, C, 1, 1] output is the same bytes in
+ * both), 0 for NCHW only. */
 static int grad_nhwc_slot(const qf_grad_plan *p, int i, bool joins, bool out, int s)
 {
     const qf_node *n = p->nodes[i];
@@ -311,6 +314,7 @@ static int grad_nhwc_slot(const qf_grad_plan *p, int i, bool joins, bool out, in
         return 1;
     }
     if (p->be[i] && (n->op == QF_OP_CONV || n->op == QF_OP_CONV_TRANSPOSE) && s == 0) return 2;
+    if (n->op == QF_OP_GLOBAL_AVG_POOL && !out && s == 0) return 3;
     return 0;
 }
 
@@ -364,6 +368,7 @@ static qf_status grad_nhwc(qf_grad_plan *p)
                 int r = grad_find(up, (int)v->id);
                 if (kind == 0) bad[r] = 1;
                 else if (kind == 2) conv[r] = 1;
+                else if (kind == 3) continue;
                 else if (root < 0) root = r;
                 else if (r != root) {
                     up[r] = root;

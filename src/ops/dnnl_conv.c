@@ -20,8 +20,10 @@
 #include <string.h>
 
 #include "conv.h"
+#include "core/parallel.h"
 #include "dnnl_kernels.h"
 #include "gemm.h"
+#include "vector.h"
 
 #if QF_HAVE_DNNL
 
@@ -219,11 +221,11 @@ typedef struct dct_state {
     bool has_bias;
     bool ddst_reuse;               /* backward weights reads ddst_d's reordered dY */
     bool w_gemm;                   /* backward weights as one GEMM (dct_w_gemm) */
-    bool w_im2col;                 /* ... over im2col's columns (else X is the column matrix) */
+    bool w_im2col;                 /* ... few columns: dct_w_few (else X is the column matrix) */
     int64_t m, c, rows, kcols;     /* its sizes: output, input channels, N * out spatial, C * kernel */
     int64_t n;                     /* batch */
     qf_spatial l;                  /* the geometry lifted to 3-D (im2col) */
-    size_t col_off;                /* im2col's columns in the scratch */
+    size_t col_off;                /* dct_w_few's parts [n][C * k][M] in the scratch */
 } dct_state;
 
 enum { DCT_F, DCT_D, DCT_W };
@@ -374,7 +376,7 @@ static qf_status dct_build(const qf_kernel_io *io, dct_state *t, bool transpose)
      * matrix [rows, C * k] (qf_sgemm: oneDNN's sgemm), for a one-group
      * convolution run channels-last that is pointwise (1x1, stride 1, no
      * pads: X itself is the column matrix) or has few columns (C * k <= 64:
-     * im2col into the scratch). oneDNN's backward-weights kernels took 5x
+     * no GEMM but dct_w_few, a part per sample in the scratch). oneDNN's backward-weights kernels took 5x
      * (jit_1x1) and 6.5x (jit, ds_cnn's first layer: 10x4 over one channel)
      * their forward's time there: ds_cnn at batch 64, ONEDNN_VERBOSE, 27 % and
      * 11 % of a training step's oneDNN time. The GEMM sums in another order,
@@ -384,7 +386,7 @@ static qf_status dct_build(const qf_kernel_io *io, dct_state *t, bool transpose)
     for (int i = 0; i < cg.s.rank && pw; i++)
         pw = cg.s.kernel[i] == 1 && cg.s.stride[i] == 1 && cg.s.pad_begin[i] == 0 && cg.s.pad_end[i] == 0;
     const int64_t rows = qf_tensor_numel(io->out[0]) / cg.m, kcols = cg.c * cg.ksize;
-    if (gemm_ok && (pw || (kcols <= 64 && (uint64_t)rows * (uint64_t)kcols * sizeof(float) <= (64u << 20)))) {
+    if (gemm_ok && (pw || (kcols <= 64 && (uint64_t)cg.n * (uint64_t)kcols * (uint64_t)cg.m * sizeof(float) <= (64u << 20)))) {
         t->w_gemm = true;
         t->w_im2col = !pw;
         t->m = cg.m;
@@ -395,7 +397,7 @@ static qf_status dct_build(const qf_kernel_io *io, dct_state *t, bool transpose)
         t->l = cg.l;
         if (t->w_im2col) {
             t->col_off = t->scratch;
-            t->scratch += ((size_t)rows * (size_t)kcols * sizeof(float) + 63) & ~(size_t)63;
+            t->scratch += ((size_t)cg.n * (size_t)kcols * (size_t)cg.m * sizeof(float) + 63) & ~(size_t)63;
         }
     }
     /* Where d W and d B go when the tape does not want them (a frozen weight
@@ -481,33 +483,104 @@ static const float *dct_prim_data(const dct_arg *a, const void *user, const char
     return a->prim == a->user ? user : (const float *)(scratch + a->off);
 }
 
-/* The column matrix of channels-last X [n][i0][i1][i2][C] (t->l: the
- * geometry lifted to 3-D): col[r][ci][k0][k1][k2], r = ((n * O0 + o0) * O1
- * + o1) * O2 + o2, zeros in the padding; the columns in ONNX W's order. */
-static void dct_im2col(const dct_state *t, const float *x, float *col)
+/* d W of a convolution with few columns (t->w_im2col: C * k <= 64), without
+ * an im2col: part[j][m] = sum over the output rows r of dY[r][m] * col[r][j],
+ * col[r][ci][k0][k1][k2] the value of channels-last X [n][i0][i1][i2][C]
+ * under tap (k0, k1, k2) of row r (t->l: the geometry lifted to 3-D; ONNX
+ * W's column order). Each tap walks only the output rows whose input is
+ * inside X (the padding adds zeros: skipped), in row order, 16 channels of
+ * dY at a time in registers. Each sample sums its rows in float into a part
+ * of its own (samples lo..hi-1 here: qf_parallel_for over the batch);
+ * dct_w_few adds the parts in sample order in double, so the result does
+ * not depend on the thread count. An im2col of X (50176 x 9 floats for
+ * fashion_cnn's first layer) and a GEMM over its rows took ~10 % of a
+ * training step there. */
+typedef struct dct_few_job {
+    const dct_state *t;
+    const float *x, *gy;
+    float *part; /* [n][K][M] */
+} dct_few_job;
+
+/* The outputs o in [0, out) whose input o * s - p + k * d is in [0, in): [*lo, *hi). */
+static void dct_tap_range(int64_t out, int64_t in, int64_t s, int64_t p, int64_t kd, int64_t *lo, int64_t *hi)
 {
+    const int64_t a = p - kd, b = in - 1 + p - kd; /* o * s in [a, b] */
+    int64_t l = a <= 0 ? 0 : (a + s - 1) / s, h = b < 0 ? -1 : b / s;
+    if (h > out - 1) h = out - 1;
+    *lo = l;
+    *hi = h + 1 > l ? h + 1 : l;
+}
+
+/* acc[0..w) += g[o * M + k] * x[o * xs] for the cnt rows of one tap that
+ * read X (inlined with w = 16: acc in registers). */
+static inline __attribute__((always_inline)) void dct_few_run(float *restrict acc, const float *restrict g,
+                                                              const float *restrict x, int64_t M, int64_t xs,
+                                                              int64_t cnt, int64_t w)
+{
+    float a[16];
+    for (int64_t k = 0; k < w; k++) a[k] = acc[k];
+    for (int64_t o = 0; o < cnt; o++) {
+        const float xv = x[o * xs];
+        const float *gr = g + o * M;
+        for (int64_t k = 0; k < w; k++) a[k] += gr[k] * xv;
+    }
+    for (int64_t k = 0; k < w; k++) acc[k] = a[k];
+}
+
+QF_VECTOR_CLONES static void dct_few_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const dct_few_job *jb = ctx;
+    const dct_state *t = jb->t;
     const qf_spatial *l = &t->l;
-    const int64_t C = t->c, K = t->kcols, ks = K / C;
-    float *row = col;
-    for (int64_t n = 0; n < t->n; n++)
-        for (int64_t o0 = 0; o0 < l->out[0]; o0++)
-            for (int64_t o1 = 0; o1 < l->out[1]; o1++)
-                for (int64_t o2 = 0; o2 < l->out[2]; o2++, row += K) {
-                    int64_t kk = 0;
-                    for (int64_t k0 = 0; k0 < l->kernel[0]; k0++)
-                        for (int64_t k1 = 0; k1 < l->kernel[1]; k1++)
-                            for (int64_t k2 = 0; k2 < l->kernel[2]; k2++, kk++) {
-                                const int64_t i0 = o0 * l->stride[0] - l->pad_begin[0] + k0 * l->dilation[0];
-                                const int64_t i1 = o1 * l->stride[1] - l->pad_begin[1] + k1 * l->dilation[1];
-                                const int64_t i2 = o2 * l->stride[2] - l->pad_begin[2] + k2 * l->dilation[2];
-                                if (i0 < 0 || i0 >= l->in[0] || i1 < 0 || i1 >= l->in[1] || i2 < 0 || i2 >= l->in[2]) {
-                                    for (int64_t ci = 0; ci < C; ci++) row[ci * ks + kk] = 0.0f;
-                                    continue;
+    const int64_t C = t->c, K = t->kcols, ks = K / C, M = t->m;
+    for (int64_t n = lo; n < hi; n++) {
+        float *pt = jb->part + n * K * M;
+        memset(pt, 0, (size_t)(K * M) * sizeof(float));
+        int64_t kk = 0;
+        for (int64_t k0 = 0; k0 < l->kernel[0]; k0++)
+            for (int64_t k1 = 0; k1 < l->kernel[1]; k1++)
+                for (int64_t k2 = 0; k2 < l->kernel[2]; k2++, kk++) {
+                    int64_t a0, b0, a1, b1, a2, b2;
+                    dct_tap_range(l->out[0], l->in[0], l->stride[0], l->pad_begin[0], k0 * l->dilation[0], &a0, &b0);
+                    dct_tap_range(l->out[1], l->in[1], l->stride[1], l->pad_begin[1], k1 * l->dilation[1], &a1, &b1);
+                    dct_tap_range(l->out[2], l->in[2], l->stride[2], l->pad_begin[2], k2 * l->dilation[2], &a2, &b2);
+                    for (int64_t o0 = a0; o0 < b0; o0++)
+                        for (int64_t o1 = a1; o1 < b1; o1++) {
+                            const int64_t r0 = ((n * l->out[0] + o0) * l->out[1] + o1) * l->out[2];
+                            const int64_t i0 = o0 * l->stride[0] - l->pad_begin[0] + k0 * l->dilation[0];
+                            const int64_t i1 = o1 * l->stride[1] - l->pad_begin[1] + k1 * l->dilation[1];
+                            /* x of output o2 = a2 */
+                            const int64_t i2 = a2 * l->stride[2] - l->pad_begin[2] + k2 * l->dilation[2];
+                            const float *xr = jb->x + (((n * l->in[0] + i0) * l->in[1] + i1) * l->in[2] + i2) * C;
+                            const int64_t xs = l->stride[2] * C, cnt = b2 - a2;
+                            if (cnt <= 0) continue;
+                            for (int64_t ci = 0; ci < C; ci++) {
+                                float *acc = pt + (ci * ks + kk) * M;
+                                for (int64_t m0 = 0; m0 < M; m0 += 16) {
+                                    const float *g = jb->gy + (r0 + a2) * M + m0;
+                                    if (M - m0 >= 16)
+                                        dct_few_run(acc + m0, g, xr + ci, M, xs, cnt, 16);
+                                    else
+                                        dct_few_run(acc + m0, g, xr + ci, M, xs, cnt, M - m0);
                                 }
-                                const float *src = x + (((n * l->in[0] + i0) * l->in[1] + i1) * l->in[2] + i2) * C;
-                                for (int64_t ci = 0; ci < C; ci++) row[ci * ks + kk] = src[ci];
                             }
+                        }
                 }
+    }
+}
+
+static void dct_w_few(const dct_state *t, const float *x, const float *gy, float *part, float *dw)
+{
+    dct_few_job jb = {t, x, gy, part};
+    const int64_t per = t->rows / (t->n > 0 ? t->n : 1) * t->kcols * t->m;
+    qf_parallel_for(t->n, per >= 65536 ? 1 : 65536 / (per > 0 ? per : 1), dct_few_slice, &jb);
+    const int64_t K = t->kcols, M = t->m;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t j = 0; j < K; j++) {
+            double s = 0.0;
+            for (int64_t n = 0; n < t->n; n++) s += part[(n * K + j) * M + m];
+            dw[m * K + j] = (float)s;
+        }
 }
 
 /* Backward weights as a GEMM (t->w_gemm): d W = dY^T col (col: X itself for
@@ -526,11 +599,9 @@ static qf_status dct_w_gemm(const qf_kernel_io *io, const dct_state *t, const fl
     QF_TRY(dct_reorder(n, &t->src_w, true));
     QF_TRY(qf_dnnl_check(n, QF_DNNL(stream_wait)(qf_dnnl_lib_.stream), "execute"));
     const float *x = dct_prim_data(&t->src_w, io->in[0]->data, sc);
-    if (dw && t->w_im2col) {
-        dct_im2col(t, x, (float *)(sc + t->col_off));
-        x = (const float *)(sc + t->col_off);
-    }
-    if (dw)
+    if (dw && t->w_im2col)
+        dct_w_few(t, x, gy, (float *)(sc + t->col_off), dw->data);
+    else if (dw)
         QF_TRY(qf_sgemm(n, &(qf_sgemm_args){.ta = true, .m = t->m, .n = t->kcols, .k = t->rows, .alpha = 1.0f,
                                            .a = gy, .lda = t->m, .b = x, .ldb = t->kcols, .c = dw->data,
                                            .ldc = t->kcols}));

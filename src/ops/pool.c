@@ -419,6 +419,22 @@ static qf_status qf_global_avg_pool_forward_f32(const qf_kernel_io *io)
     for (int i = 2; i < x->ndim; i++) inner *= x->dims[i];
     const float *xd = x->data;
     float *yd = io->out[0]->data;
+    if ((io->in_nhwc & 1u) && x->ndim == 4) {
+        /* Channels-last X (the training tape: a chain's last convolution):
+         * each channel's sum in double over its values in the same order. */
+        const int64_t nb = x->dims[0], c = x->dims[1];
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t c0 = 0; c0 < c; c0 += 16) {
+                const int64_t w = c - c0 < 16 ? c - c0 : 16;
+                double s[16] = {0};
+                for (int64_t i = 0; i < inner; i++) {
+                    const float *xp = xd + (b * inner + i) * c + c0;
+                    for (int64_t k = 0; k < w; k++) s[k] += xp[k];
+                }
+                for (int64_t k = 0; k < w; k++) yd[b * c + c0 + k] = inner > 0 ? (float)(s[k] / (double)inner) : 0.0f;
+            }
+        return QF_OK;
+    }
     for (int64_t p = 0; p < planes; p++) {
         const float *xp = xd + p * inner;
         double s = 0.0;
@@ -683,6 +699,15 @@ static qf_status qf_global_avg_pool_backward_f32(const qf_kernel_io *io)
     int64_t inner = 1;
     for (int i = 2; i < x->ndim; i++) inner *= x->dims[i];
     const float *dy = io->dout[0] ? io->dout[0]->data : NULL;
+    if ((io->in_nhwc & 1u) && x->ndim == 4) { /* as the forward */
+        const int64_t nb = x->dims[0], c = x->dims[1];
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t i = 0; i < inner; i++) {
+                float *dxp = dx + (b * inner + i) * c;
+                for (int64_t k = 0; k < c; k++) dxp[k] = dy ? dy[b * c + k] / (float)inner : 0.0f;
+            }
+        return QF_OK;
+    }
     for (int64_t p = 0; p < planes; p++) {
         const float g = dy ? dy[p] / (float)inner : 0.0f;
         float *dxp = dx + p * inner;

@@ -343,7 +343,8 @@ static void test_tape_engines(void)
 /* A chain the tape keeps channels-last on oneDNN (grad_nhwc): x -> Conv ->
  * BN -> Relu -> depthwise Conv (stride 2) -> BN -> Relu -> 1x1 Conv -> BN ->
  * Add (residual from the second Relu: a gradient summed from two readers)
- * -> Relu -> 1x1 Conv -> GlobalAveragePool -> Flatten -> linear -> mse_loss.
+ * -> Relu -> 1x1 Conv -> GlobalAveragePool (reading it channels-last) ->
+ * Flatten -> linear -> mse_loss.
  * Two steps (the second with the middle BN frozen, its NHWC running-stats
  * path): every gradient, the loss and the running statistics of the oneDNN
  * engine against the reference kernels' (NCHW). */
@@ -514,6 +515,7 @@ static void test_tape_nhwc_chain(void)
  * no d x, so dY is reordered for the GEMM alone, and x is read as NHWC). */
 typedef struct bnr_case {
     int64_t n, c, h, w; /* h = 0: x [n, c], no convolutions */
+    int64_t stride;     /* the 3x3 convolution's (0: 1) */
 } bnr_case;
 
 static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t cap, int64_t *len, int *fused)
@@ -527,7 +529,8 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
     const bool conv = bc->h > 0;
     const bool x_in = conv && bc->n == 1;
     const int64_t cin = x_in ? 1 : 3;
-    int64_t xd[] = {bc->n, conv ? cin : bc->c, bc->h, bc->w}, td[] = {bc->n, conv ? 4 : bc->c, bc->h, bc->w};
+    const int64_t s = bc->stride ? bc->stride : 1, ho = conv ? (bc->h - 1) / s + 1 : 0, wo = conv ? (bc->w - 1) / s + 1 : 0;
+    int64_t xd[] = {bc->n, conv ? cin : bc->c, bc->h, bc->w}, td[] = {bc->n, conv ? 4 : bc->c, ho, wo};
     qf_tensor xt = {0};
     qf_value *x = x_in ? qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, xd)
                        : param(g, "x", QF_VALUE_PARAMETER, conv ? 4 : 2, xd, 1.0f, 0.0f);
@@ -537,7 +540,7 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
         for (int64_t i = 0; i < qf_tensor_numel(&xt); i++) ((float *)xt.data)[i] = rnd();
     } else
         c.ps[c.np++] = x;
-    qf_value *v = conv ? chain_conv(&c, x, "conv1", bc->c, cin, 3, 1, 1, true)->outputs[0] : x;
+    qf_value *v = conv ? chain_conv(&c, x, "conv1", bc->c, cin, 3, 1, s, true)->outputs[0] : x;
     qf_node *bn = chain_bn(&c, v, "bn", bc->c, 0);
     qf_node *r = node(g, QF_OP_RELU, "relu", 1, bn->outputs[0], NULL, NULL);
     REQUIRE(r, "relu");
@@ -584,9 +587,14 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
 
 static void test_tape_bn_relu_fused(void)
 {
-    static const bnr_case cases[] = {{1, 5, 7, 3}, {3, 17, 5, 4}, {3, 33, 4, 5}, {3, 16, 6, 6}, {3, 17, 0, 0},
-                                     {2, 20, 0, 0}};
-    enum { CAP = 16384, NCASE = 6 };
+    /* Channels-last BN with fewer than 32 channels splits the rows (bn_rstats
+     * in src/ops/norm.c: 16 chunks; [1, 6, 3, 3] has 9 rows, [3, 31, ...] a
+     * 16- and a 15-channel block); the 3x3 convolution's d W (3 or 1 input
+     * channels: few columns) is dct_w_few's (src/ops/dnnl_conv.c), stride 2
+     * in [3, 7, 9, 7, 2]. */
+    static const bnr_case cases[] = {{1, 5, 7, 3},  {3, 17, 5, 4}, {3, 33, 4, 5}, {3, 16, 6, 6}, {3, 17, 0, 0},
+                                     {2, 20, 0, 0}, {1, 6, 3, 3},  {3, 31, 5, 3}, {3, 7, 9, 7, 2}};
+    enum { CAP = 16384, NCASE = 9 };
     static float a[CAP], b[CAP], ref[NCASE][CAP];
     int64_t nref[NCASE] = {0};
     const qf_engine engines[] = {QF_ENGINE_REF, QF_ENGINE_DNNL};
