@@ -42,7 +42,6 @@ the result or a file differs from the entry: the check that hits are what
 recomputing gives. tests/ref/refcache_test.py tests this module.
 """
 import hashlib
-import io
 import os
 import pickle
 import sys
@@ -288,11 +287,28 @@ def _compute(fn, args, kwargs, ph, allow_proc):
     return result, rec
 
 
-def _entry_path(cache, key):
-    return os.path.join(cache, key[:2], key + ".pickle")
+def _entry_dir(cache, key):
+    """The entries of KEY: one file each, named by the hash of what it was
+    checked against (the same call on other input files, e.g. one path
+    holding different models in two tests, keeps an entry of its own)."""
+    return os.path.join(cache, key[:2], key)
 
 
-def _load(path, ph):
+def _load(directory, ph):
+    """A valid entry of DIRECTORY, else None."""
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return None
+    for name in names:
+        if name.endswith(".pickle"):
+            entry = _load_one(os.path.join(directory, name), ph)
+            if entry is not None:
+                return entry
+    return None
+
+
+def _load_one(path, ph):
     """The entry at PATH if it is still valid, else None."""
     try:
         with open(path, "rb") as f:
@@ -302,17 +318,18 @@ def _load(path, ph):
     if not isinstance(entry, dict) or entry.get("format") != FORMAT:
         return None
     for short, sha in entry["deps"].items():
-        p = ph.full(short)
         try:
-            if _sha_file(p) != sha:
+            if _sha_file(ph.full(short)) != sha:
                 return None
         except OSError:
             return None
     return entry
 
 
-def _store(path, entry):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+def _store(directory, entry):
+    name = hashlib.sha256(repr(sorted(entry["deps"].items())).encode()).hexdigest()[:32]
+    path = os.path.join(directory, name + ".pickle")
+    os.makedirs(directory, exist_ok=True)
     tmp = "%s.%d.%d.tmp" % (path, os.getpid(), threading.get_ident())
     with open(tmp, "wb") as f:
         pickle.dump(entry, f, protocol=4)
@@ -359,8 +376,8 @@ def call(fn, *args, base=None, inputs=(), **kwargs):
     for p in inputs:
         _key_value([ph.short(p), _sha_file(p)], ph, h)
     key = h.hexdigest()
-    path = _entry_path(cache, key)
-    entry = _load(path, ph)
+    directory = _entry_dir(cache, key)
+    entry = _load(directory, ph)
     verify = os.environ.get(ENV_VERIFY) == "1"
     if entry is not None and not verify:
         _restore(entry, ph)
@@ -384,5 +401,5 @@ def call(fn, *args, base=None, inputs=(), **kwargs):
     deps = {ph.short(p): sha for p, sha in rec.read.items()}
     for p in _repo_modules():
         deps[ph.short(p)] = _sha_file(p)
-    _store(path, {"format": FORMAT, "name": fn.__qualname__, "deps": deps, "files": files, "result": blob})
+    _store(directory, {"format": FORMAT, "name": fn.__qualname__, "deps": deps, "files": files, "result": blob})
     return result

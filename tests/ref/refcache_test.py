@@ -89,6 +89,16 @@ def main():
     check(len(CALLS) == 3 and r3["raw"] != r1["raw"], "a changed input file: a miss")
     refcache.call(reference, inp, 2, os.path.join(b, "out"), base=b)
     check(len(CALLS) == 3, "then a hit again")
+    # One path holding either of two files (two tests' models): each keeps
+    # its entry.
+    with open(inp, "rb") as f:
+        second = f.read()
+    for data in (bytes(range(7)) * 5, second, bytes(range(7)) * 5, second):
+        with open(inp, "wb") as f:
+            f.write(data)
+        r = refcache.call(reference, inp, 2, os.path.join(b, "out"), base=b)
+        check(r["raw"] == data, "an input file's content gives its own result")
+    check(len(CALLS) == 3, "the same call on either of two contents of a file (both computed above): hits")
 
     # A module imported inside the computation is a dependency.
     helper = os.path.join(work, "mods", "refcache_test_helper.py")
