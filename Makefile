@@ -48,10 +48,19 @@ build: configure
 # fault per fresh page made the torch side of the tests ~2x slower (the whole
 # `make test` 22 min instead of ~12 on a 2-core VM). Speed only: no result
 # depends on it; qfold allocates its plans once (and ASan replaces malloc).
-TEST_ENV = MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
+#
+# QF_REF_CACHE: the reference results (PyTorch, ONNX Runtime) computed once
+# per `make test`, not once per pass: they do not depend on qfold's build, so
+# both passes share one cache (tests/ref/refcache.py: entries keyed by the
+# call, its arguments and the package versions, and checked against every
+# file and module the computation read; a changed input recomputes). `make
+# test` starts it empty; a lone `ctest` (no variable) caches nothing.
+REF_CACHE ?= $(abspath $(BUILD))/ref-cache
+TEST_ENV = MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296 QF_REF_CACHE=$(REF_CACHE)
 
 test: deps
 	$(MAKE) build
+	rm -rf $(REF_CACHE)
 	cd $(BUILD) && $(TEST_ENV) ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan-run
 

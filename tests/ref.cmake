@@ -41,3 +41,8 @@ foreach(c ${QF_BAD_INPUT_CASES})
             ${QF_REF_MODELS}/mobilenet_v2.onnx ${c})
   set_tests_properties(bad_input_${c} PROPERTIES FIXTURES_REQUIRED ref_models LABELS "bad_input" TIMEOUT 120)
 endforeach()
+
+# The cache of reference results shared by the two passes of `make test`
+# (tests/ref/refcache.py): hits give what computing gives, changed inputs miss.
+add_test(NAME ref_cache COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/ref/refcache_test.py ${QF_TEST_WORK}/ref_cache)
+set_tests_properties(ref_cache PROPERTIES LABELS "ref" TIMEOUT 60)

@@ -32,6 +32,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
+
 QFOLD, NODE, ORT_JS, WORK, CASE = sys.argv[1:6]
 WORK = os.path.join(WORK, CASE)
 os.makedirs(WORK, exist_ok=True)
@@ -114,7 +117,10 @@ def fuse(model, check, nbn_before):
 # --- PyTorch models -------------------------------------------------------------
 
 
-def torch_case(opset):
+def torch_export(opset, model):
+    """The case's network exported at OPSET to MODEL; returns its input and
+    outputs (numpy). Called through tests/ref/refcache.py: computed once per
+    `make test`, the second pass imports no torch."""
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -153,13 +159,18 @@ def torch_case(opset):
     x = torch.randn(2, 3, 8, 10)
     with torch.no_grad():
         want = [t.numpy() for t in net(x)]
-    model = work("model.onnx")
     torch.onnx.export(net, x, model, opset_version=opset, training=torch.onnx.TrainingMode.PRESERVE,
                       input_names=["x"], output_names=["p", "s"])
+    return x.numpy(), want
+
+
+def torch_case(opset):
+    model = work("model.onnx")
+    x, want = refcache.call(torch_export, opset, model, base=WORK)
     m = onnx.load(model)
     ops = sorted({n.op_type for n in m.graph.node})
     print(f"{CASE}: opset {default_opset(m)}, ops {' '.join(ops)}")
-    xs = [x.numpy()]
+    xs = [x]
     close("qfold run vs torch", qfold_run(model, xs, 2), want)
     fused = fuse(model, True, 2)
     close("fused in ORT vs torch", ort_run(fused, xs, 2), want)

@@ -16,6 +16,8 @@ exported with training=PRESERVE and do_constant_folding=False, opset 13 or
   - fuses the fused model again: no BN pass may rewrite anything.
 resnet18 / mobilenet_v2 reuse the models of the ref fixture (REF_MODELS) and
 build their own when those are missing. Relative difference = max|a-b| / max|ref|.
+The PyTorch side (models, inputs, outputs, exports) is tests/passes/fuse_e2e_torch.py,
+called through tests/ref/refcache.py (computed once per `make test`).
 """
 import json
 import os
@@ -27,12 +29,9 @@ warnings.filterwarnings("ignore")
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
-import torch  # noqa: E402
-import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
-import qfref  # noqa: E402
+import refcache  # noqa: E402
 
 QFOLD, NODE, ORT_RUN, WORK, REF_MODELS, CASE = sys.argv[1:7]
 BN_PASSES = ("fuse_batch_norm", "fuse_batch_norm_forward", "decompose_batch_norm")
@@ -41,17 +40,6 @@ BN_PASSES = ("fuse_batch_norm", "fuse_batch_norm_forward", "decompose_batch_norm
 def fail(msg):
     print("FAIL:", msg)
     sys.exit(1)
-
-
-def randomize_bn(model, seed=0):
-    return qfref.randomize_bn(model, torch.Generator().manual_seed(seed))
-
-
-def export(model, inputs, path, opset=14, train=False):
-    names = ["x"] if len(inputs) == 1 else ["x%d" % i for i in range(len(inputs))]
-    mode = torch.onnx.TrainingMode.TRAINING if train else torch.onnx.TrainingMode.PRESERVE
-    torch.onnx.export(model, tuple(inputs), path, opset_version=opset, training=mode,
-                      do_constant_folding=False, input_names=names)
 
 
 def rel(a, ref):
@@ -69,13 +57,14 @@ def sh(cmd, expect_rc=0):
     return p
 
 
-def save_inputs(tag, arrays):
-    paths = []
-    for i, a in enumerate(arrays):
-        p = os.path.join(WORK, "%s.in%d.npy" % (tag, i))
-        np.save(p, np.ascontiguousarray(a, dtype=np.float32))
-        paths.append(p)
-    return paths
+def torch_reference(case, work):
+    import fuse_e2e_torch
+    return fuse_e2e_torch.reference(case, work)
+
+
+def torch_reference_numeric(work):
+    import fuse_e2e_torch
+    return fuse_e2e_torch.reference_numeric(work)
 
 
 def qfold_run(model, inputs, tag, nout):
@@ -136,19 +125,13 @@ def check_idempotent(fused, tag, extra=()):
     print("  idempotence: 0 BN rewrites; output byte-identical")
 
 
-def run_case(tag, model, inputs, opset=14, train=False, passes=None, bn_after=0, structure=None,
-             skip_reason=None, nout=1, folded=None):
+def run_case(tag, passes=None, bn_after=0, structure=None, skip_reason=None, nout=1, folded=None):
     """The common check: export, fuse, inspect, compare, fuse again."""
-    model.eval() if not train else model.train()
     src = os.path.join(WORK, tag + ".onnx")
     dst = os.path.join(WORK, tag + ".fused.onnx")
     report = os.path.join(WORK, tag + ".report.json")
-    with torch.no_grad():
-        ref = model(*inputs) if not train else None
-    export(model, inputs, src, opset=opset, train=train)
-    if ref is not None and not isinstance(ref, tuple):
-        ref = (ref,)
-    in_paths = save_inputs(tag, [t.numpy() for t in inputs])
+    n_in, ref = refcache.call(torch_reference, tag, WORK, base=WORK)
+    in_paths = [os.path.join(WORK, "%s.in%d.npy" % (tag, i)) for i in range(n_in)]
     bn_before = ops(onnx.load(src)).get("BatchNormalization", 0)
     extra = ["--passes", passes] if passes else []
     p = fuse(src, dst, report, extra)
@@ -178,13 +161,13 @@ def run_case(tag, model, inputs, opset=14, train=False, passes=None, bn_after=0,
     q1 = qfold_run(dst, in_paths, tag + ".fused", nout)
     check_equal("qfold run fused vs unfused", q1, q0, 1e-5)
     if ref is not None:
-        check_equal("qfold run fused vs torch", q1, [r.numpy() for r in ref], 1e-4)
+        check_equal("qfold run fused vs torch", q1, ref, 1e-4)
     o0 = ort_run(src, in_paths, tag + ".orig", nout)
     o1 = ort_run(dst, in_paths, tag + ".fused", nout)
     check_equal("ORT fused vs ORT unfused", o1, o0, 1e-5)
     check_equal("ORT fused vs qfold fused", o1, q1, 1e-5)
     if ref is not None:
-        check_equal("ORT fused vs torch", o1, [r.numpy() for r in ref], 1e-4)
+        check_equal("ORT fused vs torch", o1, ref, 1e-4)
     check_idempotent(dst, tag, extra)
     return m
 
@@ -197,142 +180,43 @@ def has_bias(op):
     return lambda m: len(first(m, op).input) == 3 and first(m, op).input[2] != ""
 
 
-def seq(*mods):
-    return randomize_bn(nn.Sequential(*mods))
-
-
-def x4(c, h=9, w=8, n=2):
-    return torch.randn(n, c, h, w, generator=torch.Generator().manual_seed(7))
-
-
-def x3(c, length=11, n=2):
-    return torch.randn(n, c, length, generator=torch.Generator().manual_seed(7))
-
-
-def x2(k, n=4):
-    return torch.randn(n, k, generator=torch.Generator().manual_seed(7))
-
-
-# --- cases -------------------------------------------------------------------
-class SkipConn(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(4, 4, 3, padding=1)
-        self.bn = nn.BatchNorm2d(4)
-
-    def forward(self, x):
-        y = self.conv(x)
-        return torch.relu(self.bn(y)) + y
-
-
-class ConvIsOutput(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.bn = nn.BatchNorm2d(4)
-
-    def forward(self, x):
-        y = self.conv(x)
-        return self.bn(y), y
-
-
-class WeightInput(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.bn = nn.BatchNorm2d(4)
-
-    def forward(self, x, w):
-        return self.bn(F.conv2d(x, w))
-
-
-class MatMulBN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(6, 5))
-        self.bn = nn.BatchNorm1d(5)
-
-    def forward(self, x):
-        return self.bn(torch.matmul(x, self.w))
-
-
+# --- cases (the models: fuse_e2e_torch.MODELS) ---------------------------------
 def fold_cases():
-    torch.manual_seed(3)
+    conv = {"Conv": 1, "bias": has_bias("Conv")}
+    convt = {"ConvTranspose": 1, "bias": has_bias("ConvTranspose")}
+    gemm = {"Gemm": 1, "bias": has_bias("Gemm")}
     C = {
-        "conv2d_bias": lambda: run_case("conv2d_bias", seq(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()),
-                                        [x4(3)], structure={"Conv": 1, "bias": has_bias("Conv")}),
-        "conv2d_nobias_eps1e-3": lambda: run_case(
-            "conv2d_nobias_eps1e-3",
-            seq(nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8, eps=1e-3)), [x4(3)],
-            structure={"Conv": 1, "bias": has_bias("Conv")}),
-        "conv2d_grouped_dilated": lambda: run_case(
-            "conv2d_grouped_dilated",
-            seq(nn.Conv2d(4, 6, 3, padding=2, dilation=2, groups=2, bias=False), nn.BatchNorm2d(6)), [x4(4)],
-            opset=13, structure={"Conv": 1, "bias": has_bias("Conv")}),
-        "conv2d_depthwise": lambda: run_case(
-            "conv2d_depthwise", seq(nn.Conv2d(6, 6, 3, padding=1, groups=6), nn.BatchNorm2d(6, eps=1e-3), nn.ReLU6()),
-            [x4(6)], structure={"Conv": 1, "bias": has_bias("Conv")}),
-        "conv1d_bias": lambda: run_case("conv1d_bias", seq(nn.Conv1d(3, 5, 3), nn.BatchNorm1d(5)), [x3(3)],
-                                        structure={"Conv": 1, "bias": has_bias("Conv")}),
-        "conv1d_depthwise_nobias": lambda: run_case(
-            "conv1d_depthwise_nobias", seq(nn.Conv1d(4, 8, 3, groups=4, bias=False, dilation=2), nn.BatchNorm1d(8, eps=1e-3)),
-            [x3(4)], opset=13, structure={"Conv": 1, "bias": has_bias("Conv")}),
-        "convtranspose2d_groups2": lambda: run_case(
-            "convtranspose2d_groups2",
-            seq(nn.ConvTranspose2d(4, 6, 3, stride=2, groups=2, bias=False), nn.BatchNorm2d(6)), [x4(4, 5, 4)],
-            structure={"ConvTranspose": 1, "bias": has_bias("ConvTranspose")}),
-        "convtranspose1d_bias": lambda: run_case(
-            "convtranspose1d_bias", seq(nn.ConvTranspose1d(4, 6, 3, groups=2), nn.BatchNorm1d(6, eps=1e-3)), [x3(4)],
-            opset=13, structure={"ConvTranspose": 1, "bias": has_bias("ConvTranspose")}),
-        "linear_bn1d_bias": lambda: run_case("linear_bn1d_bias", seq(nn.Linear(6, 5), nn.BatchNorm1d(5)), [x2(6)],
-                                             structure={"Gemm": 1, "bias": has_bias("Gemm")}),
-        "linear_bn1d_nobias": lambda: run_case(
-            "linear_bn1d_nobias", seq(nn.Linear(6, 5, bias=False), nn.BatchNorm1d(5, eps=1e-3)), [x2(6)], opset=13,
-            structure={"Gemm": 1, "bias": has_bias("Gemm")}),
-        "matmul_bn1d": lambda: run_case("matmul_bn1d", randomize_bn(MatMulBN()), [x2(6)],
-                                        structure={"MatMul": 0, "Add": 0, "bias": has_bias("Gemm")}),
-        "gemm_only_fuse": lambda: run_case(
-            "gemm_only_fuse", seq(nn.Linear(6, 5), nn.BatchNorm1d(5)), [x2(6)], passes="fuse_batch_norm",
-            structure={"Gemm": 1, "bias": has_bias("Gemm")}),
-        "forward_bn_conv": lambda: run_case(
-            "forward_bn_conv", seq(nn.BatchNorm2d(3), nn.Conv2d(3, 8, 3, stride=2)), [x4(3)],
-            structure={"Conv": 1, "bias": has_bias("Conv")}),
-        "forward_bn_depthwise": lambda: run_case(
-            "forward_bn_depthwise", seq(nn.BatchNorm2d(4, eps=1e-3), nn.Conv2d(4, 8, (3, 2), groups=4, bias=False)),
-            [x4(4)], opset=13, structure={"Conv": 1, "bias": has_bias("Conv")}),
-        "forward_padded_kept": lambda: run_case(
-            "forward_padded_kept", seq(nn.BatchNorm2d(3), nn.Conv2d(3, 8, 3, padding=1)), [x4(3)], bn_after=1,
-            skip_reason="pads its input"),
-        "decompose": lambda: run_case(
-            "decompose", seq(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.BatchNorm2d(4)), [x4(3)],
-            passes="canonicalize,fuse_batch_norm,decompose_batch_norm",
-            structure={"Mul": 1, "Add": 1}, skip_reason="BN input comes from relu"),
-        "decompose_rank2": lambda: run_case(
-            "decompose_rank2", seq(nn.Linear(6, 5), nn.ReLU(), nn.BatchNorm1d(5)), [x2(6)],
-            passes="decompose_batch_norm", structure={"Mul": 1, "Add": 1}),
+        "conv2d_bias": dict(structure=conv),
+        "conv2d_nobias_eps1e-3": dict(structure=conv),
+        "conv2d_grouped_dilated": dict(structure=conv),
+        "conv2d_depthwise": dict(structure=conv),
+        "conv1d_bias": dict(structure=conv),
+        "conv1d_depthwise_nobias": dict(structure=conv),
+        "convtranspose2d_groups2": dict(structure=convt),
+        "convtranspose1d_bias": dict(structure=convt),
+        "linear_bn1d_bias": dict(structure=gemm),
+        "linear_bn1d_nobias": dict(structure=gemm),
+        "matmul_bn1d": dict(structure={"MatMul": 0, "Add": 0, "bias": has_bias("Gemm")}),
+        "gemm_only_fuse": dict(passes="fuse_batch_norm", structure=gemm),
+        "forward_bn_conv": dict(structure=conv),
+        "forward_bn_depthwise": dict(structure=conv),
+        "forward_padded_kept": dict(bn_after=1, skip_reason="pads its input"),
+        "decompose": dict(passes="canonicalize,fuse_batch_norm,decompose_batch_norm", structure={"Mul": 1, "Add": 1},
+                          skip_reason="BN input comes from relu"),
+        "decompose_rank2": dict(passes="decompose_batch_norm", structure={"Mul": 1, "Add": 1}),
         # --- negative cases: BN kept, reason reported, outputs unchanged ---
-        "skip_connection": lambda: run_case("skip_connection", randomize_bn(SkipConn()), [x4(4)], bn_after=1,
-                                            skip_reason="conv output has 2 users"),
-        "conv_is_output": lambda: run_case("conv_is_output", randomize_bn(ConvIsOutput()), [x4(3)], bn_after=1, nout=2,
-                                           skip_reason="conv output is a graph output"),
-        "weight_not_const": lambda: run_case(
-            "weight_not_const", randomize_bn(WeightInput()),
-            [x4(3), torch.randn(4, 3, 3, 3, generator=torch.Generator().manual_seed(1))], bn_after=1,
-            skip_reason="weight is not a constant"),
-        "training_mode": lambda: run_case(
-            "training_mode", seq(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)), [x4(3)], train=True, bn_after=1,
-            skip_reason="BN is in training mode", nout=1),
+        "skip_connection": dict(bn_after=1, skip_reason="conv output has 2 users"),
+        "conv_is_output": dict(bn_after=1, nout=2, skip_reason="conv output is a graph output"),
+        "weight_not_const": dict(bn_after=1, skip_reason="weight is not a constant"),
+        "training_mode": dict(bn_after=1, skip_reason="BN is in training mode", nout=1),
     }
-    return C
+    return {k: (lambda k=k, v=v: run_case(k, **v)) for k, v in C.items()}
 
 
 def numeric_case():
-    model = seq(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
-    with torch.no_grad():
-        model[1].running_var[2] = -model[1].eps - 1.0
-    model.eval()
     src = os.path.join(WORK, "numeric.onnx")
     dst = os.path.join(WORK, "numeric.fused.onnx")
-    export(model, [x4(3)], src)
+    refcache.call(torch_reference_numeric, WORK, base=WORK)
     bn = first(onnx.load(src), "BatchNormalization").name
     p = fuse(src, dst, os.path.join(WORK, "numeric.report.json"), expect_rc=2)
     print("  stderr:", p.stderr.strip())
@@ -347,16 +231,8 @@ def big_case(name, n_bn):
     xin = os.path.join(REF_MODELS, name + ".in0.npy")
     yref = os.path.join(REF_MODELS, name + ".out0.npy")
     if not (os.path.exists(src) and os.path.exists(xin) and os.path.exists(yref)):
-        import torchvision
-        model = getattr(torchvision.models, name)(weights=None)
-        randomize_bn(model, seed=11)
-        model.eval()
-        x = torch.randn(1, 3, 224, 224, generator=torch.Generator().manual_seed(5))
-        src, xin, yref = [os.path.join(WORK, name + s) for s in (".onnx", ".in0.npy", ".out0.npy")]
-        export(model, [x], src)
-        np.save(xin, x.numpy())
-        with torch.no_grad():
-            np.save(yref, model(x).numpy())
+        import fuse_e2e_torch
+        src, xin, yref = fuse_e2e_torch.reference_big(name, WORK)
     dst = os.path.join(WORK, name + ".fused.onnx")
     report = os.path.join(WORK, name + ".report.json")
     bn_before = ops(onnx.load(src)).get("BatchNormalization", 0)

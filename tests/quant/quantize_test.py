@@ -17,6 +17,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 from quant_util import fashion_calib, output_scale  # noqa: E402
 from qfcli import Fail, check, error_line as one_error_line, run_qfold  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None  # set by qfcli.main
 
@@ -147,19 +149,24 @@ def case_fashion():
 
 
 def torchvision_model(name):
+    """WORK/NAME.onnx: torchvision's NAME with random BN (computed once per
+    `make test`: tests/ref/refcache.py)."""
+    path = work(name + ".onnx")
+    refcache.call(torchvision_export, name, path, base=ARGS.work)
+    return path
+
+
+def torchvision_export(name, path):
     import torch
     import torchvision
-    sys.path.insert(0, root("tests", "ref"))
     from qfref import randomize_bn
     torch.manual_seed(0)
     m = getattr(torchvision.models, name)(weights=None)
     randomize_bn(m, torch.Generator().manual_seed(0))
     m.eval()
-    path = work(name + ".onnx")
     torch.onnx.export(m, torch.zeros(1, 3, 224, 224), path, opset_version=13,
                       training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
                       input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
-    return path
 
 
 def case_resnet18():
