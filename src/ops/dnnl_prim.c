@@ -166,6 +166,15 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
         if (f->op == QF_OP_ADD) {
             const qf_tensor *t = io->post_in ? io->post_in[i] : NULL;
             if (!t || t->dtype != QF_DTYPE_F32) return QF_DK_DECLINE;
+            if (b->sum_ok && !b->p->sum_post) {
+                /* Y = ... + Y, Y holding the operand when the kernel starts
+                 * (same shape and layout as Y: dk_follower_ok, the plan). */
+                QF_TRY(qf_dnnl_check(n, QF_DNNL(post_ops_append_sum)(b->po, 1.0f), "sum post-op"));
+                b->p->sum_post = i + 1;
+                b->npo++;
+                from = f->outputs[0];
+                continue;
+            }
             QF_TRY(qf_dnnl_check(n, QF_DNNL(post_ops_append_binary)(b->po, dnnl_binary_add, dst_md),
                                  "binary post-op"));
             /* Bound once the primitive exists (qf_dk_finish): remember which. */
@@ -352,6 +361,12 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
     if (io->scratch_size < p->scratch)
         return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, oneDNN needs %zu",
                         n->name, qf_op_label(n), io->scratch_size, p->scratch);
+    if (p->sum_post) {
+        /* The sum post-op adds what Y holds: the residual, unless the plan
+         * placed Y over it (qf_dk_dst_post). */
+        const void *r = io->post_in[p->sum_post - 1]->data;
+        if (r != io->out[0]->data) memcpy(io->out[0]->data, r, qf_tensor_nbytes(io->out[0]));
+    }
     dnnl_exec_arg_t args[QF_DK_MAX_ARGS];
     for (int i = 0; i < p->nargs; i++) {
         const qf_dk_arg *a = &p->args[i];
@@ -383,6 +398,11 @@ void qf_dk_release(void *state)
     qf_free(p->owned[0]);
     qf_free(p->owned[1]);
     memset(p, 0, sizeof *p);
+}
+
+int qf_dk_dst_post(const void *state)
+{
+    return state ? ((const qf_dk_prim *)state)->sum_post - 1 : -1;
 }
 
 size_t qf_dk_scratch(const qf_node *n, const void *state)
