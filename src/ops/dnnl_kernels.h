@@ -63,6 +63,7 @@ typedef struct qf_dk_prim {
     qf_dk_arg args[QF_DK_MAX_ARGS];
     void *owned[2]; /* reordered weights (qf_malloc'ed, aligned inside) */
     int sum_post;   /* 1 + the post_in index added as a sum post-op; 0: none */
+    bool serial;    /* built and run on one thread (a tiny node: qf_dk_finish) */
 } qf_dk_prim;
 
 /* A primitive under construction. */
@@ -126,6 +127,11 @@ void qf_dk_release(void *state);
 size_t qf_dk_scratch(const qf_node *n, const void *state);
 /* qf_backend_kernels.dst_post of these kernels: the sum post-op's operand. */
 int qf_dk_dst_post(const void *state);
+/* Nodes whose first input, weights and output hold at most `elements`
+ * elements together run their primitive on one thread (prepared from then
+ * on); < 0: the default, 65536. Tests set 0 to run the threaded kernels on
+ * their small shapes. */
+void qf_dk_set_serial_max(int64_t elements);
 
 /* The eltwise algorithm (and alpha, beta) computing unary activation node n
  * exactly as its reference kernel; false when there is none. Clip needs

@@ -198,20 +198,51 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
     return QF_OK;
 }
 
+/* A node whose tensors (first input, weights, output) hold at most this
+ * many elements together runs its primitive on the calling thread alone
+ * (squeeze-excite's 1x1 convs and the pools before them at batch 1): its
+ * work is a few microseconds, the fork and join of oneDNN's OpenMP team
+ * about as much, and on a busy machine a team thread that is not running
+ * makes the join wait a time slice. */
+#define QF_DK_SERIAL_MAX 65536
+static int64_t dk_serial_max = QF_DK_SERIAL_MAX;
+
+void qf_dk_set_serial_max(int64_t elements) { dk_serial_max = elements < 0 ? QF_DK_SERIAL_MAX : elements; }
+
+static bool dk_tiny(const qf_kernel_io *io)
+{
+    int64_t e = 0;
+    for (int i = 0; i < io->nin && i < 2; i++)
+        if (io->in[i]) e += qf_tensor_numel(io->in[i]);
+    for (int i = 0; i < io->nout; i++) e += qf_tensor_numel(io->out[i]);
+    return e <= dk_serial_max;
+}
+
+/* oneDNN reads the OpenMP thread count when it creates a primitive (its
+ * kernels split the work for that many) and when it runs one. */
+static void dk_threads(bool serial)
+{
+    const qf_dnnl_lib *d = &qf_dnnl_lib_;
+    if (d->omp_set_threads && d->threads > 1) d->omp_set_threads(serial ? 1 : d->threads);
+}
+
 qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
 {
     const qf_node *n = b->io->node;
     qf_dk_prim *p = b->p;
     qf_status st = QF_OK;
+    p->serial = dk_tiny(b->io);
     if (b->npo)
         st = qf_dnnl_check(n, QF_DNNL(primitive_attr_set_post_ops)(b->attr, b->po), "post-ops");
+    if (p->serial) dk_threads(true);
     if (st == QF_OK)
         st = dk_try(
             n, QF_DNNL(primitive_desc_create)(&p->pd, op_desc, b->attr, qf_dnnl()->engine, NULL),
             "primitive descriptor");
     qf_dk_abort(b);
+    if (st == QF_OK) st = qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive");
+    if (p->serial) dk_threads(false);
     QF_TRY(st);
-    QF_TRY(qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive"));
     /* The memory objects of the binary post-op operands, recorded by
      * qf_dk_post_fused before the primitive descriptor existed. */
     for (int i = 0; i < p->nargs; i++) {
@@ -383,9 +414,11 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
         args[i] = (dnnl_exec_arg_t){a->arg, a->mem};
     }
     const qf_dnnl_lib *d = &qf_dnnl_lib_;
-    QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_execute)(p->prim, d->stream, p->nargs, args),
-                         "execute"));
-    return qf_dnnl_check(n, QF_DNNL(stream_wait)(d->stream), "execute");
+    if (p->serial) dk_threads(true);
+    qf_status st = qf_dnnl_check(n, QF_DNNL(primitive_execute)(p->prim, d->stream, p->nargs, args), "execute");
+    if (st == QF_OK) st = qf_dnnl_check(n, QF_DNNL(stream_wait)(d->stream), "execute");
+    if (p->serial) dk_threads(false);
+    return st;
 }
 
 void qf_dk_release(void *state)
