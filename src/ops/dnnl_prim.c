@@ -219,11 +219,21 @@ static bool dk_tiny(const qf_kernel_io *io)
 }
 
 /* oneDNN reads the OpenMP thread count when it creates a primitive (its
- * kernels split the work for that many) and when it runs one. */
-static void dk_threads(bool serial)
+ * kernels split the work for that many) and when it runs one: one thread
+ * for a serial node (returns the count to restore), then that count back. */
+static int dk_serial_begin(void)
 {
     const qf_dnnl_lib *d = &qf_dnnl_lib_;
-    if (d->omp_set_threads && d->threads > 1) d->omp_set_threads(serial ? 1 : d->threads);
+    if (!d->omp_set_threads) return 0;
+    int was = d->omp_max_threads();
+    if (was > 1) d->omp_set_threads(1);
+    return was;
+}
+
+static void dk_serial_end(int was)
+{
+    const qf_dnnl_lib *d = &qf_dnnl_lib_;
+    if (d->omp_set_threads && was > 1) d->omp_set_threads(was);
 }
 
 qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
@@ -234,14 +244,14 @@ qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
     p->serial = dk_tiny(b->io);
     if (b->npo)
         st = qf_dnnl_check(n, QF_DNNL(primitive_attr_set_post_ops)(b->attr, b->po), "post-ops");
-    if (p->serial) dk_threads(true);
+    const int was = p->serial ? dk_serial_begin() : 0;
     if (st == QF_OK)
         st = dk_try(
             n, QF_DNNL(primitive_desc_create)(&p->pd, op_desc, b->attr, qf_dnnl()->engine, NULL),
             "primitive descriptor");
     qf_dk_abort(b);
     if (st == QF_OK) st = qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive");
-    if (p->serial) dk_threads(false);
+    dk_serial_end(was);
     QF_TRY(st);
     /* The memory objects of the binary post-op operands, recorded by
      * qf_dk_post_fused before the primitive descriptor existed. */
@@ -414,10 +424,10 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
         args[i] = (dnnl_exec_arg_t){a->arg, a->mem};
     }
     const qf_dnnl_lib *d = &qf_dnnl_lib_;
-    if (p->serial) dk_threads(true);
+    const int was = p->serial ? dk_serial_begin() : 0;
     qf_status st = qf_dnnl_check(n, QF_DNNL(primitive_execute)(p->prim, d->stream, p->nargs, args), "execute");
     if (st == QF_OK) st = qf_dnnl_check(n, QF_DNNL(stream_wait)(d->stream), "execute");
-    if (p->serial) dk_threads(false);
+    dk_serial_end(was);
     return st;
 }
 
