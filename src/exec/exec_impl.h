@@ -136,6 +136,7 @@ typedef struct qf_plan_step_info {
     uint32_t in_nhwc, out_nhwc;
     int nfused;
     const qf_node *const *fused;
+    bool over_post;            /* its output lies over the fused residual it adds (qf_backend_kernels.dst_post) */
 } qf_plan_step_info;
 int qf_plan_step_count(const qf_plan *p);
 void qf_plan_step_get(const qf_plan *p, int i, qf_plan_step_info *info);

@@ -190,6 +190,26 @@ static int qf_plan_inplace(const qf_plan *p, const qf_step *sp, const qf_tensor 
                            const size_t *offsets, int nlive, const qf_block *live)
 {
     const int i = (int)(sp - p->steps);
+    /* A backend kernel that adds a fused residual by accumulating into Y
+     * (qf_backend_kernels.dst_post: oneDNN's sum post-op) gets Y over that
+     * operand when this step reads it for the last time and does not also
+     * read it as an input (it would overwrite its own source); else the
+     * kernel copies the operand into Y first. */
+    const int jr = sp->backend && sp->backend->dst_post && sp->io.nfused && sp->io.nout == 1
+                       ? sp->backend->dst_post(sp->io.state)
+                       : -1;
+    if (jr >= 0 && jr < sp->io.nfused && sp->io.post_in[jr]) {
+        const qf_tensor *r = sp->io.post_in[jr];
+        bool read = false;
+        for (int k = 0; k < sp->io.nin; k++) read |= sp->io.in[k] == r;
+        if (read || r->dtype != t->dtype || qf_tensor_nbytes(r) != qf_tensor_nbytes(t) || r < p->vt ||
+            r >= p->vt + 2 * p->nvalues || last[r - p->vt] != i ||
+            !(p->g->values[(r - p->vt) % p->nvalues]->producer || r - p->vt >= p->nvalues))
+            return -1;
+        for (int b = 0; b < nlive; b++)
+            if (live[b].last == i && live[b].off == offsets[r - p->vt]) return b;
+        return -1;
+    }
     if (sp->reorder || sp->io.nout != 1 || sp->io.nfused || !qf_op_kernels_get(sp->node->op)->inplace) return -1;
     for (int j = 0; j < sp->io.nin; j++) {
         const qf_tensor *x = sp->io.in[j];
@@ -836,6 +856,9 @@ void qf_plan_step_get(const qf_plan *p, int i, qf_plan_step_info *info)
     *info = (qf_plan_step_info){.node = s->node, .reorder = s->reorder, .backend = s->backend != NULL,
                                 .in_nhwc = s->in_nhwc, .out_nhwc = s->out_nhwc, .nfused = s->io.nfused,
                                 .fused = s->io.fused};
+    const int j = s->backend && s->backend->dst_post && s->io.nfused ? s->backend->dst_post(s->io.state) : -1;
+    info->over_post = j >= 0 && j < s->io.nfused && s->io.post_in[j] && s->io.nout == 1 &&
+                      s->io.post_in[j]->data == s->io.out[0]->data;
 }
 
 /* Per slot: "nhwc" / "nchw" for a 4-D activation, "-" for anything else

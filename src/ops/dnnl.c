@@ -125,6 +125,10 @@ static bool omp_warm_up(int threads)
     if (!gomp) return true; /* oneDNN built on another runtime: nothing to guard */
     void (*gomp_parallel)(void (*)(void *), void *, unsigned, unsigned) = NULL;
     *(void **)&gomp_parallel = dlsym(gomp, "GOMP_parallel");
+    /* libdnnl keeps libgomp loaded: the pointer outlives the dlclose. */
+    *(void **)&qf_dnnl_lib_.omp_set_threads = dlsym(gomp, "omp_set_num_threads");
+    *(void **)&qf_dnnl_lib_.omp_max_threads = dlsym(gomp, "omp_get_max_threads");
+    if (!qf_dnnl_lib_.omp_max_threads) qf_dnnl_lib_.omp_set_threads = NULL;
     bool ok = true;
     if (gomp_parallel && threads > 1) {
         size_t need = (size_t)(threads - 1) * (omp_stack_bytes() + ((size_t)1 << 20)) + QF_DNNL_MARGIN;

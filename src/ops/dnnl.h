@@ -124,6 +124,8 @@ typedef struct qf_dnnl_lib {
     dnnl_engine_t engine;  /* the CPU engine */
     dnnl_stream_t stream;  /* its stream (plans run one at a time on it) */
     int threads;           /* OpenMP threads oneDNN runs on */
+    void (*omp_set_threads)(int); /* libgomp's omp_set_num_threads; NULL: another runtime */
+    int (*omp_max_threads)(void); /* libgomp's omp_get_max_threads */
 } qf_dnnl_lib;
 
 /* The loaded library when the oneDNN backend is active (qf_backend_engine()

@@ -62,6 +62,8 @@ typedef struct qf_dk_prim {
     int nargs;
     qf_dk_arg args[QF_DK_MAX_ARGS];
     void *owned[2]; /* reordered weights (qf_malloc'ed, aligned inside) */
+    int sum_post;   /* 1 + the post_in index added as a sum post-op; 0: none */
+    bool serial;    /* built and run on one thread (a tiny node: qf_dk_finish) */
 } qf_dk_prim;
 
 /* A primitive under construction. */
@@ -71,6 +73,7 @@ typedef struct qf_dk_build {
     dnnl_primitive_attr_t attr;
     dnnl_post_ops_t po;
     int npo; /* post-ops appended so far */
+    bool sum_ok; /* the first fused Add may be a sum post-op (set by the caller) */
 } qf_dk_build;
 
 /* QF_ERR_UNSUPPORTED without a message ("not this node"). */
@@ -81,8 +84,11 @@ qf_status qf_dk_begin(qf_dk_build *b, const qf_kernel_io *io, qf_dk_prim *p);
 /* Append an eltwise post-op. */
 qf_status qf_dk_post_eltwise(qf_dk_build *b, dnnl_alg_kind_t alg, float alpha, float beta);
 /* Append io->fused[0 .. nfused-1] as post-ops of a primitive whose
- * destination is dst_md (binary operands take its layout). Declines a fused
- * node the backend cannot take. */
+ * destination is dst_md (binary operands take its layout). With b->sum_ok the
+ * first fused Add is a sum post-op instead (qf_dk_forward copies its operand
+ * into Y first, unless the plan put Y over it): oneDNN 2.6 runs its brgemm
+ * convolutions with a sum, its older jit kernels with a binary add. Declines
+ * a fused node the backend cannot take. */
 qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md);
 /* The primitive descriptor for op_desc with the attributes, and the
  * primitive; binds the scratchpad. Frees the attributes. */
@@ -119,6 +125,13 @@ bool qf_dk_all_f32(const qf_kernel_io *io);
 qf_status qf_dk_forward(const qf_kernel_io *io);
 void qf_dk_release(void *state);
 size_t qf_dk_scratch(const qf_node *n, const void *state);
+/* qf_backend_kernels.dst_post of these kernels: the sum post-op's operand. */
+int qf_dk_dst_post(const void *state);
+/* Nodes whose first input, weights and output hold at most `elements`
+ * elements together run their primitive on one thread (prepared from then
+ * on); < 0: the default, 65536. Tests set 0 to run the threaded kernels on
+ * their small shapes. */
+void qf_dk_set_serial_max(int64_t elements);
 
 /* The eltwise algorithm (and alpha, beta) computing unary activation node n
  * exactly as its reference kernel; false when there is none. Clip needs

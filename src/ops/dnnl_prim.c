@@ -166,6 +166,15 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
         if (f->op == QF_OP_ADD) {
             const qf_tensor *t = io->post_in ? io->post_in[i] : NULL;
             if (!t || t->dtype != QF_DTYPE_F32) return QF_DK_DECLINE;
+            if (b->sum_ok && !b->p->sum_post) {
+                /* Y = ... + Y, Y holding the operand when the kernel starts
+                 * (same shape and layout as Y: dk_follower_ok, the plan). */
+                QF_TRY(qf_dnnl_check(n, QF_DNNL(post_ops_append_sum)(b->po, 1.0f), "sum post-op"));
+                b->p->sum_post = i + 1;
+                b->npo++;
+                from = f->outputs[0];
+                continue;
+            }
             QF_TRY(qf_dnnl_check(n, QF_DNNL(post_ops_append_binary)(b->po, dnnl_binary_add, dst_md),
                                  "binary post-op"));
             /* Bound once the primitive exists (qf_dk_finish): remember which. */
@@ -189,20 +198,61 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
     return QF_OK;
 }
 
+/* A node whose tensors (first input, weights, output) hold at most this
+ * many elements together runs its primitive on the calling thread alone
+ * (squeeze-excite's 1x1 convs and the pools before them at batch 1): its
+ * work is a few microseconds, the fork and join of oneDNN's OpenMP team
+ * about as much, and on a busy machine a team thread that is not running
+ * makes the join wait a time slice. */
+#define QF_DK_SERIAL_MAX 65536
+static int64_t dk_serial_max = QF_DK_SERIAL_MAX;
+
+void qf_dk_set_serial_max(int64_t elements) { dk_serial_max = elements < 0 ? QF_DK_SERIAL_MAX : elements; }
+
+static bool dk_tiny(const qf_kernel_io *io)
+{
+    int64_t e = 0;
+    for (int i = 0; i < io->nin && i < 2; i++)
+        if (io->in[i]) e += qf_tensor_numel(io->in[i]);
+    for (int i = 0; i < io->nout; i++) e += qf_tensor_numel(io->out[i]);
+    return e <= dk_serial_max;
+}
+
+/* oneDNN reads the OpenMP thread count when it creates a primitive (its
+ * kernels split the work for that many) and when it runs one: one thread
+ * for a serial node (returns the count to restore), then that count back. */
+static int dk_serial_begin(void)
+{
+    const qf_dnnl_lib *d = &qf_dnnl_lib_;
+    if (!d->omp_set_threads) return 0;
+    int was = d->omp_max_threads();
+    if (was > 1) d->omp_set_threads(1);
+    return was;
+}
+
+static void dk_serial_end(int was)
+{
+    const qf_dnnl_lib *d = &qf_dnnl_lib_;
+    if (d->omp_set_threads && was > 1) d->omp_set_threads(was);
+}
+
 qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
 {
     const qf_node *n = b->io->node;
     qf_dk_prim *p = b->p;
     qf_status st = QF_OK;
+    p->serial = dk_tiny(b->io);
     if (b->npo)
         st = qf_dnnl_check(n, QF_DNNL(primitive_attr_set_post_ops)(b->attr, b->po), "post-ops");
+    const int was = p->serial ? dk_serial_begin() : 0;
     if (st == QF_OK)
         st = dk_try(
             n, QF_DNNL(primitive_desc_create)(&p->pd, op_desc, b->attr, qf_dnnl()->engine, NULL),
             "primitive descriptor");
     qf_dk_abort(b);
+    if (st == QF_OK) st = qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive");
+    dk_serial_end(was);
     QF_TRY(st);
-    QF_TRY(qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive"));
     /* The memory objects of the binary post-op operands, recorded by
      * qf_dk_post_fused before the primitive descriptor existed. */
     for (int i = 0; i < p->nargs; i++) {
@@ -352,6 +402,12 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
     if (io->scratch_size < p->scratch)
         return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): scratch of %zu bytes, oneDNN needs %zu",
                         n->name, qf_op_label(n), io->scratch_size, p->scratch);
+    if (p->sum_post) {
+        /* The sum post-op adds what Y holds: the residual, unless the plan
+         * placed Y over it (qf_dk_dst_post). */
+        const void *r = io->post_in[p->sum_post - 1]->data;
+        if (r != io->out[0]->data) memcpy(io->out[0]->data, r, qf_tensor_nbytes(io->out[0]));
+    }
     dnnl_exec_arg_t args[QF_DK_MAX_ARGS];
     for (int i = 0; i < p->nargs; i++) {
         const qf_dk_arg *a = &p->args[i];
@@ -368,9 +424,11 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
         args[i] = (dnnl_exec_arg_t){a->arg, a->mem};
     }
     const qf_dnnl_lib *d = &qf_dnnl_lib_;
-    QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_execute)(p->prim, d->stream, p->nargs, args),
-                         "execute"));
-    return qf_dnnl_check(n, QF_DNNL(stream_wait)(d->stream), "execute");
+    const int was = p->serial ? dk_serial_begin() : 0;
+    qf_status st = qf_dnnl_check(n, QF_DNNL(primitive_execute)(p->prim, d->stream, p->nargs, args), "execute");
+    if (st == QF_OK) st = qf_dnnl_check(n, QF_DNNL(stream_wait)(d->stream), "execute");
+    dk_serial_end(was);
+    return st;
 }
 
 void qf_dk_release(void *state)
@@ -383,6 +441,11 @@ void qf_dk_release(void *state)
     qf_free(p->owned[0]);
     qf_free(p->owned[1]);
     memset(p, 0, sizeof *p);
+}
+
+int qf_dk_dst_post(const void *state)
+{
+    return state ? ((const qf_dk_prim *)state)->sum_post - 1 : -1;
 }
 
 size_t qf_dk_scratch(const qf_node *n, const void *state)

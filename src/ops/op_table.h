@@ -106,6 +106,12 @@ typedef struct qf_backend_kernels {
     qf_kernel_fn backward_f32;
     qf_kernel_fn forward_s8;
     unsigned layouts;           /* QF_LAYOUT_* the kernels take; 0 = NCHW only */
+    /* The fused residual the kernel accumulates into Y: the index j of
+     * io->post_in whose operand it adds by copying it into out[0] first
+     * (oneDNN's sum post-op), or -1. The plan places Y over that operand's
+     * memory when the step reads it for the last time, and the copy goes.
+     * NULL: never. */
+    int (*dst_post)(const void *state);
 } qf_backend_kernels;
 
 typedef struct qf_op_kernels {

@@ -227,6 +227,50 @@ static void test_residual(void)
               c1.out_nhwc == 1);
         CHECK(step_of(p, "r2", &c2) >= 0 && !strcmp(c2.node->name, "c2") && c2.nfused == 2 &&
               c2.out_nhwc == 1);
+        /* c2 reads a itself: its output cannot lie over a (the residual is
+         * copied into it before the sum post-op). */
+        CHECKF(!c2.over_post, "residual: c2 writes over its own input");
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+    }
+    qf_plan_free(p);
+    qf_graph_free(g);
+}
+
+/* A ResNet block: x -> Conv+Relu -> a -> Conv+Relu -> b -> Conv -> Add(., a)
+ * -> Relu -> y, and a downsampling one, y -> Conv(stride 2)+Relu -> c ->
+ * Conv -> d; z = Relu(Add(Conv1x1(stride 2)(y), d)): the Conv that absorbs
+ * each Add writes its output over the residual it adds (read there for the
+ * last time: oneDNN's sum post-op in place), and the results stay the
+ * reference's. */
+static void test_residual_over(void)
+{
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {1, 16, 11, 9};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = unary(g, QF_OP_RELU, "r0", conv(g, "c0", x, 16, 3));
+    qf_value *b = unary(g, QF_OP_RELU, "r1", conv(g, "c1", a, 16, 3));
+    qf_value *y = unary(g, QF_OP_RELU, "r2", binary(g, QF_OP_ADD, "add", conv(g, "c2", b, 16, 3), a));
+    qf_value *c = unary(g, QF_OP_RELU, "r3", conv(g, "c3", y, 32, 3));
+    qf_value *dd = conv(g, "c4", c, 32, 3);
+    qf_value *ds = conv(g, "ds", y, 32, 1);
+    qf_node *cn = c->producer->inputs[0]->producer, *dn = ds->producer;
+    int64_t s2[2] = {2, 2};
+    CHECK_OK(qf_node_set_attr_ints(g, cn, "strides", s2, 2));
+    CHECK_OK(qf_node_set_attr_ints(g, dn, "strides", s2, 2));
+    CHECK_OK(qf_node_infer(g, cn));
+    CHECK_OK(qf_node_infer(g, c->producer));
+    CHECK_OK(qf_node_infer(g, dd->producer));
+    CHECK_OK(qf_node_infer(g, dn));
+    qf_value *z = unary(g, QF_OP_RELU, "r4", binary(g, QF_OP_ADD, "add2", ds, dd));
+    CHECK_OK(qf_graph_add_output(g, z));
+    qf_plan *p = compare_engines(g, "residual over");
+    if (p) {
+        qf_plan_step_info s1, s2i;
+        CHECK(step_of(p, "add", &s1) >= 0 && s1.nfused == 2);
+        CHECKF(s1.over_post, "residual over: the Conv + Add does not write over its residual");
+        CHECK(step_of(p, "add2", &s2i) >= 0 && s2i.nfused == 2);
+        CHECKF(s2i.over_post, "residual over: the downsampling Conv + Add does not write over its residual");
         if (qf_check_failed_now) qf_plan_print(p, stderr);
     }
     qf_plan_free(p);
@@ -658,6 +702,7 @@ int main(void)
         fprintf(stderr,
                 "test_plan_layout: no oneDNN backend: layouts not checked, ref plans only\n");
     RUN(test_residual);
+    RUN(test_residual_over);
     RUN(test_flatten);
     RUN(test_concat);
     RUN(test_middle_output);

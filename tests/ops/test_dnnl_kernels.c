@@ -1125,6 +1125,10 @@ int main(void)
         CHECK(!qf_dnnl_can_fuse(NULL, NULL));
         return qf_check_report();
     }
+    /* Every case's shapes are small enough to run on one thread
+     * (qf_dk_set_serial_max): run them all on oneDNN's threads, then the
+     * convolutions, pools and Gemms again serially. */
+    qf_dk_set_serial_max(0);
     RUN(test_conv);
     RUN(test_conv_transpose);
     RUN(test_post_ops);
@@ -1135,6 +1139,11 @@ int main(void)
     RUN(test_batch_norm);
     RUN(test_activations);
     RUN(test_binary);
+    qf_dk_set_serial_max(-1);
+    RUN(test_conv);
+    RUN(test_post_ops);
+    RUN(test_gemm);
+    RUN(test_pools);
     return qf_check_report();
 }
 
