@@ -461,24 +461,9 @@ def case_errors():
     # through a pipe, a line per batch on a pseudo-terminal.
     _, err = qfold("quantize", model, "-o", work("q.onnx"), "--calib", work("good.npy"), "--batch", "2")
     check(err == "", "quantize wrote to a stderr that is no terminal:\n" + err)
-    import pty
-    master, slave = pty.openpty()
-    p = subprocess.run([ARGS.qfold, "quantize", model, "-o", work("q2.onnx"), "--calib", work("good.npy"), "--batch",
-                        "2"], stdout=subprocess.DEVNULL, stderr=slave, timeout=600)
-    os.close(slave)
-    tty = b""
-    while True:
-        try:
-            chunk = os.read(master, 4096)
-        except OSError:  # EIO: the other side is closed
-            break
-        if not chunk:
-            break
-        tty += chunk
-    os.close(master)
-    tty = tty.decode(errors="replace")
-    check(p.returncode == 0 and "calibrating 2 / 4 samples" in tty and "calibrating 4 / 4 samples" in tty,
-          "no calibration progress on a terminal (exit %d):\n%r" % (p.returncode, tty))
+    tty = stderr_on_terminal(["quantize", model, "-o", work("q2.onnx"), "--calib", work("good.npy"), "--batch", "2"])
+    check("calibrating 2 / 4 samples" in tty and "calibrating 4 / 4 samples" in tty,
+          "no calibration progress on a terminal:\n%r" % tty)
     _, err = qfold("run", work("q.onnx"), "-i", work("good.npy"), "-o", work("y.npy"), "--requant", "gemmlowp",
                    expect=2)
     one_error_line(err, "--requant takes tflite or onnx")
