@@ -99,6 +99,10 @@ typedef struct qf_plan_observer {
     void *ud;
 } qf_plan_observer;
 qf_status qf_plan_init_observed(qf_plan **out, qf_graph *g, const qf_plan_observer *obs);
+/* An observed tensor's elements into dst (qf_tensor_nbytes(t) bytes) in
+ * NCHW order: t as the observer got it, channels-last when nhwc (a 4-D
+ * activation). On the kernels' threads. */
+void qf_exec_copy_nchw(void *dst, const qf_tensor *t, bool nhwc);
 
 /* A data set read a range of samples at a time, so that it never has to be
  * in memory whole. inputs[i] describes the data of graph input i: dtype and
@@ -149,6 +153,24 @@ qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_o
 /* The same over in-memory tensors: data[i] holds every sample of graph
  * input i ([N, sample dims...], the same N for every input). */
 qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_batch_options *opt);
+/* The same, a batch at a time, for callers that run two graphs in step on
+ * the rows they read once (per-layer SQNR, the int8 diff): data[i]
+ * describes input i ([N, ...] as a source's inputs; the data pointers are
+ * not used), opt's batch and on_batch are not used. qf_batcher_run runs
+ * `count` samples (rows[i]: count samples of input i, C order) on a plan
+ * kept until the batch size changes; a graph with a fixed batch size runs
+ * that size (qf_batcher_rows), a short batch padded with its last sample.
+ * qf_batcher_plan: the plan of the last run, its outputs in its first
+ * `count` rows. qf_batcher_close restores the graph's input shapes and
+ * infers every shape again (its status), and frees the batcher (NULL: no-op).
+ * One batcher per graph at a time. */
+typedef struct qf_batcher qf_batcher;
+qf_status qf_batcher_open(qf_batcher **out, qf_graph *g, const qf_tensor *const *data, int ndata,
+                          const qf_batch_options *opt);
+int64_t qf_batcher_rows(const qf_batcher *b, int64_t count);
+qf_status qf_batcher_run(qf_batcher *b, const void *const *rows, int64_t count);
+const qf_plan *qf_batcher_plan(const qf_batcher *b);
+qf_status qf_batcher_close(qf_batcher *b);
 
 /* --- model vs model ---------------------------------------------------------
  *

@@ -70,11 +70,25 @@ qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, c
     return qf_run_source(g, &src, opt);
 }
 
-qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_options *opt)
+/* The batcher: g run on rows its caller read, a plan per batch size. */
+struct qf_batcher {
+    qf_graph *g;
+    int ndata;
+    const qf_tensor *const *data; /* [N, ...] descriptions of the inputs */
+    int64_t fixed;                /* the graph's own batch size, or <= 0 */
+    qf_batch_options opt;
+    batch_state s;
+    qf_tensor *views;
+    const qf_tensor **feed;
+    void **pad;                   /* a short batch of a fixed-batch graph, padded */
+    qf_plan *plan;
+    int64_t planned;              /* the rows `plan` runs (0: none yet) */
+};
+
+qf_status qf_batcher_open(qf_batcher **out, qf_graph *g, const qf_tensor *const *data, int ndata,
+                          const qf_batch_options *opt)
 {
-    int64_t batch = opt->batch ? opt->batch : 32;
-    int ndata = src->ninputs;
-    const qf_tensor *const *data = src->inputs;
+    *out = NULL;
     if (ndata != g->ninputs)
         return qf_error(QF_ERR_INVALID, "the graph has %d input%s, %d data set%s given", g->ninputs,
                         g->ninputs == 1 ? "" : "s", ndata, ndata == 1 ? "" : "s");
@@ -82,90 +96,119 @@ qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_o
     int64_t n = data[0]->ndim >= 1 ? data[0]->dims[0] : 0;
     if (n < 1) return qf_error(QF_ERR_SHAPE, "input '%s': the data holds no samples", g->inputs[0]->name);
     for (int i = 0; i < ndata; i++) QF_TRY(batch_check(g->inputs[i], data[i], n));
-    /* A graph with a fixed batch size runs that size (the last batch padded
-     * by repeating its last sample); a dynamic one the size asked for. */
-    int64_t fixed = g->inputs[0]->type.dims[0];
-    if (fixed > 0) batch = fixed;
-    if (batch < 1) return qf_error(QF_ERR_INVALID, "batch size %lld", (long long)batch);
-
-    batch_state s = {g, qf_malloc(sizeof *s.dims * (size_t)ndata)};
-    qf_tensor *views = qf_calloc((size_t)ndata, sizeof *views);
-    const qf_tensor **feed = qf_calloc((size_t)ndata, sizeof *feed);
-    void **pad = qf_calloc((size_t)ndata, sizeof *pad);
-    const void **rows = qf_calloc((size_t)ndata, sizeof *rows);
-    if (!s.dims || !views || !feed || !pad || !rows) {
-        qf_free(s.dims);
-        qf_free(views);
-        qf_free(feed);
-        qf_free(pad);
-        qf_free(rows);
+    qf_batcher *b = qf_calloc(1, sizeof *b);
+    if (!b) return QF_ERR_NOMEM;
+    *b = (qf_batcher){.g = g, .ndata = ndata, .data = data, .fixed = g->inputs[0]->type.dims[0], .opt = *opt};
+    b->s = (batch_state){g, qf_malloc(sizeof *b->s.dims * (size_t)ndata)};
+    b->views = qf_calloc((size_t)ndata, sizeof *b->views);
+    b->feed = qf_calloc((size_t)ndata, sizeof *b->feed);
+    b->pad = qf_calloc((size_t)ndata, sizeof *b->pad);
+    if (!b->s.dims || !b->views || !b->feed || !b->pad) {
+        qf_free(b->s.dims);
+        qf_free(b->views);
+        qf_free(b->feed);
+        qf_free(b->pad);
+        qf_free(b);
         return QF_ERR_NOMEM;
     }
-    for (int i = 0; i < ndata; i++) memcpy(s.dims[i], g->inputs[i]->type.dims, sizeof s.dims[i]);
-    qf_plan *plan = NULL;
-    int64_t planned = 0;
-    qf_status st = QF_OK;
-    for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
-        int64_t count = n - first < batch ? n - first : batch;
-        int64_t rows_run = fixed > 0 ? fixed : count;
-        if (rows_run != planned) {
-            qf_plan_free(plan);
-            plan = NULL;
-            batch_restore(&s);
-            for (int i = 0; i < ndata && st == QF_OK; i++) {
-                int64_t dims[QF_MAX_DIMS];
-                memcpy(dims, data[i]->dims, sizeof dims);
-                dims[0] = rows_run;
-                st = qf_graph_set_input_shape(g, i, data[i]->ndim, dims);
-            }
-            /* A hook sees every node's output: such plans run without
-             * NHWC and fusion. An observer sees the values it asks for:
-             * the plan keeps those unfused, and the rest as qf_plan_init. */
-            if (st == QF_OK)
-                st = opt->observer ? qf_plan_init_observed(&plan, g, opt->observer)
-                     : opt->hook   ? qf_plan_init_plain(&plan, g)
-                                   : qf_plan_init(&plan, g);
-            if (st != QF_OK) break;
-            qf_plan_set_hook(plan, opt->hook, opt->hook_ud);
-            planned = rows_run;
-        }
-        st = src->read(src, first, count, rows);
-        for (int i = 0; i < ndata && st == QF_OK; i++) {
-            size_t sample = qf_tensor_nbytes(data[i]) / (size_t)n;
+    for (int i = 0; i < ndata; i++) memcpy(b->s.dims[i], g->inputs[i]->type.dims, sizeof b->s.dims[i]);
+    *out = b;
+    return QF_OK;
+}
+
+int64_t qf_batcher_rows(const qf_batcher *b, int64_t count)
+{
+    return b->fixed > 0 ? b->fixed : count;
+}
+
+qf_status qf_batcher_run(qf_batcher *b, const void *const *rows, int64_t count)
+{
+    int64_t rows_run = qf_batcher_rows(b, count);
+    if (count < 1 || count > rows_run)
+        return qf_error(QF_ERR_INVALID, "a batch of %lld samples for a graph that runs %lld at a time", (long long)count,
+                        (long long)rows_run);
+    if (rows_run != b->planned) {
+        qf_plan_free(b->plan);
+        b->plan = NULL;
+        b->planned = 0;
+        batch_restore(&b->s);
+        for (int i = 0; i < b->ndata; i++) {
             int64_t dims[QF_MAX_DIMS];
-            memcpy(dims, data[i]->dims, sizeof dims);
+            memcpy(dims, b->data[i]->dims, sizeof dims);
             dims[0] = rows_run;
-            const char *p = rows[i];
-            if (count < rows_run) {
-                /* Pad a short last batch of a fixed-batch graph. */
-                if (!pad[i] && !(pad[i] = qf_malloc(sample * (size_t)rows_run))) {
-                    st = QF_ERR_NOMEM;
-                    break;
-                }
-                memcpy(pad[i], p, sample * (size_t)count);
-                for (int64_t r = count; r < rows_run; r++)
-                    memcpy((char *)pad[i] + (size_t)r * sample, p + (size_t)(count - 1) * sample, sample);
-                p = pad[i];
-            }
-            qf_tensor_view(&views[i], data[i]->dtype, data[i]->ndim, dims, (void *)p);
-            feed[i] = &views[i];
+            QF_TRY(qf_graph_set_input_shape(b->g, i, b->data[i]->ndim, dims));
         }
-        if (st == QF_OK) st = qf_plan_run(plan, feed, ndata);
-        if (st == QF_OK && opt->on_batch) st = opt->on_batch(opt->ud, first, count, plan);
+        /* A hook sees every node's output: such plans run without NHWC and
+         * fusion. An observer sees the values it asks for: the plan keeps
+         * those unfused, and the rest as qf_plan_init. */
+        QF_TRY(b->opt.observer ? qf_plan_init_observed(&b->plan, b->g, b->opt.observer)
+               : b->opt.hook   ? qf_plan_init_plain(&b->plan, b->g)
+                               : qf_plan_init(&b->plan, b->g));
+        qf_plan_set_hook(b->plan, b->opt.hook, b->opt.hook_ud);
+        b->planned = rows_run;
     }
-    qf_plan_free(plan);
-    batch_restore(&s);
+    for (int i = 0; i < b->ndata; i++) {
+        const qf_tensor *d = b->data[i];
+        size_t sample = qf_tensor_nbytes(d) / (size_t)d->dims[0];
+        int64_t dims[QF_MAX_DIMS];
+        memcpy(dims, d->dims, sizeof dims);
+        dims[0] = rows_run;
+        const char *p = rows[i];
+        if (count < rows_run) {
+            /* Pad a short last batch of a fixed-batch graph. */
+            if (!b->pad[i] && !(b->pad[i] = qf_malloc(sample * (size_t)rows_run))) return QF_ERR_NOMEM;
+            memcpy(b->pad[i], p, sample * (size_t)count);
+            for (int64_t r = count; r < rows_run; r++)
+                memcpy((char *)b->pad[i] + (size_t)r * sample, p + (size_t)(count - 1) * sample, sample);
+            p = b->pad[i];
+        }
+        qf_tensor_view(&b->views[i], d->dtype, d->ndim, dims, (void *)p);
+        b->feed[i] = &b->views[i];
+    }
+    return qf_plan_run(b->plan, b->feed, b->ndata);
+}
+
+const qf_plan *qf_batcher_plan(const qf_batcher *b)
+{
+    return b->plan;
+}
+
+qf_status qf_batcher_close(qf_batcher *b)
+{
+    if (!b) return QF_OK;
+    qf_plan_free(b->plan);
+    batch_restore(&b->s);
     /* Every other value's shape follows the inputs' again (an exported
      * graph must not keep the last batch size in its output shapes). */
-    if (planned) {
-        qf_status ist = qf_graph_infer_shapes(g);
-        if (st == QF_OK) st = ist;
-    }
-    for (int i = 0; i < ndata; i++) qf_free(pad[i]);
-    qf_free(pad);
-    qf_free(rows);
-    qf_free(s.dims);
-    qf_free(views);
-    qf_free(feed);
+    qf_status st = b->planned ? qf_graph_infer_shapes(b->g) : QF_OK;
+    for (int i = 0; i < b->ndata; i++) qf_free(b->pad[i]);
+    qf_free(b->pad);
+    qf_free(b->s.dims);
+    qf_free(b->views);
+    qf_free(b->feed);
+    qf_free(b);
     return st;
+}
+
+qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_options *opt)
+{
+    int64_t batch = opt->batch ? opt->batch : 32;
+    qf_batcher *b;
+    QF_TRY(qf_batcher_open(&b, g, src->inputs, src->ninputs, opt));
+    /* A graph with a fixed batch size runs that size (the last batch padded
+     * by repeating its last sample); a dynamic one the size asked for. */
+    if (b->fixed > 0) batch = b->fixed;
+    qf_status st = batch < 1 ? qf_error(QF_ERR_INVALID, "batch size %lld", (long long)batch) : QF_OK;
+    const void **rows = qf_calloc((size_t)src->ninputs, sizeof *rows);
+    if (!rows) st = QF_ERR_NOMEM;
+    int64_t n = src->inputs[0]->dims[0];
+    for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
+        int64_t count = n - first < batch ? n - first : batch;
+        st = src->read(src, first, count, rows);
+        if (st == QF_OK) st = qf_batcher_run(b, rows, count);
+        if (st == QF_OK && opt->on_batch) st = opt->on_batch(opt->ud, first, count, b->plan);
+    }
+    qf_free(rows);
+    qf_status cst = qf_batcher_close(b);
+    return st == QF_OK ? cst : st;
 }

@@ -421,3 +421,17 @@ qf_status qf_exec_reorder(const qf_kernel_io *io)
     if (tiles > 0) qf_parallel_for(tiles, 4, lay_transpose_body, &c);
     return QF_OK;
 }
+
+void qf_exec_copy_nchw(void *dst, const qf_tensor *t, bool nhwc)
+{
+    if (!nhwc || t->ndim != 4) {
+        memcpy(dst, t->data, qf_tensor_nbytes(t));
+        return;
+    }
+    qf_tensor y = *t;
+    y.data = dst;
+    y.owns = false;
+    const qf_tensor *in[1] = {t};
+    qf_tensor *out[1] = {&y};
+    qf_exec_reorder(&(qf_kernel_io){.nin = 1, .nout = 1, .in = in, .out = out, .in_nhwc = 1});
+}

@@ -576,7 +576,8 @@ static qf_status qf_plan_build(qf_plan *p)
         p->prep[i].size = size;
         p->prep[i].node = L.nodes[i];
         state_bytes += qf_exec_align(size);
-        L.np[i].cap = dnnl && kk->dnnl && kk->dnnl->forward_f32 ? QF_CAP_FULL : QF_CAP_REF;
+        const qf_backend_kernels *bk = dnnl ? kk->dnnl : NULL;
+        L.np[i].cap = bk && bk->forward_f32 && (!bk->accepts || bk->accepts(L.nodes[i])) ? QF_CAP_FULL : QF_CAP_REF;
     }
     char *state_mem = NULL;
     if (state_bytes && !(state_mem = qf_exec_alloc_aligned(state_bytes, &p->state_raw))) {

@@ -11,8 +11,14 @@
  *                  ONNX gives it (output_padding included).
  * Dilations are ONNX's minus 1. X and Y may be channels-last (io->in_nhwc /
  * out_nhwc bit 0). A constant W is reordered once, at prepare, into the
- * layout the primitive prefers (format any); a W computed at run time (a
- * DequantizeLinear output) is read in its plain layout. Winograd is not used:
+ * layout the primitive prefers (format any). A W computed at run time (a
+ * DequantizeLinear's output: `qfold run --simulate`, the per-layer SQNR of
+ * `quantize`, a QAT model evaluated) is not taken (dconv_accepts): oneDNN
+ * reads a plain W on NHWC data with its reference convolution (4-5 s per
+ * resnet18 layer at batch 3), and qfold's reference kernel is fast and gives
+ * ONNX Runtime's simulation of the bundled CNN's QDQ file exactly (0 of
+ * 1,000 outputs differ; oneDNN's brgconv on a reordered W: 11, by one or two
+ * steps of the output scale). Winograd is not used:
  * it does not give the reference's results to float rounding.
  */
 #include <limits.h>
@@ -106,17 +112,14 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
     const qf_tensor *y = io->out[0];
     const int64_t *strides = dd_.strides, *dil = dd_.dil, *pl = dd_.pl, *pr = dd_.pr;
 
+    if (!w->data) return QF_DK_DECLINE; /* see dconv_accepts */
     dnnl_memory_desc_t src_md, dst_md, w_md, w_user, b_md;
     QF_TRY(qf_dnnl_md(n, &src_md, x, io->in_nhwc & 1u));
     QF_TRY(qf_dnnl_md(n, &dst_md, y, io->out_nhwc & 1u));
     int64_t wd[QF_MAX_DIMS + 1], ws[QF_MAX_DIMS + 1];
     int wn = dconv_weights(&cg, w, wd, ws);
     QF_TRY(qf_dk_md_strided(&w_user, wn, wd, ws));
-    const bool w_const = w->data != NULL;
-    if (w_const)
-        QF_TRY(qf_dk_md_any(&w_md, wn, wd));
-    else
-        w_md = w_user;
+    QF_TRY(qf_dk_md_any(&w_md, wn, wd));
     if (bias) QF_TRY(qf_dk_md_plain(&b_md, 1, &cg.m));
 
     qf_dk_build b;
@@ -146,11 +149,7 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
     QF_TRY(qf_dk_finish(&b, desc));
 
     QF_TRY(qf_dk_bind(p, DNNL_ARG_SRC, QF_DK_IN, 0, &src_md, NULL));
-    if (w_const)
-        QF_TRY(qf_dk_bind_const(p, DNNL_ARG_WEIGHTS, &w_user, w->data,
-                                qf_dk_query(p, dnnl_query_weights_md, 0), 0));
-    else
-        QF_TRY(qf_dk_bind(p, DNNL_ARG_WEIGHTS, QF_DK_IN, 1, &w_md, NULL));
+    QF_TRY(qf_dk_bind_const(p, DNNL_ARG_WEIGHTS, &w_user, w->data, qf_dk_query(p, dnnl_query_weights_md, 0), 0));
     if (bias)
         QF_TRY(qf_dk_bind(p, DNNL_ARG_BIAS, bias->data ? QF_DK_FIXED : QF_DK_IN, 2, &b_md,
                           bias->data));
@@ -183,6 +182,12 @@ static qf_status dconv_transpose_prepare(const qf_kernel_io *io, void *state)
     return st;
 }
 
+/* Only a constant W (see the top of the file). */
+static bool dconv_accepts(const qf_node *n)
+{
+    return n->ninputs >= 2 && n->inputs[1] && qf_value_is_const(n->inputs[1]);
+}
+
 const qf_backend_kernels qf_conv_dnnl = {
     .prepare = dconv_prepare,
     .state_size = sizeof(qf_dk_prim),
@@ -191,6 +196,7 @@ const qf_backend_kernels qf_conv_dnnl = {
     .forward_f32 = qf_dk_forward,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .dst_post = qf_dk_dst_post,
+    .accepts = dconv_accepts,
 };
 
 const qf_backend_kernels qf_conv_transpose_dnnl = {
@@ -200,6 +206,7 @@ const qf_backend_kernels qf_conv_transpose_dnnl = {
     .scratch = qf_dk_scratch,
     .forward_f32 = qf_dk_forward,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .accepts = dconv_accepts,
 };
 
 

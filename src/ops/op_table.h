@@ -112,6 +112,10 @@ typedef struct qf_backend_kernels {
      * memory when the step reads it for the last time, and the copy goes.
      * NULL: never. */
     int (*dst_post)(const void *state);
+    /* Whether the backend takes node n at all, asked before the layouts are
+     * planned (NULL: every node). A node it takes may still be declined by
+     * prepare, for the layouts or post-ops it was given, then at all. */
+    bool (*accepts)(const qf_node *n);
 } qf_backend_kernels;
 
 typedef struct qf_op_kernels {

@@ -17,13 +17,8 @@
 
 typedef struct diff_state {
     const qf_data_source *src;
-    qf_graph *sim;          /* (b): the graph as written */
-    qf_plan *plan;          /* its plan, for `planned` rows */
-    int64_t planned;
+    qf_batcher *sim;        /* (b): the graph as written, run in step with (a) */
     const void **rows;      /* the rows (a) ran on (the wrapped source's last read) */
-    void **pad;             /* a short last batch of a fixed-batch graph, padded */
-    qf_tensor *views;
-    const qf_tensor **feed;
     int nnames;
     const int *idx_ref, *idx_sim; /* output index per name, -1: not measured */
     int32_t *max_lsb;
@@ -42,43 +37,12 @@ static qf_status diff_batch(void *ud, int64_t first, int64_t count, const qf_pla
 {
     (void)first;
     diff_state *s = ud;
-    const qf_data_source *src = s->src;
-    int64_t rows_run = s->sim->inputs[0]->type.dims[0] > 0 ? s->sim->inputs[0]->type.dims[0] : count;
-    if (rows_run != s->planned) {
-        qf_plan_free(s->plan);
-        s->plan = NULL;
-        s->planned = 0;
-        for (int i = 0; i < src->ninputs; i++) {
-            int64_t dims[QF_MAX_DIMS];
-            memcpy(dims, src->inputs[i]->dims, sizeof dims);
-            dims[0] = rows_run;
-            QF_TRY(qf_graph_set_input_shape(s->sim, i, src->inputs[i]->ndim, dims));
-        }
-        QF_TRY(qf_graph_infer_shapes(s->sim));
-        QF_TRY(qf_plan_init(&s->plan, s->sim));
-        s->planned = rows_run;
-    }
-    for (int i = 0; i < src->ninputs; i++) {
-        const qf_tensor *d = src->inputs[i];
-        size_t sample = qf_tensor_nbytes(d) / (size_t)d->dims[0];
-        const char *p = s->rows[i];
-        if (count < rows_run) {
-            if (!s->pad[i] && !(s->pad[i] = qf_malloc(sample * (size_t)rows_run))) return QF_ERR_NOMEM;
-            memcpy(s->pad[i], p, sample * (size_t)count);
-            for (int64_t r = count; r < rows_run; r++)
-                memcpy((char *)s->pad[i] + (size_t)r * sample, p + (size_t)(count - 1) * sample, sample);
-            p = s->pad[i];
-        }
-        int64_t dims[QF_MAX_DIMS];
-        memcpy(dims, d->dims, sizeof dims);
-        dims[0] = rows_run;
-        qf_tensor_view(&s->views[i], d->dtype, d->ndim, dims, (void *)p);
-        s->feed[i] = &s->views[i];
-    }
-    QF_TRY(qf_plan_run(s->plan, s->feed, src->ninputs));
+    QF_TRY(qf_batcher_run(s->sim, s->rows, count));
+    int64_t rows_run = qf_batcher_rows(s->sim, count);
+    const qf_plan *sim = qf_batcher_plan(s->sim);
     for (int k = 0; k < s->nnames; k++) {
         if (s->idx_ref[k] < 0) continue;
-        const qf_tensor *a = qf_plan_output(ref, s->idx_ref[k]), *b = qf_plan_output(s->plan, s->idx_sim[k]);
+        const qf_tensor *a = qf_plan_output(ref, s->idx_ref[k]), *b = qf_plan_output(sim, s->idx_sim[k]);
         int64_t n = qf_tensor_numel(a);
         if (a->dtype != QF_DTYPE_I8 || b->dtype != QF_DTYPE_I8 || qf_tensor_numel(b) != n) continue;
         /* Only the rows of real samples (a padded batch repeats the last). */
@@ -118,10 +82,7 @@ qf_status qf_quant_int8_diff(const qf_graph *qdq, const qf_data_source *src, int
     qf_tensor *lim = qf_calloc((size_t)ni + 1, sizeof *lim);
     diff_state s = {.src = src, .nnames = nnames, .max_lsb = max_lsb};
     s.rows = qf_calloc((size_t)ni + 1, sizeof *s.rows);
-    s.pad = qf_calloc((size_t)ni + 1, sizeof *s.pad);
-    s.views = qf_calloc((size_t)ni + 1, sizeof *s.views);
-    s.feed = qf_calloc((size_t)ni + 1, sizeof *s.feed);
-    qf_status st = idx && in && lim && s.rows && s.pad && s.views && s.feed ? QF_OK : QF_ERR_NOMEM;
+    qf_status st = idx && in && lim && s.rows ? QF_OK : QF_ERR_NOMEM;
     if (st == QF_OK) st = qf_graph_clone(qdq, &ref);
     if (st == QF_OK) st = qf_graph_clone(qdq, &sim);
     for (int k = 0; k < nnames && st == QF_OK; k++) {
@@ -146,18 +107,16 @@ qf_status qf_quant_int8_diff(const qf_graph *qdq, const qf_data_source *src, int
             if (lim[i].ndim >= 1) lim[i].dims[0] = n;
             in[i] = &lim[i];
         }
-        s.sim = sim;
         s.idx_ref = idx;
         s.idx_sim = idx + nnames;
         qf_data_source wrap = {.ninputs = ni, .inputs = in, .read = diff_read, .ud = &s};
-        st = qf_run_source(ref, &wrap, &(qf_batch_options){.batch = 16, .on_batch = diff_batch, .ud = &s});
+        st = qf_batcher_open(&s.sim, sim, in, ni, &(qf_batch_options){0});
+        if (st == QF_OK)
+            st = qf_run_source(ref, &wrap, &(qf_batch_options){.batch = 16, .on_batch = diff_batch, .ud = &s});
     }
-    qf_plan_free(s.plan);
-    for (int i = 0; s.pad && i < ni; i++) qf_free(s.pad[i]);
-    qf_free(s.pad);
+    qf_status cst = qf_batcher_close(s.sim);
+    if (st == QF_OK) st = cst;
     qf_free(s.rows);
-    qf_free(s.views);
-    qf_free(s.feed);
     qf_free(in);
     qf_free(lim);
     qf_free(idx);

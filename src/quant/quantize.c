@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/parallel.h"
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 
@@ -484,8 +485,8 @@ qf_status qf_quant_equalize_choose(const qf_graph *g, const qf_data_source *data
 
 typedef struct qz_pair {
     uint32_t ref_id, q_id;
-    void *buf;       /* the reference tensor of the current batch */
-    size_t bytes;
+    float *buf;      /* the reference tensor of the current batch, NCHW */
+    size_t bytes, cap;
     bool have;
 } qz_pair;
 
@@ -494,30 +495,73 @@ typedef struct qz_sqnr_run {
     int npairs;
     uint32_t *by_ref, *by_q;  /* value id -> pair index + 1 (0: none) */
     uint32_t nref, nq;
+    double *part;             /* per piece: signal, noise */
+    size_t part_cap;
     qf_quant_sqnr *res;
-    qf_status st;
 } qz_sqnr_run;
 
-static qf_status qz_ref_hook(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
+/* buf with room for `bytes` (NULL: out of memory; the old buffer is then
+ * still the caller's). */
+static void *qz_grow(void *buf, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap && buf) return buf;
+    void *nb = qf_realloc(buf, bytes ? bytes : 1);
+    if (nb) *cap = bytes;
+    return nb;
+}
+
+static bool qz_ref_wants(void *ud, const qf_value *v)
+{
+    const qz_sqnr_run *r = ud;
+    return v->id < r->nref && r->by_ref[v->id];
+}
+
+/* The reference's value of a pair, kept (in NCHW order) for q's. */
+static qf_status qz_ref_observe(void *ud, const qf_value *v, const qf_tensor *t, bool nhwc)
 {
     qz_sqnr_run *r = ud;
-    for (int i = 0; i < nout; i++) {
-        uint32_t id = n->outputs[i]->id;
-        if (id >= r->nref || !r->by_ref[id]) continue;
-        qz_pair *pr = &r->pairs[r->by_ref[id] - 1];
-        size_t bytes = qf_tensor_nbytes(outs[i]);
-        if (bytes != pr->bytes) {
-            void *nb = qf_realloc(pr->buf, bytes ? bytes : 1);
-            if (!nb) return QF_ERR_NOMEM;
-            pr->buf = nb;
-            pr->bytes = bytes;
-        }
-        memcpy(pr->buf, outs[i]->data, bytes);
-        pr->have = true;
-    }
+    qz_pair *pr = &r->pairs[r->by_ref[v->id] - 1];
+    size_t bytes = qf_tensor_nbytes(t);
+    float *buf = qz_grow(pr->buf, &pr->cap, bytes);
+    if (!buf) return QF_ERR_NOMEM;
+    pr->buf = buf;
+    pr->bytes = bytes;
+    qf_exec_copy_nchw(pr->buf, t, nhwc);
+    pr->have = true;
     return QF_OK;
 }
 
+/* Signal and noise of x (the reference) against y in fixed pieces, each
+ * summed on its own and the pieces added in order: the figure does not
+ * depend on the thread count. */
+enum { QZ_PIECE = 16384 };
+
+typedef struct qz_cmp {
+    const float *x, *y;
+    int64_t n;
+    double *part;
+} qz_cmp;
+
+static void qz_cmp_body(void *ctx, int64_t lo, int64_t hi)
+{
+    const qz_cmp *c = ctx;
+    for (int64_t k = lo; k < hi; k++) {
+        int64_t e0 = k * QZ_PIECE, e1 = e0 + QZ_PIECE < c->n ? e0 + QZ_PIECE : c->n;
+        double sig = 0.0, noise = 0.0;
+        for (int64_t e = e0; e < e1; e++) {
+            double d = (double)c->x[e] - (double)c->y[e];
+            sig += (double)c->x[e] * c->x[e];
+            noise += d * d;
+        }
+        c->part[2 * k] = sig;
+        c->part[2 * k + 1] = noise;
+    }
+}
+
+/* The quantized model runs plain (NCHW, nothing fused: its convolutions
+ * read weights computed at run time, which run on the reference kernels
+ * anyway, and a plain plan has no reorders around them); each paired value
+ * is compared with the reference's of the same batch as it is written. */
 static qf_status qz_q_hook(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
 {
     qz_sqnr_run *r = ud;
@@ -526,16 +570,18 @@ static qf_status qz_q_hook(void *ud, const qf_node *n, const qf_tensor *const *o
         if (id >= r->nq || !r->by_q[id]) continue;
         int k = (int)r->by_q[id] - 1;
         qz_pair *pr = &r->pairs[k];
-        if (!pr->have || qf_tensor_nbytes(outs[i]) != pr->bytes) continue;
-        const float *x = pr->buf, *y = outs[i]->data;
-        double sig = 0.0, noise = 0.0;
-        for (size_t e = 0; e < pr->bytes / sizeof(float); e++) {
-            double d = (double)x[e] - (double)y[e];
-            sig += (double)x[e] * x[e];
-            noise += d * d;
+        size_t bytes = qf_tensor_nbytes(outs[i]);
+        if (!pr->have || bytes != pr->bytes) continue;
+        int64_t ne = (int64_t)(bytes / sizeof(float)), pieces = (ne + QZ_PIECE - 1) / QZ_PIECE;
+        double *part = qz_grow(r->part, &r->part_cap, (size_t)pieces * 2 * sizeof(double));
+        if (!part) return QF_ERR_NOMEM;
+        r->part = part;
+        qz_cmp c = {pr->buf, outs[i]->data, ne, part};
+        qf_parallel_for(pieces, 1, qz_cmp_body, &c);
+        for (int64_t j = 0; j < pieces; j++) {
+            r->res[k].signal += part[2 * j];
+            r->res[k].noise += part[2 * j + 1];
         }
-        r->res[k].signal += sig;
-        r->res[k].noise += noise;
         pr->have = false;
     }
     return QF_OK;
@@ -560,7 +606,7 @@ static qf_status qz_pairs(qf_graph *ref, qf_graph *q, qz_sqnr_run *r)
         const qf_value *fv = qf_graph_find_value(ref, u->name);
         if (!fv || !fv->producer) fv = qf_graph_find_value(ref, d->name);
         if (!fv || !fv->producer || fv->type.dtype != QF_DTYPE_F32 || r->by_ref[fv->id]) continue;
-        r->pairs[r->npairs] = (qz_pair){fv->id, d->id, NULL, 0, false};
+        r->pairs[r->npairs] = (qz_pair){.ref_id = fv->id, .q_id = d->id};
         r->by_ref[fv->id] = r->by_q[d->id] = (uint32_t)++r->npairs;
     }
     r->res = qf_calloc((size_t)(r->npairs ? r->npairs : 1), sizeof *r->res);
@@ -576,20 +622,6 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count)
 {
     for (int i = 0; s && i < count; i++) qf_free(s[i].name);
     qf_free(s);
-}
-
-/* One batch of the caller's source, read once and served to both models. */
-typedef struct qz_range {
-    const void *rows[QF_QUANT_MAX_INPUTS];
-    size_t sample[QF_QUANT_MAX_INPUTS];
-} qz_range;
-
-static qf_status qz_range_read(const qf_data_source *src, int64_t first, int64_t count, const void **rows)
-{
-    (void)count;
-    const qz_range *b = src->ud;
-    for (int i = 0; i < src->ninputs; i++) rows[i] = (const char *)b->rows[i] + (size_t)first * b->sample[i];
-    return QF_OK;
 }
 
 qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
@@ -616,29 +648,30 @@ qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source
         batch = (int64_t)(QF_QUANT_SQNR_BYTES / per_sample);
         if (batch < 1) batch = 1;
     }
-    /* Batch by batch: the reference keeps the batch's activations (of the
-     * paired values only), then the quantized model runs the same rows and
-     * compares as it goes. */
-    qz_range range;
-    for (int i = 0; i < ndata; i++) {
-        const qf_tensor *d = data->inputs[i];
-        range.sample[i] = d->dims[0] ? qf_tensor_nbytes(d) / (size_t)d->dims[0] : 0;
-    }
+    /* Batch by batch, both models planned once per batch size: the
+     * reference (channels-last and fused as for inference, the paired values
+     * kept unfused) keeps the batch's paired activations, then the quantized
+     * model runs the same rows and compares as it goes. */
+    qf_tensor views[QF_QUANT_MAX_INPUTS];
+    const qf_tensor *ptrs[QF_QUANT_MAX_INPUTS];
+    qz_first_samples(data, n, views, ptrs);
+    qf_plan_observer ref_obs = {.wants = qz_ref_wants, .observe = qz_ref_observe, .ud = &r};
+    qf_batcher *rb = NULL, *qb = NULL;
+    if (st == QF_OK) st = qf_batcher_open(&rb, ref, ptrs, ndata, &(qf_batch_options){.observer = &ref_obs});
+    if (st == QF_OK) st = qf_batcher_open(&qb, q, ptrs, ndata, &(qf_batch_options){.hook = qz_q_hook, .hook_ud = &r});
+    if (st == QF_OK) batch = qf_batcher_rows(rb, batch); /* a fixed batch size runs that size */
+    const void *rows[QF_QUANT_MAX_INPUTS];
     for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
         int64_t count_b = n - first < batch ? n - first : batch;
-        qf_tensor views[QF_QUANT_MAX_INPUTS];
-        const qf_tensor *ptrs[QF_QUANT_MAX_INPUTS];
-        qz_first_samples(data, count_b, views, ptrs);
-        st = data->read(data, first, count_b, range.rows);
-        if (st != QF_OK) break;
-        qf_data_source one = {.ninputs = ndata, .inputs = ptrs, .read = qz_range_read, .ud = &range};
-        qf_batch_options bo = {.batch = count_b, .hook = qz_ref_hook, .hook_ud = &r};
-        st = qf_run_source(ref, &one, &bo);
-        if (st == QF_OK) {
-            bo.hook = qz_q_hook;
-            st = qf_run_source(q, &one, &bo);
-        }
+        st = data->read(data, first, count_b, rows);
+        if (st == QF_OK) st = qf_batcher_run(rb, rows, count_b);
+        if (st == QF_OK) st = qf_batcher_run(qb, rows, count_b);
     }
+    qf_status cst = qf_batcher_close(rb);
+    if (st == QF_OK) st = cst;
+    cst = qf_batcher_close(qb);
+    if (st == QF_OK) st = cst;
+    qf_free(r.part);
     for (int k = 0; k < r.npairs; k++) {
         qf_free(r.pairs[k].buf);
         if (r.res) {
