@@ -4,9 +4,9 @@
  *   conv_bench MB IC OC IH IW K STRIDE PAD [LAYOUT [POST [ITERS]]]
  *
  * LAYOUT: nhwc (the plan's), blocked (nChw16c activations), any (oneDNN's
- * choice); POST: none, relu, add_relu (a residual as a binary add post-op,
+ * choice), nchw_nhwc (NCHW source, NHWC destination); POST: none, relu, add_relu (a residual as a binary add post-op,
  * then relu: the plan's residual convs), sum_relu (the residual as a sum
- * post-op over dst, then relu). Weights are always format any, reordered
+ * post-op over dst, then relu), swish (SiLU, EfficientNet's). Weights are always format any, reordered
  * once, as the plan does. Threads: OMP_NUM_THREADS. Prints the
  * implementation oneDNN picked, the median and fastest wall time over ITERS
  * (default 200) calls and their GFLOP/s.
@@ -56,7 +56,7 @@ static void *buffer(const dnnl_memory_desc_t *md, float v)
 int main(int argc, char **argv)
 {
     if (argc < 9) {
-        fprintf(stderr, "usage: conv_bench MB IC OC IH IW K STRIDE PAD [nhwc|blocked|any [none|relu|add_relu|sum_relu [ITERS]]]\n");
+        fprintf(stderr, "usage: conv_bench MB IC OC IH IW K STRIDE PAD [nhwc|blocked|any|nchw_nhwc [none|relu|swish|add_relu|sum_relu [ITERS]]]\n");
         return 2;
     }
     int64_t mb = atoll(argv[1]), ic = atoll(argv[2]), oc = atoll(argv[3]), ih = atoll(argv[4]), iw = atoll(argv[5]);
@@ -74,7 +74,11 @@ int main(int argc, char **argv)
     dnnl_dims_t sd = {mb, ic, ih, iw}, dd = {mb, oc, oh, ow}, wd = {oc, ic, k, k}, bd = {oc};
     dnnl_dims_t strides = {st, st}, dil = {0, 0}, pads = {pad, pad};
     dnnl_memory_desc_t src_md, dst_md, w_md, w_user, b_md;
-    CHECK(dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, tag));
+    /* nchw_nhwc: NCHW source, NHWC destination (a stem conv reading the
+     * graph's NCHW input without a reorder before it). */
+    const int plain_src = !strcmp(layout, "nchw_nhwc");
+    if (plain_src) tag = dnnl_nhwc;
+    CHECK(dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, plain_src ? dnnl_nchw : tag));
     CHECK(dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, tag));
     CHECK(dnnl_memory_desc_init_by_tag(&w_md, 4, wd, dnnl_f32, dnnl_format_tag_any));
     CHECK(dnnl_memory_desc_init_by_tag(&w_user, 4, wd, dnnl_f32, dnnl_oihw));
@@ -90,7 +94,10 @@ int main(int argc, char **argv)
     int binary = !strcmp(post, "add_relu");
     if (!strcmp(post, "sum_relu")) CHECK(dnnl_post_ops_append_sum(po, 1.0f));
     if (binary) CHECK(dnnl_post_ops_append_binary(po, dnnl_binary_add, &dst_md));
-    if (strcmp(post, "none")) CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
+    if (!strcmp(post, "swish"))
+        CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f));
+    else if (strcmp(post, "none"))
+        CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
     CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
     dnnl_primitive_desc_t pd;
     CHECK(dnnl_primitive_desc_create(&pd, &cd, attr, eng, NULL));

@@ -2,12 +2,14 @@
 // session.run as often as the driver asks (same line protocol as
 // bench/run_bench.c).
 //
-//   node bench/ort_run.js MODEL.onnx IN.npy THREADS
+//   node bench/ort_run.js MODEL.onnx IN.npy THREADS [PROFILE]
 //
 // The session uses the CPU provider, graphOptimizationLevel 'all' (ORT's
 // default: it folds BatchNorm itself), THREADS intra-op threads, one inter-op
 // thread, sequential execution. Start-up prints {"create_ms": ...}; "run K"
 // prints K wall times in ms; "save P" writes output 0 as raw float32 to P.
+// With PROFILE (a file name prefix, bench/layers) ORT records every node's
+// time, and "profile" ends the record (ORT writes it to PROFILE_<date>.json).
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -30,7 +32,7 @@ function loadNpy(file) {
 }
 
 async function main() {
-  const [model, input, threads] = process.argv.slice(2);
+  const [model, input, threads, profile] = process.argv.slice(2);
   if (!model || !input) throw new Error('usage: node ort_run.js MODEL.onnx IN.npy [THREADS]');
   const x = loadNpy(input);
   const t0 = process.hrtime.bigint();
@@ -40,6 +42,7 @@ async function main() {
     executionMode: 'sequential',
     intraOpNumThreads: Number(threads || 2),
     interOpNumThreads: 1,
+    ...(profile ? { enableProfiling: true, profileFilePrefix: profile } : {}),
   });
   const t1 = process.hrtime.bigint();
   const feeds = { [session.inputNames[0]]: new ort.Tensor('float32', x.data, x.dims) };
@@ -59,6 +62,10 @@ async function main() {
     } else if (line.startsWith('save ')) {
       const y = last[session.outputNames[0]].data;
       fs.writeFileSync(line.slice(5), Buffer.from(y.buffer, y.byteOffset, y.byteLength));
+      console.log('ok');
+    } else if (line === 'profile') {
+      // With PROFILE: ends ORT's per-node record (written to PROFILE_<date>.json).
+      if (profile) session.endProfiling();
       console.log('ok');
     } else if (line === 'quit') {
       break;

@@ -15,13 +15,16 @@
  * so that the driver can interleave it with the other engines without paying
  * process start-up and model load on every timing:
  *
- *   start-up   prints {"load_ms":..,"plan_ms":..,"arena_bytes":..,"naive_bytes":..}
+ *   start-up   prints {"load_ms":..,"plan_ms":..,"arena_bytes":..,"naive_bytes":..,
+ *              "omp_spin":..,"loadavg":..} (the OpenMP spin qfold chose, "-"
+ *              without oneDNN, and the load average when the process started)
  *   "run K"    runs K times; prints the K wall times in ms on one line
  *   "save P"   writes output 0 of the last run to P (.npy), prints "ok"
  *   "plan"     prints the plan (as `qfold inspect --plan`: kernels, layouts,
  *              fusions, reorders) to stderr, then "ok"
  *   "quit"     (or end of input) frees everything and exits
  */
+#define _DEFAULT_SOURCE /* getloadavg */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,6 +105,8 @@ int main(int argc, char **argv)
         goto done;
     }
     double t1 = now_ms();
+    double load1 = -1;
+    if (getloadavg(&load1, 1) != 1) load1 = -1;
     st = qf_npy_load(argv[2], &x);
     if (st == QF_OK && g->ninputs != 1) st = qf_error(QF_ERR_INVALID, "the model must have one input");
     /* A dynamic batch takes the input array's size. */
@@ -114,8 +119,15 @@ int main(int argc, char **argv)
         goto done;
     }
     double t2 = now_ms();
-    printf("{\"load_ms\": %.3f, \"plan_ms\": %.3f, \"arena_bytes\": %zu, \"naive_bytes\": %zu}\n", t1 - t0,
-           t2 - t1, qf_plan_arena_bytes(plan), qf_plan_naive_bytes(plan));
+    /* The OpenMP spin qfold chose when it loaded oneDNN (GOMP_SPINCOUNT, set
+     * in this process; a short one when the machine was busy then, see
+     * src/ops/dnnl.c), and the load average at that time: the spin stays for
+     * the process's life, so a process started while the machine was busy
+     * keeps the short spin (the batch-1 "slow mode" of bench/run.md?). */
+    const char *spin = getenv("GOMP_SPINCOUNT");
+    printf("{\"load_ms\": %.3f, \"plan_ms\": %.3f, \"arena_bytes\": %zu, \"naive_bytes\": %zu, "
+           "\"omp_spin\": \"%s\", \"loadavg\": %.2f}\n",
+           t1 - t0, t2 - t1, qf_plan_arena_bytes(plan), qf_plan_naive_bytes(plan), spin ? spin : "-", load1);
     fflush(stdout);
     rc = serve(plan, &x);
 done:
