@@ -101,7 +101,8 @@ static void same_bytes(void)
     if (!g) return;
     CHECK_OK(qf_onnx_save(g, a));
     struct stat sa;
-    if (stat(a, &sa) != 0) FAIL("%s was not written", a);
+    if (stat(a, &sa) != 0)
+        FAIL("%s was not written", a);
     else if (direct_io_works(work_dir)) {
         /* Before anything reads it back: the writer goes direct from 4 MiB
          * on and writes its last partial buffer (< 1 MiB) through the page
@@ -165,13 +166,15 @@ static void size_limit(void)
         _exit(st == QF_ERR_IO && msg && strstr(msg, "resnet18.onnx") ? 0 : 1);
     }
     int status = 0;
-    CHECKF(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+    CHECKF(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+               WEXITSTATUS(status) == 0,
            "the save over the size limit did not fail with an I/O error naming the file");
     qf_graph_free(g);
     CHECKF(count_temps(dir) == 0, "temporary files left in %s", dir);
     void *d = NULL;
     size_t n = 0;
-    if (read_bytes(out, &d, &n)) CHECKF(n == sizeof old && memcmp(d, old, n) == 0, "the old file changed");
+    if (read_bytes(out, &d, &n))
+        CHECKF(n == sizeof old && memcmp(d, old, n) == 0, "the old file changed");
     qf_free(d);
     remove(out);
     rmdir(dir);
