@@ -24,10 +24,10 @@ qf_status qf_file_temp_open(const char *path, char **tmp, int *fd);
 
 /* A file written piece by piece to a temporary file next to `path`, renamed
  * into place by commit (same contract as qf_file_write_parts). With a buffer
- * (`bufsize`, a multiple of 4096), every piece is gathered into it and the
- * file written in whole buffers, so that from QF_DIRECT_FROM bytes on the
- * writes can bypass the page cache (O_DIRECT, file.c); without one, pieces
- * go straight to the file. The first error sticks: later puts do nothing,
+ * (`bufsize`, rounded up to a multiple of 4096), every piece is gathered
+ * into it and the file written in whole buffers, so that from QF_DIRECT_FROM
+ * bytes on the writes can bypass the page cache (O_DIRECT, file.c); without
+ * one, pieces go straight to the file. The first error sticks: later puts do nothing,
  * commit reports it and removes the temporary file. */
 typedef struct qf_file_writer {
     const char *path;
