@@ -23,20 +23,24 @@ qf_status qf_file_open_regular(const char *path, int *fd, struct stat *st);
 qf_status qf_file_temp_open(const char *path, char **tmp, int *fd);
 
 /* A file written piece by piece to a temporary file next to `path`, renamed
- * into place by commit (same contract as qf_file_write_parts). Pieces smaller
- * than `bufsize` are gathered in a buffer; larger ones are written directly.
- * The first error sticks: later puts do nothing, commit reports it and
- * removes the temporary file. */
+ * into place by commit (same contract as qf_file_write_parts). With a buffer
+ * (`bufsize`, rounded up to a multiple of 4096), every piece is gathered
+ * into it and the file written in whole buffers, so that from QF_DIRECT_FROM
+ * bytes on the writes can bypass the page cache (O_DIRECT, file.c); without
+ * one, pieces go straight to the file. The first error sticks: later puts do nothing,
+ * commit reports it and removes the temporary file. */
 typedef struct qf_file_writer {
     const char *path;
     char *tmp;
     int fd;
-    unsigned char *buf;
+    unsigned char *buf, *raw; /* buf: raw aligned for O_DIRECT */
     size_t len, cap;
     size_t written; /* bytes put so far */
     size_t off;     /* bytes written to the file so far */
     size_t synced;  /* bytes whose writeback was started */
     bool staged;    /* writing `path` itself (qf_file_writer_open_staged) */
+    bool direct;    /* the file is open with O_DIRECT now */
+    bool buffered;  /* O_DIRECT was refused: stay in the page cache */
     qf_status st;
 } qf_file_writer;
 qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsize);

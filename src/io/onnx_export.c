@@ -739,7 +739,10 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path, qf_arena *ar
                                          qf_ex_arena_alloc, arena);
         if (st == QF_OK && plan.n) {
             qf_file_writer sw;
-            st = o->staged ? qf_file_writer_open_staged(&sw, target, 0) : qf_file_writer_open(&sw, target, 0);
+            /* Buffered like the model (below): a big side file goes out with O_DIRECT. */
+            size_t buf = (size_t)1 << 20;
+            st = o->staged ? qf_file_writer_open_staged(&sw, target, buf)
+                           : qf_file_writer_open(&sw, target, buf);
             if (st == QF_OK) {
                 qf_ext_plan_write(&plan, &sw);
                 st = qf_file_writer_commit(&sw);
@@ -758,8 +761,9 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path, qf_arena *ar
                         "initializers in external data",
                         path, size);
     qf_ex_stream s = {0};
-    /* 1 MiB gathers the small pieces (names, nodes, BN vectors) into few
-     * write() calls; weights of 1 MiB and more are written from the graph. */
+    /* Every piece goes through the writer's 1 MiB buffer (few write() calls,
+     * and from 4 MiB on they bypass the page cache: file.c); 4 MiB was no
+     * faster (bench/fuse.md). */
     if (o && o->staged)
         QF_TRY(qf_file_writer_open_staged(&s.w, path, (size_t)1 << 20));
     else
