@@ -587,14 +587,17 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
 
 static void test_tape_bn_relu_fused(void)
 {
-    /* Channels-last BN with fewer than 32 channels splits the rows (bn_rstats
-     * in src/ops/norm.c: 16 chunks; [1, 6, 3, 3] has 9 rows, [3, 31, ...] a
-     * 16- and a 15-channel block); the 3x3 convolution's d W (3 or 1 input
-     * channels: few columns) is dct_w_few's (src/ops/dnnl_conv.c), stride 2
-     * in [3, 7, 9, 7, 2]. */
-    static const bnr_case cases[] = {{1, 5, 7, 3},  {3, 17, 5, 4}, {3, 33, 4, 5}, {3, 16, 6, 6}, {3, 17, 0, 0},
-                                     {2, 20, 0, 0}, {1, 6, 3, 3},  {3, 31, 5, 3}, {3, 7, 9, 7, 2}};
-    enum { CAP = 16384, NCASE = 9 };
+    /* Channels-last BN with up to 64 channels splits the rows (bn_rstats
+     * in src/ops/norm_nhwc.c: 16 chunks; [1, 6, 3, 3] has 9 rows, [3, 31, ...]
+     * a 16- and a 15-channel block, [2, 64, ...] the most channels there),
+     * with more the channels (bn_train_nhwc_slice: statistics and affine in
+     * one pass; [3, 70, ...]: four 16-channel blocks and one of 6, [2, 65]
+     * 2-D); the 3x3 convolution's d W (3 or 1 input channels: few columns) is
+     * dct_w_few's (src/ops/dnnl_conv.c), stride 2 in [3, 7, 9, 7, 2]. */
+    static const bnr_case cases[] = {{1, 5, 7, 3},  {3, 17, 5, 4}, {3, 33, 4, 5}, {3, 16, 6, 6},
+                                     {3, 17, 0, 0}, {2, 20, 0, 0}, {1, 6, 3, 3},  {3, 31, 5, 3},
+                                     {3, 7, 9, 7, 2}, {2, 64, 3, 3}, {3, 70, 4, 3}, {2, 65, 0, 0}};
+    enum { CAP = 16384, NCASE = 12 };
     static float a[CAP], b[CAP], ref[NCASE][CAP];
     int64_t nref[NCASE] = {0};
     const qf_engine engines[] = {QF_ENGINE_REF, QF_ENGINE_DNNL};
