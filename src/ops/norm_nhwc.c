@@ -232,7 +232,7 @@ QF_VECTOR_CLONES static void bn_backward_nhwc_slice(void *ctx, int64_t lo, int64
 typedef struct bn_rjob {
     const bn_job *j;
     int64_t rows, nch;
-    int pass; /* bn_rsum_slice: 0 sum x, 1 sum (x - mu)^2, 2 sum g and sum (x - mu) g */
+    int pass; /* bn_rsum_slice: 0 sum x and the chunk's sum (x - chunk mean)^2, 2 sum g and sum (x - mu) g */
     double part[BN_RCHUNKS][2][BN_RMAXC];
     double mu[BN_RMAXC], inv[BN_RMAXC];
     float af[BN_RMAXC], df[BN_RMAXC], a[BN_RMAXC], gm[BN_RMAXC], kk[BN_RMAXC], muf[BN_RMAXC];
@@ -257,24 +257,30 @@ static inline __attribute__((always_inline)) void bn_rsum_block(bn_rjob *t, int6
         af[k] = t->af[c0 + k];
         df[k] = t->df[c0 + k];
     }
-    for (int64_t r = r0; r < r1; r++) {
-        const float *p = j->x + r * c + c0;
-        if (pass == 0)
+    if (pass == 0) {
+        /* The chunk's sum, then its rows again (from L1: 64 bytes a row) for
+         * the squares about the chunk's own mean (bn_rstats combines them). */
+        for (int64_t r = r0; r < r1; r++) {
+            const float *p = j->x + r * c + c0;
             for (int64_t k = 0; k < w; k++) s[k] += p[k];
-        else if (pass == 1)
+        }
+        for (int64_t k = 0; k < w; k++) mu[k] = s[k] / (double)(r1 - r0);
+        for (int64_t r = r0; r < r1; r++) {
+            const float *p = j->x + r * c + c0;
             for (int64_t k = 0; k < w; k++) {
                 const double d = p[k] - mu[k];
-                s[k] += d * d;
+                s2[k] += d * d;
             }
-        else {
-            const float *g = j->dy + r * c + c0;
+        }
+    } else
+        for (int64_t r = r0; r < r1; r++) {
+            const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
             for (int64_t k = 0; k < w; k++) {
                 const float gv = g[k], gk = relu ? (p[k] * af[k] + df[k] > 0.0f ? gv : 0.0f) : gv;
                 s[k] += gk;
                 s2[k] += (p[k] - mu[k]) * gk;
             }
         }
-    }
     for (int64_t k = 0; k < w; k++) {
         t->part[ch][0][c0 + k] = s[k];
         t->part[ch][1][c0 + k] = s2[k];
@@ -298,8 +304,6 @@ QF_VECTOR_CLONES static void bn_rsum_slice(void *ctx, int64_t lo, int64_t hi)
     for (int64_t ch = lo; ch < hi; ch++) {
         if (t->pass == 0)
             bn_rsum_chunk(t, ch, 0, false);
-        else if (t->pass == 1)
-            bn_rsum_chunk(t, ch, 1, false);
         else if (t->j->relu)
             bn_rsum_chunk(t, ch, 2, true);
         else
@@ -391,13 +395,21 @@ static void bn_rstats(const bn_job *j)
     bn_rjob t;
     bn_rjob_init(&t, j);
     const double cnt = (double)t.rows;
-    double s[BN_RMAXC], ss[BN_RMAXC];
+    double s[BN_RMAXC];
     bn_rsum(&t, 0, s, NULL);
-    for (int64_t k = 0; k < j->c; k++) t.mu[k] = s[k] / cnt;
-    bn_rsum(&t, 1, ss, NULL);
+    /* One read of X: each chunk's sum of squares about its own mean m_k,
+     * combined as sum_k (M2_k + n_k (m_k - mean)^2) (Chan, Golub and
+     * LeVeque's pairwise update, exact in exact arithmetic; the chunk order
+     * fixed), instead of a second pass over X about the batch mean. */
     for (int64_t k = 0; k < j->c; k++) {
-        j->smean[k] = t.mu[k];
-        j->sinv[k] = ss[k] / cnt;
+        const double mu = s[k] / cnt;
+        double m2 = 0.0;
+        for (int64_t ch = 0; ch < t.nch; ch++) {
+            const double n = (double)(t.rows * (ch + 1) / t.nch - t.rows * ch / t.nch), d = t.part[ch][0][k] / n - mu;
+            m2 += t.part[ch][1][k] + n * d * d;
+        }
+        j->smean[k] = mu;
+        j->sinv[k] = m2 / cnt;
     }
 }
 
