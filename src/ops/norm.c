@@ -36,7 +36,7 @@
  * keeps a Conv -> BN -> Relu chain in NHWC for oneDNN's convolutions; X, Y,
  * dY and dX are then [P][C], P = N * spatial): the same formulas, each
  * channel's sums in double over its P values in row order, vectorized across
- * the channels of a row (bn_*_nhwc below).
+ * the channels of a row (norm_nhwc.c).
  */
 #include <math.h>
 #include <string.h>
@@ -45,6 +45,7 @@
 #include "core/parallel.h"
 #include "dnnl_kernels.h"
 #include "kernels.h"
+#include "norm_train.h"
 #include "vector.h"
 
 static const char *const bn_param_names[4] = {"scale", "B", "input_mean", "input_var"};
@@ -131,16 +132,6 @@ static size_t qf_batch_norm_saved(const qf_node *n, const void *state)
     return 2 * (size_t)(c > 0 ? c : 0) * sizeof(double);
 }
 
-typedef struct bn_job {
-    const float *x, *dy;
-    float *y, *dx, *dscale, *dbias, *dmean, *dvar;
-    int64_t nb, c, inner;
-    double eps;
-    const qf_tensor *scale, *bias, *mean, *var;
-    double *smean, *sinv; /* saved */
-    bool batch;           /* backward: the batch-statistics formula */
-    bool relu;            /* a Relu fused after the node (bn_relu below) */
-} bn_job;
 
 /* Channels lo..hi-1: the batch mean into smean, the biased variance into
  * sinv (bn_train_forward turns it into 1/sqrt(var + eps)). */
@@ -243,22 +234,12 @@ QF_VECTOR_CLONES static void bn_stats_slice(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
-/* A Relu fused after the BatchNormalization (the training tape, grad_fuse in
- * src/exec/grad.c: the Relu is the only reader of Y; io->nfused == 1):
- * the forward writes relu(y) (Relu's own kernel: y < 0 ? 0 : y, NaN passing
- * through), and the backward takes d loss / d relu(y) and masks it where
- * y > 0 (Relu's backward: 0 at y = 0 and NaN) before the BatchNormalization
- * backward, recomputing y = x * a + d from X with the forward's own float a
- * and d (bn_coef): -ffp-contract=off (vector.h), so the same bits. Two
- * memory passes saved forward (Relu reading Y and writing its output) and
- * one backward (Relu reading Y and dY' and writing dY), and neither Y nor
- * dY is stored. */
-static inline float bn_relu(float y) { return y < 0.0f ? 0.0f : y; }
 
 static bool bn_fused_relu(const qf_kernel_io *io)
 {
     return io->nfused == 1 && io->fused && io->fused[0]->op == QF_OP_RELU;
 }
+
 
 /* y = x * a + d per channel, a = gamma * invstd, d = beta - mean * a. */
 QF_VECTOR_CLONES static void bn_affine_slice(void *ctx, int64_t lo, int64_t hi)
@@ -276,467 +257,6 @@ QF_VECTOR_CLONES static void bn_affine_slice(void *ctx, int64_t lo, int64_t hi)
                 for (int64_t i = 0; i < j->inner; i++) q[i] = p[i] * af + df;
         }
     }
-}
-
-/* Channels per parallel slice: at least ~16k elements each. */
-static int64_t bn_grain(int64_t per_channel)
-{
-    return per_channel >= 16384 ? 1 : 16384 / (per_channel > 0 ? per_channel : 1);
-}
-
-/* --- channels-last (the training tape's NHWC chains) ----------------------------
- *
- * X is [P][C]. Each slice takes a range of channels (a multiple of 16 where
- * there are enough: whole cache lines per thread) and walks all P rows,
- * BN_CBLK (16) channels at a time, with one double accumulator per channel: a
- * channel's sum runs over its P values in row order (one chain per channel,
- * the chains of neighbouring channels side by side in a vector). */
-#define BN_CBLK 16
-
-static int64_t bn_nhwc_grain(int64_t rows, int64_t c)
-{
-    int64_t g = bn_grain(rows);
-    if (c >= 32) g = (g + 15) / 16 * 16;
-    return g;
-}
-
-/* One block of w <= BN_CBLK channels from c0. Inlined with w = BN_CBLK for
- * whole blocks, so that the accumulators stay in registers (with a variable
- * w they live on the stack, each row's add waiting on the last one's store). */
-static inline __attribute__((always_inline)) void bn_stats_nhwc_block(const bn_job *j, int64_t c0, int64_t w)
-{
-    const int64_t rows = j->nb * j->inner, c = j->c;
-    const double cnt = (double)rows;
-    double s[BN_CBLK] = {0}, ss[BN_CBLK] = {0}, mu[BN_CBLK];
-    for (int64_t r = 0; r < rows; r++) {
-        const float *p = j->x + r * c + c0;
-        for (int64_t k = 0; k < w; k++) s[k] += p[k];
-    }
-    for (int64_t k = 0; k < w; k++) mu[k] = s[k] / cnt;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *p = j->x + r * c + c0;
-        for (int64_t k = 0; k < w; k++) {
-            const double d = p[k] - mu[k];
-            ss[k] += d * d;
-        }
-    }
-    for (int64_t k = 0; k < w; k++) {
-        j->smean[c0 + k] = mu[k];
-        j->sinv[c0 + k] = ss[k] / cnt;
-    }
-}
-
-QF_VECTOR_CLONES static void bn_stats_nhwc_slice(void *ctx, int64_t lo, int64_t hi)
-{
-    const bn_job *j = ctx;
-    for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
-        if (hi - c0 >= BN_CBLK)
-            bn_stats_nhwc_block(j, c0, BN_CBLK);
-        else
-            bn_stats_nhwc_block(j, c0, hi - c0);
-    }
-}
-
-/* The per-channel a and d of y = x * a + d: from the batch statistics
- * (j->batch: a = gamma * invstd, as bn_affine_slice) or the running ones
- * (a = gamma / sqrt(var + eps), as the inference forward). */
-static void bn_coef(const bn_job *j, int64_t ch, float *af, float *df)
-{
-    double a, mu;
-    if (j->batch) {
-        a = qf_tensor_get_f64(j->scale, ch) * j->sinv[ch];
-        mu = j->smean[ch];
-    } else {
-        a = qf_tensor_get_f64(j->scale, ch) / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
-        mu = qf_tensor_get_f64(j->mean, ch);
-    }
-    *af = (float)a;
-    *df = (float)(qf_tensor_get_f64(j->bias, ch) - mu * a);
-}
-
-QF_VECTOR_CLONES static void bn_affine_nhwc_slice(void *ctx, int64_t lo, int64_t hi)
-{
-    const bn_job *j = ctx;
-    const int64_t rows = j->nb * j->inner, c = j->c;
-    for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
-        const int64_t w = hi - c0 < BN_CBLK ? hi - c0 : BN_CBLK;
-        float af[BN_CBLK], df[BN_CBLK];
-        for (int64_t k = 0; k < w; k++) bn_coef(j, c0 + k, &af[k], &df[k]);
-        for (int64_t r = 0; r < rows; r++) {
-            const float *p = j->x + r * c + c0;
-            float *q = j->y + r * c + c0;
-            if (j->relu)
-                for (int64_t k = 0; k < w; k++) q[k] = bn_relu(p[k] * af[k] + df[k]);
-            else
-                for (int64_t k = 0; k < w; k++) q[k] = p[k] * af[k] + df[k];
-        }
-    }
-}
-
-/* relu: j->relu, as a constant of each inlined copy (with both loops in one
- * body GCC kept the fused loop's accumulators on the stack: each row's adds
- * waited on the last row's stores). */
-static inline __attribute__((always_inline)) void bn_backward_nhwc_block(const bn_job *j, int64_t c0, int64_t w,
-                                                                         const bool relu)
-{
-    const int64_t rows = j->nb * j->inner, c = j->c;
-    const double cnt = (double)rows;
-    double mu[BN_CBLK], inv[BN_CBLK], sum[BN_CBLK] = {0}, dotp[BN_CBLK] = {0};
-    float a[BN_CBLK], gm[BN_CBLK], kk[BN_CBLK], muf[BN_CBLK], af[BN_CBLK], df[BN_CBLK];
-    for (int64_t k = 0; k < w; k++) {
-        const int64_t ch = c0 + k;
-        if (relu) bn_coef(j, ch, &af[k], &df[k]);
-        if (j->batch) {
-            mu[k] = j->smean[ch];
-            inv[k] = j->sinv[ch];
-        } else {
-            mu[k] = qf_tensor_get_f64(j->mean, ch);
-            inv[k] = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
-        }
-    }
-    if (j->dy && relu)
-        for (int64_t r = 0; r < rows; r++) {
-            const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
-            for (int64_t k = 0; k < w; k++) {
-                const float gv = g[k], gk = p[k] * af[k] + df[k] > 0.0f ? gv : 0.0f; /* as bn_sum_dot_relu */
-                sum[k] += gk;
-                dotp[k] += (p[k] - mu[k]) * gk;
-            }
-        }
-    else if (j->dy)
-        for (int64_t r = 0; r < rows; r++) {
-            const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
-            for (int64_t k = 0; k < w; k++) {
-                sum[k] += g[k];
-                dotp[k] += (p[k] - mu[k]) * g[k];
-            }
-        }
-    for (int64_t k = 0; k < w; k++) {
-        const int64_t ch = c0 + k;
-        const double gamma = qf_tensor_get_f64(j->scale, ch);
-        if (j->dbias) j->dbias[ch] = (float)sum[k];
-        if (j->dscale) j->dscale[ch] = (float)(dotp[k] * inv[k]);
-        if (j->dmean) j->dmean[ch] = j->batch ? 0.0f : (float)(-sum[k] * gamma * inv[k]);
-        if (j->dvar) j->dvar[ch] = j->batch ? 0.0f : (float)(-0.5 * dotp[k] * gamma * inv[k] * inv[k] * inv[k]);
-        a[k] = (float)(gamma * inv[k]);
-        gm[k] = j->batch ? (float)(sum[k] / cnt) : 0.0f;
-        kk[k] = j->batch ? (float)(dotp[k] * inv[k] * inv[k] / cnt) : 0.0f;
-        muf[k] = (float)mu[k];
-    }
-    if (!j->dx) return;
-    for (int64_t r = 0; r < rows; r++) {
-        const float *p = j->x + r * c + c0;
-        float *q = j->dx + r * c + c0;
-        if (!j->dy) {
-            for (int64_t k = 0; k < w; k++) q[k] = 0.0f;
-            continue;
-        }
-        const float *g = j->dy + r * c + c0;
-        if (relu && j->batch)
-            for (int64_t k = 0; k < w; k++) {
-                const float gk = p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f;
-                q[k] = (gk - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
-            }
-        else if (relu)
-            for (int64_t k = 0; k < w; k++) q[k] = (p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f) * a[k];
-        else if (j->batch)
-            for (int64_t k = 0; k < w; k++) q[k] = (g[k] - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
-        else
-            for (int64_t k = 0; k < w; k++) q[k] = g[k] * a[k];
-    }
-}
-
-QF_VECTOR_CLONES static void bn_backward_nhwc_slice(void *ctx, int64_t lo, int64_t hi)
-{
-    const bn_job *j = ctx;
-    for (int64_t c0 = lo; c0 < hi; c0 += BN_CBLK) {
-        if (hi - c0 >= BN_CBLK && j->relu)
-            bn_backward_nhwc_block(j, c0, BN_CBLK, true);
-        else if (hi - c0 >= BN_CBLK)
-            bn_backward_nhwc_block(j, c0, BN_CBLK, false);
-        else if (j->relu)
-            bn_backward_nhwc_block(j, c0, hi - c0, true);
-        else
-            bn_backward_nhwc_block(j, c0, hi - c0, false);
-    }
-}
-
-/* --- channels-last with fewer than 32 channels: split the rows ----------------
- *
- * A channel split there gives each thread fewer than 16 channels a block and
- * has every thread read every cache line of X (fashion_cnn's 16-channel
- * 28x28 layers: 3.2 MB at batch 64). These split the rows instead: the sums
- * run over BN_RCHUNKS fixed chunks of rows (a fixed count, so the results do
- * not depend on the thread count), each chunk's partial sums per channel in
- * double in row order, the chunks' sums added in chunk order; the
- * elementwise passes (the affine, d X) take contiguous ranges of rows. */
-#define BN_RCHUNKS 16
-#define BN_RMAXC 32
-
-typedef struct bn_rjob {
-    const bn_job *j;
-    int64_t rows, nch;
-    int pass; /* bn_rsum_slice: 0 sum x, 1 sum (x - mu)^2, 2 sum g and sum (x - mu) g */
-    double part[BN_RCHUNKS][2][BN_RMAXC];
-    double mu[BN_RMAXC], inv[BN_RMAXC];
-    float af[BN_RMAXC], df[BN_RMAXC], a[BN_RMAXC], gm[BN_RMAXC], kk[BN_RMAXC], muf[BN_RMAXC];
-} bn_rjob;
-
-static bool bn_rows_split(const bn_job *j, bool nhwc)
-{
-    return nhwc && j->c < BN_RMAXC;
-}
-
-/* Chunk ch's sums over the channels c0..c0+w-1 (inlined with w = BN_CBLK:
- * the accumulators in registers, as bn_stats_nhwc_block). */
-static inline __attribute__((always_inline)) void bn_rsum_block(bn_rjob *t, int64_t ch, int64_t c0, int64_t w,
-                                                                const int pass, const bool relu)
-{
-    const bn_job *j = t->j;
-    const int64_t c = j->c, r0 = t->rows * ch / t->nch, r1 = t->rows * (ch + 1) / t->nch;
-    double s[BN_CBLK] = {0}, s2[BN_CBLK] = {0}, mu[BN_CBLK];
-    float af[BN_CBLK], df[BN_CBLK];
-    for (int64_t k = 0; k < w; k++) {
-        mu[k] = t->mu[c0 + k];
-        af[k] = t->af[c0 + k];
-        df[k] = t->df[c0 + k];
-    }
-    for (int64_t r = r0; r < r1; r++) {
-        const float *p = j->x + r * c + c0;
-        if (pass == 0)
-            for (int64_t k = 0; k < w; k++) s[k] += p[k];
-        else if (pass == 1)
-            for (int64_t k = 0; k < w; k++) {
-                const double d = p[k] - mu[k];
-                s[k] += d * d;
-            }
-        else {
-            const float *g = j->dy + r * c + c0;
-            for (int64_t k = 0; k < w; k++) {
-                const float gv = g[k], gk = relu ? (p[k] * af[k] + df[k] > 0.0f ? gv : 0.0f) : gv;
-                s[k] += gk;
-                s2[k] += (p[k] - mu[k]) * gk;
-            }
-        }
-    }
-    for (int64_t k = 0; k < w; k++) {
-        t->part[ch][0][c0 + k] = s[k];
-        t->part[ch][1][c0 + k] = s2[k];
-    }
-}
-
-static inline __attribute__((always_inline)) void bn_rsum_chunk(bn_rjob *t, int64_t ch, const int pass, const bool relu)
-{
-    const int64_t c = t->j->c;
-    for (int64_t c0 = 0; c0 < c; c0 += BN_CBLK) {
-        if (c - c0 >= BN_CBLK)
-            bn_rsum_block(t, ch, c0, BN_CBLK, pass, relu);
-        else
-            bn_rsum_block(t, ch, c0, c - c0, pass, relu);
-    }
-}
-
-QF_VECTOR_CLONES static void bn_rsum_slice(void *ctx, int64_t lo, int64_t hi)
-{
-    bn_rjob *t = ctx;
-    for (int64_t ch = lo; ch < hi; ch++) {
-        if (t->pass == 0)
-            bn_rsum_chunk(t, ch, 0, false);
-        else if (t->pass == 1)
-            bn_rsum_chunk(t, ch, 1, false);
-        else if (t->j->relu)
-            bn_rsum_chunk(t, ch, 2, true);
-        else
-            bn_rsum_chunk(t, ch, 2, false);
-    }
-}
-
-/* One pass of sums over the chunks; the totals (chunk order) into s and s2. */
-static void bn_rsum(bn_rjob *t, int pass, double *s, double *s2)
-{
-    const int64_t c = t->j->c;
-    t->pass = pass;
-    const int64_t per = (t->rows / t->nch) * c;
-    qf_parallel_for(t->nch, per >= 16384 ? 1 : 16384 / (per > 0 ? per : 1), bn_rsum_slice, t);
-    for (int64_t k = 0; k < c; k++) {
-        double a = 0.0, b = 0.0;
-        for (int64_t ch = 0; ch < t->nch; ch++) {
-            a += t->part[ch][0][k];
-            b += t->part[ch][1][k];
-        }
-        s[k] = a;
-        if (s2) s2[k] = b;
-    }
-}
-
-static void bn_rjob_init(bn_rjob *t, const bn_job *j)
-{
-    memset(t, 0, sizeof *t);
-    t->j = j;
-    t->rows = j->nb * j->inner;
-    t->nch = t->rows < BN_RCHUNKS ? (t->rows > 0 ? t->rows : 1) : BN_RCHUNKS;
-}
-
-static int64_t bn_rgrain(const bn_job *j)
-{
-    return 16384 / j->c + 1;
-}
-
-/* Rows lo..hi-1 of y = x * af + df (relu'd when fused). */
-static inline __attribute__((always_inline)) void bn_raffine_block(const bn_rjob *t, int64_t lo, int64_t hi,
-                                                                   int64_t c0, int64_t w, const bool relu)
-{
-    const bn_job *j = t->j;
-    const int64_t c = j->c;
-    float af[BN_CBLK], df[BN_CBLK];
-    for (int64_t k = 0; k < w; k++) {
-        af[k] = t->af[c0 + k];
-        df[k] = t->df[c0 + k];
-    }
-    for (int64_t r = lo; r < hi; r++) {
-        const float *p = j->x + r * c + c0;
-        float *q = j->y + r * c + c0;
-        if (relu)
-            for (int64_t k = 0; k < w; k++) q[k] = bn_relu(p[k] * af[k] + df[k]);
-        else
-            for (int64_t k = 0; k < w; k++) q[k] = p[k] * af[k] + df[k];
-    }
-}
-
-QF_VECTOR_CLONES static void bn_raffine_slice(void *ctx, int64_t lo, int64_t hi)
-{
-    const bn_rjob *t = ctx;
-    const int64_t c = t->j->c;
-    for (int64_t c0 = 0; c0 < c; c0 += BN_CBLK) {
-        const bool whole = c - c0 >= BN_CBLK;
-        if (whole && t->j->relu)
-            bn_raffine_block(t, lo, hi, c0, BN_CBLK, true);
-        else if (whole)
-            bn_raffine_block(t, lo, hi, c0, BN_CBLK, false);
-        else if (t->j->relu)
-            bn_raffine_block(t, lo, hi, c0, c - c0, true);
-        else
-            bn_raffine_block(t, lo, hi, c0, c - c0, false);
-    }
-}
-
-/* The affine pass, rows split (a and d from bn_coef, as bn_affine_nhwc_slice). */
-static void bn_raffine(const bn_job *j)
-{
-    bn_rjob t;
-    bn_rjob_init(&t, j);
-    for (int64_t ch = 0; ch < j->c; ch++) bn_coef(j, ch, &t.af[ch], &t.df[ch]);
-    qf_parallel_for(t.rows, bn_rgrain(j), bn_raffine_slice, &t);
-}
-
-/* The batch mean into smean, the biased variance into sinv (as bn_stats_nhwc_block). */
-static void bn_rstats(const bn_job *j)
-{
-    bn_rjob t;
-    bn_rjob_init(&t, j);
-    const double cnt = (double)t.rows;
-    double s[BN_RMAXC], ss[BN_RMAXC];
-    bn_rsum(&t, 0, s, NULL);
-    for (int64_t k = 0; k < j->c; k++) t.mu[k] = s[k] / cnt;
-    bn_rsum(&t, 1, ss, NULL);
-    for (int64_t k = 0; k < j->c; k++) {
-        j->smean[k] = t.mu[k];
-        j->sinv[k] = ss[k] / cnt;
-    }
-}
-
-/* Rows lo..hi-1 of d X (as bn_backward_nhwc_block's last loop). */
-static inline __attribute__((always_inline)) void bn_rdx_block(const bn_rjob *t, int64_t lo, int64_t hi, int64_t c0,
-                                                               int64_t w, const bool relu, const bool batch)
-{
-    const bn_job *j = t->j;
-    const int64_t c = j->c;
-    float af[BN_CBLK], df[BN_CBLK], a[BN_CBLK], gm[BN_CBLK], kk[BN_CBLK], muf[BN_CBLK];
-    for (int64_t k = 0; k < w; k++) {
-        af[k] = t->af[c0 + k];
-        df[k] = t->df[c0 + k];
-        a[k] = t->a[c0 + k];
-        gm[k] = t->gm[c0 + k];
-        kk[k] = t->kk[c0 + k];
-        muf[k] = t->muf[c0 + k];
-    }
-    for (int64_t r = lo; r < hi; r++) {
-        const float *p = j->x + r * c + c0, *g = j->dy + r * c + c0;
-        float *q = j->dx + r * c + c0;
-        if (relu && batch)
-            for (int64_t k = 0; k < w; k++) {
-                const float gk = p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f;
-                q[k] = (gk - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
-            }
-        else if (relu)
-            for (int64_t k = 0; k < w; k++) q[k] = (p[k] * af[k] + df[k] > 0.0f ? g[k] : 0.0f) * a[k];
-        else if (batch)
-            for (int64_t k = 0; k < w; k++) q[k] = (g[k] - gm[k] - (p[k] - muf[k]) * kk[k]) * a[k];
-        else
-            for (int64_t k = 0; k < w; k++) q[k] = g[k] * a[k];
-    }
-}
-
-static inline __attribute__((always_inline)) void bn_rdx_blocks(const bn_rjob *t, int64_t lo, int64_t hi,
-                                                                const bool relu, const bool batch)
-{
-    const int64_t c = t->j->c;
-    for (int64_t c0 = 0; c0 < c; c0 += BN_CBLK) {
-        if (c - c0 >= BN_CBLK)
-            bn_rdx_block(t, lo, hi, c0, BN_CBLK, relu, batch);
-        else
-            bn_rdx_block(t, lo, hi, c0, c - c0, relu, batch);
-    }
-}
-
-QF_VECTOR_CLONES static void bn_rdx_slice(void *ctx, int64_t lo, int64_t hi)
-{
-    const bn_rjob *t = ctx;
-    if (t->j->relu && t->j->batch)
-        bn_rdx_blocks(t, lo, hi, true, true);
-    else if (t->j->relu)
-        bn_rdx_blocks(t, lo, hi, true, false);
-    else if (t->j->batch)
-        bn_rdx_blocks(t, lo, hi, false, true);
-    else
-        bn_rdx_blocks(t, lo, hi, false, false);
-}
-
-/* The backward, rows split (the same formulas as bn_backward_nhwc_block). */
-static void bn_rbackward(const bn_job *j)
-{
-    bn_rjob t;
-    bn_rjob_init(&t, j);
-    const double cnt = (double)t.rows;
-    for (int64_t ch = 0; ch < j->c; ch++) {
-        if (j->relu) bn_coef(j, ch, &t.af[ch], &t.df[ch]);
-        if (j->batch) {
-            t.mu[ch] = j->smean[ch];
-            t.inv[ch] = j->sinv[ch];
-        } else {
-            t.mu[ch] = qf_tensor_get_f64(j->mean, ch);
-            t.inv[ch] = 1.0 / sqrt(qf_tensor_get_f64(j->var, ch) + j->eps);
-        }
-    }
-    double sum[BN_RMAXC] = {0}, dotp[BN_RMAXC] = {0};
-    if (j->dy) bn_rsum(&t, 2, sum, dotp);
-    for (int64_t ch = 0; ch < j->c; ch++) {
-        const double gamma = qf_tensor_get_f64(j->scale, ch), inv = t.inv[ch];
-        if (j->dbias) j->dbias[ch] = (float)sum[ch];
-        if (j->dscale) j->dscale[ch] = (float)(dotp[ch] * inv);
-        if (j->dmean) j->dmean[ch] = j->batch ? 0.0f : (float)(-sum[ch] * gamma * inv);
-        if (j->dvar) j->dvar[ch] = j->batch ? 0.0f : (float)(-0.5 * dotp[ch] * gamma * inv * inv * inv);
-        t.a[ch] = (float)(gamma * inv);
-        t.gm[ch] = j->batch ? (float)(sum[ch] / cnt) : 0.0f;
-        t.kk[ch] = j->batch ? (float)(dotp[ch] * inv * inv / cnt) : 0.0f;
-        t.muf[ch] = (float)t.mu[ch];
-    }
-    if (!j->dx) return;
-    if (!j->dy) {
-        memset(j->dx, 0, (size_t)(t.rows * j->c) * sizeof(float));
-        return;
-    }
-    qf_parallel_for(t.rows, bn_rgrain(j), bn_rdx_slice, &t);
 }
 
 static qf_status bn_train_forward(const qf_kernel_io *io)
@@ -759,12 +279,10 @@ static qf_status bn_train_forward(const qf_kernel_io *io)
     j.sinv = j.smean + j.c;
     j.relu = bn_fused_relu(io);
     /* [N, C] (or 1x1 spatial) is channels-last as it is: one row of C a sample. */
-    const bool nhwc = (io->in_nhwc & 1u) != 0 || j.inner == 1, rows = bn_rows_split(&j, nhwc);
-    if (rows)
-        bn_rstats(&j);
-    else
-        qf_parallel_for(j.c, nhwc ? bn_nhwc_grain(count, j.c) : bn_grain(count),
-                        nhwc ? bn_stats_nhwc_slice : bn_stats_slice, &j);
+    const bool nhwc = (io->in_nhwc & 1u) != 0 || j.inner == 1;
+    const bool fused = nhwc && bn_nhwc_train(&j);
+    if (!nhwc)
+        qf_parallel_for(j.c, bn_grain(count), bn_stats_slice, &j);
     for (int64_t ch = 0; ch < j.c; ch++)
         if (!(j.sinv[ch] + j.eps > 0.0))
             return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): channel %lld: variance %g + epsilon %g is not > 0",
@@ -786,11 +304,12 @@ static qf_status bn_train_forward(const qf_kernel_io *io)
         j.sinv[ch] = 1.0 / sqrt(v + j.eps);
     }
     j.batch = true;
-    if (rows)
-        bn_raffine(&j);
+    if (fused)
+        return QF_OK;
+    if (nhwc)
+        bn_nhwc_affine(&j);
     else
-        qf_parallel_for(j.c, nhwc ? bn_nhwc_grain(count, j.c) : bn_grain(count),
-                        nhwc ? bn_affine_nhwc_slice : bn_affine_slice, &j);
+        qf_parallel_for(j.c, bn_grain(count), bn_affine_slice, &j);
     return QF_OK;
 }
 
@@ -878,10 +397,8 @@ static qf_status qf_batch_norm_backward_f32(const qf_kernel_io *io)
         j.sinv = j.smean + j.c;
     }
     const bool nhwc = (io->in_nhwc & 1u) != 0 || j.inner == 1; /* as bn_train_forward */
-    if (bn_rows_split(&j, nhwc))
-        bn_rbackward(&j);
-    else if (nhwc)
-        qf_parallel_for(j.c, bn_nhwc_grain(j.nb * j.inner, j.c), bn_backward_nhwc_slice, &j);
+    if (nhwc)
+        bn_nhwc_backward(&j);
     else
         qf_parallel_for(j.c, bn_grain(j.nb * j.inner), bn_backward_slice, &j);
     return QF_OK;
@@ -907,10 +424,7 @@ static qf_status bn_forward_nhwc(const qf_kernel_io *io)
             return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): channel %lld: variance %g + epsilon %g is not > 0",
                             n->name, qf_op_label(n), (long long)ch, v, j.eps);
     }
-    if (bn_rows_split(&j, true))
-        bn_raffine(&j);
-    else
-        qf_parallel_for(j.c, bn_nhwc_grain(j.nb * j.inner, j.c), bn_affine_nhwc_slice, &j);
+    bn_nhwc_affine(&j);
     return QF_OK;
 }
 

@@ -516,6 +516,7 @@ static void test_tape_nhwc_chain(void)
 typedef struct bnr_case {
     int64_t n, c, h, w; /* h = 0: x [n, c], no convolutions */
     int64_t stride;     /* the 3x3 convolution's (0: 1) */
+    bool qat;           /* a qat_bn_output between the 3x3 convolution and the BN */
 } bnr_case;
 
 static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t cap, int64_t *len, int *fused)
@@ -541,6 +542,17 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
     } else
         c.ps[c.np++] = x;
     qf_value *v = conv ? chain_conv(&c, x, "conv1", bc->c, cin, 3, 1, s, true)->outputs[0] : x;
+    if (bc->qat) {
+        /* QAT's simulated fusion: Y / (gamma / sqrt(var + eps)), its own gamma and running variance. */
+        int64_t cd[] = {bc->c};
+        qf_value *qg = param(g, "qbo_gamma", QF_VALUE_PARAMETER, 1, cd, 0.4f, 1.0f);
+        qf_value *qv = param(g, "qbo_var", QF_VALUE_BUFFER, 1, cd, 0.3f, 1.0f);
+        REQUIRE(qg && qv, "qat_bn_output params");
+        c.ps[c.np++] = qg;
+        qf_node *q = node(g, QF_OP_QAT_BN_OUTPUT, "qbo", 3, v, qg, qv);
+        REQUIRE(q, "qat_bn_output");
+        v = q->outputs[0];
+    }
     qf_node *bn = chain_bn(&c, v, "bn", bc->c, 0);
     qf_node *r = node(g, QF_OP_RELU, "relu", 1, bn->outputs[0], NULL, NULL);
     REQUIRE(r, "relu");
@@ -587,14 +599,20 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
 
 static void test_tape_bn_relu_fused(void)
 {
-    /* Channels-last BN with fewer than 32 channels splits the rows (bn_rstats
-     * in src/ops/norm.c: 16 chunks; [1, 6, 3, 3] has 9 rows, [3, 31, ...] a
-     * 16- and a 15-channel block); the 3x3 convolution's d W (3 or 1 input
-     * channels: few columns) is dct_w_few's (src/ops/dnnl_conv.c), stride 2
-     * in [3, 7, 9, 7, 2]. */
-    static const bnr_case cases[] = {{1, 5, 7, 3},  {3, 17, 5, 4}, {3, 33, 4, 5}, {3, 16, 6, 6}, {3, 17, 0, 0},
-                                     {2, 20, 0, 0}, {1, 6, 3, 3},  {3, 31, 5, 3}, {3, 7, 9, 7, 2}};
-    enum { CAP = 16384, NCASE = 9 };
+    /* Channels-last BN with up to 64 channels splits the rows (bn_rstats
+     * in src/ops/norm_nhwc.c: 16 chunks; [1, 6, 3, 3] has 9 rows, [3, 31, ...]
+     * a 16- and a 15-channel block, [2, 64, ...] the most channels there),
+     * with more the channels (bn_train_nhwc_slice: statistics and affine in
+     * one pass; [3, 70, ...]: four 16-channel blocks and one of 6, [2, 65]
+     * 2-D); the 3x3 convolution's d W (3 or 1 input channels: few columns) is
+     * dct_w_few's (src/ops/dnnl_conv.c), stride 2 in [3, 7, 9, 7, 2]. The
+     * last three with QAT's qat_bn_output before the BN (channels-last on
+     * oneDNN; its backward's rows split up to 64 channels, src/ops/qat.c). */
+    static const bnr_case cases[] = {{1, 5, 7, 3},  {3, 17, 5, 4}, {3, 33, 4, 5}, {3, 16, 6, 6},
+                                     {3, 17, 0, 0}, {2, 20, 0, 0}, {1, 6, 3, 3},  {3, 31, 5, 3},
+                                     {3, 7, 9, 7, 2}, {2, 64, 3, 3}, {3, 70, 4, 3}, {2, 65, 0, 0},
+                                     {3, 17, 5, 4, 0, true}, {2, 64, 3, 3, 0, true}, {3, 70, 4, 3, 0, true}};
+    enum { CAP = 16384, NCASE = 15 };
     static float a[CAP], b[CAP], ref[NCASE][CAP];
     int64_t nref[NCASE] = {0};
     const qf_engine engines[] = {QF_ENGINE_REF, QF_ENGINE_DNNL};
@@ -631,8 +649,9 @@ static void test_tape_bn_relu_fused(void)
                 }
                 CHECKF(err <= 1e-5 * scale, "case %zu: dnnl vs ref max diff %g (scale %g)", k, err, scale);
             }
-            printf("bn+relu [%lld, %lld, %lld, %lld] %s: %lld values equal fused / unfused; vs ref %.3g of %.3g\n",
-                   (long long)bc.n, (long long)bc.c, (long long)bc.h, (long long)bc.w, e ? "dnnl" : "ref",
+            printf("bn+relu%s [%lld, %lld, %lld, %lld] %s: %lld values equal fused / unfused; vs ref %.3g of %.3g\n",
+                   bc.qat ? " (qat)" : "", (long long)bc.n, (long long)bc.c, (long long)bc.h, (long long)bc.w,
+                   e ? "dnnl" : "ref",
                    (long long)na, err, scale);
         }
     }
