@@ -23,6 +23,21 @@ def _softmax_legacy(axis):
     return fn
 
 
+def _max_pool(rank, k, s, p, d, ceil):
+    f = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[rank]
+    return lambda t: f(t, k, stride=s, padding=p, dilation=d, ceil_mode=bool(ceil))
+
+
+def _avg_pool(rank, k, s, p, ceil, inc):
+    f = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[rank]
+    return lambda t: f(t, k, stride=s, padding=p, ceil_mode=bool(ceil), count_include_pad=bool(inc))
+
+
+def _gap(rank):
+    f = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}[rank]
+    return lambda t: f(t, 1)
+
+
 # name -> (keyword arguments) -> the function of the node's input tensors
 FNS = {
     "relu": lambda: torch.relu,
@@ -46,6 +61,11 @@ FNS = {
     "linear": lambda: F.linear,
     "matmul_add": lambda: (lambda x_, b_, c_: x_ @ b_ + c_),
     "matmul": lambda: torch.matmul,
+    "max_pool": _max_pool,
+    "max_pool2d": lambda k, s, p, ceil=False: (lambda t: F.max_pool2d(t, k, stride=s, padding=p, ceil_mode=ceil)),
+    "avg_pool": _avg_pool,
+    "gap": _gap,
+    "mean": lambda dims, keep: (lambda t: torch.mean(t, dim=dims, keepdim=bool(keep))),
 }
 
 
