@@ -18,6 +18,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import qfcli  # noqa: E402
 from qfcli import Fail, check, error_line as one_error_line  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None  # set by qfcli.main
 
@@ -394,14 +396,34 @@ def case_usage():
 
 # --- eval ------------------------------------------------------------------------
 
-def fashion_torch():
+def fashion_torch(examples):
     """The bundled Fashion-MNIST CNN in PyTorch (its committed state_dict)."""
     import torch
-    sys.path.insert(0, os.path.join(ARGS.examples, "fashion_mnist"))
+    sys.path.insert(0, os.path.join(examples, "fashion_mnist"))
     from train import FashionCNN
     m = FashionCNN()
-    m.load_state_dict(torch.load(example("fashion_mnist/fashion_cnn.pt")))
+    m.load_state_dict(torch.load(os.path.join(examples, "fashion_mnist", "fashion_cnn.pt")))
     return m.eval()
+
+
+# PyTorch's logits through tests/ref/refcache.py (computed once per `make
+# test`; a hit imports no torch).
+
+def fashion_logits(examples, x):
+    import torch
+    with torch.no_grad():
+        return fashion_torch(examples)(torch.from_numpy(x)).numpy()
+
+
+def fashion_shifted_logits(examples, x):
+    """The logits, then those with the classifier's bias 3 raised by 4."""
+    import torch
+    net = fashion_torch(examples)
+    with torch.no_grad():
+        a = net(torch.from_numpy(x)).numpy()
+        net.head[3].bias[3] += 4.0
+        b = net(torch.from_numpy(x)).numpy()
+    return a, b
 
 
 def torch_counts(logits, labels):
@@ -420,11 +442,9 @@ def eval_json(*argv):
 def case_eval():
     """Top-1 / top-5 against PyTorch on the same samples and labels, over
     batches of 64 (the last one shorter: a second plan)."""
-    import torch
     rng = np.random.default_rng(7)
     x = rng.random((300, 1, 28, 28), dtype=np.float32)
-    with torch.no_grad():
-        logits = fashion_torch()(torch.from_numpy(x)).numpy()
+    logits = refcache.call(fashion_logits, ARGS.examples, x)
     # Labels: the true class for some samples, a random one for the rest.
     labels = np.where(rng.random(300) < 0.5, logits.argmax(1), rng.integers(0, 10, 300)).astype(np.int64)
     np.save(work("x.npy"), x)
@@ -450,7 +470,6 @@ def case_eval_compare():
     """--compare: the fused model agrees everywhere; a model with a changed
     classifier bias agrees exactly as often as PyTorch says."""
     import onnx
-    import torch
     from onnx import numpy_helper
     rng = np.random.default_rng(8)
     x = rng.random((200, 1, 28, 28), dtype=np.float32)
@@ -471,11 +490,7 @@ def case_eval_compare():
             b[3] += 4.0
             init.CopyFrom(numpy_helper.from_array(b, init.name))
     onnx.save(m, work("shifted.onnx"))
-    net = fashion_torch()
-    with torch.no_grad():
-        a = net(torch.from_numpy(x)).numpy()
-        net.head[3].bias[3] += 4.0
-        b = net(torch.from_numpy(x)).numpy()
+    a, b = refcache.call(fashion_shifted_logits, ARGS.examples, x)
     agree = int((a.argmax(1) == b.argmax(1)).sum())
     check(agree < 200, "the shifted bias changes no prediction: the case tests nothing")
     r = eval_json(model, "--data", work("x.npy"), "--labels", work("y.npy"), "--compare", work("shifted.onnx"))

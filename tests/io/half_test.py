@@ -7,7 +7,8 @@ Models are built with onnx.helper from a float32 one by casting every
 initializer and the graph's inputs and outputs (nothing else inserted).
 References: ONNX Runtime's own float16 run; for bfloat16, which ORT's CPU
 provider cannot run, numpy in float32 on the bfloat16 values, and torch's
-bfloat16 rounding.
+bfloat16 rounding (through tests/ref/refcache.py: computed once per `make
+test`; torch is imported on a miss only).
 """
 import os
 import subprocess
@@ -15,12 +16,13 @@ import sys
 
 import numpy as np
 import onnx
-import torch
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import qfcli  # noqa: E402
 from qfcli import check, error_line  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None
 F16, BF16, F32 = TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT
@@ -56,7 +58,12 @@ def close(a, b, what, tol):
 
 def bf16(a):
     """float32 values rounded to bfloat16 (torch's rounding), as float32."""
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)).bfloat16().float().numpy()
+    return refcache.call(bf16_torch, np.ascontiguousarray(a, dtype=np.float32))
+
+
+def bf16_torch(a):
+    import torch
+    return torch.from_numpy(a).bfloat16().float().numpy()
 
 
 def bf16_tensor(a, name):
@@ -118,6 +125,11 @@ def initializer_types(path):
 
 def ref_numpy(w, x):
     """The CNN in float64 from the given weights (no rounding)."""
+    return refcache.call(ref_torch, w, x)
+
+
+def ref_torch(w, x):
+    import torch
     t = {k: torch.from_numpy(v.astype(np.float64)) for k, v in w.items()}
     y = torch.nn.functional.conv2d(torch.from_numpy(x.astype(np.float64)), t["w1"], t["b1"], padding=1)
     y = torch.nn.functional.batch_norm(y, t["m1"], t["v1"], t["s1"], t["t1"], eps=1e-3)

@@ -35,6 +35,8 @@ from onnx import numpy_helper as nh
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import qfcli  # noqa: E402
 from qfcli import check, error_line  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None
 
@@ -84,6 +86,17 @@ def float_model():
     """Conv+BN+ReLU, pool, Linear: float.onnx (opset 13, BN kept, dynamic
     batch) with its data; the Linear's weight is 8 KiB float, 2 KiB int8 (both
     go to a side file), the conv's stays inline."""
+    refcache.call(float_export, work("float.onnx"), base=ARGS.work)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((32, 1, 8, 8)).astype(np.float32)
+    np.save(work("x.npy"), x)
+    np.save(work("y.npy"), rng.integers(0, 16, 32).astype(np.int64))
+    return x[:4]
+
+
+def float_export(path):
+    """float_model's network exported by PyTorch to PATH (through
+    tests/ref/refcache.py: computed once per `make test`)."""
     torch = torch_setup()
     import torch.nn as nn
 
@@ -106,14 +119,9 @@ def float_model():
         m.b.running_mean.uniform_(-0.5, 0.5)
         m.b.running_var.uniform_(0.5, 2.0)
     m.eval()
-    torch.onnx.export(m, torch.zeros(2, 1, 8, 8), work("float.onnx"), opset_version=13,
+    torch.onnx.export(m, torch.zeros(2, 1, 8, 8), path, opset_version=13,
                       training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False, input_names=["x"],
                       output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((32, 1, 8, 8)).astype(np.float32)
-    np.save(work("x.npy"), x)
-    np.save(work("y.npy"), rng.integers(0, 16, 32).astype(np.int64))
-    return x[:4]
 
 
 QAT = ("float.onnx", "--data", "x.npy", "--labels", "y.npy", "--epochs", 1, "--batch", 16, "--seed", 1)
@@ -222,7 +230,12 @@ def finalize_report(model, tag):
 
 def torch_qat_export():
     """A QAT model as PyTorch 1.13 exports it (weights fake-quantized on
-    [-128, 127], the only range its exporter takes)."""
+    [-128, 127], the only range its exporter takes) to torch_qat.onnx,
+    through tests/ref/refcache.py (computed once per `make test`)."""
+    refcache.call(torch_qat_export_to, work("torch_qat.onnx"), base=ARGS.work)
+
+
+def torch_qat_export_to(path):
     torch = torch_setup()
     import torch.nn as nn
     from torch.ao.quantization import (FakeQuantize, MovingAverageMinMaxObserver,
@@ -242,7 +255,7 @@ def torch_qat_export():
     prepared.apply(torch.ao.quantization.disable_observer)
     prepared.eval()
     with torch.no_grad():
-        torch.onnx.export(prepared, x[:1], work("torch_qat.onnx"), opset_version=13, input_names=["x"],
+        torch.onnx.export(prepared, x[:1], path, opset_version=13, input_names=["x"],
                           output_names=["y"])
 
 

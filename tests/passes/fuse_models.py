@@ -37,6 +37,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
 from qfref import randomize_bn  # noqa: E402
+import refcache  # noqa: E402
 
 QFOLD, NODE, ORT_RUN, WORK, CASE = sys.argv[1:6]
 os.makedirs(WORK, exist_ok=True)
@@ -64,6 +65,15 @@ def close(name, got, want):
 
 
 def torch_model(kind):
+    """A torch export of KIND and torch's outputs, through
+    tests/ref/refcache.py (computed once per `make test`; a hit imports no
+    torch)."""
+    path = os.path.join(WORK, f"{kind}.onnx")
+    xs, ys = refcache.call(torch_export, kind, path, base=WORK)
+    return path, xs, ys
+
+
+def torch_export(kind, path):
     import torch
     import torch.nn as nn
 
@@ -78,13 +88,12 @@ def torch_model(kind):
         m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU6(), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
         x = torch.randn(2, 3, 6, 6) * 4  # reach both ends of [0, 6]
     m.eval()
-    path = os.path.join(WORK, f"{kind}.onnx")
     # A dynamic batch: --verify must take unknown dims as 1.
     torch.onnx.export(m, x, path, input_names=["x"], output_names=["y"], opset_version=13,
                       dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}})
     with torch.no_grad():
         y = m(x).numpy()
-    return path, [x.numpy()], [y]
+    return [x.numpy()], [y]
 
 
 def helper_model(kind):
@@ -180,7 +189,14 @@ def sha(path):
 
 
 def bn_model():
-    """Conv + BN with random statistics: folding changes rounding, never 0."""
+    """Conv + BN with random statistics: folding changes rounding, never 0.
+    Exported by torch through tests/ref/refcache.py."""
+    path = os.path.join(WORK, "conv_bn.onnx")
+    refcache.call(bn_export, path, base=WORK)
+    return path
+
+
+def bn_export(path):
     import torch
     import torch.nn as nn
 
@@ -188,10 +204,8 @@ def bn_model():
     m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
     randomize_bn(m, torch.Generator().manual_seed(11))
     m.eval()
-    path = os.path.join(WORK, "conv_bn.onnx")
     torch.onnx.export(m, torch.randn(1, 3, 8, 8), path, opset_version=13,
                       training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)
-    return path
 
 
 def no_leftovers(directory, stem):

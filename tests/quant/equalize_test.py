@@ -41,6 +41,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 import qfcli  # noqa: E402
 from qfcli import check, run_qfold  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None
 
@@ -50,6 +52,12 @@ def work(*p):
 
 
 def build_model(path):
+    """The test model exported by PyTorch to PATH, through
+    tests/ref/refcache.py (computed once per `make test`)."""
+    refcache.call(export_model, path, base=ARGS.work)
+
+
+def export_model(path):
     import torch
     import torch.nn as nn
     torch.manual_seed(3)

@@ -37,6 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import qfcli  # noqa: E402
 from qfcli import check  # noqa: E402
 from qfref import randomize_bn  # noqa: E402
+import refcache  # noqa: E402
 
 ARGS = None
 
@@ -55,9 +56,13 @@ def ort_run(model, x):
     return np.load(os.path.join(out, "out0.npy"))
 
 
-def run(kind, bias, observe, wqmin=-127):
+def torch_qat(kind, bias, observe, wqmin, wd):
+    """torch's side of a case, in directory WD: the QAT module trained, its
+    float model exported to float.onnx, the fake_quant states under state/;
+    returns the input, torch's QAT output in eval and its convert's int8
+    weights, scales and bias (numpy). Called through tests/ref/refcache.py
+    (computed once per `make test`; a hit imports no torch)."""
     import onnx
-    from onnx import numpy_helper
     import torch
     import torch.nn as nn
     import torch.nn.intrinsic.qat as nniqat
@@ -108,16 +113,15 @@ def run(kind, bias, observe, wqmin=-127):
     fm.eval()
     xt = torch.randn(*xshape, generator=gen)
     x = xt.numpy()
-    torch.onnx.export(fm, xt, work("float.onnx"), input_names=["x"], output_names=["y"], opset_version=13,
+    torch.onnx.export(fm, xt, os.path.join(wd, "float.onnx"), input_names=["x"], output_names=["y"],
+                      opset_version=13,
                       training=torch.onnx.TrainingMode.PRESERVE)
-    fmod = onnx.load(work("float.onnx"))
+    fmod = onnx.load(os.path.join(wd, "float.onnx"))
     op = [n for n in fmod.graph.node if n.op_type in ("Conv", "Gemm")][0]
     wname = op.input[1]
 
-    state = work("state")
+    state = os.path.join(wd, "state")
     os.makedirs(state, exist_ok=True)
-    for f in os.listdir(state):
-        os.remove(os.path.join(state, f))
 
     def save_fq(base, fq):
         f32 = lambda t: t.detach().to(torch.float32).numpy().reshape(-1)  # noqa: E731
@@ -145,7 +149,19 @@ def run(kind, bias, observe, wqmin=-127):
     t_int8 = qw.int_repr().numpy()
     t_scale = (qw.q_per_channel_scales() if kind == "conv" else torch.tensor([qw.q_scale()])).numpy().astype(np.float32)
     t_bias = qm.bias().detach().numpy() if qm.bias() is not None else None
+    return x, wname, y_torch, t_int8, t_scale, t_bias
 
+
+def run(kind, bias, observe, wqmin=-127):
+    import onnx
+    from onnx import numpy_helper
+
+    state = work("state")
+    os.makedirs(state, exist_ok=True)
+    for f in os.listdir(state):
+        os.remove(os.path.join(state, f))
+    x, wname, y_torch, t_int8, t_scale, t_bias = refcache.call(torch_qat, kind, bias, observe, wqmin, ARGS.work,
+                                                              base=ARGS.work)
     np.save(work("x.npy"), x)
     p = subprocess.run([ARGS.qfold, work("float.onnx"), state, "1" if observe else "0", work("x.npy"),
                         work("qat.onnx"), work("final.onnx"), work("y_internal.npy"), str(wqmin)],

@@ -22,7 +22,9 @@ For each MODEL (default: every model of SWEEP below) it
    with torch at the same tolerance.
 
 Prints one table row per model. With --strict the exit status is 1 when any
-model fails a check (used by ctest), else 0.
+model fails a check (used by ctest), else 0. Step 1 runs through
+tests/ref/refcache.py (computed once per `make test`; a hit imports no
+torch).
 """
 import argparse
 import os
@@ -36,9 +38,8 @@ warnings.filterwarnings("ignore")
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
-import torch  # noqa: E402
-import torchvision  # noqa: E402
 
+import refcache  # noqa: E402
 from qfref import randomize_bn  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,6 +87,7 @@ SWEEP = {
 def randomize_zero_weights(model, gen):
     """Weights that start all zero (ViT's head and class token) would make
     the output constant: give them small random values."""
+    import torch
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() >= 2 and not torch.any(p):
@@ -94,6 +96,31 @@ def randomize_zero_weights(model, gen):
 
 def build(name, work, opset, size=None):
     """Export NAME; returns (onnx path, input .npy path, torch output array)."""
+    path = os.path.join(work, name + ".onnx")
+    xin = os.path.join(work, name + ".in0.npy")
+    y, err = refcache.call(export, name, path, xin, opset, size, base=work)
+    if err is not None:
+        raise ExportFailed(err)
+    return path, xin, y
+
+
+class ExportFailed(Exception):
+    pass
+
+
+def export(name, path, xin, opset, size):
+    """build's PyTorch side: the model exported to PATH, its input saved to
+    XIN; returns (torch's output, None), or (None, the first line of the
+    error) when torch cannot build, run or export the model."""
+    try:
+        return export_model(name, path, xin, opset, size), None
+    except Exception as e:
+        return None, str(e).splitlines()[0][:140] if str(e) else type(e).__name__
+
+
+def export_model(name, path, xin, opset, size):
+    import torch
+    import torchvision
     kwargs, side = SWEEP.get(name, ({}, 64))
     if size:
         side = size
@@ -108,13 +135,11 @@ def build(name, work, opset, size=None):
     x = torch.randn(1, 3, side, side, generator=gen)
     with torch.no_grad():
         y = model(x)
-    path = os.path.join(work, name + ".onnx")
     torch.onnx.export(model, (x,), path, input_names=["input"], output_names=["output"],
                       opset_version=opset, training=torch.onnx.TrainingMode.PRESERVE,
                       do_constant_folding=False)
-    xin = os.path.join(work, name + ".in0.npy")
     np.save(xin, x.numpy().astype(np.float32))
-    return path, xin, y.numpy().astype(np.float32)
+    return y.numpy().astype(np.float32)
 
 
 def const_names(graph):
@@ -188,8 +213,8 @@ def sweep_one(name, args):
     work = args.work
     try:
         path, xin, ref = build(name, work, args.opset, args.size)
-    except Exception as e:  # the model itself does not export: not qfold's business
-        row["why"] = f"export: {str(e).splitlines()[0][:140]}"
+    except ExportFailed as e:  # the model itself does not export: not qfold's business
+        row["why"] = f"export: {e}"
         row["ok"] = None
         return row
     bound = TOL * max(1.0, float(np.max(np.abs(ref))))
@@ -268,7 +293,6 @@ def main():
         from shutil import which
         args.node = which("node")
     os.makedirs(args.work, exist_ok=True)
-    torch.set_num_threads(2)
     names = args.models or list(SWEEP)
     hdr = f"{'model':<20} {'max|torch|':>10} {'run diff':>9} {'BN b/a/must':>12} {'ORT diff':>9}  status"
     print(hdr)

@@ -29,6 +29,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 sys.path.insert(0, HERE)
 from qfcli import Fail, check, run_qfold  # noqa: E402
 import tfl_check  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None  # set by qfcli.main
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -250,12 +252,29 @@ def runtime_check(rt, out, dbg, ref, chained, in_name, xq, yq, oq, whole_lsb, mi
     check(top1 >= min_top1, "%s: top-1 agreement %.4f < %.2f" % (rt, top1, min_top1))
 
 
-def torch_model(name, net, shape, seed=0, opset=13):
+def net_small():
+    """case_data_errors' network."""
     import torch
+    import torch.nn as nn
+    torch.manual_seed(7)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 1))
+
+
+def torch_export(name, shape, opset, path):
+    """net_NAME() exported by PyTorch to PATH; through tests/ref/refcache.py
+    (computed once per `make test`; a hit imports no torch)."""
+    import torch
+    net = globals()["net_" + name]()
     net.eval()
-    model = work(name + ".onnx")
-    torch.onnx.export(net, torch.zeros(1, *shape), model, opset_version=opset, input_names=["x"], output_names=["y"],
+    torch.onnx.export(net, torch.zeros(1, *shape), path, opset_version=opset, input_names=["x"], output_names=["y"],
                       dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def torch_model(name, shape, seed=0, opset=13):
+    """net_NAME() exported, quantized by qfold on random calibration data;
+    returns the int8 model, test inputs and the calibration file."""
+    model = work(name + ".onnx")
+    refcache.call(torch_export, name, list(shape), opset, model, base=ARGS.work)
     rng = np.random.default_rng(seed)
     calib = work("calib.npy")
     np.save(calib, rng.standard_normal((32,) + tuple(shape)).astype(np.float32))
@@ -276,8 +295,8 @@ def bn_init(bn, seed):
 
 # --- cases -------------------------------------------------------------------------
 
-def case_conv_bn():
-    """Conv+BN+ReLU, Conv+BN+ReLU6, global average pool, Linear+BN."""
+def net_conv_bn():
+    """case_conv_bn's network (torch_export builds it by name)."""
     import torch
     import torch.nn as nn
 
@@ -298,11 +317,16 @@ def case_conv_bn():
     net = Net()
     for i, b in enumerate((net.b1, net.b2, net.b3)):
         bn_init(b, i)
-    export_and_check(*torch_model("conv_bn", net, (3, 12, 12)))
+    return net
 
 
-def case_depthwise():
-    """Depthwise (BN, ReLU6, depth multiplier 1 and 2), pointwise, GAP, Linear."""
+def case_conv_bn():
+    """Conv+BN+ReLU, Conv+BN+ReLU6, global average pool, Linear+BN."""
+    export_and_check(*torch_model("conv_bn", (3, 12, 12)))
+
+
+def net_depthwise():
+    """case_depthwise's network (torch_export builds it by name)."""
     import torch
     import torch.nn as nn
 
@@ -326,11 +350,16 @@ def case_depthwise():
     net = Net()
     for i, b in enumerate((net.b1, net.b2, net.b3)):
         bn_init(b, 10 + i)
-    export_and_check(*torch_model("depthwise", net, (3, 12, 12)))
+    return net
 
 
-def case_conv_transpose():
-    """Conv, ConvTranspose (stride 2, bias) + ReLU, Conv, GAP, Linear."""
+def case_depthwise():
+    """Depthwise (BN, ReLU6, depth multiplier 1 and 2), pointwise, GAP, Linear."""
+    export_and_check(*torch_model("depthwise", (3, 12, 12)))
+
+
+def net_conv_transpose():
+    """case_conv_transpose's network (torch_export builds it by name)."""
     import torch
     import torch.nn as nn
 
@@ -347,20 +376,23 @@ def case_conv_transpose():
             return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
 
     torch.manual_seed(3)
+    return Net()
+
+
+def case_conv_transpose():
+    """Conv, ConvTranspose (stride 2, bias) + ReLU, Conv, GAP, Linear."""
     # TFLite 2.2 (as ArmNN 20.08) takes TRANSPOSE_CONV with 3 inputs only
     # (its Prepare checks NumInputs == 3; later versions take an optional bias;
     # case armnn_limits pins both refusals): the
     # export writes the bias and the ReLU as a following ADD, two roundings
     # where qfold's integer ConvTranspose (and a 4-input TRANSPOSE_CONV)
     # rounds once: 1 LSB on ~17 % of that ADD's outputs.
-    export_and_check(*torch_model("conv_transpose", Net(), (3, 12, 12)),
+    export_and_check(*torch_model("conv_transpose", (3, 12, 12)),
                      tflite_lsb={"ADD": (1, "TRANSPOSE_CONV + ADD rounds twice, qfold's integer op once")})
 
 
-def case_residual():
-    """A residual Add (two int8 inputs of different qparams) + ReLU, max
-    pool, GAP, Linear. (qfold's profiles put a Q between the Add and the ReLU:
-    the export writes that lone ReLU as the fused activation of an ADD of 0.)"""
+def net_residual():
+    """case_residual's network (torch_export builds it by name)."""
     import torch
     import torch.nn as nn
 
@@ -381,11 +413,18 @@ def case_residual():
     net = Net()
     bn_init(net.b1, 20)
     bn_init(net.b2, 21)
-    export_and_check(*torch_model("residual", net, (3, 12, 12)))
+    return net
 
 
-def case_concat():
-    """Concat of two branches (requantized to the output's qparams), Conv, GAP, Linear."""
+def case_residual():
+    """A residual Add (two int8 inputs of different qparams) + ReLU, max
+    pool, GAP, Linear. (qfold's profiles put a Q between the Add and the ReLU:
+    the export writes that lone ReLU as the fused activation of an ADD of 0.)"""
+    export_and_check(*torch_model("residual", (3, 12, 12)))
+
+
+def net_concat():
+    """case_concat's network (torch_export builds it by name)."""
     import torch
     import torch.nn as nn
 
@@ -403,13 +442,16 @@ def case_concat():
             return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
 
     torch.manual_seed(5)
-    export_and_check(*torch_model("concat", Net(), (3, 12, 12)))
+    return Net()
 
 
-def case_activations():
-    """HardSwish, AveragePool, Tanh, Sigmoid, Mul of two activations, Sub
-    of a constant, GAP, Linear, Softmax: the ops TFLite computes with LUTs or
-    fixed point (qfold's int8 run: DQ -> float -> Q, as ArmNN's CpuRef)."""
+def case_concat():
+    """Concat of two branches (requantized to the output's qparams), Conv, GAP, Linear."""
+    export_and_check(*torch_model("concat", (3, 12, 12)))
+
+
+def net_activations():
+    """case_activations's network (torch_export builds it by name)."""
     import torch
     import torch.nn as nn
 
@@ -427,8 +469,15 @@ def case_activations():
             return torch.softmax(self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1)), 1)
 
     torch.manual_seed(8)
+    return Net()
+
+
+def case_activations():
+    """HardSwish, AveragePool, Tanh, Sigmoid, Mul of two activations, Sub
+    of a constant, GAP, Linear, Softmax: the ops TFLite computes with LUTs or
+    fixed point (qfold's int8 run: DQ -> float -> Q, as ArmNN's CpuRef)."""
     # Opset 14: HardSwish (torch 1.13 writes HardSigmoid * x below it).
-    export_and_check(*torch_model("activations", Net(), (3, 12, 12), opset=14))
+    export_and_check(*torch_model("activations", (3, 12, 12), opset=14))
 
 
 def _qdq_op_model(path, op, shape, qin, qout, opset=14, **attrs):
@@ -512,12 +561,8 @@ TFLITE_SWEEP_LSB = {}
 def case_data_errors():
     """--data / --count / --batch: bad input is one line naming the file or
     option, exit 2, nothing written; --count limits the samples measured."""
-    import torch
-    import torch.nn as nn
     from qfcli import error_line
-    torch.manual_seed(7)
-    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 4, 1))
-    qdq, x, calib = torch_model("small", net, (3, 8, 8))
+    qdq, x, calib = torch_model("small", (3, 8, 8))
     out, rep = work("e.tflite"), work("e.json")
     cases = [(["--data", calib], "--report"),
              (["--report", rep, "--data", calib, "--data", calib], "one --data per input"),

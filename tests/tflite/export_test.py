@@ -20,6 +20,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 from qfcli import check, error_line, run_qfold  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None  # set by qfcli.main
 
@@ -41,6 +43,25 @@ def export_torch(net, shape, path):
     net.eval()
     torch.onnx.export(net, torch.zeros(*shape), path, opset_version=13, training=torch.onnx.TrainingMode.PRESERVE,
                       input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def export_model(name, shape, path):
+    """Model NAME (models() or "outer") exported to PATH, through
+    tests/ref/refcache.py (computed once per `make test`; a hit imports no
+    torch)."""
+    refcache.call(torch_export, name, list(shape), path, base=ARGS.work)
+
+
+def torch_export(name, shape, path):
+    import torch
+    torch.manual_seed(0)  # the weights: one draw, whatever the case
+    net = net_outer() if name == "outer" else {n: m for n, m, _ in models()}[name]
+    export_torch(net, shape, path)
+
+
+def model_shapes():
+    """(name, input shape) of models(), without torch."""
+    return [("convbn", (1, 3, 12, 12)), ("residual", (1, 3, 8, 8))]
 
 
 def calib(shape, n=16):
@@ -93,7 +114,23 @@ def models():
             for bn in (m.b1, m.b2, m.b3):
                 bn.running_mean.uniform_(-0.5, 0.5)
                 bn.running_var.uniform_(0.5, 2.0)
-    return [("convbn", ConvBn(), (1, 3, 12, 12)), ("residual", Residual(), (1, 3, 8, 8))]
+    return [(n, m, s) for (n, s), m in zip(model_shapes(), (ConvBn(), Residual()))]
+
+
+def net_outer():
+    """A MatMul of two activations (TFLite's BATCH_MATMUL, not in the op set)."""
+    import torch.nn as nn
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 4, 1)
+
+        def forward(self, x):
+            g = self.c(x).mean((2, 3))
+            return (g.unsqueeze(2) @ g.unsqueeze(1)).flatten(1)
+
+    return Outer()
 
 
 def reader():
@@ -182,9 +219,9 @@ def onnx_value_names(path):
 def case_cnn():
     """The test CNNs quantized (neutron: per-tensor Linear weights), exported,
     read back; the report's totals and per-op fields; --all-outputs."""
-    for name, net, shape in models():
+    for name, shape in model_shapes():
         src, q = work(name + ".onnx"), work(name + "_q.onnx")
-        export_torch(net, shape, src)
+        export_model(name, shape, src)
         qfold("quantize", src, "-o", q, "--calib", calib(shape), "--target", "neutron")
         names = onnx_value_names(q)
         for float_io in (False, True):
@@ -222,10 +259,9 @@ def case_cnn():
 
 def case_refusals():
     """Exit 2, one line naming the node and the reason, nothing written."""
-    import torch.nn as nn
-    name, net, shape = models()[0]
+    name, shape = model_shapes()[0]
     src = work("convbn.onnx")
-    export_torch(net, shape, src)
+    export_model(name, shape, src)
 
     def refused(model, *needles):
         out = work("refused.tflite")
@@ -242,17 +278,8 @@ def case_refusals():
     refused(q, "node '/fc/Gemm' (Gemm)", "per-channel")
 
     # a MatMul of two activations (TFLite's BATCH_MATMUL, not in the op set)
-    class Outer(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c = nn.Conv2d(3, 4, 1)
-
-        def forward(self, x):
-            g = self.c(x).mean((2, 3))
-            return (g.unsqueeze(2) @ g.unsqueeze(1)).flatten(1)
-
     src2, q2 = work("outer.onnx"), work("outer_q.onnx")
-    export_torch(Outer(), (1, 3, 4, 4), src2)
+    export_model("outer", (1, 3, 4, 4), src2)
     qfold("quantize", src2, "-o", q2, "--calib", calib((1, 3, 4, 4)))
     refused(q2, "(MatMul)", "BATCH_MATMUL")
 
@@ -260,9 +287,9 @@ def case_refusals():
 def case_tflite_out():
     """`quantize -o X.tflite` writes the model `export` writes from the ONNX
     file (the same operators and tensor shapes); --verify needs an ONNX output."""
-    name, net, shape = models()[0]
+    name, shape = model_shapes()[0]
     src = work(name + ".onnx")
-    export_torch(net, shape, src)
+    export_model(name, shape, src)
     c = calib(shape)
     direct, q, exported = work("direct.tflite"), work("q.onnx"), work("exported.tflite")
     _, _, err = qfold("quantize", src, "-o", direct, "--calib", c)

@@ -15,14 +15,11 @@ import os
 import sys
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import grad_util as gu  # noqa: E402
-
-CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
-CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 
 def case(name, rank, n, c, m, ins, k, transpose=False, group=1, stride=None, dil=None, pads=None, opad=None,
@@ -99,6 +96,9 @@ def resolve_pads(cs):
 
 
 def torch_forward(cs, x, w, b):
+    import torch.nn.functional as F
+    CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
+    CONVT = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
     r = cs["rank"]
     pb, pe = resolve_pads(cs)
     if not cs["transpose"]:
@@ -119,9 +119,15 @@ def torch_forward(cs, x, w, b):
     return y
 
 
-def run_case(args, cs, initializers):
+def torch_case(cs):
+    """The case's tensors (seeded by its name), torch's output for them, the
+    upstream gradient and torch's input gradients (numpy). Called through
+    tests/ref/refcache.py (computed once per `make test`; a hit imports no
+    torch)."""
+    import torch
+    torch.set_num_threads(1)
     rng = np.random.default_rng(zlib.crc32(cs["name"].encode()))
-    r, g = cs["rank"], cs["group"]
+    g = cs["group"]
     x = rng.uniform(-1, 1, [cs["n"], cs["c"]] + cs["ins"]).astype(np.float32)
     wshape = [cs["c"], cs["m"] // g] if cs["transpose"] else [cs["m"], cs["c"] // g]
     w = rng.uniform(-1, 1, wshape + cs["k"]).astype(np.float32)
@@ -131,6 +137,12 @@ def run_case(args, cs, initializers):
     y = torch_forward(cs, *ts)
     dy = rng.uniform(-1, 1, tuple(y.shape)).astype(np.float32)
     y.backward(torch.tensor(dy))
+    return x, w, b, dy, y.detach().numpy(), [t.grad.numpy() if t is not None else None for t in ts]
+
+
+def run_case(args, cs, initializers):
+    x, w, b, dy, y, grads = refcache.call(torch_case, cs)
+    g = cs["group"]
 
     attrs = {}
     if cs["auto_pad"]:
@@ -153,9 +165,9 @@ def run_case(args, cs, initializers):
     outs, dins, _ = gu.qfold_grad(args.tool, model, feeds, [dy], os.path.join(args.work, cs["name"]))
     where = "initializers" if initializers else "inputs"
     name = "%s (W, B %s)" % (cs["name"], where)
-    checks = [(name + " y", outs[0], y.detach().numpy())]
+    checks = [(name + " y", outs[0], y)]
     for i, what in enumerate(["dX", "dW", "dB"][:len(inputs)]):
-        checks.append((name + " " + what, dins[i], ts[i].grad.numpy()))
+        checks.append((name + " " + what, dins[i], grads[i]))
     ok = True
     for what, got, ref in checks:
         good, line = gu.compare(what, got, ref)
@@ -169,7 +181,6 @@ def main():
     ap.add_argument("--tool", required=True)
     ap.add_argument("--work", required=True)
     args = ap.parse_args()
-    torch.set_num_threads(1)
     ok = True
     for i, cs in enumerate(CASES):
         ok &= run_case(args, cs, initializers=i % 2 == 1)

@@ -7,7 +7,6 @@ import argparse
 import sys
 
 import numpy as np
-import torch
 
 import grad_torch_case as gc
 
@@ -24,7 +23,7 @@ def main():
     rng = np.random.default_rng(5)
     ok = True
     k = 0
-    for op, fn in [("Add", torch.add), ("Sub", torch.sub), ("Mul", torch.mul), ("Div", torch.div)]:
+    for op, fn in [("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Div", "div")]:
         for sa, sb in PAIRS:
             a = rng.uniform(-2, 2, sa).astype(np.float32)
             b = rng.uniform(-2, 2, sb).astype(np.float32)

@@ -7,16 +7,13 @@ import argparse
 import sys
 
 import numpy as np
-import torch
 
 import grad_torch_case as gc
 
 
-def gemm_fn(ta, tb, alpha, beta):
-    def fn(a, b, c=None):
-        y = alpha * ((a.t() if ta else a) @ (b.t() if tb else b))
-        return y + beta * c if c is not None else y
-    return fn
+def gemm_kw(ta, tb, alpha, beta):
+    """The keyword arguments of grad_torch_case_torch's "gemm"."""
+    return {"ta": ta, "tb": tb, "alpha": alpha, "beta": beta}
 
 
 def main():
@@ -44,23 +41,24 @@ def main():
                 k += 1
                 ins = [a, b] + ([c] if c is not None else [])
                 ok &= gc.run(args, "gemm_ta%d_tb%d_c%s%s" % (ta, tb, cname, "_const" if const else ""), "Gemm",
-                             gemm_fn(ta, tb, alpha, beta), ins, params=[False, const, const][:len(ins)],
-                             attrs={"transA": ta, "transB": tb, "alpha": alpha, "beta": beta})
-    ok &= gc.run(args, "gemm_beta0", "Gemm", gemm_fn(0, 0, 1.0, 0.0), [t(M, K), t(K, N), t(M, N)],
-                 attrs={"beta": 0.0})
+                             "gemm", ins, params=[False, const, const][:len(ins)],
+                             attrs={"transA": ta, "transB": tb, "alpha": alpha, "beta": beta},
+                             kw=gemm_kw(ta, tb, alpha, beta))
+    ok &= gc.run(args, "gemm_beta0", "Gemm", "gemm", [t(M, K), t(K, N), t(M, N)],
+                 attrs={"beta": 0.0}, kw=gemm_kw(0, 0, 1.0, 0.0))
 
     # Gemm with a constant B: canonicalize makes it linear(x, W [out, in], b).
     x = t(M, K)
     w = t(N, K)  # transB=1: B is W itself
     b = t(N)
-    ok &= gc.run(args, "linear_transB", "Gemm", lambda x_, w_, b_: torch.nn.functional.linear(x_, w_, b_),
+    ok &= gc.run(args, "linear_transB", "Gemm", "linear",
                  [x, w, b], params=[False, True, True], attrs={"transB": 1}, passes=["canonicalize"])
-    ok &= gc.run(args, "linear_nobias", "Gemm", lambda x_, w_: torch.nn.functional.linear(x_, w_),
+    ok &= gc.run(args, "linear_nobias", "Gemm", "linear",
                  [x, w], params=[False, True], attrs={"transB": 1}, passes=["canonicalize"])
     # transB=0: W = B^T (a new constant), the bias [1, N] flattened to [N].
     bt = np.ascontiguousarray(w.T)
     b1 = b.reshape(1, N)
-    ok &= gc.run(args, "linear_from_B", "Gemm", lambda x_, b_, c_: x_ @ b_ + c_, [x, bt, b1],
+    ok &= gc.run(args, "linear_from_B", "Gemm", "matmul_add", [x, bt, b1],
                  params=[False, True, True], passes=["canonicalize"],
                  ref_grads=lambda g: [g[0], np.ascontiguousarray(g[1].T), g[2].reshape(N)])
 
@@ -71,7 +69,7 @@ def main():
     for i, (sa, sb) in enumerate(mm):
         const = i % 2 == 1
         name = "matmul_%s_x_%s%s" % ("x".join(map(str, sa)), "x".join(map(str, sb)), "_constB" if const else "")
-        ok &= gc.run(args, name, "MatMul", torch.matmul, [t(*sa), t(*sb)], params=[False, const])
+        ok &= gc.run(args, name, "MatMul", "matmul", [t(*sa), t(*sb)], params=[False, const])
     print("ok" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -10,11 +10,44 @@ import subprocess
 import sys
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import grad_util as gu  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
+
+
+# torch's side of the cases, through tests/ref/refcache.py (computed once per
+# `make test`; a hit imports no torch).
+
+def ce_torch(x, y, w, reduction, ignore_index, dl, dlp):
+    """nll_loss(log_softmax(x)) and its gradients for upstream DL (and DLP on
+    the log-probabilities when given); whether cross_entropy agrees."""
+    import torch
+    import torch.nn.functional as F
+    xt = torch.tensor(x, requires_grad=True)
+    lp = F.log_softmax(xt, dim=1)
+    loss = F.nll_loss(lp, torch.tensor(y), weight=None if w is None else torch.tensor(w),
+                      ignore_index=-100 if ignore_index is None else ignore_index, reduction=reduction)
+    # the same loss through cross_entropy, the function the trainer matches
+    ce = F.cross_entropy(torch.tensor(x), torch.tensor(y), weight=None if w is None else torch.tensor(w),
+                         ignore_index=-100 if ignore_index is None else ignore_index, reduction=reduction)
+    same = bool(torch.allclose(ce, loss, rtol=1e-6, atol=1e-7))
+    tensors, grads = [loss], [torch.tensor(dl)]
+    if dlp is not None:
+        tensors.append(lp)
+        grads.append(torch.tensor(dlp))
+    torch.autograd.backward(tensors, grads)
+    return same, loss.detach().numpy(), xt.grad.numpy(), lp.detach().numpy()
+
+
+def mse_torch(p, t, dl, reduction):
+    import torch
+    import torch.nn.functional as F
+    pt, tt = torch.tensor(p, requires_grad=True), torch.tensor(t, requires_grad=True)
+    loss = F.mse_loss(pt, tt, reduction=reduction)
+    loss.backward(torch.tensor(dl))
+    return loss.detach().numpy(), pt.grad.numpy(), tt.grad.numpy()
 
 
 def ce_case(args, name, x, y, w, reduction, ignore_index=None, log_prob=False, seed=0):
@@ -30,23 +63,12 @@ def ce_case(args, name, x, y, w, reduction, ignore_index=None, log_prob=False, s
     douts = [dl] + ([dlp] if log_prob else [])
     outs, dins, _ = gu.qfold_grad(args.tool, model, inputs, douts, os.path.join(args.work, name), training=True)
 
-    xt = torch.tensor(x, requires_grad=True)
-    lp = F.log_softmax(xt, dim=1)
-    loss = F.nll_loss(lp, torch.tensor(y), weight=None if w is None else torch.tensor(w),
-                      ignore_index=-100 if ignore_index is None else ignore_index, reduction=reduction)
-    # the same loss through cross_entropy, the function the trainer matches
-    ce = F.cross_entropy(torch.tensor(x), torch.tensor(y), weight=None if w is None else torch.tensor(w),
-                         ignore_index=-100 if ignore_index is None else ignore_index, reduction=reduction)
-    assert torch.allclose(ce, loss, rtol=1e-6, atol=1e-7)
-    tensors, grads = [loss], [torch.tensor(dl)]
+    same, loss, dscores, lp = refcache.call(ce_torch, x, y, w, reduction, ignore_index, dl, dlp)
+    assert same
+    checks = [gu.compare(name + " loss", outs[0], loss),
+              gu.compare(name + " dscores", dins[0], dscores)]
     if log_prob:
-        tensors.append(lp)
-        grads.append(torch.tensor(dlp))
-    torch.autograd.backward(tensors, grads)
-    checks = [gu.compare(name + " loss", outs[0], loss.detach().numpy()),
-              gu.compare(name + " dscores", dins[0], xt.grad.numpy())]
-    if log_prob:
-        checks.append(gu.compare(name + " log_prob", outs[1], lp.detach().numpy()))
+        checks.append(gu.compare(name + " log_prob", outs[1], lp))
     for _, line in checks:
         print(line)
     return all(ok for ok, _ in checks)
@@ -67,12 +89,10 @@ def mse_case(args, name, shape, reduction, seed):
     if r.returncode != 0:
         print("%s: qf_mse_grad failed: %s" % (name, r.stderr.strip()))
         return False
-    pt, tt = torch.tensor(p, requires_grad=True), torch.tensor(t, requires_grad=True)
-    loss = F.mse_loss(pt, tt, reduction=reduction)
-    loss.backward(torch.tensor(dl))
-    checks = [gu.compare(name + " loss", np.load(os.path.join(work, "out_0.npy")), loss.detach().numpy()),
-              gu.compare(name + " dpred", np.load(os.path.join(work, "din_0.npy")), pt.grad.numpy()),
-              gu.compare(name + " dtarget", np.load(os.path.join(work, "din_1.npy")), tt.grad.numpy())]
+    loss, dpred, dtarget = refcache.call(mse_torch, p, t, dl, reduction)
+    checks = [gu.compare(name + " loss", np.load(os.path.join(work, "out_0.npy")), loss),
+              gu.compare(name + " dpred", np.load(os.path.join(work, "din_0.npy")), dpred),
+              gu.compare(name + " dtarget", np.load(os.path.join(work, "din_1.npy")), dtarget)]
     for _, line in checks:
         print(line)
     return all(ok for ok, _ in checks)

@@ -11,32 +11,25 @@ import os
 import sys
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import grad_util as gu  # noqa: E402
+import grad_torch_case as gc  # noqa: E402
+import refcache  # noqa: E402  (tests/ref, on the path through grad_torch_case)
 
 ARGS = None
 
 
-def torch_vjp(fn, xs, dy):
-    ts = [torch.tensor(x, requires_grad=True) for x in xs]
-    y = fn(*ts)
-    y.backward(torch.tensor(dy))
-    return y.detach().numpy(), [t.grad.numpy() for t in ts]
-
-
-def case(name, op, fn, x, attrs=None, opset=13, extra=None, check_y=True):
-    """extra: more node inputs after x, as initializers."""
-    rng = np.random.default_rng(abs(hash(name)) % 2**32)
-    with torch.no_grad():
-        y_shape = fn(torch.tensor(x)).shape
-    dy = rng.uniform(-1, 1, tuple(y_shape)).astype(np.float32)
+def case(name, op, fn, x, attrs=None, opset=13, extra=None, check_y=True, kw=None):
+    """extra: more node inputs after x, as initializers. fn: the name of the
+    torch function (grad_torch_case_torch.FNS, built with KW); torch's side
+    through tests/ref/refcache.py (grad_torch_case.torch_vjp). The upstream
+    gradient is seeded by the case's name (crc32: the same in every process;
+    it was Python's per-process string hash)."""
+    y_ref, dy, (dx_ref,) = refcache.call(gc.torch_vjp, name, fn, kw or {}, [x])
     inputs = [x] + (extra or [])
     model = gu.one_node(op, inputs, params=[False] + [True] * len(extra or []), attrs=attrs, opset=opset)
     outs, dins, _ = gu.qfold_grad(ARGS.tool, model, [x], [dy], os.path.join(ARGS.work, name))
-    y_ref, (dx_ref,) = torch_vjp(fn, [x], dy)
     ok = True
     if check_y == "exact":  # -inf outputs: compare() wants finite values
         ok1 = np.array_equal(outs[0], y_ref)
@@ -66,7 +59,6 @@ def main():
     ok = True
 
     # --- MaxPool: ties everywhere (values from 5 integers), every attribute
-    pools = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}
     shapes = {1: (2, 3, 13), 2: (2, 3, 9, 11), 3: (1, 2, 7, 6, 9)}
     n = 0
     for rank in (1, 2, 3):
@@ -75,31 +67,31 @@ def main():
             x = rng.integers(-2, 3, shapes[rank]).astype(np.float32)
             attrs = {"kernel_shape": [k] * rank, "strides": [s] * rank, "pads": onnx_pads(p, rank),
                      "dilations": [d] * rank, "ceil_mode": ceil}
-            fn = (lambda t, k=k, s=s, p=p, d=d, c=ceil, f=pools[rank]:
-                  f(t, k, stride=s, padding=p, dilation=d, ceil_mode=bool(c)))
-            ok &= case("maxpool%dd_%d" % (rank, n), "MaxPool", fn, x, attrs)
+            ok &= case("maxpool%dd_%d" % (rank, n), "MaxPool", "max_pool", x, attrs,
+                       kw={"rank": rank, "k": k, "s": s, "p": p, "d": d, "ceil": ceil})
             n += 1
     # smooth values too (no ties), non-square kernel and stride
     x = rng.uniform(-3, 3, (2, 3, 10, 7)).astype(np.float32)
-    ok &= case("maxpool_rect", "MaxPool",
-               lambda t: F.max_pool2d(t, (3, 2), stride=(2, 1), padding=(1, 0), ceil_mode=True), x,
-               {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 0], "ceil_mode": 1})
+    ok &= case("maxpool_rect", "MaxPool", "max_pool2d", x,
+               {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 0], "ceil_mode": 1},
+               kw={"k": (3, 2), "s": (2, 1), "p": (1, 0), "ceil": True})
     # all-equal windows and a window holding -inf only
     x = np.full((1, 2, 5, 5), 1.5, np.float32)
     x[0, 1, :2, :2] = -np.inf
-    ok &= case("maxpool_flat", "MaxPool", lambda t: F.max_pool2d(t, 2, stride=2, padding=1), x,
-               {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]}, check_y="exact")
+    ok &= case("maxpool_flat", "MaxPool", "max_pool2d", x,
+               {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [1, 1, 1, 1]}, check_y="exact",
+               kw={"k": 2, "s": 2, "p": 1})
     # NaN: torch's output is NaN there (qfold's forward keeps ONNX Runtime's
     # choice); the gradient goes to the NaN in both
     x = rng.uniform(-3, 3, (1, 2, 6, 6)).astype(np.float32)
     x[0, 0, 1, 1] = np.nan
     x[0, 1, 4, 2] = np.nan
     x[0, 1, 4, 3] = np.nan
-    ok &= case("maxpool_nan", "MaxPool", lambda t: F.max_pool2d(t, 3, stride=2, padding=1), x,
-               {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, check_y=False)
+    ok &= case("maxpool_nan", "MaxPool", "max_pool2d", x,
+               {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}, check_y=False,
+               kw={"k": 3, "s": 2, "p": 1})
 
     # --- AveragePool: count_include_pad, ceil_mode, pads
-    avgs = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}
     n = 0
     for rank in (1, 2, 3):
         for k, s, p, ceil in ((3, 2, 1, 0), (3, 2, 1, 1), (2, 2, 1, 1), (3, 1, 0, 0), (4, 3, 2, 1)):
@@ -107,16 +99,14 @@ def main():
                 x = rng.uniform(-3, 3, shapes[rank]).astype(np.float32)
                 attrs = {"kernel_shape": [k] * rank, "strides": [s] * rank, "pads": onnx_pads(p, rank),
                          "ceil_mode": ceil, "count_include_pad": inc}
-                fn = (lambda t, k=k, s=s, p=p, c=ceil, i=inc, f=avgs[rank]:
-                      f(t, k, stride=s, padding=p, ceil_mode=bool(c), count_include_pad=bool(i)))
-                ok &= case("avgpool%dd_%d" % (rank, n), "AveragePool", fn, x, attrs)
+                ok &= case("avgpool%dd_%d" % (rank, n), "AveragePool", "avg_pool", x, attrs,
+                           kw={"rank": rank, "k": k, "s": s, "p": p, "ceil": ceil, "inc": inc})
                 n += 1
 
     # --- GlobalAveragePool = adaptive_avg_pool(1)
-    gaps = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
     for rank in (1, 2, 3):
         x = rng.uniform(-3, 3, shapes[rank]).astype(np.float32)
-        ok &= case("gap%dd" % rank, "GlobalAveragePool", lambda t, f=gaps[rank]: f(t, 1), x)
+        ok &= case("gap%dd" % rank, "GlobalAveragePool", "gap", x, kw={"rank": rank})
 
     # --- ReduceMean = mean(dim, keepdim)
     x = rng.uniform(-3, 3, (2, 3, 5, 7)).astype(np.float32)
@@ -124,11 +114,10 @@ def main():
     for axes in ([2, 3], [1], [-1, 0], [0, 1, 2, 3], None):
         for keep in (0, 1):
             dims = tuple(axes) if axes else (0, 1, 2, 3)
-            fn = lambda t, dims=dims, keep=keep: torch.mean(t, dim=dims, keepdim=bool(keep))
             attrs = {"keepdims": keep}
             if axes:
                 attrs["axes"] = axes
-            ok &= case("mean_attr_%d" % n, "ReduceMean", fn, x, attrs)
+            ok &= case("mean_attr_%d" % n, "ReduceMean", "mean", x, attrs, kw={"dims": dims, "keep": keep})
             n += 1
     # (axes as an input and noop_with_empty_axes are opset 18, which qfold's
     # import does not take yet: test_grad_pool.c checks them)

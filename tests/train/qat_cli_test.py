@@ -19,6 +19,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import qfcli  # noqa: E402
 from qfcli import Fail, check, error_line, run_qfold  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None  # set by qfcli.main
 
@@ -103,8 +105,14 @@ def quadrant_data(n, seed):
     return x, y.astype(np.int64)
 
 
+def export_qat_model(eps, path):
+    """qat_model(eps=EPS) exported to PATH; through tests/ref/refcache.py
+    (computed once per `make test`; a hit imports no torch)."""
+    export(qat_model(eps=eps), path, (1, 12, 12))
+
+
 def setup(eps=1e-5):
-    export(qat_model(eps=eps), work("float.onnx"), (1, 12, 12))
+    refcache.call(export_qat_model, eps, work("float.onnx"), base=ARGS.work)
     x, y = quadrant_data(128, 1)
     xv, yv = quadrant_data(64, 2)
     return (work("float.onnx"), save("x.npy", x), save("y.npy", y), save("xv.npy", xv), save("yv.npy", yv), xv, yv)
@@ -188,17 +196,10 @@ def case_keep_qat():
     check(agree >= 0.9, "the training graph and the int8 model agree on %.1f %% of the top-1" % (100 * agree))
 
 
-def case_torch_schedules():
-    """The schedules against PyTorch 1.13: x -> ConvBn2d -> ReLU -> Flatten ->
-    Linear with FakeQuantize modules of the neutron scheme (activations
-    affine [-128, 127], moving average 0.01, eps 2^-12; conv weights per
-    channel, linear weights per tensor, symmetric [-127, 127]; the ReLU's
-    fake-quant shared by the Flatten output, as qfold's shared group), SGD on
-    the same batches, freeze_bn_stats() before step 3 and disable_observer
-    before step 5 (qfold: --freeze-bn 3 --freeze-observers 5, no
-    calibration): every step's loss agrees to 1e-5 relative, so the BN
-    statistics and the observers stop where torch's do and the simulated
-    fusion reads the running variance each step updates."""
+def torch_schedules(path, x, y, b, freeze_bn, freeze_obs):
+    """case_torch_schedules' PyTorch side: the float model exported to PATH,
+    then its QAT form trained on X, Y; returns every step's loss. Through
+    tests/ref/refcache.py (computed once per `make test`)."""
     torch = torch_setup()
     import torch.nn as nn
     import torch.nn.intrinsic.qat as nniqat
@@ -223,11 +224,8 @@ def case_torch_schedules():
         f.bn.bias.uniform_(-0.5, 0.5)
         f.bn.running_mean.uniform_(-0.5, 0.5)
         f.bn.running_var.uniform_(0.5, 2)
-    export(f, work("f.onnx"), (1, 6, 6))
-    rng = np.random.default_rng(1)
-    n, b, freeze_bn, freeze_obs = 32, 8, 3, 5
-    x = rng.standard_normal((n, 1, 6, 6)).astype(np.float32)
-    y = rng.integers(0, 3, n).astype(np.int64)
+    export(f, path, (1, 6, 6))
+    n = len(x)
 
     act = FakeQuantize.with_args(observer=MovingAverageMinMaxObserver, quant_min=-128, quant_max=127,
                                  dtype=torch.qint8, qscheme=torch.per_tensor_affine, averaging_constant=0.01,
@@ -271,6 +269,25 @@ def case_torch_schedules():
         loss.backward()
         opt.step()
         ref.append(loss.item())
+    return ref
+
+
+def case_torch_schedules():
+    """The schedules against PyTorch 1.13: x -> ConvBn2d -> ReLU -> Flatten ->
+    Linear with FakeQuantize modules of the neutron scheme (activations
+    affine [-128, 127], moving average 0.01, eps 2^-12; conv weights per
+    channel, linear weights per tensor, symmetric [-127, 127]; the ReLU's
+    fake-quant shared by the Flatten output, as qfold's shared group), SGD on
+    the same batches, freeze_bn_stats() before step 3 and disable_observer
+    before step 5 (qfold: --freeze-bn 3 --freeze-observers 5, no
+    calibration): every step's loss agrees to 1e-5 relative, so the BN
+    statistics and the observers stop where torch's do and the simulated
+    fusion reads the running variance each step updates."""
+    rng = np.random.default_rng(1)
+    n, b, freeze_bn, freeze_obs = 32, 8, 3, 5
+    x = rng.standard_normal((n, 1, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 3, n).astype(np.int64)
+    ref = refcache.call(torch_schedules, work("f.onnx"), x, y, b, freeze_bn, freeze_obs, base=ARGS.work)
     qfold("qat", work("f.onnx"), "-o", work("q.onnx"), "--data", save("x.npy", x), "--labels", save("y.npy", y),
           "--calib-count", 0, "--shuffle", "off", "--batch", b, "--epochs", 2, "--lr", 0.05,
           "--freeze-bn", freeze_bn, "--freeze-observers", freeze_obs, "--log", work("log.csv"),
@@ -324,7 +341,7 @@ def case_errors():
     bad(["--loss ce"], "--loss", "mse")
     bad(["unknown option", "--bogus"], "--bogus")
     # A BatchNorm with an absurd epsilon, named.
-    export(qat_model(eps=5.0), work("eps.onnx"), (1, 12, 12))
+    refcache.call(export_qat_model, 5.0, work("eps.onnx"), base=ARGS.work)
     bad(["BatchNormalization", "epsilon 5"], m=work("eps.onnx"))
     # Nothing the target quantizes: x -> Erf (a classifier's [N, 4] output).
     import onnx

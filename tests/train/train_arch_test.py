@@ -23,6 +23,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import qfcli  # noqa: E402
 from qfcli import check, run_qfold  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None
 STEPS_SAMPLES, BATCH, EPOCHS = 24, 8, 3
@@ -127,29 +129,26 @@ def work(*p):
     return os.path.join(ARGS.work, *p)
 
 
-def run_case(name, optimizer):
+def torch_train(name, optimizer, path):
+    """PyTorch's side of a case: the model exported to PATH, then trained on
+    the case's data as `qfold train` is; returns the data, the step losses
+    and the final state (numpy, num_batches_tracked left out). Called through
+    tests/ref/refcache.py (computed once per `make test`; a hit imports no
+    torch)."""
     torch = torch_mod()
     torch.manual_seed(3)
     model = randomize_bn(models()[name]())
     model.eval()
-    path = work("init.onnx")
     torch.onnx.export(model, torch.zeros(2, 3, 10, 12), path, opset_version=13,
                       training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
                       input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
     rng = np.random.default_rng(11)
     x = rng.standard_normal((STEPS_SAMPLES, 3, 10, 12)).astype(np.float32)
     y = rng.integers(0, 5, STEPS_SAMPLES).astype(np.int64)
-    np.save(work("x.npy"), x)
-    np.save(work("y.npy"), y)
     if optimizer == "sgd":
-        opt_args = ["--optimizer", "sgd", "--lr", 0.05, "--momentum", 0.9, "--weight-decay", 1e-4]
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
     else:
-        opt_args = ["--optimizer", "adamw", "--lr", 2e-3, "--weight-decay", 1e-2]
         opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-2)
-    run_qfold(ARGS.qfold, ["train", path, "-o", work("out.onnx"), "--data", work("x.npy"), "--labels",
-                           work("y.npy"), "--epochs", EPOCHS, "--batch", BATCH, "--shuffle", "off", "--log",
-                           work("log.csv"), *opt_args], expect=0, timeout=300)
     model.train()
     losses = []
     for _ in range(EPOCHS):
@@ -160,6 +159,22 @@ def run_case(name, optimizer):
             loss.backward()
             opt.step()
             losses.append(float(loss))
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items() if "num_batches" not in k}
+    return x, y, losses, state
+
+
+def run_case(name, optimizer):
+    path = work("init.onnx")
+    x, y, losses, state = refcache.call(torch_train, name, optimizer, path, base=ARGS.work)
+    np.save(work("x.npy"), x)
+    np.save(work("y.npy"), y)
+    if optimizer == "sgd":
+        opt_args = ["--optimizer", "sgd", "--lr", 0.05, "--momentum", 0.9, "--weight-decay", 1e-4]
+    else:
+        opt_args = ["--optimizer", "adamw", "--lr", 2e-3, "--weight-decay", 1e-2]
+    run_qfold(ARGS.qfold, ["train", path, "-o", work("out.onnx"), "--data", work("x.npy"), "--labels",
+                           work("y.npy"), "--epochs", EPOCHS, "--batch", BATCH, "--shuffle", "off", "--log",
+                           work("log.csv"), *opt_args], expect=0, timeout=300)
     import csv
     with open(work("log.csv")) as f:
         got = [float(r["loss"]) for r in csv.DictReader(f) if r["kind"] == "step"]
@@ -169,11 +184,8 @@ def run_case(name, optimizer):
     import onnx
     from onnx import numpy_helper
     w = {t.name: numpy_helper.to_array(t) for t in onnx.load(work("out.onnx")).graph.initializer}
-    for k, ref in model.state_dict().items():
-        if "num_batches" in k:
-            continue
+    for k, ref in state.items():
         check(k in w, "the trained model lacks '%s'" % k)
-        ref = ref.detach().numpy()
         d = float(np.abs(w[k] - ref).max())
         check(d <= 1e-4 * max(1.0, float(np.abs(ref).max())), "%s: '%s' differs by %.3g" % (name, k, d))
     print("%s (%s): %d steps, losses %.5f .. %.5f equal to torch's" % (name, optimizer, len(got), got[0], got[-1]))

@@ -24,6 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import qfcli  # noqa: E402
 from qfcli import Fail, check, error_line, run_qfold  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
+import refcache  # noqa: E402
 
 ARGS = None  # set by qfcli.main
 
@@ -96,6 +98,11 @@ def export(model, path, sample_shape, merge=False):
     BatchNorm's running variance and scale (all ones) would become one tensor
     (torch 1.13's torch/onnx/utils.py calls this pass by attribute lookup, so
     it can be switched off here)."""
+    check_export(path, export_file(model, path, sample_shape, merge))
+
+
+def export_file(model, path, sample_shape, merge=False):
+    """export's file; returns the model's number of BatchNorms."""
     torch = torch_setup()
     model.eval()
     dedup = torch._C._jit_pass_onnx_deduplicate_initializers
@@ -107,10 +114,64 @@ def export(model, path, sample_shape, merge=False):
                           input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
     finally:
         torch._C._jit_pass_onnx_deduplicate_initializers = dedup
+    return sum(1 for m in model.modules() if "BatchNorm" in type(m).__name__)
+
+
+def check_export(path, n_bn):
     import onnx
     ops = [n.op_type for n in onnx.load(path).graph.node]
-    check(ops.count("BatchNormalization") == sum(1 for m in model.modules() if "BatchNorm" in type(m).__name__),
-          "the export of %s lost its BatchNorms: %s" % (path, ops))
+    check(ops.count("BatchNormalization") == n_bn, "the export of %s lost its BatchNorms: %s" % (path, ops))
+
+
+# The torch side of the cases below runs through tests/ref/refcache.py
+# (computed once per `make test`; a hit imports no torch): module-level
+# functions of plain arguments, the models chosen by name.
+
+OPTIMIZERS = {"sgd": "SGD", "adam": "Adam"}
+
+
+def fresh_cnn():
+    torch = torch_setup()
+    torch.manual_seed(0)
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 6, 3, bias=False),
+                         nn.BatchNorm2d(6), nn.ReLU(), nn.Flatten(), nn.Linear(288, 5))
+
+
+def mlp():
+    torch = torch_setup()
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(360, 5))
+
+
+MODELS = {"small": lambda: small_cnn(0), "small_erf": lambda: small_cnn(0, erf=True), "fresh": fresh_cnn, "mlp": mlp}
+
+
+def torch_model(kind, path, merge=False, train=None):
+    """Model KIND (MODELS) exported to PATH; with TRAIN = (x, y, batch,
+    epochs, optimizer name, its arguments) then trained by torch_train in
+    file order. Returns (its number of BatchNorms, the step losses, the
+    final state without num_batches_tracked)."""
+    torch = torch_setup()
+    m = MODELS[kind]()
+    n_bn = export_file(m, path, (3, 10, 12), merge)
+    if train is None:
+        return n_bn, None, None
+    x, y, batch, epochs, opt, kw = train
+    make = getattr(torch.optim, OPTIMIZERS[opt])
+    losses = torch_train(m, x, y, batch, [list(range(len(x)))] * epochs, lambda p: make(p, **kw))
+    return n_bn, losses, state_of(m)
+
+
+def exported(kind, path, merge=False, train=None):
+    """torch_model through the cache, the export checked as export does."""
+    n_bn, losses, sd = refcache.call(torch_model, kind, path, merge, train, base=ARGS.work)
+    check_export(path, n_bn)
+    return losses, sd
+
+
+def state_of(model):
+    return {k: v.detach().numpy() for k, v in model.state_dict().items() if "num_batches" not in k}
 
 
 def small_data(n, seed, classes=5):
@@ -125,12 +186,14 @@ def save(name, a):
     return work(name)
 
 
-def small_setup(n=36, seed=0):
-    """The small CNN as init.onnx and n samples as x.npy / y.npy."""
-    m = small_cnn(seed)
-    export(m, work("init.onnx"), (3, 10, 12))
-    x, y = small_data(n, seed + 1)
-    return m, work("init.onnx"), save("x.npy", x), save("y.npy", y), x, y
+def small_setup(n=36, train=None):
+    """The small CNN (seed 0) as init.onnx and n samples as x.npy / y.npy;
+    with TRAIN = (batch, epochs, optimizer name, its arguments) torch's
+    training on them too (torch_model). Returns the files, the data, torch's
+    losses and final state."""
+    x, y = small_data(n, 1)
+    losses, sd = exported("small", work("init.onnx"), train=train and (x, y) + tuple(train))
+    return work("init.onnx"), save("x.npy", x), save("y.npy", y), x, y, losses, sd
 
 
 def onnx_weights(path):
@@ -230,7 +293,7 @@ def torch_train(model, x, y, batch, orders, make_opt):
     return losses
 
 
-def compare_run(model, log, out, torch_losses, rtol=1e-4):
+def compare_run(sd, log, out, torch_losses, rtol=1e-4):
     steps, _ = read_log(log)
     got = [float(r["loss"]) for r in steps]
     check(len(got) == len(torch_losses), "%d steps logged, torch ran %d" % (len(got), len(torch_losses)))
@@ -238,7 +301,6 @@ def compare_run(model, log, out, torch_losses, rtol=1e-4):
         check(abs(a - b) <= rtol * abs(b), "step %d: loss %.8g, torch %.8g (relative %.3g > %g)"
               % (k + 1, a, b, abs(a - b) / abs(b), rtol))
     w = onnx_weights(out)
-    sd = {k: v.detach().numpy() for k, v in model.state_dict().items() if "num_batches" not in k}
     check(set(sd) <= set(w), "the written model lacks %s" % sorted(set(sd) - set(w)))
     for k, ref in sd.items():
         d = float(np.abs(w[k] - ref).max())
@@ -251,44 +313,37 @@ def case_fresh():
     initializers merged (each BN's running variance and scale are one tensor,
     read through Identity nodes). qfold gives each statistic its own buffer and
     trains as torch does; the written model names them as torch did."""
-    torch = torch_setup()
-    torch.manual_seed(0)
-    nn = torch.nn
-    m = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(), nn.Conv2d(4, 6, 3, bias=False),
-                      nn.BatchNorm2d(6), nn.ReLU(), nn.Flatten(), nn.Linear(288, 5))
-    export(m, work("fresh.onnx"), (3, 10, 12), merge=True)
+    x, y = small_data(24, 3)
+    losses, sd = exported("fresh", work("fresh.onnx"), merge=True,
+                          train=(x, y, 8, 2, "sgd", {"lr": 0.05, "momentum": 0.9}))
     import onnx
     check("Identity" in [n.op_type for n in onnx.load(work("fresh.onnx")).graph.node],
           "the exporter no longer merges a fresh BN's initializers: this case tests nothing")
-    x, y = small_data(24, 3)
     qfold("train", work("fresh.onnx"), "-o", work("out.onnx"), "--data", save("x.npy", x), "--labels",
           save("y.npy", y), "--epochs", 2, "--batch", 8, "--shuffle", "off", "--lr", 0.05, "--momentum", 0.9,
           "--log", work("log.csv"))
-    losses = torch_train(m, x, y, 8, [list(range(24))] * 2, lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9))
-    compare_run(m, work("log.csv"), work("out.onnx"), losses)
+    compare_run(sd, work("log.csv"), work("out.onnx"), losses)
     check_model(work("out.onnx"), x[:3])
 
 
-def parity(opt_args, make_opt):
+def parity(opt_args, opt, opt_kw):
     """20 steps (36 samples, batch 8: 5 steps an epoch, the last of 4
-    samples, 4 epochs) in file order, qfold against torch."""
-    m, init, xp, yp, x, y = small_setup(36)
+    samples, 4 epochs) in file order, qfold against torch (optimizer OPT
+    with OPT_KW)."""
+    init, xp, yp, x, y, losses, sd = small_setup(36, train=(8, 4, opt, opt_kw))
     qfold("train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp, "--epochs", 4, "--batch", 8,
           "--shuffle", "off", "--log", work("log.csv"), *opt_args)
-    losses = torch_train(m, x, y, 8, [list(range(36))] * 4, make_opt)
     check(len(losses) == 20, "torch ran %d steps" % len(losses))
-    compare_run(m, work("log.csv"), work("out.onnx"), losses)
+    compare_run(sd, work("log.csv"), work("out.onnx"), losses)
 
 
 def case_parity_sgd():
-    torch = torch_setup()
     parity(["--optimizer", "sgd", "--lr", 0.05, "--momentum", 0.9, "--weight-decay", 5e-4],
-           lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=5e-4))
+           "sgd", {"lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4})
 
 
 def case_parity_adam():
-    torch = torch_setup()
-    parity(["--optimizer", "adam", "--lr", 1e-3], lambda p: torch.optim.Adam(p, lr=1e-3))
+    parity(["--optimizer", "adam", "--lr", 1e-3], "adam", {"lr": 1e-3})
 
 
 # --- Fashion-MNIST -------------------------------------------------------------------------------
@@ -363,7 +418,7 @@ def case_fashion():
 def case_determinism():
     """The same seed writes the same bytes; another seed other bytes; with
     --shuffle off the seed does not matter (no Dropout in the model)."""
-    _, init, xp, yp, _, _ = small_setup(40)
+    init, xp, yp, _, _, _, _ = small_setup(40)
     common = ["--data", xp, "--labels", yp, "--epochs", 2, "--batch", 8, "--lr", 0.05]
     for name, extra in (("a", ["--seed", 11]), ("b", ["--seed", 11]), ("c", ["--seed", 12]),
                         ("d", ["--seed", 11, "--shuffle", "off"]), ("e", ["--seed", 12, "--shuffle", "off"])):
@@ -376,7 +431,7 @@ def case_determinism():
 
 def case_freeze():
     """--freeze keeps the named parameters bit-identical; the others train."""
-    _, init, xp, yp, _, _ = small_setup(24)
+    init, xp, yp, _, _, _, _ = small_setup(24)
     qfold("train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp, "--batch", 8, "--lr", 0.1,
           "--freeze", "c1.weight,b2.bias,fc.bias")
     w0, w1 = onnx_weights(init), onnx_weights(work("out.onnx"))
@@ -391,7 +446,7 @@ def case_freeze():
 def case_log_plot():
     """The CSV has one row per step and per epoch with the documented columns;
     the SVG is well-formed XML with the curves; the epoch lines on stdout."""
-    _, init, xp, yp, _, _ = small_setup(30)
+    init, xp, yp, _, _, _, _ = small_setup(30)
     xv, yv = small_data(13, 5)
     _, out, _ = qfold("train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp, "--val-data",
                       save("xv.npy", xv), "--val-labels", save("yv.npy", yv), "--epochs", 3, "--batch", 8,
@@ -424,7 +479,7 @@ def case_progress():
     """A progress bar on stderr when it is a terminal (epoch, step, loss,
     accuracy, steps/s, ETA), cleared before each epoch's line; none otherwise."""
     import pty
-    _, init, xp, yp, _, _ = small_setup(40)
+    init, xp, yp, _, _, _, _ = small_setup(40)
     master, slave = pty.openpty()
     p = subprocess.Popen([ARGS.qfold, "train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp,
                           "--epochs", "2", "--batch", "8"], stdout=subprocess.PIPE, stderr=slave)
@@ -453,7 +508,7 @@ def case_sigint():
     """Ctrl-C stops after the current step: the model trained so far is
     written (ONNX Runtime runs it), the log has the steps done, exit 1 with
     one line naming the step."""
-    _, init, _, _, _, _ = small_setup(8)
+    init, _, _, _, _, _, _ = small_setup(8)
     x, y = small_data(4000, 9)
     xp, yp = save("xbig.npy", x), save("ybig.npy", y)
     cmd = [ARGS.qfold, "train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp, "--epochs", "1000",
@@ -478,7 +533,7 @@ def case_sigint():
 
 def case_ort():
     """The trained model is checker-valid and ONNX Runtime computes what qfold does."""
-    _, init, xp, yp, x, _ = small_setup(20)
+    init, xp, yp, x, _, _, _ = small_setup(20)
     qfold("train", init, "-o", work("out.onnx"), "--data", xp, "--labels", yp, "--batch", 6, "--epochs", 2,
           "--optimizer", "adamw", "--weight-decay", 0.01, "--lr", 0.01, "--clip-norm", 1.0)
     check_model(work("out.onnx"), x[:7])
@@ -486,7 +541,7 @@ def case_ort():
 
 def case_errors():
     """Bad input: one clear line, exit 2; nothing written; the input model untouched."""
-    m, init, xp, yp, x, y = small_setup(16)
+    init, xp, yp, x, y, _, _ = small_setup(16)
     before = sha(init)
     out = work("out.onnx")
     if os.path.exists(out):  # from an earlier run of the case
@@ -518,12 +573,10 @@ def case_errors():
     # A loss that diverges: caught by the BatchNorm (its batch variance is NaN)
     # or, in a model without one, at the loss.
     bad(["step 2: ", "nan", "nothing written"], "--lr", 1e30, "--epochs", 5)
-    torch = torch_setup()
-    torch.manual_seed(0)
-    export(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(360, 5)), work("mlp.onnx"), (3, 10, 12))
+    exported("mlp", work("mlp.onnx"))
     bad(["step 2: loss is nan", "nothing written"], "--lr", 1e38, "--epochs", 5, model=work("mlp.onnx"))
     # An op without a backward kernel between the parameters and the loss.
-    export(small_cnn(0, erf=True), work("erf.onnx"), (3, 10, 12))
+    exported("small_erf", work("erf.onnx"))
     bad(["Erf"], model=work("erf.onnx"))
     check(sha(init) == before, "the input model changed")
 
