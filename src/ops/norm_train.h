@@ -34,7 +34,7 @@ typedef struct bn_job {
 static inline float bn_relu(float y) { return y < 0.0f ? 0.0f : y; }
 
 /* Channels per parallel slice: at least ~16k elements each. */
-static int64_t bn_grain(int64_t per_channel)
+static inline int64_t bn_grain(int64_t per_channel)
 {
     return per_channel >= 16384 ? 1 : 16384 / (per_channel > 0 ? per_channel : 1);
 }

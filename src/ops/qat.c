@@ -346,6 +346,22 @@ QF_VECTOR_CLONES static void qbn_output_fwd_nhwc_rows(void *arg, int64_t r0, int
     }
 }
 
+/* One row's w channels from `base` of the channels-last backward: dX = dY / s
+ * (when wanted), and the row added to the per-channel sums of dY * X and dY. */
+static inline __attribute__((always_inline)) void qbn_bwd_row(const qbn_job *j, int64_t base, int64_t w,
+                                                              const float *sl, double *sy, double *sdy)
+{
+    const float *restrict x = j->x + base, *restrict d = j->dy + base;
+    if (j->dx) {
+        float *restrict dx = j->dx + base;
+        for (int64_t k = 0; k < w; k++) dx[k] = d[k] / sl[k];
+    }
+    for (int64_t k = 0; k < w; k++) {
+        sy[k] += (double)d[k] * x[k];
+        sdy[k] += d[k];
+    }
+}
+
 /* One block of w <= QBN_CBLK channels from c0; inlined with w = QBN_CBLK
  * for whole blocks (the accumulators then stay in registers). */
 static inline __attribute__((always_inline)) void qbn_output_bwd_nhwc_block(const qbn_job *j, int64_t c0, int64_t w)
@@ -361,15 +377,7 @@ static inline __attribute__((always_inline)) void qbn_output_bwd_nhwc_block(cons
             if (j->dx) memset(j->dx + base, 0, sizeof(float) * (size_t)w);
             continue;
         }
-        const float *restrict x = j->x + base, *restrict d = j->dy + base;
-        if (j->dx) {
-            float *restrict dx = j->dx + base;
-            for (int64_t k = 0; k < w; k++) dx[k] = d[k] / sl[k];
-        }
-        for (int64_t k = 0; k < w; k++) {
-            sy[k] += (double)d[k] * x[k];
-            sdy[k] += d[k];
-        }
+        qbn_bwd_row(j, base, w, sl, sy, sdy);
     }
     for (int64_t k = 0; k < w; k++) {
         const int64_t c = c0 + k;
@@ -417,15 +425,7 @@ static inline __attribute__((always_inline)) void qbn_rbwd_block(qbn_rjob *t, in
     for (int64_t k = 0; k < w; k++) sl[k] = j->s[c0 + k];
     for (int64_t r = r0; r < r1; r++) {
         const int64_t base = r * ch + c0;
-        const float *restrict x = j->x + base, *restrict d = j->dy + base;
-        if (j->dx) {
-            float *restrict dx = j->dx + base;
-            for (int64_t k = 0; k < w; k++) dx[k] = d[k] / sl[k];
-        }
-        for (int64_t k = 0; k < w; k++) {
-            sy[k] += (double)d[k] * x[k];
-            sdy[k] += d[k];
-        }
+        qbn_bwd_row(j, base, w, sl, sy, sdy);
     }
     for (int64_t k = 0; k < w; k++) {
         t->part[chunk][0][c0 + k] = sy[k];
