@@ -180,6 +180,16 @@ size_t qf_exec_place(qf_block *live, int *nlive, size_t size, int last)
     return best;
 }
 
+/* The fused operand step s's backend kernel accumulates into Y (its
+ * dst_post column: oneDNN's sum post-op), as an index of io.post_in, or -1. */
+static int qf_step_dst_post(const qf_step *s)
+{
+    const int j = s->backend && s->backend->dst_post && s->io.nfused && s->io.nout == 1
+                      ? s->backend->dst_post(s->io.state)
+                      : -1;
+    return j >= 0 && j < s->io.nfused && s->io.post_in[j] ? j : -1;
+}
+
 /* For the output t of a step whose kernel may run in place
  * (qf_op_kernels.inplace): the live block of an input with t's size and dtype
  * that this step reads for the last time (its memory becomes t's), else -1.
@@ -195,10 +205,8 @@ static int qf_plan_inplace(const qf_plan *p, const qf_step *sp, const qf_tensor 
      * operand when this step reads it for the last time and does not also
      * read it as an input (it would overwrite its own source); else the
      * kernel copies the operand into Y first. */
-    const int jr = sp->backend && sp->backend->dst_post && sp->io.nfused && sp->io.nout == 1
-                       ? sp->backend->dst_post(sp->io.state)
-                       : -1;
-    if (jr >= 0 && jr < sp->io.nfused && sp->io.post_in[jr]) {
+    const int jr = qf_step_dst_post(sp);
+    if (jr >= 0) {
         const qf_tensor *r = sp->io.post_in[jr];
         bool read = false;
         for (int k = 0; k < sp->io.nin; k++) read |= sp->io.in[k] == r;
@@ -857,9 +865,8 @@ void qf_plan_step_get(const qf_plan *p, int i, qf_plan_step_info *info)
     *info = (qf_plan_step_info){.node = s->node, .reorder = s->reorder, .backend = s->backend != NULL,
                                 .in_nhwc = s->in_nhwc, .out_nhwc = s->out_nhwc, .nfused = s->io.nfused,
                                 .fused = s->io.fused};
-    const int j = s->backend && s->backend->dst_post && s->io.nfused ? s->backend->dst_post(s->io.state) : -1;
-    info->over_post = j >= 0 && j < s->io.nfused && s->io.post_in[j] && s->io.nout == 1 &&
-                      s->io.post_in[j]->data == s->io.out[0]->data;
+    const int j = qf_step_dst_post(s);
+    info->over_post = j >= 0 && s->io.post_in[j]->data == s->io.out[0]->data;
 }
 
 /* Per slot: "nhwc" / "nchw" for a 4-D activation, "-" for anything else

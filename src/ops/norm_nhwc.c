@@ -51,19 +51,20 @@ static inline __attribute__((always_inline)) void bn_stats_nhwc_block(const bn_j
     }
 }
 
-/* Rows of one block's y = x * af + df (relu'd when fused); inlined with
- * w = BN_CBLK and relu constant, as bn_stats_nhwc_block. */
-static inline __attribute__((always_inline)) void bn_affine_nhwc_block(const bn_job *j, int64_t c0, int64_t w,
-                                                                       const float *af, const float *df,
-                                                                       const bool relu)
+/* Rows r0..r1-1 of one block's y = x * af + df (relu'd when fused); inlined
+ * with w = BN_CBLK and relu constant, as bn_stats_nhwc_block. Shared by the
+ * channel split (every row) and the rows split (bn_raffine_block). */
+static inline __attribute__((always_inline)) void bn_affine_rows(const bn_job *j, int64_t r0, int64_t r1, int64_t c0,
+                                                                 int64_t w, const float *af, const float *df,
+                                                                 const bool relu)
 {
-    const int64_t rows = j->nb * j->inner, c = j->c;
+    const int64_t c = j->c;
     float a[BN_CBLK], d[BN_CBLK];
     for (int64_t k = 0; k < w; k++) {
         a[k] = af[k];
         d[k] = df[k];
     }
-    for (int64_t r = 0; r < rows; r++) {
+    for (int64_t r = r0; r < r1; r++) {
         const float *p = j->x + r * c + c0;
         float *q = j->y + r * c + c0;
         if (relu)
@@ -71,6 +72,13 @@ static inline __attribute__((always_inline)) void bn_affine_nhwc_block(const bn_
         else
             for (int64_t k = 0; k < w; k++) q[k] = p[k] * a[k] + d[k];
     }
+}
+
+static inline __attribute__((always_inline)) void bn_affine_nhwc_block(const bn_job *j, int64_t c0, int64_t w,
+                                                                       const float *af, const float *df,
+                                                                       const bool relu)
+{
+    bn_affine_rows(j, 0, j->nb * j->inner, c0, w, af, df, relu);
 }
 
 static inline __attribute__((always_inline)) void bn_affine_nhwc_blocks(const bn_job *j, int64_t c0, int64_t w,
@@ -346,21 +354,7 @@ static int64_t bn_rgrain(const bn_job *j)
 static inline __attribute__((always_inline)) void bn_raffine_block(const bn_rjob *t, int64_t lo, int64_t hi,
                                                                    int64_t c0, int64_t w, const bool relu)
 {
-    const bn_job *j = t->j;
-    const int64_t c = j->c;
-    float af[BN_CBLK], df[BN_CBLK];
-    for (int64_t k = 0; k < w; k++) {
-        af[k] = t->af[c0 + k];
-        df[k] = t->df[c0 + k];
-    }
-    for (int64_t r = lo; r < hi; r++) {
-        const float *p = j->x + r * c + c0;
-        float *q = j->y + r * c + c0;
-        if (relu)
-            for (int64_t k = 0; k < w; k++) q[k] = bn_relu(p[k] * af[k] + df[k]);
-        else
-            for (int64_t k = 0; k < w; k++) q[k] = p[k] * af[k] + df[k];
-    }
+    bn_affine_rows(t->j, lo, hi, c0, w, t->af + c0, t->df + c0, relu);
 }
 
 QF_VECTOR_CLONES static void bn_raffine_slice(void *ctx, int64_t lo, int64_t hi)
