@@ -25,6 +25,29 @@ static int engine_default(void)
 }
 
 #if QF_HAVE_DNNL
+/* Where libgomp's worker threads keep their stack frames, modulo 4 KiB, is set
+ * by the size of the process's static TLS: glibc puts each thread's static TLS
+ * block at the top of its stack mapping, and oneDNN (libgomp with it) comes in
+ * by dlopen, after the process's static TLS is laid out. With qfold's own
+ * 1 KiB alone (the error message, core/status.c) a worker's frames in
+ * oneDNN's JIT kernels met, it seems, an address the kernel uses at the same
+ * page offset: EfficientNet-B0's stem conv (3 -> 32, 3x3 stride 2, SiLU)
+ * took 3.9 ms at batch 8 on 2 threads, slower than on 1 (2.2 ms), where
+ * oneDNN alone (bench/conv_bench.c) and a process that loads libgomp at
+ * start-up took 1.0-1.3 ms. In perf, the worker thread spent twice the main
+ * thread's time in the same kernel. Moving qfold's arena, scratchpad or packed
+ * weights by 64 B - 3 KiB changed nothing; growing the static TLS did: a preloaded
+ * library with N bytes of TLS made it fast for N = 64 ... 4048 but for two
+ * narrow windows (N = 16 and ~3800; N = 4096 is slow again). So the block
+ * is 1 KiB larger than qfold's own needs, in the middle of that range
+ * (bench/run: efficientnet_b0 ~7 % faster at batch 1 and 8, resnet18 and
+ * mobilenet_v2 unchanged within noise). This is a measured workaround for a
+ * page-offset conflict (4K aliasing, presumably) whose other side was not identified; a
+ * new thread-local variable in qfold moves the frames again, so check
+ * bench/run (and bench/layers' stem conv) after adding one. */
+#define QF_TLS_PAD 1024
+__attribute__((used)) _Thread_local char qf_dnnl_tls_pad[QF_TLS_PAD];
+
 qf_dnnl_lib qf_dnnl_lib_;
 static int dnnl_state;           /* 0 not tried, 1 loaded, -1 failed (why_not says why) */
 static bool dnnl_nomem;          /* it failed for want of memory */
