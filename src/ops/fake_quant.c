@@ -24,9 +24,12 @@
  * and the backward passes dY where quant_min <= q <= quant_max, 0 elsewhere
  * (the straight-through estimator with torch's clamp mask). The forward keeps
  * that mask as bits in `saved` (a training plan's forward), so the backward
- * reads dY and the bits and quantizes nothing again; a member of a shared
- * group (its buffers read by other fake_quants, which observe after it)
- * recomputes the mask from X with the buffers' scale at backward time. Before anything
+ * reads dY and the bits and quantizes nothing again. So does a member of a
+ * shared-qparams group (one set of buffers for several fake_quants): its
+ * backward masks with the scale of its own forward, though a later member's
+ * observe has moved the buffers since, as PyTorch FX, which calls one
+ * FakeQuantize module per member, keeps each call's mask
+ * (tests/train/qat_shared_torch.py). Before anything
  * was observed scale is 1 and zero point 0, as FakeQuantize's initial
  * buffers. Export has no ONNX form for it: QAT's convert turns each into a
  * QuantizeLinear -> DequantizeLinear pair.
@@ -45,7 +48,6 @@ typedef struct fq_state {
     int axis;            /* -1: per tensor */
     float c, eps;
     bool symmetric, enabled;
-    bool shared;              /* its buffers are read by another node too */
     int64_t outer, ch, inner; /* X as [outer][ch][inner] */
 } fq_state;
 
@@ -96,11 +98,6 @@ static qf_status qf_fake_quant_prepare(const qf_kernel_io *io, void *state)
     if (!(st->c > 0.0f && st->c <= 1.0f) || !(st->eps > 0.0f))
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): averaging_constant %g must be in (0, 1], eps %g > 0",
                         n->name, qf_op_label(n), st->c, st->eps);
-    /* A shared-qparams group's fake_quants read one set of buffers, and a
-     * later member's observe moves the scale before this one's backward,
-     * which then masks with the moved scale (recomputed from X): such a node
-     * keeps no mask. */
-    st->shared = n->inputs[1] && n->inputs[1]->nuses > 1;
     const int64_t nel = qf_tensor_numel(io->in[1]);
     st->axis = -1;
     st->outer = 1;
@@ -303,19 +300,6 @@ QF_VECTOR_CLONES static void fq_span_bwd(const fq_job *j, int64_t lo, int64_t hi
     for (; i < hi; i++) dx[i] = (m[i >> 5] >> (i & 31)) & 1u ? dy[i] : 0.0f;
 }
 
-/* Backward elements [lo, hi) of one channel's run without a mask: the mask
- * recomputed from X with the scale and zero point the buffers hold now. */
-QF_VECTOR_CLONES static void fq_span_bwd_x(const fq_job *j, int64_t lo, int64_t hi, float s, float z)
-{
-    const float qlo = (float)j->st->qmin, qhi = (float)j->st->qmax, inv = 1.0f / s;
-    const float *restrict x = j->x, *restrict dy = j->dy;
-    float *restrict dx = j->y;
-    for (int64_t i = lo; i < hi; i++) {
-        const float q = z + fq_rint(x[i] * inv);
-        dx[i] = (q >= qlo) & (q <= qhi) ? dy[i] : 0.0f;
-    }
-}
-
 /* Pieces [p0, p1) of FQ_PIECE elements (a multiple of 32: whole mask
  * words), per tensor or per channel: the pieces walk the runs of one
  * channel (row r of [outer][ch] is channel r % ch). */
@@ -325,17 +309,14 @@ static void fq_pieces(void *arg, int64_t p0, int64_t p1)
     const fq_state *st = j->st;
     const int64_t n = st->outer * st->ch * st->inner, hi = p1 * FQ_PIECE < n ? p1 * FQ_PIECE : n;
     int64_t i = p0 * FQ_PIECE;
-    if (j->backward && j->mask) {
+    if (j->backward) {
         fq_span_bwd(j, i, hi);
         return;
     }
     while (i < hi) {
         const int64_t r = i / st->inner, c = st->ch == 1 ? 0 : r % st->ch;
         const int64_t end = st->ch == 1 ? hi : (r + 1) * st->inner < hi ? (r + 1) * st->inner : hi;
-        if (j->backward)
-            fq_span_bwd_x(j, i, end, j->scale[c], j->zp[c]);
-        else
-            fq_span_fwd(j, i, end, j->scale[c], j->zp[c]);
+        fq_span_fwd(j, i, end, j->scale[c], j->zp[c]);
         i = end;
     }
 }
@@ -349,12 +330,12 @@ static void fq_run(const qf_kernel_io *io, const fq_state *st, const float *dy, 
 
 /* `saved`: the forward's mask, a bit per element of X (element i: bit i % 32
  * of word i / 32) in X's memory order, which is dY's (a training plan lays a
- * value and its gradient out alike); none for a shared group's member. */
+ * value and its gradient out alike). */
 static size_t qf_fake_quant_saved(const qf_node *n, const void *state)
 {
     (void)n;
     const fq_state *st = state;
-    const int64_t numel = st && !st->shared ? st->outer * st->ch * st->inner : 0;
+    const int64_t numel = st ? st->outer * st->ch * st->inner : 0;
     return numel > 0 ? (size_t)(numel + 31) / 32 * sizeof(uint32_t) : 0;
 }
 
@@ -386,6 +367,9 @@ static qf_status qf_fake_quant_backward_f32(const qf_kernel_io *io)
         return QF_OK;
     }
     if (qf_tensor_numel(dx) == 0) return QF_OK;
+    if (!io->saved)
+        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): backward without the forward's mask", io->node->name,
+                        qf_op_label(io->node));
     fq_run(io, st, io->dout[0]->data, dx->data, true);
     return QF_OK;
 }
@@ -396,9 +380,8 @@ const qf_op_kernels qf_fake_quant_kernels = {
     .state_size = sizeof(fq_state),
     .forward_f32 = qf_fake_quant_forward_f32,
     .backward_f32 = qf_fake_quant_backward_f32,
-    /* X, and the qparams the forward used (the buffers: read in place), for
-     * a backward without the mask (a shared group's member); the others
-     * read the mask in `saved`. */
-    .bwd_in = (1u << 0) | (1u << 1) | (1u << 2),
+    /* The backward reads dY and the mask in `saved`, no input: X need not
+     * live until then. */
+    .bwd_in = 0,
     .saved_size = qf_fake_quant_saved,
 };

@@ -13,6 +13,15 @@ add_test(NAME torch_qat_fusion
           --tool $<TARGET_FILE:qf_qat_step> --work ${QF_TEST_WORK}/qat_fusion)
 set_tests_properties(torch_qat_fusion PROPERTIES LABELS "ref;train;qat" TIMEOUT 300)
 
+# A shared-qparams group (an activation, the MaxPool and Flatten after it on
+# one set of fake-quant buffers) vs PyTorch FX's one FakeQuantize module
+# called per member: each member masks its gradient with its own forward's
+# scale. Two training steps through qf_qat_step (`@fq_all`).
+add_test(NAME torch_qat_shared
+  COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_shared_torch.py
+          --tool $<TARGET_FILE:qf_qat_step> --work ${QF_TEST_WORK}/qat_shared)
+set_tests_properties(torch_qat_shared PROPERTIES LABELS "ref;train;qat" TIMEOUT 300)
+
 # Their backward kernels against central differences, qat_bn_stats's update.
 add_executable(test_grad_qat ${CMAKE_CURRENT_LIST_DIR}/test_grad_qat.c)
 target_compile_options(test_grad_qat PRIVATE ${QF_WARNINGS})

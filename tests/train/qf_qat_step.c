@@ -9,7 +9,10 @@
  * `@fq_weights` is the QAT quantizer (qf_quant_annotate_qat +
  * qf_quant_qat_insert, profile neutron) restricted to the weights: a weight
  * fake_quant per quantized weight and nothing on the activations, as
- * torch's ConvBn2d / LinearBn1d hold a weight fake-quant only. Graph input
+ * torch's ConvBn2d / LinearBn1d hold a weight fake-quant only; `@fq_all` is
+ * the whole QAT quantizer (activations too: a shared-qparams group's members
+ * on one set of buffers, as FX calls one FakeQuantize module for them all).
+ * Graph input
  * 0 then becomes a parameter (so that its gradient is computed like the
  * weights'), and the loss sum((y - t)^2) over output 0 is appended
  * (mse_loss, reduction sum). One step per -i / -t pair: the input's data is
@@ -38,13 +41,14 @@ static int fail(const char *what)
     return 1;
 }
 
-/* The QAT quantizer's weight fake_quants alone. */
-static qf_status fq_weights(qf_graph *g)
+/* The QAT quantizer's fake_quants (profile neutron): the weights' alone, or
+ * all of them (activations too, shared groups on one set of buffers). */
+static qf_status fq_insert(qf_graph *g, bool weights_only)
 {
     const qf_quant_profile *p = qf_quant_profile_find("neutron");
     qf_quant_annotation *a = NULL;
     QF_TRY(qf_quant_annotate_qat(g, p, &a));
-    for (int id = 0; id < a->nvalues; id++)
+    for (int id = 0; weights_only && id < a->nvalues; id++)
         if (a->spec[id].kind != QF_QSPEC_WEIGHT) a->spec[id].kind = QF_QSPEC_FLOAT;
     qf_status st = qf_quant_qat_insert(g, a, p, NULL);
     qf_quant_annotation_free(a);
@@ -108,8 +112,8 @@ int main(int argc, char **argv)
     if (qf_graph_set_input_shape(g, 0, xs[0].ndim, xs[0].dims) != QF_OK || qf_graph_infer_shapes(g) != QF_OK)
         return fail("input shape");
     for (int i = 0; i < npass; i++) {
-        if (!strcmp(passes[i], "@fq_weights")) {
-            if (fq_weights(g) != QF_OK) return fail("@fq_weights");
+        if (!strcmp(passes[i], "@fq_weights") || !strcmp(passes[i], "@fq_all")) {
+            if (fq_insert(g, !strcmp(passes[i], "@fq_weights")) != QF_OK) return fail(passes[i]);
             continue;
         }
         const char *one[2] = {passes[i], NULL};
