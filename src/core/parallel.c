@@ -27,10 +27,16 @@ static qf_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHR
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
 /* Slice s of nslices over [0, n): contiguous, sizes differ by at most one. */
-static void slice(int64_t n, int nslices, int s, int64_t *lo, int64_t *hi)
+static void slice(int64_t n, int nslices, int s, int64_t *lo, int64_t *hi) { qf_parallel_slice(n, nslices, s, lo, hi); }
+
+/* qf_parallel_set_runner's runner and the thread whose jobs it takes. */
+static _Atomic(qf_parallel_runner) runner;
+static pthread_t runner_thread;
+
+void qf_parallel_set_runner(qf_parallel_runner run)
 {
-    *lo = n * s / nslices;
-    *hi = n * (s + 1) / nslices;
+    runner_thread = pthread_self();
+    atomic_store(&runner, run);
 }
 
 static void *worker(void *arg)
@@ -93,8 +99,18 @@ void qf_parallel_for(int64_t n, int64_t grain, qf_parallel_fn body, void *ctx)
 {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
+    const int64_t want = n / grain;
+    qf_parallel_runner run = atomic_load(&runner);
+    if (run && pthread_equal(pthread_self(), runner_thread)) {
+        int nslices = qf_parallel_threads();
+        if (want < nslices) nslices = want < 1 ? 1 : (int)want;
+        if (nslices == 1) {
+            body(ctx, 0, n);
+            return;
+        }
+        if (run(n, nslices, body, ctx)) return;
+    }
     pthread_once(&pool_once, pool_start);
-    int64_t want = n / grain;
     int nslices = pool.nworkers + 1;
     if (want < nslices) nslices = want < 1 ? 1 : (int)want;
     if (nslices == 1) {

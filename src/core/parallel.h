@@ -7,14 +7,19 @@
  * The thread count is qf_parallel_threads(): the machine's cores unless set
  * (`--threads`); the oneDNN backend runs on as many. The workers are created
  * once, on first use, and sleep on a condition variable between jobs (they
- * never spin, so they do not steal a core from oneDNN's threads).
- * If they cannot be created, the work runs on the calling thread. Jobs from
- * several threads at once are serialized. `body` must not call
- * qf_parallel_for itself.
+ * never spin). If they cannot be created, the work runs on the calling
+ * thread. Jobs from several threads at once are serialized. `body` must not
+ * call qf_parallel_for itself.
+ *
+ * A runner (qf_parallel_set_runner: the oneDNN backend's OpenMP team, once
+ * it is loaded) takes the jobs of the thread that set it instead of the pool,
+ * with the same slices: the team's threads are the ones still spinning after
+ * a oneDNN call, which a pool worker woken then would share a core with.
  */
 #ifndef QF_PARALLEL_H
 #define QF_PARALLEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Threads the kernels use (>= 1): set, or the online cores (at most 16). */
@@ -37,5 +42,19 @@ typedef void (*qf_parallel_fn)(void *ctx, int64_t lo, int64_t hi);
 /* Runs body over [0, n) in slices of at least `grain` items; returns when all
  * slices are done. */
 void qf_parallel_for(int64_t n, int64_t grain, qf_parallel_fn body, void *ctx);
+
+/* Slice s of nslices over [0, n): [n * s / nslices, n * (s + 1) / nslices). */
+static inline void qf_parallel_slice(int64_t n, int nslices, int s, int64_t *lo, int64_t *hi)
+{
+    *lo = n * s / nslices;
+    *hi = n * (s + 1) / nslices;
+}
+
+/* Runs slices 0..nslices-1 of [0, n) (qf_parallel_slice) on threads of its
+ * own and the caller, each once, and returns when all are done; false, having
+ * run nothing, when it cannot now (the caller then uses the pool). */
+typedef bool (*qf_parallel_runner)(int64_t n, int nslices, qf_parallel_fn body, void *ctx);
+/* The calling thread's jobs go to `run` from now on (NULL: the pool again). */
+void qf_parallel_set_runner(qf_parallel_runner run);
 
 #endif

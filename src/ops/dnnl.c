@@ -142,12 +142,57 @@ static void omp_nothing(void *arg) { (void)arg; }
  * runs every plan) reuse the threads and create none. No room: false, and
  * the reference kernels run instead (their pool copes with threads it
  * cannot create). */
+/* libgomp's entry points for qfold's own jobs on the team (omp_run). */
+static struct {
+    void (*parallel)(void (*)(void *), void *, unsigned, unsigned); /* GOMP_parallel */
+    int (*thread_num)(void), (*num_threads)(void), (*in_parallel)(void);
+    int team; /* the team's size, started by omp_warm_up */
+} omp;
+
+typedef struct omp_job {
+    int64_t n;
+    int nslices;
+    qf_parallel_fn body;
+    void *ctx;
+} omp_job;
+
+/* Thread t of the team runs slices t, t + nt, ... */
+static void omp_job_region(void *arg)
+{
+    const omp_job *j = arg;
+    const int nt = omp.num_threads();
+    for (int s = omp.thread_num(); s < j->nslices; s += nt) {
+        int64_t lo, hi;
+        qf_parallel_slice(j->n, j->nslices, s, &lo, &hi);
+        j->body(j->ctx, lo, hi);
+    }
+}
+
+/* qf_parallel_for's runner once oneDNN is loaded: qfold's own kernels run on
+ * oneDNN's OpenMP team, from the thread that started it, with no more threads
+ * than it has (libgomp would create any more, and exit(1) if it cannot).
+ * Between two oneDNN calls the team's workers are still spinning
+ * (GOMP_SPINCOUNT): they pick the job up at once, where qfold's pool would
+ * wake threads of its own to share the cores with them. */
+static bool omp_run(int64_t n, int nslices, qf_parallel_fn body, void *ctx)
+{
+    if (omp.in_parallel()) return false;
+    omp_job j = {n, nslices, body, ctx};
+    omp.parallel(omp_job_region, &j, (unsigned)(nslices < omp.team ? nslices : omp.team), 0);
+    return true;
+}
+
 static bool omp_warm_up(int threads)
 {
     void *gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!gomp) return true; /* oneDNN built on another runtime: nothing to guard */
     void (*gomp_parallel)(void (*)(void *), void *, unsigned, unsigned) = NULL;
     *(void **)&gomp_parallel = dlsym(gomp, "GOMP_parallel");
+    omp.parallel = gomp_parallel;
+    *(void **)&omp.thread_num = dlsym(gomp, "omp_get_thread_num");
+    *(void **)&omp.num_threads = dlsym(gomp, "omp_get_num_threads");
+    *(void **)&omp.in_parallel = dlsym(gomp, "omp_in_parallel");
+    omp.team = threads;
     /* libdnnl keeps libgomp loaded: the pointer outlives the dlclose. */
     *(void **)&qf_dnnl_lib_.omp_set_threads = dlsym(gomp, "omp_set_num_threads");
     *(void **)&qf_dnnl_lib_.omp_max_threads = dlsym(gomp, "omp_get_max_threads");
@@ -242,6 +287,8 @@ static bool dnnl_load(void)
         return false;
     }
     snprintf(dnnl_version_str, sizeof dnnl_version_str, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
+    if (omp.parallel && omp.thread_num && omp.num_threads && omp.in_parallel && omp.team > 1)
+        qf_parallel_set_runner(omp_run);
     /* The handle stays open for the process's life. */
     return true;
 }
