@@ -6,7 +6,9 @@
  * LAYOUT: nhwc (the plan's), blocked (nChw16c activations), any (oneDNN's
  * choice), nchw_nhwc (NCHW source, NHWC destination); POST: none, relu, add_relu (a residual as a binary add post-op,
  * then relu: the plan's residual convs), sum_relu (the residual as a sum
- * post-op over dst, then relu), swish (SiLU, EfficientNet's). Weights are always format any, reordered
+ * post-op over dst, then relu), swish (SiLU, EfficientNet's), swish_sep (no
+ * post-op, then a separate oneDNN swish eltwise in place over dst, timed
+ * with the conv). Weights are always format any, reordered
  * once, as the plan does. Threads: OMP_NUM_THREADS. Prints the
  * implementation oneDNN picked, the median and fastest wall time over ITERS
  * (default 200) calls and their GFLOP/s.
@@ -56,7 +58,7 @@ static void *buffer(const dnnl_memory_desc_t *md, float v)
 int main(int argc, char **argv)
 {
     if (argc < 9) {
-        fprintf(stderr, "usage: conv_bench MB IC OC IH IW K STRIDE PAD [nhwc|blocked|any|nchw_nhwc [none|relu|swish|add_relu|sum_relu [ITERS]]]\n");
+        fprintf(stderr, "usage: conv_bench MB IC OC IH IW K STRIDE PAD [nhwc|blocked|any|nchw_nhwc [none|relu|swish|swish_sep|add_relu|sum_relu [ITERS]]]\n");
         return 2;
     }
     int64_t mb = atoll(argv[1]), ic = atoll(argv[2]), oc = atoll(argv[3]), ih = atoll(argv[4]), iw = atoll(argv[5]);
@@ -96,7 +98,7 @@ int main(int argc, char **argv)
     if (binary) CHECK(dnnl_post_ops_append_binary(po, dnnl_binary_add, &dst_md));
     if (!strcmp(post, "swish"))
         CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_swish, 1.0f, 0.0f));
-    else if (strcmp(post, "none"))
+    else if (strcmp(post, "none") && strcmp(post, "swish_sep"))
         CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f));
     CHECK(dnnl_primitive_attr_set_post_ops(attr, po));
     dnnl_primitive_desc_t pd;
@@ -122,12 +124,23 @@ int main(int argc, char **argv)
         CHECK(dnnl_memory_create(&res, dst_q, eng, buffer(dst_q, 0.2f)));
         args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, res};
     }
+    /* swish_sep: the SiLU as its own in-place eltwise primitive after the conv. */
+    dnnl_primitive_t elt = NULL;
+    dnnl_exec_arg_t eargs[2] = {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}};
+    if (!strcmp(post, "swish_sep")) {
+        dnnl_eltwise_desc_t ed;
+        dnnl_primitive_desc_t epd;
+        CHECK(dnnl_eltwise_forward_desc_init(&ed, dnnl_forward_inference, dnnl_eltwise_swish, dst_q, 1.0f, 0.0f));
+        CHECK(dnnl_primitive_desc_create(&epd, &ed, NULL, eng, NULL));
+        CHECK(dnnl_primitive_create(&elt, epd));
+    }
     double *t = malloc(sizeof *t * (size_t)iters);
     for (int i = 0; i < 10; i++) CHECK(dnnl_primitive_execute(prim, strm, nargs, args));
     CHECK(dnnl_stream_wait(strm));
     for (int i = 0; i < iters; i++) {
         double t0 = now_ms();
         CHECK(dnnl_primitive_execute(prim, strm, nargs, args));
+        if (elt) CHECK(dnnl_primitive_execute(elt, strm, 2, eargs));
         CHECK(dnnl_stream_wait(strm));
         t[i] = now_ms() - t0;
     }

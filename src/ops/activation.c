@@ -368,6 +368,23 @@ static void act_sigmoid_f32_slice(void *ctx, int64_t a, int64_t b)
     }
 }
 
+#if QF_HAVE_DNNL
+/* SiLU in place over y[a, b), y = x * sigmoid(x) with sigmoid(x) computed as
+ * act_sigmoid_f32_slice does, so the result is the reference engine's
+ * Sigmoid then Mul, bit for bit. ctx is the float array. */
+QF_VECTOR_CLONES void qf_silu_f32_inplace_slice(void *ctx, int64_t a, int64_t b)
+{
+    float *restrict y = (float *)ctx + a;
+    const int64_t n = b - a;
+    for (int64_t i = 0; i < n; i++) {
+        const float x = y[i];
+        float e = act_expf_nonpos(x < 0 ? x : -x);
+        float s = 1.0f / (1.0f + e);
+        y[i] = x * (x >= 0 ? s : e * s);
+    }
+}
+#endif
+
 static qf_status qf_sigmoid_forward_f32(const qf_kernel_io *io)
 {
     if (io->in[0]->dtype == QF_DTYPE_F32) {

@@ -125,6 +125,13 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
     qf_dk_build b;
     QF_TRY(qf_dk_begin(&b, io, p));
     b.sum_ok = sum;
+    /* A fused SiLU runs after the primitive on the big k x k and depthwise
+     * convs (qf_dk_set_silu_split), not on the 1x1 ones: there oneDNN's
+     * swish post-op costs no more than a pass of its own (measured in
+     * bench/run.md, session 11). */
+    int64_t taps = 1;
+    for (int i = 2; i < w->ndim; i++) taps *= w->dims[i];
+    b.silu_ok = !transpose && taps > 1;
     qf_status st = qf_dk_post_fused(&b, &dst_md);
     dnnl_convolution_desc_t cd;
     dnnl_deconvolution_desc_t dd;

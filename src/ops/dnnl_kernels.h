@@ -64,6 +64,7 @@ typedef struct qf_dk_prim {
     void *owned[2]; /* reordered weights (qf_malloc'ed, aligned inside) */
     int sum_post;   /* 1 + the post_in index added as a sum post-op; 0: none */
     bool serial;    /* built and run on one thread (a tiny node: qf_dk_finish) */
+    bool silu_after; /* the fused SiLU runs after the primitive, in place (qf_dk_set_silu_split) */
 } qf_dk_prim;
 
 /* A primitive under construction. */
@@ -74,6 +75,7 @@ typedef struct qf_dk_build {
     dnnl_post_ops_t po;
     int npo; /* post-ops appended so far */
     bool sum_ok; /* the first fused Add may be a sum post-op (set by the caller) */
+    bool silu_ok; /* a last fused SiLU may run after the primitive (set by the caller) */
 } qf_dk_build;
 
 /* QF_ERR_UNSUPPORTED without a message ("not this node"). */
@@ -132,6 +134,15 @@ int qf_dk_dst_post(const void *state);
  * on); < 0: the default, 65536. Tests set 0 to run the threaded kernels on
  * their small shapes. */
 void qf_dk_set_serial_max(int64_t elements);
+/* A k x k or depthwise Conv's fused SiLU (Sigmoid + Mul) whose output holds
+ * at least `elements` elements runs after the primitive as qfold's own in-place SiLU
+ * on oneDNN's OpenMP team (qf_silu_f32_inplace_slice) instead of oneDNN's
+ * swish post-op (prepared from then on); < 0: the default, 2^21. Tests set 0
+ * to run that path on their small shapes. */
+void qf_dk_set_silu_split(int64_t elements);
+/* y[a, b) = SiLU(y[a, b)) in place, the reference's Sigmoid then Mul bit for
+ * bit (activation.c); ctx is the float array. */
+void qf_silu_f32_inplace_slice(void *ctx, int64_t a, int64_t b);
 
 /* The eltwise algorithm (and alpha, beta) computing unary activation node n
  * exactly as its reference kernel; false when there is none. Clip needs

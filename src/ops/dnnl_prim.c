@@ -147,6 +147,26 @@ static bool dk_follower_ok(const qf_node *f, const qf_value *from)
     return dk_is_hard_sigmoid(f) || qf_dk_eltwise_of(f, &alg, &a, &b);
 }
 
+/* A SiLU fused into a k x k or depthwise conv (b->silu_ok) whose output
+ * holds at least this many elements runs after the primitive as qfold's own
+ * in-place pass (dk_silu) instead of oneDNN 2.6's swish post-op, which costs
+ * those kernels more than the pass: EfficientNet-B0 at batch 8, 2 threads,
+ * the depthwise 144ch 56x56 conv 1.68 ms with the post-op against 0.61 +
+ * 0.61 for the conv and the pass (bench/run.md, session 11). Smaller
+ * outputs stay in cache, where the post-op is cheaper than a second pass
+ * and its fork and join (every one at batch 1; at batch 8 the 1-1.5 M
+ * element ones at 28x28 and 14x14 won or lost by 10 %). */
+#define QF_DK_SILU_SPLIT (1 << 21)
+static int64_t dk_silu_split_min = QF_DK_SILU_SPLIT;
+
+void qf_dk_set_silu_split(int64_t elements) { dk_silu_split_min = elements < 0 ? QF_DK_SILU_SPLIT : elements; }
+
+static bool dk_silu_split(const qf_dk_build *b, const qf_value *from)
+{
+    return b->silu_ok && b->io->nout == 1 && qf_tensor_numel(b->io->out[0]) >= dk_silu_split_min &&
+           qf_tensor_numel(&from->type) == qf_tensor_numel(b->io->out[0]);
+}
+
 qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
 {
     const qf_kernel_io *io = b->io;
@@ -158,7 +178,10 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
         /* SiLU, fused as the pair Sigmoid(from), Mul(from, that): one swish
          * post-op (a Mul on its own is none). */
         if (f->op == QF_OP_SIGMOID && i + 1 < io->nfused && dk_swish_sigmoid(io->fused[i + 1], from) == f) {
-            QF_TRY(qf_dk_post_eltwise(b, dnnl_eltwise_swish, 1.0f, 0.0f));
+            if (i + 2 == io->nfused && dk_silu_split(b, from))
+                b->p->silu_after = true;
+            else
+                QF_TRY(qf_dk_post_eltwise(b, dnnl_eltwise_swish, 1.0f, 0.0f));
             from = io->fused[++i]->outputs[0];
             continue;
         }
@@ -395,6 +418,37 @@ bool qf_dk_all_f32(const qf_kernel_io *io)
     return true;
 }
 
+typedef struct dk_silu_job {
+    float *y;
+    int64_t n;
+} dk_silu_job;
+
+/* One thread's share of the in-place SiLU, in 16-float aligned pieces. */
+static void dk_silu_team(void *ctx)
+{
+    const dk_silu_job *j = ctx;
+    const qf_dnnl_lib *d = &qf_dnnl_lib_;
+    const int64_t t = d->omp_thread_num(), nt = d->omp_num_threads();
+    const int64_t per = ((j->n + nt - 1) / nt + 15) & ~(int64_t)15;
+    const int64_t a = t * per < j->n ? t * per : j->n, b = a + per < j->n ? a + per : j->n;
+    if (a < b) qf_silu_f32_inplace_slice(j->y, a, b);
+}
+
+/* y = SiLU(y) in place after the primitive: on oneDNN's OpenMP team, whose
+ * threads are still spinning from it (qfold's own pool would wake threads
+ * that then compete with them for the cores); serial nodes on this thread. */
+static void dk_silu(float *y, int64_t n, bool serial)
+{
+    const qf_dnnl_lib *d = &qf_dnnl_lib_;
+    const int threads = d->omp_max_threads ? d->omp_max_threads() : 1;
+    if (serial || !d->omp_parallel || threads < 2 || n < 32768) {
+        qf_silu_f32_inplace_slice(y, 0, n);
+        return;
+    }
+    dk_silu_job j = {y, n};
+    d->omp_parallel(dk_silu_team, &j, (unsigned)threads, 0);
+}
+
 qf_status qf_dk_forward(const qf_kernel_io *io)
 {
     const qf_dk_prim *p = io->state;
@@ -428,6 +482,7 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
     qf_status st = qf_dnnl_check(n, QF_DNNL(primitive_execute)(p->prim, d->stream, p->nargs, args), "execute");
     if (st == QF_OK) st = qf_dnnl_check(n, QF_DNNL(stream_wait)(d->stream), "execute");
     dk_serial_end(was);
+    if (st == QF_OK && p->silu_after) dk_silu(io->out[0]->data, qf_tensor_numel(io->out[0]), p->serial);
     return st;
 }
 

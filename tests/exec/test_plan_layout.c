@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "exec/exec_impl.h"
+#include "ops/dnnl_kernels.h"
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "tools/qf_check.h"
@@ -709,6 +710,15 @@ int main(void)
     RUN(test_pools);
     RUN(test_broadcast);
     RUN(test_silu);
+#if QF_HAVE_DNNL
+    /* Again with every fused SiLU run after its conv's primitive, in place
+     * (the default does that only on outputs of millions of elements). */
+    if (have_dnnl) {
+        qf_dk_set_silu_split(0);
+        RUN(test_silu);
+        qf_dk_set_silu_split(-1);
+    }
+#endif
     RUN(test_int8_chain);
     RUN(test_inplace);
     RUN(test_hook_plain);

@@ -743,6 +743,43 @@ static void test_post_ops(void)
     }
 }
 
+/* A large k x k conv's fused SiLU runs after the primitive, in place, on
+ * oneDNN's OpenMP team (qf_dk_set_silu_split; the default only splits
+ * outputs of millions of elements): forced here on a 3x3 conv whose output
+ * (3 x 19 x 29 x 31, 51,243 elements: odd, split unevenly between the
+ * threads) is big enough for the team, in every layout, after a residual Add
+ * too; a 1x1 conv keeps the post-op, and so does the 3x3 at the default. */
+static void test_silu_split(void)
+{
+    static const conv_spec specs[2] = {
+        {"conv2d 3x3 5 -> 19", 2, 3, 5, 19, 1, {29, 31}, {3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, NULL, true, true, false, {0}},
+        {"conv2d 1x1 5 -> 19", 2, 3, 5, 19, 1, {29, 31}, {1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, NULL, true, true, false, {0}}};
+    for (int cfg = 0; cfg < 3; cfg++) { /* 3x3 forced, 1x1 forced, 3x3 at the default */
+        qf_dk_set_silu_split(cfg < 2 ? 0 : -1);
+        const conv_spec *sp = &specs[cfg == 1];
+        for (size_t p = 12; p < 15; p++) /* post_chains: silu, silu (sigmoid first), add + silu */
+            for (int l = 0; l < 4; l++) {
+                REQUIRE(strstr(post_chains[p].what, "silu"), "post_chains[%zu] is no SiLU chain", p);
+                dcase c;
+                dc_init(&c, 401 + (uint32_t)p);
+                conv_case(&c, sp);
+                for (int k = 0; k < post_chains[p].n; k++) add_post(&c, post_chains[p].k[k]);
+                REQUIRE_OK(qf_graph_infer_shapes(c.g));
+                dk_run r;
+                REQUIRE_OK(dk_prepare(&c, &r, layouts[l][0], layouts[l][1]));
+                bool after = ((const qf_dk_prim *)r.state)->silu_after;
+                r.k->release(r.state);
+                free(r.state_raw);
+                char what[160];
+                snprintf(what, sizeof what, "%s + %s (config %d)", sp->what, post_chains[p].what, cfg);
+                CHECKF(after == (cfg == 0), "%s: SiLU after the primitive %d", what, (int)after);
+                dc_check(&c, what, layouts[l][0], layouts[l][1]);
+                dc_free(&c);
+            }
+    }
+    qf_dk_set_silu_split(-1);
+}
+
 static void test_can_fuse(void)
 {
     dcase c;
@@ -1149,9 +1186,14 @@ int main(void)
     RUN(test_batch_norm);
     RUN(test_activations);
     RUN(test_binary);
+    RUN(test_silu_split);
     qf_dk_set_serial_max(-1);
     RUN(test_conv);
     RUN(test_post_ops);
+    RUN(test_silu_split);
+    qf_dk_set_silu_split(0); /* every k x k conv's SiLU after the primitive, serial */
+    RUN(test_post_ops);
+    qf_dk_set_silu_split(-1);
     RUN(test_gemm);
     RUN(test_pools);
     return qf_check_report();
