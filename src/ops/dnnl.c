@@ -197,9 +197,6 @@ static bool omp_warm_up(int threads)
     *(void **)&qf_dnnl_lib_.omp_set_threads = dlsym(gomp, "omp_set_num_threads");
     *(void **)&qf_dnnl_lib_.omp_max_threads = dlsym(gomp, "omp_get_max_threads");
     if (!qf_dnnl_lib_.omp_max_threads) qf_dnnl_lib_.omp_set_threads = NULL;
-    *(void **)&qf_dnnl_lib_.omp_thread_num = dlsym(gomp, "omp_get_thread_num");
-    *(void **)&qf_dnnl_lib_.omp_num_threads = dlsym(gomp, "omp_get_num_threads");
-    if (qf_dnnl_lib_.omp_thread_num && qf_dnnl_lib_.omp_num_threads) qf_dnnl_lib_.omp_parallel = gomp_parallel;
     bool ok = true;
     if (gomp_parallel && threads > 1) {
         size_t need = (size_t)(threads - 1) * (omp_stack_bytes() + ((size_t)1 << 20)) + QF_DNNL_MARGIN;

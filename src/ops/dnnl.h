@@ -126,12 +126,6 @@ typedef struct qf_dnnl_lib {
     int threads;           /* OpenMP threads oneDNN runs on */
     void (*omp_set_threads)(int); /* libgomp's omp_set_num_threads; NULL: another runtime */
     int (*omp_max_threads)(void); /* libgomp's omp_get_max_threads */
-    /* libgomp's GOMP_parallel, omp_get_thread_num, omp_get_num_threads: a
-     * loop of qfold's on oneDNN's team (its threads spin right after a
-     * primitive); NULL: another runtime. */
-    void (*omp_parallel)(void (*)(void *), void *, unsigned, unsigned);
-    int (*omp_thread_num)(void);
-    int (*omp_num_threads)(void);
 } qf_dnnl_lib;
 
 /* The loaded library when the oneDNN backend is active (qf_backend_engine()

@@ -136,7 +136,7 @@ int qf_dk_dst_post(const void *state);
 void qf_dk_set_serial_max(int64_t elements);
 /* A k x k or depthwise Conv's fused SiLU (Sigmoid + Mul) whose output holds
  * at least `elements` elements runs after the primitive as qfold's own in-place SiLU
- * on oneDNN's OpenMP team (qf_silu_f32_inplace_slice) instead of oneDNN's
+ * (qf_silu_f32_inplace_slice, on qf_parallel_for) instead of oneDNN's
  * swish post-op (prepared from then on); < 0: the default, 2^21. Tests set 0
  * to run that path on their small shapes. */
 void qf_dk_set_silu_split(int64_t elements);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/parallel.h"
 #include "dnnl_kernels.h"
 #include "qlinear.h"
 
@@ -418,35 +419,15 @@ bool qf_dk_all_f32(const qf_kernel_io *io)
     return true;
 }
 
-typedef struct dk_silu_job {
-    float *y;
-    int64_t n;
-} dk_silu_job;
-
-/* One thread's share of the in-place SiLU, in 16-float aligned pieces. */
-static void dk_silu_team(void *ctx)
-{
-    const dk_silu_job *j = ctx;
-    const qf_dnnl_lib *d = &qf_dnnl_lib_;
-    const int64_t t = d->omp_thread_num(), nt = d->omp_num_threads();
-    const int64_t per = ((j->n + nt - 1) / nt + 15) & ~(int64_t)15;
-    const int64_t a = t * per < j->n ? t * per : j->n, b = a + per < j->n ? a + per : j->n;
-    if (a < b) qf_silu_f32_inplace_slice(j->y, a, b);
-}
-
-/* y = SiLU(y) in place after the primitive: on oneDNN's OpenMP team, whose
- * threads are still spinning from it (qfold's own pool would wake threads
- * that then compete with them for the cores); serial nodes on this thread. */
+/* y = SiLU(y) in place after the primitive, serial nodes on this thread;
+ * qf_parallel_for runs it on oneDNN's OpenMP team, whose threads are still
+ * spinning from the primitive (qf_parallel_set_runner). */
 static void dk_silu(float *y, int64_t n, bool serial)
 {
-    const qf_dnnl_lib *d = &qf_dnnl_lib_;
-    const int threads = d->omp_max_threads ? d->omp_max_threads() : 1;
-    if (serial || !d->omp_parallel || threads < 2 || n < 32768) {
+    if (serial)
         qf_silu_f32_inplace_slice(y, 0, n);
-        return;
-    }
-    dk_silu_job j = {y, n};
-    d->omp_parallel(dk_silu_team, &j, (unsigned)threads, 0);
+    else
+        qf_parallel_for(n, 32768, qf_silu_f32_inplace_slice, y);
 }
 
 qf_status qf_dk_forward(const qf_kernel_io *io)
