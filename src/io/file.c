@@ -498,7 +498,8 @@ static qf_status qf_pipe_write_rest(qf_file_pipe *p, const struct iovec *iov, in
             skip -= len;
             continue;
         }
-        qf_status st = qf_write_all(p->fd, (unsigned char *)iov[i].iov_base + skip, len - skip, p->path);
+        qf_status st =
+            qf_write_all(p->fd, (unsigned char *)iov[i].iov_base + skip, len - skip, p->path);
         if (st != QF_OK) return st;
         skip = 0;
     }
@@ -523,7 +524,8 @@ static qf_status qf_pipe_write(qf_file_pipe *p, unsigned first, unsigned n)
         e = k < 0 ? errno : 0;
     } while (k < 0 && e == EINTR);
     if (k == (ssize_t)total) return QF_OK;
-    if (k < 0 && e != EINVAL) return qf_error(QF_ERR_IO, "cannot write '%s': %s", p->path, strerror(e));
+    if (k < 0 && e != EINVAL)
+        return qf_error(QF_ERR_IO, "cannot write '%s': %s", p->path, strerror(e));
     return qf_pipe_write_rest(p, iov, (int)n, k > 0 ? (size_t)k : 0);
 }
 
