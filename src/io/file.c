@@ -24,48 +24,6 @@
 /* Buffers from this size on are populated before the read. */
 #define QF_POPULATE_MIN ((size_t)1 << 20)
 
-/* Buffers from this size on are populated by two threads. */
-#define QF_POPULATE_SPLIT ((size_t)16 << 20)
-
-typedef struct {
-    unsigned char *p;
-    size_t n;
-} qf_populate_part;
-
-static void *qf_populate_main(void *arg)
-{
-    qf_populate_part *a = arg;
-    qf_mem_populate(a->p, a->n);
-    return NULL;
-}
-
-/* qf_mem_populate, the upper half of a big buffer on a second thread. Most
- * of populating is the kernel zeroing fresh pages, which on this kind of VM
- * waits on the host's faults: two threads overlap them (resnet50's 100 MB
- * model buffer, loaded machine, 12-14 alternating rounds: load median
- * 139 -> 111, 189 -> 99, 292 -> 272 ms; bench/fuse.md). Without a thread
- * (a process limit, no memory for its stack) one populates the whole. */
-static void qf_populate_big(unsigned char *buf, size_t n)
-{
-    if (n < QF_POPULATE_SPLIT) {
-        qf_mem_populate(buf, n);
-        return;
-    }
-    /* Split on a huge-page boundary (2 MiB), so that neither thread
-     * populates a page of the other's half. */
-    const uintptr_t huge = (uintptr_t)2 << 20;
-    size_t half = (size_t)(((uintptr_t)buf + n / 2 + huge - 1) / huge * huge - (uintptr_t)buf);
-    qf_populate_part hi = {buf + half, n - half};
-    pthread_t t;
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old); /* signals go to the other threads */
-    bool ok = pthread_create(&t, NULL, qf_populate_main, &hi) == 0;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    qf_mem_populate(buf, ok ? half : n);
-    if (ok) pthread_join(t, NULL);
-}
-
 /* Read from fd until EOF into a buffer of at least `hint` bytes, growing it
  * when the file is longer (pipes, /proc files: st_size is only a hint).
  *
@@ -82,7 +40,7 @@ static qf_status qf_fd_read_all(int fd, const char *path, size_t hint, size_t ma
     size_t cap = hint && hint < SIZE_MAX - 1 ? hint + 1 : 65536;
     unsigned char *buf = qf_malloc(cap + 1);
     if (!buf) return QF_ERR_NOMEM;
-    if (cap >= QF_POPULATE_MIN) qf_populate_big(buf, cap);
+    if (cap >= QF_POPULATE_MIN) qf_mem_populate(buf, cap);
     size_t n = 0;
     for (;;) {
         if (n == cap) {
