@@ -26,9 +26,11 @@ qf_status qf_file_temp_open(const char *path, char **tmp, int *fd);
  * into place by commit (same contract as qf_file_write_parts). With a buffer
  * (`bufsize`, rounded up to a multiple of 4096), every piece is gathered
  * into it and the file written in whole buffers, so that from QF_DIRECT_FROM
- * bytes on the writes can bypass the page cache (O_DIRECT, file.c); without
- * one, pieces go straight to the file. The first error sticks: later puts do nothing,
- * commit reports it and removes the temporary file. */
+ * bytes on the writes can bypass the page cache (O_DIRECT, file.c); from
+ * there on a writer thread does the writes, a few buffers at a time, while
+ * the caller fills the next ones. Without a buffer, pieces go straight to
+ * the file. The first error (the caller's or the writer thread's) sticks:
+ * later puts do nothing, commit reports it and removes the temporary file. */
 typedef struct qf_file_writer {
     const char *path;
     char *tmp;
@@ -42,6 +44,9 @@ typedef struct qf_file_writer {
     bool direct;    /* the file is open with O_DIRECT now */
     bool buffered;  /* O_DIRECT was refused: stay in the page cache */
     qf_status st;
+    /* The writer thread and its ring of buffers, once the direct writes
+     * have begun (file.c): it writes buffer k while the caller fills k + 1. */
+    struct qf_file_pipe *pipe;
 } qf_file_writer;
 qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsize);
 /* A writer of `path` itself, a temporary file the caller made

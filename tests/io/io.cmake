@@ -9,10 +9,11 @@ file(MAKE_DIRECTORY "${QF_TEST_WORK}/zero_copy")
 add_test(NAME io_zero_copy COMMAND test_zero_copy ${QF_TEST_WORK}/models ${QF_TEST_WORK}/zero_copy)
 set_tests_properties(io_zero_copy PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit;io" TIMEOUT 300)
 
-# The big-model write (O_DIRECT past the first MiBs): same bytes, same
-# failures as through the page cache. resnet18 of the ref_models fixture.
+# The big-model write (O_DIRECT past the first MiBs, on a writer thread):
+# same bytes, same failures as through the page cache; the file writer
+# (src/io/io_internal.h) on its own. resnet18 of the ref_models fixture.
 add_executable(test_big_write ${CMAKE_CURRENT_LIST_DIR}/test_big_write.c)
-target_include_directories(test_big_write PRIVATE ${QF_TEST_DIR})
+target_include_directories(test_big_write PRIVATE ${QF_TEST_DIR} ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(test_big_write PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_big_write PRIVATE qfold_static)
 file(MAKE_DIRECTORY "${QF_TEST_WORK}/big_write")

@@ -11,7 +11,19 @@
  *   test of what it is for, not only of what it writes).
  * - size_limit: a save that hits the file size limit (RLIMIT_FSIZE, the
  *   same failure as a full disk) in the direct part fails with an I/O
- *   error, leaves no temporary file and the old file as it was.
+ *   error, leaves no temporary file and the old file as it was. The direct
+ *   writes are the writer thread's (src/io/file.c): its error reaches the
+ *   caller, once, with its message. Twice: the limit on a 4 KiB boundary
+ *   (a short direct write) and off one (the direct write refused, the rest
+ *   through the page cache up to the limit).
+ * - writer_pieces: the file writer itself, pieces of odd sizes past the
+ *   direct threshold (the ring of buffers wraps around many times, the last
+ *   buffer partial, then whole): the file holds exactly what was put.
+ * - writer_fail: an error of the caller while the thread has writes in
+ *   flight, an abort, and the thread's own error (the file size limit hit
+ *   by whole buffers only): the first error comes back from commit, no
+ *   temporary file stays, the old file is kept, the thread is joined (the
+ *   sanitizer build finds a leaked thread or buffer).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -27,6 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "io/io_internal.h"
 #include "qfold/io.h"
 #include "tools/qf_check.h"
 
@@ -141,7 +154,7 @@ static void same_bytes(void)
     remove(b);
 }
 
-static void size_limit(void)
+static void size_limit_at(size_t limit)
 {
     char in[4096], out[4096];
     snprintf(in, sizeof in, "%s/resnet18.onnx", models_dir);
@@ -157,13 +170,19 @@ static void size_limit(void)
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        /* 12 MiB: the direct writes have begun (from 4 MiB on). */
+        /* The direct writes have begun (from 4 MiB on). */
         signal(SIGXFSZ, SIG_IGN);
-        struct rlimit rl = {(rlim_t)12 << 20, (rlim_t)12 << 20};
+        struct rlimit rl = {(rlim_t)limit, (rlim_t)limit};
         setrlimit(RLIMIT_FSIZE, &rl);
         qf_status st = qf_onnx_save(g, out);
         const char *msg = qf_error_message();
-        _exit(st == QF_ERR_IO && msg && strstr(msg, "resnet18.onnx") ? 0 : 1);
+        /* The thread's message, copied to this one: "cannot write
+         * '...resnet18.onnx': File too large", and said once. */
+        const char *name = msg ? strstr(msg, "resnet18.onnx") : NULL;
+        bool ok = st == QF_ERR_IO && name && strstr(msg, strerror(EFBIG)) &&
+                  !strstr(name + 1, "resnet18.onnx");
+        if (!ok) fprintf(stderr, "status %d: %s\n", (int)st, msg ? msg : "(none)");
+        _exit(ok ? 0 : 1);
     }
     int status = 0;
     CHECKF(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
@@ -180,6 +199,116 @@ static void size_limit(void)
     rmdir(dir);
 }
 
+static void size_limit(void)
+{
+    size_limit_at((size_t)12 << 20);
+    size_limit_at(((size_t)12 << 20) + 1000);
+}
+
+/* Byte i of the test stream. */
+static unsigned char pattern(size_t i) { return (unsigned char)((i * 2654435761u) >> 13); }
+
+/* Put `total` bytes of the pattern in pieces of sizes cycling through
+ * `sizes` (0 stops early: after `total` bytes or on an error). */
+static void put_pattern(qf_file_writer *w, size_t total)
+{
+    static const size_t sizes[] = {1, 4095, 70000, 1 << 20, 3 << 20, 17, 999999, 5 << 20};
+    unsigned char *buf = malloc((size_t)5 << 20);
+    if (!buf) {
+        FAIL("out of memory");
+        return;
+    }
+    size_t pos = 0;
+    for (int k = 0; pos < total; k++) {
+        size_t n = sizes[k % (int)(sizeof sizes / sizeof *sizes)];
+        if (n > total - pos) n = total - pos;
+        for (size_t i = 0; i < n; i++) buf[i] = pattern(pos + i);
+        qf_file_writer_put(w, buf, n);
+        pos += n;
+    }
+    free(buf);
+}
+
+static void writer_pieces(void)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/pieces.bin", work_dir);
+    /* Partial last buffer, then a whole one (commit waits for the thread
+     * to write what it only queued). */
+    const size_t totals[] = {((size_t)37 << 20) + 12345, (size_t)24 << 20, (size_t)3 << 20};
+    for (int t = 0; t < 3; t++) {
+        qf_file_writer w;
+        CHECK_OK(qf_file_writer_open(&w, out, (size_t)1 << 20));
+        put_pattern(&w, totals[t]);
+        CHECK_OK(qf_file_writer_commit(&w));
+        void *d = NULL;
+        size_t n = 0;
+        if (!read_bytes(out, &d, &n)) continue;
+        size_t bad = n;
+        for (size_t i = 0; i < n && bad == n; i++)
+            if (((unsigned char *)d)[i] != pattern(i)) bad = i;
+        CHECKF(n == totals[t] && bad == n, "%zu bytes put, %zu in the file, first wrong at %zu",
+               totals[t], n, bad);
+        qf_free(d);
+    }
+    CHECKF(count_temps(work_dir) == 0, "temporary files left in %s", work_dir);
+    remove(out);
+}
+
+static void writer_fail(void)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/failed.bin", work_dir);
+    static const char old[] = "the old file";
+    CHECK_OK(qf_file_write_atomic(out, old, sizeof old));
+    for (int abort_it = 0; abort_it < 2; abort_it++) {
+        qf_file_writer w;
+        CHECK_OK(qf_file_writer_open(&w, out, (size_t)1 << 20));
+        put_pattern(&w, (size_t)20 << 20); /* the thread is writing by now */
+        if (abort_it) {
+            qf_file_writer_abort(&w);
+        } else {
+            qf_file_writer_fail(&w, qf_error(QF_ERR_INVALID, "the caller's error"));
+            put_pattern(&w, (size_t)3 << 20); /* ignored */
+            CHECK_ERR(qf_file_writer_commit(&w), QF_ERR_INVALID, "the caller's error");
+        }
+        CHECKF(count_temps(work_dir) == 0, "temporary files left in %s", work_dir);
+        void *d = NULL;
+        size_t n = 0;
+        if (read_bytes(out, &d, &n))
+            CHECKF(n == sizeof old && memcmp(d, old, n) == 0, "the old file changed");
+        qf_free(d);
+    }
+    /* Whole buffers only, over the file size limit: every write past 4 MiB
+     * is the thread's, so only its error can make commit fail. */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {(rlim_t)12 << 20, (rlim_t)12 << 20};
+        setrlimit(RLIMIT_FSIZE, &rl);
+        qf_file_writer w;
+        if (qf_file_writer_open(&w, out, (size_t)1 << 20) != QF_OK) _exit(3);
+        put_pattern(&w, (size_t)24 << 20);
+        qf_status st = qf_file_writer_commit(&w);
+        const char *msg = qf_error_message();
+        bool ok = st == QF_ERR_IO && strstr(msg, "failed.bin") && strstr(msg, strerror(EFBIG));
+        if (!ok) fprintf(stderr, "status %d: %s\n", (int)st, msg);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECKF(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+               WEXITSTATUS(status) == 0,
+           "the writer thread's error did not come back from commit");
+    CHECKF(count_temps(work_dir) == 0, "temporary files left in %s", work_dir);
+    void *d = NULL;
+    size_t n = 0;
+    if (read_bytes(out, &d, &n))
+        CHECKF(n == sizeof old && memcmp(d, old, n) == 0, "the old file changed");
+    qf_free(d);
+    remove(out);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 3) {
@@ -190,5 +319,7 @@ int main(int argc, char **argv)
     work_dir = argv[2];
     RUN(same_bytes);
     RUN(size_limit);
+    RUN(writer_pieces);
+    RUN(writer_fail);
     return qf_check_report();
 }
