@@ -418,7 +418,11 @@ qf_status qf_exec_reorder(const qf_kernel_io *io)
     c.tiles_r = (c.rows + LAY_TILE - 1) / LAY_TILE;
     c.tiles_c = (c.cols + LAY_TILE - 1) / LAY_TILE;
     int64_t tiles = n * c.tiles_r * c.tiles_c;
-    if (tiles > 0) qf_parallel_for(tiles, 4, lay_transpose_body, &c);
+    /* On oneDNN's threads when its kernels run the plan: they are still
+     * spinning from the call before (qfold's own pool would wake threads
+     * that share the cores with them). */
+    if (tiles > 0 && !qf_backend_parallel_for(tiles, 4, lay_transpose_body, &c))
+        qf_parallel_for(tiles, 4, lay_transpose_body, &c);
     return QF_OK;
 }
 

@@ -152,6 +152,10 @@ static bool omp_warm_up(int threads)
     *(void **)&qf_dnnl_lib_.omp_set_threads = dlsym(gomp, "omp_set_num_threads");
     *(void **)&qf_dnnl_lib_.omp_max_threads = dlsym(gomp, "omp_get_max_threads");
     if (!qf_dnnl_lib_.omp_max_threads) qf_dnnl_lib_.omp_set_threads = NULL;
+    *(void **)&qf_dnnl_lib_.omp_thread_num = dlsym(gomp, "omp_get_thread_num");
+    *(void **)&qf_dnnl_lib_.omp_num_threads = dlsym(gomp, "omp_get_num_threads");
+    if (qf_dnnl_lib_.omp_max_threads && qf_dnnl_lib_.omp_thread_num && qf_dnnl_lib_.omp_num_threads)
+        qf_dnnl_lib_.omp_parallel = gomp_parallel;
     bool ok = true;
     if (gomp_parallel && threads > 1) {
         size_t need = (size_t)(threads - 1) * (omp_stack_bytes() + ((size_t)1 << 20)) + QF_DNNL_MARGIN;
@@ -366,4 +370,44 @@ const char *qf_backend_version(void)
     if (qf_backend_engine() == QF_BACKEND_DNNL) return dnnl_version_str;
 #endif
     return "";
+}
+
+#if QF_HAVE_DNNL
+typedef struct backend_pfor {
+    int64_t n;
+    qf_parallel_fn body;
+    void *ctx;
+} backend_pfor;
+
+static void backend_pfor_region(void *arg)
+{
+    const backend_pfor *f = arg;
+    const int64_t t = qf_dnnl_lib_.omp_thread_num(), nt = qf_dnnl_lib_.omp_num_threads();
+    const int64_t lo = f->n * t / nt, hi = f->n * (t + 1) / nt;
+    if (lo < hi) f->body(f->ctx, lo, hi);
+}
+#endif
+
+bool qf_backend_parallel_for(int64_t n, int64_t grain, qf_parallel_fn body, void *ctx)
+{
+#if QF_HAVE_DNNL
+    const qf_dnnl_lib *d = qf_dnnl();
+    if (!d || !d->omp_parallel) return false;
+    if (n <= 0) return true;
+    int64_t nt = d->omp_max_threads(), most = grain > 0 ? n / grain : n;
+    nt = nt < most ? nt : most;
+    if (nt <= 1) {
+        body(ctx, 0, n);
+        return true;
+    }
+    backend_pfor f = {.n = n, .body = body, .ctx = ctx};
+    d->omp_parallel(backend_pfor_region, &f, (unsigned)nt, 0);
+    return true;
+#else
+    (void)n;
+    (void)grain;
+    (void)body;
+    (void)ctx;
+    return false;
+#endif
 }

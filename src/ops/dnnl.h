@@ -18,6 +18,7 @@
 #ifndef QF_OPS_DNNL_H
 #define QF_OPS_DNNL_H
 
+#include "../core/parallel.h"
 #include "op_table.h"
 
 #if QF_HAVE_DNNL
@@ -126,6 +127,11 @@ typedef struct qf_dnnl_lib {
     int threads;           /* OpenMP threads oneDNN runs on */
     void (*omp_set_threads)(int); /* libgomp's omp_set_num_threads; NULL: another runtime */
     int (*omp_max_threads)(void); /* libgomp's omp_get_max_threads */
+    /* libgomp's GOMP_parallel, omp_get_thread_num, omp_get_num_threads, for
+     * qf_backend_parallel_for (NULL: another runtime) */
+    void (*omp_parallel)(void (*)(void *), void *, unsigned, unsigned);
+    int (*omp_thread_num)(void);
+    int (*omp_num_threads)(void);
 } qf_dnnl_lib;
 
 /* The loaded library when the oneDNN backend is active (qf_backend_engine()
@@ -188,6 +194,14 @@ qf_status qf_backend_set_engine(int engine);
 const char *qf_backend_why_not(void);
 /* "oneDNN 2.6.3" when the backend is active, else "". */
 const char *qf_backend_version(void);
+/* Runs body over [0, n) in slices of at least `grain` items on oneDNN's
+ * OpenMP team (the calling thread and the team's workers) and returns true;
+ * false, having run nothing, when the oneDNN backend is not active (or its
+ * runtime is not libgomp). For a short qfold kernel between two oneDNN
+ * calls (the plan's input reorder): the team's workers are still spinning
+ * from the call before, where qfold's own pool would wake threads of its
+ * own that share the cores with them. */
+bool qf_backend_parallel_for(int64_t n, int64_t grain, qf_parallel_fn body, void *ctx);
 /* qf_engine_prefer_training (qfold/exec.h): libgomp's spin count for
  * training, if oneDNN is not loaded yet. */
 void qf_backend_prefer_training(void);
