@@ -418,6 +418,7 @@ qf_status qf_exec_reorder(const qf_kernel_io *io)
     c.tiles_r = (c.rows + LAY_TILE - 1) / LAY_TILE;
     c.tiles_c = (c.cols + LAY_TILE - 1) / LAY_TILE;
     int64_t tiles = n * c.tiles_r * c.tiles_c;
+    /* With oneDNN loaded, on its OpenMP team (qf_parallel_set_runner). */
     if (tiles > 0) qf_parallel_for(tiles, 4, lay_transpose_body, &c);
     return QF_OK;
 }

@@ -634,6 +634,65 @@ static void test_int8_chain(void)
     qf_graph_free(g);
 }
 
+/* The reorder kernel alone (qf_exec_reorder), both directions, against the
+ * definition of the two layouts: float and uint8, 1-6 channels (a network's
+ * input: 3), spatial sizes that are not a multiple of its tiles, batches
+ * large enough to run on several threads; on qfold's pool (engine ref) and
+ * on oneDNN's OpenMP threads (engine dnnl: qf_parallel_for's runner). */
+static void test_reorder_kernel(void)
+{
+    static const int64_t shapes[][4] = {{1, 3, 5, 7},     {3, 3, 67, 65},   {2, 2, 64, 64},
+                                        {2, 4, 33, 131},  {1, 1, 9, 9},     {2, 5, 67, 65},
+                                        {1, 6, 3, 40},    {12, 3, 96, 100}, {5, 4, 70, 61},
+                                        {4, 2, 129, 130}, {2, 64, 17, 19}};
+    for (int e = 0; e < (have_dnnl ? 2 : 1); e++) {
+        CHECK_OK(qf_set_engine(e ? QF_ENGINE_DNNL : QF_ENGINE_REF));
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+            for (int bytes = 1; bytes <= 4; bytes += 3)
+                for (int to_nhwc = 0; to_nhwc <= 1; to_nhwc++) {
+                    const int64_t *d = shapes[si];
+                    const int64_t c = d[1], sp = d[2] * d[3];
+                    const qf_dtype dt = bytes == 1 ? QF_DTYPE_U8 : QF_DTYPE_F32;
+                    qf_tensor x, y;
+                    CHECK_OK(qf_tensor_init(&x, dt, 4, d));
+                    CHECK_OK(qf_tensor_init(&y, dt, 4, d));
+                    const int64_t n = qf_tensor_numel(&x);
+                    for (int64_t i = 0; i < n; i++) {
+                        if (bytes == 1)
+                            ((uint8_t *)x.data)[i] = (uint8_t)(i * 7 + 3);
+                        else
+                            ((float *)x.data)[i] = (float)i;
+                    }
+                    const qf_tensor *in[1] = {&x};
+                    qf_tensor *out[1] = {&y};
+                    CHECK_OK(qf_exec_reorder(&(qf_kernel_io){.nin = 1,
+                                                             .nout = 1,
+                                                             .in = in,
+                                                             .out = out,
+                                                             .in_nhwc = (uint32_t)!to_nhwc,
+                                                             .out_nhwc = (uint32_t)to_nhwc}));
+                    int64_t bad = 0;
+                    for (int64_t b = 0; b < d[0]; b++)
+                        for (int64_t k = 0; k < c; k++)
+                            for (int64_t q = 0; q < sp; q++) {
+                                int64_t nchw = (b * c + k) * sp + q, nhwc = (b * sp + q) * c + k;
+                                int64_t src = to_nhwc ? nchw : nhwc, dst = to_nhwc ? nhwc : nchw;
+                                if (bytes == 1)
+                                    bad += ((uint8_t *)y.data)[dst] != ((uint8_t *)x.data)[src];
+                                else
+                                    bad += ((float *)y.data)[dst] != ((float *)x.data)[src];
+                            }
+                    CHECKF(bad == 0,
+                           "reorder %lldx%lldx%lldx%lld %s %s, engine %s: %lld elements misplaced",
+                           (long long)d[0], (long long)c, (long long)d[2], (long long)d[3],
+                           bytes == 1 ? "u8" : "f32", to_nhwc ? "to nhwc" : "to nchw",
+                           e ? "dnnl" : "ref", (long long)bad);
+                    qf_tensor_free(&x);
+                    qf_tensor_free(&y);
+                }
+    }
+}
+
 /* What a per-step hook sees. */
 typedef struct seen {
     int calls;
@@ -702,6 +761,7 @@ int main(void)
     if (!have_dnnl)
         fprintf(stderr,
                 "test_plan_layout: no oneDNN backend: layouts not checked, ref plans only\n");
+    RUN(test_reorder_kernel);
     RUN(test_residual);
     RUN(test_residual_over);
     RUN(test_flatten);
