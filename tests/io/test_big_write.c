@@ -103,6 +103,17 @@ static int count_temps(const char *dir)
     return n;
 }
 
+/* After a failed save: no temporary file left in dir, and out still holds
+ * exactly `old` (nothing lost). */
+static void check_nothing_lost(const char *dir, const char *out, const void *old, size_t old_size)
+{
+    CHECKF(count_temps(dir) == 0, "temporary files left in %s", dir);
+    void *d = NULL;
+    size_t n = 0;
+    CHECKF(read_bytes(out, &d, &n) && n == old_size && memcmp(d, old, n) == 0, "the old file changed or is gone");
+    qf_free(d);
+}
+
 static void same_bytes(void)
 {
     char in[4096], a[4096], b[4096];
@@ -189,12 +200,7 @@ static void size_limit_at(size_t limit)
                WEXITSTATUS(status) == 0,
            "the save over the size limit did not fail with an I/O error naming the file");
     qf_graph_free(g);
-    CHECKF(count_temps(dir) == 0, "temporary files left in %s", dir);
-    void *d = NULL;
-    size_t n = 0;
-    if (read_bytes(out, &d, &n))
-        CHECKF(n == sizeof old && memcmp(d, old, n) == 0, "the old file changed");
-    qf_free(d);
+    check_nothing_lost(dir, out, old, sizeof old);
     remove(out);
     rmdir(dir);
 }
@@ -272,12 +278,7 @@ static void writer_fail(void)
             put_pattern(&w, (size_t)3 << 20); /* ignored */
             CHECK_ERR(qf_file_writer_commit(&w), QF_ERR_INVALID, "the caller's error");
         }
-        CHECKF(count_temps(work_dir) == 0, "temporary files left in %s", work_dir);
-        void *d = NULL;
-        size_t n = 0;
-        if (read_bytes(out, &d, &n))
-            CHECKF(n == sizeof old && memcmp(d, old, n) == 0, "the old file changed");
-        qf_free(d);
+        check_nothing_lost(work_dir, out, old, sizeof old);
     }
     /* Whole buffers only, over the file size limit: every write past 4 MiB
      * is the thread's, so only its error can make commit fail. */
@@ -300,12 +301,7 @@ static void writer_fail(void)
     CHECKF(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
                WEXITSTATUS(status) == 0,
            "the writer thread's error did not come back from commit");
-    CHECKF(count_temps(work_dir) == 0, "temporary files left in %s", work_dir);
-    void *d = NULL;
-    size_t n = 0;
-    if (read_bytes(out, &d, &n))
-        CHECKF(n == sizeof old && memcmp(d, old, n) == 0, "the old file changed");
-    qf_free(d);
+    check_nothing_lost(work_dir, out, old, sizeof old);
     remove(out);
 }
 

@@ -135,6 +135,36 @@ def qfold_grad_op(tool, op, feeds, douts, work, training=False, seed=0, ints=Non
             [load("after", i) for i in range(len(feeds))])
 
 
+def qfold_qat_step(tool, model, work, passes, xs, ts, frozen=False):
+    """Run the qf_qat_step driver (tests/train/qf_qat_step.c): `model`
+    after the passes named in `passes`, one training step per (xs[k], ts[k])
+    pair. Returns load(kind, k, name=None): the step's array written as
+    <kind>_<k>[_<name>].npy (kind out / grad / buf), None if absent."""
+    os.makedirs(work, exist_ok=True)
+    for f in os.listdir(work):
+        os.remove(os.path.join(work, f))
+    mpath = os.path.join(work, "model.onnx")
+    onnx.save(model, mpath)
+    argv = [tool, mpath, work]
+    for p in passes:
+        argv += ["--pass", p]
+    if frozen:
+        argv.append("--frozen")
+    for k, (x, t) in enumerate(zip(xs, ts)):
+        for tag, a in (("i", x), ("t", t)):
+            p = os.path.join(work, "%s%d.npy" % ("x" if tag == "i" else "t", k))
+            np.save(p, a)
+            argv += ["-" + tag, p]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError("qf_qat_step failed (%d): %s" % (r.returncode, r.stderr.strip()))
+
+    def load(kind, k, name=None):
+        p = os.path.join(work, "%s_%d%s.npy" % (kind, k, "_" + name if name else ""))
+        return np.load(p) if os.path.exists(p) else None
+    return load
+
+
 def compare(what, got, ref, rtol=1e-5):
     """(ok, line): got vs ref within rtol * max(1, max|ref|)."""
     ref = np.asarray(ref, dtype=np.float64)

@@ -19,13 +19,11 @@ the step within 1e-6. Also with a frozen BatchNorm (freeze_bn_stats(): BN
 on its running statistics, qfold's qfold_frozen)."""
 import argparse
 import os
-import subprocess
 import sys
 import zlib
 import warnings
 
 import numpy as np
-import onnx
 import torch
 import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
@@ -206,30 +204,8 @@ def torch_module(cs, w, b, bn):
 
 
 def run_qfold(args, cs, model, xs, ts):
-    work = os.path.join(args.work, cs["name"])
-    os.makedirs(work, exist_ok=True)
-    for f in os.listdir(work):
-        os.remove(os.path.join(work, f))
-    mpath = os.path.join(work, "model.onnx")
-    onnx.save(model, mpath)
-    argv = [args.tool, mpath, work]
-    for p in cs["passes"]:
-        argv += ["--pass", p]
-    if cs.get("frozen"):
-        argv.append("--frozen")
-    for k, (x, t) in enumerate(zip(xs, ts)):
-        for tag, a in (("x", x), ("t", t)):
-            p = os.path.join(work, "%s%d.npy" % (tag, k))
-            np.save(p, a)
-            argv += ["-" + ("i" if tag == "x" else "t"), p]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError("qf_qat_step failed (%d): %s" % (r.returncode, r.stderr.strip()))
-
-    def load(what, k, name=None):
-        p = os.path.join(work, "%s_%d%s.npy" % (what, k, "_" + name if name else ""))
-        return np.load(p) if os.path.exists(p) else None
-    return load
+    return gu.qfold_qat_step(args.tool, model, os.path.join(args.work, cs["name"]), cs["passes"], xs, ts,
+                             frozen=cs.get("frozen", False))
 
 
 def shapes(cs):

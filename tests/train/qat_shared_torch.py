@@ -20,13 +20,11 @@ and the gradients of x, W, B, W2, B2 within 1e-5 relative, every
 fake-quant's scale / zero point / running range within 1e-6."""
 import argparse
 import os
-import subprocess
 import sys
 import warnings
 import zlib
 
 import numpy as np
-import onnx
 import torch
 import torch.nn.functional as F
 from onnx import TensorProto, helper, numpy_helper
@@ -65,29 +63,6 @@ def onnx_model(w, b, w2, b2, xshape, yshape):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def run_qfold(args, name, model, xs, ts):
-    work = os.path.join(args.work, name)
-    os.makedirs(work, exist_ok=True)
-    for f in os.listdir(work):
-        os.remove(os.path.join(work, f))
-    mpath = os.path.join(work, "model.onnx")
-    onnx.save(model, mpath)
-    argv = [args.tool, mpath, work, "--pass", "canonicalize", "--pass", "@fq_all"]
-    for k in range(len(xs)):
-        xp, tp = os.path.join(work, "x%d.npy" % k), os.path.join(work, "t%d.npy" % k)
-        np.save(xp, xs[k])
-        np.save(tp, ts[k])
-        argv += ["-i", xp, "-t", tp]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    if r.returncode != 0:
-        raise RuntimeError("qf_qat_step failed (%d): %s" % (r.returncode, r.stderr.strip()))
-
-    def load(kind, k, what=None):
-        p = os.path.join(work, "%s_%d%s.npy" % (kind, k, "_" + what if what else ""))
-        return np.load(p) if os.path.exists(p) else None
-    return load
-
-
 def case(args, name, n, cin, cout, hw, classes):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     w = (rng.standard_normal((cout, cin, 3, 3)) * 0.4).astype(np.float32)
@@ -98,7 +73,8 @@ def case(args, name, n, cin, cout, hw, classes):
     xs = [(rng.standard_normal((n, cin, hw, hw)) * (1 + 0.5 * k) + 0.2 * k).astype(np.float32)
           for k in range(STEPS)]
     ts = [rng.standard_normal((n, classes)).astype(np.float32) for _ in range(STEPS)]
-    load = run_qfold(args, name, onnx_model(w, b, w2, b2, [n, cin, hw, hw], [n, classes]), xs, ts)
+    load = gu.qfold_qat_step(args.tool, onnx_model(w, b, w2, b2, [n, cin, hw, hw], [n, classes]),
+                             os.path.join(args.work, name), ["canonicalize", "@fq_all"], xs, ts)
 
     fq = {"x": act_fq(), "W": weight_fq(True), "c": act_fq(), "W2": weight_fq(False), "y": act_fq()}
     for m in fq.values():
