@@ -40,8 +40,8 @@ static int engine_default(void)
  * library with N bytes of TLS made it fast for N = 64 ... 4048 but for two
  * narrow windows (N = 16 and ~3800; N = 4096 is slow again). So the block
  * is 1 KiB larger than qfold's own needs, in the middle of that range
- * (bench/run: efficientnet_b0 ~7 % faster at batch 1 and 8, resnet18 and
- * mobilenet_v2 unchanged within noise). This is a measured workaround for a
+ * (bench/run: efficientnet_b0 ~8 % faster at batch 8, 1-2 % at batch 1,
+ * resnet18 and mobilenet_v2 unchanged within noise). This is a measured workaround for a
  * page-offset conflict (4K aliasing, presumably) whose other side was not identified; a
  * new thread-local variable in qfold moves the frames again, so check
  * bench/run (and bench/layers' stem conv) after adding one. */
@@ -132,16 +132,6 @@ static void omp_nothing(void *arg) { (void)arg; }
  * out during that step (a failed JIT buffer is called anyway: SIGSEGV). */
 #define QF_DNNL_MARGIN ((size_t)64 << 20)
 
-/* libgomp calls exit(1) when it cannot create a thread for a parallel
- * region, and it creates the threads of the calling thread's team at its
- * first parallel region, keeping them for later ones. So, before oneDNN runs
- * anything: check that the address space has room for the team's stacks
- * (plus QF_DNNL_MARGIN for oneDNN's first allocations) with one mmap that is
- * released at once, then start the team with an empty parallel region.
- * After that, oneDNN's regions (from this thread, which is where the CLI
- * runs every plan) reuse the threads and create none. No room: false, and
- * the reference kernels run instead (their pool copes with threads it
- * cannot create). */
 /* libgomp's entry points for qfold's own jobs on the team (omp_run). */
 static struct {
     void (*parallel)(void (*)(void *), void *, unsigned, unsigned); /* GOMP_parallel */
@@ -182,6 +172,16 @@ static bool omp_run(int64_t n, int nslices, qf_parallel_fn body, void *ctx)
     return true;
 }
 
+/* libgomp calls exit(1) when it cannot create a thread for a parallel
+ * region, and it creates the threads of the calling thread's team at its
+ * first parallel region, keeping them for later ones. So, before oneDNN runs
+ * anything: check that the address space has room for the team's stacks
+ * (plus QF_DNNL_MARGIN for oneDNN's first allocations) with one mmap that is
+ * released at once, then start the team with an empty parallel region.
+ * After that, oneDNN's regions (from this thread, which is where the CLI
+ * runs every plan) reuse the threads and create none. No room: false, and
+ * the reference kernels run instead (their pool copes with threads it
+ * cannot create). */
 static bool omp_warm_up(int threads)
 {
     void *gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);
