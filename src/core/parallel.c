@@ -26,9 +26,6 @@ static qf_pool pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHR
                        PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, 0, 0, 0, 0};
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 
-/* Slice s of nslices over [0, n): contiguous, sizes differ by at most one. */
-static void slice(int64_t n, int nslices, int s, int64_t *lo, int64_t *hi) { qf_parallel_slice(n, nslices, s, lo, hi); }
-
 /* qf_parallel_set_runner's runner and the thread whose jobs it takes. */
 static _Atomic(qf_parallel_runner) runner;
 static pthread_t runner_thread;
@@ -50,7 +47,7 @@ static void *worker(void *arg)
         seen = pool.generation;
         if (w + 1 >= pool.nslices) continue; /* not needed for this job */
         int64_t lo, hi;
-        slice(pool.n, pool.nslices, w + 1, &lo, &hi);
+        qf_parallel_slice(pool.n, pool.nslices, w + 1, &lo, &hi);
         qf_parallel_fn body = pool.body;
         void *ctx = pool.ctx;
         pthread_mutex_unlock(&pool.lock);
@@ -95,24 +92,24 @@ static void pool_start(void)
     pthread_attr_destroy(&attr);
 }
 
+/* Slices for a job of `want` grains on `threads` threads: at most one per grain. */
+static int par_slices(int threads, int64_t want) { return want < threads ? (want < 1 ? 1 : (int)want) : threads; }
+
 void qf_parallel_for(int64_t n, int64_t grain, qf_parallel_fn body, void *ctx)
 {
     if (n <= 0) return;
-    if (grain < 1) grain = 1;
-    const int64_t want = n / grain;
+    const int64_t want = n / (grain < 1 ? 1 : grain);
     qf_parallel_runner run = atomic_load(&runner);
     if (run && pthread_equal(pthread_self(), runner_thread)) {
-        int nslices = qf_parallel_threads();
-        if (want < nslices) nslices = want < 1 ? 1 : (int)want;
-        if (nslices == 1) {
+        const int on_team = par_slices(qf_parallel_threads(), want);
+        if (on_team == 1) {
             body(ctx, 0, n);
             return;
         }
-        if (run(n, nslices, body, ctx)) return;
+        if (run(n, on_team, body, ctx)) return;
     }
     pthread_once(&pool_once, pool_start);
-    int nslices = pool.nworkers + 1;
-    if (want < nslices) nslices = want < 1 ? 1 : (int)want;
+    const int nslices = par_slices(pool.nworkers + 1, want);
     if (nslices == 1) {
         body(ctx, 0, n);
         return;
@@ -129,7 +126,7 @@ void qf_parallel_for(int64_t n, int64_t grain, qf_parallel_fn body, void *ctx)
     pthread_mutex_unlock(&pool.lock);
 
     int64_t lo, hi;
-    slice(n, nslices, 0, &lo, &hi);
+    qf_parallel_slice(n, nslices, 0, &lo, &hi);
     body(ctx, lo, hi);
 
     pthread_mutex_lock(&pool.lock);

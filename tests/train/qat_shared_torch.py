@@ -80,8 +80,6 @@ def case(args, name, n, cin, cout, hw, classes):
     for m in fq.values():
         m.train()
     params = {k: torch.tensor(a, requires_grad=True) for k, a in (("W", w), ("B", b), ("W2", w2), ("B2", b2))}
-    # qfold names a group's buffers after the value its first member reads.
-    group = {"x": "x", "W": "W", "c": "c", "W2": "W2", "y": "y"}
     ok, shrunk = True, False
     for k in range(STEPS):
         for p in params.values():
@@ -99,7 +97,7 @@ def case(args, name, n, cin, cout, hw, classes):
         pairs += [("d" + n_, load("grad", k, n_), t.grad.numpy(), 1e-5) for n_, t in params.items()]
         for key, m in fq.items():
             obs = m.activation_post_process
-            base = group[key] + "_fq_"
+            base = key + "_fq_"  # qfold names a group's buffers after the value its first member reads
             pairs += [(base + "scale", load("buf", k, base + "scale"), m.scale.numpy().astype(np.float32), 1e-6),
                       (base + "zero_point", load("buf", k, base + "zero_point"),
                        m.zero_point.numpy().astype(np.float32), 0.0),
