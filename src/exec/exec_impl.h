@@ -106,6 +106,8 @@ typedef struct qf_layout {
     int *parent;               /* per value id: union-find links (scratch) */
     unsigned char *want;       /* per value id: scratch */
     bool plain;                /* no NHWC, no fusion (plans whose steps a hook observes) */
+    bool blocked;              /* set by qf_layout_plan: the other layout is nChw16c, not NHWC */
+    bool no_blocked;           /* never blocked (a kernel declined it: the caller sets it) */
     const unsigned char *keep; /* per value id: never inside a fused chain (observed); NULL: none */
 } qf_layout;
 
@@ -134,6 +136,7 @@ typedef struct qf_plan_step_info {
     const qf_value *reorder;   /* non-NULL: this step converts the layout of that value */
     bool backend;              /* the backend's kernel (else the reference one) */
     uint32_t in_nhwc, out_nhwc;
+    bool blocked;              /* a set bit means blocked (nChw16c), not NHWC */
     int nfused;
     const qf_node *const *fused;
     bool over_post;            /* its output lies over the fused residual it adds (qf_backend_kernels.dst_post) */

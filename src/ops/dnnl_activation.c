@@ -26,7 +26,15 @@ static qf_status dact_build(const qf_kernel_io *io, qf_dk_prim *p)
     int64_t numel = qf_tensor_numel(io->in[0]);
     if (numel != qf_tensor_numel(io->out[0])) return QF_DK_DECLINE;
     dnnl_memory_desc_t md;
-    QF_TRY(qf_dk_md_plain(&md, 1, &numel));
+    /* Blocked (nChw16c): the data lies between padded channels, so the
+     * primitive gets the 4-D layout (it keeps the pad zero); any other
+     * layout is one flat run of numel floats. */
+    if (io->blocked && (io->in_nhwc & 1u)) {
+        if (!qf_shape_equal(io->in[0]->ndim, io->in[0]->dims, io->out[0]->ndim, io->out[0]->dims))
+            return QF_DK_DECLINE;
+        QF_TRY(qf_dnnl_md(n, &md, io->in[0], 2));
+    } else
+        QF_TRY(qf_dk_md_plain(&md, 1, &numel));
     qf_dk_build b;
     QF_TRY(qf_dk_begin(&b, io, p));
     dnnl_eltwise_desc_t d;
@@ -54,7 +62,7 @@ static qf_status dact_prepare(const qf_kernel_io *io, void *state)
     {                                                                                        \
         .prepare = dact_prepare, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, \
         .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward,                              \
-        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,                                          \
+        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC | QF_LAYOUT_BLOCKED,                      \
     }
 const qf_backend_kernels qf_leaky_relu_dnnl = QF_DACT_COLUMNS_;
 const qf_backend_kernels qf_sigmoid_dnnl = QF_DACT_COLUMNS_;

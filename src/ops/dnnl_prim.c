@@ -164,6 +164,10 @@ void qf_dk_set_silu_split(int64_t elements) { dk_silu_split_min = elements < 0 ?
 
 static bool dk_silu_split(const qf_dk_build *b, const qf_value *from)
 {
+    /* The pass covers numel elements: not a blocked output with pad
+     * channels (its data spans more). */
+    const qf_tensor *y = b->io->nout == 1 ? b->io->out[0] : NULL;
+    if (y && b->io->blocked && (b->io->out_nhwc & 1u) && y->ndim == 4 && y->dims[1] % QF_LAYOUT_BLOCK) return false;
     return b->silu_ok && b->io->nout == 1 && qf_tensor_numel(b->io->out[0]) >= dk_silu_split_min &&
            qf_tensor_numel(&from->type) == qf_tensor_numel(b->io->out[0]);
 }
