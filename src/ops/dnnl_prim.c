@@ -445,7 +445,12 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
         /* The sum post-op adds what Y holds: the residual, unless the plan
          * placed Y over it (qf_dk_dst_post). */
         const void *r = io->post_in[p->sum_post - 1]->data;
-        if (r != io->out[0]->data) memcpy(io->out[0]->data, r, qf_tensor_nbytes(io->out[0]));
+        if (r != io->out[0]->data) {
+            /* Y's bytes as the primitive lays them out (a blocked Y's pad
+             * channels too). */
+            const dnnl_memory_desc_t *md = QF_DNNL(primitive_desc_query_md)(p->pd, dnnl_query_dst_md, 0);
+            memcpy(io->out[0]->data, r, md ? QF_DNNL(memory_desc_get_size)(md) : qf_tensor_nbytes(io->out[0]));
+        }
     }
     dnnl_exec_arg_t args[QF_DK_MAX_ARGS];
     for (int i = 0; i < p->nargs; i++) {
