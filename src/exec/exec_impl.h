@@ -68,7 +68,9 @@ qf_status qf_exec_check_input(const qf_value *v, const qf_tensor *t);
  * values. A value is converted (one reorder step, after its producer or at
  * the start for a graph input) only where a reader needs the other layout:
  * an NCHW-only kernel, a graph output. Values with 1x1 spatial size are the
- * same bytes either way and never reordered. */
+ * same bytes either way and never reordered. The channels-last layout is
+ * NHWC or, for the whole plan, oneDNN's blocked nChw16c (qf_layout.blocked;
+ * then 1x1 values are the same bytes only with whole blocks of channels). */
 
 /* What the plan assumes the backend takes for a node. */
 enum { QF_CAP_REF = 0, QF_CAP_PLAIN = 1, QF_CAP_FULL = 2 };

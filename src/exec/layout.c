@@ -22,6 +22,11 @@
  *    graph input; a reorder step makes the other layout once, after the
  *    writer, when some reader needs it (an NCHW-only kernel, a graph output,
  *    a backend kernel reading an NCHW-made value of an NHWC group).
+ * 4. The channels-last layout: NHWC, or oneDNN's blocked nChw16c for the
+ *    whole plan (qf_layout.blocked) where that needs no more reorders and
+ *    pays (lay_blocked_pays; QFOLD_LAYOUT overrides). A blocked plan has no
+ *    layout-agnostic reference kernels (a blocked tensor has no permuted
+ *    view) and its first conv reads the NCHW image (lay_plain_first_conv).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -418,8 +423,9 @@ static int lay_env(void)
 /* Whether the rule takes the blocked plan B over the NHWC one: no more
  * reorders, and (measured, bench/run.md) oneDNN's jit_1x1 kernels on
  * nChw16c beat its brgconv_1x1 ones on nhwc where a 1x1 conv reads or
- * writes few channels at a large spatial size; elsewhere the two are level
- * (see QF_BLOCKED_* below). */
+ * writes few channels at a large spatial size (QF_BLOCKED_MIN_PLANE,
+ * QF_BLOCKED_MAX_CH); elsewhere the two are level or blocked loses
+ * (resnet18 at batch 1). */
 static bool lay_blocked_pays(const qf_layout *B, const qf_graph *g)
 {
     (void)g;
