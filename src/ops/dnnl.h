@@ -63,6 +63,7 @@
       (dnnl_primitive_desc_t *, const_dnnl_op_desc_t, const_dnnl_primitive_attr_t, dnnl_engine_t,        \
        const_dnnl_primitive_desc_t))                                                                      \
     X(dnnl_status_t, primitive_desc_destroy, (dnnl_primitive_desc_t))                                     \
+    X(dnnl_status_t, primitive_desc_query, (const_dnnl_primitive_desc_t, dnnl_query_t, int, void *))      \
     X(const dnnl_memory_desc_t *, primitive_desc_query_md,                                                \
       (const_dnnl_primitive_desc_t, dnnl_query_t, int))                                                   \
     X(dnnl_status_t, primitive_create, (dnnl_primitive_t *, const_dnnl_primitive_desc_t))                 \

@@ -26,15 +26,13 @@ static qf_status dact_build(const qf_kernel_io *io, qf_dk_prim *p)
     int64_t numel = qf_tensor_numel(io->in[0]);
     if (numel != qf_tensor_numel(io->out[0])) return QF_DK_DECLINE;
     dnnl_memory_desc_t md;
-    /* Blocked (nChw16c): the data lies between padded channels, so the
-     * primitive gets the 4-D layout (it keeps the pad zero); any other
-     * layout is one flat run of numel floats. */
-    if (io->blocked && (io->in_nhwc & 1u)) {
-        if (!qf_shape_equal(io->in[0]->ndim, io->in[0]->dims, io->out[0]->ndim, io->out[0]->dims))
-            return QF_DK_DECLINE;
-        QF_TRY(qf_dnnl_md(n, &md, io->in[0], 2));
-    } else
-        QF_TRY(qf_dk_md_plain(&md, 1, &numel));
+    /* Every layout is one flat run of numel floats, blocked too when its
+     * channels fill whole blocks. With pad channels oneDNN 2.6 has only its
+     * reference eltwise kernel for the 4-D blocked layout (and a flat one
+     * over the pad would write f(0) there): declined. */
+    if (io->blocked && (io->in_nhwc & 1u) && (io->in[0]->ndim != 4 || io->in[0]->dims[1] % QF_LAYOUT_BLOCK))
+        return QF_DK_DECLINE;
+    QF_TRY(qf_dk_md_plain(&md, 1, &numel));
     qf_dk_build b;
     QF_TRY(qf_dk_begin(&b, io, p));
     dnnl_eltwise_desc_t d;

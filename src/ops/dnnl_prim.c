@@ -278,6 +278,14 @@ qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
             n, QF_DNNL(primitive_desc_create)(&p->pd, op_desc, b->attr, qf_dnnl()->engine, NULL),
             "primitive descriptor");
     qf_dk_abort(b);
+    /* Blocked operands where oneDNN 2.6 has only its reference kernel (a
+     * blocked input of a few channels into a k x k conv: 600x slower than
+     * its jit one): declined, and the plan goes NHWC. */
+    const char *impl = NULL;
+    if (st == QF_OK && b->io->blocked && (b->io->in_nhwc || b->io->out_nhwc) &&
+        QF_DNNL(primitive_desc_query)(p->pd, dnnl_query_impl_info_str, 0, (void *)&impl) == dnnl_success && impl &&
+        !strncmp(impl, "ref", 3))
+        st = QF_DK_DECLINE;
     if (st == QF_OK) st = qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive");
     dk_serial_end(was);
     QF_TRY(st);
