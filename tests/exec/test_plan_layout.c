@@ -902,6 +902,27 @@ static void test_blocked_plan(void)
     CHECK(!p || (step_of(p, "dw", &dw) >= 0 && dw.blocked && dw.in_nhwc == 1));
     qf_plan_free(p);
     qf_graph_free(g);
+
+    /* An unfused Sigmoid over 24 channels (its input has two readers): the
+     * backend declines it blocked (pad channels), so the plan, forced
+     * blocked or not, goes NHWC, with the Sigmoid on the backend there. */
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {1, 3, 28, 28};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *e = conv(g, "exp", conv(g, "stem", x, 16, 3), 24, 1);
+    qf_value *s = unary(g, QF_OP_SIGMOID, "sig", e);
+    CHECK_OK(qf_graph_add_output(g, binary(g, QF_OP_ADD, "sum", conv(g, "c2", e, 24, 1), s)));
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("QFOLD_LAYOUT", "blocked", 1);
+        p = compare_engines(g, "declined sigmoid");
+        unsetenv("QFOLD_LAYOUT");
+        qf_plan_step_info si;
+        CHECKF(!p || (step_of(p, "sig", &si) >= 0 && !si.blocked && si.backend && si.in_nhwc == 1),
+               "declined sigmoid (pass %d): plan blocked or sigmoid not on the backend in NHWC", pass);
+        if (p && qf_check_failed_now) qf_plan_print(p, stderr);
+        qf_plan_free(p);
+    }
+    qf_graph_free(g);
 }
 
 int main(void)
