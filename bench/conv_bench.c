@@ -1,8 +1,9 @@
 /* One oneDNN float convolution alone, timed: the standalone figure that
  * bench/run's in-plan convolutions are compared with (issue 12).
  *
- *   conv_bench MB IC OC IH IW K STRIDE PAD [LAYOUT [POST [ITERS]]]
+ *   conv_bench MB IC OC IH IW K STRIDE PAD [LAYOUT [POST [ITERS [GROUPS]]]]
  *
+ * GROUPS (default 1): grouped conv; GROUPS = IC = OC is a depthwise one.
  * LAYOUT: nhwc (the plan's), blocked (nChw16c activations), any (oneDNN's
  * choice), nchw_nhwc (NCHW source, NHWC destination); POST: none, relu, add_relu (a residual as a binary add post-op,
  * then relu: the plan's residual convs), sum_relu (the residual as a sum
@@ -58,13 +59,18 @@ static void *buffer(const dnnl_memory_desc_t *md, float v)
 int main(int argc, char **argv)
 {
     if (argc < 9) {
-        fprintf(stderr, "usage: conv_bench MB IC OC IH IW K STRIDE PAD [nhwc|blocked|any|nchw_nhwc [none|relu|swish|swish_sep|add_relu|sum_relu [ITERS]]]\n");
+        fprintf(stderr, "usage: conv_bench MB IC OC IH IW K STRIDE PAD [nhwc|blocked|any|nchw_nhwc [none|relu|swish|swish_sep|add_relu|sum_relu [ITERS [GROUPS]]]]\n");
         return 2;
     }
     int64_t mb = atoll(argv[1]), ic = atoll(argv[2]), oc = atoll(argv[3]), ih = atoll(argv[4]), iw = atoll(argv[5]);
     int64_t k = atoll(argv[6]), st = atoll(argv[7]), pad = atoll(argv[8]);
     const char *layout = argc > 9 ? argv[9] : "nhwc", *post = argc > 10 ? argv[10] : "relu";
     int iters = argc > 11 ? atoi(argv[11]) : 200;
+    int64_t groups = argc > 12 ? atoll(argv[12]) : 1;
+    if (groups < 1 || ic % groups || oc % groups) {
+        fprintf(stderr, "conv_bench: GROUPS must divide IC and OC\n");
+        return 2;
+    }
     int64_t oh = (ih + 2 * pad - k) / st + 1, ow = (iw + 2 * pad - k) / st + 1;
     dnnl_format_tag_t tag = !strcmp(layout, "nhwc")      ? dnnl_nhwc
                             : !strcmp(layout, "blocked") ? dnnl_nChw16c
@@ -74,6 +80,8 @@ int main(int argc, char **argv)
     CHECK(dnnl_engine_create(&eng, dnnl_cpu, 0));
     CHECK(dnnl_stream_create(&strm, eng, dnnl_stream_default_flags));
     dnnl_dims_t sd = {mb, ic, ih, iw}, dd = {mb, oc, oh, ow}, wd = {oc, ic, k, k}, bd = {oc};
+    dnnl_dims_t gwd = {groups, oc / groups, ic / groups, k, k};
+    const int wnd = groups > 1 ? 5 : 4;
     dnnl_dims_t strides = {st, st}, dil = {0, 0}, pads = {pad, pad};
     dnnl_memory_desc_t src_md, dst_md, w_md, w_user, b_md;
     /* nchw_nhwc: NCHW source, NHWC destination (a stem conv reading the
@@ -82,8 +90,8 @@ int main(int argc, char **argv)
     if (plain_src) tag = dnnl_nhwc;
     CHECK(dnnl_memory_desc_init_by_tag(&src_md, 4, sd, dnnl_f32, plain_src ? dnnl_nchw : tag));
     CHECK(dnnl_memory_desc_init_by_tag(&dst_md, 4, dd, dnnl_f32, tag));
-    CHECK(dnnl_memory_desc_init_by_tag(&w_md, 4, wd, dnnl_f32, dnnl_format_tag_any));
-    CHECK(dnnl_memory_desc_init_by_tag(&w_user, 4, wd, dnnl_f32, dnnl_oihw));
+    CHECK(dnnl_memory_desc_init_by_tag(&w_md, wnd, groups > 1 ? gwd : wd, dnnl_f32, dnnl_format_tag_any));
+    CHECK(dnnl_memory_desc_init_by_tag(&w_user, wnd, groups > 1 ? gwd : wd, dnnl_f32, groups > 1 ? dnnl_goihw : dnnl_oihw));
     CHECK(dnnl_memory_desc_init_by_tag(&b_md, 1, bd, dnnl_f32, dnnl_a));
     dnnl_convolution_desc_t cd;
     CHECK(dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
@@ -145,9 +153,9 @@ int main(int argc, char **argv)
         t[i] = now_ms() - t0;
     }
     qsort(t, (size_t)iters, sizeof *t, cmp);
-    double gflop = 2.0 * (double)(mb * oc * oh * ow * ic * k * k) / 1e9;
-    printf("%-24s %s %-8s mb%lld ic%lld oc%lld %lldx%lld k%lld s%lld: median %.3f ms (%.0f GFLOP/s), fastest %.3f ms (%.0f GFLOP/s)\n",
-           impl, layout, post, (long long)mb, (long long)ic, (long long)oc, (long long)ih, (long long)iw, (long long)k,
+    double gflop = 2.0 * (double)(mb * oc * oh * ow * (ic / groups) * k * k) / 1e9;
+    printf("%-24s %s %-8s g%lld mb%lld ic%lld oc%lld %lldx%lld k%lld s%lld: median %.3f ms (%.0f GFLOP/s), fastest %.3f ms (%.0f GFLOP/s)\n",
+           impl, layout, post, (long long)groups, (long long)mb, (long long)ic, (long long)oc, (long long)ih, (long long)iw, (long long)k,
            (long long)st, t[iters / 2], gflop / t[iters / 2] * 1e3, t[0], gflop / t[0] * 1e3);
     return 0;
 }

@@ -68,7 +68,9 @@ qf_status qf_exec_check_input(const qf_value *v, const qf_tensor *t);
  * values. A value is converted (one reorder step, after its producer or at
  * the start for a graph input) only where a reader needs the other layout:
  * an NCHW-only kernel, a graph output. Values with 1x1 spatial size are the
- * same bytes either way and never reordered. */
+ * same bytes either way and never reordered. The channels-last layout is
+ * NHWC or, for the whole plan, oneDNN's blocked nChw16c (qf_layout.blocked;
+ * then 1x1 values are the same bytes only with whole blocks of channels). */
 
 /* What the plan assumes the backend takes for a node. */
 enum { QF_CAP_REF = 0, QF_CAP_PLAIN = 1, QF_CAP_FULL = 2 };
@@ -106,6 +108,8 @@ typedef struct qf_layout {
     int *parent;               /* per value id: union-find links (scratch) */
     unsigned char *want;       /* per value id: scratch */
     bool plain;                /* no NHWC, no fusion (plans whose steps a hook observes) */
+    bool blocked;              /* set by qf_layout_plan: the other layout is nChw16c, not NHWC */
+    bool no_blocked;           /* never blocked (a kernel declined it: the caller sets it) */
     const unsigned char *keep; /* per value id: never inside a fused chain (observed); NULL: none */
 } qf_layout;
 
@@ -134,6 +138,7 @@ typedef struct qf_plan_step_info {
     const qf_value *reorder;   /* non-NULL: this step converts the layout of that value */
     bool backend;              /* the backend's kernel (else the reference one) */
     uint32_t in_nhwc, out_nhwc;
+    bool blocked;              /* a set bit means blocked (nChw16c), not NHWC */
     int nfused;
     const qf_node *const *fused;
     bool over_post;            /* its output lies over the fused residual it adds (qf_backend_kernels.dst_post) */

@@ -22,12 +22,22 @@
  *    graph input; a reorder step makes the other layout once, after the
  *    writer, when some reader needs it (an NCHW-only kernel, a graph output,
  *    a backend kernel reading an NCHW-made value of an NHWC group).
+ * 4. The channels-last layout: NHWC, or oneDNN's blocked nChw16c for the
+ *    whole plan (qf_layout.blocked) where that needs no more reorders and
+ *    pays (lay_blocked_pays; QFOLD_LAYOUT overrides). A blocked plan has no
+ *    layout-agnostic reference kernels (a blocked tensor has no permuted
+ *    view) and its first conv reads the NCHW image (lay_plain_first_conv).
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "../core/parallel.h"
 #include "../ops/dnnl.h"
 #include "exec_impl.h"
+
+/* The rule's thresholds (lay_blocked_pays): a 1x1 conv over at least this
+ * many pixels per image, reading or writing at most this many channels. */
+enum { QF_BLOCKED_MIN_PLANE = 28 * 28, QF_BLOCKED_MAX_CH = 48 };
 
 /* Whether the backend computes follower f as a post-op of producer p. */
 static bool lay_can_fuse(const qf_node *p, const qf_node *f) { return qf_dnnl_can_fuse(p, f); }
@@ -61,18 +71,23 @@ static void lay_union(int *parent, int a, int b)
     if (a != b) parent[a] = b;
 }
 
-/* The kernel of plan node i takes NHWC (a backend kernel that says so). */
+/* The kernel of plan node i takes the plan's channels-last layout (a
+ * backend kernel that says so: NHWC, or blocked in a blocked plan). */
 static bool lay_backend_nhwc(const qf_layout *L, int i)
 {
     const qf_op_kernels *k = qf_op_kernels_get(L->nodes[i]->op);
     return !L->plain && L->np[i].cap == QF_CAP_FULL && k->dnnl &&
-           (k->dnnl->layouts & QF_LAYOUT_NHWC);
+           (k->dnnl->layouts & (L->blocked ? QF_LAYOUT_BLOCKED : QF_LAYOUT_NHWC));
 }
 
-/* Same bytes in NCHW and NHWC: 1x1 spatial, or one channel. */
-static bool lay_free_shape(const qf_tensor *t)
+/* Same bytes in NCHW and the plan's other layout: for NHWC, 1x1 spatial or
+ * one channel; for blocked (channels padded to QF_LAYOUT_BLOCK), 1x1
+ * spatial with a whole number of blocks of channels. */
+static bool lay_free_shape(const qf_layout *L, const qf_tensor *t)
 {
-    return t->ndim == 4 && (t->dims[1] <= 1 || t->dims[2] * t->dims[3] <= 1);
+    if (t->ndim != 4) return false;
+    if (L->blocked) return t->dims[2] * t->dims[3] <= 1 && t->dims[1] % QF_LAYOUT_BLOCK == 0;
+    return t->dims[1] <= 1 || t->dims[2] * t->dims[3] <= 1;
 }
 
 /* A reference kernel that is layout-agnostic here: an elementwise kernel
@@ -87,7 +102,10 @@ static bool lay_agnostic(const qf_layout *L, int i)
 {
     const qf_node *n = L->nodes[i];
     const qf_op_kernels *k = qf_op_kernels_get(n->op);
-    if (L->plain || L->np[i].cap != QF_CAP_REF || !(k->layouts & QF_LAYOUT_NHWC) || n->noutputs < 1)
+    /* A blocked tensor has no permuted view: in a blocked plan the
+     * reference kernels read and write NCHW. */
+    if (L->plain || L->blocked || L->np[i].cap != QF_CAP_REF || !(k->layouts & QF_LAYOUT_NHWC) ||
+        n->noutputs < 1)
         return false;
     const qf_tensor *o = &n->outputs[0]->type;
     if (o->ndim != 4 || !lay_dtype(o->dtype)) return false;
@@ -95,7 +113,7 @@ static bool lay_agnostic(const qf_layout *L, int i)
         const qf_value *v = n->inputs[j];
         if (!v || qf_tensor_numel(&v->type) == 1) continue;
         if (!lay_dtype(v->type.dtype) || v->type.ndim != 4) return false;
-        if (!lay_eligible(v) && !lay_free_shape(&v->type))
+        if (!lay_eligible(v) && !lay_free_shape(L, &v->type))
             return false; /* a constant stored NCHW */
     }
     return true;
@@ -106,6 +124,21 @@ static bool lay_agnostic(const qf_layout *L, int i)
 static bool lay_data_slot(const qf_node *n, int j)
 {
     return qf_op_input_role(n->op, j) == QF_ROLE_DATA;
+}
+
+/* In a blocked plan, a k x k Conv (one group) over fewer channels than a
+ * block, a network's first conv over the image's 3 channels, reads its
+ * input NCHW: oneDNN 2.6 has a jit kernel for NCHW in, blocked out there
+ * and only its reference kernel for such an input blocked (626 ms instead
+ * of ~1 ms for EfficientNet-B0's stem at batch 1); the image then needs no
+ * reorder. */
+static bool lay_plain_first_conv(const qf_layout *L, const qf_node *n, int slot)
+{
+    if (!L->blocked || n->op != QF_OP_CONV || slot != 0 || n->ninputs < 2 || !n->inputs[0] || !n->inputs[1])
+        return false;
+    const qf_tensor *x = &n->inputs[0]->type, *w = &n->inputs[1]->type;
+    return x->ndim == 4 && w->ndim == 4 && x->dims[1] < QF_LAYOUT_BLOCK && w->dims[1] == x->dims[1] &&
+           w->dims[2] * w->dims[3] > 1;
 }
 
 /* The plan index of the step that writes v (-1: a graph input or constant). */
@@ -197,7 +230,7 @@ static void lay_fuse(qf_layout *L)
                 /* The kernel reads it in its output's layout: a constant
                  * (stored NCHW) only where both layouts are the same bytes. */
                 bool constant = !other->producer && other->kind != QF_VALUE_INPUT;
-                if (constant && other->type.ndim == 4 && !lay_free_shape(&other->type)) break;
+                if (constant && other->type.ndim == 4 && !lay_free_shape(L, &other->type)) break;
                 if (other->type.dtype != cur->type.dtype ||
                     !qf_shape_equal(other->type.ndim, other->type.dims, cur->type.ndim,
                                     cur->type.dims))
@@ -221,7 +254,8 @@ int qf_layout_read(const qf_layout *L, int i, int slot)
     const qf_value *v = n->inputs[slot];
     if (slot >= 32 || !v || !L->vp[v->id].eligible) return 0;
     const qf_value_plan *vp = &L->vp[v->id];
-    if (lay_backend_nhwc(L, i)) return lay_data_slot(n, slot) ? (vp->free ? 1 : vp->group) : 0;
+    if (lay_backend_nhwc(L, i))
+        return lay_data_slot(n, slot) && !lay_plain_first_conv(L, n, slot) ? (vp->free ? 1 : vp->group) : 0;
     if (vp->free) return 0;
     if (lay_agnostic(L, i)) return vp->group;
     return 0;
@@ -276,7 +310,8 @@ static void lay_groups(qf_layout *L, const qf_graph *g)
         const qf_value_plan *vo = &L->vp[out0->id];
         if (lay_backend_nhwc(L, i)) {
             for (int j = 0; j < n->ninputs; j++)
-                if (n->inputs[j] && lay_data_slot(n, j)) want[n->inputs[j]->id] = 1;
+                if (n->inputs[j] && lay_data_slot(n, j) && !lay_plain_first_conv(L, n, j))
+                    want[n->inputs[j]->id] = 1;
             for (int o = 0; o < n->noutputs; o++) want[lay_out(L, i, o)->id] = 1;
             for (int f = 0; f < np->nfused; f++) {
                 const qf_value *b = L->post[np->first + f];
@@ -302,7 +337,7 @@ static void lay_groups(qf_layout *L, const qf_graph *g)
             L->vp[id].group = want[lay_find(parent, id)] ? 1 : 0;
 }
 
-void qf_layout_plan(qf_layout *L, const qf_graph *g)
+static void lay_plan_once(qf_layout *L, const qf_graph *g)
 {
     const int nv = g->nvalues;
     for (int i = 0; i < L->nnodes; i++) {
@@ -322,7 +357,7 @@ void qf_layout_plan(qf_layout *L, const qf_graph *g)
         vp->live = lay_live(L, v);
         if (!lay_eligible(v) || !vp->live) continue;
         vp->eligible = 1;
-        vp->free = lay_free_shape(&v->type);
+        vp->free = lay_free_shape(L, &v->type);
     }
     lay_groups(L, g);
 
@@ -357,6 +392,77 @@ void qf_layout_plan(qf_layout *L, const qf_graph *g)
         if (!vp->eligible || vp->free) continue;
         vp->alt = (vp->reads >> (vp->made ? 0 : 1)) & 1u;
     }
+}
+
+/* The plan's reorder steps, and whether every value kept in the other
+ * layout is a float one (a blocked plan's must be). */
+static int lay_reorders(const qf_layout *L, const qf_graph *g, bool *all_f32)
+{
+    int n = 0;
+    *all_f32 = true;
+    for (int id = 0; id < g->nvalues; id++) {
+        const qf_value_plan *vp = &L->vp[id];
+        if (!vp->eligible || vp->free) continue;
+        n += vp->alt;
+        if ((vp->made || vp->group) && g->values[id]->type.dtype != QF_DTYPE_F32) *all_f32 = false;
+    }
+    return n;
+}
+
+/* QFOLD_LAYOUT: "nhwc" never plans blocked, "blocked" always where it can
+ * (measuring); anything else (unset): the rule. */
+static int lay_env(void)
+{
+    const char *e = getenv("QFOLD_LAYOUT");
+    if (!e) return 0;
+    if (!strcmp(e, "nhwc")) return -1;
+    if (!strcmp(e, "blocked")) return 1;
+    return 0;
+}
+
+/* Whether the rule takes the blocked plan B over the NHWC one: no more
+ * reorders, and (measured, bench/run.md) oneDNN's jit_1x1 kernels on
+ * nChw16c beat its brgconv_1x1 ones on nhwc where a 1x1 conv reads or
+ * writes few channels at a large spatial size (QF_BLOCKED_MIN_PLANE,
+ * QF_BLOCKED_MAX_CH); elsewhere the two are level or blocked loses
+ * (resnet18 at batch 1). */
+static bool lay_blocked_pays(const qf_layout *B, const qf_graph *g)
+{
+    (void)g;
+    for (int i = 0; i < B->nnodes; i++) {
+        const qf_node *n = B->nodes[i];
+        if (n->op != QF_OP_CONV || B->np[i].fused_into >= 0 || !(B->np[i].in_nhwc & 1u) || n->ninputs < 2 ||
+            !n->inputs[1])
+            continue;
+        const qf_tensor *w = &n->inputs[1]->type, *x = &n->inputs[0]->type;
+        if (w->ndim != 4 || w->dims[2] != 1 || w->dims[3] != 1 || x->ndim != 4) continue;
+        if (x->dims[2] * x->dims[3] >= QF_BLOCKED_MIN_PLANE &&
+            (w->dims[0] <= QF_BLOCKED_MAX_CH || w->dims[1] <= QF_BLOCKED_MAX_CH))
+            return true;
+    }
+    return false;
+}
+
+void qf_layout_plan(qf_layout *L, const qf_graph *g)
+{
+    L->blocked = false;
+    const int env = lay_env();
+    if (L->plain || L->keep || L->no_blocked || env < 0) {
+        lay_plan_once(L, g);
+        return;
+    }
+    bool f32;
+    int nhwc_reorders = 0;
+    if (env == 0) {
+        lay_plan_once(L, g);
+        nhwc_reorders = lay_reorders(L, g, &f32);
+    }
+    L->blocked = true;
+    lay_plan_once(L, g);
+    int blk_reorders = lay_reorders(L, g, &f32);
+    if (f32 && (env > 0 || (blk_reorders <= nhwc_reorders && lay_blocked_pays(L, g)))) return;
+    L->blocked = false;
+    lay_plan_once(L, g);
 }
 
 /* --- the reorder kernel ---------------------------------------------------- */
@@ -396,6 +502,52 @@ static void lay_transpose_body(void *ctx, int64_t lo, int64_t hi)
 }
 #undef LAY_TILE_LOOP_
 
+/* NCHW <-> nChw16c (float): per image and block of 16 channels, the block's
+ * channels interleaved over a run of pixels; the pad channels of the last
+ * block written as zeros (oneDNN reads them as such). */
+typedef struct lay_block {
+    const float *src;
+    float *dst;
+    int64_t ch, nb, sp, runs; /* channels, blocks, pixels per image, runs per block */
+    bool to_blocked;
+} lay_block;
+
+enum { LAY_RUN = 256 };
+
+static void lay_block_body(void *ctx, int64_t lo, int64_t hi)
+{
+    const lay_block *c = ctx;
+    const int64_t B = QF_LAYOUT_BLOCK;
+    for (int64_t t = lo; t < hi; t++) {
+        const int64_t img_b = t / c->runs, p0 = t % c->runs * LAY_RUN;
+        const int64_t img = img_b / c->nb, b = img_b % c->nb;
+        const int64_t p1 = p0 + LAY_RUN < c->sp ? p0 + LAY_RUN : c->sp;
+        const int64_t c0 = b * B, nc = c->ch - c0 < B ? c->ch - c0 : B;
+        float *blk = NULL;
+        const float *cblk = NULL;
+        if (c->to_blocked)
+            blk = c->dst + (img * c->nb + b) * c->sp * B;
+        else
+            cblk = c->src + (img * c->nb + b) * c->sp * B;
+        const int64_t plane = img * c->ch * c->sp;
+        if (c->to_blocked) {
+            const float *s = c->src + plane + c0 * c->sp;
+            for (int64_t p = p0; p < p1; p++) {
+                float *d = blk + p * B;
+                int64_t k = 0;
+                for (; k < nc; k++) d[k] = s[k * c->sp + p];
+                for (; k < B; k++) d[k] = 0.0f;
+            }
+        } else {
+            float *d = c->dst + plane + c0 * c->sp;
+            for (int64_t p = p0; p < p1; p++) {
+                const float *s = cblk + p * B;
+                for (int64_t k = 0; k < nc; k++) d[k * c->sp + p] = s[k];
+            }
+        }
+    }
+}
+
 qf_status qf_exec_reorder(const qf_kernel_io *io)
 {
     const qf_tensor *x = io->in[0];
@@ -404,6 +556,14 @@ qf_status qf_exec_reorder(const qf_kernel_io *io)
     for (int d = 2; d < x->ndim; d++) sp *= x->dims[d];
     const bool to_nhwc = io->out_nhwc & 1u;
     const size_t elem = qf_dtype_size(x->dtype);
+    if (io->blocked && x->ndim == 4 && elem == 4 && (io->in_nhwc & 1u) != (io->out_nhwc & 1u)) {
+        lay_block c = {.src = x->data, .dst = y->data, .ch = ch, .sp = sp, .to_blocked = to_nhwc};
+        c.nb = (ch + QF_LAYOUT_BLOCK - 1) / QF_LAYOUT_BLOCK;
+        c.runs = (sp + LAY_RUN - 1) / LAY_RUN;
+        int64_t tiles = n * c.nb * c.runs;
+        if (tiles > 0) qf_parallel_for(tiles, 2, lay_block_body, &c);
+        return QF_OK;
+    }
     if ((io->in_nhwc & 1u) == (io->out_nhwc & 1u) || ch <= 1 || sp <= 1 || (elem != 1 && elem != 4)) {
         memcpy(y->data, x->data, qf_tensor_nbytes(x));
         return QF_OK;

@@ -28,6 +28,7 @@ typedef struct qf_prepared {
     const qf_node *node;
     int kind; /* 0 none, 1 reference, 2 backend */
     uint32_t in_nhwc, out_nhwc;
+    bool blocked;
     int nfused;
     const qf_node *fused[QF_FUSE_MAX];
     void *state;
@@ -38,6 +39,7 @@ struct qf_plan {
     qf_graph *g;
     bool plain;               /* no NHWC, no fusion: built for a hook */
     bool stale;               /* a hook was set on a plan with NHWC or fusion: rebuild plain */
+    bool blocked;             /* the other layout is blocked (nChw16c), not NHWC (layout.c) */
     int nsteps;
     qf_step *steps;
     int nnodes;
@@ -190,6 +192,15 @@ static int qf_step_dst_post(const qf_step *s)
     return j >= 0 && j < s->io.nfused && s->io.post_in[j] ? j : -1;
 }
 
+/* The bytes of tensor t stored in the plan's other layout (alt) or NCHW: a
+ * blocked plan pads the channels of a 4-D float tensor to whole blocks. */
+static size_t qf_plan_bytes(const qf_plan *p, const qf_tensor *t, bool alt)
+{
+    if (!alt || !p->blocked || t->ndim != 4) return qf_tensor_nbytes(t);
+    const int64_t c = (t->dims[1] + QF_LAYOUT_BLOCK - 1) / QF_LAYOUT_BLOCK * QF_LAYOUT_BLOCK;
+    return (size_t)t->dims[0] * (size_t)c * (size_t)t->dims[2] * (size_t)t->dims[3] * qf_dtype_size(t->dtype);
+}
+
 /* For the output t of a step whose kernel may run in place
  * (qf_op_kernels.inplace): the live block of an input with t's size and dtype
  * that this step reads for the last time (its memory becomes t's), else -1.
@@ -210,7 +221,8 @@ static int qf_plan_inplace(const qf_plan *p, const qf_step *sp, const qf_tensor 
         const qf_tensor *r = sp->io.post_in[jr];
         bool read = false;
         for (int k = 0; k < sp->io.nin; k++) read |= sp->io.in[k] == r;
-        if (read || r->dtype != t->dtype || qf_tensor_nbytes(r) != qf_tensor_nbytes(t) || r < p->vt ||
+        const bool alt = sp->out_nhwc & 1u;
+        if (read || r->dtype != t->dtype || qf_plan_bytes(p, r, alt) != qf_plan_bytes(p, t, alt) || r < p->vt ||
             r >= p->vt + 2 * p->nvalues || last[r - p->vt] != i ||
             !(p->g->values[(r - p->vt) % p->nvalues]->producer || r - p->vt >= p->nvalues))
             return -1;
@@ -221,7 +233,9 @@ static int qf_plan_inplace(const qf_plan *p, const qf_step *sp, const qf_tensor 
     if (sp->reorder || sp->io.nout != 1 || sp->io.nfused || !qf_op_kernels_get(sp->node->op)->inplace) return -1;
     for (int j = 0; j < sp->io.nin; j++) {
         const qf_tensor *x = sp->io.in[j];
-        if (!x || x->dtype != t->dtype || qf_tensor_nbytes(x) != qf_tensor_nbytes(t)) continue;
+        if (!x || x->dtype != t->dtype ||
+            qf_plan_bytes(p, x, (sp->in_nhwc >> j) & 1u) != qf_plan_bytes(p, t, sp->out_nhwc & 1u))
+            continue;
         int found = -1;
         if (x >= p->vt && x < p->vt + 2 * p->nvalues && last[x - p->vt] == i &&
             (p->g->values[(x - p->vt) % p->nvalues]->producer || x - p->vt >= p->nvalues)) /* not a graph input */
@@ -264,7 +278,7 @@ static qf_status qf_plan_arena(qf_plan *p, size_t *offsets)
         for (int o = 0; o < sp->io.nout; o++) {
             const qf_tensor *t = sp->io.out[o];
             const int slot = (int)(t - p->vt);
-            size_t sz = qf_exec_align(qf_tensor_nbytes(t));
+            size_t sz = qf_exec_align(qf_plan_bytes(p, t, o < 32 && ((sp->out_nhwc >> o) & 1u)));
             p->naive_bytes += sz;
             if (sz == 0) {
                 offsets[slot] = 0;
@@ -405,7 +419,7 @@ static qf_kernel_io qf_plan_node_io(qf_plan *p, const qf_layout *L, int i, int k
         p->post_pool[np->first + f] = qf_plan_view(p, L, L->post[np->first + f], (int)(np->out_nhwc & 1u));
     return (qf_kernel_io){.node = n, .opset = p->g->opset, .nin = n->ninputs, .nout = n->noutputs,
                           .in = &p->in_pool[ki], .out = &p->out_pool[ko], .in_nhwc = np->in_nhwc,
-                          .out_nhwc = np->out_nhwc, .nfused = np->nfused,
+                          .out_nhwc = np->out_nhwc, .blocked = L->blocked, .nfused = np->nfused,
                           .fused = np->nfused ? &L->fused[np->first] : NULL,
                           .post_in = np->nfused ? &p->post_pool[np->first] : NULL};
 }
@@ -466,6 +480,7 @@ static qf_status qf_plan_prepare(qf_plan *p, qf_layout *L, const int *ki, const 
             qf_prepared *pr = &p->prep[i];
             int kind = np->fused_into >= 0 ? 0 : np->cap == QF_CAP_REF ? 1 : 2;
             if (kind == pr->kind && (kind != 2 || (pr->in_nhwc == np->in_nhwc && pr->out_nhwc == np->out_nhwc &&
+                                                   pr->blocked == L->blocked &&
                                                    pr->nfused == np->nfused &&
                                                    !memcmp(pr->fused, &L->fused[np->first],
                                                            sizeof *pr->fused * (size_t)np->nfused))))
@@ -478,10 +493,16 @@ static qf_status qf_plan_prepare(qf_plan *p, qf_layout *L, const int *ki, const 
                 st = kk->dnnl->prepare(&io, pr->state);
                 if (st == QF_ERR_UNSUPPORTED) {
                     memset(pr->state, 0, pr->size);
+                    declined = i;
+                    /* Declined in a blocked plan: the plan goes NHWC,
+                     * where the node is offered again. */
+                    if (L->blocked && (np->in_nhwc || np->out_nhwc)) {
+                        L->no_blocked = true;
+                        continue;
+                    }
                     L->np[i].cap = (np->cap == QF_CAP_FULL && (np->in_nhwc || np->out_nhwc || np->nfused))
                                        ? QF_CAP_PLAIN
                                        : QF_CAP_REF;
-                    declined = i;
                     continue;
                 }
                 if (st != QF_OK) {
@@ -490,6 +511,7 @@ static qf_status qf_plan_prepare(qf_plan *p, qf_layout *L, const int *ki, const 
                 }
                 pr->in_nhwc = np->in_nhwc;
                 pr->out_nhwc = np->out_nhwc;
+                pr->blocked = L->blocked;
                 pr->nfused = np->nfused;
                 memcpy(pr->fused, &L->fused[np->first], sizeof *pr->fused * (size_t)np->nfused);
             } else {
@@ -597,6 +619,7 @@ static qf_status qf_plan_build(qf_plan *p)
         state_mem += qf_exec_align(p->prep[i].size);
     }
     if ((st = qf_plan_prepare(p, &L, ki, ko)) != QF_OK) goto done;
+    p->blocked = L.blocked;
 
     /* The steps: each node that is not fused into another, each followed by
      * the reorders of its outputs that some reader needs in the other
@@ -651,7 +674,8 @@ static qf_status qf_plan_build(qf_plan *p)
             p->out_pool[ro] = &p->vt[nv + v->id];
             s->io = (qf_kernel_io){.node = v->producer, .opset = g->opset, .nin = 1, .nout = 1,
                                    .in = &p->in_pool[ri++], .out = &p->out_pool[ro++],
-                                   .in_nhwc = L.vp[v->id].made, .out_nhwc = !L.vp[v->id].made};
+                                   .in_nhwc = L.vp[v->id].made, .out_nhwc = !L.vp[v->id].made,
+                                   .blocked = L.blocked};
             s->in_nhwc = s->io.in_nhwc;
             s->out_nhwc = s->io.out_nhwc;
         }
@@ -863,7 +887,8 @@ void qf_plan_step_get(const qf_plan *p, int i, qf_plan_step_info *info)
 {
     const qf_step *s = &p->steps[i];
     *info = (qf_plan_step_info){.node = s->node, .reorder = s->reorder, .backend = s->backend != NULL,
-                                .in_nhwc = s->in_nhwc, .out_nhwc = s->out_nhwc, .nfused = s->io.nfused,
+                                .in_nhwc = s->in_nhwc, .out_nhwc = s->out_nhwc, .blocked = p->blocked,
+                                .nfused = s->io.nfused,
                                 .fused = s->io.fused};
     const int j = qf_step_dst_post(s);
     info->over_post = j >= 0 && s->io.post_in[j]->data == s->io.out[0]->data;
@@ -871,12 +896,12 @@ void qf_plan_step_get(const qf_plan *p, int i, qf_plan_step_info *info)
 
 /* Per slot: "nhwc" / "nchw" for a 4-D activation, "-" for anything else
  * (weights, constants, other ranks). */
-static void qf_plan_print_slots(FILE *f, const qf_value *const *vs, int n, uint32_t bits)
+static void qf_plan_print_slots(FILE *f, const qf_value *const *vs, int n, uint32_t bits, const char *alt)
 {
     for (int j = 0; j < n; j++) {
         const qf_value *v = vs[j];
         bool act = v && v->type.ndim == 4 && (v->producer || v->kind == QF_VALUE_INPUT);
-        fprintf(f, "%s%s", j ? "," : "", !act ? "-" : j < 32 && ((bits >> j) & 1u) ? "nhwc" : "nchw");
+        fprintf(f, "%s%s", j ? "," : "", !act ? "-" : j < 32 && ((bits >> j) & 1u) ? alt : "nchw");
     }
 }
 
@@ -890,22 +915,25 @@ void qf_plan_print(const qf_plan *p, FILE *f)
         else nref++;
         nfused += s->io.nfused;
     }
-    fprintf(f, "plan: %d steps: %d on dnnl, %d on ref, %d reorders; %d nodes fused; arena %.1f MiB\n", p->nsteps,
-            nback, nref, nreo, nfused, (double)p->arena_bytes / (1024.0 * 1024.0));
+    /* blk16: oneDNN's blocked nChw16c (the plan's channels-last layout when
+     * p->blocked). */
+    const char *alt = p->blocked ? "blk16" : "nhwc";
+    fprintf(f, "plan: %d steps: %d on dnnl, %d on ref, %d reorders; %d nodes fused; arena %.1f MiB; layout %s\n",
+            p->nsteps, nback, nref, nreo, nfused, (double)p->arena_bytes / (1024.0 * 1024.0), alt);
     for (int i = 0; i < p->nsteps; i++) {
         const qf_step *s = &p->steps[i];
         if (s->reorder) {
-            fprintf(f, "  %3d  reorder  '%s' %s -> %s\n", i, s->reorder->name, s->in_nhwc ? "nhwc" : "nchw",
-                    s->out_nhwc ? "nhwc" : "nchw");
+            fprintf(f, "  %3d  reorder  '%s' %s -> %s\n", i, s->reorder->name, s->in_nhwc ? alt : "nchw",
+                    s->out_nhwc ? alt : "nchw");
             continue;
         }
         fprintf(f, "  %3d  %-7s  %s '%s' in ", i, s->backend ? "dnnl" : "ref", qf_op_label(s->node), s->node->name);
         const qf_node *n = s->node;
-        qf_plan_print_slots(f, (const qf_value *const *)n->inputs, n->ninputs, s->in_nhwc);
+        qf_plan_print_slots(f, (const qf_value *const *)n->inputs, n->ninputs, s->in_nhwc, alt);
         fprintf(f, " out ");
         const qf_value *outs[1] = {s->io.nfused ? s->io.fused[s->io.nfused - 1]->outputs[0] : NULL};
         qf_plan_print_slots(f, s->io.nfused ? outs : (const qf_value *const *)n->outputs, s->io.nfused ? 1 : n->noutputs,
-                            s->out_nhwc);
+                            s->out_nhwc, alt);
         for (int k = 0; k < s->io.nfused; k++)
             fprintf(f, " + %s '%s'", qf_op_label(s->io.fused[k]), s->io.fused[k]->name);
         fputc('\n', f);

@@ -327,7 +327,7 @@ qf_status qf_dnnl_try(const qf_node *n, dnnl_status_t s, const char *what)
     return qf_dnnl_check(n, s, what);
 }
 
-qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, bool nhwc)
+qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, int fmt)
 {
     dnnl_data_type_t dt;
     switch (t->dtype) {
@@ -342,7 +342,11 @@ qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *
     for (int i = 0; i < t->ndim; i++) dims[i] = t->dims[i];
     static const dnnl_format_tag_t plain[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde};
     static const dnnl_format_tag_t last[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_acb, dnnl_acdb, dnnl_acdeb};
-    dnnl_format_tag_t tag = nhwc && t->ndim >= 3 ? last[t->ndim] : plain[t->ndim];
+    dnnl_format_tag_t tag = fmt && t->ndim >= 3 ? last[t->ndim] : plain[t->ndim];
+    if (fmt == 2) {
+        if (t->ndim != 4 || dt != dnnl_f32) return QF_ERR_UNSUPPORTED;
+        tag = dnnl_nChw16c;
+    }
     return qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(md, t->ndim, dims, dt, tag), "memory descriptor");
 }
 #endif /* QF_HAVE_DNNL */

@@ -63,6 +63,7 @@
       (dnnl_primitive_desc_t *, const_dnnl_op_desc_t, const_dnnl_primitive_attr_t, dnnl_engine_t,        \
        const_dnnl_primitive_desc_t))                                                                      \
     X(dnnl_status_t, primitive_desc_destroy, (dnnl_primitive_desc_t))                                     \
+    X(dnnl_status_t, primitive_desc_query, (const_dnnl_primitive_desc_t, dnnl_query_t, int, void *))      \
     X(const dnnl_memory_desc_t *, primitive_desc_query_md,                                                \
       (const_dnnl_primitive_desc_t, dnnl_query_t, int))                                                   \
     X(dnnl_status_t, primitive_create, (dnnl_primitive_t *, const_dnnl_primitive_desc_t))                 \
@@ -154,9 +155,16 @@ qf_status qf_dnnl_try(const qf_node *n, dnnl_status_t s, const char *what);
 qf_status qf_dnnl_primitive_create(const qf_node *n, dnnl_primitive_t *prim, const_dnnl_primitive_desc_t pd,
                                    const char *what);
 
-/* A plain memory descriptor for a qfold tensor's dims (and dtype): ncX, or
- * nXc (channels-last) when nhwc is set and the rank is 3..5. */
-qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, bool nhwc);
+/* A memory descriptor for a qfold tensor's dims (and dtype): ncX (fmt 0),
+ * nXc (channels-last, fmt 1) or float nChw16c (fmt 2, QF_LAYOUT_BLOCKED: 4-D
+ * only) for the rank 3..5. */
+qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, int fmt);
+
+/* The fmt of qf_dnnl_md for a tensor of io whose layout bit is `bit`. */
+static inline int qf_dnnl_fmt(const qf_kernel_io *io, uint32_t bit)
+{
+    return bit ? (io->blocked ? 2 : 1) : 0;
+}
 #endif /* QF_HAVE_DNNL */
 
 /* Whether the oneDNN kernel of `producer` (Conv, ConvTranspose, Gemm, MatMul,

@@ -26,6 +26,12 @@ static qf_status dact_build(const qf_kernel_io *io, qf_dk_prim *p)
     int64_t numel = qf_tensor_numel(io->in[0]);
     if (numel != qf_tensor_numel(io->out[0])) return QF_DK_DECLINE;
     dnnl_memory_desc_t md;
+    /* Every layout is one flat run of numel floats, blocked too when its
+     * channels fill whole blocks. With pad channels oneDNN 2.6 has only its
+     * reference eltwise kernel for the 4-D blocked layout (and a flat one
+     * over the pad would write f(0) there): declined. */
+    if (io->blocked && (io->in_nhwc & 1u) && (io->in[0]->ndim != 4 || io->in[0]->dims[1] % QF_LAYOUT_BLOCK))
+        return QF_DK_DECLINE;
     QF_TRY(qf_dk_md_plain(&md, 1, &numel));
     qf_dk_build b;
     QF_TRY(qf_dk_begin(&b, io, p));
@@ -54,7 +60,7 @@ static qf_status dact_prepare(const qf_kernel_io *io, void *state)
     {                                                                                        \
         .prepare = dact_prepare, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, \
         .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward,                              \
-        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,                                          \
+        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC | QF_LAYOUT_BLOCKED,                      \
     }
 const qf_backend_kernels qf_leaky_relu_dnnl = QF_DACT_COLUMNS_;
 const qf_backend_kernels qf_sigmoid_dnnl = QF_DACT_COLUMNS_;

@@ -13,13 +13,13 @@
 
 /* Descriptor of t padded to `nd` dims (leading 1s), channels-last if asked. */
 static qf_status dbin_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, int nd,
-                         bool nhwc)
+                         int fmt)
 {
     qf_tensor v;
     int64_t dims[QF_MAX_DIMS];
     for (int i = 0; i < nd; i++) dims[i] = i < nd - t->ndim ? 1 : t->dims[i - (nd - t->ndim)];
     qf_tensor_view(&v, QF_DTYPE_F32, nd, dims, NULL);
-    return qf_dnnl_md(n, md, &v, nhwc);
+    return qf_dnnl_md(n, md, &v, fmt);
 }
 
 static bool dbin_same(const qf_tensor *a, const qf_tensor *y)
@@ -58,9 +58,9 @@ static qf_status dbin_build(const qf_kernel_io *io, qf_dk_prim *p)
     if ((io->in_nhwc & ~3u) || (io->out_nhwc & ~1u) || ((io->out_nhwc & 1u) && y->ndim < 3))
         return QF_DK_DECLINE;
     dnnl_memory_desc_t md0, md1, dst;
-    QF_TRY(dbin_md(n, &md0, io->in[a], y->ndim, io->in_nhwc >> a & 1u));
-    QF_TRY(dbin_md(n, &md1, io->in[b], y->ndim, io->in_nhwc >> b & 1u));
-    QF_TRY(qf_dnnl_md(n, &dst, y, io->out_nhwc & 1u));
+    QF_TRY(dbin_md(n, &md0, io->in[a], y->ndim, qf_dnnl_fmt(io, io->in_nhwc >> a & 1u)));
+    QF_TRY(dbin_md(n, &md1, io->in[b], y->ndim, qf_dnnl_fmt(io, io->in_nhwc >> b & 1u)));
+    QF_TRY(qf_dnnl_md(n, &dst, y, qf_dnnl_fmt(io, io->out_nhwc & 1u)));
     qf_dk_build bb;
     QF_TRY(qf_dk_begin(&bb, io, p));
     dnnl_binary_desc_t d;
@@ -89,7 +89,7 @@ static qf_status dbin_prepare(const qf_kernel_io *io, void *state)
     {                                                                                        \
         .prepare = dbin_prepare, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, \
         .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward,                              \
-        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,                                          \
+        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC | QF_LAYOUT_BLOCKED,                      \
     }
 const qf_backend_kernels qf_add_dnnl = QF_DBIN_COLUMNS_;
 const qf_backend_kernels qf_sub_dnnl = QF_DBIN_COLUMNS_;

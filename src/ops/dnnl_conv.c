@@ -114,8 +114,8 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
 
     if (!w->data) return QF_DK_DECLINE; /* see dconv_accepts */
     dnnl_memory_desc_t src_md, dst_md, w_md, w_user, b_md;
-    QF_TRY(qf_dnnl_md(n, &src_md, x, io->in_nhwc & 1u));
-    QF_TRY(qf_dnnl_md(n, &dst_md, y, io->out_nhwc & 1u));
+    QF_TRY(qf_dnnl_md(n, &src_md, x, qf_dnnl_fmt(io, io->in_nhwc & 1u)));
+    QF_TRY(qf_dnnl_md(n, &dst_md, y, qf_dnnl_fmt(io, io->out_nhwc & 1u)));
     int64_t wd[QF_MAX_DIMS + 1], ws[QF_MAX_DIMS + 1];
     int wn = dconv_weights(&cg, w, wd, ws);
     QF_TRY(qf_dk_md_strided(&w_user, wn, wd, ws));
@@ -201,7 +201,7 @@ const qf_backend_kernels qf_conv_dnnl = {
     .release = qf_dk_release,
     .scratch = qf_dk_scratch,
     .forward_f32 = qf_dk_forward,
-    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC | QF_LAYOUT_BLOCKED,
     .dst_post = qf_dk_dst_post,
     .accepts = dconv_accepts,
 };

@@ -29,7 +29,7 @@ static qf_status dbn_build(const qf_kernel_io *io, qf_dk_prim *p)
         if (!((double)((const float *)var->data)[ch] + (double)eps > 0.0)) return QF_DK_DECLINE;
 
     dnnl_memory_desc_t data_md, c_md;
-    QF_TRY(qf_dnnl_md(n, &data_md, x, io->in_nhwc & 1u));
+    QF_TRY(qf_dnnl_md(n, &data_md, x, qf_dnnl_fmt(io, io->in_nhwc & 1u)));
     QF_TRY(qf_dk_md_plain(&c_md, 1, &c));
     qf_dk_build b;
     QF_TRY(qf_dk_begin(&b, io, p));
@@ -66,7 +66,7 @@ const qf_backend_kernels qf_batch_norm_dnnl = {
     .release = qf_dk_release,
     .scratch = qf_dk_scratch,
     .forward_f32 = qf_dk_forward,
-    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC | QF_LAYOUT_BLOCKED,
 };
 
 #endif /* QF_HAVE_DNNL */

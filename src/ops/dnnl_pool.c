@@ -72,8 +72,8 @@ static qf_status dpool_build(const qf_kernel_io *io, qf_dk_prim *p, dpool_kind k
         pr[i] = reach > 0 ? reach : 0;
     }
     dnnl_memory_desc_t src_md, dst_md;
-    QF_TRY(qf_dnnl_md(n, &src_md, x, io->in_nhwc & 1u));
-    QF_TRY(qf_dnnl_md(n, &dst_md, y, io->out_nhwc & 1u));
+    QF_TRY(qf_dnnl_md(n, &src_md, x, qf_dnnl_fmt(io, io->in_nhwc & 1u)));
+    QF_TRY(qf_dnnl_md(n, &dst_md, y, qf_dnnl_fmt(io, io->out_nhwc & 1u)));
     dnnl_alg_kind_t alg = kind == DPOOL_MAX ? dnnl_pooling_max
                           : include_pad     ? dnnl_pooling_avg_include_padding
                                             : dnnl_pooling_avg_exclude_padding;
@@ -109,7 +109,7 @@ QF_DPOOL_PREPARE_(dglobal_avg_pool_prepare, DPOOL_GLOBAL_AVG)
     {                                                                                \
         .prepare = prep, .state_size = sizeof(qf_dk_prim), .release = qf_dk_release, \
         .scratch = qf_dk_scratch, .forward_f32 = qf_dk_forward,                      \
-        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,                                  \
+        .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC | QF_LAYOUT_BLOCKED,              \
     }
 const qf_backend_kernels qf_max_pool_dnnl = QF_DPOOL_COLUMNS_(dmax_pool_prepare);
 const qf_backend_kernels qf_avg_pool_dnnl = QF_DPOOL_COLUMNS_(davg_pool_prepare);

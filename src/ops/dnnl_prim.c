@@ -164,6 +164,10 @@ void qf_dk_set_silu_split(int64_t elements) { dk_silu_split_min = elements < 0 ?
 
 static bool dk_silu_split(const qf_dk_build *b, const qf_value *from)
 {
+    /* The pass covers numel elements: not a blocked output with pad
+     * channels (its data spans more). */
+    const qf_tensor *y = b->io->nout == 1 ? b->io->out[0] : NULL;
+    if (y && b->io->blocked && (b->io->out_nhwc & 1u) && y->ndim == 4 && y->dims[1] % QF_LAYOUT_BLOCK) return false;
     return b->silu_ok && b->io->nout == 1 && qf_tensor_numel(b->io->out[0]) >= dk_silu_split_min &&
            qf_tensor_numel(&from->type) == qf_tensor_numel(b->io->out[0]);
 }
@@ -274,6 +278,14 @@ qf_status qf_dk_finish(qf_dk_build *b, const void *op_desc)
             n, QF_DNNL(primitive_desc_create)(&p->pd, op_desc, b->attr, qf_dnnl()->engine, NULL),
             "primitive descriptor");
     qf_dk_abort(b);
+    /* Blocked operands where oneDNN 2.6 has only its reference kernel (a
+     * blocked input of a few channels into a k x k conv: 600x slower than
+     * its jit one): declined, and the plan goes NHWC. */
+    const char *impl = NULL;
+    if (st == QF_OK && b->io->blocked && (b->io->in_nhwc || b->io->out_nhwc) &&
+        QF_DNNL(primitive_desc_query)(p->pd, dnnl_query_impl_info_str, 0, (void *)&impl) == dnnl_success && impl &&
+        !strncmp(impl, "ref", 3))
+        st = QF_DK_DECLINE;
     if (st == QF_OK) st = qf_dnnl_primitive_create(n, &p->prim, p->pd, "primitive");
     dk_serial_end(was);
     QF_TRY(st);
@@ -441,7 +453,12 @@ qf_status qf_dk_forward(const qf_kernel_io *io)
         /* The sum post-op adds what Y holds: the residual, unless the plan
          * placed Y over it (qf_dk_dst_post). */
         const void *r = io->post_in[p->sum_post - 1]->data;
-        if (r != io->out[0]->data) memcpy(io->out[0]->data, r, qf_tensor_nbytes(io->out[0]));
+        if (r != io->out[0]->data) {
+            /* Y's bytes as the primitive lays them out (a blocked Y's pad
+             * channels too). */
+            const dnnl_memory_desc_t *md = QF_DNNL(primitive_desc_query_md)(p->pd, dnnl_query_dst_md, 0);
+            memcpy(io->out[0]->data, r, md ? QF_DNNL(memory_desc_get_size)(md) : qf_tensor_nbytes(io->out[0]));
+        }
     }
     dnnl_exec_arg_t args[QF_DK_MAX_ARGS];
     for (int i = 0; i < p->nargs; i++) {

@@ -34,8 +34,12 @@ typedef struct qf_kernel_io {
      * that 4-D tensor is stored channels-last (NHWC) although its dims stay
      * logical NCHW. The plan sets bits only for kernels whose column accepts
      * QF_LAYOUT_NHWC (qf_backend_kernels.layouts); the reference kernels
-     * always see 0. */
+     * always see 0. With `blocked` set, a set bit means oneDNN's blocked
+     * nChw16c instead (channels padded to a multiple of 16, the pad zero;
+     * only for kernels whose column accepts QF_LAYOUT_BLOCKED): the plan
+     * picks one of the two for all its channels-last values (layout.c). */
     uint32_t in_nhwc, out_nhwc;
+    bool blocked;
     /* Post-ops: nodes the plan fused into this one, in order, e.g. a Relu /
      * Clip after a Conv, or an Add of a residual. For a binary one,
      * post_in[i] is its other operand (NULL for a unary one). out[0] is then
@@ -85,7 +89,10 @@ typedef size_t (*qf_scratch_fn)(const qf_node *n, const void *state);
 typedef qf_status (*qf_kernel_fn)(const qf_kernel_io *io);
 
 /* Layouts a backend kernel accepts (qf_backend_kernels.layouts). */
-enum { QF_LAYOUT_NCHW = 1u << 0, QF_LAYOUT_NHWC = 1u << 1 };
+enum { QF_LAYOUT_NCHW = 1u << 0, QF_LAYOUT_NHWC = 1u << 1, QF_LAYOUT_BLOCKED = 1u << 2 };
+
+/* The channel block of QF_LAYOUT_BLOCKED (oneDNN's nChw16c on AVX-512). */
+#define QF_LAYOUT_BLOCK 16
 
 /* A kernel backend's columns for one op (today oneDNN: src/ops/dnnl*.c),
  * next to the reference columns. At plan build, when the backend is active,

@@ -9,7 +9,7 @@ add_test(NAME exec_plan_layout COMMAND test_plan_layout)
 set_tests_properties(exec_plan_layout PROPERTIES LABELS "exec" TIMEOUT 120)
 
 # The plans of two torch reference models (tests/ref.cmake's fixture) under
-# the oneDNN backend (NHWC throughout, post-ops, one reorder), and `qfold run`
+# the oneDNN backend (NHWC with one reorder, or blocked with none; post-ops), and `qfold run`
 # with them against the reference kernels, BatchNorm kept and fused.
 # Only in builds with oneDNN (a build without it has no backend plan to check).
 if(QF_HAVE_DNNL)

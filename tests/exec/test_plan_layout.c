@@ -10,6 +10,7 @@
  * engine-independent checks run and the test says so. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec/exec_impl.h"
@@ -755,6 +756,175 @@ static void test_hook_plain(void)
     qf_graph_free(g);
 }
 
+/* --- the blocked layout (nChw16c) ------------------------------------------ */
+
+/* The reorder kernel between NCHW and blocked (io.blocked): every element
+ * where nChw16c puts it, the pad channels of the last block 0, and back. */
+static void test_blocked_reorder(void)
+{
+    static const int64_t shapes[][4] = {{1, 3, 5, 7}, {3, 24, 9, 8}, {2, 40, 17, 19}, {1, 16, 3, 3}, {2, 1, 300, 2}};
+    for (int e = 0; e < (have_dnnl ? 2 : 1); e++) {
+        CHECK_OK(qf_set_engine(e ? QF_ENGINE_DNNL : QF_ENGINE_REF));
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t *d = shapes[si], B = QF_LAYOUT_BLOCK, nb = (d[1] + B - 1) / B, sp = d[2] * d[3];
+            const int64_t padded = d[0] * nb * B * sp;
+            qf_tensor x, y, z;
+            CHECK_OK(qf_tensor_init(&x, QF_DTYPE_F32, 4, d));
+            CHECK_OK(qf_tensor_init(&z, QF_DTYPE_F32, 4, d));
+            qf_tensor_view(&y, QF_DTYPE_F32, 4, d, NULL);
+            float *yb = malloc((size_t)padded * sizeof *yb);
+            for (int64_t i = 0; i < padded; i++) yb[i] = NAN;
+            y.data = yb;
+            for (int64_t i = 0; i < qf_tensor_numel(&x); i++) ((float *)x.data)[i] = (float)i + 1.0f;
+            const qf_tensor *in1[1] = {&x}, *in2[1] = {&y};
+            qf_tensor *out1[1] = {&y}, *out2[1] = {&z};
+            CHECK_OK(qf_exec_reorder(&(qf_kernel_io){.nin = 1, .nout = 1, .in = in1, .out = out1, .out_nhwc = 1,
+                                                     .blocked = true}));
+            CHECK_OK(qf_exec_reorder(&(qf_kernel_io){.nin = 1, .nout = 1, .in = in2, .out = out2, .in_nhwc = 1,
+                                                     .blocked = true}));
+            int64_t bad = 0, back = 0;
+            for (int64_t b = 0; b < d[0]; b++)
+                for (int64_t k = 0; k < nb * B; k++)
+                    for (int64_t q = 0; q < sp; q++) {
+                        float got = yb[((b * nb + k / B) * sp + q) * B + k % B];
+                        bad += k < d[1] ? got != ((float *)x.data)[(b * d[1] + k) * sp + q] : got != 0.0f;
+                    }
+            for (int64_t i = 0; i < qf_tensor_numel(&x); i++) back += ((float *)z.data)[i] != ((float *)x.data)[i];
+            CHECKF(bad == 0 && back == 0, "blocked reorder %lldx%lldx%lldx%lld, engine %s: %lld misplaced, %lld back",
+                   (long long)d[0], (long long)d[1], (long long)d[2], (long long)d[3], e ? "dnnl" : "ref",
+                   (long long)bad, (long long)back);
+            free(yb);
+            qf_tensor_free(&x);
+            qf_tensor_free(&z);
+        }
+    }
+}
+
+/* Depthwise k x k conv, pad k/2, with a SiLU (Sigmoid + Mul). */
+static qf_value *dw_silu(qf_graph *g, const char *name, qf_value *x, int64_t k)
+{
+    char wn[64], sn[64], mn[64];
+    snprintf(wn, sizeof wn, "%s.w", name);
+    snprintf(sn, sizeof sn, "%s.sig", name);
+    snprintf(mn, sizeof mn, "%s.mul", name);
+    const int64_t c = x->type.dims[1];
+    int64_t wd[4] = {c, 1, k, k}, pads[4] = {k / 2, k / 2, k / 2, k / 2};
+    qf_value *in[2] = {x, rand_const(g, wn, 4, wd, 0.3f)};
+    qf_node *n = qf_graph_add_node(g, QF_OP_CONV, name, 2, in, 1);
+    CHECK_OK(qf_node_set_attr_ints(g, n, "pads", pads, 4));
+    CHECK_OK(qf_node_set_attr_int(g, n, "group", c));
+    qf_value *y = inferred(g, n);
+    return binary(g, QF_OP_MUL, mn, y, unary(g, QF_OP_SIGMOID, sn, y));
+}
+
+static qf_value *silu(qf_graph *g, const char *name, qf_value *y)
+{
+    char sn[64];
+    snprintf(sn, sizeof sn, "%s.sig", name);
+    return binary(g, QF_OP_MUL, name, y, unary(g, QF_OP_SIGMOID, sn, y));
+}
+
+/* An EfficientNet-like graph over `ch` channels (24: padded to 32) at 28x28
+ * per image: stem 3x3 3 -> stem_ch + SiLU, 1x1 stem_ch -> ch + SiLU, depthwise 3x3 +
+ * SiLU, squeeze-excite (GAP, 1x1 ch -> 8 + SiLU, 1x1 8 -> ch + Sigmoid, Mul
+ * by the [N, ch, 1, 1] scale), 1x1 ch -> ch + the residual Add into p; then
+ * a Relu of p (unfused: p has two readers; a reference kernel, so it reads
+ * NCHW) whose output r a 1x1 conv reads, its Add of p, a max pool. */
+static qf_graph *blocked_graph(int64_t stem_ch, int64_t ch)
+{
+    qf_graph *g;
+    if (qf_graph_init(&g) != QF_OK) return NULL;
+    int64_t d[4] = {2, 3, 28, 28};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *s = silu(g, "stem.silu", conv(g, "stem", x, stem_ch, 3));
+    qf_value *e = silu(g, "exp.silu", conv(g, "exp", s, ch, 1));
+    qf_value *w = dw_silu(g, "dw", e, 3);
+    qf_value *q = silu(g, "fc1.silu", conv(g, "fc1", unary(g, QF_OP_GLOBAL_AVG_POOL, "gap", w), 8, 1));
+    qf_value *sc = unary(g, QF_OP_SIGMOID, "fc2.sig", conv(g, "fc2", q, ch, 1));
+    qf_value *p = binary(g, QF_OP_ADD, "res", conv(g, "proj", binary(g, QF_OP_MUL, "se", w, sc), ch, 1), e);
+    qf_value *r = unary(g, QF_OP_RELU, "relu", p);
+    qf_value *y = conv(g, "head", r, ch, 1);
+    qf_value *m = pool(g, QF_OP_MAX_POOL, "mp", binary(g, QF_OP_ADD, "add2", y, p));
+    CHECK_OK(qf_graph_add_output(g, m));
+    CHECK_OK(qf_graph_add_output(g, r));
+    return g;
+}
+
+/* The rule picks blocked for that graph (1x1 convs over 28x28 pixels and 16
+ * / 24 channels) and the results stay the reference's; the stem reads the
+ * NCHW image (no reorder of x), the reference Relu reads NCHW (one reorder
+ * before it, one after it for the conv and the Add that read it blocked);
+ * QFOLD_LAYOUT=nhwc gives the NHWC plan, and a graph of 64-channel 1x1 convs
+ * stays NHWC. */
+static void test_blocked_plan(void)
+{
+    if (!have_dnnl) return;
+    for (int pass = 0; pass < 2; pass++) {
+        qf_graph *g = blocked_graph(16, 24);
+        REQUIRE(g != NULL, "graph");
+        if (pass) setenv("QFOLD_LAYOUT", "nhwc", 1);
+        qf_plan *p = compare_engines(g, pass ? "blocked graph, nhwc forced" : "blocked graph");
+        unsetenv("QFOLD_LAYOUT");
+        if (p) {
+            qf_plan_step_info st, dw, se, rl, hd;
+            CHECK(step_of(p, "stem", &st) >= 0 && step_of(p, "dw", &dw) >= 0 && step_of(p, "se", &se) >= 0 &&
+                  step_of(p, "relu", &rl) >= 0 && step_of(p, "head", &hd) >= 0);
+            CHECKF(st.blocked == !pass && dw.blocked == !pass, "blocked graph (pass %d): plan blocked %d", pass,
+                   (int)st.blocked);
+            CHECKF(dw.backend && dw.in_nhwc == 1 && dw.out_nhwc == 1 && dw.nfused == 2 && se.backend &&
+                       se.in_nhwc == 3 && hd.backend && !rl.backend && rl.in_nhwc == (uint32_t)pass,
+                   "blocked graph (pass %d): dw in %u out %u fused %d, se in %u, relu on %s", pass, dw.in_nhwc,
+                   dw.out_nhwc, dw.nfused, se.in_nhwc, rl.backend ? "dnnl" : "ref");
+            if (!pass) {
+                plan_stats s = stats(p);
+                CHECKF(st.in_nhwc == 0 && st.out_nhwc == 1 && !reordered(p, "x"),
+                       "blocked graph: the stem reads %s", st.in_nhwc ? "blocked" : "nchw");
+                /* p for the Relu, r for the head conv, mp's output (a
+                 * graph output). */
+                CHECKF(s.reorders == 3, "blocked graph: %d reorders, want 3", s.reorders);
+            }
+            if (qf_check_failed_now) qf_plan_print(p, stderr);
+        }
+        qf_plan_free(p);
+        qf_graph_free(g);
+    }
+    /* 64 channels everywhere but the stem: the rule keeps NHWC. */
+    qf_graph *g = blocked_graph(64, 64);
+    REQUIRE(g != NULL, "graph");
+    qf_plan *p = compare_engines(g, "64-channel graph");
+    qf_plan_step_info dw;
+    CHECK(!p || (step_of(p, "dw", &dw) >= 0 && !dw.blocked && dw.in_nhwc == 1));
+    qf_plan_free(p);
+    /* Forced blocked: the same results. */
+    setenv("QFOLD_LAYOUT", "blocked", 1);
+    p = compare_engines(g, "64-channel graph, blocked forced");
+    unsetenv("QFOLD_LAYOUT");
+    CHECK(!p || (step_of(p, "dw", &dw) >= 0 && dw.blocked && dw.in_nhwc == 1));
+    qf_plan_free(p);
+    qf_graph_free(g);
+
+    /* An unfused Sigmoid over 24 channels (its input has two readers): the
+     * backend declines it blocked (pad channels), so the plan, forced
+     * blocked or not, goes NHWC, with the Sigmoid on the backend there. */
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {1, 3, 28, 28};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *e = conv(g, "exp", conv(g, "stem", x, 16, 3), 24, 1);
+    qf_value *s = unary(g, QF_OP_SIGMOID, "sig", e);
+    CHECK_OK(qf_graph_add_output(g, binary(g, QF_OP_ADD, "sum", conv(g, "c2", e, 24, 1), s)));
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("QFOLD_LAYOUT", "blocked", 1);
+        p = compare_engines(g, "declined sigmoid");
+        unsetenv("QFOLD_LAYOUT");
+        qf_plan_step_info si;
+        CHECKF(!p || (step_of(p, "sig", &si) >= 0 && !si.blocked && si.backend && si.in_nhwc == 1),
+               "declined sigmoid (pass %d): plan blocked or sigmoid not on the backend in NHWC", pass);
+        if (p && qf_check_failed_now) qf_plan_print(p, stderr);
+        qf_plan_free(p);
+    }
+    qf_graph_free(g);
+}
+
 int main(void)
 {
     have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_op_kernels_get(QF_OP_CONV)->dnnl;
@@ -782,5 +952,7 @@ int main(void)
     RUN(test_int8_chain);
     RUN(test_inplace);
     RUN(test_hook_plain);
+    RUN(test_blocked_reorder);
+    RUN(test_blocked_plan);
     return qf_check_report();
 }

@@ -198,6 +198,9 @@ typedef struct dk_run {
     qf_kernel_io io;
 } dk_run;
 
+/* Set by the blocked tests (test_blocked): set bits mean nChw16c. */
+static bool dk_blocked;
+
 static qf_status dk_prepare(dcase *c, dk_run *r, uint32_t in_nhwc, uint32_t out_nhwc)
 {
     memset(r, 0, sizeof *r);
@@ -223,6 +226,7 @@ static qf_status dk_prepare(dcase *c, dk_run *r, uint32_t in_nhwc, uint32_t out_
                            .out = r->out_t,
                            .in_nhwc = in_nhwc,
                            .out_nhwc = out_nhwc,
+                           .blocked = dk_blocked,
                            .nfused = c->nfused,
                            .fused = (const qf_node *const *)c->fused,
                            .post_in = r->post_t};
@@ -1163,6 +1167,216 @@ static void test_binary(void)
     }
 }
 
+/* --- the blocked layout (nChw16c, io->blocked) ---------------------------------- */
+
+/* Floats of a 4-D tensor of logical dims d stored nChw16c (channels padded). */
+static int64_t blk_numel(const int64_t *d)
+{
+    return d[0] * ((d[1] + QF_LAYOUT_BLOCK - 1) / QF_LAYOUT_BLOCK * QF_LAYOUT_BLOCK) * d[2] * d[3];
+}
+
+/* Index of logical element (n, c, h, w) of dims d in nChw16c. */
+static int64_t blk_index(const int64_t *d, int64_t n, int64_t ch, int64_t hw)
+{
+    const int64_t B = QF_LAYOUT_BLOCK, nb = (d[1] + B - 1) / B, sp = d[2] * d[3];
+    return ((n * nb + ch / B) * sp + hw) * B + ch % B;
+}
+
+/* An nChw16c copy of NCHW tensor t, its pad channels 0 (as the plan's
+ * reorder and every oneDNN kernel leave them). */
+static float *blk_from(const qf_tensor *t)
+{
+    const int64_t *d = t->dims, sp = d[2] * d[3];
+    float *b = calloc((size_t)blk_numel(d), sizeof *b);
+    const float *s = t->data;
+    for (int64_t n = 0; n < d[0]; n++)
+        for (int64_t ch = 0; ch < d[1]; ch++)
+            for (int64_t p = 0; p < sp; p++) b[blk_index(d, n, ch, p)] = s[(n * d[1] + ch) * sp + p];
+    return b;
+}
+
+/* Like dc_check, with io->blocked: the inputs of in_bits and the output (and
+ * its residual) when out_bit are nChw16c. The output buffer starts as NaN
+ * everywhere: the kernel must write every element and zeros into the pad
+ * channels (the next kernel reads them; a NaN there would spread through a
+ * 1x1 conv's zero weights). */
+static void dc_check_blocked(dcase *c, const char *what, uint32_t in_bits, uint32_t out_bit)
+{
+    REQUIRE_OK(qf_graph_infer_shapes(c->g));
+    dc_run_ref(c);
+    dk_run r;
+    dk_blocked = true;
+    qf_error_clear();
+    qf_status st = dk_prepare(c, &r, in_bits, out_bit);
+    dk_blocked = false;
+    REQUIRE(st == QF_OK, "%s (blocked): the backend declined or failed (%d: %s)", what, (int)st,
+            qf_error_message());
+    const qf_node *n = c->n;
+    qf_tensor in_run[8], post_run[4], out_run;
+    float *bufs[12] = {0};
+    int nbufs = 0;
+    for (int i = 0; i < n->ninputs; i++) {
+        r.in_t[i] = NULL;
+        if (!n->inputs[i]) continue;
+        const qf_value *v = n->inputs[i];
+        const qf_tensor *t = qf_value_is_const(v) ? &v->type : dc_data(c, v);
+        in_run[i] = *t;
+        if (in_bits >> i & 1u) in_run[i].data = bufs[nbufs++] = blk_from(t);
+        r.in_t[i] = &in_run[i];
+    }
+    for (int i = 0; i < c->nfused; i++) {
+        if (!r.post_t[i]) continue;
+        const qf_value *prev = (i ? c->fused[i - 1] : n)->outputs[0];
+        const qf_node *f = c->fused[i];
+        const qf_tensor *t = dc_data(c, f->inputs[0] == prev ? f->inputs[1] : f->inputs[0]);
+        post_run[i] = *t;
+        if (out_bit) post_run[i].data = bufs[nbufs++] = blk_from(t);
+        r.post_t[i] = &post_run[i];
+    }
+    const qf_tensor *ref = &c->data[c->nvals - 1];
+    const int64_t *d = ref->dims, total = out_bit ? blk_numel(d) : qf_tensor_numel(ref);
+    qf_tensor_view(&out_run, QF_DTYPE_F32, ref->ndim, ref->dims, NULL);
+    float *yb = malloc((size_t)total * sizeof *yb);
+    for (int64_t i = 0; i < total; i++) yb[i] = NAN;
+    out_run.data = yb;
+    r.out_t[0] = &out_run;
+    size_t scratch = r.k->scratch ? r.k->scratch(n, r.state) : 0;
+    void *sraw = malloc(scratch + 64);
+    r.io.state = r.state;
+    r.io.scratch = (void *)(((uintptr_t)sraw + 63) & ~(uintptr_t)63);
+    r.io.scratch_size = scratch;
+    st = r.k->forward_f32(&r.io);
+    CHECKF(st == QF_OK, "%s (blocked): forward: %s", what, qf_error_message());
+    if (st == QF_OK) st = r.k->forward_f32(&r.io);
+    if (r.k->release) r.k->release(r.state);
+    free(r.state_raw);
+    free(sraw);
+    const float *want = ref->data;
+    const int64_t count = qf_tensor_numel(ref), sp = out_bit ? d[2] * d[3] : 0;
+    double ss = 0;
+    for (int64_t i = 0; i < count; i++) ss += (double)want[i] * want[i];
+    const double rms = count ? sqrt(ss / (double)count) : 0;
+    int64_t bad = 0, pad_bad = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t at = i;
+        if (out_bit) at = blk_index(d, i / (d[1] * sp), i / sp % d[1], i % sp);
+        double diff = fabs((double)yb[at] - want[i]), scale = fmax(fabs(want[i]), rms);
+        if (!(diff <= 1e-5 * scale) && bad++ < 3)
+            fprintf(stderr, "  %s (blocked): [%lld] dnnl %.9g, ref %.9g\n", what, (long long)i, yb[at], want[i]);
+    }
+    if (out_bit)
+        for (int64_t b = 0; b < d[0]; b++)
+            for (int64_t ch = d[1]; ch % QF_LAYOUT_BLOCK; ch++)
+                for (int64_t p = 0; p < sp; p++) pad_bad += yb[blk_index(d, b, ch, p)] != 0.0f;
+    CHECKF(st == QF_OK && bad == 0 && pad_bad == 0,
+           "%s (blocked, in %u, out %u): %lld of %lld elements off, %lld pad elements not 0", what, in_bits,
+           out_bit, (long long)bad, (long long)count, (long long)pad_bad);
+    for (int i = 0; i < nbufs; i++) free(bufs[i]);
+    free(yb);
+}
+
+/* Every kernel the plan lets take the blocked layout, on channel counts that
+ * are not multiples of 16 (24, 40, 3, 8), batch 1 and 3; an activation only
+ * over whole blocks of channels (48; 40 declined: oneDNN 2.6 has only its
+ * reference eltwise there, and the plan then goes NHWC). */
+static void test_blocked(void)
+{
+    static const conv_spec convs[] = {
+        {"blocked 1x1 24->40", 2, 1, 24, 40, 1, {9, 7}, {1, 1}, {0}, {0}, {0}, NULL, true, true},
+        {"blocked 1x1 40->24", 2, 3, 40, 24, 1, {6, 5}, {1, 1}, {0}, {0}, {0}, NULL, true, true},
+        {"blocked depthwise 3x3 s2", 2, 3, 24, 24, 24, {9, 8}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}, NULL, true, true},
+        {"blocked depthwise 5x5", 2, 1, 40, 40, 40, {7, 7}, {5, 5}, {1, 1}, {0}, {2, 2, 2, 2}, NULL, true, true},
+        {"blocked 3x3 24->40 s2", 2, 3, 24, 40, 1, {8, 9}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}, NULL, true, false},
+        {"blocked SE fc 40->8 on 1x1", 2, 3, 40, 8, 1, {1, 1}, {1, 1}, {0}, {0}, {0}, NULL, true, true},
+        {"blocked SE fc 8->40 on 1x1", 2, 1, 8, 40, 1, {1, 1}, {1, 1}, {0}, {0}, {0}, NULL, true, true},
+    };
+    char what[160];
+    for (size_t i = 0; i < sizeof convs / sizeof *convs; i++)
+        for (int post = 0; post < 3; post++) {
+            dcase c;
+            dc_init(&c, 1301 + (uint32_t)(i * 3 + (size_t)post));
+            conv_case(&c, &convs[i]);
+            if (post == 1) add_post(&c, P_SILU);
+            if (post == 2) add_post(&c, P_ADD);
+            snprintf(what, sizeof what, "%s%s", convs[i].what, post == 1 ? " + silu" : post == 2 ? " + add" : "");
+            dc_check_blocked(&c, what, 1, 1);
+            dc_free(&c);
+        }
+    /* A first conv over the image's 3 channels: NCHW in, blocked out (the
+     * plan's choice), both batches. */
+    for (int64_t nb = 1; nb <= 3; nb += 2) {
+        const conv_spec s = {"blocked stem 3->24 s2", 2, nb, 3, 24, 1, {11, 12}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1},
+                             NULL, true, true};
+        dcase c;
+        dc_init(&c, 1351 + (uint32_t)nb);
+        conv_case(&c, &s);
+        add_post(&c, P_SILU);
+        dc_check_blocked(&c, s.what, 0, 1);
+        dc_free(&c);
+    }
+    /* Pools: max 3x3 s2, average, global average. */
+    static const qf_op pools[3] = {QF_OP_MAX_POOL, QF_OP_AVG_POOL, QF_OP_GLOBAL_AVG_POOL};
+    for (int o = 0; o < 3; o++)
+        for (int64_t nb = 1; nb <= 3; nb += 2) {
+            dcase c;
+            dc_init(&c, 1361 + (uint32_t)(o * 4 + nb));
+            int64_t xd[4] = {nb, o == 2 ? 40 : 24, 9, 10}, k[2] = {3, 3}, st2[2] = {2, 2}, pads[4] = {1, 1, 1, 1};
+            qf_value *in[1] = {dc_val(&c, false, 0, 4, xd)};
+            qf_node *n = dc_node(&c, pools[o], 1, in);
+            if (o < 2) {
+                set_ints(&c, n, "kernel_shape", 2, k);
+                set_ints(&c, n, "strides", 2, st2);
+                set_ints(&c, n, "pads", 4, pads);
+            }
+            dc_check_blocked(&c, qf_op_schema_get(pools[o])->name, 1, 1);
+            dc_free(&c);
+        }
+    /* Binary: same shape, and squeeze-excite's per-channel scale [N, C, 1, 1]
+     * (blocked too: an activation of the plan). */
+    for (int s = 0; s < 2; s++)
+        for (int64_t nb = 1; nb <= 3; nb += 2) {
+            dcase c;
+            dc_init(&c, 1371 + (uint32_t)(s * 4 + nb));
+            int64_t a[4] = {nb, 24, 7, 6}, b[4] = {nb, 24, s ? 1 : 7, s ? 1 : 6};
+            qf_value *in[2] = {dc_val(&c, false, 0, 4, a), dc_val(&c, false, 1.0f, 4, b)};
+            dc_node(&c, s ? QF_OP_MUL : QF_OP_ADD, 2, in);
+            dc_check_blocked(&c, s ? "blocked Mul by [N, C, 1, 1]" : "blocked Add", 3, 1);
+            dc_free(&c);
+        }
+    /* BatchNormalization and an activation over 40 channels. */
+    for (int64_t nb = 1; nb <= 3; nb += 2) {
+        dcase c;
+        dc_init(&c, 1381 + (uint32_t)nb);
+        int64_t xd[4] = {nb, 40, 5, 7}, cd[1] = {40};
+        qf_value *in[5] = {dc_val(&c, false, 0, 4, xd), dc_val(&c, true, 0, 1, cd), dc_val(&c, true, 0, 1, cd),
+                           dc_val(&c, true, 0, 1, cd), dc_val(&c, true, 1.2f, 1, cd)};
+        dc_node(&c, QF_OP_BATCH_NORM, 5, in);
+        dc_check_blocked(&c, "blocked batch norm", 1, 1);
+        dc_free(&c);
+        for (int64_t ch = 40; ch <= 48; ch += 8) {
+            dc_init(&c, 1391 + (uint32_t)(nb + ch));
+            int64_t ad[4] = {nb, ch, 5, 7};
+            qf_value *x[1] = {dc_val(&c, false, 0, 4, ad)};
+            dc_node(&c, QF_OP_SIGMOID, 1, x);
+            if (ch == 48) {
+                dc_check_blocked(&c, "blocked sigmoid", 1, 1);
+            } else {
+                REQUIRE_OK(qf_graph_infer_shapes(c.g));
+                dk_run r;
+                dk_blocked = true;
+                qf_status st = dk_prepare(&c, &r, 1, 1);
+                dk_blocked = false;
+                CHECKF(st == QF_ERR_UNSUPPORTED, "blocked sigmoid over 40 channels: prepare gave %d", (int)st);
+                if (st == QF_OK) {
+                    r.k->release(r.state);
+                    free(r.state_raw);
+                }
+            }
+            dc_free(&c);
+        }
+    }
+}
+
 int main(void)
 {
     if (qf_set_engine(QF_ENGINE_DNNL) != QF_OK || !qf_dnnl()) {
@@ -1187,6 +1401,7 @@ int main(void)
     RUN(test_activations);
     RUN(test_binary);
     RUN(test_silu_split);
+    RUN(test_blocked);
     qf_dk_set_serial_max(-1);
     RUN(test_conv);
     RUN(test_post_ops);
@@ -1196,6 +1411,11 @@ int main(void)
     qf_dk_set_silu_split(-1);
     RUN(test_gemm);
     RUN(test_pools);
+    RUN(test_blocked);
+    qf_dk_set_serial_max(0);
+    qf_dk_set_silu_split(0); /* the SiLU after the primitive, where the kernel allows it */
+    RUN(test_blocked);
+    qf_dk_set_silu_split(-1);
     return qf_check_report();
 }
 
