@@ -233,12 +233,12 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
  * a busy machine, or OMP_WAIT_POLICY=passive) the team's threads sleep
  * between two primitives and every threaded one pays their futex wake-up
  * and the wait for a core, so the bound is 4x larger: at batch 1 on 2
- * cores, load average ~10, mobilenet_v2's threaded primitives per run went
- * from 53 to 17 and its fastest run from 5.2-6.0 to 4.4-4.7 ms (medians
- * 6.1-22 to 4.7-5.6 ms), efficientnet_b0's 10.1-10.5 to 9.0-9.7 ms (bench/run.md,
- * session 12). A bound of 1Mi elements gained no more and left
- * efficientnet_b0 a mostly one-thread process, which the scheduler gives
- * half the CPU share of two (medians 33-48 ms). */
+ * cores, load average 7-10, mobilenet_v2's threaded primitives per run went
+ * from 53 to 17 and its fastest run from 5.1-6.0 to 4.3-4.7 ms (medians
+ * 5.7-22 to 4.7-5.7 ms), efficientnet_b0's from 9.5-10.7 to 8.3-9.7 ms
+ * (bench/run.md, session 12). A bound of 1Mi elements gained little more
+ * and left efficientnet_b0 mostly a one-thread process, which the scheduler
+ * gives half the CPU share of two (medians up to 33-48 ms). */
 #define QF_DK_SERIAL_MAX            65536
 #define QF_DK_SERIAL_MAX_SHORT_WAIT 262144
 static int64_t dk_serial_max = -1; /* -1: by libgomp's wait */
