@@ -19,6 +19,11 @@
  *              "omp_spin":..,"loadavg":..} (the OpenMP spin qfold chose, "-"
  *              without oneDNN, and the load average when the process started)
  *   "run K"    runs K times; prints the K wall times in ms on one line
+ *   "stat K"   runs K times; prints one line per run: wall ms, the process's
+ *              CPU ms (all threads), minor page faults, voluntary and
+ *              involuntary context switches (getrusage: all threads) -- to
+ *              tell a slow run that qfold made (CPU time, faults) from one
+ *              the host made (preempted: wall time without CPU time)
  *   "save P"   writes output 0 of the last run to P (.npy), prints "ok"
  *   "plan"     prints the plan (as `qfold inspect --plan`: kernels, layouts,
  *              fusions, reorders) to stderr, then "ok"
@@ -28,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "qfold/exec.h"
@@ -39,6 +45,13 @@ static double now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
@@ -64,6 +77,19 @@ static int serve(qf_plan *plan, const qf_tensor *x)
                 printf(i ? " %.3f" : "%.3f", t1 - t0);
             }
             printf("\n");
+        } else if (!strncmp(line, "stat ", 5)) {
+            long k = strtol(line + 5, NULL, 10);
+            for (long i = 0; i < k; i++) {
+                struct rusage r0, r1;
+                getrusage(RUSAGE_SELF, &r0);
+                double c0 = cpu_ms(), t0 = now_ms();
+                qf_status st = qf_plan_run(plan, feed, 1);
+                double t1 = now_ms(), c1 = cpu_ms();
+                getrusage(RUSAGE_SELF, &r1);
+                if (st != QF_OK) return fail("run", st);
+                printf("%.3f %.3f %ld %ld %ld\n", t1 - t0, c1 - c0, r1.ru_minflt - r0.ru_minflt,
+                       r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw);
+            }
         } else if (!strncmp(line, "save ", 5)) {
             qf_status st = qf_npy_save(line + 5, qf_plan_output(plan, 0));
             if (st != QF_OK) return fail("save", st);

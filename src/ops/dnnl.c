@@ -104,6 +104,23 @@ static void omp_environment(void)
     setenv("OMP_STACKSIZE", QF_OMP_STACK, 0);
 }
 
+/* Whether libgomp's idle threads go to sleep (almost) at once between two
+ * parallel regions, as the environment that libgomp reads says: the busy
+ * machine's spin (QF_OMP_SPIN_BUSY or less) or OMP_WAIT_POLICY=passive.
+ * Then every threaded primitive pays a futex wake-up of its workers (two
+ * context switches each) and, on a busy machine, a join that may wait a
+ * time slice for a worker not yet running: qf_dk_finish runs more nodes on
+ * the calling thread alone (qf_dnnl_lib.short_wait). */
+static bool omp_short_wait(void)
+{
+    const char *w = getenv("OMP_WAIT_POLICY");
+    if (w) return strcmp(w, "passive") == 0 || strcmp(w, "PASSIVE") == 0;
+    const char *s = getenv("GOMP_SPINCOUNT");
+    char *end = NULL;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    return s && end != s && *end == '\0' && v <= atoll(QF_OMP_SPIN_BUSY);
+}
+
 /* OMP_STACKSIZE in bytes (libgomp's syntax: a number, unit B, K (default),
  * M or G); 8 MB when unreadable. */
 static size_t omp_stack_bytes(void)
@@ -273,6 +290,7 @@ static bool dnnl_load(void)
         return false;
     }
     d->threads = qf_parallel_threads();
+    d->short_wait = omp_short_wait();
     if (!omp_warm_up(d->threads)) {
         /* The library stays loaded (its threads never start). */
         d->stream_destroy(d->stream);

@@ -127,6 +127,7 @@ typedef struct qf_dnnl_lib {
     int threads;           /* OpenMP threads oneDNN runs on */
     void (*omp_set_threads)(int); /* libgomp's omp_set_num_threads; NULL: another runtime */
     int (*omp_max_threads)(void); /* libgomp's omp_get_max_threads */
+    bool short_wait;       /* libgomp's idle threads sleep at once (busy machine's spin, passive) */
 } qf_dnnl_lib;
 
 /* The loaded library when the oneDNN backend is active (qf_backend_engine()

@@ -131,8 +131,9 @@ size_t qf_dk_scratch(const qf_node *n, const void *state);
 int qf_dk_dst_post(const void *state);
 /* Nodes whose first input, weights and output hold at most `elements`
  * elements together run their primitive on one thread (prepared from then
- * on); < 0: the default, 65536. Tests set 0 to run the threaded kernels on
- * their small shapes. */
+ * on); < 0: the default, 65536, or 262144 where libgomp's idle threads sleep
+ * at once (qf_dnnl_lib.short_wait). Tests set 0 to run the threaded kernels
+ * on their small shapes. */
 void qf_dk_set_serial_max(int64_t elements);
 /* A k x k or depthwise Conv's fused SiLU (Sigmoid + Mul) whose output holds
  * at least `elements` elements runs after the primitive as qfold's own in-place SiLU

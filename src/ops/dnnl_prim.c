@@ -231,19 +231,34 @@ qf_status qf_dk_post_fused(qf_dk_build *b, const dnnl_memory_desc_t *dst_md)
  * (squeeze-excite's 1x1 convs and the pools before them at batch 1): its
  * work is a few microseconds, the fork and join of oneDNN's OpenMP team
  * about as much, and on a busy machine a team thread that is not running
- * makes the join wait a time slice. */
-#define QF_DK_SERIAL_MAX 65536
-static int64_t dk_serial_max = QF_DK_SERIAL_MAX;
+ * makes the join wait a time slice.
+ *
+ * With libgomp's short wait (qf_dnnl_lib.short_wait: the spin qfold sets on
+ * a busy machine, or OMP_WAIT_POLICY=passive) the team's threads sleep
+ * between two primitives and every threaded one pays their futex wake-up
+ * and the wait for a core, so the bound is 4x larger: at batch 1 on 2
+ * cores, load average 7-10, mobilenet_v2's threaded primitives per run went
+ * from 53 to 17 and its fastest run from 5.1-6.0 to 4.3-4.7 ms (medians
+ * 5.7-22 to 4.7-5.7 ms), efficientnet_b0's from 9.5-10.7 to 8.3-9.7 ms
+ * (bench/run.md, session 12). A bound of 1Mi elements gained little more
+ * and left efficientnet_b0 mostly a one-thread process, which the scheduler
+ * gives half the CPU share of two (medians up to 33-48 ms). */
+#define QF_DK_SERIAL_MAX            65536
+#define QF_DK_SERIAL_MAX_SHORT_WAIT 262144
+static int64_t dk_serial_max = -1; /* -1: by libgomp's wait */
 
-void qf_dk_set_serial_max(int64_t elements) { dk_serial_max = elements < 0 ? QF_DK_SERIAL_MAX : elements; }
+void qf_dk_set_serial_max(int64_t elements) { dk_serial_max = elements < 0 ? -1 : elements; }
 
 static bool dk_tiny(const qf_kernel_io *io)
 {
+    const int64_t max = dk_serial_max >= 0        ? dk_serial_max
+                        : qf_dnnl_lib_.short_wait ? QF_DK_SERIAL_MAX_SHORT_WAIT
+                                                  : QF_DK_SERIAL_MAX;
     int64_t e = 0;
     for (int i = 0; i < io->nin && i < 2; i++)
         if (io->in[i]) e += qf_tensor_numel(io->in[i]);
     for (int i = 0; i < io->nout; i++) e += qf_tensor_numel(io->out[i]);
-    return e <= dk_serial_max;
+    return e <= max;
 }
 
 /* oneDNN reads the OpenMP thread count when it creates a primitive (its

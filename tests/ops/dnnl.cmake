@@ -6,3 +6,11 @@ target_compile_options(test_dnnl_kernels PRIVATE ${QF_WARNINGS})
 target_link_libraries(test_dnnl_kernels PRIVATE qf_test_tools qfold_static m)
 add_test(NAME dnnl_kernels COMMAND test_dnnl_kernels)
 set_tests_properties(dnnl_kernels PROPERTIES LABELS "dnnl" TIMEOUT 300)
+# Which nodes run on one thread follows libgomp's wait (qf_dnnl_lib.short_wait):
+# the bound checked with the idle threads sleeping at once and spinning.
+add_test(NAME dnnl_serial_bound_passive COMMAND test_dnnl_kernels serial-bound)
+set_tests_properties(dnnl_serial_bound_passive PROPERTIES LABELS "dnnl" TIMEOUT 60
+                     ENVIRONMENT "OMP_WAIT_POLICY=passive")
+add_test(NAME dnnl_serial_bound_spin COMMAND test_dnnl_kernels serial-bound)
+set_tests_properties(dnnl_serial_bound_spin PROPERTIES LABELS "dnnl" TIMEOUT 60
+                     ENVIRONMENT "GOMP_SPINCOUNT=30000")

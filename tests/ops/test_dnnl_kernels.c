@@ -1377,13 +1377,70 @@ static void test_blocked(void)
     }
 }
 
-int main(void)
+/* --- which nodes run on one thread ---------------------------------------------- */
+
+/* Whether libgomp's idle threads sleep at once, from the environment it read
+ * (qfold's own GOMP_SPINCOUNT when the user set none): passive, or a plain
+ * spin count of at most 300 (qfold's busy-machine spin). */
+static bool env_short_wait(void)
 {
+    const char *w = getenv("OMP_WAIT_POLICY");
+    if (w) return strcmp(w, "passive") == 0 || strcmp(w, "PASSIVE") == 0;
+    const char *s = getenv("GOMP_SPINCOUNT");
+    char *end = NULL;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    return s && end != s && *end == '\0' && v <= 300;
+}
+
+/* qf_dk_finish's bound on X + W + Y: 64Ki elements, 256Ki where libgomp's
+ * threads sleep at once (ctest runs this also with OMP_WAIT_POLICY=passive
+ * and with GOMP_SPINCOUNT=30000, so both sides are checked wherever the
+ * suite runs). A GlobalAveragePool of 16 channels: X + Y elements. */
+static void test_serial_bound(void)
+{
+    const bool short_wait = env_short_wait();
+    CHECKF(qf_dnnl()->short_wait == short_wait, "short_wait %d, the environment says %d",
+           (int)qf_dnnl()->short_wait, (int)short_wait);
+    static const struct {
+        int64_t h, w;
+        int serial; /* 1 always, 0 never, -1 with the short wait */
+    } cases[] = {{60, 60, 1},    {64, 64, -1},  {100, 100, -1},
+                 {128, 127, -1}, {128, 128, 0}, {200, 100, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dcase c;
+        dc_init(&c, 1201 + (uint32_t)i);
+        int64_t xd[4] = {1, 16, cases[i].h, cases[i].w};
+        qf_value *in[1] = {dc_val(&c, false, 0, 4, xd)};
+        dc_node(&c, QF_OP_GLOBAL_AVG_POOL, 1, in);
+        REQUIRE_OK(qf_graph_infer_shapes(c.g));
+        dk_run r;
+        REQUIRE_OK(dk_prepare(&c, &r, 1, 1));
+        const bool serial = ((const qf_dk_prim *)r.state)->serial;
+        const bool want = cases[i].serial < 0 ? short_wait : cases[i].serial == 1;
+        CHECKF(serial == want,
+               "GlobalAveragePool of 16 x %lld x %lld (short wait %d): serial %d, want %d",
+               (long long)cases[i].h, (long long)cases[i].w, (int)short_wait, (int)serial,
+               (int)want);
+        r.k->release(r.state);
+        free(r.state_raw);
+        dc_free(&c);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    /* "serial-bound": that test alone (ctest's runs with libgomp's wait set
+     * both ways, tests/ops/dnnl.cmake). */
+    const bool bound_only = argc > 1 && strcmp(argv[1], "serial-bound") == 0;
     if (qf_set_engine(QF_ENGINE_DNNL) != QF_OK || !qf_dnnl()) {
         /* No libdnnl here: the engine says why; the reference kernels run
          * everything (every other test covers them). */
         printf("SKIP oneDNN kernels: %s\n", qf_backend_why_not());
         CHECK(!qf_dnnl_can_fuse(NULL, NULL));
+        return qf_check_report();
+    }
+    if (bound_only) {
+        RUN(test_serial_bound);
         return qf_check_report();
     }
     /* Every case's shapes are small enough to run on one thread
@@ -1403,6 +1460,7 @@ int main(void)
     RUN(test_silu_split);
     RUN(test_blocked);
     qf_dk_set_serial_max(-1);
+    RUN(test_serial_bound);
     RUN(test_conv);
     RUN(test_post_ops);
     RUN(test_silu_split);
