@@ -1,5 +1,7 @@
 # The oneDNN float forward kernels against the reference C kernels (skips
-# its comparisons, saying why, where oneDNN is not available).
+# its comparisons, saying why, where oneDNN is not available). One program:
+# its case harness (dnnl_case.h) and its Conv / post-op cases
+# (dnnl_conv_cases.h) are header-only, included by test_dnnl_kernels.c.
 add_executable(test_dnnl_kernels ${CMAKE_CURRENT_LIST_DIR}/test_dnnl_kernels.c)
 target_include_directories(test_dnnl_kernels PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
 target_compile_options(test_dnnl_kernels PRIVATE ${QF_WARNINGS})

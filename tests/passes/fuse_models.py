@@ -314,4 +314,5 @@ def main():
     print(f"ok [{CASE}]")
 
 
-main()
+if __name__ == "__main__":
+    main()

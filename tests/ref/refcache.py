@@ -168,18 +168,28 @@ def _versions():
     return out
 
 
-def _repo_modules():
-    """{path: sha256} of every loaded module whose source is in the
-    repository (the test script, its helpers, examples/ it imports)."""
+_SERVER = os.path.join(os.path.dirname(os.path.realpath(__file__)), "refserver.py")
+
+
+def _repo_modules(modules=None):
+    """{path: None} of every loaded module (or of MODULES) whose source is in
+    the repository (the test script, its helpers, examples/ it imports; not
+    the fork server, which computes as the test's own process would)."""
     out = {}
-    for m in list(sys.modules.values()):
+    for m in list(sys.modules.values()) if modules is None else modules:
         f = getattr(m, "__file__", None)
         if not f or not f.endswith(".py"):
             continue
-        p = os.path.realpath(f)
-        if p.startswith(ROOT + os.sep) and "/node_modules/" not in p and os.path.isfile(p):
+        p = _module_path.get((ROOT, f), False)
+        if p is False:  # realpath costs a few system calls per path component: once per module file
+            p = os.path.realpath(f)
+            p = _module_path[ROOT, f] = p if p.startswith(ROOT + os.sep) and "/node_modules/" not in p else None
+        if p and p != _SERVER and os.path.isfile(p):
             out[p] = None
     return out
+
+
+_module_path = {}  # (ROOT, a module's __file__) -> its real path in the repository, or None
 
 
 class _Recorder:
@@ -350,6 +360,17 @@ def _restore(entry, ph):
             f.write(data)
 
 
+def _remote(fn, args, kwargs, base, allow_proc):
+    """A miss computed by the fork server (tests/ref/refserver.py), which has
+    torch imported already, when QF_REF_SERVER names one; None: compute here."""
+    if not os.environ.get("QF_REF_SERVER"):
+        return None
+    if os.path.dirname(os.path.abspath(__file__)) not in sys.path:
+        sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import refserver
+    return refserver.compute(fn, args, kwargs, base, allow_proc)
+
+
 def call(fn, *args, base=None, inputs=(), **kwargs):
     """fn(*args, **kwargs), from the cache when QF_REF_CACHE names one and
     an entry is valid (see the module's text). BASE: the directory the
@@ -383,12 +404,18 @@ def call(fn, *args, base=None, inputs=(), **kwargs):
         _restore(entry, ph)
         return pickle.loads(entry["result"])
 
-    result, rec = _compute(fn, args, kwargs, ph, allow_proc=bool(inputs))
-    if rec.bad:
-        raise RuntimeError("refcache: %s cannot be cached: %s" % (fn.__qualname__, "; ".join(rec.bad)))
-    blob = pickle.dumps(result, protocol=4)
+    remote = _remote(fn, args, kwargs, base, bool(inputs)) if entry is None else None
+    if remote is not None:
+        result, blob, read, written, bad, modules = remote
+    else:
+        result, rec = _compute(fn, args, kwargs, ph, allow_proc=bool(inputs))
+        blob, read, written, bad, modules = None, rec.read, rec.written, rec.bad, ()
+    if bad:
+        raise RuntimeError("refcache: %s cannot be cached: %s" % (fn.__qualname__, "; ".join(bad)))
+    if blob is None:
+        blob = pickle.dumps(result, protocol=4)
     files = {}
-    for p in sorted(rec.written):
+    for p in sorted(written):
         if os.path.isfile(p):
             with open(p, "rb") as f:
                 files[ph.short(p)] = f.read()
@@ -398,8 +425,8 @@ def call(fn, *args, base=None, inputs=(), **kwargs):
             raise RuntimeError("refcache: %s: recomputing differs from the cached entry (%s)"
                                % (fn.__qualname__, "result" if blob != entry["result"] else ", ".join(sorted(diff))))
         return result
-    deps = {ph.short(p): sha for p, sha in rec.read.items()}
-    for p in _repo_modules():
+    deps = {ph.short(p): sha for p, sha in read.items()}
+    for p in set(_repo_modules()) | set(modules):
         deps[ph.short(p)] = _sha_file(p)
     _store(directory, {"format": FORMAT, "name": fn.__qualname__, "deps": deps, "files": files, "result": blob})
     return result

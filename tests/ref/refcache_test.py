@@ -3,7 +3,9 @@
 gives what the computation returned and wrote, byte for byte, without
 computing; a changed argument, input file, helper module or package version
 misses; the base directory is a placeholder (two build
-directories share entries); what cannot be cached is refused.
+directories share entries); what cannot be cached is refused; a miss
+computed by the fork server (tests/ref/refserver.py) is what computing here
+gives.
 
     refcache_test.py WORKDIR
 """
@@ -53,7 +55,83 @@ def starts_process():
     subprocess.run(["true"])
 
 
+def prints_and_writes(out_dir, n):
+    """For the fork server: prints, writes OUT_DIR/z.bin, returns its pid."""
+    CALLS.append(n)
+    print("computing %d" % n, flush=True)
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "z.bin"), "wb") as f:
+        f.write(bytes(range(n)))
+    return {"n": n, "pid": os.getpid()}
+
+
+def raises(n):
+    raise ValueError("no reference for %d" % n)
+
+
+def server_client(work):
+    """Run by tests/ref/refserver.py (server_main): misses go to the server."""
+    import refserver
+    cache, base = os.path.join(work, "cache"), os.path.join(work, "b")
+    os.environ[refcache.ENV] = cache
+    r1 = refcache.call(prints_and_writes, os.path.join(base, "out"), 5, base=base)
+    check(not CALLS and r1["n"] == 5 and r1["pid"] != os.getpid(), "a miss is computed in the server")
+    with open(os.path.join(base, "out", "z.bin"), "rb") as f:
+        check(f.read() == bytes(range(5)), "the server's computation writes its files under the base")
+    os.remove(os.path.join(base, "out", "z.bin"))
+    r2 = refcache.call(prints_and_writes, os.path.join(base, "out"), 5, base=base)
+    with open(os.path.join(base, "out", "z.bin"), "rb") as f:
+        check(not CALLS and r2 == r1 and f.read() == bytes(range(5)), "then a hit, with its file")
+    try:
+        refcache.call(raises, 3, base=base)
+        check(False, "a failure in the server is raised in the test")
+    except ValueError as e:
+        check(str(e) == "no reference for 3", "a failure in the server is raised in the test")
+    server = os.environ[refserver.ENV]
+    os.environ[refserver.ENV] = os.path.join(work, "no-such-socket")
+    r3 = refcache.call(prints_and_writes, os.path.join(base, "out"), 6, base=base)
+    check(CALLS == [6] and r3["pid"] == os.getpid(), "no server to reach: computed here")
+    os.environ[refserver.ENV] = server
+    print("%d failed" % len(FAILED))
+    return 1 if FAILED else 0
+
+
+def server_main(work):
+    """The fork server (tests/ref/refserver.py) against computing here: the
+    same entries, the function's output in the test's."""
+    os.makedirs(os.path.join(work, "b"))
+    # The same call computed here, into another cache: the entries must be equal.
+    os.environ[refcache.ENV] = os.path.join(work, "local")
+    refcache.call(prints_and_writes, os.path.join(work, "b", "out"), 5, base=os.path.join(work, "b"))
+    CALLS.clear()
+    os.environ.pop(refcache.ENV)
+    p = subprocess.run([sys.executable, os.path.join(HERE, "refserver.py"), "--no-preload", "--", sys.executable,
+                        os.path.abspath(__file__), "--server-client", work], capture_output=True, text=True,
+                       timeout=120)
+    print(p.stdout + p.stderr, end="")
+    check(p.returncode == 0, "the tests run by the server pass (exit status %d)" % p.returncode)
+    check("computing 5" in p.stdout and "computing 6" in p.stdout, "the function's output is the test's")
+    check("refserver: 2 reference(s) computed" in p.stdout, "the server computed the two misses")
+
+    def entries(cache):
+        out = {}
+        for d, _, names in os.walk(cache):
+            for n in names:
+                with open(os.path.join(d, n), "rb") as f:
+                    e = pickle.load(f)
+                if e["name"] == "prints_and_writes":
+                    out[os.path.basename(d), n] = (e["deps"], e["files"])
+        return out
+    local, served = entries(os.path.join(work, "local")), entries(os.path.join(work, "cache"))
+    check(len(local) == 1 and local.keys() <= served.keys()
+          and all(served[k][1] == local[k][1] and served[k][0] == local[k][0] for k in local),
+          "an entry computed by the server is the one computed here")
+
+
 def main():
+    if sys.argv[1] == "--server-client":
+        return server_client(sys.argv[2])
+    os.environ.pop("QF_REF_SERVER", None)  # make test's server: this test counts its computations itself
     work = os.path.abspath(sys.argv[1])
     refcache._TMP = os.path.join(work, "tmp") + os.sep  # WORK may be in the system's temporary directory
     shutil.rmtree(work, ignore_errors=True)
@@ -64,6 +142,9 @@ def main():
     inp = os.path.join(work, "in.bin")
     with open(inp, "wb") as f:
         f.write(bytes(range(7)) * 5)
+    # First, while this process has loaded no module of WORK (the helper
+    # below is one when WORK is in the repository's build directory).
+    server_main(os.path.join(work, "server"))
 
     os.environ.pop(refcache.ENV, None)
     r0 = refcache.call(reference, inp, 2, os.path.join(a, "out"), base=a)
