@@ -245,6 +245,24 @@ static qf_status dk_prepare(dcase *c, dk_run *r, uint32_t in_nhwc, uint32_t out_
     return st;
 }
 
+/* The prepared kernel's forward with its scratch, twice (the state is
+ * reused as the plan reuses it), then its state released. */
+static qf_status dk_forward_twice(dk_run *r, const char *what)
+{
+    size_t scratch = r->k->scratch ? r->k->scratch(r->io.node, r->state) : 0;
+    void *sraw = malloc(scratch + 64);
+    r->io.state = r->state;
+    r->io.scratch = (void *)(((uintptr_t)sraw + 63) & ~(uintptr_t)63);
+    r->io.scratch_size = scratch;
+    qf_status st = r->k->forward_f32(&r->io);
+    CHECKF(st == QF_OK, "%s: forward: %s", what, qf_error_message());
+    if (st == QF_OK) st = r->k->forward_f32(&r->io);
+    if (r->k->release) r->k->release(r->state);
+    free(r->state_raw);
+    free(sraw);
+    return st;
+}
+
 /* Prepare, run on the case's data in the given layouts, compare with the
  * reference output (the last node's). */
 static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_nhwc)
@@ -303,18 +321,7 @@ static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_
     memset(yb, 0x7f, qf_tensor_nbytes(ref));
     out_run.data = yb;
     r.out_t[0] = &out_run;
-    size_t scratch = r.k->scratch ? r.k->scratch(n, r.state) : 0;
-    void *sraw = malloc(scratch + 64);
-    r.io.state = r.state;
-    r.io.scratch = (void *)(((uintptr_t)sraw + 63) & ~(uintptr_t)63);
-    r.io.scratch_size = scratch;
-    st = r.k->forward_f32(&r.io);
-    CHECKF(st == QF_OK, "%s: forward: %s", what, qf_error_message());
-    /* A second run: the state is reused as the plan reuses it. */
-    if (st == QF_OK) st = r.k->forward_f32(&r.io);
-    if (r.k->release) r.k->release(r.state);
-    free(r.state_raw);
-    free(sraw);
+    st = dk_forward_twice(&r, what);
     float *got = yb;
     float *nchw = NULL;
     if (out_nhwc & 1u) {

@@ -433,17 +433,7 @@ static void dc_check_blocked(dcase *c, const char *what, uint32_t in_bits, uint3
     for (int64_t i = 0; i < total; i++) yb[i] = NAN;
     out_run.data = yb;
     r.out_t[0] = &out_run;
-    size_t scratch = r.k->scratch ? r.k->scratch(n, r.state) : 0;
-    void *sraw = malloc(scratch + 64);
-    r.io.state = r.state;
-    r.io.scratch = (void *)(((uintptr_t)sraw + 63) & ~(uintptr_t)63);
-    r.io.scratch_size = scratch;
-    st = r.k->forward_f32(&r.io);
-    CHECKF(st == QF_OK, "%s (blocked): forward: %s", what, qf_error_message());
-    if (st == QF_OK) st = r.k->forward_f32(&r.io);
-    if (r.k->release) r.k->release(r.state);
-    free(r.state_raw);
-    free(sraw);
+    st = dk_forward_twice(&r, what);
     const float *want = ref->data;
     const int64_t count = qf_tensor_numel(ref), sp = out_bit ? d[2] * d[3] : 0;
     double ss = 0;
