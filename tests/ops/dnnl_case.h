@@ -171,6 +171,61 @@ static void to_nhwc(const qf_tensor *t, float *dst, bool back)
             }
 }
 
+/* nChw16c (qf_kernel_io.blocked): floats of a 4-D tensor of logical dims d,
+ * its channels padded to whole blocks, and the index of element (n, c, hw). */
+static int64_t blk_numel(const int64_t *d)
+{
+    return d[0] * ((d[1] + QF_LAYOUT_BLOCK - 1) / QF_LAYOUT_BLOCK * QF_LAYOUT_BLOCK) * d[2] * d[3];
+}
+
+static int64_t blk_index(const int64_t *d, int64_t n, int64_t ch, int64_t hw)
+{
+    const int64_t B = QF_LAYOUT_BLOCK, nb = (d[1] + B - 1) / B, sp = d[2] * d[3];
+    return ((n * nb + ch / B) * sp + hw) * B + ch % B;
+}
+
+/* A copy of NCHW tensor t in the layout a set layout bit means: NHWC, or
+ * with `blocked` nChw16c, its pad channels 0 (as the plan's reorder and
+ * every oneDNN kernel leave them). */
+static float *dc_stored(const qf_tensor *t, bool blocked)
+{
+    if (!blocked) {
+        float *b = malloc(qf_tensor_nbytes(t));
+        to_nhwc(t, b, false);
+        return b;
+    }
+    const int64_t *d = t->dims, sp = d[2] * d[3];
+    float *b = calloc((size_t)blk_numel(d), sizeof *b);
+    const float *x = t->data;
+    for (int64_t n = 0; n < d[0]; n++)
+        for (int64_t ch = 0; ch < d[1]; ch++)
+            for (int64_t p = 0; p < sp; p++) b[blk_index(d, n, ch, p)] = x[(n * d[1] + ch) * sp + p];
+    return b;
+}
+
+/* The NCHW copy of `stored`, a tensor of ref's dims in the layout of
+ * dc_stored; for nChw16c, *pad_bad counts pad elements that are not 0 (the
+ * next kernel reads them: a NaN there would spread through a 1x1 conv's
+ * zero weights). */
+static float *dc_logical(const qf_tensor *ref, float *stored, bool blocked, int64_t *pad_bad)
+{
+    float *nchw = malloc(qf_tensor_nbytes(ref));
+    if (!blocked) {
+        qf_tensor tmp = *ref;
+        tmp.data = nchw;
+        to_nhwc(&tmp, stored, true);
+        return nchw;
+    }
+    const int64_t *d = ref->dims, sp = d[2] * d[3];
+    for (int64_t n = 0; n < d[0]; n++) {
+        for (int64_t ch = 0; ch < d[1]; ch++)
+            for (int64_t p = 0; p < sp; p++) nchw[(n * d[1] + ch) * sp + p] = stored[blk_index(d, n, ch, p)];
+        for (int64_t ch = d[1]; ch % QF_LAYOUT_BLOCK; ch++)
+            for (int64_t p = 0; p < sp; p++) *pad_bad += stored[blk_index(d, n, ch, p)] != 0.0f;
+    }
+    return nchw;
+}
+
 /* Run the reference: the node, then every follower, on c->data. */
 static void dc_run_ref(dcase *c)
 {
@@ -263,31 +318,37 @@ static qf_status dk_forward_twice(dk_run *r, const char *what)
     return st;
 }
 
-/* Prepare, run on the case's data in the given layouts, compare with the
- * reference output (the last node's). */
-static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_nhwc)
+/* Prepare, run on the case's data in the given layouts (a set bit: NHWC, or
+ * nChw16c with `blocked`), compare with the reference output (the last
+ * node's). The output buffer starts as 0x7f bytes (3.4e38): the kernel must
+ * write every element, and a blocked output's pad channels as 0. */
+static void dc_check_layout(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_nhwc, bool blocked)
 {
     REQUIRE_OK(qf_graph_infer_shapes(c->g));
     const qf_backend_kernels *bk = qf_op_kernels_get(c->n->op)->dnnl;
+    const char *lay = blocked ? "blocked" : "nhwc";
     dk_run r;
+    dk_blocked = blocked;
     if (bk && bk->accepts && !bk->accepts(c->n)) {
         /* A node the backend does not take (a Conv whose W is computed at
          * run time) must not be half-taken either: prepare declines it,
          * and the plan runs it on the reference kernel (engine_parity). */
         qf_error_clear();
         qf_status st = dk_prepare(c, &r, in_nhwc, out_nhwc);
+        dk_blocked = false;
         REQUIRE(st == QF_ERR_UNSUPPORTED, "%s: not accepted, yet prepare returned %d", what, (int)st);
         return;
     }
     dc_run_ref(c);
     qf_error_clear();
     qf_status st = dk_prepare(c, &r, in_nhwc, out_nhwc);
-    REQUIRE(st == QF_OK, "%s: the backend declined or failed (%d: %s)", what, (int)st,
+    dk_blocked = false;
+    REQUIRE(st == QF_OK, "%s (%s): the backend declined or failed (%d: %s)", what, lay, (int)st,
             qf_error_message());
     const qf_node *n = c->n;
-    /* Run-time tensors: data, channels-last copies where asked. */
+    /* Run-time tensors: data, copies in the other layout where asked. */
     qf_tensor in_run[8], post_run[4], out_run;
-    float *bufs[8] = {0};
+    float *bufs[12] = {0};
     int nbufs = 0;
     for (int i = 0; i < n->ninputs; i++) {
         r.in_t[i] = NULL;
@@ -295,11 +356,7 @@ static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_
         const qf_value *v = n->inputs[i];
         const qf_tensor *t = qf_value_is_const(v) ? &v->type : dc_data(c, v);
         in_run[i] = *t;
-        if (in_nhwc >> i & 1u) {
-            float *b = bufs[nbufs++] = malloc(qf_tensor_nbytes(t));
-            to_nhwc(t, b, false);
-            in_run[i].data = b;
-        }
+        if (in_nhwc >> i & 1u) in_run[i].data = bufs[nbufs++] = dc_stored(t, blocked);
         r.in_t[i] = &in_run[i];
     }
     for (int i = 0; i < c->nfused; i++) {
@@ -308,29 +365,21 @@ static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_
         const qf_node *f = c->fused[i];
         const qf_tensor *t = dc_data(c, f->inputs[0] == prev ? f->inputs[1] : f->inputs[0]);
         post_run[i] = *t;
-        if (out_nhwc & 1u) {
-            float *b = bufs[nbufs++] = malloc(qf_tensor_nbytes(t));
-            to_nhwc(t, b, false);
-            post_run[i].data = b;
-        }
+        if (out_nhwc & 1u) post_run[i].data = bufs[nbufs++] = dc_stored(t, blocked);
         r.post_t[i] = &post_run[i];
     }
     const qf_tensor *ref = &c->data[c->nvals - 1];
+    const size_t ybytes =
+        (out_nhwc & 1u) && blocked ? (size_t)blk_numel(ref->dims) * sizeof(float) : qf_tensor_nbytes(ref);
     qf_tensor_view(&out_run, QF_DTYPE_F32, ref->ndim, ref->dims, NULL);
-    float *yb = malloc(qf_tensor_nbytes(ref));
-    memset(yb, 0x7f, qf_tensor_nbytes(ref));
+    float *yb = malloc(ybytes);
+    memset(yb, 0x7f, ybytes);
     out_run.data = yb;
     r.out_t[0] = &out_run;
     st = dk_forward_twice(&r, what);
-    float *got = yb;
-    float *nchw = NULL;
-    if (out_nhwc & 1u) {
-        nchw = malloc(qf_tensor_nbytes(ref));
-        qf_tensor tmp = out_run;
-        tmp.data = nchw;
-        to_nhwc(&tmp, yb, true);
-        got = nchw;
-    }
+    float *got = yb, *nchw = NULL;
+    int64_t pad_bad = 0;
+    if (out_nhwc & 1u) got = nchw = dc_logical(ref, yb, blocked, &pad_bad);
     const float *want = ref->data;
     const int64_t count = qf_tensor_numel(ref);
     double ss = 0;
@@ -347,12 +396,23 @@ static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_
                     want[i]);
         if (d / (scale > 0 ? scale : 1) > worst) worst = d / (scale > 0 ? scale : 1);
     }
-    CHECKF(st == QF_OK && bad == 0,
-           "%s (in_nhwc %u, out_nhwc %u): %lld of %lld elements off, worst %.3g", what, in_nhwc,
-           out_nhwc, (long long)bad, (long long)count, worst);
+    CHECKF(st == QF_OK && bad == 0 && pad_bad == 0,
+           "%s (%s, in %u, out %u): %lld of %lld elements off, worst %.3g; %lld pad elements not 0", what, lay,
+           in_nhwc, out_nhwc, (long long)bad, (long long)count, worst, (long long)pad_bad);
     for (int i = 0; i < nbufs; i++) free(bufs[i]);
     free(yb);
     free(nchw);
+}
+
+static void dc_check(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_nhwc)
+{
+    dc_check_layout(c, what, in_nhwc, out_nhwc, false);
+}
+
+/* Set bits mean nChw16c (qf_kernel_io.blocked). */
+static void dc_check_blocked(dcase *c, const char *what, uint32_t in_bits, uint32_t out_bit)
+{
+    dc_check_layout(c, what, in_bits, out_bit, true);
 }
 
 /* The layouts a spatial case runs in: NCHW, NHWC, and the two mixed ones. */
