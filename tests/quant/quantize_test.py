@@ -216,16 +216,10 @@ def case_mobilenet_v2():
     lsb_agreement(work("q.onnx"), rng.standard_normal((2, 3, 224, 224)).astype(np.float32), 0.99, 3)
 
 
-def case_mixed():
-    """ConvTranspose, Gemm, Concat, MaxPool, GlobalAveragePool, Add, Sigmoid,
-    Softmax in one model: the placement rules of neutron, checked in the file,
-    and qfold's integer executor against ONNX Runtime on it (the ConvTranspose,
-    Concat, pools and Gemm run as integer nodes: quant_lower_mixed checks that
-    they are lowered)."""
-    import onnx
+def mixed_export(path):
+    """PATH: case_mixed's model (computed once per `make test`: refcache)."""
     import torch
     import torch.nn as nn
-    from onnx import numpy_helper
 
     class Mixed(nn.Module):
         def __init__(self):
@@ -253,10 +247,22 @@ def case_mixed():
         net.bn1.weight.uniform_(-1.5, 1.5)
         net.bn1.bias.uniform_(-0.5, 0.5)
     net.eval()
-    model = work("mixed.onnx")
-    torch.onnx.export(net, torch.zeros(1, 3, 16, 16), model, opset_version=13,
+    torch.onnx.export(net, torch.zeros(1, 3, 16, 16), path, opset_version=13,
                       training=torch.onnx.TrainingMode.PRESERVE, input_names=["x"], output_names=["y"],
                       dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def case_mixed():
+    """ConvTranspose, Gemm, Concat, MaxPool, GlobalAveragePool, Add, Sigmoid,
+    Softmax in one model: the placement rules of neutron, checked in the file,
+    and qfold's integer executor against ONNX Runtime on it (the ConvTranspose,
+    Concat, pools and Gemm run as integer nodes: quant_lower_mixed checks that
+    they are lowered)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = work("mixed.onnx")
+    refcache.call(mixed_export, model, base=ARGS.work)
     rng = np.random.default_rng(6)
     np.save(work("calib.npy"), rng.standard_normal((16, 3, 16, 16)).astype(np.float32))
     stdout, rep = quantize(model, work("q.onnx"), work("calib.npy"), "--verify")
@@ -293,15 +299,8 @@ def case_mixed():
                   "bias scale of %s is not s_in * s_w" % n.name)
 
 
-def case_decoder():
-    """qfold's integer executor against ONNX Runtime on a small encoder-decoder
-    with logits out (no softmax to hide a difference): Conv+BN, a strided
-    Conv, ConvTranspose, Concat of the skip (two qparams: the decoder's input
-    is requantized), AveragePool, Mul, ReduceMean, a MatMul of two activations
-    and Gemm, every one of them an integer node with TFLite's requantization
-    (quant_lower_decoder checks that). Both targets; ORT runs the QDQ file as
-    written (the ONNX definition, DQ -> float -> Q) and with its own integer
-    kernels."""
+def decoder_export(path):
+    """PATH: case_decoder's model (computed once per `make test`: refcache)."""
     import torch
     import torch.nn as nn
 
@@ -331,10 +330,22 @@ def case_decoder():
         net.bn1.running_mean.uniform_(-0.5, 0.5)
         net.bn1.running_var.uniform_(0.5, 2.0)
     net.eval()
-    model = work("decoder.onnx")
-    torch.onnx.export(net, torch.zeros(1, 3, 16, 16), model, opset_version=13,
+    torch.onnx.export(net, torch.zeros(1, 3, 16, 16), path, opset_version=13,
                       training=torch.onnx.TrainingMode.PRESERVE, input_names=["x"], output_names=["y"],
                       dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def case_decoder():
+    """qfold's integer executor against ONNX Runtime on a small encoder-decoder
+    with logits out (no softmax to hide a difference): Conv+BN, a strided
+    Conv, ConvTranspose, Concat of the skip (two qparams: the decoder's input
+    is requantized), AveragePool, Mul, ReduceMean, a MatMul of two activations
+    and Gemm, every one of them an integer node with TFLite's requantization
+    (quant_lower_decoder checks that). Both targets; ORT runs the QDQ file as
+    written (the ONNX definition, DQ -> float -> Q) and with its own integer
+    kernels."""
+    model = work("decoder.onnx")
+    refcache.call(decoder_export, model, base=ARGS.work)
     rng = np.random.default_rng(10)
 
     def images(n):

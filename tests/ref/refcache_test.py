@@ -132,6 +132,7 @@ def main():
     if sys.argv[1] == "--server-client":
         return server_client(sys.argv[2])
     os.environ.pop("QF_REF_SERVER", None)  # make test's server: this test counts its computations itself
+    os.environ.pop(refcache.ENV_VERIFY, None)  # a suite run with it: this test turns it on itself
     work = os.path.abspath(sys.argv[1])
     refcache._TMP = os.path.join(work, "tmp") + os.sep  # WORK may be in the system's temporary directory
     shutil.rmtree(work, ignore_errors=True)
