@@ -26,7 +26,8 @@ static qf_status qf_sparse_pread(int fd, const char *path, uint8_t *dst, size_t 
         ssize_t k = pread(fd, dst, n, (off_t)off);
         if (k < 0 && errno == EINTR) continue;
         if (k < 0) return qf_error(QF_ERR_IO, "cannot read '%s': %s", path, strerror(errno));
-        if (k == 0) return qf_error(QF_ERR_IO, "cannot read '%s': it got shorter while being read", path);
+        if (k == 0)
+            return qf_error(QF_ERR_IO, "cannot read '%s': it got shorter while being read", path);
         dst += k;
         off += (size_t)k;
         n -= (size_t)k;

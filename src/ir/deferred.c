@@ -8,8 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "graph_impl.h"
 #include "../core/mem.h"
+#include "graph_impl.h"
 
 void qf_deferred_release(qf_value *v)
 {
@@ -25,7 +25,8 @@ qf_status qf_graph_set_source(qf_graph *g, int fd, const char *path)
     struct stat st;
     if (im->has_src || fstat(fd, &st) != 0) {
         close(fd);
-        return qf_error(QF_ERR_IO, "cannot read '%s': %s", path, im->has_src ? "a second source" : strerror(errno));
+        return qf_error(QF_ERR_IO, "cannot read '%s': %s", path,
+                        im->has_src ? "a second source" : strerror(errno));
     }
     im->src_path = qf_graph_strdup(g, path);
     if (!im->src_path) {
@@ -61,7 +62,8 @@ bool qf_graph_has_deferred(const qf_graph *g)
     return false;
 }
 
-qf_status qf_value_defer_scale(qf_value *v, qf_scale_axis axis, int64_t groups, const double *s, int64_t n)
+qf_status qf_value_defer_scale(qf_value *v, qf_scale_axis axis, int64_t groups, const double *s,
+                               int64_t n)
 {
     qf_deferred *d = v->deferred;
     if (!d || d->scale || v->type.dtype != QF_DTYPE_F32 || n < 1)
@@ -77,16 +79,18 @@ qf_status qf_value_defer_scale(qf_value *v, qf_scale_axis axis, int64_t groups, 
 
 static qf_status qf_source_changed(const qf_graph *g, const qf_value *v, const char *how)
 {
-    return qf_error(QF_ERR_IO, "initializer '%s': the input file '%s' %s since it was loaded; nothing written",
+    return qf_error(QF_ERR_IO, "initializer '%s': the input file '%s' %s since it was loaded",
                     v->name, g->impl->src_path, how);
 }
 
 /* Raw bytes [off, off + n) of the payload. */
-static qf_status qf_source_read(const qf_graph *g, const qf_value *v, size_t off, void *dst, size_t n)
+static qf_status qf_source_read(const qf_graph *g, const qf_value *v, size_t off, void *dst,
+                                size_t n)
 {
     const struct qf_graph_impl *im = g->impl;
     struct stat st;
-    if (fstat(im->src_fd, &st) != 0) return qf_error(QF_ERR_IO, "cannot read '%s': %s", im->src_path, strerror(errno));
+    if (fstat(im->src_fd, &st) != 0)
+        return qf_error(QF_ERR_IO, "cannot read '%s': %s", im->src_path, strerror(errno));
     if ((int64_t)st.st_size != im->src_size || (int64_t)st.st_mtim.tv_sec != im->src_mtime_sec ||
         (int64_t)st.st_mtim.tv_nsec != im->src_mtime_nsec)
         return qf_source_changed(g, v, "changed");
@@ -95,7 +99,8 @@ static qf_status qf_source_read(const qf_graph *g, const qf_value *v, size_t off
     while (n) {
         ssize_t k = pread(im->src_fd, p, n, (off_t)pos);
         if (k < 0 && errno == EINTR) continue;
-        if (k < 0) return qf_error(QF_ERR_IO, "cannot read '%s': %s", im->src_path, strerror(errno));
+        if (k < 0)
+            return qf_error(QF_ERR_IO, "cannot read '%s': %s", im->src_path, strerror(errno));
         if (k == 0) return qf_source_changed(g, v, "got shorter");
         p += k;
         pos += k;
@@ -127,7 +132,8 @@ static int64_t qf_scale_channel(const qf_value *v, int64_t e, int64_t *run_end)
 
 static float qf_scale_one(float w, double s) { return (float)((double)w * s); }
 
-qf_status qf_value_read(const qf_graph *g, const qf_value *v, size_t off, void *dst, size_t n, bool scaled)
+qf_status qf_value_read(const qf_graph *g, const qf_value *v, size_t off, void *dst, size_t n,
+                        bool scaled)
 {
     if (!v->deferred) {
         if (!v->type.data) return qf_error(QF_ERR_INTERNAL, "value '%s' has no payload", v->name);

@@ -17,8 +17,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
 #include <fcntl.h>
-#include <stdio.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -42,7 +42,8 @@ static bool same_file(const char *a, const char *b)
 {
     void *da = NULL, *db = NULL;
     size_t na = 0, nb = 0;
-    bool same = read_bytes(a, &da, &na) && read_bytes(b, &db, &nb) && na == nb && memcmp(da, db, na) == 0;
+    bool same =
+        read_bytes(a, &da, &na) && read_bytes(b, &db, &nb) && na == nb && memcmp(da, db, na) == 0;
     qf_free(da);
     qf_free(db);
     return same;
@@ -56,7 +57,8 @@ static int count_deferred(const qf_graph *g, int *scaled)
         const qf_value *v = g->values[i];
         if (!v || !v->deferred) continue;
         CHECKF(!v->type.data, "deferred '%s' has data", v->name);
-        CHECKF(qf_value_is_const(v) && qf_value_has_data(v), "deferred '%s' is not a constant", v->name);
+        CHECKF(qf_value_is_const(v) && qf_value_has_data(v), "deferred '%s' is not a constant",
+               v->name);
         n++;
         *scaled += v->deferred->scale != NULL;
     }
@@ -119,8 +121,8 @@ static void same_one(const char *name, const char *env_min)
     if (n > 0 && !l3)
         CHECKF(scaled > 0, "%s: no fold was left pending on a weight (%d deferred)", name, n);
     CHECK_OK(qf_onnx_save(g, out));
-    CHECKF(same_file(ref, out), "%s (QF_TEST_DEFER=%s): the deferred load wrote another model", name,
-           env_min ? env_min : "");
+    CHECKF(same_file(ref, out), "%s (QF_TEST_DEFER=%s): the deferred load wrote another model",
+           name, env_min ? env_min : "");
     CHECK_OK(qf_onnx_save_ex(g, ext, &eo));
     CHECKF(same_file(extref, ext) && same_file(sideref, side),
            "%s: with external data, the deferred load wrote another model", name);
@@ -148,12 +150,13 @@ static void same_one(const char *name, const char *env_min)
 
 static void same(void)
 {
-    static const char *const models[] = {"tiny_cnn", "conv1d_bn", "convtranspose_bn", "grouped_conv",
-                                         "depthwise_conv", "linear_bn1d", "linear_3d", "resnet18",
-                                         "mobilenet_v2"};
+    static const char *const models[] = {"tiny_cnn",     "conv1d_bn",      "convtranspose_bn",
+                                         "grouped_conv", "depthwise_conv", "linear_bn1d",
+                                         "linear_3d",    "resnet18",       "mobilenet_v2"};
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         same_one(models[i], NULL);
-        same_one(models[i], "1");
+        /* The two torch models' conv weights are over 64 KiB already. */
+        if (i + 2 < sizeof models / sizeof models[0]) same_one(models[i], "1");
     }
 }
 
@@ -199,7 +202,8 @@ static void changed_one(int how)
     const char *msg = qf_error_message();
     CHECKF(strstr(msg, "initializer '") && strstr(msg, "since it was loaded"), "message: %s", msg);
     CHECKF(access(out, F_OK) != 0, "%s was written", out);
-    CHECKF(count_files() == files, "a file was left behind (%d files, %d before)", count_files(), files);
+    CHECKF(count_files() == files, "a file was left behind (%d files, %d before)", count_files(),
+           files);
     /* Loading the payloads now fails the same way, and leaves them as they were. */
     CHECK_STATUS(qf_graph_load_all(g), QF_ERR_IO);
     qf_graph_free(g);
