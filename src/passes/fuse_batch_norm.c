@@ -347,7 +347,15 @@ static qf_status fold_scan_deferred(const qf_graph *g, const fold *f, const doub
     for (int64_t e0 = 0; e0 < numel && st == QF_OK; e0 += CHUNK) {
         int64_t n = numel - e0 < CHUNK ? numel - e0 : CHUNK;
         st = qf_value_read(g, f->w, (size_t)e0 * sizeof(float), buf, (size_t)n * sizeof(float), false);
-        for (int64_t k = 0; k < n && st == QF_OK; k++)
+        /* Any NaN / Inf (all exponent bits set) in one branch-free loop that
+         * vectorizes; the first one's index only when there is one. */
+        uint32_t bad = 0;
+        for (int64_t k = 0; k < n; k++) {
+            uint32_t u;
+            memcpy(&u, &buf[k], sizeof u);
+            bad |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        for (int64_t k = 0; bad && k < n && st == QF_OK; k++)
             if (!isfinite(buf[k]))
                 st = qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
                               f->prod->name, qf_op_name(f->prod->op), f->w->name, isnan(buf[k]) ? "NaN" : "Inf",
