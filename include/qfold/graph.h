@@ -65,6 +65,9 @@ struct qf_value {
      * QF_STORE_VIA_CAST on a constant the model had as a half-precision
      * initializer behind Cast(to=FLOAT) (export writes it so again). */
     int store;
+    /* A constant whose payload is still in the file the graph was loaded
+     * from (type.data NULL; see "Payloads left in the file" below). */
+    struct qf_deferred *deferred;
 };
 
 #define QF_STORE_F16      10 /* ONNX FLOAT16 */
@@ -159,8 +162,53 @@ qf_value *qf_graph_find_value(const qf_graph *g, const char *name);
 /* Give v a new name. QF_ERR_INVALID if another value already has it. */
 qf_status qf_graph_rename_value(qf_graph *g, qf_value *v, const char *name);
 bool qf_value_is_const(const qf_value *v); /* constant, parameter or buffer with data */
+/* v holds a payload: in memory (type.data) or still in the file (deferred). */
+bool qf_value_has_data(const qf_value *v);
 /* Remove a value with no producer and no uses (e.g. an unused initializer). */
 void qf_graph_remove_value(qf_graph *g, qf_value *v);
+
+/* --- payloads left in the file (src/ir/deferred.c) ----------------------
+ * `qfold fuse` loads a model with qf_onnx_load_options.defer: its big
+ * initializers stay in the input file (the graph keeps it open; nothing is
+ * mapped), each value recording where its payload starts. A BN fold into
+ * such a weight records its per-channel scale on it (qf_value_defer_scale)
+ * instead of rewriting it; the exporter reads each payload in pieces
+ * (qf_value_read) straight into its write buffer and scales it there. Any
+ * other reader of a constant's data calls qf_value_load first (or the pass
+ * manager, qf_graph_load_all, before a pass that is not qf_pass.deferred):
+ * type.data of a deferred value is NULL, so a reader that forgets crashes
+ * in tests rather than reading wrong values. */
+typedef enum qf_scale_axis {
+    QF_SCALE_AXIS0 = 0, /* channel o = axis 0 ([O, ...]: Conv, linear) */
+    QF_SCALE_CONVT      /* ConvTranspose [C_in, O/g, ...] with `groups` */
+} qf_scale_axis;
+typedef struct qf_deferred {
+    int64_t off;        /* of the payload in the source file */
+    double *scale;      /* pending per-channel scale, or NULL; owned */
+    int64_t nscale;
+    qf_scale_axis axis;
+    int64_t groups;
+} qf_deferred;
+/* The file deferred payloads are read from: the graph takes over fd (closed
+ * by qf_graph_free) and remembers its size and modification time; a read
+ * from a file that changed since (or a short read) fails with QF_ERR_IO,
+ * naming the value. */
+qf_status qf_graph_set_source(qf_graph *g, int fd, const char *path);
+/* Leave v's payload (qf_tensor_nbytes(&v->type) bytes at off) in the file. */
+qf_status qf_value_defer(qf_graph *g, qf_value *v, int64_t off);
+/* Read v's payload into owned memory (the pending scale applied): v is an
+ * ordinary constant afterwards. No-op when v is not deferred. */
+qf_status qf_value_load(const qf_graph *g, qf_value *v);
+/* qf_value_load of every deferred value. */
+qf_status qf_graph_load_all(const qf_graph *g);
+bool qf_graph_has_deferred(const qf_graph *g);
+/* Bytes [off, off + n) of v's payload into dst (any alignment): as stored
+ * in the file (scaled false) or with the pending scale applied (true), the
+ * same float operation as the BN fold's (float)((double)w * s[o]). */
+qf_status qf_value_read(const qf_graph *g, const qf_value *v, size_t off, void *dst, size_t n, bool scaled);
+/* Record a per-channel scale on a deferred float32 value that has none yet
+ * (s[0..n) copied). */
+qf_status qf_value_defer_scale(qf_value *v, qf_scale_axis axis, int64_t groups, const double *s, int64_t n);
 
 /* --- nodes --------------------------------------------------------------- */
 /* A new node appended at the end of the node list, with `noutputs` fresh

@@ -43,6 +43,11 @@ qf_status qf_onnx_load(const char *path, qf_graph **out);
  * name by its writer (not confined: the caller vouches for it). */
 typedef struct qf_onnx_load_options {
     const char *external_location, *external_path;
+    /* Leave every Conv / ConvTranspose / Gemm / MatMul weight of 64 KiB or more in the file
+     * (`qfold fuse`: graph.h, "payloads left in the file"): the graph keeps
+     * the file open and reads such a payload only when something needs its
+     * values; the exporter reads it straight into its write buffer. */
+    bool defer;
 } qf_onnx_load_options;
 qf_status qf_onnx_load_ex(const char *path, const qf_onnx_load_options *o, qf_graph **out);
 /* Same from memory; `what` (may be NULL) prefixes error messages. A model

@@ -31,6 +31,10 @@ typedef struct qf_pass {
     /* Rewrite g. Set *changed when the graph changed. Record rewrites and
      * skips through qf_pass_rewrite / qf_pass_skip. */
     qf_status (*run)(qf_graph *g, qf_pass_ctx *ctx, bool *changed);
+    /* The pass reads every payload it needs through qf_value_load (or
+     * handles one left in the model file, graph.h); for any other pass the
+     * pass manager reads them all first (qf_graph_load_all). */
+    bool deferred;
 } qf_pass;
 
 typedef struct qf_pipeline {

@@ -260,7 +260,11 @@ static int qf_cli_fuse(int argc, char **argv)
     qf_compare_result cmp = {0};
     const char *tmp = NULL;
     qf_strbuf extra = {0};
-    qf_status st = qf_onnx_load(fa.in, &g);
+    /* The conv weights stay in the input file: the BN fold records its
+     * scale on them and the exporter reads them straight into its write
+     * buffer (graph.h, "payloads left in the file"). */
+    qf_onnx_load_options lo = {.defer = true};
+    qf_status st = qf_onnx_load_ex(fa.in, &lo, &g);
     if (st != QF_OK) {
         rc = qf_cli_fail(st);
         goto done;

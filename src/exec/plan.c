@@ -769,6 +769,9 @@ static void qf_plan_clear(qf_plan *p)
 static qf_status qf_plan_make(qf_plan **out, qf_graph *g, bool plain, const qf_plan_observer *obs)
 {
     *out = NULL;
+    /* Kernels read weights in memory: payloads left in the model file
+     * (graph.h) are read first. */
+    QF_TRY(qf_graph_load_all(g));
     QF_TRY(qf_graph_check_runnable(g));
     qf_stack_reserve();
     qf_plan *p = qf_calloc(1, sizeof *p);

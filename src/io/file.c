@@ -710,6 +710,41 @@ void qf_file_writer_put(qf_file_writer *w, const void *data, size_t size)
     }
 }
 
+void qf_file_writer_put_fill(qf_file_writer *w, size_t size, qf_file_fill fill, void *ctx)
+{
+    if (w->st != QF_OK || !size) return;
+    if (!w->cap) {
+        /* No buffer of its own: through a small one. */
+        size_t bn = size < ((size_t)1 << 16) ? size : ((size_t)1 << 16);
+        unsigned char *b = qf_malloc(bn);
+        if (!b) {
+            qf_file_writer_fail(w, QF_ERR_NOMEM);
+            return;
+        }
+        for (size_t off = 0; off < size && w->st == QF_OK; off += bn) {
+            size_t k = size - off < bn ? size - off : bn;
+            qf_status st = fill(ctx, b, off, k);
+            if (st != QF_OK) qf_file_writer_fail(w, st);
+            else qf_file_writer_put(w, b, k);
+        }
+        qf_free(b);
+        return;
+    }
+    /* Straight into the buffer: no copy of these bytes in between. */
+    for (size_t off = 0; off < size && w->st == QF_OK;) {
+        size_t k = w->cap - w->len < size - off ? w->cap - w->len : size - off;
+        qf_status st = fill(ctx, w->buf + w->len, off, k);
+        if (st != QF_OK) {
+            qf_file_writer_fail(w, st);
+            return;
+        }
+        w->len += k;
+        w->written += k;
+        off += k;
+        if (w->len == w->cap) qf_file_writer_flush(w);
+    }
+}
+
 void qf_file_writer_fail(qf_file_writer *w, qf_status st)
 {
     if (w->st == QF_OK) w->st = st;

@@ -56,6 +56,11 @@ qf_status qf_file_writer_open(qf_file_writer *w, const char *path, size_t bufsiz
  * is left to the caller, who discards it. */
 qf_status qf_file_writer_open_staged(qf_file_writer *w, const char *path, size_t bufsize);
 void qf_file_writer_put(qf_file_writer *w, const void *data, size_t size);
+/* Put `size` bytes that fill(ctx, dst, off, n) writes (bytes [off, off + n)
+ * of them) straight into the writer's buffer, a piece at a time; an error
+ * from fill sticks as the writer's. */
+typedef qf_status (*qf_file_fill)(void *ctx, void *dst, size_t off, size_t n);
+void qf_file_writer_put_fill(qf_file_writer *w, size_t size, qf_file_fill fill, void *ctx);
 /* Record an error found by the caller (the first error sticks). */
 void qf_file_writer_fail(qf_file_writer *w, qf_status st);
 /* Flush, set the mode, fsync, close, rename; on any error the temporary file

@@ -299,6 +299,13 @@ static qf_status qf_ex_transposed(qf_export *ex, const qf_node *n, const qf_valu
         t.data = qf_ex_alloc(ex, qf_tensor_nbytes(&t));
         if (!t.data) return QF_ERR_NOMEM;
         const unsigned char *src = w->type.data;
+        if (w->deferred) {
+            /* Left in the model file: read (scaled) into the export's memory. */
+            unsigned char *p = qf_ex_alloc(ex, qf_tensor_nbytes(&t));
+            if (!p) return QF_ERR_NOMEM;
+            QF_TRY(qf_value_read(ex->g, w, 0, p, qf_tensor_nbytes(&t), true));
+            src = p;
+        }
         unsigned char *dst = t.data;
         for (int64_t r = 0; r < rows; r++)
             for (int64_t c = 0; c < cols; c++)
@@ -579,7 +586,7 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
     size_t count = ex->nextra;
     for (int i = 0; i < g->nvalues; i++) {
         const qf_value *v = g->values[i];
-        if (v && !v->producer && v->kind != QF_VALUE_INPUT && v->type.data &&
+        if (v && !v->producer && v->kind != QF_VALUE_INPUT && qf_value_has_data(v) &&
             (ex->used[i] || v->is_output))
             count++;
     }
@@ -587,7 +594,7 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
     if (!gp->initializer) return QF_ERR_NOMEM;
     for (int i = 0; i < g->nvalues; i++) {
         const qf_value *v = g->values[i];
-        if (!v || v->producer || v->kind == QF_VALUE_INPUT || !v->type.data ||
+        if (!v || v->producer || v->kind == QF_VALUE_INPUT || !qf_value_has_data(v) ||
             !(ex->used[i] || v->is_output))
             continue;
         Onnx__TensorProto *tp = qf_ex_tensor(ex, v->name, &v->type);
@@ -618,6 +625,7 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
  * The output is byte for byte what onnx__model_proto__pack would produce. */
 typedef struct qf_ex_stream {
     qf_file_writer w;
+    const qf_graph *g; /* for payloads left in the model file (raw_data.data NULL) */
     uint8_t *scratch; /* packing buffer for the small messages */
     size_t cap;
 } qf_ex_stream;
@@ -659,6 +667,17 @@ static void qf_ex_put_msg(qf_ex_stream *s, const ProtobufCMessage *msg)
     qf_file_writer_put(&s->w, s->scratch, n);
 }
 
+typedef struct qf_ex_fill {
+    const qf_graph *g;
+    const qf_value *v;
+} qf_ex_fill;
+
+static qf_status qf_ex_fill_payload(void *ctx, void *dst, size_t off, size_t n)
+{
+    const qf_ex_fill *f = ctx;
+    return qf_value_read(f->g, f->v, off, dst, n, true);
+}
+
 static void qf_ex_put_tensor(qf_ex_stream *s, const Onnx__TensorProto *tp)
 {
     Onnx__TensorProto head = *tp;
@@ -669,7 +688,17 @@ static void qf_ex_put_tensor(qf_ex_stream *s, const Onnx__TensorProto *tp)
     qf_ex_put_msg(s, &head.base);
     if (tp->has_raw_data) {
         qf_ex_put_key_len(s, 9, tp->raw_data.len);
-        qf_file_writer_put(&s->w, tp->raw_data.data, tp->raw_data.len);
+        if (!tp->raw_data.data && tp->raw_data.len) {
+            /* Left in the input file: read into the write buffer piece by
+             * piece, the pending BN scale applied there. */
+            qf_ex_fill f = {s->g, qf_graph_find_value(s->g, tp->name)};
+            if (!f.v || !f.v->deferred)
+                qf_file_writer_fail(&s->w, qf_error(QF_ERR_INTERNAL, "initializer '%s' has no payload", tp->name));
+            else
+                qf_file_writer_put_fill(&s->w, tp->raw_data.len, qf_ex_fill_payload, &f);
+        } else {
+            qf_file_writer_put(&s->w, tp->raw_data.data, tp->raw_data.len);
+        }
     }
 }
 
@@ -713,7 +742,24 @@ static void *qf_ex_arena_alloc(void *ctx, size_t size)
  * limit), the big initializers first to their side file. Both through
  * temporary files; the side file is renamed into place first, so that a
  * model never names a side file that is not there yet. */
-static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path, qf_arena *arena,
+/* Payloads left in the model file into memory of the export's own: the
+ * side-file writer reads raw_data where it lies. */
+static qf_status qf_ex_read_deferred(const qf_graph *g, Onnx__GraphProto *gp, qf_arena *arena)
+{
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        Onnx__TensorProto *tp = gp->initializer[i];
+        if (!tp->has_raw_data || tp->raw_data.data || !tp->raw_data.len) continue;
+        const qf_value *v = qf_graph_find_value(g, tp->name);
+        if (!v || !v->deferred) return qf_error(QF_ERR_INTERNAL, "initializer '%s' has no payload", tp->name);
+        uint8_t *p = qf_arena_alloc(arena, tp->raw_data.len);
+        if (!p) return QF_ERR_NOMEM;
+        QF_TRY(qf_value_read(g, v, 0, p, tp->raw_data.len, true));
+        tp->raw_data.data = p;
+    }
+    return QF_OK;
+}
+
+static qf_status qf_ex_write(const qf_graph *g, Onnx__ModelProto *m, const char *path, qf_arena *arena,
                              qf_onnx_save_options *o)
 {
     const size_t proto_max = 0x7fffffffu;
@@ -735,7 +781,9 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path, qf_arena *ar
             const char *slash = strrchr(target, '/');
             loc = slash ? slash + 1 : target;
         }
-        qf_status st = qf_ext_plan_build(&plan, m->graph, loc, o->threshold ? o->threshold : QF_EXT_THRESHOLD,
+        qf_status st = qf_ex_read_deferred(g, m->graph, arena);
+        if (st == QF_OK)
+            st = qf_ext_plan_build(&plan, m->graph, loc, o->threshold ? o->threshold : QF_EXT_THRESHOLD,
                                          qf_ex_arena_alloc, arena);
         if (st == QF_OK && plan.n) {
             qf_file_writer sw;
@@ -760,7 +808,7 @@ static qf_status qf_ex_write(Onnx__ModelProto *m, const char *path, qf_arena *ar
                         "%s: the model is %zu bytes, over protobuf's 2 GiB limit even with its "
                         "initializers in external data",
                         path, size);
-    qf_ex_stream s = {0};
+    qf_ex_stream s = {.g = g};
     /* Every piece goes through the writer's 1 MiB buffer (few write() calls,
      * and from 4 MiB on they bypass the page cache: file.c); 4 MiB was no
      * faster (bench/fuse.md). */
@@ -820,7 +868,7 @@ qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_opti
         m.graph = &gp;
         st = qf_keep_export_model(g, &ex.arena, &m, &gp);
         if (st != QF_OK) qf_error_prefix(st, "%s: ", path);
-        if (st == QF_OK) st = qf_ex_write(&m, path, &ex.arena, o);
+        if (st == QF_OK) st = qf_ex_write(g, &m, path, &ex.arena, o);
     }
     qf_free(ex.used);
     qf_free(ex.nodes);

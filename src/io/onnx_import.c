@@ -17,18 +17,29 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "onnx_keep.h"
 #include "onnx_opset.h"
 #include "onnx_problems.h"
 #include "external_data.h"
 #include "onnx_proto.h"
+#include "onnx_defer.h"
 #include "qfold/pass.h"
 #include "qfold/schema.h"
 
 #define QF_OPSET_MIN QF_ONNX_OPSET_MIN
 #define QF_OPSET_MAX QF_ONNX_OPSET_MAX
+
+/* The file and holes of a deferred load (qf_onnx_load_deferred). */
+typedef struct qf_defer_src {
+    int fd; /* -1 once the import took it */
+    const qf_onnx_range *holes;
+    size_t nholes;
+} qf_defer_src;
 
 typedef struct qf_import {
     qf_graph *g;
@@ -50,9 +61,19 @@ typedef struct qf_import {
     uint32_t id0;       /* id of the first node created */
     qf_problems *problems; /* every problem found (onnx_problems.h) */
     qf_ext_reader *ext; /* side files of external data (external_data.c) */
+    /* Payloads left in the file (qf_onnx_load_options.defer): the ranges
+     * of `data` never read, and the file, which the graph takes over. */
+    const qf_onnx_range *holes;
+    size_t nholes;
+    int src_fd;          /* -1 once the graph has it, or without holes */
+    int src_fd_copy;     /* the same descriptor, for reading holes */
+    const char *path;
 } qf_import;
 
 static const char *qf_str(const char *s) { return s ? s : ""; }
+
+/* The file of the holes (the graph's, once it took it over). */
+#define qf_graph_source_fd(im) ((im)->src_fd_copy)
 
 static bool qf_default_domain(const char *d) { return !d || !*d || strcmp(d, "ai.onnx") == 0; }
 
@@ -119,6 +140,24 @@ static qf_status qf_import_value_type(const Onnx__ValueInfoProto *vi, const char
     return QF_OK;
 }
 
+/* The hole of `data` tp's raw_data lies in, or NULL. */
+static const qf_onnx_range *qf_import_hole(const qf_import *im, const Onnx__TensorProto *tp)
+{
+    if (!im->nholes || !tp->has_raw_data || !tp->raw_data.data || tp->raw_data.data < im->data ||
+        tp->raw_data.data >= im->data + im->size)
+        return NULL;
+    size_t off = (size_t)(tp->raw_data.data - im->data), lo = 0, hi = im->nholes;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (im->holes[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < im->nholes && im->holes[lo].off == off && im->holes[lo].len == tp->raw_data.len ? &im->holes[lo]
+                                                                                             : NULL;
+}
+
 /* Initializer i as a tensor: its raw_data borrowed in the model buffer at
  * base (where tp's bytes start), or, base NULL, protobuf-c's copy of it
  * taken over. Neither copies the weights. */
@@ -132,6 +171,20 @@ static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProt
     char what[300];
     snprintf(what, sizeof what, "initializer '%.256s'", name);
     qf_tensor t;
+    const qf_onnx_range *hole = base ? qf_import_hole(im, tp) : NULL;
+    if (hole) {
+        /* A payload left in the file: the tensor has its dtype and shape,
+         * the value where the bytes are. Anything the decoder would convert
+         * or reject is read after all and decoded as usual. */
+        size_t nbytes;
+        if (!qf_onnx_half_code(tp->data_type) && qf_onnx_tensor_meta(tp, what, &t, &nbytes) == QF_OK &&
+            nbytes == tp->raw_data.len) {
+            qf_value *v = qf_graph_add_constant(im->g, name, QF_VALUE_CONSTANT, &t);
+            if (!v) return QF_ERR_NOMEM;
+            return qf_value_defer(im->g, v, (int64_t)hole->off);
+        }
+        QF_TRY(qf_onnx_fill_hole(qf_graph_source_fd(im), im->path, im->data, *hole));
+    }
     if (qf_ext_is_external(tp))
         QF_TRY(qf_ext_read_tensor(im->ext, tp, what, &t));
     else
@@ -473,6 +526,26 @@ static qf_status qf_import_outputs(qf_import *im)
     return QF_OK;
 }
 
+/* Only the weight (input 1) of a Conv, ConvTranspose, Gemm, MatMul or
+ * linear stays in the file (the BN fold, canonicalize and the exporter
+ * know how to read it there); any other deferred payload is read now. */
+static qf_status qf_import_defer_policy(qf_graph *g)
+{
+    for (int i = 0; i < g->nvalues; i++) {
+        qf_value *v = g->values[i];
+        if (!v || !v->deferred) continue;
+        bool keep = !v->is_output && v->nuses > 0;
+        for (int u = 0; u < v->nuses && keep; u++) {
+            const qf_use *us = &v->uses[u];
+            qf_op op = us->node->op;
+            keep = us->slot == 1 && (op == QF_OP_CONV || op == QF_OP_CONV_TRANSPOSE || op == QF_OP_GEMM ||
+                                     op == QF_OP_MATMUL || op == QF_OP_LINEAR);
+        }
+        if (!keep) QF_TRY(qf_value_load(g, v));
+    }
+    return QF_OK;
+}
+
 static qf_status qf_import_graph(qf_import *im, const Onnx__ModelProto *m)
 {
     qf_graph *g = im->g;
@@ -494,7 +567,8 @@ static qf_status qf_import_graph(qf_import *im, const Onnx__ModelProto *m)
     for (size_t i = 0; i < gp->n_node; i++) QF_TRY(qf_import_node_inputs(im, i));
     QF_TRY(qf_import_outputs(im));
     /* Versioned ops onto qfold's forms (src/io/onnx_opset.c). */
-    return qf_onnx_opset_import(g, g->opset);
+    QF_TRY(qf_onnx_opset_import(g, g->opset));
+    return qf_import_defer_policy(g);
 }
 
 /* Protobuf -> graph; the ModelProto is freed by the caller right after. */
@@ -505,6 +579,14 @@ static qf_status qf_import_model(qf_import *im, const Onnx__ModelProto *m, qf_gr
                         m->has_ir_version ? "graph" : "ir_version");
     im->gp = m->graph;
     QF_TRY(qf_graph_init(&im->g));
+    if (im->src_fd >= 0) {
+        qf_status st = qf_graph_set_source(im->g, im->src_fd, im->path);
+        im->src_fd = -1; /* the graph's (closed on failure) */
+        if (st != QF_OK) {
+            qf_graph_free(im->g);
+            return st;
+        }
+    }
     qf_status st = qf_import_graph(im, m);
     qf_free(im->nodes);
     qf_free(im->names);
@@ -542,13 +624,19 @@ static qf_status qf_import_finish(qf_graph *g)
  * is decoded whole (protobuf-c copies every weight; the tensors take those
  * copies) and buf is freed right after. */
 static qf_status qf_onnx_decode(void *buf, size_t size, const char *path, const qf_onnx_load_options *lo,
-                                 qf_problems *problems, qf_graph **out)
+                                 qf_problems *problems, qf_defer_src *ds, qf_graph **out)
 {
     *out = NULL;
     qf_status st = size ? qf_pb_check(&onnx__model_proto__descriptor, buf, size, "ONNX model")
                         : qf_error(QF_ERR_PARSE, "not a valid ONNX model (the file is empty)");
     qf_onnx_split split = {0};
     if (st == QF_OK) st = qf_onnx_split_model(buf, size, &split);
+    if (st == QF_OK && ds && ds->nholes && !split.init) {
+        /* Decoded whole: protobuf-c copies every payload, so all are read. */
+        for (size_t i = 0; i < ds->nholes && st == QF_OK; i++)
+            st = qf_onnx_fill_hole(ds->fd, path, buf, ds->holes[i]);
+        ds->nholes = 0;
+    }
     Onnx__ModelProto *m = NULL;
     bool oom;
     ProtobufCAllocator alloc = qf_pb_allocator_make(&oom);
@@ -573,7 +661,13 @@ static qf_status qf_onnx_decode(void *buf, size_t size, const char *path, const 
                     .ninit = split.ninit,
                     .alloc = &alloc,
                     .oom = &oom,
-                    .problems = problems};
+                    .problems = problems,
+                    .holes = ds ? ds->holes : NULL,
+                    .nholes = ds ? ds->nholes : 0,
+                    .src_fd = ds && ds->nholes ? ds->fd : -1,
+                    .src_fd_copy = ds ? ds->fd : -1,
+                    .path = path};
+    if (ds && ds->nholes) ds->fd = -1; /* im's, then the graph's */
     if (st == QF_OK)
         st = qf_ext_reader_init(&im.ext, path, lo ? lo->external_location : NULL,
                                 lo ? lo->external_path : NULL);
@@ -583,13 +677,14 @@ static qf_status qf_onnx_decode(void *buf, size_t size, const char *path, const 
     qf_onnx_split_free(&split);
     qf_free(im.scratch.buf);
     qf_free(im.adopt); /* not adopted: the import failed before the initializers */
+    if (im.src_fd >= 0) close(im.src_fd);
     return st;
 }
 
 qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out)
 {
     qf_problems problems = {0};
-    qf_status st = qf_onnx_decode(buf, size, NULL, NULL, &problems, out);
+    qf_status st = qf_onnx_decode(buf, size, NULL, NULL, &problems, NULL, out);
     qf_problems_free(&problems);
     return st;
 }
@@ -597,12 +692,13 @@ qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out)
 /* Decode (taking buf), then finish; `what` (may be NULL) prefixes error
  * messages. */
 static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, const char *path,
-                                   const qf_onnx_load_options *lo, qf_problems *problems, qf_graph **out)
+                                   const qf_onnx_load_options *lo, qf_problems *problems, qf_defer_src *ds,
+                                   qf_graph **out)
 {
     *out = NULL;
     qf_graph *g = NULL;
     qf_problems own = {0};
-    qf_status st = qf_onnx_decode(buf, size, path, lo, problems ? problems : &own, &g);
+    qf_status st = qf_onnx_decode(buf, size, path, lo, problems ? problems : &own, ds, &g);
     qf_problems_free(&own);
     if (st == QF_OK) {
         st = qf_import_finish(g);
@@ -621,7 +717,50 @@ qf_status qf_onnx_load_buffer(const void *data, size_t size, const char *what, q
     void *buf = qf_malloc(size ? size : 1);
     if (!buf) return what ? qf_error_prefix(QF_ERR_NOMEM, "%s: ", what) : QF_ERR_NOMEM;
     if (size) memcpy(buf, data, size);
-    return qf_onnx_load_impl(buf, size, what, NULL, NULL, NULL, out);
+    return qf_onnx_load_impl(buf, size, what, NULL, NULL, NULL, NULL, out);
+}
+
+/* The smallest payload left in the file with o->defer: QF_DEFER_MIN, or
+ * QF_TEST_DEFER=BYTES from the environment (a test hook: the small test
+ * models' weights stay in the file too, so that every `qfold fuse` test
+ * runs with them there); 0: none. Callers that do not ask for it never
+ * see a deferred payload. */
+static size_t qf_defer_min(const qf_onnx_load_options *o)
+{
+    if (!o || !o->defer) return 0;
+    const char *e = getenv("QF_TEST_DEFER");
+    if (e && *e) {
+        char *end;
+        unsigned long long n = strtoull(e, &end, 10);
+        if (!*end && n) return (size_t)n;
+    }
+    return QF_DEFER_MIN;
+}
+
+static qf_status qf_onnx_load_deferred(const char *path, const qf_onnx_load_options *o, qf_problems *problems,
+                                       size_t min, qf_graph **out)
+{
+    int fd;
+    struct stat st;
+    QF_TRY(qf_file_open_regular(path, &fd, &st));
+    if ((uint64_t)st.st_size > 0x7fffffffu) {
+        close(fd);
+        return qf_error(QF_ERR_PARSE, "%s: not a valid ONNX model (%lld bytes, over protobuf's 2 GiB limit)",
+                        path, (long long)st.st_size);
+    }
+    uint8_t *buf;
+    qf_onnx_range *holes;
+    qf_defer_src ds = {.fd = fd};
+    qf_status s = qf_onnx_read_sparse(fd, path, (size_t)st.st_size, min, &buf, &holes, &ds.nholes);
+    if (s != QF_OK) {
+        close(fd);
+        return qf_error_prefix(s, "%s: ", path);
+    }
+    ds.holes = holes;
+    s = qf_onnx_load_impl(buf, (size_t)st.st_size, path, path, o, problems, &ds, out);
+    if (ds.fd >= 0) close(ds.fd); /* no holes: the graph did not take it */
+    qf_free(holes);
+    return s;
 }
 
 static qf_status qf_onnx_load_path(const char *path, const qf_onnx_load_options *o, qf_problems *problems,
@@ -630,13 +769,15 @@ static qf_status qf_onnx_load_path(const char *path, const qf_onnx_load_options 
     *out = NULL;
     void *buf;
     size_t size;
+    size_t min = qf_defer_min(o);
+    if (min) return qf_onnx_load_deferred(path, o, problems, min, out);
     /* A protobuf message is at most 2 GiB: anything larger is not a model. */
     QF_TRY(qf_file_read_max(path, 0x7fffffffu, &buf, &size));
     if (!buf)
         return qf_error(QF_ERR_PARSE,
                         "%s: not a valid ONNX model (%zu bytes, over protobuf's 2 GiB limit)", path,
                         size);
-    return qf_onnx_load_impl(buf, size, path, path, o, problems, out);
+    return qf_onnx_load_impl(buf, size, path, path, o, problems, NULL, out);
 }
 
 qf_status qf_onnx_load(const char *path, qf_graph **out) { return qf_onnx_load_path(path, NULL, NULL, out); }

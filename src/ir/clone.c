@@ -47,9 +47,19 @@ static qf_status clone_body(const qf_graph *s, qf_graph *d, qf_value **map)
     }
     for (int i = 0; i < s->nvalues; i++) {
         const qf_value *v = s->values[i];
-        if (!v || v->producer || map[v->id] || !v->type.data) continue;
+        if (!v || v->producer || map[v->id] || !qf_value_has_data(v)) continue;
         qf_tensor t;
-        QF_TRY(qf_tensor_copy(&t, &v->type));
+        if (v->deferred) {
+            /* A payload left in the file: the copy reads it (scaled). */
+            QF_TRY(qf_tensor_init(&t, v->type.dtype, v->type.ndim, v->type.dims));
+            qf_status st = qf_value_read(s, v, 0, t.data, qf_tensor_nbytes(&t), true);
+            if (st != QF_OK) {
+                qf_tensor_free(&t);
+                return st;
+            }
+        } else {
+            QF_TRY(qf_tensor_copy(&t, &v->type));
+        }
         if (!(map[v->id] = qf_graph_add_constant(d, v->name, v->kind, &t))) {
             qf_tensor_free(&t);
             return QF_ERR_NOMEM;

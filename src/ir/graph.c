@@ -2,6 +2,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "graph_impl.h"
 #include "../core/mem.h"
@@ -30,6 +31,7 @@ static void qf_value_release(qf_value *v)
     v->uses = NULL;
     v->nuses = v->cap_uses = 0;
     qf_tensor_free(&v->type);
+    qf_deferred_release(v);
 }
 
 static void qf_node_release_attrs(qf_node *n)
@@ -52,6 +54,7 @@ void qf_graph_free(qf_graph *g)
     qf_free(g->outputs);
     qf_name_map_free(&g->impl->value_names);
     qf_name_map_free(&g->impl->node_names);
+    if (g->impl->has_src) close(g->impl->src_fd);
     qf_arena_free(&g->impl->arena);
     qf_free(g->impl);
     qf_free(g);
@@ -152,6 +155,7 @@ qf_value *qf_graph_add_constant(qf_graph *g, const char *name, qf_value_kind kin
 void qf_value_set_data(qf_value *v, qf_tensor *t)
 {
     qf_tensor_free(&v->type);
+    qf_deferred_release(v);
     v->type = *t;
     memset(t, 0, sizeof *t);
 }
@@ -217,7 +221,7 @@ qf_status qf_graph_rename_value(qf_graph *g, qf_value *v, const char *name)
 
 bool qf_value_is_const(const qf_value *v)
 {
-    return v && v->type.data && (v->kind == QF_VALUE_CONSTANT || v->kind == QF_VALUE_PARAMETER ||
+    return v && (v->type.data || v->deferred) && (v->kind == QF_VALUE_CONSTANT || v->kind == QF_VALUE_PARAMETER ||
                                  v->kind == QF_VALUE_BUFFER);
 }
 

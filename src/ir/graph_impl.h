@@ -26,7 +26,14 @@ struct qf_graph_impl {
     qf_name_map node_names;
     uint32_t name_counter; /* for generated names */
     struct qf_graph_note *notes; /* graph_notes.h: kept for the file format */
+    /* The file deferred payloads are read from (qf_graph_set_source). */
+    bool has_src;
+    int src_fd;
+    int64_t src_size, src_mtime_sec, src_mtime_nsec;
+    const char *src_path;
 };
+
+void qf_deferred_release(qf_value *v);
 
 void *qf_name_map_get(const qf_name_map *m, const char *key);
 qf_status qf_name_map_put(qf_name_map *m, const char *key, void *val);

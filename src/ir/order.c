@@ -140,7 +140,7 @@ static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos, uint32
                     return qf_verify_fail("node", n->name, "reads a value produced later (not sorted, or a cycle)");
             } else if (v->kind == QF_VALUE_ACTIVATION) {
                 return qf_verify_fail("value", v->name, "activation without a producer");
-            } else if (v->kind != QF_VALUE_INPUT && !v->type.data) {
+            } else if (v->kind != QF_VALUE_INPUT && !qf_value_has_data(v)) {
                 return qf_verify_fail("value", v->name, "initializer without data");
             }
         }
@@ -168,7 +168,7 @@ static qf_status qf_graph_verify_nodes(const qf_graph *g, const int *pos, uint32
         }
         if (v->producer && !qf_verify_listed(v->producer, pos, maxid))
             return qf_verify_fail("value", v->name, "its producer is not in the graph");
-        if (v->type.data && qf_tensor_numel(&v->type) < 0)
+        if (qf_value_has_data(v) && qf_tensor_numel(&v->type) < 0)
             return qf_verify_fail("value", v->name, "constant with unknown shape");
     }
     for (int i = 0; i < g->noutputs; i++) {
@@ -186,7 +186,7 @@ void qf_graph_classify_constants(qf_graph *g)
         const qf_op_schema *info = qf_op_schema_get(n->op);
         for (int i = 0; i < n->ninputs && i < QF_MAX_ROLES; i++) {
             qf_value *v = n->inputs[i];
-            if (!v || v->producer || v->kind == QF_VALUE_INPUT || !v->type.data) continue;
+            if (!v || v->producer || v->kind == QF_VALUE_INPUT || !qf_value_has_data(v)) continue;
             switch (info->roles[i]) {
             case QF_ROLE_WEIGHT: case QF_ROLE_BIAS: case QF_ROLE_BN_SCALE: case QF_ROLE_BN_SHIFT:
                 if (v->type.dtype == QF_DTYPE_F32 || v->type.dtype == QF_DTYPE_F64) v->kind = QF_VALUE_PARAMETER;

@@ -120,6 +120,7 @@ static qf_status qf_canon_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_nod
      * export (transB=1, alpha=1) keeps B itself: no copy. */
     qf_value *w = b;
     if (!trans_b || alpha != 1.0) {
+        QF_TRY(qf_value_load(g, b)); /* left in the model file (graph.h) */
         qf_tensor t;
         int64_t wd[2] = {nout, nin};
         QF_TRY(qf_tensor_init(&t, b->type.dtype, 2, wd));
@@ -201,6 +202,7 @@ static qf_status qf_canon_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *m, qf_n
     }
 
     /* linear wants [out, in]: an exact transpose, no arithmetic. */
+    QF_TRY(qf_value_load(g, w)); /* left in the model file (graph.h) */
     qf_tensor t;
     int64_t wd[2] = {nout, nin};
     QF_TRY(qf_tensor_init(&t, w->type.dtype, 2, wd));
@@ -348,4 +350,5 @@ const qf_pass qf_pass_canonicalize = {
     .name = "canonicalize",
     .summary = "Gemm / MatMul+Add with constant weights -> linear, Clip(0,6) -> relu6, drop Identity and inference Dropout",
     .run = qf_canonicalize_run,
+    .deferred = true, /* reads a weight left in the file through qf_value_load */
 };

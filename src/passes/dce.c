@@ -25,4 +25,5 @@ const qf_pass qf_pass_dce = {
     .name = "dce",
     .summary = "remove nodes whose outputs nobody reads, and unused constants",
     .run = qf_dce_run,
+    .deferred = true, /* reads no payload */
 };

@@ -82,6 +82,8 @@ static qf_status qf_fold_eval(qf_graph *g, qf_node *n)
     }
     for (int i = 0; i < nin; i++) {
         olds[i] = n->inputs[i];
+        /* A payload left in the model file is read now (graph.h). */
+        if (n->inputs[i] && (st = qf_value_load(g, n->inputs[i])) != QF_OK) goto done;
         /* Shape reads only the dims of its input, whose data may be absent. */
         inp[i] = n->inputs[i] ? &n->inputs[i]->type : NULL;
     }
@@ -150,7 +152,7 @@ static size_t qf_fold_bytes(qf_value *const *vs, int count, bool data_only)
 {
     size_t total = 0;
     for (int i = 0; i < count; i++)
-        if (vs[i] && (!data_only || vs[i]->type.data)) total += qf_tensor_nbytes(&vs[i]->type);
+        if (vs[i] && (!data_only || qf_value_has_data(vs[i]))) total += qf_tensor_nbytes(&vs[i]->type);
     return total;
 }
 

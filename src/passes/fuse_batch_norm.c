@@ -311,6 +311,75 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
     return qf_rewrite_install_const(g, f->prod, 1, &fresh, hint);
 }
 
+/* The channel of element e of a weight in `layout` (FOLD_AXIS0 or
+ * FOLD_CONVT) and the end of e's run of elements of that channel. */
+static int64_t fold_channel(const fold *f, const qf_tensor *wt, int64_t e, int64_t *run_end)
+{
+    int64_t numel = qf_tensor_numel(wt);
+    if (f->layout == FOLD_AXIS0) {
+        int64_t inner = f->out_ch ? numel / f->out_ch : 1;
+        if (inner < 1) inner = 1;
+        *run_end = (e / inner + 1) * inner;
+        return e / inner;
+    }
+    int64_t cin = wt->dims[0], og = wt->dims[1], cin_g = cin / f->groups;
+    int64_t kk = cin > 0 && og > 0 ? numel / (cin * og) : 1;
+    if (kk < 1) kk = 1;
+    int64_t b = e / kk, c = b / og, j = b % og;
+    *run_end = (b + 1) * kk;
+    return (c / cin_g) * og + j;
+}
+
+/* A weight left in the model file (graph.h): the fold's checks and ranges
+ * from one pass over the file through a small buffer, nothing rewritten;
+ * then (fold_weight_pending) the scale recorded on the weight, which the
+ * exporter (or whoever loads the payload) applies with the same float
+ * operation as fold_row. The NaN / Inf check is qf_rewrite_check_finite's. */
+static qf_status fold_scan_deferred(const qf_graph *g, const fold *f, const double *s, double *ranges)
+{
+    const qf_tensor *wt = &f->w->type;
+    int64_t numel = qf_tensor_numel(wt), O = f->out_ch;
+    int32_t *mb = qf_calloc((size_t)(O > 0 ? O : 1), sizeof *mb);
+    if (!mb) return QF_ERR_NOMEM;
+    enum { CHUNK = 16384 };
+    float buf[CHUNK];
+    qf_status st = QF_OK;
+    for (int64_t e0 = 0; e0 < numel && st == QF_OK; e0 += CHUNK) {
+        int64_t n = numel - e0 < CHUNK ? numel - e0 : CHUNK;
+        st = qf_value_read(g, f->w, (size_t)e0 * sizeof(float), buf, (size_t)n * sizeof(float), false);
+        /* Any NaN / Inf (all exponent bits set) in one branch-free loop that
+         * vectorizes; the first one's index only when there is one. */
+        uint32_t bad = 0;
+        for (int64_t k = 0; k < n; k++) {
+            uint32_t u;
+            memcpy(&u, &buf[k], sizeof u);
+            bad |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        for (int64_t k = 0; bad && k < n && st == QF_OK; k++)
+            if (!isfinite(buf[k]))
+                st = qf_error(QF_ERR_NUMERIC, "node '%s' (%s): tensor '%s' holds %s at index %" PRId64,
+                              f->prod->name, qf_op_name(f->prod->op), f->w->name, isnan(buf[k]) ? "NaN" : "Inf",
+                              e0 + k);
+        for (int64_t e = e0; e < e0 + n && st == QF_OK;) {
+            int64_t end;
+            int64_t o = fold_channel(f, wt, e, &end);
+            if (end > e0 + n) end = e0 + n;
+            double so = s[o];
+            int32_t m = mb[o];
+            for (int64_t k = e; k < end; k++) m = fold_max_bits(m, (float)((double)buf[k - e0] * so));
+            mb[o] = m;
+            e = end;
+        }
+    }
+    for (int64_t o = 0; o < O && st == QF_OK; o++) {
+        float r;
+        memcpy(&r, &mb[o], sizeof r);
+        ranges[o] = r;
+    }
+    qf_free(mb);
+    return st;
+}
+
 /* Under a fake_quant: W' = W * s in float32 as qat_bn_weight computes it
  * (std = sqrtf(var + eps), s = gamma / std), for the fake_quant to see the
  * weight it saw in training, bit for bit. ranges as fold_weight. */
@@ -466,19 +535,37 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     qf_node *bn = f->bn, *p = f->prod;
     qf_bn_affine a;
     QF_TRY(qf_bn_affine_init(&a, bn));
-    double *ranges = NULL;
+    double *ranges = NULL, *pend = NULL;
     char *detail = NULL;
-    /* Every check before the first write: a fold that fails leaves the
-     * graph as it was (the bias is installed before the weight is scaled). */
-    qf_status st = qf_rewrite_check_finite(f->w, p);
-    if (st == QF_OK && f->b) st = qf_rewrite_check_finite(f->b, p);
+    /* A weight left in the model file (graph.h) keeps the fold as a pending
+     * scale when it is this node's alone and has none yet; otherwise it is
+     * read first, and so is anything else left there. */
+    bool pending = f->w->deferred && !f->w->deferred->scale && !f->fq && !f->via_transpose &&
+                   (f->layout == FOLD_AXIS0 || f->layout == FOLD_CONVT) && !f->w->is_output && f->w->nuses == 1 &&
+                   f->w->uses[0].node == p && f->w->uses[0].slot == 1;
+    qf_status st = pending ? QF_OK : qf_value_load(g, f->w);
+    if (st == QF_OK && f->b) st = qf_value_load(g, f->b);
     if (st == QF_OK) {
         ranges = qf_malloc((size_t)(f->out_ch > 0 ? f->out_ch : 1) * sizeof *ranges);
         if (!ranges) st = QF_ERR_NOMEM;
     }
+    if (st == QF_OK && pending) {
+        pend = qf_malloc((size_t)(f->out_ch > 0 ? f->out_ch : 1) * sizeof *pend);
+        if (!pend) st = QF_ERR_NOMEM;
+        for (int64_t o = 0; st == QF_OK && o < f->out_ch; o++)
+            pend[o] = f->layout == FOLD_AXIS0 ? f->alpha * a.scale[o] : a.scale[o];
+    }
+    /* Every check before the first write: a fold that fails leaves the
+     * graph as it was (the bias is installed before the weight is scaled). */
+    if (st == QF_OK) st = pending ? fold_scan_deferred(g, f, pend, ranges) : qf_rewrite_check_finite(f->w, p);
+    if (st == QF_OK && f->b) st = qf_rewrite_check_finite(f->b, p);
     /* The bias reads only b, so its order with the weight does not matter. */
     if (st == QF_OK) st = fold_bias(g, f, &a);
-    if (st == QF_OK) st = f->fq ? fold_weight_fq(g, f, ranges) : fold_weight(g, f, &a, ranges);
+    if (st == QF_OK && pending)
+        st = qf_value_defer_scale(f->w, f->layout == FOLD_AXIS0 ? QF_SCALE_AXIS0 : QF_SCALE_CONVT,
+                                  f->layout == FOLD_CONVT ? f->groups : 1, pend, f->out_ch);
+    else if (st == QF_OK)
+        st = f->fq ? fold_weight_fq(g, f, ranges) : fold_weight(g, f, &a, ranges);
     if (st == QF_OK && f->fq) st = fold_fq_qparams(g, f->fq);
     if (st == QF_OK && p->op == QF_OP_GEMM) {
         if (qf_node_attr(p, "alpha")) st = qf_node_set_attr_float(g, p, "alpha", 1.0f);
@@ -503,6 +590,7 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     }
     qf_free(detail);
     qf_free(ranges);
+    qf_free(pend);
     qf_bn_affine_free(&a);
     return st;
 }
@@ -534,4 +622,5 @@ const qf_pass qf_pass_fuse_batch_norm = {
     "fuse_batch_norm",
     "fold inference BatchNorm into the conv / conv_transpose / linear / gemm / matmul before it",
     fuse_batch_norm_run,
+    .deferred = true,
 };

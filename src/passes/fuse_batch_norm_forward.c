@@ -77,6 +77,9 @@ static bool ffold_match(const qf_graph *g, qf_node *bn, ffold *f, char *why, siz
 static qf_status ffold_apply(qf_graph *g, qf_pass_ctx *ctx, ffold *f)
 {
     qf_node *bn = f->bn, *c = f->conv;
+    /* Payloads left in the model file are read first (graph.h). */
+    QF_TRY(qf_value_load(g, f->w));
+    if (f->b) QF_TRY(qf_value_load(g, f->b));
     qf_bn_affine a;
     QF_TRY(qf_bn_affine_init(&a, bn));
     const qf_tensor *wt = &f->w->type;
@@ -173,4 +176,5 @@ const qf_pass qf_pass_fuse_batch_norm_forward = {
     "fuse_batch_norm_forward",
     "fold inference BatchNorm into the unpadded conv (groups 1 or depthwise) that reads it",
     fuse_batch_norm_forward_run,
+    .deferred = true,
 };

@@ -279,7 +279,8 @@ static qf_status qf_run_one(qf_graph *g, const qf_pass *p, const qf_pass_options
     qf_pass_ctx ctx = {.rep = ri, .user = opt->user};
     *changed = false;
     double t0 = qf_now();
-    qf_status st = p->run(g, &ctx, changed);
+    qf_status st = p->deferred ? QF_OK : qf_graph_load_all(g);
+    if (st == QF_OK) st = p->run(g, &ctx, changed);
     /* Keep the node list sorted for the passes after this one: a pass may
      * insert a node where it was convenient (O(n) when already sorted). */
     bool sort_failed = false;

@@ -19,3 +19,13 @@ target_link_libraries(test_big_write PRIVATE qfold_static)
 file(MAKE_DIRECTORY "${QF_TEST_WORK}/big_write")
 add_test(NAME io_big_write COMMAND test_big_write ${QF_TEST_WORK}/models ${QF_TEST_WORK}/big_write)
 set_tests_properties(io_big_write PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit;io" TIMEOUT 300)
+
+# Payloads left in the model file (`qfold fuse`'s load): same bytes as the
+# eager load, and an input changed before the save is an error.
+add_executable(test_defer ${CMAKE_CURRENT_LIST_DIR}/test_defer.c)
+target_include_directories(test_defer PRIVATE ${QF_TEST_DIR})
+target_compile_options(test_defer PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_defer PRIVATE qfold_static)
+file(MAKE_DIRECTORY "${QF_TEST_WORK}/defer")
+add_test(NAME io_defer COMMAND test_defer ${QF_TEST_WORK}/models ${QF_TEST_WORK}/defer)
+set_tests_properties(io_defer PROPERTIES FIXTURES_REQUIRED ref_models LABELS "unit;io" TIMEOUT 300)
