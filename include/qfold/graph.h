@@ -209,6 +209,10 @@ qf_status qf_value_read(const qf_graph *g, const qf_value *v, size_t off, void *
 /* Record a per-channel scale on a deferred float32 value that has none yet
  * (s[0..n) copied). */
 qf_status qf_value_defer_scale(qf_value *v, qf_scale_axis axis, int64_t groups, const double *s, int64_t n);
+/* The channel whose scale applies to float element e of a weight of shape t
+ * (axis and groups as above), and in *run_end the end of e's run of
+ * elements of that channel. */
+int64_t qf_scale_channel(const qf_tensor *t, qf_scale_axis axis, int64_t groups, int64_t e, int64_t *run_end);
 
 /* --- nodes --------------------------------------------------------------- */
 /* A new node appended at the end of the node list, with `noutputs` fresh

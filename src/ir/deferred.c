@@ -109,25 +109,29 @@ static qf_status qf_source_read(const qf_graph *g, const qf_value *v, size_t off
     return QF_OK;
 }
 
-/* The channel of float element e, and the first element past e's run of
- * the same channel. */
-static int64_t qf_scale_channel(const qf_value *v, int64_t e, int64_t *run_end)
+int64_t qf_scale_channel(const qf_tensor *t, qf_scale_axis axis, int64_t groups, int64_t e,
+                         int64_t *run_end)
 {
-    const qf_deferred *d = v->deferred;
-    const qf_tensor *t = &v->type;
     int64_t numel = qf_tensor_numel(t);
-    if (d->axis == QF_SCALE_AXIS0) {
+    if (axis == QF_SCALE_AXIS0) {
         int64_t inner = t->dims[0] ? numel / t->dims[0] : 1;
         if (inner < 1) inner = 1;
         *run_end = (e / inner + 1) * inner;
         return e / inner;
     }
-    int64_t cin = t->dims[0], og = t->dims[1], cin_g = cin / d->groups;
+    int64_t cin = t->dims[0], og = t->dims[1], cin_g = cin / (groups > 0 ? groups : 1);
     int64_t kk = cin > 0 && og > 0 ? numel / (cin * og) : 1;
     if (kk < 1) kk = 1;
     int64_t b = e / kk, c = b / og, j = b % og;
     *run_end = (b + 1) * kk;
     return (c / cin_g) * og + j;
+}
+
+/* The pending scale of float element e of v, and the end of e's run. */
+static double qf_pending_scale(const qf_value *v, int64_t e, int64_t *run_end)
+{
+    const qf_deferred *d = v->deferred;
+    return d->scale[qf_scale_channel(&v->type, d->axis, d->groups, e, run_end)];
 }
 
 static float qf_scale_one(float w, double s) { return (float)((double)w * s); }
@@ -157,7 +161,7 @@ qf_status qf_value_read(const qf_graph *g, const qf_value *v, size_t off, void *
         int64_t run;
         float w;
         memcpy(&w, b, es);
-        w = qf_scale_one(w, d->scale[qf_scale_channel(v, (int64_t)e0, &run)]);
+        w = qf_scale_one(w, qf_pending_scale(v, (int64_t)e0, &run));
         memcpy(b, &w, es);
         memcpy(p, b + from, k);
         p += k;
@@ -167,7 +171,7 @@ qf_status qf_value_read(const qf_graph *g, const qf_value *v, size_t off, void *
     int64_t e = (int64_t)(pos / es), e_end = (int64_t)((end - tail) / es);
     while (e < e_end) {
         int64_t run;
-        double s = d->scale[qf_scale_channel(v, e, &run)];
+        double s = qf_pending_scale(v, e, &run);
         if (run > e_end) run = e_end;
         for (int64_t k = e; k < run; k++, p += es) {
             float w;
@@ -183,7 +187,7 @@ qf_status qf_value_read(const qf_graph *g, const qf_value *v, size_t off, void *
         int64_t run;
         float w;
         memcpy(&w, b, es);
-        w = qf_scale_one(w, d->scale[qf_scale_channel(v, e_end, &run)]);
+        w = qf_scale_one(w, qf_pending_scale(v, e_end, &run));
         memcpy(b, &w, es);
         memcpy(p, b, tail);
     }

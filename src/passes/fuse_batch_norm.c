@@ -311,23 +311,10 @@ static qf_status fold_weight(qf_graph *g, const fold *f, const qf_bn_affine *a, 
     return qf_rewrite_install_const(g, f->prod, 1, &fresh, hint);
 }
 
-/* The channel of element e of a weight in `layout` (FOLD_AXIS0 or
- * FOLD_CONVT) and the end of e's run of elements of that channel. */
-static int64_t fold_channel(const fold *f, const qf_tensor *wt, int64_t e, int64_t *run_end)
+/* The pending-scale axis of a fold whose layout is FOLD_AXIS0 or FOLD_CONVT. */
+static qf_scale_axis fold_scale_axis(const fold *f)
 {
-    int64_t numel = qf_tensor_numel(wt);
-    if (f->layout == FOLD_AXIS0) {
-        int64_t inner = f->out_ch ? numel / f->out_ch : 1;
-        if (inner < 1) inner = 1;
-        *run_end = (e / inner + 1) * inner;
-        return e / inner;
-    }
-    int64_t cin = wt->dims[0], og = wt->dims[1], cin_g = cin / f->groups;
-    int64_t kk = cin > 0 && og > 0 ? numel / (cin * og) : 1;
-    if (kk < 1) kk = 1;
-    int64_t b = e / kk, c = b / og, j = b % og;
-    *run_end = (b + 1) * kk;
-    return (c / cin_g) * og + j;
+    return f->layout == FOLD_AXIS0 ? QF_SCALE_AXIS0 : QF_SCALE_CONVT;
 }
 
 /* A weight left in the model file (graph.h): the fold's checks and ranges
@@ -362,7 +349,7 @@ static qf_status fold_scan_deferred(const qf_graph *g, const fold *f, const doub
                               e0 + k);
         for (int64_t e = e0; e < e0 + n && st == QF_OK;) {
             int64_t end;
-            int64_t o = fold_channel(f, wt, e, &end);
+            int64_t o = qf_scale_channel(wt, fold_scale_axis(f), f->groups, e, &end);
             if (end > e0 + n) end = e0 + n;
             double so = s[o];
             int32_t m = mb[o];
@@ -562,8 +549,8 @@ static qf_status fold_apply(qf_graph *g, qf_pass_ctx *ctx, fold *f)
     /* The bias reads only b, so its order with the weight does not matter. */
     if (st == QF_OK) st = fold_bias(g, f, &a);
     if (st == QF_OK && pending)
-        st = qf_value_defer_scale(f->w, f->layout == FOLD_AXIS0 ? QF_SCALE_AXIS0 : QF_SCALE_CONVT,
-                                  f->layout == FOLD_CONVT ? f->groups : 1, pend, f->out_ch);
+        st = qf_value_defer_scale(f->w, fold_scale_axis(f), f->layout == FOLD_CONVT ? f->groups : 1, pend,
+                                  f->out_ch);
     else if (st == QF_OK)
         st = f->fq ? fold_weight_fq(g, f, ranges) : fold_weight(g, f, &a, ranges);
     if (st == QF_OK && f->fq) st = fold_fq_qparams(g, f->fq);

@@ -41,16 +41,10 @@
 
 #include "io/io_internal.h"
 #include "qfold/io.h"
+#include "io_test_files.h"
 #include "tools/qf_check.h"
 
 static const char *models_dir, *work_dir;
-
-static bool read_bytes(const char *path, void **data, size_t *size)
-{
-    qf_status st = qf_file_read(path, data, size);
-    if (st != QF_OK) FAIL("cannot read %s: %s", path, qf_error_message());
-    return st == QF_OK;
-}
 
 /* Whether this directory's file system takes an aligned O_DIRECT write. */
 static bool direct_io_works(const char *dir)
@@ -155,12 +149,7 @@ static void same_bytes(void)
         qf_graph_free(g2);
     }
     qf_graph_free(g);
-    void *da = NULL, *db = NULL;
-    size_t na = 0, nb = 0;
-    if (read_bytes(a, &da, &na) && read_bytes(b, &db, &nb))
-        CHECKF(na == nb && memcmp(da, db, na) == 0, "saved twice, the model differs");
-    qf_free(da);
-    qf_free(db);
+    CHECKF(same_file(a, b), "saved twice, the model differs");
     remove(a);
     remove(b);
 }

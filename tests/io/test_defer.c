@@ -27,27 +27,10 @@
 
 #include "qfold/io.h"
 #include "qfold/pass.h"
+#include "io_test_files.h"
 #include "tools/qf_check.h"
 
 static const char *models_dir, *work_dir;
-
-static bool read_bytes(const char *path, void **data, size_t *size)
-{
-    qf_status st = qf_file_read(path, data, size);
-    if (st != QF_OK) FAIL("cannot read %s: %s", path, qf_error_message());
-    return st == QF_OK;
-}
-
-static bool same_file(const char *a, const char *b)
-{
-    void *da = NULL, *db = NULL;
-    size_t na = 0, nb = 0;
-    bool same =
-        read_bytes(a, &da, &na) && read_bytes(b, &db, &nb) && na == nb && memcmp(da, db, na) == 0;
-    qf_free(da);
-    qf_free(db);
-    return same;
-}
 
 static int count_deferred(const qf_graph *g, int *scaled)
 {
