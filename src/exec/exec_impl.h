@@ -124,13 +124,6 @@ void qf_layout_plan(qf_layout *L, const qf_graph *g);
 int qf_layout_read(const qf_layout *L, int i, int slot);
 int qf_layout_write(const qf_layout *L, int i, const qf_value *v);
 
-/* The plan's node order into order[0..g->nnodes): the graph's topological
- * order, except that after a node, the other readers of its activation
- * inputs that are ready run next (a residual block's downsample conv right
- * after conv1, reading the block input while it is in cache). Topological;
- * the graph keeps its order. */
-qf_status qf_plan_schedule(const qf_graph *g, const qf_node **order);
-
 /* The reorder kernel: in[0] to out[0], the same logical NCHW dims, from the
  * layout of in_nhwc bit 0 to that of out_nhwc bit 0 (a parallel transpose). */
 qf_status qf_exec_reorder(const qf_kernel_io *io);

@@ -570,12 +570,9 @@ static qf_status qf_plan_build(qf_plan *p)
         st = QF_ERR_NOMEM;
         goto done;
     }
-    /* Every plan, plain or not, in the same order: a hook sees the nodes in
-     * it whatever the engine. */
-    if ((st = qf_plan_schedule(g, L.nodes)) != QF_OK) goto done;
-    int ti = 0, to = 0;
-    for (int k = 0; k < nn; k++) {
-        const qf_node *n = L.nodes[k];
+    int k = 0, ti = 0, to = 0;
+    for (qf_node *n = g->first; n; n = n->next, k++) {
+        L.nodes[k] = n;
         L.pos[n->id] = k;
         ki[k] = ti;
         ko[k] = to;

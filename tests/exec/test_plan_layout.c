@@ -243,9 +243,7 @@ static void test_residual(void)
  * Conv -> d; z = Relu(Add(Conv1x1(stride 2)(y), d)): the Conv that absorbs
  * each Add writes its output over the residual it adds (read there for the
  * last time: oneDNN's sum post-op in place), and the results stay the
- * reference's. The graph lists the 1x1 downsample conv last, as PyTorch
- * exports it; the plan runs it right after c3, the other reader of y
- * (qf_plan_schedule), so c4 carries the Add. */
+ * reference's. */
 static void test_residual_over(void)
 {
     qf_graph *g;
@@ -273,12 +271,8 @@ static void test_residual_over(void)
         qf_plan_step_info s1, s2i;
         CHECK(step_of(p, "add", &s1) >= 0 && s1.nfused == 2);
         CHECKF(s1.over_post, "residual over: the Conv + Add does not write over its residual");
-        int i3 = step_of(p, "c3", NULL), ids = step_of(p, "ds", NULL), i4 = step_of(p, "add2", &s2i);
-        CHECKF(i3 >= 0 && ids == i3 + 1 && i4 == ids + 1,
-               "residual over: steps c3 %d, ds %d, c4 + add2 %d: want the downsample right after c3", i3,
-               ids, i4);
-        CHECK(i4 >= 0 && !strcmp(s2i.node->name, "c4") && s2i.nfused == 2);
-        CHECKF(s2i.over_post, "residual over: c4 + Add does not write over its residual");
+        CHECK(step_of(p, "add2", &s2i) >= 0 && s2i.nfused == 2);
+        CHECKF(s2i.over_post, "residual over: the downsampling Conv + Add does not write over its residual");
         if (qf_check_failed_now) qf_plan_print(p, stderr);
     }
     qf_plan_free(p);
@@ -722,9 +716,7 @@ static qf_status record(void *ud, const qf_node *n, const qf_tensor *const *outs
 }
 
 /* A hook sees every node, in NCHW, as with the reference engine: the plan
- * is built again without NHWC and fusion when a hook is set on it, in the
- * same order (qf_plan_schedule: c3, listed last, runs right after the other
- * readers of a, before r2). */
+ * is built again without NHWC and fusion when a hook is set on it. */
 static void test_hook_plain(void)
 {
     qf_graph *g;
@@ -735,7 +727,6 @@ static void test_hook_plain(void)
     qf_value *y =
         unary(g, QF_OP_RELU, "r2", binary(g, QF_OP_ADD, "add", conv(g, "c2", a, 8, 3), a));
     CHECK_OK(qf_graph_add_output(g, y));
-    CHECK_OK(qf_graph_add_output(g, conv(g, "c3", a, 8, 1)));
     qf_tensor xt = input_for(g);
     const qf_tensor *feed[] = {&xt};
     seen want = {0}, got = {0};
@@ -752,10 +743,6 @@ static void test_hook_plain(void)
         qf_plan_free(p);
     }
     CHECKF(want.calls == g->nnodes, "ref: the hook saw %d nodes of %d", want.calls, g->nnodes);
-    const char *order[] = {"c1", "r1", "c2", "add", "c3", "r2"};
-    for (int k = 0; k < 6 && k < want.calls; k++)
-        CHECKF(!strcmp(want.names[k], order[k]), "hooked plan: step %d runs %s, want %s", k, want.names[k],
-               order[k]);
     if (have_dnnl) {
         CHECKF(got.calls == want.calls, "dnnl: the hook saw %d nodes, ref %d", got.calls,
                want.calls);

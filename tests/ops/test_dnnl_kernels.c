@@ -139,7 +139,7 @@ static const pool_spec pool_specs[] = {
      {0},
      {0, 1, 1, 0},
      1},
-    /* NHWC in and out, channels a multiple of 16: qfold's own loop (80 = 64 + 16). */
+    /* NHWC in and out over whole 16-channel blocks (80 = 64 + 16), as ResNet's stem maxpool. */
     {"maxpool 3x3 s2 p1, 80 channels", QF_OP_MAX_POOL, 2, 2, 80, {13, 12}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}},
     {"maxpool ceil_mode asym pads, 32 channels",
      QF_OP_MAX_POOL,
