@@ -66,14 +66,11 @@ typedef struct qf_import {
     const qf_onnx_range *holes;
     size_t nholes;
     int src_fd;          /* -1 once the graph has it, or without holes */
-    int src_fd_copy;     /* the same descriptor, for reading holes */
+    int hole_fd;         /* the descriptor holes are read from (src_fd's, then the graph's) */
     const char *path;
 } qf_import;
 
 static const char *qf_str(const char *s) { return s ? s : ""; }
-
-/* The file of the holes (the graph's, once it took it over). */
-#define qf_graph_source_fd(im) ((im)->src_fd_copy)
 
 static bool qf_default_domain(const char *d) { return !d || !*d || strcmp(d, "ai.onnx") == 0; }
 
@@ -183,7 +180,7 @@ static qf_status qf_import_initializer(qf_import *im, size_t i, Onnx__TensorProt
             if (!v) return QF_ERR_NOMEM;
             return qf_value_defer(im->g, v, (int64_t)hole->off);
         }
-        QF_TRY(qf_onnx_fill_hole(qf_graph_source_fd(im), im->path, im->data, *hole));
+        QF_TRY(qf_onnx_fill_hole(im->hole_fd, im->path, im->data, *hole));
     }
     if (qf_ext_is_external(tp))
         QF_TRY(qf_ext_read_tensor(im->ext, tp, what, &t));
@@ -665,7 +662,7 @@ static qf_status qf_onnx_decode(void *buf, size_t size, const char *path, const 
                     .holes = ds ? ds->holes : NULL,
                     .nholes = ds ? ds->nholes : 0,
                     .src_fd = ds && ds->nholes ? ds->fd : -1,
-                    .src_fd_copy = ds ? ds->fd : -1,
+                    .hole_fd = ds ? ds->fd : -1,
                     .path = path};
     if (ds && ds->nholes) ds->fd = -1; /* im's, then the graph's */
     if (st == QF_OK)
