@@ -182,7 +182,8 @@ bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower);
 
 /* Whether Conv n may run as a Winograd convolution on oneDNN (dnnl_conv.c):
  * float32, 2-D, 3x3, stride 1, no dilation, one group, pads of at most 1,
- * and Winograd not turned off (QFOLD_WINOGRAD=0). oneDNN runs it so only
+ * an output plane of at least 14x14 per image (QF_WINO_MIN_PLANE), and
+ * Winograd not turned off (QFOLD_WINOGRAD=0). oneDNN runs it so only
  * between blocked activations, and may still decline (then the direct
  * kernel runs). The plan's layout rule counts these convs (layout.c). */
 bool qf_dnnl_conv_winograd(const qf_node *n);

@@ -42,6 +42,13 @@
 #include "gemm.h"
 #include "vector.h"
 
+/* Winograd only where an image's output plane has at least this many pixels.
+ * Its weight transform (oneDNN's wino_reorder, at plan init) costs 40-80 ns
+ * per weight: resnet18's 512-channel 3x3 convs at 7x7 took ~190 ms each at
+ * batch 8 (~85 ms at batch 1) to run 1.05-1.1x faster; its 256-channel ones at
+ * 14x14 27-44 ms to run 1.5x faster at batch 8 (session 14, bench/run.md). */
+enum { QF_WINO_MIN_PLANE = 14 * 14 };
+
 /* Compiled in every build: the plan's layout rule asks (layout.c). */
 bool qf_dnnl_winograd_enabled(void)
 {
@@ -68,7 +75,8 @@ bool qf_dnnl_conv_winograd(const qf_node *n)
     a = qf_node_attr(n, "pads");
     for (int i = 0; a && i < a->n; i++)
         if (a->ints[i] > 1) return false;
-    return true;
+    const qf_tensor *y = n->noutputs == 1 && n->outputs[0] ? &n->outputs[0]->type : NULL;
+    return y && y->ndim == 4 && y->dims[2] * y->dims[3] >= QF_WINO_MIN_PLANE;
 }
 
 #if QF_HAVE_DNNL

@@ -958,6 +958,7 @@ static void test_winograd_plan(void)
 
 int main(void)
 {
+    unsetenv("QFOLD_WINOGRAD"); /* the default is checked, and test_winograd_plan sets it */
     have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_op_kernels_get(QF_OP_CONV)->dnnl;
     if (!have_dnnl)
         fprintf(stderr,
