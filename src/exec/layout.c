@@ -38,6 +38,10 @@
 /* The rule's thresholds (lay_blocked_pays): a 1x1 conv over at least this
  * many pixels per image, reading or writing at most this many channels. */
 enum { QF_BLOCKED_MIN_PLANE = 28 * 28, QF_BLOCKED_MAX_CH = 48 };
+/* ... or the convs that may run as Winograd ones (qf_dnnl_conv_winograd:
+ * oneDNN has them only on blocked activations) hold at least 1 / this of the
+ * plan's conv multiply-adds. */
+enum { QF_BLOCKED_WINO_SHARE = 4 };
 
 /* Whether the backend computes follower f as a post-op of producer p. */
 static bool lay_can_fuse(const qf_node *p, const qf_node *f) { return qf_dnnl_can_fuse(p, f); }
@@ -424,23 +428,32 @@ static int lay_env(void)
  * reorders, and (measured, bench/run.md) oneDNN's jit_1x1 kernels on
  * nChw16c beat its brgconv_1x1 ones on nhwc where a 1x1 conv reads or
  * writes few channels at a large spatial size (QF_BLOCKED_MIN_PLANE,
- * QF_BLOCKED_MAX_CH); elsewhere the two are level or blocked loses
- * (resnet18 at batch 1). */
+ * QF_BLOCKED_MAX_CH), or a good share of the work is in 3x3 convs that run
+ * as Winograd ones there (QF_BLOCKED_WINO_SHARE: resnet18 0.70x / 0.78x
+ * the time at batch 1 / 8, session 14); elsewhere the two are level or
+ * blocked loses (resnet18's direct convs at batch 1). */
 static bool lay_blocked_pays(const qf_layout *B, const qf_graph *g)
 {
     (void)g;
+    double macs = 0, wino = 0;
     for (int i = 0; i < B->nnodes; i++) {
         const qf_node *n = B->nodes[i];
         if (n->op != QF_OP_CONV || B->np[i].fused_into >= 0 || !(B->np[i].in_nhwc & 1u) || n->ninputs < 2 ||
-            !n->inputs[1])
+            !n->inputs[1] || !n->outputs[0])
             continue;
-        const qf_tensor *w = &n->inputs[1]->type, *x = &n->inputs[0]->type;
-        if (w->ndim != 4 || w->dims[2] != 1 || w->dims[3] != 1 || x->ndim != 4) continue;
+        const qf_tensor *w = &n->inputs[1]->type, *x = &n->inputs[0]->type, *y = &n->outputs[0]->type;
+        if (w->ndim != 4 || x->ndim != 4 || y->ndim != 4) continue;
+        /* Multiply-adds per image: M OH OW (C/g) kh kw. */
+        const double m = (double)y->dims[1] * (double)y->dims[2] * (double)y->dims[3] * (double)w->dims[1] *
+                         (double)w->dims[2] * (double)w->dims[3];
+        macs += m;
+        if ((B->np[i].out_nhwc & 1u) && qf_dnnl_conv_winograd(n)) wino += m;
+        if (w->dims[2] != 1 || w->dims[3] != 1) continue;
         if (x->dims[2] * x->dims[3] >= QF_BLOCKED_MIN_PLANE &&
             (w->dims[0] <= QF_BLOCKED_MAX_CH || w->dims[1] <= QF_BLOCKED_MAX_CH))
             return true;
     }
-    return false;
+    return wino > 0 && wino * QF_BLOCKED_WINO_SHARE >= macs;
 }
 
 void qf_layout_plan(qf_layout *L, const qf_graph *g)

@@ -180,6 +180,16 @@ static inline int qf_dnnl_fmt(const qf_kernel_io *io, uint32_t bit)
  * Asked by the plan in chain order; false in a build without oneDNN. */
 bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower);
 
+/* Whether Conv n may run as a Winograd convolution on oneDNN (dnnl_conv.c):
+ * float32, 2-D, 3x3, stride 1, no dilation, one group, pads of at most 1,
+ * an output plane of at least 14x14 per image (QF_WINO_MIN_PLANE), and
+ * Winograd not turned off (QFOLD_WINOGRAD=0). oneDNN runs it so only
+ * between blocked activations, and may still decline (then the direct
+ * kernel runs). The plan's layout rule counts these convs (layout.c). */
+bool qf_dnnl_conv_winograd(const qf_node *n);
+/* False when the environment has QFOLD_WINOGRAD=0. */
+bool qf_dnnl_winograd_enabled(void);
+
 /* --- the backend choice (compiled in every build) ------------------------- */
 
 /* Which kernels plans use; the values of qf_engine in qfold/exec.h. */

@@ -18,11 +18,22 @@
  * resnet18 layer at batch 3), and qfold's reference kernel is fast and gives
  * ONNX Runtime's simulation of the bundled CNN's QDQ file exactly (0 of
  * 1,000 outputs differ; oneDNN's brgconv on a reordered W: 11, by one or two
- * steps of the output scale). Winograd is not used:
- * it does not give the reference's results to float rounding.
+ * steps of the output scale).
+ *
+ * Winograd (qf_dnnl_conv_winograd): a 2-D 3x3 conv with stride 1, no
+ * dilation, one group and pads of at most 1 between blocked activations
+ * (nChw16c) runs oneDNN's convolution_winograd (F(4x4, 3x3) or F(2x2, 3x3)
+ * on AVX-512): 1.5-2x the direct kernel's speed on resnet18's 3x3 convs
+ * (bench/run.md, session 14). It does not round as the direct sum does:
+ * per element up to 1.1e-5 of max(|ref|, rms) against the direct kernel's
+ * 1.4e-6 (tests/ops/test_dnnl_kernels.c holds it to 2e-5); on resnet18 the
+ * max |y - y_ref| is 5e-6 against 4e-6 (1e-6 of the largest output).
+ * Where oneDNN has no Winograd kernel for the problem the direct one runs;
+ * QFOLD_WINOGRAD=0 turns it off.
  */
 #include <limits.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "conv.h"
@@ -30,6 +41,43 @@
 #include "dnnl_kernels.h"
 #include "gemm.h"
 #include "vector.h"
+
+/* Winograd only where an image's output plane has at least this many pixels.
+ * Its weight transform (oneDNN's wino_reorder, at plan init) costs 40-80 ns
+ * per weight: resnet18's 512-channel 3x3 convs at 7x7 took ~190 ms each at
+ * batch 8 (~85 ms at batch 1) to run 1.05-1.1x faster; its 256-channel ones at
+ * 14x14 27-44 ms to run 1.5x faster at batch 8 (session 14, bench/run.md). */
+enum { QF_WINO_MIN_PLANE = 14 * 14 };
+
+/* Compiled in every build: the plan's layout rule asks (layout.c). */
+bool qf_dnnl_winograd_enabled(void)
+{
+    const char *e = getenv("QFOLD_WINOGRAD");
+    return !e || strcmp(e, "0") != 0;
+}
+
+bool qf_dnnl_conv_winograd(const qf_node *n)
+{
+    if (n->op != QF_OP_CONV || n->ninputs < 2 || !n->inputs[0] || !n->inputs[1] || !qf_dnnl_winograd_enabled())
+        return false;
+    const qf_tensor *x = &n->inputs[0]->type, *w = &n->inputs[1]->type;
+    if (x->dtype != QF_DTYPE_F32 || x->ndim != 4 || w->ndim != 4 || w->dims[2] != 3 || w->dims[3] != 3 ||
+        w->dims[1] != x->dims[1])
+        return false; /* 2-D, 3x3, one group (W's C is X's) */
+    const qf_attr *a = qf_node_attr(n, "group");
+    if (a && a->i != 1) return false;
+    a = qf_node_attr(n, "strides");
+    for (int i = 0; a && i < a->n; i++)
+        if (a->ints[i] != 1) return false;
+    a = qf_node_attr(n, "dilations");
+    for (int i = 0; a && i < a->n; i++)
+        if (a->ints[i] != 1) return false;
+    a = qf_node_attr(n, "pads");
+    for (int i = 0; a && i < a->n; i++)
+        if (a->ints[i] > 1) return false;
+    const qf_tensor *y = n->noutputs == 1 && n->outputs[0] ? &n->outputs[0]->type : NULL;
+    return y && y->ndim == 4 && y->dims[2] * y->dims[3] >= QF_WINO_MIN_PLANE;
+}
 
 #if QF_HAVE_DNNL
 
@@ -102,7 +150,7 @@ static qf_status dconv_setup(const qf_kernel_io *io, bool transpose, qf_conv_geo
     return QF_OK;
 }
 
-static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpose, bool sum)
+static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpose, bool sum, bool wino)
 {
     const qf_node *n = io->node;
     qf_conv_geom cg;
@@ -142,7 +190,8 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
                                     &dd, dnnl_forward_inference, dnnl_deconvolution_direct, &src_md,
                                     &w_md, bias ? &b_md : NULL, &dst_md, strides, dil, pl, pr)
                               : QF_DNNL(dilated_convolution_forward_desc_init)(
-                                    &cd, dnnl_forward_inference, dnnl_convolution_direct, &src_md,
+                                    &cd, dnnl_forward_inference,
+                                    wino ? dnnl_convolution_winograd : dnnl_convolution_direct, &src_md,
                                     &w_md, bias ? &b_md : NULL, &dst_md, strides, dil, pl, pr);
         if (r == dnnl_unimplemented || r == dnnl_invalid_arguments)
             st = QF_DK_DECLINE;
@@ -172,19 +221,25 @@ static qf_status dconv_build(const qf_kernel_io *io, qf_dk_prim *p, bool transpo
  * sum does not build, the binary add does. */
 static qf_status dconv_prepare(const qf_kernel_io *io, void *state)
 {
-    qf_status st = dconv_build(io, state, false, true);
-    bool summed = ((qf_dk_prim *)state)->sum_post != 0;
-    if (st != QF_OK) qf_dk_release(state);
-    if (st == QF_DK_DECLINE && summed) {
-        st = dconv_build(io, state, false, false);
+    /* Winograd first where it may run (both activations blocked), then
+     * the direct kernel. */
+    const bool wino = io->blocked && (io->in_nhwc & 1u) && (io->out_nhwc & 1u) && qf_dnnl_conv_winograd(io->node);
+    qf_status st = QF_DK_DECLINE;
+    for (int alg = wino ? 0 : 1; alg < 2 && st == QF_DK_DECLINE; alg++) {
+        st = dconv_build(io, state, false, true, alg == 0);
+        bool summed = ((qf_dk_prim *)state)->sum_post != 0;
         if (st != QF_OK) qf_dk_release(state);
+        if (st == QF_DK_DECLINE && summed) {
+            st = dconv_build(io, state, false, false, alg == 0);
+            if (st != QF_OK) qf_dk_release(state);
+        }
     }
     return st;
 }
 
 static qf_status dconv_transpose_prepare(const qf_kernel_io *io, void *state)
 {
-    qf_status st = dconv_build(io, state, true, false);
+    qf_status st = dconv_build(io, state, true, false, false);
     if (st != QF_OK) qf_dk_release(state);
     return st;
 }

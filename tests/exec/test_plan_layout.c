@@ -925,8 +925,40 @@ static void test_blocked_plan(void)
     qf_graph_free(g);
 }
 
+/* A ResNet-like block over 32 channels at 28x28: stem 3x3 3 -> 32 + Relu,
+ * 3x3 32 -> 32 + Relu, 3x3 32 -> 32 + the residual Add + Relu. Its 3x3
+ * stride-1 convs run as Winograd ones only on blocked activations, so the
+ * rule plans it blocked (QF_BLOCKED_WINO_SHARE) and the results stay
+ * within 1e-5 of the reference's; with QFOLD_WINOGRAD=0 it stays NHWC. */
+static void test_winograd_plan(void)
+{
+    if (!have_dnnl) return;
+    qf_graph *g;
+    REQUIRE_OK(qf_graph_init(&g));
+    int64_t d[4] = {2, 3, 28, 28};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, d);
+    qf_value *a = unary(g, QF_OP_RELU, "stem.relu", conv(g, "stem", x, 32, 3));
+    qf_value *b = unary(g, QF_OP_RELU, "c1.relu", conv(g, "c1", a, 32, 3));
+    qf_value *y = unary(g, QF_OP_RELU, "out.relu", binary(g, QF_OP_ADD, "res", conv(g, "c2", b, 32, 3), a));
+    CHECK_OK(qf_graph_add_output(g, y));
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("QFOLD_WINOGRAD", "0", 1);
+        qf_plan *p = compare_engines(g, pass ? "winograd graph, QFOLD_WINOGRAD=0" : "winograd graph");
+        unsetenv("QFOLD_WINOGRAD");
+        qf_plan_step_info c1, c2;
+        CHECKF(!p || (step_of(p, "c1", &c1) >= 0 && step_of(p, "c2", &c2) >= 0 && c1.backend && c2.backend &&
+                      c1.blocked == !pass && c2.blocked == !pass && c2.nfused == 2),
+               "winograd graph (pass %d): c1 / c2 not on the backend, blocked %d, or c2's Add not fused", pass,
+               p ? (int)c1.blocked : -1);
+        if (p && qf_check_failed_now) qf_plan_print(p, stderr);
+        qf_plan_free(p);
+    }
+    qf_graph_free(g);
+}
+
 int main(void)
 {
+    unsetenv("QFOLD_WINOGRAD"); /* the default is checked, and test_winograd_plan sets it */
     have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_op_kernels_get(QF_OP_CONV)->dnnl;
     if (!have_dnnl)
         fprintf(stderr,
@@ -954,5 +986,6 @@ int main(void)
     RUN(test_hook_plain);
     RUN(test_blocked_reorder);
     RUN(test_blocked_plan);
+    RUN(test_winograd_plan);
     return qf_check_report();
 }

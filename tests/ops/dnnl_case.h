@@ -386,11 +386,18 @@ static void dc_check_layout(dcase *c, const char *what, uint32_t in_nhwc, uint32
     for (int64_t i = 0; i < count; i++)
         if (!isnan(want[i])) ss += (double)want[i] * want[i];
     const double rms = count ? sqrt(ss / (double)count) : 0;
+    /* A Winograd conv (blocked in and out, qf_dnnl_conv_winograd) is held to
+     * 2e-5: its F(4x4, 3x3) transforms (points 0, +-1, +-2, +-1/2) round more
+     * than a direct sum; measured worst 1.1e-5 of max(|ref|, rms) over the
+     * cases of test_blocked, against 1.4e-6 for the direct kernel. The plan
+     * around it is still held to 1e-5 of the largest output
+     * (tests/exec/test_plan_layout.c). */
+    const double tol = blocked && (in_nhwc & 1u) && (out_nhwc & 1u) && qf_dnnl_conv_winograd(n) ? 2e-5 : 1e-5;
     int64_t bad = 0;
     double worst = 0;
     for (int64_t i = 0; i < count; i++) {
         double d = fabs((double)got[i] - want[i]), scale = fmax(fabs(want[i]), rms);
-        bool ok = d <= 1e-5 * scale || (isnan(got[i]) && isnan(want[i]));
+        bool ok = d <= tol * scale || (isnan(got[i]) && isnan(want[i]));
         if (!ok && bad++ < 3)
             fprintf(stderr, "  %s: [%lld] dnnl %.9g, ref %.9g\n", what, (long long)i, got[i],
                     want[i]);

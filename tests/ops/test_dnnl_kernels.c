@@ -389,6 +389,12 @@ static void test_blocked(void)
         {"blocked 3x3 24->40 s2", 2, 3, 24, 40, 1, {8, 9}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}, NULL, true, false},
         {"blocked SE fc 40->8 on 1x1", 2, 3, 40, 8, 1, {1, 1}, {1, 1}, {0}, {0}, {0}, NULL, true, true},
         {"blocked SE fc 8->40 on 1x1", 2, 1, 8, 40, 1, {1, 1}, {1, 1}, {0}, {0}, {0}, NULL, true, true},
+        /* 3x3, stride 1: Winograd where oneDNN has it (test_winograd). */
+        {"blocked 3x3 64->64 s1", 2, 3, 64, 64, 1, {16, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+        {"blocked 3x3 32->48 s1 valid", 2, 1, 32, 48, 1, {18, 16}, {3, 3}, {1, 1}, {0}, {0}, NULL, true, true},
+        {"blocked 3x3 256->256 s1 14x14", 2, 1, 256, 256, 1, {14, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+        {"blocked 3x3 48->32 s1 pads 1,0,0,1", 2, 3, 48, 32, 1, {16, 15}, {3, 3}, {1, 1}, {0}, {1, 0, 0, 1}, NULL, true, false},
+        {"blocked 3x3 24->40 s1", 2, 3, 24, 40, 1, {14, 15}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
     };
     char what[160];
     for (size_t i = 0; i < sizeof convs / sizeof *convs; i++)
@@ -477,6 +483,84 @@ static void test_blocked(void)
     }
 }
 
+/* --- Winograd (qf_dnnl_conv_winograd) ------------------------------------------ */
+
+/* The implementation oneDNN chose for a prepared blocked conv case. */
+static void wino_impl(dcase *c, char *impl, size_t cap)
+{
+    REQUIRE_OK(qf_graph_infer_shapes(c->g));
+    dk_run r;
+    dk_blocked = true;
+    qf_error_clear();
+    qf_status st = dk_prepare(c, &r, 1, 1);
+    dk_blocked = false;
+    REQUIRE(st == QF_OK, "prepare failed (%d: %s)", (int)st, qf_error_message());
+    const char *s = NULL;
+    QF_DNNL(primitive_desc_query)(((const qf_dk_prim *)r.state)->pd, dnnl_query_impl_info_str, 0, (void *)&s);
+    snprintf(impl, cap, "%s", s ? s : "?");
+    r.k->release(r.state);
+    free(r.state_raw);
+}
+
+/* test_blocked checks the numbers of the 3x3 stride-1 cases; here, that they
+ * did run as Winograd convolutions (with and without a residual sum), that
+ * QFOLD_WINOGRAD=0 and the NHWC layout give the direct kernel, and which
+ * convs the predicate takes. */
+static void test_winograd(void)
+{
+    static const conv_spec wino[] = {
+        {"3x3 64->64 s1", 2, 3, 64, 64, 1, {16, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+        {"3x3 256->256 s1 14x14", 2, 1, 256, 256, 1, {14, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+    };
+    char impl[128];
+    for (size_t i = 0; i < sizeof wino / sizeof *wino; i++)
+        for (int mode = 0; mode < 3; mode++) {
+            dcase c;
+            dc_init(&c, 1401 + (uint32_t)(i * 3 + (size_t)mode));
+            conv_case(&c, &wino[i]);
+            if (mode == 1) add_post(&c, P_ADD);
+            REQUIRE_OK(qf_graph_infer_shapes(c.g));
+            CHECKF(qf_dnnl_conv_winograd(c.n), "%s: not a Winograd conv", wino[i].what);
+            if (mode == 2) setenv("QFOLD_WINOGRAD", "0", 1);
+            wino_impl(&c, impl, sizeof impl);
+            unsetenv("QFOLD_WINOGRAD");
+            CHECKF((strstr(impl, "wino") != NULL) == (mode < 2), "%s%s: oneDNN ran %s", wino[i].what,
+                   mode == 1 ? " + add" : mode == 2 ? " with QFOLD_WINOGRAD=0" : "", impl);
+            dc_free(&c);
+        }
+    /* Not Winograd: stride 2, dilation 2, groups, 5x5, pads of 2, a 13x14
+     * output plane (QF_WINO_MIN_PLANE). */
+    static const conv_spec direct[] = {
+        {"3x3 s2", 2, 1, 32, 32, 1, {9, 9}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}, NULL, true, true},
+        {"3x3 dilation 2", 2, 1, 32, 32, 1, {9, 9}, {3, 3}, {1, 1}, {2, 2}, {2, 2, 2, 2}, NULL, true, true},
+        {"3x3 2 groups", 2, 1, 32, 32, 2, {9, 9}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+        {"5x5", 2, 1, 32, 32, 1, {9, 9}, {5, 5}, {1, 1}, {0}, {2, 2, 2, 2}, NULL, true, true},
+        {"3x3 pads 2", 2, 1, 32, 32, 1, {9, 9}, {3, 3}, {1, 1}, {0}, {2, 2, 2, 2}, NULL, true, true},
+        {"3x3 13x14 out", 2, 1, 32, 32, 1, {13, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+    };
+    for (size_t i = 0; i < sizeof direct / sizeof *direct; i++) {
+        dcase c;
+        dc_init(&c, 1421 + (uint32_t)i);
+        conv_case(&c, &direct[i]);
+        REQUIRE_OK(qf_graph_infer_shapes(c.g));
+        CHECKF(!qf_dnnl_conv_winograd(c.n), "%s: taken as a Winograd conv", direct[i].what);
+        dc_free(&c);
+    }
+    /* NHWC activations: the direct kernel. */
+    dcase c;
+    dc_init(&c, 1431);
+    conv_case(&c, &wino[0]);
+    REQUIRE_OK(qf_graph_infer_shapes(c.g));
+    dk_run r;
+    REQUIRE(dk_prepare(&c, &r, 1, 1) == QF_OK, "3x3 64->64 s1 on NHWC: prepare failed");
+    const char *s = NULL;
+    QF_DNNL(primitive_desc_query)(((const qf_dk_prim *)r.state)->pd, dnnl_query_impl_info_str, 0, (void *)&s);
+    CHECKF(s && !strstr(s, "wino"), "3x3 64->64 s1 on NHWC: oneDNN ran %s", s ? s : "?");
+    r.k->release(r.state);
+    free(r.state_raw);
+    dc_free(&c);
+}
+
 /* --- which nodes run on one thread ---------------------------------------------- */
 
 /* Whether libgomp's idle threads sleep at once, from the environment it read
@@ -529,6 +613,7 @@ static void test_serial_bound(void)
 
 int main(int argc, char **argv)
 {
+    unsetenv("QFOLD_WINOGRAD"); /* the default is checked, and test_winograd sets it */
     /* "serial-bound": that test alone (ctest's runs with libgomp's wait set
      * both ways, tests/ops/dnnl.cmake). */
     const bool bound_only = argc > 1 && strcmp(argv[1], "serial-bound") == 0;
@@ -559,6 +644,7 @@ int main(int argc, char **argv)
     RUN(test_binary);
     RUN(test_silu_split);
     RUN(test_blocked);
+    RUN(test_winograd);
     qf_dk_set_serial_max(-1);
     RUN(test_serial_bound);
     RUN(test_conv);
