@@ -17,6 +17,7 @@ typedef struct qf_eval_args {
     int64_t batch;
     bool json;
     bool simulate; /* QDQ models: Q / DQ as written (else integer conv groups, as `run`) */
+    bool onnx_requant; /* --requant onnx: the integer groups requantize as ONNX Runtime's kernels */
 } qf_eval_args;
 
 /* One model's results. */
@@ -120,8 +121,10 @@ static qf_status qf_eval_model(const qf_eval_args *ea, int i, qf_npy_file *const
     }
     if (st == QF_OK && g->noutputs < 1) st = qf_error(QF_ERR_INVALID, "'%s' has no outputs", path);
     /* A QDQ model is evaluated as `qfold run` runs it: its conv groups in
-     * integers, unless --simulate. */
-    if (st == QF_OK && !ea->simulate) st = qf_quant_lower_int8(g, NULL, QF_REQUANT_FIXED_POINT, NULL);
+     * integers (TFLite's requantization, or ONNX's with --requant onnx),
+     * unless --simulate. */
+    if (st == QF_OK && !ea->simulate)
+        st = qf_quant_lower_int8(g, NULL, ea->onnx_requant ? QF_REQUANT_ONNX : QF_REQUANT_FIXED_POINT, NULL);
     qf_batch_options bo = {.batch = ea->batch, .on_batch = qf_eval_batch, .ud = r};
     if (st == QF_OK) {
         st = qf_run_source(g, src, &bo);
@@ -203,6 +206,11 @@ static int qf_eval_parse(int argc, char **argv, qf_eval_args *ea)
             ea->json = true;
         } else if (qf_cli_args_flag(&a, "--simulate", NULL)) {
             ea->simulate = true;
+        } else if (qf_cli_args_value(&a, "--requant", NULL, &v)) {
+            if (a.failed) break;
+            if (strcmp(v, "tflite") == 0) ea->onnx_requant = false;
+            else if (strcmp(v, "onnx") == 0) ea->onnx_requant = true;
+            else return qf_cli_usage_error(a.cmd, "--requant takes tflite or onnx, got '%s'", v);
         } else if (!ea->model && qf_cli_args_positional(&a, &v)) {
             ea->model = v;
         } else {
@@ -260,7 +268,7 @@ const qf_cli_command qf_cli_cmd_eval = {
     .name = "eval",
     .summary = "classification accuracy (top-1, top-5) of a model on a labelled data set",
     .usage = "qfold eval MODEL.onnx --data X.npy --labels Y.npy [--batch B] [--compare OTHER.onnx] [--json]\n"
-             "                  [--simulate]",
+             "                  [--simulate | --requant tflite|onnx]",
     .details =
         "The model's first output holds class scores [batch, classes]; the predicted class\n"
         "is the highest score.\n\n"
@@ -274,6 +282,9 @@ const qf_cli_command qf_cli_cmd_eval = {
         "                    side and how often their top-1 predictions agree\n"
         "  --json            print the figures as one JSON object\n"
         "  --simulate        a quantized (QDQ) model in float simulation, Q / DQ as written\n"
-        "                    (default: its conv groups in integers, as `qfold run`)\n",
+        "                    (default: its conv groups in integers, as `qfold run`)\n"
+        "  --requant KIND    those integer groups' requantization, as `qfold run`'s: tflite\n"
+        "                    (default: TFLite's fixed point, as an int8 NPU computes it) or onnx\n"
+        "                    (float scale, round half to even, as ONNX Runtime's integer kernels)\n",
     .fn = qf_cli_eval,
 };

@@ -573,6 +573,9 @@ def case_eval_errors():
     one_error_line(err, "holds no samples")
     _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("y.npy"), "--batch", "0", expect=2)
     one_error_line(err, "--batch")
+    _, err = qfold("eval", model, "--data", work("x.npy"), "--labels", work("y.npy"), "--requant", "gemmlowp",
+                   expect=2)
+    one_error_line(err, "--requant takes tflite or onnx")
     _, err = qfold("eval", model, "--data", work("x.npy"), expect=2)
     one_error_line(err, "no labels")
     _, err = qfold("eval", model, "--labels", work("y.npy"), expect=2)

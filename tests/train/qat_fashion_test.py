@@ -26,10 +26,13 @@ tenths of a point with the batch order, in PyTorch as in qfold; every figure
 is printed): qfold's QAT int8 top-1 not below qfold's PTQ int8 top-1 and not
 below PyTorch FX QAT's, by more than chance (TORCH_NOISE, PTQ_NOISE below),
 and within 0.5 point of float; ONNX Runtime's top-1 on every
-QAT model within 0.2 point of `qfold eval`'s (equal with the oneDNN engine;
-the reference kernels requantize with TFLite's fixed point where ONNX
-Runtime uses float, 0.04-0.12 point apart on these models); as many steps
-as PyTorch.
+QAT model within 0.2 point of `qfold eval --requant onnx`'s (the same
+requantization: equal on both engines), and of `qfold eval`'s on the oneDNN
+engine (whose int8 convs requantize in float too: equal). The reference
+kernels' default, TFLite's fixed point, is printed, not compared with ONNX
+Runtime: it is 1 LSB away on some elements, 0.04-0.24 point of top-1 on
+these models (0.24: seed 7 of --skew 8 trained without oneDNN); as many
+steps as PyTorch.
 The losses are printed, not compared: the fake-quant placement differs
 (PyTorch quantizes Linear+BN1d's output before its ReLU and shares one
 observer between them, and the average pool's output on its input's grid);
@@ -103,11 +106,19 @@ def qfold(*argv, timeout=3600):
     return run_qfold(ARGS.qfold, argv, expect=0, timeout=timeout)[1]
 
 
-def qfold_top1(model, compare=None):
+def qfold_top1(model, compare=None, requant=None):
     argv = ["eval", model, "--data", work("test_x.npy"), "--labels", work("test_y.npy"), "--json"]
     if compare:
         argv += ["--compare", compare]
+    if requant:
+        argv += ["--requant", requant]
     return [m["top1"] for m in json.loads(qfold(*argv))["models"]]
+
+
+def qfold_on_onednn():
+    """Whether qfold's kernels are oneDNN's (`qfold --version`): its int8 convs
+    requantize in float there, as ONNX Runtime does."""
+    return "kernels: dnnl" in qfold("--version")
 
 
 def ort_top1(model, y):
@@ -233,13 +244,15 @@ def run():
               "--target", "neutron", "--optimizer", "sgd", "--seed", s, "--log", log, *recipe, *qat_set)
         t_qfold += time.time() - t0
         q = qfold_top1(out)[0]
+        qo = qfold_top1(out, requant="onnx")[0]
         o = ort_top1(out, y)
         losses = step_losses(log)
-        runs.append({"seed": s, "qfold": q, "ort": o, "torch": r["int8_top1"], "steps": len(losses),
+        runs.append({"seed": s, "qfold": q, "qfold_onnx": qo, "ort": o, "torch": r["int8_top1"], "steps": len(losses),
                      "torch_steps": len(r["losses"])})
-        print("seed %d: qfold qat int8 %.2f %% (ONNX Runtime %.2f %%), PyTorch FX QAT int8 %.2f %%; "
-              "mean loss %.6f / %.6f" % (s, 100 * q, 100 * o, 100 * r["int8_top1"], float(np.mean(losses)),
-                                         float(np.mean(r["losses"]))))
+        print("seed %d: qfold qat int8 %.2f %% (ONNX Runtime %.2f %%, qfold with ONNX's requantization %.2f %%), "
+              "PyTorch FX QAT int8 %.2f %%; mean loss %.6f / %.6f"
+              % (s, 100 * q, 100 * o, 100 * qo, 100 * r["int8_top1"], float(np.mean(losses)),
+                 float(np.mean(r["losses"]))))
     mq = float(np.mean([r["qfold"] for r in runs]))
     mt = float(np.mean([r["torch"] for r in runs]))
     print("float %.2f %%, qfold PTQ %.2f %%, qfold QAT %.2f %% (mean of %d seeds), PyTorch FX QAT %.2f %% "
@@ -251,11 +264,15 @@ def run():
                  " / ".join("%.2f" % (100 * r["qfold"]) for r in runs)))
     if a.no_check:
         return 0
+    onednn = qfold_on_onednn()
     for r in runs:
         check(r["steps"] == r["torch_steps"], "seed %d: qfold ran %d steps, PyTorch %d"
               % (r["seed"], r["steps"], r["torch_steps"]))
-        check(abs(r["ort"] - r["qfold"]) <= 0.002, "seed %d: ONNX Runtime %.2f %%, qfold eval %.2f %% on one model"
-              % (r["seed"], 100 * r["ort"], 100 * r["qfold"]))
+        check(abs(r["ort"] - r["qfold_onnx"]) <= 0.002, "seed %d: ONNX Runtime %.2f %%, qfold eval --requant onnx "
+              "%.2f %% on one model" % (r["seed"], 100 * r["ort"], 100 * r["qfold_onnx"]))
+        if onednn:
+            check(abs(r["ort"] - r["qfold"]) <= 0.002, "seed %d: ONNX Runtime %.2f %%, qfold eval %.2f %% on one "
+                  "model" % (r["seed"], 100 * r["ort"], 100 * r["qfold"]))
     if a.gain > 0:
         check(mq >= ptq_off_top1 + a.gain / 100, "qfold qat %.2f %% wins back less than %.1f point over qfold PTQ "
               "without equalization %.2f %%" % (100 * mq, a.gain, 100 * ptq_off_top1))
