@@ -58,25 +58,23 @@ bool qf_dnnl_winograd_enabled(void)
 
 bool qf_dnnl_conv_winograd(const qf_node *n)
 {
-    if (n->op != QF_OP_CONV || n->ninputs < 2 || !n->inputs[0] || !n->inputs[1] || !qf_dnnl_winograd_enabled())
+    if (n->op != QF_OP_CONV || n->ninputs < 2 || !n->inputs[0] || !n->inputs[1] || n->noutputs != 1 ||
+        !n->outputs[0] || !qf_dnnl_winograd_enabled())
         return false;
-    const qf_tensor *x = &n->inputs[0]->type, *w = &n->inputs[1]->type;
-    if (x->dtype != QF_DTYPE_F32 || x->ndim != 4 || w->ndim != 4 || w->dims[2] != 3 || w->dims[3] != 3 ||
-        w->dims[1] != x->dims[1])
-        return false; /* 2-D, 3x3, one group (W's C is X's) */
-    const qf_attr *a = qf_node_attr(n, "group");
-    if (a && a->i != 1) return false;
-    a = qf_node_attr(n, "strides");
-    for (int i = 0; a && i < a->n; i++)
-        if (a->ints[i] != 1) return false;
-    a = qf_node_attr(n, "dilations");
-    for (int i = 0; a && i < a->n; i++)
-        if (a->ints[i] != 1) return false;
-    a = qf_node_attr(n, "pads");
-    for (int i = 0; a && i < a->n; i++)
-        if (a->ints[i] > 1) return false;
-    const qf_tensor *y = n->noutputs == 1 && n->outputs[0] ? &n->outputs[0]->type : NULL;
-    return y && y->ndim == 4 && y->dims[2] * y->dims[3] >= QF_WINO_MIN_PLANE;
+    /* The reference's geometry (attributes, auto_pad resolved); a node it
+     * rejects gets its error from the kernel's own prepare. */
+    const qf_tensor *b = n->ninputs > 2 && n->inputs[2] ? &n->inputs[2]->type : NULL;
+    qf_conv_geom cg;
+    if (qf_conv_setup(n, &n->inputs[0]->type, &n->inputs[1]->type, b, false, &cg) != QF_OK) {
+        qf_error_clear();
+        return false;
+    }
+    if (cg.s.rank != 2 || cg.group != 1) return false;
+    for (int i = 0; i < 2; i++)
+        if (cg.s.kernel[i] != 3 || cg.s.stride[i] != 1 || cg.s.dilation[i] != 1 || cg.s.pad_begin[i] > 1 ||
+            cg.s.pad_end[i] > 1)
+            return false;
+    return cg.s.out[0] * cg.s.out[1] >= QF_WINO_MIN_PLANE;
 }
 
 #if QF_HAVE_DNNL

@@ -375,6 +375,16 @@ static void test_binary(void)
 
 /* --- the blocked layout (nChw16c, io->blocked) ---------------------------------- */
 
+/* 3x3 stride-1 convs that run as Winograd ones on blocked activations:
+ * test_blocked checks their numbers, test_winograd that Winograd ran. */
+static const conv_spec wino_convs[] = {
+    {"blocked 3x3 64->64 s1", 2, 3, 64, 64, 1, {16, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+    {"blocked 3x3 32->48 s1 valid", 2, 1, 32, 48, 1, {18, 16}, {3, 3}, {1, 1}, {0}, {0}, NULL, true, true},
+    {"blocked 3x3 256->256 s1 14x14", 2, 1, 256, 256, 1, {14, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+    {"blocked 3x3 48->32 s1 pads 1,0,0,1", 2, 3, 48, 32, 1, {16, 15}, {3, 3}, {1, 1}, {0}, {1, 0, 0, 1}, NULL, true, false},
+    {"blocked 3x3 24->40 s1", 2, 3, 24, 40, 1, {14, 15}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
+};
+
 /* Every kernel the plan lets take the blocked layout, on channel counts that
  * are not multiples of 16 (24, 40, 3, 8), batch 1 and 3; an activation only
  * over whole blocks of channels (48; 40 declined: oneDNN 2.6 has only its
@@ -389,22 +399,18 @@ static void test_blocked(void)
         {"blocked 3x3 24->40 s2", 2, 3, 24, 40, 1, {8, 9}, {3, 3}, {2, 2}, {0}, {1, 1, 1, 1}, NULL, true, false},
         {"blocked SE fc 40->8 on 1x1", 2, 3, 40, 8, 1, {1, 1}, {1, 1}, {0}, {0}, {0}, NULL, true, true},
         {"blocked SE fc 8->40 on 1x1", 2, 1, 8, 40, 1, {1, 1}, {1, 1}, {0}, {0}, {0}, NULL, true, true},
-        /* 3x3, stride 1: Winograd where oneDNN has it (test_winograd). */
-        {"blocked 3x3 64->64 s1", 2, 3, 64, 64, 1, {16, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
-        {"blocked 3x3 32->48 s1 valid", 2, 1, 32, 48, 1, {18, 16}, {3, 3}, {1, 1}, {0}, {0}, NULL, true, true},
-        {"blocked 3x3 256->256 s1 14x14", 2, 1, 256, 256, 1, {14, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
-        {"blocked 3x3 48->32 s1 pads 1,0,0,1", 2, 3, 48, 32, 1, {16, 15}, {3, 3}, {1, 1}, {0}, {1, 0, 0, 1}, NULL, true, false},
-        {"blocked 3x3 24->40 s1", 2, 3, 24, 40, 1, {14, 15}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
     };
+    const size_t nconvs = sizeof convs / sizeof *convs, nwino = sizeof wino_convs / sizeof *wino_convs;
     char what[160];
-    for (size_t i = 0; i < sizeof convs / sizeof *convs; i++)
+    for (size_t i = 0; i < nconvs + nwino; i++)
         for (int post = 0; post < 3; post++) {
+            const conv_spec *cs = i < nconvs ? &convs[i] : &wino_convs[i - nconvs];
             dcase c;
             dc_init(&c, 1301 + (uint32_t)(i * 3 + (size_t)post));
-            conv_case(&c, &convs[i]);
+            conv_case(&c, cs);
             if (post == 1) add_post(&c, P_SILU);
             if (post == 2) add_post(&c, P_ADD);
-            snprintf(what, sizeof what, "%s%s", convs[i].what, post == 1 ? " + silu" : post == 2 ? " + add" : "");
+            snprintf(what, sizeof what, "%s%s", cs->what, post == 1 ? " + silu" : post == 2 ? " + add" : "");
             dc_check_blocked(&c, what, 1, 1);
             dc_free(&c);
         }
@@ -509,12 +515,9 @@ static void wino_impl(dcase *c, bool blocked, char *impl, size_t cap)
  * convs the predicate takes. */
 static void test_winograd(void)
 {
-    static const conv_spec wino[] = {
-        {"3x3 64->64 s1", 2, 3, 64, 64, 1, {16, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
-        {"3x3 256->256 s1 14x14", 2, 1, 256, 256, 1, {14, 14}, {3, 3}, {1, 1}, {0}, {1, 1, 1, 1}, NULL, true, true},
-    };
+    const conv_spec *wino = wino_convs;
     char impl[128];
-    for (size_t i = 0; i < sizeof wino / sizeof *wino; i++)
+    for (size_t i = 0; i < sizeof wino_convs / sizeof *wino_convs; i++)
         for (int mode = 0; mode < 3; mode++) {
             dcase c;
             dc_init(&c, 1401 + (uint32_t)(i * 3 + (size_t)mode));
