@@ -147,7 +147,7 @@ int main(int argc, char **argv)
     double t2 = now_ms();
     /* The OpenMP spin qfold chose when it loaded oneDNN (GOMP_SPINCOUNT, set
      * in this process; a short one when the machine was busy then, see
-     * src/ops/dnnl.c), and the load average at that time: the spin stays for
+     * src/backend/dnnl/dnnl_lib.c), and the load average at that time: the spin stays for
      * the process's life, so a process started while the machine was busy
      * keeps the short spin (the batch-1 "slow mode" of bench/run.md?). */
     const char *spin = getenv("GOMP_SPINCOUNT");

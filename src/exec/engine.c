@@ -3,7 +3,7 @@
 #include <stdio.h>
 
 #include "../core/parallel.h"
-#include "../ops/dnnl.h"
+#include "backend/backend.h"
 #include "qfold/exec.h"
 
 _Static_assert((int)QF_ENGINE_AUTO == QF_BACKEND_AUTO && (int)QF_ENGINE_REF == QF_BACKEND_REF &&

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "core/parallel.h"
-#include "../ops/dnnl.h"
+#include "backend/backend.h"
 #include "exec_impl.h"
 
 struct qf_grad_plan {
@@ -432,7 +432,7 @@ done:
  * A Relu that is the only reader of a BatchNormalization's Y (Y no graph
  * output; BN outside ONNX's training mode, its one output) runs inside the
  * BatchNormalization's kernels (qf_kernel_io.nfused = 1, bn_relu in
- * src/ops/norm.c): the forward writes the Relu's output, the backward takes
+ * src/ops/ref/norm.c): the forward writes the Relu's output, the backward takes
  * its gradient and masks it itself. Y and its gradient get no buffer; the
  * Relu's output lives from the BatchNormalization's forward, its gradient to
  * the BatchNormalization's backward. Same results bit for bit (the kernels'
@@ -469,16 +469,17 @@ static qf_status grad_prepare(qf_grad_plan *p)
     for (int i = 0; i < p->n; i++) {
         const qf_op_kernels *k = qf_op_kernels_get(p->nodes[i]->op);
         states += qf_exec_align(k->state_size);
-        if (backend && k->dnnl_train) be_states += qf_exec_align(k->dnnl_train->state_size);
+        const qf_backend_kernels *b = backend ? qf_backend_train_kernels_get(p->nodes[i]->op) : NULL;
+        if (b) be_states += qf_exec_align(b->state_size);
     }
     char *blk = NULL, *bblk = NULL;
     if (states && !(blk = qf_exec_alloc_aligned(states, &p->block_raw))) return QF_ERR_NOMEM;
     if (be_states && !(bblk = qf_exec_alloc_aligned(be_states, &p->be_raw))) return QF_ERR_NOMEM;
     for (int i = 0; i < p->n && bblk; i++) {
-        const qf_op_kernels *k = qf_op_kernels_get(p->nodes[i]->op);
-        if (!k->dnnl_train) continue;
+        const qf_backend_kernels *b = qf_backend_train_kernels_get(p->nodes[i]->op);
+        if (!b) continue;
         p->be_state[i] = bblk;
-        bblk += qf_exec_align(k->dnnl_train->state_size);
+        bblk += qf_exec_align(b->state_size);
     }
     size_t *saved_sz = qf_calloc((size_t)(p->n ? p->n : 1), sizeof *saved_sz);
     if (!saved_sz) return QF_ERR_NOMEM;
@@ -501,7 +502,7 @@ static qf_status grad_prepare(qf_grad_plan *p)
         if (k->bwd_scratch && p->run_bwd[i]) p->bwd_scratch[i] = k->bwd_scratch(nd, p->state[i]);
         if (p->be_state[i]) {
             /* The backend's training kernels, when they take the node. */
-            const qf_backend_kernels *b = k->dnnl_train;
+            const qf_backend_kernels *b = qf_backend_train_kernels_get(nd->op);
             io.training = true;
             qf_status bst = b->prepare(&io, p->be_state[i]);
             if (bst == QF_OK) {

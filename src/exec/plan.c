@@ -7,7 +7,7 @@
 
 #include "core/mem.h"
 #include "core/parallel.h"
-#include "../ops/dnnl.h"
+#include "backend/backend.h"
 #include "exec_impl.h"
 
 /* One step of the plan, with its kernel arguments prebuilt: a node (with
@@ -485,12 +485,12 @@ static qf_status qf_plan_prepare(qf_plan *p, qf_layout *L, const int *ki, const 
                                                    !memcmp(pr->fused, &L->fused[np->first],
                                                            sizeof *pr->fused * (size_t)np->nfused))))
                 continue;
-            qf_plan_unprepare(pr, kk->dnnl);
+            qf_plan_unprepare(pr, qf_backend_kernels_get(pr->node->op));
             if (kind == 0) continue;
             qf_kernel_io io = qf_plan_node_io(p, L, i, ki[i], ko[i]);
             qf_status st;
             if (kind == 2) {
-                st = kk->dnnl->prepare(&io, pr->state);
+                st = qf_backend_kernels_get(pr->node->op)->prepare(&io, pr->state);
                 if (st == QF_ERR_UNSUPPORTED) {
                     memset(pr->state, 0, pr->size);
                     declined = i;
@@ -602,11 +602,11 @@ static qf_status qf_plan_build(qf_plan *p)
     for (int i = 0; i < nn; i++) {
         const qf_op_kernels *kk = qf_op_kernels_get(L.nodes[i]->op);
         size_t size = kk->state_size;
-        if (dnnl && kk->dnnl && kk->dnnl->state_size > size) size = kk->dnnl->state_size;
+        const qf_backend_kernels *bk = dnnl ? qf_backend_kernels_get(L.nodes[i]->op) : NULL;
+        if (bk && bk->state_size > size) size = bk->state_size;
         p->prep[i].size = size;
         p->prep[i].node = L.nodes[i];
         state_bytes += qf_exec_align(size);
-        const qf_backend_kernels *bk = dnnl ? kk->dnnl : NULL;
         L.np[i].cap = bk && bk->forward_f32 && (!bk->accepts || bk->accepts(L.nodes[i])) ? QF_CAP_FULL : QF_CAP_REF;
     }
     char *state_mem = NULL;
@@ -648,7 +648,7 @@ static qf_status qf_plan_build(qf_plan *p)
             s->io = qf_plan_node_io(p, &L, i, ki[i], ko[i]);
             s->io.state = p->prep[i].state;
             const qf_op_kernels *kk = qf_op_kernels_get(n->op);
-            s->backend = p->prep[i].kind == 2 ? kk->dnnl : NULL;
+            s->backend = p->prep[i].kind == 2 ? qf_backend_kernels_get(n->op) : NULL;
             s->forward = s->backend ? s->backend->forward_f32 : kk->forward_f32;
             s->in_nhwc = s->io.in_nhwc;
             s->out_nhwc = s->io.out_nhwc;
@@ -745,7 +745,7 @@ done:
 static void qf_plan_clear(qf_plan *p)
 {
     for (int i = 0; p->prep && i < p->nnodes; i++)
-        if (p->prep[i].kind == 2) qf_plan_unprepare(&p->prep[i], qf_op_kernels_get(p->prep[i].node->op)->dnnl);
+        if (p->prep[i].kind == 2) qf_plan_unprepare(&p->prep[i], qf_backend_kernels_get(p->prep[i].node->op));
     qf_free(p->steps);
     qf_free(p->prep);
     qf_free(p->fused);

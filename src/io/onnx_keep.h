@@ -12,7 +12,7 @@
  * protobuf's canonical field order puts them).
  *
  * A node whose op qfold does not know becomes an opaque node
- * (src/ops/opaque.c): op_type, domain, name, inputs and outputs as in the
+ * (src/ops/ref/opaque.c): op_type, domain, name, inputs and outputs as in the
  * file, its AttributeProtos kept byte for byte. */
 #ifndef QF_ONNX_KEEP_H
 #define QF_ONNX_KEEP_H

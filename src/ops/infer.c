@@ -28,7 +28,7 @@ qf_status qf_node_infer(qf_graph *g, qf_node *n)
         if (!v) continue;
         if (v->type.dtype == QF_DTYPE_UNDEFINED && v->producer) {
             /* Downstream of an opaque node whose outputs the model declares
-             * no type for (src/ops/opaque.c): inference stops here, and the
+             * no type for (src/ops/ref/opaque.c): inference stops here, and the
              * outputs stay unknown too. */
             unknown = true;
             continue;

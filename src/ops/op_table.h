@@ -94,37 +94,6 @@ enum { QF_LAYOUT_NCHW = 1u << 0, QF_LAYOUT_NHWC = 1u << 1, QF_LAYOUT_BLOCKED = 1
 /* The channel block of QF_LAYOUT_BLOCKED (oneDNN's nChw16c on AVX-512). */
 #define QF_LAYOUT_BLOCK 16
 
-/* A kernel backend's columns for one op (today oneDNN: src/ops/dnnl*.c),
- * next to the reference columns. At plan build, when the backend is active,
- * the plan calls `prepare` first: QF_OK means the backend runs this node
- * (its state_size bytes hold what prepare made: primitives, memory
- * descriptors), QF_ERR_UNSUPPORTED with no message means "not this node"
- * (an attribute or dtype the backend does not take) and the reference
- * columns run it; any other error fails the plan. `release` frees what
- * prepare created (called once per successful prepare, at plan free).
- * `scratch` is the backend's scratchpad, allocated by the plan through
- * qfold's allocator (oneDNN's user-managed scratchpad). */
-typedef struct qf_backend_kernels {
-    qf_prepare_fn prepare;
-    size_t state_size;
-    void (*release)(void *state);
-    qf_scratch_fn scratch;
-    qf_kernel_fn forward_f32;
-    qf_kernel_fn backward_f32;
-    qf_kernel_fn forward_s8;
-    unsigned layouts;           /* QF_LAYOUT_* the kernels take; 0 = NCHW only */
-    /* The fused residual the kernel accumulates into Y: the index j of
-     * io->post_in whose operand it adds by copying it into out[0] first
-     * (oneDNN's sum post-op), or -1. The plan places Y over that operand's
-     * memory when the step reads it for the last time, and the copy goes.
-     * NULL: never. */
-    int (*dst_post)(const void *state);
-    /* Whether the backend takes node n at all, asked before the layouts are
-     * planned (NULL: every node). A node it takes may still be declined by
-     * prepare, for the layouts or post-ops it was given, then at all. */
-    bool (*accepts)(const qf_node *n);
-} qf_backend_kernels;
-
 typedef struct qf_op_kernels {
     qf_infer_fn infer;          /* required */
     qf_prepare_fn prepare;      /* NULL: the kernels read the node */
@@ -140,11 +109,6 @@ typedef struct qf_op_kernels {
     qf_scratch_fn saved_size;   /* bytes kept from the training forward to backward; NULL: 0 */
     qf_scratch_fn bwd_scratch;  /* scratch bytes backward_f32 needs; NULL: 0 */
     qf_kernel_fn forward_s8;    /* integer kernel; NULL until the op has one */
-    const qf_backend_kernels *dnnl; /* oneDNN columns (QF_DNNL_KERNELS); NULL: reference only */
-    /* oneDNN's training columns (the tape: src/exec/grad.c): prepare with
-     * io->training set, forward_f32 in training mode, backward_f32 as the
-     * reference backward; NCHW, no post-ops. NULL: the reference kernels. */
-    const qf_backend_kernels *dnnl_train;
     /* QF_LAYOUT_NHWC: forward_f32 computes the same whatever the memory
      * order of its operands, as long as all have one (elementwise kernels:
      * the plan passes them same-shape operands, or one-element ones, in
@@ -158,16 +122,6 @@ typedef struct qf_op_kernels {
      * the last time. */
     bool inplace;
 } qf_op_kernels;
-
-/* `.dnnl = QF_DNNL_KERNELS(conv)` points at qf_conv_dnnl (defined in
- * src/ops/dnnl_<family>.c) in a build with oneDNN, NULL without. */
-#if QF_HAVE_DNNL
-#define QF_DNNL_KERNELS(name) (&qf_##name##_dnnl)
-#define QF_DNNL_TRAIN_KERNELS(name) (&qf_##name##_dnnl_train)
-#else
-#define QF_DNNL_KERNELS(name) NULL
-#define QF_DNNL_TRAIN_KERNELS(name) NULL
-#endif
 
 extern const qf_op_kernels *const qf_op_table[QF_OP_COUNT];
 
@@ -196,7 +150,7 @@ static inline void qf_set_output(qf_node *n, int i, qf_dtype dt, int ndim, const
 }
 
 /* QF_ERR_UNSUPPORTED naming the first opaque node (an op qfold does not
- * know, src/ops/opaque.c): the graph cannot be run. Plans call it first. */
+ * know, src/ops/ref/opaque.c): the graph cannot be run. Plans call it first. */
 qf_status qf_graph_check_runnable(const qf_graph *g);
 
 #endif

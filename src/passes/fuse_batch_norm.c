@@ -21,7 +21,7 @@
  * constants, W' replaces W as the fake_quant's input and the bias is written
  * as above. W' is then computed in float32 exactly as qat_bn_weight computes
  * W * s during training (std = sqrtf(var + eps), s = gamma / std, W * s: see
- * src/ops/qat.c), so the fake_quant sees after the fold, bit for bit, the
+ * src/ops/qat/qat_bn.c), so the fake_quant sees after the fold, bit for bit, the
  * weight it saw in training (eval mode). Its qparams then follow PyTorch
  * 1.13's convert of a ConvBn module (_ConvNd.from_float: fuse_conv_bn_weights,
  * then weight_post_process(weight), which moves the observer once with the
@@ -37,7 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ops/quant_math.h"
+#include "ops/math/quant_math.h"
 #include "bn_math.h"
 #include "rewrite.h"
 #include "qfold/pass.h"

@@ -3,7 +3,7 @@
  * conv, conv_transpose or linear followed by BatchNormalization. Where
  * qat_bn_add divides the op's output by s = γ / sqrt(σ² + ε) (NaN for a
  * channel with γ = 0), this form never divides by s (the ops:
- * src/ops/qat_exact.c).
+ * src/ops/qat/qat_bn_exact.c).
  *
  *   before
  *

@@ -171,7 +171,7 @@ qf_status qf_rewrite_splice_out(qf_graph *g, qf_node *n, qf_value *with)
     /* The readers keep the name they read: `with` takes the spliced
      * output's name when it is a node's output (as ONNX Runtime's fusions
      * do, the folded Conv writes the BatchNorm's output), so that a node
-     * qfold keeps without knowing it (src/ops/opaque.c) and the model's
+     * qfold keeps without knowing it (src/ops/ref/opaque.c) and the model's
      * value_info still name what they named. */
     const char *old = n->outputs[0]->name;
     bool rename = with->producer && !with->is_output && !n->outputs[0]->is_output;

@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ops/quant_math.h"
+#include "ops/math/quant_math.h"
 #include "../passes/rewrite.h"
 #include "qdq.h"
 #include "qfold/quant.h"

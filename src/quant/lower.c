@@ -51,8 +51,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ops/fixed_point.h"
-#include "../ops/requant.h"
+#include "ops/math/fixed_point.h"
+#include "ops/math/requant.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
 

@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "../core/parallel.h"
-#include "../ops/quant_math.h"
+#include "ops/math/quant_math.h"
 #include "qfold/quant.h"
 
 struct qf_observer {

@@ -46,7 +46,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../ops/quant_math.h"
+#include "ops/math/quant_math.h"
 #include "../passes/bn_math.h"
 #include "../passes/rewrite.h"
 #include "qdq.h"

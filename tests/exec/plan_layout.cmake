@@ -1,4 +1,4 @@
-# The plan's layout planning and post-op fusion (src/exec/layout.c): layouts,
+# The plan's layout planning and post-op fusion (src/exec/plan_layout.c): layouts,
 # reorders and fused nodes on small graphs, outputs and hooks against the
 # reference engine's plan.
 add_executable(test_plan_layout ${CMAKE_CURRENT_LIST_DIR}/test_plan_layout.c)

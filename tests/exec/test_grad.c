@@ -502,7 +502,7 @@ static void test_tape_nhwc_chain(void)
 }
 
 /* BatchNormalization -> Relu run as one node in the tape (grad_fuse, bn_relu
- * in src/ops/norm.c) against the two nodes each on its own (unfused), same
+ * in src/ops/ref/norm.c) against the two nodes each on its own (unfused), same
  * engine: x -> [Conv 3x3 ->] BN -> Relu -> [1x1 Conv ->] mse_loss, on odd
  * shapes (channels not a multiple of 16, batch 1 and 3, 2-D BatchNorm1d
  * input); with the convolutions on oneDNN the BN and Relu run channels-last.
@@ -600,14 +600,14 @@ static qf_status bnr_run(const bnr_case *bc, bool unfused, float *out, int64_t c
 static void test_tape_bn_relu_fused(void)
 {
     /* Channels-last BN with up to 64 channels splits the rows (bn_rstats
-     * in src/ops/norm_nhwc.c: 16 chunks; [1, 6, 3, 3] has 9 rows, [3, 31, ...]
+     * in src/ops/ref/norm_nhwc.c: 16 chunks; [1, 6, 3, 3] has 9 rows, [3, 31, ...]
      * a 16- and a 15-channel block, [2, 64, ...] the most channels there),
      * with more the channels (bn_train_nhwc_slice: statistics and affine in
      * one pass; [3, 70, ...]: four 16-channel blocks and one of 6, [2, 65]
      * 2-D); the 3x3 convolution's d W (3 or 1 input channels: few columns) is
-     * dct_w_few's (src/ops/dnnl_conv.c), stride 2 in [3, 7, 9, 7, 2]. The
+     * dct_w_few's (src/backend/dnnl/dnnl_conv.c), stride 2 in [3, 7, 9, 7, 2]. The
      * last three with QAT's qat_bn_output before the BN (channels-last on
-     * oneDNN; its backward's rows split up to 64 channels, src/ops/qat.c). */
+     * oneDNN; its backward's rows split up to 64 channels, src/ops/qat/qat_bn.c). */
     static const bnr_case cases[] = {{1, 5, 7, 3},  {3, 17, 5, 4}, {3, 33, 4, 5}, {3, 16, 6, 6},
                                      {3, 17, 0, 0}, {2, 20, 0, 0}, {1, 6, 3, 3},  {3, 31, 5, 3},
                                      {3, 7, 9, 7, 2}, {2, 64, 3, 3}, {3, 70, 4, 3}, {2, 65, 0, 0},

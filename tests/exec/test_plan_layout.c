@@ -1,4 +1,4 @@
-/* The plan's layout planning and post-op fusion (src/exec/layout.c): on
+/* The plan's layout planning and post-op fusion (src/exec/plan_layout.c): on
  * small graphs, which steps run channels-last, which nodes are fused and
  * where reorders go, and that the outputs (and what a per-step hook sees)
  * match the reference engine's plan within 1e-5 relative.
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "exec/exec_impl.h"
-#include "ops/dnnl_kernels.h"
+#include "backend/dnnl/dnnl_kernels.h"
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "tools/qf_check.h"
@@ -959,7 +959,7 @@ static void test_winograd_plan(void)
 int main(void)
 {
     unsetenv("QFOLD_WINOGRAD"); /* the default is checked, and test_winograd_plan sets it */
-    have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_op_kernels_get(QF_OP_CONV)->dnnl;
+    have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_backend_kernels_get(QF_OP_CONV);
     if (!have_dnnl)
         fprintf(stderr,
                 "test_plan_layout: no oneDNN backend: layouts not checked, ref plans only\n");

@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/dnnl.h"
-#include "ops/dnnl_kernels.h"
+#include "backend/dnnl/dnnl_lib.h"
+#include "backend/dnnl/dnnl_kernels.h"
 #include "ops/op_table.h"
 #include "qfold/exec.h"
 #include "tools/qf_check.h"
@@ -265,7 +265,7 @@ static qf_status dk_prepare(dcase *c, dk_run *r, uint32_t in_nhwc, uint32_t out_
 {
     memset(r, 0, sizeof *r);
     const qf_node *n = c->n;
-    r->k = qf_op_kernels_get(n->op)->dnnl;
+    r->k = qf_backend_kernels_get(n->op);
     if (!r->k) return QF_ERR_INTERNAL;
     for (int i = 0; i < n->ninputs; i++) r->in_t[i] = n->inputs[i] ? &n->inputs[i]->type : NULL;
     const qf_node *last = c->nfused ? c->fused[c->nfused - 1] : n;
@@ -325,7 +325,7 @@ static qf_status dk_forward_twice(dk_run *r, const char *what)
 static void dc_check_layout(dcase *c, const char *what, uint32_t in_nhwc, uint32_t out_nhwc, bool blocked)
 {
     REQUIRE_OK(qf_graph_infer_shapes(c->g));
-    const qf_backend_kernels *bk = qf_op_kernels_get(c->n->op)->dnnl;
+    const qf_backend_kernels *bk = qf_backend_kernels_get(c->n->op);
     const char *lay = blocked ? "blocked" : "nhwc";
     dk_run r;
     dk_blocked = blocked;

@@ -1,4 +1,4 @@
-# QLinearConv on oneDNN (src/ops/dnnl_qlinear.c) against the reference
+# QLinearConv on oneDNN (src/backend/dnnl/dnnl_qlinear.c) against the reference
 # integer kernel on odd shapes: within 1 LSB, >= 99.9 % equal. Skipped (77)
 # when oneDNN cannot be loaded; not built without oneDNN.
 if(QF_HAVE_DNNL)

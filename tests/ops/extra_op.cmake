@@ -19,7 +19,7 @@ set_tests_properties(unit_op_table PROPERTIES LABELS "unit" TIMEOUT 60)
 # src/ops and src/passes: 4.8 CPU s at -O0 -g, 15.8 at -O2 -g), the largest
 # part of the first build's time after the library itself.
 if(NOT QF_SANITIZE)
-  add_library(qfold_extra_ops STATIC ${QF_LIB_SOURCES} ${CMAKE_CURRENT_LIST_DIR}/extra_op/square_plus.c
+  add_library(qfold_extra_ops STATIC ${QF_LIB_SOURCES_NO_DNNL} ${CMAKE_CURRENT_LIST_DIR}/extra_op/square_plus.c
               $<TARGET_OBJECTS:qfold_pb>)
   target_include_directories(qfold_extra_ops
     PUBLIC ${CMAKE_SOURCE_DIR}/include ${CMAKE_CURRENT_LIST_DIR}/extra_op

@@ -1,4 +1,4 @@
-# qfold's GEMM (src/ops/gemm.h) against a plain loop in double: every
+# qfold's GEMM (src/ops/math/gemm.h) against a plain loop in double: every
 # micro-kernel this CPU runs, the threaded split, and qf_sgemm through the
 # active engine.
 add_executable(test_gemm ${CMAKE_CURRENT_LIST_DIR}/test_gemm.c)

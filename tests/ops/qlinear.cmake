@@ -1,4 +1,4 @@
-# The integer ops and their core (src/ops/int8.{h,c}, src/ops/qlinear.c):
+# The integer ops and their core (src/ops/int8.{h,c}, src/ops/int8/qlinear.c):
 # the core against direct references (test_int8.c), and QLinearConv,
 # QLinearMatMul, ConvInteger, MatMulInteger against ONNX Runtime, exactly
 # (qlinear_ort.py). Their ONNX backend node tests are in node.cmake.

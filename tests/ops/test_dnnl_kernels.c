@@ -22,8 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/dnnl.h"
-#include "ops/dnnl_kernels.h"
+#include "backend/dnnl/dnnl_lib.h"
+#include "backend/dnnl/dnnl_kernels.h"
 #include "ops/op_table.h"
 #include "qfold/exec.h"
 #include "tools/qf_check.h"
@@ -318,8 +318,8 @@ static void test_activations(void)
             dc_free(&c);
         }
     /* No oneDNN column: Relu, relu6 and Clip lose NaN in oneDNN (max / min). */
-    CHECK(!qf_op_kernels_get(QF_OP_RELU)->dnnl && !qf_op_kernels_get(QF_OP_RELU6)->dnnl &&
-          !qf_op_kernels_get(QF_OP_CLIP)->dnnl);
+    CHECK(!qf_backend_kernels_get(QF_OP_RELU) && !qf_backend_kernels_get(QF_OP_RELU6) &&
+          !qf_backend_kernels_get(QF_OP_CLIP));
 }
 
 /* --- Add, Sub, Mul, Div ---------------------------------------------------------- */
@@ -666,7 +666,7 @@ int main(int argc, char **argv)
 int main(void)
 {
     CHECK(qf_set_engine(QF_ENGINE_DNNL) != QF_OK);
-    CHECK(!qf_dnnl_can_fuse(NULL, NULL));
+    CHECK(!qf_backend_can_fuse(NULL, NULL));
     printf("SKIP oneDNN kernels: built without oneDNN\n");
     return qf_check_report();
 }

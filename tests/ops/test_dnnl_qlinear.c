@@ -1,5 +1,5 @@
-/* QLinearConv on oneDNN (src/ops/dnnl_qlinear.c) against the reference
- * integer kernel (src/ops/qlinear.c) on odd shapes: groups, depthwise,
+/* QLinearConv on oneDNN (src/backend/dnnl/dnnl_qlinear.c) against the reference
+ * integer kernel (src/ops/int8/qlinear.c) on odd shapes: groups, depthwise,
  * strides, asymmetric pads, dilations, batch 1 and 3, channel counts that
  * are not multiples of 16, int8 and uint8 activations and outputs, a fused
  * clamp on and off, TFLite's fixed-point and ONNX's float requantization.
@@ -19,8 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/dnnl.h"
-#include "ops/qlinear.h"
+#include "backend/dnnl/dnnl_kernels.h"
+#include "backend/dnnl/dnnl_lib.h"
+#include "ops/int8/qlinear.h"
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "tools/qf_check.h"

@@ -1,6 +1,6 @@
 /* TFLite's 16-bit fixed-point helpers and its int8 HardSwish
- * (src/ops/fixed_point.h), and qfold's int8 table op QF_OP_QLUT
- * (src/ops/qlut.c) that runs it: the helpers on their edge cases, the
+ * (src/ops/math/fixed_point.h), and qfold's int8 table op QF_OP_QLUT
+ * (src/ops/int8/qlut.c) that runs it: the helpers on their edge cases, the
  * HardSwish within 1 LSB of the real function on many scale / zero-point
  * pairs (its bit-exactness against TensorFlow Lite 2.2 is
  * tests/tflite/armnn_test.py activations_sweep), the node equal to the
@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/fixed_point.h"
+#include "ops/math/fixed_point.h"
 #include "qfold/graph.h"
 #include "tools/qf_check.h"
 #include "tools/qf_node_run.h"

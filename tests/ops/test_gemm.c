@@ -1,4 +1,4 @@
-/* qfold's GEMM (src/ops/gemm.h) against a plain triple loop accumulated in
+/* qfold's GEMM (src/ops/math/gemm.h) against a plain triple loop accumulated in
  * double: every transpose pair, alpha / beta (beta 0 must not read C, which
  * holds NaN), leading dimensions wider than the rows, shapes that are no
  * multiple of any tile or block (K past one K block, N past one N block),
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/gemm.h"
+#include "ops/math/gemm.h"
 #include "qfold/exec.h"
 #include "tools/qf_check.h"
 

@@ -1,4 +1,4 @@
-/* The int8 core (src/ops/int8.h) on small convolutions, against direct
+/* The int8 core (src/ops/int8/int8.h) on small convolutions, against direct
  * references: exact int32 accumulators, TFLite's fixed-point requantization
  * within 1 LSB of the double-precision result (with a fused clamp), ONNX
  * Runtime's float requantization exactly, and the refusals (an accumulator
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/int8.h"
-#include "ops/requant.h"
+#include "ops/int8/int8.h"
+#include "ops/math/requant.h"
 #include "qfold/graph.h"
 #include "tools/qf_check.h"
 #include "tools/qf_node_run.h"

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/broadcast.h"
+#include "ops/math/broadcast.h"
 #include "ops/kernels.h"
-#include "ops/quant_math.h"
+#include "ops/math/quant_math.h"
 #include "qfold/exec.h"
 #include "qfold/graph.h"
 #include "tools/qf_check.h"

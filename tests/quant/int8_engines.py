@@ -6,7 +6,7 @@
 The bundled Fashion-MNIST CNN goes through `qfold quantize` (both targets);
 `qfold run` then runs its integer path (QDQ groups lowered to integer convs)
 with QFOLD_ENGINE=ref (qfold's exact integer kernels, the reference) and
-QFOLD_ENGINE=dnnl (the int8 convolutions on oneDNN, src/ops/dnnl_qlinear.c),
+QFOLD_ENGINE=dnnl (the int8 convolutions on oneDNN, src/backend/dnnl/dnnl_qlinear.c),
 and the outputs are compared in steps (LSB) of the output's scale.
 
   onnx    --requant onnx: both engines compute ONNX's float requantization

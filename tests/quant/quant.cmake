@@ -14,7 +14,7 @@ if(QF_PYTHON3)
   set_tests_properties(quant_observers_torch PROPERTIES FIXTURES_REQUIRED observer_ref LABELS "quant" TIMEOUT 120)
 endif()
 
-# Fixed-point requantization (src/ops/requant.h).
+# Fixed-point requantization (src/ops/math/requant.h).
 add_executable(test_requant ${CMAKE_CURRENT_LIST_DIR}/test_requant.c)
 target_include_directories(test_requant PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
 target_compile_options(test_requant PRIVATE ${QF_WARNINGS})

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "exec/exec_impl.h"
-#include "ops/dnnl.h"
+#include "backend/dnnl/dnnl_lib.h"
 #include "qfold/exec.h"
 #include "qfold/quant.h"
 #include "tools/qf_check.h"
@@ -246,7 +246,7 @@ static void test_calib_plan(void)
 
 int main(void)
 {
-    have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_op_kernels_get(QF_OP_CONV)->dnnl &&
+    have_dnnl = qf_set_engine(QF_ENGINE_DNNL) == QF_OK && qf_backend_kernels_get(QF_OP_CONV) &&
                 qf_backend_engine() == QF_BACKEND_DNNL;
     if (!have_dnnl) fprintf(stderr, "test_calib_plan: no oneDNN backend: both paths run the same plan\n");
     RUN(test_calib_plan);

@@ -1,7 +1,7 @@
 /* The integer executor's kernels for ConvTranspose, MatMul, Mul,
  * AveragePool, GlobalAveragePool, ReduceMean and Concat groups (and Add's
  * broadcasting, which it shares with Mul)
- * (src/quant/lower.c; kernels src/ops/qconv_transpose.c, qlinear.c, qadd.c,
+ * (src/quant/lower.c; kernels src/ops/int8/qconv_transpose.c, qlinear.c, qadd.c,
  * pool.c, qconcat.c), each on a small QDQ graph built here:
  *
  *   int8 inputs -> DQ -> op -> [Relu] -> Q -> DQ -> y
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/requant.h"
+#include "ops/math/requant.h"
 #include "qfold/exec.h"
 #include "qfold/quant.h"
 #include "tools/qf_check.h"

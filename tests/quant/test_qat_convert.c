@@ -22,7 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/quant_math.h"
+#include "ops/math/quant_math.h"
 #include "qfold/exec.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"

@@ -1,5 +1,5 @@
 /* QAT's prepare: the QAT annotation (a conv / linear's BatchNorm belongs to
- * its pattern) and the fake_quant nodes made from it (src/quant/qat.c), then
+ * its pattern) and the fake_quant nodes made from it (src/quant/qat_insert.c), then
  * qat_bn_add, on x -> Conv -> BN -> Relu -> MaxPool -> Flatten -> linear -> BN1d:
  *   - fake_quants on x, both weights, the Relu output, the MaxPool and
  *     Flatten outputs (sharing the Relu output's buffers), the last BN's

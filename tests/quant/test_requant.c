@@ -1,4 +1,4 @@
-/* Fixed-point requantization (src/ops/requant.h): TFLite's edge cases, and
+/* Fixed-point requantization (src/ops/math/requant.h): TFLite's edge cases, and
  * the result against the exact rational product on many random cases. */
 #include <math.h>
 #include <stdint.h>
@@ -6,8 +6,8 @@
 #include <string.h>
 #include <float.h>
 
-#include "ops/quant_math.h"
-#include "ops/requant.h"
+#include "ops/math/quant_math.h"
+#include "ops/math/requant.h"
 #include "tools/qf_check.h"
 
 static void test_quantize_multiplier_edges(void)

@@ -1,4 +1,4 @@
-# The loss ops (src/ops/loss.c): central differences and bad input (C), and
+# The loss ops (src/ops/ref/loss.c): central differences and bad input (C), and
 # PyTorch 1.13's cross_entropy / mse_loss on the same tensors (Python, through
 # qf_node_grad for SoftmaxCrossEntropyLoss; mse_loss is internal, so it runs
 # through qf_loss_grad, a driver of its own).

@@ -1,4 +1,4 @@
-# BatchNormalization in training mode as PyTorch (src/ops/norm.c): central
+# BatchNormalization in training mode as PyTorch (src/ops/ref/norm.c): central
 # differences in training and inference mode (C), and nn.BatchNorm1d / 2d's
 # outputs, gradients and running statistics over 3 training steps (Python,
 # through qf_node_grad --training).

@@ -1,6 +1,6 @@
-# Backward kernels of the pools (src/ops/pool.c), the layout ops
-# (src/ops/layout.c), Dropout (src/ops/dropout.c) and Quantize /
-# DequantizeLinear (src/ops/quant.c): central differences (C) and PyTorch 1.13
+# Backward kernels of the pools (src/ops/ref/pool.c), the layout ops
+# (src/ops/ref/data_movement.c), Dropout (src/ops/ref/dropout.c) and Quantize /
+# DequantizeLinear (src/ops/ref/quantize_linear.c): central differences (C) and PyTorch 1.13
 # autograd on the same tensors (Python, through qf_node_grad).
 foreach(area pool layout)
   add_executable(test_grad_${area} ${CMAKE_CURRENT_LIST_DIR}/test_grad_${area}.c)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Tests of `qfold qat` (registered by tests/train/qat.cmake).
+"""Tests of `qfold qat` (registered by tests/train/qat_train.cmake).
 
     qat_cli_test.py --qfold BIN --root DIR --work DIR CASE
 

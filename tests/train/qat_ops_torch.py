@@ -1,4 +1,4 @@
-"""QAT's simulated-fusion ops (src/ops/qat.c) vs PyTorch 1.13 autograd on the
+"""QAT's simulated-fusion ops (src/ops/qat/qat_bn.c) vs PyTorch 1.13 autograd on the
 formulas of torch.nn.intrinsic.qat.ConvBn2d._forward_approximate:
     s = gamma / sqrt(running_var + eps)
     qat_bn_weight(W) = W * s (along W's output channel)

@@ -1,4 +1,4 @@
-/* Backward kernels of the activations (src/ops/activation.c) against central
+/* Backward kernels of the activations (src/ops/ref/activation.c) against central
  * differences (tests/tools/qf_gradcheck.h through qf_node_gradcheck), on odd
  * shapes with values on both sides of every kink. */
 #include <string.h>

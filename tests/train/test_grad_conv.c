@@ -1,4 +1,4 @@
-/* Backward kernels of Conv and ConvTranspose (src/ops/conv_backward.c)
+/* Backward kernels of Conv and ConvTranspose (src/ops/ref/conv_backward.c)
  * against central differences (tests/tools/qf_gradcheck.h through
  * qf_node_gradcheck): 1-D, 2-D and 3-D, groups, depthwise (with a channel
  * multiplier), dilation, strides, asymmetric pads, auto_pad, output_padding,

@@ -1,4 +1,4 @@
-/* Backward kernels of Add, Sub, Mul, Div (src/ops/elementwise.c) against
+/* Backward kernels of Add, Sub, Mul, Div (src/ops/ref/elementwise.c) against
  * central differences (qf_node_gradcheck), over every broadcasting pattern:
  * a trailing vector, either operand the broadcast one, both broadcast
  * ([2,1,4] * [3,1]), scalars ([] and [1]), same shapes, interleaved

@@ -1,6 +1,6 @@
-/* Backward kernels of the layout ops (src/ops/layout.c), Dropout in training
- * mode (src/ops/dropout.c) and Quantize / DequantizeLinear as fake-quant
- * (src/ops/quant.c).
+/* Backward kernels of the layout ops (src/ops/ref/data_movement.c), Dropout in training
+ * mode (src/ops/ref/dropout.c) and Quantize / DequantizeLinear as fake-quant
+ * (src/ops/ref/quantize_linear.c).
  *
  * The layout ops are linear maps that only move (Pad edge / reflect: copy)
  * elements: central differences with eps 1e-2 are exact up to the rounding

@@ -1,4 +1,4 @@
-/* Backward kernels of the matrix products (src/ops/linear.c: Gemm, MatMul,
+/* Backward kernels of the matrix products (src/ops/ref/linear.c: Gemm, MatMul,
  * linear) against central differences (qf_node_gradcheck): every transA /
  * transB, every shape of Gemm's C, 1-D and batched MatMul operands with
  * broadcast batch dims, weights as graph inputs and as constants. The loss

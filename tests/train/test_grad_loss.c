@@ -1,4 +1,4 @@
-/* The loss ops (src/ops/loss.c): backward kernels against central
+/* The loss ops (src/ops/ref/loss.c): backward kernels against central
  * differences (qf_node_gradcheck), on odd shapes, every reduction, class
  * weights, ignore_index, the log_prob output; the bad-input paths (a label
  * out of range names the node and the sample; export refuses mse_loss). */

@@ -1,4 +1,4 @@
-/* BatchNormalization's backward (src/ops/norm.c) against central
+/* BatchNormalization's backward (src/ops/ref/norm.c) against central
  * differences: in training mode (batch statistics: dx through the mean and
  * the variance) and in inference mode (the running statistics' affine,
  * frozen BN), ranks 2 (BN1d), 3 and 4, random gamma / beta / running

@@ -1,4 +1,4 @@
-/* Backward kernels of the pools (src/ops/pool.c: MaxPool, AveragePool,
+/* Backward kernels of the pools (src/ops/ref/pool.c: MaxPool, AveragePool,
  * GlobalAveragePool, ReduceMean) against central differences
  * (tests/tools/qf_gradcheck.h through qf_node_gradcheck), on odd shapes with
  * every attribute combination: 1-D / 2-D / 3-D, strides, pads, dilations,

@@ -1,5 +1,5 @@
-/* The backward kernels of QAT's simulated BatchNorm fusion (src/ops/qat.c,
- * src/ops/qat_exact.c) against central differences: qat_bn_weight (axis 0
+/* The backward kernels of QAT's simulated BatchNorm fusion (src/ops/qat/qat_bn.c,
+ * src/ops/qat/qat_bn_exact.c) against central differences: qat_bn_weight (axis 0
  * and 1, grouped), qat_bn_output (with and without bias), qat_bn_exact in
  * training (batch statistics of Y0: d Y0 through the mean and the variance),
  * frozen (qfold_frozen) and inference, ranks 2 and 4, with and without b,

@@ -1,0 +1,354 @@
+/* The integer core of the int8 kernels (int8.h): widening, im2row, the
+ * int16 GEMM and the two requantizations. Portable C written so that GCC
+ * vectorizes the inner loops (the dot product becomes pmaddwd); no
+ * allocation, every buffer is the caller's scratch.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "core/parallel.h"
+#include "ops/int8/int8.h"
+#include "ops/math/quant_math.h"
+#include "ops/math/requant.h"
+
+int32_t qf_int8_range_abs(qf_dtype dt, int32_t zp)
+{
+    int32_t lo = dt == QF_DTYPE_U8 ? 0 : -128, hi = dt == QF_DTYPE_U8 ? 255 : 127;
+    int64_t a = (int64_t)zp - lo, b = (int64_t)hi - zp;
+    int64_t m = a > b ? a : b;
+    return m < 0 ? 0 : (int32_t)(m > INT32_MAX ? INT32_MAX : m);
+}
+
+qf_status qf_int8_check_k(const qf_node *n, int64_t k, int32_t x_abs, int32_t w_abs)
+{
+    /* |partial sum| <= K * x_abs * w_abs; in int64 the product cannot
+     * overflow for any K below 2^31 / 255^2 * 2^32. */
+    int64_t per = (int64_t)x_abs * w_abs;
+    if (k < 0 || per == 0) return QF_OK;
+    int64_t kmax = INT32_MAX / per;
+    if (k <= kmax) return QF_OK;
+    return qf_error(QF_ERR_UNSUPPORTED,
+                    "node '%s' (%s): reduction length K = %lld may overflow the int32 accumulator "
+                    "(K * %d * %d > 2^31 - 1; at most K = %lld)",
+                    n->name, qf_op_label(n), (long long)k, (int)x_abs, (int)w_abs, (long long)kmax);
+}
+
+float qf_int8_combined_scale(float x_scale, float w_scale, float y_scale)
+{
+    /* float32 throughout, as onnxruntime's QLinearConv / QLinearMatMul:
+     * output_scales[i] = X_scale * W_scale[i] / Y_scale. volatile keeps the
+     * compiler from contracting or reassociating it. */
+    volatile float p = x_scale * w_scale;
+    return p / y_scale;
+}
+
+qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, int64_t channels, int64_t acc_bound,
+                                        int32_t *multiplier, int32_t *shift)
+{
+    for (int64_t c = 0; c < channels; c++) {
+        double m = real[c];
+        if (!(m >= 0.0) || !isfinite(m))
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): requantization scale %g of channel %lld is not a "
+                            "finite number >= 0", n->name, qf_op_label(n), m, (long long)c);
+        int s = 0;
+        qf_quantize_multiplier(m, &multiplier[c], &s);
+        shift[c] = s;
+        if (!qf_requant_shift_fits(s, acc_bound))
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): requantization scale %g of channel %lld is too "
+                            "large for accumulators up to %lld (the fixed-point path needs |acc| * 2^%d < 2^31)",
+                            n->name, qf_op_label(n), m, (long long)c, (long long)acc_bound, s);
+    }
+    return QF_OK;
+}
+
+/* --- requantization ------------------------------------------------------- */
+
+static inline int64_t int8_channel(const qf_int8_requant *rq, int64_t ch0, int64_t r, int64_t c)
+{
+    if (!rq->per_channel) return 0;
+    return rq->per_col ? c : ch0 + r;
+}
+
+void qf_int8_requant_float(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
+                           void *y)
+{
+    const float zpf = (float)rq->zp;
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t *a = acc + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            float s = rq->scale[int8_channel(rq, ch0, r, c)];
+            /* onnxruntime: float(acc) * scale (float32), clamped to [lo - zp,
+             * hi - zp], rounded half to even, + zp. Clamping before or after
+             * the rounding is the same (the bounds are integers). */
+            float v = qf_round_half_even_f32((float)a[c] * s);
+            int32_t q = qf_saturate_range_f32(v + zpf, rq->lo, rq->hi, rq->zp);
+            if (rq->dtype == QF_DTYPE_U8) ((uint8_t *)y)[r * cols + c] = (uint8_t)q;
+            else ((int8_t *)y)[r * cols + c] = (int8_t)q;
+        }
+    }
+}
+
+void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
+                           void *y)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t *a = acc + r * cols;
+        for (int64_t c = 0; c < cols; c++) {
+            int64_t ch = int8_channel(rq, ch0, r, c);
+            int64_t v = (int64_t)qf_multiply_by_quantized_multiplier(a[c], rq->multiplier[ch], (int)rq->shift[ch]) +
+                        rq->zp;
+            int32_t q = (int32_t)(v < rq->lo ? rq->lo : v > rq->hi ? rq->hi : v);
+            if (rq->dtype == QF_DTYPE_U8) ((uint8_t *)y)[r * cols + c] = (uint8_t)q;
+            else ((int8_t *)y)[r * cols + c] = (int8_t)q;
+        }
+    }
+}
+
+/* --- widening ------------------------------------------------------------- */
+
+void qf_int8_widen_rows(const void *src, qf_dtype dt, const int32_t *zp, bool per_row, int64_t rows, int64_t k,
+                        int16_t *dst)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const int16_t z = (int16_t)(zp ? zp[per_row ? r : 0] : 0);
+        int16_t *d = dst + r * k;
+        if (dt == QF_DTYPE_U8) {
+            const uint8_t *s = (const uint8_t *)src + r * k;
+            for (int64_t i = 0; i < k; i++) d[i] = (int16_t)(s[i] - z);
+        } else {
+            const int8_t *s = (const int8_t *)src + r * k;
+            for (int64_t i = 0; i < k; i++) d[i] = (int16_t)(s[i] - z);
+        }
+    }
+}
+
+void qf_int8_widen_cols_t(const void *src, qf_dtype dt, const int32_t *zp, bool per_col, int64_t k, int64_t n,
+                          int16_t *dst)
+{
+    for (int64_t j = 0; j < n; j++) {
+        const int16_t z = (int16_t)(zp ? zp[per_col ? j : 0] : 0);
+        int16_t *d = dst + j * k;
+        if (dt == QF_DTYPE_U8) {
+            const uint8_t *s = (const uint8_t *)src + j;
+            for (int64_t i = 0; i < k; i++) d[i] = (int16_t)(s[i * n] - z);
+        } else {
+            const int8_t *s = (const int8_t *)src + j;
+            for (int64_t i = 0; i < k; i++) d[i] = (int16_t)(s[i * n] - z);
+        }
+    }
+}
+
+/* --- GEMM ----------------------------------------------------------------- */
+
+/* Four dot products of a against b0..b3 at once: a is loaded once for four
+ * pmaddwd. No partial sum overflows (the caller checked K). */
+static inline void int8_dot4(const int16_t *restrict a, const int16_t *restrict b0, const int16_t *restrict b1,
+                             const int16_t *restrict b2, const int16_t *restrict b3, int64_t k, int32_t out[4])
+{
+    int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = 0; i < k; i++) {
+        int32_t av = a[i];
+        s0 += av * b0[i];
+        s1 += av * b1[i];
+        s2 += av * b2[i];
+        s3 += av * b3[i];
+    }
+    out[0] = s0;
+    out[1] = s1;
+    out[2] = s2;
+    out[3] = s3;
+}
+
+static inline int32_t int8_dot(const int16_t *restrict a, const int16_t *restrict b, int64_t k)
+{
+    int32_t s = 0;
+    for (int64_t i = 0; i < k; i++) s += (int32_t)a[i] * b[i];
+    return s;
+}
+
+/* bias + dot, wrapping as an int32 add in two's complement (no UB). */
+static inline int32_t int8_add_wrap(int32_t a, int32_t b) { return (int32_t)((uint32_t)a + (uint32_t)b); }
+
+typedef struct int8_gemm_job {
+    int64_t m, k, ldc;
+    const int16_t *a, *bt;
+    const int32_t *bias;
+    int32_t *c;
+} int8_gemm_job;
+
+/* Columns lo..hi-1: in blocks of 4 columns of B^T (each block a few KB, kept
+ * in L1 while every row of A streams past it). */
+static void int8_gemm_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const int8_gemm_job *jb = ctx;
+    const int64_t k = jb->k;
+    int64_t j = lo;
+    for (; j + 4 <= hi; j += 4) {
+        const int16_t *b0 = jb->bt + j * k;
+        for (int64_t i = 0; i < jb->m; i++) {
+            int32_t s[4];
+            int8_dot4(jb->a + i * k, b0, b0 + k, b0 + 2 * k, b0 + 3 * k, k, s);
+            int32_t bias = jb->bias ? jb->bias[i] : 0;
+            int32_t *ci = jb->c + i * jb->ldc + j;
+            for (int q = 0; q < 4; q++) ci[q] = int8_add_wrap(bias, s[q]);
+        }
+    }
+    for (; j < hi; j++)
+        for (int64_t i = 0; i < jb->m; i++)
+            jb->c[i * jb->ldc + j] = int8_add_wrap(jb->bias ? jb->bias[i] : 0, int8_dot(jb->a + i * k, jb->bt + j * k, k));
+}
+
+void qf_int8_gemm_nt(int64_t m, int64_t n, int64_t k, const int16_t *a, const int16_t *bt, const int32_t *bias,
+                     int32_t *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0) return;
+    int8_gemm_job jb = {m, k, ldc, a, bt, bias, c};
+    /* About 64k multiply-adds per slice at least, in whole blocks of 4. */
+    int64_t per_col = m * (k > 0 ? k : 1);
+    int64_t grain = 65536 / per_col + 1;
+    grain = (grain + 3) / 4 * 4;
+    qf_parallel_for(n, grain, int8_gemm_slice, &jb);
+}
+
+/* --- im2row / conv -------------------------------------------------------- */
+
+size_t qf_int8_conv_col_bytes(const qf_conv_geom *cg)
+{
+    if (cg->k < 0 || cg->out_plane < 0) return 0;
+    int64_t elems, bytes;
+    if (!qf_i64_mul(cg->k, cg->out_plane, &elems) || !qf_i64_mul(elems, (int64_t)sizeof(int16_t), &bytes) ||
+        (uint64_t)bytes > SIZE_MAX)
+        return SIZE_MAX;
+    return (size_t)bytes;
+}
+
+/* Output positions [lo, hi) whose tap at offset off (stride st) lies in
+ * [0, size): as conv.h's qf_conv_tap_range. */
+static void int8_tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64_t *lo, int64_t *hi)
+{
+    int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;
+    int64_t b = size - 1 - off < 0 ? 0 : (size - 1 - off) / st + 1;
+    if (b > nout) b = nout;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* One im2row body per input type: T is int8_t or uint8_t. */
+#define QF_INT8_IM2ROW(NAME, T)                                                                              \
+    static void NAME(const T *x, int32_t zp, int64_t channels, const qf_spatial *l, int16_t *col)            \
+    {                                                                                                        \
+        const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];                                           \
+        const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];                                        \
+        const int64_t KD = l->kernel[0], KH = l->kernel[1], KW = l->kernel[2];                               \
+        const int64_t K = channels * KD * KH * KW, sw = l->stride[2];                                        \
+        const int16_t z = (int16_t)zp;                                                                       \
+        for (int64_t od = 0; od < OD; od++)                                                                  \
+            for (int64_t oh = 0; oh < OH; oh++) {                                                            \
+                int16_t *base = col + (od * OH + oh) * OW * K;                                               \
+                int64_t k = 0;                                                                               \
+                for (int64_t c = 0; c < channels; c++)                                                       \
+                    for (int64_t kd = 0; kd < KD; kd++) {                                                    \
+                        int64_t id = od * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];              \
+                        for (int64_t kh = 0; kh < KH; kh++) {                                                \
+                            int64_t ih = oh * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];          \
+                            bool in = id >= 0 && id < ID && ih >= 0 && ih < IH;                              \
+                            const T *row = in ? x + ((c * ID + id) * IH + ih) * IW : NULL;                   \
+                            for (int64_t kw = 0; kw < KW; kw++, k++) {                                       \
+                                int16_t *d = base + k;                                                       \
+                                if (!in) {                                                                   \
+                                    for (int64_t ow = 0; ow < OW; ow++) d[ow * K] = 0;                       \
+                                    continue;                                                                \
+                                }                                                                            \
+                                int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;                \
+                                int8_tap_range(offw, sw, IW, OW, &lo, &hi);                                  \
+                                for (int64_t ow = 0; ow < lo; ow++) d[ow * K] = 0;                           \
+                                for (int64_t ow = lo; ow < hi; ow++)                                         \
+                                    d[ow * K] = (int16_t)(row[ow * sw + offw] - z);                          \
+                                for (int64_t ow = hi; ow < OW; ow++) d[ow * K] = 0;                          \
+                            }                                                                                \
+                        }                                                                                    \
+                    }                                                                                        \
+            }                                                                                                \
+    }
+
+QF_INT8_IM2ROW(int8_im2row_s8, int8_t)
+QF_INT8_IM2ROW(int8_im2row_u8, uint8_t)
+#undef QF_INT8_IM2ROW
+
+void qf_int8_im2row3(const void *x, qf_dtype dt, int32_t zp, int64_t channels, const qf_spatial *l, int16_t *col)
+{
+    if (dt == QF_DTYPE_U8) int8_im2row_u8(x, zp, channels, l, col);
+    else int8_im2row_s8(x, zp, channels, l, col);
+}
+
+void qf_int8_conv_group(const qf_conv_geom *cg, const void *x, qf_dtype xdt, int32_t x_zp, int64_t bn, int64_t g,
+                        const int16_t *w16, const int32_t *bias, int16_t *col, int32_t *acc)
+{
+    size_t es = xdt == QF_DTYPE_U8 ? sizeof(uint8_t) : sizeof(int8_t);
+    const char *xg = (const char *)x + (size_t)((bn * cg->c + g * cg->cg) * cg->in_plane) * es;
+    qf_int8_im2row3(xg, xdt, x_zp, cg->cg, &cg->l, col);
+    qf_int8_gemm_nt(cg->mg, cg->out_plane, cg->k, w16 + g * cg->mg * cg->k, col, bias ? bias + g * cg->mg : NULL,
+                    acc, cg->out_plane);
+}
+
+void qf_int8_col2im3(const int32_t *col, int64_t channels, const qf_spatial *l, int32_t *y)
+{
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    const int64_t OD = l->out[0], OH = l->out[1], OW = l->out[2];
+    const int32_t *src = col;
+    for (int64_t c = 0; c < channels; c++) {
+        int32_t *yc = y + c * OD * OH * OW;
+        for (int64_t kd = 0; kd < l->kernel[0]; kd++)
+            for (int64_t kh = 0; kh < l->kernel[1]; kh++)
+                for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
+                    int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
+                    int8_tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
+                    for (int64_t id = 0; id < ID; id++) {
+                        int64_t od = id * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
+                        for (int64_t ih = 0; ih < IH; ih++, src += IW) {
+                            int64_t oh = ih * l->stride[1] - l->pad_begin[1] + kh * l->dilation[1];
+                            if (od < 0 || od >= OD || oh < 0 || oh >= OH) continue;
+                            int32_t *row = yc + (od * OH + oh) * OW + offw;
+                            for (int64_t iw = lo; iw < hi; iw++)
+                                row[iw * l->stride[2]] = int8_add_wrap(row[iw * l->stride[2]], src[iw]);
+                        }
+                    }
+                }
+    }
+}
+
+/* --- internal int8 ops ---------------------------------------------------- */
+
+qf_status qf_int8_qparams(const qf_node *n, const qf_tensor *scale, const qf_tensor *zp, const char *what, float *s,
+                          int32_t *z)
+{
+    if (!scale || !zp || scale->dtype != QF_DTYPE_F32 || zp->dtype != QF_DTYPE_I8 || qf_tensor_numel(scale) != 1 ||
+        qf_tensor_numel(zp) != 1)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s's scale and zero point must be one float32 and one "
+                        "int8 value", n->name, qf_op_label(n), what);
+    if (!scale->data || !zp->data)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s's scale and zero point must be constants", n->name,
+                        qf_op_label(n), what);
+    *s = *(const float *)scale->data;
+    *z = *(const int8_t *)zp->data;
+    if (!(*s > 0.0f) || !isfinite(*s))
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s's scale %g is not a finite number > 0", n->name,
+                        qf_op_label(n), what, (double)*s);
+    return QF_OK;
+}
+
+qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi)
+{
+    *lo = -128;
+    *hi = 127;
+    int nc = 0;
+    const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
+    if (!clamp) return QF_OK;
+    if (nc != 2 || clamp[0] > clamp[1] || clamp[0] < -128 || clamp[1] > 127)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp must be [lo, hi] inside [-128, 127]", n->name,
+                        qf_op_label(n));
+    *lo = (int32_t)clamp[0];
+    *hi = (int32_t)clamp[1];
+    return QF_OK;
+}

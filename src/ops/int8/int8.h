@@ -1,0 +1,144 @@
+/* The integer core every int8 kernel shares (QLinearConv, QLinearMatMul,
+ * ConvInteger, MatMulInteger today; qfold's own int8 executor next):
+ * widening with the zero point subtracted, im2row over the conv geometry of
+ * conv.h, an int16 x int16 -> int32 GEMM, and the two requantizations from
+ * int32 to int8 / uint8.
+ *
+ *   // prepare: geometry (qf_conv_geometry), the accumulator bound, multipliers
+ *   QF_TRY(qf_int8_check_k(n, g.k, qf_int8_range_abs(xdt, x_zp), qf_int8_range_abs(wdt, w_zp)));
+ *   QF_TRY(qf_int8_requant_prepare_fixed(n, real_scales, m, bound, multiplier, shift));
+ *   // kernel (never allocates: w16, col and acc are scratch)
+ *   qf_int8_widen_rows(w, wdt, w_zp, per_channel, g.m, g.k, w16);
+ *   qf_int8_conv_group(&g, x, xdt, x_zp, bn, grp, w16, bias, col, acc);
+ *   qf_int8_requant_fixed(&rq, grp * g.mg, g.mg, g.out_plane, acc, y_block);
+ *
+ * Zero points are subtracted exactly: operands are widened to int16 as
+ * q - zp (in [-255, 255] for int8 and uint8 alike, so int8 and uint8
+ * operands and any zero points mix freely), and the padding of a conv is 0
+ * in that domain (the real value 0). The products are summed in int32; the
+ * caller bounds K so that no partial sum can overflow (qf_int8_check_k).
+ *
+ * Requantization (rq describes per-tensor or per-channel parameters and the
+ * output's clamp range [lo, hi], the dtype's range narrowed by a fused
+ * activation):
+ *   (a) qf_int8_requant_float, ONNX's definition as ONNX Runtime computes it
+ *       (MlasRequantizeOutput): y = saturate(round_half_even((float)acc *
+ *       scale) + zp) with scale = x_scale * w_scale / y_scale, all float32,
+ *       multiplied left to right (see qf_int8_combined_scale);
+ *   (b) qf_int8_requant_fixed, TFLite's fixed point (requant.h): y =
+ *       clamp(MultiplyByQuantizedMultiplier(acc, multiplier, shift) + zp).
+ */
+#ifndef QF_OPS_INT8_H
+#define QF_OPS_INT8_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/ref/conv.h"
+#include "qfold/graph.h"
+#include "qfold/schema.h"
+
+/* Requantization parameters of one output, per tensor or per channel (the
+ * arrays then have one entry per channel; CMSIS-NN's cmsis_nn_per_channel_quant_params
+ * layout). A requantization reads only the fields of its kind. */
+typedef struct qf_int8_requant {
+    const float *scale;        /* (a): combined scale per channel (qf_int8_combined_scale) */
+    const int32_t *multiplier; /* (b): per channel, from qf_quantize_multiplier */
+    const int32_t *shift;      /* (b): per channel */
+    bool per_channel;          /* false: every element uses entry 0 */
+    bool per_col;              /* channel = column index (MatMul's B columns); else row (conv's M) */
+    int32_t zp;                /* output zero point */
+    int32_t lo, hi;            /* output clamp, within the dtype's range */
+    qf_dtype dtype;            /* QF_DTYPE_I8 or QF_DTYPE_U8 */
+} qf_int8_requant;
+
+/* Largest |q - zp| over the values q of dt (int8 or uint8). */
+int32_t qf_int8_range_abs(qf_dtype dt, int32_t zp);
+
+/* Accumulator bound: every partial sum of K products (x - x_zp)(w - w_zp)
+ * is at most K * x_abs * w_abs in magnitude, which must fit int32 (int8
+ * symmetric weights and activations with zero point 0: K * 128 * 128, so
+ * K <= 131071). A larger K is refused (QF_ERR_UNSUPPORTED naming n). */
+qf_status qf_int8_check_k(const qf_node *n, int64_t k, int32_t x_abs, int32_t w_abs);
+
+/* The combined float scale as ONNX Runtime forms it: (x_scale * w_scale) /
+ * y_scale in float32, in that order. */
+float qf_int8_combined_scale(float x_scale, float w_scale, float y_scale);
+
+/* (b)'s parameters: multiplier[c], shift[c] = qf_quantize_multiplier(real[c])
+ * for `channels` channels. Refuses a scale that is not finite and >= 0, and
+ * a multiplier >= 1 whose left shift could overflow an accumulator of
+ * magnitude acc_bound (QF_ERR_UNSUPPORTED naming n). */
+qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, int64_t channels, int64_t acc_bound,
+                                        int32_t *multiplier, int32_t *shift);
+
+/* y[r][c] (rows x cols, contiguous) from acc[r][c]; a per-row channel is
+ * ch0 + r, a per-column one c. y is int8_t or uint8_t by rq->dtype. */
+void qf_int8_requant_float(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
+                           void *y);
+void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
+                           void *y);
+
+/* dst[r][i] = src[r][i] - zp[per_row ? r : 0] for a rows x k int8 / uint8
+ * matrix src (dt). zp NULL: 0. */
+void qf_int8_widen_rows(const void *src, qf_dtype dt, const int32_t *zp, bool per_row, int64_t rows, int64_t k,
+                        int16_t *dst);
+
+/* The transpose: dst[j][i] = src[i][j] - zp[per_col ? j : 0] for a k x n
+ * matrix src; dst is n x k. */
+void qf_int8_widen_cols_t(const void *src, qf_dtype dt, const int32_t *zp, bool per_col, int64_t k, int64_t n,
+                          int16_t *dst);
+
+/* c[i * ldc + j] = bias[i] (0 if bias is NULL) + sum_l a[i * k + l] * bt[j * k + l]
+ * for i < m, j < n: A (m x k) times B (k x n) given as B^T, both int16, so
+ * the inner loop is a contiguous dot product (GCC turns it into pmaddwd).
+ * Threads over j (core/parallel.h); the caller must have checked K
+ * (qf_int8_check_k). The bias add wraps like ONNX Runtime's int32 add. */
+void qf_int8_gemm_nt(int64_t m, int64_t n, int64_t k, const int16_t *a, const int16_t *bt, const int32_t *bias,
+                     int32_t *c, int64_t ldc);
+
+/* Bytes of the int16 column matrix qf_int8_conv_group needs: out_plane x K
+ * (SIZE_MAX if it does not fit). */
+size_t qf_int8_conv_col_bytes(const qf_conv_geom *cg);
+
+/* Column matrix, transposed ("im2row"), of `channels` planes of x (dt):
+ * col[p][k], p = (od, oh, ow), k = (c, kd, kh, kw), holds
+ * X[c, od*sd - pd + kd*dd, ...] - zp, or 0 in the padding. */
+void qf_int8_im2row3(const void *x, qf_dtype dt, int32_t zp, int64_t channels, const qf_spatial *l, int16_t *col);
+
+/* One group of one batch item of a (non-transposed) conv: acc[r][p] (mg x
+ * out_plane) = bias[g*mg + r] + sum_k (W[g*mg + r][k] - w_zp) * (col[p][k]),
+ * from x (the whole [N, C, ...] input, dt xdt, zero point x_zp) and w16, the
+ * whole weight widened by qf_int8_widen_rows ([M][K]). col is scratch of
+ * qf_int8_conv_col_bytes. bias may be NULL. */
+void qf_int8_conv_group(const qf_conv_geom *cg, const void *x, qf_dtype xdt, int32_t x_zp, int64_t bn, int64_t g,
+                        const int16_t *w16, const int32_t *bias, int16_t *col, int32_t *acc);
+
+/* The adjoint of im2row for a transposed conv, in int32: column matrix col
+ * (rows (c, kd, kh, kw) of `channels` output planes, columns the input
+ * positions (id, ih, iw)) added into y[c, id*sd - pd + kd*dd, ...] where that
+ * lies in the output (conv.h's qf_conv_col2im3 on integers; the caller
+ * bounded the sums). Additions wrap as int32 two's complement. */
+void qf_int8_col2im3(const int32_t *col, int64_t channels, const qf_spatial *l, int32_t *y);
+
+/* --- qfold's internal int8 ops (the integer executor, src/quant/lower.c) -- */
+
+/* A per-tensor int8 quantization of an internal int8 op: scale a float32
+ * constant > 0, zero point an int8 constant, one value each (`what` names
+ * the tensor in the message). */
+qf_status qf_int8_qparams(const qf_node *n, const qf_tensor *scale, const qf_tensor *zp, const char *what, float *s,
+                          int32_t *z);
+
+/* The int8 output range [lo, hi] of n: its qfold_clamp attribute (a fused
+ * activation's range in the output's integers) or [-128, 127]. */
+qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi);
+
+/* acc / count rounded to nearest, ties away from zero, as TFLite's integer
+ * AveragePool and Mean divide (count > 0). */
+static inline int64_t qf_int8_div_round_away(int64_t acc, int64_t count)
+{
+    return acc > 0 ? (acc + count / 2) / count : (acc - count / 2) / count;
+}
+
+#endif

@@ -1,0 +1,101 @@
+/* qfold's int8 element-wise functions with TFLite's integer arithmetic
+ * (internal op QF_OP_QLUT, never exported): the integer executor's lowering
+ * (src/quant/lower.c) makes one of a DQ -> f -> Q group of per-tensor int8
+ * tensors whose TFLite int8 kernel is fixed point:
+ *
+ *   inputs  X, X_scale, X_zp, Y_scale, Y_zp   (constant qparams)
+ *   attr    qfold_fn: "hard_swish" (reference_ops::HardSwish, fixed_point.h)
+ *
+ * Prepare tabulates f for the 256 int8 inputs; the kernel looks each value
+ * up. (TFLite's LOGISTIC, TANH and SOFTMAX int8 kernels of its interpreter,
+ * 2.2's and today's, compute their tables in float: qfold's DQ -> float -> Q
+ * run gives their integers, checked bit for bit, so they stay unlowered.)
+ */
+#include <string.h>
+
+#include "core/parallel.h"
+#include "ops/math/fixed_point.h"
+#include "ops/int8/int8.h"
+#include "ops/kernels.h"
+
+typedef struct qlut_state {
+    int8_t table[256]; /* [(uint8_t)x] */
+} qlut_state;
+
+static const char *const qlut_names[5] = {"X", "X_scale", "X_zero_point", "Y_scale", "Y_zero_point"};
+
+static qf_status qlut_check(const qf_node *n, const qf_tensor *const *in)
+{
+    char s[128];
+    for (int i = 0; i < 5; i++) {
+        const qf_tensor *t = in[i];
+        qf_dtype want = i == 1 || i == 3 ? QF_DTYPE_F32 : QF_DTYPE_I8;
+        if (t->dtype != want)
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s has dtype %s, expected %s", n->name,
+                            qf_op_label(n), qlut_names[i], qf_dtype_name(t->dtype), qf_dtype_name(want));
+        if (i > 0 && qf_shape_numel(t->ndim, t->dims) != 1)
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s has shape %s; only one value is supported",
+                            n->name, qf_op_label(n), qlut_names[i], qf_shape_str(t->ndim, t->dims, s, sizeof s));
+    }
+    const char *fn = qf_node_attr_string(n, "qfold_fn", "");
+    if (strcmp(fn, "hard_swish") != 0)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): unknown qfold_fn '%s'", n->name, qf_op_label(n), fn);
+    return QF_OK;
+}
+
+static qf_status qf_qlut_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    QF_TRY(qf_op_check_inputs(n, 5));
+    const qf_tensor *in[5];
+    for (int i = 0; i < 5; i++) in[i] = &n->inputs[i]->type;
+    QF_TRY(qlut_check(n, in));
+    qf_set_output(n, 0, QF_DTYPE_I8, in[0]->ndim, in[0]->dims);
+    return QF_OK;
+}
+
+static qf_status qf_qlut_prepare(const qf_kernel_io *io, void *state)
+{
+    const qf_node *n = io->node;
+    qlut_state *st = state;
+    QF_TRY(qf_op_check_inputs(n, 5));
+    QF_TRY(qlut_check(n, io->in));
+    float sx, sy;
+    int32_t zx, zy;
+    QF_TRY(qf_int8_qparams(n, io->in[1], io->in[2], "X", &sx, &zx));
+    QF_TRY(qf_int8_qparams(n, io->in[3], io->in[4], "Y", &sy, &zy));
+    qf_hard_swish_params p;
+    if (!qf_hard_swish_prepare(sx, zx, sy, zy, &p))
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scales %g -> %g are outside TFLite's int8 HardSwish "
+                        "(the output scale must be at least the input's / 128)", n->name, qf_op_label(n),
+                        (double)sx, (double)sy);
+    for (int q = -128; q < 128; q++) st->table[(uint8_t)q] = qf_hard_swish_int8(&p, (int8_t)q);
+    return QF_OK;
+}
+
+typedef struct qlut_job {
+    const int8_t *table;
+    const uint8_t *x;
+    int8_t *y;
+} qlut_job;
+
+static void qlut_slice(void *ctx, int64_t lo, int64_t hi)
+{
+    const qlut_job *j = ctx;
+    for (int64_t i = lo; i < hi; i++) j->y[i] = j->table[j->x[i]];
+}
+
+static qf_status qf_qlut_forward_f32(const qf_kernel_io *io)
+{
+    const qlut_state *st = io->state;
+    qlut_job j = {.table = st->table, .x = io->in[0]->data, .y = io->out[0]->data};
+    qf_parallel_for(qf_tensor_numel(io->out[0]), 65536, qlut_slice, &j);
+    return QF_OK;
+}
+
+const qf_op_kernels qf_qlut_kernels = {
+    .infer = qf_qlut_infer,
+    .prepare = qf_qlut_prepare,
+    .state_size = sizeof(qlut_state),
+    .forward_f32 = qf_qlut_forward_f32,
+};

@@ -1,0 +1,116 @@
+/* 16-bit fixed-point arithmetic of TFLite's int8 element-wise kernels
+ * (gemmlowp's int16 SaturatingRoundingDoublingHighMul and
+ * RoundingDivideByPOT, TFLite's SaturatingDoublingHighMul and
+ * SaturatingLeftShift), and the int8 HARD_SWISH built on them
+ * (reference_ops::HardSwish with the HardSwishParams its Prepare computes),
+ * written here from the algorithms' definitions. The 32-bit ones
+ * (MultiplyByQuantizedMultiplier and the multiplier's quantization) are in
+ * requant.h.
+ *
+ *   qf_hard_swish_params p;
+ *   if (qf_hard_swish_prepare(s_x, zp_x, s_y, zp_y, &p)) ...     // once
+ *   int8_t y = qf_hard_swish_int8(&p, x);                         // per value
+ *
+ * Checked bit for bit against TensorFlow Lite 2.2's interpreter on every
+ * int8 input (tests/tflite/armnn_test.py activations_sweep). Static inline,
+ * allocation-free.
+ */
+#ifndef QF_OPS_FIXED_POINT_H
+#define QF_OPS_FIXED_POINT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ops/math/requant.h"
+
+/* a * b / 2^15 rounded to nearest, gemmlowp's way: a nudge of 2^14 (1 - 2^14 below
+ * zero) then division truncating toward zero, so ties go up; -32768 * -32768
+ * saturates. */
+static inline int16_t qf_fp16_sat_round_doubling_high_mul(int16_t a, int16_t b)
+{
+    if (a == INT16_MIN && b == INT16_MIN) return INT16_MAX;
+    const int32_t ab = (int32_t)a * (int32_t)b;
+    const int32_t nudge = ab >= 0 ? (1 << 14) : (1 - (1 << 14));
+    return (int16_t)((ab + nudge) / (1 << 15)); /* C division truncates toward zero */
+}
+
+/* a * b / 2^15 truncated toward zero (no rounding nudge); the one overflow
+ * saturates. */
+static inline int16_t qf_fp16_sat_doubling_high_mul(int16_t a, int16_t b)
+{
+    if (a == INT16_MIN && b == INT16_MIN) return INT16_MAX;
+    return (int16_t)(((int32_t)a * (int32_t)b) / (1 << 15));
+}
+
+/* x / 2^exponent rounded to nearest, ties away from zero; exponent in [0, 15]. */
+static inline int16_t qf_fp16_rounding_divide_by_pot(int16_t x, int exponent)
+{
+    return (int16_t)qf_rounding_divide_by_pot(x, exponent);
+}
+
+/* x * 2^amount saturated to int16 (amount in [0, 15]). */
+static inline int16_t qf_fp16_sat_left_shift(int16_t x, int amount)
+{
+    const int32_t r = (int32_t)x * (1 << amount);
+    return (int16_t)(r < INT16_MIN ? INT16_MIN : r > INT16_MAX ? INT16_MAX : r);
+}
+
+/* A 32-bit multiplier mantissa in [2^30, 2^31) rounded to 16 bits (TFLite's
+ * DownScaleInt32ToInt16Multiplier). */
+static inline int16_t qf_fp16_multiplier(int32_t m32)
+{
+    const int32_t offset = 1 << 15;
+    if (m32 >= INT32_MAX - offset) return INT16_MAX;
+    return (int16_t)((m32 + offset) >> 16);
+}
+
+typedef struct qf_hard_swish_params {
+    int32_t zp_x, zp_y;
+    int16_t out_mult, relu_mult; /* 16-bit mantissas */
+    int out_exp, relu_exp;       /* their exponents (out_exp <= 0) */
+} qf_hard_swish_params;
+
+/* TFLite's HardSwishPrepare for int8: the input on a "high-resolution"
+ * scale s_x / 128; out = s_x / 128 / s_y, relu-ish = (s_x / 128) / (3 /
+ * 32768), each formed in float as TFLite does, quantized in double. False
+ * when the output multiplier's exponent is positive (TFLite refuses that
+ * tensor pair: s_y below s_x / 128), or either exponent is outside the
+ * int16 shifts' range (scales 2^16 apart: TFLite's int16 shifts are
+ * undefined there). */
+static inline bool qf_hard_swish_prepare(float s_x, int32_t zp_x, float s_y, int32_t zp_y, qf_hard_swish_params *p)
+{
+    const float hires = (1.0f / 128.0f) * s_x;
+    const float out_m = hires / s_y, relu_m = hires / (3.0f / 32768.0f);
+    int32_t m32;
+    p->zp_x = zp_x;
+    p->zp_y = zp_y;
+    qf_quantize_multiplier((double)out_m, &m32, &p->out_exp);
+    p->out_mult = qf_fp16_multiplier(m32);
+    qf_quantize_multiplier((double)relu_m, &m32, &p->relu_exp);
+    p->relu_mult = qf_fp16_multiplier(m32);
+    return p->out_exp <= 0 && p->out_exp > -16 && p->relu_exp < 16 && p->relu_exp > -16;
+}
+
+/* reference_ops::HardSwish on one int8 value: x on the high-resolution
+ * scale (x - zp) * 2^7; that times the output multiplier (the value for x >=
+ * 3); the "relu-ish" factor: x rescaled so that 3.0 is 2^15, saturating,
+ * mapped from [-1, 1] to [0, 1]; their product truncated (the non-rounding
+ * high mul cancels the rounding bias of the two before), the output shift
+ * rounded, the zero point added, clamped to int8. */
+static inline int8_t qf_hard_swish_int8(const qf_hard_swish_params *p, int8_t x)
+{
+    const int16_t v = (int16_t)(x - p->zp_x);
+    const int16_t hires = (int16_t)(v * (1 << 7));
+    const int16_t pre_out = qf_fp16_sat_round_doubling_high_mul(hires, p->out_mult);
+    int16_t relu = hires;
+    if (p->relu_exp > 0) relu = qf_fp16_sat_left_shift(relu, p->relu_exp - 1);
+    relu = qf_fp16_sat_round_doubling_high_mul(relu, p->relu_mult);
+    if (p->relu_exp > 0) relu = qf_fp16_sat_left_shift(relu, 1);
+    if (p->relu_exp < 0) relu = qf_fp16_rounding_divide_by_pot(relu, -p->relu_exp);
+    relu = (int16_t)(((int32_t)relu + (1 << 15)) >> 1);
+    const int16_t pre_shift = qf_fp16_sat_doubling_high_mul(relu, pre_out);
+    int32_t y = qf_fp16_rounding_divide_by_pot(pre_shift, -p->out_exp) + p->zp_y;
+    return (int8_t)(y < -128 ? -128 : y > 127 ? 127 : y);
+}
+
+#endif

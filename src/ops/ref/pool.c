@@ -1,0 +1,993 @@
+/* Pooling and mean reduction (ONNX opsets 7..21): MaxPool, AveragePool,
+ * GlobalAveragePool, ReduceMean.
+ *
+ * X is [N, C, spatial...] with 1 to 3 spatial dims; each (n, c) plane is
+ * pooled on its own, as a 3-D problem (spatial.h lifts 1-D and 2-D). Window
+ * sizes and pads follow spatial.h. MaxPool handles float32, int8 and uint8
+ * and can return Indices: int64 offsets into the whole flattened X (plane
+ * offset + position; storage_order 1 numbers a plane's positions
+ * column-major), as ONNX Runtime does. Sums are accumulated in double.
+ *
+ * The integer executor's int8 pools (internal ops, src/quant/lower.c makes
+ * them from DQ -> pool -> [Relu] -> Q groups; inputs X, X_scale, X_zero_point,
+ * Y_scale, Y_zero_point, per-tensor int8, attribute qfold_clamp):
+ *   qavg_pool  AveragePool's window and attributes, X and Y of the same
+ *              qparams, as TFLite's reference int8 AveragePool: the sum of
+ *              the int8 values of a window (a padded tap counted by
+ *              count_include_pad holds the zero point: the real 0) divided
+ *              by the count, rounded half away from zero.
+ *   qmean      the mean over trailing axes (`axes`, `keepdims`: ReduceMean's;
+ *              GlobalAveragePool is axes 2..), as TFLite's reference int8
+ *              Mean: acc = sum(q - zp_x), MultiplyByQuantizedMultiplier(acc,
+ *              s_x / s_y), divided by the count rounded half away from zero,
+ *              + zp_y.
+ */
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/parallel.h"
+#include "ops/int8/int8.h"
+#include "ops/kernels.h"
+#include "ops/math/requant.h"
+#include "ops/math/spatial.h"
+
+/* --- window pools ---------------------------------------------------------- */
+
+typedef struct pool_geom {
+    qf_spatial s, l;
+    int64_t planes;          /* N * C */
+    int64_t in_plane, out_plane;
+} pool_geom;
+
+/* What prepare keeps for MaxPool / AveragePool. */
+typedef struct pool_state {
+    pool_geom geom;
+    bool col_major;    /* MaxPool storage_order = 1 */
+    bool include_pad;  /* AveragePool count_include_pad */
+} pool_state;
+
+static qf_status pool_setup(const qf_node *n, const qf_tensor *x, qf_spatial_kind kind, pool_geom *pg)
+{
+    const char *op = qf_op_label(n);
+    if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected 3 to %d (N, C, spatial...)",
+                        n->name, op, x->ndim, 2 + QF_SPATIAL_MAX);
+    bool ceil_mode = qf_node_attr_int(n, "ceil_mode", 0) != 0;
+    QF_TRY(qf_spatial_parse(n, x->ndim - 2, NULL, kind, &pg->s));
+    QF_TRY(qf_spatial_forward_dims(n, &pg->s, x->dims + 2, ceil_mode));
+    pg->l = qf_spatial_lift3(&pg->s);
+    pg->planes = x->dims[0] >= 0 && x->dims[1] >= 0 ? x->dims[0] * x->dims[1] : -1;
+    pg->in_plane = qf_spatial_prod(pg->s.rank, pg->s.in);
+    pg->out_plane = qf_spatial_prod(pg->s.rank, pg->s.out);
+    return QF_OK;
+}
+
+static void pool_set_output(qf_tensor *y, qf_dtype dt, const qf_tensor *x, const pool_geom *pg)
+{
+    y->dtype = dt;
+    y->ndim = x->ndim;
+    y->dims[0] = x->dims[0];
+    y->dims[1] = x->dims[1];
+    for (int i = 0; i < pg->s.rank; i++) y->dims[2 + i] = pg->s.out[i];
+}
+
+/* Input X of a pooling node, present and float32 (or int8 / uint8 too when
+ * `ints` is set: MaxPool). */
+static qf_status pool_input(const qf_node *n, bool ints, const qf_tensor **x)
+{
+    const char *op = qf_op_label(n);
+    *x = NULL; /* defined on every path */
+    if (n->ninputs < 1 || !n->inputs[0])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input X is required", n->name, op);
+    *x = &n->inputs[0]->type;
+    qf_dtype dt = (*x)->dtype;
+    if (dt == QF_DTYPE_F32 || (ints && (dt == QF_DTYPE_U8 || dt == QF_DTYPE_I8))) return QF_OK;
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s; %s supported", n->name, op,
+                    qf_dtype_name(dt), ints ? "float32, int8 and uint8 are" : "only float32 is");
+}
+
+/* A float pool over a slice of the planes (each (n, c) plane is pooled on
+ * its own, so qf_parallel_for splits the planes): forward x -> y, backward
+ * y (the upstream gradient) -> dx, x read by MaxPool's backward. */
+typedef struct pool_job {
+    const pool_geom *pg;
+    const float *x, *y;
+    float *out, *dx;
+    bool include_pad;
+} pool_job;
+
+/* Planes per thread slice: at least ~4k output elements. */
+static int64_t pool_grain(const pool_geom *pg) { return 1 + 4096 / (pg->out_plane + 1); }
+
+/* Index range [lo, hi) of kernel taps k with o + k * d inside [0, size). */
+static inline void pool_tap_window(int64_t start, int64_t dil, int64_t k, int64_t size, int64_t *lo, int64_t *hi)
+{
+    int64_t a, b;
+    if (dil == 1) { /* the common case, without the divisions */
+        a = start >= 0 ? 0 : -start;
+        b = size - start < 0 ? 0 : size - start;
+    } else {
+        a = start >= 0 ? 0 : (-start + dil - 1) / dil;
+        b = size - 1 - start < 0 ? 0 : (size - 1 - start) / dil + 1;
+    }
+    if (b > k) b = k;
+    if (a > b) a = b;
+    *lo = a;
+    *hi = b;
+}
+
+/* One max-pool kernel per element type; T is the type, LOWEST its minimum. */
+#define QF_MAX_POOL_BODY(T, LOWEST)                                                                          \
+    const qf_spatial *l = &pg->l;                                                                            \
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];                                               \
+    for (int64_t p = 0; p < pg->planes; p++) {                                                               \
+        const T *xp = x + p * pg->in_plane;                                                                  \
+        T *yp = y + p * pg->out_plane;                                                                       \
+        int64_t *ip = ind ? ind + p * pg->out_plane : NULL;                                                 \
+        for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
+            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
+            pool_tap_window(sd, l->dilation[0], l->kernel[0], ID, &d0, &d1);                                      \
+            for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
+                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
+                pool_tap_window(sh, l->dilation[1], l->kernel[1], IH, &h0, &h1);                                  \
+                for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
+                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
+                    pool_tap_window(sw, l->dilation[2], l->kernel[2], IW, &w0, &w1);                              \
+                    T best = LOWEST;                                                                         \
+                    int64_t bd = -1, bh = -1, bw = -1;                                                       \
+                    for (int64_t kd = d0; kd < d1; kd++) {                                                   \
+                        int64_t id = sd + kd * l->dilation[0];                                               \
+                        for (int64_t kh = h0; kh < h1; kh++) {                                               \
+                            int64_t ih = sh + kh * l->dilation[1];                                           \
+                            const T *row = xp + (id * IH + ih) * IW;                                         \
+                            for (int64_t kw = w0; kw < w1; kw++) {                                           \
+                                int64_t iw = sw + kw * l->dilation[2];                                       \
+                                if (row[iw] > best || bd < 0) {                                              \
+                                    best = row[iw];                                                          \
+                                    bd = id, bh = ih, bw = iw;                                               \
+                                }                                                                            \
+                            }                                                                                \
+                        }                                                                                    \
+                    }                                                                                        \
+                    *yp = best;                                                                              \
+                    if (ip) {                                                                                \
+                        int64_t pos = bd < 0 ? 0                                                             \
+                                      : col_major ? bd + ID * (bh + IH * bw)                                 \
+                                                  : (bd * IH + bh) * IW + bw;                                \
+                        *ip++ = p * pg->in_plane + pos;                                                      \
+                    }                                                                                        \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+/* Without Indices: a plain running maximum (the hot path of inference). */
+#define QF_MAX_POOL_PLAIN(T, LOWEST)                                                                         \
+    const qf_spatial *l = &pg->l;                                                                            \
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];                                               \
+    const int64_t dd = l->dilation[0], dh = l->dilation[1], dw = l->dilation[2];                             \
+    for (int64_t p = 0; p < pg->planes; p++) {                                                               \
+        const T *xp = x + p * pg->in_plane;                                                                  \
+        T *yp = y + p * pg->out_plane;                                                                       \
+        for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
+            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
+            pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);                                                  \
+            for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
+                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
+                pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);                                              \
+                for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
+                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
+                    pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);                                          \
+                    T best = LOWEST;                                                                         \
+                    for (int64_t kd = d0; kd < d1; kd++)                                                     \
+                        for (int64_t kh = h0; kh < h1; kh++) {                                               \
+                            const T *row = xp + ((sd + kd * dd) * IH + sh + kh * dh) * IW;                   \
+                            for (int64_t kw = w0; kw < w1; kw++) {                                           \
+                                T v = row[sw + kw * dw];                                                     \
+                                best = v > best ? v : best;                                                  \
+                            }                                                                                \
+                        }                                                                                    \
+                    *yp = best;                                                                              \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+static void max_pool_f32(const pool_geom *pg, const float *x, float *y, int64_t *ind, bool col_major)
+{
+    if (ind) {
+        QF_MAX_POOL_BODY(float, -INFINITY)
+    } else {
+        QF_MAX_POOL_PLAIN(float, -INFINITY)
+    }
+}
+
+static void max_pool_f32_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_job *j = ctx;
+    pool_geom sub = *j->pg;
+    sub.planes = hi - lo;
+    max_pool_f32(&sub, j->x + lo * sub.in_plane, j->out + lo * sub.out_plane, NULL, false);
+}
+
+static void max_pool_u8(const pool_geom *pg, const uint8_t *x, uint8_t *y, int64_t *ind, bool col_major)
+{
+    if (ind) {
+        QF_MAX_POOL_BODY(uint8_t, 0)
+    } else {
+        QF_MAX_POOL_PLAIN(uint8_t, 0)
+    }
+}
+
+static void max_pool_i8(const pool_geom *pg, const int8_t *x, int8_t *y, int64_t *ind, bool col_major)
+{
+    if (ind) {
+        QF_MAX_POOL_BODY(int8_t, INT8_MIN)
+    } else {
+        QF_MAX_POOL_PLAIN(int8_t, INT8_MIN)
+    }
+}
+
+#undef QF_MAX_POOL_BODY
+#undef QF_MAX_POOL_PLAIN
+
+static qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    const char *op = qf_op_label(n);
+    const qf_tensor *x;
+    QF_TRY(pool_input(n, true, &x));
+    int64_t so = qf_node_attr_int(n, "storage_order", 0);
+    if (so != 0 && so != 1)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): storage_order = %lld, must be 0 or 1", n->name, op,
+                        (long long)so);
+    pool_geom pg;
+    QF_TRY(pool_setup(n, x, QF_SPATIAL_MAX_POOL, &pg));
+    pool_set_output(&n->outputs[0]->type, x->dtype, x, &pg);
+    if (n->noutputs > 1) pool_set_output(&n->outputs[1]->type, QF_DTYPE_I64, x, &pg);
+    return QF_OK;
+}
+
+static qf_status qf_max_pool_prepare(const qf_kernel_io *io, void *state)
+{
+    pool_state *st = state;
+    st->col_major = qf_node_attr_int(io->node, "storage_order", 0) == 1;
+    return pool_setup(io->node, io->in[0], QF_SPATIAL_MAX_POOL, &st->geom);
+}
+
+static qf_status qf_max_pool_forward_f32(const qf_kernel_io *io)
+{
+    const pool_state *st = io->state;
+    const pool_geom pg = st->geom;
+    const qf_tensor *x = io->in[0];
+    int64_t *ind = io->nout > 1 && io->out[1] ? io->out[1]->data : NULL;
+    bool col_major = st->col_major;
+    switch (x->dtype) {
+    case QF_DTYPE_F32:
+        if (ind) { /* Indices number the whole tensor: one pass */
+            max_pool_f32(&pg, x->data, io->out[0]->data, ind, col_major);
+        } else {
+            pool_job j = {.pg = &pg, .x = x->data, .out = io->out[0]->data};
+            qf_parallel_for(pg.planes, pool_grain(&pg), max_pool_f32_planes, &j);
+        }
+        break;
+    case QF_DTYPE_U8: max_pool_u8(&pg, x->data, io->out[0]->data, ind, col_major); break;
+    case QF_DTYPE_I8: max_pool_i8(&pg, x->data, io->out[0]->data, ind, col_major); break;
+    default:
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): dtype %s", io->node->name,
+                        qf_op_label(io->node), qf_dtype_name(x->dtype));
+    }
+    return QF_OK;
+}
+
+static qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    const qf_tensor *x;
+    QF_TRY(pool_input(n, false, &x));
+    pool_geom pg;
+    QF_TRY(pool_setup(n, x, QF_SPATIAL_AVG_POOL, &pg));
+    pool_set_output(&n->outputs[0]->type, QF_DTYPE_F32, x, &pg);
+    return QF_OK;
+}
+
+/* Taps of a window along one axis: [lo, hi) inside the input, and the count
+ * used by count_include_pad = 1: the window clipped to the padded extent
+ * [-pad_begin, size + pad_end) (a ceil_mode window may reach past it). */
+static int64_t pool_padded_count(int64_t start, int64_t k, int64_t size, int64_t pad_end)
+{
+    int64_t end = start + k;
+    if (end > size + pad_end) end = size + pad_end;
+    return end - start;
+}
+
+static qf_status qf_avg_pool_prepare(const qf_kernel_io *io, void *state)
+{
+    pool_state *st = state;
+    st->include_pad = qf_node_attr_int(io->node, "count_include_pad", 0) != 0;
+    return pool_setup(io->node, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom);
+}
+
+/* One (n, c) plane of AveragePool: the window walk the float forward, its
+ * backward and the int8 forward (qavg_pool) share. The count:
+ * count_include_pad, the window clipped to the padded extent, else the taps
+ * inside X (PyTorch's divisor too). Exactly one of the three is set:
+ *   x, y     float forward: y = the mean of x over each window's taps
+ *   dy, dx   backward: dy / count to every tap (dx accumulates: zeroed by the caller)
+ *   xq, yq   int8 forward (TFLite's): the integer sum, the padded taps
+ *            counted at the zero point (the real 0), divided by the count
+ *            rounding half away from zero, clamped to [lo, hi] */
+typedef struct avg_plane {
+    const float *x, *dy;
+    float *y, *dx;
+    const int8_t *xq;
+    int8_t *yq;
+    int32_t zp, lo, hi;
+} avg_plane;
+
+static void avg_pool_plane(const pool_geom *pg, bool include_pad, avg_plane io)
+{
+    const qf_spatial *l = &pg->l;
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    for (int64_t od = 0; od < l->out[0]; od++) {
+        int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
+        pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
+        int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
+        for (int64_t oh = 0; oh < l->out[1]; oh++) {
+            int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
+            pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
+            int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
+            for (int64_t ow = 0; ow < l->out[2]; ow++) {
+                int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
+                pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
+                const int64_t inside = (d1 - d0) * (h1 - h0) * (w1 - w0);
+                const int64_t cnt =
+                    include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2]) : inside;
+                if (io.xq) {
+                    int64_t acc = (cnt - inside) * io.zp;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            const int8_t *row = io.xq + ((sd + kd) * IH + sh + kh) * IW + sw;
+                            for (int64_t kw = w0; kw < w1; kw++) acc += row[kw];
+                        }
+                    int64_t v = cnt > 0 ? qf_int8_div_round_away(acc, cnt) : io.zp;
+                    *io.yq++ = (int8_t)(v < io.lo ? io.lo : v > io.hi ? io.hi : v);
+                } else if (io.dx) {
+                    const float dyv = *io.dy++;
+                    if (cnt <= 0) continue;
+                    const float g = dyv / (float)cnt;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            float *row = io.dx + ((sd + kd) * IH + sh + kh) * IW + sw;
+                            for (int64_t kw = w0; kw < w1; kw++) row[kw] += g;
+                        }
+                } else {
+                    double sum = 0.0;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            const float *row = io.x + ((sd + kd) * IH + sh + kh) * IW;
+                            for (int64_t kw = w0; kw < w1; kw++) sum += row[sw + kw];
+                        }
+                    *io.y++ = cnt > 0 ? (float)(sum / (double)cnt) : 0.0f;
+                }
+            }
+        }
+    }
+}
+
+static void avg_pool_f32_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_job *j = ctx;
+    const pool_geom *pg = j->pg;
+    for (int64_t p = lo; p < hi; p++)
+        avg_pool_plane(pg, j->include_pad, (avg_plane){.x = j->x + p * pg->in_plane, .y = j->out + p * pg->out_plane});
+}
+
+static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
+{
+    const pool_state *st = io->state;
+    pool_job j = {.pg = &st->geom, .x = io->in[0]->data, .out = io->out[0]->data, .include_pad = st->include_pad};
+    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), avg_pool_f32_planes, &j);
+    return QF_OK;
+}
+
+/* --- GlobalAveragePool ----------------------------------------------------- */
+
+static qf_status qf_global_avg_pool_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    const qf_tensor *x;
+    QF_TRY(pool_input(n, false, &x));
+    if (x->ndim < 3)
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): input X has rank %d, expected >= 3 (N, C, spatial...)",
+                        n->name, qf_op_label(n), x->ndim);
+    int64_t dims[QF_MAX_DIMS];
+    dims[0] = x->dims[0];
+    dims[1] = x->dims[1];
+    for (int i = 2; i < x->ndim; i++) dims[i] = 1;
+    qf_set_output(n, 0, QF_DTYPE_F32, x->ndim, dims);
+    return QF_OK;
+}
+
+static qf_status qf_global_avg_pool_forward_f32(const qf_kernel_io *io)
+{
+    const qf_tensor *x = io->in[0];
+    const int64_t planes = x->dims[0] * x->dims[1];
+    int64_t inner = 1;
+    for (int i = 2; i < x->ndim; i++) inner *= x->dims[i];
+    const float *xd = x->data;
+    float *yd = io->out[0]->data;
+    if ((io->in_nhwc & 1u) && x->ndim == 4) {
+        /* Channels-last X (the training tape: a chain's last convolution):
+         * each channel's sum in double over its values in the same order. */
+        const int64_t nb = x->dims[0], c = x->dims[1];
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t c0 = 0; c0 < c; c0 += 16) {
+                const int64_t w = c - c0 < 16 ? c - c0 : 16;
+                double s[16] = {0};
+                for (int64_t i = 0; i < inner; i++) {
+                    const float *xp = xd + (b * inner + i) * c + c0;
+                    for (int64_t k = 0; k < w; k++) s[k] += xp[k];
+                }
+                for (int64_t k = 0; k < w; k++) yd[b * c + c0 + k] = inner > 0 ? (float)(s[k] / (double)inner) : 0.0f;
+            }
+        return QF_OK;
+    }
+    for (int64_t p = 0; p < planes; p++) {
+        const float *xp = xd + p * inner;
+        double s = 0.0;
+        for (int64_t i = 0; i < inner; i++) s += xp[i];
+        yd[p] = inner > 0 ? (float)(s / (double)inner) : 0.0f;
+    }
+    return QF_OK;
+}
+
+/* --- ReduceMean ------------------------------------------------------------ */
+
+/* The reduced axes of n as a mask over x's rank. Axes come from the `axes`
+ * attribute (opsets <= 17) or a constant second input (opset 18 form); none
+ * means all axes unless noop_with_empty_axes. *noop is set for that case. */
+static qf_status pool_reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
+{
+    const char *op = qf_op_label(n);
+    int count = 0;
+    const int64_t *axes = qf_node_attr_ints(n, "axes", &count);
+    int64_t from_input[QF_MAX_DIMS];
+    if (n->ninputs > 1 && n->inputs[1]) {
+        const qf_value *av = n->inputs[1];
+        if (!qf_value_is_const(av))
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (%s): axes input '%s' is not a constant; dynamic shapes are "
+                            "not supported",
+                            n->name, op, av->name);
+        int64_t na = qf_tensor_numel(&av->type);
+        if (na > QF_MAX_DIMS)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): %lld axes for a rank-%d input", n->name, op,
+                            (long long)na, rank);
+        for (int64_t i = 0; i < na; i++) from_input[i] = qf_tensor_get_i64(&av->type, i);
+        axes = from_input;
+        count = (int)na;
+    }
+    *noop = false;
+    for (int i = 0; i < rank; i++) mask[i] = false;
+    if (count == 0) {
+        if (qf_node_attr_int(n, "noop_with_empty_axes", 0)) *noop = true;
+        else
+            for (int i = 0; i < rank; i++) mask[i] = true;
+        return QF_OK;
+    }
+    for (int i = 0; i < count; i++) {
+        int64_t a = axes[i];
+        if (a < -rank || a >= rank)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld is out of range for rank %d", n->name, op,
+                            (long long)a, rank);
+        if (a < 0) a += rank;
+        if (mask[a])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld is listed twice", n->name, op, (long long)a);
+        mask[a] = true;
+    }
+    return QF_OK;
+}
+
+static qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    const char *op = qf_op_label(n);
+    if (n->ninputs < 1 || !n->inputs[0])
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): input data is required", n->name, op);
+    const qf_tensor *x = &n->inputs[0]->type;
+    if (x->dtype != QF_DTYPE_F32 && x->dtype != QF_DTYPE_F64)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input has dtype %s; float32 and float64 are supported",
+                        n->name, op, qf_dtype_name(x->dtype));
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
+    bool keep = qf_node_attr_int(n, "keepdims", 1) != 0;
+    qf_tensor *y = &n->outputs[0]->type;
+    y->dtype = x->dtype;
+    int k = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (!mask[i]) y->dims[k++] = x->dims[i];
+        else if (keep) y->dims[k++] = 1;
+    }
+    y->ndim = k;
+    return QF_OK;
+}
+
+static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
+{
+    const qf_node *n = io->node;
+    const qf_tensor *x = io->in[0];
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
+    const int rank = x->ndim;
+    const int64_t total = qf_tensor_numel(x);
+    if (noop) {
+        memcpy(io->out[0]->data, x->data, qf_tensor_nbytes(x));
+        return QF_OK;
+    }
+    /* Split the axes into kept and reduced ones, each with its input stride;
+     * an odometer walks the kept axes (one output element each) and, inside,
+     * the reduced ones. The innermost reduced axes are usually contiguous. */
+    int64_t stride[QF_MAX_DIMS], kd[QF_MAX_DIMS], ks[QF_MAX_DIMS], rd[QF_MAX_DIMS], rs[QF_MAX_DIMS];
+    int nk = 0, nr = 0;
+    int64_t st = 1, rcount = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        stride[i] = st;
+        st *= x->dims[i];
+    }
+    for (int i = 0; i < rank; i++) {
+        if (mask[i]) {
+            rd[nr] = x->dims[i];
+            rs[nr++] = stride[i];
+            rcount *= x->dims[i];
+        } else {
+            kd[nk] = x->dims[i];
+            ks[nk++] = stride[i];
+        }
+    }
+    const int64_t nout = qf_tensor_numel(io->out[0]);
+    const bool f64 = x->dtype == QF_DTYPE_F64;
+    int64_t kidx[QF_MAX_DIMS] = {0}, ridx[QF_MAX_DIMS];
+    int64_t base = 0;
+    for (int64_t o = 0; o < nout && total > 0; o++) {
+        double s = 0.0;
+        for (int i = 0; i < nr; i++) ridx[i] = 0;
+        int64_t off = base;
+        for (int64_t r = 0; r < rcount; r++) {
+            s += f64 ? ((const double *)x->data)[off] : ((const float *)x->data)[off];
+            for (int i = nr - 1; i >= 0; i--) {
+                off += rs[i];
+                if (++ridx[i] < rd[i]) break;
+                off -= rs[i] * rd[i];
+                ridx[i] = 0;
+            }
+        }
+        double mean = rcount > 0 ? s / (double)rcount : NAN;
+        if (f64) ((double *)io->out[0]->data)[o] = mean;
+        else ((float *)io->out[0]->data)[o] = (float)mean;
+        for (int i = nk - 1; i >= 0; i--) {
+            base += ks[i];
+            if (++kidx[i] < kd[i]) break;
+            base -= ks[i] * kd[i];
+            kidx[i] = 0;
+        }
+    }
+    if (total == 0) {
+        for (int64_t o = 0; o < nout; o++) {
+            if (f64) ((double *)io->out[0]->data)[o] = NAN;
+            else ((float *)io->out[0]->data)[o] = NAN;
+        }
+    }
+    return QF_OK;
+}
+
+/* --- backward (training; the contract is in op_table.h) -------------------- */
+
+/* din[0] zeroed, or NULL when nobody wants it. A NULL dout is zeros: the
+ * gradient is then zero too. Returns false when there is nothing more to do. */
+static bool pool_grad_begin(const qf_kernel_io *io, float **dx, const float **dy)
+{
+    *dx = NULL;
+    *dy = NULL;
+    if (!io->din[0]) return false;
+    *dx = io->din[0]->data;
+    memset(*dx, 0, sizeof(float) * (size_t)qf_tensor_numel(io->din[0]));
+    if (!io->dout[0]) return false;
+    *dy = io->dout[0]->data;
+    return true;
+}
+
+static qf_status pool_grad_f32_only(const qf_kernel_io *io)
+{
+    if (io->in[0]->dtype == QF_DTYPE_F32) return QF_OK;
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of a %s input (float32 only)",
+                    io->node->name, qf_op_label(io->node), qf_dtype_name(io->in[0]->dtype));
+}
+
+/* MaxPool: each dy goes to the element its window's maximum came from, found
+ * again in X (cheaper than keeping indices from the forward). The choice is
+ * PyTorch's (max_pool{2,3}d_with_indices on CPU): the windows are scanned
+ * depth, row, column; the first maximum wins a tie (a strict >), a NaN wins
+ * over every number and a later NaN over an earlier one; a window whose
+ * every tap is -inf gives its first tap. Planes are independent: one thread
+ * slice of planes each. */
+static void max_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_job *j = ctx;
+    const pool_geom *pg = j->pg;
+    const qf_spatial *l = &pg->l;
+    const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
+    const int64_t dd = l->dilation[0], dh = l->dilation[1], dw = l->dilation[2];
+    for (int64_t p = lo; p < hi; p++) {
+        const float *xp = j->x + p * pg->in_plane;
+        const float *dyp = j->y + p * pg->out_plane;
+        float *dxp = j->dx + p * pg->in_plane;
+        for (int64_t od = 0; od < l->out[0]; od++) {
+            int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
+            pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);
+            for (int64_t oh = 0; oh < l->out[1]; oh++) {
+                int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
+                pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);
+                for (int64_t ow = 0; ow < l->out[2]; ow++, dyp++) {
+                    int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
+                    pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);
+                    if (d0 >= d1 || h0 >= h1 || w0 >= w1) continue; /* no tap inside X */
+                    float best = -INFINITY;
+                    int64_t at = ((sd + d0 * dd) * IH + sh + h0 * dh) * IW + sw + w0 * dw;
+                    for (int64_t kd = d0; kd < d1; kd++)
+                        for (int64_t kh = h0; kh < h1; kh++) {
+                            int64_t row = ((sd + kd * dd) * IH + sh + kh * dh) * IW + sw;
+                            for (int64_t kw = w0; kw < w1; kw++) {
+                                float v = xp[row + kw * dw];
+                                if (v > best || v != v) {
+                                    best = v;
+                                    at = row + kw * dw;
+                                }
+                            }
+                        }
+                    dxp[at] += *dyp;
+                }
+            }
+        }
+    }
+}
+
+/* Reads X (bwd_in bit 0). */
+static qf_status qf_max_pool_backward_f32(const qf_kernel_io *io)
+{
+    QF_TRY(pool_grad_f32_only(io));
+    float *dx;
+    const float *dy;
+    if (!pool_grad_begin(io, &dx, &dy)) return QF_OK;
+    const pool_state *st = io->state;
+    pool_job j = {.pg = &st->geom, .x = io->in[0]->data, .y = dy, .dx = dx};
+    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), max_pool_grad_planes, &j);
+    return QF_OK;
+}
+
+/* AveragePool: each dy / count goes to every tap of its window inside X
+ * (avg_pool_plane's backward). */
+static void avg_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const pool_job *j = ctx;
+    const pool_geom *pg = j->pg;
+    for (int64_t p = lo; p < hi; p++)
+        avg_pool_plane(pg, j->include_pad, (avg_plane){.dy = j->y + p * pg->out_plane, .dx = j->dx + p * pg->in_plane});
+}
+
+/* Reads neither X nor Y: the geometry is in the prepared state. */
+static qf_status qf_avg_pool_backward_f32(const qf_kernel_io *io)
+{
+    float *dx;
+    const float *dy;
+    if (!pool_grad_begin(io, &dx, &dy)) return QF_OK;
+    const pool_state *st = io->state;
+    pool_job j = {.pg = &st->geom, .y = dy, .dx = dx, .include_pad = st->include_pad};
+    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), avg_pool_grad_planes, &j);
+    return QF_OK;
+}
+
+/* GlobalAveragePool: dx = dy / (spatial size), broadcast over each plane. */
+static qf_status qf_global_avg_pool_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    const qf_tensor *x = io->in[0];
+    float *dx = io->din[0]->data;
+    const int64_t planes = x->dims[0] * x->dims[1];
+    int64_t inner = 1;
+    for (int i = 2; i < x->ndim; i++) inner *= x->dims[i];
+    const float *dy = io->dout[0] ? io->dout[0]->data : NULL;
+    if ((io->in_nhwc & 1u) && x->ndim == 4) { /* as the forward */
+        const int64_t nb = x->dims[0], c = x->dims[1];
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t i = 0; i < inner; i++) {
+                float *dxp = dx + (b * inner + i) * c;
+                for (int64_t k = 0; k < c; k++) dxp[k] = dy ? dy[b * c + k] / (float)inner : 0.0f;
+            }
+        return QF_OK;
+    }
+    for (int64_t p = 0; p < planes; p++) {
+        const float g = dy ? dy[p] / (float)inner : 0.0f;
+        float *dxp = dx + p * inner;
+        for (int64_t i = 0; i < inner; i++) dxp[i] = g;
+    }
+    return QF_OK;
+}
+
+/* ReduceMean: dx[i] = dy[o(i)] / (reduced count), o(i) the output element
+ * x[i] was averaged into: x is walked in order, with an output stride per
+ * axis (0 on the reduced ones). With noop_with_empty_axes and no axes the
+ * node is the identity. */
+static qf_status qf_reduce_mean_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    const qf_node *n = io->node;
+    const qf_tensor *x = io->in[0];
+    float *dx = io->din[0]->data;
+    const int64_t total = qf_tensor_numel(x);
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
+    if (!io->dout[0]) {
+        memset(dx, 0, sizeof *dx * (size_t)total);
+        return QF_OK;
+    }
+    const float *dy = io->dout[0]->data;
+    if (noop) {
+        memcpy(dx, dy, sizeof *dx * (size_t)total);
+        return QF_OK;
+    }
+    const int rank = x->ndim;
+    int64_t ostride[QF_MAX_DIMS], st = 1, rcount = 1;
+    for (int i = rank - 1; i >= 0; i--) {
+        if (mask[i]) {
+            ostride[i] = 0;
+            rcount *= x->dims[i];
+        } else {
+            ostride[i] = st;
+            st *= x->dims[i];
+        }
+    }
+    if (total == 0) return QF_OK;
+    /* Divided per element, as PyTorch's mean backward (not times 1 / n). */
+    const float cnt = (float)rcount;
+    if (rank == 0) {
+        dx[0] = dy[0] / cnt;
+        return QF_OK;
+    }
+    /* Rows of the innermost axis; an odometer over the outer ones. */
+    const int64_t inner = x->dims[rank - 1], istr = ostride[rank - 1];
+    int64_t idx[QF_MAX_DIMS] = {0}, off = 0;
+    for (int64_t k = 0; k < total; k += inner) {
+        float *row = dx + k;
+        if (istr == 0) {
+            const float g = dy[off] / cnt;
+            for (int64_t j = 0; j < inner; j++) row[j] = g;
+        } else {
+            for (int64_t j = 0; j < inner; j++) row[j] = dy[off + j] / cnt;
+        }
+        for (int a = rank - 2; a >= 0; a--) {
+            off += ostride[a];
+            if (++idx[a] < x->dims[a]) break;
+            off -= ostride[a] * x->dims[a];
+            idx[a] = 0;
+        }
+    }
+    return QF_OK;
+}
+
+/* --- int8 AveragePool and Mean (the integer executor) ------------------------ */
+
+typedef struct qpool_state {
+    pool_geom geom;
+    bool include_pad;
+    int32_t zp, lo, hi;
+    int64_t outer, inner;   /* qmean: rows x reduced elements */
+    int32_t mult, shift;    /* qmean: s_x / s_y */
+    int32_t zp_y;
+} qpool_state;
+
+static qf_status qpool_input(const qf_node *n, const qf_tensor *x)
+{
+    if (x->dtype == QF_DTYPE_I8) return QF_OK;
+    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s, expected int8", n->name,
+                    qf_op_label(n), qf_dtype_name(x->dtype));
+}
+
+static qf_status qf_qavg_pool_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    QF_TRY(qf_op_check_inputs(n, 5));
+    const qf_tensor *x = &n->inputs[0]->type;
+    QF_TRY(qpool_input(n, x));
+    pool_geom pg;
+    QF_TRY(pool_setup(n, x, QF_SPATIAL_AVG_POOL, &pg));
+    pool_set_output(&n->outputs[0]->type, QF_DTYPE_I8, x, &pg);
+    return QF_OK;
+}
+
+static qf_status qf_qavg_pool_prepare(const qf_kernel_io *io, void *state)
+{
+    const qf_node *n = io->node;
+    qpool_state *st = state;
+    QF_TRY(qf_op_check_inputs(n, 5));
+    QF_TRY(qpool_input(n, io->in[0]));
+    float sx, sy;
+    int32_t zy;
+    QF_TRY(qf_int8_qparams(n, io->in[1], io->in[2], "X", &sx, &st->zp));
+    QF_TRY(qf_int8_qparams(n, io->in[3], io->in[4], "Y", &sy, &zy));
+    /* TFLite's int8 AveragePool has no requantization: one set of qparams. */
+    if (sx != sy || st->zp != zy)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): X (scale %g, zero point %d) and Y (scale %g, zero "
+                        "point %d) must have the same qparams", n->name, qf_op_label(n), (double)sx, (int)st->zp,
+                        (double)sy, (int)zy);
+    QF_TRY(qf_int8_clamp_attr(n, &st->lo, &st->hi));
+    st->include_pad = qf_node_attr_int(n, "count_include_pad", 0) != 0;
+    QF_TRY(pool_setup(n, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom));
+    /* |sum| <= 128 * window: a window of up to 2^24 taps fits int32. */
+    const qf_spatial *l = &st->geom.l;
+    if (l->kernel[0] * l->kernel[1] * l->kernel[2] > ((int64_t)1 << 24))
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): window of more than 2^24 taps", n->name, qf_op_label(n));
+    return QF_OK;
+}
+
+typedef struct qpool_job {
+    const qpool_state *st;
+    const int8_t *x;
+    int8_t *y;
+} qpool_job;
+
+static void qavg_pool_planes(void *ctx, int64_t lo, int64_t hi)
+{
+    const qpool_job *j = ctx;
+    const pool_geom *pg = &j->st->geom;
+    for (int64_t p = lo; p < hi; p++)
+        avg_pool_plane(pg, j->st->include_pad,
+                       (avg_plane){.xq = j->x + p * pg->in_plane, .yq = j->y + p * pg->out_plane, .zp = j->st->zp,
+                                   .lo = j->st->lo, .hi = j->st->hi});
+}
+
+static qf_status qf_qavg_pool_forward_f32(const qf_kernel_io *io)
+{
+    const qpool_state *st = io->state;
+    qpool_job j = {st, io->in[0]->data, io->out[0]->data};
+    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), qavg_pool_planes, &j);
+    return QF_OK;
+}
+
+/* qmean's reduced axes: the `axes` attribute, which must name the trailing
+ * axes [r, rank) in any order (the rows stay contiguous). *first = r. */
+static qf_status qmean_axes(const qf_node *n, int rank, int *first)
+{
+    int count = 0;
+    const int64_t *axes = qf_node_attr_ints(n, "axes", &count);
+    bool mask[QF_MAX_DIMS] = {false};
+    for (int i = 0; i < count; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+        if (a < 0 || a >= rank || mask[a])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld is out of range for rank %d or listed twice",
+                            n->name, qf_op_label(n), (long long)axes[i], rank);
+        mask[a] = true;
+    }
+    *first = rank - count;
+    for (int i = 0; i < rank; i++)
+        if (mask[i] != (i >= *first) || count == 0)
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): axes must be the last %d axes of the rank-%d input",
+                            n->name, qf_op_label(n), count, rank);
+    return QF_OK;
+}
+
+static qf_status qf_qmean_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    QF_TRY(qf_op_check_inputs(n, 5));
+    const qf_tensor *x = &n->inputs[0]->type;
+    QF_TRY(qpool_input(n, x));
+    int first;
+    QF_TRY(qmean_axes(n, x->ndim, &first));
+    bool keep = qf_node_attr_int(n, "keepdims", 1) != 0;
+    int64_t dims[QF_MAX_DIMS];
+    int k = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (i < first) dims[k++] = x->dims[i];
+        else if (keep) dims[k++] = 1;
+    }
+    qf_set_output(n, 0, QF_DTYPE_I8, k, dims);
+    return QF_OK;
+}
+
+static qf_status qf_qmean_prepare(const qf_kernel_io *io, void *state)
+{
+    const qf_node *n = io->node;
+    qpool_state *st = state;
+    QF_TRY(qf_op_check_inputs(n, 5));
+    const qf_tensor *x = io->in[0];
+    QF_TRY(qpool_input(n, x));
+    int first;
+    QF_TRY(qmean_axes(n, x->ndim, &first));
+    float sx, sy;
+    QF_TRY(qf_int8_qparams(n, io->in[1], io->in[2], "X", &sx, &st->zp));
+    QF_TRY(qf_int8_qparams(n, io->in[3], io->in[4], "Y", &sy, &st->zp_y));
+    QF_TRY(qf_int8_clamp_attr(n, &st->lo, &st->hi));
+    st->outer = qf_shape_numel(first, x->dims);
+    st->inner = qf_shape_numel(x->ndim - first, x->dims + first);
+    if (st->outer < 0 || st->inner < 0)
+        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): shapes are not known at prepare", n->name, qf_op_label(n));
+    /* |sum(q - zp)| <= 255 * count must fit int32 (and its left shift). */
+    if (st->inner > INT32_MAX / 255)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %lld elements per mean overflow the int32 sum", n->name,
+                        qf_op_label(n), (long long)st->inner);
+    /* TFLite's Mean: the multiplier s_x / s_y in double. */
+    const double real = (double)sx / (double)sy;
+    int32_t shift;
+    QF_TRY(qf_int8_requant_prepare_fixed(n, &real, 1, 255 * st->inner, &st->mult, &shift));
+    st->shift = shift;
+    return QF_OK;
+}
+
+static void qmean_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const qpool_job *j = ctx;
+    const qpool_state *st = j->st;
+    for (int64_t r = lo; r < hi; r++) {
+        const int8_t *xp = j->x + r * st->inner;
+        int32_t acc = 0;
+        for (int64_t i = 0; i < st->inner; i++) acc += xp[i] - st->zp;
+        acc = qf_multiply_by_quantized_multiplier(acc, st->mult, (int)st->shift);
+        int64_t v = (st->inner > 0 ? qf_int8_div_round_away(acc, st->inner) : 0) + st->zp_y;
+        j->y[r] = (int8_t)(v < st->lo ? st->lo : v > st->hi ? st->hi : v);
+    }
+}
+
+static qf_status qf_qmean_forward_f32(const qf_kernel_io *io)
+{
+    const qpool_state *st = io->state;
+    qpool_job j = {st, io->in[0]->data, io->out[0]->data};
+    qf_parallel_for(st->outer, 1 + 4096 / (st->inner + 1), qmean_rows, &j);
+    return QF_OK;
+}
+
+/* --- op table columns (src/ops/op_table.h) --- */
+
+const qf_op_kernels qf_max_pool_kernels = {
+    .infer = qf_max_pool_infer,
+    .prepare = qf_max_pool_prepare,
+    .state_size = sizeof(pool_state),
+    .forward_f32 = qf_max_pool_forward_f32,
+    .backward_f32 = qf_max_pool_backward_f32,
+    .bwd_in = 1u << 0,
+};
+
+const qf_op_kernels qf_avg_pool_kernels = {
+    .infer = qf_avg_pool_infer,
+    .prepare = qf_avg_pool_prepare,
+    .state_size = sizeof(pool_state),
+    .forward_f32 = qf_avg_pool_forward_f32,
+    .backward_f32 = qf_avg_pool_backward_f32,
+};
+
+const qf_op_kernels qf_global_avg_pool_kernels = {
+    .infer = qf_global_avg_pool_infer,
+    .forward_f32 = qf_global_avg_pool_forward_f32,
+    .backward_f32 = qf_global_avg_pool_backward_f32,
+};
+
+const qf_op_kernels qf_reduce_mean_kernels = {
+    .infer = qf_reduce_mean_infer,
+    .forward_f32 = qf_reduce_mean_forward_f32,
+    .backward_f32 = qf_reduce_mean_backward_f32,
+};
+
+const qf_op_kernels qf_qavg_pool_kernels = {
+    .infer = qf_qavg_pool_infer,
+    .prepare = qf_qavg_pool_prepare,
+    .state_size = sizeof(qpool_state),
+    .forward_f32 = qf_qavg_pool_forward_f32,
+};
+
+const qf_op_kernels qf_qmean_kernels = {
+    .infer = qf_qmean_infer,
+    .prepare = qf_qmean_prepare,
+    .state_size = sizeof(qpool_state),
+    .forward_f32 = qf_qmean_forward_f32,
+};
