@@ -180,7 +180,9 @@ bool qf_tfl_qp_from(const qf_value *s, const qf_value *z, qf_tfl_qp *qp)
     return qp->scale > 0.0f && isfinite(qp->scale);
 }
 
-/* The input slots (scale, zero point) of the output qparams of a lowered node. */
+/* The input slots (scale, zero point) of the output qparams of a lowered node.
+ * This and passes_qp are facts of the int8 ops, not of their TFLite form:
+ * where the ops' quantization rows hold them, they are read from there. */
 static int out_qp_slot(qf_op op)
 {
     switch (op) {

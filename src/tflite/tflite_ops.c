@@ -5,7 +5,7 @@
  * TRANSPOSE_CONV (+ ADD for bias and activation: ArmNN's parser takes three
  * inputs), pools, MEAN, ADD / MUL, CONCATENATION; the fused activation from
  * the lowering's clamp, pads SAME cannot express as a widened SAME kernel.
- * The op table that calls them is in tflite_export.c. */
+ * Their rows are in tflite_rows.c; they build on tflite_build.h alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,8 @@
  * HARD_SWISH; a QUANTIZE after a fixed-qparams op whose qparams are not
  * TFLite's), a lone activation (the fused activation of an op computing
  * nothing else), and the layout ops (RESHAPE with a TRANSPOSE where NHWC and
- * NCHW orders differ, TRANSPOSE, PAD). */
+ * NCHW orders differ, TRANSPOSE, PAD). Their rows are in tflite_rows.c;
+ * they build on tflite_build.h alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

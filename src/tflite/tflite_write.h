@@ -3,13 +3,14 @@
  * FlatBuffers library and the code flatc generates at build time from the
  * vendored schema (third_party/tflite/schema.fbs). The one C++ unit of the
  * library (tflite_write.cc) sits behind this C interface; everything else of
- * the export (src/tflite/tflite_export.c) is C.
+ * the export (src/tflite/) is C.
  *
  * What the writer does the way TFLite's own writer does: buffer 0 is the
  * empty buffer every tensor without data points at, each buffer's data is
  * aligned to 16 bytes (force_align in the schema), one OperatorCode per
- * builtin with both fields set (deprecated_builtin_code = min(code, 127),
- * builtin_code), model version 3, file identifier "TFL3". */
+ * builtin (per custom_code for CUSTOM) with both fields set
+ * (deprecated_builtin_code = min(code, 127), builtin_code), model version 3,
+ * file identifier "TFL3". */
 #ifndef QF_TFLITE_WRITE_H
 #define QF_TFLITE_WRITE_H
 
