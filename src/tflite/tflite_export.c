@@ -4,13 +4,15 @@
  *
  * The lowering (src/quant/lower.c, TFLite's requantization) already finds
  * every DQ -> op -> [ReLU] -> Q group and resolves its qparams; each
- * resulting node maps to TFLite operators through one table (`qf_tfl_rows`,
- * below) whose emitters are in tflite_ops.c (the integer nodes) and
- * tflite_ops_qdq.c (the few DQ -> op -> Q forms the lowering leaves as they
- * are: Sub, Softmax, Sigmoid, Tanh, HardSwish, and the shape ops Reshape /
- * Flatten / Transpose / Pad, which need no arithmetic). This file holds the
- * driver: state, layout, tensors, graph inputs / outputs, the private lowered
- * copy, the arena plan and the report (tflite_export_impl.h says who has what).
+ * resulting node is written by the emitter of its op's row in the op table
+ * (`qf_tfl_rows`, tflite_rows.c): tflite_ops.c has those of the integer
+ * nodes, tflite_ops_qdq.c those of the few DQ -> op -> Q forms the lowering
+ * leaves as they are (Sub, Softmax, Sigmoid, Tanh, HardSwish, and the shape
+ * ops Reshape / Flatten / Transpose / Pad, which need no arithmetic). This
+ * file holds the driver: the private lowered copy, graph inputs / outputs,
+ * each node through its row, the arena plan, the result and the report; the
+ * builder every emitter shares is tflite_build.c (tflite_build.h says who has
+ * what).
  *
  * Layout: TFLite's activations are NHWC, qfold's NCHW. Every rank-4 tensor
  * is written NHWC (its shape permuted), constants are permuted at export,
@@ -25,7 +27,6 @@
  * of its private copy before lowering (qf_graph_replace_uses then hands the
  * interface name to the replacement) and restores the outputs afterwards. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,337 +37,16 @@
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "qfold/tflite.h"
-#include "tflite_export_impl.h"
+#include "tflite_build.h"
 #include "tflite_write.h"
 
 #ifndef QF_VERSION
 #define QF_VERSION "?"
 #endif
-
-
-void *qf_tfl_ex_alloc(ex *e, size_t n)
-{
-    if (e->npool == e->cpool) {
-        int c = e->cpool ? 2 * e->cpool : 64;
-        void **p = qf_realloc(e->pool, sizeof *p * (size_t)c);
-        if (!p) return NULL;
-        e->pool = p;
-        e->cpool = c;
-    }
-    void *p = qf_calloc(1, n ? n : 1);
-    if (p) e->pool[e->npool++] = p;
-    return p;
-}
-
-const char *qf_tfl_ex_strdup(ex *e, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *p = qf_tfl_ex_alloc(e, n);
-    if (p) memcpy(p, s, n);
-    return p;
-}
-
-/* The ONNX node a lowered node comes from ("<name>_int8" -> "<name>"). */
-const char *qf_tfl_node_name(ex *e, const qf_node *n)
-{
-    size_t len = strlen(n->name);
-    if (len > 5 && strcmp(n->name + len - 5, "_int8") == 0) {
-        char *p = qf_tfl_ex_alloc(e, len - 4);
-        if (!p) return n->name;
-        memcpy(p, n->name, len - 5);
-        return p;
-    }
-    return n->name;
-}
-
-/* The ONNX op a (lowered) node comes from, for messages. */
-static const char *source_op(const qf_node *n)
-{
-    switch (n->op) {
-    case QF_OP_QLINEAR_CONV: return qf_tfl_fc_tail(n) ? "Gemm" : "Conv";
-    case QF_OP_QLINEAR_MATMUL: return "MatMul";
-    case QF_OP_QCONV_TRANSPOSE: return "ConvTranspose";
-    case QF_OP_QADD: return "Add";
-    case QF_OP_QMUL: return "Mul";
-    case QF_OP_QCONCAT: return "Concat";
-    case QF_OP_QAVG_POOL: return "AveragePool";
-    case QF_OP_QMEAN: return "ReduceMean / GlobalAveragePool";
-    case QF_OP_QLUT: return "HardSwish";
-    default: return qf_op_label(n);
-    }
-}
-
-qf_status qf_tfl_refuse(ex *e, const qf_node *n, const char *fmt, ...)
-{
-    char why[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    if (!n) return qf_error(QF_ERR_UNSUPPORTED, "tflite export: %s", why);
-    return qf_error(QF_ERR_UNSUPPORTED, "tflite export: node '%s' (%s): %s", qf_tfl_node_name(e, n), source_op(n), why);
-}
-
-/* ---- layout ------------------------------------------------------------------ */
-
-/* NCHW -> NHWC: physical axis i of a rank-4 tensor holds logical axis
- * qf_tfl_nhwc[i]; the logical axis a is physical qf_tfl_axis(a). */
-const int qf_tfl_nhwc_from[4] = {0, 2, 3, 1};
-int qf_tfl_phys_axis(int rank, int a) { return rank == 4 ? (a == 0 ? 0 : a == 1 ? 3 : a - 1) : a; }
-
-/* The TFLite shape of a logical shape (unknown dims, a dynamic batch, as 1). */
-static void phys_shape(const qf_tensor *t, int32_t *s)
-{
-    for (int i = 0; i < t->ndim; i++) {
-        int l = t->ndim == 4 ? qf_tfl_nhwc_from[i] : i;
-        s[i] = t->dims[l] > 0 ? (int32_t)t->dims[l] : 1;
-    }
-}
-
-/* Permute `n` elements of `es` bytes of a [d0, d1, d2, d3] tensor to the
- * order given by perm (out axis i = in axis perm[i]). */
-void qf_tfl_permute4(const void *src, void *dst, const int64_t d[4], const int perm[4], size_t es)
-{
-    int64_t od[4], is[4];
-    for (int i = 0; i < 4; i++) od[i] = d[perm[i]];
-    is[3] = 1;
-    for (int i = 2; i >= 0; i--) is[i] = is[i + 1] * d[i + 1];
-    const char *s = src;
-    char *o = dst;
-    int64_t k = 0;
-    for (int64_t a = 0; a < od[0]; a++)
-        for (int64_t b = 0; b < od[1]; b++)
-            for (int64_t c = 0; c < od[2]; c++)
-                for (int64_t x = 0; x < od[3]; x++, k++) {
-                    int64_t idx[4] = {0};
-                    idx[perm[0]] = a;
-                    idx[perm[1]] = b;
-                    idx[perm[2]] = c;
-                    idx[perm[3]] = x;
-                    int64_t off = idx[0] * is[0] + idx[1] * is[1] + idx[2] * is[2] + idx[3] * is[3];
-                    memcpy(o + (size_t)k * es, s + (size_t)off * es, es);
-                }
-}
-
-/* ---- tensors and buffers ------------------------------------------------------ */
-
-qf_status qf_tfl_grow(void **p, int *cap, int need, size_t es)
-{
-    if (need <= *cap) return QF_OK;
-    int c = *cap ? *cap : 32;
-    while (c < need) c *= 2;
-    void *q = qf_realloc(*p, es * (size_t)c);
-    if (!q) return QF_ERR_NOMEM;
-    memset((char *)q + es * (size_t)*cap, 0, es * (size_t)(c - *cap));
-    *p = q;
-    *cap = c;
-    return QF_OK;
-}
-
-/* A buffer holding a copy of data; its index + 1 (the tensor's buffer). */
-static uint32_t add_buffer(ex *e, const void *data, size_t size)
-{
-    if (qf_tfl_grow((void **)&e->b, &e->cb, e->nb + 1, sizeof *e->b) != QF_OK) return 0;
-    void *p = qf_tfl_ex_alloc(e, size);
-    if (!p) return 0;
-    if (data) memcpy(p, data, size);
-    e->b[e->nb].data = p;
-    e->b[e->nb].size = size;
-    return (uint32_t)++e->nb;
-}
-
-/* A new tensor; its index or -1 (out of memory). data (may be NULL: an
- * activation) of `size` bytes is copied into its own buffer. */
-int qf_tfl_add_tensor(ex *e, const char *name, int type, int ndim, const int32_t *shape, const void *data, size_t size,
-                      int nq, const float *scale, const int64_t *zp, int qdim, bool param)
-{
-    int ct = e->ct;
-    if (qf_tfl_grow((void **)&e->t, &ct, e->nt + 1, sizeof *e->t) != QF_OK) return -1;
-    if (qf_tfl_grow((void **)&e->t_param, &e->ct, e->nt + 1, sizeof *e->t_param) != QF_OK) return -1;
-    qf_tfl_tensor *t = &e->t[e->nt];
-    memset(t, 0, sizeof *t);
-    t->name = qf_tfl_ex_strdup(e, name);
-    t->type = type;
-    t->ndim = ndim;
-    memcpy(t->shape, shape, sizeof(int32_t) * (size_t)ndim);
-    if (data || size) {
-        t->buffer = add_buffer(e, data, size);
-        if (!t->buffer) return -1;
-    }
-    if (nq > 0) {
-        float *s = qf_tfl_ex_alloc(e, sizeof *s * (size_t)nq);
-        int64_t *z = qf_tfl_ex_alloc(e, sizeof *z * (size_t)nq);
-        if (!s || !z) return -1;
-        memcpy(s, scale, sizeof *s * (size_t)nq);
-        if (zp) memcpy(z, zp, sizeof *z * (size_t)nq);
-        t->nq = nq;
-        t->scale = s;
-        t->zero_point = z;
-        t->qdim = qdim;
-    }
-    if (!t->name) return -1;
-    e->t_param[e->nt] = param;
-    return e->nt++;
-}
-
-qf_status qf_tfl_need(int ti) { return ti < 0 ? qf_error(QF_ERR_NOMEM, "tflite export: out of memory") : QF_OK; }
-
-/* A per-tensor int8 quantization: scale (f32 scalar) and zero point (i8 scalar). */
-bool qf_tfl_qp_from(const qf_value *s, const qf_value *z, tfl_qp *qp)
-{
-    if (!s || !z || !qf_value_is_const(s) || !qf_value_is_const(z) || s->type.dtype != QF_DTYPE_F32 ||
-        z->type.dtype != QF_DTYPE_I8 || qf_tensor_numel(&s->type) != 1 || qf_tensor_numel(&z->type) != 1)
-        return false;
-    qp->scale = *(const float *)s->type.data;
-    qp->zp = *(const int8_t *)z->type.data;
-    return qp->scale > 0.0f && isfinite(qp->scale);
-}
-
-/* The input slots (scale, zero point) of the output qparams of a lowered node. */
-static int out_qp_slot(qf_op op)
-{
-    switch (op) {
-    case QF_OP_QLINEAR_CONV:
-    case QF_OP_QLINEAR_MATMUL:
-    case QF_OP_QADD:
-    case QF_OP_QMUL:
-    case QF_OP_QCONV_TRANSPOSE: return 6;
-    case QF_OP_QCONCAT: return 0;
-    case QF_OP_QAVG_POOL:
-    case QF_OP_QMEAN:
-    case QF_OP_QLUT: return 3;
-    default: return -1;
-    }
-}
-
-/* An op that moves int8 values without changing their qparams. */
-static bool passes_qp(qf_op op)
-{
-    return op == QF_OP_MAX_POOL || op == QF_OP_RESHAPE || op == QF_OP_FLATTEN || op == QF_OP_TRANSPOSE ||
-           op == QF_OP_SQUEEZE || op == QF_OP_UNSQUEEZE;
-}
-
-/* The qparams of an int8 activation: from its producer (a Q, a lowered node,
- * an int8 shape op or max pool: its input's), else from a reader (a DQ, a
- * lowered node: the scale and zero point after the operand, an int8 shape
- * op: its output's). */
-static bool act_qp_depth(const qf_value *v, tfl_qp *qp, int depth, bool up)
-{
-    if (!v || depth > 64) return false;
-    const qf_node *p = v->producer;
-    if (p && p->op == QF_OP_QUANTIZE && p->ninputs == 3) return qf_tfl_qp_from(p->inputs[1], p->inputs[2], qp);
-    int slot = p ? out_qp_slot(p->op) : -1;
-    if (slot >= 0) return qf_tfl_qp_from(p->inputs[slot], p->inputs[slot + 1], qp);
-    for (int i = 0; i < v->nuses; i++) {
-        const qf_node *u = v->uses[i].node;
-        const int k = v->uses[i].slot;
-        if (u->op == QF_OP_DEQUANTIZE && u->ninputs == 3 && k == 0)
-            return qf_tfl_qp_from(u->inputs[1], u->inputs[2], qp);
-        /* a lowered node reads each int8 operand followed by its scale and zero point */
-        if (out_qp_slot(u->op) >= 0 && k + 2 < u->ninputs && qf_tfl_qp_from(u->inputs[k + 1], u->inputs[k + 2], qp))
-            return true;
-    }
-    for (int i = 0; i < v->nuses; i++) {
-        const qf_node *u = v->uses[i].node;
-        if (v->uses[i].slot == 0 && passes_qp(u->op) && u->outputs[0]->type.dtype == QF_DTYPE_I8 &&
-            act_qp_depth(u->outputs[0], qp, depth + 1, false))
-            return true;
-    }
-    if (up && p && p->ninputs >= 1 && passes_qp(p->op)) return act_qp_depth(p->inputs[0], qp, depth + 1, true);
-    return false;
-}
-
-bool qf_tfl_act_qp(const qf_value *v, tfl_qp *qp) { return act_qp_depth(v, qp, 0, true); }
-
-/* The tensor of an int8 (or, at the boundaries, float) activation value. */
-qf_status qf_tfl_act_tensor(ex *e, const qf_node *n, const qf_value *v, int *out)
-{
-    if (e->vmap[v->id]) {
-        *out = e->vmap[v->id] - 1;
-        return QF_OK;
-    }
-    int32_t shape[QF_MAX_DIMS];
-    phys_shape(&v->type, shape);
-    int ti;
-    if (v->type.dtype == QF_DTYPE_F32) {
-        ti = qf_tfl_add_tensor(e, v->name, QF_TFL_FLOAT32, v->type.ndim, shape, NULL, 0, 0, NULL, NULL, 0, false);
-    } else if (v->type.dtype == QF_DTYPE_I8) {
-        tfl_qp qp;
-        if (!qf_tfl_act_qp(v, &qp))
-            return qf_tfl_refuse(e, n, "int8 tensor '%s' has no per-tensor scale and zero point",
-                                 v->name);
-        int64_t zp = qp.zp;
-        ti = qf_tfl_add_tensor(e, v->name, QF_TFL_INT8, v->type.ndim, shape, NULL, 0, 1, &qp.scale, &zp, 0, false);
-    } else {
-        return qf_tfl_refuse(e, n, "tensor '%s' is %s, not int8", v->name, qf_dtype_name(v->type.dtype));
-    }
-    QF_TRY(qf_tfl_need(ti));
-    e->vmap[v->id] = ti + 1;
-    *out = ti;
-    return QF_OK;
-}
-
-/* An int32 constant [n] (shape, axes, permutation) or [n/2, 2] (paddings). */
-int qf_tfl_i32_tensor(ex *e, const char *owner, const char *what, const int32_t *v, int n, bool pairs)
-{
-    char name[512];
-    snprintf(name, sizeof name, "%.440s_%.60s", owner, what);
-    int32_t shape[2] = {pairs ? n / 2 : n, 2};
-    return qf_tfl_add_tensor(e, name, QF_TFL_INT32, pairs ? 2 : 1, shape, v, sizeof *v * (size_t)n,
-                             0, NULL, NULL, 0, false);
-}
-
 /* ---- driver ------------------------------------------------------------------- */
 
-typedef qf_status (*emit_fn)(ex *e, qf_node *n);
-
-/* One row per node kind of the lowered graph: its TFLite form. */
-typedef struct tfl_row {
-    qf_op op;
-    emit_fn emit;
-} tfl_row;
-
-static const tfl_row qf_tfl_rows[] = {
-    /* integer nodes of the lowering (src/quant/lower.c) */
-    {QF_OP_QLINEAR_CONV, qf_tfl_emit_qconv},             /* CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED (Gemm) */
-    {QF_OP_QLINEAR_MATMUL, qf_tfl_emit_qmatmul},         /* FULLY_CONNECTED (MatMul by a constant) */
-    {QF_OP_QCONV_TRANSPOSE, qf_tfl_emit_qconv_transpose}, /* TRANSPOSE_CONV */
-    {QF_OP_MAX_POOL, qf_tfl_emit_pool},                  /* MAX_POOL_2D (int8 in and out) */
-    {QF_OP_QAVG_POOL, qf_tfl_emit_pool},                 /* AVERAGE_POOL_2D */
-    {QF_OP_QMEAN, qf_tfl_emit_qmean},                    /* MEAN (GlobalAveragePool, ReduceMean) */
-    {QF_OP_QADD, qf_tfl_emit_qbinary},                   /* ADD */
-    {QF_OP_QMUL, qf_tfl_emit_qbinary},                   /* MUL */
-    {QF_OP_QCONCAT, qf_tfl_emit_qconcat},                /* CONCATENATION */
-    {QF_OP_QLUT, qf_tfl_emit_qlut},                      /* HARD_SWISH */
-    /* DQ -> op -> [act] -> Q groups the lowering leaves */
-    {QF_OP_SUB, qf_tfl_emit_float},                      /* SUB */
-    {QF_OP_ADD, qf_tfl_emit_float},                      /* ADD (qparams the lowering declined) */
-    {QF_OP_MUL, qf_tfl_emit_float},                      /* MUL */
-    {QF_OP_SIGMOID, qf_tfl_emit_float},                  /* LOGISTIC */
-    {QF_OP_TANH, qf_tfl_emit_float},                     /* TANH */
-    {QF_OP_HARD_SWISH, qf_tfl_emit_float},               /* HARD_SWISH */
-    {QF_OP_SOFTMAX, qf_tfl_emit_float},                  /* SOFTMAX */
-    {QF_OP_RELU, qf_tfl_emit_act},                       /* a fused RELU / RELU6 of a 1x1 MAX_POOL_2D or an ADD of 0 */
-    {QF_OP_RELU6, qf_tfl_emit_act},
-    {QF_OP_CLIP, qf_tfl_emit_act},
-    /* layout ops, on int8 data or between a DQ and a Q of the same qparams */
-    {QF_OP_RESHAPE, qf_tfl_emit_reshape},                /* RESHAPE (+ TRANSPOSE where NHWC order differs) */
-    {QF_OP_FLATTEN, qf_tfl_emit_reshape},
-    {QF_OP_SQUEEZE, qf_tfl_emit_reshape},
-    {QF_OP_UNSQUEEZE, qf_tfl_emit_reshape},
-    {QF_OP_TRANSPOSE, qf_tfl_emit_transpose},            /* TRANSPOSE */
-    {QF_OP_PAD, qf_tfl_emit_pad_node},                   /* PAD */
-};
-
-static const tfl_row *row_of(qf_op op)
-{
-    for (size_t i = 0; i < sizeof qf_tfl_rows / sizeof qf_tfl_rows[0]; i++)
-        if (qf_tfl_rows[i].op == op) return &qf_tfl_rows[i];
-    return NULL;
-}
-
 /* A graph input: float (its Q makes the int8 input) or int8 already. */
-static qf_status emit_inputs(ex *e)
+static qf_status emit_inputs(qf_tfl_ex *e)
 {
     for (int i = 0; i < e->g->ninputs; i++) {
         qf_value *x = e->g->inputs[i];
@@ -399,7 +79,7 @@ static qf_status emit_inputs(ex *e)
     return QF_OK;
 }
 
-static qf_status add_gout(ex *e, int ti)
+static qf_status add_gout(qf_tfl_ex *e, int ti)
 {
     for (int i = 0; i < e->ngout; i++)
         if (e->gout[i] == ti) return QF_OK;
@@ -409,7 +89,7 @@ static qf_status add_gout(ex *e, int ti)
 }
 
 /* A graph output: the DQ of an int8 tensor (float out), or int8. */
-static qf_status emit_outputs(ex *e)
+static qf_status emit_outputs(qf_tfl_ex *e)
 {
     for (int i = 0; i < e->g->noutputs; i++) {
         qf_value *y = e->g->outputs[i];
@@ -443,13 +123,15 @@ static qf_status emit_outputs(ex *e)
  * reads: groups take its int8 input), a graph output's DQ (emit_outputs)? */
 static bool passive(const qf_node *n) { return n->op == QF_OP_DEQUANTIZE; }
 
-static qf_status emit_ops(ex *e)
+static qf_status emit_ops(qf_tfl_ex *e)
 {
     for (qf_node *n = e->g->first; n; n = n->next) {
         if (e->skip[n->id] || passive(n)) continue;
         if (n->op == QF_OP_RESHAPE && qf_tfl_fc_head(n)) continue;
-        const tfl_row *r = row_of(n->op);
-        if (!r) {
+        const qf_tfl_row *r = &qf_tfl_rows[n->op];
+        e->node = n;
+        e->source = r->source;
+        if (!r->emit) {
             bool float_in = false;
             for (int i = 0; i < n->ninputs; i++)
                 if (n->inputs[i] && !qf_value_is_const(n->inputs[i]) && n->inputs[i]->type.dtype == QF_DTYPE_F32)
@@ -460,14 +142,14 @@ static qf_status emit_ops(ex *e)
                            "ops can express)"
                          : "no TFLite int8 form");
         }
-        QF_TRY(r->emit(e, n));
+        QF_TRY(r->emit(e, n, r));
     }
     return QF_OK;
 }
 
-static qf_status arena_plan(ex *e, qf_tflite_result *r);
+static qf_status arena_plan(qf_tfl_ex *e, qf_tflite_result *r);
 
-static void ex_free(ex *e)
+static void ex_free(qf_tfl_ex *e)
 {
     for (int i = 0; i < e->npool; i++) qf_free(e->pool[i]);
     qf_free(e->pool);
@@ -593,7 +275,7 @@ qf_status qf_tflite_export(const qf_graph *g, const qf_tflite_options *o, qf_tfl
     static const qf_tflite_options dflt = {0};
     memset(r, 0, sizeof *r);
     if (!o) o = &dflt;
-    ex e = {0};
+    qf_tfl_ex e = {0};
     e.o = o;
     if (o->batch < 0 || o->batch > 65536)
         return qf_error(QF_ERR_INVALID, "tflite export: batch %d is not in [1, 65536]", o->batch);
@@ -664,7 +346,7 @@ qf_status qf_tflite_export(const qf_graph *g, const qf_tflite_options *o, qf_tfl
  * subgraph's outputs to the end); at each op its outputs are placed at the
  * lowest offset where they fit among the live tensors (16-byte aligned),
  * then the tensors it read for the last time are freed. */
-static qf_status arena_plan(ex *e, qf_tflite_result *r)
+static qf_status arena_plan(qf_tfl_ex *e, qf_tflite_result *r)
 {
     int nt = e->nt;
     int *first = qf_malloc(sizeof *first * (size_t)(nt + 1)), *last = qf_malloc(sizeof *last * (size_t)(nt + 1));

@@ -5,7 +5,7 @@
  * TRANSPOSE_CONV (+ ADD for bias and activation: ArmNN's parser takes three
  * inputs), pools, MEAN, ADD / MUL, CONCATENATION; the fused activation from
  * the lowering's clamp, pads SAME cannot express as a widened SAME kernel.
- * The op table that calls them is in tflite_export.c. */
+ * Their rows are in tflite_rows.c; they build on tflite_build.h alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,94 +13,11 @@
 
 #include "qfold/quant.h"
 #include "qfold/schema.h"
-#include "tflite_export_impl.h"
-
-/* ---- operators ---------------------------------------------------------------- */
-
-static const char *tfl_op_name(int code)
-{
-    switch (code) {
-    case QF_TFL_ADD: return "ADD";
-    case QF_TFL_AVERAGE_POOL_2D: return "AVERAGE_POOL_2D";
-    case QF_TFL_CONCATENATION: return "CONCATENATION";
-    case QF_TFL_CONV_2D: return "CONV_2D";
-    case QF_TFL_DEPTHWISE_CONV_2D: return "DEPTHWISE_CONV_2D";
-    case QF_TFL_DEQUANTIZE: return "DEQUANTIZE";
-    case QF_TFL_FULLY_CONNECTED: return "FULLY_CONNECTED";
-    case QF_TFL_LOGISTIC: return "LOGISTIC";
-    case QF_TFL_MAX_POOL_2D: return "MAX_POOL_2D";
-    case QF_TFL_MUL: return "MUL";
-    case QF_TFL_RESHAPE: return "RESHAPE";
-    case QF_TFL_SOFTMAX: return "SOFTMAX";
-    case QF_TFL_TANH: return "TANH";
-    case QF_TFL_PAD: return "PAD";
-    case QF_TFL_TRANSPOSE: return "TRANSPOSE";
-    case QF_TFL_MEAN: return "MEAN";
-    case QF_TFL_SUB: return "SUB";
-    case QF_TFL_TRANSPOSE_CONV: return "TRANSPOSE_CONV";
-    case QF_TFL_QUANTIZE: return "QUANTIZE";
-    case QF_TFL_HARD_SWISH: return "HARD_SWISH";
-    default: return "?";
-    }
-}
-
-/* Append an operator; *op gets it to fill the options. */
-qf_status qf_tfl_add_op(ex *e, const qf_node *n, int code, const int32_t *in, int nin, const int32_t *out, int nout,
-                        int64_t macs, qf_tfl_op **op)
-{
-    int c = e->cops;
-    QF_TRY(qf_tfl_grow((void **)&e->ops, &c, e->nops + 1, sizeof *e->ops));
-    QF_TRY(qf_tfl_grow((void **)&e->info, &e->cops, e->nops + 1, sizeof *e->info));
-    int32_t *io = qf_tfl_ex_alloc(e, sizeof *io * (size_t)(nin + nout));
-    if (!io) return QF_ERR_NOMEM;
-    memcpy(io, in, sizeof *io * (size_t)nin);
-    memcpy(io + nin, out, sizeof *io * (size_t)nout);
-    qf_tfl_op *p = &e->ops[e->nops];
-    memset(p, 0, sizeof *p);
-    p->code = code;
-    p->inputs = io;
-    p->ninputs = nin;
-    p->outputs = io + nin;
-    p->noutputs = nout;
-    p->dilation_w = p->dilation_h = 1;
-    p->stride_w = p->stride_h = 1;
-    p->beta = 1.0f;
-    qf_tflite_op_info *f = &e->info[e->nops];
-    memset(f, 0, sizeof *f);
-    f->op = tfl_op_name(code);
-    f->node = qf_tfl_ex_strdup(e, qf_tfl_node_name(e, n)); /* the result outlives the private graph */
-    if (!f->node) return QF_ERR_NOMEM;
-    f->output = nout ? e->t[out[0]].name : "";
-    f->macs = macs;
-    for (int i = 0; i < nin; i++) {
-        if (in[i] < 0) continue;
-        const qf_tfl_tensor *t = &e->t[in[i]];
-        if (t->buffer) {
-            if (e->t_param[in[i]]) f->weight_bytes += (int64_t)e->b[t->buffer - 1].size;
-            continue;
-        }
-        if (f->ninputs < QF_TFLITE_MAX_IO) {
-            f->in_ndim[f->ninputs] = t->ndim;
-            memcpy(f->in_shape[f->ninputs], t->shape, sizeof(int32_t) * (size_t)t->ndim);
-        }
-        f->ninputs++;
-    }
-    for (int i = 0; i < nout; i++) {
-        const qf_tfl_tensor *t = &e->t[out[i]];
-        if (f->noutputs < QF_TFLITE_MAX_IO) {
-            f->out_ndim[f->noutputs] = t->ndim;
-            memcpy(f->out_shape[f->noutputs], t->shape, sizeof(int32_t) * (size_t)t->ndim);
-        }
-        f->noutputs++;
-    }
-    e->nops++;
-    *op = p;
-    return QF_OK;
-}
+#include "tflite_build.h"
 
 /* The fused activation of a lowered node's clamp [lo, hi] in its output's
  * integers (TFLite's CalculateActivationRangeQuantized); -1: none fits. */
-static int fused_act(const qf_node *k, tfl_qp y)
+static int fused_act(const qf_node *k, qf_tfl_qp y)
 {
     int count = 0;
     const int64_t *c = qf_node_attr_ints(k, "qfold_clamp", &count);
@@ -119,7 +36,7 @@ typedef struct geom {
     int64_t k[2], s[2], d[2], pb[2], pe[2], in[2], out[2];
 } geom;
 
-static qf_status get_geom(ex *e, const qf_node *n, const qf_tensor *x, const qf_tensor *y, const int64_t *kernel,
+static qf_status get_geom(qf_tfl_ex *e, const qf_node *n, const qf_tensor *x, const qf_tensor *y, const int64_t *kernel,
                           geom *g)
 {
     int cnt;
@@ -198,7 +115,7 @@ static bool widen_kernel(geom *g, int64_t off[2])
 
 /* A PAD of tensor xi (NHWC, int8) by g's pads: the padded tensor's index.
  * TFLite's int8 PAD fills with the zero point (the real value 0). */
-static qf_status add_pad(ex *e, const qf_node *n, int xi, const geom *g, int *out)
+static qf_status add_pad(qf_tfl_ex *e, const qf_node *n, int xi, const geom *g, int *out)
 {
     const qf_tfl_tensor x = e->t[xi];
     int32_t shape[4] = {x.shape[0], x.shape[1] + (int32_t)(g->pb[0] + g->pe[0]),
@@ -219,7 +136,7 @@ static qf_status add_pad(ex *e, const qf_node *n, int xi, const geom *g, int *ou
 
 /* The int32 bias of a conv-like node [m] at scale s_x * s_w[c] (zeros
  * when the node has none). */
-static int bias_tensor(ex *e, const qf_node *n, const qf_value *bq, int64_t m, float sx, const float *sw, int64_t nw)
+static int bias_tensor(qf_tfl_ex *e, const qf_node *n, const qf_value *bq, int64_t m, float sx, const float *sw, int64_t nw)
 {
     float *sb = qf_tfl_ex_alloc(e, sizeof *sb * (size_t)m);
     int64_t *zb = qf_tfl_ex_alloc(e, sizeof *zb * (size_t)m);
@@ -242,7 +159,7 @@ static int bias_tensor(ex *e, const qf_node *n, const qf_value *bq, int64_t m, f
 
 /* Weight scales: per tensor, or per channel (all equal counts as per tensor
  * when `collapse`). Zero points must be 0 (symmetric). */
-static qf_status weight_qp(ex *e, const qf_node *n, const qf_value *s, const qf_value *z, const float **sw, int64_t *nw)
+static qf_status weight_qp(qf_tfl_ex *e, const qf_node *n, const qf_value *s, const qf_value *z, const float **sw, int64_t *nw)
 {
     *sw = s->type.data;
     *nw = qf_tensor_numel(&s->type);
@@ -255,7 +172,7 @@ static qf_status weight_qp(ex *e, const qf_node *n, const qf_value *s, const qf_
 }
 
 /* A weight tensor, data already in TFLite's layout. */
-static int weight_tensor(ex *e, const qf_value *w, int ndim, const int32_t *shape, const void *data, size_t size,
+static int weight_tensor(qf_tfl_ex *e, const qf_value *w, int ndim, const int32_t *shape, const void *data, size_t size,
                          const float *sw, int64_t nw, int qdim)
 {
     int64_t *zp = qf_tfl_ex_alloc(e, sizeof *zp * (size_t)nw);
@@ -265,9 +182,9 @@ static int weight_tensor(ex *e, const qf_value *w, int ndim, const int32_t *shap
 
 /* A fully connected layer: x [N, K] int8 -> y [N, M], weight [M, K] int8 per
  * tensor (wdata, row-major), bias [M]. */
-static qf_status emit_fc(ex *e, const qf_node *n, const qf_value *x, const qf_value *y, const qf_value *w,
+static qf_status emit_fc(qf_tfl_ex *e, const qf_node *n, const qf_value *x, const qf_value *y, const qf_value *w,
                          const int8_t *wdata, int64_t M, int64_t K, const qf_value *ws, const qf_value *wz,
-                         const qf_value *bq, tfl_qp xq, tfl_qp yq, int act)
+                         const qf_value *bq, qf_tfl_qp xq, qf_tfl_qp yq, int act)
 {
     const float *sw;
     int64_t nw;
@@ -295,28 +212,17 @@ static qf_status emit_fc(ex *e, const qf_node *n, const qf_value *x, const qf_va
     return QF_OK;
 }
 
-/* The lowered Gemm form: Reshape([N, K] -> [N, K, 1, 1]) -> QLinearConv 1x1
- * -> Reshape([N, M]); NULL unless ql heads it (the second reshape returned). */
-const qf_node *qf_tfl_fc_tail(const qf_node *ql)
+qf_status qf_tfl_emit_qconv(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
-    if (ql->op != QF_OP_QLINEAR_CONV || qf_node_attr(ql, "kernel_shape")) return NULL;
-    const qf_node *r1 = ql->inputs[0]->producer;
-    const qf_value *y = ql->outputs[0];
-    if (!r1 || r1->op != QF_OP_RESHAPE || r1->inputs[0]->type.ndim != 2 || r1->outputs[0]->nuses != 1) return NULL;
-    if (y->nuses != 1 || y->is_output || y->uses[0].node->op != QF_OP_RESHAPE) return NULL;
-    const qf_node *r2 = y->uses[0].node;
-    return r2->outputs[0]->type.ndim == 2 ? r2 : NULL;
-}
-
-qf_status qf_tfl_emit_qconv(ex *e, qf_node *n)
-{
-    tfl_qp xq, yq;
+    (void)row; /* CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED, by the node */
+    const qf_node *r2 = qf_tfl_fc_tail(n);
+    if (r2) e->source = "Gemm";
+    qf_tfl_qp xq, yq;
     if (!qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) || !qf_tfl_qp_from(n->inputs[6], n->inputs[7], &yq))
         return qf_tfl_refuse(e, n, "activation qparams are not per-tensor int8");
     const qf_value *w = n->inputs[3], *bq = n->ninputs > 8 ? n->inputs[8] : NULL;
     const qf_tensor *wt = &w->type;
     int act = fused_act(n, yq);
-    const qf_node *r2 = qf_tfl_fc_tail(n);
     if (r2) {
         /* a Linear layer: FULLY_CONNECTED from the first reshape's input to the second's output */
         e->skip[r2->id] = true;
@@ -397,9 +303,10 @@ qf_status qf_tfl_emit_qconv(ex *e, qf_node *n)
 
 /* A fully connected layer from an int8 MatMul by a constant [K, M] (per
  * tensor): the weight transposed to [M, K]. */
-qf_status qf_tfl_emit_qmatmul(ex *e, qf_node *n)
+qf_status qf_tfl_emit_qmatmul(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
-    tfl_qp xq, yq;
+    (void)row; /* FULLY_CONNECTED */
+    qf_tfl_qp xq, yq;
     if (!qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) || !qf_tfl_qp_from(n->inputs[6], n->inputs[7], &yq))
         return qf_tfl_refuse(e, n, "activation qparams are not per-tensor int8");
     const qf_value *b = n->inputs[3];
@@ -417,7 +324,7 @@ qf_status qf_tfl_emit_qmatmul(ex *e, qf_node *n)
 }
 
 /* MAX_POOL_2D (the int8 MaxPool) and AVERAGE_POOL_2D (QAVG_POOL). */
-qf_status qf_tfl_emit_pool(ex *e, qf_node *n)
+qf_status qf_tfl_emit_pool(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     const bool avg = n->op == QF_OP_QAVG_POOL;
     const qf_value *x = n->inputs[0], *y = n->outputs[0];
@@ -432,7 +339,7 @@ qf_status qf_tfl_emit_pool(ex *e, qf_node *n)
     QF_TRY(get_geom(e, n, &x->type, &y->type, ks, &g));
     int act = QF_TFL_ACT_NONE;
     if (avg) {
-        tfl_qp yq;
+        qf_tfl_qp yq;
         if (!qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
             return qf_tfl_refuse(e, n, "output qparams are not per-tensor int8");
         act = fused_act(n, yq);
@@ -456,7 +363,7 @@ qf_status qf_tfl_emit_pool(ex *e, qf_node *n)
         return qf_tfl_refuse(e, n, "count_include_pad = 1 with SAME pads (TFLite's average excludes the padding)");
     }
     qf_tfl_op *op;
-    QF_TRY(qf_tfl_add_op(e, n, avg ? QF_TFL_AVERAGE_POOL_2D : QF_TFL_MAX_POOL_2D, &xi, 1, &yi, 1, 0, &op));
+    QF_TRY(qf_tfl_add_op(e, n, row->builtin, &xi, 1, &yi, 1, 0, &op));
     op->padding = padding;
     op->stride_h = (int)g.s[0];
     op->stride_w = (int)g.s[1];
@@ -467,7 +374,7 @@ qf_status qf_tfl_emit_pool(ex *e, qf_node *n)
 }
 
 /* MEAN over the lowered node's axes (non-negative), mapped to NHWC. */
-qf_status qf_tfl_emit_qmean(ex *e, qf_node *n)
+qf_status qf_tfl_emit_qmean(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     const qf_value *x = n->inputs[0], *y = n->outputs[0];
     int cnt = 0;
@@ -486,7 +393,7 @@ qf_status qf_tfl_emit_qmean(ex *e, qf_node *n)
                 last = qf_tfl_nhwc_from[i];
             }
     }
-    tfl_qp yq;
+    qf_tfl_qp yq;
     if (!qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
         return qf_tfl_refuse(e, n, "output qparams are not per-tensor int8");
     if (fused_act(n, yq) != QF_TFL_ACT_NONE) return qf_tfl_refuse(e, n, "TFLite's MEAN has no fused activation");
@@ -501,55 +408,15 @@ qf_status qf_tfl_emit_qmean(ex *e, qf_node *n)
     QF_TRY(qf_tfl_need(ai));
     qf_tfl_op *op;
     int32_t in[2] = {xi, ai};
-    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_MEAN, in, 2, &yi, 1, 0, &op));
+    QF_TRY(qf_tfl_add_op(e, n, row->builtin, in, 2, &yi, 1, 0, &op));
     op->keep_dims = keep;
     return QF_OK;
 }
 
-/* An operand of an elementwise op of output rank `rank`: an activation's
- * tensor, or a constant int8 (qparams qp) broadcast-expanded to the rank and
- * permuted to NHWC. */
-qf_status qf_tfl_operand(ex *e, const qf_node *n, const qf_value *v, tfl_qp qp, int rank, int *out)
-{
-    if (!qf_value_is_const(v)) {
-        if (v->type.ndim != rank && rank == 4)
-            return qf_tfl_refuse(
-                e, n, "operand '%s' of rank %d broadcast against rank 4 (NHWC) is not exported",
-                v->name, v->type.ndim);
-        return qf_tfl_act_tensor(e, n, v, out);
-    }
-    if (v->type.dtype != QF_DTYPE_I8) return qf_tfl_refuse(e, n, "constant '%s' is not int8", v->name);
-    if (e->vmap[v->id]) {
-        *out = e->vmap[v->id] - 1;
-        return QF_OK;
-    }
-    int64_t d[QF_MAX_DIMS];
-    int k = rank - v->type.ndim;
-    if (k < 0) return qf_tfl_refuse(e, n, "constant '%s' has a higher rank than the output", v->name);
-    for (int i = 0; i < rank; i++) d[i] = i < k ? 1 : v->type.dims[i - k];
-    int64_t numel = qf_tensor_numel(&v->type);
-    int8_t *data = qf_tfl_ex_alloc(e, (size_t)numel);
-    if (!data) return QF_ERR_NOMEM;
-    int32_t shape[QF_MAX_DIMS];
-    if (rank == 4) {
-        qf_tfl_permute4(v->type.data, data, d, qf_tfl_nhwc_from, 1);
-        for (int i = 0; i < 4; i++) shape[i] = (int32_t)d[qf_tfl_nhwc_from[i]];
-    } else {
-        memcpy(data, v->type.data, (size_t)numel);
-        for (int i = 0; i < rank; i++) shape[i] = (int32_t)d[i];
-    }
-    int64_t zp = qp.zp;
-    int ti = qf_tfl_add_tensor(e, v->name, QF_TFL_INT8, rank, shape, data, (size_t)numel, 1, &qp.scale, &zp, 0, true);
-    QF_TRY(qf_tfl_need(ti));
-    e->vmap[v->id] = ti + 1;
-    *out = ti;
-    return QF_OK;
-}
-
 /* ADD / MUL from the lowered QADD / QMUL. */
-qf_status qf_tfl_emit_qbinary(ex *e, qf_node *n)
+qf_status qf_tfl_emit_qbinary(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
-    tfl_qp aq, bq, yq;
+    qf_tfl_qp aq, bq, yq;
     if (!qf_tfl_qp_from(n->inputs[1], n->inputs[2], &aq) || !qf_tfl_qp_from(n->inputs[4], n->inputs[5], &bq) ||
         !qf_tfl_qp_from(n->inputs[6], n->inputs[7], &yq))
         return qf_tfl_refuse(e, n, "qparams are not per-tensor int8");
@@ -562,7 +429,7 @@ qf_status qf_tfl_emit_qbinary(ex *e, qf_node *n)
     QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));
     qf_tfl_op *op;
     int32_t in[2] = {ai, bi};
-    QF_TRY(qf_tfl_add_op(e, n, n->op == QF_OP_QADD ? QF_TFL_ADD : QF_TFL_MUL, in, 2, &yi, 1, 0, &op));
+    QF_TRY(qf_tfl_add_op(e, n, row->builtin, in, 2, &yi, 1, 0, &op));
     op->activation = act;
     return QF_OK;
 }
@@ -570,7 +437,7 @@ qf_status qf_tfl_emit_qbinary(ex *e, qf_node *n)
 /* Tensor xi requantized to qparams yq by an int8 -> int8 QUANTIZE (TFLite's
  * Requantize, as qconcat.c computes it), named after node n and the input
  * slot; xi itself when it has them. */
-static qf_status requant_to(ex *e, const qf_node *n, int slot, int xi, tfl_qp yq, int *out)
+static qf_status requant_to(qf_tfl_ex *e, const qf_node *n, int slot, int xi, qf_tfl_qp yq, int *out)
 {
     const qf_tfl_tensor *t = &e->t[xi];
     if (t->nq == 1 && t->scale[0] == yq.scale && t->zero_point[0] == yq.zp) {
@@ -598,20 +465,20 @@ static qf_status requant_to(ex *e, const qf_node *n, int slot, int xi, tfl_qp yq
  * qparams are not the output's (its Prepare checks scale and zero point):
  * such an input is requantized first by a QUANTIZE, as TFLite's converter
  * does. */
-qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n)
+qf_status qf_tfl_emit_qconcat(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     const qf_value *y = n->outputs[0];
     const int rank = y->type.ndim, k = (n->ninputs - 2) / 3;
     int64_t axis = qf_node_attr_int(n, "axis", 0);
     if (axis < 0) axis += rank;
-    tfl_qp yq;
+    qf_tfl_qp yq;
     if (!qf_tfl_qp_from(n->inputs[0], n->inputs[1], &yq))
         return qf_tfl_refuse(e, n, "output qparams are not per-tensor int8");
     int32_t *in = qf_tfl_ex_alloc(e, sizeof *in * (size_t)(k > 0 ? k : 1));
     if (!in) return QF_ERR_NOMEM;
     for (int i = 0; i < k; i++) {
         const qf_value *x = n->inputs[2 + 3 * i];
-        tfl_qp xq;
+        qf_tfl_qp xq;
         if (!qf_tfl_qp_from(n->inputs[3 + 3 * i], n->inputs[4 + 3 * i], &xq))
             return qf_tfl_refuse(e, n, "input qparams are not per-tensor int8");
         int xi;
@@ -621,7 +488,7 @@ qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n)
     int yi;
     QF_TRY(qf_tfl_act_tensor(e, n, y, &yi));
     qf_tfl_op *op;
-    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_CONCATENATION, in, k, &yi, 1, 0, &op));
+    QF_TRY(qf_tfl_add_op(e, n, row->builtin, in, k, &yi, 1, 0, &op));
     op->axis = qf_tfl_phys_axis(rank, (int)axis);
     op->activation = QF_TFL_ACT_NONE;
     return QF_OK;
@@ -629,9 +496,9 @@ qf_status qf_tfl_emit_qconcat(ex *e, qf_node *n)
 
 /* HARD_SWISH from the lowered QLUT (inputs: x, s_x, zp_x, s_y, zp_y; the
  * lowering makes it of a HardSwish only). */
-qf_status qf_tfl_emit_qlut(ex *e, qf_node *n)
+qf_status qf_tfl_emit_qlut(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
-    tfl_qp xq, yq;
+    qf_tfl_qp xq, yq;
     if (strcmp(qf_node_attr_string(n, "qfold_fn", ""), "hard_swish") != 0 ||
         !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) || !qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
         return qf_tfl_refuse(e, n, "not an int8 HardSwish of per-tensor qparams");
@@ -639,15 +506,16 @@ qf_status qf_tfl_emit_qlut(ex *e, qf_node *n)
     QF_TRY(qf_tfl_act_tensor(e, n, n->inputs[0], &xi));
     QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));
     qf_tfl_op *op;
-    return qf_tfl_add_op(e, n, QF_TFL_HARD_SWISH, &xi, 1, &yi, 1, 0, &op);
+    return qf_tfl_add_op(e, n, row->builtin, &xi, 1, &yi, 1, 0, &op);
 }
 
 /* TRANSPOSE_CONV from the lowered QCONV_TRANSPOSE: weights [C, M, kh, kw]
  * -> [M, kh, kw, C] (OHWI, per channel on 0), output_shape an input. TFLite
  * crops total/2 at the start (SAME) or nothing (VALID); other pads are refused. */
-qf_status qf_tfl_emit_qconv_transpose(ex *e, qf_node *n)
+qf_status qf_tfl_emit_qconv_transpose(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
-    tfl_qp xq, yq;
+    (void)row; /* TRANSPOSE_CONV (+ ADD) */
+    qf_tfl_qp xq, yq;
     if (!qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) || !qf_tfl_qp_from(n->inputs[6], n->inputs[7], &yq))
         return qf_tfl_refuse(e, n, "activation qparams are not per-tensor int8");
     const qf_value *x = n->inputs[0], *y = n->outputs[0], *w = n->inputs[3], *bq = n->ninputs > 8 ? n->inputs[8] : NULL;
@@ -778,12 +646,4 @@ qf_status qf_tfl_emit_qconv_transpose(ex *e, qf_node *n)
     QF_TRY(qf_tfl_add_op(e, n, QF_TFL_ADD, ain, 2, &yi, 1, 0, &op));
     op->activation = act;
     return QF_OK;
-}
-
-/* The lowered Gemm's first reshape: part of the FULLY_CONNECTED. */
-bool qf_tfl_fc_head(const qf_node *r)
-{
-    if (r->op != QF_OP_RESHAPE || r->outputs[0]->nuses != 1) return false;
-    const qf_node *u = r->outputs[0]->uses[0].node;
-    return r->outputs[0]->uses[0].slot == 0 && qf_tfl_fc_tail(u);
 }

@@ -3,7 +3,8 @@
  * HARD_SWISH; a QUANTIZE after a fixed-qparams op whose qparams are not
  * TFLite's), a lone activation (the fused activation of an op computing
  * nothing else), and the layout ops (RESHAPE with a TRANSPOSE where NHWC and
- * NCHW orders differ, TRANSPOSE, PAD). */
+ * NCHW orders differ, TRANSPOSE, PAD). Their rows are in tflite_rows.c;
+ * they build on tflite_build.h alone. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,109 +12,26 @@
 
 #include "qfold/quant.h"
 #include "qfold/schema.h"
-#include "tflite_export_impl.h"
+#include "tflite_build.h"
 
 /* ---- DQ -> op -> [act] -> Q forms the lowering leaves -------------------------- */
 
-/* Input i of a float op: the int8 value behind its DequantizeLinear (per
- * tensor), or an int8 value read directly (shape ops). */
-static qf_status group_in(ex *e, const qf_node *n, int i, const qf_value **v, tfl_qp *qp)
-{
-    const qf_value *x = n->inputs[i];
-    if (x->type.dtype == QF_DTYPE_I8) {
-        *v = x;
-        if (qf_value_is_const(x)) return qf_tfl_refuse(e, n, "an int8 constant read without its DequantizeLinear");
-        if (!qf_tfl_act_qp(x, qp)) return qf_tfl_refuse(e, n, "int8 input '%s' has no per-tensor qparams", x->name);
-        return QF_OK;
-    }
-    const qf_node *dq = x->producer;
-    if (!dq || dq->op != QF_OP_DEQUANTIZE || dq->ninputs != 3 || dq->inputs[0]->type.dtype != QF_DTYPE_I8 ||
-        !qf_tfl_qp_from(dq->inputs[1], dq->inputs[2], qp))
-        return qf_tfl_refuse(e, n,
-                             "input '%s' is not a per-tensor int8 DequantizeLinear (computed in "
-                             "float: TFLite's int8 "
-                             "ops cannot express it)",
-                             x->name);
-    *v = dq->inputs[0];
-    return QF_OK;
-}
-
-/* The output of a float op: its int8 value (shape ops on int8), or the Q
- * that reads it (through a Relu / Relu6 / Clip when `act` is not NULL: the
- * fused activation in *act); the Q and the activation are consumed. */
-static qf_status group_out(ex *e, const qf_node *n, const qf_value **y, tfl_qp *qp, int *act)
-{
-    const qf_value *v = n->outputs[0];
-    if (act) *act = QF_TFL_ACT_NONE;
-    if (v->type.dtype == QF_DTYPE_I8) {
-        *y = v;
-        return qf_tfl_act_qp(v, qp)
-                   ? QF_OK
-                   : qf_tfl_refuse(e, n, "int8 output '%s' has no per-tensor qparams", v->name);
-    }
-    const qf_node *u = v->nuses == 1 && !v->is_output ? v->uses[0].node : NULL, *a = NULL;
-    if (u && act && (u->op == QF_OP_RELU || u->op == QF_OP_RELU6 || u->op == QF_OP_CLIP) &&
-        u->outputs[0]->nuses == 1 && !u->outputs[0]->is_output) {
-        a = u;
-        u = u->outputs[0]->uses[0].node;
-    }
-    if (!u || u->op != QF_OP_QUANTIZE || u->ninputs != 3 || !qf_tfl_qp_from(u->inputs[1], u->inputs[2], qp))
-        return qf_tfl_refuse(e, n, "output '%s' is not requantized to int8 by one per-tensor QuantizeLinear", v->name);
-    if (a) {
-        double lo = 0.0, hi = INFINITY;
-        if (a->op == QF_OP_RELU6) hi = 6.0;
-        if (a->op == QF_OP_CLIP) {
-            const qf_value *mn = a->ninputs > 1 ? a->inputs[1] : NULL, *mx = a->ninputs > 2 ? a->inputs[2] : NULL;
-            lo = mn && qf_value_is_const(mn) ? *(const float *)mn->type.data : -INFINITY;
-            hi = mx && qf_value_is_const(mx) ? *(const float *)mx->type.data : INFINITY;
-        }
-        if (lo == 0.0 && isinf(hi)) *act = QF_TFL_ACT_RELU;
-        else if (lo == 0.0 && hi == 6.0) *act = QF_TFL_ACT_RELU6;
-        else return qf_tfl_refuse(e, n, "its activation '%s' is none of RELU, RELU6", a->name);
-        e->skip[a->id] = true;
-    }
-    e->skip[u->id] = true;
-    *y = u->outputs[0];
-    return QF_OK;
-}
-
-/* A layout op on int8 data (reshape, transpose, pad): its input and output,
- * which must carry the same qparams (`what` names the op in the refusal). */
-static qf_status group_same_qp(ex *e, const qf_node *n, const char *what, const qf_value **x, const qf_value **y)
-{
-    tfl_qp xq, yq;
-    *x = *y = NULL;
-    QF_TRY(group_in(e, n, 0, x, &xq));
-    QF_TRY(group_out(e, n, y, &yq, NULL));
-    if (xq.scale != yq.scale || xq.zp != yq.zp) return qf_tfl_refuse(e, n, "a %s that changes the qparams", what);
-    return QF_OK;
-}
-
 /* SUB, ADD, MUL (left in float by the lowering), LOGISTIC, TANH,
  * HARD_SWISH, SOFTMAX between DQs and a Q. */
-qf_status qf_tfl_emit_float(ex *e, qf_node *n)
+qf_status qf_tfl_emit_float(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
-    int code;
-    switch (n->op) {
-    case QF_OP_SUB: code = QF_TFL_SUB; break;
-    case QF_OP_ADD: code = QF_TFL_ADD; break;
-    case QF_OP_MUL: code = QF_TFL_MUL; break;
-    case QF_OP_SIGMOID: code = QF_TFL_LOGISTIC; break;
-    case QF_OP_TANH: code = QF_TFL_TANH; break;
-    case QF_OP_HARD_SWISH: code = QF_TFL_HARD_SWISH; break;
-    default: code = QF_TFL_SOFTMAX; break;
-    }
+    const int code = row->builtin;
     const bool binary = code == QF_TFL_SUB || code == QF_TFL_ADD || code == QF_TFL_MUL;
     const qf_value *y;
-    tfl_qp yq;
+    qf_tfl_qp yq;
     int act;
-    QF_TRY(group_out(e, n, &y, &yq, binary ? &act : NULL));
+    QF_TRY(qf_tfl_group_out(e, n, &y, &yq, binary ? &act : NULL));
     /* TFLite's int8 kernels fix these outputs' qparams (qfold's profiles
      * give them these); other qparams (another tool's) get a QUANTIZE
      * (int8 -> int8 requantization) after the op */
-    tfl_qp fixed = {0.0f, 0};
-    if (code == QF_TFL_LOGISTIC || code == QF_TFL_SOFTMAX) fixed = (tfl_qp){1.0f / 256, -128};
-    if (code == QF_TFL_TANH) fixed = (tfl_qp){1.0f / 128, 0};
+    qf_tfl_qp fixed = {0.0f, 0};
+    if (code == QF_TFL_LOGISTIC || code == QF_TFL_SOFTMAX) fixed = (qf_tfl_qp){1.0f / 256, -128};
+    if (code == QF_TFL_TANH) fixed = (qf_tfl_qp){1.0f / 128, 0};
     const bool requant = fixed.scale > 0.0f && (yq.scale != fixed.scale || yq.zp != fixed.zp);
     const int rank = y->type.ndim;
     if (code == QF_TFL_SOFTMAX) {
@@ -125,8 +43,8 @@ qf_status qf_tfl_emit_float(ex *e, qf_node *n)
     int32_t in[2];
     for (int i = 0; i < (binary ? 2 : 1); i++) {
         const qf_value *x = NULL;
-        tfl_qp xq;
-        QF_TRY(group_in(e, n, i, &x, &xq));
+        qf_tfl_qp xq;
+        QF_TRY(qf_tfl_group_in(e, n, i, &x, &xq));
         QF_TRY(qf_tfl_operand(e, n, x, xq, rank, &in[i]));
     }
     int yi;
@@ -153,12 +71,13 @@ qf_status qf_tfl_emit_float(ex *e, qf_node *n)
  * nothing else: a 1x1 MAX_POOL_2D when the qparams are the same (exact), else
  * an ADD of an int8 zero (TFLite's requantization of x to the output's
  * qparams). */
-qf_status qf_tfl_emit_act(ex *e, qf_node *n)
+qf_status qf_tfl_emit_act(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
+    (void)row; /* MAX_POOL_2D or ADD: the fused activation of an op computing nothing else */
     const qf_value *x = NULL, *y = NULL;
-    tfl_qp xq, yq;
-    QF_TRY(group_in(e, n, 0, &x, &xq));
-    QF_TRY(group_out(e, n, &y, &yq, NULL));
+    qf_tfl_qp xq, yq;
+    QF_TRY(qf_tfl_group_in(e, n, 0, &x, &xq));
+    QF_TRY(qf_tfl_group_out(e, n, &y, &yq, NULL));
     int act = n->op == QF_OP_RELU ? QF_TFL_ACT_RELU : n->op == QF_OP_RELU6 ? QF_TFL_ACT_RELU6 : -1;
     if (n->op == QF_OP_CLIP) {
         const qf_value *mn = n->ninputs > 1 ? n->inputs[1] : NULL, *mx = n->ninputs > 2 ? n->inputs[2] : NULL;
@@ -203,7 +122,7 @@ static bool order_same(const qf_tensor *t)
 }
 
 /* TRANSPOSE of tensor xi by perm into a new tensor named `name` of shape. */
-static qf_status add_transpose(ex *e, const qf_node *n, int xi, const int32_t perm[4], const char *name,
+static qf_status add_transpose(qf_tfl_ex *e, const qf_node *n, int xi, const int32_t perm[4], const char *name,
                                const int32_t *shape, int *out)
 {
     const qf_tfl_tensor x = e->t[xi];
@@ -220,10 +139,10 @@ static qf_status add_transpose(ex *e, const qf_node *n, int xi, const int32_t pe
 
 /* RESHAPE (Reshape, Flatten, Squeeze, Unsqueeze) on int8 data, with a
  * TRANSPOSE to NCHW before / to NHWC after where the orders differ. */
-qf_status qf_tfl_emit_reshape(ex *e, qf_node *n)
+qf_status qf_tfl_emit_reshape(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     const qf_value *x, *y;
-    QF_TRY(group_same_qp(e, n, "reshape", &x, &y));
+    QF_TRY(qf_tfl_group_same_qp(e, n, "reshape", &x, &y));
     int xi, yi;
     QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));
     QF_TRY(qf_tfl_act_tensor(e, n, y, &yi));
@@ -253,7 +172,7 @@ qf_status qf_tfl_emit_reshape(ex *e, qf_node *n)
     memcpy(ns, shape, sizeof *ns * (size_t)r);
     qf_tfl_op *op;
     int32_t in[2] = {xi, si};
-    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_RESHAPE, in, 2, &ri, 1, 0, &op));
+    QF_TRY(qf_tfl_add_op(e, n, row->builtin, in, 2, &ri, 1, 0, &op));
     op->new_shape = ns;
     op->new_shape_len = r;
     if (after) {
@@ -267,10 +186,10 @@ qf_status qf_tfl_emit_reshape(ex *e, qf_node *n)
 }
 
 /* TRANSPOSE with the permutation mapped to NHWC. */
-qf_status qf_tfl_emit_transpose(ex *e, qf_node *n)
+qf_status qf_tfl_emit_transpose(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     const qf_value *x, *y;
-    QF_TRY(group_same_qp(e, n, "transpose", &x, &y));
+    QF_TRY(qf_tfl_group_same_qp(e, n, "transpose", &x, &y));
     const int r = x->type.ndim;
     int cnt = 0;
     const int64_t *perm = qf_node_attr_ints(n, "perm", &cnt);
@@ -287,14 +206,14 @@ qf_status qf_tfl_emit_transpose(ex *e, qf_node *n)
     QF_TRY(qf_tfl_need(pi));
     qf_tfl_op *op;
     int32_t in[2] = {xi, pi};
-    return qf_tfl_add_op(e, n, QF_TFL_TRANSPOSE, in, 2, &yi, 1, 0, &op);
+    return qf_tfl_add_op(e, n, row->builtin, in, 2, &yi, 1, 0, &op);
 }
 
 /* PAD (constant mode, value 0: TFLite pads int8 with the zero point). */
-qf_status qf_tfl_emit_pad_node(ex *e, qf_node *n)
+qf_status qf_tfl_emit_pad_node(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     const qf_value *x, *y;
-    QF_TRY(group_same_qp(e, n, "pad", &x, &y));
+    QF_TRY(qf_tfl_group_same_qp(e, n, "pad", &x, &y));
     if (strcmp(qf_node_attr_string(n, "mode", "constant"), "constant") != 0)
         return qf_tfl_refuse(e, n, "only constant padding has a TFLite form (PAD)");
     const int r = x->type.ndim;
@@ -334,5 +253,5 @@ qf_status qf_tfl_emit_pad_node(ex *e, qf_node *n)
     QF_TRY(qf_tfl_need(pi));
     qf_tfl_op *op;
     int32_t in[2] = {xi, pi};
-    return qf_tfl_add_op(e, n, QF_TFL_PAD, in, 2, &yi, 1, 0, &op);
+    return qf_tfl_add_op(e, n, row->builtin, in, 2, &yi, 1, 0, &op);
 }

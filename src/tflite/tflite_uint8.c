@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tflite_export_impl.h"
+#include "tflite_build.h"
 
 static bool is_u8_const(const qf_value *v) { return v && qf_value_is_const(v) && v->type.dtype == QF_DTYPE_U8; }
 

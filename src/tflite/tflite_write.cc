@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "flatbuffers/flexbuffers.h"
 #include "schema_generated.h"
 
 namespace {
@@ -22,79 +25,132 @@ constexpr size_t kBufferAlign = 16;  // schema: Buffer.data (force_align: 16)
 tflite::ActivationFunctionType act(int a) { return static_cast<tflite::ActivationFunctionType>(a); }
 tflite::Padding pad(int p) { return static_cast<tflite::Padding>(p); }
 
-// The options table of an op, by its builtin code: (type, offset).
-std::pair<tflite::BuiltinOptions, Offset<void>> options(FlatBufferBuilder &b, const qf_tfl_op &o)
+// One builder per options table of the schema that a builtin of
+// QF_TFL_BUILTIN_LIST names: the table from the op's fields.
+using OptionsFn = Offset<void> (*)(FlatBufferBuilder &b, const qf_tfl_op &o);
+
+Offset<void> opts_NONE(FlatBufferBuilder &, const qf_tfl_op &) { return Offset<void>(); }
+Offset<void> opts_Conv2DOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
 {
-    using BO = tflite::BuiltinOptions;
-    switch (o.code) {
-    case QF_TFL_CONV_2D:
-        return {BO::BuiltinOptions_Conv2DOptions,
-                tflite::CreateConv2DOptions(b, pad(o.padding), o.stride_w, o.stride_h, act(o.activation),
-                                            o.dilation_w, o.dilation_h).Union()};
-    case QF_TFL_DEPTHWISE_CONV_2D:
-        return {BO::BuiltinOptions_DepthwiseConv2DOptions,
-                tflite::CreateDepthwiseConv2DOptions(b, pad(o.padding), o.stride_w, o.stride_h, o.depth_multiplier,
-                                                     act(o.activation), o.dilation_w, o.dilation_h).Union()};
-    case QF_TFL_TRANSPOSE_CONV:
-        return {BO::BuiltinOptions_TransposeConvOptions,
-                tflite::CreateTransposeConvOptions(b, pad(o.padding), o.stride_w, o.stride_h, act(o.activation))
-                    .Union()};
-    case QF_TFL_FULLY_CONNECTED:
-        return {BO::BuiltinOptions_FullyConnectedOptions,
-                tflite::CreateFullyConnectedOptions(b, act(o.activation)).Union()};
-    case QF_TFL_AVERAGE_POOL_2D:
-    case QF_TFL_MAX_POOL_2D:
-        return {BO::BuiltinOptions_Pool2DOptions,
-                tflite::CreatePool2DOptions(b, pad(o.padding), o.stride_w, o.stride_h, o.filter_w, o.filter_h,
-                                            act(o.activation)).Union()};
-    case QF_TFL_MEAN:
-        return {BO::BuiltinOptions_ReducerOptions, tflite::CreateReducerOptions(b, o.keep_dims != 0).Union()};
-    case QF_TFL_ADD:
-        return {BO::BuiltinOptions_AddOptions, tflite::CreateAddOptions(b, act(o.activation)).Union()};
-    case QF_TFL_SUB:
-        return {BO::BuiltinOptions_SubOptions, tflite::CreateSubOptions(b, act(o.activation)).Union()};
-    case QF_TFL_MUL:
-        return {BO::BuiltinOptions_MulOptions, tflite::CreateMulOptions(b, act(o.activation)).Union()};
-    case QF_TFL_CONCATENATION:
-        return {BO::BuiltinOptions_ConcatenationOptions,
-                tflite::CreateConcatenationOptions(b, o.axis, act(o.activation)).Union()};
-    case QF_TFL_RESHAPE:
-        return {BO::BuiltinOptions_ReshapeOptions,
-                tflite::CreateReshapeOptions(b, b.CreateVector(o.new_shape, static_cast<size_t>(o.new_shape_len)))
-                    .Union()};
-    case QF_TFL_TRANSPOSE:
-        return {BO::BuiltinOptions_TransposeOptions, tflite::CreateTransposeOptions(b).Union()};
-    case QF_TFL_PAD:
-        return {BO::BuiltinOptions_PadOptions, tflite::CreatePadOptions(b).Union()};
-    case QF_TFL_SOFTMAX:
-        return {BO::BuiltinOptions_SoftmaxOptions, tflite::CreateSoftmaxOptions(b, o.beta).Union()};
-    case QF_TFL_HARD_SWISH:
-        return {BO::BuiltinOptions_HardSwishOptions, tflite::CreateHardSwishOptions(b).Union()};
-    case QF_TFL_QUANTIZE:
-        return {BO::BuiltinOptions_QuantizeOptions, tflite::CreateQuantizeOptions(b).Union()};
-    case QF_TFL_DEQUANTIZE:
-        return {BO::BuiltinOptions_DequantizeOptions, tflite::CreateDequantizeOptions(b).Union()};
-    default:  // LOGISTIC, TANH: no options
-        return {BO::BuiltinOptions_NONE, Offset<void>()};
-    }
+    return tflite::CreateConv2DOptions(b, pad(o.padding), o.stride_w, o.stride_h, act(o.activation), o.dilation_w,
+                                       o.dilation_h).Union();
+}
+Offset<void> opts_DepthwiseConv2DOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateDepthwiseConv2DOptions(b, pad(o.padding), o.stride_w, o.stride_h, o.depth_multiplier,
+                                                act(o.activation), o.dilation_w, o.dilation_h).Union();
+}
+Offset<void> opts_TransposeConvOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateTransposeConvOptions(b, pad(o.padding), o.stride_w, o.stride_h, act(o.activation)).Union();
+}
+Offset<void> opts_FullyConnectedOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateFullyConnectedOptions(b, act(o.activation)).Union();
+}
+Offset<void> opts_Pool2DOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreatePool2DOptions(b, pad(o.padding), o.stride_w, o.stride_h, o.filter_w, o.filter_h,
+                                       act(o.activation)).Union();
+}
+Offset<void> opts_ReducerOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateReducerOptions(b, o.keep_dims != 0).Union();
+}
+Offset<void> opts_AddOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateAddOptions(b, act(o.activation)).Union();
+}
+Offset<void> opts_SubOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateSubOptions(b, act(o.activation)).Union();
+}
+Offset<void> opts_MulOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateMulOptions(b, act(o.activation)).Union();
+}
+Offset<void> opts_ConcatenationOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateConcatenationOptions(b, o.axis, act(o.activation)).Union();
+}
+Offset<void> opts_ReshapeOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateReshapeOptions(b, b.CreateVector(o.new_shape, static_cast<size_t>(o.new_shape_len)))
+        .Union();
+}
+Offset<void> opts_SoftmaxOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateSoftmaxOptions(b, o.beta).Union();
+}
+// The options tables without fields.
+#define QF_TFL_EMPTY_OPTIONS_(name)                                                        \
+    Offset<void> opts_##name(FlatBufferBuilder &b, const qf_tfl_op &) { return tflite::Create##name(b).Union(); }
+QF_TFL_EMPTY_OPTIONS_(TransposeOptions)
+QF_TFL_EMPTY_OPTIONS_(PadOptions)
+QF_TFL_EMPTY_OPTIONS_(HardSwishOptions)
+QF_TFL_EMPTY_OPTIONS_(QuantizeOptions)
+QF_TFL_EMPTY_OPTIONS_(DequantizeOptions)
+#undef QF_TFL_EMPTY_OPTIONS_
+
+// Each builtin of QF_TFL_BUILTIN_LIST: its code, options type and builder.
+struct Builtin {
+    int code;
+    tflite::BuiltinOptions type;
+    OptionsFn options;
+};
+const Builtin kBuiltins[] = {
+#define QF_TFL_BUILTIN_ROW_(tag, code, options) {code, tflite::BuiltinOptions_##options, opts_##options},
+    QF_TFL_BUILTIN_LIST(QF_TFL_BUILTIN_ROW_)
+#undef QF_TFL_BUILTIN_ROW_
+};
+
+const Builtin *builtin(int code)
+{
+    for (const Builtin &k : kBuiltins)
+        if (k.code == code) return &k;
+    return nullptr;
+}
+
+// A custom operator's attributes as a FlexBuffers map (TFLite's custom ops
+// read theirs from custom_options in this form).
+std::vector<uint8_t> custom_options(const qf_tfl_op &o)
+{
+    flexbuffers::Builder fb;
+    fb.Map([&]() {
+        for (int i = 0; i < o.ncustom_attrs; i++) {
+            const qf_tfl_attr &a = o.custom_attrs[i];
+            if (a.is_float) fb.Double(a.name, a.f);
+            else fb.Int(a.name, a.i);
+        }
+    });
+    fb.Finish();
+    return fb.GetBuffer();
 }
 
 qf_status serialize(const qf_tfl_model *m, uint8_t **out, size_t *size)
 {
     FlatBufferBuilder b(1 << 16);
 
-    // Operator codes: one per builtin, in order of first use.
-    std::vector<int> codes;
+    // Operator codes: one per builtin (per custom_code of CUSTOM), in order
+    // of first use.
+    std::vector<std::pair<int, std::string>> codes;
     std::vector<uint32_t> op_code_index;
     for (int i = 0; i < m->nops; i++) {
-        auto it = std::find(codes.begin(), codes.end(), m->ops[i].code);
+        const qf_tfl_op &o = m->ops[i];
+        if (!builtin(o.code) || (o.code == QF_TFL_CUSTOM) != (o.custom_code != nullptr))
+            return qf_error(QF_ERR_INTERNAL, "tflite writer: operator %d: builtin %d is not in QF_TFL_BUILTIN_LIST "
+                            "or its custom_code does not match it", i, o.code);
+        std::pair<int, std::string> key(o.code, o.custom_code ? o.custom_code : "");
+        auto it = std::find(codes.begin(), codes.end(), key);
         op_code_index.push_back(static_cast<uint32_t>(it - codes.begin()));
-        if (it == codes.end()) codes.push_back(m->ops[i].code);
+        if (it == codes.end()) codes.push_back(key);
     }
     std::vector<Offset<tflite::OperatorCode>> opcodes;
-    for (int c : codes)
-        opcodes.push_back(tflite::CreateOperatorCode(b, static_cast<int8_t>(std::min(c, 127)), 0, 1,
-                                                     static_cast<tflite::BuiltinOperator>(c)));
+    for (const auto &c : codes) {
+        auto custom = c.first == QF_TFL_CUSTOM ? b.CreateString(c.second) : Offset<flatbuffers::String>();
+        opcodes.push_back(tflite::CreateOperatorCode(b, static_cast<int8_t>(std::min(c.first, 127)), custom, 1,
+                                                     static_cast<tflite::BuiltinOperator>(c.first)));
+    }
 
     std::vector<Offset<tflite::Tensor>> tensors;
     for (int i = 0; i < m->ntensors; i++) {
@@ -120,9 +176,12 @@ qf_status serialize(const qf_tfl_model *m, uint8_t **out, size_t *size)
         const qf_tfl_op &o = m->ops[i];
         auto in = b.CreateVector(o.inputs, static_cast<size_t>(o.ninputs));
         auto outv = b.CreateVector(o.outputs, static_cast<size_t>(o.noutputs));
-        auto opt = options(b, o);
-        ops.push_back(tflite::CreateOperator(b, op_code_index[static_cast<size_t>(i)], in, outv, opt.first,
-                                             opt.second));
+        const Builtin *k = builtin(o.code);
+        Offset<flatbuffers::Vector<uint8_t>> custom;
+        if (o.code == QF_TFL_CUSTOM && o.ncustom_attrs > 0) custom = b.CreateVector(custom_options(o));
+        auto opt = k->options(b, o);
+        ops.push_back(tflite::CreateOperator(b, op_code_index[static_cast<size_t>(i)], in, outv, k->type, opt,
+                                             custom));
     }
 
     auto sg_in = b.CreateVector(m->inputs, static_cast<size_t>(m->ninputs));

@@ -20,7 +20,8 @@ set_tests_properties(unit_op_table PROPERTIES LABELS "unit" TIMEOUT 60)
 # part of the first build's time after the library itself.
 if(NOT QF_SANITIZE)
   add_library(qfold_extra_ops STATIC ${QF_LIB_SOURCES_NO_DNNL} ${CMAKE_CURRENT_LIST_DIR}/extra_op/square_plus.c
-              $<TARGET_OBJECTS:qfold_pb>)
+              ${CMAKE_CURRENT_LIST_DIR}/extra_op/square_plus_tflite.c
+              $<TARGET_OBJECTS:qfold_pb> $<TARGET_OBJECTS:qfold_tflite_cxx>)
   target_include_directories(qfold_extra_ops
     PUBLIC ${CMAKE_SOURCE_DIR}/include ${CMAKE_CURRENT_LIST_DIR}/extra_op
     PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_GEN_DIR})
@@ -42,4 +43,21 @@ if(NOT QF_SANITIZE)
   target_link_libraries(test_op_table_extra PRIVATE qfold_extra_ops)
   add_test(NAME unit_op_table_extra COMMAND test_op_table_extra)
   set_tests_properties(unit_op_table_extra PROPERTIES LABELS "unit" TIMEOUT 60)
+
+  # Its TFLite mapping (one row, QF_EXTRA_TFLITE_ROWS, and one emitter,
+  # extra_op/square_plus_tflite.c): the C test exports DQ -> SquarePlus -> Q
+  # and checks the report; the script reads the file back with the schema's
+  # Python reader (a CUSTOM operator "SquarePlus", its tensors and options).
+  add_executable(test_extra_op_tflite ${CMAKE_CURRENT_LIST_DIR}/extra_op/test_extra_op_tflite.c)
+  target_include_directories(test_extra_op_tflite PRIVATE ${QF_TEST_DIR})
+  target_compile_options(test_extra_op_tflite PRIVATE ${QF_WARNINGS})
+  target_link_libraries(test_extra_op_tflite PRIVATE qfold_extra_ops)
+  if(QF_PYTHON3)
+    add_dependencies(test_extra_op_tflite qfold_tflite_py)
+    add_test(NAME unit_extra_op_tflite
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/extra_op/square_plus_tflite_test.py
+              --exe $<TARGET_FILE:test_extra_op_tflite> --reader ${CMAKE_BINARY_DIR}/gen/tflite_py
+              --work ${QF_TEST_WORK}/extra_op_tflite)
+    set_tests_properties(unit_extra_op_tflite PROPERTIES LABELS "unit;tflite" TIMEOUT 60 SKIP_RETURN_CODE 77)
+  endif()
 endif()

@@ -8,17 +8,15 @@
  * DEPTHWISE_CONV_2D, FULLY_CONNECTED) with NHWC shapes, its MACs and weight
  * bytes in the report; the flatbuffer starts with its root offset and the
  * TFL3 identifier. Refusals name the node: a float model, a per-channel
- * fully connected layer, a group that is neither 1 nor depthwise. */
+ * fully connected layer, a group that is neither 1 nor depthwise. The op
+ * table's rows name builtins the writer knows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "qfold/tflite.h"
+#include "tflite/tflite_build.h" /* private: the layout helpers, the op table */
 #include "tools/qf_check.h"
-
-/* In src/tflite/tflite_export.c (not in the public header). */
-void qf_tfl_permute4(const void *src, void *dst, const int64_t d[4], const int perm[4], size_t es);
-int qf_tfl_phys_axis(int rank, int a);
 
 /* --- graph building --------------------------------------------------------- */
 
@@ -277,6 +275,29 @@ static void test_refusals(void)
     qf_graph_free(g);
 }
 
+/* The op table (src/tflite/tflite_rows.c): every row with an emitter names
+ * a builtin the writer knows (QF_TFL_BUILTIN_LIST), a CUSTOM row its
+ * custom_code; a row without one is all zero (the op is refused). */
+static void test_rows(void)
+{
+    int mapped = 0;
+    for (int op = 0; op < QF_OP_COUNT; op++) {
+        const qf_tfl_row *r = &qf_tfl_rows[op];
+        if (!r->emit) {
+            CHECKF(r->builtin == 0 && !r->source && !r->custom, "%s: a row without an emitter", qf_op_name(op));
+            continue;
+        }
+        mapped++;
+        CHECKF(strcmp(qf_tfl_builtin_name(r->builtin), "?") != 0, "%s: builtin %d is not in QF_TFL_BUILTIN_LIST",
+               qf_op_name(op), r->builtin);
+        CHECKF((r->builtin == QF_TFL_CUSTOM) == (r->custom != NULL), "%s: custom_code and CUSTOM disagree",
+               qf_op_name(op));
+    }
+    CHECK(mapped >= 26);
+    CHECK(qf_tfl_rows[QF_OP_QLINEAR_CONV].builtin == QF_TFL_CONV_2D);
+    CHECK(strcmp(qf_tfl_builtin_name(QF_TFL_TRANSPOSE_CONV), "TRANSPOSE_CONV") == 0);
+}
+
 int main(void)
 {
     RUN(test_permute);
@@ -285,5 +306,6 @@ int main(void)
     RUN(test_fully_connected);
     RUN(test_fixed_qparams);
     RUN(test_refusals);
+    RUN(test_rows);
     return qf_check_report();
 }

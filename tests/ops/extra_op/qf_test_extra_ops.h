@@ -12,4 +12,10 @@
       (DATA),                                                                   \
       (A(bias,FLOAT)))
 
+/* Its TFLite mapping, one row of the export's op table (read by
+ * src/tflite/tflite_rows.c): X(tag, emitter, row fields). A CUSTOM operator
+ * "SquarePlus" (attribute bias in its custom options), written by
+ * qf_tfl_emit_square_plus (square_plus_tflite.c). */
+#define QF_EXTRA_TFLITE_ROWS(X) X(SQUARE_PLUS, square_plus, .builtin = QF_TFL_CUSTOM, .custom = "SquarePlus")
+
 #endif
