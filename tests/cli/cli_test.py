@@ -262,10 +262,10 @@ def strict_json(path_or_text, what):
 
 def case_report_utf8():
     """Names that are not UTF-8 (an ONNX string field holds bytes; protobuf
-    does not check them): every JSON qfold writes stays UTF-8 JSON, each byte
-    that starts no valid UTF-8 sequence becoming U+FFFD (src/core/strbuf.h),
-    valid non-ASCII text kept as is. `fuse --report` once wrote the raw bytes."""
-    import onnx
+    does not check them): the JSON qfold writes (fuse, quantize and export
+    reports, inspect --json) stays UTF-8 JSON, each byte that starts no valid
+    UTF-8 sequence becoming U+FFFD (src/core/strbuf.h), valid non-ASCII text
+    kept as is. `fuse --report` once wrote the raw bytes."""
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(0)
     # Placeholders of the same length as the bytes they become, so that the
@@ -312,6 +312,23 @@ def case_report_utf8():
     check(r["batch_norm"]["kept"] == [want["bn_@@@"]], "kept: %r" % r["batch_norm"])
     j = strict_json(run("inspect", model, "--json"), "inspect --json")
     check(j["inputs"][0]["name"] == want["x@@@"], "inspect input name: %r" % j["inputs"])
+    # The quantize and export reports carry the names too (and names built from them).
+
+    def strings(v):
+        if isinstance(v, dict):
+            return [t for k, x in v.items() for t in [k] + strings(x)]
+        if isinstance(v, list):
+            return [t for x in v for t in strings(x)]
+        return [v] if isinstance(v, str) else []
+
+    np.save(work("bad_utf8.calib.npy"), rng.standard_normal((8, 3, 8, 8)).astype(np.float32))
+    qmodel, qreport, ereport = work("bad_utf8.int8.onnx"), work("bad_utf8.q.json"), work("bad_utf8.e.json")
+    run("quantize", model, "-o", qmodel, "--calib", work("bad_utf8.calib.npy"), "--report", qreport)
+    found = strings(strict_json(qreport, "quantize --report"))
+    check(want["conv_@@"] in found and want["x@@@"] in found, "quantize report names: %r" % found)
+    run("export", qmodel, "-o", work("bad_utf8.tflite"), "--report", ereport)
+    found = strings(strict_json(ereport, "export --report"))
+    check(want["conv_@@"] in found, "export report names: %r" % found)
 
 
 def case_run():
