@@ -374,19 +374,20 @@ static qf_status grad_nhwc(qf_grad_plan *p)
             for (int s = 0; s < cnt; s++) {
                 const qf_value *v = io ? n->outputs[s] : n->inputs[s];
                 if (!grad_nhwc_value(p, v)) continue;
-                const grad_slot_kind kind = grad_nhwc_slot(p, i, joins[i], io, s);
                 int r = grad_find(up, (int)v->id);
-                if (kind == GRAD_SLOT_KIND_NCHW)
-                    bad[r] = 1;
-                else if (kind == GRAD_SLOT_KIND_CONV)
-                    conv[r] = 1;
-                else if (kind == GRAD_SLOT_KIND_EITHER)
-                    continue;
-                else if (root < 0) root = r;
-                else if (r != root) {
-                    up[r] = root;
-                    bad[root] |= bad[r];
-                    conv[root] |= conv[r];
+                switch (grad_nhwc_slot(p, i, joins[i], io, s)) {
+                case GRAD_SLOT_KIND_NCHW: bad[r] = 1; break;
+                case GRAD_SLOT_KIND_CONV: conv[r] = 1; break;
+                case GRAD_SLOT_KIND_EITHER: break;
+                case GRAD_SLOT_KIND_JOIN:
+                    if (root < 0) {
+                        root = r;
+                    } else if (r != root) {
+                        up[r] = root;
+                        bad[root] |= bad[r];
+                        conv[root] |= conv[r];
+                    }
+                    break;
                 }
             }
         }
