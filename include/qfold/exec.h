@@ -150,9 +150,6 @@ typedef struct qf_batch_options {
     void *ud;
 } qf_batch_options;
 qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_options *opt);
-/* The same over in-memory tensors: data[i] holds every sample of graph
- * input i ([N, sample dims...], the same N for every input). */
-qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_batch_options *opt);
 /* The same, a batch at a time, for callers that run two graphs in step on
  * the rows they read once (per-layer SQNR, the int8 diff): data[i]
  * describes input i ([N, ...] as a source's inputs; the data pointers are

@@ -111,10 +111,8 @@ bool qf_cli_args_positional(qf_cli_args *a, const char **val);
 int qf_cli_args_unknown(qf_cli_args *a);
 
 /* --- output helpers ------------------------------------------------------- */
-/* s as a JSON string literal (quotes, escapes; invalid UTF-8 becomes U+FFFD). */
-void qf_cli_json_string(FILE *f, const char *s);
-/* A shape as a JSON array; unknown dims as null. */
-void qf_cli_json_shape(FILE *f, int ndim, const int64_t *dims);
+/* JSON: build the text in a qf_strbuf with qf_strbuf_json_string (core/strbuf.h),
+ * the one escaper, then print it. */
 /* "1,234,567" into buf; returns buf. */
 char *qf_cli_thousands(long long v, char *buf, size_t size);
 /* "12.3 KiB" / "512 B" into buf; returns buf. */

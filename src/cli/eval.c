@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/strbuf.h"
 #include "qfold/exec.h"
 #include "qfold/io.h"
 #include "qfold/quant.h"
@@ -149,25 +150,31 @@ qf_status qf_cli_top1(qf_graph *g, const qf_data_source *src, const int64_t *lab
 
 static double pct(int64_t k, int64_t n) { return n ? 100.0 * (double)k / (double)n : 0.0; }
 
-static void qf_eval_print(const qf_eval_args *ea, const qf_eval_result *r, int nr)
+static qf_status qf_eval_print(const qf_eval_args *ea, const qf_eval_result *r, int nr)
 {
     bool top5 = r[0].classes >= 5;
     int64_t agree = 0;
     if (nr == 2)
         for (int64_t i = 0; i < r[0].n; i++) agree += r[0].pred[i] == r[1].pred[i];
     if (ea->json) {
-        printf("{\"samples\": %lld, \"classes\": %lld, \"models\": [", (long long)r[0].n, (long long)r[0].classes);
+        qf_strbuf b = {0};
+        qf_strbuf_printf(&b, "{\"samples\": %lld, \"classes\": %lld, \"models\": [",
+                         (long long)r[0].n, (long long)r[0].classes);
         for (int i = 0; i < nr; i++) {
-            printf("%s{\"model\": ", i ? ", " : "");
-            qf_cli_json_string(stdout, r[i].path);
-            printf(", \"top1\": %.6f", pct(r[i].top1, r[i].n) / 100.0);
-            if (top5) printf(", \"top5\": %.6f", pct(r[i].top5, r[i].n) / 100.0);
-            printf("}");
+            qf_strbuf_printf(&b, "%s{\"model\": ", i ? ", " : "");
+            qf_strbuf_json_string(&b, r[i].path);
+            qf_strbuf_printf(&b, ", \"top1\": %.6f", pct(r[i].top1, r[i].n) / 100.0);
+            if (top5) qf_strbuf_printf(&b, ", \"top5\": %.6f", pct(r[i].top5, r[i].n) / 100.0);
+            qf_strbuf_puts(&b, "}");
         }
-        printf("]");
-        if (nr == 2) printf(", \"top1_agreement\": %.6f", pct(agree, r[0].n) / 100.0);
-        printf("}\n");
-        return;
+        qf_strbuf_puts(&b, "]");
+        if (nr == 2) qf_strbuf_printf(&b, ", \"top1_agreement\": %.6f", pct(agree, r[0].n) / 100.0);
+        qf_strbuf_puts(&b, "}\n");
+        char *text = qf_strbuf_take(&b, NULL);
+        if (!text) return qf_error(QF_ERR_NOMEM, "out of memory writing the JSON");
+        fputs(text, stdout);
+        qf_free(text);
+        return QF_OK;
     }
     char num[64];
     printf("samples  %s, %lld classes\n", qf_cli_thousands(r[0].n, num, sizeof num), (long long)r[0].classes);
@@ -181,6 +188,7 @@ static void qf_eval_print(const qf_eval_args *ea, const qf_eval_result *r, int n
     }
     if (nr == 2) printf("top-1 agreement  %.2f %% (%lld of %lld samples)\n", pct(agree, r[0].n), (long long)agree,
                         (long long)r[0].n);
+    return QF_OK;
 }
 
 static int qf_eval_parse(int argc, char **argv, qf_eval_args *ea)
@@ -253,8 +261,8 @@ static int qf_cli_eval(int argc, char **argv)
     if (st == QF_OK && nr == 2 && r[0].classes != r[1].classes)
         st = qf_error(QF_ERR_SHAPE, "'%s' has %lld classes, '%s' %lld", ea.model, (long long)r[0].classes, ea.compare,
                       (long long)r[1].classes);
-    if (st == QF_OK) qf_eval_print(&ea, r, nr);
-    else rc = qf_cli_fail(st);
+    if (st == QF_OK) st = qf_eval_print(&ea, r, nr);
+    if (st != QF_OK) rc = qf_cli_fail(st);
     qf_npy_source_free(src);
     for (int i = 0; i < ea.ndata; i++) qf_npy_close(files[i]);
     qf_tensor_free(&lab);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/strbuf.h"
 #include "io/onnx_problems.h"
 #include "qfold/exec.h"
 #include "qfold/graph.h"
@@ -135,52 +136,76 @@ static void qf_inspect_text(const qf_inspect *in, FILE *f)
     fprintf(f, "%-12s%d\n", "batch norms", in->batch_norms);
 }
 
-static void qf_print_values_json(FILE *f, qf_value *const *vs, int n)
+/* A shape as a JSON array; unknown dims as null. */
+static void qf_json_shape(qf_strbuf *b, int ndim, const int64_t *dims)
 {
-    fputc('[', f);
-    for (int i = 0; i < n; i++) {
-        fputs(i ? ", {\"name\": " : "{\"name\": ", f);
-        qf_cli_json_string(f, vs[i]->name);
-        fputs(", \"dtype\": ", f);
-        qf_cli_json_string(f, qf_cli_dtype_label(vs[i]));
-        fputs(", \"shape\": ", f);
-        qf_cli_json_shape(f, vs[i]->type.ndim, vs[i]->type.dims);
-        fputc('}', f);
+    qf_strbuf_puts(b, "[");
+    for (int i = 0; i < ndim; i++) {
+        if (i) qf_strbuf_puts(b, ", ");
+        if (dims[i] < 0)
+            qf_strbuf_puts(b, "null");
+        else
+            qf_strbuf_printf(b, "%" PRId64, dims[i]);
     }
-    fputc(']', f);
+    qf_strbuf_puts(b, "]");
 }
 
-static void qf_print_tally_json(FILE *f, const char *key, const qf_tally *t)
+static void qf_print_values_json(qf_strbuf *b, qf_value *const *vs, int n)
 {
-    fprintf(f, "  \"%s\": {\"tensors\": %d, \"elements\": %lld, \"bytes\": %llu},\n", key,
-            t->tensors, t->elems, t->bytes);
+    qf_strbuf_puts(b, "[");
+    for (int i = 0; i < n; i++) {
+        qf_strbuf_puts(b, i ? ", {\"name\": " : "{\"name\": ");
+        qf_strbuf_json_string(b, vs[i]->name);
+        qf_strbuf_puts(b, ", \"dtype\": ");
+        qf_strbuf_json_string(b, qf_cli_dtype_label(vs[i]));
+        qf_strbuf_puts(b, ", \"shape\": ");
+        qf_json_shape(b, vs[i]->type.ndim, vs[i]->type.dims);
+        qf_strbuf_puts(b, "}");
+    }
+    qf_strbuf_puts(b, "]");
 }
 
-static void qf_inspect_json(const qf_inspect *in, FILE *f)
+static void qf_print_tally_json(qf_strbuf *b, const char *key, const qf_tally *t)
+{
+    qf_strbuf_printf(b, "  \"%s\": {\"tensors\": %d, \"elements\": %lld, \"bytes\": %llu},\n", key,
+                     t->tensors, t->elems, t->bytes);
+}
+
+/* The JSON is built in memory (names through the one escaper, core/strbuf.h)
+ * and printed at once. */
+static qf_status qf_inspect_json(const qf_inspect *in, FILE *f)
 {
     const qf_graph *g = in->g;
-    fputs("{\n  \"model\": ", f);
-    qf_cli_json_string(f, in->path);
-    fputs(",\n  \"name\": ", f);
-    qf_cli_json_string(f, g->name);
-    fprintf(f, ",\n  \"opset\": %" PRId64 ",\n  \"ir_version\": %" PRId64 ",\n  \"producer\": ",
-            g->opset, g->ir_version);
-    qf_cli_json_string(f, g->producer_name);
-    fputs(",\n  \"inputs\": ", f);
-    qf_print_values_json(f, g->inputs, g->ninputs);
-    fputs(",\n  \"outputs\": ", f);
-    qf_print_values_json(f, g->outputs, g->noutputs);
-    fprintf(f, ",\n  \"nodes\": %d,\n  \"ops\": {", g->nnodes);
+    qf_strbuf b = {0};
+    qf_strbuf_puts(&b, "{\n  \"model\": ");
+    qf_strbuf_json_string(&b, in->path);
+    qf_strbuf_puts(&b, ",\n  \"name\": ");
+    qf_strbuf_json_string(&b, g->name);
+    qf_strbuf_printf(&b, ",\n  \"opset\": %" PRId64 ",\n  \"ir_version\": %" PRId64, g->opset,
+                     g->ir_version);
+    qf_strbuf_puts(&b, ",\n  \"producer\": ");
+    qf_strbuf_json_string(&b, g->producer_name);
+    qf_strbuf_puts(&b, ",\n  \"inputs\": ");
+    qf_print_values_json(&b, g->inputs, g->ninputs);
+    qf_strbuf_puts(&b, ",\n  \"outputs\": ");
+    qf_print_values_json(&b, g->outputs, g->noutputs);
+    qf_strbuf_printf(&b, ",\n  \"nodes\": %d,\n  \"ops\": {", g->nnodes);
     for (int i = 0; i < in->nops; i++) {
-        if (i) fputs(", ", f);
-        qf_cli_json_string(f, in->ops[i].name);
-        fprintf(f, ": %d", in->ops[i].count);
+        if (i) qf_strbuf_puts(&b, ", ");
+        qf_strbuf_json_string(&b, in->ops[i].name);
+        qf_strbuf_printf(&b, ": %d", in->ops[i].count);
     }
-    fputs("},\n", f);
-    qf_print_tally_json(f, "parameters", &in->params);
-    qf_print_tally_json(f, "buffers", &in->buffers);
-    qf_print_tally_json(f, "constants", &in->consts);
-    fprintf(f, "  \"batch_norms\": %d\n}\n", in->batch_norms);
+    qf_strbuf_puts(&b, "},\n");
+    qf_print_tally_json(&b, "parameters", &in->params);
+    qf_print_tally_json(&b, "buffers", &in->buffers);
+    qf_print_tally_json(&b, "constants", &in->consts);
+    qf_strbuf_printf(&b, "  \"batch_norms\": %d\n}\n", in->batch_norms);
+    size_t len;
+    char *text = qf_strbuf_take(&b, &len);
+    if (!text) return qf_error(QF_ERR_NOMEM, "out of memory writing the JSON");
+    fwrite(text, 1, len, f);
+    qf_free(text);
+    return QF_OK;
 }
 
 /* The grouped listing of what keeps qfold from running the model, on stderr. */
@@ -266,9 +291,9 @@ static int qf_cli_inspect(int argc, char **argv)
         return rc;
     }
     qf_inspect_collect(&in);
-    if (json)
-        qf_inspect_json(&in, stdout);
-    else
+    if (json && (st = qf_inspect_json(&in, stdout)) != QF_OK)
+        rc = qf_cli_fail(st);
+    else if (!json)
         qf_inspect_text(&in, stdout);
     if (dump) {
         fputc('\n', stdout);

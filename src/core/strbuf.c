@@ -65,19 +65,70 @@ void qf_strbuf_printf(qf_strbuf *b, const char *fmt, ...)
     b->len += (size_t)k;
 }
 
+/* Length of the valid UTF-8 sequence at s (1 to 4 bytes), or 0 when the
+ * byte at s starts none: a continuation byte, a lead byte 0xF8-0xFF, a
+ * sequence cut short (by any byte that is not a continuation, the NUL
+ * included, so nothing past the string is read), an overlong form, a
+ * surrogate (U+D800-U+DFFF) or a code point past U+10FFFF. */
+static int qf_utf8_len(const unsigned char *s)
+{
+    unsigned c = s[0], cp, min;
+    int n;
+    if (c < 0x80) return 1;
+    if ((c & 0xE0) == 0xC0) {
+        n = 2;
+        cp = c & 0x1F;
+        min = 0x80;
+    } else if ((c & 0xF0) == 0xE0) {
+        n = 3;
+        cp = c & 0x0F;
+        min = 0x800;
+    } else if ((c & 0xF8) == 0xF0) {
+        n = 4;
+        cp = c & 0x07;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    for (int k = 1; k < n; k++) {
+        if ((s[k] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return n;
+}
+
 void qf_strbuf_json_string(qf_strbuf *b, const char *s)
 {
-    const char *run = s ? s : "";
+    const unsigned char *p = (const unsigned char *)(s ? s : ""), *run = p;
     qf_strbuf_puts(b, "\"");
-    /* Copy runs of bytes that need no escape in one append each. */
-    for (const char *c = run;; c++) {
-        unsigned char u = (unsigned char)*c;
-        if (u && u != '"' && u != '\\' && u >= 0x20) continue;
-        qf_strbuf_append(b, run, (size_t)(c - run));
-        if (!u) break;
-        if (u == '"' || u == '\\') qf_strbuf_append(b, (const char[]){'\\', (char)u}, 2);
-        else qf_strbuf_printf(b, "\\u%04x", u);
-        run = c + 1;
+    /* Copy runs of bytes that need no escape (printable ASCII and valid
+     * UTF-8 sequences) in one append each. */
+    for (;;) {
+        unsigned c = *p;
+        int n = c >= 0x20 && c != '"' && c != '\\' && c != 0x7F ? qf_utf8_len(p) : 0;
+        if (n) {
+            p += n;
+            continue;
+        }
+        qf_strbuf_append(b, (const char *)run, (size_t)(p - run));
+        if (!c) break;
+        switch (c) {
+        case '"': qf_strbuf_puts(b, "\\\""); break;
+        case '\\': qf_strbuf_puts(b, "\\\\"); break;
+        case '\n': qf_strbuf_puts(b, "\\n"); break;
+        case '\r': qf_strbuf_puts(b, "\\r"); break;
+        case '\t': qf_strbuf_puts(b, "\\t"); break;
+        default:
+            /* A control character (or DEL) by its code; a byte that starts
+             * no valid UTF-8 sequence as U+FFFD, one per byte: JSON text
+             * must be UTF-8 (RFC 8259), and a name is only ever shown. */
+            if (c < 0x20 || c == 0x7F)
+                qf_strbuf_printf(b, "\\u%04x", c);
+            else
+                qf_strbuf_puts(b, "\\ufffd");
+        }
+        run = ++p;
     }
     qf_strbuf_puts(b, "\"");
 }

@@ -1,6 +1,6 @@
 /* A growable NUL-terminated string (through the allocation hook), for the
  * JSON texts qfold builds: the pass report, BatchNorm diagnostics, the CLI's
- * report members.
+ * reports and --json outputs.
  *
  *   qf_strbuf b = {0};
  *   qf_strbuf_puts(&b, "{\"name\": ");
@@ -33,8 +33,15 @@ void qf_strbuf_printf(qf_strbuf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* s (NULL as "") as a quoted JSON string: '"' and '\' escaped, control
- * characters as \u00XX, every other byte as is. */
+/* s (NULL as "") as a quoted JSON string, always valid UTF-8 JSON: '"' and
+ * '\' escaped, newline, CR and tab as \n \r \t, other control characters
+ * and DEL as \u00XX, valid UTF-8 as is, and each byte that starts no valid
+ * UTF-8 sequence (an invalid lead byte, a continuation byte alone, a
+ * sequence cut short, an overlong form, a surrogate, a code point past
+ * U+10FFFF) as \ufffd, one per byte. The one JSON escaper of qfold: every
+ * JSON text (pass, quantize, finalize and export reports, inspect --json,
+ * eval --json) goes through it, since names in a model are bytes no one
+ * checked. */
 void qf_strbuf_json_string(qf_strbuf *b, const char *s);
 /* The text (owned by the caller, qf_free it; "" when nothing was appended)
  * and its length; b is left empty. NULL when an append failed or the final

@@ -64,12 +64,6 @@ qf_data_source qf_data_source_tensors(const qf_tensor *const *data, int ndata)
     return (qf_data_source){.ninputs = ndata, .inputs = data, .read = batch_tensor_read, .ud = NULL};
 }
 
-qf_status qf_run_batches(qf_graph *g, const qf_tensor *const *data, int ndata, const qf_batch_options *opt)
-{
-    qf_data_source src = qf_data_source_tensors(data, ndata);
-    return qf_run_source(g, &src, opt);
-}
-
 /* The batcher: g run on rows its caller read, a plan per batch size. */
 struct qf_batcher {
     qf_graph *g;

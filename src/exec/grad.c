@@ -299,23 +299,33 @@ static bool grad_nhwc_joins(const qf_grad_plan *p, const qf_node *n)
     return true;
 }
 
-/* Whether a slot of node i may be NHWC and which group it joins: returns 1
- * for a slot that joins (join: the node's other joined slots share its
- * group), 2 for a convolution's own X / Y, 3 for a slot read in either layout
- * that alone would not make a group worth it (GlobalAveragePool's X: its
- * kernels take io->in_nhwc; its [N, C, 1, 1] output is the same bytes in
- * both), 0 for NCHW only. */
-static int grad_nhwc_slot(const qf_grad_plan *p, int i, bool joins, bool out, int s)
+/* What layout a slot of a node may have in the backward plan's NHWC
+ * groups. */
+typedef enum grad_slot_kind {
+    GRAD_SLOT_KIND_NCHW = 0, /* NCHW only: its group stays NCHW */
+    GRAD_SLOT_KIND_JOIN,     /* joins the group of the node's other joined slots */
+    GRAD_SLOT_KIND_CONV,     /* a convolution's own X / Y: makes its group worth NHWC */
+    GRAD_SLOT_KIND_EITHER,   /* read in either layout, but alone no reason for NHWC */
+} grad_slot_kind;
+
+/* Whether a slot of node i may be NHWC and which group it joins: JOIN for a
+ * slot that joins, CONV for a convolution's own X / Y, EITHER for a slot
+ * read in either layout that alone would not make a group worth it
+ * (GlobalAveragePool's X: its kernels take io->in_nhwc; its [N, C, 1, 1]
+ * output is the same bytes in both), NCHW for NCHW only. */
+static grad_slot_kind grad_nhwc_slot(const qf_grad_plan *p, int i, bool joins, bool out, int s)
 {
     const qf_node *n = p->nodes[i];
     if (joins) {
-        if (out) return 1;
-        if (n->op == QF_OP_BATCH_NORM || n->op == QF_OP_FAKE_QUANT || n->op == QF_OP_QAT_BN_OUTPUT) return s == 0;
-        return 1;
+        if (out) return GRAD_SLOT_KIND_JOIN;
+        if (n->op == QF_OP_BATCH_NORM || n->op == QF_OP_FAKE_QUANT || n->op == QF_OP_QAT_BN_OUTPUT)
+            return s == 0 ? GRAD_SLOT_KIND_JOIN : GRAD_SLOT_KIND_NCHW;
+        return GRAD_SLOT_KIND_JOIN;
     }
-    if (p->be[i] && (n->op == QF_OP_CONV || n->op == QF_OP_CONV_TRANSPOSE) && s == 0) return 2;
-    if (n->op == QF_OP_GLOBAL_AVG_POOL && !out && s == 0) return 3;
-    return 0;
+    if (p->be[i] && (n->op == QF_OP_CONV || n->op == QF_OP_CONV_TRANSPOSE) && s == 0)
+        return GRAD_SLOT_KIND_CONV;
+    if (n->op == QF_OP_GLOBAL_AVG_POOL && !out && s == 0) return GRAD_SLOT_KIND_EITHER;
+    return GRAD_SLOT_KIND_NCHW;
 }
 
 /* Prepare the backend kernel of node i again with the layout bits. */
@@ -364,16 +374,20 @@ static qf_status grad_nhwc(qf_grad_plan *p)
             for (int s = 0; s < cnt; s++) {
                 const qf_value *v = io ? n->outputs[s] : n->inputs[s];
                 if (!grad_nhwc_value(p, v)) continue;
-                const int kind = grad_nhwc_slot(p, i, joins[i], io, s);
                 int r = grad_find(up, (int)v->id);
-                if (kind == 0) bad[r] = 1;
-                else if (kind == 2) conv[r] = 1;
-                else if (kind == 3) continue;
-                else if (root < 0) root = r;
-                else if (r != root) {
-                    up[r] = root;
-                    bad[root] |= bad[r];
-                    conv[root] |= conv[r];
+                switch (grad_nhwc_slot(p, i, joins[i], io, s)) {
+                case GRAD_SLOT_KIND_NCHW: bad[r] = 1; break;
+                case GRAD_SLOT_KIND_CONV: conv[r] = 1; break;
+                case GRAD_SLOT_KIND_EITHER: break;
+                case GRAD_SLOT_KIND_JOIN:
+                    if (root < 0) {
+                        root = r;
+                    } else if (r != root) {
+                        up[r] = root;
+                        bad[root] |= bad[r];
+                        conv[root] |= conv[r];
+                    }
+                    break;
                 }
             }
         }
@@ -387,14 +401,16 @@ static qf_status grad_nhwc(qf_grad_plan *p)
         const qf_node *n = p->nodes[i];
         for (int s = 0; s < n->ninputs && s < 32; s++) {
             const qf_value *v = n->inputs[s];
-            if (grad_nhwc_value(p, v) && grad_nhwc_slot(p, i, joins[i], false, s)) {
+            if (grad_nhwc_value(p, v) &&
+                grad_nhwc_slot(p, i, joins[i], false, s) != GRAD_SLOT_KIND_NCHW) {
                 const int r = grad_find(up, (int)v->id);
                 if (!bad[r] && conv[r]) p->in_nhwc[i] |= 1u << s;
             }
         }
         for (int o = 0; o < n->noutputs && o < 32; o++) {
             const qf_value *v = n->outputs[o];
-            if (grad_nhwc_value(p, v) && grad_nhwc_slot(p, i, joins[i], true, o)) {
+            if (grad_nhwc_value(p, v) &&
+                grad_nhwc_slot(p, i, joins[i], true, o) != GRAD_SLOT_KIND_NCHW) {
                 const int r = grad_find(up, (int)v->id);
                 if (!bad[r] && conv[r]) p->out_nhwc[i] |= 1u << o;
             }

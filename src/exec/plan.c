@@ -24,9 +24,15 @@ typedef struct qf_step {
 /* How a node of the plan is prepared: not (fused into another, or not yet),
  * by the reference columns, or by the backend with these layouts and
  * post-ops. A new layout plan re-prepares only the nodes whose line changed. */
+typedef enum qf_prep_kind {
+    QF_PREP_KIND_NONE = 0, /* zero: a calloc'ed entry is not prepared */
+    QF_PREP_KIND_REF,
+    QF_PREP_KIND_BACKEND,
+} qf_prep_kind;
+
 typedef struct qf_prepared {
     const qf_node *node;
-    int kind; /* 0 none, 1 reference, 2 backend */
+    qf_prep_kind kind;
     uint32_t in_nhwc, out_nhwc;
     bool blocked;
     int nfused;
@@ -426,9 +432,9 @@ static qf_kernel_io qf_plan_node_io(qf_plan *p, const qf_layout *L, int i, int k
 
 static void qf_plan_unprepare(qf_prepared *pr, const qf_backend_kernels *b)
 {
-    if (pr->kind == 2 && b && b->release) b->release(pr->state);
+    if (pr->kind == QF_PREP_KIND_BACKEND && b && b->release) b->release(pr->state);
     if (pr->size) memset(pr->state, 0, pr->size);
-    pr->kind = 0;
+    pr->kind = QF_PREP_KIND_NONE;
 }
 
 /* A reference kernel planned channels-last (an elementwise one, whose
@@ -478,18 +484,20 @@ static qf_status qf_plan_prepare(qf_plan *p, qf_layout *L, const int *ki, const 
             const qf_op_kernels *kk = qf_op_kernels_get(n->op);
             const qf_node_plan *np = &L->np[i];
             qf_prepared *pr = &p->prep[i];
-            int kind = np->fused_into >= 0 ? 0 : np->cap == QF_CAP_REF ? 1 : 2;
-            if (kind == pr->kind && (kind != 2 || (pr->in_nhwc == np->in_nhwc && pr->out_nhwc == np->out_nhwc &&
-                                                   pr->blocked == L->blocked &&
-                                                   pr->nfused == np->nfused &&
-                                                   !memcmp(pr->fused, &L->fused[np->first],
-                                                           sizeof *pr->fused * (size_t)np->nfused))))
+            qf_prep_kind kind = np->fused_into >= 0     ? QF_PREP_KIND_NONE
+                                : np->cap == QF_CAP_REF ? QF_PREP_KIND_REF
+                                                        : QF_PREP_KIND_BACKEND;
+            if (kind == pr->kind && (kind != QF_PREP_KIND_BACKEND ||
+                                     (pr->in_nhwc == np->in_nhwc && pr->out_nhwc == np->out_nhwc &&
+                                      pr->blocked == L->blocked && pr->nfused == np->nfused &&
+                                      !memcmp(pr->fused, &L->fused[np->first],
+                                              sizeof *pr->fused * (size_t)np->nfused))))
                 continue;
             qf_plan_unprepare(pr, qf_backend_kernels_get(pr->node->op));
-            if (kind == 0) continue;
+            if (kind == QF_PREP_KIND_NONE) continue;
             qf_kernel_io io = qf_plan_node_io(p, L, i, ki[i], ko[i]);
             qf_status st;
-            if (kind == 2) {
+            if (kind == QF_PREP_KIND_BACKEND) {
                 st = qf_backend_kernels_get(pr->node->op)->prepare(&io, pr->state);
                 if (st == QF_ERR_UNSUPPORTED) {
                     memset(pr->state, 0, pr->size);
@@ -648,7 +656,7 @@ static qf_status qf_plan_build(qf_plan *p)
             s->io = qf_plan_node_io(p, &L, i, ki[i], ko[i]);
             s->io.state = p->prep[i].state;
             const qf_op_kernels *kk = qf_op_kernels_get(n->op);
-            s->backend = p->prep[i].kind == 2 ? qf_backend_kernels_get(n->op) : NULL;
+            s->backend = p->prep[i].kind == QF_PREP_KIND_BACKEND ? qf_backend_kernels_get(n->op) : NULL;
             s->forward = s->backend ? s->backend->forward_f32 : kk->forward_f32;
             s->in_nhwc = s->io.in_nhwc;
             s->out_nhwc = s->io.out_nhwc;
@@ -745,7 +753,8 @@ done:
 static void qf_plan_clear(qf_plan *p)
 {
     for (int i = 0; p->prep && i < p->nnodes; i++)
-        if (p->prep[i].kind == 2) qf_plan_unprepare(&p->prep[i], qf_backend_kernels_get(p->prep[i].node->op));
+        if (p->prep[i].kind == QF_PREP_KIND_BACKEND)
+            qf_plan_unprepare(&p->prep[i], qf_backend_kernels_get(p->prep[i].node->op));
     qf_free(p->steps);
     qf_free(p->prep);
     qf_free(p->fused);

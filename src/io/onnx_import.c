@@ -678,14 +678,6 @@ static qf_status qf_onnx_decode(void *buf, size_t size, const char *path, const 
     return st;
 }
 
-qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out)
-{
-    qf_problems problems = {0};
-    qf_status st = qf_onnx_decode(buf, size, NULL, NULL, &problems, NULL, out);
-    qf_problems_free(&problems);
-    return st;
-}
-
 /* Decode (taking buf), then finish; `what` (may be NULL) prefixes error
  * messages. */
 static qf_status qf_onnx_load_impl(void *buf, size_t size, const char *what, const char *path,

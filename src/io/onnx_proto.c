@@ -336,11 +336,6 @@ qf_status qf_onnx_half_decode(const uint8_t *raw, const int32_t *typed, const qf
     return QF_OK;
 }
 
-qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, qf_tensor *out)
-{
-    return qf_tensor_decode(tp, NULL, NULL, what, out);
-}
-
 qf_status qf_onnx_tensor_take(Onnx__TensorProto *tp, const char *what, qf_tensor *out)
 {
     return qf_tensor_decode(tp, tp, NULL, what, out);

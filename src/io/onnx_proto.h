@@ -39,14 +39,12 @@ qf_status qf_onnx_half_decode(const uint8_t *raw, const int32_t *typed, const qf
 qf_status qf_onnx_tensor_meta(const Onnx__TensorProto *tp, const char *what, qf_tensor *out,
                               size_t *nbytes);
 
-/* Copy a TensorProto into an owned tensor. `what` names it in messages
+/* A TensorProto as an owned tensor. `what` names it in messages
  * ("initializer 'w'"). Accepts raw_data (little-endian) and the typed fields;
- * checks dims, rank, element count against the data size. */
-qf_status qf_onnx_tensor_from_proto(const Onnx__TensorProto *tp, const char *what, qf_tensor *out);
-
-/* The same, but when raw_data holds the payload the tensor takes over its
- * buffer instead of copying it (tp's raw_data is then empty). tp must come
- * from a protobuf-c unpack with qf_pb_allocator_make's allocator. */
+ * checks dims, rank, element count against the data size. When raw_data
+ * holds the payload the tensor takes over its buffer instead of copying it
+ * (tp's raw_data is then empty). tp must come from a protobuf-c unpack with
+ * qf_pb_allocator_make's allocator. */
 qf_status qf_onnx_tensor_take(Onnx__TensorProto *tp, const char *what, qf_tensor *out);
 
 /* The same for a TensorProto whose raw_data points into a writable buffer
@@ -95,11 +93,5 @@ qf_status qf_onnx_initializer_unpack(uint8_t *data, qf_onnx_range r, ProtobufCAl
                                      const bool *oom, qf_onnx_scratch *scratch,
                                      Onnx__TensorProto **out);
 void qf_onnx_initializer_free(Onnx__TensorProto *tp, ProtobufCAllocator *alloc);
-
-/* Decode a ModelProto and build the graph, without the sort / fold / infer /
- * verify steps of qf_onnx_load (tests use it on graphs the kernels cannot
- * run yet). Takes buf (from qf_malloc, `size` bytes): the graph adopts it
- * as the storage of its weights, or it is freed. */
-qf_status qf_onnx_parse(void *buf, size_t size, qf_graph **out);
 
 #endif

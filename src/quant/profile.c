@@ -11,6 +11,7 @@
  * with their own output qparams, and a few more ops with their own qparams.
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,16 +69,32 @@ static const qf_quant_profile qf_profile_generic = {
 };
 
 static const qf_quant_profile *const qf_profiles[] = {&qf_profile_neutron, &qf_profile_generic};
-static const char *const qf_profile_name_list[] = {"neutron", "generic", NULL};
+#define QF_NPROFILES (sizeof qf_profiles / sizeof qf_profiles[0])
 
 const qf_quant_profile *qf_quant_profile_find(const char *name)
 {
-    for (size_t i = 0; i < sizeof qf_profiles / sizeof qf_profiles[0]; i++)
+    for (size_t i = 0; i < QF_NPROFILES; i++)
         if (strcmp(qf_profiles[i]->name, name) == 0) return qf_profiles[i];
     return NULL;
 }
 
-const char *const *qf_quant_profile_names(void) { return qf_profile_name_list; }
+/* The names are read off the profiles (their .name is the one place a name
+ * is written), once: a static initializer cannot read another object's
+ * field, and pthread_once makes the first call from any thread fill it. */
+static const char *qf_profile_name_list[QF_NPROFILES + 1];
+static pthread_once_t qf_profile_names_once = PTHREAD_ONCE_INIT;
+
+static void qf_profile_names_init(void)
+{
+    for (size_t i = 0; i < QF_NPROFILES; i++) qf_profile_name_list[i] = qf_profiles[i]->name;
+    qf_profile_name_list[QF_NPROFILES] = NULL;
+}
+
+const char *const *qf_quant_profile_names(void)
+{
+    pthread_once(&qf_profile_names_once, qf_profile_names_init);
+    return qf_profile_name_list;
+}
 
 /* --- --set KEY=VALUE ----------------------------------------------------------- */
 

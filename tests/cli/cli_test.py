@@ -251,6 +251,86 @@ def case_inspect_escape():
               "dot -Tsvg rejects the file:\n%s\n%s" % (p.stderr, open(dot).read()))
 
 
+def strict_json(path_or_text, what):
+    """The JSON text must be UTF-8 (RFC 8259): decoded strictly, then parsed."""
+    raw = path_or_text if isinstance(path_or_text, bytes) else open(path_or_text, "rb").read()
+    try:
+        return json.loads(raw.decode("utf-8", errors="strict"))
+    except ValueError as e:  # UnicodeDecodeError is a ValueError
+        raise Fail("%s is not UTF-8 JSON (%s):\n%r" % (what, e, raw[:2000]))
+
+
+def case_report_utf8():
+    """Names that are not UTF-8 (an ONNX string field holds bytes; protobuf
+    does not check them): the JSON qfold writes (fuse, quantize and export
+    reports, inspect --json) stays UTF-8 JSON, each byte that starts no valid
+    UTF-8 sequence becoming U+FFFD (src/core/strbuf.h), valid non-ASCII text
+    kept as is. `fuse --report` once wrote the raw bytes."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    # Placeholders of the same length as the bytes they become, so that the
+    # protobuf lengths stay right when they are replaced in the file.
+    bad = {b"conv_@@": b"conv_\xff\xfe", b"bn_@@@": b"bn_\xe2\x82(", b"x@@@": b"x\xc0\xaf\xed"}
+    want = {"conv_@@": "conv_\ufffd\ufffd", "bn_@@@": "bn_\ufffd\ufffd(", "x@@@": "x\ufffd\ufffd\ufffd"}
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")]
+    for name, v in (("scale", 1.5), ("bias", 0.1), ("mean", 0.2), ("var", 0.9)):
+        inits.append(numpy_helper.from_array(np.full(4, v, np.float32), name))
+    g = helper.make_graph([helper.make_node("Conv", ["x@@@", "w"], ["c"], name="conv_@@", pads=[1, 1, 1, 1]),
+                           helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"],
+                                            name="bn_@@@"),
+                           helper.make_node("Relu", ["y"], ["z"], name="relu \u00e9")],
+                          "g", [helper.make_tensor_value_info("x@@@", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 7
+    data = m.SerializeToString()
+    for k, v in bad.items():
+        check(len(k) == len(v) and data.count(k) >= 1, "placeholder %r" % k)
+        data = data.replace(k, v)
+    model = work("bad_utf8.onnx")
+    with open(model, "wb") as f:
+        f.write(data)
+    report = work("bad_utf8.report.json")
+
+    def run(*argv):
+        """qfold in bytes: its text output prints the names as they are."""
+        p = subprocess.run([ARGS.qfold] + list(argv), capture_output=True, timeout=120)
+        check(p.returncode == 0, "`qfold %s` exited %d:\n%r" % (" ".join(argv), p.returncode, p.stderr))
+        return p.stdout
+
+    run("fuse", model, "-o", work("bad_utf8.fused.onnx"), "--report", report)
+    r = strict_json(report, "fuse --report")
+    nodes = [e["node"] for p in r["passes"] for key in ("rewritten", "skipped") for e in p[key]]
+    check(want["bn_@@@"] in nodes or want["conv_@@"] in nodes,
+          "the folded nodes' names (as %r, %r) are not in the report's events %r"
+          % (want["conv_@@"], want["bn_@@@"], nodes))
+    text = open(report, "rb").read().decode("utf-8")
+    check("@" not in text and "\\ufffd" in text, "placeholders or no \\ufffd escape in the report:\n" + text)
+    # Keeping the BatchNorm (a pipeline without the fold) lists it by name.
+    run("fuse", model, "-o", work("bad_utf8.kept.onnx"), "--report", report, "--passes", "dce")
+    r = strict_json(report, "fuse --passes dce --report")
+    check(r["batch_norm"]["kept"] == [want["bn_@@@"]], "kept: %r" % r["batch_norm"])
+    j = strict_json(run("inspect", model, "--json"), "inspect --json")
+    check(j["inputs"][0]["name"] == want["x@@@"], "inspect input name: %r" % j["inputs"])
+    # The quantize and export reports carry the names too (and names built from them).
+
+    def strings(v):
+        if isinstance(v, dict):
+            return [t for k, x in v.items() for t in [k] + strings(x)]
+        if isinstance(v, list):
+            return [t for x in v for t in strings(x)]
+        return [v] if isinstance(v, str) else []
+
+    np.save(work("bad_utf8.calib.npy"), rng.standard_normal((8, 3, 8, 8)).astype(np.float32))
+    qmodel, qreport, ereport = work("bad_utf8.int8.onnx"), work("bad_utf8.q.json"), work("bad_utf8.e.json")
+    run("quantize", model, "-o", qmodel, "--calib", work("bad_utf8.calib.npy"), "--report", qreport)
+    found = strings(strict_json(qreport, "quantize --report"))
+    check(want["conv_@@"] in found and want["x@@@"] in found, "quantize report names: %r" % found)
+    run("export", qmodel, "-o", work("bad_utf8.tflite"), "--report", ereport)
+    found = strings(strict_json(ereport, "export --report"))
+    check(want["conv_@@"] in found, "export report names: %r" % found)
+
+
 def case_run():
     out = work("logits.npy")
     if os.path.exists(out):

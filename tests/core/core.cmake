@@ -19,3 +19,12 @@ target_link_libraries(test_limits PRIVATE qfold_static)
 add_test(NAME unit_limits COMMAND test_limits)
 set_tests_properties(unit_limits PROPERTIES LABELS "unit" TIMEOUT 60)
 
+
+# The one JSON string escaper (src/core/strbuf.c): valid UTF-8 kept, every
+# byte that starts no valid sequence as U+FFFD, controls escaped.
+add_executable(test_strbuf ${CMAKE_CURRENT_LIST_DIR}/test_strbuf.c)
+target_compile_options(test_strbuf PRIVATE ${QF_WARNINGS})
+target_include_directories(test_strbuf PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
+target_link_libraries(test_strbuf PRIVATE qfold_static)
+add_test(NAME unit_strbuf COMMAND test_strbuf)
+set_tests_properties(unit_strbuf PROPERTIES LABELS "unit" TIMEOUT 60)

@@ -21,3 +21,8 @@ foreach(m resnet18 mobilenet_v2)
                        TIMEOUT 300 SKIP_RETURN_CODE 77)
 endforeach()
 endif()
+# Its skip decision on stand-ins for qfold: only the documented refusal of
+# `--engine dnnl` is a skip; a crash or another exit status fails.
+add_test(NAME exec_engine_parity_self_test
+  COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/engine_parity.py --self-test ${QF_TEST_WORK}/engine_parity_self_test)
+set_tests_properties(exec_engine_parity_self_test PROPERTIES LABELS "exec" TIMEOUT 60)

@@ -243,11 +243,81 @@ static void test_infer_errors(void)
     qf_tensor_free(&xz), qf_tensor_free(&wz), qf_tensor_free(&yz);
 }
 
+/* qfold_clamp on QLinearConv / QLinearMatMul (a fused activation's range
+ * in Y's integers, decoded by qf_int8_clamp_range as on every int8 op): a
+ * clamp that is not two values inside Y's range is refused naming the node
+ * (a wrong length was once ignored); a valid one on a uint8 Y is honoured. */
+static void test_qlinear_clamp_attr(void)
+{
+    qf_tensor x, xs, xz, w, ws, wz, ys, yz;
+    const int64_t xd[4] = {1, 2, 3, 3}, wd[4] = {1, 2, 3, 3}, md[2] = {3, 3}, one[1] = {1};
+    REQUIRE_OK(qf_tensor_init(&x, QF_DTYPE_U8, 4, xd));
+    REQUIRE_OK(qf_tensor_init(&w, QF_DTYPE_U8, 4, wd));
+    REQUIRE_OK(qf_tensor_init(&xs, QF_DTYPE_F32, 0, one));
+    REQUIRE_OK(qf_tensor_init(&ws, QF_DTYPE_F32, 0, one));
+    REQUIRE_OK(qf_tensor_init(&ys, QF_DTYPE_F32, 0, one));
+    REQUIRE_OK(qf_tensor_init(&xz, QF_DTYPE_U8, 0, one));
+    REQUIRE_OK(qf_tensor_init(&wz, QF_DTYPE_U8, 0, one));
+    REQUIRE_OK(qf_tensor_init(&yz, QF_DTYPE_U8, 0, one));
+    *(float *)xs.data = *(float *)ws.data = *(float *)ys.data = 1.0f;
+    memset(x.data, 3, (size_t)qf_tensor_numel(&x));
+    memset(w.data, 5, (size_t)qf_tensor_numel(&w));
+    const qf_tensor *in[8] = {&x, &xs, &xz, &w, &ws, &wz, &ys, &yz};
+    static const struct {
+        const char *name;
+        int n;
+        int64_t v[3];
+    } bad[] = {{"qc_clamp3", 3, {0, 10, 20}},
+               {"qc_clamp1", 1, {10}},
+               {"qc_clamp_range", 2, {-1, 10}},
+               {"qc_clamp_order", 2, {20, 10}}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        for (int mm = 0; mm < 2; mm++) {
+            qf_node_runner r;
+            char name[64];
+            snprintf(name, sizeof name, "%s%s", bad[i].name, mm ? "_mm" : "");
+            if (mm) {
+                x.ndim = w.ndim = 2;
+                memcpy(x.dims, md, sizeof md);
+                memcpy(w.dims, md, sizeof md);
+            }
+            REQUIRE_OK(qf_node_runner_init(&r, mm ? QF_OP_QLINEAR_MATMUL : QF_OP_QLINEAR_CONV, name,
+                                           8, in, 1, 13));
+            REQUIRE_OK(qf_node_set_attr_ints(r.g, r.n, "qfold_clamp", bad[i].v, bad[i].n));
+            char want[128];
+            snprintf(want, sizeof want, "node '%s' (%s): qfold_clamp", name,
+                     mm ? "QLinearMatMul" : "QLinearConv");
+            CHECK_ERR(qf_node_runner_run(&r), QF_ERR_INVALID, want);
+            CHECK_MSG("[0, 255]");
+            qf_node_runner_free(&r);
+            if (mm) {
+                x.ndim = w.ndim = 4;
+                memcpy(x.dims, xd, sizeof xd);
+                memcpy(w.dims, wd, sizeof wd);
+            }
+        }
+    /* [10, 40] on a uint8 Y: the accumulator 2 * 9 * 15 = 270 saturates at 40. */
+    qf_node_runner r;
+    const int64_t ok[2] = {10, 40};
+    REQUIRE_OK(qf_node_runner_init(&r, QF_OP_QLINEAR_CONV, "qc_clamp_ok", 8, in, 1, 13));
+    REQUIRE_OK(qf_node_set_attr_ints(r.g, r.n, "qfold_clamp", ok, 2));
+    qf_status st = qf_node_runner_run(&r);
+    CHECKF(st == QF_OK, "run: %s", qf_error_message());
+    if (st == QF_OK)
+        CHECKF(((const uint8_t *)r.out[0].data)[0] == 40, "y = %d",
+               ((const uint8_t *)r.out[0].data)[0]);
+    qf_node_runner_free(&r);
+    qf_tensor_free(&x), qf_tensor_free(&w), qf_tensor_free(&xs), qf_tensor_free(&ws),
+        qf_tensor_free(&ys);
+    qf_tensor_free(&xz), qf_tensor_free(&wz), qf_tensor_free(&yz);
+}
+
 int main(void)
 {
     RUN(test_infer_errors);
     RUN(test_conv_requant);
     RUN(test_k_bound);
     RUN(test_qlinear_conv_overflow);
+    RUN(test_qlinear_clamp_attr);
     return qf_check_report();
 }

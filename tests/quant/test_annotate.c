@@ -306,6 +306,13 @@ static void test_profile_set(void)
     qf_quant_profile p = *qf_quant_profile_find("neutron");
     CHECK(qf_quant_profile_find("nope") == NULL);
     CHECK(strcmp(qf_quant_profile_names()[1], "generic") == 0);
+    /* The list is the profiles' own .name fields (one source of truth). */
+    int nprofiles = 0;
+    for (const char *const *nm = qf_quant_profile_names(); *nm; nm++, nprofiles++) {
+        const qf_quant_profile *q = qf_quant_profile_find(*nm);
+        CHECKF(q && q->name == *nm, "profile '%s': not the name of the profile it finds", *nm);
+    }
+    CHECKF(nprofiles == 2, "%d profiles listed", nprofiles);
     CHECK_STATUS(qf_quant_profile_set(&p, "reduction-scale"), QF_ERR_INVALID);
     CHECK_MSG("expected KEY=VALUE");
     CHECK_STATUS(qf_quant_profile_set(&p, "reduction-scale=maybe"), QF_ERR_INVALID);

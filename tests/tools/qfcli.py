@@ -2,6 +2,8 @@
 (tests/cli/cli_test.py, tests/cli/fault_test.py, tests/quant/quantize_test.py):
 the failure type, the check, running qfold with an expected exit status,
 reading its one-line error message, and the case runner that ctest calls.
+A case that cannot run here raises Skip: the runner exits 77, which ctest
+reports as skipped where the test has SKIP_RETURN_CODE 77 (never as passed).
 
     import qfcli
     ARGS = None                      # set by qfcli.main before the case runs
@@ -15,6 +17,10 @@ import subprocess
 
 class Fail(Exception):
     pass
+
+
+class Skip(Exception):
+    """The case cannot run here (the message says why): exit 77."""
 
 
 def check(cond, what):
@@ -52,8 +58,8 @@ def main(label, namespace, paths=(), options=(), per_case_work=True):
     """Parse --qfold BIN, the path options (made absolute) and other options,
     then the CASE; set namespace["ARGS"] (the script's global) to the parsed
     arguments, run namespace["case_" + CASE]() and print
-    "ok <label> <case>" or "FAIL <label> <case>: <why>". Returns the exit
-    status (0 ok, 1 failed). --work gets a subdirectory per case when
+    "ok <label> <case>", "FAIL <label> <case>: <why>" or "SKIP <label> <case>:
+    <why>". Returns the exit status (0 ok, 1 failed, 77 skipped). --work gets a subdirectory per case when
     per_case_work (cases may run in parallel)."""
     cases = {k[5:]: v for k, v in namespace.items() if k.startswith("case_")}
     ap = argparse.ArgumentParser()
@@ -78,5 +84,8 @@ def main(label, namespace, paths=(), options=(), per_case_work=True):
     except Fail as e:
         print("FAIL %s %s: %s" % (label, args.case, e))
         return 1
+    except Skip as e:
+        print("SKIP %s %s: %s" % (label, args.case, e))
+        return 77
     print("ok %s %s" % (label, args.case))
     return 0

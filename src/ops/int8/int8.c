@@ -222,18 +222,6 @@ size_t qf_int8_conv_col_bytes(const qf_conv_geom *cg)
     return (size_t)bytes;
 }
 
-/* Output positions [lo, hi) whose tap at offset off (stride st) lies in
- * [0, size): as conv.h's qf_conv_tap_range. */
-static void int8_tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, int64_t *lo, int64_t *hi)
-{
-    int64_t a = off >= 0 ? 0 : (-off + st - 1) / st;
-    int64_t b = size - 1 - off < 0 ? 0 : (size - 1 - off) / st + 1;
-    if (b > nout) b = nout;
-    if (a > b) a = b;
-    *lo = a;
-    *hi = b;
-}
-
 /* One im2row body per input type: T is int8_t or uint8_t. */
 #define QF_INT8_IM2ROW(NAME, T)                                                                              \
     static void NAME(const T *x, int32_t zp, int64_t channels, const qf_spatial *l, int16_t *col)            \
@@ -261,7 +249,7 @@ static void int8_tap_range(int64_t off, int64_t st, int64_t size, int64_t nout, 
                                     continue;                                                                \
                                 }                                                                            \
                                 int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;                \
-                                int8_tap_range(offw, sw, IW, OW, &lo, &hi);                                  \
+                                qf_conv_tap_range(offw, sw, IW, OW, &lo, &hi);                               \
                                 for (int64_t ow = 0; ow < lo; ow++) d[ow * K] = 0;                           \
                                 for (int64_t ow = lo; ow < hi; ow++)                                         \
                                     d[ow * K] = (int16_t)(row[ow * sw + offw] - z);                          \
@@ -303,7 +291,7 @@ void qf_int8_col2im3(const int32_t *col, int64_t channels, const qf_spatial *l, 
             for (int64_t kh = 0; kh < l->kernel[1]; kh++)
                 for (int64_t kw = 0; kw < l->kernel[2]; kw++) {
                     int64_t offw = kw * l->dilation[2] - l->pad_begin[2], lo, hi;
-                    int8_tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
+                    qf_conv_tap_range(offw, l->stride[2], OW, IW, &lo, &hi);
                     for (int64_t id = 0; id < ID; id++) {
                         int64_t od = id * l->stride[0] - l->pad_begin[0] + kd * l->dilation[0];
                         for (int64_t ih = 0; ih < IH; ih++, src += IW) {
@@ -338,17 +326,31 @@ qf_status qf_int8_qparams(const qf_node *n, const qf_tensor *scale, const qf_ten
     return QF_OK;
 }
 
-qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi)
+qf_status qf_int8_clamp_range(const qf_node *n, int32_t min, int32_t max, int32_t *lo,
+                              int32_t *hi)
 {
-    *lo = -128;
-    *hi = 127;
+    *lo = min;
+    *hi = max;
     int nc = 0;
     const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
     if (!clamp) return QF_OK;
-    if (nc != 2 || clamp[0] > clamp[1] || clamp[0] < -128 || clamp[1] > 127)
-        return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp must be [lo, hi] inside [-128, 127]", n->name,
-                        qf_op_label(n));
+    if (nc != 2)
+        return qf_error(QF_ERR_INVALID,
+                        "node '%s' (%s): qfold_clamp must be [lo, hi] inside [%d, %d], it has %d "
+                        "value%s",
+                        n->name, qf_op_label(n), (int)min, (int)max, nc, nc == 1 ? "" : "s");
+    if (clamp[0] > clamp[1] || clamp[0] < min || clamp[1] > max)
+        return qf_error(QF_ERR_INVALID,
+                        "node '%s' (%s): qfold_clamp [%lld, %lld] is not a range [lo, hi] inside "
+                        "[%d, %d]",
+                        n->name, qf_op_label(n), (long long)clamp[0], (long long)clamp[1],
+                        (int)min, (int)max);
     *lo = (int32_t)clamp[0];
     *hi = (int32_t)clamp[1];
     return QF_OK;
+}
+
+qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi)
+{
+    return qf_int8_clamp_range(n, -128, 127, lo, hi);
 }

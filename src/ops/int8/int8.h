@@ -130,8 +130,12 @@ void qf_int8_col2im3(const int32_t *col, int64_t channels, const qf_spatial *l, 
 qf_status qf_int8_qparams(const qf_node *n, const qf_tensor *scale, const qf_tensor *zp, const char *what, float *s,
                           int32_t *z);
 
-/* The int8 output range [lo, hi] of n: its qfold_clamp attribute (a fused
- * activation's range in the output's integers) or [-128, 127]. */
+/* The output range [lo, hi] of n inside [min, max] (its output type's
+ * range): its qfold_clamp attribute (a fused activation's range in the
+ * output's integers) or [min, max]. QF_ERR_INVALID naming the node when the
+ * attribute is not two values lo <= hi inside [min, max]. */
+qf_status qf_int8_clamp_range(const qf_node *n, int32_t min, int32_t max, int32_t *lo, int32_t *hi);
+/* The same for an int8 output: [min, max] = [-128, 127]. */
 qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi);
 
 /* acc / count rounded to nearest, ties away from zero, as TFLite's integer

@@ -99,6 +99,22 @@ static int32_t ql_range_abs(qf_dtype dt, const qf_tensor *zp)
     return m;
 }
 
+/* qfold's attributes of a QLinearConv / QLinearMatMul, decoded here for
+ * both: qfold_requant = 1 (TFLite's fixed point instead of ONNX's float
+ * requantization) and qfold_clamp = [lo, hi] (a fused activation's range in
+ * Y's integers, uint8 or int8), refused as on every int8 op when it is not
+ * two values inside Y's range. ConvInteger / MatMulInteger (int32 Y) take
+ * neither (their [lo, hi] is set but unused). */
+static qf_status ql_out_attrs(const qf_node *n, bool qlinear, qf_dtype ydt, bool *fixed,
+                              int32_t *lo, int32_t *hi)
+{
+    const int32_t min = ydt == QF_DTYPE_U8 ? 0 : -128, max = ydt == QF_DTYPE_U8 ? 255 : 127;
+    *fixed = qlinear && qf_node_attr_int(n, "qfold_requant", 0) == 1;
+    *lo = min;
+    *hi = max;
+    return qlinear ? qf_int8_clamp_range(n, min, max, lo, hi) : QF_OK;
+}
+
 /* Scratch carving: each block 64-byte aligned. */
 static size_t ql_take(size_t *off, size_t bytes)
 {
@@ -222,19 +238,7 @@ qf_status qf_qconv_prepare(const qf_kernel_io *io, bool qlinear, qconv_state *st
     st->off_acc = ql_take(&off, qlinear ? acc : 0);
     st->off_scale = ql_take(&off, qlinear ? scale : 0);
     st->off_wzp = ql_take(&off, zp);
-    st->fixed = qlinear && qf_node_attr_int(n, "qfold_requant", 0) == 1;
-    st->lo = st->ydt == QF_DTYPE_U8 ? 0 : -128;
-    st->hi = st->ydt == QF_DTYPE_U8 ? 255 : 127;
-    int nc = 0;
-    const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
-    if (clamp && nc == 2 && qlinear) {
-        if (clamp[0] > clamp[1] || clamp[0] < st->lo || clamp[1] > st->hi)
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp [%lld, %lld] is not inside [%d, %d]",
-                            n->name, qf_op_label(n), (long long)clamp[0], (long long)clamp[1], (int)st->lo,
-                            (int)st->hi);
-        st->lo = (int32_t)clamp[0];
-        st->hi = (int32_t)clamp[1];
-    }
+    QF_TRY(ql_out_attrs(n, qlinear, st->ydt, &st->fixed, &st->lo, &st->hi));
     /* |acc| <= K * max|x - zp| * max|w - zp| (+ the bias), as qf_int8_check_k bounds it. */
     st->acc_bound = cg->k * (int64_t)ql_range_abs(st->xdt, xzp) * (int64_t)ql_range_abs(st->wdt, wzp);
     size_t mult = 0;
@@ -461,19 +465,7 @@ static qf_status qmm_prepare(const qf_kernel_io *io, bool qlinear, qmm_state *st
     st->off_scale = ql_take(&off, qlinear ? scale : 0);
     st->off_azp = ql_take(&off, azb);
     st->off_bzp = ql_take(&off, bzb);
-    st->fixed = qlinear && qf_node_attr_int(n, "qfold_requant", 0) == 1;
-    st->lo = st->ydt == QF_DTYPE_U8 ? 0 : -128;
-    st->hi = st->ydt == QF_DTYPE_U8 ? 255 : 127;
-    int nc = 0;
-    const int64_t *clamp = qf_node_attr_ints(n, "qfold_clamp", &nc);
-    if (clamp && nc == 2 && qlinear) {
-        if (clamp[0] > clamp[1] || clamp[0] < st->lo || clamp[1] > st->hi)
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): qfold_clamp [%lld, %lld] is not inside [%d, %d]",
-                            n->name, qf_op_label(n), (long long)clamp[0], (long long)clamp[1], (int)st->lo,
-                            (int)st->hi);
-        st->lo = (int32_t)clamp[0];
-        st->hi = (int32_t)clamp[1];
-    }
+    QF_TRY(ql_out_attrs(n, qlinear, st->ydt, &st->fixed, &st->lo, &st->hi));
     st->acc_bound = st->K * (int64_t)ql_range_abs(st->adt, azp) * (int64_t)ql_range_abs(st->bdt, bzp);
     size_t mult = 0;
     if (st->fixed && !ql_bytes(st->N, 2, sizeof(int32_t), &mult))

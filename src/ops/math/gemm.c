@@ -7,6 +7,7 @@
  * build still runs at the width the machine has. This file is compiled with
  * -ffp-contract=fast (CMakeLists.txt) so that a * b + c becomes an FMA.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <string.h>
@@ -24,26 +25,41 @@
 #define QF_GMR 6
 #define QF_GMC 72
 
-/* 0 generic, 1 AVX2 + FMA, 2 AVX-512: the widest this CPU runs, or what
- * qf_gemm_set_kernel chose. */
-static int isa = -1;
+/* Kernels: 0 generic, 1 AVX2 + FMA, 2 AVX-512. The widest this CPU runs is
+ * found once: GEMMs start on any thread (plans are built and run by the
+ * caller's threads and the pool's), and __builtin_cpu_init writes libgcc's
+ * CPU model, so a plain lazy store would be a data race. pthread_once makes
+ * the first call do it and every other wait for it. */
+static pthread_once_t native_once = PTHREAD_ONCE_INIT;
+static int native_isa;
 
-static int gemm_native_isa(void)
+static void gemm_native_init(void)
 {
 #if QF_GEMM_X86
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f")                                       ? 2
-           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
-                                                                             : 0;
+    native_isa = __builtin_cpu_supports("avx512f")                                 ? 2
+                 : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 1
+                                                                                   : 0;
 #else
-    return 0;
+    native_isa = 0;
 #endif
 }
 
+static int gemm_native_isa(void)
+{
+    pthread_once(&native_once, gemm_native_init);
+    return native_isa;
+}
+
+/* What qf_gemm_set_kernel chose, or -1 for the native kernel. Atomic, as
+ * every thread that runs a GEMM reads it; it is one value that orders
+ * nothing else, so relaxed loads and stores are enough. */
+static atomic_int chosen_isa = -1;
+
 static int gemm_isa(void)
 {
-    if (isa < 0) isa = gemm_native_isa();
-    return isa;
+    int c = atomic_load_explicit(&chosen_isa, memory_order_relaxed);
+    return c >= 0 ? c : gemm_native_isa();
 }
 
 static const char *const isa_names[] = {"generic", "avx2", "avx512"};
@@ -54,7 +70,7 @@ bool qf_gemm_set_kernel(const char *name)
 {
     for (int i = 0; i < 3; i++)
         if (strcmp(name, isa_names[i]) == 0 && i <= gemm_native_isa()) {
-            isa = i;
+            atomic_store_explicit(&chosen_isa, i, memory_order_relaxed);
             return true;
         }
     return false;

@@ -72,7 +72,9 @@ void qf_sgemm_serial(const qf_sgemm_args *g);
  * "generic"). */
 const char *qf_gemm_kernel_name(void);
 /* Tests: run a narrower kernel than the CPU's (false if it cannot run it).
- * Not thread-safe; before any GEMM runs concurrently. */
+ * Call it between GEMMs, not during one (a GEMM picks its kernel in more
+ * than one place); the choice is atomic, so other threads read it without
+ * a data race. */
 bool qf_gemm_set_kernel(const char *name);
 
 /* A backend's sgemm, run by qf_sgemm instead of the portable one for K > 0

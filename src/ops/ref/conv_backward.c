@@ -277,9 +277,6 @@ static void cb_slot(void *ctx, int64_t lo, int64_t hi)
 
 static qf_status cb_gemm_paths(cb_job *j, int64_t wsize)
 {
-    /* The GEMM picks its micro-kernel on first use: here, not in two slots
-     * at once. */
-    (void)qf_gemm_kernel_name();
     qf_parallel_for(j->slots, 1, cb_slot, j);
     QF_TRY(j->st);
     const qf_conv_geom *cg = j->cg;
