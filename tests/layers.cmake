@@ -1,6 +1,6 @@
 # The include-order check (docs/ARCHITECTURE.md, "Layers"): every
 # #include "..." in src/ and include/qfold/ goes to the includer's layer or
-# one below it (core < ir < ops < exec < passes < {quant, train} < io < tflite < cli),
+# one below it (core < ir < ops < backend < exec < passes < {quant, train} < io < tflite < cli),
 # quant and train never include each other, and a layer's private headers
 # stay in that layer. The self-test runs the script on a fake tree with one
 # violation of each kind, so the check cannot pass by finding nothing.
