@@ -21,10 +21,11 @@ include the backend (src/backend/: oneDNN), which sits above them and
 points at them. A file's layer is the first directory under src/
 (src/ops/ref/conv.c is in ops); a layer may be absent from the tree (a
 build without a backend). A public header include/qfold/<topic>.h has the
-layer of its topic (PUBLIC below). A header under src/<layer>/ is private to its layer: only files of
-that layer may include it, unless the layer shares it upward (SHARED below:
-core's arena / string builder / thread pool / page discard, and the op table that the
-executor and the importer read). Includes that resolve to no file of the
+layer of its topic (PUBLIC below). A header under src/<layer>/ is private
+to its layer: only files of that layer may include it, unless the layer
+shares it upward (SHARED below: core's arena / string builder / thread pool
+/ page discard, and the op table that the executor and the importer read).
+Includes that resolve to no file of the
 tree (generated protobuf code, system headers in quotes) are not checked.
 Headers that include each other in a circle (through any number of files)
 are reported too.
@@ -37,8 +38,8 @@ and never link two files). Every strongly connected set of two or more files
 in that graph is a circle and is reported with the symbols that close it.
 CMake writes the list of the library's and the CLI's object files
 (tests/layers.cmake), so the check runs on what the build compiled.
-KNOWN_CYCLES lists circles that other work is removing: their two files'
-dependencies on each other are left out of the graph until the entry goes.
+KNOWN_CYCLES lists circles that other work is removing: the dependencies
+between the files of an entry are left out of the graph until it goes.
 
 Exit status 0 when every include is allowed and no circle is found, 1
 otherwise (every offending include or circle is listed), 2 on a usage error.
