@@ -4,6 +4,8 @@
 #                 default engine (oneDNN where it has kernels), then the whole
 #                 suite again under ASan + LSan + UBSan on the reference
 #                 kernels (test-asan): both engines, each pass checked
+#   make check    install what is missing, build, run the inner loop's subset of
+#                 the tests (ctest -L check: every layer, about a minute)
 #   make demo     install what is missing, build, run qfold on the bundled example
 #   make test-asan  the whole suite under AddressSanitizer + UBSan (build-asan/)
 #   make accuracy full-dataset accuracy of the quantizer (not in CI; docs/ACCURACY.md)
@@ -13,7 +15,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all configure build deps deps-build test test-asan test-asan-run demo accuracy install clean
+.PHONY: all configure build deps deps-build test check test-asan test-asan-run demo accuracy install clean
 
 all: build
 
@@ -68,6 +70,15 @@ test: deps
 	rm -rf $(REF_CACHE)
 	cd $(BUILD) && $(TEST_ENV) $(REF_SERVER) ctest --output-on-failure -j $(JOBS)
 	$(MAKE) test-asan-run
+
+# The tests labelled `check` (tests/CMakeLists.txt, QF_CHECK_TESTS): a
+# developer's inner loop, on the default engine only (no sanitizer pass).
+# The reference cache is kept between runs (its entries are checked against
+# what they read, so a changed input recomputes): the torch side is computed
+# once, not on every check.
+check: deps
+	$(MAKE) build
+	cd $(BUILD) && $(TEST_ENV) $(REF_SERVER) ctest --output-on-failure -L check -j $(JOBS)
 
 test-asan: deps
 	$(MAKE) test-asan-run

@@ -1,9 +1,7 @@
 # Reference tests (issue 2): PyTorch parity of `qfold run`, the ONNX round
 # trip checked with onnx.checker and ONNX Runtime, and bad input to the CLI.
 # The torch models are built once per ctest run (fixture ref_models).
-add_executable(qf_roundtrip ${CMAKE_CURRENT_SOURCE_DIR}/tools/qf_roundtrip.c)
-target_compile_options(qf_roundtrip PRIVATE ${QF_WARNINGS})
-target_link_libraries(qf_roundtrip PRIVATE qfold_static)
+qf_test_program(qf_roundtrip SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/tools/qf_roundtrip.c)
 
 set(QF_REF_MODELS "${QF_TEST_WORK}/models")
 add_test(NAME ref_make_models COMMAND ${QF_PYTHON3} ${QF_TEST_DIR}/ref/make_models.py ${QF_REF_MODELS})

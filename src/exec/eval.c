@@ -1,17 +1,9 @@
 /* One node, alone: prepare, scratch, float forward (qf_node_eval); forward
- * then backward (qf_node_eval_grad). */
+ * then backward (qf_node_eval_grad). The per-node steps (qf_exec_prepare,
+ * qf_exec_scratch, qf_exec_node) are plan.c's, shared with the plan and the
+ * tape: this file uses them and plan.c uses nothing of it. */
 #include "backend/backend.h"
 #include "exec_impl.h"
-
-qf_status qf_exec_prepare(const qf_kernel_io *io, void *state)
-{
-    const qf_node *n = io->node;
-    const qf_op_kernels *k = qf_op_kernels_get(n->op);
-    if (!k->prepare) return QF_OK;
-    qf_status st = k->prepare(io, state);
-    if (st != QF_OK) qf_exec_name_node(n, st);
-    return st;
-}
 
 qf_status qf_node_eval(const qf_node *n, int64_t opset, const qf_tensor *const *in, qf_tensor *const *out)
 {

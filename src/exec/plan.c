@@ -94,6 +94,16 @@ qf_status qf_exec_node(const qf_kernel_io *io)
     return st;
 }
 
+qf_status qf_exec_prepare(const qf_kernel_io *io, void *state)
+{
+    const qf_node *n = io->node;
+    const qf_op_kernels *k = qf_op_kernels_get(n->op);
+    if (!k->prepare) return QF_OK;
+    qf_status st = k->prepare(io, state);
+    if (st != QF_OK) qf_exec_name_node(n, st);
+    return st;
+}
+
 void qf_exec_name_node(const qf_node *n, qf_status st)
 {
     /* Every message should name the node; add it when the kernel did not. */

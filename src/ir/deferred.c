@@ -11,14 +11,6 @@
 #include "../core/mem.h"
 #include "graph_impl.h"
 
-void qf_deferred_release(qf_value *v)
-{
-    if (!v->deferred) return;
-    qf_free(v->deferred->scale);
-    qf_free(v->deferred);
-    v->deferred = NULL;
-}
-
 qf_status qf_graph_set_source(qf_graph *g, int fd, const char *path)
 {
     struct qf_graph_impl *im = g->impl;

@@ -25,6 +25,17 @@ qf_status qf_graph_init(qf_graph **out)
     return QF_OK;
 }
 
+/* Drop a value's deferred-payload record (deferred.c makes it). Here, with
+ * the value's lifetime, so that graph.c needs nothing of deferred.c (which
+ * uses graph.c's strdup and set_data): no circle between the two files. */
+static void qf_deferred_release(qf_value *v)
+{
+    if (!v->deferred) return;
+    qf_free(v->deferred->scale);
+    qf_free(v->deferred);
+    v->deferred = NULL;
+}
+
 static void qf_value_release(qf_value *v)
 {
     qf_free(v->uses);

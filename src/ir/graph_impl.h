@@ -33,8 +33,6 @@ struct qf_graph_impl {
     const char *src_path;
 };
 
-void qf_deferred_release(qf_value *v);
-
 void *qf_name_map_get(const qf_name_map *m, const char *key);
 qf_status qf_name_map_put(qf_name_map *m, const char *key, void *val);
 void qf_name_map_del(qf_name_map *m, const char *key);

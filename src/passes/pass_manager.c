@@ -3,7 +3,8 @@
  * elimination at the end, timing, and the report (text and JSON).
  *
  * The report owns every string it holds (node names, reasons, details) in
- * one arena, so it stays valid after the graph is changed or freed. */
+ * one arena, so it stays valid after the graph is changed or freed. The
+ * passes record their events through pass_ctx.c (pass_ctx.h). */
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 
 #include "core/arena.h"
 #include "core/strbuf.h"
+#include "pass_ctx.h"
 #include "qfold/pass.h"
 
 /* --- registry --------------------------------------------------------------- */
@@ -151,87 +153,11 @@ const qf_pipeline *const *qf_pipeline_list(int *count)
 
 /* --- report and context -------------------------------------------------------- */
 
-/* The public report is the first member, so a qf_pass_report* is the impl. */
-typedef struct qf_report_impl {
-    qf_pass_report pub;
-    qf_arena arena;
-    int cap_results;
-} qf_report_impl;
-
-typedef struct qf_event_list {
-    qf_pass_event *ev;
-    int n, cap;
-} qf_event_list;
-
-struct qf_pass_ctx {
-    qf_report_impl *rep;
-    void *user;         /* qf_pass_options.user */
-    qf_event_list rewritten, skipped;
-    bool oom; /* an event could not be recorded: the run fails with NOMEM */
-};
-
 static double qf_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void qf_ctx_record(qf_pass_ctx *ctx, qf_event_list *l, const qf_node *n, qf_pass_action action,
-                          const char *detail, const char *fmt, va_list ap)
-{
-    if (ctx->oom) return;
-    if (l->n == l->cap) {
-        int ncap = l->cap ? l->cap * 2 : 16;
-        qf_pass_event *p = qf_realloc(l->ev, sizeof *p * (size_t)ncap);
-        if (!p) {
-            ctx->oom = true;
-            return;
-        }
-        l->ev = p;
-        l->cap = ncap;
-    }
-    char reason[1024];
-    vsnprintf(reason, sizeof reason, fmt, ap);
-    qf_arena *a = &ctx->rep->arena;
-    qf_pass_event e = {
-        .node = qf_arena_strdup(a, n ? n->name : ""),
-        .op = qf_arena_strdup(a, n ? qf_op_name(n->op) : ""),
-        .reason = qf_arena_strdup(a, reason),
-        .detail = detail ? qf_arena_strdup(a, detail) : NULL,
-        .node_op = n ? n->op : QF_OP_COUNT,
-        .action = action,
-    };
-    if (!e.node || !e.op || !e.reason || (detail && !e.detail)) {
-        ctx->oom = true;
-        return;
-    }
-    l->ev[l->n++] = e;
-}
-
-void qf_pass_rewrite(qf_pass_ctx *ctx, const qf_node *n, const char *detail_json, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    qf_ctx_record(ctx, &ctx->rewritten, n, QF_PASS_REWROTE, detail_json, fmt, ap);
-    va_end(ap);
-}
-
-void qf_pass_rewrite_as(qf_pass_ctx *ctx, const qf_node *n, qf_pass_action action, const char *detail_json,
-                        const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    qf_ctx_record(ctx, &ctx->rewritten, n, action, detail_json, fmt, ap);
-    va_end(ap);
-}
-
-void qf_pass_skip(qf_pass_ctx *ctx, const qf_node *n, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    qf_ctx_record(ctx, &ctx->skipped, n, QF_PASS_REWROTE, NULL, fmt, ap);
-    va_end(ap);
 }
 
 void qf_pass_report_free(qf_pass_report *r)
@@ -515,5 +441,3 @@ qf_status qf_pass_report_json(const qf_pass_report *r, const char *extra, char *
     *out = qf_strbuf_take(&b, len);
     return *out ? QF_OK : qf_error(QF_ERR_NOMEM, "out of memory writing the pass report");
 }
-
-void *qf_pass_user(const qf_pass_ctx *ctx) { return ctx->user; }

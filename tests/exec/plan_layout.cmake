@@ -1,12 +1,8 @@
 # The plan's layout planning and post-op fusion (src/exec/plan_layout.c): layouts,
 # reorders and fused nodes on small graphs, outputs and hooks against the
 # reference engine's plan.
-add_executable(test_plan_layout ${CMAKE_CURRENT_LIST_DIR}/test_plan_layout.c)
-target_compile_options(test_plan_layout PRIVATE ${QF_WARNINGS})
-target_include_directories(test_plan_layout PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
-target_link_libraries(test_plan_layout PRIVATE qfold_static m)
-add_test(NAME exec_plan_layout COMMAND test_plan_layout)
-set_tests_properties(exec_plan_layout PROPERTIES LABELS "exec" TIMEOUT 120)
+qf_add_c_test(NAME exec_plan_layout SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_plan_layout.c INTERNAL
+  LABELS exec TIMEOUT 120)
 
 # The plans of two torch reference models (tests/ref.cmake's fixture) under
 # the oneDNN backend (NHWC with one reorder, or blocked with none; post-ops), and `qfold run`

@@ -1,10 +1,5 @@
 # The op table and schema: every op has its rows and required columns.
-add_executable(test_op_table ${CMAKE_CURRENT_LIST_DIR}/test_op_table.c)
-target_compile_options(test_op_table PRIVATE ${QF_WARNINGS})
-target_include_directories(test_op_table PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
-target_link_libraries(test_op_table PRIVATE qfold_static)
-add_test(NAME unit_op_table COMMAND test_op_table)
-set_tests_properties(unit_op_table PROPERTIES LABELS "unit" TIMEOUT 60)
+qf_add_c_test(NAME unit_op_table SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_op_table.c INTERNAL LABELS unit TIMEOUT 60)
 
 # The made-up op: a variant of the library built with QF_TEST_EXTRA_OPS, whose
 # op list gains one schema row (extra_op/qf_test_extra_ops.h) and whose op
@@ -30,28 +25,17 @@ if(NOT QF_SANITIZE)
   target_link_libraries(qfold_extra_ops PUBLIC ${QF_LINK_LIBS})
   add_dependencies(qfold_extra_ops qfold_pb)
 
-  add_executable(test_extra_op ${CMAKE_CURRENT_LIST_DIR}/extra_op/test_extra_op.c)
-  target_include_directories(test_extra_op PRIVATE ${QF_TEST_DIR})
-  target_compile_options(test_extra_op PRIVATE ${QF_WARNINGS})
-  target_link_libraries(test_extra_op PRIVATE qfold_extra_ops)
-  add_test(NAME unit_extra_op COMMAND test_extra_op)
-  set_tests_properties(unit_extra_op PROPERTIES LABELS "unit" TIMEOUT 60)
-
-  add_executable(test_op_table_extra ${CMAKE_CURRENT_LIST_DIR}/test_op_table.c)
-  target_include_directories(test_op_table_extra PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
-  target_compile_options(test_op_table_extra PRIVATE ${QF_WARNINGS})
-  target_link_libraries(test_op_table_extra PRIVATE qfold_extra_ops)
-  add_test(NAME unit_op_table_extra COMMAND test_op_table_extra)
-  set_tests_properties(unit_op_table_extra PROPERTIES LABELS "unit" TIMEOUT 60)
+  qf_add_c_test(NAME unit_extra_op SOURCES ${CMAKE_CURRENT_LIST_DIR}/extra_op/test_extra_op.c
+    LIBS qfold_extra_ops LABELS unit TIMEOUT 60)
+  qf_add_c_test(NAME unit_op_table_extra SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_op_table.c
+    PROGRAM test_op_table_extra INTERNAL LIBS qfold_extra_ops LABELS unit TIMEOUT 60)
 
   # Its TFLite mapping (one row, QF_EXTRA_TFLITE_ROWS, and one emitter,
   # extra_op/square_plus_tflite.c): the C test exports DQ -> SquarePlus -> Q
   # and checks the report; the script reads the file back with the schema's
   # Python reader (a CUSTOM operator "SquarePlus", its tensors and options).
-  add_executable(test_extra_op_tflite ${CMAKE_CURRENT_LIST_DIR}/extra_op/test_extra_op_tflite.c)
-  target_include_directories(test_extra_op_tflite PRIVATE ${QF_TEST_DIR})
-  target_compile_options(test_extra_op_tflite PRIVATE ${QF_WARNINGS})
-  target_link_libraries(test_extra_op_tflite PRIVATE qfold_extra_ops)
+  qf_test_program(test_extra_op_tflite SOURCES ${CMAKE_CURRENT_LIST_DIR}/extra_op/test_extra_op_tflite.c
+    LIBS qfold_extra_ops)
   if(QF_PYTHON3)
     add_dependencies(test_extra_op_tflite qfold_tflite_py)
     add_test(NAME unit_extra_op_tflite

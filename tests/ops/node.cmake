@@ -1,10 +1,7 @@
 # ONNX backend node tests (issue 2): generated offline from python3-onnx once
 # per ctest run (fixture node_data), one ctest per op: node_Conv, node_Add, ...
 # Tests whose model chains several supported ops run as node_expanded.
-add_executable(node_runner ${CMAKE_CURRENT_LIST_DIR}/node/node_runner.c)
-target_compile_options(node_runner PRIVATE ${QF_WARNINGS})
-target_link_libraries(node_runner PRIVATE qfold_static)
-target_include_directories(node_runner PRIVATE ${CMAKE_SOURCE_DIR}/src)
+qf_test_program(node_runner SOURCES ${CMAKE_CURRENT_LIST_DIR}/node/node_runner.c INTERNAL)
 
 set(QF_NODE_WORK "${QF_TEST_WORK}/node")
 add_test(NAME node_generate
@@ -20,9 +17,8 @@ set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Di
   QLinearConv QLinearMatMul ConvInteger MatMulInteger
   expanded)
 foreach(op ${QF_NODE_OPS})
-  add_test(NAME node_${op} COMMAND node_runner ${QF_NODE_WORK}/manifest/${op}.txt)
-  set_tests_properties(node_${op} PROPERTIES FIXTURES_REQUIRED node_data FIXTURES_SETUP node_exports
-                       LABELS "node" TIMEOUT 120)
+  qf_add_c_test(NAME node_${op} PROGRAM node_runner ARGS ${QF_NODE_WORK}/manifest/${op}.txt
+    FIXTURES_REQUIRED node_data FIXTURES_SETUP node_exports LABELS node TIMEOUT 120)
 endforeach()
 
 # node_runner runs qfold's export of each model (qf_export.onnx, at the

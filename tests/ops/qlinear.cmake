@@ -2,12 +2,8 @@
 # the core against direct references (test_int8.c), and QLinearConv,
 # QLinearMatMul, ConvInteger, MatMulInteger against ONNX Runtime, exactly
 # (qlinear_ort.py). Their ONNX backend node tests are in node.cmake.
-add_executable(test_int8 ${CMAKE_CURRENT_LIST_DIR}/test_int8.c)
-target_include_directories(test_int8 PRIVATE ${CMAKE_SOURCE_DIR}/src ${QF_TEST_DIR})
-target_compile_options(test_int8 PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_int8 PRIVATE qf_test_tools qfold_static m)
-add_test(NAME int8_core COMMAND test_int8)
-set_tests_properties(int8_core PROPERTIES LABELS "int8" TIMEOUT 60)
+qf_add_c_test(NAME int8_core SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_int8.c INTERNAL LIBS qf_test_tools
+  LABELS int8 TIMEOUT 60)
 
 if(QF_PYTHON3 AND QF_NODE)
   foreach(case conv matmul)

@@ -2,11 +2,7 @@
 # fuse_batch_norm_forward and decompose_batch_norm on graphs built with the
 # IR API, then end-to-end tests of `qfold fuse` on PyTorch models checked
 # with python onnx, `qfold run` and ONNX Runtime.
-add_executable(test_bn_folds ${CMAKE_CURRENT_LIST_DIR}/test_bn_folds.c)
-target_compile_options(test_bn_folds PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_bn_folds PRIVATE qfold_static)
-add_test(NAME folds_unit COMMAND test_bn_folds)
-set_tests_properties(folds_unit PROPERTIES LABELS "folds" TIMEOUT 120)
+qf_add_c_test(NAME folds_unit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_bn_folds.c LABELS folds TIMEOUT 120)
 
 # End-to-end: one ctest per case of tests/passes/fuse_e2e.py. resnet18 and
 # mobilenet_v2 reuse the ref fixture's exported models (tests/ref.cmake).

@@ -2,14 +2,8 @@
 # GlobalAveragePool, ReduceMean and Concat groups: lowered (or not), against a
 # direct integer reference and the float simulation (test_lower_ops.c); run
 # on both engines (the reference kernels under QFOLD_ENGINE=ref).
-add_executable(test_lower_ops ${CMAKE_CURRENT_LIST_DIR}/test_lower_ops.c)
-target_include_directories(test_lower_ops PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
-target_compile_options(test_lower_ops PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_lower_ops PRIVATE qfold_static m)
-add_test(NAME quant_lower_ops COMMAND test_lower_ops)
-set_tests_properties(quant_lower_ops PROPERTIES LABELS "quant" TIMEOUT 60)
-add_test(NAME quant_lower_ops_ref COMMAND test_lower_ops)
-set_tests_properties(quant_lower_ops_ref PROPERTIES LABELS "quant" TIMEOUT 60 ENVIRONMENT "QFOLD_ENGINE=ref")
+qf_add_c_test(NAME quant_lower_ops SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lower_ops.c INTERNAL LABELS quant TIMEOUT 60)
+qf_add_c_test(NAME quant_lower_ops_ref PROGRAM test_lower_ops LABELS quant TIMEOUT 60 ENVIRONMENT QFOLD_ENGINE=ref)
 
 # qfold's integer executor against ONNX Runtime on a model with ConvTranspose,
 # Gemm, Concat, AveragePool, Mul, ReduceMean and a MatMul of two activations
@@ -21,10 +15,9 @@ if(QF_PYTHON3 AND QF_NODE)
             --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/quantize decoder)
   set_tests_properties(quant_quantize_decoder PROPERTIES FIXTURES_SETUP quantized_decoder LABELS "quant" TIMEOUT 600)
   foreach(target neutron generic)
-    add_test(NAME quant_lower_decoder_${target}
-      COMMAND test_lower ${QF_TEST_WORK}/quantize/decoder/q_${target}.onnx 3 2 7 1
-              qconv_transpose,qconcat,qavg_pool,qmul,qmean,qlinear_matmul,qadd)
-    set_tests_properties(quant_lower_decoder_${target} PROPERTIES FIXTURES_REQUIRED quantized_decoder
-                         LABELS "quant" TIMEOUT 60)
+    qf_add_c_test(NAME quant_lower_decoder_${target} PROGRAM test_lower
+      ARGS ${QF_TEST_WORK}/quantize/decoder/q_${target}.onnx 3 2 7 1
+           qconv_transpose,qconcat,qavg_pool,qmul,qmean,qlinear_matmul,qadd
+      FIXTURES_REQUIRED quantized_decoder LABELS quant TIMEOUT 60)
   endforeach()
 endif()

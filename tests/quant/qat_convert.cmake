@@ -1,18 +1,11 @@
 # The end of QAT: the BatchNorm fold through the weight fake_quant,
 # qat_convert (fake_quants to QDQ) and qat_export (PyTorch's exported form).
-add_executable(test_qat_convert ${CMAKE_CURRENT_LIST_DIR}/test_qat_convert.c)
-target_include_directories(test_qat_convert PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
-target_compile_options(test_qat_convert PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_qat_convert PRIVATE qfold_static m)
-add_test(NAME quant_qat_convert COMMAND test_qat_convert)
-set_tests_properties(quant_qat_convert PROPERTIES LABELS "quant;qat" TIMEOUT 60)
+qf_add_c_test(NAME quant_qat_convert SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qat_convert.c INTERNAL
+  LABELS quant qat TIMEOUT 60)
 
 # Against PyTorch 1.13's QAT modules and convert, and ONNX Runtime on both
 # files written (qat_convert_torch.py through the qat_state_tool loader).
-add_executable(qat_state_tool ${CMAKE_CURRENT_LIST_DIR}/qat_state_tool.c)
-target_include_directories(qat_state_tool PRIVATE ${QF_TEST_DIR})
-target_compile_options(qat_state_tool PRIVATE ${QF_WARNINGS})
-target_link_libraries(qat_state_tool PRIVATE qfold_static m)
+qf_test_program(qat_state_tool SOURCES ${CMAKE_CURRENT_LIST_DIR}/qat_state_tool.c)
 if(QF_PYTHON3 AND QF_NODE)
   foreach(case convbn_obs1 convbn_nobias_obs1 convbn_obs0 convbn_w128_obs1 convtbn linearbn_obs1 linearbn_obs0
                linearbn_w128_obs0)

@@ -1,43 +1,23 @@
 # Quantization: observers against PyTorch 1.13's (tests/quant/).
-add_executable(test_observers ${CMAKE_CURRENT_LIST_DIR}/test_observers.c)
-target_include_directories(test_observers PRIVATE ${QF_TEST_DIR})
-target_compile_options(test_observers PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_observers PRIVATE qfold_static)
-add_test(NAME quant_observers COMMAND test_observers)
-set_tests_properties(quant_observers PROPERTIES LABELS "quant" TIMEOUT 60)
+qf_add_c_test(NAME quant_observers SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_observers.c LABELS quant TIMEOUT 60)
 
 if(QF_PYTHON3)
   set(QF_OBSERVER_REF "${QF_TEST_WORK}/observer_ref")
   add_test(NAME quant_observers_ref_gen COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/observers_ref.py ${QF_OBSERVER_REF})
   set_tests_properties(quant_observers_ref_gen PROPERTIES FIXTURES_SETUP observer_ref LABELS "quant" TIMEOUT 300)
-  add_test(NAME quant_observers_torch COMMAND test_observers ${QF_OBSERVER_REF})
-  set_tests_properties(quant_observers_torch PROPERTIES FIXTURES_REQUIRED observer_ref LABELS "quant" TIMEOUT 120)
+  qf_add_c_test(NAME quant_observers_torch PROGRAM test_observers ARGS ${QF_OBSERVER_REF}
+    FIXTURES_REQUIRED observer_ref LABELS quant TIMEOUT 120)
 endif()
 
 # Fixed-point requantization (src/ops/math/requant.h).
-add_executable(test_requant ${CMAKE_CURRENT_LIST_DIR}/test_requant.c)
-target_include_directories(test_requant PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
-target_compile_options(test_requant PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_requant PRIVATE qfold_static)
-add_test(NAME quant_requant COMMAND test_requant)
-set_tests_properties(quant_requant PROPERTIES LABELS "quant" TIMEOUT 60)
+qf_add_c_test(NAME quant_requant SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_requant.c INTERNAL LABELS quant TIMEOUT 60)
 
 # Calibration on the planned path (channels-last, fused where nothing is
 # observed) against the plain plan: the same statistics up to float rounding.
-add_executable(test_calib_plan ${CMAKE_CURRENT_LIST_DIR}/test_calib_plan.c)
-target_include_directories(test_calib_plan PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
-target_compile_options(test_calib_plan PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_calib_plan PRIVATE qfold_static m)
-add_test(NAME quant_calib_plan COMMAND test_calib_plan)
-set_tests_properties(quant_calib_plan PROPERTIES LABELS "quant" TIMEOUT 120)
+qf_add_c_test(NAME quant_calib_plan SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_calib_plan.c INTERNAL LABELS quant TIMEOUT 120)
 
 # Annotation: where the profiles put every Q/DQ pair.
-add_executable(test_annotate ${CMAKE_CURRENT_LIST_DIR}/test_annotate.c)
-target_include_directories(test_annotate PRIVATE ${QF_TEST_DIR})
-target_compile_options(test_annotate PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_annotate PRIVATE qfold_static)
-add_test(NAME quant_annotate COMMAND test_annotate)
-set_tests_properties(quant_annotate PROPERTIES LABELS "quant" TIMEOUT 60)
+qf_add_c_test(NAME quant_annotate SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_annotate.c LABELS quant TIMEOUT 60)
 
 # qfold quantize end to end: ONNX checker, ONNX Runtime on every model written,
 # the neutron placement rules in the file, bad input, and accuracy on a slice of
@@ -61,25 +41,17 @@ if(QF_PYTHON3 AND QF_NODE)
 
   # The int8 lowering on the model the fashion case wrote: 5 Conv and 2 Gemm
   # groups, its global average pool and its input's scaling (a Mul by a constant).
-  add_executable(test_lower ${CMAKE_CURRENT_LIST_DIR}/test_lower.c)
-  target_include_directories(test_lower PRIVATE ${QF_TEST_DIR})
-  target_compile_options(test_lower PRIVATE ${QF_WARNINGS})
-  target_link_libraries(test_lower PRIVATE qfold_static)
-  add_test(NAME quant_lower COMMAND test_lower ${QF_TEST_WORK}/quantize/fashion/fq_neutron.onnx 5 2 2)
-  set_tests_properties(quant_lower PROPERTIES FIXTURES_REQUIRED quantized_fashion LABELS "quant" TIMEOUT 60)
+  qf_add_c_test(NAME quant_lower SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_lower.c
+    ARGS ${QF_TEST_WORK}/quantize/fashion/fq_neutron.onnx 5 2 2
+    FIXTURES_REQUIRED quantized_fashion LABELS quant TIMEOUT 60)
   # And on the mixed case's model: 2 Conv groups, 1 Gemm, and with TFLite's
   # requantization its ConvTranspose, Concat, Add of a constant, global average
   # pool and max pool (the max pool with ONNX's too).
   set_tests_properties(quant_quantize_mixed PROPERTIES FIXTURES_SETUP quantized_mixed)
-  add_test(NAME quant_lower_mixed COMMAND test_lower ${QF_TEST_WORK}/quantize/mixed/q.onnx 2 1 5 1
-           qconv_transpose,qconcat,qmean)
-  set_tests_properties(quant_lower_mixed PROPERTIES FIXTURES_REQUIRED quantized_mixed LABELS "quant" TIMEOUT 60)
+  qf_add_c_test(NAME quant_lower_mixed PROGRAM test_lower
+    ARGS ${QF_TEST_WORK}/quantize/mixed/q.onnx 2 1 5 1 qconv_transpose,qconcat,qmean
+    FIXTURES_REQUIRED quantized_mixed LABELS quant TIMEOUT 60)
 endif()
 
 # QAT's prepare: QAT annotation, fake_quant insertion, qat_bn_add, a training step.
-add_executable(test_qat_prepare ${CMAKE_CURRENT_LIST_DIR}/test_qat_prepare.c)
-target_include_directories(test_qat_prepare PRIVATE ${QF_TEST_DIR})
-target_compile_options(test_qat_prepare PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_qat_prepare PRIVATE qfold_static m)
-add_test(NAME quant_qat_prepare COMMAND test_qat_prepare)
-set_tests_properties(quant_qat_prepare PROPERTIES LABELS "quant;qat" TIMEOUT 60)
+qf_add_c_test(NAME quant_qat_prepare SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qat_prepare.c LABELS quant qat TIMEOUT 60)

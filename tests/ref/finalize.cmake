@@ -19,8 +19,7 @@ if(QF_PYTHON3 AND QF_NODE AND TARGET test_lower)
     list(GET spec 1 nconv)
     list(GET spec 2 ngemm)
     set_tests_properties(finalize_${m} PROPERTIES FIXTURES_SETUP finalized_${m})
-    add_test(NAME finalize_lower_${m} COMMAND test_lower ${QF_TEST_WORK}/finalize/${m}/final.onnx ${nconv} ${ngemm})
-    set_tests_properties(finalize_lower_${m} PROPERTIES FIXTURES_REQUIRED finalized_${m} LABELS "quant;finalize"
-                         TIMEOUT 60)
+    qf_add_c_test(NAME finalize_lower_${m} PROGRAM test_lower ARGS ${QF_TEST_WORK}/finalize/${m}/final.onnx ${nconv} ${ngemm}
+      FIXTURES_REQUIRED finalized_${m} LABELS quant finalize TIMEOUT 60)
   endforeach()
 endif()

@@ -2,12 +2,7 @@
 # the report on QDQ graphs built in C (test_tflite.c); the CLI on the
 # quantizer's test CNNs with a structural smoke check through a reader that
 # flatc --python generates here from the vendored schema (export_test.py).
-add_executable(test_tflite ${CMAKE_CURRENT_LIST_DIR}/test_tflite.c)
-target_include_directories(test_tflite PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
-target_compile_options(test_tflite PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_tflite PRIVATE qfold_static m)
-add_test(NAME tflite_unit COMMAND test_tflite)
-set_tests_properties(tflite_unit PROPERTIES LABELS "tflite" TIMEOUT 60)
+qf_add_c_test(NAME tflite_unit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_tflite.c INTERNAL LABELS tflite TIMEOUT 60)
 
 # The Python reader of the schema, generated at build time (never committed).
 set(QF_TFLITE_PY "${CMAKE_BINARY_DIR}/gen/tflite_py")

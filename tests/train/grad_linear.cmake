@@ -2,11 +2,8 @@
 # elementwise arithmetic (Add, Sub, Mul, Div): central differences (C) and
 # PyTorch 1.13 autograd on the same tensors (Python, through qf_node_grad).
 foreach(fam linear elementwise)
-  add_executable(test_grad_${fam} ${CMAKE_CURRENT_LIST_DIR}/test_grad_${fam}.c)
-  target_compile_options(test_grad_${fam} PRIVATE ${QF_WARNINGS})
-  target_link_libraries(test_grad_${fam} PRIVATE qf_test_tools)
-  add_test(NAME unit_grad_${fam} COMMAND test_grad_${fam})
-  set_tests_properties(unit_grad_${fam} PROPERTIES LABELS "unit;train" TIMEOUT 120)
+  qf_add_c_test(NAME unit_grad_${fam} SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_${fam}.c LIBS qf_test_tools
+    LABELS unit train TIMEOUT 120)
 
   add_test(NAME torch_grad_${fam}
     COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/grad_torch_${fam}.py

@@ -2,11 +2,8 @@
 # differences in training and inference mode (C), and nn.BatchNorm1d / 2d's
 # outputs, gradients and running statistics over 3 training steps (Python,
 # through qf_node_grad --training).
-add_executable(test_grad_norm ${CMAKE_CURRENT_LIST_DIR}/test_grad_norm.c)
-target_compile_options(test_grad_norm PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_grad_norm PRIVATE qf_test_tools)
-add_test(NAME unit_grad_norm COMMAND test_grad_norm)
-set_tests_properties(unit_grad_norm PROPERTIES LABELS "unit;train" TIMEOUT 120)
+qf_add_c_test(NAME unit_grad_norm SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_norm.c LIBS qf_test_tools
+  LABELS unit train TIMEOUT 120)
 
 add_test(NAME torch_grad_norm
   COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/grad_torch_norm.py

@@ -3,11 +3,8 @@
 # DequantizeLinear (src/ops/ref/quantize_linear.c): central differences (C) and PyTorch 1.13
 # autograd on the same tensors (Python, through qf_node_grad).
 foreach(area pool layout)
-  add_executable(test_grad_${area} ${CMAKE_CURRENT_LIST_DIR}/test_grad_${area}.c)
-  target_compile_options(test_grad_${area} PRIVATE ${QF_WARNINGS})
-  target_link_libraries(test_grad_${area} PRIVATE qf_test_tools)
-  add_test(NAME unit_grad_${area} COMMAND test_grad_${area})
-  set_tests_properties(unit_grad_${area} PROPERTIES LABELS "unit;train" TIMEOUT 120)
+  qf_add_c_test(NAME unit_grad_${area} SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_${area}.c LIBS qf_test_tools
+    LABELS unit train TIMEOUT 120)
 
   add_test(NAME torch_grad_${area}
     COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/grad_torch_${area}.py

@@ -5,12 +5,7 @@
 # Conv+BN and Linear+BN1d to an int8 QDQ model that ONNX Runtime runs,
 # --keep-qat, the schedules against PyTorch 1.13's freeze_bn_stats /
 # disable_observer, every bad input).
-add_executable(test_qat ${CMAKE_CURRENT_LIST_DIR}/test_qat.c)
-target_include_directories(test_qat PRIVATE ${QF_TEST_DIR})
-target_compile_options(test_qat PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_qat PRIVATE qfold_static m)
-add_test(NAME unit_qat COMMAND test_qat)
-set_tests_properties(unit_qat PROPERTIES LABELS "unit;train;qat" TIMEOUT 120)
+qf_add_c_test(NAME unit_qat SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qat.c LABELS unit train qat TIMEOUT 120)
 
 if(QF_PYTHON3 AND QF_NODE)
   foreach(case int8 keep_qat torch_schedules exact help errors)

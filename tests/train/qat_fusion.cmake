@@ -4,9 +4,7 @@
 # torch formulas): two training steps through the training plan (the
 # qf_qat_step driver), outputs, gradients, running statistics and the weight
 # fake-quant's buffers.
-add_executable(qf_qat_step ${CMAKE_CURRENT_LIST_DIR}/qf_qat_step.c)
-target_compile_options(qf_qat_step PRIVATE ${QF_WARNINGS})
-target_link_libraries(qf_qat_step PRIVATE qfold_static)
+qf_test_program(qf_qat_step SOURCES ${CMAKE_CURRENT_LIST_DIR}/qf_qat_step.c)
 
 add_test(NAME torch_qat_fusion
   COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fusion_torch.py
@@ -23,8 +21,5 @@ add_test(NAME torch_qat_shared
 set_tests_properties(torch_qat_shared PROPERTIES LABELS "ref;train;qat" TIMEOUT 300)
 
 # Their backward kernels against central differences, qat_bn_stats's update.
-add_executable(test_grad_qat ${CMAKE_CURRENT_LIST_DIR}/test_grad_qat.c)
-target_compile_options(test_grad_qat PRIVATE ${QF_WARNINGS})
-target_link_libraries(test_grad_qat PRIVATE qf_test_tools)
-add_test(NAME unit_grad_qat COMMAND test_grad_qat)
-set_tests_properties(unit_grad_qat PROPERTIES LABELS "unit;train;qat" TIMEOUT 120)
+qf_add_c_test(NAME unit_grad_qat SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_grad_qat.c LIBS qf_test_tools
+  LABELS unit train qat TIMEOUT 120)
