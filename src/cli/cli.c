@@ -597,7 +597,7 @@ qf_status qf_cli_load_staged(const char *path, qf_graph **out)
     return qf_onnx_load(path, out);
 }
 
-int qf_cli_extdata_strip(int *argc, char **argv)
+int qf_cli_extdata_strip(const qf_cli_command *cmd, int *argc, char **argv)
 {
     static const char *const writers[] = {"fuse", "quantize", "finalize", "train", "qat"};
     bool writes = false;
@@ -621,7 +621,7 @@ int qf_cli_extdata_strip(int *argc, char **argv)
         if (a[15] == '=') {
             const char *v = a + 16;
             if (!*v || strchr(v, '/') || strcmp(v, ".") == 0 || strcmp(v, "..") == 0)
-                return qf_cli_usage_error(qf_cli_find(argv[1]),
+                return qf_cli_usage_error(cmd,
                                           "--external-data '%s': expected a file name (no directory: the side "
                                           "file is written next to the output)",
                                           v);

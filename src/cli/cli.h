@@ -5,7 +5,7 @@
  *        const qf_cli_command qf_cli_cmd_foo = {"foo", "one-line summary",
  *            "qfold foo IN.onnx -o OUT.onnx [--bar]", "options text", qf_cli_foo};
  *   2. add `X(foo)` to QF_CLI_COMMANDS below (the order is the order `qfold help` lists).
- * main.c builds its dispatch table from that list; nothing else changes.
+ * help.c builds the dispatch table from that list; nothing else changes.
  *
  * A command's function gets argv with argv[0] = the command name and returns
  * the process exit status: QF_EXIT_OK, QF_EXIT_FAIL (processing failed: a
@@ -49,7 +49,7 @@ typedef struct qf_cli_command {
 QF_CLI_COMMANDS(QF_CLI_DECLARE_)
 #undef QF_CLI_DECLARE_
 
-/* The dispatch table (main.c), in QF_CLI_COMMANDS order. */
+/* The dispatch table (help.c), in QF_CLI_COMMANDS order. */
 const qf_cli_command *const *qf_cli_commands(int *count);
 const qf_cli_command *qf_cli_find(const char *name);
 /* Full help of one command on f: usage line, summary, details. */
@@ -224,7 +224,8 @@ qf_status qf_cli_export_lsb(const struct qf_graph *g, const struct qf_tflite_res
  * A side file is always named after the output's final name (never the
  * staged temporary's), staged and renamed with the outputs: all or none. */
 struct qf_graph;
-int qf_cli_extdata_strip(int *argc, char **argv);
+/* cmd: the command argv[1] names (NULL: none), for the usage line of an error. */
+int qf_cli_extdata_strip(const qf_cli_command *cmd, int *argc, char **argv);
 /* Stage output i and write g to it (*tmp: the staged name), with its side
  * file staged next to it when external data is written. */
 qf_status qf_cli_outputs_save_model(qf_cli_outputs *s, int i, const struct qf_graph *g, const char **tmp);
