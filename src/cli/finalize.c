@@ -10,8 +10,8 @@
  * summary and the report say so, weight by weight. */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "cli.h"
 #include "core/strbuf.h"
 #include "qfold/exec.h"
@@ -25,13 +25,6 @@ typedef struct qf_fin_args {
     const char *in, *out, *report, *target;
     bool verify, verbose;
 } qf_fin_args;
-
-static double qf_fin_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int qf_fin_parse(int argc, char **argv, qf_fin_args *fa)
 {
@@ -232,7 +225,7 @@ static int qf_cli_finalize(int argc, char **argv)
         qf_cli_outputs_free(&out);
         return rc;
     }
-    double t0 = qf_fin_now();
+    double t0 = (qf_clock_seconds() * 1e3);
     qf_graph *g = NULL;
     qf_pass_report *r = NULL;
     qf_quant_finalize_session fs = {0};
@@ -272,7 +265,7 @@ static int qf_cli_finalize(int argc, char **argv)
     if (st != QF_OK) {
         rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
     } else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) {
-        qf_fin_summary(&fa, p, g, &fs, r, qf_fin_now() - t0);
+        qf_fin_summary(&fa, p, g, &fs, r, (qf_clock_seconds() * 1e3) - t0);
         qf_fin_notes(p, &fs);
     }
     qf_cli_outputs_free(&out);

@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "cli.h"
 #include "core/strbuf.h"
 #include "qfold/io.h"
@@ -43,13 +43,6 @@ typedef struct qf_qz_state {
     int nsqnr;
     double t_load, t_passes, t_sqnr, t_save, t_total; /* ms, for the summary */
 } qf_qz_state;
-
-static double qf_qz_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int64_t qf_qz_number(const char *v, int64_t lo, int64_t hi)
 {
@@ -349,23 +342,23 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
 
 static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_qz_state *s)
 {
-    double t0 = qf_qz_now();
+    double t0 = (qf_clock_seconds() * 1e3);
     QF_TRY(qf_onnx_load(qa->in, &s->g));
     if (qf_qz_is_quantized(s->g))
         return qf_error(QF_ERR_INVALID, "'%s' is already quantized (it has QuantizeLinear / DequantizeLinear nodes)",
                         qa->in);
     QF_TRY(qf_qz_load_data(qa, s));
-    double t1 = qf_qz_now();
+    double t1 = (qf_clock_seconds() * 1e3);
     s->t_load = t1 - t0;
     qf_pass_options po = {.verify = true};
     QF_TRY(qf_pipeline_run(s->g, "ptq", &po, &s->passes));
-    double t2 = qf_qz_now();
+    double t2 = (qf_clock_seconds() * 1e3);
     s->t_passes = t2 - t1;
     qf_quantize_options qo = {.profile = p, .batch = qa->batch, .max_samples = qa->count};
     if (isatty(STDERR_FILENO)) qo.progress = qf_qz_progress;
     QF_TRY(qf_quantize(s->g, qf_npy_source_get(s->src), &qo, &s->res));
     QF_TRY(qf_graph_verify_shapes(s->g));
-    double t3 = qf_qz_now();
+    double t3 = (qf_clock_seconds() * 1e3);
     /* The float model the SQNR compares against: the same file, folded. */
     qf_pass_report *r2 = NULL;
     QF_TRY(qf_onnx_load(qa->in, &s->ref));
@@ -378,7 +371,7 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, qf_npy_source_get(s->src), qa->batch ? qa->batch : 32, n, &s->sqnr,
                                  &s->nsqnr));
     qsort(s->sqnr, (size_t)s->nsqnr, sizeof *s->sqnr, qf_qz_by_sqnr);
-    s->t_sqnr = qf_qz_now() - t3;
+    s->t_sqnr = (qf_clock_seconds() * 1e3) - t3;
     return QF_OK;
 }
 
@@ -433,9 +426,9 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_strbuf extra = {0};
     char *text = NULL;
     size_t len = 0;
-    double t0 = qf_qz_now();
+    double t0 = (qf_clock_seconds() * 1e3);
     qf_status st = qf_qz_run(&qa, &p, &s);
-    double t1 = qf_qz_now();
+    double t1 = (qf_clock_seconds() * 1e3);
     /* Both files or neither: the report is built before anything is written. */
     if (st == QF_OK && qa.report) {
         qf_qz_json(&qa, &p, &s, &extra);
@@ -458,8 +451,8 @@ static int qf_cli_quantize(int argc, char **argv)
     if (st != QF_OK) {
         rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
     } else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) {
-        s.t_save = qf_qz_now() - t1;
-        s.t_total = qf_qz_now() - t0;
+        s.t_save = (qf_clock_seconds() * 1e3) - t1;
+        s.t_total = (qf_clock_seconds() * 1e3) - t0;
         qf_qz_summary(&qa, &p, &s);
     }
     qf_cli_outputs_free(&out);
