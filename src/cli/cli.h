@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "qfold/io.h"
 #include "qfold/status.h"
 
 #define QF_CLI_COMMANDS(X) \
@@ -150,42 +151,12 @@ qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void 
 
 /* --- outputs: checked up front, written all or nothing ----------------------
  *
- *   qf_cli_outputs out;
- *   qf_cli_outputs_init(&out);
- *   rc = qf_cli_outputs_add(&out, "output", path);        // each output, first
- *   rc = qf_cli_outputs_input(&out, "the input model", model); // each input
- *   ... the work ...
- *   const char *tmp;
- *   st = qf_cli_outputs_stage(&out, 0, &tmp);  // then write the file to tmp
- *   rc = qf_cli_outputs_commit(&out);          // rename every staged file
- *   qf_cli_outputs_free(&out);                 // removes what was not committed
- *
- * add refuses (exit 2, message) '', a directory, a non-regular file, a
- * missing or unwritable parent directory, and an output that is the same
- * file as an earlier one; input refuses an output that is that input. Files
- * are compared by identity: device and inode when both exist, else the real
- * path of the parent directory + the name ("./o.onnx" is "o.onnx").
- * stage creates the temporary ".NAME.qfold-tmp-<pid>-XXXXXX" next to the
- * output (removing those of dead processes; a SIGINT / SIGTERM removes it,
- * see main.c); commit renames them all in the order added. */
-typedef struct qf_cli_output {
-    const char *what, *path;
-    char *resolved; /* realpath(parent) + "/" + name */
-    bool exists;
-    unsigned long long dev, ino;
-    char *tmp; /* staged temporary, until committed */
-    /* A model output's side file for its external data (qf_malloc, with
-     * path owned in side_path): checked when added with --external-data,
-     * staged by qf_cli_outputs_save_model (always, for the automatic switch
-     * above the limit, and unstaged when not written), renamed before every
-     * other output, dropped with its model. */
-    struct qf_cli_output *side;
-    char *side_path;
-} qf_cli_output;
-typedef struct qf_cli_outputs {
-    qf_cli_output *o;
-    int n, cap;
-} qf_cli_outputs;
+ * The library's qf_outputs (qfold/io.h, "several outputs": how to use it,
+ * what add / input refuse), with --external-data and QFOLD_EXTERNAL_DATA_LIMIT
+ * applied by init, and exit codes: add and input print the library's message
+ * and return QF_EXIT_USAGE (QF_EXIT_FAIL out of memory); commit prints a
+ * failed rename and returns QF_EXIT_FAIL. */
+typedef qf_outputs qf_cli_outputs;
 void qf_cli_outputs_init(qf_cli_outputs *s);
 int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path);
 /* Add a model output other than the first (qat --keep-qat): with
