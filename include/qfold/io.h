@@ -237,6 +237,38 @@ qf_status qf_outputs_commit(qf_outputs *s);
 void qf_outputs_drop(qf_outputs *s, int i);
 void qf_outputs_free(qf_outputs *s);
 
+/* --- verify: a rewritten model against the original --------------------------
+ *
+ *   qf_compare_result r;
+ *   qf_verify_options o = {.tolerance = 1e-4, .ref_name = "original", .cand_name = "fused"};
+ *   st = qf_verify_graphs(original, rewritten, NULL, &o, &r);   // inputs synthesized
+ *   ... r.ok, r.outputs[i].max_abs ...
+ *   qf_compare_result_free(&r);
+ *
+ * Runs both graphs on the same inputs and compares every output
+ * (qf_compare_graphs, qfold/exec.h, on one batch). `given` is NULL (every
+ * input synthesized) or holds ref->ninputs tensors, in graph input order, a
+ * tensor with data NULL synthesized. A synthesized input is uniform [-1, 1)
+ * (integer inputs zeros, as qf_compare_make_inputs), its unknown dims sized
+ * from the model's constraints: a dim that shares its symbolic name with a
+ * dim of a given tensor takes its size; dims that the shapes the ONNX file
+ * declares for later values (value_info, outputs) pin are solved for; the
+ * leading dim (the batch) is 1 otherwise, the others the smallest of
+ * 1, 2, 4 ... 256 at which the reference graph plans. QF_ERR_MISMATCH when
+ * no size works (the message ends "give the inputs with <hint>"); QF_OK
+ * when both ran, whatever the differences (res->ok). Both graphs are
+ * changed as qf_compare_graphs changes them. */
+typedef struct qf_verify_options {
+    double tolerance; /* max_rel bound per output; 0 = 1e-4 */
+    /* Words for messages (qf_compare_options); NULL: compare's defaults. */
+    const char *ref_name, *cand_name, *change;
+    /* How the caller's user gives inputs, for the messages (the CLI:
+     * "--verify-data X.npy"); NULL: "the given inputs". */
+    const char *hint;
+} qf_verify_options;
+qf_status qf_verify_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *given, const qf_verify_options *opt,
+                           qf_compare_result *res);
+
 #ifdef __cplusplus
 }
 #endif

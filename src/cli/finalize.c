@@ -167,9 +167,8 @@ static qf_status qf_fin_verify(qf_graph *g, const char *tmp, qf_compare_result *
 {
     qf_graph *written = NULL;
     QF_TRY(qf_cli_load_staged(tmp, &written));
-    qf_compare_options opt = {.tolerance = 1e-6, .ref_name = "finalized", .cand_name = "written",
-                              .change = "writing"};
-    qf_status st = qf_compare_graphs(g, written, NULL, 0, &opt, res);
+    qf_verify_options opt = {.tolerance = 1e-6, .ref_name = "finalized", .cand_name = "written", .change = "writing"};
+    qf_status st = qf_verify_graphs(g, written, NULL, &opt, res);
     qf_graph_free(written);
     if (st == QF_OK && !res->ok)
         st = qf_error(QF_ERR_MISMATCH, "the written model computes other outputs than the finalized graph: nothing "

@@ -389,19 +389,16 @@ static qf_status qf_qz_verify(const qf_qz_state *s, const char *tmp, qf_compare_
     const void *rows[QF_QZ_MAX_CALIB];
     QF_TRY(src->read(src, 0, count, rows));
     qf_tensor views[QF_QZ_MAX_CALIB];
-    const qf_tensor *in[QF_QZ_MAX_CALIB];
     for (int i = 0; i < n; i++) {
         int64_t dims[QF_MAX_DIMS];
         memcpy(dims, src->inputs[i]->dims, sizeof dims);
         dims[0] = count;
         qf_tensor_view(&views[i], src->inputs[i]->dtype, src->inputs[i]->ndim, dims, (void *)rows[i]);
-        in[i] = &views[i];
     }
     qf_graph *written = NULL;
     QF_TRY(qf_cli_load_staged(tmp, &written));
-    qf_compare_options opt = {.tolerance = 1e-6, .ref_name = "quantized", .cand_name = "written",
-                              .change = "writing"};
-    qf_status st = qf_compare_graphs(s->g, written, in, n, &opt, res);
+    qf_verify_options opt = {.tolerance = 1e-6, .ref_name = "quantized", .cand_name = "written", .change = "writing"};
+    qf_status st = qf_verify_graphs(s->g, written, views, &opt, res);
     qf_graph_free(written);
     if (st == QF_OK && !res->ok)
         st = qf_error(QF_ERR_MISMATCH, "the written model computes other outputs than the quantized graph: nothing "
