@@ -198,12 +198,6 @@ static qf_status qf_fin_weight_range(const char *path, const qf_graph *g, qf_qua
     return QF_OK;
 }
 
-static bool qf_fin_is_quantized(const qf_graph *g)
-{
-    qf_graph_for_each_node(g, n) if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) return true;
-    return false;
-}
-
 static int qf_cli_finalize(int argc, char **argv)
 {
     qf_fin_args fa;
@@ -235,7 +229,7 @@ static int qf_cli_finalize(int argc, char **argv)
     const char *tmp = NULL;
     int wi = -1; /* the output being written */
     qf_status st = qf_onnx_load(fa.in, &g);
-    if (st == QF_OK && !qf_fin_is_quantized(g))
+    if (st == QF_OK && !qf_graph_is_quantized(g))
         st = qf_error(QF_ERR_INVALID, "'%s' has no QuantizeLinear / DequantizeLinear: not a QAT model (a float model "
                                       "goes through `qfold quantize` or `qfold qat`)",
                       fa.in);
