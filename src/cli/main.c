@@ -156,6 +156,11 @@ static int qf_cli_globals(int *argc, char **argv)
         qf_status st = qf_set_threads((int)n);
         if (st != QF_OK) return qf_cli_fail(st);
     }
+    /* libgomp's environment as qfold measured it best, before oneDNN loads
+     * (--engine below, or the first plan): the library recommends it and
+     * sets nothing; a value the user set is kept. */
+    qf_engine_env env[QF_ENGINE_ENV_MAX];
+    for (int k = 0, m = qf_engine_environment(env); k < m; k++) setenv(env[k].name, env[k].value, 0);
     if (engine) {
         qf_engine e;
         if (strcmp(engine, "auto") == 0)

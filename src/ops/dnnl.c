@@ -53,8 +53,10 @@ static int dnnl_state;           /* 0 not tried, 1 loaded, -1 failed (why_not sa
 static bool dnnl_nomem;          /* it failed for want of memory */
 static char dnnl_version_str[32];
 
-/* Environment for libgomp, which reads it once, when it loads. A value the
- * user set is kept. OMP_STACKSIZE: libgomp's threads otherwise get the
+/* Environment for libgomp, which reads it once, when it loads: the library
+ * only recommends it (qf_backend_environment); the program sets it, before
+ * oneDNN loads (the CLI does in main.c; the library changes no process
+ * environment). OMP_STACKSIZE: libgomp's threads otherwise get the
  * process's stack limit (8 MB) each; oneDNN's kernels need far less.
  *
  * Waiting: between two oneDNN calls libgomp's threads spin at most
@@ -94,14 +96,20 @@ static bool omp_busy(void)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     return getloadavg(load, 1) == 1 && cores > 0 && load[0] > QF_OMP_BUSY_LOAD * (double)cores;
 }
-static void omp_environment(void)
+static int omp_environment(const char **names, char (*values)[24])
 {
-    char n[16];
-    snprintf(n, sizeof n, "%d", qf_parallel_threads());
-    setenv("OMP_NUM_THREADS", n, 0);
-    if (!getenv("OMP_WAIT_POLICY"))
-        setenv("GOMP_SPINCOUNT", omp_busy() ? QF_OMP_SPIN_BUSY : omp_training ? QF_OMP_SPIN_TRAIN : QF_OMP_SPIN, 0);
-    setenv("OMP_STACKSIZE", QF_OMP_STACK, 0);
+    int k = 0;
+    pthread_mutex_lock(&backend_lock); /* omp_training */
+    names[k] = "OMP_NUM_THREADS";
+    snprintf(values[k++], 24, "%d", qf_parallel_threads());
+    if (!getenv("OMP_WAIT_POLICY")) {
+        names[k] = "GOMP_SPINCOUNT";
+        snprintf(values[k++], 24, "%s", omp_busy() ? QF_OMP_SPIN_BUSY : omp_training ? QF_OMP_SPIN_TRAIN : QF_OMP_SPIN);
+    }
+    names[k] = "OMP_STACKSIZE";
+    snprintf(values[k++], 24, "%s", QF_OMP_STACK);
+    pthread_mutex_unlock(&backend_lock);
+    return k;
 }
 
 /* Whether libgomp's idle threads go to sleep (almost) at once between two
@@ -252,7 +260,6 @@ static bool sgemm_warm_up(qf_dnnl_lib *d)
 
 static bool dnnl_load(void)
 {
-    omp_environment();
     void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
@@ -298,6 +305,9 @@ static bool dnnl_load(void)
         dnnl_nomem = true;
         return false;
     }
+    /* oneDNN's team size from the API (qf_set_threads), not from an
+     * environment the library does not set; a user's OMP_NUM_THREADS wins. */
+    if (!getenv("OMP_NUM_THREADS") && d->omp_set_threads) d->omp_set_threads(d->threads);
     if (!sgemm_warm_up(d)) {
         d->stream_destroy(d->stream);
         d->engine_destroy(d->engine);
@@ -418,6 +428,17 @@ qf_status qf_backend_set_engine(int engine)
 const char *qf_backend_why_not(void)
 {
     return qf_backend_engine() == QF_BACKEND_DNNL ? "" : why_not[0] ? why_not : "engine ref chosen";
+}
+
+int qf_backend_environment(const char **names, char (*values)[24])
+{
+#if QF_HAVE_DNNL
+    return omp_environment(names, values);
+#else
+    (void)names;
+    (void)values;
+    return 0;
+#endif
 }
 
 void qf_backend_prefer_training(void)
