@@ -59,6 +59,8 @@ SHARED = {
     "core/arena.h",
     "core/strbuf.h",
     "core/parallel.h",
+    # the one monotonic clock (pass times, calibration, training, the CLI's summaries)
+    "core/clock.h",
     # pages handed back: the graph discards a removed weight's slice of its model buffer
     "core/mem.h",
     # float16 / bfloat16 conversions: the Cast kernel, ONNX import / export, .npy

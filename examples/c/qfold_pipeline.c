@@ -68,11 +68,13 @@ static qf_status quantize(const char *in, const char *calib, const char *path)
     qf_status st = qf_onnx_load(in, &g);
     if (st == QF_OK) st = qf_npy_open(calib, &f);
     if (st == QF_OK) st = qf_npy_source_init(&src, &f, 1);
-    qf_quantize_model_options o = {.quantize = {.profile = qf_quant_profile_find("neutron")}, .name = in};
+    qf_quantize_model_options o = {.quantize = {.profile = qf_quant_profile_find("neutron")},
+                                   .name = in};
     if (st == QF_OK) st = qf_quantize_model(g, qf_npy_source_get(src), &o, &r);
     if (st == QF_OK) st = save_model(g, path, in);
     if (st == QF_OK)
-        fprintf(stderr, "quantize: %lld samples, %d activations, %d weights; lowest SQNR %s %.1f dB\n",
+        fprintf(stderr,
+                "quantize: %lld samples, %d activations, %d weights; lowest SQNR %s %.1f dB\n",
                 (long long)r.quant.samples, r.quant.stats.activations, r.quant.stats.weights,
                 r.nsqnr ? r.sqnr[0].name : "-", r.nsqnr ? r.sqnr[0].sqnr_db : 0.0);
     qf_quantize_model_result_free(&r);
@@ -106,8 +108,9 @@ static qf_status eval(const char *in, const char *data, const char *labels_path)
     if (st == QF_OK) st = qf_classify(g, qf_npy_source_get(src), labels, &co, &r);
     if (st == QF_OK) {
         /* As `qfold eval --json` prints them. */
-        printf("{\"samples\": %lld, \"classes\": %lld, \"models\": [{\"model\": \"%s\", \"top1\": %.6f", (long long)r.n,
-               (long long)r.classes, in, (double)r.top1 / (double)r.n);
+        printf("{\"samples\": %lld, \"classes\": %lld, \"models\": [{\"model\": \"%s\", \"top1\": "
+               "%.6f",
+               (long long)r.n, (long long)r.classes, in, (double)r.top1 / (double)r.n);
         if (r.classes >= 5) printf(", \"top5\": %.6f", (double)r.top5 / (double)r.n);
         printf("}]}\n");
     }
@@ -148,14 +151,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: qfold_pipeline MODEL.onnx CALIB.npy TEST.npy LABELS.npy OUTDIR\n");
         return 2;
     }
-    const char *model = argv[1], *calib = argv[2], *test = argv[3], *labels = argv[4], *dir = argv[5];
+    const char *model = argv[1], *calib = argv[2], *test = argv[3], *labels = argv[4],
+               *dir = argv[5];
     char fused[PATH_LEN], quant[PATH_LEN], tfl[PATH_LEN];
     snprintf(fused, sizeof fused, "%s/fused.onnx", dir);
     snprintf(quant, sizeof quant, "%s/quant.onnx", dir);
     snprintf(tfl, sizeof tfl, "%s/quant.tflite", dir);
     /* Before anything loads oneDNN: libgomp reads its environment once. */
     qf_engine_env env[QF_ENGINE_ENV_MAX];
-    for (int k = 0, m = qf_engine_environment(env); k < m; k++) setenv(env[k].name, env[k].value, 0);
+    for (int k = 0, m = qf_engine_environment(env); k < m; k++)
+        setenv(env[k].name, env[k].value, 0);
     qf_status st = fuse(model, fused);
     if (st == QF_OK) st = quantize(fused, calib, quant);
     if (st == QF_OK) st = eval(quant, test, labels);

@@ -63,7 +63,6 @@ void qf_cli_print_help(const qf_cli_command *cmd, FILE *f)
     if (cmd->details && *cmd->details) fprintf(f, "\n%s", cmd->details);
 }
 
-
 static int qf_cli_help(int argc, char **argv)
 {
     if (argc > 2) return qf_cli_usage_error(&qf_cli_cmd_help, "too many arguments");

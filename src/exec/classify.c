@@ -14,8 +14,10 @@ static qf_status qf_classify_batch(void *ud, int64_t first, int64_t count, const
     qf_classify_result *r = cx->r;
     const qf_tensor *y = qf_plan_output(plan, 0);
     if (y->dtype != QF_DTYPE_F32 || y->ndim != 2)
-        return qf_error(QF_ERR_UNSUPPORTED, "'%s': the first output is %s of rank %d; eval needs class scores "
-                        "[batch, classes] in float32", cx->path, qf_dtype_name(y->dtype), y->ndim);
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "'%s': the first output is %s of rank %d; eval needs class scores "
+                        "[batch, classes] in float32",
+                        cx->path, qf_dtype_name(y->dtype), y->ndim);
     int64_t c = y->dims[1];
     if (r->classes == 0) r->classes = c;
     const float *s = y->data;
@@ -23,9 +25,12 @@ static qf_status qf_classify_batch(void *ud, int64_t first, int64_t count, const
         const float *row = s + b * c;
         int64_t label = cx->labels[first + b];
         if (label < 0 || label >= c)
-            return qf_error(QF_ERR_INVALID, "%s%s%slabel %lld of sample %lld is out of range: the model has %lld "
-                            "classes", cx->labels_path ? "labels '" : "", cx->labels_path ? cx->labels_path : "",
-                            cx->labels_path ? "': " : "", (long long)label, (long long)(first + b), (long long)c);
+            return qf_error(QF_ERR_INVALID,
+                            "%s%s%slabel %lld of sample %lld is out of range: the model has %lld "
+                            "classes",
+                            cx->labels_path ? "labels '" : "",
+                            cx->labels_path ? cx->labels_path : "", cx->labels_path ? "': " : "",
+                            (long long)label, (long long)(first + b), (long long)c);
         /* Rank of the true class: how many scores beat it (ties go to the
          * lower index, as argmax). NaN scores never beat anything. */
         int64_t better = 0, best = 0;
@@ -40,17 +45,21 @@ static qf_status qf_classify_batch(void *ud, int64_t first, int64_t count, const
     return QF_OK;
 }
 
-qf_status qf_classify(qf_graph *g, const qf_data_source *src, const int64_t *labels, const qf_classify_options *opt,
-                      qf_classify_result *out)
+qf_status qf_classify(qf_graph *g, const qf_data_source *src, const int64_t *labels,
+                      const qf_classify_options *opt, qf_classify_result *out)
 {
     *out = (qf_classify_result){0};
     qf_classify_options o = opt ? *opt : (qf_classify_options){0};
     out->n = src->ninputs > 0 && src->inputs[0]->ndim >= 1 ? src->inputs[0]->dims[0] : 0;
     out->pred = qf_calloc((size_t)(out->n ? out->n : 1), sizeof *out->pred);
     if (!out->pred) return QF_ERR_NOMEM;
-    if (g->noutputs < 1) return qf_error(QF_ERR_INVALID, "'%s' has no outputs", o.model_name ? o.model_name : "the model");
-    qf_classify_ctx cx = {.path = o.model_name ? o.model_name : "the model", .labels_path = o.labels_name,
-                          .labels = labels, .r = out};
+    if (g->noutputs < 1)
+        return qf_error(QF_ERR_INVALID, "'%s' has no outputs",
+                        o.model_name ? o.model_name : "the model");
+    qf_classify_ctx cx = {.path = o.model_name ? o.model_name : "the model",
+                          .labels_path = o.labels_name,
+                          .labels = labels,
+                          .r = out};
     qf_batch_options bo = {.batch = o.batch, .on_batch = qf_classify_batch, .ud = &cx};
     return qf_run_source(g, src, &bo);
 }

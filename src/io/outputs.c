@@ -30,8 +30,8 @@ static void qf_outputs_split(const char *path, char *dir, size_t size, const cha
 
 /* Identity of path: device + inode when it exists, and realpath(parent) +
  * "/" + name (NULL when the parent cannot be resolved). */
-static void qf_outputs_identity(const char *path, bool *exists, unsigned long long *dev, unsigned long long *ino,
-                                char **resolved)
+static void qf_outputs_identity(const char *path, bool *exists, unsigned long long *dev,
+                                unsigned long long *ino, char **resolved)
 {
     struct stat st;
     *exists = stat(path, &st) == 0;
@@ -50,8 +50,8 @@ static void qf_outputs_identity(const char *path, bool *exists, unsigned long lo
     *resolved = r;
 }
 
-static bool qf_outputs_same_identity(const qf_output *a, bool exists, unsigned long long dev, unsigned long long ino,
-                                     const char *resolved)
+static bool qf_outputs_same_identity(const qf_output *a, bool exists, unsigned long long dev,
+                                     unsigned long long ino, const char *resolved)
 {
     if (a->exists && exists) return a->dev == dev && a->ino == ino;
     return a->resolved && resolved && strcmp(a->resolved, resolved) == 0;
@@ -135,8 +135,9 @@ qf_status qf_outputs_add_model(qf_outputs *s, const char *what, const char *path
 }
 
 /* Does output k (or its side file) have this identity? */
-static const qf_output *qf_outputs_same_as(const qf_outputs *s, int k, bool exists, unsigned long long dev,
-                                           unsigned long long ino, const char *resolved)
+static const qf_output *qf_outputs_same_as(const qf_outputs *s, int k, bool exists,
+                                           unsigned long long dev, unsigned long long ino,
+                                           const char *resolved)
 {
     if (qf_outputs_same_identity(&s->o[k], exists, dev, ino, resolved)) return &s->o[k];
     const qf_output *d = s->o[k].side;
@@ -151,7 +152,8 @@ static qf_status qf_outputs_add_one(qf_outputs *s, const char *what, const char 
     struct stat st;
     if (!*path) return qf_error(QF_ERR_INVALID, "%s: the path is empty", what);
     qf_outputs_split(path, dir, sizeof dir, &name);
-    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 ||
+        (stat(path, &st) == 0 && S_ISDIR(st.st_mode)))
         return qf_error(QF_ERR_INVALID, "%s '%s' is a directory: give a file name", what, path);
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return qf_error(QF_ERR_INVALID,
@@ -159,11 +161,13 @@ static qf_status qf_outputs_add_one(qf_outputs *s, const char *what, const char 
                         "replace it",
                         what, path);
     if (stat(dir, &st) != 0)
-        return qf_error(QF_ERR_INVALID, "%s '%s': directory '%s': %s", what, path, dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return qf_error(QF_ERR_INVALID, "%s '%s': '%s' is not a directory", what, path, dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return qf_error(QF_ERR_INVALID, "%s '%s': cannot write in directory '%s': %s", what, path, dir,
+        return qf_error(QF_ERR_INVALID, "%s '%s': directory '%s': %s", what, path, dir,
                         strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return qf_error(QF_ERR_INVALID, "%s '%s': '%s' is not a directory", what, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return qf_error(QF_ERR_INVALID, "%s '%s': cannot write in directory '%s': %s", what, path,
+                        dir, strerror(errno));
     if (s->n == s->cap) {
         int cap = s->cap ? 2 * s->cap : 4;
         qf_output *o = qf_realloc(s->o, (size_t)cap * sizeof *o);
@@ -177,13 +181,14 @@ static qf_status qf_outputs_add_one(qf_outputs *s, const char *what, const char 
     o->path = path;
     qf_outputs_identity(path, &o->exists, &o->dev, &o->ino, &o->resolved);
     if (!o->resolved)
-        return qf_error(QF_ERR_INVALID, "%s '%s': cannot resolve directory '%s': %s", what, path, dir,
-                        strerror(errno));
+        return qf_error(QF_ERR_INVALID, "%s '%s': cannot resolve directory '%s': %s", what, path,
+                        dir, strerror(errno));
     s->n++;
     for (int k = 0; k < s->n - 1; k++) {
         const qf_output *e = qf_outputs_same_as(s, k, o->exists, o->dev, o->ino, o->resolved);
         if (e)
-            return qf_error(QF_ERR_INVALID, "%s '%s' and %s '%s' are the same file: one would be lost", e->what,
+            return qf_error(QF_ERR_INVALID,
+                            "%s '%s' and %s '%s' are the same file: one would be lost", e->what,
                             e->path, what, path);
     }
     return QF_OK;
@@ -198,12 +203,13 @@ qf_status qf_outputs_input(const qf_outputs *s, const char *what, const char *pa
     qf_status st = QF_OK;
     for (int k = 0; k < s->n && st == QF_OK; k++) {
         const qf_output *d = s->o[k].side && s->o[k].side->resolved ? s->o[k].side : NULL;
-        const qf_output *e = strcmp(s->o[k].path, path) == 0  ? &s->o[k]
-                             : d && strcmp(d->path, path) == 0 ? d
-                                                               : qf_outputs_same_as(s, k, exists, dev, ino, resolved);
+        const qf_output *e = strcmp(s->o[k].path, path) == 0 ? &s->o[k]
+                             : d && strcmp(d->path, path) == 0
+                                 ? d
+                                 : qf_outputs_same_as(s, k, exists, dev, ino, resolved);
         if (e)
-            st = qf_error(QF_ERR_INVALID, "%s '%s' is %s '%s': refusing to overwrite it", e->what, e->path, what,
-                          path);
+            st = qf_error(QF_ERR_INVALID, "%s '%s' is %s '%s': refusing to overwrite it", e->what,
+                          e->path, what, path);
     }
     qf_free(resolved);
     return st;
@@ -222,12 +228,16 @@ static qf_status qf_output_stage(qf_output *o, const char **tmp)
     struct stat old;
     mode_t mode = stat(o->path, &old) == 0 ? (old.st_mode & 07777) : 0644;
     qf_status st = QF_OK;
-    if (chmod(o->tmp, mode) != 0) st = qf_error(QF_ERR_IO, "cannot set the mode of '%s': %s", o->tmp, strerror(errno));
+    if (chmod(o->tmp, mode) != 0)
+        st = qf_error(QF_ERR_IO, "cannot set the mode of '%s': %s", o->tmp, strerror(errno));
     *tmp = o->tmp;
     return st;
 }
 
-qf_status qf_outputs_stage(qf_outputs *s, int i, const char **tmp) { return qf_output_stage(&s->o[i], tmp); }
+qf_status qf_outputs_stage(qf_outputs *s, int i, const char **tmp)
+{
+    return qf_output_stage(&s->o[i], tmp);
+}
 
 static void qf_output_unstage(qf_output *o)
 {
@@ -254,7 +264,8 @@ qf_status qf_outputs_save_model(qf_outputs *s, int i, const qf_graph *g, const c
     QF_TRY(qf_output_stage(o, tmp));
     /* Both files are staged here (and renamed by qf_outputs_commit): the
      * writer fills them directly. */
-    qf_onnx_save_options so = {.always = s->external_data, .staged = true, .limit = s->external_limit};
+    qf_onnx_save_options so = {
+        .always = s->external_data, .staged = true, .limit = s->external_limit};
     /* No external data asked for: the side file of a model over the limit,
      * "<output>.data", staged in case it is needed. */
     if (!o->side) QF_TRY(qf_outputs_side_new(o, NULL, "external data file"));
@@ -267,14 +278,16 @@ qf_status qf_outputs_save_model(qf_outputs *s, int i, const qf_graph *g, const c
     if (st == QF_OK && !so.wrote_external) qf_output_unstage(o->side);
     if (st == QF_OK) st = qf_outputs_strdup_to(&s->staged_model, *tmp);
     if (st == QF_OK) st = qf_outputs_strdup_to(&s->staged_side, so.wrote_external ? stmp : NULL);
-    if (st == QF_OK) st = qf_outputs_strdup_to(&s->location, so.wrote_external ? so.location : NULL);
+    if (st == QF_OK)
+        st = qf_outputs_strdup_to(&s->location, so.wrote_external ? so.location : NULL);
     return st;
 }
 
 qf_status qf_outputs_load_staged(const qf_outputs *s, const char *path, qf_graph **out)
 {
     if (s && s->staged_model && s->staged_side && strcmp(path, s->staged_model) == 0) {
-        qf_onnx_load_options lo = {.external_location = s->location, .external_path = s->staged_side};
+        qf_onnx_load_options lo = {.external_location = s->location,
+                                   .external_path = s->staged_side};
         return qf_onnx_load_ex(path, &lo, out);
     }
     return qf_onnx_load(path, out);
@@ -287,7 +300,8 @@ qf_status qf_outputs_commit(qf_outputs *s)
         qf_output *o = i < 0 ? s->o[s->n + i].side : &s->o[i];
         if (!o || !o->tmp) continue;
         if (rename(o->tmp, o->path) != 0)
-            return qf_error(QF_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->path, strerror(errno));
+            return qf_error(QF_ERR_IO, "cannot rename '%s' to '%s': %s", o->tmp, o->path,
+                            strerror(errno));
         qf_file_temp_forget(o->tmp);
         qf_free(o->tmp);
         o->tmp = NULL;

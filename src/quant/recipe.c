@@ -9,15 +9,18 @@
 
 bool qf_graph_is_quantized(const qf_graph *g)
 {
-    qf_graph_for_each_node(g, n) if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) return true;
+    qf_graph_for_each_node(g,
+                           n) if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) return true;
     return false;
 }
 
 qf_status qf_quantize_model_check(const qf_graph *g, const char *name)
 {
     if (qf_graph_is_quantized(g))
-        return qf_error(QF_ERR_INVALID, "'%s' is already quantized (it has QuantizeLinear / DequantizeLinear nodes)",
-                        name ? name : "the model");
+        return qf_error(
+            QF_ERR_INVALID,
+            "'%s' is already quantized (it has QuantizeLinear / DequantizeLinear nodes)",
+            name ? name : "the model");
     return QF_OK;
 }
 
@@ -28,8 +31,8 @@ static int qf_recipe_by_sqnr(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data, const qf_quantize_model_options *opt,
-                            qf_quantize_model_result *out)
+qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
+                            const qf_quantize_model_options *opt, qf_quantize_model_result *out)
 {
     *out = (qf_quantize_model_result){0};
     qf_quantize_model_options o = opt ? *opt : (qf_quantize_model_options){0};
@@ -56,7 +59,8 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data, const qf_qu
          * the float activations it keeps for one batch would exceed
          * QF_QUANT_SQNR_BYTES. */
         int64_t batch = o.quantize.batch ? o.quantize.batch : 32;
-        if (st == QF_OK) st = qf_quant_measure_sqnr(ref, g, data, batch, n, &out->sqnr, &out->nsqnr);
+        if (st == QF_OK)
+            st = qf_quant_measure_sqnr(ref, g, data, batch, n, &out->sqnr, &out->nsqnr);
         if (st == QF_OK) qsort(out->sqnr, (size_t)out->nsqnr, sizeof *out->sqnr, qf_recipe_by_sqnr);
         out->sqnr_ms = (qf_clock_seconds() - t2) * 1e3;
     }
