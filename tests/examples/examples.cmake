@@ -7,3 +7,8 @@ if(TARGET qfold_pipeline)
             --examples ${PROJECT_SOURCE_DIR}/examples --work ${QF_TEST_WORK}/example_c_pipeline)
   set_tests_properties(example_c_pipeline PROPERTIES LABELS "examples" TIMEOUT 300)
 endif()
+
+# The library sets no environment variable (the CLI does, before oneDNN loads).
+add_test(NAME library_no_setenv
+  COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/no_setenv_test.py $<TARGET_FILE:qfold_static>)
+set_tests_properties(library_no_setenv PROPERTIES LABELS "examples" SKIP_RETURN_CODE 77 TIMEOUT 60)
