@@ -141,6 +141,13 @@ qf_status qf_npy_source_init(qf_npy_source **out, qf_npy_file *const *files, int
 const qf_data_source *qf_npy_source_get(const qf_npy_source *s);
 void qf_npy_source_free(qf_npy_source *s);
 
+/* Every value of the float32 .npy file f (data for graph input v) finite
+ * (other dtypes: QF_OK): read a few MiB at a time, the whole file checked
+ * before anything runs. QF_ERR_NUMERIC "<what> '<path>' for input '<v>'
+ * (expects float32 [?, 1, 28, 28], samples first, finite): element K
+ * (sample S, at [c, h, w]) is NaN". */
+qf_status qf_npy_check_finite(const char *what, const char *path, const qf_value *v, qf_npy_file *f);
+
 /* Write `size` bytes to path through a temporary file in the same directory
  * (".NAME.qfold-tmp-<pid>-XXXXXX"; fsync, then rename): a failure never leaves a partial file. An existing
  * file's mode is kept; a new file gets 0644. */

@@ -120,14 +120,6 @@ void qf_cli_json_shape(FILE *f, int ndim, const int64_t *dims);
 char *qf_cli_thousands(long long v, char *buf, size_t size);
 /* "12.3 KiB" / "512 B" into buf; returns buf. */
 char *qf_cli_bytes(unsigned long long v, char *buf, size_t size);
-/* Every value of the float32 .npy file f (data for graph input v) finite:
- * read a few MiB at a time, the whole file checked before anything runs.
- * QF_ERR_NUMERIC "<what> '<path>' for input '<v>' (expects float32 [?, 1, 28,
- * 28], samples first, finite): element K (sample S, at [c, h, w]) is NaN". */
-struct qf_npy_file;
-struct qf_value;
-qf_status qf_cli_npy_check_finite(const char *what, const char *path, const struct qf_value *v,
-                                  struct qf_npy_file *f);
 /* The target profile (NULL: neutron) with the --set RULE=VALUE overrides
  * applied into *p; a usage error (printed) for an unknown target or rule
  * (quantize.c: `qfold quantize` and `qfold qat`). */

@@ -67,7 +67,7 @@ static qf_status qf_eval_check_data(const qf_eval_args *ea, const char *path, co
         if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "data '%s' holds %lld samples, '%s' %lld", ea->data[i],
                             (long long)t->dims[0], ea->data[0], (long long)t0->dims[0]);
-        if (scan) QF_TRY(qf_cli_npy_check_finite("data", ea->data[i], g->inputs[i], files[i]));
+        if (scan) QF_TRY(qf_npy_check_finite("data", ea->data[i], g->inputs[i], files[i]));
     }
     return QF_OK;
 }

@@ -140,7 +140,7 @@ static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
         if (st != QF_OK) return qf_error_prefix(st, "calibration data '%s': ", qa->calib[i]);
         const qf_tensor *t = qf_npy_info(s->files[i]), *t0 = qf_npy_info(s->files[0]);
         QF_TRY(qf_qz_check_data(qa->calib[i], g->inputs[i], t));
-        QF_TRY(qf_cli_npy_check_finite("calibration data", qa->calib[i], g->inputs[i], s->files[i]));
+        QF_TRY(qf_npy_check_finite("calibration data", qa->calib[i], g->inputs[i], s->files[i]));
         if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "calibration data '%s' holds %lld samples, '%s' %lld", qa->calib[i],
                             (long long)t->dims[0], qa->calib[0], (long long)t0->dims[0]);

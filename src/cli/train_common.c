@@ -242,7 +242,7 @@ static qf_status qf_tr_open_data(const qf_graph *g, const char *const *paths, in
         const qf_tensor *t = qf_npy_info(files[i]), *t0 = qf_npy_info(files[0]);
         st = qf_data_check(g->inputs[i], t);
         if (st != QF_OK) return qf_error_prefix(st, "data '%s': ", paths[i]);
-        QF_TRY(qf_cli_npy_check_finite("data", paths[i], g->inputs[i], files[i]));
+        QF_TRY(qf_npy_check_finite("data", paths[i], g->inputs[i], files[i]));
         if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "data '%s' holds %lld samples, '%s' %lld", paths[i], (long long)t->dims[0],
                             paths[0], (long long)t0->dims[0]);
