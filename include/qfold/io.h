@@ -261,16 +261,17 @@ void qf_outputs_free(qf_outputs *s);
  * dim of a given tensor takes its size; dims that the shapes the ONNX file
  * declares for later values (value_info, outputs) pin are solved for; the
  * leading dim (the batch) is 1 otherwise, the others the smallest of
- * 1, 2, 4 ... 256 at which the reference graph plans. QF_ERR_MISMATCH when
- * no size works (the message ends "give the inputs with <hint>"); QF_OK
- * when both ran, whatever the differences (res->ok). Both graphs are
+ * 1, 2, 4 ... 256 at which the reference graph plans. QF_ERR_MISMATCH
+ * "cannot verify: the <ref_name> model does not run ..." when no size works
+ * (ending "; give the inputs with <hint>" when hint is set); QF_OK when both
+ * ran, whatever the differences (res->ok). Both graphs are
  * changed as qf_compare_graphs changes them. */
 typedef struct qf_verify_options {
     double tolerance; /* max_rel bound per output; 0 = 1e-4 */
     /* Words for messages (qf_compare_options); NULL: compare's defaults. */
     const char *ref_name, *cand_name, *change;
-    /* How the caller's user gives inputs, for the messages (the CLI:
-     * "--verify-data X.npy"); NULL: "the given inputs". */
+    /* How the caller's user gives inputs, for the messages (the CLI's fuse:
+     * "--verify-data X.npy"); NULL: the messages do not say. */
     const char *hint;
 } qf_verify_options;
 qf_status qf_verify_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *given, const qf_verify_options *opt,

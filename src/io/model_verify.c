@@ -416,9 +416,8 @@ static qf_status qf_verify_from_declared(const qf_graph *g, const qf_tensor *giv
             }
             st = qf_error(QF_ERR_MISMATCH,
                           "cannot verify: no input sizes reproduce the shapes the model declares (value_info / "
-                          "outputs contradict each other or the graph: %s at the closest sizes found, %s); give the "
-                          "inputs with %s",
-                          sv.miss, shape, hint);
+                          "outputs contradict each other or the graph: %s at the closest sizes found, %s)%s%s",
+                          sv.miss, shape, hint ? "; give the inputs with " : "", hint ? hint : "");
         }
         for (int j = 0; st == QF_OK && *found && j < sv.nvars; j++)
             for (int m = 0; m < sv.vars[j].n; m++) sized[sv.vars[j].input[m] * QF_MAX_DIMS + sv.vars[j].dim[m]] = sv.x[j];
@@ -434,7 +433,8 @@ static qf_status qf_verify_from_declared(const qf_graph *g, const qf_tensor *giv
 /* The inputs for g: given (from --verify-data, .data NULL where not given)
  * and generated at the sizes the model's declared shapes pin, else at the
  * first size that plans. */
-static qf_status qf_verify_inputs(const qf_graph *g, const qf_tensor *given, const char *hint, qf_tensor *ts)
+static qf_status qf_verify_inputs(const qf_graph *g, const qf_tensor *given, const char *who, const char *hint,
+                                  qf_tensor *ts)
 {
     int n = g->ninputs;
     bool search = qf_verify_has_unknown(g, given);
@@ -458,9 +458,9 @@ static qf_status qf_verify_inputs(const qf_graph *g, const qf_tensor *given, con
         if (st == QF_ERR_NOMEM || st == QF_ERR_INTERRUPTED) return st;
         snprintf(last, sizeof last, "%s", qf_error_message());
         return qf_error(QF_ERR_MISMATCH,
-                        "cannot verify: the original model does not run at the input sizes its declared shapes "
-                        "pin (%s); give the inputs with %s",
-                        last, hint);
+                        "cannot verify: the %s model does not run at the input sizes its declared shapes pin "
+                        "(%s)%s%s",
+                        who, last, hint ? "; give the inputs with " : "", hint ? hint : "");
     }
     qf_free(sized);
     for (int64_t s = 1; s <= QF_VERIFY_MAX_SIZE; s *= 2) {
@@ -482,9 +482,9 @@ static qf_status qf_verify_inputs(const qf_graph *g, const qf_tensor *given, con
     }
     if (len >= sizeof names) len = sizeof names - 1;
     return qf_error(QF_ERR_MISMATCH,
-                    "cannot verify: the original model does not run on generated inputs%s (%s); give "
-                    "them with %s",
-                    search ? " at any size tried (unknown dims 1 to 256)" : "", last, hint);
+                    "cannot verify: the %s model does not run on generated inputs%s (%s)%s%s", who,
+                    search ? " at any size tried (unknown dims 1 to 256)" : "", last, hint ? "; give them with " : "",
+                    hint ? hint : "");
 }
 
 qf_status qf_verify_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *given, const qf_verify_options *opt,
@@ -493,13 +493,12 @@ qf_status qf_verify_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *given
     memset(res, 0, sizeof *res);
     res->worst = -1;
     qf_verify_options o = opt ? *opt : (qf_verify_options){0};
-    if (!o.hint) o.hint = "the given inputs";
     int n = ref->ninputs;
     qf_tensor *none = given ? NULL : qf_calloc((size_t)n + 1, sizeof *none);
     qf_tensor *ts = qf_calloc((size_t)n + 1, sizeof *ts);
     const qf_tensor **tp = qf_calloc((size_t)n + 1, sizeof *tp);
     qf_status st = (!given && !none) || !ts || !tp ? QF_ERR_NOMEM : QF_OK;
-    if (st == QF_OK) st = qf_verify_inputs(ref, given ? given : none, o.hint, ts);
+    if (st == QF_OK) st = qf_verify_inputs(ref, given ? given : none, o.ref_name ? o.ref_name : "reference", o.hint, ts);
     if (st == QF_OK) {
         for (int i = 0; i < n; i++) tp[i] = &ts[i];
         qf_compare_options co = {.tolerance = o.tolerance, .ref_name = o.ref_name, .cand_name = o.cand_name,
