@@ -73,6 +73,10 @@ int main(int argc, char **argv)
     }
     qf_engine_prefer_training(); /* before qf_set_engine loads oneDNN */
     qf_status st = qf_set_threads(atoi(argv[4]));
+    /* libgomp's environment as the CLI sets it, before oneDNN loads (the
+     * library sets none: qfold/exec.h, qf_engine_environment). */
+    qf_engine_env env[QF_ENGINE_ENV_MAX];
+    for (int k = 0, m = qf_engine_environment(env); k < m; k++) setenv(env[k].name, env[k].value, 0);
     if (st == QF_OK && argc > 7)
         st = qf_set_engine(!strcmp(argv[7], "ref") ? QF_ENGINE_REF
                            : !strcmp(argv[7], "dnnl") ? QF_ENGINE_DNNL

@@ -115,6 +115,10 @@ int main(int argc, char **argv)
         return 2;
     }
     qf_status set = argc > 3 ? qf_set_threads(atoi(argv[3])) : QF_OK;
+    /* libgomp's environment as the CLI sets it, before oneDNN loads (the
+     * library sets none: qfold/exec.h, qf_engine_environment). */
+    qf_engine_env env[QF_ENGINE_ENV_MAX];
+    for (int k = 0, m = qf_engine_environment(env); k < m; k++) setenv(env[k].name, env[k].value, 0);
     if (set == QF_OK && argc > 4)
         set = qf_set_engine(strcmp(argv[4], "ref") == 0 ? QF_ENGINE_REF
                             : strcmp(argv[4], "dnnl") == 0 ? QF_ENGINE_DNNL

@@ -49,10 +49,48 @@ const char *qf_engine_about(void);
  * most 3000 iterations after each oneDNN call instead of the 30000 that
  * inference was measured best with: between a training step's convolutions
  * qfold's own kernels (BatchNorm, fake-quant, activations, their backward)
- * run on its own threads, which the spinning ones take cores from. No effect
- * once oneDNN is loaded (libgomp reads its environment once), nor on a
- * user's OMP_WAIT_POLICY / GOMP_SPINCOUNT. */
+ * run on its own threads, which the spinning ones take cores from. It
+ * changes what qf_engine_environment recommends (the program sets it before
+ * oneDNN loads: libgomp reads its environment once), never a user's
+ * OMP_WAIT_POLICY / GOMP_SPINCOUNT. */
 void qf_engine_prefer_training(void);
+/* The process environment: the library reads QFOLD_ENGINE (the default
+ * engine) and changes none. oneDNN runs on libgomp (OpenMP), which reads its
+ * settings from the environment once, when it loads, i.e. when qfold first
+ * loads oneDNN (the first qf_set_engine with AUTO / DNNL or the first plan).
+ * A program that embeds qfold sets them before that, if it wants what qfold
+ * measured best (the CLI does, in main.c):
+ *
+ *   qf_engine_env env[QF_ENGINE_ENV_MAX];
+ *   QF_TRY(qf_set_threads(n));   qf_engine_prefer_training();   // if so
+ *   for (int k = 0, m = qf_engine_environment(env); k < m; k++)
+ *       setenv(env[k].name, env[k].value, 0);   // 0: the user's values win
+ *   QF_TRY(qf_set_engine(QF_ENGINE_AUTO));      // oneDNN loads now, or later
+ *
+ * What it recommends and why (left unset, libgomp's defaults apply: the
+ * results are the same, the speed and memory are not):
+ *   OMP_NUM_THREADS  qf_get_threads(). The library also gives oneDNN that
+ *                    many threads through omp_set_num_threads when
+ *                    OMP_NUM_THREADS is unset, so this one is optional;
+ *   GOMP_SPINCOUNT   how long libgomp's idle threads spin between two
+ *                    oneDNN calls before they sleep: 30000 (3000 once
+ *                    qf_engine_prefer_training was called, 300 when the
+ *                    machine's load average exceeds twice its cores); a plan
+ *                    calls oneDNN dozens of times per run, and threads that
+ *                    sleep at once cost a wake-up per call (2-4x slower
+ *                    inference measured), while libgomp's own default spins
+ *                    ten times longer and takes cores from qfold's kernels.
+ *                    Not listed when OMP_WAIT_POLICY is set;
+ *   OMP_STACKSIZE    4M: libgomp's threads otherwise reserve the process's
+ *                    stack limit (8 MB) each, which counts under `ulimit -v`.
+ * qf_engine_environment returns the count filled (0 in a build without
+ * oneDNN). */
+#define QF_ENGINE_ENV_MAX 3
+typedef struct qf_engine_env {
+    const char *name;
+    char value[24];
+} qf_engine_env;
+int qf_engine_environment(qf_engine_env *env);
 /* Threads the kernels use: 0 = the machine's cores (the default). Before the
  * first plan runs; QF_ERR_INVALID outside 0..16. */
 qf_status qf_set_threads(int n);
@@ -168,6 +206,35 @@ int64_t qf_batcher_rows(const qf_batcher *b, int64_t count);
 qf_status qf_batcher_run(qf_batcher *b, const void *const *rows, int64_t count);
 const qf_plan *qf_batcher_plan(const qf_batcher *b);
 qf_status qf_batcher_close(qf_batcher *b);
+
+/* --- classification accuracy (what `qfold eval` counts) --------------------
+ *
+ *   qf_classify_result r;
+ *   st = qf_classify(g, src, labels, &(qf_classify_options){.batch = 64}, &r);
+ *   printf("top-1 %.2f %%\n", 100.0 * (double)r.top1 / (double)r.n);
+ *   qf_classify_result_free(&r);
+ *
+ * Runs g over every sample of src (qf_run_source) and ranks its first output,
+ * class scores float32 [batch, classes], against labels (src's sample count
+ * of class indices): top1 counts the samples whose true class no score beats
+ * (ties go to the lower index, as argmax; NaN beats nothing), top5 those
+ * that fewer than 5 beat; pred[i] is sample i's highest-scoring class.
+ * QF_ERR_UNSUPPORTED for another first output, QF_ERR_INVALID for a label
+ * out of range (the message names the sample, and the files when named).
+ * A QDQ model runs as given: lower it first (qf_quant_lower_int8) to count
+ * as `qfold eval` does. */
+typedef struct qf_classify_options {
+    int64_t batch;           /* samples per run; 0 = 32 */
+    const char *model_name;  /* in messages; NULL: "the model" */
+    const char *labels_name; /* the labels' file in messages; NULL: not named */
+} qf_classify_options;
+typedef struct qf_classify_result {
+    int64_t n, classes, top1, top5;
+    int32_t *pred; /* n top-1 classes (qf_malloc) */
+} qf_classify_result;
+qf_status qf_classify(qf_graph *g, const qf_data_source *src, const int64_t *labels, const qf_classify_options *opt,
+                      qf_classify_result *out);
+void qf_classify_result_free(qf_classify_result *r);
 
 /* --- model vs model ---------------------------------------------------------
  *

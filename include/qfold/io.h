@@ -141,6 +141,13 @@ qf_status qf_npy_source_init(qf_npy_source **out, qf_npy_file *const *files, int
 const qf_data_source *qf_npy_source_get(const qf_npy_source *s);
 void qf_npy_source_free(qf_npy_source *s);
 
+/* Every value of the float32 .npy file f (data for graph input v) finite
+ * (other dtypes: QF_OK): read a few MiB at a time, the whole file checked
+ * before anything runs. QF_ERR_NUMERIC "<what> '<path>' for input '<v>'
+ * (expects float32 [?, 1, 28, 28], samples first, finite): element K
+ * (sample S, at [c, h, w]) is NaN". */
+qf_status qf_npy_check_finite(const char *what, const char *path, const qf_value *v, qf_npy_file *f);
+
 /* Write `size` bytes to path through a temporary file in the same directory
  * (".NAME.qfold-tmp-<pid>-XXXXXX"; fsync, then rename): a failure never leaves a partial file. An existing
  * file's mode is kept; a new file gets 0644. */
@@ -164,6 +171,111 @@ void qf_file_remove_temps(void);
 /* Read a whole regular file (owned buffer in *data, freed with qf_free);
  * directories, FIFOs and devices are QF_ERR_IO, without blocking. */
 qf_status qf_file_read(const char *path, void **data, size_t *size);
+
+/* --- several outputs, written all or nothing --------------------------------
+ *
+ *   qf_outputs out;
+ *   qf_outputs_init(&out);
+ *   QF_TRY(qf_outputs_add(&out, "output", "m.onnx"));         // each output, first
+ *   QF_TRY(qf_outputs_input(&out, "the input model", in));    // each input
+ *   ... the work ...
+ *   const char *tmp;
+ *   st = qf_outputs_save_model(&out, 0, g, &tmp);   // a model (+ its side file)
+ *   st = qf_outputs_stage(&out, 1, &tmp);           // or any file: write it to tmp
+ *   st = qf_outputs_commit(&out);                   // rename every staged file
+ *   qf_outputs_free(&out);                          // removes what was not committed
+ *
+ * add refuses (QF_ERR_INVALID, message naming `what` and the path) '', a
+ * directory, a non-regular file, a missing or unwritable parent directory,
+ * and an output that is the same file as an earlier one; input refuses an
+ * output that is that input. Files are compared by identity: device and
+ * inode when both exist, else the real path of the parent directory + the
+ * name ("./o.onnx" is "o.onnx"). stage creates the temporary
+ * ".NAME.qfold-tmp-<pid>-XXXXXX" next to the output (qf_file_temp_create:
+ * qf_file_remove_temps in a signal handler removes it) with the mode the
+ * output will have; commit renames them all in the order added, side files
+ * first, and syncs each directory. Paths are borrowed (they must outlive
+ * the set). One set at a time per process for qf_outputs_load_staged.
+ *
+ * External data: with `external_data` set (before the first add) a model
+ * output gets a side file ("<output>.data", or `external_name` in the
+ * output's directory for the first output), checked as an output of its own
+ * and written with the model's initializers of 1 KiB and more. Without it,
+ * a model over `external_limit` bytes (0: protobuf's 2 GiB) goes out so
+ * anyway (the side file is staged in case). A side file is always named after
+ * its output's final name, never a temporary's. */
+typedef struct qf_output {
+    const char *what, *path;
+    char *resolved; /* realpath(parent) + "/" + name */
+    bool exists;
+    unsigned long long dev, ino;
+    char *tmp; /* staged temporary, until committed */
+    /* A model output's side file for its external data (path owned in
+     * side_path); renamed before every other output, dropped with its model. */
+    struct qf_output *side;
+    char *side_path;
+} qf_output;
+typedef struct qf_outputs {
+    qf_output *o;
+    int n, cap;
+    bool external_data;        /* every model output with its side file */
+    const char *external_name; /* the first output's side file name (NULL: "<output>.data") */
+    size_t external_limit;     /* the automatic switch (0: protobuf's 2 GiB) */
+    /* The last model qf_outputs_save_model staged, for qf_outputs_load_staged. */
+    char *staged_model, *staged_side, *location;
+} qf_outputs;
+void qf_outputs_init(qf_outputs *s);
+qf_status qf_outputs_add(qf_outputs *s, const char *what, const char *path);
+/* A model output other than the first: with external_data its side file
+ * "<path>.data" is checked as well. */
+qf_status qf_outputs_add_model(qf_outputs *s, const char *what, const char *path);
+qf_status qf_outputs_input(const qf_outputs *s, const char *what, const char *path);
+qf_status qf_outputs_stage(qf_outputs *s, int i, const char **tmp);
+/* Stage output i and write g to it as ONNX (*tmp: the staged name), with its
+ * side file staged next to it when external data is written. */
+qf_status qf_outputs_save_model(qf_outputs *s, int i, const qf_graph *g, const char **tmp);
+/* qf_onnx_load of the model the last qf_outputs_save_model staged at `path`
+ * (its side file read from its staged name), else of path. */
+qf_status qf_outputs_load_staged(const qf_outputs *s, const char *path, qf_graph **out);
+/* QF_ERR_IO "cannot rename 'T' to 'P': ..." when a rename fails (the
+ * outputs renamed before it stay). */
+qf_status qf_outputs_commit(qf_outputs *s);
+/* Discard what output i staged: commit leaves its file as it was. */
+void qf_outputs_drop(qf_outputs *s, int i);
+void qf_outputs_free(qf_outputs *s);
+
+/* --- verify: a rewritten model against the original --------------------------
+ *
+ *   qf_compare_result r;
+ *   qf_verify_options o = {.tolerance = 1e-4, .ref_name = "original", .cand_name = "fused"};
+ *   st = qf_verify_graphs(original, rewritten, NULL, &o, &r);   // inputs synthesized
+ *   ... r.ok, r.outputs[i].max_abs ...
+ *   qf_compare_result_free(&r);
+ *
+ * Runs both graphs on the same inputs and compares every output
+ * (qf_compare_graphs, qfold/exec.h, on one batch). `given` is NULL (every
+ * input synthesized) or holds ref->ninputs tensors, in graph input order, a
+ * tensor with data NULL synthesized. A synthesized input is uniform [-1, 1)
+ * (integer inputs zeros, as qf_compare_make_inputs), its unknown dims sized
+ * from the model's constraints: a dim that shares its symbolic name with a
+ * dim of a given tensor takes its size; dims that the shapes the ONNX file
+ * declares for later values (value_info, outputs) pin are solved for; the
+ * leading dim (the batch) is 1 otherwise, the others the smallest of
+ * 1, 2, 4 ... 256 at which the reference graph plans. QF_ERR_MISMATCH
+ * "cannot verify: the <ref_name> model does not run ..." when no size works
+ * (ending "; give the inputs with <hint>" when hint is set); QF_OK when both
+ * ran, whatever the differences (res->ok). Both graphs are
+ * changed as qf_compare_graphs changes them. */
+typedef struct qf_verify_options {
+    double tolerance; /* max_rel bound per output; 0 = 1e-4 */
+    /* Words for messages (qf_compare_options); NULL: compare's defaults. */
+    const char *ref_name, *cand_name, *change;
+    /* How the caller's user gives inputs, for the messages (the CLI's fuse:
+     * "--verify-data X.npy"); NULL: the messages do not say. */
+    const char *hint;
+} qf_verify_options;
+qf_status qf_verify_graphs(qf_graph *ref, qf_graph *cand, const qf_tensor *given, const qf_verify_options *opt,
+                           qf_compare_result *res);
 
 #ifdef __cplusplus
 }

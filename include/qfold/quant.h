@@ -506,3 +506,40 @@ typedef struct qf_quant_sqnr {
 qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
                                 int64_t max_samples, qf_quant_sqnr **out, int *count);
 void qf_quant_sqnr_free(qf_quant_sqnr *s, int count);
+
+/* --- the quantize recipe: what `qfold quantize` does, in one call ------------
+ *
+ *   qf_quantize_model_options o = {.quantize = {.profile = qf_quant_profile_find("neutron")},
+ *                                  .name = "m.onnx"};
+ *   qf_quantize_model_result r;
+ *   st = qf_quantize_model(g, data, &o, &r);   // g: the float model as loaded
+ *   ... r.quant (what was quantized), r.sqnr (worst layer first) ...
+ *   qf_quantize_model_result_free(&r);
+ *
+ * qf_quantize_model_check refuses a model that is quantized already (it has
+ * QuantizeLinear / DequantizeLinear nodes): QF_ERR_INVALID "'<name>' is
+ * already quantized ...". qf_quantize_model then, on g in place: that check;
+ * the ptq pipeline (BatchNorm folds, verified); qf_quantize on `data`
+ * (opt->quantize); the shapes verified; and the per-layer SQNR of the result
+ * against the folded float model (a copy of g taken before the passes, folded
+ * the same way) on the first sqnr_samples calibration samples, sorted worst
+ * first. The result holds what `qfold quantize` prints and reports. */
+#define QF_QUANTIZE_MODEL_SQNR_SAMPLES 128
+typedef struct qf_quantize_model_options {
+    qf_quantize_options quantize; /* profile, batch, max_samples, progress */
+    int64_t sqnr_samples;         /* 0: QF_QUANTIZE_MODEL_SQNR_SAMPLES; < 0: no SQNR */
+    const char *name;             /* the model in messages; NULL: "the model" */
+} qf_quantize_model_options;
+typedef struct qf_quantize_model_result {
+    qf_pass_report *passes; /* the ptq pipeline's report */
+    qf_quantize_result quant;
+    qf_quant_sqnr *sqnr; /* worst first (NaN last) */
+    int nsqnr;
+    double passes_ms, sqnr_ms; /* wall times of the ptq pipeline and the SQNR measurement */
+} qf_quantize_model_result;
+/* true when g has a QuantizeLinear or DequantizeLinear node. */
+bool qf_graph_is_quantized(const qf_graph *g);
+qf_status qf_quantize_model_check(const qf_graph *g, const char *name);
+qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data, const qf_quantize_model_options *opt,
+                            qf_quantize_model_result *out);
+void qf_quantize_model_result_free(qf_quantize_model_result *r);

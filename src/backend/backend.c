@@ -87,6 +87,20 @@ const char *qf_backend_why_not(void)
     return w[0] ? w : "engine ref chosen";
 }
 
+int qf_backend_environment(const char **names, char (*values)[24])
+{
+#if QF_HAVE_DNNL
+    pthread_mutex_lock(&backend_lock);
+    int k = qf_dnnl_environment(names, values); /* reads the training choice */
+    pthread_mutex_unlock(&backend_lock);
+    return k;
+#else
+    (void)names;
+    (void)values;
+    return 0;
+#endif
+}
+
 void qf_backend_prefer_training(void)
 {
 #if QF_HAVE_DNNL

@@ -44,6 +44,10 @@ const char *qf_backend_version(void);
 /* qf_engine_prefer_training (qfold/exec.h): libgomp's spin count for
  * training, if oneDNN is not loaded yet. */
 void qf_backend_prefer_training(void);
+/* The OpenMP environment qfold measured oneDNN best with (qf_engine_environment,
+ * qfold/exec.h): up to 3 names and values into names / values, the count
+ * returned (0 without oneDNN support). The library never sets it itself. */
+int qf_backend_environment(const char **names, char (*values)[24]);
 
 /* A kernel backend's columns for one op. The plan calls prepare once per
  * node (its state_size bytes hold what prepare made: primitives, memory

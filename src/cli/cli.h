@@ -5,7 +5,7 @@
  *        const qf_cli_command qf_cli_cmd_foo = {"foo", "one-line summary",
  *            "qfold foo IN.onnx -o OUT.onnx [--bar]", "options text", qf_cli_foo};
  *   2. add `X(foo)` to QF_CLI_COMMANDS below (the order is the order `qfold help` lists).
- * main.c builds its dispatch table from that list; nothing else changes.
+ * help.c builds the dispatch table from that list; nothing else changes.
  *
  * A command's function gets argv with argv[0] = the command name and returns
  * the process exit status: QF_EXIT_OK, QF_EXIT_FAIL (processing failed: a
@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "qfold/io.h"
 #include "qfold/status.h"
 
 #define QF_CLI_COMMANDS(X) \
@@ -49,7 +50,7 @@ typedef struct qf_cli_command {
 QF_CLI_COMMANDS(QF_CLI_DECLARE_)
 #undef QF_CLI_DECLARE_
 
-/* The dispatch table (main.c), in QF_CLI_COMMANDS order. */
+/* The dispatch table (help.c), in QF_CLI_COMMANDS order. */
 const qf_cli_command *const *qf_cli_commands(int *count);
 const qf_cli_command *qf_cli_find(const char *name);
 /* Full help of one command on f: usage line, summary, details. */
@@ -117,14 +118,6 @@ int qf_cli_args_unknown(qf_cli_args *a);
 char *qf_cli_thousands(long long v, char *buf, size_t size);
 /* "12.3 KiB" / "512 B" into buf; returns buf. */
 char *qf_cli_bytes(unsigned long long v, char *buf, size_t size);
-/* Every value of the float32 .npy file f (data for graph input v) finite:
- * read a few MiB at a time, the whole file checked before anything runs.
- * QF_ERR_NUMERIC "<what> '<path>' for input '<v>' (expects float32 [?, 1, 28,
- * 28], samples first, finite): element K (sample S, at [c, h, w]) is NaN". */
-struct qf_npy_file;
-struct qf_value;
-qf_status qf_cli_npy_check_finite(const char *what, const char *path, const struct qf_value *v,
-                                  struct qf_npy_file *f);
 /* The target profile (NULL: neutron) with the --set RULE=VALUE overrides
  * applied into *p; a usage error (printed) for an unknown target or rule
  * (quantize.c: `qfold quantize` and `qfold qat`). */
@@ -148,42 +141,12 @@ qf_status qf_cli_write_file(const char *path, void (*print)(FILE *f, const void 
 
 /* --- outputs: checked up front, written all or nothing ----------------------
  *
- *   qf_cli_outputs out;
- *   qf_cli_outputs_init(&out);
- *   rc = qf_cli_outputs_add(&out, "output", path);        // each output, first
- *   rc = qf_cli_outputs_input(&out, "the input model", model); // each input
- *   ... the work ...
- *   const char *tmp;
- *   st = qf_cli_outputs_stage(&out, 0, &tmp);  // then write the file to tmp
- *   rc = qf_cli_outputs_commit(&out);          // rename every staged file
- *   qf_cli_outputs_free(&out);                 // removes what was not committed
- *
- * add refuses (exit 2, message) '', a directory, a non-regular file, a
- * missing or unwritable parent directory, and an output that is the same
- * file as an earlier one; input refuses an output that is that input. Files
- * are compared by identity: device and inode when both exist, else the real
- * path of the parent directory + the name ("./o.onnx" is "o.onnx").
- * stage creates the temporary ".NAME.qfold-tmp-<pid>-XXXXXX" next to the
- * output (removing those of dead processes; a SIGINT / SIGTERM removes it,
- * see main.c); commit renames them all in the order added. */
-typedef struct qf_cli_output {
-    const char *what, *path;
-    char *resolved; /* realpath(parent) + "/" + name */
-    bool exists;
-    unsigned long long dev, ino;
-    char *tmp; /* staged temporary, until committed */
-    /* A model output's side file for its external data (qf_malloc, with
-     * path owned in side_path): checked when added with --external-data,
-     * staged by qf_cli_outputs_save_model (always, for the automatic switch
-     * above the limit, and unstaged when not written), renamed before every
-     * other output, dropped with its model. */
-    struct qf_cli_output *side;
-    char *side_path;
-} qf_cli_output;
-typedef struct qf_cli_outputs {
-    qf_cli_output *o;
-    int n, cap;
-} qf_cli_outputs;
+ * The library's qf_outputs (qfold/io.h, "several outputs": how to use it,
+ * what add / input refuse), with --external-data and QFOLD_EXTERNAL_DATA_LIMIT
+ * applied by init, and exit codes: add and input print the library's message
+ * and return QF_EXIT_USAGE (QF_EXIT_FAIL out of memory); commit prints a
+ * failed rename and returns QF_EXIT_FAIL. */
+typedef qf_outputs qf_cli_outputs;
 void qf_cli_outputs_init(qf_cli_outputs *s);
 int qf_cli_outputs_add(qf_cli_outputs *s, const char *what, const char *path);
 /* Add a model output other than the first (qat --keep-qat): with
@@ -222,7 +185,8 @@ qf_status qf_cli_export_lsb(const struct qf_graph *g, const struct qf_tflite_res
  * A side file is always named after the output's final name (never the
  * staged temporary's), staged and renamed with the outputs: all or none. */
 struct qf_graph;
-int qf_cli_extdata_strip(int *argc, char **argv);
+/* cmd: the command argv[1] names (NULL: none), for the usage line of an error. */
+int qf_cli_extdata_strip(const qf_cli_command *cmd, int *argc, char **argv);
 /* Stage output i and write g to it (*tmp: the staged name), with its side
  * file staged next to it when external data is written. */
 qf_status qf_cli_outputs_save_model(qf_cli_outputs *s, int i, const struct qf_graph *g, const char **tmp);

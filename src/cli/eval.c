@@ -53,37 +53,6 @@ static qf_status qf_eval_labels(const char *path, int64_t n, qf_tensor *t, int64
     return QF_OK;
 }
 
-static qf_status qf_eval_batch(void *ud, int64_t first, int64_t count, const qf_plan *plan)
-{
-    qf_eval_result *r = ud;
-    const qf_tensor *y = qf_plan_output(plan, 0);
-    if (y->dtype != QF_DTYPE_F32 || y->ndim != 2)
-        return qf_error(QF_ERR_UNSUPPORTED, "'%s': the first output is %s of rank %d; eval needs class scores "
-                        "[batch, classes] in float32", r->path, qf_dtype_name(y->dtype), y->ndim);
-    int64_t c = y->dims[1];
-    if (r->classes == 0) r->classes = c;
-    const float *s = y->data;
-    for (int64_t b = 0; b < count; b++) {
-        const float *row = s + b * c;
-        int64_t label = r->labels[first + b];
-        if (label < 0 || label >= c)
-            return qf_error(QF_ERR_INVALID, "%s%s%slabel %lld of sample %lld is out of range: the model has %lld "
-                            "classes", r->labels_path ? "labels '" : "", r->labels_path ? r->labels_path : "",
-                            r->labels_path ? "': " : "", (long long)label, (long long)(first + b), (long long)c);
-        /* Rank of the true class: how many scores beat it (ties go to the
-         * lower index, as argmax). NaN scores never beat anything. */
-        int64_t better = 0, best = 0;
-        for (int64_t k = 0; k < c; k++) {
-            if (row[k] > row[label] || (row[k] == row[label] && k < label)) better++;
-            if (row[k] > row[best]) best = k;
-        }
-        r->pred[first + b] = (int32_t)best;
-        r->top1 += better == 0;
-        r->top5 += better < 5;
-    }
-    return QF_OK;
-}
-
 /* The data files against model g's inputs (named in the error with the
  * file), scanned for NaN / Inf once (for the first model). */
 static qf_status qf_eval_check_data(const qf_eval_args *ea, const char *path, const qf_graph *g,
@@ -99,7 +68,7 @@ static qf_status qf_eval_check_data(const qf_eval_args *ea, const char *path, co
         if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "data '%s' holds %lld samples, '%s' %lld", ea->data[i],
                             (long long)t->dims[0], ea->data[0], (long long)t0->dims[0]);
-        if (scan) QF_TRY(qf_cli_npy_check_finite("data", ea->data[i], g->inputs[i], files[i]));
+        if (scan) QF_TRY(qf_npy_check_finite("data", ea->data[i], g->inputs[i], files[i]));
     }
     return QF_OK;
 }
@@ -116,20 +85,22 @@ static qf_status qf_eval_model(const qf_eval_args *ea, int i, qf_npy_file *const
     qf_status st = qf_eval_check_data(ea, path, g, files, i == 0);
     if (st == QF_OK && i == 0) st = qf_eval_labels(ea->labels, r->n, lab, labels);
     r->labels = *labels;
-    if (st == QF_OK) {
-        r->pred = qf_calloc((size_t)r->n, sizeof *r->pred);
-        if (!r->pred) st = QF_ERR_NOMEM;
-    }
     if (st == QF_OK && g->noutputs < 1) st = qf_error(QF_ERR_INVALID, "'%s' has no outputs", path);
     /* A QDQ model is evaluated as `qfold run` runs it: its conv groups in
      * integers (TFLite's requantization, or ONNX's with --requant onnx),
      * unless --simulate. */
     if (st == QF_OK && !ea->simulate)
         st = qf_quant_lower_int8(g, NULL, ea->onnx_requant ? QF_REQUANT_ONNX : QF_REQUANT_FIXED_POINT, NULL);
-    qf_batch_options bo = {.batch = ea->batch, .on_batch = qf_eval_batch, .ud = r};
+    /* The counting is the library's (qf_classify). */
+    qf_classify_options co = {.batch = ea->batch, .model_name = path, .labels_name = r->labels_path};
+    qf_classify_result cr = {0};
     if (st == QF_OK) {
-        st = qf_run_source(g, src, &bo);
+        st = qf_classify(g, src, r->labels, &co, &cr);
         if (st != QF_OK && !strstr(qf_error_message(), path)) qf_error_prefix(st, "'%s': ", path);
+        r->classes = cr.classes;
+        r->top1 = cr.top1;
+        r->top5 = cr.top5;
+        r->pred = cr.pred; /* owned by r now */
     }
     qf_graph_free(g);
     return st;
@@ -137,14 +108,10 @@ static qf_status qf_eval_model(const qf_eval_args *ea, int i, qf_npy_file *const
 
 qf_status qf_cli_top1(qf_graph *g, const qf_data_source *src, const int64_t *labels, int64_t batch, int64_t *top1)
 {
-    qf_eval_result r = {.path = "the model", .labels = labels};
-    r.n = src->inputs[0]->ndim >= 1 ? src->inputs[0]->dims[0] : 0;
-    r.pred = qf_calloc((size_t)(r.n ? r.n : 1), sizeof *r.pred);
-    if (!r.pred) return QF_ERR_NOMEM;
-    qf_batch_options bo = {.batch = batch, .on_batch = qf_eval_batch, .ud = &r};
-    qf_status st = qf_run_source(g, src, &bo);
-    qf_free(r.pred);
+    qf_classify_result r;
+    qf_status st = qf_classify(g, src, labels, &(qf_classify_options){.batch = batch}, &r);
     *top1 = r.top1;
+    qf_classify_result_free(&r);
     return st;
 }
 

@@ -36,7 +36,7 @@ qf_status qf_cli_export_lsb(const qf_graph *g, const qf_tflite_result *r, const 
         const qf_tensor *t = qf_npy_info(files[i]), *t0 = qf_npy_info(files[0]);
         st = qf_data_check(g->inputs[i], t);
         if (st != QF_OK) st = qf_error_prefix(st, "data '%s': ", data[i]);
-        if (st == QF_OK) st = qf_cli_npy_check_finite("data", data[i], g->inputs[i], files[i]);
+        if (st == QF_OK) st = qf_npy_check_finite("data", data[i], g->inputs[i], files[i]);
         if (st == QF_OK && t->dims[0] != t0->dims[0])
             st = qf_error(QF_ERR_SHAPE, "data '%s' holds %lld samples, '%s' %lld", data[i], (long long)t->dims[0],
                           data[0], (long long)t0->dims[0]);

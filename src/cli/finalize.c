@@ -10,8 +10,8 @@
  * summary and the report say so, weight by weight. */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "cli.h"
 #include "core/strbuf.h"
 #include "qfold/exec.h"
@@ -25,13 +25,6 @@ typedef struct qf_fin_args {
     const char *in, *out, *report, *target;
     bool verify, verbose;
 } qf_fin_args;
-
-static double qf_fin_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int qf_fin_parse(int argc, char **argv, qf_fin_args *fa)
 {
@@ -174,9 +167,8 @@ static qf_status qf_fin_verify(qf_graph *g, const char *tmp, qf_compare_result *
 {
     qf_graph *written = NULL;
     QF_TRY(qf_cli_load_staged(tmp, &written));
-    qf_compare_options opt = {.tolerance = 1e-6, .ref_name = "finalized", .cand_name = "written",
-                              .change = "writing"};
-    qf_status st = qf_compare_graphs(g, written, NULL, 0, &opt, res);
+    qf_verify_options opt = {.tolerance = 1e-6, .ref_name = "finalized", .cand_name = "written", .change = "writing"};
+    qf_status st = qf_verify_graphs(g, written, NULL, &opt, res);
     qf_graph_free(written);
     if (st == QF_OK && !res->ok)
         st = qf_error(QF_ERR_MISMATCH, "the written model computes other outputs than the finalized graph: nothing "
@@ -206,12 +198,6 @@ static qf_status qf_fin_weight_range(const char *path, const qf_graph *g, qf_qua
     return QF_OK;
 }
 
-static bool qf_fin_is_quantized(const qf_graph *g)
-{
-    qf_graph_for_each_node(g, n) if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) return true;
-    return false;
-}
-
 static int qf_cli_finalize(int argc, char **argv)
 {
     qf_fin_args fa;
@@ -232,7 +218,7 @@ static int qf_cli_finalize(int argc, char **argv)
         qf_cli_outputs_free(&out);
         return rc;
     }
-    double t0 = qf_fin_now();
+    double t0 = (qf_clock_seconds() * 1e3);
     qf_graph *g = NULL;
     qf_pass_report *r = NULL;
     qf_quant_finalize_session fs = {0};
@@ -243,7 +229,7 @@ static int qf_cli_finalize(int argc, char **argv)
     const char *tmp = NULL;
     int wi = -1; /* the output being written */
     qf_status st = qf_onnx_load(fa.in, &g);
-    if (st == QF_OK && !qf_fin_is_quantized(g))
+    if (st == QF_OK && !qf_graph_is_quantized(g))
         st = qf_error(QF_ERR_INVALID, "'%s' has no QuantizeLinear / DequantizeLinear: not a QAT model (a float model "
                                       "goes through `qfold quantize` or `qfold qat`)",
                       fa.in);
@@ -272,7 +258,7 @@ static int qf_cli_finalize(int argc, char **argv)
     if (st != QF_OK) {
         rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
     } else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) {
-        qf_fin_summary(&fa, p, g, &fs, r, qf_fin_now() - t0);
+        qf_fin_summary(&fa, p, g, &fs, r, (qf_clock_seconds() * 1e3) - t0);
         qf_fin_notes(p, &fs);
     }
     qf_cli_outputs_free(&out);

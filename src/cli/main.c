@@ -1,5 +1,6 @@
-/* qfold: dispatch to a subcommand. The table is built from QF_CLI_COMMANDS
- * (cli.h); each subcommand lives in its own file. */
+/* qfold: dispatch to a subcommand through the table of help.c (built from
+ * QF_CLI_COMMANDS, cli.h); each subcommand lives in its own file. main.c
+ * calls help.c and cli.c, neither calls back: no file cycle. */
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -17,59 +18,6 @@
 #ifndef QF_VERSION
 #define QF_VERSION "unknown"
 #endif
-
-#define QF_CLI_ENTRY_(name) &qf_cli_cmd_##name,
-static const qf_cli_command *const qf_cli_table[] = {QF_CLI_COMMANDS(QF_CLI_ENTRY_)};
-#undef QF_CLI_ENTRY_
-
-#define QF_CLI_NCOMMANDS ((int)(sizeof qf_cli_table / sizeof qf_cli_table[0]))
-
-const qf_cli_command *const *qf_cli_commands(int *count)
-{
-    *count = QF_CLI_NCOMMANDS;
-    return qf_cli_table;
-}
-
-const qf_cli_command *qf_cli_find(const char *name)
-{
-    for (int i = 0; i < QF_CLI_NCOMMANDS; i++)
-        if (strcmp(qf_cli_table[i]->name, name) == 0) return qf_cli_table[i];
-    return NULL;
-}
-
-void qf_cli_print_overview(FILE *f)
-{
-    fprintf(f,
-            "qfold %s - fold BatchNorm, quantize to int8 (post-training, ONNX QDQ) and run ONNX "
-            "models\n\n",
-            QF_VERSION);
-    fputs("usage: qfold COMMAND [ARGS] [--engine E] [--threads N]\n"
-          "       qfold COMMAND --help\n"
-          "       qfold --version\n\n"
-          "commands:\n",
-          f);
-    for (int i = 0; i < QF_CLI_NCOMMANDS; i++)
-        fprintf(f, "  %-10s %s\n", qf_cli_table[i]->name, qf_cli_table[i]->summary);
-    fputs("\noptions of every command (anywhere before \"--\"):\n"
-          "  --engine auto|ref|dnnl  kernels: oneDNN where it has one and loads (auto, the\n"
-          "                          default), only qfold's reference kernels (ref), or oneDNN\n"
-          "                          required (dnnl); QFOLD_ENGINE sets the default\n"
-          "  --threads N             threads for the kernels, 1 to 16; 0 = the cores (default)\n"
-          "\noption of the commands that write a model (fuse, quantize, finalize, train, qat):\n"
-          "  --external-data[=NAME]  initializers of 1 KiB and more go to one side file NAME\n"
-          "                          next to the output (default: the output's name + .data);\n"
-          "                          a model over protobuf's 2 GiB is written so without it\n"
-          "\nExit status: 0 success, 1 failure while processing, 2 bad usage or bad input file.\n"
-          "Environment: QFOLD_MAX_MEMORY=SIZE (bytes, or with K, M, G) caps the memory qfold\n"
-          "allocates itself; a command that needs more fails with exit status 1.\n",
-          f);
-}
-
-void qf_cli_print_help(const qf_cli_command *cmd, FILE *f)
-{
-    fprintf(f, "usage: %s\n\n%s\n", cmd->usage, cmd->summary);
-    if (cmd->details && *cmd->details) fprintf(f, "\n%s", cmd->details);
-}
 
 /* --- signals ------------------------------------------------------------------- */
 
@@ -208,6 +156,11 @@ static int qf_cli_globals(int *argc, char **argv)
         qf_status st = qf_set_threads((int)n);
         if (st != QF_OK) return qf_cli_fail(st);
     }
+    /* libgomp's environment as qfold measured it best, before oneDNN loads
+     * (--engine below, or the first plan): the library recommends it and
+     * sets nothing; a value the user set is kept. */
+    qf_engine_env env[QF_ENGINE_ENV_MAX];
+    for (int k = 0, m = qf_engine_environment(env); k < m; k++) setenv(env[k].name, env[k].value, 0);
     if (engine) {
         qf_engine e;
         if (strcmp(engine, "auto") == 0)
@@ -268,7 +221,7 @@ int main(int argc, char **argv)
     /* Before --engine can load oneDNN: its threads' spin count for training. */
     if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "qat") == 0) qf_engine_prefer_training();
     rc = qf_cli_globals(&argc, argv);
-    if (rc == QF_EXIT_OK) rc = qf_cli_extdata_strip(&argc, argv);
+    if (rc == QF_EXIT_OK) rc = qf_cli_extdata_strip(argc > 1 ? qf_cli_find(argv[1]) : NULL, &argc, argv);
     if (rc != QF_EXIT_OK) return rc;
     if (argc < 2) {
         qf_cli_print_overview(stderr);

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/clock.h"
 #include "qfold/io.h"
 #include "qfold/qat.h"
 #include "qfold/quant.h"
@@ -240,7 +241,7 @@ static int qf_cli_qat(int argc, char **argv)
     qf_tr_state s = {.a = &qa.tr};
     if ((rc = qf_tr_outputs(&qa.tr, &out)) != QF_EXIT_OK) goto done;
     if (qa.keep_qat && (rc = qf_cli_outputs_add_model(&out, "--keep-qat", qa.keep_qat)) != QF_EXIT_OK) goto done;
-    double t0 = qf_tr_now();
+    double t0 = qf_clock_seconds();
     run.sess.profile = &run.profile;
     run.q.passes.user = &run.sess;
     run.q.train = qa.tr.c;
@@ -249,7 +250,7 @@ static int qf_cli_qat(int argc, char **argv)
     if (qa.calib_count >= 0) run.q.calib_count = qa.calib_count;
     st = qf_tr_load(&qa.tr, &s);
     if (st == QF_OK) st = qf_qat_work(&qa, &s, &run, &out);
-    run.seconds = qf_tr_now() - t0;
+    run.seconds = qf_clock_seconds() - t0;
     if (st == QF_ERR_NUMERIC) {
         rc = qf_cli_error(qf_cli_exit_code(st), "%s; nothing written", qf_error_message());
         goto done;

@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "cli.h"
 #include "core/strbuf.h"
 #include "qfold/io.h"
@@ -20,7 +20,6 @@
 
 #define QF_QZ_MAX_CALIB 16
 #define QF_QZ_MAX_SETS 16
-#define QF_QZ_SQNR_SAMPLES 128
 
 typedef struct qf_qz_args {
     const char *in, *out, *report, *target;
@@ -34,22 +33,12 @@ typedef struct qf_qz_args {
 
 /* Everything the command holds, released in one place. */
 typedef struct qf_qz_state {
-    qf_graph *g, *ref;
+    qf_graph *g;
     qf_npy_file *files[QF_QZ_MAX_CALIB]; /* the calibration data, read a batch at a time */
     qf_npy_source *src;
-    qf_pass_report *passes;
-    qf_quantize_result res;
-    qf_quant_sqnr *sqnr;
-    int nsqnr;
-    double t_load, t_passes, t_sqnr, t_save, t_total; /* ms, for the summary */
+    qf_quantize_model_result m; /* the library's recipe: passes, quantization, SQNR */
+    double t_load, t_save, t_total; /* ms, for the summary (the recipe times its own steps) */
 } qf_qz_state;
-
-static double qf_qz_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 static int64_t qf_qz_number(const char *v, int64_t lo, int64_t hi)
 {
@@ -151,18 +140,12 @@ static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
         if (st != QF_OK) return qf_error_prefix(st, "calibration data '%s': ", qa->calib[i]);
         const qf_tensor *t = qf_npy_info(s->files[i]), *t0 = qf_npy_info(s->files[0]);
         QF_TRY(qf_qz_check_data(qa->calib[i], g->inputs[i], t));
-        QF_TRY(qf_cli_npy_check_finite("calibration data", qa->calib[i], g->inputs[i], s->files[i]));
+        QF_TRY(qf_npy_check_finite("calibration data", qa->calib[i], g->inputs[i], s->files[i]));
         if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "calibration data '%s' holds %lld samples, '%s' %lld", qa->calib[i],
                             (long long)t->dims[0], qa->calib[0], (long long)t0->dims[0]);
     }
     return qf_npy_source_init(&s->src, s->files, qa->ncalib);
-}
-
-static bool qf_qz_is_quantized(const qf_graph *g)
-{
-    qf_graph_for_each_node(g, n) if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) return true;
-    return false;
 }
 
 static void qf_qz_progress(void *ud, const char *pass, int64_t done, int64_t total)
@@ -189,16 +172,9 @@ static const char *qf_qz_kind(qf_qspec_kind k)
     return "float";
 }
 
-/* SQNR order: worst first (NaN / Inf last). */
-static int qf_qz_by_sqnr(const void *a, const void *b)
-{
-    double x = ((const qf_quant_sqnr *)a)->sqnr_db, y = ((const qf_quant_sqnr *)b)->sqnr_db;
-    return (x > y) - (x < y);
-}
-
 static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const qf_qz_state *s)
 {
-    const qf_quantize_result *r = &s->res;
+    const qf_quantize_result *r = &s->m.quant;
     const qf_quant_convert_stats *c = &r->stats;
     char num[32];
     printf("qfold quantize: %s -> %s (target %s, %s calibration samples)\n", qa->in, qa->out, p->name,
@@ -222,15 +198,15 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
     for (int i = 0; i < r->nleft_float && i < 10; i++)
         printf("    %s '%s': %s\n", r->left_float[i].op, r->left_float[i].name, r->left_float[i].reason);
     if (r->nleft_float > 10) printf("    ... %d more in the report\n", r->nleft_float - 10);
-    if (s->nsqnr) {
+    if (s->m.nsqnr) {
         printf("  lowest SQNR (int8 model vs float, per layer output):\n");
-        for (int i = 0; i < s->nsqnr && i < 5; i++)
-            printf("    %-40s %6.1f dB\n", s->sqnr[i].name, s->sqnr[i].sqnr_db);
+        for (int i = 0; i < s->m.nsqnr && i < 5; i++)
+            printf("    %-40s %6.1f dB\n", s->m.sqnr[i].name, s->m.sqnr[i].sqnr_db);
     }
     printf("  time: load %.1f ms, passes %.1f ms, calibrate %.1f ms (%.1f samples/s), convert %.1f ms, "
            "sqnr %.1f ms, save %.1f ms, total %.1f ms\n",
-           s->t_load, s->t_passes, r->calibrate_ms, r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0,
-           r->convert_ms, s->t_sqnr, s->t_save, s->t_total);
+           s->t_load, s->m.passes_ms, r->calibrate_ms, r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0,
+           r->convert_ms, s->m.sqnr_ms, s->t_save, s->t_total);
 }
 
 static void qf_qz_json_num(qf_strbuf *b, double x)
@@ -242,7 +218,7 @@ static void qf_qz_json_num(qf_strbuf *b, double x)
 /* The quantization members of the report (after the passes' members). */
 static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf_qz_state *s, qf_strbuf *b)
 {
-    const qf_quantize_result *r = &s->res;
+    const qf_quantize_result *r = &s->m.quant;
     qf_strbuf_puts(b, "\"input\": ");
     qf_strbuf_json_string(b, qa->in);
     qf_strbuf_puts(b, ",\n  \"output\": ");
@@ -335,11 +311,11 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
         qf_free(text);
     }
     qf_strbuf_puts(b, ",\n  \"sqnr_db\": [");
-    for (int i = 0; i < s->nsqnr; i++) {
+    for (int i = 0; i < s->m.nsqnr; i++) {
         qf_strbuf_puts(b, i ? ",\n    {\"value\": " : "\n    {\"value\": ");
-        qf_strbuf_json_string(b, s->sqnr[i].name);
+        qf_strbuf_json_string(b, s->m.sqnr[i].name);
         qf_strbuf_puts(b, ", \"db\": ");
-        qf_qz_json_num(b, s->sqnr[i].sqnr_db);
+        qf_qz_json_num(b, s->m.sqnr[i].sqnr_db);
         qf_strbuf_puts(b, "}");
     }
     qf_strbuf_puts(b, "]");
@@ -349,37 +325,15 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
 
 static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_qz_state *s)
 {
-    double t0 = qf_qz_now();
+    double t0 = qf_clock_seconds() * 1e3;
     QF_TRY(qf_onnx_load(qa->in, &s->g));
-    if (qf_qz_is_quantized(s->g))
-        return qf_error(QF_ERR_INVALID, "'%s' is already quantized (it has QuantizeLinear / DequantizeLinear nodes)",
-                        qa->in);
+    QF_TRY(qf_quantize_model_check(s->g, qa->in)); /* before the data is read */
     QF_TRY(qf_qz_load_data(qa, s));
-    double t1 = qf_qz_now();
-    s->t_load = t1 - t0;
-    qf_pass_options po = {.verify = true};
-    QF_TRY(qf_pipeline_run(s->g, "ptq", &po, &s->passes));
-    double t2 = qf_qz_now();
-    s->t_passes = t2 - t1;
-    qf_quantize_options qo = {.profile = p, .batch = qa->batch, .max_samples = qa->count};
-    if (isatty(STDERR_FILENO)) qo.progress = qf_qz_progress;
-    QF_TRY(qf_quantize(s->g, qf_npy_source_get(s->src), &qo, &s->res));
-    QF_TRY(qf_graph_verify_shapes(s->g));
-    double t3 = qf_qz_now();
-    /* The float model the SQNR compares against: the same file, folded. */
-    qf_pass_report *r2 = NULL;
-    QF_TRY(qf_onnx_load(qa->in, &s->ref));
-    qf_status st = qf_pipeline_run(s->ref, "ptq", NULL, &r2);
-    qf_pass_report_free(r2);
-    QF_TRY(st);
-    int64_t n = s->res.samples < QF_QZ_SQNR_SAMPLES ? s->res.samples : QF_QZ_SQNR_SAMPLES;
-    /* The calibration batch, made smaller by the library when the float
-     * activations it keeps for one batch would exceed QF_QUANT_SQNR_BYTES. */
-    QF_TRY(qf_quant_measure_sqnr(s->ref, s->g, qf_npy_source_get(s->src), qa->batch ? qa->batch : 32, n, &s->sqnr,
-                                 &s->nsqnr));
-    qsort(s->sqnr, (size_t)s->nsqnr, sizeof *s->sqnr, qf_qz_by_sqnr);
-    s->t_sqnr = qf_qz_now() - t3;
-    return QF_OK;
+    s->t_load = qf_clock_seconds() * 1e3 - t0;
+    qf_quantize_model_options mo = {.quantize = {.profile = p, .batch = qa->batch, .max_samples = qa->count},
+                                    .name = qa->in};
+    if (isatty(STDERR_FILENO)) mo.quantize.progress = qf_qz_progress;
+    return qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m);
 }
 
 #define QF_QZ_VERIFY_SAMPLES 8
@@ -396,19 +350,16 @@ static qf_status qf_qz_verify(const qf_qz_state *s, const char *tmp, qf_compare_
     const void *rows[QF_QZ_MAX_CALIB];
     QF_TRY(src->read(src, 0, count, rows));
     qf_tensor views[QF_QZ_MAX_CALIB];
-    const qf_tensor *in[QF_QZ_MAX_CALIB];
     for (int i = 0; i < n; i++) {
         int64_t dims[QF_MAX_DIMS];
         memcpy(dims, src->inputs[i]->dims, sizeof dims);
         dims[0] = count;
         qf_tensor_view(&views[i], src->inputs[i]->dtype, src->inputs[i]->ndim, dims, (void *)rows[i]);
-        in[i] = &views[i];
     }
     qf_graph *written = NULL;
     QF_TRY(qf_cli_load_staged(tmp, &written));
-    qf_compare_options opt = {.tolerance = 1e-6, .ref_name = "quantized", .cand_name = "written",
-                              .change = "writing"};
-    qf_status st = qf_compare_graphs(s->g, written, in, n, &opt, res);
+    qf_verify_options opt = {.tolerance = 1e-6, .ref_name = "quantized", .cand_name = "written", .change = "writing"};
+    qf_status st = qf_verify_graphs(s->g, written, views, &opt, res);
     qf_graph_free(written);
     if (st == QF_OK && !res->ok)
         st = qf_error(QF_ERR_MISMATCH, "the written model computes other outputs than the quantized graph: nothing "
@@ -433,13 +384,13 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_strbuf extra = {0};
     char *text = NULL;
     size_t len = 0;
-    double t0 = qf_qz_now();
+    double t0 = (qf_clock_seconds() * 1e3);
     qf_status st = qf_qz_run(&qa, &p, &s);
-    double t1 = qf_qz_now();
+    double t1 = (qf_clock_seconds() * 1e3);
     /* Both files or neither: the report is built before anything is written. */
     if (st == QF_OK && qa.report) {
         qf_qz_json(&qa, &p, &s, &extra);
-        st = extra.oom ? QF_ERR_NOMEM : qf_pass_report_json(s.passes, extra.p, &text, &len);
+        st = extra.oom ? QF_ERR_NOMEM : qf_pass_report_json(s.m.passes, extra.p, &text, &len);
     }
     /* Both to their temporary names, then renamed together. */
     const char *tmp = NULL;
@@ -458,21 +409,18 @@ static int qf_cli_quantize(int argc, char **argv)
     if (st != QF_OK) {
         rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
     } else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) {
-        s.t_save = qf_qz_now() - t1;
-        s.t_total = qf_qz_now() - t0;
+        s.t_save = (qf_clock_seconds() * 1e3) - t1;
+        s.t_total = (qf_clock_seconds() * 1e3) - t0;
         qf_qz_summary(&qa, &p, &s);
     }
     qf_cli_outputs_free(&out);
     qf_compare_result_free(&cmp);
     qf_free(text);
     qf_strbuf_free(&extra);
-    qf_quant_sqnr_free(s.sqnr, s.nsqnr);
-    qf_quantize_result_free(&s.res);
-    qf_pass_report_free(s.passes);
+    qf_quantize_model_result_free(&s.m);
     qf_npy_source_free(s.src);
     for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_npy_close(s.files[i]);
     qf_graph_free(s.g);
-    qf_graph_free(s.ref);
     return rc;
 }
 

@@ -12,6 +12,7 @@
  * Ctrl-C ends qfold at once (nothing written). */
 #include <stdio.h>
 
+#include "core/clock.h"
 #include "train_common.h"
 
 /* --- the command -------------------------------------------------------------------------- */
@@ -77,7 +78,7 @@ static int qf_cli_train(int argc, char **argv)
     char num[32];
     printf("qfold train: %s -> %s: %d parameter tensors (%s weights), %d epoch%s, %lld steps, %.1f s\n", a.in, a.out,
            r.nparams, qf_cli_thousands(r.nweights, num, sizeof num), r.epochs_done, r.epochs_done == 1 ? "" : "s",
-           (long long)r.steps, qf_tr_now() - s.t0);
+           (long long)r.steps, qf_clock_seconds() - s.t0);
 done:
     qf_cli_outputs_free(&out);
     qf_tr_state_free(&s);

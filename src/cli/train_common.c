@@ -6,20 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "core/strbuf.h"
 #include "train_common.h"
 
 #define QF_TR_PLOT_POINTS 1500 /* step curves are averaged down to this many points */
-
-double qf_tr_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* --- Ctrl-C ---------------------------------------------------------------------- */
 
@@ -249,7 +242,7 @@ static qf_status qf_tr_open_data(const qf_graph *g, const char *const *paths, in
         const qf_tensor *t = qf_npy_info(files[i]), *t0 = qf_npy_info(files[0]);
         st = qf_data_check(g->inputs[i], t);
         if (st != QF_OK) return qf_error_prefix(st, "data '%s': ", paths[i]);
-        QF_TRY(qf_cli_npy_check_finite("data", paths[i], g->inputs[i], files[i]));
+        QF_TRY(qf_npy_check_finite("data", paths[i], g->inputs[i], files[i]));
         if (t->dims[0] != t0->dims[0])
             return qf_error(QF_ERR_SHAPE, "data '%s' holds %lld samples, '%s' %lld", paths[i], (long long)t->dims[0],
                             paths[0], (long long)t0->dims[0]);
@@ -304,7 +297,7 @@ static void qf_tr_clear_bar(qf_tr_state *s)
 static qf_status qf_tr_on_step(void *ud, qf_train_step_info *info)
 {
     qf_tr_state *s = ud;
-    double now = qf_tr_now();
+    double now = qf_clock_seconds();
     if (s->nsteps == s->cap_steps) {
         int64_t cap = s->cap_steps ? 2 * s->cap_steps : 1024;
         qf_tr_step *p = qf_realloc(s->steps, sizeof *p * (size_t)cap);
@@ -339,7 +332,7 @@ static qf_status qf_tr_on_epoch(void *ud, const qf_train_epoch_info *e)
     s->epochs = p;
     p[s->nepochs++] = (qf_tr_epoch){.epoch = e->epoch, .step = s->nsteps ? s->steps[s->nsteps - 1].step : 0,
                                     .lr = s->last_lr, .loss = e->train_loss, .acc = e->train_accuracy,
-                                    .val_loss = e->val_loss, .val_acc = e->val_accuracy, .t = qf_tr_now() - s->t0};
+                                    .val_loss = e->val_loss, .val_acc = e->val_accuracy, .t = qf_clock_seconds() - s->t0};
     printf("epoch %d/%d: train loss %.6f", e->epoch + 1, s->a->c.epochs, e->train_loss);
     if (e->train_accuracy >= 0) printf(" acc %.2f %%", 100 * e->train_accuracy);
     if (s->a->nval) {
@@ -561,7 +554,7 @@ void qf_tr_begin(qf_tr_state *s, qf_train_config *c)
     c->on_epoch = qf_tr_on_epoch;
     c->ud = s;
     s->bar = isatty(STDERR_FILENO);
-    s->t0 = qf_tr_now();
+    s->t0 = qf_clock_seconds();
     qf_tr_stop = 0;
     qf_tr_catch_sigint();
 }

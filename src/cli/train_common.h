@@ -63,7 +63,7 @@ typedef struct qf_tr_state {
     qf_graph *g;
 } qf_tr_state;
 
-double qf_tr_now(void);
+/* Times: core/clock.h (qf_clock_seconds). */
 /* v as an integer in [lo, hi] / a finite real; false otherwise. */
 bool qf_tr_int(const char *v, int64_t lo, int64_t hi, int64_t *out);
 bool qf_tr_real(const char *v, double *out);

@@ -1,6 +1,7 @@
 /* The process-wide engine and thread choice of qfold/exec.h, over the
- * backend state of ops/dnnl.h and the thread pool of core/parallel.h. */
+ * backend layer (backend/backend.h) and the thread pool of core/parallel.h. */
 #include <stdio.h>
+#include <string.h>
 
 #include "../core/parallel.h"
 #include "backend/backend.h"
@@ -15,6 +16,18 @@ qf_status qf_set_engine(qf_engine e) { return qf_backend_set_engine((int)e); }
 qf_engine qf_get_engine(void) { return (qf_engine)qf_backend_engine(); }
 
 void qf_engine_prefer_training(void) { qf_backend_prefer_training(); }
+
+int qf_engine_environment(qf_engine_env *env)
+{
+    const char *names[QF_ENGINE_ENV_MAX];
+    char values[QF_ENGINE_ENV_MAX][24];
+    int n = qf_backend_environment(names, values);
+    for (int k = 0; k < n; k++) {
+        env[k].name = names[k];
+        memcpy(env[k].value, values[k], sizeof env[k].value);
+    }
+    return n;
+}
 
 const char *qf_engine_name(qf_engine e)
 {

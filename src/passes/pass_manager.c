@@ -11,8 +11,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/arena.h"
 #include "core/strbuf.h"
 #include "pass_ctx.h"
@@ -153,12 +153,6 @@ const qf_pipeline *const *qf_pipeline_list(int *count)
 
 /* --- report and context -------------------------------------------------------- */
 
-static double qf_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void qf_pass_report_free(qf_pass_report *r)
 {
@@ -204,14 +198,14 @@ static qf_status qf_run_one(qf_graph *g, const qf_pass *p, const qf_pass_options
     }
     qf_pass_ctx ctx = {.rep = ri, .user = opt->user};
     *changed = false;
-    double t0 = qf_now();
+    double t0 = qf_clock_seconds();
     qf_status st = p->deferred ? QF_OK : qf_graph_load_all(g);
     if (st == QF_OK) st = p->run(g, &ctx, changed);
     /* Keep the node list sorted for the passes after this one: a pass may
      * insert a node where it was convenient (O(n) when already sorted). */
     bool sort_failed = false;
     if (st == QF_OK && *changed) sort_failed = (st = qf_graph_toposort(g)) != QF_OK;
-    double t1 = qf_now();
+    double t1 = qf_clock_seconds();
 
     qf_pass_result *res = &r->results[r->nresults++];
     *res = (qf_pass_result){
@@ -295,9 +289,9 @@ static qf_status qf_run_report(qf_graph *g, const qf_pass *const *passes, int np
     *out = NULL;
     qf_report_impl *ri = NULL;
     QF_TRY(qf_report_new(&ri, pipeline));
-    double t0 = qf_now();
+    double t0 = qf_clock_seconds();
     qf_status st = qf_run_list(g, passes, npasses, opt, ri);
-    ri->pub.seconds = qf_now() - t0;
+    ri->pub.seconds = qf_clock_seconds() - t0;
     *out = &ri->pub;
     return st;
 }

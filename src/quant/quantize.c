@@ -3,18 +3,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/parallel.h"
 #include "qfold/quant.h"
 #include "qfold/schema.h"
-
-static double qz_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 /* --- calibration run ------------------------------------------------------------- */
 
@@ -220,7 +213,7 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
      * int8 model gains nothing from half-precision float edges. */
     for (int i = 0; i < g->nvalues; i++)
         if (g->values[i]) g->values[i]->store = 0;
-    double t0 = qz_now_ms();
+    double t0 = (qf_clock_seconds() * 1e3);
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
     qf_quant_session sess = {.profile = p};
@@ -229,7 +222,7 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     qf_quant_annotation *a = sess.annotation;
     if (st == QF_OK) st = qf_quant_calib_init(&sess.calib, g, a, p);
     qf_quant_calib *c = sess.calib;
-    double t1 = qz_now_ms(), t2 = t1;
+    double t1 = (qf_clock_seconds() * 1e3), t2 = t1;
     if (st == QF_OK) {
         qz_calib_run run = {.g = g, .c = c, .data = data, .total = n, .opt = opt, .pass = pass};
         qf_data_source first_n = {.ninputs = ndata, .inputs = ptrs, .read = qz_calib_read, .ud = &run};
@@ -245,7 +238,7 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
         }
         st = qf_run_source(g, &first_n, &bo);
         out->samples = run.done;
-        t2 = qz_now_ms();
+        t2 = (qf_clock_seconds() * 1e3);
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
     if (st == QF_OK) st = qz_left_float(a, out);
@@ -255,7 +248,7 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     out->ntensors = sess.ntensors;
     if (st == QF_OK) st = qf_graph_infer_shapes(g);
     out->calibrate_ms = t2 - t1;
-    out->convert_ms = (t1 - t0) + (qz_now_ms() - t2);
+    out->convert_ms = (t1 - t0) + ((qf_clock_seconds() * 1e3) - t2);
     qf_quant_calib_free(sess.calib);
     qf_quant_annotation_free(sess.annotation);
     if (st != QF_OK) qf_quantize_result_free(out);

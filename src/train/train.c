@@ -33,8 +33,8 @@
  */
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "qfold/schema.h"
 #include "qfold/train.h"
 
@@ -98,13 +98,6 @@ static uint64_t qf_train_step_seed(uint64_t seed, int64_t step)
     uint64_t s = seed ^ 0xd1b54a32d192ed03ull;
     s += (uint64_t)step * 0x9e3779b97f4a7c15ull;
     return qf_train_rand(&s);
-}
-
-static double qf_train_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* --- the trainer's state ------------------------------------------------------ */
@@ -693,7 +686,7 @@ qf_status qf_train(qf_graph *g, const qf_data_source *data, const qf_tensor *lab
     uint64_t rng = c->seed;
     int64_t step = 0;
     for (int e = 0; e < c->epochs && st == QF_OK; e++) {
-        double t0 = qf_train_now(), loss_sum = 0, hit_sum = 0;
+        double t0 = qf_clock_seconds(), loss_sum = 0, hit_sum = 0;
         qf_train_order(t.order, t.n, c->shuffle, &rng);
         qf_train_step_info info = {.epoch = e, .steps_per_epoch = spe, .total_steps = total};
         for (int64_t first = 0; first < t.n && st == QF_OK; first += t.batch, step++) {
@@ -712,7 +705,7 @@ qf_status qf_train(qf_graph *g, const qf_data_source *data, const qf_tensor *lab
                                   .val_loss = -1, .val_accuracy = -1};
         if (val) st = qf_train_validate(&t, val, val_labels, &ei.val_loss, &ei.val_accuracy);
         if (st != QF_OK) break;
-        ei.seconds = qf_train_now() - t0;
+        ei.seconds = qf_clock_seconds() - t0;
         r.epochs_done = e + 1;
         r.val_accuracy = ei.val_accuracy;
         if (c->on_epoch) st = c->on_epoch(c->ud, &ei);

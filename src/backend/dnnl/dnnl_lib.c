@@ -46,8 +46,10 @@ static int dnnl_state;           /* 0 not tried, 1 loaded, -1 failed (why_not sa
 static bool dnnl_nomem;          /* it failed for want of memory */
 static char dnnl_version_str[32];
 
-/* Environment for libgomp, which reads it once, when it loads. A value the
- * user set is kept. OMP_STACKSIZE: libgomp's threads otherwise get the
+/* Environment for libgomp, which reads it once, when it loads: the library
+ * only recommends it (qf_backend_environment); the program sets it, before
+ * oneDNN loads (the CLI does in main.c; the library changes no process
+ * environment). OMP_STACKSIZE: libgomp's threads otherwise get the
  * process's stack limit (8 MB) each; oneDNN's kernels need far less.
  *
  * Waiting: between two oneDNN calls libgomp's threads spin at most
@@ -87,14 +89,18 @@ static bool omp_busy(void)
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     return getloadavg(load, 1) == 1 && cores > 0 && load[0] > QF_OMP_BUSY_LOAD * (double)cores;
 }
-static void omp_environment(void)
+static int omp_environment(const char **names, char (*values)[24])
 {
-    char n[16];
-    snprintf(n, sizeof n, "%d", qf_parallel_threads());
-    setenv("OMP_NUM_THREADS", n, 0);
-    if (!getenv("OMP_WAIT_POLICY"))
-        setenv("GOMP_SPINCOUNT", omp_busy() ? QF_OMP_SPIN_BUSY : omp_training ? QF_OMP_SPIN_TRAIN : QF_OMP_SPIN, 0);
-    setenv("OMP_STACKSIZE", QF_OMP_STACK, 0);
+    int k = 0;
+    names[k] = "OMP_NUM_THREADS";
+    snprintf(values[k++], 24, "%d", qf_parallel_threads());
+    if (!getenv("OMP_WAIT_POLICY")) {
+        names[k] = "GOMP_SPINCOUNT";
+        snprintf(values[k++], 24, "%s", omp_busy() ? QF_OMP_SPIN_BUSY : omp_training ? QF_OMP_SPIN_TRAIN : QF_OMP_SPIN);
+    }
+    names[k] = "OMP_STACKSIZE";
+    snprintf(values[k++], 24, "%s", QF_OMP_STACK);
+    return k;
 }
 
 /* Whether libgomp's idle threads go to sleep (almost) at once between two
@@ -245,7 +251,6 @@ static bool sgemm_warm_up(qf_dnnl_lib *d)
 
 static bool dnnl_load(void)
 {
-    omp_environment();
     void *h = dlopen("libdnnl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();
@@ -291,6 +296,9 @@ static bool dnnl_load(void)
         dnnl_nomem = true;
         return false;
     }
+    /* oneDNN's team size from the API (qf_set_threads), not from an
+     * environment the library does not set; a user's OMP_NUM_THREADS wins. */
+    if (!getenv("OMP_NUM_THREADS") && d->omp_set_threads) d->omp_set_threads(d->threads);
     if (!sgemm_warm_up(d)) {
         d->stream_destroy(d->stream);
         d->engine_destroy(d->engine);
@@ -393,3 +401,6 @@ qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *
     }
     return qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(md, t->ndim, dims, dt, tag), "memory descriptor");
 }
+
+/* Called with the backend's lock held (omp_training). */
+int qf_dnnl_environment(const char **names, char (*values)[24]) { return omp_environment(names, values); }

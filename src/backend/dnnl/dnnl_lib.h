@@ -182,6 +182,8 @@ bool qf_dnnl_out_of_memory(void);
 const char *qf_dnnl_version(void);
 /* libgomp's spin count for training (read when the library loads). */
 void qf_dnnl_prefer_training(void);
+/* qf_backend_environment's answer for oneDNN's libgomp. */
+int qf_dnnl_environment(const char **names, char (*values)[24]);
 /* Whether the loaded backend is the active engine: qf_dnnl() returns the
  * library only while it is, and the reference GEMM runs oneDNN's sgemm
  * (qf_dnnl_sgemm, through ops/math/gemm.h's hook) only then. */

@@ -1,0 +1,78 @@
+/* The quantize recipe (qfold/quant.h, qf_quantize_model): the steps of
+ * `qfold quantize` between reading the files and writing them, so that a
+ * program gets the same model and the same figures from one call. */
+#include <stdlib.h>
+
+#include "core/clock.h"
+#include "qfold/pass.h"
+#include "qfold/quant.h"
+
+bool qf_graph_is_quantized(const qf_graph *g)
+{
+    qf_graph_for_each_node(g,
+                           n) if (n->op == QF_OP_QUANTIZE || n->op == QF_OP_DEQUANTIZE) return true;
+    return false;
+}
+
+qf_status qf_quantize_model_check(const qf_graph *g, const char *name)
+{
+    if (qf_graph_is_quantized(g))
+        return qf_error(
+            QF_ERR_INVALID,
+            "'%s' is already quantized (it has QuantizeLinear / DequantizeLinear nodes)",
+            name ? name : "the model");
+    return QF_OK;
+}
+
+/* SQNR order: worst first (NaN / Inf last). */
+static int qf_recipe_by_sqnr(const void *a, const void *b)
+{
+    double x = ((const qf_quant_sqnr *)a)->sqnr_db, y = ((const qf_quant_sqnr *)b)->sqnr_db;
+    return (x > y) - (x < y);
+}
+
+qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
+                            const qf_quantize_model_options *opt, qf_quantize_model_result *out)
+{
+    *out = (qf_quantize_model_result){0};
+    qf_quantize_model_options o = opt ? *opt : (qf_quantize_model_options){0};
+    QF_TRY(qf_quantize_model_check(g, o.name));
+    /* The float model the SQNR compares against: g as given, folded the
+     * same way (a copy: the passes and the quantizer rewrite g). */
+    qf_graph *ref = NULL;
+    if (o.sqnr_samples >= 0) QF_TRY(qf_graph_clone(g, &ref));
+    double t0 = qf_clock_seconds();
+    qf_pass_options po = {.verify = true};
+    qf_status st = qf_pipeline_run(g, "ptq", &po, &out->passes);
+    double t1 = qf_clock_seconds();
+    out->passes_ms = (t1 - t0) * 1e3;
+    if (st == QF_OK) st = qf_quantize(g, data, &o.quantize, &out->quant);
+    if (st == QF_OK) st = qf_graph_verify_shapes(g);
+    double t2 = qf_clock_seconds();
+    if (st == QF_OK && ref) {
+        qf_pass_report *r2 = NULL;
+        st = qf_pipeline_run(ref, "ptq", NULL, &r2);
+        qf_pass_report_free(r2);
+        int64_t want = o.sqnr_samples ? o.sqnr_samples : QF_QUANTIZE_MODEL_SQNR_SAMPLES;
+        int64_t n = out->quant.samples < want ? out->quant.samples : want;
+        /* The calibration batch, made smaller by qf_quant_measure_sqnr when
+         * the float activations it keeps for one batch would exceed
+         * QF_QUANT_SQNR_BYTES. */
+        int64_t batch = o.quantize.batch ? o.quantize.batch : 32;
+        if (st == QF_OK)
+            st = qf_quant_measure_sqnr(ref, g, data, batch, n, &out->sqnr, &out->nsqnr);
+        if (st == QF_OK) qsort(out->sqnr, (size_t)out->nsqnr, sizeof *out->sqnr, qf_recipe_by_sqnr);
+        out->sqnr_ms = (qf_clock_seconds() - t2) * 1e3;
+    }
+    qf_graph_free(ref);
+    return st;
+}
+
+void qf_quantize_model_result_free(qf_quantize_model_result *r)
+{
+    if (!r) return;
+    qf_quant_sqnr_free(r->sqnr, r->nsqnr);
+    qf_quantize_result_free(&r->quant);
+    qf_pass_report_free(r->passes);
+    *r = (qf_quantize_model_result){0};
+}
