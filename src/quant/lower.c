@@ -30,8 +30,8 @@
  *   Add / Mul (broadcasting) -> QF_OP_QADD / QF_OP_QMUL (src/ops/qadd.c)
  *   ConvTranspose           -> QF_OP_QCONV_TRANSPOSE (src/ops/qconv_transpose.c;
  *                              weight per channel on axis 1, int32 bias)
- *   AveragePool, one set of qparams -> QF_OP_QAVG_POOL (src/ops/pool.c)
- *   GlobalAveragePool, ReduceMean over trailing axes -> QF_OP_QMEAN (pool.c)
+ *   AveragePool, one set of qparams -> QF_OP_QAVG_POOL (src/ops/int8/qpool.c)
+ *   GlobalAveragePool, ReduceMean over trailing axes -> QF_OP_QMEAN (int8/qpool.c)
  *   Concat                  -> QF_OP_QCONCAT (src/ops/qconcat.c: inputs of the
  *                              output's qparams copied, others requantized)
  *   HardSwish               -> QF_OP_QLUT (src/ops/qlut.c: TFLite's fixed-point
@@ -46,6 +46,12 @@
  * else (DQ -> float op -> Q). The lowered graph is for execution only: the
  * attributes and internal ops are qfold's own and no exporter should see
  * them (`qfold run` lowers its private copy).
+ *
+ * Which op lowers how is data: each op's quantization row (op_quant.c) holds
+ * its entry (`lower`, one qf_lower_<op> below, declared in lower.h with the
+ * helpers an entry is written with) and whether it runs with ONNX's
+ * requantization too; qf_quant_lower_int8 calls the row's entry for every
+ * node.
  */
 #include <math.h>
 #include <stdio.h>
@@ -519,7 +525,7 @@ qf_status qf_lower_concat(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_req
 
 /* An AveragePool between a DQ and a Q of the same per-tensor int8 qparams
  * (TFLite's int8 AveragePool does not requantize): qfold's int8 AveragePool
- * (src/ops/pool.c). Other qparams stay in float. */
+ * (src/ops/int8/qpool.c). Other qparams stay in float. */
 qf_status qf_lower_avg_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
     (void)rq; /* TFLite's requantization (or none) */
@@ -540,7 +546,7 @@ qf_status qf_lower_avg_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
 }
 
 /* A GlobalAveragePool, or a ReduceMean over trailing axes of known sizes:
- * qfold's int8 Mean (src/ops/pool.c, TFLite's integer Mean), when its
+ * qfold's int8 Mean (src/ops/int8/qpool.c, TFLite's integer Mean), when its
  * multiplier s_x / s_y fits the sum's range. */
 qf_status qf_lower_mean(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {

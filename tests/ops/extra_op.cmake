@@ -13,7 +13,7 @@ set_tests_properties(unit_op_table PROPERTIES LABELS "unit" TIMEOUT 60)
 # quantization table its rows (extra_op/qf_test_extra_quant.h). Nothing else
 # in the tree names the op: test_extra_op runs it on a one-node graph,
 # test_extra_op_int8 quantizes, lowers and runs it in int8, and
-# test_op_table walks this variant's table too. Not in the sanitizer build: the variant
+# test_op_table and test_op_quant walk this variant's tables too. Not in the sanitizer build: the variant
 # compiles the whole library a second time (a third of that build's time) to
 # check what the compiler checks, that one schema row and one kernel file add
 # an op; the sanitizers have nothing to add to that. Compiled at -O0: the
@@ -46,6 +46,13 @@ if(NOT QF_SANITIZE)
   target_link_libraries(test_extra_op_int8 PRIVATE qfold_extra_ops)
   add_test(NAME unit_extra_op_int8 COMMAND test_extra_op_int8)
   set_tests_properties(unit_extra_op_int8 PROPERTIES LABELS "unit" TIMEOUT 60)
+
+  add_executable(test_op_quant_extra ${CMAKE_SOURCE_DIR}/tests/quant/test_op_quant.c)
+  target_include_directories(test_op_quant_extra PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
+  target_compile_options(test_op_quant_extra PRIVATE ${QF_WARNINGS})
+  target_link_libraries(test_op_quant_extra PRIVATE qfold_extra_ops)
+  add_test(NAME unit_op_quant_extra COMMAND test_op_quant_extra)
+  set_tests_properties(unit_op_quant_extra PROPERTIES LABELS "unit" TIMEOUT 60)
 
   add_executable(test_op_table_extra ${CMAKE_CURRENT_LIST_DIR}/test_op_table.c)
   target_include_directories(test_op_table_extra PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)

@@ -31,6 +31,15 @@ target_link_libraries(test_calib_plan PRIVATE qfold_static m)
 add_test(NAME quant_calib_plan COMMAND test_calib_plan)
 set_tests_properties(quant_calib_plan PROPERTIES LABELS "quant" TIMEOUT 120)
 
+# The quantization rows (src/quant/op_quant.c): slots within the arity, profiles
+# naming only ops with a pattern; broken copies caught.
+add_executable(test_op_quant ${CMAKE_CURRENT_LIST_DIR}/test_op_quant.c)
+target_include_directories(test_op_quant PRIVATE ${QF_TEST_DIR} ${CMAKE_SOURCE_DIR}/src)
+target_compile_options(test_op_quant PRIVATE ${QF_WARNINGS})
+target_link_libraries(test_op_quant PRIVATE qfold_static)
+add_test(NAME quant_op_rows COMMAND test_op_quant)
+set_tests_properties(quant_op_rows PROPERTIES LABELS "quant;unit" TIMEOUT 60)
+
 # Annotation: where the profiles put every Q/DQ pair.
 add_executable(test_annotate ${CMAKE_CURRENT_LIST_DIR}/test_annotate.c)
 target_include_directories(test_annotate PRIVATE ${QF_TEST_DIR})
