@@ -162,15 +162,13 @@ static qf_status ann_conv_linear(ann *c, const qf_node *n, const qf_op_quant *r)
 {
     const qf_qformat *f = r->pattern == QF_QPAT_CONV ? &c->p->conv_weight : &c->p->linear_weight;
     const qf_value *w = slot_input(n, r->weight_slot), *b = slot_input(n, r->bias_slot);
-    int axis = r->weight_axis;
+    const int axis = qf_op_quant_weight_axis(n);
     switch (n->op) {
     case QF_OP_GEMM:
         if (qf_node_attr_int(n, "transA", 0) != 0 || qf_node_attr_float(n, "alpha", 1.0f) != 1.0f ||
             qf_node_attr_float(n, "beta", 1.0f) != 1.0f)
             return ann_skip(c, n, "Gemm with transA, alpha or beta is not a linear layer");
         if (b && b->type.ndim != 1) return ann_skip(c, n, "Gemm bias C is not a vector");
-        /* B is [out, in] with transB: the row's axis is B's [in, out] */
-        if (qf_node_attr_int(n, "transB", 0)) axis = 0;
         break;
     case QF_OP_MATMUL:
         if (!qf_value_is_const(w)) {

@@ -110,6 +110,14 @@ const qf_op_quant *qf_op_quant_get(qf_op op)
     return (unsigned)op < QF_OP_COUNT ? &qf_op_quant_rows[op] : &none;
 }
 
+int qf_op_quant_weight_axis(const qf_node *n)
+{
+    const qf_op_quant *r = qf_op_quant_get(n->op);
+    if (r->pattern != QF_QPAT_CONV && r->pattern != QF_QPAT_LINEAR) return -1;
+    if (n->op == QF_OP_GEMM && qf_node_attr_int(n, "transB", 0)) return 0;
+    return r->weight_axis;
+}
+
 int qf_quant_op_out_qparams_slot(qf_op op)
 {
     const qf_op_quant *r = qf_op_quant_get(op);

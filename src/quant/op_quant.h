@@ -61,4 +61,9 @@ typedef struct qf_op_quant {
  * for QF_OP_COUNT or beyond). */
 const qf_op_quant *qf_op_quant_get(qf_op op);
 
+/* The output-channel axis of node n's weight (a weighted op's row), with
+ * Gemm's transB applied: B is [in, out], or [out, in] with transB. -1 for
+ * an op without a weight. */
+int qf_op_quant_weight_axis(const qf_node *n);
+
 #endif
