@@ -135,7 +135,9 @@ typedef struct qf_op_kernels {
      * int8 with their qparams as inputs, and for the ops that only move
      * values (MaxPool, Reshape, ...: their kernels take int8 as ONNX's
      * schema does). There is no separate integer column: an int8 kernel is
-     * its own op row, made by the int8 lowering (src/quant/op_quant.c). */
+     * the forward kernel of an op of its own (a row of QF_OP_LIST), whose
+     * nodes the int8 lowering makes (src/quant/lower.c, by the rows of
+     * src/quant/op_quant.c). */
     qf_kernel_fn forward_f32;
     qf_kernel_fn backward_f32;  /* training (see qf_kernel_io); NULL: the op cannot be trained through */
     /* What backward_f32 reads: bit i of bwd_in / bwd_out set when it reads
