@@ -111,16 +111,12 @@ qf_status qf_observer_result(const qf_observer *o, qf_qparams *qp, float *min, f
  * (nothing observed) gives scale 1, zp 0. */
 qf_qparams qf_qparams_from_range(float min, float max, qf_qscheme scheme, int32_t qmin, int32_t qmax, float eps);
 
-#ifdef __cplusplus
-}
-#endif
-#endif
-
 /* --- target profiles and annotation ----------------------------------------
  *
- * A profile says, per op, which pattern quantizes it (the rows of the NXP
- * Neutron quantizer's patterns.py, as data) and how activations and weights
- * are quantized. Annotation walks the graph once and gives every value a
+ * Each op's pattern (how it is quantized: the rows of the NXP Neutron
+ * quantizer's patterns.py) is one row per op of the quant layer
+ * (src/quant/op_quant.c); a profile says which ops it quantizes and how
+ * activations and weights are quantized. Annotation walks the graph once and gives every value a
  * qspec: left in float, observed (own qparams), shared with another value,
  * fixed, a weight (per tensor or per channel) or an int32 bias.
  *
@@ -134,7 +130,7 @@ qf_qparams qf_qparams_from_range(float min, float max, qf_qscheme scheme, int32_
  */
 
 typedef enum qf_qpattern {
-    QF_QPAT_NONE = 0,   /* no int8 form in this profile: left in float */
+    QF_QPAT_NONE = 0,   /* no int8 form: left in float */
     QF_QPAT_CONV,       /* Conv / ConvTranspose: weight per the profile's conv spec, int32 bias */
     QF_QPAT_LINEAR,     /* linear, Gemm, MatMul with a constant weight */
     QF_QPAT_ACTIVATION, /* Relu / relu6 / Clip(0, x): fused after a conv or linear, else shares */
@@ -145,11 +141,6 @@ typedef enum qf_qpattern {
     QF_QPAT_REDUCTION,  /* GlobalAveragePool / ReduceMean: shares or own, per the profile */
     QF_QPAT_OWN         /* input and output observed */
 } qf_qpattern;
-
-typedef struct qf_qrule {
-    qf_qpattern pattern;
-    qf_qparams fixed;   /* QF_QPAT_FIXED: the output's qparams */
-} qf_qrule;
 
 /* Which layer pairs the equalize pass balances: none, those where one of
  * the two weights is quantized per tensor (where a channel's range is lost
@@ -183,8 +174,22 @@ typedef struct qf_quant_profile {
     bool fuse_activation;         /* no quantization between conv/linear and a following ReLU */
     bool reduction_shares;        /* reductions share their input's qparams (else own) */
     qf_qequalize equalize;        /* cross-layer equalization first (pass equalize) */
-    qf_qrule rules[QF_OP_COUNT];
+    /* The ops it quantizes (by the pattern of their row): every op that has
+     * one, or those set in ops[]. */
+    bool every_op;
+    bool ops[QF_OP_COUNT];
 } qf_quant_profile;
+
+/* Whether p quantizes op: op has a pattern (its row) and p takes it. */
+bool qf_quant_profile_takes(const qf_quant_profile *p, qf_op op);
+/* Facts of the int8 ops of a lowered graph (qf_quant_lower_int8), from
+ * their rows, for the exporters that read such a graph: the input slot of
+ * the output's scale (its zero point at the next slot), -1 for an op that
+ * does not carry its output's qparams; whether the op moves int8 values
+ * without changing their qparams (MaxPool, Reshape, Flatten, Transpose,
+ * Squeeze, Unsqueeze). */
+int qf_quant_op_out_qparams_slot(qf_op op);
+bool qf_quant_op_passes_qparams(qf_op op);
 
 /* The built-in profiles: "neutron", "generic". NULL if unknown. */
 const qf_quant_profile *qf_quant_profile_find(const char *name);
@@ -543,3 +548,8 @@ qf_status qf_quantize_model_check(const qf_graph *g, const char *name);
 qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data, const qf_quantize_model_options *opt,
                             qf_quantize_model_result *out);
 void qf_quantize_model_result_free(qf_quantize_model_result *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

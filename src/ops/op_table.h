@@ -99,7 +99,16 @@ typedef struct qf_op_kernels {
     qf_prepare_fn prepare;      /* NULL: the kernels read the node */
     size_t state_size;          /* > 0 exactly when prepare is set */
     qf_scratch_fn scratch;      /* NULL: no scratch */
-    qf_kernel_fn forward_f32;   /* float reference kernel (also int64 where shapes need it); required */
+    /* The forward kernel; required. Float for the float ops (int64 too where
+     * shapes need it); in integers for the int8 ops (ONNX's QLinearConv ...,
+     * qfold's QADD ... QLUT: src/ops/int8/), whose inputs and outputs are
+     * int8 with their qparams as inputs, and for the ops that only move
+     * values (MaxPool, Reshape, ...: their kernels take int8 as ONNX's
+     * schema does). There is no separate integer column: an int8 kernel is
+     * the forward kernel of an op of its own (a row of QF_OP_LIST), whose
+     * nodes the int8 lowering makes (src/quant/lower.c, by the rows of
+     * src/quant/op_quant.c). */
+    qf_kernel_fn forward_f32;
     qf_kernel_fn backward_f32;  /* training (see qf_kernel_io); NULL: the op cannot be trained through */
     /* What backward_f32 reads: bit i of bwd_in / bwd_out set when it reads
      * the data of forward input / output i (the tape keeps only those alive
@@ -108,7 +117,6 @@ typedef struct qf_op_kernels {
     uint32_t bwd_in, bwd_out;
     qf_scratch_fn saved_size;   /* bytes kept from the training forward to backward; NULL: 0 */
     qf_scratch_fn bwd_scratch;  /* scratch bytes backward_f32 needs; NULL: 0 */
-    qf_kernel_fn forward_s8;    /* integer kernel; NULL until the op has one */
     /* QF_LAYOUT_NHWC: forward_f32 computes the same whatever the memory
      * order of its operands, as long as all have one (elementwise kernels:
      * the plan passes them same-shape operands, or one-element ones, in

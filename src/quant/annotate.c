@@ -1,5 +1,6 @@
-/* Annotation: a qspec for every value, by the profile's pattern for each op
- * (the Neutron quantizer's patterns.py, as data in profile.c).
+/* Annotation: a qspec for every value, by each op's pattern (its row,
+ * op_quant.c: the Neutron quantizer's patterns.py as data) for the ops the
+ * profile quantizes (profile.c).
  *
  *      x ──Conv(W, b)──▶ y ──Relu──▶ z ──MaxPool──▶ p ──Add(q)──▶ s
  *   x: observe   W: weight (per channel, axis 0)   b: bias = s(x)·s(W)
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "op_quant.h"
 #include "qfold/quant.h"
 
 typedef struct ann {
@@ -57,6 +59,12 @@ static bool is_f32(const qf_value *v) { return v && v->type.dtype == QF_DTYPE_F3
 
 /* A float32 constant tensor (a weight or bias the int8 model can hold). */
 static bool is_f32_const(const qf_value *v) { return is_f32(v) && qf_value_is_const(v); }
+
+/* How n is quantized: its row's pattern, when the profile takes its op. */
+static qf_qpattern pattern_of(const ann *c, const qf_node *n)
+{
+    return qf_quant_profile_takes(c->p, n->op) ? qf_op_quant_get(n->op)->pattern : QF_QPAT_NONE;
+}
 
 static void set_spec(ann *c, const qf_value *v, qf_qspec s)
 {
@@ -110,7 +118,7 @@ static void producer_output(ann *c, const qf_node *n)
         y = y->uses[0].node->outputs[0];
     }
     if (c->p->fuse_activation && y->nuses == 1 && !y->is_output && y->uses[0].slot == 0 &&
-        c->p->rules[y->uses[0].node->op].pattern == QF_QPAT_ACTIVATION && relu_range(y->uses[0].node)) {
+        pattern_of(c, y->uses[0].node) == QF_QPAT_ACTIVATION && relu_range(y->uses[0].node)) {
         c->fused[y->uses[0].node->id] = true;
         return;
     }
@@ -145,31 +153,36 @@ static qf_status ann_weighted(ann *c, const qf_node *n, const qf_value *w, int a
     return QF_OK;
 }
 
-static qf_status ann_linear(ann *c, const qf_node *n)
+/* The input at the row's slot s (-1 or absent: NULL). */
+static const qf_value *slot_input(const qf_node *n, int s) { return s >= 0 && s < n->ninputs ? n->inputs[s] : NULL; }
+
+/* A conv / linear: its row names the weight and bias slots and the weight's
+ * output-channel axis. */
+static qf_status ann_conv_linear(ann *c, const qf_node *n, const qf_op_quant *r)
 {
-    const qf_qformat *f = &c->p->linear_weight;
-    const qf_value *b = n->ninputs > 2 ? n->inputs[2] : NULL;
+    const qf_qformat *f = r->pattern == QF_QPAT_CONV ? &c->p->conv_weight : &c->p->linear_weight;
+    const qf_value *w = slot_input(n, r->weight_slot), *b = slot_input(n, r->bias_slot);
+    const int axis = qf_op_quant_weight_axis(n);
     switch (n->op) {
-    case QF_OP_LINEAR: /* weight [out, in] */
-        return ann_weighted(c, n, n->inputs[1], 0, b, f);
     case QF_OP_GEMM:
         if (qf_node_attr_int(n, "transA", 0) != 0 || qf_node_attr_float(n, "alpha", 1.0f) != 1.0f ||
             qf_node_attr_float(n, "beta", 1.0f) != 1.0f)
             return ann_skip(c, n, "Gemm with transA, alpha or beta is not a linear layer");
         if (b && b->type.ndim != 1) return ann_skip(c, n, "Gemm bias C is not a vector");
-        /* B is [out, in] with transB, else [in, out] */
-        return ann_weighted(c, n, n->inputs[1], qf_node_attr_int(n, "transB", 0) ? 0 : 1, b, f);
-    default: /* MatMul */
-        if (qf_value_is_const(n->inputs[1])) {
-            if (n->inputs[1]->type.ndim != 2) return ann_skip(c, n, "MatMul weight is not a matrix");
-            return ann_weighted(c, n, n->inputs[1], 1, NULL, f);
+        break;
+    case QF_OP_MATMUL:
+        if (!qf_value_is_const(w)) {
+            /* Two activations: both inputs and the output observed. */
+            if (!want_quantized(c, n->inputs[0]) || !want_quantized(c, n->inputs[1]))
+                return ann_skip(c, n, "input is not float32");
+            observe(c, n->outputs[0]);
+            return QF_OK;
         }
-        /* Two activations: both inputs and the output observed. */
-        if (!want_quantized(c, n->inputs[0]) || !want_quantized(c, n->inputs[1]))
-            return ann_skip(c, n, "input is not float32");
-        observe(c, n->outputs[0]);
-        return QF_OK;
+        if (w->type.ndim != 2) return ann_skip(c, n, "MatMul weight is not a matrix");
+        break;
+    default: break;
     }
+    return ann_weighted(c, n, w, axis, b, f);
 }
 
 static qf_status ann_share(ann *c, const qf_node *n, const qf_value *x, const qf_value *y)
@@ -181,11 +194,11 @@ static qf_status ann_share(ann *c, const qf_node *n, const qf_value *x, const qf
 
 static qf_status ann_node(ann *c, const qf_node *n)
 {
-    const qf_qrule *r = &c->p->rules[n->op];
+    const qf_op_quant *r = qf_op_quant_get(n->op);
     const qf_value *x = n->ninputs > 0 ? n->inputs[0] : NULL;
     const qf_value *y = n->noutputs > 0 ? n->outputs[0] : NULL;
     if (n->op == QF_OP_BATCH_NORM && c->fused[n->id]) return QF_OK; /* QAT: its producer's pattern */
-    switch (r->pattern) {
+    switch (pattern_of(c, n)) {
     case QF_QPAT_NONE: {
         /* Only ops on float tensors are worth a line: shape arithmetic is not. */
         bool any = false;
@@ -193,10 +206,8 @@ static qf_status ann_node(ann *c, const qf_node *n)
         return any ? ann_skip(c, n, "the profile has no int8 form for this op") : QF_OK;
     }
     case QF_QPAT_CONV:
-        return ann_weighted(c, n, n->inputs[1], n->op == QF_OP_CONV_TRANSPOSE ? 1 : 0,
-                            n->ninputs > 2 ? n->inputs[2] : NULL, &c->p->conv_weight);
     case QF_QPAT_LINEAR:
-        return ann_linear(c, n);
+        return ann_conv_linear(c, n, r);
     case QF_QPAT_ACTIVATION:
         if (c->fused[n->id]) {
             observe(c, y);
@@ -331,9 +342,12 @@ void qf_quant_annotation_print(const qf_quant_annotation *a, const qf_graph *g, 
 static qf_status unshare_biases(qf_graph *g, qf_pass_ctx *ctx, const qf_quant_profile *p, bool *changed)
 {
     for (qf_node *n = g->first; n; n = n->next) {
-        qf_qpattern pat = p->rules[n->op].pattern;
-        if ((pat != QF_QPAT_CONV && pat != QF_QPAT_LINEAR) || n->ninputs < 3) continue;
-        qf_value *b = n->inputs[2];
+        const qf_op_quant *r = qf_op_quant_get(n->op);
+        if (!qf_quant_profile_takes(p, n->op) || (r->pattern != QF_QPAT_CONV && r->pattern != QF_QPAT_LINEAR) ||
+            r->bias_slot < 0 || r->bias_slot >= n->ninputs)
+            continue;
+        const int slot = r->bias_slot;
+        qf_value *b = n->inputs[slot];
         if (!is_f32_const(b) || b->nuses < 2) continue;
         qf_tensor t;
         QF_TRY(qf_tensor_copy(&t, &b->type));
@@ -344,7 +358,7 @@ static qf_status unshare_biases(qf_graph *g, qf_pass_ctx *ctx, const qf_quant_pr
             qf_tensor_free(&t);
             return QF_ERR_NOMEM;
         }
-        QF_TRY(qf_node_set_input(g, n, 2, copy));
+        QF_TRY(qf_node_set_input(g, n, slot, copy));
         qf_pass_rewrite(ctx, n, NULL, "own copy of bias '%s' (shared with another node)", b->name);
         *changed = true;
     }

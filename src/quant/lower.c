@@ -30,8 +30,8 @@
  *   Add / Mul (broadcasting) -> QF_OP_QADD / QF_OP_QMUL (src/ops/qadd.c)
  *   ConvTranspose           -> QF_OP_QCONV_TRANSPOSE (src/ops/qconv_transpose.c;
  *                              weight per channel on axis 1, int32 bias)
- *   AveragePool, one set of qparams -> QF_OP_QAVG_POOL (src/ops/pool.c)
- *   GlobalAveragePool, ReduceMean over trailing axes -> QF_OP_QMEAN (pool.c)
+ *   AveragePool, one set of qparams -> QF_OP_QAVG_POOL (src/ops/int8/qpool.c)
+ *   GlobalAveragePool, ReduceMean over trailing axes -> QF_OP_QMEAN (int8/qpool.c)
  *   Concat                  -> QF_OP_QCONCAT (src/ops/qconcat.c: inputs of the
  *                              output's qparams copied, others requantized)
  *   HardSwish               -> QF_OP_QLUT (src/ops/qlut.c: TFLite's fixed-point
@@ -46,6 +46,12 @@
  * else (DQ -> float op -> Q). The lowered graph is for execution only: the
  * attributes and internal ops are qfold's own and no exporter should see
  * them (`qfold run` lowers its private copy).
+ *
+ * Which op lowers how is data: each op's quantization row (op_quant.c) holds
+ * its entry (`lower`, one qf_lower_<op> below, declared in lower.h with the
+ * helpers an entry is written with) and whether it runs with ONNX's
+ * requantization too; qf_quant_lower_int8 (lower_pass.c) calls the row's
+ * entry for every node.
  */
 #include <math.h>
 #include <stdio.h>
@@ -53,11 +59,12 @@
 
 #include "ops/math/fixed_point.h"
 #include "ops/math/requant.h"
+#include "quant/lower.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
+#include "qfold/schema.h"
 
-/* A DequantizeLinear node producing v, or NULL. */
-static const qf_node *dq_of(const qf_value *v)
+const qf_node *qf_lower_dq_of(const qf_value *v)
 {
     return v && v->producer && v->producer->op == QF_OP_DEQUANTIZE ? v->producer : NULL;
 }
@@ -67,8 +74,7 @@ static bool scalar_const(const qf_value *v, qf_dtype dt)
     return v && qf_value_is_const(v) && v->type.dtype == dt && qf_tensor_numel(&v->type) == 1;
 }
 
-/* A per-tensor int8 quantization (scale and int8 zero point constants). */
-static bool per_tensor_s8(const qf_node *qdq)
+bool qf_lower_per_tensor_s8(const qf_node *qdq)
 {
     return qdq->ninputs == 3 && scalar_const(qdq->inputs[1], QF_DTYPE_F32) &&
            scalar_const(qdq->inputs[2], QF_DTYPE_I8) && qdq->inputs[0]->type.dtype == QF_DTYPE_I8;
@@ -125,10 +131,7 @@ static bool act_clamp(const qf_node *act, float ys, int32_t yz, int64_t *lo, int
     return *lo <= *hi;
 }
 
-/* The tail of a group: y -> [act ->] Q, each link the only reader; the Q
- * with a per-tensor scale and an int8 zero point. The clamp of act in the
- * Q's integers. */
-static bool group_tail(const qf_node *n, const qf_node **q_out, const qf_node **act_out, int64_t clamp[2])
+bool qf_lower_group_tail(const qf_node *n, const qf_node **q_out, const qf_node **act_out, int64_t clamp[2])
 {
     const qf_value *y = n->outputs[0];
     if (y->nuses != 1 || y->is_output) return false;
@@ -163,7 +166,8 @@ static bool int8_weight(const qf_node *dqw, int axis)
     return qf_tensor_numel(&dqw->inputs[1]->type) == 1 || qf_node_attr_int(dqw, "axis", 1) == axis;
 }
 
-/* The int, ints and string attributes of `like` (NULL: none) onto n. */
+/* The int, float and string attributes (one or a list) of `like` (NULL:
+ * none) onto n. */
 static qf_status copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
 {
     qf_status st = QF_OK;
@@ -171,6 +175,8 @@ static qf_status copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
         const qf_attr *a = &like->attrs[i];
         if (a->type == QF_ATTR_INT) st = qf_node_set_attr_int(g, n, a->name, a->i);
         else if (a->type == QF_ATTR_INTS) st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
+        else if (a->type == QF_ATTR_FLOAT) st = qf_node_set_attr_float(g, n, a->name, a->f);
+        else if (a->type == QF_ATTR_FLOATS) st = qf_node_set_attr_floats(g, n, a->name, a->floats, a->n);
         else if (a->type == QF_ATTR_STRING) st = qf_node_set_attr_string(g, n, a->name, a->s);
     }
     return st;
@@ -190,20 +196,20 @@ static qf_node *int8_conv(qf_graph *g, const char *name, qf_value *const *in, in
 }
 
 /* Lower conv node n if it heads a DQ -> Conv -> [act] -> Q group. */
-static qf_status lower_conv(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+qf_status qf_lower_conv(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
     *done = false;
-    const qf_node *dqx = dq_of(n->inputs[0]), *dqw = dq_of(n->inputs[1]);
-    const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? dq_of(n->inputs[2]) : NULL;
+    const qf_node *dqx = qf_lower_dq_of(n->inputs[0]), *dqw = qf_lower_dq_of(n->inputs[1]);
+    const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? qf_lower_dq_of(n->inputs[2]) : NULL;
     if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
-    if (!per_tensor_s8(dqx) || !int8_weight(dqw, 0)) return QF_OK;
+    if (!qf_lower_per_tensor_s8(dqx) || !int8_weight(dqw, 0)) return QF_OK;
     if (!bias_fits(dqb, dqx, dqw)) {
         if (ctx) qf_pass_skip(ctx, n, "bias scale is not s_x * s_W: left as DQ -> Conv -> Q");
         return QF_OK;
     }
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
     qf_value *in[9] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], dqw->inputs[0], dqw->inputs[1],
                        dqw->inputs[2], q->inputs[1], q->inputs[2], dqb ? dqb->inputs[0] : NULL};
     char name[512];
@@ -236,22 +242,22 @@ static qf_value *shape_const(qf_graph *g, const char *name, int64_t a, int64_t b
  * DQ -> Gemm -> [act] -> Q group: an integer 1x1 conv between two int8
  * reshapes, [N, K] -> [N, K, 1, 1] -> [N, M, 1, 1] -> [N, M]. The weight
  * becomes [M, K, 1, 1] (transposed when the Gemm's is [K, M]). */
-static qf_status lower_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+qf_status qf_lower_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
     *done = false;
     if (qf_node_attr_int(n, "transA", 0) != 0 || qf_node_attr_float(n, "alpha", 1.0f) != 1.0f ||
         qf_node_attr_float(n, "beta", 1.0f) != 1.0f || n->inputs[0]->type.ndim != 2)
         return QF_OK;
     bool tb = qf_node_attr_int(n, "transB", 0) != 0;
-    const qf_node *dqx = dq_of(n->inputs[0]), *dqw = dq_of(n->inputs[1]);
-    const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? dq_of(n->inputs[2]) : NULL;
+    const qf_node *dqx = qf_lower_dq_of(n->inputs[0]), *dqw = qf_lower_dq_of(n->inputs[1]);
+    const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? qf_lower_dq_of(n->inputs[2]) : NULL;
     if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
-    if (!per_tensor_s8(dqx) || !int8_weight(dqw, tb ? 0 : 1) || dqw->inputs[0]->type.ndim != 2) return QF_OK;
+    if (!qf_lower_per_tensor_s8(dqx) || !int8_weight(dqw, tb ? 0 : 1) || dqw->inputs[0]->type.ndim != 2) return QF_OK;
     if (dqb && dqb->inputs[0]->type.ndim != 1) return QF_OK;
     if (!bias_fits(dqb, dqx, dqw)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
     const qf_tensor *wt = &dqw->inputs[0]->type;
     int64_t K = tb ? wt->dims[1] : wt->dims[0], M = tb ? wt->dims[0] : wt->dims[1];
     char name[512];
@@ -300,11 +306,12 @@ static qf_status lower_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
  * profiles give a pool its input's): MaxPool on the integers, which is exact
  * (the largest q gives the largest (q - zp) * s, and Q maps that back to q;
  * the padding is -inf either way). */
-static qf_status lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+qf_status qf_lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
+    (void)rq; /* exact: no requantization */
     *done = false;
-    const qf_node *dqx = dq_of(n->inputs[0]);
-    if (n->noutputs != 1 || !dqx || !per_tensor_s8(dqx)) return QF_OK;
+    const qf_node *dqx = qf_lower_dq_of(n->inputs[0]);
+    if (n->noutputs != 1 || !dqx || !qf_lower_per_tensor_s8(dqx)) return QF_OK;
     const qf_value *y = n->outputs[0];
     if (y->nuses != 1 || y->is_output) return QF_OK;
     const qf_node *q = y->uses[0].node;
@@ -345,15 +352,16 @@ static bool broadcasts(const qf_node *dqa, const qf_node *dqb)
  * DQ -> Add -> [act] -> Q group: qfold's int8 Add (QF_OP_QADD, TFLite's
  * integer arithmetic, src/ops/qadd.c); with TFLite's requantization only. Left in float when its multipliers
  * would not be below 1 (an output scale below max(s_a, s_b) / 2^19). */
-static qf_status lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+qf_status qf_lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
+    (void)rq; /* TFLite's requantization (or none) */
     *done = false;
-    const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
-    if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
+    const qf_node *dqa = qf_lower_dq_of(n->inputs[0]), *dqb = qf_lower_dq_of(n->inputs[1]);
+    if (!dqa || !dqb || !qf_lower_per_tensor_s8(dqa) || !qf_lower_per_tensor_s8(dqb)) return QF_OK;
     if (!broadcasts(dqa, dqb)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
     const double sa = *(const float *)dqa->inputs[1]->type.data, sb = *(const float *)dqb->inputs[1]->type.data,
                  sy = *(const float *)q->inputs[1]->type.data;
     const double twice_max = 2.0 * (sa > sb ? sa : sb);
@@ -374,15 +382,12 @@ static qf_status lower_add(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done
     return QF_OK;
 }
 
-/* The scale and zero point of a per-tensor int8 DQ or Q node. */
-static float qscale(const qf_node *qdq) { return *(const float *)qdq->inputs[1]->type.data; }
-static int32_t qzp(const qf_node *qdq) { return *(const int8_t *)qdq->inputs[2]->type.data; }
+float qf_lower_qscale(const qf_node *qdq) { return *(const float *)qdq->inputs[1]->type.data; }
+int32_t qf_lower_qzp(const qf_node *qdq) { return *(const int8_t *)qdq->inputs[2]->type.data; }
 
-/* A new node of `op` named after n, its output typed as the group's Q
- * output, taking the Q's readers; a clamp attribute when clamp is set. */
-static qf_status replace_group(qf_graph *g, qf_pass_ctx *ctx, const qf_node *n, const qf_node *q, const qf_node *act,
-                               qf_op op, qf_value *const *in, int nin, const qf_node *like, const int64_t *clamp,
-                               const char *what, qf_node **out)
+qf_status qf_lower_replace_group(qf_graph *g, qf_pass_ctx *ctx, const qf_node *n, const qf_node *q,
+                                 const qf_node *act, qf_op op, qf_value *const *in, int nin, const qf_node *like,
+                                 const int64_t *clamp, const char *what, qf_node **out)
 {
     char name[512];
     snprintf(name, sizeof name, "%s_int8", n->name);
@@ -403,13 +408,14 @@ static qf_status replace_group(qf_graph *g, qf_pass_ctx *ctx, const qf_node *n, 
  * k...], per channel on axis 1: qfold's int8 ConvTranspose
  * (src/ops/qconv_transpose.c); TFLite's requantization only (ONNX has no
  * integer ConvTranspose). */
-static qf_status lower_conv_transpose(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+qf_status qf_lower_conv_transpose(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
+    (void)rq; /* TFLite's requantization (or none) */
     *done = false;
-    const qf_node *dqx = dq_of(n->inputs[0]), *dqw = dq_of(n->inputs[1]);
-    const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? dq_of(n->inputs[2]) : NULL;
+    const qf_node *dqx = qf_lower_dq_of(n->inputs[0]), *dqw = qf_lower_dq_of(n->inputs[1]);
+    const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? qf_lower_dq_of(n->inputs[2]) : NULL;
     if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
-    if (!per_tensor_s8(dqx) || !int8_weight(dqw, 1) || dqw->inputs[0]->type.ndim < 3) return QF_OK;
+    if (!qf_lower_per_tensor_s8(dqx) || !int8_weight(dqw, 1) || dqw->inputs[0]->type.ndim < 3) return QF_OK;
     const int64_t group = qf_node_attr_int(n, "group", 1), nw = qf_tensor_numel(&dqw->inputs[1]->type);
     /* One scale per output channel of a group, the same in every group. */
     if (nw != 1 && (nw != dqw->inputs[0]->type.dims[1] || (group != 1 && dqb))) return QF_OK;
@@ -419,7 +425,7 @@ static qf_status lower_conv_transpose(qf_graph *g, qf_pass_ctx *ctx, qf_node *n,
     }
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
     /* The accumulator: C/group * prod(k) products of |x - zp| <= 255 and
      * |w - zp| <= 255; each multiplier's shift must fit it. */
     const qf_tensor *wt = &dqw->inputs[0]->type;
@@ -428,11 +434,11 @@ static qf_status lower_conv_transpose(qf_graph *g, qf_pass_ctx *ctx, qf_node *n,
     if (terms > INT32_MAX / (255 * 255)) return QF_OK;
     const float *ws = dqw->inputs[1]->type.data;
     for (int64_t c = 0; c < nw; c++)
-        if (!qf_requant_fits((double)qscale(dqx) * ws[c] / qscale(q), terms * 255 * 255)) return QF_OK;
+        if (!qf_requant_fits((double)qf_lower_qscale(dqx) * ws[c] / qf_lower_qscale(q), terms * 255 * 255)) return QF_OK;
     qf_value *in[9] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], dqw->inputs[0], dqw->inputs[1],
                        dqw->inputs[2], q->inputs[1],   q->inputs[2],   dqb ? dqb->inputs[0] : NULL};
     qf_node *k;
-    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QCONV_TRANSPOSE, in, dqb ? 9 : 8, n, clamp, "conv transpose", &k));
+    QF_TRY(qf_lower_replace_group(g, ctx, n, q, act, QF_OP_QCONV_TRANSPOSE, in, dqb ? 9 : 8, n, clamp, "conv transpose", &k));
     QF_TRY(qf_node_set_attr_int(g, k, "qfold_requant", 1));
     *done = true;
     return QF_OK;
@@ -442,27 +448,27 @@ static qf_status lower_conv_transpose(qf_graph *g, qf_pass_ctx *ctx, qf_node *n,
  * BATCH_MATMUL) or a constant int8 matrix per tensor or per column (its
  * FULLY_CONNECTED): ONNX's QLinearMatMul with qfold's requantization and
  * clamp attributes, so with either requantization. */
-static qf_status lower_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+qf_status qf_lower_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
     *done = false;
-    const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
-    if (!dqa || !dqb || !per_tensor_s8(dqa)) return QF_OK;
+    const qf_node *dqa = qf_lower_dq_of(n->inputs[0]), *dqb = qf_lower_dq_of(n->inputs[1]);
+    if (!dqa || !dqb || !qf_lower_per_tensor_s8(dqa)) return QF_OK;
     const bool weight = qf_value_is_const(dqb->inputs[0]);
-    if (weight ? !int8_weight(dqb, 1) || dqb->inputs[0]->type.ndim != 2 : !per_tensor_s8(dqb)) return QF_OK;
+    if (weight ? !int8_weight(dqb, 1) || dqb->inputs[0]->type.ndim != 2 : !qf_lower_per_tensor_s8(dqb)) return QF_OK;
     const qf_tensor *ta = &dqa->inputs[0]->type;
     const int64_t K = ta->ndim ? ta->dims[ta->ndim - 1] : -1;
     if (K < 0 || K > INT32_MAX / (255 * 255)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
     const float *sb = dqb->inputs[1]->type.data;
     const int64_t nb = qf_tensor_numel(&dqb->inputs[1]->type);
     for (int64_t c = 0; rq == QF_REQUANT_FIXED_POINT && c < nb; c++)
-        if (!qf_requant_fits((double)qscale(dqa) * sb[c] / qscale(q), K * 255 * 255)) return QF_OK;
+        if (!qf_requant_fits((double)qf_lower_qscale(dqa) * sb[c] / qf_lower_qscale(q), K * 255 * 255)) return QF_OK;
     qf_value *in[8] = {dqa->inputs[0], dqa->inputs[1], dqa->inputs[2], dqb->inputs[0],
                        dqb->inputs[1], dqb->inputs[2], q->inputs[1],   q->inputs[2]};
     qf_node *k;
-    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QLINEAR_MATMUL, in, 8, NULL, clamp,
+    QF_TRY(qf_lower_replace_group(g, ctx, n, q, act, QF_OP_QLINEAR_MATMUL, in, 8, NULL, clamp,
                          weight ? "matmul by a constant" : "matmul of two activations", &k));
     if (rq == QF_REQUANT_FIXED_POINT) QF_TRY(qf_node_set_attr_int(g, k, "qfold_requant", 1));
     *done = true;
@@ -472,20 +478,21 @@ static qf_status lower_matmul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8
 /* A Mul of two per-tensor int8 tensors that broadcast: qfold's int8 Mul
  * (src/ops/qadd.c, TFLite's integer Mul), when its one multiplier
  * s_a * s_b / s_y fits the product's range. */
-static qf_status lower_mul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+qf_status qf_lower_mul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
+    (void)rq; /* TFLite's requantization (or none) */
     *done = false;
-    const qf_node *dqa = dq_of(n->inputs[0]), *dqb = dq_of(n->inputs[1]);
-    if (!dqa || !dqb || !per_tensor_s8(dqa) || !per_tensor_s8(dqb)) return QF_OK;
+    const qf_node *dqa = qf_lower_dq_of(n->inputs[0]), *dqb = qf_lower_dq_of(n->inputs[1]);
+    if (!dqa || !dqb || !qf_lower_per_tensor_s8(dqa) || !qf_lower_per_tensor_s8(dqb)) return QF_OK;
     if (!broadcasts(dqa, dqb)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
-    const double sa = qscale(dqa), sb = qscale(dqb), sy = qscale(q);
+    if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
+    const double sa = qf_lower_qscale(dqa), sb = qf_lower_qscale(dqb), sy = qf_lower_qscale(q);
     if (!(sa > 0.0 && sb > 0.0 && sy > 0.0) || !qf_requant_fits(sa * sb / sy, 255 * 255)) return QF_OK;
     qf_value *in[8] = {dqa->inputs[0], dqa->inputs[1], dqa->inputs[2], dqb->inputs[0],
                        dqb->inputs[1], dqb->inputs[2], q->inputs[1],   q->inputs[2]};
-    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QMUL, in, 8, NULL, clamp, "mul", NULL));
+    QF_TRY(qf_lower_replace_group(g, ctx, n, q, act, QF_OP_QMUL, in, 8, NULL, clamp, "mul", NULL));
     *done = true;
     return QF_OK;
 }
@@ -493,57 +500,60 @@ static qf_status lower_mul(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done
 /* A Concat of per-tensor int8 tensors into a Q (no activation: TFLite's
  * CONCATENATION has none): qfold's int8 Concat (src/ops/qconcat.c), which
  * copies the inputs of the output's qparams and requantizes the others. */
-static qf_status lower_concat(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+qf_status qf_lower_concat(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
+    (void)rq; /* TFLite's requantization (or none) */
     *done = false;
     enum { MAX_IN = 64 };
     if (n->ninputs < 1 || n->ninputs > MAX_IN) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp) || act) return QF_OK;
+    if (!qf_lower_group_tail(n, &q, &act, clamp) || act) return QF_OK;
     qf_value *in[2 + 3 * MAX_IN] = {q->inputs[1], q->inputs[2]};
     for (int i = 0; i < n->ninputs; i++) {
-        const qf_node *dq = dq_of(n->inputs[i]);
-        if (!dq || !per_tensor_s8(dq)) return QF_OK;
-        if ((qscale(dq) != qscale(q) || qzp(dq) != qzp(q)) &&
-            !qf_requant_fits((double)qscale(dq) / qscale(q), 255))
+        const qf_node *dq = qf_lower_dq_of(n->inputs[i]);
+        if (!dq || !qf_lower_per_tensor_s8(dq)) return QF_OK;
+        if ((qf_lower_qscale(dq) != qf_lower_qscale(q) || qf_lower_qzp(dq) != qf_lower_qzp(q)) &&
+            !qf_requant_fits((double)qf_lower_qscale(dq) / qf_lower_qscale(q), 255))
             return QF_OK;
         for (int j = 0; j < 3; j++) in[2 + 3 * i + j] = dq->inputs[j];
     }
-    QF_TRY(replace_group(g, ctx, n, q, NULL, QF_OP_QCONCAT, in, 2 + 3 * n->ninputs, n, NULL, "concat", NULL));
+    QF_TRY(qf_lower_replace_group(g, ctx, n, q, NULL, QF_OP_QCONCAT, in, 2 + 3 * n->ninputs, n, NULL, "concat", NULL));
     *done = true;
     return QF_OK;
 }
 
 /* An AveragePool between a DQ and a Q of the same per-tensor int8 qparams
  * (TFLite's int8 AveragePool does not requantize): qfold's int8 AveragePool
- * (src/ops/pool.c). Other qparams stay in float. */
-static qf_status lower_avg_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+ * (src/ops/int8/qpool.c). Other qparams stay in float. */
+qf_status qf_lower_avg_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
+    (void)rq; /* TFLite's requantization (or none) */
     *done = false;
-    const qf_node *dqx = dq_of(n->inputs[0]);
-    if (!dqx || !per_tensor_s8(dqx)) return QF_OK;
+    const qf_node *dqx = qf_lower_dq_of(n->inputs[0]);
+    if (!dqx || !qf_lower_per_tensor_s8(dqx)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
-    if (qscale(dqx) != qscale(q) || qzp(dqx) != qzp(q)) {
+    if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (qf_lower_qscale(dqx) != qf_lower_qscale(q) || qf_lower_qzp(dqx) != qf_lower_qzp(q)) {
         if (ctx) qf_pass_skip(ctx, n, "input and output qparams differ: left as DQ -> AveragePool -> Q");
         return QF_OK;
     }
     qf_value *in[5] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], q->inputs[1], q->inputs[2]};
-    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QAVG_POOL, in, 5, n, clamp, "average pool", NULL));
+    QF_TRY(qf_lower_replace_group(g, ctx, n, q, act, QF_OP_QAVG_POOL, in, 5, n, clamp, "average pool", NULL));
     *done = true;
     return QF_OK;
 }
 
 /* A GlobalAveragePool, or a ReduceMean over trailing axes of known sizes:
- * qfold's int8 Mean (src/ops/pool.c, TFLite's integer Mean), when its
+ * qfold's int8 Mean (src/ops/int8/qpool.c, TFLite's integer Mean), when its
  * multiplier s_x / s_y fits the sum's range. */
-static qf_status lower_mean(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+qf_status qf_lower_mean(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
+    (void)rq; /* TFLite's requantization (or none) */
     *done = false;
-    const qf_node *dqx = dq_of(n->inputs[0]);
-    if (!dqx || !per_tensor_s8(dqx)) return QF_OK;
+    const qf_node *dqx = qf_lower_dq_of(n->inputs[0]);
+    if (!dqx || !qf_lower_per_tensor_s8(dqx)) return QF_OK;
     const qf_tensor *x = &dqx->inputs[0]->type;
     const int rank = x->ndim;
     bool mask[QF_MAX_DIMS] = {false};
@@ -585,79 +595,54 @@ static qf_status lower_mean(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *don
     if (inner > INT32_MAX / 255) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp)) return QF_OK;
-    if (!qf_requant_fits((double)qscale(dqx) / qscale(q), 255 * inner)) return QF_OK;
+    if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
+    if (!qf_requant_fits((double)qf_lower_qscale(dqx) / qf_lower_qscale(q), 255 * inner)) return QF_OK;
     qf_value *in[5] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], q->inputs[1], q->inputs[2]};
     qf_node *k;
-    QF_TRY(replace_group(g, ctx, n, q, act, QF_OP_QMEAN, in, 5, NULL, clamp, "mean", &k));
+    QF_TRY(qf_lower_replace_group(g, ctx, n, q, act, QF_OP_QMEAN, in, 5, NULL, clamp, "mean", &k));
     QF_TRY(qf_node_set_attr_ints(g, k, "axes", axes, na));
     QF_TRY(qf_node_set_attr_int(g, k, "keepdims", keep));
     *done = true;
     return QF_OK;
 }
 
-/* A HardSwish between a DQ and a Q (no activation after it): qfold's int8
- * table op (QF_OP_QLUT, src/ops/qlut.c) with TFLite's fixed-point int8
- * HardSwish, where its Prepare takes the scales. */
-static qf_status lower_hard_swish(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, bool *done)
+qf_status qf_lower_unary(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_op op, const char *what,
+                         qf_lower_accept_fn accept, qf_node **out, bool *done)
 {
     *done = false;
-    const qf_node *dqx = dq_of(n->inputs[0]);
-    if (!dqx || !per_tensor_s8(dqx)) return QF_OK;
+    if (out) *out = NULL;
+    const qf_node *dqx = n->ninputs >= 1 ? qf_lower_dq_of(n->inputs[0]) : NULL;
+    if (n->noutputs != 1 || !dqx || !qf_lower_per_tensor_s8(dqx)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
-    if (!group_tail(n, &q, &act, clamp) || act) return QF_OK;
-    qf_hard_swish_params p;
-    if (!qf_hard_swish_prepare(qscale(dqx), qzp(dqx), qscale(q), qzp(q), &p)) {
-        if (ctx) qf_pass_skip(ctx, n, "scales outside TFLite's int8 HardSwish: left as DQ -> HardSwish -> Q");
+    if (!qf_lower_group_tail(n, &q, &act, clamp) || act) return QF_OK;
+    const char *why = "";
+    if (accept && !accept(qf_lower_qscale(dqx), qf_lower_qzp(dqx), qf_lower_qscale(q), qf_lower_qzp(q), &why)) {
+        if (ctx) qf_pass_skip(ctx, n, "%s: left as DQ -> %s -> Q", why, qf_op_label(n));
         return QF_OK;
     }
     qf_value *in[5] = {dqx->inputs[0], dqx->inputs[1], dqx->inputs[2], q->inputs[1], q->inputs[2]};
-    qf_node *k;
-    QF_TRY(replace_group(g, ctx, n, q, NULL, QF_OP_QLUT, in, 5, NULL, NULL, "hard swish", &k));
-    QF_TRY(qf_node_set_attr_string(g, k, "qfold_fn", "hard_swish"));
+    QF_TRY(qf_lower_replace_group(g, ctx, n, q, NULL, op, in, 5, n, NULL, what, out));
     *done = true;
     return QF_OK;
 }
 
-qf_status qf_quant_lower_int8(qf_graph *g, qf_pass_ctx *ctx, qf_int8_requant_kind rq, int *count)
+/* TFLite's int8 HardSwish takes the scales its Prepare takes. */
+static bool hard_swish_accepts(float sx, int32_t zx, float sy, int32_t zy, const char **why)
 {
-    int k = 0;
-    for (qf_node *n = g->first; n; n = n->next) {
-        bool done = false;
-        if (n->op == QF_OP_CONV) QF_TRY(lower_conv(g, ctx, n, rq, &done));
-        else if (n->op == QF_OP_GEMM) QF_TRY(lower_gemm(g, ctx, n, rq, &done));
-        else if (n->op == QF_OP_MAX_POOL) QF_TRY(lower_max_pool(g, ctx, n, &done));
-        else if (n->op == QF_OP_MATMUL) QF_TRY(lower_matmul(g, ctx, n, rq, &done));
-        else if (rq != QF_REQUANT_FIXED_POINT) continue; /* ONNX has no integer form of the rest */
-        else if (n->op == QF_OP_ADD) QF_TRY(lower_add(g, ctx, n, &done));
-        else if (n->op == QF_OP_MUL) QF_TRY(lower_mul(g, ctx, n, &done));
-        else if (n->op == QF_OP_CONV_TRANSPOSE) QF_TRY(lower_conv_transpose(g, ctx, n, &done));
-        else if (n->op == QF_OP_CONCAT) QF_TRY(lower_concat(g, ctx, n, &done));
-        else if (n->op == QF_OP_AVG_POOL) QF_TRY(lower_avg_pool(g, ctx, n, &done));
-        else if (n->op == QF_OP_GLOBAL_AVG_POOL || n->op == QF_OP_REDUCE_MEAN) QF_TRY(lower_mean(g, ctx, n, &done));
-        else if (n->op == QF_OP_HARD_SWISH) QF_TRY(lower_hard_swish(g, ctx, n, &done));
-        k += done;
-    }
-    if (count) *count = k;
-    if (k) {
-        qf_graph_dce(g);
-        QF_TRY(qf_graph_toposort(g));
-        QF_TRY(qf_graph_infer_shapes(g));
-    }
-    return QF_OK;
+    qf_hard_swish_params p;
+    *why = "scales outside TFLite's int8 HardSwish";
+    return qf_hard_swish_prepare(sx, zx, sy, zy, &p);
 }
 
-static qf_status quant_lower_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+/* A HardSwish between a DQ and a Q (no activation after it): qfold's int8
+ * table op (QF_OP_QLUT, src/ops/qlut.c) with TFLite's fixed-point int8
+ * HardSwish, where its Prepare takes the scales. */
+qf_status qf_lower_hard_swish(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
-    int k = 0;
-    QF_TRY(qf_quant_lower_int8(g, ctx, QF_REQUANT_FIXED_POINT, &k));
-    *changed = k > 0;
+    (void)rq; /* TFLite's fixed point, tabulated */
+    qf_node *k;
+    QF_TRY(qf_lower_unary(g, ctx, n, QF_OP_QLUT, "hard swish", hard_swish_accepts, &k, done));
+    if (*done) QF_TRY(qf_node_set_attr_string(g, k, "qfold_fn", "hard_swish"));
     return QF_OK;
 }
-
-const qf_pass qf_pass_quant_lower_int8 = {
-    .name = "quant_lower_int8",
-    .summary = "int8 executor: DQ -> op -> [ReLU] -> Q groups become integer nodes (for running, not export)",
-    .run = quant_lower_run,
-};

@@ -1,4 +1,5 @@
-/* Target profiles as data: one table per target, one row per op pattern.
+/* Target profiles as data: one table per target, naming the ops it
+ * quantizes (how each op is quantized is its row, op_quant.c).
  *
  * neutron mirrors the NXP eIQ Neutron quantizer (ExecuTorch
  * backends/nxp/quantizer): activations int8 [-128, 127] per-tensor affine
@@ -18,27 +19,16 @@
 
 #include "qfold/quant.h"
 
-#define SHARE {QF_QPAT_SHARE, {0.0f, 0}}
-#define FIXED(s, zp) {QF_QPAT_FIXED, {(s), (zp)}}
-#define PAT(p) {p, {0.0f, 0}}
-
-/* The rows both profiles have. */
-#define QF_COMMON_RULES                                                              \
-    [QF_OP_CONV] = PAT(QF_QPAT_CONV), [QF_OP_CONV_TRANSPOSE] = PAT(QF_QPAT_CONV),    \
-    [QF_OP_LINEAR] = PAT(QF_QPAT_LINEAR), [QF_OP_GEMM] = PAT(QF_QPAT_LINEAR),        \
-    [QF_OP_MATMUL] = PAT(QF_QPAT_LINEAR),                                            \
-    [QF_OP_RELU] = PAT(QF_QPAT_ACTIVATION), [QF_OP_RELU6] = PAT(QF_QPAT_ACTIVATION), \
-    [QF_OP_CLIP] = PAT(QF_QPAT_ACTIVATION),                                          \
-    [QF_OP_MAX_POOL] = SHARE, [QF_OP_AVG_POOL] = SHARE, [QF_OP_FLATTEN] = SHARE,     \
-    [QF_OP_RESHAPE] = SHARE, [QF_OP_TRANSPOSE] = SHARE, [QF_OP_SQUEEZE] = SHARE,     \
-    [QF_OP_UNSQUEEZE] = SHARE, [QF_OP_PAD] = SHARE, [QF_OP_SLICE] = SHARE,           \
-    [QF_OP_DROPOUT] = SHARE, [QF_OP_IDENTITY] = SHARE,                               \
-    [QF_OP_CONCAT] = PAT(QF_QPAT_CONCAT),                                            \
-    [QF_OP_SOFTMAX] = FIXED(1.0f / 256.0f, -128), [QF_OP_SIGMOID] = FIXED(1.0f / 256.0f, -128), \
-    [QF_OP_TANH] = FIXED(1.0f / 128.0f, 0),                                          \
-    [QF_OP_ADD] = PAT(QF_QPAT_BINARY), [QF_OP_SUB] = PAT(QF_QPAT_BINARY),            \
-    [QF_OP_MUL] = PAT(QF_QPAT_BINARY),                                               \
-    [QF_OP_GLOBAL_AVG_POOL] = PAT(QF_QPAT_REDUCTION), [QF_OP_REDUCE_MEAN] = PAT(QF_QPAT_REDUCTION)
+/* The ops patterns.py of the Neutron quantizer quantizes (how: each op's
+ * row, op_quant.c). */
+#define QF_NEUTRON_OPS                                                                                 \
+    [QF_OP_CONV] = true, [QF_OP_CONV_TRANSPOSE] = true, [QF_OP_LINEAR] = true, [QF_OP_GEMM] = true,    \
+    [QF_OP_MATMUL] = true, [QF_OP_RELU] = true, [QF_OP_RELU6] = true, [QF_OP_CLIP] = true,             \
+    [QF_OP_MAX_POOL] = true, [QF_OP_AVG_POOL] = true, [QF_OP_FLATTEN] = true, [QF_OP_RESHAPE] = true,  \
+    [QF_OP_TRANSPOSE] = true, [QF_OP_SQUEEZE] = true, [QF_OP_UNSQUEEZE] = true, [QF_OP_PAD] = true,    \
+    [QF_OP_SLICE] = true, [QF_OP_DROPOUT] = true, [QF_OP_IDENTITY] = true, [QF_OP_CONCAT] = true,      \
+    [QF_OP_SOFTMAX] = true, [QF_OP_SIGMOID] = true, [QF_OP_TANH] = true, [QF_OP_ADD] = true,           \
+    [QF_OP_SUB] = true, [QF_OP_MUL] = true, [QF_OP_GLOBAL_AVG_POOL] = true, [QF_OP_REDUCE_MEAN] = true
 
 static const qf_quant_profile qf_profile_neutron = {
     .name = "neutron",
@@ -50,7 +40,7 @@ static const qf_quant_profile qf_profile_neutron = {
     .fuse_activation = true,
     .reduction_shares = true,
     .equalize = QF_QEQ_AUTO,
-    .rules = {QF_COMMON_RULES},
+    .ops = {QF_NEUTRON_OPS},
 };
 
 static const qf_quant_profile qf_profile_generic = {
@@ -63,9 +53,7 @@ static const qf_quant_profile qf_profile_generic = {
     .fuse_activation = true,
     .reduction_shares = false,
     .equalize = QF_QEQ_AUTO,
-    .rules = {QF_COMMON_RULES,
-              [QF_OP_LEAKY_RELU] = PAT(QF_QPAT_OWN), [QF_OP_HARD_SWISH] = PAT(QF_QPAT_OWN),
-              [QF_OP_HARD_SIGMOID] = PAT(QF_QPAT_OWN)},
+    .every_op = true, /* with LeakyRelu, HardSwish, HardSigmoid at their own qparams */
 };
 
 static const qf_quant_profile *const qf_profiles[] = {&qf_profile_neutron, &qf_profile_generic};

@@ -49,6 +49,7 @@
 #include "ops/math/quant_math.h"
 #include "../passes/bn_math.h"
 #include "../passes/rewrite.h"
+#include "op_quant.h"
 #include "qdq.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
@@ -195,9 +196,7 @@ static bool fx_weight_of(const qf_node *op, const qf_quant_finalize_session *s, 
         }
     w->qmin = s && s->weight_range ? s->weight_qmin : -128;
     w->qmax = s && s->weight_range ? s->weight_qmax : 127;
-    w->out_axis = op->op == QF_OP_CONV_TRANSPOSE                             ? 1
-                  : op->op == QF_OP_GEMM && !qf_node_attr_int(op, "transB", 0) ? 1
-                                                                              : 0;
+    w->out_axis = qf_op_quant_weight_axis(op); /* Conv 0, ConvTranspose 1, Gemm 1 (0 with transB) */
     if (w->w->type.ndim < 2) {
         *st = qf_error(QF_ERR_SHAPE, "weight '%s' of '%s' has rank %d", w->w->name, op->name, w->w->type.ndim);
         return true;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "tflite_build.h"
 
@@ -180,33 +181,9 @@ bool qf_tfl_qp_from(const qf_value *s, const qf_value *z, qf_tfl_qp *qp)
     return qp->scale > 0.0f && isfinite(qp->scale);
 }
 
-/* The input slots (scale, zero point) of the output qparams of a lowered node.
- * This and passes_qp are facts of the int8 ops, not of their TFLite form:
- * where the ops' quantization rows hold them, they are read from there. */
-static int out_qp_slot(qf_op op)
-{
-    switch (op) {
-    case QF_OP_QLINEAR_CONV:
-    case QF_OP_QLINEAR_MATMUL:
-    case QF_OP_QADD:
-    case QF_OP_QMUL:
-    case QF_OP_QCONV_TRANSPOSE: return 6;
-    case QF_OP_QCONCAT: return 0;
-    case QF_OP_QAVG_POOL:
-    case QF_OP_QMEAN:
-    case QF_OP_QLUT: return 3;
-    default: return -1;
-    }
-}
-
-/* An op that moves int8 values without changing their qparams. */
-static bool passes_qp(qf_op op)
-{
-    return op == QF_OP_MAX_POOL || op == QF_OP_RESHAPE || op == QF_OP_FLATTEN || op == QF_OP_TRANSPOSE ||
-           op == QF_OP_SQUEEZE || op == QF_OP_UNSQUEEZE;
-}
-
-/* The qparams of an int8 activation: from its producer (a Q, a lowered node,
+/* The qparams of an int8 activation (which input of an int8 op carries its
+ * output's qparams, which ops move int8 values unchanged: the ops'
+ * quantization rows, qfold/quant.h): from its producer (a Q, a lowered node,
  * an int8 shape op or max pool: its input's), else from a reader (a DQ, a
  * lowered node: the scale and zero point after the operand, an int8 shape
  * op: its output's). */
@@ -215,7 +192,7 @@ static bool act_qp_depth(const qf_value *v, qf_tfl_qp *qp, int depth, bool up)
     if (!v || depth > 64) return false;
     const qf_node *p = v->producer;
     if (p && p->op == QF_OP_QUANTIZE && p->ninputs == 3) return qf_tfl_qp_from(p->inputs[1], p->inputs[2], qp);
-    int slot = p ? out_qp_slot(p->op) : -1;
+    int slot = p ? qf_quant_op_out_qparams_slot(p->op) : -1;
     if (slot >= 0) return qf_tfl_qp_from(p->inputs[slot], p->inputs[slot + 1], qp);
     for (int i = 0; i < v->nuses; i++) {
         const qf_node *u = v->uses[i].node;
@@ -223,16 +200,16 @@ static bool act_qp_depth(const qf_value *v, qf_tfl_qp *qp, int depth, bool up)
         if (u->op == QF_OP_DEQUANTIZE && u->ninputs == 3 && k == 0)
             return qf_tfl_qp_from(u->inputs[1], u->inputs[2], qp);
         /* a lowered node reads each int8 operand followed by its scale and zero point */
-        if (out_qp_slot(u->op) >= 0 && k + 2 < u->ninputs && qf_tfl_qp_from(u->inputs[k + 1], u->inputs[k + 2], qp))
+        if (qf_quant_op_out_qparams_slot(u->op) >= 0 && k + 2 < u->ninputs && qf_tfl_qp_from(u->inputs[k + 1], u->inputs[k + 2], qp))
             return true;
     }
     for (int i = 0; i < v->nuses; i++) {
         const qf_node *u = v->uses[i].node;
-        if (v->uses[i].slot == 0 && passes_qp(u->op) && u->outputs[0]->type.dtype == QF_DTYPE_I8 &&
+        if (v->uses[i].slot == 0 && qf_quant_op_passes_qparams(u->op) && u->outputs[0]->type.dtype == QF_DTYPE_I8 &&
             act_qp_depth(u->outputs[0], qp, depth + 1, false))
             return true;
     }
-    if (up && p && p->ninputs >= 1 && passes_qp(p->op)) return act_qp_depth(p->inputs[0], qp, depth + 1, true);
+    if (up && p && p->ninputs >= 1 && qf_quant_op_passes_qparams(p->op)) return act_qp_depth(p->inputs[0], qp, depth + 1, true);
     return false;
 }
 

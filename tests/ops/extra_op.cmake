@@ -2,10 +2,13 @@
 qf_add_c_test(NAME unit_op_table SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_op_table.c INTERNAL LABELS unit TIMEOUT 60)
 
 # The made-up op: a variant of the library built with QF_TEST_EXTRA_OPS, whose
-# op list gains one schema row (extra_op/qf_test_extra_ops.h) and whose op
-# table one kernel file (extra_op/square_plus.c). Nothing else in the tree
-# names the op: test_extra_op runs it on a one-node graph, and test_op_table
-# walks this variant's table too. Not in the sanitizer build: the variant
+# op list gains its schema rows (extra_op/qf_test_extra_ops.h), whose op
+# table its kernel files (extra_op/*.c but the tests: square_plus.c, the
+# float op; square_plus_int8.c, its int8 op and lowering entry) and whose
+# quantization table its rows (extra_op/qf_test_extra_quant.h). Nothing else
+# in the tree names the op: test_extra_op runs it on a one-node graph,
+# test_extra_op_int8 quantizes, lowers and runs it in int8, and
+# test_op_table and test_op_quant walk this variant's tables too. Not in the sanitizer build: the variant
 # compiles the whole library a second time (a third of that build's time) to
 # check what the compiler checks, that one schema row and one kernel file add
 # an op; the sanitizers have nothing to add to that. Compiled at -O0: the
@@ -14,8 +17,9 @@ qf_add_c_test(NAME unit_op_table SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_op_table
 # src/ops and src/passes: 4.8 CPU s at -O0 -g, 15.8 at -O2 -g), the largest
 # part of the first build's time after the library itself.
 if(NOT QF_SANITIZE)
-  add_library(qfold_extra_ops STATIC ${QF_LIB_SOURCES_NO_DNNL} ${CMAKE_CURRENT_LIST_DIR}/extra_op/square_plus.c
-              ${CMAKE_CURRENT_LIST_DIR}/extra_op/square_plus_tflite.c
+  file(GLOB QF_EXTRA_OP_SOURCES CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/extra_op/*.c)
+  list(FILTER QF_EXTRA_OP_SOURCES EXCLUDE REGEX "/test_[^/]*\\.c$")
+  add_library(qfold_extra_ops STATIC ${QF_LIB_SOURCES_NO_DNNL} ${QF_EXTRA_OP_SOURCES}
               $<TARGET_OBJECTS:qfold_pb> $<TARGET_OBJECTS:qfold_tflite_cxx>)
   target_include_directories(qfold_extra_ops
     PUBLIC ${CMAKE_SOURCE_DIR}/include ${CMAKE_CURRENT_LIST_DIR}/extra_op
@@ -44,4 +48,12 @@ if(NOT QF_SANITIZE)
               --work ${QF_TEST_WORK}/extra_op_tflite)
     set_tests_properties(unit_extra_op_tflite PROPERTIES LABELS "unit;tflite" TIMEOUT 60 SKIP_RETURN_CODE 77)
   endif()
+
+  # Its int8 form (extra_op/square_plus_int8.c, rows in qf_test_extra_quant.h):
+  # quantized, lowered to qsquare_plus and run exactly; the quant rows of this
+  # build walked as the library's.
+  qf_add_c_test(NAME unit_extra_op_int8 SOURCES ${CMAKE_CURRENT_LIST_DIR}/extra_op/test_extra_op_int8.c
+    LIBS qfold_extra_ops LABELS unit TIMEOUT 60)
+  qf_add_c_test(NAME unit_op_quant_extra SOURCES ${CMAKE_SOURCE_DIR}/tests/quant/test_op_quant.c
+    PROGRAM test_op_quant_extra INTERNAL LIBS qfold_extra_ops LABELS unit TIMEOUT 60)
 endif()

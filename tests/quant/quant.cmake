@@ -16,6 +16,11 @@ qf_add_c_test(NAME quant_requant SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_requant.
 # observed) against the plain plan: the same statistics up to float rounding.
 qf_add_c_test(NAME quant_calib_plan SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_calib_plan.c INTERNAL LABELS quant TIMEOUT 120)
 
+# The quantization rows (src/quant/op_quant.c): slots within the arity, profiles
+# naming only ops with a pattern; broken copies caught.
+qf_add_c_test(NAME quant_op_rows SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_op_quant.c PROGRAM test_op_quant INTERNAL
+  LABELS quant unit TIMEOUT 60)
+
 # Annotation: where the profiles put every Q/DQ pair.
 qf_add_c_test(NAME quant_annotate SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_annotate.c LABELS quant TIMEOUT 60)
 

@@ -8,37 +8,20 @@
  * offset + position; storage_order 1 numbers a plane's positions
  * column-major), as ONNX Runtime does. Sums are accumulated in double.
  *
- * The integer executor's int8 pools (internal ops, src/quant/lower.c makes
- * them from DQ -> pool -> [Relu] -> Q groups; inputs X, X_scale, X_zero_point,
- * Y_scale, Y_zero_point, per-tensor int8, attribute qfold_clamp):
- *   qavg_pool  AveragePool's window and attributes, X and Y of the same
- *              qparams, as TFLite's reference int8 AveragePool: the sum of
- *              the int8 values of a window (a padded tap counted by
- *              count_include_pad holds the zero point: the real 0) divided
- *              by the count, rounded half away from zero.
- *   qmean      the mean over trailing axes (`axes`, `keepdims`: ReduceMean's;
- *              GlobalAveragePool is axes 2..), as TFLite's reference int8
- *              Mean: acc = sum(q - zp_x), MultiplyByQuantizedMultiplier(acc,
- *              s_x / s_y), divided by the count rounded half away from zero,
- *              + zp_y.
+ * The integer executor's int8 AveragePool and Mean are ops of their own
+ * (qavg_pool, qmean: src/ops/int8/qpool.c) on the window geometry of
+ * pool.h.
  */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "core/parallel.h"
-#include "ops/int8/int8.h"
 #include "ops/kernels.h"
-#include "ops/math/requant.h"
+#include "ops/ref/pool.h"
 #include "ops/math/spatial.h"
 
 /* --- window pools ---------------------------------------------------------- */
-
-typedef struct pool_geom {
-    qf_spatial s, l;
-    int64_t planes;          /* N * C */
-    int64_t in_plane, out_plane;
-} pool_geom;
 
 /* What prepare keeps for MaxPool / AveragePool. */
 typedef struct pool_state {
@@ -47,7 +30,7 @@ typedef struct pool_state {
     bool include_pad;  /* AveragePool count_include_pad */
 } pool_state;
 
-static qf_status pool_setup(const qf_node *n, const qf_tensor *x, qf_spatial_kind kind, pool_geom *pg)
+qf_status qf_pool_setup(const qf_node *n, const qf_tensor *x, qf_spatial_kind kind, pool_geom *pg)
 {
     const char *op = qf_op_label(n);
     if (x->ndim < 3 || x->ndim > 2 + QF_SPATIAL_MAX)
@@ -63,7 +46,7 @@ static qf_status pool_setup(const qf_node *n, const qf_tensor *x, qf_spatial_kin
     return QF_OK;
 }
 
-static void pool_set_output(qf_tensor *y, qf_dtype dt, const qf_tensor *x, const pool_geom *pg)
+void qf_pool_set_output(qf_tensor *y, qf_dtype dt, const qf_tensor *x, const pool_geom *pg)
 {
     y->dtype = dt;
     y->ndim = x->ndim;
@@ -97,25 +80,6 @@ typedef struct pool_job {
     bool include_pad;
 } pool_job;
 
-/* Planes per thread slice: at least ~4k output elements. */
-static int64_t pool_grain(const pool_geom *pg) { return 1 + 4096 / (pg->out_plane + 1); }
-
-/* Index range [lo, hi) of kernel taps k with o + k * d inside [0, size). */
-static inline void pool_tap_window(int64_t start, int64_t dil, int64_t k, int64_t size, int64_t *lo, int64_t *hi)
-{
-    int64_t a, b;
-    if (dil == 1) { /* the common case, without the divisions */
-        a = start >= 0 ? 0 : -start;
-        b = size - start < 0 ? 0 : size - start;
-    } else {
-        a = start >= 0 ? 0 : (-start + dil - 1) / dil;
-        b = size - 1 - start < 0 ? 0 : (size - 1 - start) / dil + 1;
-    }
-    if (b > k) b = k;
-    if (a > b) a = b;
-    *lo = a;
-    *hi = b;
-}
 
 /* One max-pool kernel per element type; T is the type, LOWEST its minimum. */
 #define QF_MAX_POOL_BODY(T, LOWEST)                                                                          \
@@ -127,13 +91,13 @@ static inline void pool_tap_window(int64_t start, int64_t dil, int64_t k, int64_
         int64_t *ip = ind ? ind + p * pg->out_plane : NULL;                                                 \
         for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
-            pool_tap_window(sd, l->dilation[0], l->kernel[0], ID, &d0, &d1);                                      \
+            qf_pool_tap_window(sd, l->dilation[0], l->kernel[0], ID, &d0, &d1);                                      \
             for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
-                pool_tap_window(sh, l->dilation[1], l->kernel[1], IH, &h0, &h1);                                  \
+                qf_pool_tap_window(sh, l->dilation[1], l->kernel[1], IH, &h0, &h1);                                  \
                 for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
-                    pool_tap_window(sw, l->dilation[2], l->kernel[2], IW, &w0, &w1);                              \
+                    qf_pool_tap_window(sw, l->dilation[2], l->kernel[2], IW, &w0, &w1);                              \
                     T best = LOWEST;                                                                         \
                     int64_t bd = -1, bh = -1, bw = -1;                                                       \
                     for (int64_t kd = d0; kd < d1; kd++) {                                                   \
@@ -172,13 +136,13 @@ static inline void pool_tap_window(int64_t start, int64_t dil, int64_t k, int64_
         T *yp = y + p * pg->out_plane;                                                                       \
         for (int64_t od = 0; od < l->out[0]; od++) {                                                         \
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;                                        \
-            pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);                                                  \
+            qf_pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);                                                  \
             for (int64_t oh = 0; oh < l->out[1]; oh++) {                                                     \
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;                                    \
-                pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);                                              \
+                qf_pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);                                              \
                 for (int64_t ow = 0; ow < l->out[2]; ow++, yp++) {                                           \
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;                                \
-                    pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);                                          \
+                    qf_pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);                                          \
                     T best = LOWEST;                                                                         \
                     for (int64_t kd = d0; kd < d1; kd++)                                                     \
                         for (int64_t kh = h0; kh < h1; kh++) {                                               \
@@ -243,9 +207,9 @@ static qf_status qf_max_pool_infer(qf_graph *g, qf_node *n)
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): storage_order = %lld, must be 0 or 1", n->name, op,
                         (long long)so);
     pool_geom pg;
-    QF_TRY(pool_setup(n, x, QF_SPATIAL_MAX_POOL, &pg));
-    pool_set_output(&n->outputs[0]->type, x->dtype, x, &pg);
-    if (n->noutputs > 1) pool_set_output(&n->outputs[1]->type, QF_DTYPE_I64, x, &pg);
+    QF_TRY(qf_pool_setup(n, x, QF_SPATIAL_MAX_POOL, &pg));
+    qf_pool_set_output(&n->outputs[0]->type, x->dtype, x, &pg);
+    if (n->noutputs > 1) qf_pool_set_output(&n->outputs[1]->type, QF_DTYPE_I64, x, &pg);
     return QF_OK;
 }
 
@@ -253,7 +217,7 @@ static qf_status qf_max_pool_prepare(const qf_kernel_io *io, void *state)
 {
     pool_state *st = state;
     st->col_major = qf_node_attr_int(io->node, "storage_order", 0) == 1;
-    return pool_setup(io->node, io->in[0], QF_SPATIAL_MAX_POOL, &st->geom);
+    return qf_pool_setup(io->node, io->in[0], QF_SPATIAL_MAX_POOL, &st->geom);
 }
 
 static qf_status qf_max_pool_forward_f32(const qf_kernel_io *io)
@@ -269,7 +233,7 @@ static qf_status qf_max_pool_forward_f32(const qf_kernel_io *io)
             max_pool_f32(&pg, x->data, io->out[0]->data, ind, col_major);
         } else {
             pool_job j = {.pg = &pg, .x = x->data, .out = io->out[0]->data};
-            qf_parallel_for(pg.planes, pool_grain(&pg), max_pool_f32_planes, &j);
+            qf_parallel_for(pg.planes, qf_pool_grain(&pg), max_pool_f32_planes, &j);
         }
         break;
     case QF_DTYPE_U8: max_pool_u8(&pg, x->data, io->out[0]->data, ind, col_major); break;
@@ -287,43 +251,28 @@ static qf_status qf_avg_pool_infer(qf_graph *g, qf_node *n)
     const qf_tensor *x;
     QF_TRY(pool_input(n, false, &x));
     pool_geom pg;
-    QF_TRY(pool_setup(n, x, QF_SPATIAL_AVG_POOL, &pg));
-    pool_set_output(&n->outputs[0]->type, QF_DTYPE_F32, x, &pg);
+    QF_TRY(qf_pool_setup(n, x, QF_SPATIAL_AVG_POOL, &pg));
+    qf_pool_set_output(&n->outputs[0]->type, QF_DTYPE_F32, x, &pg);
     return QF_OK;
 }
 
-/* Taps of a window along one axis: [lo, hi) inside the input, and the count
- * used by count_include_pad = 1: the window clipped to the padded extent
- * [-pad_begin, size + pad_end) (a ceil_mode window may reach past it). */
-static int64_t pool_padded_count(int64_t start, int64_t k, int64_t size, int64_t pad_end)
-{
-    int64_t end = start + k;
-    if (end > size + pad_end) end = size + pad_end;
-    return end - start;
-}
 
 static qf_status qf_avg_pool_prepare(const qf_kernel_io *io, void *state)
 {
     pool_state *st = state;
     st->include_pad = qf_node_attr_int(io->node, "count_include_pad", 0) != 0;
-    return pool_setup(io->node, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom);
+    return qf_pool_setup(io->node, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom);
 }
 
-/* One (n, c) plane of AveragePool: the window walk the float forward, its
- * backward and the int8 forward (qavg_pool) share. The count:
- * count_include_pad, the window clipped to the padded extent, else the taps
- * inside X (PyTorch's divisor too). Exactly one of the three is set:
- *   x, y     float forward: y = the mean of x over each window's taps
- *   dy, dx   backward: dy / count to every tap (dx accumulates: zeroed by the caller)
- *   xq, yq   int8 forward (TFLite's): the integer sum, the padded taps
- *            counted at the zero point (the real 0), divided by the count
- *            rounding half away from zero, clamped to [lo, hi] */
+/* One (n, c) plane of AveragePool: the window walk the forward and the
+ * backward share. The count: count_include_pad, the window clipped to the
+ * padded extent, else the taps inside X (PyTorch's divisor too). Exactly one
+ * of the two is set:
+ *   x, y     forward: y = the mean of x over each window's taps
+ *   dy, dx   backward: dy / count to every tap (dx accumulates: zeroed by the caller) */
 typedef struct avg_plane {
     const float *x, *dy;
     float *y, *dx;
-    const int8_t *xq;
-    int8_t *yq;
-    int32_t zp, lo, hi;
 } avg_plane;
 
 static void avg_pool_plane(const pool_geom *pg, bool include_pad, avg_plane io)
@@ -332,28 +281,19 @@ static void avg_pool_plane(const pool_geom *pg, bool include_pad, avg_plane io)
     const int64_t ID = l->in[0], IH = l->in[1], IW = l->in[2];
     for (int64_t od = 0; od < l->out[0]; od++) {
         int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
-        pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
-        int64_t cd = pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
+        qf_pool_tap_window(sd, 1, l->kernel[0], ID, &d0, &d1);
+        int64_t cd = qf_pool_padded_count(sd, l->kernel[0], ID, l->pad_end[0]);
         for (int64_t oh = 0; oh < l->out[1]; oh++) {
             int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
-            pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
-            int64_t ch = pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
+            qf_pool_tap_window(sh, 1, l->kernel[1], IH, &h0, &h1);
+            int64_t ch = qf_pool_padded_count(sh, l->kernel[1], IH, l->pad_end[1]);
             for (int64_t ow = 0; ow < l->out[2]; ow++) {
                 int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
-                pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
+                qf_pool_tap_window(sw, 1, l->kernel[2], IW, &w0, &w1);
                 const int64_t inside = (d1 - d0) * (h1 - h0) * (w1 - w0);
                 const int64_t cnt =
-                    include_pad ? cd * ch * pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2]) : inside;
-                if (io.xq) {
-                    int64_t acc = (cnt - inside) * io.zp;
-                    for (int64_t kd = d0; kd < d1; kd++)
-                        for (int64_t kh = h0; kh < h1; kh++) {
-                            const int8_t *row = io.xq + ((sd + kd) * IH + sh + kh) * IW + sw;
-                            for (int64_t kw = w0; kw < w1; kw++) acc += row[kw];
-                        }
-                    int64_t v = cnt > 0 ? qf_int8_div_round_away(acc, cnt) : io.zp;
-                    *io.yq++ = (int8_t)(v < io.lo ? io.lo : v > io.hi ? io.hi : v);
-                } else if (io.dx) {
+                    include_pad ? cd * ch * qf_pool_padded_count(sw, l->kernel[2], IW, l->pad_end[2]) : inside;
+                if (io.dx) {
                     const float dyv = *io.dy++;
                     if (cnt <= 0) continue;
                     const float g = dyv / (float)cnt;
@@ -388,7 +328,7 @@ static qf_status qf_avg_pool_forward_f32(const qf_kernel_io *io)
 {
     const pool_state *st = io->state;
     pool_job j = {.pg = &st->geom, .x = io->in[0]->data, .out = io->out[0]->data, .include_pad = st->include_pad};
-    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), avg_pool_f32_planes, &j);
+    qf_parallel_for(st->geom.planes, qf_pool_grain(&st->geom), avg_pool_f32_planes, &j);
     return QF_OK;
 }
 
@@ -625,13 +565,13 @@ static void max_pool_grad_planes(void *ctx, int64_t lo, int64_t hi)
         float *dxp = j->dx + p * pg->in_plane;
         for (int64_t od = 0; od < l->out[0]; od++) {
             int64_t sd = od * l->stride[0] - l->pad_begin[0], d0, d1;
-            pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);
+            qf_pool_tap_window(sd, dd, l->kernel[0], ID, &d0, &d1);
             for (int64_t oh = 0; oh < l->out[1]; oh++) {
                 int64_t sh = oh * l->stride[1] - l->pad_begin[1], h0, h1;
-                pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);
+                qf_pool_tap_window(sh, dh, l->kernel[1], IH, &h0, &h1);
                 for (int64_t ow = 0; ow < l->out[2]; ow++, dyp++) {
                     int64_t sw = ow * l->stride[2] - l->pad_begin[2], w0, w1;
-                    pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);
+                    qf_pool_tap_window(sw, dw, l->kernel[2], IW, &w0, &w1);
                     if (d0 >= d1 || h0 >= h1 || w0 >= w1) continue; /* no tap inside X */
                     float best = -INFINITY;
                     int64_t at = ((sd + d0 * dd) * IH + sh + h0 * dh) * IW + sw + w0 * dw;
@@ -662,7 +602,7 @@ static qf_status qf_max_pool_backward_f32(const qf_kernel_io *io)
     if (!pool_grad_begin(io, &dx, &dy)) return QF_OK;
     const pool_state *st = io->state;
     pool_job j = {.pg = &st->geom, .x = io->in[0]->data, .y = dy, .dx = dx};
-    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), max_pool_grad_planes, &j);
+    qf_parallel_for(st->geom.planes, qf_pool_grain(&st->geom), max_pool_grad_planes, &j);
     return QF_OK;
 }
 
@@ -684,7 +624,7 @@ static qf_status qf_avg_pool_backward_f32(const qf_kernel_io *io)
     if (!pool_grad_begin(io, &dx, &dy)) return QF_OK;
     const pool_state *st = io->state;
     pool_job j = {.pg = &st->geom, .y = dy, .dx = dx, .include_pad = st->include_pad};
-    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), avg_pool_grad_planes, &j);
+    qf_parallel_for(st->geom.planes, qf_pool_grain(&st->geom), avg_pool_grad_planes, &j);
     return QF_OK;
 }
 
@@ -776,177 +716,6 @@ static qf_status qf_reduce_mean_backward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
-/* --- int8 AveragePool and Mean (the integer executor) ------------------------ */
-
-typedef struct qpool_state {
-    pool_geom geom;
-    bool include_pad;
-    int32_t zp, lo, hi;
-    int64_t outer, inner;   /* qmean: rows x reduced elements */
-    int32_t mult, shift;    /* qmean: s_x / s_y */
-    int32_t zp_y;
-} qpool_state;
-
-static qf_status qpool_input(const qf_node *n, const qf_tensor *x)
-{
-    if (x->dtype == QF_DTYPE_I8) return QF_OK;
-    return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input X has dtype %s, expected int8", n->name,
-                    qf_op_label(n), qf_dtype_name(x->dtype));
-}
-
-static qf_status qf_qavg_pool_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    QF_TRY(qf_op_check_inputs(n, 5));
-    const qf_tensor *x = &n->inputs[0]->type;
-    QF_TRY(qpool_input(n, x));
-    pool_geom pg;
-    QF_TRY(pool_setup(n, x, QF_SPATIAL_AVG_POOL, &pg));
-    pool_set_output(&n->outputs[0]->type, QF_DTYPE_I8, x, &pg);
-    return QF_OK;
-}
-
-static qf_status qf_qavg_pool_prepare(const qf_kernel_io *io, void *state)
-{
-    const qf_node *n = io->node;
-    qpool_state *st = state;
-    QF_TRY(qf_op_check_inputs(n, 5));
-    QF_TRY(qpool_input(n, io->in[0]));
-    float sx, sy;
-    int32_t zy;
-    QF_TRY(qf_int8_qparams(n, io->in[1], io->in[2], "X", &sx, &st->zp));
-    QF_TRY(qf_int8_qparams(n, io->in[3], io->in[4], "Y", &sy, &zy));
-    /* TFLite's int8 AveragePool has no requantization: one set of qparams. */
-    if (sx != sy || st->zp != zy)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): X (scale %g, zero point %d) and Y (scale %g, zero "
-                        "point %d) must have the same qparams", n->name, qf_op_label(n), (double)sx, (int)st->zp,
-                        (double)sy, (int)zy);
-    QF_TRY(qf_int8_clamp_attr(n, &st->lo, &st->hi));
-    st->include_pad = qf_node_attr_int(n, "count_include_pad", 0) != 0;
-    QF_TRY(pool_setup(n, io->in[0], QF_SPATIAL_AVG_POOL, &st->geom));
-    /* |sum| <= 128 * window: a window of up to 2^24 taps fits int32. */
-    const qf_spatial *l = &st->geom.l;
-    if (l->kernel[0] * l->kernel[1] * l->kernel[2] > ((int64_t)1 << 24))
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): window of more than 2^24 taps", n->name, qf_op_label(n));
-    return QF_OK;
-}
-
-typedef struct qpool_job {
-    const qpool_state *st;
-    const int8_t *x;
-    int8_t *y;
-} qpool_job;
-
-static void qavg_pool_planes(void *ctx, int64_t lo, int64_t hi)
-{
-    const qpool_job *j = ctx;
-    const pool_geom *pg = &j->st->geom;
-    for (int64_t p = lo; p < hi; p++)
-        avg_pool_plane(pg, j->st->include_pad,
-                       (avg_plane){.xq = j->x + p * pg->in_plane, .yq = j->y + p * pg->out_plane, .zp = j->st->zp,
-                                   .lo = j->st->lo, .hi = j->st->hi});
-}
-
-static qf_status qf_qavg_pool_forward_f32(const qf_kernel_io *io)
-{
-    const qpool_state *st = io->state;
-    qpool_job j = {st, io->in[0]->data, io->out[0]->data};
-    qf_parallel_for(st->geom.planes, pool_grain(&st->geom), qavg_pool_planes, &j);
-    return QF_OK;
-}
-
-/* qmean's reduced axes: the `axes` attribute, which must name the trailing
- * axes [r, rank) in any order (the rows stay contiguous). *first = r. */
-static qf_status qmean_axes(const qf_node *n, int rank, int *first)
-{
-    int count = 0;
-    const int64_t *axes = qf_node_attr_ints(n, "axes", &count);
-    bool mask[QF_MAX_DIMS] = {false};
-    for (int i = 0; i < count; i++) {
-        int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
-        if (a < 0 || a >= rank || mask[a])
-            return qf_error(QF_ERR_INVALID, "node '%s' (%s): axis %lld is out of range for rank %d or listed twice",
-                            n->name, qf_op_label(n), (long long)axes[i], rank);
-        mask[a] = true;
-    }
-    *first = rank - count;
-    for (int i = 0; i < rank; i++)
-        if (mask[i] != (i >= *first) || count == 0)
-            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): axes must be the last %d axes of the rank-%d input",
-                            n->name, qf_op_label(n), count, rank);
-    return QF_OK;
-}
-
-static qf_status qf_qmean_infer(qf_graph *g, qf_node *n)
-{
-    (void)g;
-    QF_TRY(qf_op_check_inputs(n, 5));
-    const qf_tensor *x = &n->inputs[0]->type;
-    QF_TRY(qpool_input(n, x));
-    int first;
-    QF_TRY(qmean_axes(n, x->ndim, &first));
-    bool keep = qf_node_attr_int(n, "keepdims", 1) != 0;
-    int64_t dims[QF_MAX_DIMS];
-    int k = 0;
-    for (int i = 0; i < x->ndim; i++) {
-        if (i < first) dims[k++] = x->dims[i];
-        else if (keep) dims[k++] = 1;
-    }
-    qf_set_output(n, 0, QF_DTYPE_I8, k, dims);
-    return QF_OK;
-}
-
-static qf_status qf_qmean_prepare(const qf_kernel_io *io, void *state)
-{
-    const qf_node *n = io->node;
-    qpool_state *st = state;
-    QF_TRY(qf_op_check_inputs(n, 5));
-    const qf_tensor *x = io->in[0];
-    QF_TRY(qpool_input(n, x));
-    int first;
-    QF_TRY(qmean_axes(n, x->ndim, &first));
-    float sx, sy;
-    QF_TRY(qf_int8_qparams(n, io->in[1], io->in[2], "X", &sx, &st->zp));
-    QF_TRY(qf_int8_qparams(n, io->in[3], io->in[4], "Y", &sy, &st->zp_y));
-    QF_TRY(qf_int8_clamp_attr(n, &st->lo, &st->hi));
-    st->outer = qf_shape_numel(first, x->dims);
-    st->inner = qf_shape_numel(x->ndim - first, x->dims + first);
-    if (st->outer < 0 || st->inner < 0)
-        return qf_error(QF_ERR_INTERNAL, "node '%s' (%s): shapes are not known at prepare", n->name, qf_op_label(n));
-    /* |sum(q - zp)| <= 255 * count must fit int32 (and its left shift). */
-    if (st->inner > INT32_MAX / 255)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %lld elements per mean overflow the int32 sum", n->name,
-                        qf_op_label(n), (long long)st->inner);
-    /* TFLite's Mean: the multiplier s_x / s_y in double. */
-    const double real = (double)sx / (double)sy;
-    int32_t shift;
-    QF_TRY(qf_int8_requant_prepare_fixed(n, &real, 1, 255 * st->inner, &st->mult, &shift));
-    st->shift = shift;
-    return QF_OK;
-}
-
-static void qmean_rows(void *ctx, int64_t lo, int64_t hi)
-{
-    const qpool_job *j = ctx;
-    const qpool_state *st = j->st;
-    for (int64_t r = lo; r < hi; r++) {
-        const int8_t *xp = j->x + r * st->inner;
-        int32_t acc = 0;
-        for (int64_t i = 0; i < st->inner; i++) acc += xp[i] - st->zp;
-        acc = qf_multiply_by_quantized_multiplier(acc, st->mult, (int)st->shift);
-        int64_t v = (st->inner > 0 ? qf_int8_div_round_away(acc, st->inner) : 0) + st->zp_y;
-        j->y[r] = (int8_t)(v < st->lo ? st->lo : v > st->hi ? st->hi : v);
-    }
-}
-
-static qf_status qf_qmean_forward_f32(const qf_kernel_io *io)
-{
-    const qpool_state *st = io->state;
-    qpool_job j = {st, io->in[0]->data, io->out[0]->data};
-    qf_parallel_for(st->outer, 1 + 4096 / (st->inner + 1), qmean_rows, &j);
-    return QF_OK;
-}
-
 /* --- op table columns (src/ops/op_table.h) --- */
 
 const qf_op_kernels qf_max_pool_kernels = {
@@ -976,18 +745,4 @@ const qf_op_kernels qf_reduce_mean_kernels = {
     .infer = qf_reduce_mean_infer,
     .forward_f32 = qf_reduce_mean_forward_f32,
     .backward_f32 = qf_reduce_mean_backward_f32,
-};
-
-const qf_op_kernels qf_qavg_pool_kernels = {
-    .infer = qf_qavg_pool_infer,
-    .prepare = qf_qavg_pool_prepare,
-    .state_size = sizeof(qpool_state),
-    .forward_f32 = qf_qavg_pool_forward_f32,
-};
-
-const qf_op_kernels qf_qmean_kernels = {
-    .infer = qf_qmean_infer,
-    .prepare = qf_qmean_prepare,
-    .state_size = sizeof(qpool_state),
-    .forward_f32 = qf_qmean_forward_f32,
 };

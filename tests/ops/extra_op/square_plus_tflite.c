@@ -1,8 +1,8 @@
 /* The TFLite emitter of the made-up op square_plus (its row:
- * QF_EXTRA_TFLITE_ROWS in qf_test_extra_ops.h): a DQ -> SquarePlus -> Q
- * group of the lowered graph as one CUSTOM operator "SquarePlus" from the
- * int8 input to the int8 output (their qparams on the tensors), its bias
- * attribute in the operator's custom options. Built on the export's builder
+ * QF_EXTRA_TFLITE_ROWS in qf_test_extra_ops.h): its int8 form in the
+ * lowered graph (qsquare_plus, square_plus_int8.c) as one CUSTOM operator
+ * "SquarePlus" from the int8 input to the int8 output (their qparams on the
+ * tensors), its bias attribute in the operator's custom options. Built on the export's builder
  * (src/tflite/tflite_build.h) alone, as every emitter is. */
 #include "tflite/tflite_build.h"
 
