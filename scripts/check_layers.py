@@ -25,10 +25,12 @@ layer of its topic (PUBLIC below). A header under src/<layer>/ is private
 to its layer: only files of that layer may include it, unless the layer
 shares it upward (SHARED below: core's arena / string builder / thread pool
 / page discard, and the op table that the executor and the importer read).
-Includes that resolve to no file of the
+A backend may include the ops' private headers (PRIVATE_TO: it computes
+the same ops from the same geometry). Includes that resolve to no file of the
 tree (generated protobuf code, system headers in quotes) are not checked.
 Headers that include each other in a circle (through any number of files)
-are reported too.
+are reported too, and so is a file name used by two files under src/ (a
+name says what its one file holds).
 
 The cycle check (--cycles): file A depends on file B when A's object file
 refers to a function or global variable that B's object file defines: `nm`
@@ -193,6 +195,19 @@ def check(root):
     return bad
 
 
+def duplicate_names(root):
+    """[(name, [paths])] for every file name used by more than one file under
+    src/: a name says what its one file holds (ops/ref/data_movement.c, not a
+    second layout.c), and the cycle report and the docs name files by it."""
+    where = {}
+    for rel in sources(root):
+        if rel.startswith("src/"):
+            where.setdefault(os.path.basename(rel), []).append(rel)
+    for paths in where.values():
+        paths.sort()
+    return sorted((name, paths) for name, paths in where.items() if len(paths) > 1)
+
+
 def report(root):
     bad = check(root)
     if not bad:
@@ -204,7 +219,11 @@ def report(root):
     circles = include_cycles(root)
     for comp in circles:
         print("layers: headers include each other in a circle: %s" % " -> ".join(comp + comp[:1]))
-    return 1 if bad or circles else 0
+    dups = duplicate_names(root)
+    for name, paths in dups:
+        print("layers: file name %s used %d times (%s): name each file for what it holds" %
+              (name, len(paths), ", ".join(paths)))
+    return 1 if bad or circles or dups else 0
 
 
 def strongly_connected(graph):
@@ -430,6 +449,9 @@ def self_test():
         "src/ir/cyc_a.h": '#include "cyc_b.h"\n',
         "src/ir/cyc_b.h": '#include "cyc_c.h"\n',
         "src/ir/cyc_c.h": '#include "cyc_a.h"\n',
+        # one file name in two layers (reported by duplicate_names)
+        "src/quant/qat.c": "",
+        "src/train/qat.c": "",
     }
     expect = {
         ("include/qfold/pass.h", "qfold/io.h"),
@@ -464,6 +486,9 @@ def self_test():
                        ["src/ir/cyc_a.h", "src/ir/cyc_b.h", "src/ir/cyc_c.h"]]:
             print("self-test: FAIL: include circles %s, expected io.h <-> pass.h and cyc_a.h -> cyc_b.h -> "
                   "cyc_c.h" % circles)
+            ok = False
+        if duplicate_names(root) != [("qat.c", ["src/quant/qat.c", "src/train/qat.c"])]:
+            print("self-test: FAIL: duplicate names %s, expected qat.c twice" % duplicate_names(root))
             ok = False
         for miss in sorted(expect - got):
             print("self-test: FAIL: not reported: %s includes %s" % miss)

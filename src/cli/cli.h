@@ -1,7 +1,7 @@
 /* The qfold command: shared declarations of the subcommands.
  *
  * Adding a subcommand `foo`:
- *   1. write src/cli/foo.c defining
+ *   1. write src/cli/cmd_foo.c defining
  *        const qf_cli_command qf_cli_cmd_foo = {"foo", "one-line summary",
  *            "qfold foo IN.onnx -o OUT.onnx [--bar]", "options text", qf_cli_foo};
  *   2. add `X(foo)` to QF_CLI_COMMANDS below (the order is the order `qfold help` lists).
