@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "ops/math/gemm.h"
 #if QF_HAVE_DNNL
 #include "backend/dnnl/dnnl_kernels.h"
 #include "backend/dnnl/dnnl_lib.h"
@@ -48,8 +49,30 @@ static const char *engine_why_not(void)
 #endif
 }
 
+/* The reference GEMM's hook (ops/math/gemm.h): oneDNN's sgemm while that
+ * engine is active. It asks the engine at the call, as qf_sgemm did before
+ * the backend was a layer: the first product may be what loads oneDNN (a
+ * constant fold at import loads nothing until it multiplies). */
+static bool backend_sgemm(const qf_node *n, const qf_sgemm_args *g, qf_status *st)
+{
+#if QF_HAVE_DNNL
+    if (qf_backend_engine() == QF_BACKEND_DNNL) {
+        *st = qf_dnnl_sgemm(n, g);
+        return true;
+    }
+#else
+    (void)n;
+    (void)g;
+    (void)st;
+#endif
+    return false;
+}
+
+void qf_backend_attach(void) { qf_sgemm_set_backend(backend_sgemm); }
+
 int qf_backend_engine(void)
 {
+    qf_backend_attach();
     pthread_mutex_lock(&backend_lock);
     if (engine_wanted < 0) engine_wanted = engine_default();
     int e = engine_resolve(engine_wanted);
@@ -61,6 +84,7 @@ qf_status qf_backend_set_engine(int engine)
 {
     if (engine != QF_BACKEND_AUTO && engine != QF_BACKEND_REF && engine != QF_BACKEND_DNNL)
         return qf_error(QF_ERR_INVALID, "unknown engine %d", engine);
+    qf_backend_attach();
     pthread_mutex_lock(&backend_lock);
     int active = engine_resolve(engine);
     qf_status st = QF_OK;

@@ -28,6 +28,10 @@ typedef enum qf_backend_engine_kind {
     QF_BACKEND_DNNL = 2
 } qf_backend_engine_kind;
 
+/* Hand the reference kernels what they run on the backend without naming it
+ * (ops/math/gemm.h's sgemm hook), loading nothing: the executor calls it
+ * before a node runs alone (qf_node_eval); qf_backend_engine does too. */
+void qf_backend_attach(void);
 /* QF_BACKEND_REF or QF_BACKEND_DNNL: what new plans use. The first call with
  * AUTO or DNNL requested (QFOLD_ENGINE, else AUTO) loads oneDNN. */
 int qf_backend_engine(void);

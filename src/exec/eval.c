@@ -13,8 +13,8 @@ qf_status qf_node_eval(const qf_node *n, int64_t opset, const qf_tensor *const *
     qf_kernel_io io = {.node = n, .opset = opset, .nin = n->ninputs, .nout = n->noutputs, .in = in, .out = out};
     qf_status st = QF_OK;
     /* The reference kernels' GEMM follows the engine (the backend's sgemm
-     * while it is active): resolve it first, as a plan does. */
-    (void)qf_backend_engine();
+     * while it is active): give it the backend's hook (loads nothing). */
+    qf_backend_attach();
     if (k->state_size) {
         state = qf_exec_alloc_aligned(k->state_size, &state_raw);
         if (!state) return QF_ERR_NOMEM;
@@ -54,7 +54,7 @@ qf_status qf_node_eval_grad(const qf_node *n, int64_t opset, const qf_tensor *co
     if (!k->backward_f32)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): no backward kernel: cannot train through it", n->name,
                         qf_op_label(n));
-    (void)qf_backend_engine(); /* as qf_node_eval */
+    qf_backend_attach(); /* as qf_node_eval */
     void *state_raw = NULL, *scratch = NULL, *saved = NULL, *state = NULL;
     size_t fwd_bytes = 0, bwd_bytes = 0, saved_bytes = 0;
     const qf_tensor **bin = NULL;

@@ -321,9 +321,6 @@ const qf_dnnl_lib *qf_dnnl(void) { return atomic_load_explicit(&dnnl_active, mem
 void qf_dnnl_activate(bool on)
 {
     atomic_store_explicit(&dnnl_active, on && dnnl_state == 1, memory_order_release);
-    /* The reference GEMM (ops/math/gemm.c) runs oneDNN's sgemm while the
-     * backend is active, as the backend's kernels would. */
-    qf_sgemm_set_backend(on && dnnl_state == 1 ? qf_dnnl_sgemm : NULL);
 }
 
 bool qf_dnnl_load(void)

@@ -185,8 +185,8 @@ void qf_dnnl_prefer_training(void);
 /* qf_backend_environment's answer for oneDNN's libgomp. */
 int qf_dnnl_environment(const char **names, char (*values)[24]);
 /* Whether the loaded backend is the active engine: qf_dnnl() returns the
- * library only while it is, and the reference GEMM runs oneDNN's sgemm
- * (qf_dnnl_sgemm, through ops/math/gemm.h's hook) only then. */
+ * library only while it is (the backend layer's sgemm hook asks the engine,
+ * then runs qf_dnnl_sgemm). */
 void qf_dnnl_activate(bool on);
 /* qf_sgemm on oneDNN (the hook of ops/math/gemm.h; K > 0). */
 qf_status qf_dnnl_sgemm(const qf_node *n, const qf_sgemm_args *g);

@@ -244,7 +244,8 @@ qf_status qf_sgemm(const qf_node *n, const qf_sgemm_args *g)
     /* oneDNN checks leading dimensions even for empty operands; an empty K
      * is the portable path's (it only scales C). */
     qf_sgemm_backend_fn be = atomic_load_explicit(&sgemm_backend, memory_order_acquire);
-    if (be && g->k > 0) return be(n, g);
+    qf_status st;
+    if (be && g->k > 0 && be(n, g, &st)) return st;
     sgemm_run(g);
     return QF_OK;
 }

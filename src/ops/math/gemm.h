@@ -9,10 +9,10 @@
  * is K x N: B stored [K, ldb] or [N, ldb] (tb true); C is [M, ldc]. With beta
  * 0, C is not read (it may hold garbage, even NaN).
  *
- * When a backend has set its sgemm (qf_sgemm_set_backend: oneDNN's, while
- * that engine is active), qf_sgemm runs it for K > 0; oneDNN's allocates
- * internally: its out of memory comes back as QF_ERR_NOMEM naming the node
- * n. Otherwise, and always for double, a
+ * When a backend has set its sgemm hook (qf_sgemm_set_backend) and takes the
+ * product (oneDNN's sgemm while that engine is active), qf_sgemm runs it for
+ * K > 0; oneDNN's allocates internally: its out of memory comes back as
+ * QF_ERR_NOMEM naming the node n. Otherwise, and always for double, a
  * portable blocked GEMM (gemm.c) runs on qfold's thread pool
  * (core/parallel.h); it never allocates (its packing buffers are a fixed
  * block of about 200 KB on each thread's stack) and never fails. Not to be
@@ -77,11 +77,12 @@ const char *qf_gemm_kernel_name(void);
  * a data race. */
 bool qf_gemm_set_kernel(const char *name);
 
-/* A backend's sgemm, run by qf_sgemm instead of the portable one for K > 0
- * (its status is qf_sgemm's). Set by the backend layer while its engine is
- * active (src/backend/), NULL otherwise: the reference kernels call
- * qf_sgemm and never name a backend. */
-typedef qf_status (*qf_sgemm_backend_fn)(const qf_node *n, const qf_sgemm_args *g);
+/* A backend's sgemm hook, offered every product with K > 0 first: true when
+ * it computed it (*st is then qf_sgemm's status), false to let the portable
+ * GEMM run. Set once by the backend layer (src/backend/backend.c), which
+ * asks its engine at the call, as the kernels' first GEMM may be what loads
+ * it: the reference kernels call qf_sgemm and never name a backend. */
+typedef bool (*qf_sgemm_backend_fn)(const qf_node *n, const qf_sgemm_args *g, qf_status *st);
 void qf_sgemm_set_backend(qf_sgemm_backend_fn fn);
 
 #endif
