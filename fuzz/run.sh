@@ -51,6 +51,13 @@ for d in "$@"; do
 done
 echo "corpus: $(ls "$out/corpus/onnx" | wc -l) onnx, $(ls "$out/corpus/npy" | wc -l) npy files"
 
+# With oneDNN loaded (dlopen), LeakSanitizer's tracking of dynamic TLS
+# crashes at exit ("Tracer caught signal 11") unless told not to intercept
+# __tls_get_addr, as in `make test-asan` (see the Makefile); one OpenMP thread.
+ASAN_OPTIONS=${ASAN_OPTIONS:-intercept_tls_get_addr=0}
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export ASAN_OPTIONS OMP_NUM_THREADS
+
 # No -fork: the first crash, leak, sanitizer report or timeout ends the run
 # with a non-zero status, which fails the test.
 "$out/fuzz_onnx" -max_total_time="$secs" -max_len=65536 -timeout=20 -rss_limit_mb=3072 \
