@@ -13,7 +13,7 @@ add_test(NAME unit_qat COMMAND test_qat)
 set_tests_properties(unit_qat PROPERTIES LABELS "unit;train;qat" TIMEOUT 120)
 
 if(QF_PYTHON3 AND QF_NODE)
-  foreach(case int8 keep_qat torch_schedules exact help errors)
+  foreach(case int8 keep_qat torch_schedules exact help errors example)
     add_test(NAME qat_cli_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_cli_test.py --qfold $<TARGET_FILE:qfold>
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/qat_cli ${case})
