@@ -101,7 +101,7 @@ accuracy: deps
 
 FUZZ_SECONDS ?= 60
 fuzz:
-	FUZZ_JOBS=$(JOBS) sh fuzz/run.sh $(CURDIR) $(CURDIR)/build-fuzz $(FUZZ_SECONDS) examples tests $(BUILD)/tests/work
+	FUZZ_JOBS=$(JOBS) sh fuzz/run.sh $(CURDIR) $(CURDIR)/build-fuzz $(FUZZ_SECONDS) fuzz/seeds examples tests $(BUILD)/tests/work
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

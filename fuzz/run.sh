@@ -2,7 +2,7 @@
 # Build both fuzz targets with clang and run each for a bounded time.
 #   fuzz/run.sh SOURCE_DIR FUZZ_BUILD_DIR SECONDS SEED_DIR...
 # SEED_DIRs are searched for small .onnx and .npy files (the examples, the
-# models the tests write); each target runs SECONDS on a scratch corpus of
+# models the tests write, fuzz/seeds/: reproducers of earlier findings); each target runs SECONDS on a scratch corpus of
 # copies, so the seeds are never modified. Exit 0: both built and ran clean;
 # 77: clang or libFuzzer is not installed (ctest's skip); anything else: a
 # build failure or a finding (its reproducer under FUZZ_BUILD_DIR/findings/).
@@ -56,7 +56,11 @@ echo "corpus: $(ls "$out/corpus/onnx" | wc -l) onnx, $(ls "$out/corpus/npy" | wc
 # __tls_get_addr, as in `make test-asan` (see the Makefile); one OpenMP thread.
 ASAN_OPTIONS=${ASAN_OPTIONS:-intercept_tls_get_addr=0}
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-export ASAN_OPTIONS OMP_NUM_THREADS
+# qfold's reference kernels, the code the sanitizers check (oneDNN is not
+# instrumented, and its prepared state hid a NULL + 0 in the plan that the
+# reference engine hits on every model without prepared state).
+QFOLD_ENGINE=${QFOLD_ENGINE:-ref}
+export ASAN_OPTIONS OMP_NUM_THREADS QFOLD_ENGINE
 
 # No -fork: the first crash, leak, sanitizer report or timeout ends the run
 # with a non-zero status, which fails the test.
