@@ -54,9 +54,9 @@ enum { QF_PB_OK = 0, QF_PB_MALFORMED, QF_PB_TOO_DEEP, QF_PB_NUL };
 typedef struct {
     const ProtobufCMessageDescriptor *msg; /* the message holding the field */
     const ProtobufCFieldDescriptor *field;
-    char node[128]; /* the enclosing node's or tensor's name (cut at its own NUL), or "" */
+    char node[128];    /* the enclosing node's or tensor's name (cut at its own NUL), or "" */
     const char *owner; /* "node", "tensor" */
-    size_t at;      /* the NUL's offset in the string */
+    size_t at;         /* the NUL's offset in the string */
 } qf_pb_nul;
 
 static int qf_pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
@@ -77,14 +77,17 @@ static int qf_pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 /* The first occurrence of string field `number` in the message [p, end), cut
  * at a NUL and at size - 1, into out ("" when absent). The message passed
  * the walk up to here, so only the lengths need guarding. */
-static void qf_pb_string_field(const uint8_t *p, const uint8_t *end, unsigned number, char *out, size_t size)
+static void qf_pb_string_field(const uint8_t *p, const uint8_t *end, unsigned number, char *out,
+                               size_t size)
 {
     out[0] = 0;
     while (p < end) {
         uint64_t key, len = 0;
         if (qf_pb_varint(&p, end, &key)) return;
         switch (key & 7) {
-        case 0: if (qf_pb_varint(&p, end, &len)) return; break;
+        case 0:
+            if (qf_pb_varint(&p, end, &len)) return;
+            break;
         case 1: p += end - p < 8 ? end - p : 8; break;
         case 5: p += end - p < 4 ? end - p : 4; break;
         case 2:
@@ -172,10 +175,11 @@ qf_status qf_pb_check(const ProtobufCMessageDescriptor *d, const void *data, siz
     int r = qf_pb_walk(d, p, p + size, 0, &nul);
     if (r == QF_PB_NUL)
         return qf_error(QF_ERR_PARSE,
-                        "not a valid %s: string field %s.%s%s%s%s%s%s holds a NUL byte at offset %zu (it would be read "
-                        "cut there)",
+                        "not a valid %s: string field %s.%s%s%s%s%s%s holds a NUL byte at "
+                        "offset %zu (it would be read cut there)",
                         kind, nul.msg->short_name, nul.field->name, nul.node[0] ? " of " : "",
-                        nul.node[0] ? nul.owner : "", nul.node[0] ? " '" : "", nul.node, nul.node[0] ? "'" : "", nul.at);
+                        nul.node[0] ? nul.owner : "", nul.node[0] ? " '" : "", nul.node,
+                        nul.node[0] ? "'" : "", nul.at);
     if (r == QF_PB_MALFORMED)
         return qf_error(QF_ERR_PARSE, "not a valid %s (malformed or truncated protobuf data)",
                         kind);

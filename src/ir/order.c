@@ -83,7 +83,8 @@ qf_status qf_graph_toposort(qf_graph *g)
          * downstream of one. */
         for (int i = 0; i < n; i++) {
             if (pending[i] > 0) {
-                st = qf_error(QF_ERR_INVALID, "graph has a cycle: node '%s' (%s) depends on its own output",
+                st = qf_error(QF_ERR_INVALID,
+                              "graph has a cycle: node '%s' (%s) depends on its own output",
                               nodes[i]->name, qf_op_name(nodes[i]->op));
                 break;
             }

@@ -63,7 +63,8 @@ static qf_status qc_check_form(const qf_node *fq, bool trained)
     const int64_t n = qf_tensor_numel(&fq->inputs[1]->type);
     if (qc_is_weight(fq)) {
         if (trained && !qf_rewrite_is_f32_const(fq->inputs[0]))
-            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (fake_quant): weight '%s' is not a float32 constant",
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (fake_quant): weight '%s' is not a float32 constant",
                             fq->name, fq->inputs[0]->name);
         if (qmin < -128 || qmax > 127)
             return qf_error(QF_ERR_UNSUPPORTED,
@@ -71,7 +72,8 @@ static qf_status qc_check_form(const qf_node *fq, bool trained)
                             (long long)qmin, (long long)qmax);
         if (!qf_node_attr_int(fq, "symmetric", 0))
             return qf_error(QF_ERR_UNSUPPORTED,
-                            "node '%s' (fake_quant): affine weight quantization (only symmetric int8 weights convert)",
+                            "node '%s' (fake_quant): affine weight quantization (only symmetric "
+                            "int8 weights convert)",
                             fq->name);
         const qf_value *w = fq->inputs[0];
         if (trained && (w->nuses != 1 || w->is_output))
@@ -107,28 +109,34 @@ qf_status qf_quant_qat_convert_check(const qf_graph *g)
 static qf_status qc_check(const qf_node *fq)
 {
     QF_TRY(qc_check_form(fq, true));
-    const int64_t qmin = qf_node_attr_int(fq, "quant_min", -128), qmax = qf_node_attr_int(fq, "quant_max", 127);
+    const int64_t qmin = qf_node_attr_int(fq, "quant_min", -128),
+                  qmax = qf_node_attr_int(fq, "quant_max", 127);
     const int64_t n = qf_tensor_numel(&fq->inputs[1]->type);
-    const float *scale = fq->inputs[1]->type.data, *zp = fq->inputs[2]->type.data, *mn = fq->inputs[3]->type.data;
+    const float *scale = fq->inputs[1]->type.data, *zp = fq->inputs[2]->type.data,
+                *mn = fq->inputs[3]->type.data;
     const bool fixed = qf_node_attr_int(fq, "fixed", 0) != 0;
     for (int64_t c = 0; c < n; c++) {
         if (!fixed && mn[c] == INFINITY)
             return qf_error(QF_ERR_INVALID,
-                            "node '%s' (fake_quant): nothing observed yet (running_min is +inf%s): calibrate or "
+                            "node '%s' (fake_quant): nothing observed yet (running_min is +inf%s): "
+                            "calibrate or "
                             "train first",
                             fq->name, n > 1 ? " in a channel" : "");
         if (!(scale[c] > 0.0f) || !isfinite(scale[c]))
-            return qf_error(QF_ERR_NUMERIC, "node '%s' (fake_quant): scale %g is not a positive number", fq->name,
+            return qf_error(QF_ERR_NUMERIC,
+                            "node '%s' (fake_quant): scale %g is not a positive number", fq->name,
                             scale[c]);
         if (zp[c] != nearbyintf(zp[c]) || zp[c] < (float)qmin || zp[c] > (float)qmax)
-            return qf_error(QF_ERR_INVALID, "node '%s' (fake_quant): zero point %g outside [%lld, %lld]", fq->name,
+            return qf_error(QF_ERR_INVALID,
+                            "node '%s' (fake_quant): zero point %g outside [%lld, %lld]", fq->name,
                             zp[c], (long long)qmin, (long long)qmax);
     }
     if (qc_is_weight(fq)) {
         for (int64_t c = 0; c < n; c++)
             if (zp[c] != 0.0f)
                 return qf_error(QF_ERR_UNSUPPORTED,
-                                "node '%s' (fake_quant): weight zero point %g (only symmetric int8 weights convert)",
+                                "node '%s' (fake_quant): weight zero point %g (only symmetric int8 "
+                                "weights convert)",
                                 fq->name, zp[c]);
         return qf_rewrite_check_finite(fq->inputs[0], fq);
     }

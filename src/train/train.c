@@ -661,13 +661,14 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
     qf_status st = qf_grad_plan_forward(t->gp, feed, t->nin + 1, true);
     double loss = st == QF_OK ? qf_grad_plan_loss(t->gp) : 0;
     if (st == QF_OK && !isfinite(loss))
-        st = qf_error(QF_ERR_DIVERGED, "step %lld: loss is %s", (long long)step + 1, isnan(loss) ? "nan" : "inf");
+        st = qf_error(QF_ERR_DIVERGED, "step %lld: loss is %s", (long long)step + 1,
+                      isnan(loss) ? "nan" : "inf");
     /* Numeric trouble inside the training forward (a BatchNorm whose batch
      * variance is NaN) is the same divergence seen earlier: the loss would
      * be NaN. The data were checked finite and the parameters after every
      * update, so it is not the input's fault. */
     if (st == QF_ERR_NUMERIC)
-        st = qf_error(QF_ERR_DIVERGED, "step %lld: loss is nan (%s)", (long long)step + 1, qf_error_message());
+        st = qf_error_prefix(QF_ERR_DIVERGED, "step %lld: loss is nan: ", (long long)step + 1);
     const bool update = !c->forward_only;
     if (st == QF_OK && update) st = qf_grad_plan_backward(t->gp);
     double norm = 0;
@@ -677,8 +678,9 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
          * to change: clipping scales them in place. */
         norm = qf_clip_grad_norm((qf_tensor *const *)t->grads, t->nparams, c->clip_norm > 0 ? c->clip_norm : INFINITY);
         if (!isfinite(norm))
-            st = qf_error(QF_ERR_DIVERGED, "step %lld: the gradient of '%s' is not finite (loss %g)", (long long)step + 1,
-                          qf_train_bad_grad(t, t->grads), loss);
+            st =
+                qf_error(QF_ERR_DIVERGED, "step %lld: the gradient of '%s' is not finite (loss %g)",
+                         (long long)step + 1, qf_train_bad_grad(t, t->grads), loss);
     }
     if (st != QF_OK) {
         qf_train_snapshot(t, true);
@@ -689,8 +691,10 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
         QF_TRY(qf_optim_step(t->opt, t->grads, info->lr));
         const qf_value *bad = qf_train_bad_param(t);
         if (bad)
-            return qf_error(QF_ERR_DIVERGED, "step %lld: parameter '%s' is not finite after the update (lr %g, loss %g)",
-                            (long long)step + 1, bad->name, info->lr, loss);
+            return qf_error(
+                QF_ERR_DIVERGED,
+                "step %lld: parameter '%s' is not finite after the update (lr %g, loss %g)",
+                (long long)step + 1, bad->name, info->lr, loss);
     }
     double sum = 0;
     int64_t hits = 0;
@@ -736,8 +740,8 @@ qf_status qf_train(qf_graph *g, const qf_data_source *data, const qf_tensor *lab
                                   .val_loss = -1, .val_accuracy = -1};
         if (val) st = qf_train_validate(&t, val, val_labels, &ei.val_loss, &ei.val_accuracy);
         if (st == QF_OK && val && !isfinite(ei.val_loss))
-            st = qf_error(QF_ERR_DIVERGED, "epoch %d (step %lld): validation loss is %s", e + 1, (long long)step,
-                          isnan(ei.val_loss) ? "nan" : "inf");
+            st = qf_error(QF_ERR_DIVERGED, "epoch %d (step %lld): validation loss is %s", e + 1,
+                          (long long)step, isnan(ei.val_loss) ? "nan" : "inf");
         if (st != QF_OK) break;
         ei.seconds = qf_train_now() - t0;
         r.epochs_done = e + 1;

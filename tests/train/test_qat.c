@@ -398,7 +398,8 @@ static void test_convert_checked_first(void)
     s.s.profile = &p;
     qf_graph *g = model(1e-5f, 0.9f);
     REQUIRE(g, "model");
-    CHECK_ERR(qf_qat_prepare(g, &s.q, NULL), QF_ERR_UNSUPPORTED, "activation range [0, 65535] is neither int8");
+    CHECK_ERR(qf_qat_prepare(g, &s.q, NULL), QF_ERR_UNSUPPORTED,
+              "activation range [0, 65535] is neither int8");
     qf_graph_free(g);
     qf_quant_annotation_free(s.s.annotation);
     s.s.annotation = NULL;
