@@ -675,11 +675,15 @@ static qf_status arena_plan(ex *e, qf_tflite_result *r)
     const int nt = e->nt, nk = e->nops + 2; /* steps -1 .. nops, bucket k + 1 */
     int *first = qf_malloc(sizeof *first * (size_t)(nt + 1)), *last = qf_malloc(sizeof *last * (size_t)(nt + 1));
     int64_t *off = qf_malloc(sizeof *off * (size_t)(nt + 1)), *size = qf_malloc(sizeof *size * (size_t)(nt + 1));
-    int *place_at = qf_calloc((size_t)nk + 1, sizeof *place_at), *free_at = qf_calloc((size_t)nk + 1, sizeof *free_at);
-    int *placed = qf_malloc(sizeof *placed * (size_t)(nt + 1)), *freed = qf_malloc(sizeof *freed * (size_t)(nt + 1));
-    int *live = qf_malloc(sizeof *live * (size_t)(nt + 1)), *live_pos = qf_malloc(sizeof *live_pos * (size_t)(nt + 1));
+    int *place_at = qf_calloc((size_t)nk + 1, sizeof *place_at),
+        *free_at = qf_calloc((size_t)nk + 1, sizeof *free_at);
+    int *placed = qf_malloc(sizeof *placed * (size_t)(nt + 1)),
+        *freed = qf_malloc(sizeof *freed * (size_t)(nt + 1));
+    int *live = qf_malloc(sizeof *live * (size_t)(nt + 1)),
+        *live_pos = qf_malloc(sizeof *live_pos * (size_t)(nt + 1));
     qf_status st = QF_OK;
-    if (!first || !last || !off || !size || !place_at || !free_at || !placed || !freed || !live || !live_pos) {
+    if (!first || !last || !off || !size || !place_at || !free_at || !placed || !freed || !live ||
+        !live_pos) {
         st = QF_ERR_NOMEM;
         goto done;
     }
@@ -755,7 +759,8 @@ static qf_status arena_plan(ex *e, qf_tflite_result *r)
     r->peak_activation_bytes = peak;
 done:
     qf_free(first), qf_free(last), qf_free(off), qf_free(size);
-    qf_free(place_at), qf_free(free_at), qf_free(placed), qf_free(freed), qf_free(live), qf_free(live_pos);
+    qf_free(place_at), qf_free(free_at), qf_free(placed), qf_free(freed), qf_free(live),
+        qf_free(live_pos);
     return st;
 }
 
