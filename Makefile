@@ -8,6 +8,8 @@
 #                 the tests (ctest -L check: every layer, about a minute)
 #   make demo     install what is missing, build, run qfold on the bundled example
 #   make test-asan  the whole suite under AddressSanitizer + UBSan (build-asan/)
+#   make fuzz     build the libFuzzer targets with clang (build-fuzz/) and run
+#                 each FUZZ_SECONDS (default 60) on the examples and test models
 #   make accuracy full-dataset accuracy of the quantizer (not in CI; docs/ACCURACY.md)
 #   make install  install (PREFIX=/usr/local)
 BUILD ?= build
@@ -15,7 +17,7 @@ PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all configure build deps deps-build test check test-asan test-asan-run demo accuracy install clean
+.PHONY: all configure build deps deps-build test check test-asan test-asan-run demo accuracy install clean fuzz
 
 all: build
 
@@ -108,8 +110,12 @@ accuracy: deps
 	$(MAKE) build
 	scripts/accuracy.sh $(BUILD)/qfold
 
+FUZZ_SECONDS ?= 60
+fuzz:
+	FUZZ_JOBS=$(JOBS) sh fuzz/run.sh $(CURDIR) $(CURDIR)/build-fuzz $(FUZZ_SECONDS) fuzz/seeds examples tests $(BUILD)/tests/work
+
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan build-fuzz

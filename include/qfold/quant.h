@@ -251,6 +251,11 @@ uint32_t qf_quant_group(qf_quant_annotation *a, uint32_t v);
  * float. Run before qat_bn_add, which then scales the weight under its
  * fake_quant. *count (may be NULL) gets the fake_quants made. */
 qf_status qf_quant_qat_insert(qf_graph *g, qf_quant_annotation *a, const qf_quant_profile *p, int *count);
+/* What qat_convert will refuse of g's fake_quants whatever training does
+ * (a range with no ONNX type, an affine weight, a per-channel activation):
+ * the pass quant_qat_insert checks it, so that a refusal comes before the
+ * training, not after it. QF_OK or an error naming the node. */
+qf_status qf_quant_qat_convert_check(const qf_graph *g);
 /* One line per quantized value and per node left in float (tests, --report). */
 void qf_quant_annotation_print(const qf_quant_annotation *a, const qf_graph *g, FILE *f);
 

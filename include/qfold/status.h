@@ -27,7 +27,8 @@ typedef enum qf_status {
     QF_ERR_NOMEM,       /* the allocation hook returned NULL */
     QF_ERR_MISMATCH,    /* a verification (e.g. fused vs original outputs) failed */
     QF_ERR_INTERNAL,    /* a broken invariant: a bug in qfold */
-    QF_ERR_INTERRUPTED  /* stopped on request (Ctrl-C): what was done so far is kept */
+    QF_ERR_INTERRUPTED, /* stopped on request (Ctrl-C): what was done so far is kept */
+    QF_ERR_DIVERGED     /* training diverged: a loss, gradient or parameter is not finite */
 } qf_status;
 
 /* Record a formatted message for `code` and return `code`. */

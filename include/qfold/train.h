@@ -143,9 +143,13 @@ typedef struct qf_train_result {
  * class indices in [0, classes) for cross-entropy, float32 [N, output 0's
  * sample dims] for MSE). g's parameters (and BN running statistics) are
  * updated in place: on success and on a stop by on_step / on_epoch (Ctrl-C),
- * g holds the model as trained so far; on a numeric failure (loss or
- * gradient NaN / Inf, numeric trouble in the forward: QF_ERR_NUMERIC "step
- * N: ...") g is left as it was before the failing step. val / val_labels may
+ * g holds the model as trained so far. When training diverges
+ * (QF_ERR_DIVERGED "step N: ...": the loss or a gradient NaN / Inf, numeric
+ * trouble in the training forward) g is left as it was before the failing
+ * step, except after an update that made a parameter non-finite ("step N:
+ * parameter 'P' is not finite after the update") or a non-finite validation
+ * loss ("epoch E (step N): validation loss is nan"): then g holds non-finite
+ * or useless weights and must not be written. val / val_labels may
  * be NULL (validation: after each epoch, inference mode).
  *
  * For the run, g gets a graph input "qf_train_labels" and the loss node

@@ -24,6 +24,7 @@ int qf_cli_exit_code(qf_status st)
     case QF_ERR_MISMATCH:
     case QF_ERR_NOMEM:
     case QF_ERR_INTERRUPTED:
+    case QF_ERR_DIVERGED:
     case QF_ERR_INTERNAL: return QF_EXIT_FAIL;
     case QF_ERR_IO:
     case QF_ERR_PARSE:

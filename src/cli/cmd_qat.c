@@ -251,7 +251,7 @@ static int qf_cli_qat(int argc, char **argv)
     st = qf_tr_load(&qa.tr, &s);
     if (st == QF_OK) st = qf_qat_work(&qa, &s, &run, &out);
     run.seconds = qf_clock_seconds() - t0;
-    if (st == QF_ERR_NUMERIC) {
+    if (st == QF_ERR_NUMERIC || st == QF_ERR_DIVERGED) {
         rc = qf_cli_error(qf_cli_exit_code(st), "%s; nothing written", qf_error_message());
         goto done;
     }

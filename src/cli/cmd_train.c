@@ -61,7 +61,7 @@ static int qf_cli_train(int argc, char **argv)
                       a.nval ? &s.val_labels : NULL, &a.c, &r);
         qf_tr_end(&s);
     }
-    if (st == QF_ERR_NUMERIC) {
+    if (st == QF_ERR_NUMERIC || st == QF_ERR_DIVERGED) {
         rc = qf_cli_error(qf_cli_exit_code(st), "%s; nothing written", qf_error_message());
         goto done;
     }

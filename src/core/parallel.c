@@ -61,12 +61,21 @@ static void *worker(void *arg)
 /* Threads set by qf_parallel_set_threads (0: not set: the cores). */
 static atomic_int threads_wanted;
 
+/* The cores online, asked once: glibc's sysconf opens and reads a sysfs
+ * file each time, and the plan asks for every kernel it runs (a third of
+ * the time of a 10^4-node chain's calibration went to it). */
+static atomic_int cores_online;
+
 int qf_parallel_threads(void)
 {
     int n = atomic_load(&threads_wanted);
     if (n <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n = c < 1 ? 1 : c > QF_PAR_MAX ? QF_PAR_MAX : (int)c;
+        n = atomic_load(&cores_online);
+        if (n <= 0) {
+            long c = sysconf(_SC_NPROCESSORS_ONLN);
+            n = c < 1 ? 1 : c > QF_PAR_MAX ? QF_PAR_MAX : (int)c;
+            atomic_store(&cores_online, n);
+        }
     }
     return n;
 }

@@ -54,6 +54,7 @@ const char *qf_status_name(qf_status st)
     case QF_ERR_MISMATCH: return "mismatch";
     case QF_ERR_INTERNAL: return "internal error";
     case QF_ERR_INTERRUPTED: return "interrupted";
+    case QF_ERR_DIVERGED: return "training diverged";
     }
     return "unknown status";
 }

@@ -632,8 +632,12 @@ static qf_status qf_plan_build(qf_plan *p)
         st = QF_ERR_NOMEM;
         goto done;
     }
+    /* Advance only past a state that exists: with no state at all state_mem
+     * is NULL, and NULL + 0 is undefined behaviour (clang's UBSan stops). */
     for (int i = 0; i < nn; i++) {
-        p->prep[i].state = p->prep[i].size ? state_mem : NULL;
+        p->prep[i].state = NULL;
+        if (!p->prep[i].size) continue;
+        p->prep[i].state = state_mem;
         state_mem += qf_exec_align(p->prep[i].size);
     }
     if ((st = qf_plan_prepare(p, &L, ki, ko)) != QF_OK) goto done;

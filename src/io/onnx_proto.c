@@ -43,7 +43,21 @@ qf_status qf_pb_unpack_failed(bool alloc_failed, const char *kind)
 
 #define QF_PB_MAX_DEPTH 64
 
-enum { QF_PB_OK = 0, QF_PB_MALFORMED, QF_PB_TOO_DEEP };
+enum { QF_PB_OK = 0, QF_PB_MALFORMED, QF_PB_TOO_DEEP, QF_PB_NUL };
+
+/* Where the walk found a string field holding a NUL byte. protobuf-c hands
+ * every `string` field over as a NUL-terminated char *, so after unpacking
+ * "Relu\0Evil" is "Relu", an attribute "strides\0x" is "strides" and an
+ * external-data location "w.bin\0../x" is "w.bin": the bytes are checked
+ * here, on the wire, before anything is unpacked (ONNX Runtime refuses such
+ * strings too). */
+typedef struct {
+    const ProtobufCMessageDescriptor *msg; /* the message holding the field */
+    const ProtobufCFieldDescriptor *field;
+    char node[128];    /* the enclosing node's or tensor's name (cut at its own NUL), or "" */
+    const char *owner; /* "node", "tensor" */
+    size_t at;         /* the NUL's offset in the string */
+} qf_pb_nul;
 
 static int qf_pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
 {
@@ -60,12 +74,51 @@ static int qf_pb_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
     return -1;
 }
 
-/* Walk one message. Only length-delimited fields that the descriptor says
- * are messages are descended into; everything else is skipped by size, so
- * the walk costs nothing for raw_data blobs. */
-static int qf_pb_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
-                      int depth)
+/* The first occurrence of string field `number` in the message [p, end), cut
+ * at a NUL and at size - 1, into out ("" when absent). The message passed
+ * the walk up to here, so only the lengths need guarding. */
+static void qf_pb_string_field(const uint8_t *p, const uint8_t *end, unsigned number, char *out,
+                               size_t size)
 {
+    out[0] = 0;
+    while (p < end) {
+        uint64_t key, len = 0;
+        if (qf_pb_varint(&p, end, &key)) return;
+        switch (key & 7) {
+        case 0:
+            if (qf_pb_varint(&p, end, &len)) return;
+            break;
+        case 1: p += end - p < 8 ? end - p : 8; break;
+        case 5: p += end - p < 4 ? end - p : 4; break;
+        case 2:
+            if (qf_pb_varint(&p, end, &len) || len > (uint64_t)(end - p)) return;
+            if ((key >> 3) == number) {
+                size_t n = strnlen((const char *)p, len < size - 1 ? (size_t)len : size - 1);
+                memcpy(out, p, n);
+                out[n] = 0;
+                return;
+            }
+            p += len;
+            break;
+        default: return;
+        }
+    }
+}
+
+/* Walk one message. Only length-delimited fields that the descriptor says
+ * are messages are descended into, and string fields are searched for a NUL
+ * (nul: where); everything else is skipped by size, so the walk costs
+ * nothing for raw_data blobs. */
+static int qf_pb_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, const uint8_t *end,
+                      int depth, qf_pb_nul *nul)
+{
+    if (d == &onnx__node_proto__descriptor) {
+        qf_pb_string_field(p, end, 3, nul->node, sizeof nul->node); /* NodeProto.name */
+        nul->owner = "node";
+    } else if (d == &onnx__tensor_proto__descriptor) {
+        qf_pb_string_field(p, end, 8, nul->node, sizeof nul->node); /* TensorProto.name */
+        nul->owner = "tensor";
+    }
     if (depth > QF_PB_MAX_DEPTH) return QF_PB_TOO_DEEP;
     while (p < end) {
         uint64_t key, len;
@@ -88,8 +141,21 @@ static int qf_pb_walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, con
             const ProtobufCFieldDescriptor *f =
                 d ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3)) : NULL;
             if (f && f->type == PROTOBUF_C_TYPE_MESSAGE) {
-                int r = qf_pb_walk(f->descriptor, p, p + len, depth + 1);
+                char node[sizeof nul->node];
+                const char *owner = nul->owner;
+                memcpy(node, nul->node, sizeof node);
+                int r = qf_pb_walk(f->descriptor, p, p + len, depth + 1, nul);
                 if (r) return r;
+                memcpy(nul->node, node, sizeof node); /* back in the enclosing node */
+                nul->owner = owner;
+            } else if (f && f->type == PROTOBUF_C_TYPE_STRING) {
+                const uint8_t *z = memchr(p, 0, (size_t)len);
+                if (z) {
+                    nul->msg = d;
+                    nul->field = f;
+                    nul->at = (size_t)(z - p);
+                    return QF_PB_NUL;
+                }
             }
             p += len;
             break;
@@ -105,7 +171,15 @@ qf_status qf_pb_check(const ProtobufCMessageDescriptor *d, const void *data, siz
                       const char *kind)
 {
     const uint8_t *p = data;
-    int r = qf_pb_walk(d, p, p + size, 0);
+    qf_pb_nul nul = {0};
+    int r = qf_pb_walk(d, p, p + size, 0, &nul);
+    if (r == QF_PB_NUL)
+        return qf_error(QF_ERR_PARSE,
+                        "not a valid %s: string field %s.%s%s%s%s%s%s holds a NUL byte at "
+                        "offset %zu (it would be read cut there)",
+                        kind, nul.msg->short_name, nul.field->name, nul.node[0] ? " of " : "",
+                        nul.node[0] ? nul.owner : "", nul.node[0] ? " '" : "", nul.node,
+                        nul.node[0] ? "'" : "", nul.at);
     if (r == QF_PB_MALFORMED)
         return qf_error(QF_ERR_PARSE, "not a valid %s (malformed or truncated protobuf data)",
                         kind);

@@ -278,9 +278,12 @@ static qf_status qf_use_add(qf_value *v, qf_node *n, int slot)
     return QF_OK;
 }
 
+/* From the end: the callers remove the last use first (replace_uses, a
+ * node's inputs from the last slot), so a value with 10^6 readers loses them
+ * in linear time, not quadratic. */
 static void qf_use_del(qf_value *v, const qf_node *n, int slot)
 {
-    for (int i = 0; i < v->nuses; i++) {
+    for (int i = v->nuses - 1; i >= 0; i--) {
         if (v->uses[i].node == n && v->uses[i].slot == slot) {
             memmove(&v->uses[i], &v->uses[i + 1], (size_t)(v->nuses - i - 1) * sizeof *v->uses);
             v->nuses--;
@@ -357,7 +360,7 @@ fail:
     /* Out of memory half way: undo what is already visible from the graph
      * (uses in the inputs, output values, the name), so that a caller that
      * goes on after the error still has a graph that verifies. */
-    for (int i = 0; i < n->ninputs; i++)
+    for (int i = n->ninputs - 1; i >= 0; i--)
         if (n->inputs[i]) qf_use_del(n->inputs[i], n, i);
     for (int i = 0; i < n->noutputs; i++) {
         n->outputs[i]->producer = NULL;
@@ -441,7 +444,7 @@ qf_status qf_graph_replace_uses(qf_graph *g, qf_value *from, qf_value *to)
 
 void qf_graph_remove_node(qf_graph *g, qf_node *n)
 {
-    for (int i = 0; i < n->ninputs; i++)
+    for (int i = n->ninputs - 1; i >= 0; i--)
         if (n->inputs[i]) qf_use_del(n->inputs[i], n, i);
     for (int i = 0; i < n->noutputs; i++) {
         qf_value *v = n->outputs[i];

@@ -35,11 +35,23 @@
 #include "qfold/pass.h"
 #include "qfold/quant.h"
 
-/* A weight fake_quant reads a float32 constant. */
-static bool qc_is_weight(const qf_node *fq) { return qf_rewrite_is_f32_const(fq->inputs[0]); }
+/* A weight fake_quant: the `weight` mark qat_insert sets on the fake_quant
+ * of a quantized weight; without the mark (a graph built by other code), a
+ * symmetric fake_quant of a float32 constant. A fake_quant of another
+ * constant (the Sub / Mul constant of an input normalisation, observed as
+ * an activation, affine) is an activation here too: a Q -> DQ pair, as
+ * PTQ's convert writes it (it was refused as a weight with a zero point). */
+static bool qc_is_weight(const qf_node *fq)
+{
+    if (qf_node_attr(fq, "weight")) return qf_node_attr_int(fq, "weight", 0) != 0;
+    return qf_rewrite_is_f32_const(fq->inputs[0]) && qf_node_attr_int(fq, "symmetric", 0) != 0;
+}
 
-/* Why fq cannot be converted (message naming the node), or QF_OK. */
-static qf_status qc_check(const qf_node *fq)
+/* What the form of fq decides: its inputs, its range, a weight's symmetry and
+ * axis, an activation per tensor; with `trained`, also that a weight reads a
+ * float32 constant no one else reads (during training qat_bn_add's scaled
+ * weight stands between them). QF_OK or an error naming the node. */
+static qf_status qc_check_form(const qf_node *fq, bool trained)
 {
     if (fq->ninputs < 5 || !fq->inputs[0])
         return qf_error(QF_ERR_INVALID, "node '%s' (fake_quant): inputs missing", fq->name);
@@ -49,33 +61,22 @@ static qf_status qc_check(const qf_node *fq)
                             fq->inputs[i] ? fq->inputs[i]->name : "?");
     const int64_t qmin = qf_node_attr_int(fq, "quant_min", -128), qmax = qf_node_attr_int(fq, "quant_max", 127);
     const int64_t n = qf_tensor_numel(&fq->inputs[1]->type);
-    const float *scale = fq->inputs[1]->type.data, *zp = fq->inputs[2]->type.data, *mn = fq->inputs[3]->type.data;
-    const bool fixed = qf_node_attr_int(fq, "fixed", 0) != 0;
-    for (int64_t c = 0; c < n; c++) {
-        if (!fixed && mn[c] == INFINITY)
-            return qf_error(QF_ERR_INVALID,
-                            "node '%s' (fake_quant): nothing observed yet (running_min is +inf%s): calibrate or "
-                            "train first",
-                            fq->name, n > 1 ? " in a channel" : "");
-        if (!(scale[c] > 0.0f) || !isfinite(scale[c]))
-            return qf_error(QF_ERR_NUMERIC, "node '%s' (fake_quant): scale %g is not a positive number", fq->name,
-                            scale[c]);
-        if (zp[c] != nearbyintf(zp[c]) || zp[c] < (float)qmin || zp[c] > (float)qmax)
-            return qf_error(QF_ERR_INVALID, "node '%s' (fake_quant): zero point %g outside [%lld, %lld]", fq->name,
-                            zp[c], (long long)qmin, (long long)qmax);
-    }
     if (qc_is_weight(fq)) {
+        if (trained && !qf_rewrite_is_f32_const(fq->inputs[0]))
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (fake_quant): weight '%s' is not a float32 constant",
+                            fq->name, fq->inputs[0]->name);
         if (qmin < -128 || qmax > 127)
             return qf_error(QF_ERR_UNSUPPORTED,
                             "node '%s' (fake_quant): weight range [%lld, %lld] does not fit int8", fq->name,
                             (long long)qmin, (long long)qmax);
-        for (int64_t c = 0; c < n; c++)
-            if (zp[c] != 0.0f)
-                return qf_error(QF_ERR_UNSUPPORTED,
-                                "node '%s' (fake_quant): weight zero point %g (only symmetric int8 weights convert)",
-                                fq->name, zp[c]);
+        if (!qf_node_attr_int(fq, "symmetric", 0))
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (fake_quant): affine weight quantization (only symmetric "
+                            "int8 weights convert)",
+                            fq->name);
         const qf_value *w = fq->inputs[0];
-        if (w->nuses != 1 || w->is_output)
+        if (trained && (w->nuses != 1 || w->is_output))
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (fake_quant): weight '%s' has other readers", fq->name,
                             w->name);
         if (n > 1) {
@@ -85,7 +86,7 @@ static qf_status qc_check(const qf_node *fq)
                 return qf_error(QF_ERR_SHAPE, "node '%s' (fake_quant): %lld scales for axis %lld of weight '%s'",
                                 fq->name, (long long)n, (long long)qf_node_attr_int(fq, "axis", 0), w->name);
         }
-        return qf_rewrite_check_finite(w, fq);
+        return QF_OK;
     }
     if (n != 1)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (fake_quant): a per-channel activation fake_quant", fq->name);
@@ -94,6 +95,51 @@ static qf_status qc_check(const qf_node *fq)
                         "node '%s' (fake_quant): activation range [%lld, %lld] is neither int8 [-128, 127] nor "
                         "uint8 [0, 255]",
                         fq->name, (long long)qmin, (long long)qmax);
+    return QF_OK;
+}
+
+qf_status qf_quant_qat_convert_check(const qf_graph *g)
+{
+    qf_graph_for_each_node(g, n) if (n->op == QF_OP_FAKE_QUANT) QF_TRY(qc_check_form(n, false));
+    return QF_OK;
+}
+
+/* Why fq cannot be converted (message naming the node), or QF_OK: its form,
+ * then the qparams training left. */
+static qf_status qc_check(const qf_node *fq)
+{
+    QF_TRY(qc_check_form(fq, true));
+    const int64_t qmin = qf_node_attr_int(fq, "quant_min", -128),
+                  qmax = qf_node_attr_int(fq, "quant_max", 127);
+    const int64_t n = qf_tensor_numel(&fq->inputs[1]->type);
+    const float *scale = fq->inputs[1]->type.data, *zp = fq->inputs[2]->type.data,
+                *mn = fq->inputs[3]->type.data;
+    const bool fixed = qf_node_attr_int(fq, "fixed", 0) != 0;
+    for (int64_t c = 0; c < n; c++) {
+        if (!fixed && mn[c] == INFINITY)
+            return qf_error(QF_ERR_INVALID,
+                            "node '%s' (fake_quant): nothing observed yet (running_min is +inf%s): "
+                            "calibrate or "
+                            "train first",
+                            fq->name, n > 1 ? " in a channel" : "");
+        if (!(scale[c] > 0.0f) || !isfinite(scale[c]))
+            return qf_error(QF_ERR_NUMERIC,
+                            "node '%s' (fake_quant): scale %g is not a positive number", fq->name,
+                            scale[c]);
+        if (zp[c] != nearbyintf(zp[c]) || zp[c] < (float)qmin || zp[c] > (float)qmax)
+            return qf_error(QF_ERR_INVALID,
+                            "node '%s' (fake_quant): zero point %g outside [%lld, %lld]", fq->name,
+                            zp[c], (long long)qmin, (long long)qmax);
+    }
+    if (qc_is_weight(fq)) {
+        for (int64_t c = 0; c < n; c++)
+            if (zp[c] != 0.0f)
+                return qf_error(QF_ERR_UNSUPPORTED,
+                                "node '%s' (fake_quant): weight zero point %g (only symmetric int8 "
+                                "weights convert)",
+                                fq->name, zp[c]);
+        return qf_rewrite_check_finite(fq->inputs[0], fq);
+    }
     return QF_OK;
 }
 

@@ -15,8 +15,9 @@
  * constant 0.01, the profile's min_scale as the smallest scale. Weights: a
  * fake_quant per channel (the qspec's axis) or per tensor, symmetric, the
  * profile's weight range, its own running range (moving average as well:
- * torch's default per-channel weight fake-quant). Biases are not
- * fake-quantized (torch's QAT neither); convert makes them int32.
+ * torch's default per-channel weight fake-quant), marked `weight` = 1 for
+ * qat_convert. Biases are not fake-quantized (torch's QAT neither); convert
+ * makes them int32.
  */
 #include <float.h>
 #include <math.h>
@@ -99,6 +100,11 @@ qf_status qf_quant_qat_insert(qf_graph *g, qf_quant_annotation *a, const qf_quan
             qat_bufs b;
             st = qat_make_bufs(g, v->name, n, 1.0f, 0.0f, &b);
             if (st == QF_OK) st = qat_insert(g, v, &b, &s->format, s->axis, FLT_EPSILON, true, &fq);
+            /* qat_convert: an int8 constant behind a DequantizeLinear. Any
+             * other fake_quant, also one on a constant (the operand of the
+             * input normalisation's Sub / Mul, an activation to the
+             * annotation), becomes a Q -> DQ pair, as PTQ writes it. */
+            if (st == QF_OK) st = qf_node_set_attr_int(g, fq, "weight", 1);
         } else {
             const uint32_t r = qf_quant_group(a, (uint32_t)id);
             const qf_qspec *rs = &a->spec[r];
@@ -136,6 +142,9 @@ static qf_status quant_qat_insert_run(qf_graph *g, qf_pass_ctx *ctx, bool *chang
     for (int i = 0; i < a->nskips; i++) qf_pass_skip(ctx, a->skips[i].node, "left in float: %s", a->skips[i].reason);
     int made = 0;
     QF_TRY(qf_quant_qat_insert(g, a, s->profile, &made));
+    /* What qat_convert refuses whatever training does is refused now, not
+     * after an hour of training. */
+    QF_TRY(qf_quant_qat_convert_check(g));
     if (!made || !a->nquantized) {
         if (a->nskips)
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): left in float (%s), and nothing else in the model is "
@@ -149,7 +158,7 @@ static qf_status quant_qat_insert_run(qf_graph *g, qf_pass_ctx *ctx, bool *chang
     {
         if (n->op != QF_OP_FAKE_QUANT || !n->inputs[0]) continue;
         const qf_value *v = n->inputs[0];
-        bool weight = qf_value_is_const(v);
+        bool weight = qf_node_attr_int(n, "weight", 0) != 0;
         qf_pass_rewrite(ctx, n, NULL, "fake_quant on %s '%s'%s", weight ? "weight" : "activation", v->name,
                         qf_tensor_numel(&n->inputs[1]->type) > 1 ? " (per channel)" : "");
     }

@@ -345,15 +345,29 @@ qf_status qf_tflite_export(const qf_graph *g, const qf_tflite_options *o, qf_tfl
  * subgraph's inputs from the start) to the last op that reads it (the
  * subgraph's outputs to the end); at each op its outputs are placed at the
  * lowest offset where they fit among the live tensors (16-byte aligned),
- * then the tensors it read for the last time are freed. */
+ * then the tensors it read for the last time are freed.
+ *
+ * The tensors are bucketed by the op that places them and the op that frees
+ * them, and the placement looks at the live tensors only: linear in ops +
+ * tensors for a bounded number of live tensors (a scan of every tensor at
+ * every op made a 10^5-op chain take 49 s). The offset found is the same:
+ * the lowest one clear of every live tensor, whatever their order. */
 static qf_status arena_plan(qf_tfl_ex *e, qf_tflite_result *r)
 {
-    int nt = e->nt;
+    const int nt = e->nt, nk = e->nops + 2; /* steps -1 .. nops, bucket k + 1 */
     int *first = qf_malloc(sizeof *first * (size_t)(nt + 1)), *last = qf_malloc(sizeof *last * (size_t)(nt + 1));
     int64_t *off = qf_malloc(sizeof *off * (size_t)(nt + 1)), *size = qf_malloc(sizeof *size * (size_t)(nt + 1));
-    if (!first || !last || !off || !size) {
-        qf_free(first), qf_free(last), qf_free(off), qf_free(size);
-        return QF_ERR_NOMEM;
+    int *place_at = qf_calloc((size_t)nk + 1, sizeof *place_at),
+        *free_at = qf_calloc((size_t)nk + 1, sizeof *free_at);
+    int *placed = qf_malloc(sizeof *placed * (size_t)(nt + 1)),
+        *freed = qf_malloc(sizeof *freed * (size_t)(nt + 1));
+    int *live = qf_malloc(sizeof *live * (size_t)(nt + 1)),
+        *live_pos = qf_malloc(sizeof *live_pos * (size_t)(nt + 1));
+    qf_status st = QF_OK;
+    if (!first || !last || !off || !size || !place_at || !free_at || !placed || !freed || !live ||
+        !live_pos) {
+        st = QF_ERR_NOMEM;
+        goto done;
     }
     for (int i = 0; i < nt; i++) {
         first[i] = last[i] = -2;
@@ -374,31 +388,62 @@ static qf_status arena_plan(qf_tfl_ex *e, qf_tflite_result *r)
         }
     }
     for (int i = 0; i < e->ngout; i++) last[e->gout[i]] = e->nops;
+    /* Buckets (counting sort, tensors in index order within a step): the
+     * tensors placed at step k, and those freed after it. */
+    for (int t = 0; t < nt; t++) {
+        if (e->t[t].buffer || first[t] < -1 || first[t] >= e->nops) continue;
+        place_at[first[t] + 2]++;
+        if (last[t] >= -1 && last[t] < e->nops) free_at[last[t] + 2]++;
+    }
+    for (int k = 1; k <= nk; k++) {
+        place_at[k] += place_at[k - 1];
+        free_at[k] += free_at[k - 1];
+    }
+    for (int t = 0; t < nt; t++) {
+        if (e->t[t].buffer || first[t] < -1 || first[t] >= e->nops) continue;
+        placed[place_at[first[t] + 1]++] = t;
+        if (last[t] >= -1 && last[t] < e->nops) freed[free_at[last[t] + 1]++] = t;
+    }
+    /* place_at[k + 1] is now the end of step k's run, place_at[k] its start. */
     int64_t peak = 0;
+    int nlive = 0;
     r->activation_bytes = 0;
     for (int k = -1; k < e->nops; k++) {
-        for (int t = 0; t < nt; t++) {
-            if (e->t[t].buffer || first[t] != k) continue;
+        for (int i = k + 1 > 0 ? place_at[k] : 0; i < place_at[k + 1]; i++) {
+            const int t = placed[i];
             r->activation_bytes += size[t];
             /* lowest offset clear of every live tensor */
             int64_t at = 0;
             for (bool moved = true; moved;) {
                 moved = false;
-                for (int u = 0; u < nt; u++)
-                    if (off[u] >= 0 && u != t && last[u] >= k && off[u] < at + size[t] && at < off[u] + size[u]) {
+                for (int l = 0; l < nlive; l++) {
+                    const int u = live[l];
+                    if (off[u] < at + size[t] && at < off[u] + size[u]) {
                         at = off[u] + size[u];
                         moved = true;
                     }
+                }
             }
             off[t] = at;
+            live_pos[t] = nlive;
+            live[nlive++] = t;
             if (at + size[t] > peak) peak = at + size[t];
         }
-        for (int t = 0; t < nt; t++)
-            if (off[t] >= 0 && last[t] == k) off[t] = -1;
+        for (int i = k + 1 > 0 ? free_at[k] : 0; i < free_at[k + 1]; i++) {
+            const int t = freed[i];
+            if (off[t] < 0) continue;
+            off[t] = -1;
+            const int moved_t = live[--nlive];
+            live[live_pos[t]] = moved_t;
+            live_pos[moved_t] = live_pos[t];
+        }
     }
     r->peak_activation_bytes = peak;
+done:
     qf_free(first), qf_free(last), qf_free(off), qf_free(size);
-    return QF_OK;
+    qf_free(place_at), qf_free(free_at), qf_free(placed), qf_free(freed), qf_free(live),
+        qf_free(live_pos);
+    return st;
 }
 
 void qf_tflite_result_free(qf_tflite_result *r)

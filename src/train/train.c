@@ -528,6 +528,22 @@ static const char *qf_train_bad_grad(const qf_trainer *t, const qf_tensor *const
     return "?";
 }
 
+/* The first parameter with a non-finite element after an update, or NULL:
+ * an update of finite gradients can still overflow (a learning rate of
+ * 1e308), and a model of -inf weights must not be written. A read of every
+ * parameter per step, small next to the step's forward and backward. */
+static const qf_value *qf_train_bad_param(const qf_trainer *t)
+{
+    for (int i = 0; i < t->nparams; i++) {
+        const qf_tensor *p = &t->params[i]->type;
+        if (p->dtype != QF_DTYPE_F32) continue;
+        const float *d = p->data;
+        for (int64_t k = 0, m = qf_tensor_numel(p); k < m; k++)
+            if (!isfinite(d[k])) return t->params[i];
+    }
+    return NULL;
+}
+
 /* Validation: every sample of val in batches of the training batch size, in
  * inference mode (BN on its running statistics, Dropout off). */
 static qf_status qf_train_validate(qf_trainer *t, const qf_data_source *val, const qf_tensor *val_labels,
@@ -638,7 +654,14 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
     qf_status st = qf_grad_plan_forward(t->gp, feed, t->nin + 1, true);
     double loss = st == QF_OK ? qf_grad_plan_loss(t->gp) : 0;
     if (st == QF_OK && !isfinite(loss))
-        st = qf_error(QF_ERR_NUMERIC, "step %lld: loss is %s", (long long)step + 1, isnan(loss) ? "nan" : "inf");
+        st = qf_error(QF_ERR_DIVERGED, "step %lld: loss is %s", (long long)step + 1,
+                      isnan(loss) ? "nan" : "inf");
+    /* Numeric trouble inside the training forward (a BatchNorm whose batch
+     * variance is NaN) is the same divergence seen earlier: the loss would
+     * be NaN. The data were checked finite and the parameters after every
+     * update, so it is not the input's fault. */
+    if (st == QF_ERR_NUMERIC)
+        st = qf_error_prefix(QF_ERR_DIVERGED, "step %lld: loss is nan: ", (long long)step + 1);
     const bool update = !c->forward_only;
     if (st == QF_OK && update) st = qf_grad_plan_backward(t->gp);
     double norm = 0;
@@ -648,19 +671,24 @@ static qf_status qf_train_step(qf_trainer *t, const qf_data_source *data, const 
          * to change: clipping scales them in place. */
         norm = qf_clip_grad_norm((qf_tensor *const *)t->grads, t->nparams, c->clip_norm > 0 ? c->clip_norm : INFINITY);
         if (!isfinite(norm))
-            st = qf_error(QF_ERR_NUMERIC, "step %lld: the gradient of '%s' is not finite (loss %g)", (long long)step + 1,
-                          qf_train_bad_grad(t, t->grads), loss);
+            st =
+                qf_error(QF_ERR_DIVERGED, "step %lld: the gradient of '%s' is not finite (loss %g)",
+                         (long long)step + 1, qf_train_bad_grad(t, t->grads), loss);
     }
     if (st != QF_OK) {
         qf_train_snapshot(t, true);
-        /* Numeric trouble inside the forward (a BatchNorm whose batch
-         * variance is NaN) says the step too. */
-        if (st == QF_ERR_NUMERIC && strncmp(qf_error_message(), "step ", 5) != 0)
-            qf_error_prefix(st, "step %lld: ", (long long)step + 1);
         return st;
     }
     info->lr = update ? qf_schedule_lr(&c->sched, c->optim.lr, step) : 0;
-    if (update) QF_TRY(qf_optim_step(t->opt, t->grads, info->lr));
+    if (update) {
+        QF_TRY(qf_optim_step(t->opt, t->grads, info->lr));
+        const qf_value *bad = qf_train_bad_param(t);
+        if (bad)
+            return qf_error(
+                QF_ERR_DIVERGED,
+                "step %lld: parameter '%s' is not finite after the update (lr %g, loss %g)",
+                (long long)step + 1, bad->name, info->lr, loss);
+    }
     double sum = 0;
     int64_t hits = 0;
     if (c->loss == QF_LOSS_CROSS_ENTROPY) qf_train_score(t, qf_grad_plan_output(t->gp, 0), count, &sum, &hits);
@@ -704,6 +732,9 @@ qf_status qf_train(qf_graph *g, const qf_data_source *data, const qf_tensor *lab
                                   .train_accuracy = c->loss == QF_LOSS_CROSS_ENTROPY ? hit_sum / (double)t.n : -1,
                                   .val_loss = -1, .val_accuracy = -1};
         if (val) st = qf_train_validate(&t, val, val_labels, &ei.val_loss, &ei.val_accuracy);
+        if (st == QF_OK && val && !isfinite(ei.val_loss))
+            st = qf_error(QF_ERR_DIVERGED, "epoch %d (step %lld): validation loss is %s", e + 1,
+                          (long long)step, isnan(ei.val_loss) ? "nan" : "inf");
         if (st != QF_OK) break;
         ei.seconds = qf_clock_seconds() - t0;
         r.epochs_done = e + 1;

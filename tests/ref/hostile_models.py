@@ -288,6 +288,45 @@ def case_ok_conv_no_channels(d):
     return args, 0, np.broadcast_to(np.array([0.5, 3.0], np.float32)[None, :, None, None], (1, 2, 2, 2))
 
 
+# Strings with a NUL byte: protobuf-c hands ONNX strings over NUL-terminated,
+# so each was read cut at the NUL ("Relu\0Evil" ran as Relu, "strides\0x"
+# set strides, domain "\0" was the default domain, "w.bin\0../x" read
+# w.bin). Refused at import: exit 2 naming the field and the node.
+
+def case_nul_attribute_name(d):
+    n = helper.make_node("Conv", ["x", "w"], ["y"], name="conv_nul")
+    n.attribute.append(helper.make_attribute("strides\0x", [2, 2]))
+    return model(d, [n], [conv_w()]), 2, ["AttributeProto.name", "conv_nul", "NUL"]
+
+
+def case_nul_op_type(d):
+    n = helper.make_node("Relu\0Evil", ["x"], ["y"], name="evil")
+    return model(d, [n]), 2, ["NodeProto.op_type", "evil", "NUL"]
+
+
+def case_nul_domain(d):
+    n = helper.make_node("Relu", ["x"], ["y"], name="dom", domain="\0")
+    return model(d, [n]), 2, ["NodeProto.domain", "dom", "NUL"]
+
+
+def case_nul_value_name(d):
+    n = helper.make_node("Relu", ["x"], ["a\0b"], name="r1")
+    m = helper.make_node("Relu", ["a\0b"], ["y"], name="r2")
+    return model(d, [n, m]), 2, ["NodeProto.output", "r1", "NUL"]
+
+
+def case_nul_external_location(d):
+    w = f32("w", np.ones((2, 3, 3, 3)))
+    with open(os.path.join(d, "w.bin"), "wb") as f:
+        f.write(w.raw_data)
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    e = w.external_data.add()
+    e.key, e.value = "location", "w.bin\0../../etc/passwd"
+    n = helper.make_node("Conv", ["x", "w"], ["y"], name="conv_ext")
+    return model(d, [n], [w]), 2, ["StringStringEntryProto.value", "tensor 'w'", "NUL"]
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 # Needs an allocation to fail: safe only where the address space is limited
 # (below) and not under a sanitizer, whose allocator reserves differently.

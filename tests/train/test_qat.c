@@ -385,6 +385,33 @@ static void test_bad_input(void)
     qf_graph_free(g);
 }
 
+/* What qat_convert refuses whatever training does is refused by prepare,
+ * before any training: a profile whose activation range has no ONNX type,
+ * one whose weights are affine. */
+static void test_convert_checked_first(void)
+{
+    session s;
+    session_init(&s);
+    qf_quant_profile p = *s.s.profile;
+    p.activation.qmin = 0;
+    p.activation.qmax = 65535;
+    s.s.profile = &p;
+    qf_graph *g = model(1e-5f, 0.9f);
+    REQUIRE(g, "model");
+    CHECK_ERR(qf_qat_prepare(g, &s.q, NULL), QF_ERR_UNSUPPORTED,
+              "activation range [0, 65535] is neither int8");
+    qf_graph_free(g);
+    qf_quant_annotation_free(s.s.annotation);
+    s.s.annotation = NULL;
+    p = *qf_quant_profile_find("neutron");
+    p.conv_weight.scheme = QF_QSCHEME_AFFINE;
+    g = model(1e-5f, 0.9f);
+    REQUIRE(g, "model");
+    CHECK_ERR(qf_qat_prepare(g, &s.q, NULL), QF_ERR_UNSUPPORTED, "affine weight quantization");
+    qf_graph_free(g);
+    qf_quant_annotation_free(s.s.annotation);
+}
+
 int main(void)
 {
     RUN(test_when);
@@ -393,5 +420,6 @@ int main(void)
     RUN(test_freeze_bn);
     RUN(test_freeze_observers);
     RUN(test_bad_input);
+    RUN(test_convert_checked_first);
     return qf_check_report();
 }

@@ -11,7 +11,7 @@
 # `qfold eval`, the Fashion-MNIST CNN's ops) run under the sanitizers in the
 # parity, fresh, determinism, freeze and ort cases and in qat_cli_*.
 if(QF_PYTHON3 AND QF_NODE)
-  set(QF_TRAIN_CLI_CASES parity_sgd parity_adam fresh determinism freeze log_plot progress sigint ort errors)
+  set(QF_TRAIN_CLI_CASES parity_sgd parity_adam fresh determinism freeze log_plot progress sigint ort errors diverged)
   if(NOT QF_SANITIZE)
     list(APPEND QF_TRAIN_CLI_CASES fashion)
   endif()

@@ -571,14 +571,41 @@ def case_errors():
     bad(["freeze", "no parameter named 'nope'"], "--freeze", "c1.weight,nope")
     bad(["freeze", "'b1.running_mean' is a buffer"], "--freeze", "b1.running_mean")
     # A loss that diverges: caught by the BatchNorm (its batch variance is NaN)
-    # or, in a model without one, at the loss.
-    bad(["step 2: ", "nan", "nothing written"], "--lr", 1e30, "--epochs", 5)
+    # or, in a model without one, at the loss. Not bad input: exit 1 with the
+    # loss message (was exit 2 with the BatchNorm's variance message).
+    bad(["step 2: loss is nan", "nothing written"], "--lr", 1e30, "--epochs", 5, expect=1)
     exported("mlp", work("mlp.onnx"))
-    bad(["step 2: loss is nan", "nothing written"], "--lr", 1e38, "--epochs", 5, model=work("mlp.onnx"))
+    bad(["step 2: loss is nan", "nothing written"], "--lr", 1e38, "--epochs", 5, model=work("mlp.onnx"), expect=1)
     # An op without a backward kernel between the parameters and the loss.
     exported("small_erf", work("erf.onnx"))
     bad(["Erf"], model=work("erf.onnx"))
     check(sha(init) == before, "the input model changed")
+
+
+def case_diverged():
+    """An update that overflows every weight (--lr 1e308 on the bundled
+    example, 32 samples): exit 1 naming the step and the first non-finite
+    parameter, nothing written (a model of -inf weights was written, exit 0).
+    With validation data the same; a validation loss that is not finite is
+    refused as well."""
+    model = root("examples", "fashion_mnist", "fashion_cnn.onnx")
+    rng = np.random.default_rng(0)
+    xp = save("div_x.npy", rng.random((32, 1, 28, 28), dtype=np.float32))
+    yp = save("div_y.npy", rng.integers(0, 10, 32).astype(np.int64))
+    out = work("div.onnx")
+    for extra in ([], ["--val-data", xp, "--val-labels", yp]):
+        if os.path.exists(out):
+            os.remove(out)
+        _, _, err = qfold("train", model, "-o", out, "--data", xp, "--labels", yp, "--epochs", 1, "--lr", 1e308,
+                          *extra, expect=1)
+        error_line(err, "step 1: parameter '", "is not finite after the update", "nothing written")
+        check(not os.path.exists(out), "a model was written: %s" % " ".join(map(str, extra)))
+    # Two epochs: the second's first step meets the weights the first epoch
+    # made non-finite only if the check is missing; either way exit 1.
+    _, _, err = qfold("train", model, "-o", out, "--data", xp, "--labels", yp, "--epochs", 2, "--lr", 1e308,
+                      expect=1)
+    error_line(err, "step 1: ", "nothing written")
+    check(not os.path.exists(out), "a model was written (2 epochs)")
 
 
 if __name__ == "__main__":

@@ -370,8 +370,11 @@ static void act_sigmoid_f32_slice(void *ctx, int64_t a, int64_t b)
 
 /* SiLU in place over y[a, b), y = x * sigmoid(x) with sigmoid(x) computed as
  * act_sigmoid_f32_slice does, so the result is the reference engine's
- * Sigmoid then Mul, bit for bit. ctx is the float array. */
-QF_VECTOR_CLONES void qf_silu_f32_inplace_slice(void *ctx, int64_t a, int64_t b)
+ * Sigmoid then Mul, bit for bit. ctx is the float array. Static, with the
+ * exported qf_silu_f32_inplace_slice below as its one caller: clang 14 emits
+ * only the `.ifunc` symbol of a non-static target_clones function, so a
+ * caller in another file (the oneDNN backend) did not link. */
+static QF_VECTOR_CLONES void act_silu_f32_inplace_slice(void *ctx, int64_t a, int64_t b)
 {
     float *restrict y = (float *)ctx + a;
     const int64_t n = b - a;
@@ -382,6 +385,12 @@ QF_VECTOR_CLONES void qf_silu_f32_inplace_slice(void *ctx, int64_t a, int64_t b)
         y[i] = x * (x >= 0 ? s : e * s);
     }
 }
+
+void qf_silu_f32_inplace_slice(void *ctx, int64_t a, int64_t b)
+{
+    act_silu_f32_inplace_slice(ctx, a, b);
+}
+
 static qf_status qf_sigmoid_forward_f32(const qf_kernel_io *io)
 {
     if (io->in[0]->dtype == QF_DTYPE_F32) {
