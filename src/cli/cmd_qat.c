@@ -111,7 +111,8 @@ static qf_status qf_qat_top1(qf_graph *g, qf_tr_state *s, int64_t batch, const c
  * can only say int8's [-128, 127]: the range the weights were trained with
  * goes in metadata_props "qfold.weight_range" ("QMIN,QMAX", when every
  * weight of the profile has the same one), which `qfold finalize` reads. */
-static qf_status qf_qat_keep(const qf_graph *g, const qf_quant_profile *p, qf_cli_outputs *out, int wi)
+static qf_status qf_qat_keep(const qf_graph *g, const qf_quant_profile *p, qf_cli_outputs *out, int wi,
+                             int *failed_write)
 {
     static const char *const passes[] = {"qat_export", NULL};
     qf_graph *copy = NULL;
@@ -129,7 +130,7 @@ static qf_status qf_qat_keep(const qf_graph *g, const qf_quant_profile *p, qf_cl
         snprintf(range, sizeof range, "%d,%d", (int)cw->qmin, (int)cw->qmax);
         st = qf_onnx_metadata_set(copy, QF_QUANT_WEIGHT_RANGE_KEY, range);
     }
-    if (st == QF_OK) st = qf_cli_outputs_save_model(out, wi, copy, &tmp);
+    if (st == QF_OK && (st = qf_cli_outputs_save_model(out, wi, copy, &tmp)) != QF_OK) *failed_write = wi;
     qf_graph_free(copy);
     return st;
 }
@@ -143,6 +144,7 @@ typedef struct qf_qat_run {
     int64_t calibrated;
     double float_acc, int8_acc, seconds;
     bool interrupted;
+    int failed_write;            /* the output whose write failed (a full disk), else -1 */
     qf_quantize_result eq;       /* equalize=auto: the PTQ trial that decided it */
 } qf_qat_run;
 
@@ -186,13 +188,19 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
     int wi = 0;
     if (qa->keep_qat) {
         int keep = 1 + (qa->tr.log != NULL) + (qa->tr.plot != NULL);
-        st = qf_qat_keep(g, &run->profile, out, keep);
-        if (st != QF_OK) return qf_error_prefix(st, "--keep-qat: ");
+        st = qf_qat_keep(g, &run->profile, out, keep, &run->failed_write);
+        if (st != QF_OK) return run->failed_write >= 0 ? st : qf_error_prefix(st, "--keep-qat: ");
     }
     QF_TRY(qf_qat_finalize(g, &run->q, NULL));
     const char *tmp = NULL;
-    QF_TRY(qf_cli_outputs_save_model(out, wi, g, &tmp));
-    QF_TRY(qf_tr_stage_logs(&qa->tr, s, out, &wi));
+    /* A write that fails (a full disk) is reported as `train` reports it:
+     * naming the output, exit 1. */
+    st = qf_cli_outputs_save_model(out, wi, g, &tmp);
+    if (st == QF_OK) st = qf_tr_stage_logs(&qa->tr, s, out, &wi);
+    if (st != QF_OK) {
+        run->failed_write = wi;
+        return st;
+    }
     if (val) {
         /* As `qfold eval` runs a QDQ model: its conv / Gemm groups in integers. */
         QF_TRY(qf_quant_lower_int8(g, NULL, QF_REQUANT_FIXED_POINT, NULL));
@@ -223,7 +231,7 @@ static void qf_qat_summary(const qf_qat_args *qa, const qf_qat_run *run)
 static int qf_cli_qat(int argc, char **argv)
 {
     qf_qat_args qa = {.tr = {.c = qf_train_defaults()}, .calib_count = -1};
-    qf_qat_run run = {.q = qf_qat_defaults()};
+    qf_qat_run run = {.q = qf_qat_defaults(), .failed_write = -1};
     int rc = qf_qat_parse(argc, argv, &qa);
     if (rc == QF_EXIT_OK) rc = qf_cli_quant_profile(qa.target, qa.sets, qa.nsets, &run.profile);
     qf_status st = rc == QF_EXIT_OK ? qf_quant_register_passes() : QF_OK;
@@ -256,7 +264,7 @@ static int qf_cli_qat(int argc, char **argv)
         goto done;
     }
     if (st != QF_OK) {
-        rc = qf_cli_fail(st);
+        rc = run.failed_write >= 0 ? qf_cli_fail_write(&out, run.failed_write, st) : qf_cli_fail(st);
         goto done;
     }
     if ((rc = qf_cli_outputs_commit(&out)) != QF_EXIT_OK) goto done;

@@ -237,6 +237,21 @@ def case_full_disk():
                     "--report", rep, expect=1, preexec=fsize_limit(4096))
     error_line(err, "File too large")
     check(read(out) == b"old model" and read(rep) == b"old report", "a failed quantize changed the old outputs")
+    # qat, as train and the others: exit 1, naming the output (not its hidden
+    # temporary name), the old files kept; also its second model, --keep-qat.
+    x, y = os.path.join(d, "x.npy"), os.path.join(d, "y.npy")
+    rng = np.random.default_rng(0)
+    np.save(x, rng.random((32, 1, 28, 28), dtype=np.float32))
+    np.save(y, rng.integers(0, 10, 32).astype(np.int64))
+    keep = os.path.join(d, "k.onnx")
+    sentinel(keep, "old keep")
+    for cmd, extra in (("train", []), ("qat", []), ("qat", ["--keep-qat", keep])):
+        _, _, err = run(cmd, example("fashion_mnist/fashion_cnn.onnx"), "-o", out, "--data", x, "--labels", y,
+                        "--epochs", "1", "--batch", "16", *extra, expect=1, preexec=fsize_limit(4096))
+        error_line(err, "'%s'" % (keep if extra else out), "File too large")
+        check(read(out) == b"old model" and read(keep) == b"old keep",
+              "a failed %s %s changed the old outputs" % (cmd, " ".join(extra)))
+        no_temps(d, "%s on a full disk" % cmd)
     dot = os.path.join(d, "g.dot")
     _, _, err = run("inspect", model, "--dot", dot, expect=1, preexec=fsize_limit(512))
     error_line(err, "g.dot")
