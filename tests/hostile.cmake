@@ -10,7 +10,7 @@ set(QF_HOSTILE_CASES reshape_overflow reshape_two_unknown expand_huge constant_o
   axis_out_of_range kernel_shape_wrong_length attribute_wrong_type constant_of_shape_value_wrong_dtype
   batchnorm_negative_variance sigmoid_nan ok_slice_extreme ok_range_negative_step
   ok_conv_transpose_empty_input ok_conv_no_channels
-  nul_attribute_name nul_op_type nul_domain nul_value_name nul_external_location)
+  nul_attribute_name nul_op_type nul_domain nul_value_name nul_external_location external_location_dot)
 if(QF_SANITIZE)
   set(QF_HOSTILE_ENV "QF_SANITIZED=1")
 else()

@@ -57,6 +57,18 @@ int qf_cli_error(int code, const char *fmt, ...)
     return code;
 }
 
+int qf_cli_value_error(const qf_cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("qfold: ", stderr);
+    if (cmd) fprintf(stderr, "%s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return QF_EXIT_USAGE;
+}
+
 int qf_cli_usage_error(const qf_cli_command *cmd, const char *fmt, ...)
 {
     va_list ap;
@@ -297,7 +309,7 @@ int qf_cli_extdata_strip(const qf_cli_command *cmd, int *argc, char **argv)
         if (a[15] == '=') {
             const char *v = a + 16;
             if (!*v || strchr(v, '/') || strcmp(v, ".") == 0 || strcmp(v, "..") == 0)
-                return qf_cli_usage_error(cmd,
+                return qf_cli_value_error(cmd,
                                           "--external-data '%s': expected a file name (no directory: the side "
                                           "file is written next to the output)",
                                           v);

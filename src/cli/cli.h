@@ -70,9 +70,18 @@ int qf_cli_error(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
-/* Print "qfold: <message>" and the command's usage line on stderr; returns
+/* A malformed command line (an unknown option, a missing argument): print
+ * "qfold: <message>" and the command's usage line on stderr; returns
  * QF_EXIT_USAGE. */
 int qf_cli_usage_error(const qf_cli_command *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* A known option with a value it does not take (`--batch 0`, `--lr nan`):
+ * the one error line, no usage (the line says what the option takes);
+ * QF_EXIT_USAGE. */
+int qf_cli_value_error(const qf_cli_command *cmd, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

@@ -175,7 +175,7 @@ static int qf_eval_parse(int argc, char **argv, qf_eval_args *ea)
             char *end = NULL;
             long long b = a.failed ? 0 : strtoll(v, &end, 10);
             if (!a.failed && (!*v || *end || b < 1 || b > 1 << 20))
-                return qf_cli_usage_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
+                return qf_cli_value_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
             ea->batch = b;
         } else if (qf_cli_args_flag(&a, "--json", NULL)) {
             ea->json = true;
@@ -185,7 +185,7 @@ static int qf_eval_parse(int argc, char **argv, qf_eval_args *ea)
             if (a.failed) break;
             if (strcmp(v, "tflite") == 0) ea->onnx_requant = false;
             else if (strcmp(v, "onnx") == 0) ea->onnx_requant = true;
-            else return qf_cli_usage_error(a.cmd, "--requant takes tflite or onnx, got '%s'", v);
+            else return qf_cli_value_error(a.cmd, "--requant takes tflite or onnx, got '%s'", v);
         } else if (!ea->model && qf_cli_args_positional(&a, &v)) {
             ea->model = v;
         } else {

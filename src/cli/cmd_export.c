@@ -27,7 +27,7 @@ static int qf_cli_export(int argc, char **argv)
             char *end;
             long b = strtol(v, &end, 10);
             if (end == v || *end || b < 1 || b > 65536)
-                return qf_cli_usage_error(a.cmd, "--batch takes a number in [1, 65536], got '%s'", v);
+                return qf_cli_value_error(a.cmd, "--batch takes a number in [1, 65536], got '%s'", v);
             o.batch = (int)b;
         }
         else if (qf_cli_args_value(&a, "--data", NULL, &v)) {
@@ -38,7 +38,7 @@ static int qf_cli_export(int argc, char **argv)
             char *end;
             long long c = strtoll(v, &end, 10);
             if (end == v || *end || c < 1)
-                return qf_cli_usage_error(a.cmd, "--count takes a positive number, got '%s'", v);
+                return qf_cli_value_error(a.cmd, "--count takes a positive number, got '%s'", v);
             count = c;
         } else if (!in && qf_cli_args_positional(&a, &v)) in = v;
         else return qf_cli_args_unknown(&a);

@@ -182,7 +182,7 @@ static int qf_fuse_parse(int argc, char **argv, qf_fuse_args *fa)
             fa->tol = strtod(v, &end);
             fa->tol_set = true;
             if (*end || !(fa->tol > 0) || !isfinite(fa->tol))
-                return qf_cli_usage_error(a.cmd, "--tolerance wants a positive number, got '%s'", v);
+                return qf_cli_value_error(a.cmd, "--tolerance wants a positive number, got '%s'", v);
         } else if (qf_cli_args_value(&a, "--passes", NULL, &v)) fa->passes = v;
         else if (qf_cli_args_value(&a, "--pipeline", NULL, &v)) fa->pipeline = v;
         else if (qf_cli_args_flag(&a, "--fixpoint", NULL)) fa->fixpoint = true;

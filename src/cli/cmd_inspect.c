@@ -252,7 +252,7 @@ static int qf_cli_inspect(int argc, char **argv)
         } else if (qf_cli_args_value(&a, "--batch", NULL, &v)) {
             char *end;
             long long b = strtoll(v, &end, 10);
-            if (*end || b < 1 || b > 1000000) return qf_cli_usage_error(a.cmd, "--batch: expects a count >= 1");
+            if (*end || b < 1 || b > 1000000) return qf_cli_value_error(a.cmd, "--batch: expects a count >= 1");
             batch = b;
         } else if (qf_cli_args_value(&a, "--dot", NULL, &v)) {
             dot = v;

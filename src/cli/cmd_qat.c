@@ -37,7 +37,7 @@ typedef struct qf_qat_args {
 static int qf_qat_when_arg(const qf_cli_command *cmd, const char *opt, const char *v, qf_qat_when *w)
 {
     if (qf_qat_when_parse(v, w) == QF_OK) return QF_EXIT_OK;
-    return qf_cli_usage_error(cmd, "%s takes optimizer steps (500), epochs (2ep) or never, got '%s'", opt, v);
+    return qf_cli_value_error(cmd, "%s takes optimizer steps (500), epochs (2ep) or never, got '%s'", opt, v);
 }
 
 static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
@@ -65,12 +65,12 @@ static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
         } else if (qf_cli_args_value(&a, "--calib-count", NULL, &v)) {
             if (a.failed) break;
             if (!qf_tr_int(v, 0, INT64_MAX, &k))
-                return qf_cli_usage_error(cmd, "--calib-count takes a number of samples >= 0, got '%s'", v);
+                return qf_cli_value_error(cmd, "--calib-count takes a number of samples >= 0, got '%s'", v);
             qa->calib_count = k;
         } else if (qf_cli_args_value(&a, "--qat-bn", NULL, &v)) {
             if (a.failed) break;
             if (strcmp(v, "approx") && strcmp(v, "exact"))
-                return qf_cli_usage_error(cmd, "--qat-bn takes approx or exact, got '%s'", v);
+                return qf_cli_value_error(cmd, "--qat-bn takes approx or exact, got '%s'", v);
             qa->exact = strcmp(v, "exact") == 0;
         } else if (qf_cli_args_value(&a, "--keep-qat", NULL, &v)) {
             qa->keep_qat = v;

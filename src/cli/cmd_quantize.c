@@ -68,11 +68,11 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
         } else if (qf_cli_args_value(&a, "--calib-count", NULL, &v)) {
             if (a.failed) break;
             if ((qa->count = qf_qz_number(v, 1, INT64_MAX)) < 0)
-                return qf_cli_usage_error(a.cmd, "--calib-count takes a positive number, got '%s'", v);
+                return qf_cli_value_error(a.cmd, "--calib-count takes a positive number, got '%s'", v);
         } else if (qf_cli_args_value(&a, "--batch", NULL, &v)) {
             if (a.failed) break;
             if ((qa->batch = qf_qz_number(v, 1, 1 << 20)) < 0)
-                return qf_cli_usage_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
+                return qf_cli_value_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
         } else if (qf_cli_args_value(&a, "--report", NULL, &v)) {
             qa->report = v;
         } else if (qf_cli_args_flag(&a, "--verify", NULL)) {

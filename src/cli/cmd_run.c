@@ -188,7 +188,7 @@ static int qf_cli_run(int argc, char **argv)
             if (a.failed) break;
             if (strcmp(v, "tflite") == 0) ra.onnx_requant = false;
             else if (strcmp(v, "onnx") == 0) ra.onnx_requant = true;
-            else rc = qf_cli_usage_error(a.cmd, "--requant takes tflite or onnx, got '%s'", v);
+            else rc = qf_cli_value_error(a.cmd, "--requant takes tflite or onnx, got '%s'", v);
         } else if (!ra.model && qf_cli_args_positional(&a, &v)) {
             ra.model = v;
         } else {

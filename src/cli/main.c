@@ -152,7 +152,7 @@ static int qf_cli_globals(int *argc, char **argv)
         char *end = NULL;
         long n = strtol(threads, &end, 10);
         if (!*threads || *end || n < 0 || n > 16)
-            return qf_cli_usage_error(NULL, "--threads '%s': expected a number from 0 (the cores) to 16", threads);
+            return qf_cli_value_error(NULL, "--threads '%s': expected a number from 0 (the cores) to 16", threads);
         qf_status st = qf_set_threads((int)n);
         if (st != QF_OK) return qf_cli_fail(st);
     }
@@ -170,7 +170,7 @@ static int qf_cli_globals(int *argc, char **argv)
         else if (strcmp(engine, "dnnl") == 0)
             e = QF_ENGINE_DNNL;
         else
-            return qf_cli_usage_error(NULL, "--engine '%s': expected auto, ref or dnnl", engine);
+            return qf_cli_value_error(NULL, "--engine '%s': expected auto, ref or dnnl", engine);
         qf_status st = qf_set_engine(e);
         if (st != QF_OK) return qf_cli_fail(st);
     }

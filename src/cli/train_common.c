@@ -97,7 +97,7 @@ bool qf_tr_option(qf_cli_args *a, qf_tr_args *ta, int *rc)
     *rc = QF_EXIT_OK;
 #define QF_TR_NEEDS(cond, ...)                         \
     if (!(cond)) {                                     \
-        *rc = qf_cli_usage_error(cmd, __VA_ARGS__);    \
+        *rc = qf_cli_value_error(cmd, __VA_ARGS__);    \
         return true;                                   \
     }
     if (qf_cli_args_value(a, "-o", "--output", &v)) {

@@ -154,6 +154,13 @@ static qf_status qf_ext_open(qf_ext_reader *r, const char *loc, const char *what
         if (!real)
             return qf_error(QF_ERR_IO, "%s: cannot open external data file '%s': %s", what, loc, strerror(e));
         size_t dl = strlen(r->dir_real);
+        if (strcmp(real, r->dir_real) == 0) {
+            free(real);
+            return qf_error(QF_ERR_INVALID,
+                            "%s: external data location '%s' names the model's directory itself, not a side "
+                            "file in it",
+                            what, loc);
+        }
         bool inside = strncmp(real, r->dir_real, dl) == 0 &&
                       (real[dl] == '/' || (dl == 1 && r->dir_real[0] == '/'));
         if (!inside) {

@@ -472,6 +472,22 @@ def case_usage():
     one_error_line(err, "'-i' needs a value")
     _, err = qfold("run", "-i", example("input.npy"), "-o", work("o.npy"), expect=2)
     one_error_line(err, "no model")
+    # A known option with a value it does not take: the one line says what it
+    # takes, no usage block after it (README: every error is one line).
+    m, x = example("fashion_mnist/fashion_cnn.onnx"), example("input.npy")
+    for argv, needle in ((("train", m, "-o", work("t.onnx"), "--data", x, "--labels", x, "--batch", "0"),
+                          "--batch takes a number"),
+                         (("train", m, "-o", work("t.onnx"), "--data", x, "--labels", x, "--lr", "nan"),
+                          "--lr takes a learning rate > 0, got 'nan'"),
+                         (("train", m, "-o", work("t.onnx"), "--data", x, "--labels", x, "--epochs",
+                           "99999999999999"), "--epochs takes a number"),
+                         (("fuse", m, "-o", work("t.onnx"), "--external-data=../x"), "expected a file name"),
+                         (("quantize", m, "-o", work("t.onnx"), "--calib", x, "--batch", "-1"),
+                          "--batch takes a number"),
+                         (("--threads", "99", "inspect", m), "expected a number from 0")):
+        _, err = qfold(*argv, expect=2)
+        one_error_line(err, needle)
+        check(len(err.strip().splitlines()) == 1, "%s: more than one line:\n%s" % (" ".join(argv[:1]), err))
 
 
 # --- eval ------------------------------------------------------------------------

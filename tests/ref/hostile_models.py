@@ -327,6 +327,18 @@ def case_nul_external_location(d):
     return model(d, [n], [w]), 2, ["StringStringEntryProto.value", "tensor 'w'", "NUL"]
 
 
+def case_external_location_dot(d):
+    # "." is the model's directory itself: refused as such (it was reported as
+    # leading outside the directory through a symbolic link).
+    w = f32("w", np.ones((2, 3, 3, 3)))
+    w.ClearField("raw_data")
+    w.data_location = TensorProto.EXTERNAL
+    e = w.external_data.add()
+    e.key, e.value = "location", "."
+    n = helper.make_node("Conv", ["x", "w"], ["y"], name="conv_ext")
+    return model(d, [n], [w]), 2, ["initializer 'w'", "external data location '.' names the model's directory itself"]
+
+
 CASES = {k[5:]: v for k, v in globals().items() if k.startswith("case_")}
 # Needs an allocation to fail: safe only where the address space is limited
 # (below) and not under a sanitizer, whose allocator reserves differently.
