@@ -49,6 +49,16 @@ static const char *engine_why_not(void)
 #endif
 }
 
+/* The engine new plans use, resolved (AUTO / DNNL load oneDNN the first time). */
+static int engine_current(void)
+{
+    pthread_mutex_lock(&backend_lock);
+    if (engine_wanted < 0) engine_wanted = engine_default();
+    int e = engine_resolve(engine_wanted);
+    pthread_mutex_unlock(&backend_lock);
+    return e;
+}
+
 /* The reference GEMM's hook (ops/math/gemm.h): oneDNN's sgemm while that
  * engine is active. It asks the engine at the call, as qf_sgemm did before
  * the backend was a layer: the first product may be what loads oneDNN (a
@@ -56,7 +66,7 @@ static const char *engine_why_not(void)
 static bool backend_sgemm(const qf_node *n, const qf_sgemm_args *g, qf_status *st)
 {
 #if QF_HAVE_DNNL
-    if (qf_backend_engine() == QF_BACKEND_DNNL) {
+    if (engine_current() == QF_BACKEND_DNNL) {
         *st = qf_dnnl_sgemm(n, g);
         return true;
     }
@@ -73,11 +83,7 @@ void qf_backend_attach(void) { qf_sgemm_set_backend(backend_sgemm); }
 int qf_backend_engine(void)
 {
     qf_backend_attach();
-    pthread_mutex_lock(&backend_lock);
-    if (engine_wanted < 0) engine_wanted = engine_default();
-    int e = engine_resolve(engine_wanted);
-    pthread_mutex_unlock(&backend_lock);
-    return e;
+    return engine_current();
 }
 
 qf_status qf_backend_set_engine(int engine)

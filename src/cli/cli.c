@@ -57,14 +57,20 @@ int qf_cli_error(int code, const char *fmt, ...)
     return code;
 }
 
-int qf_cli_value_error(const qf_cli_command *cmd, const char *fmt, ...)
+/* "qfold: [cmd: ]<message>" on stderr: the error line of a bad command line. */
+static void cli_command_line_error(const qf_cli_command *cmd, const char *fmt, va_list ap)
 {
-    va_list ap;
-    va_start(ap, fmt);
     fputs("qfold: ", stderr);
     if (cmd) fprintf(stderr, "%s: ", cmd->name);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
+}
+
+int qf_cli_value_error(const qf_cli_command *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cli_command_line_error(cmd, fmt, ap);
     va_end(ap);
     return QF_EXIT_USAGE;
 }
@@ -73,10 +79,7 @@ int qf_cli_usage_error(const qf_cli_command *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("qfold: ", stderr);
-    if (cmd) fprintf(stderr, "%s: ", cmd->name);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    cli_command_line_error(cmd, fmt, ap);
     va_end(ap);
     if (cmd)
         fprintf(stderr, "usage: %s\n", cmd->usage);

@@ -10,8 +10,6 @@
  * (qf_dnnl_can_fuse) they are taken: a NaN there needs a NaN input. */
 #include "backend/dnnl/dnnl_kernels.h"
 
-#if QF_HAVE_DNNL
-
 static qf_status dact_build(const qf_kernel_io *io, qf_dk_prim *p)
 {
     const qf_node *n = io->node;
@@ -67,5 +65,3 @@ const qf_backend_kernels qf_sigmoid_dnnl = QF_DACT_COLUMNS_;
 const qf_backend_kernels qf_tanh_dnnl = QF_DACT_COLUMNS_;
 const qf_backend_kernels qf_hard_swish_dnnl = QF_DACT_COLUMNS_;
 #undef QF_DACT_COLUMNS_
-
-#endif /* QF_HAVE_DNNL */

@@ -9,8 +9,6 @@
 
 #include "backend/dnnl/dnnl_kernels.h"
 
-#if QF_HAVE_DNNL
-
 /* Descriptor of t padded to `nd` dims (leading 1s), channels-last if asked. */
 static qf_status dbin_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, int nd,
                          int fmt)
@@ -96,5 +94,3 @@ const qf_backend_kernels qf_sub_dnnl = QF_DBIN_COLUMNS_;
 const qf_backend_kernels qf_mul_dnnl = QF_DBIN_COLUMNS_;
 const qf_backend_kernels qf_div_dnnl = QF_DBIN_COLUMNS_;
 #undef QF_DBIN_COLUMNS_
-
-#endif /* QF_HAVE_DNNL */

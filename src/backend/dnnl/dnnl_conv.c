@@ -49,7 +49,7 @@
  * 14x14 27-44 ms to run 1.5x faster at batch 8 (session 14, bench/run.md). */
 enum { QF_WINO_MIN_PLANE = 14 * 14 };
 
-/* Compiled in every build: the plan's layout rule asks (layout.c). */
+/* The plan's layout rule asks, through qf_backend_conv_winograd (plan_layout.c). */
 bool qf_dnnl_winograd_enabled(void)
 {
     const char *e = getenv("QFOLD_WINOGRAD");
@@ -76,8 +76,6 @@ bool qf_dnnl_conv_winograd(const qf_node *n)
             return false;
     return cg.s.out[0] * cg.s.out[1] >= QF_WINO_MIN_PLANE;
 }
-
-#if QF_HAVE_DNNL
 
 /* Weights descriptor dims and the strides of ONNX's W in memory. */
 static int dconv_weights(const qf_conv_geom *cg, const qf_tensor *w, int64_t *dims,
@@ -268,7 +266,6 @@ const qf_backend_kernels qf_conv_transpose_dnnl = {
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .accepts = dconv_accepts,
 };
-
 
 /* --- training: forward (training), backward data, backward weights ---------
  *
@@ -764,5 +761,3 @@ const qf_backend_kernels qf_conv_transpose_dnnl_train = {
     .forward_f32 = dct_forward,
     .backward_f32 = dct_backward,
 };
-
-#endif /* QF_HAVE_DNNL */

@@ -17,8 +17,6 @@
 
 #include "backend/dnnl/dnnl_kernels.h"
 
-#if QF_HAVE_DNNL
-
 /* One matmul problem in oneDNN's terms. */
 typedef struct dmm_problem {
     int nd;
@@ -223,5 +221,3 @@ const qf_backend_kernels qf_gemm_dnnl = QF_DMM_COLUMNS_(dgemm_prepare);
 const qf_backend_kernels qf_matmul_dnnl = QF_DMM_COLUMNS_(dmatmul_prepare);
 const qf_backend_kernels qf_linear_dnnl = QF_DMM_COLUMNS_(dlinear_prepare);
 #undef QF_DMM_COLUMNS_
-
-#endif /* QF_HAVE_DNNL */

@@ -8,8 +8,6 @@
  * reports the channel. */
 #include "backend/dnnl/dnnl_kernels.h"
 
-#if QF_HAVE_DNNL
-
 static qf_status dbn_build(const qf_kernel_io *io, qf_dk_prim *p)
 {
     const qf_node *n = io->node;
@@ -68,5 +66,3 @@ const qf_backend_kernels qf_batch_norm_dnnl = {
     .forward_f32 = qf_dk_forward,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC | QF_LAYOUT_BLOCKED,
 };
-
-#endif /* QF_HAVE_DNNL */

@@ -17,8 +17,6 @@
 #include "backend/dnnl/dnnl_kernels.h"
 #include "ops/math/spatial.h"
 
-#if QF_HAVE_DNNL
-
 typedef enum { DPOOL_MAX, DPOOL_AVG, DPOOL_GLOBAL_AVG } dpool_kind;
 
 static qf_status dpool_build(const qf_kernel_io *io, qf_dk_prim *p, dpool_kind kind)
@@ -115,5 +113,3 @@ const qf_backend_kernels qf_max_pool_dnnl = QF_DPOOL_COLUMNS_(dmax_pool_prepare)
 const qf_backend_kernels qf_avg_pool_dnnl = QF_DPOOL_COLUMNS_(davg_pool_prepare);
 const qf_backend_kernels qf_global_avg_pool_dnnl = QF_DPOOL_COLUMNS_(dglobal_avg_pool_prepare);
 #undef QF_DPOOL_COLUMNS_
-
-#endif /* QF_HAVE_DNNL */

@@ -9,8 +9,6 @@
 #include "backend/dnnl/dnnl_kernels.h"
 #include "ops/int8/qlinear.h"
 
-#if QF_HAVE_DNNL
-
 /* Descriptor-stage failures that mean "oneDNN does not do this node":
  * unimplemented, and invalid arguments (a geometry oneDNN rejects that the
  * reference kernels take, e.g. a padding it considers inconsistent). */
@@ -550,5 +548,3 @@ bool qf_dnnl_can_fuse(const qf_node *producer, const qf_node *follower)
     }
     return false;
 }
-
-#endif /* QF_HAVE_DNNL */

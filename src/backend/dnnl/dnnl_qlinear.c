@@ -49,8 +49,6 @@
 #include "ops/int8/int8.h"
 #include "ops/int8/qlinear.h"
 
-#if QF_HAVE_DNNL
-
 typedef struct qdnnl_state {
     dnnl_primitive_t conv, reorder_in, reorder_out; /* reorders NULL when NCHW is oneDNN's layout */
     dnnl_memory_t x_user, x_conv, w, b, y_conv, y_user, pad, res; /* res: a fused qadd's other operand */
@@ -505,5 +503,3 @@ const qf_backend_kernels qf_qlinear_conv_dnnl = {
     .forward_f32 = qdnnl_forward,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
 };
-
-#endif /* QF_HAVE_DNNL */
