@@ -3,7 +3,7 @@
 # run against PyTorch's output on the bundled example). They run the qfold
 # binary of this build, so under `make test-asan` they run it with
 # AddressSanitizer + UBSan.
-set(QF_CLI_CASES version engine_threads help usage inspect inspect_plan inspect_json inspect_dot inspect_escape report_utf8 run run_multi run_int64 run_errors
+set(QF_CLI_CASES version engine_threads help usage inspect inspect_plan inspect_json inspect_dot inspect_escape report_utf8 run run_multi run_int64 run_fixed_batch run_errors
     eval eval_compare eval_fixed_batch eval_errors)
 foreach(case ${QF_CLI_CASES})
   add_test(NAME cli_${case}

@@ -418,6 +418,48 @@ def case_run_int64():
     one_error_line(err, "input 'x'", "expected float32 [2, 6], got int64 [2]")
 
 
+def case_run_fixed_batch():
+    """A model exported with a fixed batch B (PyTorch's default: 1) takes
+    k * B samples: k runs, the outputs stacked, equal to k runs of B."""
+    model = example("tiny_cnn.onnx")
+    x = np.random.default_rng(12).random((5, 3, 32, 32), dtype=np.float32)
+    np.save(work("x5.npy"), x)
+    stdout, _ = qfold("run", model, "-i", work("x5.npy"), "-o", work("y5.npy"))
+    check("[5, 10]" in stdout, "run does not report the stacked shape:\n" + stdout)
+    got = np.load(work("y5.npy"))
+    for i in range(5):
+        np.save(work("one.npy"), x[i:i + 1])
+        qfold("run", model, "-i", work("one.npy"), "-o", work("o.npy"))
+        check(np.array_equal(got[i:i + 1], np.load(work("o.npy"))), "sample %d: stacked run != single run" % i)
+    # Batch fixed at 4: 8 samples run twice and equal the dynamic model's; 10
+    # are not a multiple of 4.
+    import onnx
+    from onnx import TensorProto, helper
+    m = onnx.load(example("fashion_mnist/fashion_cnn.onnx"))
+    for v in (m.graph.input[0], m.graph.output[0]):
+        v.type.tensor_type.shape.dim[0].dim_value = 4
+    onnx.save(m, work("fixed4.onnx"))
+    rng = np.random.default_rng(13)
+    np.save(work("x8.npy"), rng.random((8, 1, 28, 28), dtype=np.float32))
+    np.save(work("x10.npy"), rng.random((10, 1, 28, 28), dtype=np.float32))
+    qfold("run", work("fixed4.onnx"), "-i", work("x8.npy"), "-o", work("a.npy"))
+    qfold("run", example("fashion_mnist/fashion_cnn.onnx"), "-i", work("x8.npy"), "-o", work("b.npy"))
+    check(np.array_equal(np.load(work("a.npy")), np.load(work("b.npy"))), "fixed batch 4, 8 samples != dynamic")
+    _, err = qfold("run", work("fixed4.onnx"), "-i", work("x10.npy"), "-o", work("a.npy"), expect=2)
+    one_error_line(err, "expected float32 [4, 1, 28, 28], got float32 [10, 1, 28, 28]")
+    # An output whose first dimension is not the batch cannot be stacked.
+    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], name="t", perm=[1, 0])], "t",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 1])])
+    t = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    t.ir_version = 7
+    onnx.save(t, work("t.onnx"))
+    np.save(work("x3.npy"), np.zeros((3, 4), np.float32))
+    _, err = qfold("run", work("t.onnx"), "-i", work("x3.npy"), "-o", work("ty.npy"), expect=2)
+    one_error_line(err, "output 'y'", "not the model's fixed batch of 1")
+    check(not os.path.exists(work("ty.npy")), "a failed run left an output file")
+
+
 def case_run_errors():
     model = example("tiny_cnn.onnx")
     # Wrong shape: the exact message of the contract.

@@ -6,6 +6,8 @@
 // Inputs are fed in the model's input order; output j (model output order) is
 // written to OUTDIR/out<j>.npy. Supports .npy v1-3, little-endian, C order,
 // float32/float64/float16/int8/uint8/int32/int64/bool. Exit status 1 on any error.
+// QF_ORT_CHUNK=B runs the inputs B samples at a time (a model with a fixed
+// batch B given more samples), the outputs stacked on dim 0.
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -73,10 +75,35 @@ async function main() {
   if (inputs.length !== session.inputNames.length) {
     throw new Error(`model has ${session.inputNames.length} inputs, got ${inputs.length} .npy files`);
   }
-  const feeds = {};
-  session.inputNames.forEach((name, i) => { feeds[name] = readNpy(inputs[i]); });
-  const results = await session.run(feeds);
-  session.outputNames.forEach((name, j) => writeNpy(path.join(outdir, `out${j}.npy`), results[name]));
+  const tensors = inputs.map(readNpy);
+  // QF_ORT_CHUNK=B: run B samples (dim 0) at a time and stack the outputs,
+  // for a model exported with a fixed batch B fed more samples.
+  const chunk = Number(process.env.QF_ORT_CHUNK || 0);
+  const n = tensors.length ? tensors[0].dims[0] : 0;
+  const runs = chunk > 0 ? Math.ceil(n / chunk) : 1;
+  const parts = session.outputNames.map(() => []);
+  for (let c = 0; c < runs; c++) {
+    const feeds = {};
+    session.inputNames.forEach((name, i) => {
+      const t = tensors[i];
+      if (chunk <= 0) { feeds[name] = t; return; }
+      const per = t.data.length / t.dims[0];
+      const dims = [chunk, ...t.dims.slice(1)];
+      feeds[name] = new ort.Tensor(t.type, t.data.slice(c * chunk * per, (c + 1) * chunk * per), dims);
+    });
+    const results = await session.run(feeds);
+    session.outputNames.forEach((name, j) => parts[j].push(results[name]));
+  }
+  session.outputNames.forEach((name, j) => {
+    const ps = parts[j];
+    if (ps.length === 1) { writeNpy(path.join(outdir, `out${j}.npy`), ps[0]); return; }
+    const total = ps.reduce((a, t) => a + t.data.length, 0);
+    const data = new ps[0].data.constructor(total);
+    let off = 0;
+    for (const t of ps) { data.set(t.data, off); off += t.data.length; }
+    const dims = [ps.reduce((a, t) => a + t.dims[0], 0), ...ps[0].dims.slice(1)];
+    writeNpy(path.join(outdir, `out${j}.npy`), new ort.Tensor(ps[0].type, data, dims));
+  });
 }
 
 main().catch((e) => { console.error(`ort_run: ${e.message}`); process.exit(1); });
