@@ -2,7 +2,7 @@
 """Push torchvision architectures through `qfold run` and `qfold fuse`.
 
     arch_sweep.py QFOLD [--work DIR] [--opset N] [--size S] [--node NODE | --no-ort]
-                        [--strict] [--keep] [--list] [MODEL ...]
+                        [--strict] [--keep] [--list] [--tflite TARGET] [MODEL ...]
 
 A manual sweep tool (tests/arch.cmake runs a few cheap models with --strict).
 For each MODEL (default: every model of SWEEP below) it
@@ -19,7 +19,10 @@ For each MODEL (default: every model of SWEEP below) it
    the BN as its only user and is not a graph output); checks that every
    must-fold BN is gone and that onnx.checker accepts the fused file;
 4. runs the fused file with ONNX Runtime (tests/ref/ort_run.js) and compares
-   with torch at the same tolerance.
+   with torch at the same tolerance;
+5. with --tflite TARGET: quantizes for TARGET (the one input as calibration
+   data) and exports to .tflite, printing 'ok', the ops left float, or the
+   command's refusal (a coverage census; not part of --strict).
 
 Prints one table row per model. With --strict the exit status is 1 when any
 model fails a check (used by ctest), else 0. Step 1 runs through
@@ -261,6 +264,8 @@ def sweep_one(name, args):
                 row["ort"] = f"{d:.2e}"
                 if not d <= bound:
                     problems.append(f"ort: diff {d:.3g} > {bound:.3g}")
+    if args.tflite:
+        row["tflite"] = tflite_step(name, path, xin, args)
     row["ok"] = not problems
     row["why"] = "; ".join(problems)
     if not args.keep:
@@ -268,6 +273,32 @@ def sweep_one(name, args):
             if os.path.exists(f):
                 os.remove(f)
     return row
+
+
+def tflite_step(name, path, xin, args):
+    """--tflite: `quantize --target T` (the sweep's one input as calibration
+    data: a smoke test of coverage, not of accuracy), then `export`. Returns
+    'ok', 'quantize: <error>', 'export: <error>' or 'float: <ops left
+    float>'."""
+    q = os.path.join(args.work, name + ".q.onnx")
+    t = os.path.join(args.work, name + ".tflite")
+    rep = os.path.join(args.work, name + ".q.json")
+    rc, msg, _ = run([args.qfold, "quantize", path, "-o", q, "--target", args.tflite, "--calib", xin,
+                      "--report", rep], args.timeout)
+    if rc != 0:
+        return "quantize: " + first_line(msg)
+    import json
+    left = json.load(open(rep))["left_float"]
+    rc, msg, _ = run([args.qfold, "export", q, "-o", t], args.timeout)
+    for f in (q, t, rep):
+        if os.path.exists(f) and not args.keep:
+            os.remove(f)
+    if rc != 0:
+        return "export: " + first_line(msg)
+    if left:
+        ops = sorted({o["op"] for o in left})
+        return "ok, %d float (%s)" % (len(left), ", ".join(ops))
+    return "ok"
 
 
 def main():
@@ -283,6 +314,8 @@ def main():
     ap.add_argument("--opset", type=int, default=OPSET, help=f"export opset (default {OPSET})")
     ap.add_argument("--size", type=int, default=None, help="input side for every model (default: per model)")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--tflite", metavar="TARGET", default=None,
+                    help="also quantize for TARGET (neutron / generic) and export to .tflite; a TFLite column")
     args = ap.parse_intermixed_args()
     if args.list:
         print("\n".join(SWEEP))
@@ -306,6 +339,8 @@ def main():
         skipped += row["ok"] is None
         print(f"{name:<20} {row['amax']:>10} {row['run']:>9} {row['bn']:>12} {row['ort']:>9}  {status} ({time.time() - t0:.0f}s)",
               flush=True)
+        if "tflite" in row:
+            print(f"{'':<20} tflite ({args.tflite}): {row['tflite']}", flush=True)
     print(f"{len(names) - failed - skipped} pass, {failed} fail, {skipped} skipped (torch cannot export them)")
     return 1 if (args.strict and failed) else 0
 
