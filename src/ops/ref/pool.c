@@ -488,7 +488,7 @@ static qf_status pool_reduce_infer(qf_node *n, const qf_dtype *allowed, int coun
 
 static const qf_dtype pool_float_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64};
 /* ReduceMax also moves int8 / uint8 values: the integer executor's exact
- * max of a tensor whose qparams the output shares (src/quant/lower.c). */
+ * max of a tensor whose qparams the output shares (quant/lower_reduce.c). */
 static const qf_dtype pool_max_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I8, QF_DTYPE_U8};
 
 static qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
@@ -509,7 +509,7 @@ static qf_status qf_reduce_max_infer(qf_graph *g, qf_node *n)
     return pool_reduce_infer(n, pool_max_dtypes, 4, "float32, float64, int8 and uint8 are");
 }
 
-/* One output element's reduction: the `count` elements at x + off + the
+/* One output element's reduction: the rcount elements at x + base + the
  * odometer over (rd, rs). Mean and sum in double, rounded once; max keeps a
  * NaN (the first one, as torch.amax propagates it) and is -inf over none. */
 #define QF_REDUCE_OVER_(T, STEP)                  \
