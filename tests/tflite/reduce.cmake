@@ -3,7 +3,7 @@
 # parser has the operator (EXP; LOG, SUM, REDUCE_MAX refused, pinned), ONNX
 # Runtime on the quantized QDQ models (reduce_test.py says what each case does).
 if(QF_PYTHON3)
-  set(QF_REDUCE_CASES sweep reduce armnn_limits)
+  set(QF_REDUCE_CASES sweep reduce armnn_limits refusals)
   if(QF_NODE)
     list(APPEND QF_REDUCE_CASES quantize)
   endif()

@@ -19,6 +19,7 @@ case_armnn_limits pins); ONNX Runtime running the QDQ models.
            on the QDQ model within 1 LSB of qfold's simulation of it.
   armnn_limits  ArmNN 20.08 runs the EXP export within 1 LSB, and refuses
            LOG, SUM and REDUCE_MAX (its parser lacks them).
+  refusals what the export refuses, naming the node.
 
     reduce_test.py --qfold BIN --root SRC --work DIR CASE
 """
@@ -201,6 +202,25 @@ def case_reduce():
         if d.max():
             bad.append(row)
     check(not bad, "TFLite 2.2 differs from qfold's int8 run: %r" % bad)
+
+
+def case_refusals():
+    """What the export refuses, naming the node and why: a ReduceMax whose
+    qparams differ (left DQ -> ReduceMax -> Q: TFLite's REDUCE_MAX has no
+    requantization), a reduction without keepdims whose kept axes NHWC
+    reorders."""
+    for op, shape, osh, attrs, qout, needle in (
+            ("ReduceMax", ["N", 3, 4, 5], ["N", 3, 1, 1], {"axes": [2, 3]}, (0.05, 3),
+             "not an int8 ReduceMax (its input and output qparams differ)"),
+            ("ReduceSum", ["N", 3, 4, 5], ["N", 3, 4], {"axes": [3], "keepdims": 0}, (0.3, 0),
+             "a reduction without keepdims that reorders NHWC axes")):
+        m = work(op + ".onnx")
+        qdq_model(m, op, shape, osh, (0.02, 3), qout, opset=11, **attrs)
+        out = work(op + ".tflite")
+        _, _, err = qfold("export", m, "-o", out, expect=2)
+        print(err.strip())
+        check(("'%s_2' (%s)" % (op, op)) in err and needle in err, "%s: unexpected refusal: %s" % (op, err))
+        check(not os.path.exists(out), "%s: a file was written for a refused model" % op)
 
 
 def case_armnn_limits():
