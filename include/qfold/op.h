@@ -84,6 +84,12 @@ extern "C" {
     X(SQRT, sqrt, "Sqrt", "", 1, 1, 1, 1,                                             \
       (DATA),                                                                         \
       ())                                                                             \
+    X(EXP, exp, "Exp", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(LOG, log, "Log", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
     X(RECIPROCAL, reciprocal, "Reciprocal", "", 1, 1, 1, 1,                           \
       (DATA),                                                                         \
       ())                                                                             \
@@ -166,6 +172,12 @@ extern "C" {
       (DATA),                                                                         \
       ())                                                                             \
     X(REDUCE_MEAN, reduce_mean, "ReduceMean", "", 1, 2, 1, 1,                         \
+      (DATA, SHAPE),                                                                  \
+      (A(axes,INTS) A(keepdims,INT) A(noop_with_empty_axes,INT)))                     \
+    X(REDUCE_SUM, reduce_sum, "ReduceSum", "", 1, 2, 1, 1,                            \
+      (DATA, SHAPE),                                                                  \
+      (A(axes,INTS) A(keepdims,INT) A(noop_with_empty_axes,INT)))                     \
+    X(REDUCE_MAX, reduce_max, "ReduceMax", "", 1, 2, 1, 1,                            \
       (DATA, SHAPE),                                                                  \
       (A(axes,INTS) A(keepdims,INT) A(noop_with_empty_axes,INT)))                     \
     X(FLATTEN, flatten, "Flatten", "", 1, 1, 1, 1,                                    \
@@ -261,6 +273,9 @@ extern "C" {
     X(QMEAN, qmean, NULL, "", 5, 5, 1, 1,                                             \
       (DATA),                                                                         \
       (A(axes,INTS) A(keepdims,INT) A(qfold_clamp,INTS)))                             \
+    X(QSUM, qsum, NULL, "", 5, 5, 1, 1,                                               \
+      (DATA),                                                                         \
+      (A(axes,INTS) A(keepdims,INT)))                                                 \
     X(QCONV_TRANSPOSE, qconv_transpose, NULL, "", 8, 9, 1, 1,                         \
       (DATA),                                                                         \
       (A(auto_pad,STRING) A(dilations,INTS) A(group,INT) A(kernel_shape,INTS)         \

@@ -2,9 +2,9 @@
  * forms at import, and back to one opset's forms at export.
  *
  * qfold's forms (what src/ops/ reads):
- *   ReduceMean, Squeeze, Unsqueeze, Split, Clip, Dropout: the kernels read
- *     both the attribute form (older opsets) and the input form (newer), so
- *     import keeps the node as the file has it. Split's num_outputs (18) is
+ *   ReduceMean, ReduceSum, ReduceMax, Squeeze, Unsqueeze, Split, Clip,
+ *     Dropout: the kernels read both the attribute form (older opsets) and
+ *     the input form (newer), so import keeps the node as the file has it. Split's num_outputs (18) is
  *     read by its inference (the last part the smaller one).
  *   Pad, Slice: the input form only: Pad-2's pads / value and Slice-1's
  *     starts / ends / axes attributes become constant inputs at import.
@@ -363,13 +363,19 @@ static int64_t node_min_opset(const qf_graph *g, const qf_node *n)
     const int64_t *p;
     switch (n->op) {
     case QF_OP_REDUCE_MEAN:
-        if (op_nonconst(n, 1)) v = 18;
+    case QF_OP_REDUCE_MAX:
+    case QF_OP_REDUCE_SUM: {
+        /* axes became an input at 13 (ReduceSum) or 18 (the others), and
+         * noop_with_empty_axes came with it */
+        const int64_t form = n->op == QF_OP_REDUCE_SUM ? 13 : 18;
+        if (op_nonconst(n, 1)) v = form;
         if (qf_node_attr_int(n, "noop_with_empty_axes", 0) && !qf_node_attr(n, "axes")) {
             int64_t tmp[QF_MAX_DIMS];
             int c = 0;
-            if (!op_in(n, 1) || (op_const_ints(op_in(n, 1), tmp, QF_MAX_DIMS, &c) && c == 0)) v = 18;
+            if (!op_in(n, 1) || (op_const_ints(op_in(n, 1), tmp, QF_MAX_DIMS, &c) && c == 0)) v = form;
         }
         break;
+    }
     case QF_OP_SQUEEZE:
     case QF_OP_UNSQUEEZE:
         if (op_nonconst(n, 1)) v = 13;
@@ -612,8 +618,9 @@ static qf_status wr_list(qf_wr *r, int64_t opset, int64_t since, int slot, const
 
 static qf_status wr_reduce(qf_wr *r, int64_t opset)
 {
-    QF_TRY(wr_list(r, opset, 18, 1, "axes", QF_MAX_DIMS));
-    if (opset < 18) wr_drop_attr(r, "noop_with_empty_axes");
+    const int64_t form = r->n->op == QF_OP_REDUCE_SUM ? 13 : 18; /* axes an input from */
+    QF_TRY(wr_list(r, opset, form, 1, "axes", QF_MAX_DIMS));
+    if (opset < form) wr_drop_attr(r, "noop_with_empty_axes");
     return QF_OK;
 }
 
@@ -749,6 +756,8 @@ qf_status qf_onnx_opset_write(const qf_graph *g, const qf_node *n, int64_t opset
     qf_wr r = {n, alloc, ud, w};
     switch (n->op) {
     case QF_OP_REDUCE_MEAN:
+    case QF_OP_REDUCE_SUM:
+    case QF_OP_REDUCE_MAX:
     case QF_OP_SQUEEZE:
     case QF_OP_UNSQUEEZE:
     case QF_OP_SPLIT:
@@ -766,7 +775,9 @@ qf_status qf_onnx_opset_write(const qf_graph *g, const qf_node *n, int64_t opset
                         qf_op_label(n));
     wr_init(&r);
     switch (n->op) {
-    case QF_OP_REDUCE_MEAN: QF_TRY(wr_reduce(&r, opset)); break;
+    case QF_OP_REDUCE_MEAN:
+    case QF_OP_REDUCE_SUM:
+    case QF_OP_REDUCE_MAX: QF_TRY(wr_reduce(&r, opset)); break;
     case QF_OP_SQUEEZE:
     case QF_OP_UNSQUEEZE: QF_TRY(wr_list(&r, opset, 13, 1, "axes", QF_MAX_DIMS)); break;
     case QF_OP_SPLIT: QF_TRY(wr_split(&r, opset)); break;

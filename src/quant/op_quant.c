@@ -80,11 +80,19 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     /* reductions: shared or own qparams, per the profile */
     [QF_OP_GLOBAL_AVG_POOL] = {PAT(QF_QPAT_REDUCTION), LOWER(qf_lower_mean)},
     [QF_OP_REDUCE_MEAN] = {PAT(QF_QPAT_REDUCTION), LOWER(qf_lower_mean)},
+    /* TFLite's SUM adds the raw int8 values when X and Y share qparams (zero
+     * points counted, wrapping), and a sum's range grows with its count: own */
+    [QF_OP_REDUCE_SUM] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_reduce_sum)},
+    /* the largest q is the largest real: exact with shared qparams */
+    [QF_OP_REDUCE_MAX] = {SHARE, LOWER_ANY(qf_lower_reduce_max), INT8_PASSES},
 
     /* element-wise ops with their own output qparams */
     [QF_OP_LEAKY_RELU] = {PAT(QF_QPAT_OWN)},
     [QF_OP_HARD_SWISH] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_hard_swish)},
     [QF_OP_HARD_SIGMOID] = {PAT(QF_QPAT_OWN)},
+    /* TFLite 2.2's DEQUANTIZE -> EXP / LOG -> QUANTIZE as an int8 table */
+    [QF_OP_EXP] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_exp)},
+    [QF_OP_LOG] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_log)},
 
     /* the int8 ops of a lowered graph (ONNX's and qfold's own) */
     [QF_OP_QLINEAR_CONV] = {INT8_OUT_QPARAMS(6)},
@@ -95,6 +103,7 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     [QF_OP_QCONCAT] = {INT8_OUT_QPARAMS(0)},
     [QF_OP_QAVG_POOL] = {INT8_OUT_QPARAMS(3)},
     [QF_OP_QMEAN] = {INT8_OUT_QPARAMS(3)},
+    [QF_OP_QSUM] = {INT8_OUT_QPARAMS(3)},
     [QF_OP_QLUT] = {INT8_OUT_QPARAMS(3)},
 
     /* the made-up ops of the extra-op test build (empty in every other) */

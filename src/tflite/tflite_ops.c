@@ -373,12 +373,11 @@ qf_status qf_tfl_emit_pool(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     return QF_OK;
 }
 
-/* MEAN over the lowered node's axes (non-negative), mapped to NHWC. */
-qf_status qf_tfl_emit_qmean(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
+/* A reduction (MEAN, SUM, REDUCE_MAX) of int8 x into y over the NCHW axes
+ * `axes` (non-negative), mapped to NHWC. */
+static qf_status tfl_reduce(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row, const qf_value *x,
+                            const qf_value *y, const int64_t *axes, int cnt)
 {
-    const qf_value *x = n->inputs[0], *y = n->outputs[0];
-    int cnt = 0;
-    const int64_t *axes = qf_node_attr_ints(n, "axes", &cnt);
     const int r = x->type.ndim;
     bool red[QF_MAX_DIMS] = {false};
     for (int i = 0; i < cnt; i++) red[qf_tfl_phys_axis(r, (int)axes[i])] = true;
@@ -389,14 +388,11 @@ qf_status qf_tfl_emit_qmean(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
         for (int i = 0; i < 4; i++)
             if (!red[i]) {
                 if (qf_tfl_nhwc_from[i] < last)
-                    return qf_tfl_refuse(e, n, "a mean without keepdims that reorders NHWC axes");
+                    return qf_tfl_refuse(e, n,
+                                         "a reduction without keepdims that reorders NHWC axes");
                 last = qf_tfl_nhwc_from[i];
             }
     }
-    qf_tfl_qp yq;
-    if (!qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
-        return qf_tfl_refuse(e, n, "output qparams are not per-tensor int8");
-    if (fused_act(n, yq) != QF_TFL_ACT_NONE) return qf_tfl_refuse(e, n, "TFLite's MEAN has no fused activation");
     int32_t pa[QF_MAX_DIMS];
     int na = 0;
     for (int i = 0; i < r; i++)
@@ -411,6 +407,53 @@ qf_status qf_tfl_emit_qmean(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     QF_TRY(qf_tfl_add_op(e, n, row->builtin, in, 2, &yi, 1, 0, &op));
     op->keep_dims = keep;
     return QF_OK;
+}
+
+/* MEAN / SUM over the lowered node's axes (QMEAN, QSUM: non-negative). */
+qf_status qf_tfl_emit_qmean(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
+{
+    int cnt = 0;
+    const int64_t *axes = qf_node_attr_ints(n, "axes", &cnt);
+    qf_tfl_qp yq;
+    if (!qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
+        return qf_tfl_refuse(e, n, "output qparams are not per-tensor int8");
+    if (fused_act(n, yq) != QF_TFL_ACT_NONE)
+        return qf_tfl_refuse(e, n, "TFLite's MEAN has no fused activation");
+    return tfl_reduce(e, n, row, n->inputs[0], n->outputs[0], axes, cnt);
+}
+
+/* REDUCE_MAX of an int8 tensor (a ReduceMax the lowering made int8: input
+ * and output share their qparams), axes from the attribute or the constant
+ * input. TFLite 2.2's int8 REDUCE_MAX takes the maximum of the integers. */
+qf_status qf_tfl_emit_reduce_max(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
+{
+    const qf_value *x = n->inputs[0], *y = n->outputs[0];
+    if (x->type.dtype != QF_DTYPE_I8)
+        return qf_tfl_refuse(e, n, "not an int8 ReduceMax (its input and output qparams differ)");
+    const int r = x->type.ndim;
+    int cnt = 0;
+    const int64_t *a = qf_node_attr_ints(n, "axes", &cnt);
+    int64_t axes[QF_MAX_DIMS];
+    if (n->ninputs > 1 && n->inputs[1]) {
+        const qf_tensor *at = &n->inputs[1]->type;
+        if (!qf_value_is_const(n->inputs[1]) || qf_tensor_numel(at) > QF_MAX_DIMS)
+            return qf_tfl_refuse(e, n, "its axes are not a constant");
+        cnt = (int)qf_tensor_numel(at);
+        for (int i = 0; i < cnt; i++) axes[i] = qf_tensor_get_i64(at, i);
+    } else {
+        for (int i = 0; i < cnt; i++) axes[i] = a[i];
+    }
+    if (cnt == 0) {
+        if (qf_node_attr_int(n, "noop_with_empty_axes", 0))
+            return qf_tfl_refuse(e, n, "a ReduceMax of no axes (noop_with_empty_axes)");
+        for (int i = 0; i < r; i++) axes[i] = i;
+        cnt = r;
+    }
+    for (int i = 0; i < cnt; i++) {
+        if (axes[i] < 0) axes[i] += r;
+        if (axes[i] < 0 || axes[i] >= r) return qf_tfl_refuse(e, n, "axis out of range");
+    }
+    return tfl_reduce(e, n, row, x, y, axes, cnt);
 }
 
 /* ADD / MUL from the lowered QADD / QMUL. */
@@ -499,14 +542,31 @@ qf_status qf_tfl_emit_qconcat(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 qf_status qf_tfl_emit_qlut(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     qf_tfl_qp xq, yq;
-    if (strcmp(qf_node_attr_string(n, "qfold_fn", ""), "hard_swish") != 0 ||
-        !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) || !qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
-        return qf_tfl_refuse(e, n, "not an int8 HardSwish of per-tensor qparams");
+    const char *fn = qf_node_attr_string(n, "qfold_fn", "");
+    const bool flt = strcmp(fn, "exp") == 0 || strcmp(fn, "log") == 0;
+    if ((!flt && strcmp(fn, "hard_swish") != 0) ||
+        !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) ||
+        !qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
+        return qf_tfl_refuse(e, n, "not an int8 HardSwish, Exp or Log of per-tensor qparams");
     int xi, yi;
     QF_TRY(qf_tfl_act_tensor(e, n, n->inputs[0], &xi));
     QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));
     qf_tfl_op *op;
-    return qf_tfl_add_op(e, n, row->builtin, &xi, 1, &yi, 1, 0, &op);
+    if (!flt) return qf_tfl_add_op(e, n, row->builtin, &xi, 1, &yi, 1, 0, &op);
+    /* TFLite 2.2 has no int8 EXP / LOG: DEQUANTIZE -> float op -> QUANTIZE,
+     * which the int8 table computes (src/ops/int8/qlut.c) */
+    int fi[2];
+    for (int k = 0; k < 2; k++) {
+        char name[512];
+        snprintf(name, sizeof name, "%.480s_%s", n->outputs[0]->name, k ? "float_out" : "float_in");
+        fi[k] = qf_tfl_add_tensor(e, name, QF_TFL_FLOAT32, e->t[yi].ndim, e->t[yi].shape, NULL, 0,
+                                  0, NULL, NULL, 0, false);
+        QF_TRY(qf_tfl_need(fi[k]));
+    }
+    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_DEQUANTIZE, &xi, 1, &fi[0], 1, 0, &op));
+    QF_TRY(
+        qf_tfl_add_op(e, n, fn[0] == 'e' ? QF_TFL_EXP : QF_TFL_LOG, &fi[0], 1, &fi[1], 1, 0, &op));
+    return qf_tfl_add_op(e, n, QF_TFL_QUANTIZE, &fi[1], 1, &yi, 1, 0, &op);
 }
 
 /* TRANSPOSE_CONV from the lowered QCONV_TRANSPOSE: weights [C, M, kh, kw]

@@ -22,6 +22,7 @@ QF_TFL_EMITTER_(qmean);
 QF_TFL_EMITTER_(qbinary);
 QF_TFL_EMITTER_(qconcat);
 QF_TFL_EMITTER_(qlut);
+QF_TFL_EMITTER_(reduce_max);
 /* tflite_ops_qdq.c: DQ -> op -> [act] -> Q groups the lowering leaves, layout ops */
 QF_TFL_EMITTER_(float);
 QF_TFL_EMITTER_(act);
@@ -47,10 +48,13 @@ const qf_tfl_row qf_tfl_rows[QF_OP_COUNT] = {
     [QF_OP_MAX_POOL] = {QF_TFL_MAX_POOL_2D, qf_tfl_emit_pool}, /* int8 in and out */
     [QF_OP_QAVG_POOL] = {QF_TFL_AVERAGE_POOL_2D, qf_tfl_emit_pool, "AveragePool"},
     [QF_OP_QMEAN] = {QF_TFL_MEAN, qf_tfl_emit_qmean, "ReduceMean / GlobalAveragePool"},
+    [QF_OP_QSUM] = {QF_TFL_SUM, qf_tfl_emit_qmean, "ReduceSum"},
+    [QF_OP_REDUCE_MAX] = {QF_TFL_REDUCE_MAX, qf_tfl_emit_reduce_max}, /* int8 in and out */
     [QF_OP_QADD] = {QF_TFL_ADD, qf_tfl_emit_qbinary, "Add"},
     [QF_OP_QMUL] = {QF_TFL_MUL, qf_tfl_emit_qbinary, "Mul"},
     [QF_OP_QCONCAT] = {QF_TFL_CONCATENATION, qf_tfl_emit_qconcat, "Concat"},
-    [QF_OP_QLUT] = {QF_TFL_HARD_SWISH, qf_tfl_emit_qlut, "HardSwish"},
+    /* HARD_SWISH; Exp / Log: DEQUANTIZE -> EXP / LOG -> QUANTIZE (TFLite 2.2 has no int8 form) */
+    [QF_OP_QLUT] = {QF_TFL_HARD_SWISH, qf_tfl_emit_qlut, "HardSwish / Exp / Log"},
     /* DQ -> op -> [act] -> Q groups the lowering leaves */
     [QF_OP_SUB] = {QF_TFL_SUB, qf_tfl_emit_float},
     [QF_OP_ADD] = {QF_TFL_ADD, qf_tfl_emit_float}, /* qparams the lowering declined */

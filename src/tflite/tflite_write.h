@@ -51,7 +51,11 @@ enum { QF_TFL_FLOAT32 = 0, QF_TFL_INT32 = 2, QF_TFL_INT64 = 4, QF_TFL_INT8 = 9 }
     X(TRANSPOSE, 39, TransposeOptions)                        \
     X(MEAN, 40, ReducerOptions)                               \
     X(SUB, 41, SubOptions)                                    \
+    X(EXP, 47, ExpOptions)                                    \
     X(TRANSPOSE_CONV, 67, TransposeConvOptions)               \
+    X(LOG, 73, NONE)                                          \
+    X(SUM, 74, ReducerOptions)                                \
+    X(REDUCE_MAX, 82, ReducerOptions)                         \
     X(QUANTIZE, 114, QuantizeOptions)                         \
     X(HARD_SWISH, 117, HardSwishOptions)
 

@@ -74,6 +74,8 @@ def main():
                  attrs={"alpha": 0.1}, kw={"slope": 0.1})
     ok &= gc.run(args, "sigmoid", "Sigmoid", "sigmoid", [rng.uniform(-6, 6, (2, 3, 5, 7)).astype(f32)])
     ok &= gc.run(args, "tanh", "Tanh", "tanh", [rng.uniform(-4, 4, (2, 3, 5, 7)).astype(f32)])
+    ok &= gc.run(args, "exp", "Exp", "exp", [rng.uniform(-5, 5, (2, 3, 5, 7)).astype(f32)])
+    ok &= gc.run(args, "log", "Log", "log", [rng.uniform(0.05, 20, (2, 3, 5, 7)).astype(f32)])
     # HardSigmoid as torch exports it (alpha 1/6, beta 0.5): gradient 0 at
     # -3 and 3; other alpha / beta as hardtanh(alpha x + beta, 0, 1), whose
     # gradient is also 0 at the bounds.

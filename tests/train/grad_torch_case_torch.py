@@ -66,6 +66,10 @@ FNS = {
     "avg_pool": _avg_pool,
     "gap": _gap,
     "mean": lambda dims, keep: (lambda t: torch.mean(t, dim=dims, keepdim=bool(keep))),
+    "sum": lambda dims, keep: (lambda t: torch.sum(t, dim=dims, keepdim=bool(keep))),
+    "amax": lambda dims, keep: (lambda t: torch.amax(t, dim=dims, keepdim=bool(keep))),
+    "exp": lambda: torch.exp,
+    "log": lambda: torch.log,
 }
 
 

@@ -1,11 +1,13 @@
 """Backward kernels of the pools (MaxPool, AveragePool, GlobalAveragePool,
-ReduceMean) vs PyTorch 1.13 autograd: the same input and upstream gradient
+ReduceMean, ReduceSum, ReduceMax) vs PyTorch 1.13 autograd: the same input and upstream gradient
 through qfold (tests/tools/qf_node_grad) and torch; outputs and d loss / d x
 within 1e-5 relative (tests/tools/grad_util.py says how relative).
 
 MaxPool inputs are drawn from a few integers, so windows hold tied maxima:
 the gradient must go where torch sends it (the first maximum in scan
-order); a NaN case checks that a NaN wins its window, as in torch."""
+order); a NaN case checks that a NaN wins its window, as in torch.
+ReduceMax follows torch.amax, which splits the gradient evenly among tied
+maxima: its inputs are drawn from a few integers too."""
 import argparse
 import os
 import sys
@@ -118,6 +120,23 @@ def main():
             if axes:
                 attrs["axes"] = axes
             ok &= case("mean_attr_%d" % n, "ReduceMean", "mean", x, attrs, kw={"dims": dims, "keep": keep})
+            n += 1
+    # --- ReduceSum = sum(dim, keepdim): axes an attribute (opset 11) or an
+    # input (13); ReduceMax = amax(dim, keepdim), ties split evenly
+    xt = rng.integers(-2, 3, (2, 3, 5, 7)).astype(np.float32)
+    n = 0
+    for axes in ([2, 3], [1], [-1, 0], [0, 1, 2, 3], None):
+        for keep in (0, 1):
+            dims = tuple(axes) if axes else (0, 1, 2, 3)
+            attrs = {"keepdims": keep}
+            if axes:
+                attrs["axes"] = axes
+            ok &= case("sum_attr_%d" % n, "ReduceSum", "sum", x, attrs, opset=11, kw={"dims": dims, "keep": keep})
+            extra = [np.array(axes, np.int64)] if axes else None
+            ok &= case("sum_input_%d" % n, "ReduceSum", "sum", x, {"keepdims": keep}, opset=13, extra=extra,
+                       kw={"dims": dims, "keep": keep})
+            ok &= case("amax_ties_%d" % n, "ReduceMax", "amax", xt, attrs, kw={"dims": dims, "keep": keep})
+            ok &= case("amax_%d" % n, "ReduceMax", "amax", x, attrs, kw={"dims": dims, "keep": keep})
             n += 1
     # (axes as an input and noop_with_empty_axes are opset 18, which qfold's
     # import does not take yet: test_grad_pool.c checks them)

@@ -119,6 +119,26 @@ static void test_sigmoid_tanh(void)
     check_unary(QF_OP_TANH, 3.0f, &o);
 }
 
+/* Exp on [-3, 3); Log on [0.5, 3.5) (its derivative 1 / x stays moderate). */
+static void test_exp_log(void)
+{
+    qf_gradcheck_opts o = {.eps = 1e-2};
+    check_unary(QF_OP_EXP, 3.0f, &o);
+    int64_t dims[] = {2, 3, 5, 7};
+    qf_tensor x;
+    REQUIRE_OK(qf_tensor_init(&x, QF_DTYPE_F32, 4, dims));
+    fill(&x, 1.5f);
+    float *p = x.data;
+    for (int64_t i = 0; i < qf_tensor_numel(&x); i++) p[i] += 2.0f;
+    const qf_tensor *in[] = {&x};
+    qf_node_runner r;
+    REQUIRE_OK(qf_node_runner_init(&r, QF_OP_LOG, "log", 1, in, 1, 13));
+    CHECK_OK(qf_node_runner_run(&r));
+    CHECKF(qf_node_gradcheck(&r, 0, false, 7, &o, stdout), "Log backward");
+    qf_node_runner_free(&r);
+    qf_tensor_free(&x);
+}
+
 static void test_hard_sigmoid_swish(void)
 {
     qf_gradcheck_opts o = {.eps = 1e-3};
@@ -153,6 +173,7 @@ int main(void)
     RUN(test_clip);
     RUN(test_leaky_relu);
     RUN(test_sigmoid_tanh);
+    RUN(test_exp_log);
     RUN(test_hard_sigmoid_swish);
     RUN(test_softmax);
     return qf_check_report();

@@ -118,9 +118,11 @@ static void test_global_avg_pool(void)
     }
 }
 
-/* ReduceMean over `axes` (count -1: none given), as attribute (opset 13) or
- * as the second input (opset 18). */
-static void mean_case(const int64_t *axes, int count, int keep, int noop, bool as_input)
+/* ReduceMean / ReduceSum / ReduceMax over `axes` (count -1: none given), as
+ * attribute (opset 13; ReduceSum 11) or as the second input (opset 18;
+ * ReduceSum 13). ReduceMax's random input has no ties (exact ties:
+ * test_reduce_max_ties). */
+static void reduce_case(qf_op op, const int64_t *axes, int count, int keep, int noop, bool as_input)
 {
     const int64_t dims[] = {2, 3, 5, 4};
     qf_tensor x;
@@ -129,29 +131,65 @@ static void mean_case(const int64_t *axes, int count, int keep, int noop, bool a
     grad_slot sl[2] = {GS_IN(&x), GS_NONE};
     if (as_input && count >= 0) sl[1] = (grad_slot){.kind = SLOT_I64, .iv = axes, .n = count};
     qf_node_runner r;
-    grad_node(&r, QF_OP_REDUCE_MEAN, as_input ? 18 : 13, as_input && count >= 0 ? 2 : 1, sl, 1);
+    const int64_t opset = op == QF_OP_REDUCE_SUM ? (as_input ? 13 : 11) : (as_input ? 18 : 13);
+    grad_node(&r, op, opset, as_input && count >= 0 ? 2 : 1, sl, 1);
     if (!as_input && count > 0) REQUIRE_OK(qf_node_set_attr_ints(r.g, r.n, "axes", axes, count));
     REQUIRE_OK(qf_node_set_attr_int(r.g, r.n, "keepdims", keep));
     if (noop) REQUIRE_OK(qf_node_set_attr_int(r.g, r.n, "noop_with_empty_axes", 1));
-    char what[96];
-    snprintf(what, sizeof what, "ReduceMean %d axes%s, keepdims %d, noop %d, %s", count,
-             count > 0 ? (axes[0] < 0 ? " (negative)" : "") : "", keep, noop, as_input ? "input" : "attribute");
+    char what[128];
+    snprintf(what, sizeof what, "%s %d axes%s, keepdims %d, noop %d, %s", qf_op_label(r.n), count,
+             count > 0 ? (axes[0] < 0 ? " (negative)" : "") : "", keep, noop,
+             as_input ? "input" : "attribute");
     qf_gradcheck_opts o = {.eps = 1e-2};
     grad_run_check(&r, 1u, false, &o, what);
     qf_tensor_free(&x);
 }
 
-static void test_reduce_mean(void)
+static void test_reductions(void)
 {
-    for (int keep = 0; keep <= 1; keep++)
-        for (int in = 0; in <= 1; in++) {
-            mean_case((int64_t[]){2, 3}, 2, keep, 0, in);
-            mean_case((int64_t[]){1}, 1, keep, 0, in);
-            mean_case((int64_t[]){-4, 2}, 2, keep, 0, in);
-            mean_case((int64_t[]){3}, 1, keep, 0, in);
-            mean_case(NULL, -1, keep, 0, in);
-        }
-    mean_case(NULL, -1, 1, 1, true); /* noop_with_empty_axes: the identity */
+    const qf_op ops[] = {QF_OP_REDUCE_MEAN, QF_OP_REDUCE_SUM, QF_OP_REDUCE_MAX};
+    for (int k = 0; k < 3; k++) {
+        for (int keep = 0; keep <= 1; keep++)
+            for (int in = 0; in <= 1; in++) {
+                reduce_case(ops[k], (int64_t[]){2, 3}, 2, keep, 0, in);
+                reduce_case(ops[k], (int64_t[]){1}, 1, keep, 0, in);
+                reduce_case(ops[k], (int64_t[]){-4, 2}, 2, keep, 0, in);
+                reduce_case(ops[k], (int64_t[]){3}, 1, keep, 0, in);
+                reduce_case(ops[k], NULL, -1, keep, 0, in);
+            }
+        reduce_case(ops[k], NULL, -1, 1, 1, true); /* noop_with_empty_axes: the identity */
+    }
+}
+
+/* ReduceMax's tied maxima share the gradient evenly (torch.amax), checked
+ * exactly: central differences cannot see a tie. */
+static void test_reduce_max_ties(void)
+{
+    const int64_t dims[] = {2, 4};
+    qf_tensor x, dy, dx;
+    REQUIRE_OK(qf_tensor_init(&x, QF_DTYPE_F32, 2, dims));
+    const float vals[8] = {3, 1, 3, 3, -2, 5, 0, 4};
+    memcpy(x.data, vals, sizeof vals);
+    const qf_tensor *in[] = {&x};
+    qf_node_runner r;
+    REQUIRE_OK(qf_node_runner_init(&r, QF_OP_REDUCE_MAX, "rmax", 1, in, 1, 13));
+    REQUIRE_OK(qf_node_set_attr_ints(r.g, r.n, "axes", (int64_t[]){1}, 1));
+    REQUIRE_OK(qf_node_runner_run(&r));
+    REQUIRE_OK(qf_tensor_init(&dy, QF_DTYPE_F32, r.out[0].ndim, r.out[0].dims));
+    REQUIRE_OK(qf_tensor_init(&dx, QF_DTYPE_F32, 2, dims));
+    const float g[2] = {0.6f, 10};
+    memcpy(dy.data, g, sizeof g);
+    const qf_tensor *ins[] = {&x}, *douts[] = {&dy};
+    qf_tensor *outs[] = {&r.out[0]}, *dins[] = {&dx};
+    REQUIRE_OK(qf_node_eval_grad(r.n, 13, ins, outs, douts, dins, false, 0));
+    const float third = 0.6f / 3.0f, want[8] = {third, 0, third, third, 0, 10, 0, 0};
+    const float *got = dx.data;
+    for (int i = 0; i < 8; i++)
+        CHECKF(got[i] == want[i], "ReduceMax tie: dx[%d] = %g, want %g", i, got[i], want[i]);
+    qf_tensor_free(&dx);
+    qf_tensor_free(&dy);
+    qf_node_runner_free(&r);
+    qf_tensor_free(&x);
 }
 
 /* PyTorch's choice among tied maxima: the first in scan order gets the
@@ -195,8 +233,9 @@ static void test_max_pool_ties(void)
 static void test_no_dout(void)
 {
     const int64_t dims[] = {1, 2, 5, 5};
-    qf_op ops[] = {QF_OP_MAX_POOL, QF_OP_AVG_POOL, QF_OP_GLOBAL_AVG_POOL, QF_OP_REDUCE_MEAN};
-    for (int k = 0; k < 4; k++) {
+    qf_op ops[] = {QF_OP_MAX_POOL,    QF_OP_AVG_POOL,   QF_OP_GLOBAL_AVG_POOL,
+                   QF_OP_REDUCE_MEAN, QF_OP_REDUCE_SUM, QF_OP_REDUCE_MAX};
+    for (int k = 0; k < 6; k++) {
         qf_tensor x, dx;
         REQUIRE_OK(qf_tensor_init(&x, QF_DTYPE_F32, 4, dims));
         REQUIRE_OK(qf_tensor_init(&dx, QF_DTYPE_F32, 4, dims));
@@ -229,7 +268,8 @@ int main(void)
     RUN(test_avg_pool);
     RUN(test_auto_pad);
     RUN(test_global_avg_pool);
-    RUN(test_reduce_mean);
+    RUN(test_reductions);
+    RUN(test_reduce_max_ties);
     RUN(test_no_dout);
     return qf_check_report();
 }

@@ -4,13 +4,21 @@
  * tensors whose TFLite int8 kernel is fixed point:
  *
  *   inputs  X, X_scale, X_zp, Y_scale, Y_zp   (constant qparams)
- *   attr    qfold_fn: "hard_swish" (reference_ops::HardSwish, fixed_point.h)
+ *   attr    qfold_fn: "hard_swish" (reference_ops::HardSwish, fixed_point.h),
+ *           "exp", "log" (TFLite 2.2's DEQUANTIZE -> EXP / LOG -> QUANTIZE)
  *
  * Prepare tabulates f for the 256 int8 inputs; the kernel looks each value
  * up. (TFLite's LOGISTIC, TANH and SOFTMAX int8 kernels of its interpreter,
  * 2.2's and today's, compute their tables in float: qfold's DQ -> float -> Q
  * run gives their integers, checked bit for bit, so they stay unlowered.)
+ *
+ * TFLite 2.2 has no int8 EXP or LOG ("Type 9 is currently not supported"):
+ * qfold exports them as DEQUANTIZE -> float EXP / LOG -> QUANTIZE and
+ * tabulates exactly what those three compute (qlut_float_fn). Later TFLite
+ * versions' int8 EXP / LOG fill a table in float too, but multiply by
+ * 1 / s_y where QUANTIZE divides by s_y: a rounding apart, not checked here.
  */
+#include <math.h>
 #include <string.h>
 
 #include "core/parallel.h"
@@ -38,9 +46,30 @@ static qf_status qlut_check(const qf_node *n, const qf_tensor *const *in)
                             n->name, qf_op_label(n), qlut_names[i], qf_shape_str(t->ndim, t->dims, s, sizeof s));
     }
     const char *fn = qf_node_attr_string(n, "qfold_fn", "");
-    if (strcmp(fn, "hard_swish") != 0)
+    if (strcmp(fn, "hard_swish") != 0 && strcmp(fn, "exp") != 0 && strcmp(fn, "log") != 0)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): unknown qfold_fn '%s'", n->name, qf_op_label(n), fn);
     return QF_OK;
+}
+
+/* TFLite 2.2's DEQUANTIZE -> EXP / LOG (float) -> QUANTIZE for one int8 q,
+ * as measured on its interpreter (every q, several qparams, tests/tflite):
+ * x = (float)(q - zp_x) * s_x (exact in double, then rounded: the float
+ * product), y = expf / logf (glibc's, which TFLite's std::exp calls), then
+ * QUANTIZE: round(y / s_y) in double (its scale is a double: exp(0) / 0.4f
+ * is 2.4999999 there, 2.5 in float; ties away from zero), cast to int32 as
+ * x86-64's cvttsd2si does (a NaN or a value outside int32: INT32_MIN: log of
+ * x <= 0, an exp past 2^31 steps), + zp_y wrapping as int32 does,
+ * clamped to [-128, 127]. So log(0) gives -128 for zp_y >= 0 and 127 for
+ * zp_y < 0 (INT32_MIN + zp_y wraps to a large positive), as TFLite does. */
+static int8_t qlut_float_fn(bool is_exp, int q, float sx, int32_t zx, float sy, int32_t zy)
+{
+    const float x = (float)(q - zx) * sx;
+    const float y = is_exp ? expf(x) : logf(x);
+    const double r = round((double)y / (double)sy);
+    int32_t k = INT32_MIN;
+    if (r >= -2147483648.0 && r < 2147483648.0) k = (int32_t)r;
+    const int32_t sum = (int32_t)((uint32_t)k + (uint32_t)zy);
+    return (int8_t)(sum < -128 ? -128 : sum > 127 ? 127 : sum);
 }
 
 static qf_status qf_qlut_infer(qf_graph *g, qf_node *n)
@@ -64,6 +93,12 @@ static qf_status qf_qlut_prepare(const qf_kernel_io *io, void *state)
     int32_t zx, zy;
     QF_TRY(qf_int8_qparams(n, io->in[1], io->in[2], "X", &sx, &zx));
     QF_TRY(qf_int8_qparams(n, io->in[3], io->in[4], "Y", &sy, &zy));
+    const char *fn = qf_node_attr_string(n, "qfold_fn", "");
+    if (strcmp(fn, "exp") == 0 || strcmp(fn, "log") == 0) {
+        for (int q = -128; q < 128; q++)
+            st->table[(uint8_t)q] = qlut_float_fn(fn[0] == 'e', q, sx, zx, sy, zy);
+        return QF_OK;
+    }
     qf_hard_swish_params p;
     if (!qf_hard_swish_prepare(sx, zx, sy, zy, &p))
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scales %g -> %g are outside TFLite's int8 HardSwish "

@@ -1,5 +1,5 @@
 /* Activations: Relu, relu6, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid,
- * HardSwish, Softmax, Erf.
+ * HardSwish, Softmax, Erf, Exp, Log.
  *
  * Float kernels are written once over a type T (float or double) with
  * <tgmath.h>, so exp / tanh pick expf / tanhf for float32. NaN propagates
@@ -439,6 +439,43 @@ static qf_status qf_erf_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* --- Exp, Log ---------------------------------------------------------------- */
+/* <tgmath.h> picks expf / logf for float32: the functions the int8 tables of
+ * qlut.c evaluate too, so a float model and its int8 tables agree. Log of a
+ * negative number is NaN, of 0 -inf (IEEE, as PyTorch and ONNX Runtime). */
+static qf_status qf_exp_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
+
+static qf_status qf_exp_forward_f32(const qf_kernel_io *io)
+{
+    QF_MAP_FLOAT_(exp(x));
+    return QF_OK;
+}
+
+/* dx = dy y, torch's exp backward (grad * result) from the output (bwd_out bit 0). */
+QF_BWD_SLICE_(act_exp_bwd_slice, dy * v)
+
+static qf_status qf_exp_backward_f32(const qf_kernel_io *io)
+{
+    return act_bwd_map(io, io->out[0], act_exp_bwd_slice, 0.0f, 0.0f);
+}
+
+static qf_status qf_log_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
+
+static qf_status qf_log_forward_f32(const qf_kernel_io *io)
+{
+    QF_MAP_FLOAT_(log(x));
+    return QF_OK;
+}
+
+/* dx = dy / x, torch's log backward (grad.div(self)): a division, not dy
+ * times 1 / x, so the rounding is torch's. Reads X (bwd_in bit 0). */
+QF_BWD_SLICE_(act_log_bwd_slice, dy / v)
+
+static qf_status qf_log_backward_f32(const qf_kernel_io *io)
+{
+    return act_bwd_map(io, io->in[0], act_log_bwd_slice, 0.0f, 0.0f);
+}
+
 static qf_status qf_hard_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
 
 /* float32 HardSigmoid (lo = alpha, hi = beta) and HardSwish (alpha 1/6,
@@ -693,6 +730,22 @@ const qf_op_kernels qf_erf_kernels = {
     .infer = qf_erf_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_erf_forward_f32,
+};
+
+const qf_op_kernels qf_exp_kernels = {
+    .infer = qf_exp_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .forward_f32 = qf_exp_forward_f32,
+    .backward_f32 = qf_exp_backward_f32,
+    .bwd_out = 1u << 0,
+};
+
+const qf_op_kernels qf_log_kernels = {
+    .infer = qf_log_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .forward_f32 = qf_log_forward_f32,
+    .backward_f32 = qf_log_backward_f32,
+    .bwd_in = 1u << 0,
 };
 
 const qf_op_kernels qf_hard_sigmoid_kernels = {

@@ -1,5 +1,5 @@
-/* Pooling and mean reduction (ONNX opsets 7..21): MaxPool, AveragePool,
- * GlobalAveragePool, ReduceMean.
+/* Pooling and reductions (ONNX opsets 7..21): MaxPool, AveragePool,
+ * GlobalAveragePool, ReduceMean, ReduceSum, ReduceMax.
  *
  * X is [N, C, spatial...] with 1 to 3 spatial dims; each (n, c) plane is
  * pooled on its own, as a 3-D problem (spatial.h lifts 1-D and 2-D). Window
@@ -383,10 +383,11 @@ static qf_status qf_global_avg_pool_forward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
-/* --- ReduceMean ------------------------------------------------------------ */
+/* --- ReduceMean, ReduceSum, ReduceMax --------------------------------------- */
 
 /* The reduced axes of n as a mask over x's rank. Axes come from the `axes`
- * attribute (opsets <= 17) or a constant second input (opset 18 form); none
+ * attribute (ReduceMean / ReduceMax opsets <= 17, ReduceSum <= 12) or a
+ * constant second input (the later forms); none
  * means all axes unless noop_with_empty_axes. *noop is set for that case. */
 static qf_status pool_reduce_axes(const qf_node *n, int rank, bool *mask, bool *noop)
 {
@@ -430,21 +431,52 @@ static qf_status pool_reduce_axes(const qf_node *n, int rank, bool *mask, bool *
     return QF_OK;
 }
 
-static qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
+/* The reductions of this file: ReduceMean, ReduceSum, ReduceMax. */
+typedef enum pool_reduce_kind {
+    POOL_REDUCE_MEAN,
+    POOL_REDUCE_SUM,
+    POOL_REDUCE_MAX
+} pool_reduce_kind;
+
+/* Output shape of a reduction: the kept axes, and the reduced ones as 1 with
+ * keepdims (default 1); dtype as the input, one of `allowed`. */
+static qf_status pool_reduce_infer(qf_node *n, const qf_dtype *allowed, int count,
+                                   const char *names)
 {
-    (void)g;
     const char *op = qf_op_label(n);
     if (n->ninputs < 1 || !n->inputs[0])
         return qf_error(QF_ERR_INVALID, "node '%s' (%s): input data is required", n->name, op);
     const qf_tensor *x = &n->inputs[0]->type;
-    if (x->dtype != QF_DTYPE_F32 && x->dtype != QF_DTYPE_F64)
-        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input has dtype %s; float32 and float64 are supported",
-                        n->name, op, qf_dtype_name(x->dtype));
-    bool mask[QF_MAX_DIMS], noop;
-    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
+    bool ok = false;
+    for (int i = 0; i < count; i++) ok |= x->dtype == allowed[i];
+    if (!ok)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): input has dtype %s; %s supported",
+                        n->name, op, qf_dtype_name(x->dtype), names);
     bool keep = qf_node_attr_int(n, "keepdims", 1) != 0;
     qf_tensor *y = &n->outputs[0]->type;
     y->dtype = x->dtype;
+    const qf_value *av = n->ninputs > 1 ? n->inputs[1] : NULL;
+    if (av && !qf_value_is_const(av) && av->kind == QF_VALUE_INPUT && !av->producer) {
+        /* axes a graph input (ONNX's test models do that): pending until the
+         * caller binds it, the output's dims unknown; its rank from the
+         * count of axes the input declares */
+        const int64_t na = av->type.ndim == 1 ? av->type.dims[0] : -1;
+        int rank = x->ndim;
+        if (!keep)
+            rank = na > 0                                                      ? x->ndim - (int)na
+                   : na == 0 && qf_node_attr_int(n, "noop_with_empty_axes", 0) ? x->ndim
+                   : na == 0                                                   ? 0
+                                                                               : -1;
+        if (rank < 0)
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (%s): output rank is not known until axes '%s' is bound",
+                            n->name, op, av->name);
+        y->ndim = rank;
+        for (int i = 0; i < rank; i++) y->dims[i] = -1;
+        return QF_OK;
+    }
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
     int k = 0;
     for (int i = 0; i < x->ndim; i++) {
         if (!mask[i]) y->dims[k++] = x->dims[i];
@@ -454,14 +486,56 @@ static qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
-static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
+static const qf_dtype pool_float_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64};
+/* ReduceMax also moves int8 / uint8 values: the integer executor's exact
+ * max of a tensor whose qparams the output shares (quant/lower_reduce.c). */
+static const qf_dtype pool_max_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I8, QF_DTYPE_U8};
+
+static qf_status qf_reduce_mean_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    return pool_reduce_infer(n, pool_float_dtypes, 2, "float32 and float64 are");
+}
+
+static qf_status qf_reduce_sum_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    return pool_reduce_infer(n, pool_float_dtypes, 2, "float32 and float64 are");
+}
+
+static qf_status qf_reduce_max_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    return pool_reduce_infer(n, pool_max_dtypes, 4, "float32, float64, int8 and uint8 are");
+}
+
+/* One output element's reduction: the rcount elements at x + base + the
+ * odometer over (rd, rs). Mean and sum in double, rounded once; max keeps a
+ * NaN (the first one, as torch.amax propagates it) and is -inf over none. */
+#define QF_REDUCE_OVER_(T, STEP)                  \
+    do {                                          \
+        const T *xd = x->data;                    \
+        for (int i = 0; i < nr; i++) ridx[i] = 0; \
+        int64_t off = base;                       \
+        for (int64_t r = 0; r < rcount; r++) {    \
+            const T v = xd[off];                  \
+            STEP;                                 \
+            for (int i = nr - 1; i >= 0; i--) {   \
+                off += rs[i];                     \
+                if (++ridx[i] < rd[i]) break;     \
+                off -= rs[i] * rd[i];             \
+                ridx[i] = 0;                      \
+            }                                     \
+        }                                         \
+    } while (0)
+
+static qf_status pool_reduce_forward(const qf_kernel_io *io, pool_reduce_kind kind)
 {
     const qf_node *n = io->node;
     const qf_tensor *x = io->in[0];
     bool mask[QF_MAX_DIMS], noop;
     QF_TRY(pool_reduce_axes(n, x->ndim, mask, &noop));
     const int rank = x->ndim;
-    const int64_t total = qf_tensor_numel(x);
     if (noop) {
         memcpy(io->out[0]->data, x->data, qf_tensor_nbytes(x));
         return QF_OK;
@@ -487,25 +561,51 @@ static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
         }
     }
     const int64_t nout = qf_tensor_numel(io->out[0]);
-    const bool f64 = x->dtype == QF_DTYPE_F64;
+    const qf_dtype dt = x->dtype;
+    void *yv = io->out[0]->data;
     int64_t kidx[QF_MAX_DIMS] = {0}, ridx[QF_MAX_DIMS];
     int64_t base = 0;
-    for (int64_t o = 0; o < nout && total > 0; o++) {
-        double s = 0.0;
-        for (int i = 0; i < nr; i++) ridx[i] = 0;
-        int64_t off = base;
-        for (int64_t r = 0; r < rcount; r++) {
-            s += f64 ? ((const double *)x->data)[off] : ((const float *)x->data)[off];
-            for (int i = nr - 1; i >= 0; i--) {
-                off += rs[i];
-                if (++ridx[i] < rd[i]) break;
-                off -= rs[i] * rd[i];
-                ridx[i] = 0;
+    for (int64_t o = 0; o < nout; o++) {
+        if (kind == POOL_REDUCE_MAX) {
+            switch (dt) {
+            case QF_DTYPE_I8: {
+                int8_t m = INT8_MIN;
+                QF_REDUCE_OVER_(int8_t, m = v > m ? v : m);
+                ((int8_t *)yv)[o] = m;
+                break;
             }
+            case QF_DTYPE_U8: {
+                uint8_t m = 0;
+                QF_REDUCE_OVER_(uint8_t, m = v > m ? v : m);
+                ((uint8_t *)yv)[o] = m;
+                break;
+            }
+            case QF_DTYPE_F64: {
+                double m = -INFINITY;
+                QF_REDUCE_OVER_(double, if (m == m && (v > m || v != v)) m = v);
+                ((double *)yv)[o] = m;
+                break;
+            }
+            default: {
+                float m = -INFINITY;
+                QF_REDUCE_OVER_(float, if (m == m && (v > m || v != v)) m = v);
+                ((float *)yv)[o] = m;
+                break;
+            }
+            }
+        } else {
+            double s = 0.0;
+            if (dt == QF_DTYPE_F64)
+                QF_REDUCE_OVER_(double, s += v);
+            else
+                QF_REDUCE_OVER_(float, s += v);
+            /* the mean of no element is NaN (0 / 0), their sum 0 */
+            double r = kind == POOL_REDUCE_SUM ? s : rcount > 0 ? s / (double)rcount : NAN;
+            if (dt == QF_DTYPE_F64)
+                ((double *)yv)[o] = r;
+            else
+                ((float *)yv)[o] = (float)r;
         }
-        double mean = rcount > 0 ? s / (double)rcount : NAN;
-        if (f64) ((double *)io->out[0]->data)[o] = mean;
-        else ((float *)io->out[0]->data)[o] = (float)mean;
         for (int i = nk - 1; i >= 0; i--) {
             base += ks[i];
             if (++kidx[i] < kd[i]) break;
@@ -513,13 +613,22 @@ static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
             kidx[i] = 0;
         }
     }
-    if (total == 0) {
-        for (int64_t o = 0; o < nout; o++) {
-            if (f64) ((double *)io->out[0]->data)[o] = NAN;
-            else ((float *)io->out[0]->data)[o] = NAN;
-        }
-    }
     return QF_OK;
+}
+
+#undef QF_REDUCE_OVER_
+
+static qf_status qf_reduce_mean_forward_f32(const qf_kernel_io *io)
+{
+    return pool_reduce_forward(io, POOL_REDUCE_MEAN);
+}
+static qf_status qf_reduce_sum_forward_f32(const qf_kernel_io *io)
+{
+    return pool_reduce_forward(io, POOL_REDUCE_SUM);
+}
+static qf_status qf_reduce_max_forward_f32(const qf_kernel_io *io)
+{
+    return pool_reduce_forward(io, POOL_REDUCE_MAX);
 }
 
 /* --- backward (training; the contract is in op_table.h) -------------------- */
@@ -716,6 +825,111 @@ static qf_status qf_reduce_mean_backward_f32(const qf_kernel_io *io)
     return QF_OK;
 }
 
+/* The output offset of every element of x in order, for a reduction
+ * (mask: the reduced axes): the odometer of the backward kernels below. */
+typedef struct pool_reduce_walk {
+    int rank;
+    int64_t ostride[QF_MAX_DIMS], idx[QF_MAX_DIMS], dims[QF_MAX_DIMS], off;
+} pool_reduce_walk;
+
+static void pool_reduce_walk_init(pool_reduce_walk *w, const qf_tensor *x, const bool *mask)
+{
+    int64_t st = 1;
+    w->rank = x->ndim;
+    w->off = 0;
+    for (int i = x->ndim - 1; i >= 0; i--) {
+        w->dims[i] = x->dims[i];
+        w->idx[i] = 0;
+        w->ostride[i] = mask[i] ? 0 : st;
+        if (!mask[i]) st *= x->dims[i];
+    }
+}
+
+static inline void pool_reduce_walk_next(pool_reduce_walk *w)
+{
+    for (int a = w->rank - 1; a >= 0; a--) {
+        w->off += w->ostride[a];
+        if (++w->idx[a] < w->dims[a]) return;
+        w->off -= w->ostride[a] * w->dims[a];
+        w->idx[a] = 0;
+    }
+}
+
+/* ReduceSum: dx[i] = dy[o(i)] (torch.sum's backward: the gradient expanded
+ * over the reduced axes). With noop_with_empty_axes and no axes the node is
+ * the identity. Reads neither X nor Y. */
+static qf_status qf_reduce_sum_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    const qf_tensor *x = io->in[0];
+    float *dx = io->din[0]->data;
+    const int64_t total = qf_tensor_numel(x);
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(pool_reduce_axes(io->node, x->ndim, mask, &noop));
+    if (!io->dout[0]) {
+        memset(dx, 0, sizeof *dx * (size_t)total);
+        return QF_OK;
+    }
+    const float *dy = io->dout[0]->data;
+    if (noop) {
+        memcpy(dx, dy, sizeof *dx * (size_t)total);
+        return QF_OK;
+    }
+    pool_reduce_walk w;
+    pool_reduce_walk_init(&w, x, mask);
+    for (int64_t i = 0; i < total; i++, pool_reduce_walk_next(&w)) dx[i] = dy[w.off];
+    return QF_OK;
+}
+
+/* Scratch of ReduceMax's backward: one tie count per output element. */
+static size_t qf_reduce_max_bwd_scratch(const qf_node *n, const void *state)
+{
+    (void)state;
+    int64_t k = qf_tensor_numel(&n->outputs[0]->type);
+    return sizeof(float) * (size_t)(k > 0 ? k : 1);
+}
+
+/* ReduceMax: torch.amax's backward (PyTorch 1.13, derivatives.yaml amax:
+ * scale_grad_by_count): the gradient is split evenly among the elements
+ * equal to their slice's maximum, dx[i] = (dy[o] / count[o]) * (x[i] ==
+ * y[o]), where count[o] is the number of such ties (torch.max(dim)'s
+ * backward instead gives all of it to one index; ReduceMax follows amax).
+ * Written as torch computes it, so a slice whose maximum is NaN (no element
+ * equals it) gets dy / 0 * 0 = NaN everywhere, as in torch. Reads X and Y
+ * (bwd_in and bwd_out bit 0). */
+static qf_status qf_reduce_max_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    const qf_tensor *x = io->in[0];
+    if (x->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of a %s input (float32 only)",
+                        io->node->name, qf_op_label(io->node), qf_dtype_name(x->dtype));
+    float *dx = io->din[0]->data;
+    const int64_t total = qf_tensor_numel(x);
+    bool mask[QF_MAX_DIMS], noop;
+    QF_TRY(pool_reduce_axes(io->node, x->ndim, mask, &noop));
+    if (!io->dout[0]) {
+        memset(dx, 0, sizeof *dx * (size_t)total);
+        return QF_OK;
+    }
+    const float *dy = io->dout[0]->data;
+    if (noop) {
+        memcpy(dx, dy, sizeof *dx * (size_t)total);
+        return QF_OK;
+    }
+    const float *xd = x->data, *yd = io->out[0]->data;
+    float *count = io->scratch;
+    memset(count, 0, sizeof *count * (size_t)qf_tensor_numel(io->out[0]));
+    pool_reduce_walk w;
+    pool_reduce_walk_init(&w, x, mask);
+    for (int64_t i = 0; i < total; i++, pool_reduce_walk_next(&w))
+        count[w.off] += xd[i] == yd[w.off] ? 1.0f : 0.0f;
+    pool_reduce_walk_init(&w, x, mask);
+    for (int64_t i = 0; i < total; i++, pool_reduce_walk_next(&w))
+        dx[i] = dy[w.off] / count[w.off] * (xd[i] == yd[w.off] ? 1.0f : 0.0f);
+    return QF_OK;
+}
+
 /* --- op table columns (src/ops/op_table.h) --- */
 
 const qf_op_kernels qf_max_pool_kernels = {
@@ -745,4 +959,19 @@ const qf_op_kernels qf_reduce_mean_kernels = {
     .infer = qf_reduce_mean_infer,
     .forward_f32 = qf_reduce_mean_forward_f32,
     .backward_f32 = qf_reduce_mean_backward_f32,
+};
+
+const qf_op_kernels qf_reduce_sum_kernels = {
+    .infer = qf_reduce_sum_infer,
+    .forward_f32 = qf_reduce_sum_forward_f32,
+    .backward_f32 = qf_reduce_sum_backward_f32,
+};
+
+const qf_op_kernels qf_reduce_max_kernels = {
+    .infer = qf_reduce_max_infer,
+    .forward_f32 = qf_reduce_max_forward_f32,
+    .backward_f32 = qf_reduce_max_backward_f32,
+    .bwd_in = 1u << 0,
+    .bwd_out = 1u << 0,
+    .bwd_scratch = qf_reduce_max_bwd_scratch,
 };

@@ -34,6 +34,7 @@ TO_ATTRS = {
     "Squeeze": ({1: "axes"}, 13),
     "Unsqueeze": ({1: "axes"}, 13),
     "Dropout": ({1: "ratio", 2: "training_mode"}, 12),
+    "ReduceSum": ({1: "axes"}, 13),
 }
 
 
