@@ -197,7 +197,7 @@ def check_structure(path, onnx_names, float_io):
             check(np.allclose(bq.ScaleAsNumpy(), want, rtol=1e-6), "%s: bias scale is not s_in * s_w" % b.Name())
     # names: every int8 activation made by an op carries an ONNX value name,
     # except the few tensors the export adds (suffixes below)
-    added = ("_nchw", "_nobias", "_padded", "_fixed", "_requant")
+    added = ("_nchw", "_nobias", "_padded", "_fixed", "_requant", "_1x1")
     for t in ts:
         name = t.Name().decode()
         if t.Buffer() == 0 and not name.endswith(added):
@@ -257,6 +257,38 @@ def case_cnn():
               % (sg.OutputsLength(), sg.OperatorsLength()))
 
 
+def case_generic_linear():
+    """--target generic: per-channel Linear weights. Each Gemm is exported as
+    RESHAPE -> CONV_2D 1x1 (per channel on 0) -> RESHAPE, not as a per-channel
+    FULLY_CONNECTED (which ArmNN's parser aborts on); the numbers on both
+    runtimes are tests/tflite/armnn_test.py's generic_linear."""
+    name, shape = model_shapes()[0]
+    src, q, out = work("convbn.onnx"), work("generic.onnx"), work("generic.tflite")
+    export_model(name, shape, src)
+    qfold("quantize", src, "-o", q, "--calib", calib(shape), "--target", "generic")
+    qfold("export", q, "-o", out)
+    m, codes = check_structure(out, onnx_value_names(q), False)
+    check(FULLY_CONNECTED not in codes, "a FULLY_CONNECTED in %r" % codes)
+    # c1, pw, and the two Linear layers (fc, head) as 1x1 convolutions
+    check(codes.count(CONV_2D) == 4 and codes.count(DEPTHWISE_CONV_2D) == 1, "generic ops %r" % codes)
+    sg = m.Subgraphs(0)
+    ts = tensors(sg)
+    lin = 0
+    for i, code in enumerate(codes):
+        o = sg.Operators(i)
+        if code != CONV_2D or ts[o.InputsAsNumpy()[1]].ShapeAsNumpy()[1:3].tolist() != [1, 1]:
+            continue
+        x = ts[o.InputsAsNumpy()[0]]
+        if not x.Name().decode().endswith("_1x1"):
+            continue
+        lin += 1
+        w = ts[o.InputsAsNumpy()[1]]
+        check(w.Quantization().ScaleLength() == w.ShapeAsNumpy()[0] > 1, "%s: not per channel" % w.Name())
+        check(codes[i - 1] == RESHAPE and codes[i + 1] == RESHAPE, "Linear %d: no RESHAPE around it: %r" % (lin, codes))
+        check(x.ShapeAsNumpy()[1:3].tolist() == [1, 1], "Linear input shape %r" % x.ShapeAsNumpy())
+    check(lin == 2, "%d Linear layers as 1x1 CONV_2D, want 2: %r" % (lin, codes))
+
+
 def case_refusals():
     """Exit 2, one line naming the node and the reason, nothing written."""
     name, shape = model_shapes()[0]
@@ -272,10 +304,6 @@ def case_refusals():
 
     # a float model: its first op reads the float input
     refused(src, "node '/c1/Conv' (Conv)", "not an int8 QDQ model")
-    # generic target: per-channel Linear weights
-    q = work("generic.onnx")
-    qfold("quantize", src, "-o", q, "--calib", calib(shape), "--target", "generic")
-    refused(q, "node '/fc/Gemm' (Gemm)", "per-channel")
 
     # a MatMul of two activations (TFLite's BATCH_MATMUL, not in the op set)
     src2, q2 = work("outer.onnx"), work("outer_q.onnx")
