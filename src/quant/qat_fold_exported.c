@@ -832,6 +832,48 @@ static qf_status fx_share_grid(qf_graph *g, qf_pass_ctx *ctx, qf_quant_finalize_
     return st;
 }
 
+/* PyTorch calls one fake-quant module twice where two readers share it (a
+ * ResNet block's identity shortcut: FQ(x) for the block's first conv, FQ(x)
+ * again for the Add) and exports both calls: DQ -> Q -> DQ with one set of
+ * qparams, which computes nothing (Q(DQ(q)) = q on one grid) but is an
+ * int8 -> int8 step no op carries, which export refuses. The second pair
+ * goes, its readers read the first DQ. A pair writing a graph output stays. */
+static qf_status fx_drop_requote(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    int nq = 0;
+    qf_node **qs = fx_nodes(g, fx_is_q, &nq);
+    if (!qs) return QF_ERR_NOMEM;
+    qf_status st = QF_OK;
+    for (int i = 0; i < nq && st == QF_OK; i++) {
+        qf_node *q = qs[i];
+        qf_node *dq = q->inputs[0] ? q->inputs[0]->producer : NULL;
+        if (!dq || dq->op != QF_OP_DEQUANTIZE || q->outputs[0]->is_output || !q->outputs[0]->nuses) continue;
+        fx_qp a, b, c;
+        if ((st = fx_qparams(dq, &a)) != QF_OK || (st = fx_qparams(q, &b)) != QF_OK) break;
+        bool same = fx_qp_equal(&a, &b);
+        for (int k = 0; k < q->outputs[0]->nuses && same && st == QF_OK; k++) {
+            const qf_node *r = q->outputs[0]->uses[k].node;
+            same = r->op == QF_OP_DEQUANTIZE && q->outputs[0]->uses[k].slot == 0 && !r->outputs[0]->is_output &&
+                   (st = fx_qparams(r, &c)) == QF_OK && fx_qp_equal(&a, &c);
+        }
+        if (!same || st != QF_OK) continue;
+        qf_pass_rewrite(ctx, q, NULL, "a second Q -> DQ with the qparams of DequantizeLinear '%s' before it (one "
+                                      "fake-quant called twice): removed",
+                        dq->name);
+        while (st == QF_OK && q->outputs[0]->nuses)
+            st = qf_rewrite_splice_out(g, q->outputs[0]->uses[0].node, dq->outputs[0]);
+        if (st != QF_OK) break;
+        qf_value *ins[3] = {0};
+        int nin = 0;
+        for (int k = 1; k < q->ninputs && nin < 3; k++) ins[nin++] = q->inputs[k];
+        qf_graph_remove_node(g, q);
+        qf_rewrite_drop_dead_consts(g, ins, nin);
+        *changed = true;
+    }
+    qf_free(qs);
+    return st;
+}
+
 /* PyTorch writes a per-tensor scale and zero point as [1]-shaped tensors.
  * ONNX allows it for QuantizeLinear / DequantizeLinear, but ONNX Runtime's
  * default optimizations fuse the QDQ groups into QLinearAdd and friends,
@@ -974,6 +1016,7 @@ static qf_status fx_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
             *changed = true;
         }
     }
+    if (st == QF_OK) st = fx_drop_requote(g, ctx, changed);
     if (st == QF_OK) st = fx_share_grid(g, ctx, s, changed);
     if (st == QF_OK) st = fx_scalar_qparams(g, ctx, changed);
     if (st == QF_OK && *changed && g->opset < 13) g->opset = 13;

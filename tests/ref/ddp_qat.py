@@ -4,14 +4,16 @@
     tests/ref/ddp_qat.py QFOLD NODE ORT_RUN TFLITE_RUN WORKDIR
 
 Two processes (torch.distributed, gloo, CPU) train a small model with
-AvgPool2d(padding=1) and a residual Add + ReLU, prepared with prepare_qat_fx
+AvgPool2d(padding=1) and a residual Add + ReLU (its shortcut an
+nn.Identity, whose fake-quant PyTorch calls twice), prepared with prepare_qat_fx
 and the README's QConfigMapping (plain FakeQuantize modules), wrapped in
 DistributedDataParallel, for a few steps; rank 0 disables the observers of
 the module itself (not of its DDP wrapper), puts it in eval mode and exports
 it at opset 13. Then:
   - the ranks ended with the same weights (DDP did synchronise them);
   - `qfold finalize` writes the int8 QDQ model, every Q / DQ scale and zero
-    point a scalar, a Q / DQ between the Pad and the AveragePool;
+    point a scalar, a Q / DQ between the Pad and the AveragePool, the
+    shortcut's second Q -> DQ gone;
   - ONNX Runtime runs it with its default optimizations (level "all": the
     QDQ groups fused into QLinearConv / QLinearAdd / ...), its outputs
     within a few output steps of qfold's int8 run;
@@ -42,12 +44,13 @@ def net():
             super().__init__()
             self.c1, self.b1 = nn.Conv2d(1, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
             self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+            self.sc = nn.Identity()  # a ResNet-8 block's shortcut: its fake-quant called twice
             self.pool = nn.AvgPool2d(3, stride=2, padding=1)  # exported as Pad -> AveragePool
             self.fc = nn.Linear(8 * 7 * 7, 10)
 
         def forward(self, x):
             y = torch.relu(self.b1(self.c1(x)))
-            y = torch.relu(self.b2(self.c2(y)) + y)  # residual Add + ReLU (FX: add_relu)
+            y = torch.relu(self.b2(self.c2(y)) + self.sc(y))  # residual Add + ReLU (FX: add_relu)
             return self.fc(torch.flatten(self.pool(y), 1))
 
     return Net()
@@ -147,6 +150,10 @@ def main():
     for op in ("Pad", "AveragePool", "Add"):
         if op not in kinds:
             errors.append("PyTorch's export has no %s: the model does not test what it should (%r)" % (op, kinds))
+    gq = onnx.load(qat).graph
+    made = {o: n.op_type for n in gq.node for o in n.output}
+    if not any(n.op_type == "QuantizeLinear" and made.get(n.input[0]) == "DequantizeLinear" for n in gq.node):
+        errors.append("PyTorch's export has no DQ -> Q (the shortcut's second fake-quant call)")
     r = run([qfold, "finalize", qat, "-o", final])
     print(r.stdout + r.stderr)
     m = onnx.load(final)
@@ -160,6 +167,10 @@ def main():
                 a = inits.get(name)
                 if a is not None and a.size == 1 and a.ndim != 0:
                     errors.append("%s: qparam '%s' has shape %r, not a scalar" % (n.name, name, a.shape))
+    for n in g.node:
+        if n.op_type == "QuantizeLinear" and n.input[0] in producer and \
+                producer[n.input[0]].op_type == "DequantizeLinear":
+            errors.append("%s: a Q right after a DQ left in the finalized model" % n.name)
     pool = [n for n in g.node if n.op_type == "AveragePool"]
     if not pool or producer[pool[0].input[0]].op_type != "DequantizeLinear":
         errors.append("the AveragePool does not read a DequantizeLinear")
