@@ -4,8 +4,10 @@
     tests/ref/ddp_qat.py QFOLD NODE ORT_RUN TFLITE_RUN WORKDIR
 
 Two processes (torch.distributed, gloo, CPU) train a small model with
-AvgPool2d(padding=1) and a residual Add + ReLU (its shortcut an
-nn.Identity, whose fake-quant PyTorch calls twice), prepared with prepare_qat_fx
+AvgPool2d(padding=1), a residual Add + ReLU (its shortcut an
+nn.Identity, whose fake-quant PyTorch calls twice), nn.Dropout and
+nn.Flatten (each with a fake-quant of its own: int8 -> int8
+requantizations), prepared with prepare_qat_fx
 and the README's QConfigMapping (plain FakeQuantize modules), wrapped in
 DistributedDataParallel, for a few steps; rank 0 disables the observers of
 the module itself (not of its DDP wrapper), puts it in eval mode and exports
@@ -17,7 +19,8 @@ it at opset 13. Then:
   - ONNX Runtime runs it with its default optimizations (level "all": the
     QDQ groups fused into QLinearConv / QLinearAdd / ...), its outputs
     within a few output steps of qfold's int8 run;
-  - `qfold export` writes a .tflite, and TensorFlow Lite 2.2 runs it
+  - `qfold export` writes a .tflite (the requantizations as QUANTIZE), and
+    TensorFlow Lite 2.2 runs it
     bit-exactly equal to `QFOLD_ENGINE=ref qfold run` of the finalized model.
 Exit 77 (skipped) when torch.distributed / gloo, ONNX Runtime or TFLite 2.2
 is not available here. A few seconds.
@@ -46,12 +49,15 @@ def net():
             self.c2, self.b2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
             self.sc = nn.Identity()  # a ResNet-8 block's shortcut: its fake-quant called twice
             self.pool = nn.AvgPool2d(3, stride=2, padding=1)  # exported as Pad -> AveragePool
+            # modules with a fake-quant of their own that compute nothing in
+            # eval: int8 -> int8 requantizations in the export
+            self.drop, self.flat = nn.Dropout(0.1), nn.Flatten()
             self.fc = nn.Linear(8 * 7 * 7, 10)
 
         def forward(self, x):
             y = torch.relu(self.b1(self.c1(x)))
             y = torch.relu(self.b2(self.c2(y)) + self.sc(y))  # residual Add + ReLU (FX: add_relu)
-            return self.fc(torch.flatten(self.pool(y), 1))
+            return self.fc(self.flat(self.drop(self.pool(y))))
 
     return Net()
 
@@ -153,7 +159,7 @@ def main():
     gq = onnx.load(qat).graph
     made = {o: n.op_type for n in gq.node for o in n.output}
     if not any(n.op_type == "QuantizeLinear" and made.get(n.input[0]) == "DequantizeLinear" for n in gq.node):
-        errors.append("PyTorch's export has no DQ -> Q (the shortcut's second fake-quant call)")
+        errors.append("PyTorch's export has no DQ -> Q (the shortcut's second fake-quant call, Dropout's)")
     r = run([qfold, "finalize", qat, "-o", final])
     print(r.stdout + r.stderr)
     m = onnx.load(final)
@@ -167,10 +173,12 @@ def main():
                 a = inits.get(name)
                 if a is not None and a.size == 1 and a.ndim != 0:
                     errors.append("%s: qparam '%s' has shape %r, not a scalar" % (n.name, name, a.shape))
+    def qp(n):
+        return [float(inits[n.input[1]]), int(inits[n.input[2]])]
     for n in g.node:
-        if n.op_type == "QuantizeLinear" and n.input[0] in producer and \
-                producer[n.input[0]].op_type == "DequantizeLinear":
-            errors.append("%s: a Q right after a DQ left in the finalized model" % n.name)
+        dq = producer.get(n.input[0])
+        if n.op_type == "QuantizeLinear" and dq is not None and dq.op_type == "DequantizeLinear" and qp(dq) == qp(n):
+            errors.append("%s: a Q right after a DQ with its qparams left in the finalized model" % n.name)
     pool = [n for n in g.node if n.op_type == "AveragePool"]
     if not pool or producer[pool[0].input[0]].op_type != "DequantizeLinear":
         errors.append("the AveragePool does not read a DequantizeLinear")
@@ -199,10 +207,16 @@ def main():
     if y_ort is not None:
         steps = np.abs(y_ort - yq).max() / so
         print("ONNX Runtime (all optimizations) vs qfold int8: max %.1f output steps" % steps)
-        # ORT's integer kernels requantize in float (ONNX), qfold here with
-        # TFLite's fixed point: a 1-step flip early grows by the layers' gain.
-        if steps > 4 + 1e-3:
-            errors.append("ONNX Runtime and qfold's int8 run differ by %.1f output steps" % steps)
+        # ORT's fused kernels (QLinearConv, and the contrib QLinearAdd /
+        # QLinearAveragePool with their own rounding) requantize in float,
+        # qfold here with TFLite's fixed point: a 1-step flip early grows by
+        # the later layers' gain (measured: 4 steps from qfold with either
+        # requantization); the argmax agrees.
+        agree = float((y_ort.argmax(1) == yq.argmax(1)).mean())
+        print("  argmax agreement %.3f" % agree)
+        if steps > 8 + 1e-3 or agree < 0.9:
+            errors.append("ONNX Runtime and qfold's int8 run differ by %.1f output steps (argmax agreement %.3f)"
+                          % (steps, agree))
     # export -> TFLite 2.2, bit-exact with qfold's int8 run.
     tfl = os.path.join(work, "m.tflite")
     r = subprocess.run([qfold, "export", final, "-o", tfl], capture_output=True, text=True)
@@ -210,6 +224,9 @@ def main():
     if r.returncode:
         errors.append("qfold export refuses the finalized model: %s" % r.stderr.strip())
     else:
+        # Dropout's and nn.Flatten's own fake-quants: int8 -> int8 QUANTIZE
+        if r.stderr.count("QUANTIZE") < 1:
+            errors.append("no QUANTIZE (the requantizations of Dropout and Flatten) in the export: %s" % r.stderr)
         first_q = [n for n in g.node if n.op_type == "QuantizeLinear" and n.input[0] == g.input[0].name][0]
         si, zi = float(inits[first_q.input[1]]), int(inits[first_q.input[2]])
         xq = np.clip(np.rint(x / si) + zi, -128, 127).astype(np.int8).transpose(0, 2, 3, 1)
