@@ -26,6 +26,7 @@ import refcache  # noqa: E402
 ARGS = None  # set by qfcli.main
 
 CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, TRANSPOSE_CONV, TRANSPOSE, RESHAPE = 3, 4, 9, 67, 39, 22
+QUANTIZE = 114
 INT8, INT32 = 9, 2
 
 
@@ -310,6 +311,45 @@ def case_refusals():
     export_model("outer", (1, 3, 4, 4), src2)
     qfold("quantize", src2, "-o", q2, "--calib", calib((1, 3, 4, 4)))
     refused(q2, "(MatMul)", "BATCH_MATMUL")
+
+
+def _requant_model(path, s1, s2, op=None):
+    """x -> Q(s1) -> DQ -> [op] -> Q(s2) -> DQ -> y, int8, zero points 0: an
+    int8 -> int8 requantization with no op (op None) or around a Flatten."""
+    import onnx
+    from onnx import TensorProto, helper
+    c = lambda n, v, t=TensorProto.FLOAT: helper.make_tensor(n, t, [], [v])  # noqa: E731
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"])]
+    mid = "d1"
+    if op:
+        nodes.append(helper.make_node(op, ["d1"], ["f"]))
+        mid = "f"
+    nodes += [helper.make_node("QuantizeLinear", [mid, "s2", "z"], ["q2"]),
+              helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["y"])]
+    g = helper.make_graph(nodes, "requant", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16] if op else [1, 4, 2, 2])],
+                          [c("s1", s1), c("s2", s2), c("z", 0, TensorProto.INT8)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def case_requant():
+    """An int8 -> int8 requantization (PyTorch's nn.Dropout / nn.Flatten with
+    a fake-quant of their own): QUANTIZE where TFLite's fixed point equals the
+    float DQ -> Q on every int8 input (scale 1 -> 0.5: a doubling), refused
+    naming the qparams where it does not (1 -> 2: q = 1 is a tie, which
+    QuantizeLinear rounds to even, TFLite away from zero)."""
+    for op in (None, "Flatten"):
+        ok, bad = work("requant_ok.onnx"), work("requant_bad.onnx")
+        _requant_model(ok, 1.0, 0.5, op)
+        _requant_model(bad, 1.0, 2.0, op)
+        out = work("requant.tflite")
+        _, _, err = qfold("export", ok, "-o", out)
+        m, codes = check_structure(out, onnx_value_names(ok), False)
+        check(QUANTIZE in codes, "%s: no QUANTIZE in %r" % (op, codes))
+        _, _, err = qfold("export", bad, "-o", out + "2", expect=2)
+        error_line(err, "scale 1, zero point 0 to 2, 0", "rounds apart")
+        check(not os.path.exists(out + "2"), "something was written")
 
 
 def case_tflite_out():
