@@ -412,6 +412,7 @@ typedef struct qf_quant_finalize_session {
     int biases;          /* biases written as int32 */
     int float_biases;    /* biases left float (the op's input is not dequantized) */
     int activations;     /* uint8 activation pairs rewritten as int8 */
+    int shared;          /* outputs PyTorch left float (a Pad before an AveragePool) given their input's qparams */
 } qf_quant_finalize_session;
 void qf_quant_finalize_session_free(qf_quant_finalize_session *s);
 /* Register qat_fold_exported and the finalize pipeline (qf_quant_register_passes does). */

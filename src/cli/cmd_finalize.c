@@ -103,6 +103,10 @@ static void qf_fin_summary(const qf_fin_args *fa, const qf_quant_profile *p, con
            fs->folded, fs->folded == 1 ? "" : "s", ch, kept, scaled, req);
     printf("  int8        %d weights, %d int32 biases, %d activation pairs moved from uint8 to int8\n", fs->nweights,
            fs->biases, fs->activations);
+    if (fs->shared)
+        printf("  shared      %d float output%s between int8 ops (a Pad before an AveragePool, ...) given their "
+               "input's qparams\n",
+               fs->shared, fs->shared == 1 ? "" : "s");
     if (fs->float_biases) printf("  left float  %d biases (their op's input is not dequantized)\n", fs->float_biases);
     printf("  target      %d of %d weights differ from %s's range or granularity (kept as trained)\n", differ,
            fs->nweights, p->name);
@@ -128,9 +132,10 @@ static void qf_fin_json(const qf_fin_args *fa, const qf_quant_profile *p, const 
     qf_strbuf_puts(b, ",\n  \"target\": ");
     qf_strbuf_json_string(b, p->name);
     qf_strbuf_printf(b, ",\n  \"counts\": {\"batch_norm_folded\": %d, \"batch_norm_kept\": %d, \"weights\": %d, "
-                        "\"biases\": %d, \"float_biases\": %d, \"activation_pairs_to_int8\": %d},\n  \"weights\": [",
+                        "\"biases\": %d, \"float_biases\": %d, \"activation_pairs_to_int8\": %d, "
+                        "\"outputs_given_input_qparams\": %d},\n  \"weights\": [",
                      fs->folded, qf_fin_count_op(g, QF_OP_BATCH_NORM), fs->nweights, fs->biases, fs->float_biases,
-                     fs->activations);
+                     fs->activations, fs->shared);
     for (int i = 0; i < fs->nweights; i++) {
         const qf_quant_finalize_weight *w = &fs->weights[i];
         const qf_qformat *f = qf_fin_format(p, w);
@@ -286,7 +291,10 @@ const qf_cli_command qf_cli_cmd_finalize = {
         "trained int8 grid; per-channel weights keep their int8 values at a scaled scale\n"
         "otherwise, per-tensor ones get a new symmetric grid), every weight becomes an int8\n"
         "initializer -> DequantizeLinear (per channel with its axis), every conv / Gemm bias\n"
-        "an int32 at s_in * s_w, uint8 activation pairs int8 ones (the same grid). The output\n"
+        "an int32 at s_in * s_w, uint8 activation pairs int8 ones (the same grid); one-element\n"
+        "scales and zero points become scalars, a Pad (or MaxPool, reshape) PyTorch left\n"
+        "without Q / DQ before an int8 op (AvgPool2d(padding): Pad -> AveragePool) gets a\n"
+        "Q -> DQ with its input's qparams, and a repeated Q -> DQ of one grid goes. The output\n"
         "has the form `qfold quantize` writes. Weights keep the range they were trained with (torch's\n"
         "exporter only takes [-128, 127]; a --keep-qat file records its range in metadata_props\n"
         "\"qfold.weight_range\"); each weight whose range or granularity differs\n"

@@ -769,6 +769,155 @@ static qf_status fx_fold_constants(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
     return QF_OK;
 }
 
+/* --- what PyTorch's export leaves unquantized, and its [1]-shaped qparams ----------------- */
+
+/* Ops whose every output value is a value of their input, or 0 (a Pad by 0:
+ * the real 0, which the zero point represents exactly): on the input's grid. */
+static bool fx_keeps_grid(const qf_node *n)
+{
+    switch (n->op) {
+    case QF_OP_MAX_POOL:
+    case QF_OP_FLATTEN:
+    case QF_OP_RESHAPE:
+    case QF_OP_TRANSPOSE:
+    case QF_OP_SQUEEZE:
+    case QF_OP_UNSQUEEZE:
+    case QF_OP_IDENTITY: return true;
+    case QF_OP_PAD: {
+        /* edge / reflect repeat input values; constant pads with its value */
+        const qf_value *c = n->ninputs > 2 ? n->inputs[2] : NULL;
+        if (!c || strcmp(qf_node_attr_string(n, "mode", "constant"), "constant") != 0) return true;
+        c = fx_const_f32(c);
+        return c && qf_tensor_numel(&c->type) == 1 && *(const float *)c->type.data == 0.0f;
+    }
+    default: return false;
+    }
+}
+
+/* A module or function that PyTorch exports as two nodes gets its fake-quant
+ * after the second only: AvgPool2d(padding) is Pad -> AveragePool (the Pad
+ * by 0, the pool counting the pads) with no Q / DQ between them, and the
+ * Pad's float output is read by no int8 kernel and no TFLite op. Where the
+ * first node only moves or selects its input's values (fx_keeps_grid), its
+ * output is on its input's grid already: a Q -> DQ with the input's DQ's
+ * qparams after it changes no value, in float or in int8, and makes the
+ * node a layout op between two quantized tensors (TFLite's PAD pads with the
+ * zero point). In topological order, so that a chain of such nodes
+ * (Pad -> MaxPool) is quantized node by node. A node read by a Q already,
+ * or writing a graph output, is left as it is. */
+static qf_status fx_share_grid(qf_graph *g, qf_pass_ctx *ctx, qf_quant_finalize_session *s, bool *changed)
+{
+    QF_TRY(qf_graph_toposort(g));
+    int nn = 0;
+    qf_node **list = fx_nodes(g, fx_keeps_grid, &nn);
+    if (!list) return QF_ERR_NOMEM;
+    qf_status st = QF_OK;
+    for (int i = 0; i < nn && st == QF_OK; i++) {
+        qf_node *n = list[i];
+        const qf_node *dq = n->inputs[0] ? n->inputs[0]->producer : NULL;
+        qf_value *y = n->outputs[0];
+        if (!dq || dq->op != QF_OP_DEQUANTIZE || y->type.dtype != QF_DTYPE_F32 || y->is_output || !y->nuses) continue;
+        bool read_by_q = false;
+        for (int k = 0; k < y->nuses; k++) read_by_q = read_by_q || y->uses[k].node->op == QF_OP_QUANTIZE;
+        fx_qp qp;
+        if (read_by_q || (st = fx_qparams(dq, &qp)) != QF_OK || qp.n != 1) continue;
+        qf_pass_rewrite(ctx, n, NULL, "output '%s' quantized with its input's qparams (PyTorch's export has no "
+                                      "Q / DQ after it; its values are on the input's grid)",
+                        y->name);
+        st = qf_qdq_pair(g, y, qp.scale[0], fx_zp(&qp, 0), qp.zdt == QF_DTYPE_U8 ? QF_DTYPE_U8 : QF_DTYPE_I8);
+        if (st == QF_OK && s) s->shared++;
+        *changed = true;
+    }
+    qf_free(list);
+    return st;
+}
+
+/* PyTorch calls one fake-quant module twice where two readers share it (a
+ * ResNet block's identity shortcut: FQ(x) for the block's first conv, FQ(x)
+ * again for the Add) and exports both calls: DQ -> Q -> DQ with one set of
+ * qparams, which computes nothing (Q(DQ(q)) = q on one grid) but is an
+ * int8 -> int8 step no op carries, which export refuses. The second pair
+ * goes, its readers read the first DQ. A pair writing a graph output stays. */
+static qf_status fx_drop_requote(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    int nq = 0;
+    qf_node **qs = fx_nodes(g, fx_is_q, &nq);
+    if (!qs) return QF_ERR_NOMEM;
+    qf_status st = QF_OK;
+    for (int i = 0; i < nq && st == QF_OK; i++) {
+        qf_node *q = qs[i];
+        qf_node *dq = q->inputs[0] ? q->inputs[0]->producer : NULL;
+        if (!dq || dq->op != QF_OP_DEQUANTIZE || q->outputs[0]->is_output || !q->outputs[0]->nuses) continue;
+        fx_qp a, b, c;
+        if ((st = fx_qparams(dq, &a)) != QF_OK || (st = fx_qparams(q, &b)) != QF_OK) break;
+        bool same = fx_qp_equal(&a, &b);
+        for (int k = 0; k < q->outputs[0]->nuses && same && st == QF_OK; k++) {
+            const qf_node *r = q->outputs[0]->uses[k].node;
+            same = r->op == QF_OP_DEQUANTIZE && q->outputs[0]->uses[k].slot == 0 && !r->outputs[0]->is_output &&
+                   (st = fx_qparams(r, &c)) == QF_OK && fx_qp_equal(&a, &c);
+        }
+        if (!same || st != QF_OK) continue;
+        qf_pass_rewrite(ctx, q, NULL, "a second Q -> DQ with the qparams of DequantizeLinear '%s' before it (one "
+                                      "fake-quant called twice): removed",
+                        dq->name);
+        while (st == QF_OK && q->outputs[0]->nuses)
+            st = qf_rewrite_splice_out(g, q->outputs[0]->uses[0].node, dq->outputs[0]);
+        if (st != QF_OK) break;
+        qf_value *ins[3] = {0};
+        int nin = 0;
+        for (int k = 1; k < q->ninputs && nin < 3; k++) ins[nin++] = q->inputs[k];
+        qf_graph_remove_node(g, q);
+        qf_rewrite_drop_dead_consts(g, ins, nin);
+        *changed = true;
+    }
+    qf_free(qs);
+    return st;
+}
+
+/* PyTorch writes a per-tensor scale and zero point as [1]-shaped tensors.
+ * ONNX allows it for QuantizeLinear / DequantizeLinear, but ONNX Runtime's
+ * default optimizations fuse the QDQ groups into QLinearAdd and friends,
+ * whose type inference wants scalars ("Scale and Zero-point must be a
+ * scalar"): every one-element scale and zero point of a Q / DQ becomes a
+ * scalar (the same value; a per-channel pair of one channel becomes per
+ * tensor, which it is). In place where only Q / DQ qparams read the
+ * constant, else a scalar copy. */
+static qf_status fx_scalar_qparams(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
+{
+    qf_graph_for_each_node(g, n) {
+        if (!fx_is_qdq(n)) continue;
+        bool done = false;
+        for (int i = 1; i < 3 && i < n->ninputs; i++) {
+            qf_value *v = n->inputs[i];
+            if (!v || !qf_value_is_const(v) || v->type.ndim == 0 || qf_tensor_numel(&v->type) != 1) continue;
+            bool only_qp = !v->is_output;
+            for (int k = 0; k < v->nuses && only_qp; k++)
+                only_qp = fx_is_qdq(v->uses[k].node) && v->uses[k].slot >= 1;
+            if (only_qp) {
+                v->type.ndim = 0;
+            } else {
+                qf_tensor t;
+                QF_TRY(qf_tensor_init(&t, v->type.dtype, 0, NULL));
+                memcpy(t.data, v->type.data, qf_dtype_size(v->type.dtype));
+                char name[512];
+                snprintf(name, sizeof name, "%.480s_scalar", v->name);
+                qf_value *sv = qf_graph_find_value(g, name);
+                if (!sv) sv = qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, &t);
+                qf_tensor_free(&t);
+                if (!sv) return QF_ERR_NOMEM;
+                QF_TRY(qf_node_set_input(g, n, i, sv));
+            }
+            if (qf_node_attr(n, "axis")) qf_node_remove_attr(n, "axis");
+            done = true;
+        }
+        if (done) {
+            qf_pass_rewrite(ctx, n, NULL, "one-element scale / zero point written as scalars");
+            *changed = true;
+        }
+    }
+    return QF_OK;
+}
+
 static qf_status fx_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
     qf_quant_finalize_session *s = qf_pass_user(ctx);
@@ -867,6 +1016,9 @@ static qf_status fx_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
             *changed = true;
         }
     }
+    if (st == QF_OK) st = fx_drop_requote(g, ctx, changed);
+    if (st == QF_OK) st = fx_share_grid(g, ctx, s, changed);
+    if (st == QF_OK) st = fx_scalar_qparams(g, ctx, changed);
     if (st == QF_OK && *changed && g->opset < 13) g->opset = 13;
     if (st == QF_OK) st = qf_graph_toposort(g);
 done:

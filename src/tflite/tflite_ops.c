@@ -1,6 +1,7 @@
 /* The TFLite export's operators for the integer nodes of the int8
  * executor's lowering (src/quant/lower.c): QLinearConv -> CONV_2D /
- * DEPTHWISE_CONV_2D / FULLY_CONNECTED (weights OHWI / 1HWO / per tensor),
+ * DEPTHWISE_CONV_2D / FULLY_CONNECTED (weights OHWI / 1HWO / per tensor;
+ * per-channel Linear weights: a 1x1 CONV_2D between RESHAPEs),
  * QLinearMatMul by a constant -> FULLY_CONNECTED, qconv_transpose ->
  * TRANSPOSE_CONV (+ ADD for bias and activation: ArmNN's parser takes three
  * inputs), pools, MEAN, ADD / MUL, CONCATENATION; the fused activation from
@@ -180,8 +181,69 @@ static int weight_tensor(qf_tfl_ex *e, const qf_value *w, int ndim, const int32_
     return qf_tfl_add_tensor(e, w->name, QF_TFL_INT8, ndim, shape, data, size, (int)nw, sw, zp, qdim, true);
 }
 
-/* A fully connected layer: x [N, K] int8 -> y [N, M], weight [M, K] int8 per
- * tensor (wdata, row-major), bias [M]. */
+/* A RESHAPE of int8 tensor xi to `shape` (rank r): into tensor *yi when it
+ * is >= 0, else into a new tensor <name> with xi's qparams (*yi gets it). */
+static qf_status add_reshape(qf_tfl_ex *e, const qf_node *n, int xi, int r, const int32_t *shape, const char *name,
+                             int *yi)
+{
+    if (*yi < 0) {
+        *yi = qf_tfl_add_tensor(e, name, QF_TFL_INT8, r, shape, NULL, 0, 1, e->t[xi].scale, e->t[xi].zero_point, 0,
+                                false);
+        QF_TRY(qf_tfl_need(*yi));
+    }
+    int si = qf_tfl_i32_tensor(e, e->t[*yi].name, "shape", shape, r, false);
+    QF_TRY(qf_tfl_need(si));
+    int32_t *ns = qf_tfl_ex_alloc(e, sizeof *ns * (size_t)r);
+    if (!ns) return QF_ERR_NOMEM;
+    memcpy(ns, shape, sizeof *ns * (size_t)r);
+    qf_tfl_op *op;
+    int32_t in[2] = {xi, si};
+    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_RESHAPE, in, 2, yi, 1, 0, &op));
+    op->new_shape = ns;
+    op->new_shape_len = r;
+    return QF_OK;
+}
+
+/* A fully connected layer with per-channel weights (the generic target's
+ * Linear): RESHAPE [N, K] -> [N, 1, 1, K], CONV_2D 1x1 (weights [M, 1, 1, K]
+ * OHWI, per channel on 0), RESHAPE [N, 1, 1, M] -> [N, M]. Why not a
+ * per-channel FULLY_CONNECTED: ArmNN 20.08's TfLite parser aborts on one
+ * (tests/tflite/armnn_test.py pins it) and TFLite 2.2's int8 FULLY_CONNECTED
+ * kernel reads one scale only. A 1x1 convolution on a 1x1 image is the same
+ * product, and CONV_2D takes per-channel int8 weights in both runtimes with
+ * TFLite's per-channel requantization: what qfold's int8 Gemm computes (the
+ * lowering runs it as this very 1x1 QLinearConv between two reshapes), so
+ * the result is bit-exact and the trained per-channel scales stay. */
+static qf_status emit_fc_conv(qf_tfl_ex *e, const qf_node *n, int xi, int yi, const qf_value *w, const int8_t *wdata,
+                              int64_t M, int64_t K, const float *sw, int64_t nw, const qf_value *bq, qf_tfl_qp xq,
+                              int act)
+{
+    const int32_t N = e->t[xi].shape[0];
+    char name[512];
+    int32_t s4[4] = {N, 1, 1, (int32_t)K}, y4[4] = {N, 1, 1, (int32_t)M}, y2[2] = {N, (int32_t)M};
+    int x4i = -1, y4i = -1;
+    snprintf(name, sizeof name, "%.480s_1x1", e->t[xi].name);
+    QF_TRY(add_reshape(e, n, xi, 4, s4, name, &x4i));
+    snprintf(name, sizeof name, "%.480s_1x1", e->t[yi].name);
+    y4i = qf_tfl_add_tensor(e, name, QF_TFL_INT8, 4, y4, NULL, 0, 1, e->t[yi].scale, e->t[yi].zero_point, 0, false);
+    QF_TRY(qf_tfl_need(y4i));
+    int32_t wshape[4] = {(int32_t)M, 1, 1, (int32_t)K};
+    int wi = weight_tensor(e, w, 4, wshape, wdata, (size_t)(M * K), sw, nw, 0);
+    QF_TRY(qf_tfl_need(wi));
+    int bi = bias_tensor(e, n, bq, M, xq.scale, sw, nw);
+    QF_TRY(qf_tfl_need(bi));
+    qf_tfl_op *op;
+    int32_t in[3] = {x4i, wi, bi};
+    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_CONV_2D, in, 3, &y4i, 1, (int64_t)N * M * K, &op));
+    op->padding = QF_TFL_PAD_VALID;
+    op->stride_h = op->stride_w = op->dilation_h = op->dilation_w = 1;
+    op->activation = act;
+    return add_reshape(e, n, y4i, 2, y2, NULL, &yi);
+}
+
+/* A fully connected layer: x [N, K] int8 -> y [N, M], weight [M, K] int8
+ * (wdata, row-major), bias [M]: FULLY_CONNECTED for per-tensor weights, the
+ * 1x1 CONV_2D form above for per-channel ones. */
 static qf_status emit_fc(qf_tfl_ex *e, const qf_node *n, const qf_value *x, const qf_value *y, const qf_value *w,
                          const int8_t *wdata, int64_t M, int64_t K, const qf_value *ws, const qf_value *wz,
                          const qf_value *bq, qf_tfl_qp xq, qf_tfl_qp yq, int act)
@@ -189,15 +251,15 @@ static qf_status emit_fc(qf_tfl_ex *e, const qf_node *n, const qf_value *x, cons
     const float *sw;
     int64_t nw;
     QF_TRY(weight_qp(e, n, ws, wz, &sw, &nw));
-    for (int64_t c = 1; c < nw; c++)
-        if (sw[c] != sw[0])
-            return qf_tfl_refuse(e, n, "per-channel Linear weights: ArmNN's TfLite parser rejects a per-channel "
-                                "FULLY_CONNECTED; quantize its weights per tensor (the neutron target does)");
+    bool per_channel = false;
+    for (int64_t c = 1; c < nw; c++) per_channel = per_channel || sw[c] != sw[0];
     if (x->type.ndim != 2) return qf_tfl_refuse(e, n, "a fully connected layer on a rank-%d input", x->type.ndim);
     if (act < 0) return qf_tfl_refuse(e, n, "its activation is none of NONE, RELU, RELU6");
+    if (per_channel && nw != M) return qf_tfl_refuse(e, n, "%lld weight scales for %lld outputs", (long long)nw, (long long)M);
     int xi, yi;
     QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));
     QF_TRY(qf_tfl_act_tensor(e, n, y, &yi));
+    if (per_channel) return emit_fc_conv(e, n, xi, yi, w, wdata, M, K, sw, nw, bq, xq, act);
     int32_t wshape[2] = {(int32_t)M, (int32_t)K};
     int wi = weight_tensor(e, w, 2, wshape, wdata, (size_t)(M * K), sw, 1, 0);
     QF_TRY(qf_tfl_need(wi));

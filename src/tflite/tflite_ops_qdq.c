@@ -10,9 +10,65 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/math/quant_math.h"
+#include "ops/math/requant.h"
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "tflite_build.h"
+
+/* ---- int8 -> int8 requantization ------------------------------------------------- */
+
+/* Whether TFLite's int8 -> int8 QUANTIZE (reference_ops::Requantize:
+ * MultiplyByQuantizedMultiplier(q - zp_x, s_x / s_y) + zp_y, saturated)
+ * gives, for every int8 q, what the QDQ model computes: DequantizeLinear then
+ * QuantizeLinear in float32 ((q - zp_x) * s_x, then / s_y rounded half to
+ * even, + zp_y, saturated: qfold's kernels, ONNX's definition). The two
+ * round apart only near a tie; 256 inputs, so every one is checked, and a
+ * pair of qparams where they differ is refused rather than written 1 LSB off. */
+static bool requant_exact(qf_tfl_qp x, qf_tfl_qp y)
+{
+    const double m = (double)x.scale / (double)y.scale;
+    if (!qf_requant_fits(m, 255)) return false;
+    int32_t qm;
+    int shift;
+    qf_quantize_multiplier(m, &qm, &shift);
+    for (int q = -128; q < 128; q++) {
+        int32_t t = qf_multiply_by_quantized_multiplier(q - x.zp, qm, shift) + y.zp;
+        t = t < -128 ? -128 : t > 127 ? 127 : t;
+        if (t != qf_quantize_range_f32((float)(q - x.zp) * x.scale, y.scale, y.zp, -128, 127)) return false;
+    }
+    return true;
+}
+
+/* A QuantizeLinear of a DequantizeLinear (int8 to int8, no op between:
+ * PyTorch's export of a module with a fake-quant of its own that computes
+ * nothing in eval, nn.Dropout): the same tensor when the qparams agree, else
+ * an int8 -> int8 QUANTIZE where that is exact (requant_exact). */
+qf_status qf_tfl_emit_requant(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
+{
+    const qf_node *dq = n->inputs[0] ? n->inputs[0]->producer : NULL;
+    const qf_value *x = NULL, *y = n->outputs[0];
+    qf_tfl_qp xq, yq;
+    if (!dq || dq->op != QF_OP_DEQUANTIZE || y->type.dtype != QF_DTYPE_I8)
+        return qf_tfl_refuse(e, n, "computed in float (not a quantized DQ -> op -> Q group TFLite's int8 ops can "
+                                   "express)");
+    QF_TRY(qf_tfl_group_in(e, n, 0, &x, &xq));
+    if (n->ninputs != 3 || !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &yq))
+        return qf_tfl_refuse(e, n, "not a per-tensor int8 QuantizeLinear");
+    int xi, yi;
+    QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));
+    if (xq.scale == yq.scale && xq.zp == yq.zp && !y->is_output) {
+        e->vmap[y->id] = xi + 1; /* Q(DQ(q)) = q */
+        return QF_OK;
+    }
+    if (!requant_exact(xq, yq))
+        return qf_tfl_refuse(e, n, "an int8 requantization (scale %g, zero point %d to %g, %d) that TFLite's "
+                                   "fixed point rounds apart from QuantizeLinear for some input",
+                             (double)xq.scale, (int)xq.zp, (double)yq.scale, (int)yq.zp);
+    QF_TRY(qf_tfl_act_tensor(e, n, y, &yi));
+    qf_tfl_op *op;
+    return qf_tfl_add_op(e, n, row->builtin, &xi, 1, &yi, 1, 0, &op);
+}
 
 /* ---- DQ -> op -> [act] -> Q forms the lowering leaves -------------------------- */
 
@@ -141,12 +197,30 @@ static qf_status add_transpose(qf_tfl_ex *e, const qf_node *n, int xi, const int
  * TRANSPOSE to NCHW before / to NHWC after where the orders differ. */
 qf_status qf_tfl_emit_reshape(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
-    const qf_value *x, *y;
-    QF_TRY(qf_tfl_group_same_qp(e, n, "reshape", &x, &y));
-    int xi, yi;
+    /* qparams changed across it (PyTorch: an nn.Flatten with a fake-quant of
+     * its own): the reshape on x's qparams, then an int8 -> int8 QUANTIZE,
+     * where that is exact */
+    const qf_value *x = NULL, *y = NULL;
+    qf_tfl_qp xq, yq;
+    QF_TRY(qf_tfl_group_in(e, n, 0, &x, &xq));
+    QF_TRY(qf_tfl_group_out(e, n, &y, &yq, NULL));
+    const bool requant = xq.scale != yq.scale || xq.zp != yq.zp;
+    if (requant && !requant_exact(xq, yq))
+        return qf_tfl_refuse(e, n, "a reshape that changes the qparams (scale %g, zero point %d to %g, %d) where "
+                                   "TFLite's int8 requantization rounds apart from QuantizeLinear for some input",
+                             (double)xq.scale, (int)xq.zp, (double)yq.scale, (int)yq.zp);
+    int xi, yi, fin;
     QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));
     QF_TRY(qf_tfl_act_tensor(e, n, y, &yi));
     char name[512];
+    fin = yi;
+    if (requant) {
+        int64_t zp = xq.zp;
+        snprintf(name, sizeof name, "%.480s_requant", y->name);
+        fin = qf_tfl_add_tensor(e, name, QF_TFL_INT8, e->t[yi].ndim, e->t[yi].shape, NULL, 0, 1, &xq.scale, &zp, 0,
+                                false);
+        QF_TRY(qf_tfl_need(fin));
+    }
     static const int32_t to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
     if (!order_same(&x->type)) {
         int32_t s[4];
@@ -159,10 +233,11 @@ qf_status qf_tfl_emit_reshape(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     const int r = y->type.ndim;
     for (int i = 0; i < r; i++) ls[i] = y->type.dims[i] > 0 ? (int32_t)y->type.dims[i] : 1;
     const int32_t *shape = after ? ls : e->t[yi].shape;
-    int ri = yi;
+    int ri = fin;
     if (after) {
         snprintf(name, sizeof name, "%.480s_nchw", y->name);
-        ri = qf_tfl_add_tensor(e, name, QF_TFL_INT8, r, ls, NULL, 0, 1, e->t[yi].scale, e->t[yi].zero_point, 0, false);
+        ri = qf_tfl_add_tensor(e, name, QF_TFL_INT8, r, ls, NULL, 0, 1, e->t[fin].scale, e->t[fin].zero_point, 0,
+                               false);
         QF_TRY(qf_tfl_need(ri));
     }
     int si = qf_tfl_i32_tensor(e, e->t[ri].name, "shape", shape, r, false);
@@ -180,8 +255,9 @@ qf_status qf_tfl_emit_reshape(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
         int pi = qf_tfl_i32_tensor(e, y->name, "perm", to_nhwc, 4, false);
         QF_TRY(qf_tfl_need(pi));
         int32_t tin[2] = {ri, pi};
-        QF_TRY(qf_tfl_add_op(e, n, QF_TFL_TRANSPOSE, tin, 2, &yi, 1, 0, &op));
+        QF_TRY(qf_tfl_add_op(e, n, QF_TFL_TRANSPOSE, tin, 2, &fin, 1, 0, &op));
     }
+    if (requant) QF_TRY(qf_tfl_add_op(e, n, QF_TFL_QUANTIZE, &fin, 1, &yi, 1, 0, &op));
     return QF_OK;
 }
 

@@ -29,6 +29,7 @@ QF_TFL_EMITTER_(act);
 QF_TFL_EMITTER_(reshape);
 QF_TFL_EMITTER_(transpose);
 QF_TFL_EMITTER_(pad_node);
+QF_TFL_EMITTER_(requant);
 
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
@@ -75,6 +76,8 @@ const qf_tfl_row qf_tfl_rows[QF_OP_COUNT] = {
     [QF_OP_UNSQUEEZE] = {QF_TFL_RESHAPE, qf_tfl_emit_reshape},
     [QF_OP_TRANSPOSE] = {QF_TFL_TRANSPOSE, qf_tfl_emit_transpose},
     [QF_OP_PAD] = {QF_TFL_PAD, qf_tfl_emit_pad_node},
+    /* a Q of a DQ (int8 -> int8, no op between): QUANTIZE where exact */
+    [QF_OP_QUANTIZE] = {QF_TFL_QUANTIZE, qf_tfl_emit_requant},
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
 #define QF_TFL_EXTRA_ROW_(tag, name, ...) [QF_OP_##tag] = {.emit = qf_tfl_emit_##name, __VA_ARGS__},

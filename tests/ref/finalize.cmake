@@ -23,3 +23,15 @@ if(QF_PYTHON3 AND QF_NODE AND TARGET test_lower)
       FIXTURES_REQUIRED finalized_${m} LABELS quant finalize TIMEOUT 60)
   endforeach()
 endif()
+
+# The README's DDP QAT recipe run for real (issue 29, item 5): two gloo
+# processes train a model with AvgPool2d(padding) and a residual Add + ReLU,
+# rank 0 exports; finalize -> ONNX Runtime with its default optimizations ->
+# export -> TFLite 2.2, bit-exact with QFOLD_ENGINE=ref qfold run. Skipped
+# (77) without torch.distributed / gloo, ONNX Runtime or TFLite 2.2.
+if(QF_PYTHON3 AND QF_NODE)
+  add_test(NAME finalize_ddp
+    COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/ddp_qat.py $<TARGET_FILE:qfold> ${QF_NODE}
+            ${CMAKE_CURRENT_LIST_DIR}/ort_run.js ${CMAKE_CURRENT_LIST_DIR}/tflite_run.py ${QF_TEST_WORK}/finalize_ddp)
+  set_tests_properties(finalize_ddp PROPERTIES LABELS "quant;finalize" TIMEOUT 300 SKIP_RETURN_CODE 77)
+endif()

@@ -270,15 +270,16 @@ def torch_export(name, shape, opset, path):
                       dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
 
 
-def torch_model(name, shape, seed=0, opset=13):
-    """net_NAME() exported, quantized by qfold on random calibration data;
-    returns the int8 model, test inputs and the calibration file."""
+def torch_model(name, shape, seed=0, opset=13, target=None):
+    """net_NAME() exported, quantized by qfold on random calibration data
+    (for `target`: the default profile when None); returns the int8 model,
+    test inputs and the calibration file."""
     model = work(name + ".onnx")
     refcache.call(torch_export, name, list(shape), opset, model, base=ARGS.work)
     rng = np.random.default_rng(seed)
     calib = work("calib.npy")
     np.save(calib, rng.standard_normal((32,) + tuple(shape)).astype(np.float32))
-    qfold("quantize", model, "-o", work(name + "_q.onnx"), "--calib", calib)
+    qfold("quantize", model, "-o", work(name + "_q.onnx"), "--calib", calib, *(["--target", target] if target else []))
     x = rng.standard_normal((64,) + tuple(shape)).astype(np.float32)
     return work(name + "_q.onnx"), x, calib
 
@@ -323,6 +324,23 @@ def net_conv_bn():
 def case_conv_bn():
     """Conv+BN+ReLU, Conv+BN+ReLU6, global average pool, Linear+BN."""
     export_and_check(*torch_model("conv_bn", (3, 12, 12)))
+
+
+def case_generic_linear():
+    """The generic target's per-channel Linear weights (the conv_bn network:
+    Linear + BN1d head): exported as RESHAPE -> 1x1 CONV_2D -> RESHAPE, each
+    op bit-exact on TFLite 2.2 and within 1 LSB on ArmNN (which aborts on a
+    per-channel FULLY_CONNECTED), the whole model exact on TFLite."""
+    qdq, x, calib = torch_model("conv_bn", (3, 12, 12), target="generic")
+    import onnx
+    m = onnx.load(qdq)
+    inits = {t.name: t for t in m.graph.initializer}
+    gemm = [n for n in m.graph.node if n.op_type == "Gemm"]
+    producer = {o: n for n in m.graph.node for o in n.output}
+    check(gemm and all(len(inits[producer[g.input[1]].input[1]].dims) == 1 and
+                       inits[producer[g.input[1]].input[1]].dims[0] > 1 for g in gemm),
+          "the generic target did not quantize the Linear weights per channel")
+    export_and_check(qdq, x, calib)
 
 
 def net_depthwise():

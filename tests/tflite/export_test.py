@@ -26,6 +26,7 @@ import refcache  # noqa: E402
 ARGS = None  # set by qfcli.main
 
 CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, TRANSPOSE_CONV, TRANSPOSE, RESHAPE = 3, 4, 9, 67, 39, 22
+QUANTIZE = 114
 INT8, INT32 = 9, 2
 
 
@@ -197,7 +198,7 @@ def check_structure(path, onnx_names, float_io):
             check(np.allclose(bq.ScaleAsNumpy(), want, rtol=1e-6), "%s: bias scale is not s_in * s_w" % b.Name())
     # names: every int8 activation made by an op carries an ONNX value name,
     # except the few tensors the export adds (suffixes below)
-    added = ("_nchw", "_nobias", "_padded", "_fixed", "_requant")
+    added = ("_nchw", "_nobias", "_padded", "_fixed", "_requant", "_1x1")
     for t in ts:
         name = t.Name().decode()
         if t.Buffer() == 0 and not name.endswith(added):
@@ -257,6 +258,38 @@ def case_cnn():
               % (sg.OutputsLength(), sg.OperatorsLength()))
 
 
+def case_generic_linear():
+    """--target generic: per-channel Linear weights. Each Gemm is exported as
+    RESHAPE -> CONV_2D 1x1 (per channel on 0) -> RESHAPE, not as a per-channel
+    FULLY_CONNECTED (which ArmNN's parser aborts on); the numbers on both
+    runtimes are tests/tflite/armnn_test.py's generic_linear."""
+    name, shape = model_shapes()[0]
+    src, q, out = work("convbn.onnx"), work("generic.onnx"), work("generic.tflite")
+    export_model(name, shape, src)
+    qfold("quantize", src, "-o", q, "--calib", calib(shape), "--target", "generic")
+    qfold("export", q, "-o", out)
+    m, codes = check_structure(out, onnx_value_names(q), False)
+    check(FULLY_CONNECTED not in codes, "a FULLY_CONNECTED in %r" % codes)
+    # c1, pw, and the two Linear layers (fc, head) as 1x1 convolutions
+    check(codes.count(CONV_2D) == 4 and codes.count(DEPTHWISE_CONV_2D) == 1, "generic ops %r" % codes)
+    sg = m.Subgraphs(0)
+    ts = tensors(sg)
+    lin = 0
+    for i, code in enumerate(codes):
+        o = sg.Operators(i)
+        if code != CONV_2D or ts[o.InputsAsNumpy()[1]].ShapeAsNumpy()[1:3].tolist() != [1, 1]:
+            continue
+        x = ts[o.InputsAsNumpy()[0]]
+        if not x.Name().decode().endswith("_1x1"):
+            continue
+        lin += 1
+        w = ts[o.InputsAsNumpy()[1]]
+        check(w.Quantization().ScaleLength() == w.ShapeAsNumpy()[0] > 1, "%s: not per channel" % w.Name())
+        check(codes[i - 1] == RESHAPE and codes[i + 1] == RESHAPE, "Linear %d: no RESHAPE around it: %r" % (lin, codes))
+        check(x.ShapeAsNumpy()[1:3].tolist() == [1, 1], "Linear input shape %r" % x.ShapeAsNumpy())
+    check(lin == 2, "%d Linear layers as 1x1 CONV_2D, want 2: %r" % (lin, codes))
+
+
 def case_refusals():
     """Exit 2, one line naming the node and the reason, nothing written."""
     name, shape = model_shapes()[0]
@@ -272,16 +305,51 @@ def case_refusals():
 
     # a float model: its first op reads the float input
     refused(src, "node '/c1/Conv' (Conv)", "not an int8 QDQ model")
-    # generic target: per-channel Linear weights
-    q = work("generic.onnx")
-    qfold("quantize", src, "-o", q, "--calib", calib(shape), "--target", "generic")
-    refused(q, "node '/fc/Gemm' (Gemm)", "per-channel")
 
     # a MatMul of two activations (TFLite's BATCH_MATMUL, not in the op set)
     src2, q2 = work("outer.onnx"), work("outer_q.onnx")
     export_model("outer", (1, 3, 4, 4), src2)
     qfold("quantize", src2, "-o", q2, "--calib", calib((1, 3, 4, 4)))
     refused(q2, "(MatMul)", "BATCH_MATMUL")
+
+
+def _requant_model(path, s1, s2, op=None):
+    """x -> Q(s1) -> DQ -> [op] -> Q(s2) -> DQ -> y, int8, zero points 0: an
+    int8 -> int8 requantization with no op (op None) or around a Flatten."""
+    import onnx
+    from onnx import TensorProto, helper
+    c = lambda n, v, t=TensorProto.FLOAT: helper.make_tensor(n, t, [], [v])  # noqa: E731
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s1", "z"], ["q1"]),
+             helper.make_node("DequantizeLinear", ["q1", "s1", "z"], ["d1"])]
+    mid = "d1"
+    if op:
+        nodes.append(helper.make_node(op, ["d1"], ["f"]))
+        mid = "f"
+    nodes += [helper.make_node("QuantizeLinear", [mid, "s2", "z"], ["q2"]),
+              helper.make_node("DequantizeLinear", ["q2", "s2", "z"], ["y"])]
+    g = helper.make_graph(nodes, "requant", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16] if op else [1, 4, 2, 2])],
+                          [c("s1", s1), c("s2", s2), c("z", 0, TensorProto.INT8)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def case_requant():
+    """An int8 -> int8 requantization (PyTorch's nn.Dropout / nn.Flatten with
+    a fake-quant of their own): QUANTIZE where TFLite's fixed point equals the
+    float DQ -> Q on every int8 input (scale 1 -> 0.5: a doubling), refused
+    naming the qparams where it does not (1 -> 2: q = 1 is a tie, which
+    QuantizeLinear rounds to even, TFLite away from zero)."""
+    for op in (None, "Flatten"):
+        ok, bad = work("requant_ok.onnx"), work("requant_bad.onnx")
+        _requant_model(ok, 1.0, 0.5, op)
+        _requant_model(bad, 1.0, 2.0, op)
+        out = work("requant.tflite")
+        _, _, err = qfold("export", ok, "-o", out)
+        m, codes = check_structure(out, onnx_value_names(ok), False)
+        check(QUANTIZE in codes, "%s: no QUANTIZE in %r" % (op, codes))
+        _, _, err = qfold("export", bad, "-o", out + "2", expect=2)
+        error_line(err, "scale 1, zero point 0 to 2, 0", "rounds apart")
+        check(not os.path.exists(out + "2"), "something was written")
 
 
 def case_tflite_out():
