@@ -280,9 +280,6 @@ extern "C" {
     X(QLUT, qlut, NULL, "", 5, 5, 1, 1,                                               \
       (DATA),                                                                         \
       (A(qfold_fn,STRING)))                                                           \
-    X(QPRELU, qprelu, NULL, "", 8, 8, 1, 1,                                           \
-      (DATA),                                                                         \
-      ())                                                                             \
     X(OPAQUE, opaque, NULL, "", 0, -1, 1, -1,                                         \
       (DATA),                                                                         \
       (A(op_type,STRING) A(domain,STRING) A(attributes,TENSOR)                        \

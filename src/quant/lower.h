@@ -40,6 +40,11 @@ qf_status qf_lower_mean(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requa
                         bool *done);
 qf_status qf_lower_hard_swish(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
                               bool *done);
+/* lower_prelu_minmax.c */
+qf_status qf_lower_prelu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
+                         bool *done);
+qf_status qf_lower_extreme(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
+                           bool *done);
 
 /* --- helpers for writing an entry ---------------------------------------- */
 

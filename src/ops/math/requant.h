@@ -96,25 +96,4 @@ static inline int32_t qf_multiply_by_quantized_multiplier(int32_t x, int32_t qm,
     return qf_rounding_divide_by_pot(qf_sat_round_doubling_high_mul((int32_t)((uint32_t)x << left), qm), right);
 }
 
-/* TFLite's int8 PRELU (PreluPrepare): the real multipliers of its two
- * branches, s_x / s_y (x >= zp_x) and s_x * s_a / s_y (x < zp_x, times
- * alpha's integer), evaluated as TFLite writes them, with float operands
- * only: in float32, then widened to double. The int8 kernel
- * (src/ops/int8/qprelu.c) and the lowering that makes it use this one. */
-static inline void qf_prelu_multipliers(float sx, float sa, float sy, double *m1, double *m2)
-{
-    const float r1 = sx / sy, r2 = sx * sa / sy;
-    *m1 = r1;
-    *m2 = r2;
-}
-
-/* Whether both branches' multipliers requantize their products: |x - zp_x|
- * <= 255 and |(x - zp_x)(a - zp_a)| <= 255 * 255 for int8 operands. */
-static inline int qf_prelu_fits(float sx, float sa, float sy)
-{
-    double m1, m2;
-    qf_prelu_multipliers(sx, sa, sy, &m1, &m2);
-    return qf_requant_fits(m1, 255) && qf_requant_fits(m2, 255 * 255);
-}
-
 #endif
