@@ -25,10 +25,10 @@
 #include <stdio.h>
 
 #include "ops/math/requant.h"
-#include "quant/lower.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
 #include "qfold/schema.h"
+#include "quant/lower.h"
 
 /* A constant int8 tensor behind a per-tensor DequantizeLinear with an int8
  * zero point. */
@@ -39,8 +39,8 @@ static bool const_s8(const qf_node *dq)
 
 /* A node of op over in[0..nin) named "<n>_<what>", its output typed as
  * `like`. */
-static qf_node *add_like(qf_graph *g, const qf_node *n, qf_op op, const char *what, qf_value *const *in, int nin,
-                         const qf_value *like)
+static qf_node *add_like(qf_graph *g, const qf_node *n, qf_op op, const char *what,
+                         qf_value *const *in, int nin, const qf_value *like)
 {
     char name[512];
     snprintf(name, sizeof name, "%.400s_%s", n->name, what);
@@ -49,7 +49,8 @@ static qf_node *add_like(qf_graph *g, const qf_node *n, qf_op op, const char *wh
     return k;
 }
 
-qf_status qf_lower_prelu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+qf_status qf_lower_prelu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
+                         bool *done)
 {
     (void)rq; /* TFLite's requantization (ONNX has no integer PRelu) */
     *done = false;
@@ -57,7 +58,9 @@ qf_status qf_lower_prelu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requ
     const qf_node *dqx = qf_lower_dq_of(n->inputs[0]), *dqa = qf_lower_dq_of(n->inputs[1]);
     if (!dqx || !qf_lower_per_tensor_s8(dqx)) return QF_OK;
     if (!const_s8(dqa)) {
-        if (ctx) qf_pass_skip(ctx, n, "slope is not a per-tensor int8 constant: left as DQ -> PRelu -> Q");
+        if (ctx)
+            qf_pass_skip(ctx, n,
+                         "slope is not a per-tensor int8 constant: left as DQ -> PRelu -> Q");
         return QF_OK;
     }
     const qf_node *q, *act;
@@ -65,8 +68,11 @@ qf_status qf_lower_prelu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requ
     if (!qf_lower_group_tail(n, &q, &act, clamp) || act) return QF_OK;
     /* the int8 Mul's and Add's multipliers (qf_lower_mul's and qf_lower_add's conditions) */
     const double sx = qf_lower_qscale(dqx), sa = qf_lower_qscale(dqa), sy = qf_lower_qscale(q);
-    if (!qf_requant_fits(sx * sa / sy, 255 * 255) || !(2.0 * (sx > sy ? sx : sy) / ((double)(1 << 20) * sy) < 1.0)) {
-        if (ctx) qf_pass_skip(ctx, n, "scales outside TFLite's int8 MUL / ADD: left as DQ -> PRelu -> Q");
+    if (!qf_requant_fits(sx * sa / sy, 255 * 255) ||
+        !(2.0 * (sx > sy ? sx : sy) / ((double)(1 << 20) * sy) < 1.0)) {
+        if (ctx)
+            qf_pass_skip(ctx, n,
+                         "scales outside TFLite's int8 MUL / ADD: left as DQ -> PRelu -> Q");
         return QF_OK;
     }
     qf_tensor zt;
@@ -81,9 +87,10 @@ qf_status qf_lower_prelu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requ
     }
     qf_value *x8 = dqx->inputs[0];
     qf_value *pin[2] = {x8, zero};
-    qf_node *p = add_like(g, n, QF_OP_MAX, "relu", pin, 2, x8), *m = add_like(g, n, QF_OP_MIN, "negative", pin, 2, x8);
+    qf_node *p = add_like(g, n, QF_OP_MAX, "relu", pin, 2, x8),
+            *m = add_like(g, n, QF_OP_MIN, "negative", pin, 2, x8);
     if (!p || !m) return QF_ERR_NOMEM;
-    qf_value *tin[8] = {m->outputs[0], dqx->inputs[1], dqx->inputs[2], dqa->inputs[0],
+    qf_value *tin[8] = {m->outputs[0],  dqx->inputs[1], dqx->inputs[2], dqa->inputs[0],
                         dqa->inputs[1], dqa->inputs[2], q->inputs[1],   q->inputs[2]};
     qf_node *t = add_like(g, n, QF_OP_QMUL, "scaled", tin, 8, x8);
     if (!t) return QF_ERR_NOMEM;
@@ -91,13 +98,16 @@ qf_status qf_lower_prelu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requ
                         q->inputs[1],  q->inputs[2],   q->inputs[1],   q->inputs[2]};
     qf_node *y = add_like(g, n, QF_OP_QADD, "int8", yin, 8, q->outputs[0]);
     if (!y) return QF_ERR_NOMEM;
-    if (ctx) qf_pass_rewrite(ctx, n, NULL, "int8 prelu (max, min, mul, add) -> '%s'", q->outputs[0]->name);
+    if (ctx)
+        qf_pass_rewrite(ctx, n, NULL, "int8 prelu (max, min, mul, add) -> '%s'",
+                        q->outputs[0]->name);
     QF_TRY(qf_graph_replace_uses(g, q->outputs[0], y->outputs[0]));
     *done = true;
     return QF_OK;
 }
 
-qf_status qf_lower_extreme(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+qf_status qf_lower_extreme(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
+                           bool *done)
 {
     (void)rq; /* exact: no requantization */
     *done = false;
@@ -112,8 +122,10 @@ qf_status qf_lower_extreme(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_re
         const qf_node *dq = qf_lower_dq_of(n->inputs[i]);
         if (!dq || !qf_lower_per_tensor_s8(dq)) return QF_OK;
         if (qf_lower_qscale(dq) != sy || qf_lower_qzp(dq) != zy) {
-            if (ctx) qf_pass_skip(ctx, n, "inputs and output on different qparams: left as DQ -> %s -> Q",
-                                  qf_op_label(n));
+            if (ctx)
+                qf_pass_skip(ctx, n,
+                             "inputs and output on different qparams: left as DQ -> %s -> Q",
+                             qf_op_label(n));
             return QF_OK;
         }
         in[i] = dq->inputs[0];

@@ -23,7 +23,8 @@
 
 /* A tensor like e->t[like] (shape) with the given type and qparams (NULL
  * qp: none), named "<node>_<what>". */
-static int like_tensor(qf_tfl_ex *e, const qf_node *n, int like, const char *what, int type, const qf_tfl_qp *qp)
+static int like_tensor(qf_tfl_ex *e, const qf_node *n, int like, const char *what, int type,
+                       const qf_tfl_qp *qp)
 {
     char name[512];
     snprintf(name, sizeof name, "%.440s_%.60s", qf_tfl_node_name(e, n), what);
@@ -49,7 +50,8 @@ qf_status qf_tfl_emit_extreme(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
         const qf_value *v = n->inputs[i];
         qf_tfl_qp q = yq;
         /* the lowered form reads int8 constants directly, on the output's qparams */
-        if (!(v->type.dtype == QF_DTYPE_I8 && qf_value_is_const(v))) QF_TRY(qf_tfl_group_in(e, n, i, &v, &q));
+        if (!(v->type.dtype == QF_DTYPE_I8 && qf_value_is_const(v)))
+            QF_TRY(qf_tfl_group_in(e, n, i, &v, &q));
         QF_TRY(qf_tfl_operand(e, n, v, q, rank, &in[i]));
         if (q.scale != yq.scale || q.zp != yq.zp) {
             char what[32];
@@ -99,7 +101,8 @@ qf_status qf_tfl_emit_abs(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
         int64_t zp = xq.zp;
         char name[512];
         snprintf(name, sizeof name, "%.480s_zero", qf_tfl_node_name(e, n));
-        const int zi = qf_tfl_add_tensor(e, name, QF_TFL_INT8, rank, shape, &zero, 1, 1, &xq.scale, &zp, 0, true);
+        const int zi = qf_tfl_add_tensor(e, name, QF_TFL_INT8, rank, shape, &zero, 1, 1, &xq.scale,
+                                         &zp, 0, true);
         QF_TRY(qf_tfl_need(zi));
         const int ni = like_tensor(e, n, xi, "neg", QF_TFL_INT8, &xq);
         QF_TRY(qf_tfl_need(ni));

@@ -17,11 +17,14 @@ static void test_prelu(void)
         int ndim;
         int64_t dims[3];
         const char *what;
-    } slopes[] = {{3, {3, 1, 1}, "PRelu per channel"}, {1, {1}, "PRelu one slope"}, {1, {5}, "PRelu last axis"}};
+    } slopes[] = {{3, {3, 1, 1}, "PRelu per channel"},
+                  {1, {1}, "PRelu one slope"},
+                  {1, {5}, "PRelu last axis"}};
     for (size_t i = 0; i < sizeof slopes / sizeof slopes[0]; i++) {
         qf_tensor x = grad_case_tensor(4, xd, 1.0f, 0.05f);
         qf_tensor s = grad_case_tensor(slopes[i].ndim, slopes[i].dims, 0.5f, 0.0f);
-        grad_case c = {.op = QF_OP_PRELU, .nin = 2, .in = {&x, &s}, .consts = i == 1 ? 0u : 1u << 1};
+        grad_case c = {
+            .op = QF_OP_PRELU, .nin = 2, .in = {&x, &s}, .consts = i == 1 ? 0u : 1u << 1};
         grad_case_check(&c, slopes[i].what);
         qf_tensor_free(&x);
         qf_tensor_free(&s);
