@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "qfold/quant.h"
 #include "tflite_build.h"
 
 /* A tensor like e->t[like] (shape) with the given type and qparams (NULL

@@ -15,6 +15,7 @@ QDQ model within a few LSB of qfold's and >= 98 % top-1 agreement.
 sweep: each op alone on every int8 input with zero points other than 0:
 TFLite 2.2 and ArmNN against `QFOLD_ENGINE=ref qfold run`, bit for bit.
 """
+import json
 import os
 import subprocess
 import sys
@@ -94,11 +95,9 @@ def case_model():
         # generic's per-channel Linear weights have no FULLY_CONNECTED ArmNN 20.08 takes (issue 29
         # item 4, another change): its classifier per tensor here
         extra = ["--set", "linear-weights=per-tensor"] if target == "generic" else []
-        at.qfold("quantize", model, "-o", qdq, "--calib", calib, "--target", target, *extra)
-        q = onnx.load(qdq)
-        floats = [n.op_type for n in q.graph.node if n.op_type in ("PRelu", "Max", "Min", "Abs") and not all(
-            any(m.op_type == "DequantizeLinear" and i in m.output for m in q.graph.node) or
-            i in {t.name for t in q.graph.initializer} for i in n.input)]
+        rep_q = work("quantize_%s.json" % target)
+        at.qfold("quantize", model, "-o", qdq, "--calib", calib, "--target", target, "--report", rep_q, *extra)
+        floats = json.load(open(rep_q))["left_float"]
         check(not floats, "%s: ops left in float: %s" % (target, floats))
         # qfold's run (its default engine) and ONNX Runtime on the QDQ model
         np.save(work("x.npy"), x)
