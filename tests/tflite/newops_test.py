@@ -150,7 +150,13 @@ def case_sweep():
              ("Min", (0.02, -90), (0.02, -90), perm.astype(np.int8), (0.02, -90)),
              ("PRelu", (0.05, 10), (0.04, -60), rng.integers(-128, 128, 256).astype(np.int8), (0.002, 3)),
              ("PRelu", (0.1, -30), (0.07, 20), np.array([90], np.int8), (0.0025, 0)),
-             ("PRelu", (0.02, 0), (0.03, -128), rng.integers(0, 128, 256).astype(np.int8), (0.004, -20))]
+             ("PRelu", (0.02, 0), (0.03, -128), rng.integers(0, 128, 256).astype(np.int8), (0.004, -20)),
+             # another tool's QDQ: qparams differ (not lowered; the export requantizes / goes through float)
+             ("Max", (0.05, 7), (0.06, -3), perm.astype(np.int8), (0.04, 11)),
+             ("Abs", (0.05, -20), (0.03, -128), None, None)]
+    # measured bounds of those two (TFLite's fixed-point QUANTIZE / its float QUANTIZE rounding ties
+    # away from zero, against the float run's round half to even); ArmNN 20.08 has no ABS at all
+    loose = {9: {"TFLite": 1, "ArmNN": 1}, 10: {"TFLite": 1}}
     xq = np.arange(-128, 128, dtype=np.int8).reshape(1, 256)
     jobs, refs = [], []
     for k, (op, qin, qout, const, cq) in enumerate(cases):
@@ -168,14 +174,17 @@ def case_sweep():
         refs.append(np.rint(y.astype(np.float64) / qout[0] + qout[1]).astype(np.int32).reshape(1, -1))
         jobs.append((out, work("sweep%d_xq.npy" % k)))
     for rt in at.RUNNERS:
-        got = at.armnn_many(jobs, rt)
+        ks = [k for k in range(len(cases)) if k not in loose or rt in loose[k]]
+        got = at.armnn_many([jobs[k] for k in ks], rt)
         rows = []
-        for (op, qin, qout, _, _), g, r in zip(cases, got, refs):
-            d = np.abs(list(g.values())[0].astype(np.int32).reshape(r.shape) - r)
-            rows.append((op, qin, qout, int(d.max()), float((d > 0).mean())))
-        print("%s vs qfold's integer reference, op (input qparams) -> (output qparams): max LSB, share differing:"
-              "\n  %s" % (rt, "\n  ".join("%s %r -> %r: %d %.4f" % r for r in rows)))
-        bad = [r for r in rows if r[3] > (0 if rt == "TFLite" else 1)]
+        for k, g in zip(ks, got):
+            op, qin, qout, _, _ = cases[k]
+            d = np.abs(list(g.values())[0].astype(np.int32).reshape(refs[k].shape) - refs[k])
+            lim = loose[k][rt] if k in loose else 0 if rt == "TFLite" else 1
+            rows.append((op, qin, qout, int(d.max()), float((d > 0).mean()), lim))
+        print("%s vs qfold's integer reference, op (input qparams) -> (output qparams): max LSB, share differing "
+              "(allowed):\n  %s" % (rt, "\n  ".join("%s %r -> %r: %d %.4f (%d)" % r for r in rows)))
+        bad = [r for r in rows if r[3] > r[5]]
         check(not bad, "%s: sweeps apart from qfold's integer reference: %r" % (rt, bad))
 
 
