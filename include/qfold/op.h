@@ -78,6 +78,12 @@ extern "C" {
     X(DIV, div, "Div", "", 2, 2, 1, 1,                                                \
       (DATA),                                                                         \
       ())                                                                             \
+    X(MAX, max, "Max", "", 1, -1, 1, 1,                                               \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(MIN, min, "Min", "", 1, -1, 1, 1,                                               \
+      (DATA),                                                                         \
+      ())                                                                             \
     X(POW, pow, "Pow", "", 2, 2, 1, 1,                                                \
       (DATA),                                                                         \
       ())                                                                             \
@@ -94,6 +100,9 @@ extern "C" {
       (DATA),                                                                         \
       ())                                                                             \
     X(NEG, neg, "Neg", "", 1, 1, 1, 1,                                                \
+      (DATA),                                                                         \
+      ())                                                                             \
+    X(ABS, abs, "Abs", "", 1, 1, 1, 1,                                                \
       (DATA),                                                                         \
       ())                                                                             \
     X(MOD, mod, "Mod", "", 2, 2, 1, 1,                                                \
@@ -120,6 +129,9 @@ extern "C" {
     X(LEAKY_RELU, leaky_relu, "LeakyRelu", "", 1, 1, 1, 1,                            \
       (DATA),                                                                         \
       (A(alpha,FLOAT)))                                                               \
+    X(PRELU, prelu, "PRelu", "", 2, 2, 1, 1,                                          \
+      (DATA, WEIGHT),                                                                 \
+      ())                                                                             \
     X(SIGMOID, sigmoid, "Sigmoid", "", 1, 1, 1, 1,                                    \
       (DATA),                                                                         \
       ())                                                                             \
@@ -146,7 +158,7 @@ extern "C" {
       (A(reduction,STRING)))                                                          \
     X(FAKE_QUANT, fake_quant, NULL, "", 5, 5, 1, 1,                                   \
       (DATA, BN_STAT, BN_STAT, BN_STAT, BN_STAT),                                     \
-      (A(quant_min,INT) A(quant_max,INT) A(axis,INT) A(averaging_constant,FLOAT)     \
+      (A(quant_min,INT) A(quant_max,INT) A(axis,INT) A(averaging_constant,FLOAT)      \
        A(symmetric,INT) A(eps,FLOAT) A(observe,INT) A(enabled,INT)))                  \
     X(QAT_BN_WEIGHT, qat_bn_weight, NULL, "", 3, 3, 1, 1,                             \
       (WEIGHT, BN_SCALE, BN_STAT),                                                    \

@@ -139,7 +139,9 @@ typedef enum qf_qpattern {
     QF_QPAT_FIXED,      /* output has fixed qparams (softmax, sigmoid, tanh) */
     QF_QPAT_BINARY,     /* Add / Sub / Mul: inputs and output observed */
     QF_QPAT_REDUCTION,  /* GlobalAveragePool / ReduceMean: shares or own, per the profile */
-    QF_QPAT_OWN         /* input and output observed */
+    QF_QPAT_OWN,        /* input and output observed */
+    QF_QPAT_SAME,       /* every input and the output on one set of qparams (Max / Min) */
+    QF_QPAT_PRELU       /* input and output observed, the constant slope int8 per tensor */
 } qf_qpattern;
 
 /* Which layer pairs the equalize pass balances: none, those where one of

@@ -192,6 +192,54 @@ static qf_status ann_share(ann *c, const qf_node *n, const qf_value *x, const qf
     return QF_OK;
 }
 
+/* Max / Min: every input and the output in one group (the Neutron
+ * quantizer's identical qparams), so that the int8 op is an exact integer
+ * max / min. Groups are joined as they are; a group with fixed qparams
+ * (a Sigmoid's output, ...) joins only groups without, and two fixed groups
+ * only when their qparams are the same: else the node stays float. */
+static qf_status ann_same(ann *c, const qf_node *n)
+{
+    qf_quant_annotation *a = c->a;
+    const qf_value *y = n->outputs[0];
+    if (!is_f32(y)) return ann_skip(c, n, "input is not float32");
+    for (int i = 0; i < n->ninputs; i++)
+        if (!is_f32(n->inputs[i])) return ann_skip(c, n, "input is not float32");
+    /* the one fixed member's qparams, if any group has one */
+    const qf_qparams *fixed = NULL;
+    for (int i = 0; i < n->ninputs; i++) {
+        const uint32_t r = qf_quant_group(a, n->inputs[i]->id);
+        for (int v = 0; v < a->nvalues; v++) {
+            if (a->spec[v].kind != QF_QSPEC_FIXED || qf_quant_group(a, (uint32_t)v) != r) continue;
+            if (fixed && (fixed->scale != a->spec[v].fixed.scale || fixed->zero_point != a->spec[v].fixed.zero_point))
+                return ann_skip(c, n, "inputs have different fixed qparams");
+            fixed = &a->spec[v].fixed;
+        }
+    }
+    if (fixed)
+        for (int i = 0; i < n->ninputs; i++) {
+            const qf_value *v = n->inputs[i];
+            if (a->spec[v->id].kind == QF_QSPEC_FLOAT) continue; /* joins the fixed group fresh */
+            bool has = false;
+            const uint32_t r = qf_quant_group(a, v->id);
+            for (int k = 0; k < a->nvalues && !has; k++)
+                has = a->spec[k].kind == QF_QSPEC_FIXED && qf_quant_group(a, (uint32_t)k) == r;
+            if (!has) return ann_skip(c, n, "an input with fixed qparams and one observed");
+        }
+    for (int i = 0; i < n->ninputs; i++) want_quantized(c, n->inputs[i]);
+    share(c, y, n->inputs[0]);
+    for (int i = 1; i < n->ninputs; i++) {
+        const uint32_t r0 = qf_quant_group(a, n->inputs[0]->id), ri = qf_quant_group(a, n->inputs[i]->id);
+        if (ri == r0) continue;
+        /* the root of a fixed group stays the root: its spec is the one */
+        bool ri_fixed = false;
+        for (int k = 0; k < a->nvalues && !ri_fixed; k++)
+            ri_fixed = a->spec[k].kind == QF_QSPEC_FIXED && qf_quant_group(a, (uint32_t)k) == ri;
+        if (ri_fixed) a->parent[r0] = ri;
+        else a->parent[ri] = r0;
+    }
+    return QF_OK;
+}
+
 static qf_status ann_node(ann *c, const qf_node *n)
 {
     const qf_op_quant *r = qf_op_quant_get(n->op);
@@ -243,6 +291,21 @@ static qf_status ann_node(ann *c, const qf_node *n)
         if (!is_f32(y) || !want_quantized(c, x)) return ann_skip(c, n, "input is not float32");
         observe(c, y);
         return QF_OK;
+    case QF_QPAT_SAME:
+        return ann_same(c, n);
+    case QF_QPAT_PRELU: {
+        const qf_value *s = n->ninputs > 1 ? n->inputs[1] : NULL;
+        if (!is_f32(y) || !is_f32(x)) return ann_skip(c, n, "input is not float32");
+        if (!is_f32_const(s)) return ann_skip(c, n, "slope is not a float32 constant");
+        if (c->a->spec[s->id].kind != QF_QSPEC_FLOAT) return ann_skip(c, n, "slope is shared with another node");
+        want_quantized(c, x);
+        /* TFLite's int8 PRELU takes one scale and zero point for alpha */
+        qf_qformat f = c->p->linear_weight;
+        f.per_channel = false;
+        set_spec(c, s, weight_spec(&f, -1));
+        observe(c, y);
+        return QF_OK;
+    }
     }
     return QF_OK;
 }

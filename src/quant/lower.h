@@ -49,6 +49,11 @@ qf_status qf_lower_reduce_sum(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8
                               bool *done);
 qf_status qf_lower_reduce_max(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
                               bool *done);
+/* lower_prelu_minmax.c */
+qf_status qf_lower_prelu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
+                         bool *done);
+qf_status qf_lower_extreme(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
+                           bool *done);
 
 /* --- helpers for writing an entry ---------------------------------------- */
 

@@ -76,6 +76,14 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     [QF_OP_ADD] = {PAT(QF_QPAT_BINARY), LOWER(qf_lower_add)},
     [QF_OP_SUB] = {PAT(QF_QPAT_BINARY)},
     [QF_OP_MUL] = {PAT(QF_QPAT_BINARY), LOWER(qf_lower_mul)},
+    /* Max / Min: inputs and output share one set of qparams (Neutron's
+     * identical qparams), so that the int8 op is the exact integer max /
+     * min: in a lowered graph the same op on the int8 values */
+    [QF_OP_MAX] = {PAT(QF_QPAT_SAME), LOWER_ANY(qf_lower_extreme), INT8_PASSES},
+    [QF_OP_MIN] = {PAT(QF_QPAT_SAME), LOWER_ANY(qf_lower_extreme), INT8_PASSES},
+    /* Abs shares its input's qparams (the Neutron quantizer's abs): then
+     * DQ -> Abs -> Q is exactly min(|q - zp| + zp, 127), run as written */
+    [QF_OP_ABS] = {SHARE},
 
     /* reductions: shared or own qparams, per the profile */
     [QF_OP_GLOBAL_AVG_POOL] = {PAT(QF_QPAT_REDUCTION), LOWER(qf_lower_mean)},
@@ -88,6 +96,8 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
 
     /* element-wise ops with their own output qparams */
     [QF_OP_LEAKY_RELU] = {PAT(QF_QPAT_OWN)},
+    /* PRelu: its slope an int8 constant per tensor (TFLite's PRELU alpha) */
+    [QF_OP_PRELU] = {PAT(QF_QPAT_PRELU), LOWER(qf_lower_prelu)},
     [QF_OP_HARD_SWISH] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_hard_swish)},
     [QF_OP_HARD_SIGMOID] = {PAT(QF_QPAT_OWN)},
     /* TFLite 2.2's DEQUANTIZE -> EXP / LOG -> QUANTIZE as an int8 table */

@@ -29,7 +29,8 @@
     [QF_OP_SLICE] = true, [QF_OP_DROPOUT] = true, [QF_OP_IDENTITY] = true, [QF_OP_CONCAT] = true,      \
     [QF_OP_SOFTMAX] = true, [QF_OP_SIGMOID] = true, [QF_OP_TANH] = true, [QF_OP_ADD] = true,           \
     [QF_OP_SUB] = true, [QF_OP_MUL] = true, [QF_OP_GLOBAL_AVG_POOL] = true, [QF_OP_REDUCE_MEAN] = true,  \
-    [QF_OP_EXP] = true, [QF_OP_LOG] = true, [QF_OP_REDUCE_SUM] = true, [QF_OP_REDUCE_MAX] = true
+    [QF_OP_EXP] = true, [QF_OP_LOG] = true, [QF_OP_REDUCE_SUM] = true, [QF_OP_REDUCE_MAX] = true, \
+    [QF_OP_PRELU] = true, [QF_OP_MAX] = true, [QF_OP_MIN] = true, [QF_OP_ABS] = true
 
 static const qf_quant_profile qf_profile_neutron = {
     .name = "neutron",

@@ -30,6 +30,9 @@ QF_TFL_EMITTER_(reshape);
 QF_TFL_EMITTER_(transpose);
 QF_TFL_EMITTER_(pad_node);
 QF_TFL_EMITTER_(requant);
+/* tflite_ops_minmax.c: Max / Min, Abs */
+QF_TFL_EMITTER_(extreme);
+QF_TFL_EMITTER_(abs);
 
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
@@ -60,6 +63,11 @@ const qf_tfl_row qf_tfl_rows[QF_OP_COUNT] = {
     [QF_OP_SUB] = {QF_TFL_SUB, qf_tfl_emit_float},
     [QF_OP_ADD] = {QF_TFL_ADD, qf_tfl_emit_float}, /* qparams the lowering declined */
     [QF_OP_MUL] = {QF_TFL_MUL, qf_tfl_emit_float},
+    /* Max / Min lowered (int8 in and out) or DQ -> op -> Q: a MAXIMUM / MINIMUM chain */
+    [QF_OP_MAX] = {QF_TFL_MAXIMUM, qf_tfl_emit_extreme},
+    [QF_OP_MIN] = {QF_TFL_MINIMUM, qf_tfl_emit_extreme},
+    /* DQ -> Abs -> Q: DEQUANTIZE -> ABS -> QUANTIZE (TFLite 2.2's ABS is float only) */
+    [QF_OP_ABS] = {QF_TFL_ABS, qf_tfl_emit_abs},
     [QF_OP_SIGMOID] = {QF_TFL_LOGISTIC, qf_tfl_emit_float},
     [QF_OP_TANH] = {QF_TFL_TANH, qf_tfl_emit_float},
     [QF_OP_HARD_SWISH] = {QF_TFL_HARD_SWISH, qf_tfl_emit_float},

@@ -91,6 +91,8 @@ QF_TFL_EMPTY_OPTIONS_(HardSwishOptions)
 QF_TFL_EMPTY_OPTIONS_(QuantizeOptions)
 QF_TFL_EMPTY_OPTIONS_(DequantizeOptions)
 QF_TFL_EMPTY_OPTIONS_(ExpOptions)
+QF_TFL_EMPTY_OPTIONS_(MaximumMinimumOptions)
+QF_TFL_EMPTY_OPTIONS_(AbsOptions)
 #undef QF_TFL_EMPTY_OPTIONS_
 
 // Each builtin of QF_TFL_BUILTIN_LIST: its code, options type and builder.

@@ -52,10 +52,13 @@ enum { QF_TFL_FLOAT32 = 0, QF_TFL_INT32 = 2, QF_TFL_INT64 = 4, QF_TFL_INT8 = 9 }
     X(MEAN, 40, ReducerOptions)                               \
     X(SUB, 41, SubOptions)                                    \
     X(EXP, 47, ExpOptions)                                    \
+    X(MAXIMUM, 55, MaximumMinimumOptions)                     \
+    X(MINIMUM, 57, MaximumMinimumOptions)                     \
     X(TRANSPOSE_CONV, 67, TransposeConvOptions)               \
     X(LOG, 73, NONE)                                          \
     X(SUM, 74, ReducerOptions)                                \
     X(REDUCE_MAX, 82, ReducerOptions)                         \
+    X(ABS, 101, AbsOptions)                                   \
     X(QUANTIZE, 114, QuantizeOptions)                         \
     X(HARD_SWISH, 117, HardSwishOptions)
 

@@ -16,6 +16,7 @@ set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Di
   Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum SoftmaxCrossEntropyLoss
   QLinearConv QLinearMatMul ConvInteger MatMulInteger
   Exp Log ReduceSum ReduceMax
+  PRelu Max Min Abs
   expanded)
 foreach(op ${QF_NODE_OPS})
   qf_add_c_test(NAME node_${op} PROGRAM node_runner ARGS ${QF_NODE_WORK}/manifest/${op}.txt

@@ -193,6 +193,49 @@ static void test_share_and_fixed(void)
     qf_graph_free(b.g);
 }
 
+/* Max / Min: every input and the output in one group (two observed
+ * branches joined; a fixed one joins a fresh input, two different fixed ones
+ * stay float); Abs shares its input's; PRelu's slope a per-tensor weight. */
+static void test_prelu_max_min_abs(void)
+{
+    for (int p = 0; p < 2; p++) {
+        const char *prof = p ? "generic" : "neutron";
+        gb b = gb_begin();
+        qf_value *x = gb_input(&b, "x", 4, X4), *y = gb_input(&b, "y", 4, X4);
+        const int64_t c3[3] = {4, 1, 1};
+        qf_value *pin[2] = {x, gb_const(&b, "slope", 3, c3, 0.25f)};
+        qf_node *pr = gb_node(&b, QF_OP_PRELU, "prelu", 2, pin);
+        qf_value *min[2] = {pr->outputs[0], y};
+        qf_node *mx = gb_node(&b, QF_OP_MAX, "max", 2, min);
+        qf_node *ab = gb_node(&b, QF_OP_ABS, "abs", 1, &mx->outputs[0]);
+        qf_node *sg = gb_node(&b, QF_OP_SIGMOID, "sig", 1, &ab->outputs[0]);
+        qf_node *th = gb_node(&b, QF_OP_TANH, "tanh", 1, &ab->outputs[0]);
+        qf_value *fin[2] = {sg->outputs[0], th->outputs[0]};
+        qf_node *mn = gb_node(&b, QF_OP_MIN, "min", 2, fin); /* 1/256 and 1/128: stays float */
+        qf_value *sin[2] = {sg->outputs[0], ab->outputs[0]};
+        qf_node *mx2 = gb_node(&b, QF_OP_MAX, "max2", 2, sin); /* fixed and observed: float */
+        qf_graph_add_output(b.g, mn->outputs[0]);
+        qf_graph_add_output(b.g, mx2->outputs[0]);
+        char *t = annotate(&b, prof, NULL);
+        HAS(t, "slope: weight per-tensor symmetric [-127, 127]");
+        HAS(t, "max_y: share prelu_y");
+        HAS(t, "abs_y: share max_y");
+        HAS(t, "float min (min): inputs have different fixed qparams");
+        HAS(t, "float max2 (max): an input with fixed qparams and one observed");
+        free(t);
+        qf_quant_annotation *a = NULL;
+        CHECK_OK(qf_quant_annotate(b.g, qf_quant_profile_find(prof), &a));
+        if (a) {
+            const uint32_t r = qf_quant_group(a, pr->outputs[0]->id);
+            CHECKF(qf_quant_group(a, y->id) == r && qf_quant_group(a, ab->outputs[0]->id) == r,
+                   "%s: Max's inputs and output, Abs's output in one group", prof);
+            CHECKF(qf_quant_group(a, x->id) != r, "%s: PRelu's input in its own group", prof);
+        }
+        qf_quant_annotation_free(a);
+        qf_graph_free(b.g);
+    }
+}
+
 /* Linear weights: per tensor in neutron, per channel in generic, the axis
  * following transB. */
 static void test_gemm_weights(void)
@@ -340,5 +383,6 @@ int main(void)
     RUN(test_concat_and_binary);
     RUN(test_float_left);
     RUN(test_profile_set);
+    RUN(test_prelu_max_min_abs);
     return qf_check_report();
 }

@@ -29,7 +29,8 @@ static int row_problems(qf_op op, const qf_op_quant *r, int quiet)
     const qf_op_schema *s = qf_op_schema_get(op);
     const int max_in = s && s->max_inputs >= 0 ? s->max_inputs : 1 << 20;
     const int min_in = s ? s->min_inputs : 0;
-    if ((unsigned)r->pattern > QF_QPAT_OWN) PROBLEM("pattern %d out of range", (int)r->pattern);
+    if ((unsigned)r->pattern > QF_QPAT_PRELU) PROBLEM("pattern %d out of range", (int)r->pattern);
+    if (r->pattern == QF_QPAT_PRELU && min_in < 2) PROBLEM("PRelu pattern without a slope input");
     if (r->lower && r->pattern == QF_QPAT_NONE)
         PROBLEM("a lowering entry but no pattern: nothing quantizes it");
     if (r->lower_onnx && !r->lower) PROBLEM("lower_onnx without a lowering entry");

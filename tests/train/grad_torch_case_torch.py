@@ -70,6 +70,15 @@ FNS = {
     "amax": lambda dims, keep: (lambda t: torch.amax(t, dim=dims, keepdim=bool(keep))),
     "exp": lambda: torch.exp,
     "log": lambda: torch.log,
+    # PRelu, Max, Min, Abs (grad_torch_newops.py)
+    "prelu_channel": lambda: (lambda x_, s_: F.prelu(x_, s_.reshape(-1))),
+    "prelu_where": lambda: (lambda x_, s_: torch.where(x_ > 0, x_, s_ * x_)),
+    "maximum": lambda: torch.maximum,
+    "minimum": lambda: torch.minimum,
+    "maximum3": lambda: (lambda a_, b_, c_: torch.maximum(torch.maximum(a_, b_), c_)),
+    "minimum3": lambda: (lambda a_, b_, c_: torch.minimum(torch.minimum(a_, b_), c_)),
+    "identity": lambda: (lambda a_: a_ * 1.0),
+    "abs": lambda: torch.abs,
 }
 
 

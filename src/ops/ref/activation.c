@@ -1,4 +1,4 @@
-/* Activations: Relu, relu6, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid,
+/* Activations: Relu, relu6, Clip, LeakyRelu, PRelu, Sigmoid, Tanh, HardSigmoid,
  * HardSwish, Softmax, Erf, Exp, Log.
  *
  * Float kernels are written once over a type T (float or double) with
@@ -11,6 +11,7 @@
 
 #include "core/parallel.h"
 #include "ops/kernels.h"
+#include "ops/math/broadcast.h"
 #include "ops/ref/activation.h"
 #include "ops/math/vector.h"
 
@@ -318,6 +319,106 @@ static qf_status qf_leaky_relu_backward_f32(const qf_kernel_io *io)
 {
     const float alpha = qf_node_attr_float(io->node, "alpha", 0.01f);
     return act_bwd_map(io, io->in[0], act_leaky_relu_bwd_slice, alpha, 0.0f);
+}
+
+/* --- PRelu ------------------------------------------------------------------ */
+
+/* PRelu (opset 7+): y = x where x > 0, else slope * x; the slope broadcasts
+ * to X's shape (unidirectionally: ONNX's rule; PyTorch's nn.PReLU exports
+ * [C, 1, 1] per channel or [1]). Float32 / float64, both the same. */
+static qf_status qf_prelu_infer(qf_graph *g, qf_node *n)
+{
+    (void)g;
+    QF_TRY(qf_op_check_inputs(n, 2));
+    const qf_tensor *x = &n->inputs[0]->type, *s = &n->inputs[1]->type;
+    if (x->dtype != QF_DTYPE_F32 && x->dtype != QF_DTYPE_F64) return act_unsupported_dtype(n, x->dtype);
+    if (s->dtype != x->dtype)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): slope dtype %s differs from X's %s", n->name,
+                        qf_op_label(n), qf_dtype_name(s->dtype), qf_dtype_name(x->dtype));
+    if (!qf_broadcast_to_ok(s->ndim, s->dims, x->ndim, x->dims)) {
+        char a[128], b[128];
+        return qf_error(QF_ERR_SHAPE, "node '%s' (%s): slope of shape %s does not broadcast to X's %s", n->name,
+                        qf_op_label(n), qf_shape_str(s->ndim, s->dims, a, sizeof a),
+                        qf_shape_str(x->ndim, x->dims, b, sizeof b));
+    }
+    qf_set_output(n, 0, x->dtype, x->ndim, x->dims);
+    return QF_OK;
+}
+
+/* One row: y[i] = x[i] > 0 ? x[i] : s[i * ss] * x[i] (the comparison as
+ * PyTorch's prelu: x = 0 and NaN take the slope's product, which is the
+ * same value). */
+#define QF_PRELU_ROW_(T)                                                                         \
+    do {                                                                                         \
+        const T *px = io->in[0]->data, *ps = io->in[1]->data;                                   \
+        T *py = io->out[0]->data;                                                                \
+        for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {                         \
+            const T *xr = px + it.off[0], *sr = ps + it.off[1];                                  \
+            T *yr = py + r * it.len;                                                             \
+            for (int64_t i = 0; i < it.len; i++) yr[i] = xr[i] > 0 ? xr[i] : sr[i * it.step[1]] * xr[i]; \
+        }                                                                                        \
+    } while (0)
+
+static qf_status qf_prelu_forward_f32(const qf_kernel_io *io)
+{
+    const qf_tensor *x = io->in[0];
+    const qf_tensor *ops[2] = {x, io->in[1]};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, x->ndim, x->dims, 2, ops);
+    if (x->dtype == QF_DTYPE_F32) QF_PRELU_ROW_(float);
+    else if (x->dtype == QF_DTYPE_F64) QF_PRELU_ROW_(double);
+    else return act_unsupported_dtype(io->node, x->dtype);
+    return QF_OK;
+}
+
+/* Scratch of the backward: dL/dslope before the sum over the dims the
+ * slope is broadcast along (X's size); 0 while shapes are unknown. */
+static size_t prelu_bwd_scratch(const qf_node *n, const void *state)
+{
+    (void)state;
+    const qf_tensor *x = &n->inputs[0]->type;
+    for (int i = 0; i < x->ndim; i++)
+        if (x->dims[i] < 0) return 0;
+    return sizeof(float) * (size_t)qf_shape_numel(x->ndim, x->dims);
+}
+
+/* torch's prelu backward: dx = dy where x > 0, else slope * dy; dslope =
+ * the sum, over the elements each slope entry multiplies, of x * dy where
+ * x <= 0 (0 where x > 0). Reads X and the slope (bwd_in bits 0, 1). */
+static qf_status qf_prelu_backward_f32(const qf_kernel_io *io)
+{
+    QF_TRY(act_bwd_check(io));
+    qf_tensor *dx = io->din[0], *ds = io->din[1];
+    const qf_tensor *x = io->in[0];
+    const int64_t nx = qf_tensor_numel(x);
+    if (!io->dout[0]) {
+        if (dx) memset(dx->data, 0, qf_tensor_nbytes(dx));
+        if (ds) memset(ds->data, 0, qf_tensor_nbytes(ds));
+        return QF_OK;
+    }
+    float *g = NULL;
+    if (ds) {
+        if (!io->scratch || io->scratch_size < sizeof(float) * (size_t)nx)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): backward scratch too small", io->node->name,
+                            qf_op_label(io->node));
+        g = io->scratch;
+    }
+    const float *px = x->data, *ps = io->in[1]->data, *dy = io->dout[0]->data;
+    float *pdx = dx ? dx->data : NULL;
+    const qf_tensor *ops[2] = {x, io->in[1]};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, x->ndim, x->dims, 2, ops);
+    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it)) {
+        const int64_t o = r * it.len; /* X is the output's shape: off[0] == o */
+        const float *sr = ps + it.off[1];
+        for (int64_t i = 0; i < it.len; i++) {
+            const bool pos = px[o + i] > 0.0f;
+            if (pdx) pdx[o + i] = pos ? dy[o + i] : sr[i * it.step[1]] * dy[o + i];
+            if (g) g[o + i] = pos ? 0.0f : px[o + i] * dy[o + i];
+        }
+    }
+    if (ds) qf_bcast_reduce_f32(x->ndim, x->dims, g, 1.0f, ds);
+    return QF_OK;
 }
 
 static qf_status qf_sigmoid_infer(qf_graph *g, qf_node *n) { (void)g; return act_same_infer(n, float_dtypes, 2); }
@@ -708,6 +809,14 @@ const qf_op_kernels qf_leaky_relu_kernels = {
     .forward_f32 = qf_leaky_relu_forward_f32,
     .backward_f32 = qf_leaky_relu_backward_f32,
     .bwd_in = 1u << 0,
+};
+
+const qf_op_kernels qf_prelu_kernels = {
+    .infer = qf_prelu_infer,
+    .forward_f32 = qf_prelu_forward_f32,
+    .backward_f32 = qf_prelu_backward_f32,
+    .bwd_scratch = prelu_bwd_scratch,
+    .bwd_in = (1u << 0) | (1u << 1),
 };
 
 const qf_op_kernels qf_sigmoid_kernels = {

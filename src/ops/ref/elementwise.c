@@ -1,5 +1,5 @@
-/* Elementwise arithmetic: Add, Sub, Mul, Div, Pow, Mod, Equal (numpy broadcasting) and
- * Sqrt, Reciprocal, Neg, Not.
+/* Elementwise arithmetic: Add, Sub, Mul, Div, Pow, Mod, Equal (numpy broadcasting), Max,
+ * Min (any number of inputs, broadcasting) and Sqrt, Reciprocal, Neg, Abs, Not.
  *
  * Binary kernels work row by row (see broadcast.h): a row function gets two
  * operand pointers with steps 0 or 1 and specialises the four step patterns,
@@ -178,11 +178,11 @@ static bool ew_div_u8(const void *a_, int64_t sa, const void *b_, int64_t sb, vo
     return true;
 }
 
-/* Run a row function over a broadcast binary op. */
-static qf_status ew_binary_run(const qf_kernel_io *io, row_fn fn)
+/* Run a row function over y = a OP b, a and b broadcast to y's shape (y
+ * may be a's memory when a has y's shape: each element is read before it is
+ * written). */
+static qf_status ew_binary_run_t(const qf_node *node, const qf_tensor *a, const qf_tensor *b, qf_tensor *y, row_fn fn)
 {
-    const qf_tensor *a = io->in[0], *b = io->in[1];
-    qf_tensor *y = io->out[0];
     const char *pa = a->data, *pb = b->data;
     char *py = y->data;
     size_t ea = qf_dtype_size(a->dtype), eb = qf_dtype_size(b->dtype), ey = qf_dtype_size(y->dtype);
@@ -204,9 +204,14 @@ static qf_status ew_binary_run(const qf_kernel_io *io, row_fn fn)
                     py + (size_t)(r * it.len) * ey, it.len);
     }
     if (!ok)
-        return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): integer division by zero", io->node->name,
-                        qf_op_label(io->node));
+        return qf_error(QF_ERR_NUMERIC, "node '%s' (%s): integer division by zero", node->name, qf_op_label(node));
     return QF_OK;
+}
+
+/* Run a row function over a broadcast binary op. */
+static qf_status ew_binary_run(const qf_kernel_io *io, row_fn fn)
+{
+    return ew_binary_run_t(io->node, io->in[0], io->in[1], io->out[0], fn);
 }
 
 static qf_status ew_binary_dispatch(const qf_kernel_io *io, const row_fn fns[6])
@@ -430,6 +435,175 @@ static qf_status qf_div_backward_f32(const qf_kernel_io *io)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Max, Min: any number of inputs, broadcast together (opset 8+)             */
+
+/* The output: the inputs' common dtype, their broadcast shape. */
+static qf_status ew_extreme_infer(qf_node *n)
+{
+    if (n->ninputs < 1)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): expects at least one input", n->name, qf_op_label(n));
+    for (int i = 0; i < n->ninputs; i++)
+        if (!n->inputs[i])
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input %d is missing", n->name, qf_op_label(n), i);
+    const qf_tensor *a = &n->inputs[0]->type;
+    if (!ew_dtype_in(a->dtype, arith_dtypes, 6)) return ew_unsupported_dtype(n, "input", a->dtype);
+    int ny = a->ndim;
+    int64_t y[QF_MAX_DIMS];
+    memcpy(y, a->dims, sizeof(int64_t) * (size_t)a->ndim);
+    for (int i = 1; i < n->ninputs; i++) {
+        const qf_tensor *b = &n->inputs[i]->type;
+        if (b->dtype != a->dtype)
+            return qf_error(QF_ERR_INVALID, "node '%s' (%s): input dtypes differ (%s and %s)", n->name,
+                            qf_op_label(n), qf_dtype_name(a->dtype), qf_dtype_name(b->dtype));
+        int64_t prev[QF_MAX_DIMS];
+        const int nprev = ny;
+        memcpy(prev, y, sizeof(int64_t) * (size_t)ny);
+        QF_TRY(qf_broadcast_infer(n, nprev, prev, b->ndim, b->dims, &ny, y));
+    }
+    qf_set_output(n, 0, a->dtype, ny, y);
+    return QF_OK;
+}
+
+static qf_status qf_max_infer(qf_graph *g, qf_node *n) { (void)g; return ew_extreme_infer(n); }
+static qf_status qf_min_infer(qf_graph *g, qf_node *n) { (void)g; return ew_extreme_infer(n); }
+
+/* A NaN operand gives NaN (numpy's maximum / minimum, torch.maximum): x is
+ * kept when it is NaN, z wins every comparison it is NaN in. */
+QF_ROW_(max_f32, float, x > z || x != x ? x : z)
+QF_ROW_(max_f64, double, x > z || x != x ? x : z)
+QF_ROW_(max_i32, int32_t, x > z ? x : z)
+QF_ROW_(max_i64, int64_t, x > z ? x : z)
+QF_ROW_(max_i8, int8_t, x > z ? x : z)
+QF_ROW_(max_u8, uint8_t, x > z ? x : z)
+QF_ROW_(min_f32, float, x < z || x != x ? x : z)
+QF_ROW_(min_f64, double, x < z || x != x ? x : z)
+QF_ROW_(min_i32, int32_t, x < z ? x : z)
+QF_ROW_(min_i64, int64_t, x < z ? x : z)
+QF_ROW_(min_i8, int8_t, x < z ? x : z)
+QF_ROW_(min_u8, uint8_t, x < z ? x : z)
+
+/* y = op(op(op(x0, x1), x2), ...): the first pair into y, then y with each
+ * further input (y has the broadcast shape of all of them, so every input
+ * broadcasts to it). One input: a copy. On int8 data this is the integer
+ * executor's Max / Min (shared qparams: exact). */
+static qf_status ew_extreme_forward(const qf_kernel_io *io, const row_fn fns[6])
+{
+    const qf_node *n = io->node;
+    qf_tensor *y = io->out[0];
+    int k = 0;
+    while (k < 6 && arith_dtypes[k] != y->dtype) k++;
+    if (k == 6) return ew_unsupported_dtype(n, "input", y->dtype);
+    if (n->ninputs == 1) {
+        memcpy(y->data, io->in[0]->data, qf_tensor_nbytes(y));
+        return QF_OK;
+    }
+    QF_TRY(ew_binary_run_t(n, io->in[0], io->in[1], y, fns[k]));
+    for (int i = 2; i < n->ninputs; i++) QF_TRY(ew_binary_run_t(n, y, io->in[i], y, fns[k]));
+    return QF_OK;
+}
+
+static qf_status qf_max_forward_f32(const qf_kernel_io *io)
+{
+    static const row_fn fns[6] = {max_f32, max_f64, max_i32, max_i64, max_i8, max_u8};
+    return ew_extreme_forward(io, fns);
+}
+
+static qf_status qf_min_forward_f32(const qf_kernel_io *io)
+{
+    static const row_fn fns[6] = {min_f32, min_f64, min_i32, min_i64, min_i8, min_u8};
+    return ew_extreme_forward(io, fns);
+}
+
+/* x (float32, broadcast to y's shape) into dst, C-contiguous. */
+static void ew_expand_f32(const qf_tensor *y, const qf_tensor *x, float *dst)
+{
+    const float *p = x->data;
+    const qf_tensor *ops[1] = {x};
+    qf_bcast_iter it;
+    qf_bcast_iter_init(&it, y->ndim, y->dims, 1, ops);
+    for (int64_t r = 0; r < it.rows; r++, qf_bcast_iter_next(&it))
+        for (int64_t i = 0; i < it.len; i++) dst[r * it.len + i] = p[it.off[0] + i * it.step[0]];
+}
+
+/* Scratch of the backward: the running results m_0 .. m_{N-2} of the
+ * forward's fold, the gradient reaching the running result, one input
+ * expanded and its gradient before the sum over broadcast dims: N + 2
+ * tensors of Y's size. 0 while shapes are unknown. */
+static size_t ew_extreme_bwd_scratch(const qf_node *n, const void *state)
+{
+    (void)state;
+    const qf_tensor *ty = &n->outputs[0]->type;
+    for (int i = 0; i < ty->ndim; i++)
+        if (ty->dims[i] < 0) return 0;
+    return sizeof(float) * (size_t)(n->ninputs + 2) * (size_t)qf_shape_numel(ty->ndim, ty->dims);
+}
+
+/* The backward of the fold y = op(...op(op(x0, x1), x2)..., x_{N-1}) pair
+ * by pair, from the last, as PyTorch 1.13 differentiates torch.maximum(a,
+ * b) (torch.minimum: the comparisons swapped): a gets g where a > b, b where
+ * b > a, each g / 2 where a == b; where a or b is NaN neither comparison
+ * holds and both get g. So a chain of maximum() calls (what PyTorch writes
+ * as this Max) gets the same gradients. Each input's gradient is summed
+ * over the dims it is broadcast along. */
+static qf_status ew_extreme_backward(const qf_kernel_io *io, bool is_max)
+{
+    const qf_node *n = io->node;
+    const qf_tensor *ty = io->out[0];
+    if (ty->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of dtype %s is not supported (float32)",
+                        n->name, qf_op_label(n), qf_dtype_name(ty->dtype));
+    const int nin = n->ninputs;
+    const int64_t ny = qf_tensor_numel(ty);
+    bool want = false;
+    for (int i = 0; i < nin; i++) want |= io->din[i] != NULL;
+    if (!want) return QF_OK;
+    if (!io->dout[0] || ny == 0) {
+        for (int i = 0; i < nin; i++)
+            if (io->din[i]) memset(io->din[i]->data, 0, qf_tensor_nbytes(io->din[i]));
+        return QF_OK;
+    }
+    if (!io->scratch || io->scratch_size < sizeof(float) * (size_t)(nin + 2) * (size_t)ny)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): backward scratch too small", n->name, qf_op_label(n));
+    float *m = io->scratch;                       /* m_k at m + k * ny, k < N - 1 */
+    float *c = m + (size_t)(nin > 1 ? nin - 1 : 0) * (size_t)ny; /* gradient reaching m_k */
+    float *xk = c + ny, *gk = xk + ny;
+    const float *dy = io->dout[0]->data;
+    if (nin == 1) {
+        qf_bcast_reduce_f32(ty->ndim, ty->dims, dy, 1.0f, io->din[0]);
+        return QF_OK;
+    }
+    ew_expand_f32(ty, io->in[0], m);
+    for (int k = 1; k < nin - 1; k++) {
+        float *mk = m + (size_t)k * (size_t)ny;
+        const float *prev = mk - ny;
+        ew_expand_f32(ty, io->in[k], mk);
+        for (int64_t e = 0; e < ny; e++) {
+            const float a = prev[e], b = mk[e];
+            mk[e] = is_max ? (a > b || a != a ? a : b) : (a < b || a != a ? a : b);
+        }
+    }
+    memcpy(c, dy, sizeof(float) * (size_t)ny);
+    for (int k = nin - 1; k >= 1; k--) {
+        const float *a = m + (size_t)(k - 1) * (size_t)ny;
+        ew_expand_f32(ty, io->in[k], xk);
+        for (int64_t e = 0; e < ny; e++) {
+            const float av = a[e], bv = xk[e], g = c[e];
+            /* a loses where b is strictly better, b where a is */
+            const bool a_loses = is_max ? av < bv : av > bv, b_loses = is_max ? av > bv : av < bv;
+            const float share = av == bv ? g * 0.5f : g;
+            gk[e] = b_loses ? 0.0f : share;
+            c[e] = a_loses ? 0.0f : share;
+        }
+        if (io->din[k]) qf_bcast_reduce_f32(ty->ndim, ty->dims, gk, 1.0f, io->din[k]);
+    }
+    if (io->din[0]) qf_bcast_reduce_f32(ty->ndim, ty->dims, c, 1.0f, io->din[0]);
+    return QF_OK;
+}
+
+static qf_status qf_max_backward_f32(const qf_kernel_io *io) { return ew_extreme_backward(io, true); }
+static qf_status qf_min_backward_f32(const qf_kernel_io *io) { return ew_extreme_backward(io, false); }
+
+/* ------------------------------------------------------------------------ */
 /* Pow with mixed dtypes                                                     */
 
 static double ew_load_f64(const void *p, qf_dtype dt, int64_t i)
@@ -566,6 +740,50 @@ static qf_status qf_neg_forward_f32(const qf_kernel_io *io)
     case QF_DTYPE_I8: QF_UNARY_(int8_t, -p[i]); break;
     default: return ew_unsupported_dtype(io->node, "input", x->dtype);
     }
+    return QF_OK;
+}
+
+/* |x|; |MIN| of a signed integer wraps to MIN (two's complement), as numpy
+ * does; uint8 is its own absolute value. On int8 data with its input's
+ * qparams this is not the int8 Abs (that is |q - zp| + zp): the
+ * quantization row keeps Abs as DQ -> Abs -> Q. */
+static const qf_dtype abs_dtypes[] = {QF_DTYPE_F32, QF_DTYPE_F64, QF_DTYPE_I32,
+                                      QF_DTYPE_I64, QF_DTYPE_I8,  QF_DTYPE_U8};
+
+static qf_status qf_abs_infer(qf_graph *g, qf_node *n) { (void)g; return ew_unary_infer(n, abs_dtypes, 6); }
+
+static qf_status qf_abs_forward_f32(const qf_kernel_io *io)
+{
+    const qf_tensor *x = io->in[0];
+    int64_t n = qf_tensor_numel(x);
+    switch (x->dtype) {
+    case QF_DTYPE_F32: QF_UNARY_(float, fabsf(p[i])); break;
+    case QF_DTYPE_F64: QF_UNARY_(double, fabs(p[i])); break;
+    case QF_DTYPE_I32: QF_UNARY_(int32_t, p[i] < 0 ? 0u - (uint32_t)p[i] : (uint32_t)p[i]); break;
+    case QF_DTYPE_I64: QF_UNARY_(int64_t, p[i] < 0 ? (uint64_t)0 - (uint64_t)p[i] : (uint64_t)p[i]); break;
+    case QF_DTYPE_I8: QF_UNARY_(int8_t, p[i] < 0 ? -p[i] : p[i]); break;
+    case QF_DTYPE_U8: QF_UNARY_(uint8_t, p[i]); break;
+    default: return ew_unsupported_dtype(io->node, "input", x->dtype);
+    }
+    return QF_OK;
+}
+
+/* dx = dy * sgn(x), 0 at x = 0 (torch's abs_backward: grad * self.sgn()).
+ * Reads X (bwd_in bit 0). */
+static qf_status qf_abs_backward_f32(const qf_kernel_io *io)
+{
+    if (!io->din[0]) return QF_OK;
+    if (io->in[0]->dtype != QF_DTYPE_F32)
+        return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): backward of dtype %s is not supported (float32)",
+                        io->node->name, qf_op_label(io->node), qf_dtype_name(io->in[0]->dtype));
+    const int64_t n = qf_tensor_numel(io->din[0]);
+    float *dx = io->din[0]->data;
+    if (!io->dout[0]) {
+        memset(dx, 0, sizeof(float) * (size_t)n);
+        return QF_OK;
+    }
+    const float *x = io->in[0]->data, *dy = io->dout[0]->data;
+    for (int64_t i = 0; i < n; i++) dx[i] = x[i] > 0.0f ? dy[i] : x[i] < 0.0f ? -dy[i] : 0.0f;
     return QF_OK;
 }
 
@@ -734,6 +952,22 @@ const qf_op_kernels qf_div_kernels = {
     .bwd_out = 1u << 0,
 };
 
+const qf_op_kernels qf_max_kernels = {
+    .infer = qf_max_infer,
+    .forward_f32 = qf_max_forward_f32,
+    .backward_f32 = qf_max_backward_f32,
+    .bwd_scratch = ew_extreme_bwd_scratch,
+    .bwd_in = 0xffffffffu, /* every input */
+};
+
+const qf_op_kernels qf_min_kernels = {
+    .infer = qf_min_infer,
+    .forward_f32 = qf_min_forward_f32,
+    .backward_f32 = qf_min_backward_f32,
+    .bwd_scratch = ew_extreme_bwd_scratch,
+    .bwd_in = 0xffffffffu, /* every input */
+};
+
 const qf_op_kernels qf_pow_kernels = {
     .infer = qf_pow_infer,
     .forward_f32 = qf_pow_forward_f32,
@@ -755,6 +989,14 @@ const qf_op_kernels qf_neg_kernels = {
     .infer = qf_neg_infer,
     .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
     .forward_f32 = qf_neg_forward_f32,
+};
+
+const qf_op_kernels qf_abs_kernels = {
+    .infer = qf_abs_infer,
+    .layouts = QF_LAYOUT_NCHW | QF_LAYOUT_NHWC,
+    .forward_f32 = qf_abs_forward_f32,
+    .backward_f32 = qf_abs_backward_f32,
+    .bwd_in = 1u << 0,
 };
 
 const qf_op_kernels qf_mod_kernels = {

@@ -44,7 +44,8 @@ GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeez
 Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear
 Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum SoftmaxCrossEntropyLoss
 QLinearConv QLinearMatMul ConvInteger MatMulInteger
-Exp Log ReduceSum ReduceMax""".split()
+Exp Log ReduceSum ReduceMax
+PRelu Max Min Abs""".split()
 
 MIN_OPSET = 7
 MAX_OPSET = 17
