@@ -84,7 +84,7 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     /* element-wise ops with their own output qparams */
     [QF_OP_LEAKY_RELU] = {PAT(QF_QPAT_OWN)},
     [QF_OP_HARD_SWISH] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_hard_swish)},
-    [QF_OP_HARD_SIGMOID] = {PAT(QF_QPAT_OWN)},
+    [QF_OP_HARD_SIGMOID] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_hard_sigmoid)},
 
     /* the int8 ops of a lowered graph (ONNX's and qfold's own) */
     [QF_OP_QLINEAR_CONV] = {INT8_OUT_QPARAMS(6)},
