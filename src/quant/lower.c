@@ -653,7 +653,7 @@ static bool hard_sigmoid_accepts(float sx, int32_t zx, float sy, int32_t zy, con
 {
     (void)zx;
     (void)zy;
-    *why = "scales outside TFLite's int8 ADD (the output scale below the input's / 2^21)";
+    *why = "scales outside TFLite's int8 ADD (an output scale under max(input scale, 3/127) / (3 * 2^19))";
     return qf_hard_sigmoid_form_ok(sx, sy);
 }
 
