@@ -144,9 +144,11 @@ static inline void qf_hard_sigmoid_form_of(float s_y, int32_t zp_y, qf_hard_sigm
     f->c6 = 127;
     f->c6_scale = 1.0f / 762.0f;
     f->t_scale = 6.0f * s_y;
-    const int32_t hi = zp_y + (int32_t)roundf(6.0f / f->t_scale);
+    /* zp_y >= -128, so a bound of 255 or more is past 127 (and the cast
+     * of a huge float would be undefined) */
+    const float r = roundf(6.0f / f->t_scale);
     f->t_lo = zp_y > -128 ? zp_y : -128;
-    f->t_hi = hi < 127 ? hi : 127;
+    f->t_hi = !(r < 255.0f) ? 127 : zp_y + (int32_t)r < 127 ? zp_y + (int32_t)r : 127;
 }
 
 /* Whether TFLite's ADD takes the form's scales for input scale s_x: its
