@@ -35,7 +35,9 @@
  *   Concat                  -> QF_OP_QCONCAT (src/ops/qconcat.c: inputs of the
  *                              output's qparams copied, others requantized)
  *   HardSwish               -> QF_OP_QLUT (src/ops/qlut.c: TFLite's fixed-point
- *                              int8 HardSwish, tabulated; Sigmoid / Tanh /
+ *                              int8 HardSwish, tabulated)
+ *   HardSigmoid (1/6, 1/2)  -> QF_OP_QLUT (the ADD + RELU6, MUL chain the TFLite
+ *                              export writes, tabulated; Sigmoid / Tanh /
  *                              Softmax stay DQ -> float -> Q: TFLite's
  *                              interpreter computes their int8 tables in float)
  * A group is lowered only where its kernel takes it: per-tensor int8
@@ -644,5 +646,34 @@ qf_status qf_lower_hard_swish(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8
     qf_node *k;
     QF_TRY(qf_lower_unary(g, ctx, n, QF_OP_QLUT, "hard swish", hard_swish_accepts, &k, done));
     if (*done) QF_TRY(qf_node_set_attr_string(g, k, "qfold_fn", "hard_swish"));
+    return QF_OK;
+}
+
+static bool hard_sigmoid_accepts(float sx, int32_t zx, float sy, int32_t zy, const char **why)
+{
+    (void)zx;
+    (void)zy;
+    *why = "scales outside TFLite's int8 ADD (an output scale under max(input scale, 3/127) / (3 * 2^19))";
+    return qf_hard_sigmoid_form_ok(sx, sy);
+}
+
+/* A HardSigmoid of torch's constants (alpha 1/6, beta 1/2) between a DQ and
+ * a Q: QF_OP_QLUT computing the ADD + RELU6 and MUL the TFLite export writes
+ * for it (qf_hard_sigmoid_form, fixed_point.h), with TFLite's arithmetic.
+ * Other constants stay DQ -> HardSigmoid -> Q (TFLite has no form for them). */
+qf_status qf_lower_hard_sigmoid(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+{
+    (void)rq; /* TFLite's fixed point, tabulated */
+    *done = false;
+    const double alpha = qf_node_attr_float(n, "alpha", 0.2f), beta = qf_node_attr_float(n, "beta", 0.5f);
+    if (fabs(alpha - 1.0 / 6.0) > 4e-7 / 6.0 || fabs(beta - 0.5) > 4e-7 * 0.5) {
+        if (ctx && qf_lower_dq_of(n->inputs[0]))
+            qf_pass_skip(ctx, n, "alpha %g, beta %g: only torch's 1/6, 1/2 has an int8 form; left as DQ -> %s -> Q",
+                         alpha, beta, qf_op_label(n));
+        return QF_OK;
+    }
+    qf_node *k;
+    QF_TRY(qf_lower_unary(g, ctx, n, QF_OP_QLUT, "hard sigmoid", hard_sigmoid_accepts, &k, done));
+    if (*done) QF_TRY(qf_node_set_attr_string(g, k, "qfold_fn", "hard_sigmoid"));
     return QF_OK;
 }

@@ -99,7 +99,7 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     /* PRelu: its slope an int8 constant per tensor (TFLite's PRELU alpha) */
     [QF_OP_PRELU] = {PAT(QF_QPAT_PRELU), LOWER(qf_lower_prelu)},
     [QF_OP_HARD_SWISH] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_hard_swish)},
-    [QF_OP_HARD_SIGMOID] = {PAT(QF_QPAT_OWN)},
+    [QF_OP_HARD_SIGMOID] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_hard_sigmoid)},
     /* TFLite 2.2's DEQUANTIZE -> EXP / LOG -> QUANTIZE as an int8 table */
     [QF_OP_EXP] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_exp)},
     [QF_OP_LOG] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_log)},

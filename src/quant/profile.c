@@ -32,6 +32,12 @@
     [QF_OP_EXP] = true, [QF_OP_LOG] = true, [QF_OP_REDUCE_SUM] = true, [QF_OP_REDUCE_MAX] = true, \
     [QF_OP_PRELU] = true, [QF_OP_MAX] = true, [QF_OP_MIN] = true, [QF_OP_ABS] = true
 
+/* HardSwish is a Neutron op (ExecuTorch's hardswish converter); HardSigmoid
+ * reaches it as what it decomposes into (add, ReLU6, mul: the TFLite export
+ * writes ADD with RELU6 and MUL). Both at their own output qparams (the
+ * profile's observer), as the Neutron quantizer's activation patterns. */
+#define QF_NEUTRON_HARD_OPS [QF_OP_HARD_SWISH] = true, [QF_OP_HARD_SIGMOID] = true
+
 static const qf_quant_profile qf_profile_neutron = {
     .name = "neutron",
     .summary = "NXP eIQ Neutron NPU (as the Neutron quantizer of ExecuTorch)",
@@ -42,7 +48,7 @@ static const qf_quant_profile qf_profile_neutron = {
     .fuse_activation = true,
     .reduction_shares = true,
     .equalize = QF_QEQ_AUTO,
-    .ops = {QF_NEUTRON_OPS},
+    .ops = {QF_NEUTRON_OPS, QF_NEUTRON_HARD_OPS},
 };
 
 static const qf_quant_profile qf_profile_generic = {

@@ -135,11 +135,14 @@ extern const qf_pass qf_pass_qat_convert;
 extern const qf_pass qf_pass_qat_export;
 extern const qf_pass qf_pass_quant_qat_insert;
 
-static const char *const qz_prepare_passes[] = {"equalize", "quant_annotate", NULL};
+/* fuse_hard_swish: torch's opset-13 x * HardSigmoid(x) quantized as one
+ * HardSwish (one int8 table, one TFLite HARD_SWISH); here, not in ptq, so
+ * that `qfold fuse` keeps the file's own form and opset. */
+static const char *const qz_prepare_passes[] = {"fuse_hard_swish", "equalize", "quant_annotate", NULL};
 static const char *const qz_convert_passes[] = {"quant_convert", "dce", NULL};
 static const qf_pipeline qz_prepare = {
     .name = "quantize_prepare",
-    .summary = "quantizer, before calibration: cross-layer equalization (profile rule), annotate the graph for the target",
+    .summary = "quantizer, before calibration: HardSigmoid + Mul as HardSwish, cross-layer equalization (profile rule), annotate the graph for the target",
     .passes = qz_prepare_passes,
 };
 static const qf_pipeline qz_convert = {
@@ -149,8 +152,8 @@ static const qf_pipeline qz_convert = {
 };
 /* Before QAT: fake_quants for the session's profile, then BatchNorm
  * simulated as folded into the conv / linear before it. */
-static const char *const qz_qat_prepare_passes[] = {"canonicalize", "equalize", "quant_qat_insert", "qat_bn_add",
-                                                    NULL};
+static const char *const qz_qat_prepare_passes[] = {"canonicalize", "fuse_hard_swish", "equalize", "quant_qat_insert",
+                                                    "qat_bn_add", NULL};
 static const qf_pipeline qz_qat_prepare = {
     .name = "qat_prepare",
     .summary = "QAT: canonicalize, cross-layer equalization (profile rule), fake_quants for the target, simulate "
@@ -159,8 +162,8 @@ static const qf_pipeline qz_qat_prepare = {
 };
 /* The same with the exact simulated fusion (--qat-bn exact: PyTorch's
  * two-pass _forward_slow, for channels with gamma = 0 or a tiny variance). */
-static const char *const qz_qat_prepare_exact_passes[] = {"canonicalize", "equalize", "quant_qat_insert",
-                                                          "qat_bn_add_exact", NULL};
+static const char *const qz_qat_prepare_exact_passes[] = {"canonicalize", "fuse_hard_swish", "equalize",
+                                                          "quant_qat_insert", "qat_bn_add_exact", NULL};
 static const qf_pipeline qz_qat_prepare_exact = {
     .name = "qat_prepare_exact",
     .summary = "QAT: as qat_prepare, with the exact two-pass simulated BatchNorm fusion (qat_bn_add_exact)",

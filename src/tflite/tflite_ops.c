@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/math/fixed_point.h"
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "tflite_build.h"
@@ -599,17 +600,63 @@ qf_status qf_tfl_emit_qconcat(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     return QF_OK;
 }
 
-/* HARD_SWISH from the lowered QLUT (inputs: x, s_x, zp_x, s_y, zp_y; the
- * lowering makes it of a HardSwish only). */
+/* A tensor named <node>_<what> of x's shape (every dim 1 when ones), int8 at
+ * (scale, zp); data (one value, or NULL: an activation). */
+static qf_status hs_tensor(qf_tfl_ex *e, const qf_node *n, int xi, const char *what, bool ones, float scale,
+                           int32_t zp, const int8_t *data, int *out)
+{
+    const char *nn = qf_tfl_node_name(e, n);
+    size_t len = strlen(nn) + strlen(what) + 2;
+    char *name = qf_tfl_ex_alloc(e, len);
+    if (!name) return QF_ERR_NOMEM;
+    snprintf(name, len, "%s_%s", nn, what);
+    const qf_tfl_tensor *t = &e->t[xi];
+    int32_t shape[QF_MAX_DIMS];
+    for (int i = 0; i < t->ndim; i++) shape[i] = ones ? 1 : t->shape[i];
+    int64_t z = zp;
+    *out = qf_tfl_add_tensor(e, name, QF_TFL_INT8, t->ndim, shape, data, data ? 1 : 0, 1, &scale, &z, 0, data != NULL);
+    return qf_tfl_need(*out);
+}
+
+/* HardSigmoid (alpha 1/6, beta 1/2) from the lowered QLUT: TFLite has no
+ * HARD_SIGMOID, so ADD(x, 3) with RELU6 into a tensor at 6 s_y, then MUL by
+ * 1/6 into s_y (qf_hard_sigmoid_form, fixed_point.h: the integers qlut.c
+ * computes). The constants are [1, ..., 1] of x's rank (ArmNN broadcasts
+ * operands of equal rank). */
+static qf_status emit_hard_sigmoid(qf_tfl_ex *e, qf_node *n, qf_tfl_qp yq)
+{
+    qf_hard_sigmoid_form f;
+    qf_hard_sigmoid_form_of(yq.scale, yq.zp, &f);
+    int xi, yi, c3, c6, ti;
+    QF_TRY(qf_tfl_act_tensor(e, n, n->inputs[0], &xi));
+    QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));
+    QF_TRY(hs_tensor(e, n, xi, "three", true, f.c3_scale, 0, &f.c3, &c3));
+    QF_TRY(hs_tensor(e, n, xi, "sixth", true, f.c6_scale, 0, &f.c6, &c6));
+    QF_TRY(hs_tensor(e, n, xi, "relu6", false, f.t_scale, yq.zp, NULL, &ti));
+    qf_tfl_op *op;
+    int32_t add_in[2] = {xi, c3}, mul_in[2] = {ti, c6};
+    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_ADD, add_in, 2, &ti, 1, 0, &op));
+    op->activation = QF_TFL_ACT_RELU6;
+    QF_TRY(qf_tfl_add_op(e, n, QF_TFL_MUL, mul_in, 2, &yi, 1, 0, &op));
+    op->activation = QF_TFL_ACT_NONE;
+    return QF_OK;
+}
+
+/* HARD_SWISH, or a HardSigmoid's ADD and MUL, from the lowered QLUT (inputs:
+ * x, s_x, zp_x, s_y, zp_y; qfold_fn names the function). */
 qf_status qf_tfl_emit_qlut(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     qf_tfl_qp xq, yq;
     const char *fn = qf_node_attr_string(n, "qfold_fn", "");
     const bool flt = strcmp(fn, "exp") == 0 || strcmp(fn, "log") == 0;
-    if ((!flt && strcmp(fn, "hard_swish") != 0) ||
-        !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) ||
+    const bool sigmoid = strcmp(fn, "hard_sigmoid") == 0;
+    if ((!flt && !sigmoid && strcmp(fn, "hard_swish") != 0) || !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) ||
         !qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
-        return qf_tfl_refuse(e, n, "not an int8 HardSwish, Exp or Log of per-tensor qparams");
+        return qf_tfl_refuse(e, n, "not an int8 HardSwish, HardSigmoid, Exp or Log of per-tensor qparams");
+    if (sigmoid) {
+        e->source = "HardSigmoid";
+        return emit_hard_sigmoid(e, n, yq);
+    }
     int xi, yi;
     QF_TRY(qf_tfl_act_tensor(e, n, n->inputs[0], &xi));
     QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));

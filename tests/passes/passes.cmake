@@ -27,3 +27,10 @@ qf_add_c_test(NAME passes_fold_constants SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_
 # QAT's BatchNorm simulation: qat_bn_add then qat_bn_remove is the original,
 # bit for bit; remove leaves what it did not make.
 qf_add_c_test(NAME passes_qat_bn SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qat_bn.c LABELS passes qat TIMEOUT 60)
+
+# fuse_hard_swish: torch's opset-13 x * HardSigmoid(x) as one HardSwish, the
+# same floats; each guard leaves the pair with a skip naming why.
+qf_add_c_test(NAME passes_fuse_hard_swish SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_fuse_hard_swish.c LABELS passes
+  TIMEOUT 60)
+qf_add_c_test(NAME passes_fuse_hard_swish_ref PROGRAM test_fuse_hard_swish LABELS passes TIMEOUT 60
+  ENVIRONMENT QFOLD_ENGINE=ref)

@@ -125,7 +125,8 @@ def case_fashion():
         # Q and a DQ per activation and a DQ per weight and bias.
         conv = rep["quantize_convert"]["passes"][0]
         c = rep["counts"]
-        check([p["pass"] for p in rep["quantize_prepare"]["passes"]][:2] == ["equalize", "quant_annotate"]
+        check([p["pass"] for p in rep["quantize_prepare"]["passes"]][:3]
+              == ["fuse_hard_swish", "equalize", "quant_annotate"]
               and conv["pass"] == "quant_convert"
               and conv["rewrites"] == 2 * c["activations"] + c["weights"] + c["biases"], "pipelines: %r" % conv)
         # Conv weights per channel; the Linear (Gemm) weights per tensor in

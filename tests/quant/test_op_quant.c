@@ -84,7 +84,8 @@ static void test_real_rows(void)
     const qf_quant_profile *n = qf_quant_profile_find("neutron"),
                            *g = qf_quant_profile_find("generic");
     REQUIRE(n && g, "built-in profiles missing");
-    CHECK(qf_quant_profile_takes(n, QF_OP_CONV) && !qf_quant_profile_takes(n, QF_OP_HARD_SWISH));
+    CHECK(qf_quant_profile_takes(n, QF_OP_CONV) && !qf_quant_profile_takes(n, QF_OP_LEAKY_RELU));
+    CHECK(qf_quant_profile_takes(n, QF_OP_HARD_SWISH) && qf_quant_profile_takes(n, QF_OP_HARD_SIGMOID));
     CHECK(qf_quant_profile_takes(g, QF_OP_HARD_SWISH) &&
           !qf_quant_profile_takes(g, QF_OP_QLINEAR_CONV));
     CHECK(!qf_quant_profile_takes(g, QF_OP_COUNT));

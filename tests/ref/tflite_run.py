@@ -98,6 +98,10 @@ def run(lib, model, inp, out):
         per_run = iinfo[0][1][0] if iinfo[0][1] else 1
         res = {n: [] for n, _, _ in oinfo}
         for s in range(0, xs[0].shape[0], per_run):
+            # Asked again every run: an Invoke may add tensors (TFLite 2.2's
+            # CONV_2D its temporaries on the first run) and move the array
+            # the earlier pointers point into.
+            ins = [lib.TfLiteInterpreterGetInputTensor(it, k) for k in range(len(ins))]
             for x, t, (n, shape, dt) in zip(xs, ins, iinfo):
                 a = np.ascontiguousarray(x[s:s + per_run], dtype=dt).reshape(shape)
                 if lib.TfLiteTensorCopyFromBuffer(t, a.ctypes.data, a.nbytes) != 0:
@@ -106,6 +110,7 @@ def run(lib, model, inp, out):
             if lib.TfLiteInterpreterInvoke(it) != 0:
                 print("tflite refused %s: Invoke failed" % model, file=sys.stderr)
                 return 3
+            outs = [lib.TfLiteInterpreterGetOutputTensor(it, k) for k in range(len(outs))]
             for t, (n, shape, dt) in zip(outs, oinfo):
                 a = np.empty(shape, dtype=dt)
                 lib.TfLiteTensorCopyToBuffer(t, a.ctypes.data, a.nbytes)

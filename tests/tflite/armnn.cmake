@@ -27,3 +27,20 @@ if(QF_PYTHON3 AND QF_FLATC)
     set_tests_properties(tflite_armnn_${case} PROPERTIES FIXTURES_REQUIRED tflite_py LABELS "tflite" TIMEOUT 300)
   endforeach()
 endif()
+
+# int8 HardSigmoid / HardSwish (hard_act_test.py, on armnn_test.py's
+# helpers): every int8 input on TFLite 2.2 (bit-exact) and ArmNN; torchvision's
+# mobilenet_v3_small at opsets 13 and 14 on both targets, TFLite 2.2 bit-exact
+# with `QFOLD_ENGINE=ref qfold run`, ONNX Runtime on the QDQ model.
+if(QF_PYTHON3 AND QF_FLATC)
+  set(QF_TFLITE_HARD_CASES sweep)
+  if(QF_NODE)
+    list(APPEND QF_TFLITE_HARD_CASES mobilenet_v3_13 mobilenet_v3_14)
+  endif()
+  foreach(case ${QF_TFLITE_HARD_CASES})
+    add_test(NAME tflite_hard_${case}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/hard_act_test.py --qfold $<TARGET_FILE:qfold>
+              --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/tflite_hard --schema-py ${QF_TFLITE_TEST_PY} ${case})
+    set_tests_properties(tflite_hard_${case} PROPERTIES FIXTURES_REQUIRED tflite_py LABELS "tflite" TIMEOUT 600)
+  endforeach()
+endif()

@@ -152,16 +152,16 @@ static void test_prepare(void)
     REQUIRE(r, "no report");
     /* equalize: the profile's rule (neutron: auto, which `qfold qat` decides
      * on data beforehand; undecided here, the pass does nothing) */
-    const char *want[] = {"canonicalize", "equalize", "quant_qat_insert", "qat_bn_add"};
-    for (int i = 0; i < 4; i++)
+    const char *want[] = {"canonicalize", "fuse_hard_swish", "equalize", "quant_qat_insert", "qat_bn_add"};
+    for (int i = 0; i < 5; i++)
         CHECKF(i < r->nresults && !strcmp(r->results[i].pass, want[i]), "pass %d of qat_prepare: %s, expected %s", i,
                i < r->nresults ? r->results[i].pass : "none", want[i]);
     /* x, w, the Relu output (GlobalAveragePool's and Flatten's share its
      * buffers), fc1_w, the second Relu's output, fc2_w, the output. */
     CHECKF(count_op(g, QF_OP_FAKE_QUANT) == 9, "%d fake_quants", count_op(g, QF_OP_FAKE_QUANT));
-    CHECKF(r->nresults >= 3 && r->results[1].nrewritten == 0 && r->results[2].nrewritten == 9,
-           "the passes reported %d equalized layers, %d fake_quants", r->nresults >= 3 ? r->results[1].nrewritten : -1,
-           r->nresults >= 3 ? r->results[2].nrewritten : -1);
+    CHECKF(r->nresults >= 4 && r->results[2].nrewritten == 0 && r->results[3].nrewritten == 9,
+           "the passes reported %d equalized layers, %d fake_quants", r->nresults >= 4 ? r->results[2].nrewritten : -1,
+           r->nresults >= 4 ? r->results[3].nrewritten : -1);
     const qf_node *fr = fq_of(g, "relu_out"), *fg = fq_of(g, "gap_out");
     CHECK(fr && fg && fr->inputs[1] == fg->inputs[1]);
     CHECKF(count_op(g, QF_OP_QAT_BN_WEIGHT) == 2 && count_op(g, QF_OP_QAT_BN_OUTPUT) == 2,

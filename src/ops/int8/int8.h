@@ -138,6 +138,25 @@ qf_status qf_int8_clamp_range(const qf_node *n, int32_t min, int32_t max, int32_
 /* The same for an int8 output: [min, max] = [-128, 127]. */
 qf_status qf_int8_clamp_attr(const qf_node *n, int32_t *lo, int32_t *hi);
 
+/* TFLite's int8 ADD and MUL on one pair of int8 values (reference
+ * integer_ops add.h / mul.h, see qadd.c): the parameters once, then
+ * qf_int8_binary_eval per pair (clamped to [lo, hi], a fused activation's
+ * range inside [-128, 127]). The prepares refuse, naming n, the scales
+ * TFLite's Prepare refuses (an Add multiplier outside (0, 1), a Mul shift
+ * that could overflow). qadd.c's QADD / QMUL tabulate it; qlut.c's
+ * HardSigmoid chains an ADD and a MUL of it. */
+typedef struct qf_int8_binary {
+    bool mul;
+    int32_t zp_a, zp_b, zp_y, lo, hi;
+    int32_t mult_a, mult_b, mult_y; /* Add: both inputs' and the output's; Mul: mult_y only */
+    int32_t shift_a, shift_b, shift_y;
+} qf_int8_binary;
+qf_status qf_int8_add_prepare(const qf_node *n, float sa, int32_t zp_a, float sb, int32_t zp_b, float sy,
+                              int32_t zp_y, int32_t lo, int32_t hi, qf_int8_binary *p);
+qf_status qf_int8_mul_prepare(const qf_node *n, float sa, int32_t zp_a, float sb, int32_t zp_b, float sy,
+                              int32_t zp_y, int32_t lo, int32_t hi, qf_int8_binary *p);
+int8_t qf_int8_binary_eval(const qf_int8_binary *p, int32_t a, int32_t b);
+
 /* acc / count rounded to nearest, ties away from zero, as TFLite's integer
  * AveragePool and Mean divide (count > 0). */
 static inline int64_t qf_int8_div_round_away(int64_t acc, int64_t count)

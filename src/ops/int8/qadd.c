@@ -87,6 +87,53 @@ static qf_status qadd_multiplier(const qf_node *n, double m, const char *what, i
     return QF_OK;
 }
 
+qf_status qf_int8_add_prepare(const qf_node *n, float sa, int32_t zp_a, float sb, int32_t zp_b, float sy,
+                              int32_t zp_y, int32_t lo, int32_t hi, qf_int8_binary *p)
+{
+    *p = (qf_int8_binary){.mul = false, .zp_a = zp_a, .zp_b = zp_b, .zp_y = zp_y, .lo = lo, .hi = hi};
+    const double twice_max = 2.0 * (sa > sb ? (double)sa : (double)sb);
+    int shift_a, shift_b, shift_y;
+    QF_TRY(qadd_multiplier(n, sa / twice_max, "A", &p->mult_a, &shift_a));
+    QF_TRY(qadd_multiplier(n, sb / twice_max, "B", &p->mult_b, &shift_b));
+    QF_TRY(qadd_multiplier(n, twice_max / ((double)(1 << 20) * sy), "output", &p->mult_y, &shift_y));
+    p->shift_a = shift_a;
+    p->shift_b = shift_b;
+    p->shift_y = shift_y;
+    return QF_OK;
+}
+
+qf_status qf_int8_mul_prepare(const qf_node *n, float sa, int32_t zp_a, float sb, int32_t zp_b, float sy,
+                              int32_t zp_y, int32_t lo, int32_t hi, qf_int8_binary *p)
+{
+    *p = (qf_int8_binary){.mul = true, .zp_a = zp_a, .zp_b = zp_b, .zp_y = zp_y, .lo = lo, .hi = hi};
+    const double real = (double)sa * (double)sb / (double)sy;
+    /* |(a - zp_a) * (b - zp_b)| <= 255 * 255 */
+    return qf_int8_requant_prepare_fixed(n, &real, 1, 255 * 255, &p->mult_y, &p->shift_y);
+}
+
+int8_t qf_int8_binary_eval(const qf_int8_binary *p, int32_t a, int32_t b)
+{
+    int32_t y;
+    if (p->mul) {
+        y = qf_multiply_by_quantized_multiplier((a - p->zp_a) * (b - p->zp_b), p->mult_y, (int)p->shift_y);
+    } else {
+        /* TFLite's reference int8 Add (integer_ops/add.h, AddElementwise);
+         * |q - zp| <= 255, so (q - zp) << 20 fits int32. */
+        const int32_t sa = qf_multiply_by_quantized_multiplier((a - p->zp_a) * (1 << 20), p->mult_a, (int)p->shift_a);
+        const int32_t sb = qf_multiply_by_quantized_multiplier((b - p->zp_b) * (1 << 20), p->mult_b, (int)p->shift_b);
+        y = qf_multiply_by_quantized_multiplier(sa + sb, p->mult_y, (int)p->shift_y);
+    }
+    y += p->zp_y;
+    return (int8_t)(y < p->lo ? p->lo : y > p->hi ? p->hi : y);
+}
+
+/* The table of every (A, B) pair. */
+static void qadd_tabulate(const qf_int8_binary *p, int8_t *table)
+{
+    for (int a = -128; a < 128; a++)
+        for (int b = -128; b < 128; b++) table[(uint8_t)a << 8 | (uint8_t)b] = qf_int8_binary_eval(p, a, b);
+}
+
 static qf_status qf_qadd_prepare(const qf_kernel_io *io, void *state)
 {
     const qf_node *n = io->node;
@@ -99,30 +146,15 @@ static qf_status qf_qadd_prepare(const qf_kernel_io *io, void *state)
         if (i != 3 && !io->in[i]->data)
             return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): %s must be a constant", n->name, qf_op_label(n),
                             qadd_names[i]);
-    const double sa = *(const float *)io->in[1]->data, sb = *(const float *)io->in[4]->data,
-                 sy = *(const float *)io->in[6]->data;
+    const float sa = *(const float *)io->in[1]->data, sb = *(const float *)io->in[4]->data,
+                sy = *(const float *)io->in[6]->data;
     const int32_t zp_a = *(const int8_t *)io->in[2]->data, zp_b = *(const int8_t *)io->in[5]->data,
                   zp_y = *(const int8_t *)io->in[7]->data;
-    const double twice_max = 2.0 * (sa > sb ? sa : sb);
-    int32_t mult_a, mult_b, mult_y;
-    int shift_a, shift_b, shift_y;
-    QF_TRY(qadd_multiplier(n, sa / twice_max, "A", &mult_a, &shift_a));
-    QF_TRY(qadd_multiplier(n, sb / twice_max, "B", &mult_b, &shift_b));
-    QF_TRY(qadd_multiplier(n, twice_max / ((double)(1 << 20) * sy), "output", &mult_y, &shift_y));
     int32_t lo, hi;
     QF_TRY(qf_int8_clamp_attr(n, &lo, &hi));
-    /* TFLite's reference int8 Add (integer_ops/add.h, AddElementwise) for
-     * every pair; |q - zp| <= 255, so (q - zp) << 20 fits int32. */
-    int32_t ta[256], tb[256];
-    for (int q = -128; q < 128; q++) {
-        ta[q + 128] = qf_multiply_by_quantized_multiplier((q - zp_a) * (1 << 20), mult_a, shift_a);
-        tb[q + 128] = qf_multiply_by_quantized_multiplier((q - zp_b) * (1 << 20), mult_b, shift_b);
-    }
-    for (int a = -128; a < 128; a++)
-        for (int b = -128; b < 128; b++) {
-            int32_t y = qf_multiply_by_quantized_multiplier(ta[a + 128] + tb[b + 128], mult_y, shift_y) + zp_y;
-            st->table[(uint8_t)a << 8 | (uint8_t)b] = (int8_t)(y < lo ? lo : y > hi ? hi : y);
-        }
+    qf_int8_binary p;
+    QF_TRY(qf_int8_add_prepare(n, sa, zp_a, sb, zp_b, sy, zp_y, lo, hi, &p));
+    qadd_tabulate(&p, st->table);
     return QF_OK;
 }
 
@@ -137,19 +169,14 @@ static qf_status qf_qmul_prepare(const qf_kernel_io *io, void *state)
     int64_t yd[QF_MAX_DIMS];
     QF_TRY(qadd_check(n, io->in, &ny, yd));
     float sa, sb, sy;
-    int32_t zp_a, zp_b, zp_y, mult, shift, lo, hi;
+    int32_t zp_a, zp_b, zp_y, lo, hi;
     QF_TRY(qf_int8_qparams(n, io->in[1], io->in[2], "A", &sa, &zp_a));
     QF_TRY(qf_int8_qparams(n, io->in[4], io->in[5], "B", &sb, &zp_b));
     QF_TRY(qf_int8_qparams(n, io->in[6], io->in[7], "Y", &sy, &zp_y));
-    const double real = (double)sa * (double)sb / (double)sy;
-    /* |(a - zp_a) * (b - zp_b)| <= 255 * 255 */
-    QF_TRY(qf_int8_requant_prepare_fixed(n, &real, 1, 255 * 255, &mult, &shift));
     QF_TRY(qf_int8_clamp_attr(n, &lo, &hi));
-    for (int a = -128; a < 128; a++)
-        for (int b = -128; b < 128; b++) {
-            int32_t y = qf_multiply_by_quantized_multiplier((a - zp_a) * (b - zp_b), mult, (int)shift) + zp_y;
-            st->table[(uint8_t)a << 8 | (uint8_t)b] = (int8_t)(y < lo ? lo : y > hi ? hi : y);
-        }
+    qf_int8_binary p;
+    QF_TRY(qf_int8_mul_prepare(n, sa, zp_a, sb, zp_b, sy, zp_y, lo, hi, &p));
+    qadd_tabulate(&p, st->table);
     return QF_OK;
 }
 

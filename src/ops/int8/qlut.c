@@ -5,7 +5,10 @@
  *
  *   inputs  X, X_scale, X_zp, Y_scale, Y_zp   (constant qparams)
  *   attr    qfold_fn: "hard_swish" (reference_ops::HardSwish, fixed_point.h),
- *           "exp", "log" (TFLite 2.2's DEQUANTIZE -> EXP / LOG -> QUANTIZE)
+ *                     "hard_sigmoid" (alpha 1/6, beta 1/2: the ADD + RELU6 and
+ *                     MUL of qf_hard_sigmoid_form, fixed_point.h, each with
+ *                     TFLite's int8 arithmetic, qf_int8_binary of qadd.c),
+ *                     "exp", "log" (TFLite 2.2's DEQUANTIZE -> EXP / LOG -> QUANTIZE)
  *
  * Prepare tabulates f for the 256 int8 inputs; the kernel looks each value
  * up. (TFLite's LOGISTIC, TANH and SOFTMAX int8 kernels of its interpreter,
@@ -46,7 +49,8 @@ static qf_status qlut_check(const qf_node *n, const qf_tensor *const *in)
                             n->name, qf_op_label(n), qlut_names[i], qf_shape_str(t->ndim, t->dims, s, sizeof s));
     }
     const char *fn = qf_node_attr_string(n, "qfold_fn", "");
-    if (strcmp(fn, "hard_swish") != 0 && strcmp(fn, "exp") != 0 && strcmp(fn, "log") != 0)
+    if (strcmp(fn, "hard_swish") != 0 && strcmp(fn, "hard_sigmoid") != 0 && strcmp(fn, "exp") != 0 &&
+        strcmp(fn, "log") != 0)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): unknown qfold_fn '%s'", n->name, qf_op_label(n), fn);
     return QF_OK;
 }
@@ -83,6 +87,20 @@ static qf_status qf_qlut_infer(qf_graph *g, qf_node *n)
     return QF_OK;
 }
 
+/* HardSigmoid as the TFLite export writes it: ADD(x, C3) with RELU6 into t,
+ * MUL(t, C6) into y, each with TFLite's int8 arithmetic. */
+static qf_status qlut_hard_sigmoid(const qf_node *n, float sx, int32_t zx, float sy, int32_t zy, int8_t *table)
+{
+    qf_hard_sigmoid_form f;
+    qf_hard_sigmoid_form_of(sy, zy, &f);
+    qf_int8_binary add, mul;
+    QF_TRY(qf_int8_add_prepare(n, sx, zx, f.c3_scale, 0, f.t_scale, zy, f.t_lo, f.t_hi, &add));
+    QF_TRY(qf_int8_mul_prepare(n, f.t_scale, zy, f.c6_scale, 0, sy, zy, -128, 127, &mul));
+    for (int q = -128; q < 128; q++)
+        table[(uint8_t)q] = qf_int8_binary_eval(&mul, qf_int8_binary_eval(&add, q, f.c3), f.c6);
+    return QF_OK;
+}
+
 static qf_status qf_qlut_prepare(const qf_kernel_io *io, void *state)
 {
     const qf_node *n = io->node;
@@ -99,6 +117,7 @@ static qf_status qf_qlut_prepare(const qf_kernel_io *io, void *state)
             st->table[(uint8_t)q] = qlut_float_fn(fn[0] == 'e', q, sx, zx, sy, zy);
         return QF_OK;
     }
+    if (strcmp(fn, "hard_sigmoid") == 0) return qlut_hard_sigmoid(n, sx, zx, sy, zy, st->table);
     qf_hard_swish_params p;
     if (!qf_hard_swish_prepare(sx, zx, sy, zy, &p))
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scales %g -> %g are outside TFLite's int8 HardSwish "

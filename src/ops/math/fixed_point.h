@@ -2,7 +2,8 @@
  * (gemmlowp's int16 SaturatingRoundingDoublingHighMul and
  * RoundingDivideByPOT, TFLite's SaturatingDoublingHighMul and
  * SaturatingLeftShift), and the int8 HARD_SWISH built on them
- * (reference_ops::HardSwish with the HardSwishParams its Prepare computes),
+ * (reference_ops::HardSwish with the HardSwishParams its Prepare computes);
+ * the TFLite form of an int8 HardSigmoid (qf_hard_sigmoid_form, at the end),
  * written here from the algorithms' definitions. The 32-bit ones
  * (MultiplyByQuantizedMultiplier and the multiplier's quantization) are in
  * requant.h.
@@ -18,6 +19,7 @@
 #ifndef QF_OPS_FIXED_POINT_H
 #define QF_OPS_FIXED_POINT_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -111,6 +113,54 @@ static inline int8_t qf_hard_swish_int8(const qf_hard_swish_params *p, int8_t x)
     const int16_t pre_shift = qf_fp16_sat_doubling_high_mul(relu, pre_out);
     int32_t y = qf_fp16_rounding_divide_by_pot(pre_shift, -p->out_exp) + p->zp_y;
     return (int8_t)(y < -128 ? -128 : y > 127 ? 127 : y);
+}
+
+/* int8 HardSigmoid (alpha 1/6, beta 1/2: torch's hardsigmoid = relu6(x + 3)
+ * / 6) in the form TFLite runs (it has no HARD_SIGMOID builtin): two
+ * operators of its integer arithmetic,
+ *   t = ADD(x, C3) with fused RELU6, t's tensor at scale 6 s_y, zero point zp_y
+ *   y = MUL(t, C6)                   into s_y, zp_y
+ * C3 = 127 at scale 3/127 (the real 3), C6 = 127 at scale 1/762 (the real
+ * 1/6), both zero point 0. t's integers are already y's: (x + 3) / (6 s_y)
+ * = ((x + 3) / 6) / s_y, and RELU6's range in t's integers, [zp_y, zp_y +
+ * round(6 / (6 s_y))], is [0, 1] in y's. The MUL only relabels them: its
+ * multiplier 6 s_y * (1/762) / s_y is 1/127 within float32 rounding and
+ * (t - zp_y) * 127 * (1/127) lands within 1e-4 of the integer t - zp_y for
+ * every |t - zp_y| <= 255, so y = t. qlut.c computes both operators with
+ * TFLite's arithmetic (qf_int8_add_prepare / mul, int8.h), the TFLite export
+ * writes them with these constants. The scales are float32 as the flatbuffer
+ * stores them; RELU6's bound is TFLite's CalculateActivationRangeQuantized:
+ * zp + round(6.0f / scale) in float32, ties away from zero. */
+typedef struct qf_hard_sigmoid_form {
+    float c3_scale, t_scale, c6_scale; /* C3's, t's and C6's scales */
+    int8_t c3, c6;                     /* the constants' integers (zero point 0) */
+    int32_t t_lo, t_hi;                /* RELU6's range in t's integers */
+} qf_hard_sigmoid_form;
+
+static inline void qf_hard_sigmoid_form_of(float s_y, int32_t zp_y, qf_hard_sigmoid_form *f)
+{
+    f->c3 = 127;
+    f->c3_scale = 3.0f / 127.0f;
+    f->c6 = 127;
+    f->c6_scale = 1.0f / 762.0f;
+    f->t_scale = 6.0f * s_y;
+    /* zp_y >= -128, so a bound of 255 or more is past 127 (and the cast
+     * of a huge float would be undefined) */
+    const float r = roundf(6.0f / f->t_scale);
+    f->t_lo = zp_y > -128 ? zp_y : -128;
+    f->t_hi = !(r < 255.0f) ? 127 : zp_y + (int32_t)r < 127 ? zp_y + (int32_t)r : 127;
+}
+
+/* Whether TFLite's ADD takes the form's scales for input scale s_x: its
+ * output multiplier 2 max(s_x, s_C3) / (2^20 s_t) must be below 1 (the
+ * others are below 1 for any positive scales). */
+static inline bool qf_hard_sigmoid_form_ok(float s_x, float s_y)
+{
+    if (!(s_x > 0.0f) || !(s_y > 0.0f) || !isfinite(s_x) || !isfinite(s_y)) return false;
+    qf_hard_sigmoid_form f;
+    qf_hard_sigmoid_form_of(s_y, 0, &f);
+    const double m = s_x > f.c3_scale ? s_x : f.c3_scale;
+    return isfinite(f.t_scale) && 2.0 * m / ((double)(1 << 20) * f.t_scale) < 1.0;
 }
 
 #endif
