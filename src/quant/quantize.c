@@ -303,12 +303,16 @@ static double qz_output_sqnr(const qf_graph *ref, const qf_quant_sqnr *s, int co
     return noise > 0.0 ? 10.0 * log10(sig / noise) : INFINITY;
 }
 
+static qf_status qz_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data,
+                                 int64_t batch, int64_t max_samples, bool outputs_only,
+                                 qf_quant_sqnr **out, int *count);
+
 static qf_status qz_measure_outputs(qf_graph *ref, qf_graph *q, const qf_data_source *data,
                                     const qf_quantize_options *opt, int64_t n, double *db)
 {
     qf_quant_sqnr *s = NULL;
     int count = 0;
-    QF_TRY(qf_quant_measure_sqnr(ref, q, data, opt->batch, n, &s, &count));
+    QF_TRY(qz_measure_sqnr(ref, q, data, opt->batch, n, true, &s, &count));
     *db = qz_output_sqnr(ref, s, count);
     qf_quant_sqnr_free(s, count);
     return QF_OK;
@@ -626,7 +630,7 @@ static qf_status qz_q_hook(void *ud, const qf_node *n, const qf_tensor *const *o
 /* Pair every Q -> DQ of q with the float value of ref it stands for: the Q's
  * input has the float value's name, or (a graph output, whose name the DQ
  * took over) the DQ's output has it. */
-static qf_status qz_pairs(qf_graph *ref, qf_graph *q, qz_sqnr_run *r)
+static qf_status qz_pairs(qf_graph *ref, qf_graph *q, bool outputs_only, qz_sqnr_run *r)
 {
     r->nref = (uint32_t)ref->nvalues;
     r->nq = (uint32_t)q->nvalues;
@@ -642,6 +646,9 @@ static qf_status qz_pairs(qf_graph *ref, qf_graph *q, qz_sqnr_run *r)
         const qf_value *fv = qf_graph_find_value(ref, u->name);
         if (!fv || !fv->producer) fv = qf_graph_find_value(ref, d->name);
         if (!fv || !fv->producer || fv->type.dtype != QF_DTYPE_F32 || r->by_ref[fv->id]) continue;
+        /* equalize=auto's trials compare the graph outputs only: the other
+         * values then stay in the reference plan's fused chains */
+        if (outputs_only && !fv->is_output) continue;
         r->pairs[r->npairs] = (qz_pair){.ref_id = fv->id, .q_id = d->id};
         r->by_ref[fv->id] = r->by_q[d->id] = (uint32_t)++r->npairs;
     }
@@ -663,6 +670,13 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count)
 qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
                                 int64_t max_samples, qf_quant_sqnr **out, int *count)
 {
+    return qz_measure_sqnr(ref, q, data, batch, max_samples, false, out, count);
+}
+
+static qf_status qz_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data,
+                                 int64_t batch, int64_t max_samples, bool outputs_only,
+                                 qf_quant_sqnr **out, int *count)
+{
     *out = NULL;
     *count = 0;
     int ndata = data->ninputs;
@@ -671,7 +685,7 @@ qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source
     if (max_samples > 0 && max_samples < n) n = max_samples;
     if (batch < 1) batch = QF_QUANT_SQNR_BATCH;
     qz_sqnr_run r = {0};
-    qf_status st = qz_pairs(ref, q, &r);
+    qf_status st = qz_pairs(ref, q, outputs_only, &r);
     /* The kept activations of one sample (dims past the first, as inferred);
      * the batch shrinks until a batch's fit QF_QUANT_SQNR_BYTES. */
     size_t per_sample = 0;
