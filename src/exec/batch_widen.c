@@ -248,10 +248,11 @@ static const char *widen_op_rule(qf_batch_widen *w, const qf_node *n, char *buf,
     /* Along one axis (or the dims from it on): away from axis 0. */
     case QF_OP_SOFTMAX:
         return widen_axis(qf_node_attr_int(n, "axis", -1), r) < 1 ? "normalizes over axis 0" : NULL;
-    case QF_OP_FLATTEN:
-        return widen_axis(qf_node_attr_int(n, "axis", 1), r + 1) < 1
-                   ? "flattens axis 0 into the rows"
-                   : NULL;
+    case QF_OP_FLATTEN: {
+        /* axis in [-r, r]: the rows are the dims before it */
+        int64_t a = qf_node_attr_int(n, "axis", 1);
+        return (a < 0 ? a + r : a) < 1 ? "flattens axis 0 into the rows" : NULL;
+    }
     case QF_OP_CONCAT:
         return widen_axis(qf_node_attr_int(n, "axis", 0), r) == 0 ? "concatenates along axis 0"
                                                                   : NULL;
