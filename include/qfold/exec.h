@@ -176,8 +176,11 @@ qf_data_source qf_data_source_tensors(const qf_tensor *const *data, int ndata);
  * first .. first+count-1, the plan's outputs hold them in their first
  * `count` rows, and the rows the source returned for them are still valid.
  * A graph whose batch dimension is fixed runs that size; a short last batch
- * is padded (the extra rows repeat the last sample). The graph's input
- * shapes are restored at the end and every shape inferred from them again. */
+ * is padded (the extra rows repeat the last sample). With `widen`, a graph
+ * whose fixed batch size qf_batch_widen accepts runs `batch` samples at
+ * once instead, as a graph with a dynamic batch does (same plans, same
+ * results). The graph's input shapes are restored at the end and every
+ * shape inferred from them again. */
 typedef qf_status (*qf_batch_fn)(void *ud, int64_t first, int64_t count, const qf_plan *plan);
 typedef struct qf_batch_options {
     int64_t batch;       /* samples per run; 0 = 32 */
@@ -186,6 +189,7 @@ typedef struct qf_batch_options {
     const qf_plan_observer *observer; /* NULL, or plans built by qf_plan_init_observed */
     qf_batch_fn on_batch;
     void *ud;
+    bool widen; /* a fixed batch size may grow (qf_batch_widen) */
 } qf_batch_options;
 qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_options *opt);
 /* The same, a batch at a time, for callers that run two graphs in step on
@@ -198,14 +202,49 @@ qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_o
  * qf_batcher_plan: the plan of the last run, its outputs in its first
  * `count` rows. qf_batcher_close restores the graph's input shapes and
  * infers every shape again (its status), and frees the batcher (NULL: no-op).
- * One batcher per graph at a time. */
+ * One batcher per graph at a time. With opt->widen, qf_batcher_rows of a
+ * fixed-batch graph answers `count` when the graph may run that many
+ * samples at once (qf_batch_widen), and qf_batcher_why says why not (NULL
+ * when it may, or the graph's batch is not fixed). */
 typedef struct qf_batcher qf_batcher;
 qf_status qf_batcher_open(qf_batcher **out, qf_graph *g, const qf_tensor *const *data, int ndata,
                           const qf_batch_options *opt);
-int64_t qf_batcher_rows(const qf_batcher *b, int64_t count);
+int64_t qf_batcher_rows(qf_batcher *b, int64_t count);
+const char *qf_batcher_why(const qf_batcher *b);
 qf_status qf_batcher_run(qf_batcher *b, const void *const *rows, int64_t count);
 const qf_plan *qf_batcher_plan(const qf_batcher *b);
 qf_status qf_batcher_close(qf_batcher *b);
+
+/* --- a fixed batch size, widened -------------------------------------------
+ *
+ *   qf_batch_widen *w;
+ *   st = qf_batch_widen_init(&w, g);           // g's inputs fix the batch (f)
+ *   bool ok;
+ *   st = qf_batch_widen_begin(w, 32, &ok);     // g now at batch 32 if ok
+ *   ... plan and run g ...
+ *   qf_batch_widen_end(w);                     // g's inputs at f again
+ *   qf_batch_widen_free(w);
+ *
+ * Whether a graph exported with a fixed batch size f (PyTorch's default:
+ * that of the example input) may run R samples at once, each sample's
+ * outputs what they are at batch f: every node reading a value derived
+ * from the inputs is of an op that computes row by row along axis 0, with
+ * its axis attributes away from axis 0, and every such value, inferred at
+ * batch R, has R / f times its rows and the same other dims
+ * (src/exec/batch_widen.c gives the proof and the ops). A Reshape whose
+ * constant shape starts with its input's axis-0 size (PyTorch's [1, -1] of
+ * x.view(x.size(0), -1)) copies that dim from its input while widened.
+ * init (shapes inferred at f) checks the ops; begin sets the inputs to R
+ * rows, infers, checks the shapes and, when *ok, leaves g so (Reshape shape
+ * constants rewritten) until end or the next begin; otherwise g is as found.
+ * qf_batch_widen_why: the reason of the last refusal, naming the node
+ * (NULL: none). The graph must not change in between. */
+typedef struct qf_batch_widen qf_batch_widen;
+qf_status qf_batch_widen_init(qf_batch_widen **out, qf_graph *g);
+qf_status qf_batch_widen_begin(qf_batch_widen *w, int64_t rows, bool *ok);
+void qf_batch_widen_end(qf_batch_widen *w);
+const char *qf_batch_widen_why(const qf_batch_widen *w);
+void qf_batch_widen_free(qf_batch_widen *w);
 
 /* --- classification accuracy (what `qfold eval` counts) --------------------
  *

@@ -470,6 +470,16 @@ typedef struct qf_quantize_result {
     bool eq_tried[3];
     double eq_sqnr[3];
     qf_qequalize eq_rule;
+    /* Wall time of the rest of equalize=auto: finding which rules change the
+     * model, the trials' copies and their outputs' SQNR (their calibrations
+     * and conversions are in calibrate_ms / convert_ms). With calibrate_ms
+     * and convert_ms it makes up all of qf_quantize's time. */
+    double equalize_ms;
+    /* Samples per calibration run: the batch asked for, or, on a model whose
+     * inputs fix the batch size where qf_batch_widen refuses a larger one,
+     * that size, and batch_note says why (NULL otherwise). */
+    int64_t batch;
+    char *batch_note;
 } qf_quantize_result;
 
 #define QF_QUANT_EQ_SAMPLES 512

@@ -177,8 +177,12 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
     const qf_quantize_result *r = &s->m.quant;
     const qf_quant_convert_stats *c = &r->stats;
     char num[32];
-    printf("qfold quantize: %s -> %s (target %s, %s calibration samples)\n", qa->in, qa->out, p->name,
-           qf_cli_thousands(r->samples, num, sizeof num));
+    printf("qfold quantize: %s -> %s (target %s, %s calibration samples, batch %lld)\n", qa->in,
+           qa->out, p->name, qf_cli_thousands(r->samples, num, sizeof num), (long long)r->batch);
+    if (r->batch_note)
+        printf("  note        the model fixes its batch size at %lld and %s: calibrated %lld "
+               "sample%s at a time\n",
+               (long long)r->batch, r->batch_note, (long long)r->batch, r->batch == 1 ? "" : "s");
     printf("  quantized   %d activations, %d weights, %d biases\n", c->activations, c->weights, c->biases);
     for (int i = 0; i < r->ntensors; i++) {
         const qf_quant_tensor *t = &r->tensors[i];
@@ -203,9 +207,14 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         for (int i = 0; i < s->m.nsqnr && i < 5; i++)
             printf("    %-40s %6.1f dB\n", s->m.sqnr[i].name, s->m.sqnr[i].sqnr_db);
     }
-    printf("  time: load %.1f ms, passes %.1f ms, calibrate %.1f ms (%.1f samples/s), convert %.1f ms, "
-           "sqnr %.1f ms, save %.1f ms, total %.1f ms\n",
-           s->t_load, s->m.passes_ms, r->calibrate_ms, r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0,
+    /* Every phase, adding up to the total: calibrate is every calibration
+     * (equalize=auto's trials run one each), equalize the rest of the
+     * trials (their copies and output SQNR). */
+    printf("  time: load %.1f ms, passes %.1f ms, calibrate %.1f ms (%.1f samples/s), equalize "
+           "%.1f ms, "
+           "convert %.1f ms, sqnr %.1f ms, save %.1f ms, total %.1f ms\n",
+           s->t_load, s->m.passes_ms, r->calibrate_ms,
+           r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0, r->equalize_ms,
            r->convert_ms, s->m.sqnr_ms, s->t_save, s->t_total);
 }
 
@@ -230,7 +239,14 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
         qf_strbuf_puts(b, i ? ", " : "");
         qf_strbuf_json_string(b, qa->sets[i]);
     }
-    qf_strbuf_printf(b, "],\n  \"calibration\": {\"samples\": %lld, \"files\": [", (long long)r->samples);
+    qf_strbuf_printf(b,
+                     "],\n  \"calibration\": {\"samples\": %lld, \"batch\": %lld, \"batch_note\": ",
+                     (long long)r->samples, (long long)r->batch);
+    if (r->batch_note)
+        qf_strbuf_json_string(b, r->batch_note);
+    else
+        qf_strbuf_puts(b, "null");
+    qf_strbuf_puts(b, ", \"files\": [");
     for (int i = 0; i < qa->ncalib; i++) {
         qf_strbuf_puts(b, i ? ", " : "");
         qf_strbuf_json_string(b, qa->calib[i]);

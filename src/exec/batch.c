@@ -77,7 +77,17 @@ struct qf_batcher {
     void **pad;                   /* a short batch of a fixed-batch graph, padded */
     qf_plan *plan;
     int64_t planned;              /* the rows `plan` runs (0: none yet) */
+    qf_batch_widen *widen;        /* opt.widen and a fixed batch: may it grow? */
+    int64_t checked;              /* the last size asked about (0: none) */
+    bool checked_ok;
 };
+
+/* The graph as found: input dims, and a widened batch's Reshape shapes. */
+static void batch_unwiden(qf_batcher *b)
+{
+    qf_batch_widen_end(b->widen);
+    batch_restore(&b->s);
+}
 
 qf_status qf_batcher_open(qf_batcher **out, qf_graph *g, const qf_tensor *const *data, int ndata,
                           const qf_batch_options *opt)
@@ -106,18 +116,51 @@ qf_status qf_batcher_open(qf_batcher **out, qf_graph *g, const qf_tensor *const 
         return QF_ERR_NOMEM;
     }
     for (int i = 0; i < ndata; i++) memcpy(b->s.dims[i], g->inputs[i]->type.dims, sizeof b->s.dims[i]);
+    qf_status st = b->fixed > 0 && opt->widen ? qf_batch_widen_init(&b->widen, g) : QF_OK;
+    if (st != QF_OK) {
+        qf_batcher_close(b);
+        return st;
+    }
     *out = b;
     return QF_OK;
 }
 
-int64_t qf_batcher_rows(const qf_batcher *b, int64_t count)
+int64_t qf_batcher_rows(qf_batcher *b, int64_t count)
 {
-    return b->fixed > 0 ? b->fixed : count;
+    if (b->fixed <= 0) return count;
+    if (!b->widen || count == b->fixed || count < 1) return b->fixed;
+    if (count != b->checked) {
+        /* Asked at this size, then the graph put back as the current plan
+         * needs it (widened to its size, which passed before, or as found). */
+        bool ok = false;
+        qf_status st = qf_batch_widen_begin(b->widen, count, &ok);
+        if (st == QF_OK && b->planned && b->planned != b->fixed) {
+            bool again = false;
+            st = qf_batch_widen_begin(b->widen, b->planned, &again);
+        } else if (st == QF_OK) {
+            qf_batch_widen_end(b->widen);
+        }
+        if (st != QF_OK) { /* out of memory: the size the graph fixes */
+            qf_error_clear();
+            ok = false;
+        }
+        b->checked = count;
+        b->checked_ok = ok;
+    }
+    return b->checked_ok ? count : b->fixed;
+}
+
+const char *qf_batcher_why(const qf_batcher *b)
+{
+    return b->widen ? qf_batch_widen_why(b->widen) : NULL;
 }
 
 qf_status qf_batcher_run(qf_batcher *b, const void *const *rows, int64_t count)
 {
     int64_t rows_run = qf_batcher_rows(b, count);
+    /* A short last batch of a widened graph refused at its own size (its
+     * rules held at the full size): padded to the plan's. */
+    if (count > rows_run && b->widen && b->planned >= count) rows_run = b->planned;
     if (count < 1 || count > rows_run)
         return qf_error(QF_ERR_INVALID, "a batch of %lld samples for a graph that runs %lld at a time", (long long)count,
                         (long long)rows_run);
@@ -125,7 +168,14 @@ qf_status qf_batcher_run(qf_batcher *b, const void *const *rows, int64_t count)
         qf_plan_free(b->plan);
         b->plan = NULL;
         b->planned = 0;
-        batch_restore(&b->s);
+        batch_unwiden(b);
+        if (b->fixed > 0 && rows_run != b->fixed) {
+            bool ok = false;
+            QF_TRY(qf_batch_widen_begin(b->widen, rows_run, &ok));
+            if (!ok)
+                return qf_error(QF_ERR_INTERNAL, "a batch of %lld refused after it was accepted",
+                                (long long)rows_run);
+        }
         for (int i = 0; i < b->ndata; i++) {
             int64_t dims[QF_MAX_DIMS];
             memcpy(dims, b->data[i]->dims, sizeof dims);
@@ -171,10 +221,11 @@ qf_status qf_batcher_close(qf_batcher *b)
 {
     if (!b) return QF_OK;
     qf_plan_free(b->plan);
-    batch_restore(&b->s);
+    batch_unwiden(b);
+    qf_batch_widen_free(b->widen);
     /* Every other value's shape follows the inputs' again (an exported
      * graph must not keep the last batch size in its output shapes). */
-    qf_status st = b->planned ? qf_graph_infer_shapes(b->g) : QF_OK;
+    qf_status st = b->planned || b->widen ? qf_graph_infer_shapes(b->g) : QF_OK;
     for (int i = 0; i < b->ndata; i++) qf_free(b->pad[i]);
     qf_free(b->pad);
     qf_free(b->s.dims);
@@ -190,9 +241,10 @@ qf_status qf_run_source(qf_graph *g, const qf_data_source *src, const qf_batch_o
     qf_batcher *b;
     QF_TRY(qf_batcher_open(&b, g, src->inputs, src->ninputs, opt));
     /* A graph with a fixed batch size runs that size (the last batch padded
-     * by repeating its last sample); a dynamic one the size asked for. */
-    if (b->fixed > 0) batch = b->fixed;
+     * by repeating its last sample) unless it may grow (opt->widen); a
+     * dynamic one the size asked for. */
     qf_status st = batch < 1 ? qf_error(QF_ERR_INVALID, "batch size %lld", (long long)batch) : QF_OK;
+    if (st == QF_OK) batch = qf_batcher_rows(b, batch);
     const void **rows = qf_calloc((size_t)src->ninputs, sizeof *rows);
     if (!rows) st = QF_ERR_NOMEM;
     int64_t n = src->inputs[0]->dims[0];

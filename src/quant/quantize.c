@@ -17,6 +17,7 @@ typedef struct qz_calib_run {
     const qf_data_source *data;   /* the caller's source */
     const void *rows[QF_QUANT_MAX_INPUTS]; /* the current batch's rows, as it returned them */
     int64_t total, done;
+    int64_t most; /* the largest run's samples */
     const qf_quantize_options *opt;
     const char *pass;             /* the progress line's label (NULL: the only calibration) */
 } qz_calib_run;
@@ -73,6 +74,7 @@ static qf_status qz_batch(void *ud, int64_t first, int64_t count, const qf_plan 
         QF_TRY(qf_quant_calib_observe(r->c, v->id, &view));
     }
     r->done += count;
+    if (count > r->most) r->most = count;
     if (r->opt->progress) r->opt->progress(r->opt->progress_ud, r->pass, r->done, r->total);
     return QF_OK;
 }
@@ -105,6 +107,7 @@ void qf_quantize_result_free(qf_quantize_result *r)
         qf_free(r->left_float[i].reason);
     }
     qf_free(r->left_float);
+    qf_free(r->batch_note);
     qf_pass_report_free(r->prepare);
     qf_pass_report_free(r->convert);
     memset(r, 0, sizeof *r);
@@ -193,6 +196,26 @@ qf_status qf_quant_register_passes(void)
     return qf_quant_finalize_register();
 }
 
+/* Why g, whose inputs fix the batch size, cannot run `batch` samples at
+ * once (qf_batch_widen, as the batcher decides it), into *note; NULL when
+ * it can, or when g does not fix its batch size. */
+static qf_status qz_batch_note(qf_graph *g, int64_t batch, char **note)
+{
+    *note = NULL;
+    int64_t fixed = g->ninputs && g->inputs[0]->type.ndim ? g->inputs[0]->type.dims[0] : -1;
+    if (fixed < 1 || batch == fixed) return QF_OK;
+    qf_batch_widen *w = NULL;
+    QF_TRY(qf_batch_widen_init(&w, g));
+    bool ok = false;
+    qf_status st = qf_batch_widen_begin(w, batch, &ok);
+    qf_batch_widen_end(w);
+    if (st == QF_OK && ok) st = qf_graph_infer_shapes(g);
+    if (st == QF_OK && !ok && qf_batch_widen_why(w) && !(*note = qf_strdup(qf_batch_widen_why(w))))
+        st = QF_ERR_NOMEM;
+    qf_batch_widen_free(w);
+    return st;
+}
+
 /* One quantization of g with profile p (its equalize rule taken as is);
  * `pass` labels its progress (NULL: the only one). */
 static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
@@ -209,6 +232,7 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     const qf_tensor *ptrs[QF_QUANT_MAX_INPUTS];
     qz_first_samples(data, n, views, ptrs);
 
+    double t0 = (qf_clock_seconds() * 1e3);
     QF_TRY(qf_quant_register_passes());
     /* A float16 / bfloat16 model is quantized as the float32 graph qfold
      * holds and written with float32 data around its int8 tensors: ONNX's
@@ -216,7 +240,6 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
      * int8 model gains nothing from half-precision float edges. */
     for (int i = 0; i < g->nvalues; i++)
         if (g->values[i]) g->values[i]->store = 0;
-    double t0 = (qf_clock_seconds() * 1e3);
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
     qf_quant_session sess = {.profile = p};
@@ -229,7 +252,13 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     if (st == QF_OK) {
         qz_calib_run run = {.g = g, .c = c, .data = data, .total = n, .opt = opt, .pass = pass};
         qf_data_source first_n = {.ninputs = ndata, .inputs = ptrs, .read = qz_calib_read, .ud = &run};
-        qf_batch_options bo = {.batch = opt->batch, .on_batch = qz_batch, .ud = &run};
+        /* A model exported with a fixed batch size (PyTorch's default: 1)
+         * runs opt->batch samples at once where that computes what it
+         * computes one run at a time (qf_batch_widen): the same plans, and
+         * so the same qparams, as the model exported with a dynamic batch. */
+        qf_batch_options bo = {
+            .batch = opt->batch, .on_batch = qz_batch, .ud = &run, .widen = true};
+        st = qz_batch_note(g, opt->batch ? opt->batch : 32, &out->batch_note);
         /* The planned path (channels-last, fused where nothing is observed)
          * unless asked for the plain one or an observer is per channel. */
         qf_plan_observer ob = {.wants = qz_wants, .observe = qz_observe, .ud = &run};
@@ -239,8 +268,9 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
         } else {
             bo.observer = &ob;
         }
-        st = qf_run_source(g, &first_n, &bo);
+        if (st == QF_OK) st = qf_run_source(g, &first_n, &bo);
         out->samples = run.done;
+        out->batch = run.most;
         t2 = (qf_clock_seconds() * 1e3);
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
@@ -276,12 +306,16 @@ static double qz_output_sqnr(const qf_graph *ref, const qf_quant_sqnr *s, int co
     return noise > 0.0 ? 10.0 * log10(sig / noise) : INFINITY;
 }
 
+static qf_status qz_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data,
+                                 int64_t batch, int64_t max_samples, bool outputs_only,
+                                 qf_quant_sqnr **out, int *count);
+
 static qf_status qz_measure_outputs(qf_graph *ref, qf_graph *q, const qf_data_source *data,
                                     const qf_quantize_options *opt, int64_t n, double *db)
 {
     qf_quant_sqnr *s = NULL;
     int count = 0;
-    QF_TRY(qf_quant_measure_sqnr(ref, q, data, opt->batch, n, &s, &count));
+    QF_TRY(qz_measure_sqnr(ref, q, data, opt->batch, n, true, &s, &count));
     *db = qz_output_sqnr(ref, s, count);
     qf_quant_sqnr_free(s, count);
     return QF_OK;
@@ -364,8 +398,8 @@ static qf_status qz_eq_try(qf_graph *g, qf_graph *ref, const qf_data_source *dat
     return st;
 }
 
-qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
-                      qf_quantize_result *out)
+static qf_status qz_quantize(qf_graph *g, const qf_data_source *data,
+                             const qf_quantize_options *opt, qf_quantize_result *out)
 {
     memset(out, 0, sizeof *out);
     const qf_quant_profile *p = opt->profile ? opt->profile : qf_quant_profile_find("neutron");
@@ -429,6 +463,19 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
     qf_graph_free(ref);
     if (st != QF_OK) qf_quantize_result_free(out);
     return st;
+}
+
+qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
+                      qf_quantize_result *out)
+{
+    double t0 = qf_clock_seconds() * 1e3;
+    QF_TRY(qz_quantize(g, data, opt, out));
+    /* Whatever the calibrations and conversions did not take is
+     * equalize=auto's: which rules change the model, the trials' copies and
+     * output SQNR (0 but for the bookkeeping without a trial). */
+    double rest = qf_clock_seconds() * 1e3 - t0 - out->calibrate_ms - out->convert_ms;
+    out->equalize_ms = rest > 0.0 ? rest : 0.0;
+    return QF_OK;
 }
 
 const char *qf_quant_eq_rule_name(qf_qequalize e)
@@ -586,7 +633,7 @@ static qf_status qz_q_hook(void *ud, const qf_node *n, const qf_tensor *const *o
 /* Pair every Q -> DQ of q with the float value of ref it stands for: the Q's
  * input has the float value's name, or (a graph output, whose name the DQ
  * took over) the DQ's output has it. */
-static qf_status qz_pairs(qf_graph *ref, qf_graph *q, qz_sqnr_run *r)
+static qf_status qz_pairs(qf_graph *ref, qf_graph *q, bool outputs_only, qz_sqnr_run *r)
 {
     r->nref = (uint32_t)ref->nvalues;
     r->nq = (uint32_t)q->nvalues;
@@ -602,6 +649,9 @@ static qf_status qz_pairs(qf_graph *ref, qf_graph *q, qz_sqnr_run *r)
         const qf_value *fv = qf_graph_find_value(ref, u->name);
         if (!fv || !fv->producer) fv = qf_graph_find_value(ref, d->name);
         if (!fv || !fv->producer || fv->type.dtype != QF_DTYPE_F32 || r->by_ref[fv->id]) continue;
+        /* equalize=auto's trials compare the graph outputs only: the other
+         * values then stay in the reference plan's fused chains */
+        if (outputs_only && !fv->is_output) continue;
         r->pairs[r->npairs] = (qz_pair){.ref_id = fv->id, .q_id = d->id};
         r->by_ref[fv->id] = r->by_q[d->id] = (uint32_t)++r->npairs;
     }
@@ -623,6 +673,13 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count)
 qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
                                 int64_t max_samples, qf_quant_sqnr **out, int *count)
 {
+    return qz_measure_sqnr(ref, q, data, batch, max_samples, false, out, count);
+}
+
+static qf_status qz_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data,
+                                 int64_t batch, int64_t max_samples, bool outputs_only,
+                                 qf_quant_sqnr **out, int *count)
+{
     *out = NULL;
     *count = 0;
     int ndata = data->ninputs;
@@ -631,7 +688,7 @@ qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source
     if (max_samples > 0 && max_samples < n) n = max_samples;
     if (batch < 1) batch = QF_QUANT_SQNR_BATCH;
     qz_sqnr_run r = {0};
-    qf_status st = qz_pairs(ref, q, &r);
+    qf_status st = qz_pairs(ref, q, outputs_only, &r);
     /* The kept activations of one sample (dims past the first, as inferred);
      * the batch shrinks until a batch's fit QF_QUANT_SQNR_BYTES. */
     size_t per_sample = 0;
@@ -653,9 +710,16 @@ qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source
     qz_first_samples(data, n, views, ptrs);
     qf_plan_observer ref_obs = {.wants = qz_ref_wants, .observe = qz_ref_observe, .ud = &r};
     qf_batcher *rb = NULL, *qb = NULL;
-    if (st == QF_OK) st = qf_batcher_open(&rb, ref, ptrs, ndata, &(qf_batch_options){.observer = &ref_obs});
-    if (st == QF_OK) st = qf_batcher_open(&qb, q, ptrs, ndata, &(qf_batch_options){.hook = qz_q_hook, .hook_ud = &r});
-    if (st == QF_OK) batch = qf_batcher_rows(rb, batch); /* a fixed batch size runs that size */
+    if (st == QF_OK)
+        st = qf_batcher_open(&rb, ref, ptrs, ndata,
+                             &(qf_batch_options){.observer = &ref_obs, .widen = true});
+    if (st == QF_OK)
+        st = qf_batcher_open(&qb, q, ptrs, ndata,
+                             &(qf_batch_options){.hook = qz_q_hook, .hook_ud = &r, .widen = true});
+    /* A fixed batch size runs that size unless both models may grow to
+     * `batch` (qf_batch_widen); then both run it. */
+    if (st == QF_OK) batch = qf_batcher_rows(rb, batch);
+    if (st == QF_OK) batch = qf_batcher_rows(qb, batch);
     const void *rows[QF_QUANT_MAX_INPUTS];
     for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
         int64_t count_b = n - first < batch ? n - first : batch;
