@@ -209,6 +209,13 @@ static qf_status imp_node(qf_graph *g, qf_node *n, int64_t opset)
     case QF_OP_SLICE:
         if (opset < 10) return imp_slice(g, n);
         return QF_OK;
+    case QF_OP_RESIZE:
+        /* Resize-10 takes (X, scales) and rounds nearest otherwise: not qfold's form. */
+        if (opset < 11)
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (Resize): Resize-10 is not supported (opset 11+ is)",
+                            n->name);
+        return QF_OK;
     case QF_OP_BATCH_NORM: return imp_batch_norm(n);
     case QF_OP_SOFTMAX:
         /* The 2-D coercion (before 13) is settled once shapes are known

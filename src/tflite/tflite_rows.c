@@ -28,6 +28,8 @@ QF_TFL_EMITTER_(act);
 QF_TFL_EMITTER_(reshape);
 QF_TFL_EMITTER_(transpose);
 QF_TFL_EMITTER_(pad_node);
+/* tflite_resize.c: Resize, lowered (int8) or a DQ -> Resize -> Q of shared qparams */
+QF_TFL_EMITTER_(resize);
 
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
@@ -71,6 +73,8 @@ const qf_tfl_row qf_tfl_rows[QF_OP_COUNT] = {
     [QF_OP_UNSQUEEZE] = {QF_TFL_RESHAPE, qf_tfl_emit_reshape},
     [QF_OP_TRANSPOSE] = {QF_TFL_TRANSPOSE, qf_tfl_emit_transpose},
     [QF_OP_PAD] = {QF_TFL_PAD, qf_tfl_emit_pad_node},
+    /* or RESIZE_NEAREST_NEIGHBOR (mode nearest) */
+    [QF_OP_RESIZE] = {QF_TFL_RESIZE_BILINEAR, qf_tfl_emit_resize},
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
 #define QF_TFL_EXTRA_ROW_(tag, name, ...) [QF_OP_##tag] = {.emit = qf_tfl_emit_##name, __VA_ARGS__},
