@@ -15,6 +15,7 @@ set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Di
   Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear
   Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum SoftmaxCrossEntropyLoss
   QLinearConv QLinearMatMul ConvInteger MatMulInteger
+  Resize
   expanded)
 foreach(op ${QF_NODE_OPS})
   qf_add_c_test(NAME node_${op} PROGRAM node_runner ARGS ${QF_NODE_WORK}/manifest/${op}.txt

@@ -43,7 +43,8 @@ Reciprocal Relu Clip LeakyRelu Sigmoid Tanh HardSigmoid HardSwish Softmax MaxPoo
 GlobalAveragePool ReduceMean Flatten Reshape Transpose Concat Slice Split Squeeze Unsqueeze Pad
 Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear DequantizeLinear
 Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum SoftmaxCrossEntropyLoss
-QLinearConv QLinearMatMul ConvInteger MatMulInteger""".split()
+QLinearConv QLinearMatMul ConvInteger MatMulInteger
+Resize""".split()
 
 MIN_OPSET = 7
 MAX_OPSET = 17
