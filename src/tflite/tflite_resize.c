@@ -9,13 +9,12 @@
  * out / in (TFLite samples at in / out). Other modes are refused by name.
  *
  * Nearest: qfold copies the element ONNX's coordinate mode and nearest_mode
- * pick; TFLite picks by its own rule. The export takes the first TFLite form
- * whose picks equal ONNX's on every output row and column of this node
- * (floor(x * in / out); align_corners: round(x * (in - 1) / (out - 1)), in
- * float as TFLite computes them), so the .tflite copies the same elements.
- * TFLite 2.2's RESIZE_NEAREST_NEIGHBOR ignores half_pixel_centers (the
- * option exists in the schema, its kernel does not read it), so a mode
- * whose picks only the half-pixel rule gives is refused, naming the mode. */
+ * pick; TFLite 2.2's int8 RESIZE_NEAREST_NEIGHBOR picks floor(x * in / out)
+ * (in float) and reads no align_corners (measured: set, it picks the same;
+ * tests/tflite/resize_test.py), so qfold writes it without options, and only
+ * where its picks equal ONNX's on every output row and column of the node
+ * (asymmetric + floor always; half_pixel + round_prefer_floor at integer
+ * scales; ...). Other forms are refused naming the mode. */
 #include <math.h>
 #include <string.h>
 
@@ -52,13 +51,11 @@ static int64_t rsz_onnx_nearest(const char *coord, const char *round, double s, 
     return i < 0 ? 0 : i >= in ? in - 1 : i;
 }
 
-/* TFLite 2.2's nearest pick (its reference kernel's GetNearestNeighbor
- * without half-pixel centers). */
-static int64_t rsz_tfl_nearest(bool align, int64_t in, int64_t out, int64_t x)
+/* TFLite 2.2's nearest pick (floor(x * in / out) in float, at most in - 1). */
+static int64_t rsz_tfl_nearest(int64_t in, int64_t out, int64_t x)
 {
-    float scale = (align && out > 1) ? (float)(in - 1) / (float)(out - 1) : (float)in / (float)out;
-    float v = (float)x * scale;
-    int64_t i = align ? (int64_t)roundf(v) : (int64_t)floorf(v);
+    float v = (float)x * ((float)in / (float)out);
+    int64_t i = (int64_t)floorf(v);
     return i < in - 1 ? i : in - 1;
 }
 
@@ -105,28 +102,15 @@ qf_status qf_tfl_emit_resize(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
                     "scale %g is not out / in = %lld / %lld (RESIZE_BILINEAR samples at in / out)",
                     s[a], (long long)yt->dims[a + 2], (long long)xt->dims[a + 2]);
     } else {
-        /* the first of TFLite 2.2's forms (plain, align_corners) that picks
-         * what ONNX's mode picks on every row and column */
-        bool found = false;
-        for (int form = 0; form < 2 && !found; form++) {
-            bool same = true;
-            for (int a = 2; a < 4 && same; a++)
-                for (int64_t o = 0; o < yt->dims[a] && same; o++)
-                    same = rsz_onnx_nearest(coord, round, s[a - 2], xt->dims[a], yt->dims[a], o) ==
-                           rsz_tfl_nearest(form == 1, xt->dims[a], yt->dims[a], o);
-            if (same) {
-                found = true;
-                align = form == 1;
-            }
-        }
-        if (!found)
-            return qf_tfl_refuse(
-                e, n,
-                "nearest with coordinate_transformation_mode '%s' and nearest_mode '%s' picks "
-                "other elements than TFLite 2.2's RESIZE_NEAREST_NEIGHBOR (floor(x * in / out), "
-                "or with align_corners round(x * (in - 1) / (out - 1)); 2.2 ignores "
-                "half_pixel_centers)",
-                coord, round);
+        for (int a = 2; a < 4; a++)
+            for (int64_t o = 0; o < yt->dims[a]; o++)
+                if (rsz_onnx_nearest(coord, round, s[a - 2], xt->dims[a], yt->dims[a], o) !=
+                    rsz_tfl_nearest(xt->dims[a], yt->dims[a], o))
+                    return qf_tfl_refuse(e, n,
+                                         "nearest with coordinate_transformation_mode '%s' and nearest_mode '%s' "
+                                         "picks other elements than TFLite 2.2's RESIZE_NEAREST_NEIGHBOR "
+                                         "(floor(x * in / out); it ignores align_corners)",
+                                         coord, round);
     }
     int xi, yi;
     QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));
