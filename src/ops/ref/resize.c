@@ -370,16 +370,82 @@ static qf_status rs_operand(const qf_node *n, int slot, const char *what, bool *
                     n->name, qf_op_label(n), what, v->name);
 }
 
+/* PyTorch's export of F.interpolate(size=...) on a dynamic batch computes
+ * sizes as Concat(Slice(Shape(X), 0, 2), [H', W']): the first entries are X's
+ * own dims, known only when the batch is (the TFLite export fixes the batch
+ * and folds the chain). The output then keeps X's dims
+ * there (unknown or not) and takes the constants for the rest; at run time
+ * the chain computes sizes as usual. Fills dims (X's rank) and returns true
+ * when sizes value v has that form. */
+static bool rs_sizes_of_shape(const qf_value *v, const qf_value *x, int64_t *dims)
+{
+    const qf_node *c = v ? v->producer : NULL;
+    if (!c || c->op != QF_OP_CONCAT || qf_node_attr_int(c, "axis", 0) != 0) return false;
+    const int r = x->type.ndim;
+    int k = 0;
+    for (int i = 0; i < c->ninputs; i++) {
+        const qf_value *p = c->inputs[i];
+        if (!p) return false;
+        if (qf_value_is_const(p)) {
+            if (p->type.dtype != QF_DTYPE_I64 || p->type.ndim != 1) return false;
+            for (int64_t j = 0; j < qf_tensor_numel(&p->type); j++) {
+                if (k >= r) return false;
+                dims[k++] = qf_tensor_get_i64(&p->type, j);
+            }
+            continue;
+        }
+        /* Slice(Shape(X), [s], [e]) (axis 0, step 1) or Shape(X) */
+        const qf_node *sl = p->producer, *sh = sl;
+        int64_t b = 0, e = r;
+        if (sl && sl->op == QF_OP_SLICE) {
+            if (sl->ninputs < 3 || sl->ninputs > 5 || !qf_value_is_const(sl->inputs[1]) ||
+                !qf_value_is_const(sl->inputs[2]) || qf_tensor_numel(&sl->inputs[1]->type) != 1 ||
+                qf_tensor_numel(&sl->inputs[2]->type) != 1)
+                return false;
+            for (int j = 3; j < sl->ninputs; j++)
+                if (sl->inputs[j] &&
+                    (!qf_value_is_const(sl->inputs[j]) ||
+                     qf_tensor_numel(&sl->inputs[j]->type) != 1 ||
+                     qf_tensor_get_i64(&sl->inputs[j]->type, 0) != (j == 3 ? 0 : 1)))
+                    return false;
+            b = qf_tensor_get_i64(&sl->inputs[1]->type, 0);
+            e = qf_tensor_get_i64(&sl->inputs[2]->type, 0);
+            if (b < 0) b += r;
+            if (e < 0) e += r;
+            if (e > r) e = r;
+            sh = sl->inputs[0]->producer;
+        }
+        if (!sh || sh->op != QF_OP_SHAPE || sh->nattrs != 0 || b < 0 || b > e) return false;
+        /* the Shape of X, or of a value of X's dims there (the integer
+         * executor's Resize reads the int8 X, the Shape its DequantizeLinear;
+         * the kernel checks the sizes it gets against the output) */
+        const qf_tensor *st = &sh->inputs[0]->type;
+        if (st->ndim != r) return false;
+        for (int64_t a = b; a < e; a++) {
+            if (k != a || st->dims[a] != x->type.dims[a])
+                return false; /* X's dim a at position a */
+            dims[k++] = x->type.dims[a];
+        }
+    }
+    return k == r;
+}
+
 static qf_status qf_resize_infer(qf_graph *g, qf_node *n)
 {
     const qf_tensor *x = &n->inputs[0]->type;
     (void)g;
     bool p_scales, p_sizes;
     QF_TRY(rs_operand(n, 2, "scales", &p_scales));
+    int64_t dims[QF_MAX_DIMS];
+    if (rs_sizes_of_shape(rs_in(n, 3), n->inputs[0], dims)) {
+        rs_geom geo;
+        QF_TRY(rs_attrs(n, &geo));
+        qf_set_output(n, 0, x->dtype, x->ndim, dims);
+        return QF_OK;
+    }
     QF_TRY(rs_operand(n, 3, "sizes", &p_sizes));
     if (p_scales || p_sizes) {
         /* The node tests feed scales / sizes as graph inputs: known once bound. */
-        int64_t dims[QF_MAX_DIMS];
         for (int a = 0; a < x->ndim; a++) dims[a] = -1;
         rs_geom geo;
         QF_TRY(rs_attrs(n, &geo));
