@@ -406,6 +406,13 @@ static int64_t node_min_opset(const qf_graph *g, const qf_node *n)
         if (op_nonconst(n, 3)) v = 18;
         if (strcmp(qf_node_attr_string(n, "mode", "constant"), "wrap") == 0) v = 19;
         break;
+    case QF_OP_RESIZE:
+        /* roi / scales optional from 13; axes, keep_aspect_ratio_policy, antialias from 18 */
+        v = 11;
+        if (op_in(n, 1) == NULL || op_in(n, 2) == NULL) v = 13;
+        if (qf_node_attr(n, "axes") || qf_node_attr(n, "keep_aspect_ratio_policy") || qf_node_attr(n, "antialias"))
+            v = 18;
+        break;
     case QF_OP_SLICE: {
         int64_t st[QF_MAX_DIMS];
         int c = 0;
