@@ -6,6 +6,8 @@ tests/tflite/resize.cmake.
 
     resize_test.py --qfold BIN --root DIR --work DIR --schema-py DIR CASE
 
+- refusals: the forms qfold does not run, each refused naming the node and
+  the reason.
 - sweep: one DQ -> Resize -> Q per form (nearest and linear, every
   coordinate mode TFLite can express, scales and sizes, up and down, odd
   sizes), random int8 inputs: TFLite 2.2 bit-exact, ArmNN within
@@ -162,6 +164,46 @@ def case_sweep():
         error_line(err, "'resize'", why)
         check(not os.path.exists(out), "%s: a file was written" % what)
         print("refused: %s: %s" % (what, err.strip().splitlines()[-1]))
+
+
+def float_model(path, attrs, inputs, opset=13, shape=(1, 2, 4, 4)):
+    """x -> Resize(x, *inputs) -> y; inputs: (name, array or None) after X."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    init, names = [], ["x"]
+    for name, a in inputs:
+        names.append(name if a is not None else "")
+        if a is not None:
+            init.append(numpy_helper.from_array(np.asarray(a), name))
+    node = helper.make_node("Resize", names, ["y"], name="rs", **attrs)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], init)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)]), path)
+
+
+def case_refusals():
+    """What qfold does not run is refused with the node and the reason (exit 2)."""
+    roi, sc = ("roi", np.zeros(0, np.float32)), ("scales", np.array([1, 1, 2, 2], np.float32))
+    sizes = ("sizes", np.array([1, 2, 8, 8], np.int64))
+    cases = [
+        ("cubic", {"mode": "cubic"}, [roi, sc], 13, "mode 'cubic' is not supported"),
+        ("crop", {"coordinate_transformation_mode": "tf_crop_and_resize"}, [roi, sc], 13, "tf_crop_and_resize"),
+        ("antialias", {"mode": "linear", "antialias": 1}, [roi, sc], 18, "antialias=1 is not supported"),
+        ("keep_aspect", {"keep_aspect_ratio_policy": "not_larger"}, [roi, ("scales", None), sizes], 18,
+         "keep_aspect_ratio_policy 'not_larger'"),
+        ("resize10", {}, [("scales", sc[1])], 10, "Resize-10 is not supported"),
+        ("both", {}, [roi, sc, sizes], 13, "both scales and sizes are given"),
+        ("neither", {}, [roi], 13, "neither scales nor sizes is given"),
+        ("bad_scale", {}, [roi, ("scales", np.array([1, 1, 0, 2], np.float32))], 13, "is not a positive number"),
+        ("nearest_mode", {"nearest_mode": "odd"}, [roi, sc], 13, "nearest_mode 'odd'"),
+    ]
+    np.save(work("x.npy"), np.zeros((1, 2, 4, 4), np.float32))
+    for name, attrs, inputs, opset, why in cases:
+        model = work(name + ".onnx")
+        float_model(model, attrs, inputs, opset)
+        _, _, err = run_qfold(ARGS.qfold, ["run", model, "-i", work("x.npy"), "-o", work("y.npy")], expect=2)
+        line = error_line(err, why)
+        print("%s: %s" % (name, line))
 
 
 # --- the U-Net ----------------------------------------------------------------------
