@@ -349,11 +349,14 @@ static bool resize_linear_is_tflite(const qf_node *n, const qf_tensor *x, const 
     if (torch && (y->dims[2] == 1 || y->dims[3] == 1)) return false;
     const qf_value *sv = n->ninputs > 2 ? n->inputs[2] : NULL;
     if (align || !sv || qf_tensor_numel(&sv->type) == 0) return true;
-    if (!qf_value_is_const(sv) || sv->type.dtype != QF_DTYPE_F32 || qf_tensor_numel(&sv->type) != 4)
+    /* scales of every axis, or of H and W with axes [2, 3] (opset 18) */
+    const int first = qf_node_attr(n, "axes") ? -2 : 0;
+    if (!qf_value_is_const(sv) || sv->type.dtype != QF_DTYPE_F32 ||
+        qf_tensor_numel(&sv->type) != 4 + first)
         return false;
     for (int a = 2; a < 4; a++)
         if (x->dims[a] <= 0 ||
-            qf_tensor_get_f64(&sv->type, a) != (double)y->dims[a] / (double)x->dims[a])
+            qf_tensor_get_f64(&sv->type, a + first) != (double)y->dims[a] / (double)x->dims[a])
             return false;
     return true;
 }

@@ -73,14 +73,21 @@ qf_status qf_tfl_emit_resize(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     const bool linear = strcmp(qf_node_attr_string(n, "mode", "nearest"), "linear") == 0;
     const char *coord = qf_node_attr_string(n, "coordinate_transformation_mode", "half_pixel");
     const char *round = qf_node_attr_string(n, "nearest_mode", "round_prefer_floor");
+    /* the scales of H and W: entries 2, 3, or 0, 1 with axes [2, 3] (opset 18) */
+    int cnt = 0, first = 2;
+    const int64_t *axes = qf_node_attr_ints(n, "axes", &cnt);
+    if (axes) {
+        if (cnt != 2 || (axes[0] != 2 && axes[0] != -2) || (axes[1] != 3 && axes[1] != -1))
+            return qf_tfl_refuse(e, n, "axes other than [2, 3]");
+        first = 0;
+    }
     double s[2];
     const qf_value *sv = n->ninputs > 2 ? n->inputs[2] : NULL;
     bool given = sv && qf_tensor_numel(&sv->type) > 0;
-    if (given && (!qf_value_is_const(sv) || qf_tensor_numel(&sv->type) != 4 ||
-                  (n->ninputs > 3 && n->inputs[3])))
-        return qf_tfl_refuse(e, n, "its scales are not a constant of 4 values");
+    if (given && (!qf_value_is_const(sv) || qf_tensor_numel(&sv->type) != first + 2))
+        return qf_tfl_refuse(e, n, "its scales are not a constant of %d values", first + 2);
     for (int a = 0; a < 2; a++)
-        s[a] = given ? qf_tensor_get_f64(&sv->type, a + 2)
+        s[a] = given ? qf_tensor_get_f64(&sv->type, first + a)
                      : (double)yt->dims[a + 2] / (double)xt->dims[a + 2];
     qf_tfl_op *op;
     int align = 0, half = 0;
@@ -106,11 +113,12 @@ qf_status qf_tfl_emit_resize(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
             for (int64_t o = 0; o < yt->dims[a]; o++)
                 if (rsz_onnx_nearest(coord, round, s[a - 2], xt->dims[a], yt->dims[a], o) !=
                     rsz_tfl_nearest(xt->dims[a], yt->dims[a], o))
-                    return qf_tfl_refuse(e, n,
-                                         "nearest with coordinate_transformation_mode '%s' and nearest_mode '%s' "
-                                         "picks other elements than TFLite 2.2's RESIZE_NEAREST_NEIGHBOR "
-                                         "(floor(x * in / out); it ignores align_corners)",
-                                         coord, round);
+                    return qf_tfl_refuse(
+                        e, n,
+                        "nearest with coordinate_transformation_mode '%s' and nearest_mode '%s' "
+                        "picks other elements than TFLite 2.2's RESIZE_NEAREST_NEIGHBOR "
+                        "(floor(x * in / out); it ignores align_corners)",
+                        coord, round);
     }
     int xi, yi;
     QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));

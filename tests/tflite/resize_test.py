@@ -95,6 +95,9 @@ FORMS = [
     ("linear half_pixel down to 3x4", lin("half_pixel"), None, [8, 3, 3, 4]),
     ("linear align_corners to 8x11", lin("align_corners"), None, [8, 3, 8, 11]),
     ("linear align_corners x2", lin("align_corners"), [1, 1, 2, 2], None),
+    # opset 18: scales / sizes of the axes given only
+    ("linear pytorch_half_pixel x2, axes [2, 3]", dict(lin("pytorch_half_pixel"), axes=[2, 3]), [2, 2], None),
+    ("nearest to 9x4, axes [2, 3]", dict(NEAR, axes=[2, 3]), None, [9, 4]),
 ]
 
 # Forms TFLite 2.2 cannot express: the export refuses them, naming the mode.
@@ -132,13 +135,14 @@ def case_sweep():
 
     for k, (what, attrs, scales, sizes) in enumerate(FORMS):
         model, out = work("f%d.onnx" % k), work("f%d.tflite" % k)
-        resize_model(model, [8, 3, 5, 7], attrs, scales, sizes, q)
+        resize_model(model, [8, 3, 5, 7], attrs, scales, sizes, q, opset=18 if "axes" in attrs else 13)
         qfold("export", model, "-o", out)
         at.structure(out)
         refs.append(reference(model, "f%d" % k))
         armnn_refs.append(refs[-1])
         if attrs["mode"] == "linear" and attrs["coordinate_transformation_mode"] in HALF_PIXEL:
-            resize_model(work("a%d.onnx" % k), [8, 3, 5, 7], lin("asymmetric"), scales, sizes, q)
+            resize_model(work("a%d.onnx" % k), [8, 3, 5, 7], dict(attrs, coordinate_transformation_mode="asymmetric"),
+                         scales, sizes, q, opset=18 if "axes" in attrs else 13)
             armnn_refs[-1] = reference(work("a%d.onnx" % k), "a%d" % k)
         jobs.append((out, work("xq.npy")))
     failed = []
