@@ -219,6 +219,11 @@ extern "C" {
     X(PAD, pad, "Pad", "", 1, 4, 1, 1,                                                \
       (DATA, SHAPE, DATA, SHAPE),                                                     \
       (A(mode,STRING) A(pads,INTS)))                                                  \
+    X(RESIZE, resize, "Resize", "", 1, 4, 1, 1,                                       \
+      (DATA, SHAPE, SHAPE, SHAPE),                                                    \
+      (A(antialias,INT) A(axes,INTS) A(coordinate_transformation_mode,STRING)         \
+       A(exclude_outside,INT) A(keep_aspect_ratio_policy,STRING) A(mode,STRING)       \
+       A(nearest_mode,STRING)))                                                       \
     X(EXPAND, expand, "Expand", "", 2, 2, 1, 1,                                       \
       (DATA, SHAPE),                                                                  \
       ())                                                                             \

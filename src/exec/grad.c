@@ -159,8 +159,11 @@ static qf_status grad_mark(qf_grad_plan *p, unsigned char *rg, unsigned char *re
         const qf_node *n = p->nodes[i];
         bool any = false;
         for (int s = 0; s < n->ninputs; s++) any = any || (n->inputs[s] && rg[n->inputs[s]->id]);
+        /* only float values carry a gradient: a Shape of an activation
+         * (PyTorch's Resize sizes on a dynamic batch) starts no path */
         if (any)
-            for (int o = 0; o < n->noutputs; o++) rg[n->outputs[o]->id] = 1;
+            for (int o = 0; o < n->noutputs; o++)
+                if (n->outputs[o]->type.dtype == QF_DTYPE_F32) rg[n->outputs[o]->id] = 1;
     }
     reach[p->loss->id] = 1;
     for (int i = p->n - 1; i >= 0; i--) {

@@ -209,6 +209,13 @@ static qf_status imp_node(qf_graph *g, qf_node *n, int64_t opset)
     case QF_OP_SLICE:
         if (opset < 10) return imp_slice(g, n);
         return QF_OK;
+    case QF_OP_RESIZE:
+        /* Resize-10 takes (X, scales) and rounds nearest otherwise: not qfold's form. */
+        if (opset < 11)
+            return qf_error(QF_ERR_UNSUPPORTED,
+                            "node '%s' (Resize): Resize-10 is not supported (opset 11+ is)",
+                            n->name);
+        return QF_OK;
     case QF_OP_BATCH_NORM: return imp_batch_norm(n);
     case QF_OP_SOFTMAX:
         /* The 2-D coercion (before 13) is settled once shapes are known
@@ -404,6 +411,13 @@ static int64_t node_min_opset(const qf_graph *g, const qf_node *n)
         if (op_nonconst(n, 1) || op_nonconst(n, 2) || !qf_dtype_is_float(n->inputs[0]->type.dtype)) v = 11;
         if (op_nonconst(n, 3)) v = 18;
         if (strcmp(qf_node_attr_string(n, "mode", "constant"), "wrap") == 0) v = 19;
+        break;
+    case QF_OP_RESIZE:
+        /* roi / scales optional from 13; axes, keep_aspect_ratio_policy, antialias from 18 */
+        v = 11;
+        if (op_in(n, 1) == NULL || op_in(n, 2) == NULL) v = 13;
+        if (qf_node_attr(n, "axes") || qf_node_attr(n, "keep_aspect_ratio_policy") || qf_node_attr(n, "antialias"))
+            v = 18;
         break;
     case QF_OP_SLICE: {
         int64_t st[QF_MAX_DIMS];

@@ -336,6 +336,75 @@ qf_status qf_lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
     return QF_OK;
 }
 
+/* Whether an int8 linear Resize runs as its kernel runs it: TFLite's
+ * RESIZE_BILINEAR (src/ops/ref/resize.c), which needs 4-D data resized on H
+ * and W only, a coordinate mode TFLite has and, unless align_corners, scales
+ * equal to out / in (TFLite samples at in / out). */
+static bool resize_linear_is_tflite(const qf_node *n, const qf_tensor *x, const qf_tensor *y)
+{
+    const char *c = qf_node_attr_string(n, "coordinate_transformation_mode", "half_pixel");
+    bool align = strcmp(c, "align_corners") == 0, torch = strcmp(c, "pytorch_half_pixel") == 0;
+    if (!align && !torch && strcmp(c, "half_pixel") != 0 && strcmp(c, "asymmetric") != 0)
+        return false;
+    if (x->ndim != 4 || y->ndim != 4 || x->dims[0] != y->dims[0] || x->dims[1] != y->dims[1])
+        return false;
+    if (torch && (y->dims[2] == 1 || y->dims[3] == 1)) return false;
+    const qf_value *sv = n->ninputs > 2 ? n->inputs[2] : NULL;
+    if (align || !sv || qf_tensor_numel(&sv->type) == 0) return true;
+    /* scales of every axis, or of H and W with axes [2, 3] (opset 18) */
+    const int first = qf_node_attr(n, "axes") ? -2 : 0;
+    if (!qf_value_is_const(sv) || sv->type.dtype != QF_DTYPE_F32 ||
+        qf_tensor_numel(&sv->type) != 4 + first)
+        return false;
+    for (int a = 2; a < 4; a++)
+        if (x->dims[a] <= 0 ||
+            qf_tensor_get_f64(&sv->type, a + first) != (double)y->dims[a] / (double)x->dims[a])
+            return false;
+    return true;
+}
+
+/* A Resize between a DQ and a Q of the same per-tensor int8 qparams (the
+ * profiles give it its input's): Resize on the integers. Nearest copies
+ * values, so it is exact; linear computes TFLite's int8 RESIZE_BILINEAR (its
+ * float weights, the sum truncated), within 1 of the QDQ graph's rounding. */
+qf_status qf_lower_resize(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
+                          bool *done)
+{
+    (void)rq; /* no requantization: the output keeps the input's qparams */
+    *done = false;
+    const qf_node *dqx = qf_lower_dq_of(n->inputs[0]);
+    if (!dqx || !qf_lower_per_tensor_s8(dqx)) return QF_OK;
+    const qf_value *y = n->outputs[0];
+    if (y->nuses != 1 || y->is_output) return QF_OK;
+    const qf_node *q = y->uses[0].node;
+    if (q->op != QF_OP_QUANTIZE || q->ninputs != 3 || !scalar_const(q->inputs[1], QF_DTYPE_F32) ||
+        !scalar_const(q->inputs[2], QF_DTYPE_I8))
+        return QF_OK;
+    if (qf_lower_qscale(dqx) != qf_lower_qscale(q) || qf_lower_qzp(dqx) != qf_lower_qzp(q))
+        return QF_OK;
+    bool linear = strcmp(qf_node_attr_string(n, "mode", "nearest"), "linear") == 0;
+    if (linear && !resize_linear_is_tflite(n, &dqx->inputs[0]->type, &y->type)) {
+        if (ctx)
+            qf_pass_skip(ctx, n,
+                         "int8 linear resize: no TFLite RESIZE_BILINEAR form, left in float");
+        return QF_OK;
+    }
+    char name[512];
+    snprintf(name, sizeof name, "%s_int8", n->name);
+    qf_value *in[4] = {dqx->inputs[0]};
+    for (int i = 1; i < n->ninputs && i < 4; i++) in[i] = n->inputs[i];
+    qf_node *rs = qf_graph_add_node(g, QF_OP_RESIZE, name, n->ninputs < 4 ? n->ninputs : 4, in, 1);
+    if (!rs) return QF_ERR_NOMEM;
+    QF_TRY(copy_attrs(g, rs, n));
+    rs->outputs[0]->type = q->outputs[0]->type;
+    if (ctx)
+        qf_pass_rewrite(ctx, n, NULL, "int8 %s resize -> '%s'", linear ? "linear" : "nearest",
+                        q->outputs[0]->name);
+    QF_TRY(qf_graph_replace_uses(g, q->outputs[0], rs->outputs[0]));
+    *done = true;
+    return QF_OK;
+}
+
 /* The int8 operands of dqa and dqb broadcast (numpy's rules, aligned at
  * the last axis: equal sizes or one of them 1; an unknown size, a dynamic
  * batch, only against the same unknown size or 1) as the int8 Add / Mul take

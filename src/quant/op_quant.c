@@ -61,6 +61,8 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     [QF_OP_SQUEEZE] = {SHARE, INT8_PASSES},
     [QF_OP_UNSQUEEZE] = {SHARE, INT8_PASSES},
     [QF_OP_PAD] = {SHARE},
+    /* nearest copies values; linear is TFLite's int8 RESIZE_BILINEAR */
+    [QF_OP_RESIZE] = {SHARE, LOWER(qf_lower_resize), INT8_PASSES},
     [QF_OP_SLICE] = {SHARE},
     [QF_OP_DROPOUT] = {SHARE},
     [QF_OP_IDENTITY] = {SHARE},

@@ -34,6 +34,7 @@
 #include "../core/strbuf.h"
 #include "qfold/exec.h"
 #include "qfold/io.h"
+#include "qfold/pass.h"
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "qfold/tflite.h"
@@ -238,15 +239,21 @@ static qf_status lower_copy(const qf_graph *g, int batch, qf_graph **out)
     qf_graph *c;
     QF_TRY(qf_graph_clone(g, &c));
     qf_status st = qf_tfl_uint8_to_int8(c);
+    /* A Shape node reads the batch (PyTorch's Resize sizes of a dynamic
+     * batch): the batch the export writes (a dynamic one as 1) is set here,
+     * so that its chain folds to a constant. */
+    bool shapes = false;
+    for (const qf_node *n = c->first; n; n = n->next) shapes |= n->op == QF_OP_SHAPE;
     /* --batch: every input's first dim (a dynamic one exports as 1) */
-    for (int i = 0; i < c->ninputs && st == QF_OK && batch > 0; i++) {
+    for (int i = 0; i < c->ninputs && st == QF_OK && (batch > 0 || shapes); i++) {
         qf_value *x = c->inputs[i];
-        if (qf_value_is_const(x) || x->type.ndim < 1) continue;
+        if (qf_value_is_const(x) || x->type.ndim < 1 || (batch <= 0 && x->type.dims[0] >= 0)) continue;
         int64_t d[QF_MAX_DIMS];
         memcpy(d, x->type.dims, sizeof(int64_t) * (size_t)x->type.ndim);
-        d[0] = batch;
+        d[0] = batch > 0 ? batch : 1;
         st = qf_graph_set_input_shape(c, i, x->type.ndim, d);
     }
+    if (st == QF_OK && shapes) st = qf_graph_fold_constants(c, NULL);
     if (st == QF_OK) st = fold_const_q(c);
     if (st == QF_OK) st = linear_to_gemm(c);
     int n0 = c->noutputs;

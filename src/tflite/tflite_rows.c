@@ -33,6 +33,8 @@ QF_TFL_EMITTER_(requant);
 /* tflite_ops_minmax.c: Max / Min, Abs */
 QF_TFL_EMITTER_(extreme);
 QF_TFL_EMITTER_(abs);
+/* tflite_resize.c: Resize, lowered (int8) or a DQ -> Resize -> Q of shared qparams */
+QF_TFL_EMITTER_(resize);
 
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
@@ -87,6 +89,8 @@ const qf_tfl_row qf_tfl_rows[QF_OP_COUNT] = {
     [QF_OP_PAD] = {QF_TFL_PAD, qf_tfl_emit_pad_node},
     /* a Q of a DQ (int8 -> int8, no op between): QUANTIZE where exact */
     [QF_OP_QUANTIZE] = {QF_TFL_QUANTIZE, qf_tfl_emit_requant},
+    /* or RESIZE_NEAREST_NEIGHBOR (mode nearest) */
+    [QF_OP_RESIZE] = {QF_TFL_RESIZE_BILINEAR, qf_tfl_emit_resize},
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
 #define QF_TFL_EXTRA_ROW_(tag, name, ...) [QF_OP_##tag] = {.emit = qf_tfl_emit_##name, __VA_ARGS__},

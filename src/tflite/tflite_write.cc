@@ -83,6 +83,17 @@ Offset<void> opts_SoftmaxOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
     return tflite::CreateSoftmaxOptions(b, o.beta).Union();
 }
 // The options tables without fields.
+Offset<void> opts_ResizeBilinearOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateResizeBilinearOptions(b, o.align_corners != 0, o.half_pixel_centers != 0)
+        .Union();
+}
+Offset<void> opts_ResizeNearestNeighborOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateResizeNearestNeighborOptions(b, o.align_corners != 0,
+                                                      o.half_pixel_centers != 0)
+        .Union();
+}
 #define QF_TFL_EMPTY_OPTIONS_(name)                                                        \
     Offset<void> opts_##name(FlatBufferBuilder &b, const qf_tfl_op &) { return tflite::Create##name(b).Union(); }
 QF_TFL_EMPTY_OPTIONS_(TransposeOptions)

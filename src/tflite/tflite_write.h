@@ -44,6 +44,7 @@ enum { QF_TFL_FLOAT32 = 0, QF_TFL_INT32 = 2, QF_TFL_INT64 = 4, QF_TFL_INT8 = 9 }
     X(MAX_POOL_2D, 17, Pool2DOptions)                         \
     X(MUL, 18, MulOptions)                                    \
     X(RESHAPE, 22, ReshapeOptions)                            \
+    X(RESIZE_BILINEAR, 23, ResizeBilinearOptions)             \
     X(SOFTMAX, 25, SoftmaxOptions)                            \
     X(TANH, 28, NONE)                                         \
     X(CUSTOM, 32, NONE)                                       \
@@ -58,6 +59,7 @@ enum { QF_TFL_FLOAT32 = 0, QF_TFL_INT32 = 2, QF_TFL_INT64 = 4, QF_TFL_INT8 = 9 }
     X(LOG, 73, NONE)                                          \
     X(SUM, 74, ReducerOptions)                                \
     X(REDUCE_MAX, 82, ReducerOptions)                         \
+    X(RESIZE_NEAREST_NEIGHBOR, 97, ResizeNearestNeighborOptions) \
     X(ABS, 101, AbsOptions)                                   \
     X(QUANTIZE, 114, QuantizeOptions)                         \
     X(HARD_SWISH, 117, HardSwishOptions)
@@ -116,6 +118,7 @@ typedef struct qf_tfl_op {
     const int32_t *inputs, *outputs; /* tensor indices (-1: an omitted optional input) */
     int padding, stride_w, stride_h, dilation_w, dilation_h, filter_w, filter_h;
     int depth_multiplier, activation, axis, keep_dims;
+    int align_corners, half_pixel_centers; /* RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR */
     float beta;
     const int32_t *new_shape;        /* RESHAPE: also in its options, for readers that take it there */
     int new_shape_len;

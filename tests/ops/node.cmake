@@ -17,6 +17,7 @@ set(QF_NODE_OPS Conv ConvTranspose BatchNormalization Gemm MatMul Add Sub Mul Di
   QLinearConv QLinearMatMul ConvInteger MatMulInteger
   Exp Log ReduceSum ReduceMax
   PRelu Max Min Abs
+  Resize
   expanded)
 foreach(op ${QF_NODE_OPS})
   qf_add_c_test(NAME node_${op} PROGRAM node_runner ARGS ${QF_NODE_WORK}/manifest/${op}.txt

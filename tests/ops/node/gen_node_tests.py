@@ -45,7 +45,8 @@ Identity Dropout Constant ConstantOfShape Shape Gather Cast QuantizeLinear Dequa
 Erf Mod Equal Not Where Expand Range ScatterND LayerNormalization Einsum SoftmaxCrossEntropyLoss
 QLinearConv QLinearMatMul ConvInteger MatMulInteger
 Exp Log ReduceSum ReduceMax
-PRelu Max Min Abs""".split()
+PRelu Max Min Abs
+Resize""".split()
 
 MIN_OPSET = 7
 MAX_OPSET = 17
