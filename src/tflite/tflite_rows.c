@@ -28,6 +28,7 @@ QF_TFL_EMITTER_(act);
 QF_TFL_EMITTER_(reshape);
 QF_TFL_EMITTER_(transpose);
 QF_TFL_EMITTER_(pad_node);
+QF_TFL_EMITTER_(split); /* a grouped conv's input (split_group_conv) */
 
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
@@ -71,6 +72,8 @@ const qf_tfl_row qf_tfl_rows[QF_OP_COUNT] = {
     [QF_OP_UNSQUEEZE] = {QF_TFL_RESHAPE, qf_tfl_emit_reshape},
     [QF_OP_TRANSPOSE] = {QF_TFL_TRANSPOSE, qf_tfl_emit_transpose},
     [QF_OP_PAD] = {QF_TFL_PAD, qf_tfl_emit_pad_node},
+    /* int8 data split along channels (a grouped conv split per group) */
+    [QF_OP_SPLIT] = {QF_TFL_SPLIT, qf_tfl_emit_split},
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
 #define QF_TFL_EXTRA_ROW_(tag, name, ...) [QF_OP_##tag] = {.emit = qf_tfl_emit_##name, __VA_ARGS__},

@@ -82,6 +82,10 @@ Offset<void> opts_SoftmaxOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
 {
     return tflite::CreateSoftmaxOptions(b, o.beta).Union();
 }
+Offset<void> opts_SplitOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateSplitOptions(b, o.num_splits).Union();
+}
 // The options tables without fields.
 #define QF_TFL_EMPTY_OPTIONS_(name)                                                        \
     Offset<void> opts_##name(FlatBufferBuilder &b, const qf_tfl_op &) { return tflite::Create##name(b).Union(); }
