@@ -157,11 +157,14 @@ static qf_status sg_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
     QF_TRY(qf_node_infer(g, cc));
     qf_pass_rewrite_as(ctx, n, QF_PASS_DECOMPOSED, NULL, "%lld groups: Split -> %lld %s (group 1) -> Concat",
                        (long long)group, (long long)group, convt ? "int8 ConvTransposes" : "int8 convolutions");
-    const char *keep = qf_graph_strdup(g, n->name);
-    if (!keep) return QF_ERR_NOMEM;
+    const char *keep = qf_graph_strdup(g, n->name), *vkeep = qf_graph_strdup(g, n->outputs[0]->name);
+    if (!keep || !vkeep) return QF_ERR_NOMEM;
+    const bool out = n->outputs[0]->is_output; /* then replace_uses swaps the names */
     QF_TRY(qf_graph_replace_uses(g, n->outputs[0], cc->outputs[0]));
     qf_graph_remove_node(g, n);
-    /* the concatenation takes the grouped node's name (messages, reports) */
+    /* the concatenation takes the grouped node's name and its output's
+     * (messages, reports, a value looked up by name) */
+    if (!out) QF_TRY(qf_graph_rename_value(g, cc->outputs[0], vkeep));
     return qf_graph_rename_node(g, cc, keep);
 }
 
