@@ -62,14 +62,10 @@ static bool lf_seed(const qf_node *n)
     if (x->ndim != 3) return false;
     switch (n->op) {
     case QF_OP_QLINEAR_CONV:
-    case QF_OP_QCONV_TRANSPOSE:
-        return n->inputs[3]->type.ndim == 3;
-    case QF_OP_MAX_POOL:
-        return x->dtype == QF_DTYPE_I8 && n->noutputs == 1;
-    case QF_OP_QAVG_POOL:
-        return true;
-    default:
-        return false;
+    case QF_OP_QCONV_TRANSPOSE: return n->inputs[3]->type.ndim == 3;
+    case QF_OP_MAX_POOL: return x->dtype == QF_DTYPE_I8 && n->noutputs == 1;
+    case QF_OP_QAVG_POOL: return true;
+    default: return false;
     }
 }
 
@@ -117,8 +113,7 @@ static bool lf_joins(const qf_node *n)
     case QF_OP_HARD_SIGMOID:
     case QF_OP_LEAKY_RELU:
     case QF_OP_FLATTEN:
-    case QF_OP_RESHAPE:
-        break;
+    case QF_OP_RESHAPE: break;
     case QF_OP_QCONCAT:
         if ((n->ninputs - 2) / 3 > QF_MAX_DIMS * 8) return false;
         break;
@@ -126,16 +121,15 @@ static bool lf_joins(const qf_node *n)
         if (n->ninputs > 1 && n->inputs[1] && !qf_value_is_const(n->inputs[1])) return false;
         break;
     case QF_OP_PAD:
-        if (n->ninputs < 2 || !qf_value_is_const(n->inputs[1]) || qf_tensor_numel(&n->inputs[1]->type) != 6 ||
-            (n->ninputs > 3 && n->inputs[3]))
+        if (n->ninputs < 2 || !qf_value_is_const(n->inputs[1]) ||
+            qf_tensor_numel(&n->inputs[1]->type) != 6 || (n->ninputs > 3 && n->inputs[3]))
             return false;
         break;
     case QF_OP_QUANTIZE:
     case QF_OP_DEQUANTIZE:
         if (!lf_qdq_inner(n)) return false;
         break;
-    default:
-        return false;
+    default: return false;
     }
     if (n->op == QF_OP_RESHAPE && !lf_sink(n)) return false;
     int k = lf_act_slots(n, slots, QF_MAX_DIMS * 8);
@@ -146,8 +140,8 @@ static bool lf_joins(const qf_node *n)
         if (n->outputs[i]->type.ndim != 3) return false;
     /* constant operands broadcast from the right: at most rank 3 */
     for (int s = 0; s < n->ninputs; s++)
-        if ((n->op == QF_OP_QADD || n->op == QF_OP_QMUL || n->op == QF_OP_ADD || n->op == QF_OP_SUB ||
-             n->op == QF_OP_MUL) &&
+        if ((n->op == QF_OP_QADD || n->op == QF_OP_QMUL || n->op == QF_OP_ADD ||
+             n->op == QF_OP_SUB || n->op == QF_OP_MUL) &&
             n->inputs[s] && qf_value_is_const(n->inputs[s]) && n->inputs[s]->type.ndim > 3)
             return false;
     return true;
@@ -180,7 +174,9 @@ static qf_status lf_attr_h(qf_graph *g, qf_node *n, const char *name, int64_t h)
         v[0] = 0, v[1] = a[0], v[2] = 0, v[3] = a[1];
         return qf_node_set_attr_ints(g, n, name, v, 4);
     }
-    if (cnt != 1) return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s has %d entries for a 1-D op", n->name, qf_op_label(n), name, cnt);
+    if (cnt != 1)
+        return qf_error(QF_ERR_INVALID, "node '%s' (%s): %s has %d entries for a 1-D op", n->name,
+                        qf_op_label(n), name, cnt);
     v[0] = h, v[1] = a[0];
     return qf_node_set_attr_ints(g, n, name, v, 2);
 }
@@ -211,7 +207,10 @@ static qf_status lf_const4(qf_graph *g, qf_value *v, qf_value **out)
 }
 
 /* A rank-3 axis past the H axis: 0, 1 stay, 2 becomes 3. */
-static int64_t lf_axis(int64_t a) { return (a < 0 ? a + 3 : a) >= 2 ? (a < 0 ? a + 3 : a) + 1 : (a < 0 ? a + 3 : a); }
+static int64_t lf_axis(int64_t a)
+{
+    return (a < 0 ? a + 3 : a) >= 2 ? (a < 0 ? a + 3 : a) + 1 : (a < 0 ? a + 3 : a);
+}
 
 /* Node n's attributes and constants in the 2-D form. */
 static qf_status lf_node(qf_graph *g, qf_node *n)
@@ -244,7 +243,8 @@ static qf_status lf_node(qf_graph *g, qf_node *n)
     case QF_OP_MUL:
     case QF_OP_QADD:
     case QF_OP_QMUL:
-        for (int s = 0; s < n->ninputs && s <= 3; s += n->op == QF_OP_QADD || n->op == QF_OP_QMUL ? 3 : 1)
+        for (int s = 0; s < n->ninputs && s <= 3;
+             s += n->op == QF_OP_QADD || n->op == QF_OP_QMUL ? 3 : 1)
             if (n->inputs[s] && qf_value_is_const(n->inputs[s])) {
                 qf_value *c;
                 QF_TRY(lf_const4(g, n->inputs[s], &c));
@@ -277,7 +277,8 @@ static qf_status lf_node(qf_graph *g, qf_node *n)
     }
     case QF_OP_QCONCAT:
     case QF_OP_SPLIT:
-        return qf_node_set_attr_int(g, n, "axis", lf_axis(qf_node_attr_int(n, "axis", n->op == QF_OP_SPLIT ? 0 : 1)));
+        return qf_node_set_attr_int(
+            g, n, "axis", lf_axis(qf_node_attr_int(n, "axis", n->op == QF_OP_SPLIT ? 0 : 1)));
     case QF_OP_QMEAN: {
         /* the axes past H, and H itself: the 2-D mean of the same values */
         int cnt = 0;
@@ -301,15 +302,14 @@ static qf_status lf_node(qf_graph *g, qf_node *n)
             }
         return qf_node_set_attr_ints(g, n, "axes", v, k);
     }
-    default:
-        return QF_OK;
+    default: return QF_OK;
     }
 }
 
 /* A Reshape of `from` to dims (rank nd) named <base><suffix>, linked before
  * `pos` (NULL: at the head of the graph); its output. */
-static qf_value *lf_reshape(qf_graph *g, qf_node *pos, bool after, qf_value *from, const int64_t *dims, int nd,
-                            const char *suffix)
+static qf_value *lf_reshape(qf_graph *g, qf_node *pos, bool after, qf_value *from,
+                            const int64_t *dims, int nd, const char *suffix)
 {
     char name[512];
     snprintf(name, sizeof name, "%.480s%s", from->name, suffix);
@@ -354,7 +354,8 @@ static qf_status lf_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
             if (!seed && !lf_joins(n)) continue;
             int k = lf_act_slots(n, slots, QF_MAX_DIMS * 8);
             for (int i = 0; i < k; i++) touch |= lv[n->inputs[slots[i]]->id];
-            for (int i = 0; i < n->noutputs; i++) touch |= lf_out_lifted(n, i) && lv[n->outputs[i]->id];
+            for (int i = 0; i < n->noutputs; i++)
+                touch |= lf_out_lifted(n, i) && lv[n->outputs[i]->id];
             if (!seed && !touch) continue;
             /* a sink joins a run it reads, never pulls its input in */
             if (lf_sink(n) && !lv[n->inputs[0]->id]) continue;
@@ -393,12 +394,14 @@ static qf_status lf_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
                 st = qf_graph_replace_uses(g, v, r);
                 for (int u = r->nuses - 1; u >= 0 && st == QF_OK; u--) {
                     qf_node *un = r->uses[u].node;
-                    if (ln[un->id] || un == r->producer) st = qf_node_set_input(g, un, r->uses[u].slot, v);
+                    if (ln[un->id] || un == r->producer)
+                        st = qf_node_set_input(g, un, r->uses[u].slot, v);
                 }
             } else {
                 for (int u = v->nuses - 1; u >= 0 && st == QF_OK; u--) {
                     qf_node *un = v->uses[u].node;
-                    if (!ln[un->id] && un != r->producer) st = qf_node_set_input(g, un, v->uses[u].slot, r);
+                    if (!ln[un->id] && un != r->producer)
+                        st = qf_node_set_input(g, un, v->uses[u].slot, r);
                 }
             }
         } else {
@@ -430,6 +433,7 @@ done:
 
 const qf_pass qf_pass_conv1d_to_2d = {
     .name = "conv1d_to_2d",
-    .summary = "int8 1-D convs and pools (N C L) as 2-D with H = 1, Reshapes only at the edges of each run",
+    .summary = "int8 1-D convs and pools (N C L) as 2-D with H = 1, Reshapes only at the edges of "
+               "each run",
     .run = lf_run,
 };

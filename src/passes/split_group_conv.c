@@ -35,11 +35,16 @@ static qf_status sg_copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
     qf_status st = QF_OK;
     for (int i = 0; i < like->nattrs && st == QF_OK; i++) {
         const qf_attr *a = &like->attrs[i];
-        if (a->type == QF_ATTR_INT) st = qf_node_set_attr_int(g, n, a->name, a->i);
-        else if (a->type == QF_ATTR_INTS) st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
-        else if (a->type == QF_ATTR_FLOAT) st = qf_node_set_attr_float(g, n, a->name, a->f);
-        else if (a->type == QF_ATTR_FLOATS) st = qf_node_set_attr_floats(g, n, a->name, a->floats, a->n);
-        else if (a->type == QF_ATTR_STRING) st = qf_node_set_attr_string(g, n, a->name, a->s);
+        if (a->type == QF_ATTR_INT)
+            st = qf_node_set_attr_int(g, n, a->name, a->i);
+        else if (a->type == QF_ATTR_INTS)
+            st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
+        else if (a->type == QF_ATTR_FLOAT)
+            st = qf_node_set_attr_float(g, n, a->name, a->f);
+        else if (a->type == QF_ATTR_FLOATS)
+            st = qf_node_set_attr_floats(g, n, a->name, a->floats, a->n);
+        else if (a->type == QF_ATTR_STRING)
+            st = qf_node_set_attr_string(g, n, a->name, a->s);
     }
     return st;
 }
@@ -75,8 +80,11 @@ static void sg_name(char *buf, size_t size, const qf_node *n, const char *suffix
 {
     size_t len = strlen(n->name);
     bool lowered = len > 5 && strcmp(n->name + len - 5, "_int8") == 0;
-    snprintf(buf, size, "%.*s%s%s", (int)(lowered ? len - 5 : len > 400 ? 400 : len), n->name, suffix,
-             lowered ? "_int8" : "");
+    snprintf(buf, size, "%.*s%s%s",
+             (int)(lowered     ? len - 5
+                   : len > 400 ? 400
+                               : len),
+             n->name, suffix, lowered ? "_int8" : "");
 }
 
 typedef struct sg_match {
@@ -102,7 +110,8 @@ static bool sg_match_node(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
             qf_pass_skip(ctx, n, "input %d is not a constant", i);
             return false;
         }
-    if (c % group || mo % group || w->dims[0] % group || (n->ninputs > 8 && n->inputs[8] && qf_tensor_numel(&n->inputs[8]->type) != mo)) {
+    if (c % group || mo % group || w->dims[0] % group ||
+        (n->ninputs > 8 && n->inputs[8] && qf_tensor_numel(&n->inputs[8]->type) != mo)) {
         qf_pass_skip(ctx, n, "channels do not split into %lld groups", (long long)group);
         return false;
     }
@@ -118,7 +127,8 @@ static qf_status sg_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
     const int64_t group = m->group;
     char name[512];
     sg_name(name, sizeof name, n, "_split");
-    qf_node *sp = qf_graph_insert_node(g, n, false, QF_OP_SPLIT, name, 1, &n->inputs[0], (int)group);
+    qf_node *sp =
+        qf_graph_insert_node(g, n, false, QF_OP_SPLIT, name, 1, &n->inputs[0], (int)group);
     if (!sp) return QF_ERR_NOMEM;
     QF_TRY(qf_node_set_attr_int(g, sp, "axis", 1));
     QF_TRY(qf_node_infer(g, sp));
@@ -151,13 +161,16 @@ static qf_status sg_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
         cin[4 + 3 * i] = n->inputs[7];
     }
     sg_name(name, sizeof name, n, "_concat");
-    qf_node *cc = qf_graph_insert_node(g, n, false, QF_OP_QCONCAT, name, (int)(2 + 3 * group), cin, 1);
+    qf_node *cc =
+        qf_graph_insert_node(g, n, false, QF_OP_QCONCAT, name, (int)(2 + 3 * group), cin, 1);
     if (!cc) return QF_ERR_NOMEM;
     QF_TRY(qf_node_set_attr_int(g, cc, "axis", 1));
     QF_TRY(qf_node_infer(g, cc));
-    qf_pass_rewrite_as(ctx, n, QF_PASS_DECOMPOSED, NULL, "%lld groups: Split -> %lld %s (group 1) -> Concat",
-                       (long long)group, (long long)group, convt ? "int8 ConvTransposes" : "int8 convolutions");
-    const char *keep = qf_graph_strdup(g, n->name), *vkeep = qf_graph_strdup(g, n->outputs[0]->name);
+    qf_pass_rewrite_as(ctx, n, QF_PASS_DECOMPOSED, NULL,
+                       "%lld groups: Split -> %lld %s (group 1) -> Concat", (long long)group,
+                       (long long)group, convt ? "int8 ConvTransposes" : "int8 convolutions");
+    const char *keep = qf_graph_strdup(g, n->name),
+               *vkeep = qf_graph_strdup(g, n->outputs[0]->name);
     if (!keep || !vkeep) return QF_ERR_NOMEM;
     const bool out = n->outputs[0]->is_output; /* then replace_uses swaps the names */
     QF_TRY(qf_graph_replace_uses(g, n->outputs[0], cc->outputs[0]));
@@ -178,6 +191,7 @@ static qf_status sg_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 
 const qf_pass qf_pass_split_group_conv = {
     .name = "split_group_conv",
-    .summary = "an int8 grouped conv / ConvTranspose (1 < group, not depthwise) as Split -> one per group -> Concat",
+    .summary = "an int8 grouped conv / ConvTranspose (1 < group, not depthwise) as Split -> one "
+               "per group -> Concat",
     .run = sg_run,
 };

@@ -161,8 +161,8 @@ static bool h1_reshape(const qf_node *r, bool in)
         a = b;
         b = t;
     }
-    return a->ndim == 3 && b->ndim == 4 && b->dims[2] == 1 && a->dims[0] == b->dims[0] && a->dims[1] == b->dims[1] &&
-           a->dims[2] == b->dims[3];
+    return a->ndim == 3 && b->ndim == 4 && b->dims[2] == 1 && a->dims[0] == b->dims[0] &&
+           a->dims[1] == b->dims[1] && a->dims[2] == b->dims[3];
 }
 
 /* The rank-3 interface tensors of 1-D runs, written channels-last [N, L, C]
@@ -179,7 +179,8 @@ static void mark_nlc(qf_tfl_ex *e)
             q = x->uses[0].node->outputs[0];
         }
         bool all = q->nuses > 0;
-        for (int u = 0; u < q->nuses; u++) all &= q->uses[u].slot == 0 && h1_reshape(q->uses[u].node, true);
+        for (int u = 0; u < q->nuses; u++)
+            all &= q->uses[u].slot == 0 && h1_reshape(q->uses[u].node, true);
         if (all) e->nlc[x->id] = e->nlc[q->id] = true;
     }
     for (int i = 0; i < e->g->noutputs; i++) {
@@ -191,7 +192,8 @@ static void mark_nlc(qf_tfl_ex *e)
         }
         bool only = h1_reshape(v->producer, false);
         for (int u = 0; u < v->nuses; u++)
-            only &= v->uses[u].node->op == QF_OP_DEQUANTIZE && v->uses[u].node->outputs[0]->is_output;
+            only &=
+                v->uses[u].node->op == QF_OP_DEQUANTIZE && v->uses[u].node->outputs[0]->is_output;
         if (only) e->nlc[y->id] = e->nlc[v->id] = true;
     }
 }

@@ -266,12 +266,14 @@ qf_status qf_tfl_emit_split(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     const qf_value *x = n->inputs[0];
     const int r = x->type.ndim;
-    if (x->type.dtype != QF_DTYPE_I8) return qf_tfl_refuse(e, n, "a Split of %s data (only int8 is exported)",
-                                                           qf_dtype_name(x->type.dtype));
+    if (x->type.dtype != QF_DTYPE_I8)
+        return qf_tfl_refuse(e, n, "a Split of %s data (only int8 is exported)",
+                             qf_dtype_name(x->type.dtype));
     int64_t axis = qf_node_attr_int(n, "axis", 0);
     if (axis < 0) axis += r;
     qf_tfl_qp xq, yq;
-    if (!qf_tfl_act_qp(x, &xq)) return qf_tfl_refuse(e, n, "int8 input '%s' has no per-tensor qparams", x->name);
+    if (!qf_tfl_act_qp(x, &xq))
+        return qf_tfl_refuse(e, n, "int8 input '%s' has no per-tensor qparams", x->name);
     int32_t *out = qf_tfl_ex_alloc(e, sizeof *out * (size_t)n->noutputs);
     if (!out) return QF_ERR_NOMEM;
     for (int i = 0; i < n->noutputs; i++) {
@@ -288,7 +290,8 @@ qf_status qf_tfl_emit_split(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     char name[512];
     snprintf(name, sizeof name, "%.480s_axis", qf_tfl_node_name(e, n));
     const int32_t scalar[1] = {0}; /* a 0-D tensor: no dims */
-    int ai = qf_tfl_add_tensor(e, name, QF_TFL_INT32, 0, scalar, &a, sizeof a, 0, NULL, NULL, 0, false);
+    int ai =
+        qf_tfl_add_tensor(e, name, QF_TFL_INT32, 0, scalar, &a, sizeof a, 0, NULL, NULL, 0, false);
     QF_TRY(qf_tfl_need(ai));
     qf_tfl_op *op;
     int32_t in[2] = {ai, xi};

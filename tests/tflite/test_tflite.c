@@ -278,9 +278,9 @@ static void test_group_conv(void)
     qf_tflite_result r;
     qf_graph *g = conv_graph(4, 4, 2, 1, 0, 1, false, true);
     REQUIRE_OK(qf_tflite_export(g, NULL, &r));
-    CHECKF(r.nops == 4 && strcmp(r.ops[0].op, "SPLIT") == 0 && strcmp(r.ops[1].op, "CONV_2D") == 0 &&
-               strcmp(r.ops[2].op, "CONV_2D") == 0 && strcmp(r.ops[3].op, "CONCATENATION") == 0 &&
-               strcmp(r.ops[3].node, "conv") == 0,
+    CHECKF(r.nops == 4 && strcmp(r.ops[0].op, "SPLIT") == 0 &&
+               strcmp(r.ops[1].op, "CONV_2D") == 0 && strcmp(r.ops[2].op, "CONV_2D") == 0 &&
+               strcmp(r.ops[3].op, "CONCATENATION") == 0 && strcmp(r.ops[3].node, "conv") == 0,
            "%d ops", r.nops);
     CHECK(r.ops[1].out_shape[0][3] == 2 && r.ops[3].out_shape[0][3] == 4);
     qf_tflite_result_free(&r);
