@@ -338,6 +338,8 @@ static qf_value *lf_reshape(qf_graph *g, qf_node *pos, bool after, qf_value *fro
 
 static qf_status lf_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
 {
+/* a node of a run (the Reshapes the pass adds have later ids: none is) */
+#define LF_IN_RUN(node) ((node)->id < (uint32_t)nn && ln[(node)->id])
     *changed = false;
     const int nv = g->nvalues, nn = (int)g->next_node_id;
     bool *lv = qf_calloc((size_t)nv + 1, sizeof *lv), *ln = qf_calloc((size_t)nn + 1, sizeof *ln);
@@ -375,11 +377,11 @@ static qf_status lf_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
         int64_t d4[4];
         lf_dims4(v->type.dims, d4);
         qf_node *p = v->producer;
-        if (p && ln[p->id]) {
+        if (p && LF_IN_RUN(p)) {
             /* written by the run: [N, C, 1, L] in place; a Reshape back for
              * readers outside it and for a graph output */
             bool outside = v->is_output;
-            for (int u = 0; u < v->nuses; u++) outside |= !ln[v->uses[u].node->id];
+            for (int u = 0; u < v->nuses; u++) outside |= !LF_IN_RUN(v->uses[u].node);
             int64_t d3[3] = {v->type.dims[0], v->type.dims[1], v->type.dims[2]};
             v->type.ndim = 4;
             memcpy(v->type.dims, d4, sizeof d4);
@@ -394,13 +396,13 @@ static qf_status lf_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
                 st = qf_graph_replace_uses(g, v, r);
                 for (int u = r->nuses - 1; u >= 0 && st == QF_OK; u--) {
                     qf_node *un = r->uses[u].node;
-                    if (ln[un->id] || un == r->producer)
+                    if (LF_IN_RUN(un) || un == r->producer)
                         st = qf_node_set_input(g, un, r->uses[u].slot, v);
                 }
             } else {
                 for (int u = v->nuses - 1; u >= 0 && st == QF_OK; u--) {
                     qf_node *un = v->uses[u].node;
-                    if (!ln[un->id] && un != r->producer)
+                    if (!LF_IN_RUN(un) && un != r->producer)
                         st = qf_node_set_input(g, un, v->uses[u].slot, r);
                 }
             }
@@ -413,7 +415,7 @@ static qf_status lf_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed)
             }
             for (int u = v->nuses - 1; u >= 0 && st == QF_OK; u--) {
                 qf_node *un = v->uses[u].node;
-                if (ln[un->id]) st = qf_node_set_input(g, un, v->uses[u].slot, r);
+                if (LF_IN_RUN(un)) st = qf_node_set_input(g, un, v->uses[u].slot, r);
             }
         }
     }
@@ -429,6 +431,7 @@ done:
     qf_free(lv);
     qf_free(ln);
     return st;
+#undef LF_IN_RUN
 }
 
 const qf_pass qf_pass_conv1d_to_2d = {
