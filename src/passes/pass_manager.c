@@ -30,6 +30,8 @@ extern const qf_pass qf_pass_qat_bn_add;
 extern const qf_pass qf_pass_qat_bn_add_exact;
 extern const qf_pass qf_pass_qat_bn_remove;
 extern const qf_pass qf_pass_fuse_hard_swish;
+extern const qf_pass qf_pass_split_group_conv;
+extern const qf_pass qf_pass_conv1d_to_2d;
 
 static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_fold_constants,
@@ -42,6 +44,8 @@ static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_qat_bn_add_exact,
     &qf_pass_qat_bn_remove,
     &qf_pass_fuse_hard_swish,
+    &qf_pass_split_group_conv,
+    &qf_pass_conv1d_to_2d,
 };
 
 /* Pipelines mirror the Neutron backend's default pass lists. qat_prepare

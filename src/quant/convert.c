@@ -263,13 +263,25 @@ static qf_status convert_bias(qf_graph *g, qf_value *b, const qf_qspec *s, const
 {
     const qf_qparams *in = qf_quant_calib_qparams(cal, s->bias_input);
     const float *sw = wscale[s->bias_weight];
-    const int64_t nw = wn[s->bias_weight], n = qf_tensor_numel(&b->type);
+    int64_t nw = wn[s->bias_weight];
+    const int64_t n = qf_tensor_numel(&b->type);
     if (!in || !sw) return qf_error(QF_ERR_INTERNAL, "bias '%s': its input or weight was not quantized", b->name);
-    float *scale = qf_malloc(sizeof *scale * (size_t)(n ? n : 1));
-    if (!scale) return QF_ERR_NOMEM;
-    /* recorded before the bias is replaced (its name goes with it) */
-    char *name = qf_strdup(b->name);
     const qf_node *reader = reader_of(b);
+    /* A grouped ConvTranspose's weight is [C, M/group, k...]: its per-channel
+     * scales (axis 1) are M/group, output channel o of its M uses scale
+     * o mod (M/group), as qat_convert.c writes it. */
+    float *swx = NULL;
+    if (reader && reader->op == QF_OP_CONV_TRANSPOSE && nw > 1 && nw != n && n % nw == 0 &&
+        n / nw == qf_node_attr_int(reader, "group", 1)) {
+        swx = qf_malloc(sizeof *swx * (size_t)n);
+        if (!swx) return QF_ERR_NOMEM;
+        for (int64_t o = 0; o < n; o++) swx[o] = sw[o % nw];
+        sw = swx;
+        nw = n;
+    }
+    float *scale = qf_malloc(sizeof *scale * (size_t)(n ? n : 1));
+    /* recorded before the bias is replaced (its name goes with it) */
+    char *name = scale ? qf_strdup(b->name) : NULL;
     qf_status st = name ? qf_qdq_bias(g, b, in->scale, sw, nw, scale) : QF_ERR_NOMEM;
     if (st == QF_OK) {
         stats->biases++;
@@ -277,6 +289,7 @@ static qf_status convert_bias(qf_graph *g, qf_value *b, const qf_qspec *s, const
     }
     qf_free(name);
     qf_free(scale);
+    qf_free(swx);
     return st;
 }
 

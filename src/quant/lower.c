@@ -83,7 +83,7 @@ bool qf_lower_per_tensor_s8(const qf_node *qdq)
 }
 
 /* The bias is int32 at scale s_x * s_W (as every QDQ converter writes it). */
-static bool bias_fits(const qf_node *dqb, const qf_node *dqx, const qf_node *dqw)
+static bool bias_fits(const qf_node *dqb, const qf_node *dqx, const qf_node *dqw, int64_t group)
 {
     if (!dqb) return true;
     const qf_value *bq = dqb->inputs[0], *sb = dqb->inputs[1];
@@ -91,9 +91,10 @@ static bool bias_fits(const qf_node *dqb, const qf_node *dqx, const qf_node *dqw
     float sx = *(const float *)dqx->inputs[1]->type.data;
     const float *sw = dqw->inputs[1]->type.data, *s = sb->type.data;
     int64_t nw = qf_tensor_numel(&dqw->inputs[1]->type), n = qf_tensor_numel(&sb->type);
-    if (n != nw && n != 1) return false;
+    /* group > 1: a ConvTranspose's M/group weight scales, repeated per group */
+    if (n != nw && n != 1 && !(group > 1 && n == nw * group)) return false;
     for (int64_t c = 0; c < n; c++) {
-        float want = sx * sw[nw == 1 ? 0 : c];
+        float want = sx * sw[nw == 1 ? 0 : c % nw];
         if (fabsf(s[c] - want) > 1e-6f * fabsf(want)) return false;
     }
     return true;
@@ -205,7 +206,7 @@ qf_status qf_lower_conv(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requa
     const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? qf_lower_dq_of(n->inputs[2]) : NULL;
     if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
     if (!qf_lower_per_tensor_s8(dqx) || !int8_weight(dqw, 0)) return QF_OK;
-    if (!bias_fits(dqb, dqx, dqw)) {
+    if (!bias_fits(dqb, dqx, dqw, 1)) {
         if (ctx) qf_pass_skip(ctx, n, "bias scale is not s_x * s_W: left as DQ -> Conv -> Q");
         return QF_OK;
     }
@@ -256,7 +257,7 @@ qf_status qf_lower_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requa
     if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
     if (!qf_lower_per_tensor_s8(dqx) || !int8_weight(dqw, tb ? 0 : 1) || dqw->inputs[0]->type.ndim != 2) return QF_OK;
     if (dqb && dqb->inputs[0]->type.ndim != 1) return QF_OK;
-    if (!bias_fits(dqb, dqx, dqw)) return QF_OK;
+    if (!bias_fits(dqb, dqx, dqw, 1)) return QF_OK;
     const qf_node *q, *act;
     int64_t clamp[2];
     if (!qf_lower_group_tail(n, &q, &act, clamp)) return QF_OK;
@@ -488,9 +489,10 @@ qf_status qf_lower_conv_transpose(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_
     if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;
     if (!qf_lower_per_tensor_s8(dqx) || !int8_weight(dqw, 1) || dqw->inputs[0]->type.ndim < 3) return QF_OK;
     const int64_t group = qf_node_attr_int(n, "group", 1), nw = qf_tensor_numel(&dqw->inputs[1]->type);
-    /* One scale per output channel of a group, the same in every group. */
-    if (nw != 1 && (nw != dqw->inputs[0]->type.dims[1] || (group != 1 && dqb))) return QF_OK;
-    if (!bias_fits(dqb, dqx, dqw)) {
+    /* One scale per output channel of a group, the same in every group (the
+     * bias has one per output channel: M = W's axis 1 times group). */
+    if (nw != 1 && nw != dqw->inputs[0]->type.dims[1]) return QF_OK;
+    if (!bias_fits(dqb, dqx, dqw, group)) {
         if (ctx) qf_pass_skip(ctx, n, "bias scale is not s_x * s_W: left as DQ -> ConvTranspose -> Q");
         return QF_OK;
     }

@@ -336,20 +336,33 @@ static qf_status fx_write_bias(qf_graph *g, qf_pass_ctx *ctx, qf_node *op, const
     if (op->ninputs < 3 || !op->inputs[2]) return QF_OK;
     qf_value *b = op->inputs[2];
     float s_in = fx_input_scale(op);
+    /* A grouped ConvTranspose: M/group weight scales (its weight's axis 1),
+     * output channel o of M uses o mod (M/group), as qat_convert.c. */
+    float *swx = NULL;
+    const int64_t nb = qf_tensor_numel(&b->type);
+    if (op->op == QF_OP_CONV_TRANSPOSE && nw > 1 && nb != nw && nb % nw == 0 &&
+        nb / nw == qf_node_attr_int(op, "group", 1)) {
+        swx = qf_malloc(sizeof *swx * (size_t)nb);
+        if (!swx) return QF_ERR_NOMEM;
+        for (int64_t o = 0; o < nb; o++) swx[o] = sw[o % nw];
+        sw = swx;
+        nw = nb;
+    }
     if (!qf_rewrite_is_f32_const(b) || b->type.ndim != 1 || s_in == 0.0f ||
         (nw != 1 && qf_tensor_numel(&b->type) != nw)) {
         qf_pass_skip(ctx, op, "bias '%s' left float: %s", b->name,
                      s_in == 0.0f ? "the input is not dequantized (no per-tensor DequantizeLinear before it)"
                                   : "not a 1-D float constant of one entry per output channel");
         if (s) s->float_biases++;
+        qf_free(swx);
         return QF_OK;
     }
-    QF_TRY(qf_rewrite_check_finite(b, op));
-    int64_t n = qf_tensor_numel(&b->type);
-    float *scale = qf_malloc(sizeof *scale * (size_t)(n ? n : 1));
-    if (!scale) return QF_ERR_NOMEM;
-    qf_status st = qf_qdq_bias(g, b, s_in, sw, nw, scale);
+    qf_status st = qf_rewrite_check_finite(b, op);
+    float *scale = st == QF_OK ? qf_malloc(sizeof *scale * (size_t)(nb ? nb : 1)) : NULL;
+    if (st == QF_OK && !scale) st = QF_ERR_NOMEM;
+    if (st == QF_OK) st = qf_qdq_bias(g, b, s_in, sw, nw, scale);
     qf_free(scale);
+    qf_free(swx);
     if (st == QF_OK && s) s->biases++;
     return st;
 }

@@ -224,6 +224,11 @@ qf_status qf_tfl_act_tensor(qf_tfl_ex *e, const qf_node *n, const qf_value *v, i
     }
     int32_t shape[QF_MAX_DIMS];
     phys_shape(&v->type, shape);
+    if (e->nlc && e->nlc[v->id] && v->type.ndim == 3) {
+        int32_t c = shape[1];
+        shape[1] = shape[2];
+        shape[2] = c;
+    }
     int ti;
     if (v->type.dtype == QF_DTYPE_F32) {
         ti = qf_tfl_add_tensor(e, v->name, QF_TFL_FLOAT32, v->type.ndim, shape, NULL, 0, 0, NULL, NULL, 0, false);

@@ -47,6 +47,8 @@ typedef struct qf_tfl_ex {
     bool *t_param; /* a weight / bias / constant operand (weight bytes) */
     int nt, ct;
     int32_t *vmap; /* value id -> tensor index + 1 */
+    bool *nlc;     /* value id -> a rank-3 interface tensor written channels-last, [N, L, C]
+                    * (a 1-D run's graph input or output: one RESHAPE to / from NHWC H = 1) */
     qf_tfl_buffer *b;
     int nb, cb;
     qf_tfl_op *ops;

@@ -150,6 +150,54 @@ static qf_status emit_ops(qf_tfl_ex *e)
 
 static qf_status arena_plan(qf_tfl_ex *e, qf_tflite_result *r);
 
+/* Reshape node r between rank-3 [N, C, L] (slot 0 or its output, `in`) and
+ * [N, C, 1, L]: a lift / unlift of conv1d_to_2d. */
+static bool h1_reshape(const qf_node *r, bool in)
+{
+    if (!r || r->op != QF_OP_RESHAPE) return false;
+    const qf_tensor *a = &r->inputs[0]->type, *b = &r->outputs[0]->type;
+    if (!in) {
+        const qf_tensor *t = a;
+        a = b;
+        b = t;
+    }
+    return a->ndim == 3 && b->ndim == 4 && b->dims[2] == 1 && a->dims[0] == b->dims[0] &&
+           a->dims[1] == b->dims[1] && a->dims[2] == b->dims[3];
+}
+
+/* The rank-3 interface tensors of 1-D runs, written channels-last [N, L, C]
+ * (as a rank-4 one is NHWC): an input whose int8 value only Reshapes to
+ * [N, C, 1, L] read, an output whose int8 value a Reshape from it writes
+ * and only the output's DequantizeLinear reads. */
+static void mark_nlc(qf_tfl_ex *e)
+{
+    for (int i = 0; i < e->g->ninputs; i++) {
+        qf_value *x = e->g->inputs[i], *q = x;
+        if (qf_value_is_const(x) || x->type.ndim != 3 || x->nuses == 0) continue;
+        if (x->type.dtype != QF_DTYPE_I8) {
+            if (x->nuses != 1 || x->uses[0].node->op != QF_OP_QUANTIZE) continue;
+            q = x->uses[0].node->outputs[0];
+        }
+        bool all = q->nuses > 0;
+        for (int u = 0; u < q->nuses; u++)
+            all &= q->uses[u].slot == 0 && h1_reshape(q->uses[u].node, true);
+        if (all) e->nlc[x->id] = e->nlc[q->id] = true;
+    }
+    for (int i = 0; i < e->g->noutputs; i++) {
+        qf_value *y = e->g->outputs[i], *v = y;
+        if (y->type.ndim != 3) continue;
+        if (y->type.dtype != QF_DTYPE_I8) {
+            if (!y->producer || y->producer->op != QF_OP_DEQUANTIZE) continue;
+            v = y->producer->inputs[0];
+        }
+        bool only = h1_reshape(v->producer, false);
+        for (int u = 0; u < v->nuses; u++)
+            only &=
+                v->uses[u].node->op == QF_OP_DEQUANTIZE && v->uses[u].node->outputs[0]->is_output;
+        if (only) e->nlc[y->id] = e->nlc[v->id] = true;
+    }
+}
+
 static void ex_free(qf_tfl_ex *e)
 {
     for (int i = 0; i < e->npool; i++) qf_free(e->pool[i]);
@@ -157,6 +205,7 @@ static void ex_free(qf_tfl_ex *e)
     qf_free(e->t);
     qf_free(e->t_param);
     qf_free(e->vmap);
+    qf_free(e->nlc);
     qf_free(e->b);
     qf_free(e->ops);
     qf_free(e->info);
@@ -269,6 +318,17 @@ static qf_status lower_copy(const qf_graph *g, int batch, qf_graph **out)
         qf_graph_dce(c);
         st = qf_graph_toposort(c);
     }
+    /* TFLite has no grouped convolution (1 < group < channels) and no 1-D
+     * one: a group per CONV_2D / TRANSPOSE_CONV between a SPLIT and a
+     * CONCATENATION, 1-D runs as 2-D with H = 1 (src/passes/: the same
+     * integers as the lowered graph `qfold run` computes) */
+    if (st == QF_OK) {
+        static const char *const passes[] = {"split_group_conv", "conv1d_to_2d", NULL};
+        qf_pass_report *rep = NULL;
+        st = qf_passes_run(c, passes, &(qf_pass_options){.verify = false}, &rep);
+        qf_pass_report_free(rep);
+        if (st == QF_OK) st = qf_graph_toposort(c);
+    }
     if (st != QF_OK) {
         qf_graph_free(c);
         return st;
@@ -291,8 +351,10 @@ qf_status qf_tflite_export(const qf_graph *g, const qf_tflite_options *o, qf_tfl
         e.vmap = qf_calloc((size_t)e.g->nvalues + 1, sizeof *e.vmap);
         e.skip = qf_calloc((size_t)e.g->next_node_id + 1, sizeof *e.skip);
         e.gin = qf_calloc((size_t)e.g->ninputs + 1, sizeof *e.gin);
-        if (!e.vmap || !e.skip || !e.gin) st = QF_ERR_NOMEM;
+        e.nlc = qf_calloc((size_t)e.g->nvalues + 1, sizeof *e.nlc);
+        if (!e.vmap || !e.skip || !e.gin || !e.nlc) st = QF_ERR_NOMEM;
     }
+    if (st == QF_OK) mark_nlc(&e);
     if (st == QF_OK) st = emit_inputs(&e);
     if (st == QF_OK) st = emit_ops(&e);
     if (st == QF_OK) st = emit_outputs(&e);

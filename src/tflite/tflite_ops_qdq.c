@@ -222,13 +222,16 @@ qf_status qf_tfl_emit_reshape(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
         QF_TRY(qf_tfl_need(fin));
     }
     static const int32_t to_nchw[4] = {0, 3, 1, 2}, to_nhwc[4] = {0, 2, 3, 1};
-    if (!order_same(&x->type)) {
+    /* a channels-last rank-3 interface tensor [N, L, C] has the element
+     * order of NHWC [N, 1, L, C]: one RESHAPE to or from it */
+    const bool x_nlc = e->nlc && e->nlc[x->id], y_nlc = e->nlc && e->nlc[y->id];
+    if (!order_same(&x->type) && !y_nlc) {
         int32_t s[4];
         for (int i = 0; i < 4; i++) s[i] = x->type.dims[i] > 0 ? (int32_t)x->type.dims[i] : 1;
         snprintf(name, sizeof name, "%.480s_nchw", x->name);
         QF_TRY(add_transpose(e, n, xi, to_nchw, name, s, &xi));
     }
-    const bool after = !order_same(&y->type);
+    const bool after = !order_same(&y->type) && !x_nlc;
     int32_t ls[QF_MAX_DIMS];
     const int r = y->type.ndim;
     for (int i = 0; i < r; i++) ls[i] = y->type.dims[i] > 0 ? (int32_t)y->type.dims[i] : 1;
@@ -330,4 +333,45 @@ qf_status qf_tfl_emit_pad_node(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     qf_tfl_op *op;
     int32_t in[2] = {xi, pi};
     return qf_tfl_add_op(e, n, row->builtin, in, 2, &yi, 1, 0, &op);
+}
+
+/* SPLIT of int8 data into equal parts (a grouped conv's input: the pass
+ * split_group_conv), the axis mapped to NHWC; every part keeps the input's
+ * qparams (TFLite's int8 SPLIT copies). */
+qf_status qf_tfl_emit_split(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
+{
+    const qf_value *x = n->inputs[0];
+    const int r = x->type.ndim;
+    if (x->type.dtype != QF_DTYPE_I8)
+        return qf_tfl_refuse(e, n, "a Split of %s data (only int8 is exported)",
+                             qf_dtype_name(x->type.dtype));
+    int64_t axis = qf_node_attr_int(n, "axis", 0);
+    if (axis < 0) axis += r;
+    qf_tfl_qp xq, yq;
+    if (!qf_tfl_act_qp(x, &xq))
+        return qf_tfl_refuse(e, n, "int8 input '%s' has no per-tensor qparams", x->name);
+    int32_t *out = qf_tfl_ex_alloc(e, sizeof *out * (size_t)n->noutputs);
+    if (!out) return QF_ERR_NOMEM;
+    for (int i = 0; i < n->noutputs; i++) {
+        const qf_value *y = n->outputs[i];
+        if (y->type.dims[axis] != n->outputs[0]->type.dims[axis])
+            return qf_tfl_refuse(e, n, "parts of unequal sizes (TFLite's SPLIT makes equal ones)");
+        if (!qf_tfl_act_qp(y, &yq) || yq.scale != xq.scale || yq.zp != xq.zp)
+            return qf_tfl_refuse(e, n, "a part '%s' of other qparams than the input's", y->name);
+        QF_TRY(qf_tfl_act_tensor(e, n, y, &out[i]));
+    }
+    int xi;
+    QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));
+    int32_t a = qf_tfl_phys_axis(r, (int)axis);
+    char name[512];
+    snprintf(name, sizeof name, "%.480s_axis", qf_tfl_node_name(e, n));
+    const int32_t scalar[1] = {0}; /* a 0-D tensor: no dims */
+    int ai =
+        qf_tfl_add_tensor(e, name, QF_TFL_INT32, 0, scalar, &a, sizeof a, 0, NULL, NULL, 0, false);
+    QF_TRY(qf_tfl_need(ai));
+    qf_tfl_op *op;
+    int32_t in[2] = {ai, xi};
+    QF_TRY(qf_tfl_add_op(e, n, row->builtin, in, 2, out, n->noutputs, 0, &op));
+    op->num_splits = n->noutputs;
+    return QF_OK;
 }

@@ -35,6 +35,7 @@ QF_TFL_EMITTER_(extreme);
 QF_TFL_EMITTER_(abs);
 /* tflite_resize.c: Resize, lowered (int8) or a DQ -> Resize -> Q of shared qparams */
 QF_TFL_EMITTER_(resize);
+QF_TFL_EMITTER_(split); /* a grouped conv's input (split_group_conv) */
 
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
@@ -91,6 +92,8 @@ const qf_tfl_row qf_tfl_rows[QF_OP_COUNT] = {
     [QF_OP_QUANTIZE] = {QF_TFL_QUANTIZE, qf_tfl_emit_requant},
     /* or RESIZE_NEAREST_NEIGHBOR (mode nearest) */
     [QF_OP_RESIZE] = {QF_TFL_RESIZE_BILINEAR, qf_tfl_emit_resize},
+    /* int8 data split along channels (a grouped conv split per group) */
+    [QF_OP_SPLIT] = {QF_TFL_SPLIT, qf_tfl_emit_split},
 #ifdef QF_TEST_EXTRA_OPS
 #ifdef QF_EXTRA_TFLITE_ROWS
 #define QF_TFL_EXTRA_ROW_(tag, name, ...) [QF_OP_##tag] = {.emit = qf_tfl_emit_##name, __VA_ARGS__},

@@ -82,6 +82,10 @@ Offset<void> opts_SoftmaxOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
 {
     return tflite::CreateSoftmaxOptions(b, o.beta).Union();
 }
+Offset<void> opts_SplitOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateSplitOptions(b, o.num_splits).Union();
+}
 // The options tables without fields.
 Offset<void> opts_ResizeBilinearOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
 {

@@ -46,6 +46,7 @@ enum { QF_TFL_FLOAT32 = 0, QF_TFL_INT32 = 2, QF_TFL_INT64 = 4, QF_TFL_INT8 = 9 }
     X(RESHAPE, 22, ReshapeOptions)                            \
     X(RESIZE_BILINEAR, 23, ResizeBilinearOptions)             \
     X(SOFTMAX, 25, SoftmaxOptions)                            \
+    X(SPLIT, 49, SplitOptions)                                \
     X(TANH, 28, NONE)                                         \
     X(CUSTOM, 32, NONE)                                       \
     X(PAD, 34, PadOptions)                                    \
@@ -122,6 +123,7 @@ typedef struct qf_tfl_op {
     float beta;
     const int32_t *new_shape;        /* RESHAPE: also in its options, for readers that take it there */
     int new_shape_len;
+    int num_splits;                  /* SPLIT */
     /* CUSTOM: the operator's name (OperatorCode.custom_code) and its
      * attributes, written as a FlexBuffers map (custom_options), the form
      * TFLite's custom ops read theirs in */

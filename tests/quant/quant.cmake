@@ -32,7 +32,7 @@ qf_add_c_test(NAME quant_annotate SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_annotat
 # engine's rounding, not on memory safety; `qfold quantize` on the same model
 # runs there in the fashion case, `qfold eval` in cli_eval_* and the errors case.
 if(QF_PYTHON3 AND QF_NODE)
-  set(QF_QUANTIZE_CASES fashion resnet18 mobilenet_v2 mixed errors zero_weights shared_bias progress)
+  set(QF_QUANTIZE_CASES fashion resnet18 mobilenet_v2 mixed errors zero_weights shared_bias progress group_convt)
   if(NOT QF_SANITIZE)
     list(APPEND QF_QUANTIZE_CASES accuracy)
   endif()

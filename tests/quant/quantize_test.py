@@ -379,6 +379,76 @@ def case_decoder():
         lsb_agreement(out, x, 0.999, 1)
 
 
+def group_convt_export(groups, path):
+    """PATH: case_group_convt's model with a ConvTranspose of `groups` groups
+    (computed once per `make test`: refcache); PATH.x.npy / PATH.y.npy: an
+    input and PyTorch's output."""
+    import torch
+    import torch.nn as nn
+
+    class Up(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c0 = nn.Conv2d(3, 6, 3, padding=1)
+            self.c = nn.ConvTranspose2d(6, 2 * groups, 2, stride=2, groups=groups)
+            self.bn = nn.BatchNorm2d(2 * groups)
+            self.c1 = nn.Conv2d(2 * groups, 4, 3, padding=1)
+
+        def forward(self, x):
+            return self.c1(torch.relu(self.bn(self.c(torch.relu(self.c0(x))))))
+
+    torch.manual_seed(20 + groups)
+    net = Up()
+    g = torch.Generator().manual_seed(groups)
+    with torch.no_grad():
+        net.bn.running_mean.uniform_(-0.5, 0.5, generator=g)
+        net.bn.running_var.uniform_(0.5, 2.0, generator=g)
+        net.bn.weight.uniform_(0.5, 1.5, generator=g)
+        net.bn.bias.uniform_(-0.5, 0.5, generator=g)
+    net.eval()
+    x = torch.randn(8, 3, 8, 8, generator=g)
+    torch.onnx.export(net, x, path, opset_version=13, training=torch.onnx.TrainingMode.PRESERVE,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+    np.save(path + ".x.npy", x.numpy())
+    np.save(path + ".y.npy", net(x).detach().numpy())
+
+
+def case_group_convt():
+    """A grouped ConvTranspose (2 and 3 groups) followed by BatchNorm: the
+    fold (the output channel count is the weight's axis 1 times group),
+    quantize on both targets (its int32 bias has one scale per output
+    channel, the weight's M/group scales repeated per group), the integer
+    executor's int8 ConvTranspose against ONNX Runtime on the QDQ file, and
+    the float model against PyTorch."""
+    rng = np.random.default_rng(21)
+    for groups in (2, 3):
+        model = work("group_convt%d.onnx" % groups)
+        refcache.call(group_convt_export, groups, model, base=ARGS.work)
+        x, y = np.load(model + ".x.npy"), np.load(model + ".y.npy")
+        qfold("fuse", model, "-o", work("group_convt_f.onnx"))
+        got = qfold_run(work("group_convt_f.onnx"), x)
+        check(np.abs(got - y).max() <= 1e-4 * max(1.0, np.abs(y).max()),
+              "groups %d: folded model %.3g from PyTorch" % (groups, np.abs(got - y).max()))
+        np.save(work("calib.npy"), rng.standard_normal((32, 3, 8, 8)).astype(np.float32))
+        xs = rng.standard_normal((64, 3, 8, 8)).astype(np.float32)
+        for target in ("neutron", "generic"):
+            out = work("group_convt%d_%s.onnx" % (groups, target))
+            _, rep = quantize(model, out, work("calib.npy"), "--target", target)
+            checker(out)
+            check(rep["counts"]["left_float"] == 0, "groups %d, %s: left in float: %r"
+                  % (groups, target, rep["counts"]))
+            s = output_scale(out)
+            ort = ort_run(out, xs, "disabled")
+            for what, mode, w1, mx in (("simulate", ("--simulate",), 0.999, 1),
+                                       ("int8 tflite requant", ("--engine", "ref"), 0.99, 2)):
+                d = np.abs(ort.astype(np.float64) - qfold_run(out, xs, *mode)) / s
+                frac = float((d <= 1.0 + 1e-4).mean())
+                print("groups %d, %s, %s vs ORT as written: %.2f%% within 1 LSB, max %.1f LSB"
+                      % (groups, target, what, 100 * frac, d.max()))
+                check(frac >= w1 and d.max() <= mx + 1e-4, "groups %d, %s, %s vs ORT: %.3f%% within 1 LSB, max %.1f"
+                      % (groups, target, what, 100 * frac, d.max()))
+
+
 def stderr_on_terminal(argv):
     """Run qfold with its stderr on a pseudo-terminal (where it draws its
     progress line); returns what it wrote there, \r kept."""

@@ -10,7 +10,7 @@ if(QF_PYTHON3 AND QF_FLATC)
     COMMAND ${QF_FLATC} --python --gen-object-api -o ${QF_TFLITE_TEST_PY} ${PROJECT_SOURCE_DIR}/third_party/tflite/schema.fbs)
   set_tests_properties(tflite_schema_py PROPERTIES FIXTURES_SETUP tflite_py LABELS "tflite" TIMEOUT 60)
   set(QF_TFLITE_CASES checker armnn_limits data_errors conv_bn depthwise conv_transpose residual concat
-      activations activations_sweep generic_linear)
+      activations activations_sweep generic_linear conv1d conv1d_out group_conv group_convt)
   if(QF_NODE)
     list(APPEND QF_TFLITE_CASES quantize_static)
     # fashion (top-1 agreement on 500 real images) is not in the sanitizer

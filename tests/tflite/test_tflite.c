@@ -274,8 +274,20 @@ static void test_refusals(void)
     CHECK_ERR(qf_tflite_export(g, NULL, &r), QF_ERR_UNSUPPORTED, "node 'conv' (Conv)");
     qf_tflite_result_free(&r);
     qf_graph_free(g);
-    g = conv_graph(4, 4, 2, 1, 0, 1, false, true);
-    CHECK_ERR(qf_tflite_export(g, NULL, &r), QF_ERR_UNSUPPORTED, "node 'conv' (Conv): group 2");
+}
+
+/* A grouped conv (group 2 of 4 channels): SPLIT -> a CONV_2D per group ->
+ * CONCATENATION (split_group_conv), the concatenation named as the conv. */
+static void test_group_conv(void)
+{
+    qf_tflite_result r;
+    qf_graph *g = conv_graph(4, 4, 2, 1, 0, 1, false, true);
+    REQUIRE_OK(qf_tflite_export(g, NULL, &r));
+    CHECKF(r.nops == 4 && strcmp(r.ops[0].op, "SPLIT") == 0 &&
+               strcmp(r.ops[1].op, "CONV_2D") == 0 && strcmp(r.ops[2].op, "CONV_2D") == 0 &&
+               strcmp(r.ops[3].op, "CONCATENATION") == 0 && strcmp(r.ops[3].node, "conv") == 0,
+           "%d ops", r.nops);
+    CHECK(r.ops[1].out_shape[0][3] == 2 && r.ops[3].out_shape[0][3] == 4);
     qf_tflite_result_free(&r);
     qf_graph_free(g);
 }
@@ -311,6 +323,7 @@ int main(void)
     RUN(test_fully_connected);
     RUN(test_fixed_qparams);
     RUN(test_refusals);
+    RUN(test_group_conv);
     RUN(test_rows);
     return qf_check_report();
 }
