@@ -197,6 +197,12 @@ static const char *widen_op_rule(qf_batch_widen *w, const qf_node *n, char *buf,
     case QF_OP_ERF:
     case QF_OP_HARD_SIGMOID:
     case QF_OP_HARD_SWISH:
+    case QF_OP_PRELU:
+    case QF_OP_MAX:
+    case QF_OP_MIN:
+    case QF_OP_ABS:
+    case QF_OP_EXP:
+    case QF_OP_LOG:
     case QF_OP_IDENTITY:
     case QF_OP_DROPOUT:
     case QF_OP_CAST:
@@ -267,6 +273,8 @@ static const char *widen_op_rule(qf_batch_widen *w, const qf_node *n, char *buf,
         return perm && k >= 1 && perm[0] == 0 ? NULL : "moves axis 0";
     }
     case QF_OP_REDUCE_MEAN:
+    case QF_OP_REDUCE_SUM:
+    case QF_OP_REDUCE_MAX:
         k = widen_axes(n, 1, axes);
         if (k < 0) return "its axes depend on the data";
         if (k == 0)
@@ -312,6 +320,12 @@ static const char *widen_op_rule(qf_batch_widen *w, const qf_node *n, char *buf,
         widen_reshape_swap(w, n);
         return NULL; /* the shapes check the rest (part 2) */
     }
+    case QF_OP_RESIZE:
+        /* roi, scales, sizes: constants (a scale or size of axis 0 other
+         * than the batch's own is caught by the shapes, part 2) */
+        for (int i = 1; i < n->ninputs; i++)
+            if (widen_in(w, n, i)) return "its scales or sizes are computed from the data";
+        return NULL;
     case QF_OP_SHAPE: return "reads the batch size";
     default: break;
     }
