@@ -136,6 +136,54 @@ static qf_status add_pad(qf_tfl_ex *e, const qf_node *n, int xi, const geom *g, 
     return QF_OK;
 }
 
+/* A MaxPool's explicit pads and ceil_mode (PyTorch's ResNet stem: 3x3,
+ * stride 2, pads 1; GoogLeNet's ceil_mode=True) as a pad by the int8
+ * minimum then a VALID MAX_POOL_2D: ONNX's max ignores the padding, and a
+ * -128 never wins a window that holds a real element (every window does:
+ * it starts before the input's end, and the pads before it are smaller
+ * than the kernel). The end pads are those the output size needs (ceil_mode
+ * adds some). PAD fills with the zero point: exact when it is -128 (after a
+ * Relu, the usual case); otherwise PADV2 with the constant -128. NULL, or why
+ * not. */
+static const char *max_pool_pad(qf_tfl_ex *e, const qf_node *n, geom *g, int xi, int *out, qf_status *st)
+{
+    *st = QF_OK;
+    for (int i = 0; i < 2; i++) {
+        if (g->d[i] != 1) return "dilated";
+        if (g->pb[i] >= g->k[i]) return "a pad before the input at least as large as the kernel";
+        if ((g->out[i] - 1) * g->s[i] - g->pb[i] >= g->in[i]) return "a window that starts in the end padding";
+        int64_t pe = (g->out[i] - 1) * g->s[i] + g->k[i] - g->in[i] - g->pb[i];
+        g->pe[i] = pe > 0 ? pe : 0;
+        if ((g->in[i] + g->pb[i] + g->pe[i] - g->k[i]) / g->s[i] + 1 != g->out[i])
+            return "an output size no padding gives";
+    }
+    const qf_tfl_tensor x = e->t[xi];
+    if (x.nq != 1) return "its input is not per-tensor int8";
+    if (x.zero_point[0] == -128) {
+        *st = add_pad(e, n, xi, g, out);
+        return NULL;
+    }
+    int32_t shape[4] = {x.shape[0], x.shape[1] + (int32_t)(g->pb[0] + g->pe[0]),
+                        x.shape[2] + (int32_t)(g->pb[1] + g->pe[1]), x.shape[3]};
+    char name[512];
+    snprintf(name, sizeof name, "%.480s_padded", x.name);
+    int pi = qf_tfl_add_tensor(e, name, QF_TFL_INT8, 4, shape, NULL, 0, x.nq, x.scale, x.zero_point, 0, false);
+    int32_t pads[8] = {0, 0, (int32_t)g->pb[0], (int32_t)g->pe[0], (int32_t)g->pb[1], (int32_t)g->pe[1], 0, 0};
+    int ki = qf_tfl_i32_tensor(e, name, "paddings", pads, 8, true);
+    const int8_t lowest = -128;
+    snprintf(name, sizeof name, "%.480s_pad_value", x.name);
+    int vi = qf_tfl_add_tensor(e, name, QF_TFL_INT8, 0, NULL, &lowest, 1, x.nq, x.scale, x.zero_point, 0, true);
+    if (pi < 0 || ki < 0 || vi < 0) {
+        *st = QF_ERR_NOMEM;
+        return NULL;
+    }
+    qf_tfl_op *op;
+    int32_t in[3] = {xi, ki, vi};
+    *st = qf_tfl_add_op(e, n, QF_TFL_PADV2, in, 3, &pi, 1, 0, &op);
+    *out = pi;
+    return NULL;
+}
+
 /* The int32 bias of a conv-like node [m] at scale s_x * s_w[c] (zeros
  * when the node has none). */
 static int bias_tensor(qf_tfl_ex *e, const qf_node *n, const qf_value *bq, int64_t m, float sx, const float *sw, int64_t nw)
@@ -415,11 +463,26 @@ qf_status qf_tfl_emit_pool(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     if (padding < 0) {
         /* explicit pads: an average that counts them is a PAD (zero point: the
          * real 0) + VALID pool; TFLite's SAME average excludes them */
-        if (!avg || qf_node_attr_int(n, "count_include_pad", 0) == 0)
-            return qf_tfl_refuse(e, n, "pads [%lld, %lld, %lld, %lld] are neither SAME nor VALID for TFLite%s",
+        const char *why = NULL;
+        if (!avg) {
+            qf_status st;
+            geom gp = g;
+            why = max_pool_pad(e, n, &gp, xi, &xi, &st);
+            QF_TRY(st);
+            if (!why) g = gp;
+        }
+        if (why || (avg && qf_node_attr_int(n, "count_include_pad", 0) == 0))
+            return qf_tfl_refuse(e, n, "pads [%lld, %lld, %lld, %lld]%s are neither SAME nor VALID for TFLite (%s)",
                           (long long)g.pb[0], (long long)g.pb[1], (long long)g.pe[0], (long long)g.pe[1],
-                          avg ? " (and the average excludes them)" : "");
-        QF_TRY(add_pad(e, n, xi, &g, &xi));
+                          qf_node_attr_int(n, "ceil_mode", 0) ? " with ceil_mode" : "",
+                          avg ? "and the average excludes them" : why);
+        if (avg) {
+            /* ceil_mode's partial windows divide by fewer elements */
+            for (int i = 0; i < 2; i++)
+                if ((g.in[i] + g.pb[i] + g.pe[i] - g.k[i]) / g.s[i] + 1 != g.out[i])
+                    return qf_tfl_refuse(e, n, "an average with ceil_mode's partial windows has no TFLite form");
+            QF_TRY(add_pad(e, n, xi, &g, &xi));
+        }
         padding = QF_TFL_PAD_VALID;
     } else if (avg && padding == QF_TFL_PAD_SAME && (g.pb[0] || g.pb[1] || g.pe[0] || g.pe[1]) &&
                qf_node_attr_int(n, "count_include_pad", 0) != 0) {

@@ -102,6 +102,7 @@ Offset<void> opts_ResizeNearestNeighborOptions(FlatBufferBuilder &b, const qf_tf
     Offset<void> opts_##name(FlatBufferBuilder &b, const qf_tfl_op &) { return tflite::Create##name(b).Union(); }
 QF_TFL_EMPTY_OPTIONS_(TransposeOptions)
 QF_TFL_EMPTY_OPTIONS_(PadOptions)
+QF_TFL_EMPTY_OPTIONS_(PadV2Options)
 QF_TFL_EMPTY_OPTIONS_(HardSwishOptions)
 QF_TFL_EMPTY_OPTIONS_(QuantizeOptions)
 QF_TFL_EMPTY_OPTIONS_(DequantizeOptions)

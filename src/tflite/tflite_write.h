@@ -56,6 +56,7 @@ enum { QF_TFL_FLOAT32 = 0, QF_TFL_INT32 = 2, QF_TFL_INT64 = 4, QF_TFL_INT8 = 9 }
     X(EXP, 47, ExpOptions)                                    \
     X(MAXIMUM, 55, MaximumMinimumOptions)                     \
     X(MINIMUM, 57, MaximumMinimumOptions)                     \
+    X(PADV2, 60, PadV2Options)                                \
     X(TRANSPOSE_CONV, 67, TransposeConvOptions)               \
     X(LOG, 73, NONE)                                          \
     X(SUM, 74, ReducerOptions)                                \

@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-from qfcli import check, error_line, run_qfold  # noqa: E402
+from qfcli import Skip, check, error_line, run_qfold  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref"))
 import refcache  # noqa: E402
 
@@ -373,6 +373,58 @@ def case_tflite_out():
     check(shapes[0] == shapes[1], "quantize -o .tflite and export differ:\n%r\n%r" % tuple(shapes))
     _, _, err = qfold("quantize", src, "-o", work("v.tflite"), "--calib", c, "--verify", expect=2)
     error_line(err, "--verify")
+
+
+def maxpool_export(relu, ceil, pad, side, path):
+    """A Conv [-> Relu] -> MaxPool2d(3, 2, pad, ceil_mode) -> Conv network
+    exported to PATH (refcache's PyTorch side)."""
+    import torch
+    import torch.nn as nn
+    torch.manual_seed(0)
+    c1, c2, pool = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 4, 1), nn.MaxPool2d(3, 2, pad, ceil_mode=ceil)
+    net = nn.Sequential(c1, nn.ReLU(), pool, c2) if relu else nn.Sequential(c1, pool, c2)
+    export_torch(net, (1, 3, side, side), path)
+
+
+def case_maxpool_pads():
+    """MaxPool2d with pads TFLite's SAME cannot express (ResNet's stem:
+    3x3, stride 2, pads 1) and ceil_mode (GoogLeNet): a pad by the int8
+    minimum (PAD when the zero point is -128, after a Relu; PADV2 of -128
+    otherwise) then a VALID MAX_POOL_2D, bit-exact with `qfold run` on
+    TensorFlow Lite 2.2 (ArmNN 20.08 pads with 0 and has no PADV2)."""
+    import subprocess
+    runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ref", "tflite_run.py")
+    PAD, PADV2, MAX_POOL = 34, 60, 17
+    for relu, ceil, pad, side, want in ((True, False, 1, 32, PAD), (False, False, 1, 32, PADV2),
+                                        (True, True, 1, 16, PAD), (False, True, 1, 16, PADV2)):
+        tag = "r%d_c%d_p%d_s%d" % (relu, ceil, pad, side)
+        src, q, t = work(tag + ".onnx"), work(tag + "_q.onnx"), work(tag + ".tflite")
+        refcache.call(maxpool_export, relu, ceil, pad, side, src, base=ARGS.work)
+        qfold("quantize", src, "-o", q, "--calib", calib((1, 3, side, side)))
+        qfold("export", q, "-o", t)
+        buf, m = load(t)
+        sg = m.Subgraphs(0)
+        ops = [m.OperatorCodes(sg.Operators(i).OpcodeIndex()).BuiltinCode() for i in range(sg.OperatorsLength())]
+        check(want in ops and MAX_POOL in ops, "%s: ops %r, want %d before MAX_POOL_2D" % (tag, ops, want))
+        x = np.random.default_rng(4).standard_normal((8, 3, side, side)).astype(np.float32)
+        np.save(work("x.npy"), x)
+        run_qfold(ARGS.qfold, ["run", q, "-i", work("x.npy"), "-o", work("yq.npy")], expect=0,
+                  env=dict(os.environ, QFOLD_ENGINE="ref"))
+        yq = np.load(work("yq.npy"))
+        ti, to = sg.Tensors(sg.Inputs(0)), sg.Tensors(sg.Outputs(0))
+        si, zi = ti.Quantization().Scale(0), ti.Quantization().ZeroPoint(0)
+        so, zo = to.Quantization().Scale(0), to.Quantization().ZeroPoint(0)
+        xq = np.clip(np.rint(x / si) + zi, -128, 127).astype(np.int8).transpose(0, 2, 3, 1).copy()
+        np.save(work("xq.npy"), xq)
+        p = subprocess.run(["/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable, runner, t,
+                            work("xq.npy"), work("o.npz")], capture_output=True, text=True, timeout=300)
+        if p.returncode == 4:
+            raise Skip("TFLite 2.2's library is missing (scripts/deps.sh installs it)")
+        check(p.returncode == 0, "%s: TFLite 2.2 refused it:\n%s" % (tag, p.stderr[-1500:]))
+        with np.load(work("o.npz")) as z:
+            yt = z[z.files[0]].transpose(0, 3, 1, 2).astype(np.float64)
+        d = np.abs((yt - zo) * so - yq) / so
+        check(d.max() <= 1e-3, "%s: TFLite 2.2 differs from qfold's int8 run by %.2f LSB" % (tag, d.max()))
 
 
 if __name__ == "__main__":
