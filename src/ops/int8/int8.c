@@ -72,16 +72,10 @@ static inline int64_t int8_channel(const qf_int8_requant *rq, int64_t ch0, int64
 void qf_int8_requant_float(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
                            void *y)
 {
-    const float zpf = (float)rq->zp;
     for (int64_t r = 0; r < rows; r++) {
         const int32_t *a = acc + r * cols;
         for (int64_t c = 0; c < cols; c++) {
-            float s = rq->scale[int8_channel(rq, ch0, r, c)];
-            /* onnxruntime: float(acc) * scale (float32), clamped to [lo - zp,
-             * hi - zp], rounded half to even, + zp. Clamping before or after
-             * the rounding is the same (the bounds are integers). */
-            float v = qf_round_half_even_f32((float)a[c] * s);
-            int32_t q = qf_saturate_range_f32(v + zpf, rq->lo, rq->hi, rq->zp);
+            int32_t q = qf_int8_requant_one_float(rq, int8_channel(rq, ch0, r, c), a[c]);
             if (rq->dtype == QF_DTYPE_U8) ((uint8_t *)y)[r * cols + c] = (uint8_t)q;
             else ((int8_t *)y)[r * cols + c] = (int8_t)q;
         }
@@ -94,10 +88,7 @@ void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows,
     for (int64_t r = 0; r < rows; r++) {
         const int32_t *a = acc + r * cols;
         for (int64_t c = 0; c < cols; c++) {
-            int64_t ch = int8_channel(rq, ch0, r, c);
-            int64_t v = (int64_t)qf_multiply_by_quantized_multiplier(a[c], rq->multiplier[ch], (int)rq->shift[ch]) +
-                        rq->zp;
-            int32_t q = (int32_t)(v < rq->lo ? rq->lo : v > rq->hi ? rq->hi : v);
+            int32_t q = qf_int8_requant_one_fixed(rq, int8_channel(rq, ch0, r, c), a[c]);
             if (rq->dtype == QF_DTYPE_U8) ((uint8_t *)y)[r * cols + c] = (uint8_t)q;
             else ((int8_t *)y)[r * cols + c] = (int8_t)q;
         }

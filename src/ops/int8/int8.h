@@ -35,6 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/math/quant_math.h"
+#include "ops/math/requant.h"
 #include "ops/ref/conv.h"
 #include "qfold/graph.h"
 #include "qfold/schema.h"
@@ -72,6 +74,25 @@ float qf_int8_combined_scale(float x_scale, float w_scale, float y_scale);
  * magnitude acc_bound (QF_ERR_UNSUPPORTED naming n). */
 qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, int64_t channels, int64_t acc_bound,
                                         int32_t *multiplier, int32_t *shift);
+
+/* One accumulator of channel ch requantized, (a) or (b): the arithmetic of
+ * the two loops below, shared with the oneDNN backend's int8 convolution
+ * (src/backend/dnnl/dnnl_qlinear.c), which requantizes its int32
+ * accumulators with them so that both engines give the same integers. */
+static inline int32_t qf_int8_requant_one_float(const qf_int8_requant *rq, int64_t ch, int32_t acc)
+{
+    /* onnxruntime: float(acc) * scale (float32), rounded half to even, + zp,
+     * clamped to [lo, hi]. Clamping before or after the rounding is the same
+     * (the bounds are integers). */
+    float v = qf_round_half_even_f32((float)acc * rq->scale[ch]);
+    return qf_saturate_range_f32(v + (float)rq->zp, rq->lo, rq->hi, rq->zp);
+}
+
+static inline int32_t qf_int8_requant_one_fixed(const qf_int8_requant *rq, int64_t ch, int32_t acc)
+{
+    int64_t v = (int64_t)qf_multiply_by_quantized_multiplier(acc, rq->multiplier[ch], (int)rq->shift[ch]) + rq->zp;
+    return (int32_t)(v < rq->lo ? rq->lo : v > rq->hi ? rq->hi : v);
+}
 
 /* y[r][c] (rows x cols, contiguous) from acc[r][c]; a per-row channel is
  * ch0 + r, a per-column one c. y is int8_t or uint8_t by rq->dtype. */
