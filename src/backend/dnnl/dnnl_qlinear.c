@@ -84,6 +84,7 @@ typedef struct qdnnl_state {
      * into Y of `rows` = N x out_plane positions of m channels. */
     bool exact, fixed, y_nhwc;
     qf_int8_requant rq;
+    const int32_t *bias; /* m entries, in rq_raw */
     void *rq_raw;
     int64_t rows, m, plane;
 } qdnnl_state;
@@ -284,10 +285,13 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
     const qf_node *n = io->node;
     const float xs = *(const float *)io->in[1]->data, ys = *(const float *)io->in[6]->data;
     const float *ws = io->in[4]->data;
-    const int64_t nch = ref->w_scale_per ? ref->geom.m : 1;
-    s->rq_raw = qf_malloc((size_t)nch * 2 * sizeof(int32_t));
+    const int64_t m = ref->geom.m, nch = ref->w_scale_per ? m : 1;
+    /* Three blocks of m entries: the multipliers (or the float scales), the
+     * shifts, the bias (0 without one): one entry per output channel, a
+     * per-tensor value repeated, as qf_int8_requant_fixed_row reads them. */
+    s->rq_raw = qf_malloc((size_t)m * 3 * sizeof(int32_t));
     if (!s->rq_raw) return qf_error(QF_ERR_NOMEM, "out of memory");
-    int32_t *mult = s->rq_raw, *shift = mult + nch;
+    int32_t *mult = s->rq_raw, *shift = mult + m, *bias = shift + m;
     float *scale = s->rq_raw;
     for (int64_t c = 0; c < nch; c++) {
         if (!ref->fixed) {
@@ -300,6 +304,12 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
             return QF_ERR_UNSUPPORTED;
         }
     }
+    for (int64_t c = nch; ref->fixed && c < m; c++) {
+        mult[c] = mult[0];
+        shift[c] = shift[0];
+    }
+    const qf_tensor *b = io->nin > 8 ? io->in[8] : NULL;
+    for (int64_t c = 0; c < m; c++) bias[c] = b ? ((const int32_t *)b->data)[c] : 0;
     s->rq = (qf_int8_requant){.scale = ref->fixed ? NULL : scale,
                               .multiplier = ref->fixed ? mult : NULL,
                               .shift = ref->fixed ? shift : NULL,
@@ -309,6 +319,7 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
                               .lo = ref->lo,
                               .hi = ref->hi,
                               .dtype = ref->ydt};
+    s->bias = bias;
     s->fixed = ref->fixed;
     return QF_OK;
 }
@@ -558,10 +569,11 @@ static size_t qdnnl_scratch(const qf_node *n, const void *state)
 /* The exact path's requantization of rows lo..hi-1 of the accumulators
  * (one output position of one batch item each, m channels): + bias (int32,
  * wrapping as the reference's), then the reference kernel's arithmetic per
- * element, into Y channels-last or NCHW. */
+ * element (TFLite's: qf_int8_requant_fixed_row, vectorized; ONNX's:
+ * qf_int8_requant_one_float), into Y channels-last or NCHW. */
 typedef struct qdnnl_rq_job {
     const qdnnl_state *s;
-    const int32_t *acc, *bias;
+    const int32_t *acc;
     void *y;
 } qdnnl_rq_job;
 
@@ -572,18 +584,31 @@ static void qdnnl_requant_rows(void *ctx, int64_t lo, int64_t hi)
     const qf_int8_requant *rq = &s->rq;
     const int64_t m = s->m, plane = s->plane;
     const bool u8 = rq->dtype == QF_DTYPE_U8;
+    uint8_t row[256];
     for (int64_t r = lo; r < hi; r++) {
         const int32_t *a = j->acc + r * m;
-        /* Element (r, c)'s place in Y: r * m + c channels-last, else
-         * (b * m + c) * plane + p for r = b * plane + p. */
+        if (s->fixed && s->y_nhwc) {
+            qf_int8_requant_fixed_row(rq, m, a, s->bias, rq->multiplier, rq->shift, (uint8_t *)j->y + r * m);
+            continue;
+        }
+        /* NCHW: element (r, c) goes to (b * m + c) * plane + p for
+         * r = b * plane + p; a row is requantized in pieces of 256
+         * channels, then scattered. */
         const int64_t b = r / plane, p = r - b * plane;
-        const int64_t base = s->y_nhwc ? r * m : b * m * plane + p, step = s->y_nhwc ? 1 : plane;
-        for (int64_t c = 0; c < m; c++) {
-            const int32_t v = j->bias ? (int32_t)((uint32_t)a[c] + (uint32_t)j->bias[c]) : a[c];
-            const int64_t ch = rq->per_channel ? c : 0;
-            const int32_t q = s->fixed ? qf_int8_requant_one_fixed(rq, ch, v) : qf_int8_requant_one_float(rq, ch, v);
-            if (u8) ((uint8_t *)j->y)[base + c * step] = (uint8_t)q;
-            else ((int8_t *)j->y)[base + c * step] = (int8_t)q;
+        uint8_t *y = (uint8_t *)j->y + (s->y_nhwc ? r * m : b * m * plane + p);
+        const int64_t step = s->y_nhwc ? 1 : plane;
+        for (int64_t c0 = 0; c0 < m; c0 += 256) {
+            const int64_t k = m - c0 < 256 ? m - c0 : 256;
+            if (s->fixed) {
+                qf_int8_requant_fixed_row(rq, k, a + c0, s->bias + c0, rq->multiplier + c0, rq->shift + c0, row);
+            } else {
+                for (int64_t c = 0; c < k; c++) {
+                    const int32_t v = (int32_t)((uint32_t)a[c0 + c] + (uint32_t)s->bias[c0 + c]);
+                    const int32_t q = qf_int8_requant_one_float(rq, rq->per_channel ? c0 + c : 0, v);
+                    row[c] = u8 ? (uint8_t)q : (uint8_t)(int8_t)q;
+                }
+            }
+            for (int64_t c = 0; c < k; c++) y[(c0 + c) * step] = row[c];
         }
     }
 }
@@ -623,7 +648,7 @@ static qf_status qdnnl_forward(const qf_kernel_io *io)
     QF_TRY(qdnnl_exec(n, s->conv, na, a, "int8 convolution"));
     if (s->exact) {
         QF_TRY(qf_dnnl_check(n, QF_DNNL(stream_wait)(qf_dnnl_lib_.stream), "int8 convolution"));
-        qdnnl_rq_job j = {.s = s, .acc = yc, .bias = s->has_bias ? io->in[8]->data : NULL, .y = y};
+        qdnnl_rq_job j = {.s = s, .acc = yc, .y = y};
         qf_parallel_for(s->rows, 1 + 8192 / (s->m + 1), qdnnl_requant_rows, &j);
         return QF_OK;
     }

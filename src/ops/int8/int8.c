@@ -10,6 +10,7 @@
 #include "ops/int8/int8.h"
 #include "ops/math/quant_math.h"
 #include "ops/math/requant.h"
+#include "ops/math/vector.h"
 
 int32_t qf_int8_range_abs(qf_dtype dt, int32_t zp)
 {
@@ -93,6 +94,50 @@ void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows,
             else ((int8_t *)y)[r * cols + c] = (int8_t)q;
         }
     }
+}
+
+/* (b) per column, written so that GCC vectorizes it: requant.h's
+ * MultiplyByQuantizedMultiplier with its branches turned into selects and
+ * 64-bit products of sign-extended int32 (vpmuldq / vpmullq). The same
+ * integers as qf_int8_requant_one_fixed for every input (multipliers in
+ * [2^30, 2^31) or 0, as qf_quantize_multiplier makes them, shifts in
+ * [-31, 30]; test_int8.c compares the two). */
+static inline int32_t int8_mbqm_select(int32_t acc, int32_t qm, int32_t shift)
+{
+    const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    const int32_t x = (int32_t)((uint32_t)acc << left);
+    /* SaturatingRoundingDoublingHighMul: (x qm + nudge) / 2^31, truncated
+     * toward zero (INT32_MIN * INT32_MIN cannot occur: qm > 0). */
+    const int64_t ab = (int64_t)x * (int64_t)qm;
+    const int64_t t = ab + (ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30));
+    const int32_t h = (int32_t)((t + (t < 0 ? ((int64_t)1 << 31) - 1 : 0)) >> 31);
+    /* RoundingDivideByPOT(h, right). */
+    const int32_t mask = (int32_t)((1u << right) - 1u);
+    const int32_t rem = h & mask, thr = (mask >> 1) + (h < 0);
+    return (h >> right) + (rem > thr);
+}
+
+#define QF_INT8_REQUANT_ROW_(name, type)                                                                              \
+    QF_VECTOR_CLONES static void name(int64_t n, const int32_t *acc, const int32_t *bias, const int32_t *mult,        \
+                                      const int32_t *shift, int32_t zp, int32_t lo, int32_t hi, type *y)              \
+    {                                                                                                                 \
+        for (int64_t c = 0; c < n; c++) {                                                                             \
+            const int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]);                                        \
+            const int32_t q = int8_mbqm_select(v, mult[c], shift[c]) + zp;                                            \
+            y[c] = (type)(q < lo ? lo : q > hi ? hi : q);                                                             \
+        }                                                                                                             \
+    }
+QF_INT8_REQUANT_ROW_(int8_requant_row_s8, int8_t)
+QF_INT8_REQUANT_ROW_(int8_requant_row_u8, uint8_t)
+#undef QF_INT8_REQUANT_ROW_
+
+void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc, const int32_t *bias,
+                               const int32_t *multiplier, const int32_t *shift, void *y)
+{
+    if (rq->dtype == QF_DTYPE_U8)
+        int8_requant_row_u8(n, acc, bias, multiplier, shift, rq->zp, rq->lo, rq->hi, y);
+    else
+        int8_requant_row_s8(n, acc, bias, multiplier, shift, rq->zp, rq->lo, rq->hi, y);
 }
 
 /* --- widening ------------------------------------------------------------- */
