@@ -84,7 +84,7 @@ typedef struct qdnnl_state {
      * into Y of `rows` = N x out_plane positions of m channels. */
     bool exact, fixed, y_nhwc;
     qf_int8_requant rq;
-    const int32_t *bias; /* m entries, in rq_raw */
+    qf_int8_row_params row; /* m entries each, in rq_raw (bias: ONNX's requantization too) */
     void *rq_raw;
     int64_t rows, m, plane;
 } qdnnl_state;
@@ -289,17 +289,17 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
     /* Three blocks of m entries: the multipliers (or the float scales), the
      * shifts, the bias (0 without one): one entry per output channel, a
      * per-tensor value repeated, as qf_int8_requant_fixed_row reads them. */
-    s->rq_raw = qf_malloc((size_t)m * 3 * sizeof(int32_t));
+    s->rq_raw = qf_malloc((size_t)m * 5 * sizeof(int32_t));
     if (!s->rq_raw) return qf_error(QF_ERR_NOMEM, "out of memory");
     int32_t *mult = s->rq_raw, *shift = mult + m, *bias = shift + m;
-    float *scale = s->rq_raw;
+    float *scale = s->rq_raw, *real = (float *)(bias + m), *tie = real + m;
     for (int64_t c = 0; c < nch; c++) {
         if (!ref->fixed) {
             scale[c] = qf_int8_combined_scale(xs, ws[c], ys);
             continue;
         }
-        double real = (double)xs * (double)ws[c] / (double)ys;
-        if (qf_int8_requant_prepare_fixed(n, &real, 1, ref->acc_bound, mult + c, shift + c) != QF_OK) {
+        double m_real = (double)xs * (double)ws[c] / (double)ys;
+        if (qf_int8_requant_prepare_fixed(n, &m_real, 1, ref->acc_bound, mult + c, shift + c) != QF_OK) {
             qf_error_clear();
             return QF_ERR_UNSUPPORTED;
         }
@@ -308,6 +308,7 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
         mult[c] = mult[0];
         shift[c] = shift[0];
     }
+    if (ref->fixed) qf_int8_requant_row_prepare(m, mult, shift, real, tie);
     const qf_tensor *b = io->nin > 8 ? io->in[8] : NULL;
     for (int64_t c = 0; c < m; c++) bias[c] = b ? ((const int32_t *)b->data)[c] : 0;
     s->rq = (qf_int8_requant){.scale = ref->fixed ? NULL : scale,
@@ -319,7 +320,7 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
                               .lo = ref->lo,
                               .hi = ref->hi,
                               .dtype = ref->ydt};
-    s->bias = bias;
+    s->row = (qf_int8_row_params){.multiplier = mult, .shift = shift, .bias = bias, .real = real, .tie = tie};
     s->fixed = ref->fixed;
     return QF_OK;
 }
@@ -588,7 +589,7 @@ static void qdnnl_requant_rows(void *ctx, int64_t lo, int64_t hi)
     for (int64_t r = lo; r < hi; r++) {
         const int32_t *a = j->acc + r * m;
         if (s->fixed && s->y_nhwc) {
-            qf_int8_requant_fixed_row(rq, m, a, s->bias, rq->multiplier, rq->shift, (uint8_t *)j->y + r * m);
+            qf_int8_requant_fixed_row(rq, m, a, &s->row, (uint8_t *)j->y + r * m);
             continue;
         }
         /* NCHW: element (r, c) goes to (b * m + c) * plane + p for
@@ -600,10 +601,12 @@ static void qdnnl_requant_rows(void *ctx, int64_t lo, int64_t hi)
         for (int64_t c0 = 0; c0 < m; c0 += 256) {
             const int64_t k = m - c0 < 256 ? m - c0 : 256;
             if (s->fixed) {
-                qf_int8_requant_fixed_row(rq, k, a + c0, s->bias + c0, rq->multiplier + c0, rq->shift + c0, row);
+                const qf_int8_row_params *w = &s->row;
+                qf_int8_row_params pc = {w->multiplier + c0, w->shift + c0, w->bias + c0, w->real + c0, w->tie + c0};
+                qf_int8_requant_fixed_row(rq, k, a + c0, &pc, row);
             } else {
                 for (int64_t c = 0; c < k; c++) {
-                    const int32_t v = (int32_t)((uint32_t)a[c0 + c] + (uint32_t)s->bias[c0 + c]);
+                    const int32_t v = (int32_t)((uint32_t)a[c0 + c] + (uint32_t)s->row.bias[c0 + c]);
                     const int32_t q = qf_int8_requant_one_float(rq, rq->per_channel ? c0 + c : 0, v);
                     row[c] = u8 ? (uint8_t)q : (uint8_t)(int8_t)q;
                 }

@@ -96,48 +96,73 @@ void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows,
     }
 }
 
-/* (b) per column, written so that GCC vectorizes it: requant.h's
- * MultiplyByQuantizedMultiplier with its branches turned into selects and
- * 64-bit products of sign-extended int32 (vpmuldq / vpmullq). The same
- * integers as qf_int8_requant_one_fixed for every input (multipliers in
- * [2^30, 2^31) or 0, as qf_quantize_multiplier makes them, shifts in
- * [-31, 30]; test_int8.c compares the two). */
-static inline int32_t int8_mbqm_select(int32_t acc, int32_t qm, int32_t shift)
+/* (b) per column, fast: MultiplyByQuantizedMultiplier(v, qm, shift) is
+ * round(h / 2^r) of h = round(y), y = (v << l) qm / 2^31, with l = max(shift,
+ * 0), r = max(-shift, 0), both roundings half away from zero. With z = v *
+ * real in float (real = qm
+ * 2^(shift - 31) rounded to float), |z - y / 2^r| <= 3 2^-24 |z| (three
+ * roundings) and |h / 2^r - y / 2^r| <= 2^-(r + 1) (r > 0; h = y exactly
+ * for r = 0): so wherever z is farther than 2^-(r + 1) + 2^-12 from every
+ * half-integer, with |z| <= 1024 (beyond, the result saturates whichever
+ * way it rounds), the result is the integer nearest z. The remaining
+ * elements (about 2^-r of them: near a tie of either rounding) take the
+ * exact integer arithmetic of requant.h. tie[c] is 0.5 less that margin:
+ * |z - rint(z)| >= tie[c] sends an element to the exact path. All float32:
+ * sixteen elements an AVX-512 instruction, GCC vectorizes it. */
+void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, const int32_t *shift, float *real,
+                                 float *tie)
 {
-    const int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
-    const int32_t x = (int32_t)((uint32_t)acc << left);
-    /* SaturatingRoundingDoublingHighMul: (x qm + nudge) / 2^31, truncated
-     * toward zero (INT32_MIN * INT32_MIN cannot occur: qm > 0). */
-    const int64_t ab = (int64_t)x * (int64_t)qm;
-    const int64_t t = ab + (ab >= 0 ? ((int64_t)1 << 30) : 1 - ((int64_t)1 << 30));
-    const int32_t h = (int32_t)((t + (t < 0 ? ((int64_t)1 << 31) - 1 : 0)) >> 31);
-    /* RoundingDivideByPOT(h, right). */
-    const int32_t mask = (int32_t)((1u << right) - 1u);
-    const int32_t rem = h & mask, thr = (mask >> 1) + (h < 0);
-    return (h >> right) + (rem > thr);
+    for (int64_t c = 0; c < n; c++) {
+        real[c] = (float)ldexp((double)multiplier[c], shift[c] - 31);
+        const double margin = (shift[c] < 0 ? ldexp(1.0, shift[c] - 1) : 0.0) + ldexp(1.0, -12);
+        tie[c] = (float)(0.5 - margin) - ldexpf(1.0f, -20); /* rounded down, then a little more */
+    }
 }
 
 #define QF_INT8_REQUANT_ROW_(name, type)                                                                              \
-    QF_VECTOR_CLONES static void name(int64_t n, const int32_t *acc, const int32_t *bias, const int32_t *mult,        \
-                                      const int32_t *shift, int32_t zp, int32_t lo, int32_t hi, type *y)              \
+    QF_VECTOR_CLONES static int name(int64_t n, const int32_t *acc, const qf_int8_row_params *p, int32_t zp,         \
+                                     int32_t lo, int32_t hi, type *y, uint8_t *exact)                                 \
     {                                                                                                                 \
+        int any = 0;                                                                                                  \
         for (int64_t c = 0; c < n; c++) {                                                                             \
-            const int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]);                                        \
-            const int32_t q = int8_mbqm_select(v, mult[c], shift[c]) + zp;                                            \
+            const int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)p->bias[c]);                                     \
+            float z = (float)v * p->real[c];                                                                          \
+            z = z < -1024.0f ? -1024.0f : z > 1024.0f ? 1024.0f : z;                                                  \
+            const float r = (z + 12582912.0f) - 12582912.0f; /* nearest integer (1.5 2^23: |z| <= 1024) */           \
+            const int e = fabsf(z - r) >= p->tie[c];                                                                  \
+            const int32_t q = (int32_t)r + zp;                                                                        \
             y[c] = (type)(q < lo ? lo : q > hi ? hi : q);                                                             \
+            exact[c] = (uint8_t)e;                                                                                    \
+            any |= e;                                                                                                 \
         }                                                                                                             \
+        return any;                                                                                                   \
     }
 QF_INT8_REQUANT_ROW_(int8_requant_row_s8, int8_t)
 QF_INT8_REQUANT_ROW_(int8_requant_row_u8, uint8_t)
 #undef QF_INT8_REQUANT_ROW_
 
-void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc, const int32_t *bias,
-                               const int32_t *multiplier, const int32_t *shift, void *y)
+void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc,
+                               const qf_int8_row_params *p, void *y)
 {
-    if (rq->dtype == QF_DTYPE_U8)
-        int8_requant_row_u8(n, acc, bias, multiplier, shift, rq->zp, rq->lo, rq->hi, y);
-    else
-        int8_requant_row_s8(n, acc, bias, multiplier, shift, rq->zp, rq->lo, rq->hi, y);
+    uint8_t exact[256];
+    qf_int8_requant one = *rq;
+    one.multiplier = p->multiplier;
+    one.shift = p->shift;
+    one.per_channel = true;
+    for (int64_t c0 = 0; c0 < n; c0 += 256) {
+        const int64_t k = n - c0 < 256 ? n - c0 : 256;
+        qf_int8_row_params pc = {p->multiplier + c0, p->shift + c0, p->bias + c0, p->real + c0, p->tie + c0};
+        int any = rq->dtype == QF_DTYPE_U8
+                      ? int8_requant_row_u8(k, acc + c0, &pc, rq->zp, rq->lo, rq->hi, (uint8_t *)y + c0, exact)
+                      : int8_requant_row_s8(k, acc + c0, &pc, rq->zp, rq->lo, rq->hi, (int8_t *)y + c0, exact);
+        for (int64_t c = 0; any && c < k; c++) {
+            if (!exact[c]) continue;
+            const int32_t v = (int32_t)((uint32_t)acc[c0 + c] + (uint32_t)p->bias[c0 + c]);
+            const int32_t q = qf_int8_requant_one_fixed(&one, c0 + c, v);
+            if (rq->dtype == QF_DTYPE_U8) ((uint8_t *)y)[c0 + c] = (uint8_t)q;
+            else ((int8_t *)y)[c0 + c] = (int8_t)q;
+        }
+    }
 }
 
 /* --- widening ------------------------------------------------------------- */
