@@ -322,12 +322,13 @@ static void test_requant_row(void)
 {
     enum { N = 67 }; /* not a multiple of any vector width */
     int32_t acc[N], bias[N], mult[N], shift[N];
-    float real[N], tie[N];
+    double real[N];
     uint8_t got[N];
     int64_t bad = 0, checked = 0;
     for (int round = 0; round < 4000; round++) {
         for (int c = 0; c < N; c++) {
             mult[c] = c == 5 ? 0 : c == 6 ? INT32_MAX : (int32_t)((1u << 30) + ((uint32_t)rnd(0, 0x3fffffff)));
+            if (c % 7 == 0) mult[c] = (int32_t)((1u << 30) + ((uint32_t)rnd(0, 3) << 28)); /* v qm / 2^31 hits k + 1/2 */
             shift[c] = rnd(-31, 30);
             int32_t a = (int32_t)(((uint32_t)rnd(0, 0xffff) << 16) ^ (uint32_t)rnd(0, 0xffff));
             if (round % 4 == 1) a = rnd(-300000, 300000);
@@ -348,8 +349,8 @@ static void test_requant_row(void)
                               .zp = u8 ? rnd(0, 255) : rnd(-128, 127), .dtype = u8 ? QF_DTYPE_U8 : QF_DTYPE_I8};
         rq.lo = u8 ? rnd(0, 40) : rnd(-128, -90);
         rq.hi = u8 ? rnd(200, 255) : rnd(90, 127);
-        qf_int8_requant_row_prepare(N, mult, shift, real, tie);
-        const qf_int8_row_params rp = {mult, shift, bias, real, tie};
+        qf_int8_requant_row_prepare(N, mult, real);
+        const qf_int8_row_params rp = {mult, shift, bias, real};
         qf_int8_requant_fixed_row(&rq, N, acc, &rp, got);
         for (int c = 0; c < N; c++) {
             int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]);

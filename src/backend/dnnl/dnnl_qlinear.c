@@ -289,10 +289,11 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
     /* Three blocks of m entries: the multipliers (or the float scales), the
      * shifts, the bias (0 without one): one entry per output channel, a
      * per-tensor value repeated, as qf_int8_requant_fixed_row reads them. */
-    s->rq_raw = qf_malloc((size_t)m * 5 * sizeof(int32_t));
+    s->rq_raw = qf_malloc((size_t)m * (3 * sizeof(int32_t) + sizeof(double)));
     if (!s->rq_raw) return qf_error(QF_ERR_NOMEM, "out of memory");
-    int32_t *mult = s->rq_raw, *shift = mult + m, *bias = shift + m;
-    float *scale = s->rq_raw, *real = (float *)(bias + m), *tie = real + m;
+    double *real = s->rq_raw; /* first: aligned for doubles */
+    int32_t *mult = (int32_t *)(real + m), *shift = mult + m, *bias = shift + m;
+    float *scale = (float *)mult;
     for (int64_t c = 0; c < nch; c++) {
         if (!ref->fixed) {
             scale[c] = qf_int8_combined_scale(xs, ws[c], ys);
@@ -308,7 +309,7 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
         mult[c] = mult[0];
         shift[c] = shift[0];
     }
-    if (ref->fixed) qf_int8_requant_row_prepare(m, mult, shift, real, tie);
+    if (ref->fixed) qf_int8_requant_row_prepare(m, mult, real);
     const qf_tensor *b = io->nin > 8 ? io->in[8] : NULL;
     for (int64_t c = 0; c < m; c++) bias[c] = b ? ((const int32_t *)b->data)[c] : 0;
     s->rq = (qf_int8_requant){.scale = ref->fixed ? NULL : scale,
@@ -320,7 +321,7 @@ static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_st
                               .lo = ref->lo,
                               .hi = ref->hi,
                               .dtype = ref->ydt};
-    s->row = (qf_int8_row_params){.multiplier = mult, .shift = shift, .bias = bias, .real = real, .tie = tie};
+    s->row = (qf_int8_row_params){.multiplier = mult, .shift = shift, .bias = bias, .real = real};
     s->fixed = ref->fixed;
     return QF_OK;
 }
@@ -602,7 +603,7 @@ static void qdnnl_requant_rows(void *ctx, int64_t lo, int64_t hi)
             const int64_t k = m - c0 < 256 ? m - c0 : 256;
             if (s->fixed) {
                 const qf_int8_row_params *w = &s->row;
-                qf_int8_row_params pc = {w->multiplier + c0, w->shift + c0, w->bias + c0, w->real + c0, w->tie + c0};
+                qf_int8_row_params pc = {w->multiplier + c0, w->shift + c0, w->bias + c0, w->real + c0};
                 qf_int8_requant_fixed_row(rq, k, a + c0, &pc, row);
             } else {
                 for (int64_t c = 0; c < k; c++) {

@@ -97,40 +97,43 @@ void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows,
 }
 
 /* (b) per column, fast: MultiplyByQuantizedMultiplier(v, qm, shift) is
- * round(h / 2^r) of h = round(y), y = (v << l) qm / 2^31, with l = max(shift,
- * 0), r = max(-shift, 0), both roundings half away from zero. With z = v *
- * real in float (real = qm
- * 2^(shift - 31) rounded to float), |z - y / 2^r| <= 3 2^-24 |z| (three
- * roundings) and |h / 2^r - y / 2^r| <= 2^-(r + 1) (r > 0; h = y exactly
- * for r = 0): so wherever z is farther than 2^-(r + 1) + 2^-12 from every
- * half-integer, with |z| <= 1024 (beyond, the result saturates whichever
- * way it rounds), the result is the integer nearest z. The remaining
- * elements (about 2^-r of them: near a tie of either rounding) take the
- * exact integer arithmetic of requant.h. tie[c] is 0.5 less that margin:
- * |z - rint(z)| >= tie[c] sends an element to the exact path. All float32:
- * sixteen elements an AVX-512 instruction, GCC vectorizes it. */
-void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, const int32_t *shift, float *real,
-                                 float *tie)
+ * RDBP(h, r) of h = SRDHM(v << l, qm) = floor(y + 1/2), y = (v << l) qm /
+ * 2^31 (its nudge 1 - 2^30 for a negative product rounds ties up, toward
+ * +inf, for either sign), l = max(shift, 0), r = max(-shift, 0); RDBP rounds
+ * ties away from zero. Where |v << l| <
+ * 2^22 the product (v << l) * (qm 2^-31) is exact in double (at most 53
+ * significant bits), so y, its floor and fraction and h are exact in double
+ * arithmetic, and RDBP is integer arithmetic: the same integers as
+ * requant.h, vectorized (double and int32 lanes; AVX-512 / AVX2 clones).
+ * Larger sums (rare: 2^22 is 128 K products at full scale) take
+ * qf_int8_requant_one_fixed. real[c] = qm 2^-31 (exact in double). */
+void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, double *real)
 {
-    for (int64_t c = 0; c < n; c++) {
-        real[c] = (float)ldexp((double)multiplier[c], shift[c] - 31);
-        const double margin = (shift[c] < 0 ? ldexp(1.0, shift[c] - 1) : 0.0) + ldexp(1.0, -12);
-        tie[c] = (float)(0.5 - margin) - ldexpf(1.0f, -20); /* rounded down, then a little more */
-    }
+    for (int64_t c = 0; c < n; c++) real[c] = ldexp((double)multiplier[c], -31);
 }
 
 #define QF_INT8_REQUANT_ROW_(name, type)                                                                              \
-    QF_VECTOR_CLONES static int name(int64_t n, const int32_t *acc, const qf_int8_row_params *p, int32_t zp,         \
-                                     int32_t lo, int32_t hi, type *y, uint8_t *exact)                                 \
+    QF_VECTOR_CLONES static int name(int64_t n, const int32_t *restrict acc, const qf_int8_row_params *p,            \
+                                     int32_t zp, int32_t lo, int32_t hi, type *restrict y, uint8_t *restrict exact)   \
     {                                                                                                                 \
+        /* restrict, and the columns' arrays read once: the byte stores                                              \
+         * may alias anything otherwise, and the loop would not vectorize. */                                         \
+        const int32_t *restrict bias = p->bias, *restrict shift = p->shift;                                           \
+        const double *restrict real = p->real;                                                                        \
         int any = 0;                                                                                                  \
         for (int64_t c = 0; c < n; c++) {                                                                             \
-            const int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)p->bias[c]);                                     \
-            float z = (float)v * p->real[c];                                                                          \
-            z = z < -1024.0f ? -1024.0f : z > 1024.0f ? 1024.0f : z;                                                  \
-            const float r = (z + 12582912.0f) - 12582912.0f; /* nearest integer (1.5 2^23: |z| <= 1024) */           \
-            const int e = fabsf(z - r) >= p->tie[c];                                                                  \
-            const int32_t q = (int32_t)r + zp;                                                                        \
+            const int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]);                                        \
+            const int32_t sh = shift[c], left = sh > 0 ? sh : 0, right = sh > 0 ? 0 : -sh;                            \
+            const int32_t vl = (int32_t)((uint32_t)v << left);                                                        \
+            const int e = vl >= (1 << 22) || vl <= -(1 << 22);                                                        \
+            const double yv = (double)vl * real[c]; /* exact: |vl| < 2^22, real has 31 bits */                       \
+            int32_t t = (int32_t)yv; /* toward zero; |yv| < 2^22 */                                                   \
+            double fr = yv - (double)t;                                                                               \
+            t -= fr < 0.0;                                                                                            \
+            fr = fr < 0.0 ? fr + 1.0 : fr; /* floor and fraction, exact */                                            \
+            const int32_t h = t + (fr >= 0.5); /* SRDHM: ties up, for either sign */                                  \
+            const int32_t mask = (int32_t)((1u << right) - 1u), rem = h & mask, thr = (mask >> 1) + (h < 0);          \
+            const int32_t q = (h >> right) + (rem > thr) + zp;                                                        \
             y[c] = (type)(q < lo ? lo : q > hi ? hi : q);                                                             \
             exact[c] = (uint8_t)e;                                                                                    \
             any |= e;                                                                                                 \
@@ -151,7 +154,7 @@ void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32
     one.per_channel = true;
     for (int64_t c0 = 0; c0 < n; c0 += 256) {
         const int64_t k = n - c0 < 256 ? n - c0 : 256;
-        qf_int8_row_params pc = {p->multiplier + c0, p->shift + c0, p->bias + c0, p->real + c0, p->tie + c0};
+        qf_int8_row_params pc = {p->multiplier + c0, p->shift + c0, p->bias + c0, p->real + c0};
         int any = rq->dtype == QF_DTYPE_U8
                       ? int8_requant_row_u8(k, acc + c0, &pc, rq->zp, rq->lo, rq->hi, (uint8_t *)y + c0, exact)
                       : int8_requant_row_s8(k, acc + c0, &pc, rq->zp, rq->lo, rq->hi, (int8_t *)y + c0, exact);

@@ -103,23 +103,23 @@ void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows,
 
 /* Per-column parameters of qf_int8_requant_fixed_row, one entry per
  * column (a per-tensor value repeated): (b)'s multiplier and shift, the
- * int32 bias added first (wrapping), and real / tie from
+ * int32 bias added first (wrapping), and real from
  * qf_int8_requant_row_prepare. */
 typedef struct qf_int8_row_params {
     const int32_t *multiplier, *shift, *bias;
-    const float *real, *tie;
+    const double *real;
 } qf_int8_row_params;
 
-/* real[c] and tie[c] of the n columns of multiplier / shift. */
-void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, const int32_t *shift, float *real,
-                                 float *tie);
+/* real[c] (multiplier[c] 2^-31) of the n columns. */
+void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, double *real);
 
 /* One row of n accumulators, channel c at column c: y[c] = clamp(MBQM(acc[c]
  * + bias[c], multiplier[c], shift[c]) + rq->zp, rq->lo, rq->hi), int8 or
  * uint8 by rq->dtype (rq's own arrays are not read). Element for element
- * the integers of qf_int8_requant_one_fixed, computed in float32 where
- * that provably gives them (the rest, near a rounding tie, in integers):
- * the oneDNN backend's int8 convolution requantizes its rows with it. */
+ * the integers of qf_int8_requant_one_fixed, vectorized (in double where
+ * that is exact: sums below 2^22 after the left shift; the others in
+ * requant.h's integers): the oneDNN backend's int8 convolution requantizes
+ * its rows with it. */
 void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc,
                                const qf_int8_row_params *p, void *y);
 
