@@ -26,12 +26,6 @@ static int engine_default(void)
     return QF_BACKEND_AUTO;
 }
 
-bool qf_backend_int8_fast(void)
-{
-    const char *e = getenv("QFOLD_INT8");
-    return e && strcmp(e, "fast") == 0;
-}
-
 /* Called with backend_lock held: resolve AUTO / DNNL into what is active,
  * and tell the backend whether it is. */
 static int engine_resolve(int want)

@@ -48,15 +48,6 @@ const char *qf_backend_version(void);
 /* qf_engine_prefer_training (qfold/exec.h): libgomp's spin count for
  * training, if oneDNN is not loaded yet. */
 void qf_backend_prefer_training(void);
-/* Whether the backend's int8 kernels may requantize approximately: the
- * environment variable QFOLD_INT8=fast, read at each call (plans read it
- * when they are built). By default (unset, or any other value) the oneDNN
- * int8 convolution hands its int32 accumulators to qfold's own
- * requantization, so that every engine computes the reference kernels'
- * integers (TFLite's, bit for bit); "fast" lets oneDNN requantize in float
- * with its output scales and fuse a residual int8 Add, up to a few LSB
- * apart (src/backend/dnnl/dnnl_qlinear.c). */
-bool qf_backend_int8_fast(void);
 /* The OpenMP environment qfold measured oneDNN best with (qf_engine_environment,
  * qfold/exec.h): up to 3 names and values into names / values, the count
  * returned (0 without oneDNN support). The library never sets it itself. */

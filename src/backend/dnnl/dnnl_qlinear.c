@@ -22,7 +22,7 @@
  * rows of the accumulators, right after the primitive, while they are still
  * in the cache for the small activations of Tiny-ML models.
  *
- * With QFOLD_INT8=fast (qf_backend_int8_fast, opt-in, approximate) oneDNN
+ * With QFOLD_INT8=fast (qf_dnnl_int8_fast, opt-in, approximate) oneDNN
  * requantizes itself:
  *
  *   conv -> s32 accumulators (+ s32 bias) -> float * x_scale * w_scale[c] / y_scale
@@ -272,7 +272,7 @@ static bool qdnnl_res_of(const qf_node *p, const qf_node *f, qdnnl_res *r)
 bool qf_qdnnl_can_fuse(const qf_node *producer, const qf_node *follower)
 {
     qdnnl_res r;
-    return qf_backend_int8_fast() && qdnnl_res_of(producer, follower, &r);
+    return qf_dnnl_int8_fast() && qdnnl_res_of(producer, follower, &r);
 }
 
 /* The exact path's requantization: the reference kernel's parameters
@@ -523,7 +523,7 @@ static qf_status qdnnl_prepare(const qf_kernel_io *io, void *state)
     qdnnl_state *s = state;
     memset(s, 0, sizeof *s);
     if (!qf_dnnl() || io->nfused > 1 || (io->in_nhwc & ~1u) || (io->out_nhwc & ~1u)) return QF_ERR_UNSUPPORTED;
-    s->exact = !qf_backend_int8_fast();
+    s->exact = !qf_dnnl_int8_fast();
     if (s->exact && io->nfused) return QF_ERR_UNSUPPORTED; /* the plan asked while QFOLD_INT8 was fast */
     qdnnl_res res;
     if (io->nfused && (!io->post_in || !io->post_in[0] || !qdnnl_res_of(io->node, io->fused[0], &res)))
