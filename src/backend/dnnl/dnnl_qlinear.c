@@ -9,18 +9,20 @@
  *   conv -> s32 accumulators (oneDNN: the input zero point compensated in
  *        int32; no output scales, no bias, no post-ops), channels-last in
  *        the plan's scratch
- *   + s32 bias -> qfold's requantization (int8.h's qf_int8_requant_one_fixed:
- *        TFLite's MultiplyByQuantizedMultiplier, or _float: ONNX's) -> clamp
+ *   + s32 bias -> qfold's requantization (TFLite's MultiplyByQuantizedMultiplier:
+ *        int8.h's qf_int8_requant_fixed_row, vectorized; ONNX's:
+ *        qf_int8_requant_one_float) -> clamp
  *   Y (s8 / u8, NCHW or NHWC)
  *
- * The requantization is the reference kernel's (qlinear.c) per element, so
- * both engines give the same integers, and with qfold_requant = 1 those of
- * TFLite. oneDNN's int8 convolution with an s32 destination and nothing
- * after the product stores its int32 sums as they are (checked beyond 2^24
- * by tests/quant/int8_exact.py; with output scales or a bias it converts
- * them to float first). The requantization runs on qfold's threads over
- * rows of the accumulators, right after the primitive, while they are still
- * in the cache for the small activations of Tiny-ML models.
+ * The requantization gives the reference kernel's (qlinear.c) integers
+ * element for element, so both engines agree, and with qfold_requant = 1
+ * they are TFLite's. oneDNN's int8 convolution with an s32 destination and
+ * nothing after the product stores its int32 sums as they are (checked
+ * past 2^24 by tests/quant/int8_engines.py's models case; with output
+ * scales or a bias it converts them to float first). The requantization
+ * runs on qfold's threads (oneDNN's OpenMP team) over rows of the
+ * accumulators, right after the primitive. It costs time: see
+ * docs/notes/h-exact.md (about 1 ns an output element).
  *
  * With QFOLD_INT8=fast (qf_dnnl_int8_fast, opt-in, approximate) oneDNN
  * requantizes itself:
