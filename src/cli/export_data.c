@@ -42,8 +42,9 @@ qf_status qf_cli_export_lsb(const qf_graph *g, const qf_tflite_result *r, const 
                           data[0], (long long)t0->dims[0]);
     }
     if (st == QF_OK) st = qf_npy_source_init(&src, files, ndata);
-    /* The reference kernels: oneDNN's int8 convs requantize in float (within
-     * 1 LSB of TFLite's fixed point, not equal to it). */
+    /* The reference kernels: the default engine computes the same integers,
+     * but not under QFOLD_INT8=fast (oneDNN's int8 convs requantize in float
+     * then, within 1 LSB of TFLite's fixed point, not equal to it). */
     if (st == QF_OK) st = qf_set_engine(QF_ENGINE_REF);
     for (int k = 0; k < r->nops && st == QF_OK; k++) names[k] = r->ops[k].output ? r->ops[k].output : "";
     if (st == QF_OK) st = qf_quant_int8_diff(g, qf_npy_source_get(src), count, r->nops, names, lsb);

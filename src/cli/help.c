@@ -53,7 +53,10 @@ void qf_cli_print_overview(FILE *f)
           "                          a model over protobuf's 2 GiB is written so without it\n"
           "\nExit status: 0 success, 1 failure while processing, 2 bad usage or bad input file.\n"
           "Environment: QFOLD_MAX_MEMORY=SIZE (bytes, or with K, M, G) caps the memory qfold\n"
-          "allocates itself; a command that needs more fails with exit status 1.\n",
+          "allocates itself; a command that needs more fails with exit status 1.\n"
+          "QFOLD_INT8=fast lets oneDNN requantize the int8 convolutions of run / eval in\n"
+          "float (faster, opt-in: up to a few LSB from the .tflite; by default every engine\n"
+          "computes the exported .tflite's integers).\n",
           f);
 }
 

@@ -565,7 +565,8 @@ static qf_value *qdq(qf_graph *g, qf_op op, const char *name, qf_value *x, doubl
  * writes it: Q -> QLinearConv(+Relu) -> QLinearConv -> qadd (TFLite's integer
  * Add) -> int8 MaxPool -> DQ, and a second branch QLinearConv 1x1 -> DQ. The
  * int8 activations stay channels-last from the quantized input on: the only
- * reorders are the float input's and the two outputs'. The qadd is fused
+ * reorders are the float input's and the two outputs'. By default every
+ * output equals the reference's; with QFOLD_INT8=fast the qadd is fused
  * into the conv before it (oneDNN computes C + R in float without rounding C
  * to int8 first: within one step of the output scale of TFLite's Add); with
  * ONNX's requantization oneDNN's int8 convs equal the reference's, so the
@@ -600,6 +601,29 @@ static void test_int8_chain(void)
     qf_tensor xt = input_for(g);
     qf_plan *ref = plan_run(g, QF_ENGINE_REF, &xt);
     qf_plan *p = have_dnnl ? plan_run(g, QF_ENGINE_DNNL, &xt) : NULL;
+    if (p && ref) {
+        /* By default the int8 convs on oneDNN requantize as the reference
+         * (qfold's requantization of oneDNN's int32 sums): every output
+         * equal, the qadd a step of its own. */
+        double r0 = rel_diff(qf_plan_output(p, 0), qf_plan_output(ref, 0));
+        double r1 = rel_diff(qf_plan_output(p, 1), qf_plan_output(ref, 1));
+        CHECKF(r0 == 0.0 && r1 == 0.0, "int8 chain, exact: outputs differ from the reference (%.3g, %.3g relative)",
+               r0, r1);
+        static const char *const on_dnnl[] = {"c1", "c2", "mp", "c3"};
+        for (size_t i = 0; i < sizeof on_dnnl / sizeof on_dnnl[0]; i++) {
+            qf_plan_step_info info;
+            CHECKF(step_of(p, on_dnnl[i], &info) >= 0 && info.backend && (info.in_nhwc & 1u) && info.out_nhwc == 1,
+                   "int8 chain, exact: %s not on dnnl channels-last", on_dnnl[i]);
+        }
+        qf_plan_step_info ai;
+        CHECK(step_of(p, "add", &ai) >= 0 && !strcmp(ai.node->name, "add") && ai.nfused == 0);
+        if (qf_check_failed_now) qf_plan_print(p, stderr);
+        qf_plan_free(p);
+        /* QFOLD_INT8=fast: oneDNN requantizes in float and fuses the qadd. */
+        setenv("QFOLD_INT8", "fast", 1);
+        p = plan_run(g, QF_ENGINE_DNNL, &xt);
+        unsetenv("QFOLD_INT8");
+    }
     if (p && ref) {
         /* The fused add: every element within one step (0.3) of the
          * reference, most equal (C's skipped rounding is up to 0.67 of a

@@ -376,6 +376,12 @@ qf_status qf_dnnl_try(const qf_node *n, dnnl_status_t s, const char *what)
     return qf_dnnl_check(n, s, what);
 }
 
+bool qf_dnnl_int8_fast(void)
+{
+    const char *e = getenv("QFOLD_INT8");
+    return e && strcmp(e, "fast") == 0;
+}
+
 qf_status qf_dnnl_md(const qf_node *n, dnnl_memory_desc_t *md, const qf_tensor *t, int fmt)
 {
     dnnl_data_type_t dt;

@@ -170,6 +170,15 @@ static inline int qf_dnnl_fmt(const qf_kernel_io *io, uint32_t bit)
     return bit ? (io->blocked ? 2 : 1) : 0;
 }
 
+/* Whether the int8 kernels may requantize approximately: the environment
+ * variable QFOLD_INT8=fast, read at each call (plans read it when they are
+ * built). By default (unset, or any other value) the int8 convolution hands
+ * its int32 sums to qfold's own requantization, so that every engine
+ * computes the reference kernels' integers (TFLite's, bit for bit); "fast"
+ * lets oneDNN requantize in float with its output scales and fuse a
+ * residual int8 Add, up to a few LSB apart (dnnl_qlinear.c). */
+bool qf_dnnl_int8_fast(void);
+
 /* --- the loader, driven by the backend layer (backend.c) ------------------ */
 
 /* Load libdnnl and start its threads, once (later calls return the first

@@ -2,26 +2,48 @@
  * lowers every DQ -> Conv/Gemm -> [act] -> Q group into one) as an int8
  * oneDNN convolution, VNNI where the CPU has it.
  *
+ * By default (exact):
+ *
  *   X (s8 / u8, per-tensor zero point)  ─reorder─▶ oneDNN's layout (nhwc)
- *   W (s8, per-channel scales, zero point 0)  reordered once, at prepare
+ *   W (s8, zero point 0)  reordered once, at prepare
+ *   conv -> s32 accumulators (oneDNN: the input zero point compensated in
+ *        int32; no output scales, no bias, no post-ops), channels-last in
+ *        the plan's scratch
+ *   + s32 bias -> qfold's requantization (TFLite's MultiplyByQuantizedMultiplier:
+ *        int8.h's qf_int8_requant_fixed_row, vectorized; ONNX's:
+ *        qf_int8_requant_one_float) -> clamp
+ *   Y (s8 / u8, NCHW or NHWC)
+ *
+ * The requantization gives the reference kernel's (qlinear.c) integers
+ * element for element, so both engines agree, and with qfold_requant = 1
+ * they are TFLite's. oneDNN's int8 convolution with an s32 destination and
+ * nothing after the product stores its int32 sums as they are (checked
+ * past 2^24 by tests/quant/int8_engines.py's models case; with output
+ * scales or a bias it converts them to float first). The requantization
+ * runs on qfold's threads (oneDNN's OpenMP team) over rows of the
+ * accumulators, right after the primitive. It costs time: see
+ * docs/notes/h-exact.md (about 1 ns an output element).
+ *
+ * With QFOLD_INT8=fast (qf_dnnl_int8_fast, opt-in, approximate) oneDNN
+ * requantizes itself:
+ *
  *   conv -> s32 accumulators (+ s32 bias) -> float * x_scale * w_scale[c] / y_scale
  *        -> round -> [clip to the fused activation's range] -> + y_zero_point -> saturate
  *   Y (s8 / u8)  ─reorder─▶ NCHW
  *
- * The reference kernel (qlinear.c) stays the reference: its prepare runs
- * first here, so both engines accept and refuse the same nodes with the same
- * messages. oneDNN requantizes in float (round half to even), so with
- * qfold_requant = 1 (TFLite's fixed-point multiplier) an output can differ
- * from the reference by 1 LSB (~0.1 % of a layer's outputs); with ONNX's
- * requantization (the combined scale formed in float as ONNX Runtime does,
- * rounded half to even before the zero point is added) the results equal
- * the reference's (but for an accumulator and bias beyond 2^24, which
- * oneDNN converts to float apart). Declined (QF_ERR_UNSUPPORTED, no
- * message, the reference runs it): qparams that are not constants, a weight
- * zero point other than 0, uint8 weights, a multiplier the fixed-point path
- * refuses, anything oneDNN has no implementation for.
+ * in float (round half to even): with qfold_requant = 1 (TFLite's
+ * fixed-point multiplier) an output can differ from the reference by 1 LSB
+ * (~0.1 % of a layer's outputs), and the 1-LSB differences compound over a
+ * network (4 LSB on a ResNet-8's output); with ONNX's requantization (the
+ * combined scale formed in float as ONNX Runtime does, rounded half to
+ * even before the zero point is added) the results equal the reference's
+ * (but for an accumulator and bias beyond 2^24, which oneDNN converts to
+ * float apart). Declined on both paths (QF_ERR_UNSUPPORTED, no message, the
+ * reference runs it): qparams that are not constants, a weight zero point
+ * other than 0, uint8 weights, a multiplier the fixed-point path refuses,
+ * anything oneDNN has no implementation for.
  *
- * A residual qadd after the conv (the integer executor's int8 Add of the
+ * Fast only: a residual qadd after the conv (the integer executor's int8 Add of the
  * conv's output C and another int8 activation R of its shape, TFLite's
  * arithmetic, src/ops/int8/qadd.c) is fused when the plan asks (qf_dnnl_can_fuse)
  * and the conv has no clamp of its own: the conv then writes the qadd's
@@ -34,18 +56,22 @@
  * the unfused pair rounds and saturates C to int8 first and TFLite's Add
  * sums in 20-bit fixed point: the two differ by one LSB now and then (C's
  * rounding is half of s_c, at most one step of s_y when s_c <= 2 s_y, which
- * is asked), more only where C would saturate.
+ * is asked), more only where C would saturate. The exact path leaves the
+ * qadd to its reference kernel (a table lookup).
  *
  * The activation and output are NCHW or NHWC as the plan's layout says
  * (io->in_nhwc / out_nhwc bit 0: the integer executor's plans keep int8
  * activations channels-last between these convs, src/exec/plan_layout.c); a
  * reorder to and from the layout oneDNN picks runs only where that differs
- * (nhwc is its int8 layout on AVX-512 / VNNI, so none there). The reorders
- * use the plan's backend scratch, as does the user-managed scratchpad.
+ * (nhwc is its int8 layout on AVX-512 / VNNI, so none there; the exact
+ * path's requantization writes NCHW itself). The reorders and the
+ * accumulators use the plan's backend scratch, as does the user-managed
+ * scratchpad.
  */
 #include <string.h>
 
 #include "backend/dnnl/dnnl_lib.h"
+#include "core/parallel.h"
 #include "ops/int8/int8.h"
 #include "ops/int8/qlinear.h"
 
@@ -53,8 +79,16 @@ typedef struct qdnnl_state {
     dnnl_primitive_t conv, reorder_in, reorder_out; /* reorders NULL when NCHW is oneDNN's layout */
     dnnl_memory_t x_user, x_conv, w, b, y_conv, y_user, pad, res; /* res: a fused qadd's other operand */
     void *w_raw;                 /* the reordered weights (qf_malloc), w's handle */
-    size_t off_x, off_y, off_pad, scratch;
+    size_t off_x, off_y, off_pad, off_acc, scratch;
     bool has_bias;
+    /* The exact path: y_conv holds int32 accumulators (channels-last, at
+     * off_acc), requantized by qfold with rq (its arrays in rq_raw, qf_malloc)
+     * into Y of `rows` = N x out_plane positions of m channels. */
+    bool exact, fixed, y_nhwc;
+    qf_int8_requant rq;
+    qf_int8_row_params row; /* m entries each, in rq_raw (bias: ONNX's requantization too) */
+    void *rq_raw;
+    int64_t rows, m, plane;
 } qdnnl_state;
 
 static void qdnnl_release(void *state)
@@ -68,6 +102,7 @@ static void qdnnl_release(void *state)
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) QF_DNNL(memory_destroy)(mems[i]);
     qf_free(s->w_raw);
+    qf_free(s->rq_raw);
     memset(s, 0, sizeof *s);
 }
 
@@ -239,16 +274,78 @@ static bool qdnnl_res_of(const qf_node *p, const qf_node *f, qdnnl_res *r)
 bool qf_qdnnl_can_fuse(const qf_node *producer, const qf_node *follower)
 {
     qdnnl_res r;
-    return qdnnl_res_of(producer, follower, &r);
+    return qf_dnnl_int8_fast() && qdnnl_res_of(producer, follower, &r);
+}
+
+/* The exact path's requantization: the reference kernel's parameters
+ * (qconv_forward in qlinear.c: TFLite's multiplier and shift from
+ * x_scale * w_scale[c] / y_scale in double, or ONNX's combined float scale)
+ * in memory the state owns. A multiplier the fixed-point path refuses is
+ * declined (the reference kernel then reports it at run time). */
+static qf_status qdnnl_requant_prepare(const qf_kernel_io *io, const qf_qconv_state *ref, qdnnl_state *s)
+{
+    const qf_node *n = io->node;
+    const float xs = *(const float *)io->in[1]->data, ys = *(const float *)io->in[6]->data;
+    const float *ws = io->in[4]->data;
+    const int64_t m = ref->geom.m, nch = ref->w_scale_per ? m : 1;
+    /* Three blocks of m entries: the multipliers (or the float scales), the
+     * shifts, the bias (0 without one): one entry per output channel, a
+     * per-tensor value repeated, as qf_int8_requant_fixed_row reads them. */
+    s->rq_raw = qf_malloc((size_t)m * (3 * sizeof(int32_t) + sizeof(double)));
+    if (!s->rq_raw) return qf_error(QF_ERR_NOMEM, "out of memory");
+    double *real = s->rq_raw; /* first: aligned for doubles */
+    int32_t *mult = (int32_t *)(real + m), *shift = mult + m, *bias = shift + m;
+    float *scale = (float *)mult;
+    for (int64_t c = 0; c < nch; c++) {
+        if (!ref->fixed) {
+            scale[c] = qf_int8_combined_scale(xs, ws[c], ys);
+            continue;
+        }
+        double m_real = (double)xs * (double)ws[c] / (double)ys;
+        if (qf_int8_requant_prepare_fixed(n, &m_real, 1, ref->acc_bound, mult + c, shift + c) != QF_OK) {
+            qf_error_clear();
+            return QF_ERR_UNSUPPORTED;
+        }
+    }
+    for (int64_t c = nch; ref->fixed && c < m; c++) {
+        mult[c] = mult[0];
+        shift[c] = shift[0];
+    }
+    if (ref->fixed) qf_int8_requant_row_prepare(m, mult, real);
+    const qf_tensor *b = io->nin > 8 ? io->in[8] : NULL;
+    for (int64_t c = 0; c < m; c++) bias[c] = b ? ((const int32_t *)b->data)[c] : 0;
+    s->rq = (qf_int8_requant){.scale = ref->fixed ? NULL : scale,
+                              .multiplier = ref->fixed ? mult : NULL,
+                              .shift = ref->fixed ? shift : NULL,
+                              .per_channel = ref->w_scale_per,
+                              .per_col = true,
+                              .zp = qdnnl_zp(io->in[7], 0),
+                              .lo = ref->lo,
+                              .hi = ref->hi,
+                              .dtype = ref->ydt};
+    s->row = (qf_int8_row_params){.multiplier = mult, .shift = shift, .bias = bias, .real = real};
+    s->fixed = ref->fixed;
+    return QF_OK;
 }
 
 /* The convolution's attributes: output scales per channel, the input's and
  * output's zero points, the clamp of a fused activation; with a fused
  * residual (res), its post-ops and the binary operand's descriptor res_md. */
 static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, const qdnnl_res *res,
-                            const dnnl_memory_desc_t *res_md, dnnl_primitive_attr_t attr)
+                            const dnnl_memory_desc_t *res_md, bool exact, dnnl_primitive_attr_t attr)
 {
     const qf_node *n = io->node;
+    if (exact) {
+        /* The int32 accumulators only: the input's zero point is the one
+         * thing oneDNN applies (compensated in int32). */
+        const int32_t xz = io->in[2] ? qdnnl_zp(io->in[2], 0) : 0;
+        QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_attr_set_scratchpad_mode)(attr, dnnl_scratchpad_mode_user),
+                             "attributes"));
+        if (xz)
+            QF_TRY(qf_dnnl_try(n, QF_DNNL(primitive_attr_set_zero_points)(attr, DNNL_ARG_SRC, 1, 0, &xz),
+                               "zero points"));
+        return QF_OK;
+    }
     const qf_conv_geom *cg = &ref->geom;
     const float xs = *(const float *)io->in[1]->data, ys = *(const float *)io->in[6]->data;
     const float *ws = io->in[4]->data;
@@ -326,6 +423,7 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, c
 static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, const qdnnl_res *res,
                              qdnnl_state *s)
 {
+    const bool exact = s->exact;
     const qf_node *n = io->node;
     const qf_conv_geom *cg = &ref->geom;
     const qf_tensor *x = io->in[0], *w = io->in[3], *y = io->out[0];
@@ -341,7 +439,14 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     QF_TRY(qf_dnnl_check(
         n, QF_DNNL(memory_desc_init_by_tag)(&x_any, x->ndim, dims, x_md.data_type, dnnl_format_tag_any), "input"));
     for (int i = 0; i < y->ndim; i++) dims[i] = y->dims[i];
-    if (res)
+    static const dnnl_format_tag_t last[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_acb, dnnl_acdb, dnnl_acdeb};
+    if (exact && (y->ndim < 3 || y->ndim > 5)) return QF_ERR_UNSUPPORTED;
+    if (exact)
+        /* int32 accumulators, channels-last: rows of M channels, the
+         * requantization's per-column channel. */
+        QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&y_any, y->ndim, dims, dnnl_s32, last[y->ndim]),
+                             "accumulators"));
+    else if (res)
         y_any = y_md;
     else
         QF_TRY(qf_dnnl_check(
@@ -365,12 +470,13 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     QF_TRY(qf_dnnl_try(n,
                        QF_DNNL(dilated_convolution_forward_desc_init)(&cd, dnnl_forward_inference,
                                                                       dnnl_convolution_direct, &x_any, &w_any,
-                                                                      b ? &b_md : NULL, &y_any, strides, dil, pl, pr),
+                                                                      b && !exact ? &b_md : NULL, &y_any, strides,
+                                                                      dil, pl, pr),
                        "convolution descriptor"));
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
     QF_TRY(qf_dnnl_check(n, QF_DNNL(primitive_attr_create)(&attr), "attributes"));
-    qf_status st = qdnnl_attr(io, ref, res, res ? &r_md : NULL, attr);
+    qf_status st = qdnnl_attr(io, ref, res, res ? &r_md : NULL, exact, attr);
     if (st == QF_OK) st = qdnnl_primitive(n, &cd, attr, &pd, "int8 convolution");
     QF_DNNL(primitive_attr_destroy)(attr);
     if (st != QF_OK) return st;
@@ -387,7 +493,9 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
         st = qdnnl_reorder(n, &x_md, xc, &s->reorder_in, &pad);
         s->off_x = qdnnl_take(&off, QF_DNNL(memory_desc_get_size)(xc));
     }
-    if (st == QF_OK && !QF_DNNL(memory_desc_equal)(yc, &y_md)) {
+    if (st == QF_OK && exact) {
+        s->off_acc = qdnnl_take(&off, QF_DNNL(memory_desc_get_size)(yc));
+    } else if (st == QF_OK && !QF_DNNL(memory_desc_equal)(yc, &y_md)) {
         st = qdnnl_reorder(n, yc, &y_md, &s->reorder_out, &pad);
         s->off_y = qdnnl_take(&off, QF_DNNL(memory_desc_get_size)(yc));
     }
@@ -395,7 +503,7 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     if (st == QF_OK) st = qdnnl_memory(n, &s->x_conv, xc);
     if (st == QF_OK) st = qdnnl_memory(n, &s->y_conv, yc);
     if (st == QF_OK) st = qdnnl_memory(n, &s->y_user, &y_md);
-    if (st == QF_OK && b) st = qdnnl_memory(n, &s->b, &b_md);
+    if (st == QF_OK && b && !exact) st = qdnnl_memory(n, &s->b, &b_md);
     if (st == QF_OK && res) st = qdnnl_memory(n, &s->res, &r_md);
     if (st == QF_OK) {
         /* Every primitive runs on one scratchpad (they run one after another). */
@@ -417,6 +525,8 @@ static qf_status qdnnl_prepare(const qf_kernel_io *io, void *state)
     qdnnl_state *s = state;
     memset(s, 0, sizeof *s);
     if (!qf_dnnl() || io->nfused > 1 || (io->in_nhwc & ~1u) || (io->out_nhwc & ~1u)) return QF_ERR_UNSUPPORTED;
+    s->exact = !qf_dnnl_int8_fast();
+    if (s->exact && io->nfused) return QF_ERR_UNSUPPORTED; /* the plan asked while QFOLD_INT8 was fast */
     qdnnl_res res;
     if (io->nfused && (!io->post_in || !io->post_in[0] || !qdnnl_res_of(io->node, io->fused[0], &res)))
         return QF_ERR_UNSUPPORTED;
@@ -441,7 +551,12 @@ static qf_status qdnnl_prepare(const qf_kernel_io *io, void *state)
     /* With a fused residual the conv's own clamp must be the int8 range
      * (C is not rounded or saturated on its own). */
     if (io->nfused && (ref.ydt != QF_DTYPE_I8 || ref.lo != -128 || ref.hi != 127)) return QF_ERR_UNSUPPORTED;
-    qf_status st = qdnnl_build(io, &ref, io->nfused ? &res : NULL, s);
+    qf_status st = s->exact ? qdnnl_requant_prepare(io, &ref, s) : QF_OK;
+    if (st == QF_OK) st = qdnnl_build(io, &ref, io->nfused ? &res : NULL, s);
+    s->rows = cg->n * cg->out_plane;
+    s->m = cg->m;
+    s->plane = cg->out_plane;
+    s->y_nhwc = io->out_nhwc & 1u;
     if (st != QF_OK) {
         qdnnl_release(s);
         if (st == QF_ERR_UNSUPPORTED) qf_error_clear();
@@ -455,6 +570,55 @@ static size_t qdnnl_scratch(const qf_node *n, const void *state)
     return ((const qdnnl_state *)state)->scratch;
 }
 
+/* The exact path's requantization of rows lo..hi-1 of the accumulators
+ * (one output position of one batch item each, m channels): + bias (int32,
+ * wrapping as the reference's), then the reference kernel's arithmetic per
+ * element (TFLite's: qf_int8_requant_fixed_row, vectorized; ONNX's:
+ * qf_int8_requant_one_float), into Y channels-last or NCHW. */
+typedef struct qdnnl_rq_job {
+    const qdnnl_state *s;
+    const int32_t *acc;
+    void *y;
+} qdnnl_rq_job;
+
+static void qdnnl_requant_rows(void *ctx, int64_t lo, int64_t hi)
+{
+    const qdnnl_rq_job *j = ctx;
+    const qdnnl_state *s = j->s;
+    const qf_int8_requant *rq = &s->rq;
+    const int64_t m = s->m, plane = s->plane;
+    const bool u8 = rq->dtype == QF_DTYPE_U8;
+    uint8_t row[256];
+    for (int64_t r = lo; r < hi; r++) {
+        const int32_t *a = j->acc + r * m;
+        if (s->fixed && s->y_nhwc) {
+            qf_int8_requant_fixed_row(rq, m, a, &s->row, (uint8_t *)j->y + r * m);
+            continue;
+        }
+        /* NCHW: element (r, c) goes to (b * m + c) * plane + p for
+         * r = b * plane + p; a row is requantized in pieces of 256
+         * channels, then scattered. */
+        const int64_t b = r / plane, p = r - b * plane;
+        uint8_t *y = (uint8_t *)j->y + (s->y_nhwc ? r * m : b * m * plane + p);
+        const int64_t step = s->y_nhwc ? 1 : plane;
+        for (int64_t c0 = 0; c0 < m; c0 += 256) {
+            const int64_t k = m - c0 < 256 ? m - c0 : 256;
+            if (s->fixed) {
+                const qf_int8_row_params *w = &s->row;
+                qf_int8_row_params pc = {w->multiplier + c0, w->shift + c0, w->bias + c0, w->real + c0};
+                qf_int8_requant_fixed_row(rq, k, a + c0, &pc, row);
+            } else {
+                for (int64_t c = 0; c < k; c++) {
+                    const int32_t v = (int32_t)((uint32_t)a[c0 + c] + (uint32_t)s->row.bias[c0 + c]);
+                    const int32_t q = qf_int8_requant_one_float(rq, rq->per_channel ? c0 + c : 0, v);
+                    row[c] = u8 ? (uint8_t)q : (uint8_t)(int8_t)q;
+                }
+            }
+            for (int64_t c = 0; c < k; c++) y[(c0 + c) * step] = row[c];
+        }
+    }
+}
+
 static qf_status qdnnl_forward(const qf_kernel_io *io)
 {
     const qdnnl_state *s = io->state;
@@ -464,7 +628,8 @@ static qf_status qdnnl_forward(const qf_kernel_io *io)
                         qf_op_label(n), io->scratch_size, s->scratch);
     char *scr = io->scratch;
     void *x = io->in[0]->data, *y = io->out[0]->data;
-    void *xc = s->reorder_in ? scr + s->off_x : x, *yc = s->reorder_out ? scr + s->off_y : y;
+    void *xc = s->reorder_in ? scr + s->off_x : x;
+    void *yc = s->exact ? scr + s->off_acc : s->reorder_out ? scr + s->off_y : y;
     QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->pad, scr + s->off_pad), "scratchpad"));
     QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->x_conv, xc), "input"));
     QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->y_conv, yc), "output"));
@@ -478,7 +643,7 @@ static qf_status qdnnl_forward(const qf_kernel_io *io)
                             {DNNL_ARG_DST, s->y_conv},
                             {DNNL_ARG_SCRATCHPAD, s->pad}};
     int na = 4;
-    if (s->has_bias) {
+    if (s->has_bias && !s->exact) {
         QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->b, io->in[8]->data), "bias"));
         a[na++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, s->b};
     }
@@ -487,6 +652,12 @@ static qf_status qdnnl_forward(const qf_kernel_io *io)
         a[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, s->res};
     }
     QF_TRY(qdnnl_exec(n, s->conv, na, a, "int8 convolution"));
+    if (s->exact) {
+        QF_TRY(qf_dnnl_check(n, QF_DNNL(stream_wait)(qf_dnnl_lib_.stream), "int8 convolution"));
+        qdnnl_rq_job j = {.s = s, .acc = yc, .y = y};
+        qf_parallel_for(s->rows, 1 + 8192 / (s->m + 1), qdnnl_requant_rows, &j);
+        return QF_OK;
+    }
     if (s->reorder_out) {
         QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->y_user, y), "output"));
         dnnl_exec_arg_t r[] = {{DNNL_ARG_FROM, s->y_conv}, {DNNL_ARG_TO, s->y_user}, {DNNL_ARG_SCRATCHPAD, s->pad}};

@@ -10,6 +10,7 @@
 #include "ops/int8/int8.h"
 #include "ops/math/quant_math.h"
 #include "ops/math/requant.h"
+#include "ops/math/vector.h"
 
 int32_t qf_int8_range_abs(qf_dtype dt, int32_t zp)
 {
@@ -72,16 +73,10 @@ static inline int64_t int8_channel(const qf_int8_requant *rq, int64_t ch0, int64
 void qf_int8_requant_float(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
                            void *y)
 {
-    const float zpf = (float)rq->zp;
     for (int64_t r = 0; r < rows; r++) {
         const int32_t *a = acc + r * cols;
         for (int64_t c = 0; c < cols; c++) {
-            float s = rq->scale[int8_channel(rq, ch0, r, c)];
-            /* onnxruntime: float(acc) * scale (float32), clamped to [lo - zp,
-             * hi - zp], rounded half to even, + zp. Clamping before or after
-             * the rounding is the same (the bounds are integers). */
-            float v = qf_round_half_even_f32((float)a[c] * s);
-            int32_t q = qf_saturate_range_f32(v + zpf, rq->lo, rq->hi, rq->zp);
+            int32_t q = qf_int8_requant_one_float(rq, int8_channel(rq, ch0, r, c), a[c]);
             if (rq->dtype == QF_DTYPE_U8) ((uint8_t *)y)[r * cols + c] = (uint8_t)q;
             else ((int8_t *)y)[r * cols + c] = (int8_t)q;
         }
@@ -94,12 +89,81 @@ void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows,
     for (int64_t r = 0; r < rows; r++) {
         const int32_t *a = acc + r * cols;
         for (int64_t c = 0; c < cols; c++) {
-            int64_t ch = int8_channel(rq, ch0, r, c);
-            int64_t v = (int64_t)qf_multiply_by_quantized_multiplier(a[c], rq->multiplier[ch], (int)rq->shift[ch]) +
-                        rq->zp;
-            int32_t q = (int32_t)(v < rq->lo ? rq->lo : v > rq->hi ? rq->hi : v);
+            int32_t q = qf_int8_requant_one_fixed(rq, int8_channel(rq, ch0, r, c), a[c]);
             if (rq->dtype == QF_DTYPE_U8) ((uint8_t *)y)[r * cols + c] = (uint8_t)q;
             else ((int8_t *)y)[r * cols + c] = (int8_t)q;
+        }
+    }
+}
+
+/* (b) per column, fast: MultiplyByQuantizedMultiplier(v, qm, shift) is
+ * RDBP(h, r) of h = SRDHM(v << l, qm) = floor(y + 1/2), y = (v << l) qm /
+ * 2^31 (its nudge 1 - 2^30 for a negative product rounds ties up, toward
+ * +inf, for either sign), l = max(shift, 0), r = max(-shift, 0); RDBP rounds
+ * ties away from zero. Where |v << l| <
+ * 2^22 the product (v << l) * (qm 2^-31) is exact in double (at most 53
+ * significant bits), so y, its floor and fraction and h are exact in double
+ * arithmetic, and RDBP is integer arithmetic: the same integers as
+ * requant.h, vectorized (double and int32 lanes; AVX-512 / AVX2 clones).
+ * Larger sums (rare: 2^22 is 128 K products at full scale) take
+ * qf_int8_requant_one_fixed. real[c] = qm 2^-31 (exact in double). */
+void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, double *real)
+{
+    for (int64_t c = 0; c < n; c++) real[c] = ldexp((double)multiplier[c], -31);
+}
+
+#define QF_INT8_REQUANT_ROW_(name, type)                                                                              \
+    QF_VECTOR_CLONES static int name(int64_t n, const int32_t *restrict acc, const qf_int8_row_params *p,            \
+                                     int32_t zp, int32_t lo, int32_t hi, type *restrict y, uint8_t *restrict exact)   \
+    {                                                                                                                 \
+        /* restrict, and the columns' arrays read once: the byte stores                                              \
+         * may alias anything otherwise, and the loop would not vectorize. */                                         \
+        const int32_t *restrict bias = p->bias, *restrict shift = p->shift;                                           \
+        const double *restrict real = p->real;                                                                        \
+        int any = 0;                                                                                                  \
+        for (int64_t c = 0; c < n; c++) {                                                                             \
+            const int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]);                                        \
+            const int32_t sh = shift[c], left = sh > 0 ? sh : 0, right = sh > 0 ? 0 : -sh;                            \
+            const int32_t vl = (int32_t)((uint32_t)v << left);                                                        \
+            const int e = vl >= (1 << 22) || vl <= -(1 << 22);                                                        \
+            const double yv = (double)vl * real[c]; /* exact: |vl| < 2^22, real has 31 bits */                       \
+            int32_t t = (int32_t)yv; /* toward zero; |yv| < 2^22 */                                                   \
+            double fr = yv - (double)t;                                                                               \
+            t -= fr < 0.0;                                                                                            \
+            fr = fr < 0.0 ? fr + 1.0 : fr; /* floor and fraction, exact */                                            \
+            const int32_t h = t + (fr >= 0.5); /* SRDHM: ties up, for either sign */                                  \
+            const int32_t mask = (int32_t)((1u << right) - 1u), rem = h & mask, thr = (mask >> 1) + (h < 0);          \
+            const int32_t q = (h >> right) + (rem > thr) + zp;                                                        \
+            y[c] = (type)(q < lo ? lo : q > hi ? hi : q);                                                             \
+            exact[c] = (uint8_t)e;                                                                                    \
+            any |= e;                                                                                                 \
+        }                                                                                                             \
+        return any;                                                                                                   \
+    }
+QF_INT8_REQUANT_ROW_(int8_requant_row_s8, int8_t)
+QF_INT8_REQUANT_ROW_(int8_requant_row_u8, uint8_t)
+#undef QF_INT8_REQUANT_ROW_
+
+void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc,
+                               const qf_int8_row_params *p, void *y)
+{
+    uint8_t exact[256];
+    qf_int8_requant one = *rq;
+    one.multiplier = p->multiplier;
+    one.shift = p->shift;
+    one.per_channel = true;
+    for (int64_t c0 = 0; c0 < n; c0 += 256) {
+        const int64_t k = n - c0 < 256 ? n - c0 : 256;
+        qf_int8_row_params pc = {p->multiplier + c0, p->shift + c0, p->bias + c0, p->real + c0};
+        int any = rq->dtype == QF_DTYPE_U8
+                      ? int8_requant_row_u8(k, acc + c0, &pc, rq->zp, rq->lo, rq->hi, (uint8_t *)y + c0, exact)
+                      : int8_requant_row_s8(k, acc + c0, &pc, rq->zp, rq->lo, rq->hi, (int8_t *)y + c0, exact);
+        for (int64_t c = 0; any && c < k; c++) {
+            if (!exact[c]) continue;
+            const int32_t v = (int32_t)((uint32_t)acc[c0 + c] + (uint32_t)p->bias[c0 + c]);
+            const int32_t q = qf_int8_requant_one_fixed(&one, c0 + c, v);
+            if (rq->dtype == QF_DTYPE_U8) ((uint8_t *)y)[c0 + c] = (uint8_t)q;
+            else ((int8_t *)y)[c0 + c] = (int8_t)q;
         }
     }
 }

@@ -35,6 +35,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/math/quant_math.h"
+#include "ops/math/requant.h"
 #include "ops/ref/conv.h"
 #include "qfold/graph.h"
 #include "qfold/schema.h"
@@ -73,12 +75,53 @@ float qf_int8_combined_scale(float x_scale, float w_scale, float y_scale);
 qf_status qf_int8_requant_prepare_fixed(const qf_node *n, const double *real, int64_t channels, int64_t acc_bound,
                                         int32_t *multiplier, int32_t *shift);
 
+/* One accumulator of channel ch requantized, (a) or (b): the arithmetic of
+ * the two loops below, shared with the oneDNN backend's int8 convolution
+ * (src/backend/dnnl/dnnl_qlinear.c), which requantizes its int32
+ * accumulators with them so that both engines give the same integers. */
+static inline int32_t qf_int8_requant_one_float(const qf_int8_requant *rq, int64_t ch, int32_t acc)
+{
+    /* onnxruntime: float(acc) * scale (float32), rounded half to even, + zp,
+     * clamped to [lo, hi]. Clamping before or after the rounding is the same
+     * (the bounds are integers). */
+    float v = qf_round_half_even_f32((float)acc * rq->scale[ch]);
+    return qf_saturate_range_f32(v + (float)rq->zp, rq->lo, rq->hi, rq->zp);
+}
+
+static inline int32_t qf_int8_requant_one_fixed(const qf_int8_requant *rq, int64_t ch, int32_t acc)
+{
+    int64_t v = (int64_t)qf_multiply_by_quantized_multiplier(acc, rq->multiplier[ch], (int)rq->shift[ch]) + rq->zp;
+    return (int32_t)(v < rq->lo ? rq->lo : v > rq->hi ? rq->hi : v);
+}
+
 /* y[r][c] (rows x cols, contiguous) from acc[r][c]; a per-row channel is
  * ch0 + r, a per-column one c. y is int8_t or uint8_t by rq->dtype. */
 void qf_int8_requant_float(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
                            void *y);
 void qf_int8_requant_fixed(const qf_int8_requant *rq, int64_t ch0, int64_t rows, int64_t cols, const int32_t *acc,
                            void *y);
+
+/* Per-column parameters of qf_int8_requant_fixed_row, one entry per
+ * column (a per-tensor value repeated): (b)'s multiplier and shift, the
+ * int32 bias added first (wrapping), and real from
+ * qf_int8_requant_row_prepare. */
+typedef struct qf_int8_row_params {
+    const int32_t *multiplier, *shift, *bias;
+    const double *real;
+} qf_int8_row_params;
+
+/* real[c] (multiplier[c] 2^-31) of the n columns. */
+void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, double *real);
+
+/* One row of n accumulators, channel c at column c: y[c] = clamp(MBQM(acc[c]
+ * + bias[c], multiplier[c], shift[c]) + rq->zp, rq->lo, rq->hi), int8 or
+ * uint8 by rq->dtype (rq's own arrays are not read). Element for element
+ * the integers of qf_int8_requant_one_fixed, vectorized (in double where
+ * that is exact: sums below 2^22 after the left shift; the others in
+ * requant.h's integers): the oneDNN backend's int8 convolution requantizes
+ * its rows with it. */
+void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc,
+                               const qf_int8_row_params *p, void *y);
 
 /* dst[r][i] = src[r][i] - zp[per_row ? r : 0] for a rows x k int8 / uint8
  * matrix src (dt). zp NULL: 0. */

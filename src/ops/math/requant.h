@@ -63,8 +63,10 @@ static inline int qf_requant_fits(double m, int64_t acc_bound)
     return qf_requant_shift_fits(shift, acc_bound);
 }
 
-/* gemmlowp SaturatingRoundingDoublingHighMul: round(a * b / 2^31), ties away
- * from zero; the one overflow (INT32_MIN * INT32_MIN) saturates. */
+/* gemmlowp SaturatingRoundingDoublingHighMul: round(a * b / 2^31), ties up
+ * (toward +inf: the nudge 1 - 2^30 of a negative product, then a division
+ * truncating toward zero, rounds -42.5 to -42); the one overflow
+ * (INT32_MIN * INT32_MIN) saturates. */
 static inline int32_t qf_sat_round_doubling_high_mul(int32_t a, int32_t b)
 {
     if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
