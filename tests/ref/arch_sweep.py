@@ -283,8 +283,11 @@ def tflite_step(name, path, xin, args):
     q = os.path.join(args.work, name + ".q.onnx")
     t = os.path.join(args.work, name + ".tflite")
     rep = os.path.join(args.work, name + ".q.json")
-    rc, msg, _ = run([args.qfold, "quantize", path, "-o", q, "--target", args.tflite, "--calib", xin,
-                      "--report", rep], args.timeout)
+    try:
+        rc, msg, _ = run([args.qfold, "quantize", path, "-o", q, "--target", args.tflite, "--calib", xin,
+                          "--report", rep], args.timeout)
+    except subprocess.TimeoutExpired:
+        return "quantize: did not finish within %g s" % args.timeout
     if rc != 0:
         return "quantize: " + first_line(msg)
     import json
