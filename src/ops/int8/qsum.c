@@ -27,6 +27,7 @@
 
 #include "ops/int8/int8.h"
 #include "ops/kernels.h"
+#include "ops/math/reduce_walk.h"
 
 typedef struct qsum_state {
     bool same;         /* X and Y share their qparams: TFLite's raw sum */
@@ -134,49 +135,16 @@ static qf_status qf_qsum_forward_f32(const qf_kernel_io *io)
     const qf_tensor *x = io->in[0];
     bool mask[QF_MAX_DIMS];
     QF_TRY(qsum_axes(io->node, x->ndim, mask));
-    const int rank = x->ndim;
-    /* kept and reduced axes with their strides; an odometer over each */
-    int64_t stride[QF_MAX_DIMS], kd[QF_MAX_DIMS], ks[QF_MAX_DIMS], rd[QF_MAX_DIMS], rs[QF_MAX_DIMS];
-    int nk = 0, nr = 0;
-    int64_t s1 = 1, rcount = 1;
-    for (int i = rank - 1; i >= 0; i--) {
-        stride[i] = s1;
-        s1 *= x->dims[i];
-    }
-    for (int i = 0; i < rank; i++) {
-        if (mask[i]) {
-            rd[nr] = x->dims[i];
-            rs[nr++] = stride[i];
-            rcount *= x->dims[i];
-        } else {
-            kd[nk] = x->dims[i];
-            ks[nk++] = stride[i];
-        }
-    }
+    qf_reduce_walk w;
+    qf_reduce_walk_init(&w, x->ndim, x->dims, mask);
     const int8_t *xd = x->data;
     int8_t *y = io->out[0]->data;
     const int64_t nout = qf_tensor_numel(io->out[0]);
-    int64_t kidx[QF_MAX_DIMS] = {0}, ridx[QF_MAX_DIMS], base = 0;
-    for (int64_t o = 0; o < nout; o++) {
+    for (int64_t o = 0; o < nout; o++, qf_reduce_walk_next_out(&w)) {
         int32_t s = 0;
-        int64_t off = base;
-        for (int i = 0; i < nr; i++) ridx[i] = 0;
-        for (int64_t r = 0; r < rcount; r++) {
-            s += xd[off];
-            for (int i = nr - 1; i >= 0; i--) {
-                off += rs[i];
-                if (++ridx[i] < rd[i]) break;
-                off -= rs[i] * rd[i];
-                ridx[i] = 0;
-            }
-        }
+        int64_t ridx[QF_MAX_DIMS] = {0}, off = w.base;
+        for (int64_t r = 0; r < w.rcount; r++, off = qf_reduce_walk_next_in(&w, ridx, off)) s += xd[off];
         y[o] = qsum_out(st, s);
-        for (int i = nk - 1; i >= 0; i--) {
-            base += ks[i];
-            if (++kidx[i] < kd[i]) break;
-            base -= ks[i] * kd[i];
-            kidx[i] = 0;
-        }
     }
     return QF_OK;
 }

@@ -19,6 +19,7 @@
 #include "core/parallel.h"
 #include "ops/kernels.h"
 #include "ops/ref/pool.h"
+#include "ops/math/reduce_walk.h"
 #include "ops/math/spatial.h"
 
 /* --- window pools ---------------------------------------------------------- */
@@ -512,21 +513,14 @@ static qf_status qf_reduce_max_infer(qf_graph *g, qf_node *n)
 /* One output element's reduction: the rcount elements at x + base + the
  * odometer over (rd, rs). Mean and sum in double, rounded once; max keeps a
  * NaN (the first one, as torch.amax propagates it) and is -inf over none. */
-#define QF_REDUCE_OVER_(T, STEP)                  \
-    do {                                          \
-        const T *xd = x->data;                    \
-        for (int i = 0; i < nr; i++) ridx[i] = 0; \
-        int64_t off = base;                       \
-        for (int64_t r = 0; r < rcount; r++) {    \
-            const T v = xd[off];                  \
-            STEP;                                 \
-            for (int i = nr - 1; i >= 0; i--) {   \
-                off += rs[i];                     \
-                if (++ridx[i] < rd[i]) break;     \
-                off -= rs[i] * rd[i];             \
-                ridx[i] = 0;                      \
-            }                                     \
-        }                                         \
+#define QF_REDUCE_OVER_(T, STEP)                                                                    \
+    do {                                                                                            \
+        const T *xd = x->data;                                                                      \
+        int64_t ridx[QF_MAX_DIMS] = {0}, off = w.base;                                              \
+        for (int64_t r = 0; r < w.rcount; r++, off = qf_reduce_walk_next_in(&w, ridx, off)) {       \
+            const T v = xd[off];                                                                    \
+            STEP;                                                                                   \
+        }                                                                                           \
     } while (0)
 
 static qf_status pool_reduce_forward(const qf_kernel_io *io, pool_reduce_kind kind)
@@ -540,32 +534,15 @@ static qf_status pool_reduce_forward(const qf_kernel_io *io, pool_reduce_kind ki
         memcpy(io->out[0]->data, x->data, qf_tensor_nbytes(x));
         return QF_OK;
     }
-    /* Split the axes into kept and reduced ones, each with its input stride;
-     * an odometer walks the kept axes (one output element each) and, inside,
-     * the reduced ones. The innermost reduced axes are usually contiguous. */
-    int64_t stride[QF_MAX_DIMS], kd[QF_MAX_DIMS], ks[QF_MAX_DIMS], rd[QF_MAX_DIMS], rs[QF_MAX_DIMS];
-    int nk = 0, nr = 0;
-    int64_t st = 1, rcount = 1;
-    for (int i = rank - 1; i >= 0; i--) {
-        stride[i] = st;
-        st *= x->dims[i];
-    }
-    for (int i = 0; i < rank; i++) {
-        if (mask[i]) {
-            rd[nr] = x->dims[i];
-            rs[nr++] = stride[i];
-            rcount *= x->dims[i];
-        } else {
-            kd[nk] = x->dims[i];
-            ks[nk++] = stride[i];
-        }
-    }
+    /* The kept axes (one output element each) and, for each, the reduced
+     * ones, as odometers (ops/math/reduce_walk.h). */
+    qf_reduce_walk w;
+    qf_reduce_walk_init(&w, rank, x->dims, mask);
     const int64_t nout = qf_tensor_numel(io->out[0]);
     const qf_dtype dt = x->dtype;
     void *yv = io->out[0]->data;
-    int64_t kidx[QF_MAX_DIMS] = {0}, ridx[QF_MAX_DIMS];
-    int64_t base = 0;
-    for (int64_t o = 0; o < nout; o++) {
+    const int64_t rcount = w.rcount;
+    for (int64_t o = 0; o < nout; o++, qf_reduce_walk_next_out(&w)) {
         if (kind == POOL_REDUCE_MAX) {
             switch (dt) {
             case QF_DTYPE_I8: {
@@ -605,12 +582,6 @@ static qf_status pool_reduce_forward(const qf_kernel_io *io, pool_reduce_kind ki
                 ((double *)yv)[o] = r;
             else
                 ((float *)yv)[o] = (float)r;
-        }
-        for (int i = nk - 1; i >= 0; i--) {
-            base += ks[i];
-            if (++kidx[i] < kd[i]) break;
-            base -= ks[i] * kd[i];
-            kidx[i] = 0;
         }
     }
     return QF_OK;
