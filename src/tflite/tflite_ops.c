@@ -545,7 +545,46 @@ qf_status qf_tfl_emit_qmean(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
         return qf_tfl_refuse(e, n, "output qparams are not per-tensor int8");
     if (fused_act(n, yq) != QF_TFL_ACT_NONE)
         return qf_tfl_refuse(e, n, "TFLite's MEAN has no fused activation");
-    return tfl_reduce(e, n, row, n->inputs[0], n->outputs[0], axes, cnt);
+    /* TFLite 2.2 computes an int8 MEAN in integers (what qmean computes:
+     * src/ops/int8/qpool.c) only for a 4-D input reduced over H and W with
+     * keep_dims; any other form takes a float path that rounds apart. A mean
+     * over W alone of a tensor whose H is 1 (a 1-D model's, conv1d_to_2d), or
+     * over H and W without keepdims, is that same mean: MEAN over [1, 2] with
+     * keep_dims, then a RESHAPE to the output's shape. */
+    const qf_value *x = n->inputs[0];
+    const int r = x->type.ndim;
+    bool red[4] = {false};
+    bool hw = r == 4 && cnt > 0;
+    for (int i = 0; hw && i < cnt; i++) {
+        int64_t a = axes[i] < 0 ? axes[i] + r : axes[i];
+        int p = a >= 0 && a < r ? qf_tfl_phys_axis(r, (int)a) : 0;
+        hw = p == 1 || p == 2;
+        if (hw) red[p] = true;
+    }
+    int xi;
+    if (hw) {
+        QF_TRY(qf_tfl_act_tensor(e, n, x, &xi));
+        const int32_t *xs = e->t[xi].shape;
+        hw = (red[1] || xs[1] == 1) && (red[2] || xs[2] == 1);
+    }
+    if (!hw || (red[1] && red[2] && qf_node_attr_int(n, "keepdims", 1) != 0))
+        return tfl_reduce(e, n, row, x, n->outputs[0], axes, cnt);
+    int yi, mi;
+    QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));
+    const int32_t *xs = e->t[xi].shape;
+    int32_t ms[4] = {xs[0], 1, 1, xs[3]};
+    char name[512];
+    snprintf(name, sizeof name, "%.480s_hw", e->t[yi].name);
+    mi = qf_tfl_add_tensor(e, name, QF_TFL_INT8, 4, ms, NULL, 0, 1, e->t[yi].scale, e->t[yi].zero_point, 0, false);
+    QF_TRY(qf_tfl_need(mi));
+    static const int32_t hw_axes[2] = {1, 2};
+    int ai = qf_tfl_i32_tensor(e, qf_tfl_node_name(e, n), "axes", hw_axes, 2, false);
+    QF_TRY(qf_tfl_need(ai));
+    qf_tfl_op *op;
+    int32_t in[2] = {xi, ai};
+    QF_TRY(qf_tfl_add_op(e, n, row->builtin, in, 2, &mi, 1, 0, &op));
+    op->keep_dims = 1;
+    return add_reshape(e, n, mi, e->t[yi].ndim, e->t[yi].shape, NULL, &yi);
 }
 
 /* REDUCE_MAX of an int8 tensor (a ReduceMax the lowering made int8: input
