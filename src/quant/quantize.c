@@ -159,7 +159,8 @@ static const char *const qz_qat_prepare_passes[] = {"canonicalize", "fuse_hard_s
                                                     "qat_bn_add", NULL};
 static const qf_pipeline qz_qat_prepare = {
     .name = "qat_prepare",
-    .summary = "QAT: canonicalize, cross-layer equalization (profile rule), fake_quants for the target, simulate "
+    .summary = "QAT: canonicalize, x * HardSigmoid(x) as HardSwish, cross-layer equalization (profile rule), "
+               "fake_quants for the target, simulate "
                "BatchNorm folded into the conv / linear before it",
     .passes = qz_qat_prepare_passes,
 };

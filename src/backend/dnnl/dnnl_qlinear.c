@@ -22,7 +22,7 @@
  * scales or a bias it converts them to float first). The requantization
  * runs on qfold's threads (oneDNN's OpenMP team) over rows of the
  * accumulators, right after the primitive. It costs time: see
- * docs/notes/h-exact.md (about 1 ns an output element).
+ * bench/int8.md (about 1 ns an output element).
  *
  * With QFOLD_INT8=fast (qf_dnnl_int8_fast, opt-in, approximate) oneDNN
  * requantizes itself:
