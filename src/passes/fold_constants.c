@@ -189,6 +189,7 @@ static bool qf_fold_shape_of(const qf_value *s, const qf_value *x, int64_t *firs
 {
     const qf_node *n = s ? s->producer : NULL;
     if (!n || n->op != QF_OP_SHAPE || n->ninputs < 1 || n->inputs[0] != x) return false;
+    if (x->type.dtype == QF_DTYPE_UNDEFINED) return false; /* past an opaque node: rank unknown */
     int64_t r = x->type.ndim;
     int64_t a = qf_node_attr_int(n, "start", 0), b = qf_node_attr_int(n, "end", r);
     if (a < 0) a += r;
@@ -305,7 +306,7 @@ static qf_status qf_fold_reshape_dims(qf_graph *g, qf_node *n)
         } else if (qf_fold_dims_piece(g, p, x, &first, &len)) {
             /* x's dims [first, first + len) at positions [k, k + len): exact
              * only when they line up (0 copies the dim at its own position) */
-            if (first != k || len > QF_MAX_DIMS - k) return QF_OK;
+            if (first != k || len > QF_MAX_DIMS - k || p->type.dims[0] != len) return QF_OK;
             for (int64_t j = 0; j < len; j++) dims[k++] = 0;
         } else {
             return QF_OK;
