@@ -156,6 +156,178 @@ static size_t qf_fold_bytes(qf_value *const *vs, int count, bool data_only)
     return total;
 }
 
+/* --- Reshape by the data's own dims --------------------------------------------
+ * torch's `x.view(x.size(0), -1)` with a dynamic batch exports as
+ *
+ *   Shape(x) ─Gather(0)─▶ Unsqueeze(0) ─┐
+ *                          const [-1] ──┴─Concat─▶ s ─Reshape(x, s)─▶ y
+ *
+ * which cannot fold (x's batch is not known). With allowzero = 0, a 0 in
+ * Reshape's shape means "copy the input's dim at this position", so when
+ * every piece of the Concat is a constant or dim k of x itself placed at
+ * position k, s equals, for every x, the constant with those positions 0:
+ * the same tensor, element for element, hence the same Reshape (the -1 is
+ * resolved from the same numbers). Any other piece (a dim of another
+ * tensor, of x at another position, a computed value) leaves the graph as
+ * it is. The Shape chain left unread is removed. */
+
+/* The int64 entries of a small constant (scalar or 1-D). */
+static bool qf_fold_small_ints(const qf_graph *g, qf_value *v, int64_t *out, int max, int *count)
+{
+    if (!v || !qf_value_is_const(v) || v->type.ndim > 1) return false;
+    if (v->type.dtype != QF_DTYPE_I64 && v->type.dtype != QF_DTYPE_I32) return false;
+    int64_t k = qf_tensor_numel(&v->type);
+    if (k < 0 || k > max || qf_value_load(g, v) != QF_OK) return false;
+    for (int64_t i = 0; i < k; i++) out[i] = qf_tensor_get_i64(&v->type, i);
+    *count = (int)k;
+    return true;
+}
+
+/* Whether s is Shape(x) (whole, or [start, end) at opset 15+); *first and
+ * *len say which dims of x it lists. */
+static bool qf_fold_shape_of(const qf_value *s, const qf_value *x, int64_t *first, int64_t *len)
+{
+    const qf_node *n = s ? s->producer : NULL;
+    if (!n || n->op != QF_OP_SHAPE || n->ninputs < 1 || n->inputs[0] != x) return false;
+    if (x->type.dtype == QF_DTYPE_UNDEFINED) return false; /* past an opaque node: rank unknown */
+    int64_t r = x->type.ndim;
+    int64_t a = qf_node_attr_int(n, "start", 0), b = qf_node_attr_int(n, "end", r);
+    if (a < 0) a += r;
+    if (b < 0) b += r;
+    a = a < 0 ? 0 : a > r ? r : a;
+    b = b < 0 ? 0 : b > r ? r : b;
+    *first = a;
+    *len = b > a ? b - a : 0;
+    return true;
+}
+
+/* The dims of x that piece p lists, in order: x dims [*first, *first +
+ * *len). False when p is not Shape(x), Gather(Shape(x), const i) with
+ * Unsqueeze(axes 0) on a scalar index, or Slice(Shape(x)) with step 1. */
+static bool qf_fold_dims_piece(const qf_graph *g, const qf_value *p, const qf_value *x,
+                               int64_t *first, int64_t *len)
+{
+    const qf_node *n = p->producer;
+    if (!n) return false;
+    int64_t s0, sl, v[QF_MAX_DIMS];
+    int c;
+    if (n->op == QF_OP_SHAPE) return qf_fold_shape_of(p, x, first, len);
+    if (n->op == QF_OP_UNSQUEEZE) {
+        /* a scalar made a 1-element vector: axes [0] or [-1] */
+        const qf_value *in = n->inputs[0];
+        if (!in || in->type.ndim != 0) return false;
+        const int64_t *ax = qf_node_attr_ints(n, "axes", &c);
+        if (n->ninputs > 1 && n->inputs[1]) {
+            if (!qf_fold_small_ints(g, n->inputs[1], v, QF_MAX_DIMS, &c)) return false;
+            ax = v;
+        }
+        if (!ax || c != 1 || (ax[0] != 0 && ax[0] != -1)) return false;
+        n = in->producer;
+        if (!n || n->op != QF_OP_GATHER) return false;
+    }
+    if (n->op == QF_OP_GATHER) {
+        /* a scalar index (after the Unsqueeze above) or a 1-element one */
+        if (n->ninputs < 2 || qf_node_attr_int(n, "axis", 0) != 0) return false;
+        if (!qf_fold_shape_of(n->inputs[0], x, &s0, &sl)) return false;
+        if (n->inputs[1]->type.ndim > (p->producer->op == QF_OP_GATHER ? 1 : 0)) return false;
+        if (!qf_fold_small_ints(g, n->inputs[1], v, 1, &c) || c != 1) return false;
+        int64_t i = v[0] < 0 ? v[0] + sl : v[0];
+        if (i < 0 || i >= sl) return false;
+        *first = s0 + i;
+        *len = 1;
+        return true;
+    }
+    if (n->op == QF_OP_SLICE) {
+        /* Slice(Shape(x), starts, ends[, axes [0][, steps [1]]]) */
+        if (n->ninputs < 3 || !qf_fold_shape_of(n->inputs[0], x, &s0, &sl)) return false;
+        int64_t st, en;
+        if (!qf_fold_small_ints(g, n->inputs[1], v, 1, &c) || c != 1) return false;
+        st = v[0];
+        if (!qf_fold_small_ints(g, n->inputs[2], v, 1, &c) || c != 1) return false;
+        en = v[0];
+        if (n->ninputs > 3 && n->inputs[3] &&
+            (!qf_fold_small_ints(g, n->inputs[3], v, 1, &c) || c != 1 || (v[0] != 0 && v[0] != -1)))
+            return false;
+        if (n->ninputs > 4 && n->inputs[4] &&
+            (!qf_fold_small_ints(g, n->inputs[4], v, 1, &c) || c != 1 || v[0] != 1))
+            return false;
+        if (st < 0) st += sl;
+        if (en < 0) en += sl;
+        st = st < 0 ? 0 : st > sl ? sl : st;
+        en = en < 0 ? 0 : en > sl ? sl : en;
+        *first = s0 + st;
+        *len = en > st ? en - st : 0;
+        return true;
+    }
+    return false;
+}
+
+/* Remove n if nothing reads its outputs, then its producers likewise, and
+ * the constants only it read. */
+static void qf_fold_prune(qf_graph *g, qf_node *n)
+{
+    for (int i = 0; i < n->noutputs; i++)
+        if (n->outputs[i]->nuses || n->outputs[i]->is_output) return;
+    qf_value *ins[QF_MAX_DIMS + 8];
+    int nin =
+        n->ninputs < (int)(sizeof ins / sizeof *ins) ? n->ninputs : (int)(sizeof ins / sizeof *ins);
+    for (int i = 0; i < nin; i++) ins[i] = n->inputs[i];
+    qf_graph_remove_node(g, n);
+    for (int i = 0; i < nin; i++) {
+        qf_value *v = ins[i];
+        if (!v || g->values[v->id] != v || v->nuses || v->is_output) continue;
+        if (v->producer)
+            qf_fold_prune(g, v->producer);
+        else if (qf_value_is_const(v))
+            qf_graph_remove_value(g, v);
+    }
+}
+
+/* Rewrite n = Reshape(x, Concat(pieces)) as described above when it is exact. */
+static qf_status qf_fold_reshape_dims(qf_graph *g, qf_node *n)
+{
+    if (n->ninputs < 2 || !n->inputs[0] || !n->inputs[1]) return QF_OK;
+    if (qf_node_attr_int(n, "allowzero", 0) != 0) return QF_OK; /* 0 would mean a 0 dim */
+    qf_value *x = n->inputs[0], *s = n->inputs[1];
+    qf_node *cat = s->producer;
+    if (!cat || cat->op != QF_OP_CONCAT || s->type.dtype != QF_DTYPE_I64) return QF_OK;
+    int64_t axis = qf_node_attr_int(cat, "axis", 0);
+    if (axis != 0 && axis != -1) return QF_OK;
+    int64_t dims[QF_MAX_DIMS];
+    int k = 0;
+    for (int i = 0; i < cat->ninputs; i++) {
+        qf_value *p = cat->inputs[i];
+        if (!p || p->type.dtype != QF_DTYPE_I64 || p->type.ndim != 1) return QF_OK;
+        int c;
+        int64_t first, len;
+        if (qf_value_is_const(p)) {
+            if (!qf_fold_small_ints(g, p, dims + k, QF_MAX_DIMS - k, &c)) return QF_OK;
+            k += c;
+        } else if (qf_fold_dims_piece(g, p, x, &first, &len)) {
+            /* x's dims [first, first + len) at positions [k, k + len): exact
+             * only when they line up (0 copies the dim at its own position) */
+            if (first != k || len > QF_MAX_DIMS - k || p->type.dims[0] != len) return QF_OK;
+            for (int64_t j = 0; j < len; j++) dims[k++] = 0;
+        } else {
+            return QF_OK;
+        }
+    }
+    qf_tensor t;
+    int64_t kk = k;
+    QF_TRY(qf_tensor_init(&t, QF_DTYPE_I64, 1, &kk));
+    memcpy(t.data, dims, sizeof *dims * (size_t)k);
+    char name[600], tmp[640];
+    snprintf(name, sizeof name, "%s", s->name);
+    snprintf(tmp, sizeof tmp, "%.560s_dims", s->name);
+    qf_value *c = qf_graph_add_constant(g, tmp, QF_VALUE_CONSTANT, &t);
+    qf_tensor_free(&t);
+    if (!c) return QF_ERR_NOMEM;
+    QF_TRY(qf_node_set_input(g, n, 1, c));
+    qf_fold_prune(g, cat);
+    /* The constant keeps the Concat's output name when that is gone. */
+    if (!qf_graph_find_value(g, name)) QF_TRY(qf_graph_rename_value(g, c, name));
+    return QF_OK;
+}
 
 /* weight[id]: value id is a float initializer (or a fold of one). */
 typedef struct qf_fold_weights {
@@ -242,6 +414,7 @@ static qf_status fold_all(qf_graph *g, qf_pass_ctx *ctx, int *count)
     qf_status st = QF_OK;
     for (qf_node *n = g->first, *next; n; n = next) {
         next = n->next;
+        if (n->op == QF_OP_RESHAPE && (st = qf_fold_reshape_dims(g, n)) != QF_OK) break;
         st = qf_node_infer(g, n);
         if (st != QF_OK) break;
         bool done;

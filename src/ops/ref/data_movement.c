@@ -209,6 +209,7 @@ static qf_status qf_reshape_infer(qf_graph *g, qf_node *n)
     int infer_at = -1;
     int64_t known = 1;
     bool unknown = false;
+    bool copied[QF_MAX_DIMS] = {false};
     for (int i = 0; i < k; i++) {
         if (shape[i] == -1) {
             if (infer_at >= 0)
@@ -228,6 +229,7 @@ static qf_status qf_reshape_infer(qf_graph *g, qf_node *n)
                                 "input does not have",
                                 n->name, i, x->ndim);
             shape[i] = x->dims[i];
+            copied[i] = true;
         }
         if (shape[i] < 0) unknown = true;
         else if (!qf_i64_mul(known, shape[i], &known) || known > QF_MAX_TENSOR_BYTES) {
@@ -240,7 +242,26 @@ static qf_status qf_reshape_infer(qf_graph *g, qf_node *n)
     char a[128], b[128];
     if (infer_at >= 0) {
         if (total < 0 || unknown) {
-            shape[infer_at] = -1;
+            /* [0, -1] on an [N, C, H, W] of unknown N: the dims a 0 copies
+             * are the same on both sides, so the -1 is the product of the
+             * input's other dims over the target's other dims when those
+             * are all known (x.view(x.size(0), -1) keeps its C*H*W). */
+            int64_t in_rest = 1, out_rest = 1;
+            bool rest_known = true;
+            for (int d = 0; d < x->ndim && rest_known; d++)
+                if (!(d < k && copied[d])) {
+                    rest_known = x->dims[d] >= 0;
+                    if (rest_known && !qf_i64_mul(in_rest, x->dims[d], &in_rest))
+                        rest_known = false;
+                }
+            for (int i = 0; i < k && rest_known; i++)
+                if (i != infer_at && !copied[i]) {
+                    rest_known = shape[i] >= 0;
+                    if (rest_known && !qf_i64_mul(out_rest, shape[i], &out_rest))
+                        rest_known = false;
+                }
+            shape[infer_at] =
+                rest_known && out_rest > 0 && in_rest % out_rest == 0 ? in_rest / out_rest : -1;
         } else if (known == 0 || total % known != 0) {
             return qf_error(QF_ERR_SHAPE, "node '%s' (Reshape): cannot reshape %s into %s", n->name,
                             qf_shape_str(x->ndim, x->dims, a, sizeof a), qf_shape_str(k, shape, b, sizeof b));
