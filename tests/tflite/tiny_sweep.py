@@ -4,9 +4,11 @@
 
     tiny_sweep.py --qfold BIN --root DIR --work DIR --schema-py DIR CASE
 
-Each CASE is one small MLPerf-Tiny-style model of our own with random
-BatchNorm statistics (a fresh BN is the identity and hides bugs), exported
-twice the ways users export: opset 13 with PyTorch's default fixed batch of 1,
+Each CASE is one small MLPerf-Tiny-style model of our own, trained for a
+few seconds on a synthetic task (train(): an untrained network's outputs
+barely depend on its input, so top-1 agreement would test noise, and its
+BatchNorms would be the identity, which hides bugs), exported twice the ways
+users export: opset 13 with PyTorch's default fixed batch of 1,
 and opset 17 with a dynamic batch. For each export and each target (neutron,
 generic):
 
@@ -60,7 +62,7 @@ SHAPES = {
 
 def smooth(rng, n, shape, cells=4):
     """n random fields of `shape` (C, H, W) / (C, L) / (L,) that vary
-    slowly: uniform noise on a coarse grid, repeated up (a structured
+    slowly: normal noise on a coarse grid, repeated up (a structured
     signal, as images and spectrograms are)."""
     if len(shape) == 1:
         return np.repeat(rng.standard_normal((n, shape[0] // 16)), 16, 1)[:, :shape[0]]
