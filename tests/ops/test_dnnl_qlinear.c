@@ -73,7 +73,7 @@ static const qcase cases[] = {
      QF_DTYPE_I8, true, true, false, false},
     {"stem 7x7 stride 2", 2, 1, 3, 18, 1, {32, 30}, {7, 7}, {2, 2}, {3, 3, 3, 3}, {1, 1}, QF_DTYPE_I8, QF_DTYPE_I8,
      true, true, true, true},
-    /* More than 64 K sums (QDNNL_CHUNK_SUMS) and X channels-last (the
+    /* More than 32 K sums a batch item (QDNNL_CHUNK_SUMS) and X channels-last (the
      * cases named "pieces" get X in NHWC): the exact path runs them in
      * pieces of whole images, one thread each (dnnl_qlinear.c). */
     {"pieces: 3x3 batch 5", 2, 5, 16, 64, 1, {32, 30}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, QF_DTYPE_U8, QF_DTYPE_I8,

@@ -446,14 +446,15 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, c
 /* The exact path's pieces: the int32 sums of the whole batch (4 bytes an
  * output element, 4x what the int8 output takes) leave the caches before
  * qfold reads them back to requantize; pieces of at most QDNNL_CHUNK_SUMS
- * sums stay in L2. A pointwise convolution (kernel 1, stride 1, no
+ * sums (128 KB) stay in L2 (32 K: mobilenet_v2 batch 8 ran 20 % faster
+ * than with 64 K, docs/notes/h-exact2.md). A pointwise convolution (kernel 1, stride 1, no
  * padding) on channels-last data is the same convolution over any run of
  * positions (a 1 x run image); any other runs whole images. The pieces are
  * equal (a divisor of the positions or of the batch), so one primitive
  * serves them all; runs shorter than an eighth of the budget are not worth
  * a primitive call each (then images, or no pieces). Sets *flat for runs
  * of positions; returns the number of pieces (1: none). */
-#define QDNNL_CHUNK_SUMS ((int64_t)64 * 1024)
+#define QDNNL_CHUNK_SUMS ((int64_t)32 * 1024)
 
 static int64_t qdnnl_chunks(const qf_conv_geom *cg, bool x_nhwc, bool *flat)
 {
