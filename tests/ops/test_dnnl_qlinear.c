@@ -73,6 +73,13 @@ static const qcase cases[] = {
      QF_DTYPE_I8, true, true, false, false},
     {"stem 7x7 stride 2", 2, 1, 3, 18, 1, {32, 30}, {7, 7}, {2, 2}, {3, 3, 3, 3}, {1, 1}, QF_DTYPE_I8, QF_DTYPE_I8,
      true, true, true, true},
+    /* More than 32 K sums a batch item (QDNNL_CHUNK_SUMS) and X channels-last (the
+     * cases named "pieces" get X in NHWC): the exact path runs them in
+     * pieces of whole images, one thread each (dnnl_qlinear.c). */
+    {"pieces: 3x3 batch 5", 2, 5, 16, 64, 1, {32, 30}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, QF_DTYPE_U8, QF_DTYPE_I8,
+     true, true, true, true},
+    {"pieces: grouped batch 4", 2, 4, 32, 96, 2, {33, 25}, {3, 3}, {1, 1}, {1, 1, 1, 1}, {1, 1}, QF_DTYPE_I8,
+     QF_DTYPE_U8, true, true, true, false},
 };
 
 static qf_value *add_const(qf_graph *g, const char *name, qf_dtype dt, int ndim, const int64_t *dims,
@@ -173,13 +180,26 @@ static void run_case(void)
     const qf_tensor *types[9] = {0}, *run_in[9] = {0};
     for (int i = 0; i < n->ninputs; i++) types[i] = run_in[i] = n->inputs[i] ? &n->inputs[i]->type : NULL;
     run_in[0] = &x;
+    const bool nhwc = strncmp(qc->name, "pieces", 6) == 0;
+    qf_tensor xt = {0};
+    if (nhwc) { /* X's bytes in NHWC order; its dims stay NCHW (the layout bit says) */
+        REQUIRE_OK(qf_tensor_init(&xt, x.dtype, x.ndim, x.dims));
+        const int64_t hw = qc->in[0] * qc->in[1];
+        for (int64_t b = 0; b < qc->n; b++)
+            for (int64_t c = 0; c < qc->c; c++)
+                for (int64_t p = 0; p < hw; p++)
+                    ((uint8_t *)xt.data)[(b * hw + p) * qc->c + c] =
+                        ((const uint8_t *)x.data)[(b * qc->c + c) * hw + p];
+        run_in[0] = &xt;
+    }
     REQUIRE_OK(qf_tensor_init(&y, ref->dtype, ref->ndim, ref->dims));
     qf_tensor *outs[1] = {&y};
     qf_tensor *out_types[1] = {&n->outputs[0]->type};
     const qf_backend_kernels *bk = &qf_qlinear_conv_dnnl;
     state = calloc(1, bk->state_size);
     REQUIRE(state, "calloc");
-    qf_kernel_io io = {.node = n, .opset = 13, .nin = n->ninputs, .nout = 1, .in = types, .out = out_types};
+    qf_kernel_io io = {.node = n, .opset = 13, .nin = n->ninputs, .nout = 1, .in = types, .out = out_types,
+                       .in_nhwc = nhwc ? 1u : 0u};
     qf_status st = bk->prepare(&io, state);
     REQUIRE(st == QF_OK, "%s: the oneDNN kernel declined or failed (%d: %s)", qc->name, (int)st, qf_error_message());
     prepared = true;
@@ -238,6 +258,7 @@ static void run_case(void)
     free(scratch);
     qf_tensor_free(&y);
     qf_tensor_free(&x);
+    qf_tensor_free(&xt);
     qf_plan_free(plan);
     qf_graph_free(g);
     qf_set_engine(QF_ENGINE_AUTO);

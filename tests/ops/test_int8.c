@@ -313,8 +313,10 @@ static void test_qlinear_clamp_attr(void)
 }
 
 /* qf_int8_requant_fixed_row (the vectorized requantization of the oneDNN
- * backend's int8 convolution) against qf_int8_requant_one_fixed, element for
- * element: multipliers over [2^30, 2^31) and 0, every shift from -31 to 30
+ * backend's int8 convolution), each implementation the CPU runs (the
+ * double one, the AVX2 and AVX-512 integer ones), against
+ * qf_int8_requant_one_fixed, element for element, every length 1..N (the
+ * vector tails; bytes past n untouched): multipliers over [2^30, 2^31) and 0, every shift from -31 to 30
  * (a left shift with accumulators that fit it, as prepare guarantees),
  * accumulators over the whole int32 range and at the rounding ties, bias
  * adds that wrap, int8 and uint8 outputs with clamps. */
@@ -324,19 +326,29 @@ static void test_requant_row(void)
     int32_t acc[N], bias[N], mult[N], shift[N];
     double real[N];
     uint8_t got[N];
-    int64_t bad = 0, checked = 0;
+    static const qf_int8_row_isa isas[] = {QF_INT8_ROW_BEST, QF_INT8_ROW_DOUBLE, QF_INT8_ROW_AVX2,
+                                           QF_INT8_ROW_AVX512};
+    static const char *const names[] = {"best", "double", "avx2", "avx512"};
+    int64_t bad[4] = {0}, checked = 0;
+    bool ran[4] = {false};
     for (int round = 0; round < 4000; round++) {
         for (int c = 0; c < N; c++) {
-            mult[c] = c == 5 ? 0 : c == 6 ? INT32_MAX : (int32_t)((1u << 30) + ((uint32_t)rnd(0, 0x3fffffff)));
-            if (c % 7 == 0) mult[c] = (int32_t)((1u << 30) + ((uint32_t)rnd(0, 3) << 28)); /* v qm / 2^31 hits k + 1/2 */
+            mult[c] = c == 5   ? 0
+                      : c == 6 ? INT32_MAX
+                               : (int32_t)((1u << 30) + ((uint32_t)rnd(0, 0x3fffffff)));
+            if (c % 7 == 0)
+                mult[c] = (int32_t)((1u << 30) +
+                                    ((uint32_t)rnd(0, 3) << 28)); /* v qm / 2^31 hits k + 1/2 */
             shift[c] = rnd(-31, 30);
             int32_t a = (int32_t)(((uint32_t)rnd(0, 0xffff) << 16) ^ (uint32_t)rnd(0, 0xffff));
             if (round % 4 == 1) a = rnd(-300000, 300000);
-            if (round % 4 == 2) a = (rnd(-2000, 2000) << (c % 20)) + rnd(-1, 1); /* ties of the right shift */
+            if (round % 4 == 2)
+                a = (rnd(-2000, 2000) << (c % 20)) + rnd(-1, 1); /* ties of the right shift */
             if (round % 4 == 3) {
                 /* Around a tie of the result: v qm 2^(shift - 31) = k + 1/2
                  * for an output k in range, give or take a few units of v. */
-                const double t = ((double)rnd(-300, 300) + 0.5) / ldexp((double)mult[c], shift[c] - 31);
+                const double t =
+                    ((double)rnd(-300, 300) + 0.5) / ldexp((double)mult[c], shift[c] - 31);
                 a = fabs(t) < 2e9 ? (int32_t)t + rnd(-3, 3) : 0;
             }
             if (shift[c] > 0) a >>= shift[c] + 1; /* fits the left shift */
@@ -345,24 +357,54 @@ static void test_requant_row(void)
             if (shift[c] > 0 || round % 8 == 3) bias[c] = 0;
         }
         const bool u8 = round % 2 == 1;
-        qf_int8_requant rq = {.multiplier = mult, .shift = shift, .per_channel = true, .per_col = true,
-                              .zp = u8 ? rnd(0, 255) : rnd(-128, 127), .dtype = u8 ? QF_DTYPE_U8 : QF_DTYPE_I8};
+        qf_int8_requant rq = {.multiplier = mult,
+                              .shift = shift,
+                              .per_channel = true,
+                              .per_col = true,
+                              .zp = u8 ? rnd(0, 255) : rnd(-128, 127),
+                              .dtype = u8 ? QF_DTYPE_U8 : QF_DTYPE_I8};
         rq.lo = u8 ? rnd(0, 40) : rnd(-128, -90);
         rq.hi = u8 ? rnd(200, 255) : rnd(90, 127);
+        if (round % 16 == 5 ||
+            round % 16 ==
+                10) /* the largest sums: SRDHM's result near INT32_MAX / INT32_MIN, + zp past int32 */
+            for (int c = 0; c < 8; c++) {
+                mult[c] = INT32_MAX - c;
+                shift[c] = c % 2 == 0 ? 0 : -1;
+                acc[c] = c < 4 ? INT32_MAX - c : INT32_MIN + c;
+                bias[c] = 0;
+            }
         qf_int8_requant_row_prepare(N, mult, real);
         const qf_int8_row_params rp = {mult, shift, bias, real};
-        qf_int8_requant_fixed_row(&rq, N, acc, &rp, got);
-        for (int c = 0; c < N; c++) {
-            int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]);
-            int32_t want = qf_int8_requant_one_fixed(&rq, c, v);
-            int32_t g = u8 ? got[c] : (int8_t)got[c];
-            checked++;
-            if (g != want && bad++ < 5)
-                fprintf(stderr, "requant row: acc %d + bias %d, multiplier %d shift %d: %d, want %d\n", acc[c],
-                        bias[c], mult[c], shift[c], g, want);
+        for (int isa = 0; isa < (int)(sizeof isas / sizeof isas[0]); isa++) {
+            if (!qf_int8_requant_row_has(isas[isa])) continue;
+            ran[isa] = true;
+            /* every length from 1 to N over the rounds: the vector loops' tails */
+            const int n = round % 3 == 0 ? N : 1 + round % N;
+            memset(got, 0xa5, sizeof got);
+            qf_int8_requant_fixed_row_isa(isas[isa], &rq, n, acc, &rp, got);
+            for (int c = 0; c < N; c++) {
+                int32_t v = (int32_t)((uint32_t)acc[c] + (uint32_t)bias[c]);
+                int32_t want =
+                    c < n ? qf_int8_requant_one_fixed(&rq, c, v) : (int32_t)(uint8_t)0xa5;
+                int32_t g = u8 || c >= n ? got[c] : (int8_t)got[c];
+                checked++;
+                if (g != want && bad[isa]++ < 5)
+                    fprintf(stderr,
+                            "requant row (%s), n %d, column %d: acc %d + bias %d, multiplier %d "
+                            "shift %d: %d, want %d\n",
+                            names[isa], n, c, acc[c], bias[c], mult[c], shift[c], g, want);
+            }
         }
     }
-    CHECKF(bad == 0, "requant row: %lld of %lld differ", (long long)bad, (long long)checked);
+    for (int isa = 0; isa < (int)(sizeof isas / sizeof isas[0]); isa++) {
+        CHECKF(bad[isa] == 0, "requant row (%s): %lld differ", names[isa], (long long)bad[isa]);
+        if (!ran[isa])
+            fprintf(stderr, "requant row (%s): not run, the CPU has no such instructions\n",
+                    names[isa]);
+    }
+    CHECKF(ran[0] && ran[1], "requant row: the best and the double implementations must run");
+    (void)checked;
 }
 
 int main(void)

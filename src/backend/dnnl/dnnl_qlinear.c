@@ -75,6 +75,8 @@
 #include "ops/int8/int8.h"
 #include "ops/int8/qlinear.h"
 
+#define QDNNL_SLOTS 16 /* qf_parallel_threads()'s most */
+
 typedef struct qdnnl_state {
     dnnl_primitive_t conv, reorder_in, reorder_out; /* reorders NULL when NCHW is oneDNN's layout */
     dnnl_memory_t x_user, x_conv, w, b, y_conv, y_user, pad, res; /* res: a fused qadd's other operand */
@@ -89,6 +91,21 @@ typedef struct qdnnl_state {
     qf_int8_row_params row; /* m entries each, in rq_raw (bias: ONNX's requantization too) */
     void *rq_raw;
     int64_t rows, m, plane;
+    /* The exact path runs the convolution in `chunks` equal pieces (the
+     * primitive is built for one; qdnnl_chunks): whole images, or for a
+     * pointwise convolution runs of output positions. With pieces, each of
+     * `slots` threads takes a share of them and, for each, runs the
+     * primitive itself (one thread: inside qfold's parallel job, oneDNN's
+     * OpenMP regions do not fork) on its own stream, memories, scratchpad
+     * and sums (acc_bytes at off_acc + slot * acc_bytes, its scratchpad at
+     * off_pad + slot * pad_bytes), then requantizes the piece while it is in
+     * its cache. No thread waits for another between two pieces. */
+    int64_t chunks;
+    size_t x_piece; /* X's bytes of one piece */
+    int slots;
+    size_t acc_bytes, pad_bytes;
+    dnnl_stream_t slot_stream[QDNNL_SLOTS];
+    dnnl_memory_t slot_x[QDNNL_SLOTS], slot_y[QDNNL_SLOTS], slot_pad[QDNNL_SLOTS];
 } qdnnl_state;
 
 static void qdnnl_release(void *state)
@@ -101,6 +118,12 @@ static void qdnnl_release(void *state)
     dnnl_memory_t mems[] = {s->x_user, s->x_conv, s->w, s->b, s->y_conv, s->y_user, s->pad, s->res};
     for (size_t i = 0; i < sizeof mems / sizeof mems[0]; i++)
         if (mems[i]) QF_DNNL(memory_destroy)(mems[i]);
+    for (int t = 0; t < QDNNL_SLOTS; t++) {
+        if (s->slot_x[t]) QF_DNNL(memory_destroy)(s->slot_x[t]);
+        if (s->slot_y[t]) QF_DNNL(memory_destroy)(s->slot_y[t]);
+        if (s->slot_pad[t]) QF_DNNL(memory_destroy)(s->slot_pad[t]);
+        if (s->slot_stream[t]) QF_DNNL(stream_destroy)(s->slot_stream[t]);
+    }
     qf_free(s->w_raw);
     qf_free(s->rq_raw);
     memset(s, 0, sizeof *s);
@@ -420,6 +443,40 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, c
     return st;
 }
 
+/* The exact path's pieces: the int32 sums of the whole batch (4 bytes an
+ * output element, 4x what the int8 output takes) leave the caches before
+ * qfold reads them back to requantize; pieces of at most QDNNL_CHUNK_SUMS
+ * sums (128 KB) stay in L2 (32 K: mobilenet_v2 batch 8 ran 20 % faster
+ * than with 64 K, docs/notes/h-exact2.md). A pointwise convolution (kernel 1, stride 1, no
+ * padding) on channels-last data is the same convolution over any run of
+ * positions (a 1 x run image); any other runs whole images. The pieces are
+ * equal (a divisor of the positions or of the batch), so one primitive
+ * serves them all; runs shorter than an eighth of the budget are not worth
+ * a primitive call each (then images, or no pieces). Sets *flat for runs
+ * of positions; returns the number of pieces (1: none). */
+#define QDNNL_CHUNK_SUMS ((int64_t)32 * 1024)
+
+static int64_t qdnnl_chunks(const qf_conv_geom *cg, bool x_nhwc, bool *flat)
+{
+    bool pw = x_nhwc;
+    for (int i = 0; i < cg->s.rank; i++)
+        pw = pw && cg->s.kernel[i] == 1 && cg->s.stride[i] == 1 && cg->s.pad_begin[i] == 0 &&
+             cg->s.pad_end[i] == 0;
+    const int64_t rows = cg->n * cg->out_plane;
+    *flat = false;
+    if (pw && rows * cg->m > QDNNL_CHUNK_SUMS) {
+        int64_t d = QDNNL_CHUNK_SUMS / cg->m;
+        while (d > 1 && rows % d) d--;
+        if (d * cg->m * 8 >= QDNNL_CHUNK_SUMS) {
+            *flat = true;
+            return rows / d;
+        }
+    }
+    int64_t d = cg->n;
+    while (d > 1 && (cg->n % d || d * cg->out_plane * cg->m > QDNNL_CHUNK_SUMS)) d--;
+    return cg->n / d;
+}
+
 static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, const qdnnl_res *res,
                              qdnnl_state *s)
 {
@@ -431,14 +488,38 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     dnnl_memory_desc_t x_md, x_any, w_any, b_md, y_md, y_any, r_md;
     QF_TRY(qf_dnnl_md(n, &x_md, x, io->in_nhwc & 1u));
     QF_TRY(qf_dnnl_md(n, &y_md, y, io->out_nhwc & 1u));
+    /* The exact path's piece (qdnnl_chunks): X's and the sums' dims of one. */
+    dnnl_dims_t xdims, ydims;
+    for (int i = 0; i < x->ndim; i++) xdims[i] = x->dims[i];
+    for (int i = 0; i < y->ndim; i++) ydims[i] = y->dims[i];
+    bool flat = false;
+    if (!exact || x->ndim != y->ndim || x->ndim < 3 || x->ndim > 5) s->chunks = 1;
+    else if (!s->chunks) s->chunks = qdnnl_chunks(cg, io->in_nhwc & 1u, &flat);
+    if (s->chunks > 1) {
+        if (flat) {
+            const int64_t run = cg->n * cg->out_plane / s->chunks;
+            xdims[0] = ydims[0] = 1;
+            xdims[2] = ydims[2] = run;
+            for (int i = 3; i < x->ndim; i++) xdims[i] = ydims[i] = 1;
+        } else {
+            xdims[0] = ydims[0] = cg->n / s->chunks;
+        }
+        static const dnnl_format_tag_t plain[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_abc, dnnl_abcd, dnnl_abcde};
+        static const dnnl_format_tag_t chl[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_acb, dnnl_acdb, dnnl_acdeb};
+        QF_TRY(qf_dnnl_check(n,
+                             QF_DNNL(memory_desc_init_by_tag)(&x_md, x->ndim, xdims, x_md.data_type,
+                                                              (io->in_nhwc & 1u) ? chl[x->ndim] : plain[x->ndim]),
+                             "input"));
+        s->x_piece = QF_DNNL(memory_desc_get_size)(&x_md);
+    }
     /* A fused residual is read in the output's layout, which the primitive
      * then writes directly. */
     if (res) QF_TRY(qf_dnnl_md(n, &r_md, io->post_in[0], io->out_nhwc & 1u));
     dnnl_dims_t dims;
-    for (int i = 0; i < x->ndim; i++) dims[i] = x->dims[i];
+    for (int i = 0; i < x->ndim; i++) dims[i] = xdims[i];
     QF_TRY(qf_dnnl_check(
         n, QF_DNNL(memory_desc_init_by_tag)(&x_any, x->ndim, dims, x_md.data_type, dnnl_format_tag_any), "input"));
-    for (int i = 0; i < y->ndim; i++) dims[i] = y->dims[i];
+    for (int i = 0; i < y->ndim; i++) dims[i] = exact ? ydims[i] : y->dims[i];
     static const dnnl_format_tag_t last[] = {dnnl_a, dnnl_a, dnnl_ab, dnnl_acb, dnnl_acdb, dnnl_acdeb};
     if (exact && (y->ndim < 3 || y->ndim > 5)) return QF_ERR_UNSUPPORTED;
     if (exact)
@@ -484,6 +565,13 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     const dnnl_memory_desc_t *xc = QF_DNNL(primitive_desc_query_md)(pd, dnnl_query_src_md, 0);
     const dnnl_memory_desc_t *wc = QF_DNNL(primitive_desc_query_md)(pd, dnnl_query_weights_md, 0);
     const dnnl_memory_desc_t *yc = QF_DNNL(primitive_desc_query_md)(pd, dnnl_query_dst_md, 0);
+    if (s->chunks > 1 && !QF_DNNL(memory_desc_equal)(xc, &x_md)) {
+        /* oneDNN wants X in another layout: a reorder of the whole X first,
+         * no pieces. */
+        QF_DNNL(primitive_desc_destroy)(pd);
+        s->chunks = 1;
+        return qdnnl_build(io, ref, res, s);
+    }
     size_t pad = QF_DNNL(memory_desc_get_size)(QF_DNNL(primitive_desc_query_md)(pd, dnnl_query_scratchpad_md, 0));
     st = qf_dnnl_primitive_create(n, &s->conv, pd, "int8 convolution");
     if (st == QF_OK) st = qdnnl_weights(n, s, cg, w, wc);
@@ -494,7 +582,10 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
         s->off_x = qdnnl_take(&off, QF_DNNL(memory_desc_get_size)(xc));
     }
     if (st == QF_OK && exact) {
-        s->off_acc = qdnnl_take(&off, QF_DNNL(memory_desc_get_size)(yc));
+        s->acc_bytes = (QF_DNNL(memory_desc_get_size)(yc) + 63) / 64 * 64;
+        s->slots = s->chunks > 1 ? qf_parallel_threads() : 1;
+        if (s->slots > QDNNL_SLOTS) s->slots = QDNNL_SLOTS;
+        s->off_acc = qdnnl_take(&off, s->acc_bytes * (size_t)s->slots);
     } else if (st == QF_OK && !QF_DNNL(memory_desc_equal)(yc, &y_md)) {
         st = qdnnl_reorder(n, yc, &y_md, &s->reorder_out, &pad);
         s->off_y = qdnnl_take(&off, QF_DNNL(memory_desc_get_size)(yc));
@@ -506,12 +597,21 @@ static qf_status qdnnl_build(const qf_kernel_io *io, const qf_qconv_state *ref, 
     if (st == QF_OK && b && !exact) st = qdnnl_memory(n, &s->b, &b_md);
     if (st == QF_OK && res) st = qdnnl_memory(n, &s->res, &r_md);
     if (st == QF_OK) {
-        /* Every primitive runs on one scratchpad (they run one after another). */
-        s->off_pad = qdnnl_take(&off, pad);
+        /* Every primitive runs on one scratchpad (they run one after
+         * another), but for the pieces' threads: one each. */
+        s->pad_bytes = (pad + 63) / 64 * 64;
+        s->off_pad = qdnnl_take(&off, s->chunks > 1 ? s->pad_bytes * (size_t)s->slots : pad);
         dnnl_memory_desc_t pmd;
         dims[0] = (dnnl_dim_t)(pad ? pad : 1);
         st = qf_dnnl_check(n, QF_DNNL(memory_desc_init_by_tag)(&pmd, 1, dims, dnnl_u8, dnnl_a), "scratchpad");
         if (st == QF_OK) st = qdnnl_memory(n, &s->pad, &pmd);
+        for (int t = 0; s->chunks > 1 && st == QF_OK && t < s->slots; t++) {
+            st = qf_dnnl_check(
+                n, QF_DNNL(stream_create)(&s->slot_stream[t], qf_dnnl()->engine, dnnl_stream_default_flags), "stream");
+            if (st == QF_OK) st = qdnnl_memory(n, &s->slot_x[t], xc);
+            if (st == QF_OK) st = qdnnl_memory(n, &s->slot_y[t], yc);
+            if (st == QF_OK) st = qdnnl_memory(n, &s->slot_pad[t], &pmd);
+        }
     }
     s->scratch = off;
     s->has_bias = b != NULL;
@@ -577,8 +677,9 @@ static size_t qdnnl_scratch(const qf_node *n, const void *state)
  * qf_int8_requant_one_float), into Y channels-last or NCHW. */
 typedef struct qdnnl_rq_job {
     const qdnnl_state *s;
-    const int32_t *acc;
+    const int32_t *acc; /* the sums of rows row0.. (one piece) */
     void *y;
+    int64_t row0;
 } qdnnl_rq_job;
 
 static void qdnnl_requant_rows(void *ctx, int64_t lo, int64_t hi)
@@ -589,8 +690,8 @@ static void qdnnl_requant_rows(void *ctx, int64_t lo, int64_t hi)
     const int64_t m = s->m, plane = s->plane;
     const bool u8 = rq->dtype == QF_DTYPE_U8;
     uint8_t row[256];
-    for (int64_t r = lo; r < hi; r++) {
-        const int32_t *a = j->acc + r * m;
+    for (int64_t r = j->row0 + lo; r < j->row0 + hi; r++) {
+        const int32_t *a = j->acc + (r - j->row0) * m;
         if (s->fixed && s->y_nhwc) {
             qf_int8_requant_fixed_row(rq, m, a, &s->row, (uint8_t *)j->y + r * m);
             continue;
@@ -616,6 +717,54 @@ static void qdnnl_requant_rows(void *ctx, int64_t lo, int64_t hi)
             }
             for (int64_t c = 0; c < k; c++) y[(c0 + c) * step] = row[c];
         }
+    }
+}
+
+/* The exact path's pieces (qdnnl_state's chunks): slots lo..hi-1, each a
+ * thread's share of the pieces, in order. Errors go to st[slot]. */
+typedef struct qdnnl_piece_job {
+    const qdnnl_state *s;
+    const qf_node *n;
+    char *scr;
+    const void *x;
+    void *y;
+    qf_status st[QDNNL_SLOTS];
+} qdnnl_piece_job;
+
+static void qdnnl_pieces(void *ctx, int64_t lo, int64_t hi)
+{
+    qdnnl_piece_job *j = ctx;
+    const qdnnl_state *s = j->s;
+    const qf_node *n = j->n;
+    const int64_t rows = s->rows / s->chunks;
+    const size_t xstep = s->x_piece;
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t k0, k1;
+        qf_parallel_slice(s->chunks, s->slots, (int)t, &k0, &k1);
+        int32_t *acc = (int32_t *)(j->scr + s->off_acc + (size_t)t * s->acc_bytes);
+        qf_status st = qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->slot_y[t], acc), "accumulators");
+        if (st == QF_OK)
+            st = qf_dnnl_check(n,
+                               QF_DNNL(memory_set_data_handle)(s->slot_pad[t],
+                                                               j->scr + s->off_pad + (size_t)t * s->pad_bytes),
+                               "scratchpad");
+        for (int64_t k = k0; st == QF_OK && k < k1; k++) {
+            st = qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->slot_x[t], (char *)j->x + (size_t)k * xstep),
+                               "input");
+            dnnl_exec_arg_t a[] = {{DNNL_ARG_SRC, s->slot_x[t]},
+                                   {DNNL_ARG_WEIGHTS, s->w},
+                                   {DNNL_ARG_DST, s->slot_y[t]},
+                                   {DNNL_ARG_SCRATCHPAD, s->slot_pad[t]}};
+            if (st == QF_OK)
+                st = qf_dnnl_check(n, QF_DNNL(primitive_execute)(s->conv, s->slot_stream[t], 4, a),
+                                   "int8 convolution");
+            if (st == QF_OK)
+                st = qf_dnnl_check(n, QF_DNNL(stream_wait)(s->slot_stream[t]), "int8 convolution");
+            if (st != QF_OK) break;
+            qdnnl_rq_job r = {.s = s, .acc = acc, .y = j->y, .row0 = k * rows};
+            qdnnl_requant_rows(&r, 0, rows);
+        }
+        j->st[t] = st;
     }
 }
 
@@ -650,6 +799,13 @@ static qf_status qdnnl_forward(const qf_kernel_io *io)
     if (s->res) { /* the binary add is post-op 0 */
         QF_TRY(qf_dnnl_check(n, QF_DNNL(memory_set_data_handle)(s->res, io->post_in[0]->data), "residual"));
         a[na++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, s->res};
+    }
+    if (s->exact && s->chunks > 1) {
+        qdnnl_piece_job j = {.s = s, .n = n, .scr = scr, .x = x, .y = y};
+        qf_parallel_for(s->slots, 1, qdnnl_pieces, &j);
+        for (int t = 0; t < s->slots; t++)
+            if (j.st[t] != QF_OK) return j.st[t];
+        return QF_OK;
     }
     QF_TRY(qdnnl_exec(n, s->conv, na, a, "int8 convolution"));
     if (s->exact) {

@@ -144,8 +144,8 @@ QF_INT8_REQUANT_ROW_(int8_requant_row_s8, int8_t)
 QF_INT8_REQUANT_ROW_(int8_requant_row_u8, uint8_t)
 #undef QF_INT8_REQUANT_ROW_
 
-void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc,
-                               const qf_int8_row_params *p, void *y)
+static void int8_row_double(const qf_int8_requant *rq, int64_t n, const int32_t *acc,
+                            const qf_int8_row_params *p, void *y)
 {
     uint8_t exact[256];
     qf_int8_requant one = *rq;
@@ -166,6 +166,148 @@ void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32
             else ((int8_t *)y)[c0 + c] = (int8_t)q;
         }
     }
+}
+
+/* The integer implementations: requant.h's MultiplyByQuantizedMultiplier
+ * lane for lane, exact for every int32 sum (no fallback).
+ *   - v = acc + bias (wrapping), vl = v << l (as uint32: wrapping, as
+ *     requant.h's cast);
+ *   - SRDHM(vl, qm) = floor((vl qm + 2^30) / 2^31) (its nudge 1 - 2^30 for a
+ *     negative product and the division truncating toward zero give the
+ *     same floor); qm >= 0 always (no INT32_MIN * INT32_MIN), and the result
+ *     fits int32, so bits 31..62 of the 64-bit sum are it: a logical shift
+ *     (AVX2 has no 64-bit arithmetic one) does;
+ *   - RDBP as requant.h spells it, with 32-bit variable shifts;
+ *   - the clamp before the zero point (to [lo - zp, hi - zp]): h >> r + zp
+ *     may pass INT32_MAX where the sum is large, the clamped value cannot.
+ * mul_epi32 multiplies the even int32 lanes into 64 bits; the odd ones are
+ * moved down first and their results back up (a blend). */
+static inline int32_t int8_row_one(int32_t a, int32_t b, int32_t qm, int32_t sh, int32_t zp,
+                                   int32_t lo, int32_t hi)
+{
+    const int32_t v = (int32_t)((uint32_t)a + (uint32_t)b);
+    const int64_t q = (int64_t)qf_multiply_by_quantized_multiplier(v, qm, (int)sh) + zp;
+    return (int32_t)(q < lo ? lo : q > hi ? hi : q);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define QF_INT8_ROW_X86 1
+
+__attribute__((target("avx512f"))) static void int8_row_avx512(int64_t n, const int32_t *acc,
+                                                               const qf_int8_row_params *p,
+                                                               int32_t zp, int32_t lo, int32_t hi,
+                                                               uint8_t *y)
+{
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+    const __m512i half = _mm512_set1_epi64((int64_t)1 << 30), vzp = _mm512_set1_epi32(zp);
+    const __m512i vlo = _mm512_set1_epi32(lo - zp), vhi = _mm512_set1_epi32(hi - zp);
+    for (int64_t c = 0; c < n; c += 16) {
+        const __mmask16 k = n - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - c)) - 1u);
+        const __m512i sh = _mm512_maskz_loadu_epi32(k, p->shift + c);
+        const __m512i qm = _mm512_maskz_loadu_epi32(k, p->multiplier + c);
+        __m512i v = _mm512_add_epi32(_mm512_maskz_loadu_epi32(k, acc + c),
+                                     _mm512_maskz_loadu_epi32(k, p->bias + c));
+        const __m512i left = _mm512_max_epi32(sh, zero),
+                      right = _mm512_max_epi32(_mm512_sub_epi32(zero, sh), zero);
+        v = _mm512_sllv_epi32(v, left);
+        const __m512i pe = _mm512_add_epi64(_mm512_mul_epi32(v, qm), half);
+        const __m512i po = _mm512_add_epi64(
+            _mm512_mul_epi32(_mm512_srli_epi64(v, 32), _mm512_srli_epi64(qm, 32)), half);
+        const __m512i h = _mm512_mask_blend_epi32((__mmask16)0xaaaa, _mm512_srli_epi64(pe, 31),
+                                                  _mm512_slli_epi64(po, 1));
+        const __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, right), one);
+        const __m512i rem = _mm512_and_si512(h, mask);
+        const __m512i thr = _mm512_add_epi32(_mm512_srai_epi32(mask, 1), _mm512_srli_epi32(h, 31));
+        __m512i q = _mm512_srav_epi32(h, right);
+        q = _mm512_mask_add_epi32(q, _mm512_cmpgt_epi32_mask(rem, thr), q, one);
+        q = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(q, vlo), vhi), vzp);
+        _mm512_mask_cvtepi32_storeu_epi8(y + c, k, q); /* the low byte: int8 or uint8, in range */
+    }
+}
+
+__attribute__((target("avx2"))) static void int8_row_avx2(int64_t n, const int32_t *acc,
+                                                          const qf_int8_row_params *p, int32_t zp,
+                                                          int32_t lo, int32_t hi, uint8_t *y)
+{
+    const __m256i zero = _mm256_setzero_si256(), one = _mm256_set1_epi32(1);
+    const __m256i half = _mm256_set1_epi64x((int64_t)1 << 30), vzp = _mm256_set1_epi32(zp);
+    const __m256i vlo = _mm256_set1_epi32(lo - zp), vhi = _mm256_set1_epi32(hi - zp);
+    /* bytes 0, 4, 8, 12 of each 128-bit half: the int32 lanes' low bytes */
+    const __m256i low =
+        _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12,
+                         -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+    int64_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+        const __m256i sh = _mm256_loadu_si256((const __m256i *)(p->shift + c));
+        const __m256i qm = _mm256_loadu_si256((const __m256i *)(p->multiplier + c));
+        __m256i v = _mm256_add_epi32(_mm256_loadu_si256((const __m256i *)(acc + c)),
+                                     _mm256_loadu_si256((const __m256i *)(p->bias + c)));
+        const __m256i left = _mm256_max_epi32(sh, zero),
+                      right = _mm256_max_epi32(_mm256_sub_epi32(zero, sh), zero);
+        v = _mm256_sllv_epi32(v, left);
+        const __m256i pe = _mm256_add_epi64(_mm256_mul_epi32(v, qm), half);
+        const __m256i po = _mm256_add_epi64(
+            _mm256_mul_epi32(_mm256_srli_epi64(v, 32), _mm256_srli_epi64(qm, 32)), half);
+        const __m256i h =
+            _mm256_blend_epi32(_mm256_srli_epi64(pe, 31), _mm256_slli_epi64(po, 1), 0xaa);
+        const __m256i mask = _mm256_sub_epi32(_mm256_sllv_epi32(one, right), one);
+        const __m256i rem = _mm256_and_si256(h, mask);
+        const __m256i thr = _mm256_add_epi32(_mm256_srai_epi32(mask, 1), _mm256_srli_epi32(h, 31));
+        __m256i q = _mm256_srav_epi32(h, right);
+        q = _mm256_sub_epi32(q, _mm256_cmpgt_epi32(rem, thr)); /* true is -1 */
+        q = _mm256_add_epi32(_mm256_min_epi32(_mm256_max_epi32(q, vlo), vhi), vzp);
+        const __m256i b = _mm256_shuffle_epi8(q, low);
+        const uint32_t b0 = (uint32_t)_mm256_extract_epi32(b, 0),
+                       b1 = (uint32_t)_mm256_extract_epi32(b, 4);
+        memcpy(y + c, &b0, 4);
+        memcpy(y + c + 4, &b1, 4);
+    }
+    for (; c < n; c++)
+        y[c] = (uint8_t)int8_row_one(acc[c], p->bias[c], p->multiplier[c], p->shift[c], zp, lo, hi);
+}
+#endif
+
+bool qf_int8_requant_row_has(qf_int8_row_isa isa)
+{
+    switch (isa) {
+    case QF_INT8_ROW_BEST:
+    case QF_INT8_ROW_DOUBLE: return true;
+#ifdef QF_INT8_ROW_X86
+    case QF_INT8_ROW_AVX2: return __builtin_cpu_supports("avx2");
+    case QF_INT8_ROW_AVX512: return __builtin_cpu_supports("avx512f");
+#else
+    case QF_INT8_ROW_AVX2:
+    case QF_INT8_ROW_AVX512: return false;
+#endif
+    }
+    return false;
+}
+
+void qf_int8_requant_fixed_row_isa(qf_int8_row_isa isa, const qf_int8_requant *rq, int64_t n,
+                                   const int32_t *acc, const qf_int8_row_params *p, void *y)
+{
+#ifdef QF_INT8_ROW_X86
+    if (isa == QF_INT8_ROW_BEST)
+        isa = __builtin_cpu_supports("avx512f") ? QF_INT8_ROW_AVX512
+              : __builtin_cpu_supports("avx2")  ? QF_INT8_ROW_AVX2
+                                                : QF_INT8_ROW_DOUBLE;
+    if (isa == QF_INT8_ROW_AVX512) {
+        int8_row_avx512(n, acc, p, rq->zp, rq->lo, rq->hi, y);
+        return;
+    }
+    if (isa == QF_INT8_ROW_AVX2) {
+        int8_row_avx2(n, acc, p, rq->zp, rq->lo, rq->hi, y);
+        return;
+    }
+#endif
+    int8_row_double(rq, n, acc, p, y);
+}
+
+void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc,
+                               const qf_int8_row_params *p, void *y)
+{
+    qf_int8_requant_fixed_row_isa(QF_INT8_ROW_BEST, rq, n, acc, p, y);
 }
 
 /* --- widening ------------------------------------------------------------- */

@@ -123,6 +123,26 @@ void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, double *r
 void qf_int8_requant_fixed_row(const qf_int8_requant *rq, int64_t n, const int32_t *acc,
                                const qf_int8_row_params *p, void *y);
 
+/* The implementations of qf_int8_requant_fixed_row, all giving the same
+ * integers: BEST is the widest this CPU runs (what qf_int8_requant_fixed_row
+ * uses); DOUBLE the portable one (double lanes, integer fallback past 2^22);
+ * AVX2 and AVX512 requant.h's integer arithmetic itself on int32 lanes with
+ * 64-bit products (x86-64 only). Tests run each one the CPU has
+ * (qf_int8_requant_row_has) against qf_int8_requant_one_fixed. */
+typedef enum qf_int8_row_isa {
+    QF_INT8_ROW_BEST,
+    QF_INT8_ROW_DOUBLE,
+    QF_INT8_ROW_AVX2,
+    QF_INT8_ROW_AVX512
+} qf_int8_row_isa;
+
+bool qf_int8_requant_row_has(qf_int8_row_isa isa);
+
+/* qf_int8_requant_fixed_row with implementation isa, which must be one
+ * qf_int8_requant_row_has accepts. */
+void qf_int8_requant_fixed_row_isa(qf_int8_row_isa isa, const qf_int8_requant *rq, int64_t n,
+                                   const int32_t *acc, const qf_int8_row_params *p, void *y);
+
 /* dst[r][i] = src[r][i] - zp[per_row ? r : 0] for a rows x k int8 / uint8
  * matrix src (dt). zp NULL: 0. */
 void qf_int8_widen_rows(const void *src, qf_dtype dt, const int32_t *zp, bool per_row, int64_t rows, int64_t k,
