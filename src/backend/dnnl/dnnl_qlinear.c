@@ -21,8 +21,11 @@
  * past 2^24 by tests/quant/int8_engines.py's models case; with output
  * scales or a bias it converts them to float first). The requantization
  * runs on qfold's threads (oneDNN's OpenMP team) over rows of the
- * accumulators, right after the primitive. It costs time: see
- * bench/int8.md (about 1 ns an output element).
+ * accumulators (qf_int8_requant_fixed_row: integer AVX-512 / AVX2 lanes):
+ * right after the primitive for a small convolution, or, past
+ * QDNNL_CHUNK_SUMS sums, piece by piece, each thread running the primitive
+ * on its own pieces and requantizing each while its sums are in cache (the
+ * state below). Figures: bench/int8.md.
  *
  * With QFOLD_INT8=fast (qf_dnnl_int8_fast, opt-in, approximate) oneDNN
  * requantizes itself:
