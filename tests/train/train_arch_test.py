@@ -121,7 +121,24 @@ def models():
             x = torch.relu(self.bt(self.t(torch.relu(self.b(self.c(x))))))
             return self.fc(self.pool(x).mean(dim=(2, 3)))
 
-    return {"resblock": Res, "se_hardswish": SE, "mobile_linear_bn": Mobile, "branches": Branches,
+    class Upsample(nn.Module):  # train_resize_test.py's case
+        def __init__(self):
+            super().__init__()
+            self.a, self.ba = nn.Conv2d(3, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6)
+            self.b = nn.Conv2d(6, 8, 3, padding=1)
+            self.c, self.bc = nn.Conv2d(14, 6, 3, padding=1, bias=False), nn.BatchNorm2d(6)
+            self.up_near = nn.Upsample(scale_factor=2, mode="nearest")
+            self.up_lin = nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False)
+            self.fc = nn.Linear(6, 5)
+
+        def forward(self, x):
+            a = torch.relu(self.ba(self.a(x)))                                   # [N, 6, 10, 12]
+            b = torch.relu(self.b(nn.functional.max_pool2d(a, 2)))               # [N, 8, 5, 6]
+            y = torch.relu(self.bc(self.c(torch.cat([self.up_near(b), a], 1))))  # [N, 6, 10, 12]
+            y = nn.functional.interpolate(self.up_lin(y), size=(7, 9), mode="bilinear", align_corners=True)
+            return self.fc(y.mean(dim=(2, 3)))
+
+    return {"upsample": Upsample, "resblock": Res, "se_hardswish": SE, "mobile_linear_bn": Mobile, "branches": Branches,
             "deconv_pool_mean": Deconv}
 
 
