@@ -343,7 +343,7 @@ static void test_requant_row(void)
             int32_t a = (int32_t)(((uint32_t)rnd(0, 0xffff) << 16) ^ (uint32_t)rnd(0, 0xffff));
             if (round % 4 == 1) a = rnd(-300000, 300000);
             if (round % 4 == 2)
-                a = (rnd(-2000, 2000) << (c % 20)) + rnd(-1, 1); /* ties of the right shift */
+                a = rnd(-2000, 2000) * (1 << (c % 20)) + rnd(-1, 1); /* ties of the right shift */
             if (round % 4 == 3) {
                 /* Around a tie of the result: v qm 2^(shift - 31) = k + 1/2
                  * for an output k in range, give or take a few units of v. */
