@@ -171,8 +171,9 @@ static const char *max_pool_pad(qf_tfl_ex *e, const qf_node *n, geom *g, int xi,
     int32_t pads[8] = {0, 0, (int32_t)g->pb[0], (int32_t)g->pe[0], (int32_t)g->pb[1], (int32_t)g->pe[1], 0, 0};
     int ki = qf_tfl_i32_tensor(e, name, "paddings", pads, 8, true);
     const int8_t lowest = -128;
+    const int32_t scalar[1] = {0}; /* a rank-0 tensor: no dim is read */
     snprintf(name, sizeof name, "%.480s_pad_value", x.name);
-    int vi = qf_tfl_add_tensor(e, name, QF_TFL_INT8, 0, NULL, &lowest, 1, x.nq, x.scale, x.zero_point, 0, true);
+    int vi = qf_tfl_add_tensor(e, name, QF_TFL_INT8, 0, scalar, &lowest, 1, x.nq, x.scale, x.zero_point, 0, true);
     if (pi < 0 || ki < 0 || vi < 0) {
         *st = QF_ERR_NOMEM;
         return NULL;
