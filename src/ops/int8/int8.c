@@ -126,7 +126,9 @@ void qf_int8_requant_row_prepare(int64_t n, const int32_t *multiplier, double *r
             const int32_t sh = shift[c], left = sh > 0 ? sh : 0, right = sh > 0 ? 0 : -sh;                            \
             const int32_t vl = (int32_t)((uint32_t)v << left);                                                        \
             const int e = vl >= (1 << 22) || vl <= -(1 << 22);                                                        \
-            const double yv = (double)vl * real[c]; /* exact: |vl| < 2^22, real has 31 bits */                       \
+            /* a lane past 2^22 is recomputed in integers: compute 0 there, so   \
+             * nothing below overflows */                                                                             \
+            const double yv = (double)(e ? 0 : vl) * real[c]; /* exact: |vl| < 2^22, real has 31 bits */              \
             int32_t t = (int32_t)yv; /* toward zero; |yv| < 2^22 */                                                   \
             double fr = yv - (double)t;                                                                               \
             t -= fr < 0.0;                                                                                            \
