@@ -191,6 +191,11 @@ CASES = [
     ("conv_group_nobias_sdk2", lambda: conv([1, 20, 4, 4], [20, 2, 3, 3], [1, 20, 2, 2], bias=False, group=10), SDK2,
      "cpu", "does not split"),
     ("conv_group11", lambda: conv([1, 22, 4, 4], [22, 2, 3, 3], [1, 22, 2, 2], group=11), [], "npu", None),
+    # Depthwise (groups = Cin = Cout): the converter counts every input channel.
+    ("conv_depthwise_macs_in", lambda: conv([1, 7280, 3, 3], [7280, 1, 3, 3], [1, 7280, 1, 1], group=7280), [], "npu",
+     None),
+    ("conv_depthwise_macs_out", lambda: conv([1, 7288, 3, 3], [7288, 1, 3, 3], [1, 7288, 1, 1], group=7288), [],
+     "cpu", "kh*kw*ceil(Cin, 8) = 3*3*7288 = 65592 > 65535"),
     # Kernel / stride / dilation <= 4096 (a 1-D conv: kernel 1 x k).
     ("conv1d_kernel_in", lambda: conv([1, 1, 4096], [1, 1, 4096], [1, 1, 1]), [], "npu", None),
     ("conv1d_kernel_out", lambda: conv([1, 1, 4097], [1, 1, 4097], [1, 1, 1]), [], "cpu", "kernel width = 4097 > 4096"),
@@ -204,6 +209,9 @@ CASES = [
     # SDK 2.x: batch 1.
     ("conv_batch1_sdk2", lambda: conv([1, 8, 4, 4], [8, 8, 1, 1], [1, 8, 4, 4]), SDK2, "npu", None),
     ("conv_batch2_sdk2", lambda: conv([2, 8, 4, 4], [8, 8, 1, 1], [2, 8, 4, 4]), SDK2, "cpu", "batch 2"),
+    ("conv_batch_dynamic_sdk2", lambda: conv(["N", 8, 4, 4], [8, 8, 1, 1], ["N", 8, 4, 4]), SDK2, "npu", None),
+    ("maxpool_batch_dynamic_sdk2", lambda: single("MaxPool", ["N", 16, 4, 4], ["N", 16, 2, 2], kernel_shape=[2, 2],
+                                                  strides=[2, 2]), SDK2, "npu", None),
     ("conv_batch2", lambda: conv([2, 8, 4, 4], [8, 8, 1, 1], [2, 8, 4, 4]), [], "npu", None),
     # ConvTranspose, HEAD: stride <= 2 and <= kernel, pads < kernel, groups 1, no dilation.
     ("convt_stride2_in", lambda: conv([1, 8, 4, 4], [8, 8, 2, 2], [1, 8, 8, 8], op="ConvTranspose", strides=[2, 2]),
@@ -216,6 +224,10 @@ CASES = [
                                   pads=[2, 2, 2, 2]), [], "npu", None),
     ("convt_pad_out", lambda: conv([1, 8, 4, 4], [8, 8, 3, 3], [1, 8, 3, 5], op="ConvTranspose", strides=[2, 2],
                                    pads=[3, 2, 3, 2]), [], "cpu", "each pad must be < the kernel"),
+    ("convt_pad_asym_out", lambda: conv([1, 8, 4, 4], [8, 8, 3, 3], [1, 8, 6, 9], op="ConvTranspose", strides=[2, 2],
+                                        pads=[0, 0, 3, 0]), [], "cpu", "bottom 3"),
+    ("convt_same_in", lambda: conv([1, 8, 4, 4], [8, 8, 3, 3], [1, 8, 8, 8], op="ConvTranspose", strides=[2, 2],
+                                   auto_pad="SAME_UPPER"), [], "npu", None),
     ("convt_dilation", lambda: conv([1, 8, 4, 4], [8, 8, 2, 2], [1, 8, 9, 9], op="ConvTranspose", strides=[2, 2],
                                     dilations=[2, 2]), [], "cpu", "dilation 2 x 2"),
     ("convt_groups", lambda: conv([1, 8, 4, 4], [8, 2, 2, 2], [1, 8, 8, 8], op="ConvTranspose", strides=[2, 2],
@@ -296,6 +308,10 @@ CASES = [
                                                 pads=[1, 1, 1, 1]), SDK2, "cpu", "count_include_pad = 0"),
     ("avgpool_nopad_exclude_in", lambda: single("AveragePool", [1, 8, 4, 4], [1, 8, 2, 2], kernel_shape=[2, 2],
                                                 strides=[2, 2]), [], "npu", None),
+    ("avgpool_same_exclude", lambda: single("AveragePool", [1, 8, 4, 4], [1, 8, 4, 4], kernel_shape=[3, 3],
+                                            auto_pad="SAME_UPPER"), [], "cpu", "count_include_pad = 0"),
+    ("avgpool_valid_exclude_in", lambda: single("AveragePool", [1, 8, 4, 4], [1, 8, 2, 2], kernel_shape=[3, 3],
+                                                auto_pad="VALID"), [], "npu", None),
     ("avgpool_ceil", lambda: single("AveragePool", [1, 8, 5, 5], [1, 8, 3, 3], kernel_shape=[2, 2], strides=[2, 2],
                                     ceil_mode=1), [], "cpu", "ceil_mode = 1"),
     ("avgpool1d_kernel_in", lambda: single("AveragePool", [1, 8, 4096], [1, 8, 1], kernel_shape=[4096]), [], "npu",
