@@ -367,6 +367,15 @@ CASES = [
     ("softmax_axis_cf_in", lambda: after_conv("Softmax", 8, (4, 4), [1, 8, 4, 4], axis=1), [], "npu", None),
     ("softmax_axis_cf_out", lambda: after_conv("Softmax", 8, (4, 4), [1, 8, 4, 4], axis=3), [], "cpu",
      "channels-first"),
+    # After a 1-D conv (unsqueeze / conv2d / squeeze in ExecuTorch) the tensor is format-less: the last axis.
+    ("softmax_conv1d_last_in", lambda: model([helper.make_node("Conv", ["x", "Wc"], ["t"], name="c0"),
+                                              helper.make_node("Softmax", ["t"], ["y"], name="n", axis=2)],
+                                             [("x", [1, 8, 16])], [("y", [1, 8, 16])], [_init("Wc", w(8, 8, 1))]),
+     [], "npu", None),
+    ("softmax_conv1d_axis1_out", lambda: model([helper.make_node("Conv", ["x", "Wc"], ["t"], name="c0"),
+                                                helper.make_node("Softmax", ["t"], ["y"], name="n", axis=1)],
+                                               [("x", [1, 8, 16])], [("y", [1, 8, 16])], [_init("Wc", w(8, 8, 1))]),
+     [], "cpu", "softmax over axis 1 of a rank-3 tensor"),
     ("softmax_axis_last_in", lambda: single("Softmax", [1, 8, 4, 4], [1, 8, 4, 4], axis=3), [], "npu", None),
     ("softmax_axis_mid_out", lambda: single("Softmax", [1, 8, 4, 4], [1, 8, 4, 4], axis=1), [], "cpu", "axis 1"),
     # Softmax, SDK 2.x: C % num_macs, C < 4096/num_pipes*4, rows <= 4096, C * rows / num_macs <= 65536, rank >= 2.
