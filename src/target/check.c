@@ -1044,9 +1044,10 @@ static qf_status ck_result_float(const qf_ck *c, const qf_graph *orig,
             if (!e->name || !e->op) st = QF_ERR_NOMEM;
         }
         r->nnodes = k + 1;
-        /* the quantizer's reason for a node it left in float */
-        for (int f = 0; st == QF_OK && e->placement == QF_PLACE_CPU && f < res->quant.nleft_float;
-             f++)
+        /* a node the row would take but the quantizer left in float: the
+         * quantizer's reason */
+        bool unq = e->rule && strncmp(e->rule, "not quantized", 13) == 0;
+        for (int f = 0; st == QF_OK && unq && f < res->quant.nleft_float; f++)
             if (strcmp(res->quant.left_float[f].name, o->name) == 0) {
                 char buf[600];
                 snprintf(buf, sizeof buf, "left in float by the quantizer: %s",
