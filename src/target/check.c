@@ -726,8 +726,9 @@ static qf_status ck_result_qdq(const qf_ck *c, qf_check_result *r)
 
 /* --- a float model: quantized first ---------------------------------------- */
 
-#define CK_SAMPLES \
-    2 /* synthetic calibration samples: placement does not depend on qparams' values */
+/* Synthetic calibration samples: the placement does not depend on the
+ * qparams' values, one sample gives every tensor its qparams. */
+#define CK_SAMPLES 1
 
 /* One array per graph input, [CK_SAMPLES, dims[1:]...]: uniform in [-1, 1)
  * for float inputs (a fixed LCG: the same model checks the same way), zeros
@@ -991,6 +992,19 @@ static void ck_map_events(ck_map *m, const qf_pass_report *rep, int *cap)
         }
 }
 
+/* Whether original node o computes from constants only (an Identity of a
+ * weight in a PyTorch export, a Constant): not counted, as in the QDQ case. */
+static bool ck_orig_const(const qf_node *o, int depth)
+{
+    if (depth > 8) return false;
+    for (int k = 0; k < o->ninputs; k++) {
+        const qf_value *v = o->inputs[k];
+        if (v && !qf_value_is_const(v) && !(v->producer && ck_orig_const(v->producer, depth + 1)))
+            return false;
+    }
+    return true;
+}
+
 /* The original model's nodes, each placed through ck_map_resolve, with the
  * left-float reasons of the quantizer for the nodes it left in float. */
 static qf_status ck_result_float(const qf_ck *c, const qf_graph *orig,
@@ -1031,7 +1045,7 @@ static qf_status ck_result_float(const qf_ck *c, const qf_graph *orig,
         else if (i >= 0) {
             st = ck_fill(c, r, k, i, o->name, qf_op_label(o), m.note[k]);
             /* a node of the user's model: counted, unless a constant computation */
-            e->qdq = o->op == QF_OP_CONSTANT || c->kind[i] == CK_CONST;
+            e->qdq = ck_orig_const(o, 0) || c->kind[i] == CK_CONST;
             e->macs = m.macs[k];
             e->macs_padded = m.macs_padded[k];
         } else {
