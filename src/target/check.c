@@ -72,6 +72,7 @@ typedef struct qf_ck {
     int **succ; /* COMPUTE: successor compute nodes (distinct) */
     int *nsucc;
     int64_t *macs, *macs_padded;
+    int *wstack, *wmark, wepoch; /* scratch of ck_successors */
     qf_arena arena;
 } qf_ck;
 
@@ -346,7 +347,7 @@ static qf_status ck_successors(qf_ck *c, int i)
     if (!s) return QF_ERR_NOMEM;
     /* Worklist of nodes whose outputs to follow: i, its fused activation,
      * the Q / DQ nodes met. */
-    int stack[64], top = 0;
+    int *stack = c->wstack, top = 0, epoch = ++c->wepoch;
     stack[top++] = i;
     if (c->fused[i] >= 0) stack[top++] = c->fused[i];
     while (top) {
@@ -356,7 +357,10 @@ static qf_status ck_successors(qf_ck *c, int i)
             for (int u = 0; v && u < v->nuses; u++) {
                 int k = ck_idx(c, v->uses[u].node);
                 if (c->kind[k] == CK_QDQ || c->kind[k] == CK_BOUNDARY || c->kind[k] == CK_CONST) {
-                    if (top < 64 && c->kind[k] != CK_CONST) stack[top++] = k;
+                    if (c->kind[k] != CK_CONST && c->wmark[k] != epoch) {
+                        c->wmark[k] = epoch;
+                        stack[top++] = k;
+                    }
                     continue;
                 }
                 int o2 = c->owner[k];
@@ -413,32 +417,48 @@ static bool ck_cycle(const qf_ck *c, int a, int b, int *mark, int *stack, int ep
     return false;
 }
 
-/* As torch.fx's CapabilityBasedPartitioner.propose_partitions: nodes in
- * reverse order, each supported node starts a partition and merges with
- * the partitions of the nodes that read it wherever that creates no cycle;
- * partitions then numbered in graph order. */
+/* As torch.fx's CapabilityBasedPartitioner.propose_partitions (torch 2.x,
+ * which ExecuTorch's NeutronPartitioner runs): nodes in reverse graph
+ * order; a supported node starts a partition, then every partition is
+ * merged into the first candidate (the new partition, else the oldest one)
+ * unless the merge would create a cycle: the "limited horizontal fusion"
+ * that also joins independent NPU branches (two consumers of a CPU node).
+ * torch tries the merges at every node; nothing changes between two nodes
+ * unless a partition was created or merged, so the merges are tried only
+ * then. Partitions are then numbered in graph order. */
 static qf_status ck_partition(qf_ck *c)
 {
-    int *mark = qf_calloc((size_t)c->n + 1, sizeof *mark),
-        *stack = qf_malloc(((size_t)c->n + 1) * sizeof *stack);
-    int *renum = qf_malloc(((size_t)c->n + 1) * sizeof *renum);
-    if (!mark || !stack || !renum) {
+    size_t n = (size_t)c->n + 1;
+    int *mark = qf_calloc(n, sizeof *mark), *stack = qf_malloc(n * sizeof *stack);
+    int *renum = qf_malloc(n * sizeof *renum);
+    bool *alive = qf_calloc(n, sizeof *alive);
+    if (!mark || !stack || !renum || !alive) {
         qf_free(mark);
         qf_free(stack);
         qf_free(renum);
+        qf_free(alive);
         return QF_ERR_NOMEM;
     }
     int epoch = 0, next = 0;
+    bool dirty = false;
     for (int i = 0; i < c->n; i++) c->part[i] = -1;
     for (int i = c->n - 1; i >= 0; i--) {
-        if (!ck_supported(c, i)) continue;
-        c->part[i] = next++;
-        for (int j = 0; j < c->nsucc[i]; j++) {
-            int s = c->succ[i][j], a = c->part[i], b = c->part[s];
-            if (b < 0 || b == a) continue;
-            if (ck_cycle(c, a, b, mark, stack, ++epoch)) continue;
+        if (c->kind[i] != CK_COMPUTE) continue;
+        int self = -1;
+        if (ck_supported(c, i)) {
+            c->part[i] = self = next++;
+            alive[self] = dirty = true;
+        }
+        if (!dirty) continue;
+        dirty = false;
+        for (int p = 0; self < 0 && p < next; p++)
+            if (alive[p]) self = p;
+        for (int p = 0; p < next; p++) {
+            if (!alive[p] || p == self || ck_cycle(c, self, p, mark, stack, ++epoch)) continue;
             for (int k = 0; k < c->n; k++)
-                if (c->part[k] == b) c->part[k] = a;
+                if (c->part[k] == p) c->part[k] = self;
+            alive[p] = false;
+            dirty = true;
         }
     }
     for (int p = 0; p < next; p++) renum[p] = -1;
@@ -451,6 +471,7 @@ static qf_status ck_partition(qf_ck *c)
     qf_free(mark);
     qf_free(stack);
     qf_free(renum);
+    qf_free(alive);
     return QF_OK;
 }
 
@@ -566,6 +587,8 @@ static void ck_free(qf_ck *c)
     qf_free(c->nsucc);
     qf_free(c->macs);
     qf_free(c->macs_padded);
+    qf_free(c->wstack);
+    qf_free(c->wmark);
     qf_arena_free(&c->arena);
 }
 
@@ -589,8 +612,11 @@ static qf_status ck_run(qf_ck *c, const qf_graph *g, const qf_target_spec *t)
     c->nsucc = qf_calloc(n, sizeof *c->nsucc);
     c->macs = qf_calloc(n, sizeof *c->macs);
     c->macs_padded = qf_calloc(n, sizeof *c->macs_padded);
+    c->wstack = qf_calloc(n + 2, sizeof *c->wstack);
+    c->wmark = qf_calloc(n, sizeof *c->wmark);
     if (!c->node || !c->index || !c->kind || !c->owner || !c->fused || !c->view || !c->ok ||
-        !c->dnd || !c->why || !c->part || !c->succ || !c->nsucc || !c->macs || !c->macs_padded)
+        !c->dnd || !c->why || !c->part || !c->succ || !c->nsucc || !c->macs || !c->macs_padded ||
+        !c->wstack || !c->wmark)
         return QF_ERR_NOMEM;
     int i = 0;
     qf_graph_for_each_node(g, nd)

@@ -9,7 +9,8 @@
  *     per-channel axis, int32 bias, the fused activation;
  *   - model-boundary Q / DQ: CPU, not counted;
  *   - no row, no rule for the flow, a node left in float: CPU with the rule;
- *   - partitions around a CPU node (no cycle through it), transitions, the
+ *   - partitions around a CPU node (no cycle through it), independent
+ *     branches fused as torch's partitioner does, transitions, the
  *     partition rule with its re-partitioning;
  *   - MACs and MACs with channels padded to num_macs;
  *   - a float model: every original node named once, the BatchNorm folded
@@ -289,6 +290,36 @@ static void test_partitions_around_cpu(void)
     qf_graph_free(g);
 }
 
+/* x -> Erf -> {c1 -> y1, c2 -> y2}: the two convs read the CPU node and
+ * nothing else joins them, yet torch's partitioner fuses them into one
+ * partition (its "limited horizontal fusion": any two partitions merge
+ * unless that creates a cycle). */
+static void test_horizontal_fusion(void)
+{
+    qf_graph *g = NULL;
+    REQUIRE_OK(qf_graph_init(&g));
+    qf_value *e = qdq(g, "eo", unary(g, QF_OP_ERF, "erf", input(g, 8))->outputs[0]);
+    qf_node *c1 = conv(g, "c1", e, 8, 8, true), *c2 = conv(g, "c2", e, 8, 4, true);
+    REQUIRE(c1 && c2, "convs");
+    qf_value *y1 = qdq(g, "y1", c1->outputs[0]), *y2 = qdq(g, "y2", c2->outputs[0]);
+    REQUIRE(y1 && y2, "outputs");
+    REQUIRE_OK(qf_graph_add_output(g, y1));
+    REQUIRE_OK(qf_graph_add_output(g, y2));
+    REQUIRE_OK(qf_graph_toposort(g));
+    REQUIRE_OK(qf_graph_infer_shapes(g));
+    qf_target_spec t = spec(NULL);
+    qf_check_result r;
+    REQUIRE_OK(qf_target_check(g, &t, &r));
+    const qf_check_node *n1 = find(&r, "c1"), *n2 = find(&r, "c2");
+    REQUIRE(n1 && n2, "nodes");
+    CHECK(n1->placement == QF_PLACE_NPU && n2->placement == QF_PLACE_NPU);
+    CHECKF(n1->partition == 0 && n2->partition == 0 && r.npartitions == 1,
+           "partitions %d, %d of %d", n1->partition, n2->partition, r.npartitions);
+    CHECKF(r.transitions == 2, "transitions %d", r.transitions); /* erf -> c1, erf -> c2 */
+    qf_check_result_free(&r);
+    qf_graph_free(g);
+}
+
 /* c1 -> Erf -> Relu -> Erf -> y: the Relu alone in its partition goes to the
  * CPU (its partition rule); and the flows: SDK 2.x has no Add, its conv rule
  * differs. */
@@ -510,6 +541,7 @@ int main(void)
     RUN(test_target_spec);
     RUN(test_view_and_fused_activation);
     RUN(test_partitions_around_cpu);
+    RUN(test_horizontal_fusion);
     RUN(test_partition_rule_and_flows);
     RUN(test_not_quantized);
     RUN(test_float_model);
