@@ -327,8 +327,16 @@ static void ck_verdict(qf_ck *c, int i)
     qf_nwhy *why = &c->why[i];
     const qf_neutron_row *row = qf_neutron_row_find(n->op);
     qf_neutron_rule rule = !row ? NULL : c->t->flow == QF_NEUTRON_SDK2 ? row->sdk2 : row->sdk3;
+    /* ONNX Runtime's QOperator form: the NPU's converters read QDQ clusters */
+    bool qop = n->op == QF_OP_QLINEAR_CONV || n->op == QF_OP_QLINEAR_MATMUL ||
+               n->op == QF_OP_CONV_INTEGER || n->op == QF_OP_MATMUL_INTEGER;
     if (!row)
-        c->ok[i] = qf_neutron_refuse(why, NULL, "no Neutron converter for %s", qf_op_label(n));
+        c->ok[i] = qf_neutron_refuse(
+            why,
+            qop ? "quantize the model in QDQ form (ONNX Runtime: quant_format=QuantFormat.QDQ; "
+                  "or `qfold quantize --target neutron` on the float model)"
+                : NULL,
+            "no Neutron converter for %s", qf_op_label(n));
     else if (!rule)
         c->ok[i] = qf_neutron_refuse(why, NULL, "no Neutron converter for %s in %s", qf_op_label(n),
                                      c->t->flow == QF_NEUTRON_SDK2 ? "SDK 2.x" : "SDK 3.x");
@@ -1125,6 +1133,8 @@ qf_status qf_target_check(const qf_graph *g, const qf_target_spec *t, qf_check_r
         qf_quantize_model_result res = {0};
         r->from_float = true;
         st = ck_quantize(g, t, &q, &res);
+        if (st != QF_OK && st != QF_ERR_NOMEM)
+            qf_error_prefix(st, "quantizing the float model to check it: ");
         if (st == QF_OK) st = ck_run(&c, q, t);
         if (st == QF_OK) st = ck_result_float(&c, g, &res, r);
         ck_free(&c);
