@@ -10,25 +10,26 @@
  *   1. classify: a node is a compute node, a Q / DQ of some compute node's
  *      cluster, a fused activation (placed with its producer), or a
  *      model-boundary Q / DQ of float I/O (ExecuTorch's RemoveIOQuantOpsPass
- *      leaves those out of the delegate: CPU, not counted);
+ *      leaves those out of the delegate: CPU, not counted), or a
+ *      computation on constants alone (a parameter in ExecuTorch: placed
+ *      with its reader, not counted);
  *   2. one qf_nview per compute node (operands seen through their DQ / Q);
  *   3. the verdict: the op's row for the target's flow (no row: "no Neutron
  *      converter"), after the checks every converter shares
  *      (NodeConverter: the node sits in a QDQ cluster, main I/O int8 /
  *      uint8);
- *   4. partitions as CapabilityBasedPartitioner forms them, then the rows'
+ *   4. partitions as torch's CapabilityBasedPartitioner forms them, then the rows'
  *      partition rules (supports_partitioning_result): a node refused there
  *      leaves the NPU and the partitions are formed again, until none is;
  *   5. transitions and MACs.
  *
  * A float model is first quantized as `qfold quantize --target neutron`
- * would (qf_quantize_model with the target's profile on a few synthetic
- * samples), written as ONNX and read back (so the check sees the file
+ * would (qf_quantize_model with the target's profile on one synthetic
+ * sample), written as ONNX and read back (so the check sees the file
  * `qfold quantize` writes: Gemm, not qfold's internal linear), and every
  * node of the original model is reported under its own name (see
- * ck_map_original).
+ * ck_map_resolve).
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
