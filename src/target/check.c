@@ -946,6 +946,14 @@ static int ck_map_resolve(ck_map *m, int k, int depth)
         r = c->index[n->id];
         m->macs[k] = c->macs[r];
         m->macs_padded[k] = c->macs_padded[r];
+        /* the name kept by another op (a Mul as the HardSwish it became, a
+         * MatMul + Add as one Gemm) */
+        if (strcmp(qf_op_label(n), qf_op_label(o)) != 0) {
+            if (ev)
+                st = ck_map_note(m, k, "%s%s", ev->reason, "");
+            else
+                st = ck_map_note(m, k, "runs as %s '%s'", qf_op_label(n), n->name);
+        }
     }
     /* 2. pieces named "<name>_..." */
     size_t len = strlen(o->name);
