@@ -171,7 +171,8 @@ static void ck_classify(qf_ck *c)
         if (!ck_fusable(a->op) || !a->inputs[0] || !a->inputs[0]->producer) continue;
         const qf_value *x = a->inputs[0];
         int p = ck_idx(c, x->producer);
-        if (!ck_absorbs(x->producer->op) || x->nuses != 1 || x->is_output || c->fused[p] >= 0)
+        if (!ck_absorbs(x->producer->op) || c->kind[p] != CK_COMPUTE || x->nuses != 1 ||
+            x->is_output || c->fused[p] >= 0)
             continue;
         c->kind[i] = CK_FUSED;
         c->owner[i] = p;
