@@ -119,6 +119,19 @@ qf_status qf_check_report_dot(const qf_check_result *r, const qf_graph *g, char 
         if (e && e->partition >= 0) qf_strbuf_printf(&b, ", group=\"p%d\"", e->partition);
         qf_strbuf_puts(&b, "];\n");
     }
+    /* each NPU partition a box around its nodes */
+    for (int p = 0; p < r->npartitions; p++) {
+        qf_strbuf_printf(&b,
+                         "  subgraph cluster_p%d {\n    label=\"NPU partition %d\"; style=rounded; "
+                         "color=\"#2e8b2e\";\n",
+                         p, p);
+        qf_graph_for_each_node(g, n)
+        {
+            const qf_check_node *e = qf_check_find(r, n->name);
+            if (e && e->partition == p) qf_strbuf_printf(&b, "    n%u;\n", n->id);
+        }
+        qf_strbuf_puts(&b, "  }\n");
+    }
     for (int i = 0; i < g->ninputs; i++) {
         qf_strbuf_printf(&b, "  v%u [shape=ellipse, style=\"\", label=", g->inputs[i]->id);
         qf_check_dot_string(&b, g->inputs[i]->name);

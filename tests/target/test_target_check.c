@@ -562,6 +562,7 @@ static void test_reports(void)
     CHECK(strstr(dot, "fillcolor=\"#f08a8a\"") && strstr(dot, "fillcolor=\"#8fd18f\""));
     CHECK(strstr(dot, "tooltip=\"no Neutron converter for Erf\""));
     CHECK(strstr(dot, "erf \\\"odd\\\"")); /* quotes escaped */
+    CHECK(strstr(dot, "subgraph cluster_p0 {") && !strstr(dot, "cluster_p1"));
     /* the human output */
     char *buf = NULL;
     size_t blen = 0;
