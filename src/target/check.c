@@ -490,21 +490,32 @@ static qf_status ck_partition(qf_ck *c)
  * partitions are formed again, until every rule agrees. */
 static qf_status ck_partitions(qf_ck *c)
 {
-    const qf_node **members = qf_malloc(((size_t)c->n + 1) * sizeof *members);
-    if (!members) return QF_ERR_NOMEM;
-    qf_status st = QF_OK;
-    for (int iter = 0; iter <= c->n; iter++) {
+    size_t n = (size_t)c->n + 1;
+    const qf_node **members = qf_malloc(n * sizeof *members);
+    int *off = qf_malloc((n + 1) * sizeof *off), *fill = qf_malloc(n * sizeof *fill);
+    qf_status st = members && off && fill ? QF_OK : QF_ERR_NOMEM;
+    for (int iter = 0; st == QF_OK && iter <= c->n; iter++) {
         if ((st = ck_partition(c)) != QF_OK) break;
+        /* the compute nodes of each partition, in graph order: partition p's
+         * are members[off[p] .. off[p + 1]) */
+        for (int p = 0; p <= c->npart; p++) off[p] = 0;
+        for (int k = 0; k < c->n; k++)
+            if (c->kind[k] == CK_COMPUTE && c->part[k] >= 0) off[c->part[k] + 1]++;
+        for (int p = 0; p < c->npart; p++) {
+            off[p + 1] += off[p];
+            fill[p] = off[p];
+        }
+        for (int k = 0; k < c->n; k++)
+            if (c->kind[k] == CK_COMPUTE && c->part[k] >= 0)
+                members[fill[c->part[k]]++] = c->node[k];
         bool valid = true;
         for (int i = 0; i < c->n; i++) {
             if (c->part[i] < 0) continue;
             const qf_neutron_row *row = qf_neutron_row_find(c->node[i]->op);
             if (!row || !row->partition) continue;
-            int m = 0;
-            for (int k = 0; k < c->n; k++)
-                if (c->kind[k] == CK_COMPUTE && c->part[k] == c->part[i]) members[m++] = c->node[k];
-            qf_npart p = {.ncompute = m, .compute = members};
-            if (!row->partition(&c->view[i], &p, c->t, &c->why[i])) {
+            int p = c->part[i];
+            qf_npart np = {.ncompute = off[p + 1] - off[p], .compute = members + off[p]};
+            if (!row->partition(&c->view[i], &np, c->t, &c->why[i])) {
                 c->dnd[i] = true;
                 valid = false;
             }
@@ -512,6 +523,8 @@ static qf_status ck_partitions(qf_ck *c)
         if (valid) break;
     }
     qf_free(members);
+    qf_free(off);
+    qf_free(fill);
     return st;
 }
 

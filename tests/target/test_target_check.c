@@ -63,9 +63,14 @@ static bool yes(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
     (void)n, (void)t, (void)why;
     return true;
 }
+static int seen_part; /* the compute nodes the last partition rule saw */
 static bool not_alone(const qf_nview *n, const qf_npart *p, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)n, (void)t;
+    seen_part = p->ncompute;
+    bool self = false;
+    for (int k = 0; k < p->ncompute; k++) self |= p->compute[k] == n->node;
+    if (!self) return qf_neutron_refuse(why, NULL, "the partition does not hold the node");
     if (p->ncompute > 1) return true;
     return qf_neutron_refuse(why, NULL, "a Relu alone in its partition runs on the CPU");
 }
@@ -369,6 +374,20 @@ static void test_partition_rule_and_flows(void)
     CHECKF(find(&r, "c")->macs_padded == 64 * 16 * 16, "padded %lld",
            (long long)find(&r, "c")->macs_padded);
     CHECK(r.macs_npu_padded == 64 * 16 * 16);
+    qf_check_result_free(&r);
+    qf_graph_free(g);
+
+    /* a Relu after a conv with a Q / DQ between (not fused): in the conv's
+     * partition, so its partition rule lets it stay, and it sees both */
+    REQUIRE_OK(qf_graph_init(&g));
+    c = conv(g, "c", input(g, 8), 8, 8, true);
+    REQUIRE(c != NULL, "c");
+    output(g, unary(g, QF_OP_RELU, "relu", qdq(g, "co", c->outputs[0]))->outputs[0]);
+    t = spec(NULL);
+    REQUIRE_OK(qf_target_check(g, &t, &r));
+    n = find(&r, "relu");
+    CHECK(n && n->placement == QF_PLACE_NPU && n->partition == 0 && !n->note);
+    CHECK(seen_part == 2 && r.npartitions == 1 && r.npu_nodes == 2);
     qf_check_result_free(&r);
     qf_graph_free(g);
 
