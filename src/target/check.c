@@ -30,6 +30,7 @@
  * node of the original model is reported under its own name (see
  * ck_map_resolve).
  */
+#define _XOPEN_SOURCE 700 /* P_tmpdir: the system's directory for temporary files */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,10 +43,6 @@
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "qfold/target.h"
-
-#ifndef P_tmpdir
-#define P_tmpdir "/tmp"
-#endif
 
 typedef enum ck_kind {
     CK_COMPUTE = 0, /* has a row (or should have one) */
