@@ -10,25 +10,27 @@
  *   1. classify: a node is a compute node, a Q / DQ of some compute node's
  *      cluster, a fused activation (placed with its producer), or a
  *      model-boundary Q / DQ of float I/O (ExecuTorch's RemoveIOQuantOpsPass
- *      leaves those out of the delegate: CPU, not counted);
+ *      leaves those out of the delegate: CPU, not counted), or a
+ *      computation on constants alone (a parameter in ExecuTorch: placed
+ *      with its reader, not counted);
  *   2. one qf_nview per compute node (operands seen through their DQ / Q);
  *   3. the verdict: the op's row for the target's flow (no row: "no Neutron
  *      converter"), after the checks every converter shares
  *      (NodeConverter: the node sits in a QDQ cluster, main I/O int8 /
  *      uint8);
- *   4. partitions as CapabilityBasedPartitioner forms them, then the rows'
+ *   4. partitions as torch's CapabilityBasedPartitioner forms them, then the rows'
  *      partition rules (supports_partitioning_result): a node refused there
  *      leaves the NPU and the partitions are formed again, until none is;
  *   5. transitions and MACs.
  *
  * A float model is first quantized as `qfold quantize --target neutron`
- * would (qf_quantize_model with the target's profile on a few synthetic
- * samples), written as ONNX and read back (so the check sees the file
+ * would (qf_quantize_model with the target's profile on one synthetic
+ * sample), written as ONNX and read back (so the check sees the file
  * `qfold quantize` writes: Gemm, not qfold's internal linear), and every
  * node of the original model is reported under its own name (see
- * ck_map_original).
+ * ck_map_resolve).
  */
-#include <math.h>
+#define _XOPEN_SOURCE 700 /* P_tmpdir: the system's directory for temporary files */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +43,6 @@
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "qfold/target.h"
-
-#ifndef P_tmpdir
-#define P_tmpdir "/tmp"
-#endif
 
 typedef enum ck_kind {
     CK_COMPUTE = 0, /* has a row (or should have one) */
@@ -72,6 +70,7 @@ typedef struct qf_ck {
     int **succ; /* COMPUTE: successor compute nodes (distinct) */
     int *nsucc;
     int64_t *macs, *macs_padded;
+    int *wstack, *wmark, wepoch; /* scratch of ck_successors */
     qf_arena arena;
 } qf_ck;
 
@@ -169,7 +168,8 @@ static void ck_classify(qf_ck *c)
         if (!ck_fusable(a->op) || !a->inputs[0] || !a->inputs[0]->producer) continue;
         const qf_value *x = a->inputs[0];
         int p = ck_idx(c, x->producer);
-        if (!ck_absorbs(x->producer->op) || x->nuses != 1 || x->is_output || c->fused[p] >= 0)
+        if (!ck_absorbs(x->producer->op) || c->kind[p] != CK_COMPUTE || x->nuses != 1 ||
+            x->is_output || c->fused[p] >= 0)
             continue;
         c->kind[i] = CK_FUSED;
         c->owner[i] = p;
@@ -326,8 +326,16 @@ static void ck_verdict(qf_ck *c, int i)
     qf_nwhy *why = &c->why[i];
     const qf_neutron_row *row = qf_neutron_row_find(n->op);
     qf_neutron_rule rule = !row ? NULL : c->t->flow == QF_NEUTRON_SDK2 ? row->sdk2 : row->sdk3;
+    /* ONNX Runtime's QOperator form: the NPU's converters read QDQ clusters */
+    bool qop = n->op == QF_OP_QLINEAR_CONV || n->op == QF_OP_QLINEAR_MATMUL ||
+               n->op == QF_OP_CONV_INTEGER || n->op == QF_OP_MATMUL_INTEGER;
     if (!row)
-        c->ok[i] = qf_neutron_refuse(why, NULL, "no Neutron converter for %s", qf_op_label(n));
+        c->ok[i] = qf_neutron_refuse(
+            why,
+            qop ? "quantize the model in QDQ form (ONNX Runtime: quant_format=QuantFormat.QDQ; "
+                  "or `qfold quantize --target neutron` on the float model)"
+                : NULL,
+            "no Neutron converter for %s", qf_op_label(n));
     else if (!rule)
         c->ok[i] = qf_neutron_refuse(why, NULL, "no Neutron converter for %s in %s", qf_op_label(n),
                                      c->t->flow == QF_NEUTRON_SDK2 ? "SDK 2.x" : "SDK 3.x");
@@ -346,7 +354,7 @@ static qf_status ck_successors(qf_ck *c, int i)
     if (!s) return QF_ERR_NOMEM;
     /* Worklist of nodes whose outputs to follow: i, its fused activation,
      * the Q / DQ nodes met. */
-    int stack[64], top = 0;
+    int *stack = c->wstack, top = 0, epoch = ++c->wepoch;
     stack[top++] = i;
     if (c->fused[i] >= 0) stack[top++] = c->fused[i];
     while (top) {
@@ -356,7 +364,10 @@ static qf_status ck_successors(qf_ck *c, int i)
             for (int u = 0; v && u < v->nuses; u++) {
                 int k = ck_idx(c, v->uses[u].node);
                 if (c->kind[k] == CK_QDQ || c->kind[k] == CK_BOUNDARY || c->kind[k] == CK_CONST) {
-                    if (top < 64 && c->kind[k] != CK_CONST) stack[top++] = k;
+                    if (c->kind[k] != CK_CONST && c->wmark[k] != epoch) {
+                        c->wmark[k] = epoch;
+                        stack[top++] = k;
+                    }
                     continue;
                 }
                 int o2 = c->owner[k];
@@ -413,32 +424,48 @@ static bool ck_cycle(const qf_ck *c, int a, int b, int *mark, int *stack, int ep
     return false;
 }
 
-/* As torch.fx's CapabilityBasedPartitioner.propose_partitions: nodes in
- * reverse order, each supported node starts a partition and merges with
- * the partitions of the nodes that read it wherever that creates no cycle;
- * partitions then numbered in graph order. */
+/* As torch.fx's CapabilityBasedPartitioner.propose_partitions (torch 2.x,
+ * which ExecuTorch's NeutronPartitioner runs): nodes in reverse graph
+ * order; a supported node starts a partition, then every partition is
+ * merged into the first candidate (the new partition, else the oldest one)
+ * unless the merge would create a cycle: the "limited horizontal fusion"
+ * that also joins independent NPU branches (two consumers of a CPU node).
+ * torch tries the merges at every node; nothing changes between two nodes
+ * unless a partition was created or merged, so the merges are tried only
+ * then. Partitions are then numbered in graph order. */
 static qf_status ck_partition(qf_ck *c)
 {
-    int *mark = qf_calloc((size_t)c->n + 1, sizeof *mark),
-        *stack = qf_malloc(((size_t)c->n + 1) * sizeof *stack);
-    int *renum = qf_malloc(((size_t)c->n + 1) * sizeof *renum);
-    if (!mark || !stack || !renum) {
+    size_t n = (size_t)c->n + 1;
+    int *mark = qf_calloc(n, sizeof *mark), *stack = qf_malloc(n * sizeof *stack);
+    int *renum = qf_malloc(n * sizeof *renum);
+    bool *alive = qf_calloc(n, sizeof *alive);
+    if (!mark || !stack || !renum || !alive) {
         qf_free(mark);
         qf_free(stack);
         qf_free(renum);
+        qf_free(alive);
         return QF_ERR_NOMEM;
     }
     int epoch = 0, next = 0;
+    bool dirty = false;
     for (int i = 0; i < c->n; i++) c->part[i] = -1;
     for (int i = c->n - 1; i >= 0; i--) {
-        if (!ck_supported(c, i)) continue;
-        c->part[i] = next++;
-        for (int j = 0; j < c->nsucc[i]; j++) {
-            int s = c->succ[i][j], a = c->part[i], b = c->part[s];
-            if (b < 0 || b == a) continue;
-            if (ck_cycle(c, a, b, mark, stack, ++epoch)) continue;
+        if (c->kind[i] != CK_COMPUTE) continue;
+        int self = -1;
+        if (ck_supported(c, i)) {
+            c->part[i] = self = next++;
+            alive[self] = dirty = true;
+        }
+        if (!dirty) continue;
+        dirty = false;
+        for (int p = 0; self < 0 && p < next; p++)
+            if (alive[p]) self = p;
+        for (int p = 0; p < next; p++) {
+            if (!alive[p] || p == self || ck_cycle(c, self, p, mark, stack, ++epoch)) continue;
             for (int k = 0; k < c->n; k++)
-                if (c->part[k] == b) c->part[k] = a;
+                if (c->part[k] == p) c->part[k] = self;
+            alive[p] = false;
+            dirty = true;
         }
     }
     for (int p = 0; p < next; p++) renum[p] = -1;
@@ -451,6 +478,7 @@ static qf_status ck_partition(qf_ck *c)
     qf_free(mark);
     qf_free(stack);
     qf_free(renum);
+    qf_free(alive);
     return QF_OK;
 }
 
@@ -459,21 +487,32 @@ static qf_status ck_partition(qf_ck *c)
  * partitions are formed again, until every rule agrees. */
 static qf_status ck_partitions(qf_ck *c)
 {
-    const qf_node **members = qf_malloc(((size_t)c->n + 1) * sizeof *members);
-    if (!members) return QF_ERR_NOMEM;
-    qf_status st = QF_OK;
-    for (int iter = 0; iter <= c->n; iter++) {
+    size_t n = (size_t)c->n + 1;
+    const qf_node **members = qf_malloc(n * sizeof *members);
+    int *off = qf_malloc((n + 1) * sizeof *off), *fill = qf_malloc(n * sizeof *fill);
+    qf_status st = members && off && fill ? QF_OK : QF_ERR_NOMEM;
+    for (int iter = 0; st == QF_OK && iter <= c->n; iter++) {
         if ((st = ck_partition(c)) != QF_OK) break;
+        /* the compute nodes of each partition, in graph order: partition p's
+         * are members[off[p] .. off[p + 1]) */
+        for (int p = 0; p <= c->npart; p++) off[p] = 0;
+        for (int k = 0; k < c->n; k++)
+            if (c->kind[k] == CK_COMPUTE && c->part[k] >= 0) off[c->part[k] + 1]++;
+        for (int p = 0; p < c->npart; p++) {
+            off[p + 1] += off[p];
+            fill[p] = off[p];
+        }
+        for (int k = 0; k < c->n; k++)
+            if (c->kind[k] == CK_COMPUTE && c->part[k] >= 0)
+                members[fill[c->part[k]]++] = c->node[k];
         bool valid = true;
         for (int i = 0; i < c->n; i++) {
             if (c->part[i] < 0) continue;
             const qf_neutron_row *row = qf_neutron_row_find(c->node[i]->op);
             if (!row || !row->partition) continue;
-            int m = 0;
-            for (int k = 0; k < c->n; k++)
-                if (c->kind[k] == CK_COMPUTE && c->part[k] == c->part[i]) members[m++] = c->node[k];
-            qf_npart p = {.ncompute = m, .compute = members};
-            if (!row->partition(&c->view[i], &p, c->t, &c->why[i])) {
+            int p = c->part[i];
+            qf_npart np = {.ncompute = off[p + 1] - off[p], .compute = members + off[p]};
+            if (!row->partition(&c->view[i], &np, c->t, &c->why[i])) {
                 c->dnd[i] = true;
                 valid = false;
             }
@@ -481,6 +520,8 @@ static qf_status ck_partitions(qf_ck *c)
         if (valid) break;
     }
     qf_free(members);
+    qf_free(off);
+    qf_free(fill);
     return st;
 }
 
@@ -566,6 +607,8 @@ static void ck_free(qf_ck *c)
     qf_free(c->nsucc);
     qf_free(c->macs);
     qf_free(c->macs_padded);
+    qf_free(c->wstack);
+    qf_free(c->wmark);
     qf_arena_free(&c->arena);
 }
 
@@ -589,8 +632,11 @@ static qf_status ck_run(qf_ck *c, const qf_graph *g, const qf_target_spec *t)
     c->nsucc = qf_calloc(n, sizeof *c->nsucc);
     c->macs = qf_calloc(n, sizeof *c->macs);
     c->macs_padded = qf_calloc(n, sizeof *c->macs_padded);
+    c->wstack = qf_calloc(n + 2, sizeof *c->wstack);
+    c->wmark = qf_calloc(n, sizeof *c->wmark);
     if (!c->node || !c->index || !c->kind || !c->owner || !c->fused || !c->view || !c->ok ||
-        !c->dnd || !c->why || !c->part || !c->succ || !c->nsucc || !c->macs || !c->macs_padded)
+        !c->dnd || !c->why || !c->part || !c->succ || !c->nsucc || !c->macs || !c->macs_padded ||
+        !c->wstack || !c->wmark)
         return QF_ERR_NOMEM;
     int i = 0;
     qf_graph_for_each_node(g, nd)
@@ -726,8 +772,9 @@ static qf_status ck_result_qdq(const qf_ck *c, qf_check_result *r)
 
 /* --- a float model: quantized first ---------------------------------------- */
 
-#define CK_SAMPLES \
-    2 /* synthetic calibration samples: placement does not depend on qparams' values */
+/* Synthetic calibration samples: the placement does not depend on the
+ * qparams' values, one sample gives every tensor its qparams. */
+#define CK_SAMPLES 1
 
 /* One array per graph input, [CK_SAMPLES, dims[1:]...]: uniform in [-1, 1)
  * for float inputs (a fixed LCG: the same model checks the same way), zeros
@@ -910,6 +957,14 @@ static int ck_map_resolve(ck_map *m, int k, int depth)
         r = c->index[n->id];
         m->macs[k] = c->macs[r];
         m->macs_padded[k] = c->macs_padded[r];
+        /* the name kept by another op (a Mul as the HardSwish it became, a
+         * MatMul + Add as one Gemm) */
+        if (strcmp(qf_op_label(n), qf_op_label(o)) != 0) {
+            if (ev)
+                st = ck_map_note(m, k, "%s%s", ev->reason, "");
+            else
+                st = ck_map_note(m, k, "runs as %s '%s'", qf_op_label(n), n->name);
+        }
     }
     /* 2. pieces named "<name>_..." */
     size_t len = strlen(o->name);
@@ -991,6 +1046,19 @@ static void ck_map_events(ck_map *m, const qf_pass_report *rep, int *cap)
         }
 }
 
+/* Whether original node o computes from constants only (an Identity of a
+ * weight in a PyTorch export, a Constant): not counted, as in the QDQ case. */
+static bool ck_orig_const(const qf_node *o, int depth)
+{
+    if (depth > 8) return false;
+    for (int k = 0; k < o->ninputs; k++) {
+        const qf_value *v = o->inputs[k];
+        if (v && !qf_value_is_const(v) && !(v->producer && ck_orig_const(v->producer, depth + 1)))
+            return false;
+    }
+    return true;
+}
+
 /* The original model's nodes, each placed through ck_map_resolve, with the
  * left-float reasons of the quantizer for the nodes it left in float. */
 static qf_status ck_result_float(const qf_ck *c, const qf_graph *orig,
@@ -1031,7 +1099,7 @@ static qf_status ck_result_float(const qf_ck *c, const qf_graph *orig,
         else if (i >= 0) {
             st = ck_fill(c, r, k, i, o->name, qf_op_label(o), m.note[k]);
             /* a node of the user's model: counted, unless a constant computation */
-            e->qdq = o->op == QF_OP_CONSTANT || c->kind[i] == CK_CONST;
+            e->qdq = ck_orig_const(o, 0) || c->kind[i] == CK_CONST;
             e->macs = m.macs[k];
             e->macs_padded = m.macs_padded[k];
         } else {
@@ -1044,9 +1112,10 @@ static qf_status ck_result_float(const qf_ck *c, const qf_graph *orig,
             if (!e->name || !e->op) st = QF_ERR_NOMEM;
         }
         r->nnodes = k + 1;
-        /* the quantizer's reason for a node it left in float */
-        for (int f = 0; st == QF_OK && e->placement == QF_PLACE_CPU && f < res->quant.nleft_float;
-             f++)
+        /* a node the row would take but the quantizer left in float: the
+         * quantizer's reason */
+        bool unq = e->rule && strncmp(e->rule, "not quantized", 13) == 0;
+        for (int f = 0; st == QF_OK && unq && f < res->quant.nleft_float; f++)
             if (strcmp(res->quant.left_float[f].name, o->name) == 0) {
                 char buf[600];
                 snprintf(buf, sizeof buf, "left in float by the quantizer: %s",
@@ -1084,6 +1153,8 @@ qf_status qf_target_check(const qf_graph *g, const qf_target_spec *t, qf_check_r
         qf_quantize_model_result res = {0};
         r->from_float = true;
         st = ck_quantize(g, t, &q, &res);
+        if (st != QF_OK && st != QF_ERR_NOMEM)
+            qf_error_prefix(st, "quantizing the float model to check it: ");
         if (st == QF_OK) st = ck_run(&c, q, t);
         if (st == QF_OK) st = ck_result_float(&c, g, &res, r);
         ck_free(&c);
