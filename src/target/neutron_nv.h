@@ -61,11 +61,6 @@ bool qf_neutron_is_rsqrt_sqrt(const qf_node *sqrt_node);
  * neutron_shape.c). */
 bool qf_neutron_noop_partition(const qf_nview *n, const qf_npart *p, const qf_target_spec *t,
                                qf_nwhy *why);
-/* ReduceMean's partition rule (mean_dim's supports_partitioning_result, SDK
- * 3.x): keepdims over size-1 dims alone in its partition goes to the CPU.
- * Defined in neutron_shape.c for neutron_pool.c's ReduceMean row. */
-bool qf_neutron_reduce_mean_partition(const qf_nview *n, const qf_npart *p, const qf_target_spec *t,
-                                      qf_nwhy *why);
 /* Whether node is one of the partition's compute nodes. */
 bool qf_nv_in_partition(const qf_npart *p, const qf_node *node);
 

@@ -1,13 +1,12 @@
 /* Neutron rules of the shape ops: Reshape, Flatten, Squeeze, Unsqueeze (as
  * view_copy), Transpose (permute_copy), Slice and Split (slice_copy), Pad
  * (constant_pad_nd, reflect pad), Resize (upsample nearest / bilinear),
- * Identity and Dropout (clone); their partition rules; and ReduceMean's
- * partition rule (the row is neutron_pool.c's).
+ * Identity and Dropout (clone); and their partition rules.
  *
  * Read from ExecuTorch's NXP backend, node converters view_copy,
  * permute_copy, slice_copy_tensor (slice_tensor at v1.3.0),
  * constant_pad_nd, pad, upsample_nearest2d, upsample_bilinear2d, clone,
- * mean_dim, neutron_operator_support.transposition_is_supported_on_neutron,
+ * neutron_operator_support.transposition_is_supported_on_neutron,
  * the aten pass DecomposeSplitToSlices and the partitioner's no-op partition
  * check (edge_helper.is_no_op_on_neutron), at the commit of the SDK 3.x
  * rules and at v1.3.0 for the SDK 2.x ones. */
@@ -739,43 +738,6 @@ static bool clone_partition(const qf_nview *n, const qf_npart *p, const qf_targe
             "refuses a partition with nothing to compute",
             qf_op_onnx_name(n->node->op));
     return qf_neutron_noop_partition(n, p, t, why);
-}
-
-/* --- ReduceMean's partition rule (neutron_pool.c's row) ------------------- */
-
-/* mean_dim's supports_partitioning_result (SDK 3.x): a mean with keepdims
- * over dims of size 1 only is a no-op; alone in its partition it would be an
- * empty graph. */
-bool qf_neutron_reduce_mean_partition(const qf_nview *n, const qf_npart *p, const qf_target_spec *t,
-                                      qf_nwhy *why)
-{
-    if (t->flow != QF_NEUTRON_SDK3 || p->ncompute != 1) return true;
-    const qf_value *x = n->in[0].v;
-    if (!x || qf_node_attr_int(n->node, "keepdims", 1) == 0) return true;
-    int r = x->type.ndim, na = 0;
-    int64_t ax[MAXR];
-    const int64_t *attr = qf_node_attr_ints(n->node, "axes", &na);
-    if (n->nin > 1 && n->in[1].v) {
-        if (!qf_nv_const_ints(n, 1, ax, MAXR, &na)) return true;
-    } else if (attr && na <= MAXR) {
-        memcpy(ax, attr, sizeof(int64_t) * (size_t)na);
-    } else {
-        na = 0;
-    }
-    if (na == 0) {
-        if (qf_node_attr_int(n->node, "noop_with_empty_axes", 0))
-            return true; /* an identity: not mean_dim */
-        na = r;
-        for (int i = 0; i < r; i++) ax[i] = i;
-    }
-    for (int i = 0; i < na; i++) {
-        int d = (int)(ax[i] < 0 ? ax[i] + r : ax[i]);
-        if (d < 0 || d >= r || x->type.dims[d] != 1) return true;
-    }
-    return qf_neutron_refuse(
-        why, "remove it (it averages dimensions of size 1)",
-        "a ReduceMean over dimensions of size 1 alone in its NPU partition: the converter skips "
-        "it, and the NPU refuses a partition with nothing to compute");
 }
 
 const qf_neutron_row qf_neutron_rows_shape[] = {
