@@ -8,6 +8,3 @@
 
 const qf_neutron_row qf_neutron_rows_conv[] = {{QF_OP_COUNT, NULL, NULL, NULL}};
 const qf_neutron_row qf_neutron_rows_pool[] = {{QF_OP_COUNT, NULL, NULL, NULL}};
-const qf_neutron_row qf_neutron_rows_binary[] = {{QF_OP_COUNT, NULL, NULL, NULL}};
-const qf_neutron_row qf_neutron_rows_act[] = {{QF_OP_COUNT, NULL, NULL, NULL}};
-const qf_neutron_row qf_neutron_rows_shape[] = {{QF_OP_COUNT, NULL, NULL, NULL}};
