@@ -296,12 +296,25 @@ static bool neg_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 }
 
 /* prelu SDK 3.x: the broadcast condition (an input with the output's element
- * count: always the data input) and both the data and the slope int8 /
- * uint8 behind a DequantizeLinear. */
+ * count: always the data input), both the data and the slope int8 / uint8
+ * behind a DequantizeLinear, and a per-channel slope on a tensor of rank > 2
+ * only in the channels-first layout (the converter applies it along the
+ * channels). */
 static bool prelu_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
-    return qf_nv_io_quantized(n, 2, true, why);
+    if (!qf_nv_io_quantized(n, 2, true, why)) return false;
+    const qf_value *x = n->in[0].v, *slope = n->nin > 1 ? n->in[1].v : NULL;
+    if (x && slope && x->type.ndim > 2 && qf_nv_numel(slope) != 1 &&
+        !qf_nv_channels_first(n->g, x)) {
+        char sx[96];
+        return qf_neutron_refuse(
+            why, "use one slope for all channels, or apply PRelu to a Conv's output",
+            "PRelu with a slope per channel on %s, which is not in the "
+            "channels-first layout (no Conv / pool / Resize around it)",
+            qf_nv_shape_str(x, sx, sizeof sx));
+    }
+    return true;
 }
 
 /* v1.3.0's prelu: 4-D, channels a multiple of num_macs, H*W <= 4096. */

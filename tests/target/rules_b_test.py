@@ -399,18 +399,36 @@ def _():
     return g
 
 
-def prelu(shape):
+def prelu(shape, nslope=None):
     g = G()
     x = g.input(list(shape))
-    slope = g.const(np.full([shape[-1]], 0.25), scale=0.01)
+    slope = g.const(np.full([nslope or shape[-1]], 0.25), scale=0.01)
     g.output(g.op("PRelu", [x, slope], name="target"))
     return g
 
 
-# SDK 2.x PRelu: 4-D, channels % num_macs, H*W <= 4096 (formatless: channels last).
-@case("prelu_12_channels", [s3(NPU), s2(CPU, "12 channels are not a multiple of num_macs = 8")])
+# SDK 3.x PRelu: a per-channel slope on a rank > 2 tensor only channels
+# first. SDK 2.x PRelu: 4-D, channels % num_macs, H*W <= 4096 (formatless:
+# channels last).
+@case("prelu_12_channels", [s3(CPU, "slope per channel on [1, 2, 2, 12]", "one slope"),
+                            s2(CPU, "12 channels are not a multiple of num_macs = 8")])
 def _():
     return prelu((1, 2, 2, 12))
+
+
+@case("prelu_one_slope", [s3(NPU)])
+def _():
+    return prelu((1, 2, 2, 12), nslope=1)
+
+
+@case("prelu_after_conv", [s3(NPU), s2(CPU, "12 channels are not a multiple of num_macs = 8")])
+def _():
+    g = G()
+    x = g.input([1, 4, 6, 6])
+    y = g.op("Conv", [x, g.const(np.full([12, 4, 1, 1], 0.1), scale=0.01)])
+    slope = g.const(np.full([12, 1, 1], 0.25), scale=0.01)
+    g.output(g.op("PRelu", [y, slope], name="target"))
+    return g
 
 
 @case("prelu_hw_4096", [s2(NPU)])
