@@ -518,6 +518,12 @@ def _():
     return slice_([1, 4, 4, 16], [0], [8], [3])
 
 
+# SDK 2.x (ExecuTorch v1.3.0) does not wrap a negative end: 0:-8 is empty there.
+@case("slice_negative_end", [s3(NPU), s2(CPU, "SDK 2.x reads a negative index as 0", "positive indices (0:8)")])
+def _():
+    return slice_([1, 4, 4, 16], [0], [-8], [3])
+
+
 @case("slice_step2", [s3(CPU, "step 2 on axis 3"), s2(CPU, "step 2 on axis 3")])
 def _():
     return slice_([1, 4, 4, 16], [0], [16], [3], [2])
