@@ -3,6 +3,7 @@
  *   qf_graph *g;
  *   QF_TRY(qf_onnx_load("model.onnx", &g));
  *   QF_TRY(qf_onnx_save(g, "out.onnx"));      // temp file + rename
+ *   QF_TRY(qf_onnx_save_buffer(g, &data, &size));   // or to memory
  *
  *   qf_tensor x;
  *   QF_TRY(qf_npy_load("x.npy", &x));          // x owns its data
@@ -85,6 +86,14 @@ typedef struct qf_onnx_save_options {
     bool wrote_external; /* out */
 } qf_onnx_save_options;
 qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_options *o);
+/* The model into memory: *data (from qf_malloc, freed with qf_free) holds
+ * the *size bytes qf_onnx_save writes to a file for a model without
+ * external data (the same code writes both), for qf_onnx_load_buffer or a
+ * caller that wants no file. A model over protobuf's 2 GiB is
+ * QF_ERR_UNSUPPORTED naming its size (only a file with external data can
+ * hold it); payloads left in the model file (defer) are read into the
+ * buffer. On failure *data is NULL and *size 0. */
+qf_status qf_onnx_save_buffer(const qf_graph *g, void **data, size_t *size);
 
 /* metadata_props: the model's entries are kept from qf_onnx_load to
  * qf_onnx_save (through passes and qf_graph_clone). qf_onnx_metadata copies

@@ -1,5 +1,6 @@
 /* ONNX export: qf_graph -> ModelProto -> streamed to a temporary file ->
- * renamed into place.
+ * renamed into place, or into one buffer in memory (qf_onnx_save_buffer:
+ * the same bytes, by the same code, without external data).
  *
  * The protobuf structs are built in a scratch arena and point at the
  * graph's own names and tensor payloads; the weights go from the graph to
@@ -605,7 +606,7 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
     return QF_OK;
 }
 
-/* --- streaming the model to the file ------------------------------------------- */
+/* --- streaming the model to the file or to memory ---------------------------------- */
 
 /* protobuf-c packs a message into one buffer, and its pack_to_buffer packs
  * every nested message (the graph, each initializer) into a temporary buffer
@@ -622,13 +623,77 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
  *   TensorProto everything but raw_data packed (dims 1, data_type 2, name 8;
  *               export sets nothing after raw_data), then raw_data (9) written
  *               straight from the tensor's memory.
- * The output is byte for byte what onnx__model_proto__pack would produce. */
+ * The output is byte for byte what onnx__model_proto__pack would produce.
+ * The sink is a file writer, or (mem set) a buffer of exactly the packed
+ * size: the pieces go to one or the other through qf_ex_out / _fill / _fail,
+ * so the bytes in memory are the bytes of the file. */
 typedef struct qf_ex_stream {
     qf_file_writer w;
     const qf_graph *g; /* for payloads left in the model file (raw_data.data NULL) */
     uint8_t *scratch; /* packing buffer for the small messages */
     size_t cap;
+    const char *what; /* for messages: the file, or "the model in memory" */
+    uint8_t *mem;     /* the memory sink: mem_cap bytes, mem_len of them put */
+    size_t mem_len, mem_cap;
+    qf_status mem_st; /* its first error (the file writer keeps its own) */
 } qf_ex_stream;
+
+/* Record an error (the first one sticks). */
+static void qf_ex_fail(qf_ex_stream *s, qf_status st)
+{
+    if (!s->mem)
+        qf_file_writer_fail(&s->w, st);
+    else if (s->mem_st == QF_OK)
+        s->mem_st = st;
+}
+
+static qf_status qf_ex_status(const qf_ex_stream *s) { return s->mem ? s->mem_st : s->w.st; }
+
+static size_t qf_ex_written(const qf_ex_stream *s) { return s->mem ? s->mem_len : s->w.written; }
+
+/* Room for n more bytes in the memory sink (the buffer was sized from
+ * protobuf-c's packed size: running past it is a packing bug). */
+static uint8_t *qf_ex_mem_room(qf_ex_stream *s, size_t n)
+{
+    if (s->mem_st != QF_OK) return NULL;
+    if (n > s->mem_cap - s->mem_len) {
+        qf_ex_fail(s, qf_error(QF_ERR_INTERNAL,
+                               "%s: protobuf packing ran past the %zu bytes it announced", s->what,
+                               s->mem_cap));
+        return NULL;
+    }
+    return s->mem + s->mem_len;
+}
+
+static void qf_ex_out(qf_ex_stream *s, const void *data, size_t n)
+{
+    if (!s->mem) {
+        qf_file_writer_put(&s->w, data, n);
+        return;
+    }
+    uint8_t *dst = n ? qf_ex_mem_room(s, n) : NULL;
+    if (!dst) return;
+    memcpy(dst, data, n);
+    s->mem_len += n;
+}
+
+/* n bytes that fill() writes (qf_file_writer_put_fill's contract): in memory
+ * straight into their place, in one call. */
+static void qf_ex_out_fill(qf_ex_stream *s, size_t n, qf_file_fill fill, void *ctx)
+{
+    if (!s->mem) {
+        qf_file_writer_put_fill(&s->w, n, fill, ctx);
+        return;
+    }
+    uint8_t *dst = n ? qf_ex_mem_room(s, n) : NULL;
+    if (!dst) return;
+    qf_status st = fill(ctx, dst, 0, n);
+    if (st != QF_OK) {
+        qf_ex_fail(s, st);
+        return;
+    }
+    s->mem_len += n;
+}
 
 enum { QF_PB_LEN = 2 }; /* the length-delimited wire type */
 
@@ -643,28 +708,37 @@ static void qf_ex_put_key_len(qf_ex_stream *s, uint32_t field, uint64_t len)
             b[n++] |= v ? 0x80 : 0;
         } while (v);
     }
-    qf_file_writer_put(&s->w, b, n);
+    qf_ex_out(s, b, n);
 }
 
 static void qf_ex_put_msg(qf_ex_stream *s, const ProtobufCMessage *msg)
 {
     size_t n = protobuf_c_message_get_packed_size(msg);
     if (!n) return;
+    if (s->mem) {
+        /* Packed in place: no scratch copy. */
+        uint8_t *dst = qf_ex_mem_room(s, n);
+        if (!dst) return;
+        if (protobuf_c_message_pack(msg, dst) != n)
+            qf_ex_fail(s, qf_error(QF_ERR_INTERNAL, "%s: protobuf packing went wrong", s->what));
+        else
+            s->mem_len += n;
+        return;
+    }
     if (n > s->cap) {
         uint8_t *p = qf_realloc(s->scratch, n);
         if (!p) {
-            qf_file_writer_fail(&s->w, QF_ERR_NOMEM);
+            qf_ex_fail(s, QF_ERR_NOMEM);
             return;
         }
         s->scratch = p;
         s->cap = n;
     }
     if (protobuf_c_message_pack(msg, s->scratch) != n) {
-        qf_file_writer_fail(
-            &s->w, qf_error(QF_ERR_INTERNAL, "%s: protobuf packing went wrong", s->w.path));
+        qf_ex_fail(s, qf_error(QF_ERR_INTERNAL, "%s: protobuf packing went wrong", s->what));
         return;
     }
-    qf_file_writer_put(&s->w, s->scratch, n);
+    qf_ex_out(s, s->scratch, n);
 }
 
 typedef struct qf_ex_fill {
@@ -693,11 +767,12 @@ static void qf_ex_put_tensor(qf_ex_stream *s, const Onnx__TensorProto *tp)
              * piece, the pending BN scale applied there. */
             qf_ex_fill f = {s->g, qf_graph_find_value(s->g, tp->name)};
             if (!f.v || !f.v->deferred)
-                qf_file_writer_fail(&s->w, qf_error(QF_ERR_INTERNAL, "initializer '%s' has no payload", tp->name));
+                qf_ex_fail(s,
+                           qf_error(QF_ERR_INTERNAL, "initializer '%s' has no payload", tp->name));
             else
-                qf_file_writer_put_fill(&s->w, tp->raw_data.len, qf_ex_fill_payload, &f);
+                qf_ex_out_fill(s, tp->raw_data.len, qf_ex_fill_payload, &f);
         } else {
-            qf_file_writer_put(&s->w, tp->raw_data.data, tp->raw_data.len);
+            qf_ex_out(s, tp->raw_data.data, tp->raw_data.len);
         }
     }
 }
@@ -759,10 +834,25 @@ static qf_status qf_ex_read_deferred(const qf_graph *g, Onnx__GraphProto *gp, qf
     return QF_OK;
 }
 
+/* Protobuf messages are limited to 2 GiB; past that readers reject them. */
+#define QF_PROTO_MAX ((size_t)0x7fffffffu)
+
+/* Stream m (of `size` bytes) into s, opened by the caller; fewer or more
+ * bytes than `size` are an error recorded in s. */
+static void qf_ex_stream_model(qf_ex_stream *s, const Onnx__ModelProto *m, size_t size)
+{
+    qf_ex_put_model(s, m);
+    if (qf_ex_status(s) == QF_OK && qf_ex_written(s) != size)
+        qf_ex_fail(s, qf_error(QF_ERR_INTERNAL, "%s: protobuf packing wrote %zu of %zu bytes",
+                               s->what, qf_ex_written(s), size));
+    qf_free(s->scratch);
+    s->scratch = NULL;
+}
+
 static qf_status qf_ex_write(const qf_graph *g, Onnx__ModelProto *m, const char *path, qf_arena *arena,
                              qf_onnx_save_options *o)
 {
-    const size_t proto_max = 0x7fffffffu;
+    const size_t proto_max = QF_PROTO_MAX;
     size_t limit = o && o->limit ? o->limit : proto_max;
     size_t size = onnx__model_proto__get_packed_size(m);
     qf_ext_plan plan = {0};
@@ -802,13 +892,12 @@ static qf_status qf_ex_write(const qf_graph *g, Onnx__ModelProto *m, const char 
         QF_TRY(st);
         size = onnx__model_proto__get_packed_size(m);
     }
-    /* Protobuf messages are limited to 2 GiB; past that readers reject them. */
     if (size > proto_max)
         return qf_error(QF_ERR_UNSUPPORTED,
                         "%s: the model is %zu bytes, over protobuf's 2 GiB limit even with its "
                         "initializers in external data",
                         path, size);
-    qf_ex_stream s = {.g = g};
+    qf_ex_stream s = {.g = g, .what = path};
     /* Every piece goes through the writer's 1 MiB buffer (few write() calls,
      * and from 4 MiB on they bypass the page cache: file.c); 4 MiB was no
      * faster (bench/fuse.md). */
@@ -816,13 +905,35 @@ static qf_status qf_ex_write(const qf_graph *g, Onnx__ModelProto *m, const char 
         QF_TRY(qf_file_writer_open_staged(&s.w, path, (size_t)1 << 20));
     else
         QF_TRY(qf_file_writer_open(&s.w, path, (size_t)1 << 20));
-    qf_ex_put_model(&s, m);
-    if (s.w.st == QF_OK && s.w.written != size)
-        qf_file_writer_fail(&s.w,
-                            qf_error(QF_ERR_INTERNAL, "%s: protobuf packing wrote %zu of %zu bytes",
-                                     path, s.w.written, size));
-    qf_free(s.scratch);
+    qf_ex_stream_model(&s, m, size);
     return qf_file_writer_commit(&s.w);
+}
+
+/* m into one buffer of its exact size (qf_malloc), by the file's code path.
+ * No external data here: a model over protobuf's limit cannot be one
+ * buffer that qf_onnx_load_buffer reads back. */
+static qf_status qf_ex_write_buffer(const qf_graph *g, const Onnx__ModelProto *m, void **data,
+                                    size_t *size)
+{
+    size_t n = onnx__model_proto__get_packed_size(m);
+    if (n > QF_PROTO_MAX)
+        return qf_error(
+            QF_ERR_UNSUPPORTED,
+            "the model is %zu bytes, over protobuf's 2 GiB limit: it can only be saved to a "
+            "file, with its initializers in external data",
+            n);
+    qf_ex_stream s = {.g = g, .what = "the model in memory", .mem_cap = n};
+    s.mem = qf_malloc(n ? n : 1);
+    if (!s.mem)
+        return qf_error(QF_ERR_NOMEM, "out of memory (%zu bytes for the model in memory)", n);
+    qf_ex_stream_model(&s, m, n);
+    if (s.mem_st != QF_OK) {
+        qf_free(s.mem);
+        return s.mem_st;
+    }
+    *data = s.mem;
+    *size = n;
+    return QF_OK;
 }
 
 qf_status qf_onnx_save(const qf_graph *g, const char *path)
@@ -833,9 +944,11 @@ qf_status qf_onnx_save(const qf_graph *g, const char *path)
     return qf_onnx_save_ex(g, path, &o);
 }
 
-qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_options *o)
+/* Build the ModelProto of g and write it: to `path` (with options o), or,
+ * path NULL, to memory (*data, *size). */
+static qf_status qf_ex_export(const qf_graph *g, const char *path, qf_onnx_save_options *o,
+                              void **data, size_t *size)
 {
-    if (o) o->wrote_external = false;
     qf_export ex = {.g = g};
     qf_arena_init(&ex.arena);
     qf_status st = QF_OK;
@@ -849,7 +962,8 @@ qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_opti
     Onnx__OperatorSetIdProto *opsets[1] = {&opset};
     if (st == QF_OK) st = qf_ex_graph(&ex, &gp);
     if (st == QF_OK) st = qf_half_export(g, &gp, qf_ex_arena_alloc, &ex.arena);
-    if (st != QF_OK) qf_error_prefix(st, "%s: ", path); /* write errors name the file already */
+    if (st != QF_OK && path)
+        qf_error_prefix(st, "%s: ", path); /* write errors name the file already */
     if (st == QF_OK) {
         m.has_ir_version = 1;
         m.ir_version = g->ir_version > 0 ? g->ir_version : 8;
@@ -867,8 +981,10 @@ qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_opti
         m.opset_import = opsets;
         m.graph = &gp;
         st = qf_keep_export_model(g, &ex.arena, &m, &gp);
-        if (st != QF_OK) qf_error_prefix(st, "%s: ", path);
-        if (st == QF_OK) st = qf_ex_write(g, &m, path, &ex.arena, o);
+        if (st != QF_OK && path) qf_error_prefix(st, "%s: ", path);
+        if (st == QF_OK)
+            st = path ? qf_ex_write(g, &m, path, &ex.arena, o)
+                      : qf_ex_write_buffer(g, &m, data, size);
     }
     qf_free(ex.used);
     qf_free(ex.nodes);
@@ -877,4 +993,22 @@ qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_opti
     qf_free(ex.tcache);
     qf_arena_free(&ex.arena);
     return st;
+}
+
+qf_status qf_onnx_save_ex(const qf_graph *g, const char *path, qf_onnx_save_options *o)
+{
+    if (o) o->wrote_external = false;
+    if (!path)
+        return qf_error(QF_ERR_INVALID,
+                        "qf_onnx_save: no path (qf_onnx_save_buffer saves to memory)");
+    return qf_ex_export(g, path, o, NULL, NULL);
+}
+
+qf_status qf_onnx_save_buffer(const qf_graph *g, void **data, size_t *size)
+{
+    if (!data || !size)
+        return qf_error(QF_ERR_INVALID, "qf_onnx_save_buffer: no place for the bytes");
+    *data = NULL;
+    *size = 0;
+    return qf_ex_export(g, NULL, NULL, data, size);
 }

@@ -25,16 +25,15 @@
  *
  * A float model is first quantized as `qfold quantize --target neutron`
  * would (qf_quantize_model with the target's profile on one synthetic
- * sample), written as ONNX and read back (so the check sees the file
- * `qfold quantize` writes: Gemm, not qfold's internal linear), and every
+ * sample), written as ONNX bytes in memory and read back (so the check
+ * sees the file `qfold quantize` writes: Gemm, not qfold's internal
+ * linear), and every
  * node of the original model is reported under its own name (see
  * ck_map_resolve).
  */
-#define _XOPEN_SOURCE 700 /* P_tmpdir: the system's directory for temporary files */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/arena.h"
 #include "neutron.h"
@@ -809,24 +808,18 @@ static qf_status ck_synthetic(const qf_graph *g, qf_tensor *data)
     return QF_OK;
 }
 
-/* Write q as ONNX and read it back: the graph `qfold quantize` writes
- * (qfold's internal linear / relu6 as Gemm / MatMul / Clip). */
-static qf_status ck_roundtrip(const qf_graph *q, qf_graph **out)
+/* q (freed here) as ONNX bytes in memory, read back: the graph `qfold
+ * quantize` writes (qfold's internal linear / relu6 as Gemm / MatMul /
+ * Clip). q goes before the load, so that at most two copies of the weights
+ * are alive (the bytes and the loaded graph's own). */
+static qf_status ck_roundtrip(qf_graph *q, qf_graph **out)
 {
-    const char *dir = getenv("TMPDIR");
-    char path[4096];
-    snprintf(path, sizeof path, "%s/qfold-check.onnx", dir && *dir ? dir : P_tmpdir);
-    char *tmp = NULL;
-    QF_TRY(qf_file_temp_create(path, &tmp));
-    qf_onnx_save_options o = {.staged = true};
-    char side[4200];
-    snprintf(side, sizeof side, "%s.data", tmp);
-    o.external_data = side;
-    qf_status st = qf_onnx_save_ex(q, tmp, &o);
-    if (st == QF_OK) st = qf_onnx_load(tmp, out);
-    if (o.wrote_external) unlink(side);
-    qf_file_temp_discard(tmp);
-    qf_free(tmp);
+    void *bytes = NULL;
+    size_t size = 0;
+    qf_status st = qf_onnx_save_buffer(q, &bytes, &size);
+    qf_graph_free(q);
+    if (st == QF_OK) st = qf_onnx_load_buffer(bytes, size, "the quantized model", out);
+    qf_free(bytes);
     return st;
 }
 
@@ -858,9 +851,11 @@ static qf_status ck_quantize(const qf_graph *g, const qf_target_spec *t, qf_grap
         st = qf_quantize_model(q, &src, &mo, res);
     }
     for (int i = 0; i < g->ninputs; i++) qf_tensor_free(&data[i]);
-    if (st == QF_OK) st = ck_roundtrip(q, out);
-    qf_graph_free(q);
-    return st;
+    if (st != QF_OK) {
+        qf_graph_free(q);
+        return st;
+    }
+    return ck_roundtrip(q, out);
 }
 
 /* --- the original model's names ------------------------------------------------

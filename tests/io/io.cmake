@@ -17,3 +17,9 @@ qf_add_c_test(NAME io_big_write SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_big_write
 file(MAKE_DIRECTORY "${QF_TEST_WORK}/defer")
 qf_add_c_test(NAME io_defer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_defer.c
   ARGS ${QF_TEST_WORK}/models ${QF_TEST_WORK}/defer FIXTURES_REQUIRED ref_models LABELS unit io TIMEOUT 300)
+
+# The model as ONNX bytes in memory (qf_onnx_save_buffer): the file's bytes,
+# deferred payloads included, read back by qf_onnx_load_buffer; 2 GiB refused.
+file(MAKE_DIRECTORY "${QF_TEST_WORK}/save_buffer")
+qf_add_c_test(NAME io_save_buffer SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_save_buffer.c
+  ARGS ${QF_TEST_WORK}/models ${QF_TEST_WORK}/save_buffer FIXTURES_REQUIRED ref_models LABELS unit io TIMEOUT 300)

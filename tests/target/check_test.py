@@ -19,7 +19,9 @@ Cases:
   bad_set             an unknown target, key or value: exit 2 naming it
   outputs             all or nothing: an unwritable --dot leaves no --json
                       (exit 2); out of memory (QFOLD_MAX_MEMORY) exits 1
-                      with one line and writes nothing, no temporary file left
+                      with one line and writes nothing, no temporary file left;
+                      a float model checks the same with $TMPDIR missing (the
+                      quantized model is read back from memory)
   ort_uint8           the QDQ model in ONNX Runtime quantize_static's form
                       (uint8 activations; made with onnx.helper from qfold's
                       int8 model, as no Python onnxruntime is installed here):
@@ -226,6 +228,15 @@ def case_outputs():
     env["QFOLD_MAX_MEMORY"] = "1G"
     qfcli.run_qfold(ARGS.qfold, ["check", tiny(), "--json", j], env=env, expect=0, timeout=240)
     check(os.path.exists(j) and os.listdir(tmp) == [], "temporary files left: %s" % os.listdir(tmp))
+    # The quantized model goes through memory, not a file: a $TMPDIR that
+    # does not exist changes nothing, the report included.
+    with open(j) as f:
+        first = f.read()
+    os.unlink(j)
+    env = dict(os.environ, TMPDIR=work("no/such/tmpdir"))
+    _, _, err = qfcli.run_qfold(ARGS.qfold, ["check", tiny(), "--json", j], env=env, expect=0, timeout=240)
+    with open(j) as f:
+        check(f.read() == first, "another report with TMPDIR missing")
 
 
 def _uint8_form(src, dst):
