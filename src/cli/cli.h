@@ -31,6 +31,7 @@
     X(quantize)            \
     X(finalize)            \
     X(export)              \
+    X(check)               \
     X(eval)                \
     X(train)               \
     X(qat)                 \

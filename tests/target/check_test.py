@@ -1,0 +1,244 @@
+#!/usr/bin/python3
+"""`qfold check` end to end (src/cli/cmd_check.c, src/target/check.c).
+
+    check_test.py --qfold BIN --root SRC --work DIR CASE
+
+Cases:
+  float_vs_quantized  the bundled tiny CNN checked as a float model and as
+                      `qfold quantize --target neutron`'s output: every node of
+                      the QDQ model that the float model has too gets the same
+                      placement and rule
+  every_node_once     a PyTorch model (Conv + BatchNorm + ReLU, Dropout, erf,
+                      Linear): every ONNX node named once, in the file's order,
+                      the BatchNorm noted as folded into its conv, the Erf on
+                      the CPU with "no Neutron converter for Erf"
+  strict              --strict: exit 1 with a CPU node, 0 without (a QDQ model
+                      whose only nodes are its float I/O's Q / DQ, not counted)
+  dot                 --dot: a Graphviz graph holding every node
+  truncated           a truncated model: exit 2, one error line, no report written
+  bad_set             an unknown target, key or value: exit 2 naming it
+  ort_uint8           the QDQ model in ONNX Runtime quantize_static's form
+                      (uint8 activations; made with onnx.helper from qfold's
+                      int8 model, as no Python onnxruntime is installed here):
+                      the same placements as the int8 model's
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import qfcli  # noqa: E402
+from qfcli import check, error_line, Skip  # noqa: E402
+
+ARGS = None
+
+
+def qfold(*argv, expect=0):
+    return qfcli.run_qfold(ARGS.qfold, argv, expect=expect, timeout=240)
+
+
+def work(name):
+    return os.path.join(ARGS.work, name)
+
+
+def tiny():
+    return os.path.join(ARGS.root, "examples", "tiny_cnn.onnx")
+
+
+def report(model, *extra):
+    out = work(os.path.basename(model) + ".json")
+    qfold("check", model, "--json", out, *extra)
+    with open(out) as f:
+        return json.load(f)
+
+
+def quantized_tiny():
+    q = work("tiny_q.onnx")
+    qfold("quantize", tiny(), "-o", q, "--target", "neutron", "--calib",
+          os.path.join(ARGS.root, "examples", "input.npy"))
+    return q
+
+
+def case_float_vs_quantized():
+    a = report(tiny())
+    b = report(quantized_tiny())
+    check(a["from_float"] and not b["from_float"], "from_float: %s / %s" % (a["from_float"], b["from_float"]))
+    fa = {n["name"]: n for n in a["nodes"]}
+    same = 0
+    for n in b["nodes"]:
+        if n["qdq"] or n["name"] not in fa:
+            continue
+        m = fa[n["name"]]
+        check((m["placement"], m["rule"]) == (n["placement"], n["rule"]),
+              "%s: float model %s (%s), quantized %s (%s)" % (n["name"], m["placement"], m["rule"], n["placement"],
+                                                            n["rule"]))
+        same += 1
+    check(same >= 10, "only %d nodes in common" % same)
+    for k in ("npu_nodes", "cpu_nodes", "npu_mac_fraction", "transitions"):
+        check(k in a["summary"], "summary lacks %s" % k)
+
+
+def _torch_model(path):
+    try:
+        import torch
+    except ImportError:
+        raise Skip("no torch")
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+            self.bn = torch.nn.BatchNorm2d(16)
+            self.drop = torch.nn.Dropout(0.2)
+            self.conv2 = torch.nn.Conv2d(16, 8, 1)
+            self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+        def forward(self, x):
+            y = torch.relu(self.bn(self.conv(x)))
+            y = self.drop(y)
+            y = torch.erf(self.conv2(y))
+            return self.fc(torch.flatten(y, 1))
+
+    torch.manual_seed(0)
+    m = M().eval()
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-0.3, 0.3)
+        m.bn.running_var.uniform_(0.5, 2.0)
+    torch.onnx.export(m, torch.randn(1, 3, 8, 8), path, opset_version=13, input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "N"}, "y": {0: "N"}}, training=torch.onnx.TrainingMode.PRESERVE,
+                      do_constant_folding=False)
+
+
+def case_every_node_once():
+    import onnx
+    src = work("m.onnx")
+    _torch_model(src)
+    names = [n.name for n in onnx.load(src).graph.node]
+    r = report(src)
+    got = [n["name"] for n in r["nodes"]]
+    check(got == names, "nodes %s\nthe model's %s" % (got, names))
+    by = {n["name"]: n for n in r["nodes"]}
+    bn = [n for n in r["nodes"] if n["op"] == "BatchNormalization"]
+    check(len(bn) == 1 and bn[0]["note"] and "folded into" in bn[0]["note"], "BatchNorm: %s" % bn)
+    conv = [n for n in r["nodes"] if n["op"] == "Conv"][0]
+    check(bn[0]["placement"] == conv["placement"] and bn[0]["macs"] == 0, "BatchNorm placed apart from its conv")
+    check(conv["macs"] == 16 * 8 * 8 * 3 * 9, "conv MACs %d" % conv["macs"])
+    check(conv["macs_padded"] == 16 * 8 * 8 * 8 * 9, "conv padded MACs %d (Cin 3 -> 8)" % conv["macs_padded"])
+    erf = [n for n in r["nodes"] if n["op"] == "Erf"]
+    check(len(erf) == 1 and erf[0]["placement"] == "cpu" and erf[0]["rule"] == "no Neutron converter for Erf",
+          "Erf: %s" % erf)
+    for n in r["nodes"]:
+        check(n["placement"] in ("npu", "cpu"), "placement %r" % n["placement"])
+        check(n["placement"] == "npu" or n["rule"], "%s on the CPU without a rule" % n["name"])
+        check((n["partition"] >= 0) == (n["placement"] == "npu") or n["note"], "%s: partition %d, %s"
+              % (n["name"], n["partition"], n["placement"]))
+    listed = sorted(x for p in r["partitions"] for x in p)
+    check(listed == sorted(n["name"] for n in r["nodes"] if n["partition"] >= 0), "partitions %s" % r["partitions"])
+    check(r["summary"]["cpu_nodes"] == sum(1 for n in r["nodes"] if n["placement"] == "cpu" and not n["qdq"]),
+          "cpu_nodes")
+    check(by and r["target"] == {"name": "neutron", "flow": "sdk3", "num_macs": 8, "num_pipes": 8},
+          "target %s" % r["target"])
+
+
+def _qdq_only(path):
+    import onnx
+    from onnx import TensorProto, helper
+    s = helper.make_tensor("s", TensorProto.FLOAT, [], [0.1])
+    z = helper.make_tensor("z", TensorProto.INT8, [], [0])
+    g = helper.make_graph([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q"),
+                           helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["y"], name="dq")], "io",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])], [s, z])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def case_strict():
+    src = work("m.onnx")
+    _torch_model(src)  # its Erf runs on the CPU
+    _, out, _ = qfold("check", src)
+    check("NPU: " in out, "no summary line:\n" + out)
+    _, out, _ = qfold("check", src, "--strict", expect=1)
+    io = work("io.onnx")
+    _qdq_only(io)
+    _, out, _ = qfold("check", io, "--strict")
+    check("NPU: 0 of 0 ops" in out, "summary:\n" + out)
+    r = report(io)
+    check([n["qdq"] and n["placement"] == "cpu" for n in r["nodes"]] == [True, True], "I/O Q / DQ: %s" % r["nodes"])
+
+
+def case_dot():
+    d = work("g.dot")
+    qfold("check", tiny(), "--dot", d)
+    with open(d) as f:
+        text = f.read()
+    check(text.startswith("digraph") and text.rstrip().endswith("}"), "not a DOT graph")
+    import onnx
+    for n in onnx.load(tiny()).graph.node:
+        if n.op_type == "Constant":  # an initializer once loaded
+            continue
+        check('"%s\\n' % n.name in text, "node %s not in the graph" % n.name)
+    check("fillcolor" in text and "->" in text, "no colours or edges")
+
+
+def case_truncated():
+    with open(tiny(), "rb") as f:
+        data = f.read()
+    bad = work("cut.onnx")
+    with open(bad, "wb") as f:
+        f.write(data[: len(data) // 2])
+    out = work("cut.json")
+    _, _, err = qfold("check", bad, "--json", out, expect=2)
+    error_line(err, "cut.onnx")
+    check(len(err.strip().splitlines()) == 1, "more than one error line:\n" + err)
+    check(not os.path.exists(out), "a report was written for a bad model")
+
+
+def case_bad_set():
+    _, _, err = qfold("check", tiny(), "--set", "num-macs=0", expect=2)
+    error_line(err, "num-macs")
+    _, _, err = qfold("check", tiny(), "--set", "flow=sdk2", expect=2)
+    error_line(err, "unknown key 'flow'")
+    _, _, err = qfold("check", tiny(), "--target", "ethos", expect=2)
+    error_line(err, "unknown target 'ethos'")
+    _, out, _ = qfold("check", tiny(), "--set", "neutron-flow=sdk2", "--set", "num-macs=16")
+    check("SDK 2.x flow, 16 MACs" in out, "the parameters are not in the output:\n" + out)
+
+
+def _uint8_form(src, dst):
+    """Activation Q / DQ with int8 zero point z -> uint8 z + 128 (the same real
+    values: ONNX Runtime quantize_static's default activations); the int8
+    weights stay int8, as quantize_static writes them."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+    m = onnx.load(src)
+    init = {t.name: t for t in m.graph.initializer}
+    new = []
+    for n in m.graph.node:
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear") or len(n.input) < 3 or n.input[2] not in init:
+            continue
+        if n.input[0] in init:  # a weight / bias
+            continue
+        zp = numpy_helper.to_array(init[n.input[2]])
+        if zp.dtype != np.int8:
+            continue
+        new.append(numpy_helper.from_array((zp.astype(np.int32) + 128).astype(np.uint8), n.name + "_zp_u8"))
+        n.input[2] = n.name + "_zp_u8"
+    m.graph.initializer.extend(new)
+    del m.graph.value_info[:]
+    onnx.save(m, dst)
+    return len(new)
+
+
+def case_ort_uint8():
+    q = quantized_tiny()
+    u = work("tiny_u8.onnx")
+    check(_uint8_form(q, u) >= 4, "no activation Q / DQ rewritten")
+    a, b = report(q), report(u)
+    pa = [(n["name"], n["placement"], n["rule"]) for n in a["nodes"]]
+    pb = [(n["name"], n["placement"], n["rule"]) for n in b["nodes"]]
+    check(pa == pb, "int8 %s\nuint8 %s" % (pa, pb))
+
+
+if __name__ == "__main__":
+    sys.exit(qfcli.main("target_check", globals(), paths=("--root", "--work")))
