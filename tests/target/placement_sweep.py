@@ -34,6 +34,7 @@ through tests/ref/refcache.py (QF_REF_CACHE: computed once, then reused).
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -110,6 +111,10 @@ def summarize(rep):
         if not isinstance(rule, str) or not rule.strip():
             problems.append("node %r (%s) is on the CPU with no rule" % (n.get("name"), n.get("op")))
             rule = "(no rule)"
+        # One group per rule text, the node names quoted in it left out
+        # ("runs with Conv '/layer1/conv' (on the CPU: ...)" is one rule for
+        # every node fused into a refused conv); the numbers stay.
+        rule = re.sub(r"'[^']*'", "'…'", rule)
         if rule not in groups:
             groups[rule] = {"nodes": [], "fixes": []}
             order.append(rule)
