@@ -7,11 +7,12 @@
 
 #include "cli.h"
 #include "qfold/io.h"
+#include "qfold/pass.h"
 #include "qfold/tflite.h"
 
 static int qf_cli_export(int argc, char **argv)
 {
-    const char *in = NULL, *outp = NULL, *report = NULL, *v;
+    const char *in = NULL, *outp = NULL, *report = NULL, *target = NULL, *v;
     const char *data[QF_CLI_EXPORT_MAX_DATA];
     int ndata = 0;
     int64_t count = 0;
@@ -21,6 +22,7 @@ static int qf_cli_export(int argc, char **argv)
     while (qf_cli_args_next(&a)) {
         if (qf_cli_args_value(&a, "-o", "--output", &v)) outp = v;
         else if (qf_cli_args_value(&a, "--report", NULL, &v)) report = v;
+        else if (qf_cli_args_value(&a, "--target", NULL, &v)) target = v;
         else if (qf_cli_args_flag(&a, "--float-io", NULL)) o.float_io = true;
         else if (qf_cli_args_flag(&a, "--all-outputs", NULL)) o.all_outputs = true; /* debug, not in the help */
         else if (qf_cli_args_value(&a, "--batch", NULL, &v)) {
@@ -46,6 +48,8 @@ static int qf_cli_export(int argc, char **argv)
     if (a.failed) return QF_EXIT_USAGE;
     if (!in) return qf_cli_usage_error(&qf_cli_cmd_export, "no input model");
     if (!outp) return qf_cli_usage_error(&qf_cli_cmd_export, "no output file (-o OUT.tflite)");
+    if (target && strcmp(target, "neutron") != 0)
+        return qf_cli_value_error(a.cmd, "unknown --target '%s' (targets: neutron)", target);
     if ((ndata || count) && !report)
         return qf_cli_usage_error(&qf_cli_cmd_export, "--data / --count fill the report: give --report R.json");
     qf_cli_outputs out;
@@ -63,7 +67,10 @@ static int qf_cli_export(int argc, char **argv)
     size_t len = 0;
     const char *tmp = NULL;
     int wi = -1;
+    qf_pass_report *tp = NULL;
     qf_status st = qf_onnx_load(in, &g);
+    /* --target neutron: the Neutron-ready QDQ passes first (pipeline neutron_qdq) */
+    if (st == QF_OK && target) st = qf_pipeline_run(g, "neutron_qdq", &(qf_pass_options){.verify = true}, &tp);
     if (st == QF_OK) st = qf_tflite_export(g, &o, &r);
     if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
         st = qf_file_write_atomic(tmp, r.data, r.size);
@@ -75,7 +82,11 @@ static int qf_cli_export(int argc, char **argv)
             st = qf_file_write_atomic(tmp, text, len);
     }
     if (st != QF_OK) rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
-    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) qf_tflite_report_print(&r, stderr);
+    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) {
+        qf_tflite_report_print(&r, stderr);
+        qf_cli_target_passes_print(stderr, tp);
+    }
+    qf_pass_report_free(tp);
     qf_cli_outputs_free(&out);
     qf_free(text);
     qf_free(max_lsb);
@@ -87,8 +98,8 @@ static int qf_cli_export(int argc, char **argv)
 const qf_cli_command qf_cli_cmd_export = {
     .name = "export",
     .summary = "an int8 QDQ model -> an int8 TFLite flatbuffer (NHWC), with a deployment report",
-    .usage = "qfold export IN.onnx -o OUT.tflite [--float-io] [--batch N] [--report R.json [--data X.npy [--count "
-             "N]]]",
+    .usage = "qfold export IN.onnx -o OUT.tflite [--target neutron] [--float-io] [--batch N] [--report R.json "
+             "[--data X.npy [--count N]]]",
     .details =
         "IN is an int8 QDQ model: what `qfold quantize`, `qat` or `finalize` write, or one\n"
         "quantized by another tool in the same form (ONNX Runtime's quantize_static, QDQ;\n"
@@ -112,6 +123,9 @@ const qf_cli_command qf_cli_cmd_export = {
         "name ends in .tflite.\n\n"
         "options:\n"
         "  -o, --output FILE   the .tflite file (temporary file + rename; never the input)\n"
+        "  --target neutron    first the Neutron-ready QDQ passes (pipeline neutron_qdq: grouped\n"
+        "                      convolutions split per group, redundant DQ -> Q pairs folded;\n"
+        "                      exact in int8), one line each on stderr\n"
         "  --float-io          float32 inputs and outputs (QUANTIZE / DEQUANTIZE at the\n"
         "                      boundaries); without it they are int8 with their qparams\n"
         "  --batch N           every input's first dim N (default: the model's; dynamic: 1)\n"
