@@ -176,6 +176,8 @@ typedef struct qf_quant_profile {
     bool fuse_activation;         /* no quantization between conv/linear and a following ReLU */
     bool reduction_shares;        /* reductions share their input's qparams (else own) */
     qf_qequalize equalize;        /* cross-layer equalization first (pass equalize) */
+    bool neutron_passes;          /* the Neutron-ready graph: pipeline neutron before annotation,
+                                   * neutron_qdq after conversion (quantize, qat, finalize) */
     /* The ops it quantizes (by the pattern of their row): every op that has
      * one, or those set in ops[]. */
     bool every_op;

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "qfold/io.h"
+#include "qfold/pass.h"
 #include "qfold/target.h"
 #include "qfold/tflite.h"
 
@@ -65,6 +66,8 @@ static int qf_cli_export(int argc, char **argv)
     if (a.failed) return QF_EXIT_USAGE;
     if (!in) return qf_cli_usage_error(&qf_cli_cmd_export, "no input model");
     if (!outp) return qf_cli_usage_error(&qf_cli_cmd_export, "no output file (-o OUT.tflite)");
+    if (target && strcmp(target, "neutron") != 0)
+        return qf_cli_value_error(a.cmd, "unknown --target '%s' (targets: neutron)", target);
     if ((ndata || count) && !report)
         return qf_cli_usage_error(&qf_cli_cmd_export, "--data / --count fill the report: give --report R.json");
     qf_cli_outputs out;
@@ -84,7 +87,10 @@ static int qf_cli_export(int argc, char **argv)
     size_t len = 0;
     const char *tmp = NULL;
     int wi = -1;
+    qf_pass_report *tp = NULL;
     qf_status st = qf_onnx_load(in, &g);
+    /* --target neutron: the Neutron-ready QDQ passes first (pipeline neutron_qdq) */
+    if (st == QF_OK && target) st = qf_pipeline_run(g, "neutron_qdq", &(qf_pass_options){.verify = true}, &tp);
     if (st == QF_OK) st = qf_tflite_export(g, &o, &r);
     if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
         st = qf_file_write_atomic(tmp, r.data, r.size);
@@ -106,7 +112,9 @@ static int qf_cli_export(int argc, char **argv)
         qf_tflite_report_print(&r, stderr);
         qf_status pst = placed ? qf_target_report_print(&r, &cr, stderr) : QF_OK;
         if (pst != QF_OK) rc = qf_cli_fail(pst);
+        qf_cli_target_passes_print(stderr, tp);
     }
+    qf_pass_report_free(tp);
     qf_cli_outputs_free(&out);
     qf_check_result_free(&cr);
     qf_free(text);
@@ -119,7 +127,7 @@ static int qf_cli_export(int argc, char **argv)
 const qf_cli_command qf_cli_cmd_export = {
     .name = "export",
     .summary = "an int8 QDQ model -> an int8 TFLite flatbuffer (NHWC), with a deployment report",
-    .usage = "qfold export IN.onnx -o OUT.tflite [--float-io] [--batch N] [--target neutron] [--report R.json "
+    .usage = "qfold export IN.onnx -o OUT.tflite [--target neutron] [--float-io] [--batch N] [--report R.json "
              "[--data X.npy [--count N]]]",
     .details =
         "IN is an int8 QDQ model: what `qfold quantize`, `qat` or `finalize` write, or one\n"
@@ -144,6 +152,13 @@ const qf_cli_command qf_cli_cmd_export = {
         "name ends in .tflite.\n\n"
         "options:\n"
         "  -o, --output FILE   the .tflite file (temporary file + rename; never the input)\n"
+        "  --target neutron    first the Neutron-ready QDQ passes (pipeline neutron_qdq: grouped\n"
+        "                      convolutions split per group, redundant DQ -> Q pairs folded;\n"
+        "                      exact in int8), one line each on stderr; then each op placed\n"
+        "                      on the NPU or the CPU as `qfold check` places its node (the\n"
+        "                      report's per-op placement, rule, fix and padded MACs, its\n"
+        "                      \"placement\" totals; a summary line `NPU: x of y ops, z % of\n"
+        "                      MACs`)\n"
         "  --float-io          float32 inputs and outputs (QUANTIZE / DEQUANTIZE at the\n"
         "                      boundaries); without it they are int8 with their qparams\n"
         "  --batch N           every input's first dim N (default: the model's; dynamic: 1)\n"
@@ -151,10 +166,6 @@ const qf_cli_command qf_cli_cmd_export = {
         "                      shapes (NHWC), MACs, weight bytes; totals: file size, weight\n"
         "                      bytes, peak activation memory (first-fit arena plan in op\n"
         "                      order), MACs per invocation (of the exported batch)\n"
-        "  --target neutron    the deployment target: each op placed on the NPU or the CPU\n"
-        "                      as `qfold check` places its node (the report's per-op\n"
-        "                      placement, rule, fix and padded MACs, its \"placement\"\n"
-        "                      totals; a summary line `NPU: x of y ops, z % of MACs`)\n"
         "  --data FILE         .npy of samples for the next graph input (float32, the batch\n"
         "                      first; one per input): the report's per-op max_lsb, the\n"
         "                      largest difference in LSB between the integer reference (the\n"

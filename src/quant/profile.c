@@ -49,6 +49,7 @@ static const qf_quant_profile qf_profile_neutron = {
     .fuse_activation = true,
     .reduction_shares = true,
     .equalize = QF_QEQ_AUTO,
+    .neutron_passes = true,
     .ops = {QF_NEUTRON_OPS, QF_NEUTRON_HARD_OPS},
 };
 
@@ -136,6 +137,14 @@ static qf_status set_fuse(qf_quant_profile *p, const char *v)
     return QF_OK;
 }
 
+static qf_status set_neutron_passes(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "on")) p->neutron_passes = true;
+    else if (!strcmp(v, "off")) p->neutron_passes = false;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
 static qf_status set_equalize(qf_quant_profile *p, const char *v)
 {
     if (!strcmp(v, "per-tensor")) p->equalize = QF_QEQ_PER_TENSOR;
@@ -163,6 +172,7 @@ static const qf_profile_key qf_profile_keys[] = {
     {"fuse-activation", "on|off", set_fuse},
     {"min-scale", "a number in (0, 1]", set_min_scale},
     {"equalize", "auto|per-tensor|all|off", set_equalize},
+    {"neutron-passes", "on|off", set_neutron_passes},
 };
 
 #define QF_NKEYS (sizeof qf_profile_keys / sizeof qf_profile_keys[0])
