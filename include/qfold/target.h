@@ -64,7 +64,7 @@ typedef struct qf_check_node {
     const char *fix;       /* CPU: a concrete change that would make it run on the NPU, or NULL */
     const char *note;      /* what qfold does to it first ("split into 4 convolutions", "folded into Conv 'c1'"), or NULL */
     int partition;         /* index in partitions (NPU nodes), -1 on the CPU */
-    bool qdq;              /* a QuantizeLinear / DequantizeLinear: placed with the node it quantizes, not counted */
+    bool qdq;              /* a QuantizeLinear / DequantizeLinear (or a computation on constants alone): placed with the node it serves, not counted */
     int64_t macs;          /* multiply-accumulates per inference (the model's batch; dynamic as 1) */
     int64_t macs_padded;   /* the MACs the NPU spends on it, channels rounded up to num_macs (>= macs) */
 } qf_check_node;

@@ -17,6 +17,9 @@ Cases:
   dot                 --dot: a Graphviz graph holding every node
   truncated           a truncated model: exit 2, one error line, no report written
   bad_set             an unknown target, key or value: exit 2 naming it
+  outputs             all or nothing: an unwritable --dot leaves no --json
+                      (exit 2); out of memory (QFOLD_MAX_MEMORY) exits 1
+                      with one line and writes nothing, no temporary file left
   ort_uint8           the QDQ model in ONNX Runtime quantize_static's form
                       (uint8 activations; made with onnx.helper from qfold's
                       int8 model, as no Python onnxruntime is installed here):
@@ -202,6 +205,23 @@ def case_bad_set():
     error_line(err, "unknown target 'ethos'")
     _, out, _ = qfold("check", tiny(), "--set", "neutron-flow=sdk2", "--set", "num-macs=16")
     check("SDK 2.x flow, 16 MACs" in out, "the parameters are not in the output:\n" + out)
+
+
+def case_outputs():
+    j = work("r.json")
+    _, _, err = qfold("check", tiny(), "--json", j, "--dot", work("no/such/dir/g.dot"), expect=2)
+    error_line(err, "g.dot")
+    check(not os.path.exists(j), "--json written though --dot cannot be")
+    tmp = work("tmp")
+    os.makedirs(tmp, exist_ok=True)
+    env = dict(os.environ, QFOLD_MAX_MEMORY="256K", TMPDIR=tmp)
+    rc, _, err = qfcli.run_qfold(ARGS.qfold, ["check", tiny(), "--json", j], env=env, timeout=240)
+    check(rc == 1, "exit %d under QFOLD_MAX_MEMORY=256K, expected 1:\n%s" % (rc, err))
+    error_line(err, "out of memory")
+    check(not os.path.exists(j), "a report written after running out of memory")
+    env["QFOLD_MAX_MEMORY"] = "1G"
+    qfcli.run_qfold(ARGS.qfold, ["check", tiny(), "--json", j], env=env, expect=0, timeout=240)
+    check(os.path.exists(j) and os.listdir(tmp) == [], "temporary files left: %s" % os.listdir(tmp))
 
 
 def _uint8_form(src, dst):
