@@ -120,8 +120,9 @@ void qf_check_print_summary(const qf_check_result *r, FILE *f);
 qf_status qf_target_report_json(const qf_tflite_result *tr, const double *max_lsb, const qf_check_result *c,
                                 char **json, size_t *len);
 /* The line `export --target` adds to its summary: "neutron: NPU: x of y ops,
- * z % of MACs (u % of the NPU's MAC work useful, ...); p partitions, t
- * transitions" (ops: TFLite ops). */
+ * z % of MACs, MAC utilisation u % (channels padded to multiples of
+ * num_macs); p partitions, t transitions" (ops: TFLite ops; u: npu_macs /
+ * npu_macs_padded, left out when the NPU has no MACs). */
 qf_status qf_target_report_print(const qf_tflite_result *tr, const qf_check_result *c, FILE *f);
 
 #ifdef __cplusplus

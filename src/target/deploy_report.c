@@ -202,9 +202,10 @@ qf_status qf_target_report_print(const qf_tflite_result *tr, const qf_check_resu
         fprintf(f, "%s: NPU: %d of %d ops, %.1f %% of MACs",
                 c->target.name ? c->target.name : "target", s.npu_ops, s.ops,
                 100.0 * mac_fraction(&s));
+        /* What the padding costs: the NPU computes whole groups of num_macs
+         * channels, the rest of a group is wasted work. */
         if (s.npu_macs_padded > 0)
-            fprintf(f,
-                    " (%.1f %% of the NPU's MAC work useful, channels padded to multiples of %d)",
+            fprintf(f, ", MAC utilisation %.1f %% (channels padded to multiples of %d)",
                     100.0 * mac_utilisation(&s), c->target.num_macs);
         fprintf(f, "; %d partition%s, %d transition%s\n", c->npartitions,
                 c->npartitions == 1 ? "" : "s", c->transitions, c->transitions == 1 ? "" : "s");

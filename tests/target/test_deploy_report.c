@@ -165,9 +165,9 @@ static void test_sums_and_line(void)
     size_t got = fread(buf, 1, sizeof buf - 1, f);
     buf[got] = 0;
     fclose(f);
-    CHECKF(strcmp(buf, "neutron: NPU: 2 of 7 ops, 75.0 % of MACs (100.0 % of the NPU's MAC work "
-                       "useful, channels "
-                       "padded to multiples of 8); 1 partition, 1 transition\n") == 0,
+    CHECKF(strcmp(buf,
+                  "neutron: NPU: 2 of 7 ops, 75.0 % of MACs, MAC utilisation 100.0 % (channels "
+                  "padded to multiples of 8); 1 partition, 1 transition\n") == 0,
            "summary line: %s", buf);
 }
 
