@@ -111,26 +111,47 @@ def summarize(rep):
         if not isinstance(rule, str) or not rule.strip():
             problems.append("node %r (%s) is on the CPU with no rule" % (n.get("name"), n.get("op")))
             rule = "(no rule)"
-        # One group per rule text, the node names quoted in it left out
+        # One group per rule, whatever node names and numbers it quotes
         # ("runs with Conv '/layer1/conv' (on the CPU: ...)" is one rule for
-        # every node fused into a refused conv); the numbers stay.
-        rule = re.sub(r"'[^']*'", "'…'", rule)
-        if rule not in groups:
-            groups[rule] = {"nodes": [], "fixes": []}
-            order.append(rule)
-        groups[rule]["nodes"].append("%s (%s)" % (n.get("name"), n.get("op")))
-        fix = n.get("fix")
-        if fix and fix not in groups[rule]["fixes"]:
-            groups[rule]["fixes"].append(fix)
+        # every node fused into a refused conv, "Concat input 1 has scale
+        # 0.0149 ..." one for every such Concat); the group shows the first
+        # node's text and says when the numbers differ.
+        key = re.sub(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?", "#", unnamed(rule))
+        if key not in groups:
+            groups[key] = {"rule": rule, "texts": set(), "nodes": [], "fixes": []}
+            order.append(key)
+        gr = groups[key]
+        gr["texts"].add(rule)
+        gr["nodes"].append("%s (%s)" % (n.get("name"), n.get("op")))
+        fix = unnamed(n.get("fix") or "")
+        if fix and fix not in gr["fixes"] and len(gr["fixes"]) < 3:
+            gr["fixes"].append(fix)
     if (npu, cpu) != (s["npu_nodes"], s["cpu_nodes"]):
         problems.append("the nodes list %d NPU / %d CPU compute nodes, the summary %d / %d"
                         % (npu, cpu, s["npu_nodes"], s["cpu_nodes"]))
     row = {
         "npu": s["npu_nodes"], "all": s["npu_nodes"] + s["cpu_nodes"], "macs": s["npu_mac_fraction"],
         "partitions": len(rep["partitions"]), "transitions": s["transitions"],
-        "groups": [(r, groups[r]) for r in order],
+        "groups": [(group_title(groups[k]), groups[k]) for k in order],
     }
     return row, problems
+
+
+def unnamed(text):
+    """text with the node names it quotes left out."""
+    return re.sub(r"'[^']*'", "'…'", text)
+
+
+def group_title(g):
+    """The rule text of a group: the text itself when every node has it, the
+    text without node names when only those differ, else the first text and
+    how many others (other numbers) the group holds."""
+    if len(g["texts"]) == 1:
+        return g["rule"]
+    forms = {unnamed(t) for t in g["texts"]}
+    if len(forms) == 1:
+        return unnamed(g["rule"])
+    return "%s (and %d more with other numbers)" % (unnamed(g["rule"]), len(forms) - 1)
 
 
 def build_torchvision(name, work):
