@@ -44,9 +44,10 @@ static int qf_cli_check(int argc, char **argv)
         if (qf_target_spec_set(&t, sets[i]) != QF_OK) return qf_cli_fail(QF_ERR_INVALID);
     qf_cli_outputs out;
     qf_cli_outputs_init(&out);
-    int rc = QF_EXIT_OK, ji = -1, di = -1, n = 0;
-    if (json) rc = qf_cli_outputs_add(&out, "JSON report", json), ji = n++;
-    if (rc == QF_EXIT_OK && dot) rc = qf_cli_outputs_add(&out, "DOT graph", dot), di = n++;
+    /* the outputs' indices in `out`: -1 when not asked for */
+    int rc = QF_EXIT_OK, ji = json ? 0 : -1, di = dot ? (json ? 1 : 0) : -1;
+    if (json) rc = qf_cli_outputs_add(&out, "JSON report", json);
+    if (rc == QF_EXIT_OK && dot) rc = qf_cli_outputs_add(&out, "DOT graph", dot);
     if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(&out, "the input model", in);
     if (rc != QF_EXIT_OK) {
         qf_cli_outputs_free(&out);

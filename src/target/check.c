@@ -10,25 +10,27 @@
  *   1. classify: a node is a compute node, a Q / DQ of some compute node's
  *      cluster, a fused activation (placed with its producer), or a
  *      model-boundary Q / DQ of float I/O (ExecuTorch's RemoveIOQuantOpsPass
- *      leaves those out of the delegate: CPU, not counted);
+ *      leaves those out of the delegate: CPU, not counted), or a
+ *      computation on constants alone (a parameter in ExecuTorch: placed
+ *      with its reader, not counted);
  *   2. one qf_nview per compute node (operands seen through their DQ / Q);
  *   3. the verdict: the op's row for the target's flow (no row: "no Neutron
  *      converter"), after the checks every converter shares
  *      (NodeConverter: the node sits in a QDQ cluster, main I/O int8 /
  *      uint8);
- *   4. partitions as CapabilityBasedPartitioner forms them, then the rows'
+ *   4. partitions as torch's CapabilityBasedPartitioner forms them, then the rows'
  *      partition rules (supports_partitioning_result): a node refused there
  *      leaves the NPU and the partitions are formed again, until none is;
  *   5. transitions and MACs.
  *
  * A float model is first quantized as `qfold quantize --target neutron`
- * would (qf_quantize_model with the target's profile on a few synthetic
- * samples), written as ONNX and read back (so the check sees the file
+ * would (qf_quantize_model with the target's profile on one synthetic
+ * sample), written as ONNX and read back (so the check sees the file
  * `qfold quantize` writes: Gemm, not qfold's internal linear), and every
  * node of the original model is reported under its own name (see
- * ck_map_original).
+ * ck_map_resolve).
  */
-#include <math.h>
+#define _XOPEN_SOURCE 700 /* P_tmpdir: the system's directory for temporary files */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,10 +43,6 @@
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "qfold/target.h"
-
-#ifndef P_tmpdir
-#define P_tmpdir "/tmp"
-#endif
 
 typedef enum ck_kind {
     CK_COMPUTE = 0, /* has a row (or should have one) */
@@ -170,7 +168,8 @@ static void ck_classify(qf_ck *c)
         if (!ck_fusable(a->op) || !a->inputs[0] || !a->inputs[0]->producer) continue;
         const qf_value *x = a->inputs[0];
         int p = ck_idx(c, x->producer);
-        if (!ck_absorbs(x->producer->op) || x->nuses != 1 || x->is_output || c->fused[p] >= 0)
+        if (!ck_absorbs(x->producer->op) || c->kind[p] != CK_COMPUTE || x->nuses != 1 ||
+            x->is_output || c->fused[p] >= 0)
             continue;
         c->kind[i] = CK_FUSED;
         c->owner[i] = p;
@@ -327,8 +326,16 @@ static void ck_verdict(qf_ck *c, int i)
     qf_nwhy *why = &c->why[i];
     const qf_neutron_row *row = qf_neutron_row_find(n->op);
     qf_neutron_rule rule = !row ? NULL : c->t->flow == QF_NEUTRON_SDK2 ? row->sdk2 : row->sdk3;
+    /* ONNX Runtime's QOperator form: the NPU's converters read QDQ clusters */
+    bool qop = n->op == QF_OP_QLINEAR_CONV || n->op == QF_OP_QLINEAR_MATMUL ||
+               n->op == QF_OP_CONV_INTEGER || n->op == QF_OP_MATMUL_INTEGER;
     if (!row)
-        c->ok[i] = qf_neutron_refuse(why, NULL, "no Neutron converter for %s", qf_op_label(n));
+        c->ok[i] = qf_neutron_refuse(
+            why,
+            qop ? "quantize the model in QDQ form (ONNX Runtime: quant_format=QuantFormat.QDQ; "
+                  "or `qfold quantize --target neutron` on the float model)"
+                : NULL,
+            "no Neutron converter for %s", qf_op_label(n));
     else if (!rule)
         c->ok[i] = qf_neutron_refuse(why, NULL, "no Neutron converter for %s in %s", qf_op_label(n),
                                      c->t->flow == QF_NEUTRON_SDK2 ? "SDK 2.x" : "SDK 3.x");
@@ -480,21 +487,32 @@ static qf_status ck_partition(qf_ck *c)
  * partitions are formed again, until every rule agrees. */
 static qf_status ck_partitions(qf_ck *c)
 {
-    const qf_node **members = qf_malloc(((size_t)c->n + 1) * sizeof *members);
-    if (!members) return QF_ERR_NOMEM;
-    qf_status st = QF_OK;
-    for (int iter = 0; iter <= c->n; iter++) {
+    size_t n = (size_t)c->n + 1;
+    const qf_node **members = qf_malloc(n * sizeof *members);
+    int *off = qf_malloc((n + 1) * sizeof *off), *fill = qf_malloc(n * sizeof *fill);
+    qf_status st = members && off && fill ? QF_OK : QF_ERR_NOMEM;
+    for (int iter = 0; st == QF_OK && iter <= c->n; iter++) {
         if ((st = ck_partition(c)) != QF_OK) break;
+        /* the compute nodes of each partition, in graph order: partition p's
+         * are members[off[p] .. off[p + 1]) */
+        for (int p = 0; p <= c->npart; p++) off[p] = 0;
+        for (int k = 0; k < c->n; k++)
+            if (c->kind[k] == CK_COMPUTE && c->part[k] >= 0) off[c->part[k] + 1]++;
+        for (int p = 0; p < c->npart; p++) {
+            off[p + 1] += off[p];
+            fill[p] = off[p];
+        }
+        for (int k = 0; k < c->n; k++)
+            if (c->kind[k] == CK_COMPUTE && c->part[k] >= 0)
+                members[fill[c->part[k]]++] = c->node[k];
         bool valid = true;
         for (int i = 0; i < c->n; i++) {
             if (c->part[i] < 0) continue;
             const qf_neutron_row *row = qf_neutron_row_find(c->node[i]->op);
             if (!row || !row->partition) continue;
-            int m = 0;
-            for (int k = 0; k < c->n; k++)
-                if (c->kind[k] == CK_COMPUTE && c->part[k] == c->part[i]) members[m++] = c->node[k];
-            qf_npart p = {.ncompute = m, .compute = members};
-            if (!row->partition(&c->view[i], &p, c->t, &c->why[i])) {
+            int p = c->part[i];
+            qf_npart np = {.ncompute = off[p + 1] - off[p], .compute = members + off[p]};
+            if (!row->partition(&c->view[i], &np, c->t, &c->why[i])) {
                 c->dnd[i] = true;
                 valid = false;
             }
@@ -502,6 +520,8 @@ static qf_status ck_partitions(qf_ck *c)
         if (valid) break;
     }
     qf_free(members);
+    qf_free(off);
+    qf_free(fill);
     return st;
 }
 
@@ -937,6 +957,14 @@ static int ck_map_resolve(ck_map *m, int k, int depth)
         r = c->index[n->id];
         m->macs[k] = c->macs[r];
         m->macs_padded[k] = c->macs_padded[r];
+        /* the name kept by another op (a Mul as the HardSwish it became, a
+         * MatMul + Add as one Gemm) */
+        if (strcmp(qf_op_label(n), qf_op_label(o)) != 0) {
+            if (ev)
+                st = ck_map_note(m, k, "%s%s", ev->reason, "");
+            else
+                st = ck_map_note(m, k, "runs as %s '%s'", qf_op_label(n), n->name);
+        }
     }
     /* 2. pieces named "<name>_..." */
     size_t len = strlen(o->name);
@@ -1125,6 +1153,8 @@ qf_status qf_target_check(const qf_graph *g, const qf_target_spec *t, qf_check_r
         qf_quantize_model_result res = {0};
         r->from_float = true;
         st = ck_quantize(g, t, &q, &res);
+        if (st != QF_OK && st != QF_ERR_NOMEM)
+            qf_error_prefix(st, "quantizing the float model to check it: ");
         if (st == QF_OK) st = ck_run(&c, q, t);
         if (st == QF_OK) st = ck_result_float(&c, g, &res, r);
         ck_free(&c);

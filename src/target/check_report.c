@@ -83,10 +83,13 @@ static void qf_check_dot_string(qf_strbuf *b, const char *s)
     qf_strbuf_puts(b, "\"");
 }
 
-static const qf_check_node *qf_check_find(const qf_check_result *r, const char *name)
+/* The entry of node `name`, the k-th node of the graph: r lists the nodes
+ * in the graph's order, so entry k is it unless the graph is another one. */
+static const qf_check_node *qf_check_find(const qf_check_result *r, int k, const char *name)
 {
-    for (int k = 0; k < r->nnodes; k++)
-        if (strcmp(r->nodes[k].name, name) == 0) return &r->nodes[k];
+    if (k < r->nnodes && strcmp(r->nodes[k].name, name) == 0) return &r->nodes[k];
+    for (int j = 0; j < r->nnodes; j++)
+        if (strcmp(r->nodes[j].name, name) == 0) return &r->nodes[j];
     return NULL;
 }
 
@@ -98,9 +101,10 @@ qf_status qf_check_report_dot(const qf_check_result *r, const qf_graph *g, char 
                      "fontname=\"Helvetica\"];\n"
                      "  label=\"%s (%s): green NPU, red CPU, grey quantize / dequantize\";\n",
                      r->target.name, qf_check_flow_name(r->target.flow));
+    int k = 0;
     qf_graph_for_each_node(g, n)
     {
-        const qf_check_node *e = qf_check_find(r, n->name);
+        const qf_check_node *e = qf_check_find(r, k++, n->name);
         bool npu = !e || e->placement == QF_PLACE_NPU;
         const char *fill = e && e->qdq ? (npu ? "#d8ecd8" : "#ecd8d8")
                            : npu       ? "#8fd18f"
@@ -118,6 +122,20 @@ qf_status qf_check_report_dot(const qf_check_result *r, const qf_graph *g, char 
         }
         if (e && e->partition >= 0) qf_strbuf_printf(&b, ", group=\"p%d\"", e->partition);
         qf_strbuf_puts(&b, "];\n");
+    }
+    /* each NPU partition a box around its nodes */
+    for (int p = 0; p < r->npartitions; p++) {
+        qf_strbuf_printf(&b,
+                         "  subgraph cluster_p%d {\n    label=\"NPU partition %d\"; style=rounded; "
+                         "color=\"#2e8b2e\";\n",
+                         p, p);
+        k = 0;
+        qf_graph_for_each_node(g, n)
+        {
+            const qf_check_node *e = qf_check_find(r, k++, n->name);
+            if (e && e->partition == p) qf_strbuf_printf(&b, "    n%u;\n", n->id);
+        }
+        qf_strbuf_puts(&b, "  }\n");
     }
     for (int i = 0; i < g->ninputs; i++) {
         qf_strbuf_printf(&b, "  v%u [shape=ellipse, style=\"\", label=", g->inputs[i]->id);

@@ -209,11 +209,15 @@ def case_bad_set():
 
 def case_outputs():
     j = work("r.json")
+    if os.path.exists(j):  # a previous run's
+        os.unlink(j)
     _, _, err = qfold("check", tiny(), "--json", j, "--dot", work("no/such/dir/g.dot"), expect=2)
     error_line(err, "g.dot")
     check(not os.path.exists(j), "--json written though --dot cannot be")
     tmp = work("tmp")
     os.makedirs(tmp, exist_ok=True)
+    for f in os.listdir(tmp):
+        os.unlink(os.path.join(tmp, f))
     env = dict(os.environ, QFOLD_MAX_MEMORY="256K", TMPDIR=tmp)
     rc, _, err = qfcli.run_qfold(ARGS.qfold, ["check", tiny(), "--json", j], env=env, timeout=240)
     check(rc == 1, "exit %d under QFOLD_MAX_MEMORY=256K, expected 1:\n%s" % (rc, err))

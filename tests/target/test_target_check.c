@@ -14,7 +14,9 @@
  *     partition rule with its re-partitioning;
  *   - MACs and MACs with channels padded to num_macs;
  *   - a float model: every original node named once, the BatchNorm folded
- *     into the conv with its placement and a note;
+ *     into the conv with its placement and a note; nodes passes replace
+ *     (MatMul + Add as one Gemm, Identity removed, HardSigmoid + Mul as a
+ *     HardSwish that keeps the Mul's name) placed with what replaced them;
  *   - the JSON report's keys, the DOT graph, the target's --set keys. */
 #include <stdlib.h>
 #include <string.h>
@@ -61,9 +63,14 @@ static bool yes(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
     (void)n, (void)t, (void)why;
     return true;
 }
+static int seen_part; /* the compute nodes the last partition rule saw */
 static bool not_alone(const qf_nview *n, const qf_npart *p, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)n, (void)t;
+    seen_part = p->ncompute;
+    bool self = false;
+    for (int k = 0; k < p->ncompute; k++) self |= p->compute[k] == n->node;
+    if (!self) return qf_neutron_refuse(why, NULL, "the partition does not hold the node");
     if (p->ncompute > 1) return true;
     return qf_neutron_refuse(why, NULL, "a Relu alone in its partition runs on the CPU");
 }
@@ -370,6 +377,20 @@ static void test_partition_rule_and_flows(void)
     qf_check_result_free(&r);
     qf_graph_free(g);
 
+    /* a Relu after a conv with a Q / DQ between (not fused): in the conv's
+     * partition, so its partition rule lets it stay, and it sees both */
+    REQUIRE_OK(qf_graph_init(&g));
+    c = conv(g, "c", input(g, 8), 8, 8, true);
+    REQUIRE(c != NULL, "c");
+    output(g, unary(g, QF_OP_RELU, "relu", qdq(g, "co", c->outputs[0]))->outputs[0]);
+    t = spec(NULL);
+    REQUIRE_OK(qf_target_check(g, &t, &r));
+    n = find(&r, "relu");
+    CHECK(n && n->placement == QF_PLACE_NPU && n->partition == 0 && !n->note);
+    CHECK(seen_part == 2 && r.npartitions == 1 && r.npu_nodes == 2);
+    qf_check_result_free(&r);
+    qf_graph_free(g);
+
     /* an Add in SDK 2.x: no rule in that flow */
     REQUIRE_OK(qf_graph_init(&g));
     x = input(g, 8);
@@ -456,6 +477,70 @@ static void test_float_model(void)
     qf_graph_free(g);
 }
 
+/* A float model whose nodes passes replace: MatMul + Add (canonicalize's
+ * linear: the Add quoted by the MatMul's event), an Identity (removed: its
+ * neighbour's placement), HardSigmoid + Mul (one HardSwish that takes the
+ * Mul's name; the HardSigmoid's event quotes the Mul). Each reported once,
+ * placed with what replaced it. */
+static void test_float_names(void)
+{
+    qf_graph *g = NULL;
+    REQUIRE_OK(qf_graph_init(&g));
+    const int64_t d[2] = {1, 16}, wd[2] = {16, 8}, bd[1] = {8};
+    qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 2, d);
+    qf_value *mm_in[2] = {x, qf_test_const(g, &rng, "w", QF_VALUE_PARAMETER, 2, wd, -1, 1)};
+    qf_node *mm = qf_graph_add_node(g, QF_OP_MATMUL, "mm", 2, mm_in, 1);
+    REQUIRE(mm != NULL, "mm");
+    qf_value *add_in[2] = {mm->outputs[0],
+                           qf_test_const(g, &rng, "b", QF_VALUE_PARAMETER, 1, bd, -1, 1)};
+    qf_node *add = qf_graph_add_node(g, QF_OP_ADD, "bias_add", 2, add_in, 1);
+    REQUIRE(add != NULL, "add");
+    qf_node *id = unary(g, QF_OP_IDENTITY, "ident", add->outputs[0]);
+    qf_node *hs = unary(g, QF_OP_HARD_SIGMOID, "hsig", id->outputs[0]);
+    REQUIRE(hs != NULL, "hard sigmoid");
+    REQUIRE_OK(qf_node_set_attr_float(g, hs, "alpha", 1.0f / 6.0f));
+    qf_value *mul_in[2] = {id->outputs[0], hs->outputs[0]};
+    qf_node *mul = qf_graph_add_node(g, QF_OP_MUL, "swish_mul", 2, mul_in, 1);
+    REQUIRE(mul != NULL, "mul");
+    REQUIRE_OK(qf_graph_add_output(g, mul->outputs[0]));
+    REQUIRE_OK(qf_graph_toposort(g));
+    REQUIRE_OK(qf_graph_infer_shapes(g));
+    qf_graph_classify_constants(g);
+    qf_target_spec t = spec(NULL);
+    qf_check_result r;
+    REQUIRE_OK(qf_target_check(g, &t, &r));
+    const char *names[5] = {"mm", "bias_add", "ident", "hsig", "swish_mul"};
+    CHECKF(r.nnodes == 5, "%d nodes", r.nnodes);
+    for (int k = 0; k < 5 && k < r.nnodes; k++)
+        CHECKF(strcmp(r.nodes[k].name, names[k]) == 0, "node %d '%s'", k, r.nodes[k].name);
+    const qf_check_node *a = find(&r, "bias_add"), *i = find(&r, "ident"), *h = find(&r, "hsig"),
+                        *m = find(&r, "swish_mul"), *n = find(&r, "mm");
+    REQUIRE(a && i && h && m && n, "nodes");
+    /* no Gemm row in the test's tables: the MatMul + Add runs on the CPU as one Gemm */
+    CHECKF(n->rule && strcmp(n->rule, "no Neutron converter for Gemm") == 0 &&
+               strcmp(n->op, "MatMul") == 0,
+           "mm: %s (%s)", n->rule ? n->rule : "-", n->op);
+    CHECKF(a->note && strcmp(a->note, "folded into Gemm 'mm'") == 0, "add note '%s'",
+           a->note ? a->note : "-");
+    CHECKF(a->rule && strstr(a->rule, "runs with Gemm 'mm'"), "add rule '%s'",
+           a->rule ? a->rule : "-");
+    CHECK(a->macs == 0 && n->macs == 16 * 8);
+    CHECKF(i->note && strstr(i->note, "removed"), "identity note '%s'", i->note ? i->note : "-");
+    /* fuse_hard_swish gives the HardSwish the Mul's name */
+    CHECKF(m->note && strcmp(m->note, "runs as HardSwish 'swish_mul'") == 0, "mul note '%s'",
+           m->note ? m->note : "-");
+    CHECKF(m->rule && strcmp(m->rule, "no Neutron converter for HardSwish") == 0, "mul rule '%s'",
+           m->rule ? m->rule : "-");
+    CHECKF(h->note && strstr(h->note, "HardSwish"), "hard sigmoid note '%s'",
+           h->note ? h->note : "-");
+    CHECKF(h->rule && strstr(h->rule, "runs with HardSwish 'swish_mul'"), "hard sigmoid rule '%s'",
+           h->rule ? h->rule : "-");
+    CHECKF(n->note && strstr(n->note, "'bias_add'"), "mm note '%s'", n->note ? n->note : "-");
+    CHECK(r.cpu_nodes == 5 && r.npu_nodes == 0);
+    qf_check_result_free(&r);
+    qf_graph_free(g);
+}
+
 static void test_reports(void)
 {
     qf_graph *g = NULL;
@@ -496,6 +581,7 @@ static void test_reports(void)
     CHECK(strstr(dot, "fillcolor=\"#f08a8a\"") && strstr(dot, "fillcolor=\"#8fd18f\""));
     CHECK(strstr(dot, "tooltip=\"no Neutron converter for Erf\""));
     CHECK(strstr(dot, "erf \\\"odd\\\"")); /* quotes escaped */
+    CHECK(strstr(dot, "subgraph cluster_p0 {") && !strstr(dot, "cluster_p1"));
     /* the human output */
     char *buf = NULL;
     size_t blen = 0;
@@ -545,6 +631,7 @@ int main(void)
     RUN(test_partition_rule_and_flows);
     RUN(test_not_quantized);
     RUN(test_float_model);
+    RUN(test_float_names);
     RUN(test_reports);
     return qf_check_report();
 }
