@@ -280,7 +280,7 @@ static bool nc_conv_common_sdk2(const qf_nview *n, nc_conv *c, qf_nwhy *why)
     if (!nc_conv_read(n, c)) return nc_refuse_rank(n, why);
     if (!qf_nrule_quantized(n, why)) return false;
     /* The output of the (split) convolution: batch 1. */
-    if (c->n != 1)
+    if (c->n > 1) /* a dynamic batch (-1) counts as 1, as ExecuTorch exports it */
         return qf_neutron_refuse(
             why, "export the model with batch 1 (run a batch as several inferences)",
             "batch %lld: SDK 2.x convolutions take batch 1 only", (long long)c->n);

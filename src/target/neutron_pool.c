@@ -155,7 +155,7 @@ static bool np_max_pool_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy
     if (!np_max_pool_ir(n, &p, why)) return false;
     if (!qf_nrule_quantized(n, why)) return false;
     int64_t m = t->num_macs > 0 ? t->num_macs : 1;
-    if (p.n != 1)
+    if (p.n > 1) /* a dynamic batch counts as 1 */
         return qf_neutron_refuse(
             why, "export the model with batch 1 (run a batch as several inferences)",
             "batch %lld: SDK 2.x MaxPool takes batch 1 only", (long long)p.n);

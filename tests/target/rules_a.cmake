@@ -7,3 +7,9 @@ add_test(NAME target_rules_a
   COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/rules_a_test.py $<TARGET_FILE:qfold>
           ${QF_TEST_WORK}/target_rules_a)
 set_tests_properties(target_rules_a PROPERTIES LABELS "target" TIMEOUT 300)
+
+# The same rules called directly on hand-made views, for the paths a check of
+# an ONNX file does not reach (MaxPool's Indices in use, Softmax before opset
+# 13, ReduceMean's partition rule with opset-18 axes).
+qf_add_c_test(NAME target_rules_a_unit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_rules_a.c INTERNAL
+              LABELS target TIMEOUT 60)
