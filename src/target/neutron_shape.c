@@ -336,6 +336,7 @@ static bool transpose_partition(const qf_nview *n, const qf_npart *p, const qf_t
 typedef struct {
     int axis;
     int64_t start, end, step;
+    int64_t raw_start, raw_end; /* as written, negative ones not wrapped */
 } slice1;
 
 /* ONNX's clamping of a start / end against the dim (as _get_clipped_slice_args). */
@@ -372,7 +373,9 @@ static int slice_params(const qf_nview *n, slice1 *s, int max)
         s[k++] = (slice1){.axis = a,
                           .start = clip_index(st[i], dim),
                           .end = clip_index(en[i], dim),
-                          .step = sp[i]};
+                          .step = sp[i],
+                          .raw_start = st[i],
+                          .raw_end = en[i]};
     }
     return k;
 }
@@ -436,14 +439,29 @@ static bool slice_rule(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
             continue; /* keeps the whole axis */
         if (s[i].step != 1)
             return qf_neutron_refuse(
-                why, "slice with step 1 (take every element, then drop with another op)",
-                "step %lld on axis %d: the Neutron converter slices with step 1 only",
+                why, "", "step %lld on axis %d: the Neutron converter slices with step 1 only",
                 (long long)s[i].step, s[i].axis);
         if (s[i].start >= s[i].end)
             return qf_neutron_refuse(why, "remove the empty slice",
                                      "empty slice: start %lld >= end %lld on axis %d",
                                      (long long)s[i].start, (long long)s[i].end, s[i].axis);
-        if (t->flow == QF_NEUTRON_SDK2 && !slice_axis_sdk2(n, s[i].axis, t, why)) return false;
+        if (t->flow == QF_NEUTRON_SDK2) {
+            /* v1.3.0's _get_clipped_slice_args clips start and end to [0, dim]
+             * without wrapping negative ones first: an end of -1 reads as 0. */
+            int64_t s2 = s[i].raw_start < 0 ? 0 : s[i].raw_start > dim ? dim : s[i].raw_start;
+            int64_t e2 = s[i].raw_end < 0 ? 0 : s[i].raw_end > dim ? dim : s[i].raw_end;
+            if (s2 >= e2) {
+                char fix[96];
+                snprintf(fix, sizeof fix, "write the slice with positive indices (%lld:%lld)",
+                         (long long)s[i].start, (long long)s[i].end);
+                return qf_neutron_refuse(
+                    why, fix,
+                    "slice %lld:%lld on axis %d: SDK 2.x reads a negative index as 0 (ExecuTorch "
+                    "v1.3.0 does not wrap it), which leaves the slice empty",
+                    (long long)s[i].raw_start, (long long)s[i].raw_end, s[i].axis);
+            }
+            if (!slice_axis_sdk2(n, s[i].axis, t, why)) return false;
+        }
     }
     return true;
 }

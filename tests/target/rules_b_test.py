@@ -296,6 +296,22 @@ def _():
     return g
 
 
+# A Relu after a Conv with a QuantizeLinear between them (so not fused): in
+# the Conv's partition when the Conv is on the NPU (kept), alone when it is
+# not (then its non-negative input makes it a no-op: CPU). WITH_CONV: the
+# placement follows the node "conv".
+WITH_CONV = "follows conv"
+
+
+@case("relu_after_conv_nonnegative", [s3(WITH_CONV, "holds no negative value")])
+def _():
+    g = G()
+    x = g.input([1, 8, 6, 6])
+    y = g.op("Conv", [x, g.const(np.full([8, 8, 1, 1], 0.1), scale=0.01)], name="conv", zp=-128)
+    g.output(g.op("Relu", [y], name="target", zp=-128))
+    return g
+
+
 @case("relu_alone_12_channels", [s2(CPU, "its 12 channels to be a multiple of num_macs = 8", "pad the channels to 16")])
 def _():
     return unary("Relu", shape=(1, 4, 4, 12))
@@ -518,6 +534,12 @@ def _():
     return slice_([1, 4, 4, 16], [0], [8], [3])
 
 
+# SDK 2.x (ExecuTorch v1.3.0) does not wrap a negative end: 0:-8 is empty there.
+@case("slice_negative_end", [s3(NPU), s2(CPU, "SDK 2.x reads a negative index as 0", "positive indices (0:8)")])
+def _():
+    return slice_([1, 4, 4, 16], [0], [-8], [3])
+
+
 @case("slice_step2", [s3(CPU, "step 2 on axis 3"), s2(CPU, "step 2 on axis 3")])
 def _():
     return slice_([1, 4, 4, 16], [0], [16], [3], [2])
@@ -701,6 +723,10 @@ def main():
                 failures.append(f"{label}: no node 'target' in the report")
                 continue
             got, got_rule, got_fix = node["placement"], node.get("rule") or "", node.get("fix") or ""
+            if want == WITH_CONV:
+                conv = next(n for n in rep["nodes"] if n["name"] == "conv")
+                want = NPU if conv["placement"] == NPU else CPU
+                label += f" (conv on the {conv['placement']})"
             problems = []
             if got != want:
                 problems.append(f"placement {got}, want {want}")
