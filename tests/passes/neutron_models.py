@@ -19,6 +19,10 @@ Cases:
             line); the QDQ passes alone (`qfold fuse --pipeline neutron_qdq`) on the
             passes-off model change no integer: `qfold run` (int8), `qfold run
             --simulate` and ONNX Runtime give bit-identical outputs before and after.
+  qat       `qfold qat` (neutron) prints the lines and writes no Div / grouped conv;
+            `qfold finalize` of its --keep-qat graph splits with the neutron target
+            and not with generic, the two bit-identical (qfold run, ONNX Runtime);
+            the passes-off QAT model through neutron_qdq: bit-identical.
   export    `qfold export --target neutron` of a QDQ model with a grouped conv and a
             redundant DQ -> Q pair (onnx.helper): its lines on stderr (1 split, 1
             fold), the TFLite files with and without --target compute the same
@@ -291,5 +295,37 @@ def case_export():
     same("ONNX Runtime", ort(path, x), ort(split, x))
 
 
-{"float": case_float, "quantize": case_quantize, "export": case_export}[CASE]()
+def case_qat():
+    path, calib, x8, _ = model()
+    labels = os.path.join(WORK, "labels.npy")
+    np.save(labels, (np.arange(64) % 10).astype(np.int64))
+    on, off, split, keep = (os.path.join(WORK, f"qat_{k}.onnx") for k in ("on", "off", "split", "keep"))
+    common = ["--data", calib, "--labels", labels, "--epochs", "1", "--batch", "16"]
+    p = run([QFOLD, "qat", path, "-o", on, "--keep-qat", keep, *common])
+    print(p.stdout, end="")
+    for line in ("neutron     div_to_mul: 2 rewrites", "neutron     split_group_conv_qdq: 1 rewrite"):
+        if line not in p.stdout:
+            fail(f"qat printed no '{line}'")
+    if "Div" in ops(on) or grouped(on):
+        fail(f"qat --target neutron left Div / grouped convs: {grouped(on)}")
+    # finalize of the training graph: neutron splits, generic keeps the group;
+    # the integers are the same
+    fin_n, fin_g = os.path.join(WORK, "fin_neutron.onnx"), os.path.join(WORK, "fin_generic.onnx")
+    p = run([QFOLD, "finalize", keep, "-o", fin_n])
+    if "neutron     split_group_conv_qdq: 1 rewrite" not in p.stdout:
+        fail(f"finalize printed no split line:\n{p.stdout}")
+    p = run([QFOLD, "finalize", keep, "-o", fin_g, "--target", "generic"])
+    if "neutron     " in p.stdout or not grouped(fin_g) or grouped(fin_n):
+        fail(f"finalize --target generic: {p.stdout}; grouped {grouped(fin_g)} / {grouped(fin_n)}")
+    same("finalize neutron vs generic, qfold run (int8)", qrun(fin_g, x8), qrun(fin_n, x8))
+    same("finalize neutron vs generic, ONNX Runtime", ort(fin_g, x8), ort(fin_n, x8))
+    # passes off: the grouped conv stays; the QDQ passes alone change no integer
+    p = run([QFOLD, "qat", path, "-o", off, "--set", "neutron-passes=off", *common])
+    if "neutron     " in p.stdout or not grouped(off):
+        fail("neutron-passes=off: passes ran or no grouped conv left")
+    run([QFOLD, "fuse", off, "-o", split, "--pipeline", "neutron_qdq"])
+    same("qat model before / after neutron_qdq, qfold run (int8)", qrun(off, x8), qrun(split, x8))
+
+
+{"float": case_float, "quantize": case_quantize, "export": case_export, "qat": case_qat}[CASE]()
 print(f"PASS [{CASE}]")

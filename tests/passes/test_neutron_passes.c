@@ -209,7 +209,17 @@ static void test_div_to_mul_inexact_moves(void)
 
 /* --- fuse_linear_add ---------------------------------------------------------- */
 
-enum { LA_BIAS, LA_NO_BIAS, LA_SWAPPED, LA_ROW, LA_ONE, LA_TWO_READERS, LA_MATRIX, LA_TENSOR };
+enum {
+    LA_BIAS,
+    LA_NO_BIAS,
+    LA_SWAPPED,
+    LA_ROW,
+    LA_ONE,
+    LA_TWO_READERS,
+    LA_MATRIX,
+    LA_TENSOR,
+    LA_MUL
+};
 
 static qf_graph *la_graph(int variant)
 {
@@ -234,7 +244,7 @@ static qf_graph *la_graph(int variant)
         ain[0] = cv;
         ain[1] = l->outputs[0];
     }
-    qf_node *a = node(g, QF_OP_ADD, "add", 2, ain);
+    qf_node *a = node(g, variant == LA_MUL ? QF_OP_MUL : QF_OP_ADD, "add", 2, ain);
     REQUIRE_OK(qf_graph_rename_value(g, a->outputs[0], "y"));
     REQUIRE_OK(qf_graph_add_output(g, a->outputs[0]));
     if (variant == LA_TWO_READERS) {
@@ -251,7 +261,8 @@ static void la_case(int variant, bool taken, const char *skip)
     char what[64];
     snprintf(what, sizeof what, "fuse_linear_add variant %d", variant);
     run_pass(g, "fuse_linear_add", taken ? 1 : 0, skip, what);
-    CHECKF(count_op(g, QF_OP_ADD) == (taken ? 0 : 1), "%s: %d Add", what, count_op(g, QF_OP_ADD));
+    CHECKF(count_op(g, QF_OP_ADD) == (taken || variant == LA_MUL ? 0 : 1), "%s: %d Add", what,
+           count_op(g, QF_OP_ADD));
     CHECKF(strcmp(g->outputs[0]->name, "y") == 0, "%s: output 0 is '%s'", what,
            g->outputs[0]->name);
     if (taken) {
@@ -282,11 +293,20 @@ static void test_fuse_linear_add(void)
     la_case(LA_TWO_READERS, false, "read more than once");
     la_case(LA_MATRIX, false, "not one per output feature");
     la_case(LA_TENSOR, false, "not a constant");
+    la_case(LA_MUL, false, NULL); /* no Add reads it: no candidate, no line */
 }
 
 /* --- move_act_before_concat ---------------------------------------------------- */
 
-enum { MA_RELU, MA_SIGMOID, MA_LINEAR, MA_OTHER_INPUT, MA_TWO_READERS, MA_NOT_ACT };
+enum {
+    MA_RELU,
+    MA_SIGMOID,
+    MA_LINEAR,
+    MA_OTHER_INPUT,
+    MA_TWO_READERS,
+    MA_NOT_ACT,
+    MA_NOT_ACT_AT_ALL
+};
 
 static qf_graph *ma_graph(int variant)
 {
@@ -325,9 +345,10 @@ static qf_graph *ma_graph(int variant)
     qf_node *cc = node(g, QF_OP_CONCAT, "cat", 2, parts);
     REQUIRE_OK(qf_node_set_attr_int(g, cc, "axis", 1));
     qf_node *a = node(g,
-                      variant == MA_SIGMOID   ? QF_OP_SIGMOID
-                      : variant == MA_NOT_ACT ? QF_OP_EXP
-                                              : QF_OP_RELU,
+                      variant == MA_SIGMOID          ? QF_OP_SIGMOID
+                      : variant == MA_NOT_ACT        ? QF_OP_LEAKY_RELU
+                      : variant == MA_NOT_ACT_AT_ALL ? QF_OP_ABS
+                                                     : QF_OP_RELU,
                       "act", 1, &cc->outputs[0]);
     REQUIRE_OK(qf_graph_rename_value(g, a->outputs[0], "y"));
     REQUIRE_OK(qf_graph_add_output(g, a->outputs[0]));
@@ -342,9 +363,10 @@ static void ma_case(int variant, bool taken, const char *skip)
     char what[64];
     snprintf(what, sizeof what, "move_act_before_concat variant %d", variant);
     run_pass(g, "move_act_before_concat", taken ? 1 : 0, skip, what);
-    const qf_op act = variant == MA_SIGMOID   ? QF_OP_SIGMOID
-                      : variant == MA_NOT_ACT ? QF_OP_EXP
-                                              : QF_OP_RELU;
+    const qf_op act = variant == MA_SIGMOID          ? QF_OP_SIGMOID
+                      : variant == MA_NOT_ACT        ? QF_OP_LEAKY_RELU
+                      : variant == MA_NOT_ACT_AT_ALL ? QF_OP_ABS
+                                                     : QF_OP_RELU;
     CHECKF(count_op(g, act) == (taken ? 2 : 1), "%s: %d activations", what, count_op(g, act));
     CHECKF(strcmp(g->outputs[0]->name, "y") == 0, "%s: output 0 is '%s'", what,
            g->outputs[0]->name);
@@ -369,6 +391,7 @@ static void test_move_act_before_concat(void)
     ma_case(MA_OTHER_INPUT, false, "input 1 is not a 2-D convolution");
     ma_case(MA_TWO_READERS, false, "other readers");
     ma_case(MA_NOT_ACT, false, "not an activation the NPU fuses");
+    ma_case(MA_NOT_ACT_AT_ALL, false, NULL); /* no activation reads it: no candidate, no line */
 }
 
 /* --- QDQ graphs: split_group_conv_qdq, fold_dq_q ------------------------------- */
