@@ -67,6 +67,9 @@ static bool gq_reject(const qf_node *n, gq_match *m, char *why, size_t size)
     if (!m->dx || !gq_scalar_const(m->dx->inputs[1]) ||
         !gq_scalar_const(m->dx->ninputs > 2 ? m->dx->inputs[2] : NULL))
         return qf_rewrite_why(why, size, "input is not a per-tensor DequantizeLinear");
+    /* the parts' Q write the input's type: without a zero point a Q writes uint8 */
+    if ((m->dx->ninputs < 3 || !m->dx->inputs[2]) && m->dx->inputs[0]->type.dtype != QF_DTYPE_U8)
+        return qf_rewrite_why(why, size, "input DequantizeLinear '%s' has no zero point", m->dx->name);
     if (!m->dw || !qf_value_is_const(m->dw->inputs[0]) ||
         m->dw->inputs[0]->type.dtype != QF_DTYPE_I8)
         return qf_rewrite_why(why, size, "weight is not a DequantizeLinear of an int8 constant");

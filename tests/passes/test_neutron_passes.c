@@ -412,7 +412,7 @@ static qf_value *qdq(qf_graph *g, const char *name, qf_value *x, float s, int8_t
     return node(g, QF_OP_DEQUANTIZE, n, 3, in)->outputs[0];
 }
 
-enum { GC_PLAIN, GC_RELU, GC_NO_BIAS, GC_DEPTHWISE, GC_FLOAT_WEIGHT, GC_TWO_READERS };
+enum { GC_PLAIN, GC_RELU, GC_NO_BIAS, GC_DEPTHWISE, GC_FLOAT_WEIGHT, GC_TWO_READERS, GC_NO_XZP };
 
 /* x [1, 4, 7, 7] -Q-DQ- Conv(group 2 | 4, DQ(int8 W per channel), DQ(int32 b)) [-Relu] -Q-DQ- y */
 static qf_graph *gc_graph(int variant)
@@ -423,7 +423,12 @@ static qf_graph *gc_graph(int variant)
     const int64_t xd[4] = {1, 4, 7, 7}, wd[4] = {6 + 2 * dw, dw ? 1 : 2, 3, 3}, md[1] = {wd[0]};
     const int64_t m = wd[0], wn = m * wd[1] * 9;
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, xd);
-    qf_value *xq = qdq(g, "x", x, 0.03f, 5);
+    qf_value *xq = qdq(g, "x", x, 0.03f, variant == GC_NO_XZP ? 0 : 5);
+    if (variant == GC_NO_XZP) { /* an int8 DQ without its zero point (0) */
+        qf_node *d = xq->producer;
+        REQUIRE_OK(qf_node_set_input(g, d, 2, NULL));
+        d->ninputs = 2;
+    }
     int8_t wq[8 * 2 * 9];
     float sw[8], wf[8 * 2 * 9];
     int8_t zw[8] = {0};
@@ -514,8 +519,8 @@ static void gc_case(int variant, bool taken, const char *skip)
     compare(&a, &b, 0, 0, what); /* float: on the output's grid, bit for bit */
     qf_tensor_free(&a);
     qf_tensor_free(&b);
-    if (variant != GC_FLOAT_WEIGHT &&
-        variant != GC_TWO_READERS) { /* (a float output: not lowered) */
+    if (variant != GC_FLOAT_WEIGHT && variant != GC_TWO_READERS &&
+        variant != GC_NO_XZP) { /* (not lowered) */
         char w8[80];
         snprintf(w8, sizeof w8, "%s (int8)", what);
         run_int8(ref, &a, 1, w8);
@@ -535,6 +540,7 @@ static void test_split_group_conv_qdq(void)
     gc_case(GC_NO_BIAS, true, NULL);
     gc_case(GC_FLOAT_WEIGHT, false, "weight is not a DequantizeLinear");
     gc_case(GC_TWO_READERS, false, "not read by one QuantizeLinear");
+    gc_case(GC_NO_XZP, false, "has no zero point"); /* its parts' Q would write uint8 */
     /* depthwise is the NPU's own form: no rewrite, no skip line */
     gc_case(GC_DEPTHWISE, false, NULL);
 }
