@@ -337,43 +337,6 @@ qf_status qf_lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
     return QF_OK;
 }
 
-/* DQ -> Split -> a Q on every part, all of one set of qparams (the QDQ form
- * split_group_conv_qdq writes): the Split of the integers, exact (it copies).
- * Each part replaces its Q's output. */
-qf_status qf_lower_split(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
-{
-    (void)rq; /* exact: no requantization */
-    *done = false;
-    const qf_node *dqx = qf_lower_dq_of(n->inputs[0]);
-    if (!dqx || !qf_lower_per_tensor_s8(dqx) || (n->ninputs > 1 && n->inputs[1] && !qf_value_is_const(n->inputs[1])))
-        return QF_OK;
-    const float sx = *(const float *)dqx->inputs[1]->type.data;
-    const int8_t zx = *(const int8_t *)dqx->inputs[2]->type.data;
-    for (int i = 0; i < n->noutputs; i++) {
-        const qf_value *y = n->outputs[i];
-        if (y->nuses != 1 || y->is_output) return QF_OK;
-        const qf_node *q = y->uses[0].node;
-        if (q->op != QF_OP_QUANTIZE || q->ninputs != 3 || !scalar_const(q->inputs[1], QF_DTYPE_F32) ||
-            !scalar_const(q->inputs[2], QF_DTYPE_I8) || *(const float *)q->inputs[1]->type.data != sx ||
-            *(const int8_t *)q->inputs[2]->type.data != zx)
-            return QF_OK;
-    }
-    char name[512];
-    snprintf(name, sizeof name, "%.480s_int8", n->name);
-    qf_value *in[2] = {dqx->inputs[0], n->ninputs > 1 ? n->inputs[1] : NULL};
-    qf_node *sp = qf_graph_add_node(g, QF_OP_SPLIT, name, in[1] ? 2 : 1, in, n->noutputs);
-    if (!sp) return QF_ERR_NOMEM;
-    QF_TRY(copy_attrs(g, sp, n));
-    if (ctx) qf_pass_rewrite(ctx, n, NULL, "int8 split into %d parts", n->noutputs);
-    for (int i = 0; i < n->noutputs; i++) {
-        const qf_node *q = n->outputs[i]->uses[0].node;
-        sp->outputs[i]->type = q->outputs[0]->type;
-        QF_TRY(qf_graph_replace_uses(g, q->outputs[0], sp->outputs[i]));
-    }
-    *done = true;
-    return QF_OK;
-}
-
 /* Whether an int8 linear Resize runs as its kernel runs it: TFLite's
  * RESIZE_BILINEAR (src/ops/ref/resize.c), which needs 4-D data resized on H
  * and W only, a coordinate mode TFLite has and, unless align_corners, scales

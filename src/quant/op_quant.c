@@ -119,7 +119,7 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     [QF_OP_QLUT] = {INT8_OUT_QPARAMS(3)},
     /* an int8 Split (a grouped conv's input, split_group_conv): every part
      * has the input's qparams */
-    [QF_OP_SPLIT] = {LOWER_ANY(qf_lower_split), INT8_PASSES},
+    [QF_OP_SPLIT] = {INT8_PASSES},
 
     /* the made-up ops of the extra-op test build (empty in every other) */
     QF_EXTRA_OP_QUANT_ROWS
