@@ -223,6 +223,8 @@ static qf_status gq_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
         qf_graph_insert_node(g, pos, false, QF_OP_SPLIT, name, 1, &m->dx->inputs[0], (int)group);
     if (!sp) return QF_ERR_NOMEM;
     QF_TRY(qf_node_set_attr_int(g, sp, "axis", 1));
+    /* from opset 18 a Split without its `split` input names its part count */
+    if (g->opset >= 18) QF_TRY(qf_node_set_attr_int(g, sp, "num_outputs", group));
     QF_TRY(qf_node_infer(g, sp));
     qf_value **cin = qf_graph_alloc(g, sizeof *cin * (size_t)group);
     if (!cin) return QF_ERR_NOMEM;
