@@ -20,7 +20,8 @@
  * starts each row from the bias: (b + c) + x·Wᵀ against (b + x·Wᵀ) + c), so
  * outputs agree within float32 rounding of |b| + |c| + |x·Wᵀ|, not bit for
  * bit. The linear keeps its name and takes the Add's output (name and
- * readers); the Add is removed (QF_PASS_FOLDED). */
+ * readers); the Add is removed (QF_PASS_FOLDED). A linear no Add reads is no
+ * candidate (no line). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,6 +72,11 @@ static bool la_reject(const qf_node *n, la_match *m, char *why, size_t size)
 static bool la_want(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
 {
     (void)g;
+    /* a candidate: an Add reads the output (else no line) */
+    bool add = false;
+    for (int i = 0; i < n->outputs[0]->nuses; i++)
+        add |= n->outputs[0]->uses[i].node->op == QF_OP_ADD;
+    if (!add) return false;
     char why[256];
     if (!la_reject(n, user, why, sizeof why)) return true;
     qf_pass_skip(ctx, n, "%s", why);

@@ -19,7 +19,8 @@
  * 2-D convolution (rank 4) or a linear / Gemm with a rank-2 output, read by
  * the Concat alone (once) and no graph output. The copies are named
  * `<act>_<i>`; the Concat takes the activation's output (name and readers),
- * the activation is removed (QF_PASS_FOLDED, recorded on it). */
+ * the activation is removed (QF_PASS_FOLDED, recorded on it). A Concat no
+ * activation reads is no candidate (no line). */
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +30,20 @@
 static bool ma_fused_act(qf_op op)
 {
     return op == QF_OP_RELU || op == QF_OP_RELU6 || op == QF_OP_SIGMOID || op == QF_OP_TANH;
+}
+
+/* A Concat is a candidate when an activation reads it: one the NPU fuses,
+ * or another (then the skip says why); a Concat read by anything else is
+ * no candidate and gets no line. */
+static bool ma_candidate(const qf_node *n)
+{
+    for (int i = 0; i < n->outputs[0]->nuses; i++) {
+        const qf_op op = n->outputs[0]->uses[i].node->op;
+        if (ma_fused_act(op) || op == QF_OP_LEAKY_RELU || op == QF_OP_CLIP ||
+            op == QF_OP_HARD_SWISH || op == QF_OP_HARD_SIGMOID)
+            return true;
+    }
+    return false;
 }
 
 /* True, with the reason, when Concat n is not taken; else *act its activation. */
@@ -62,6 +77,7 @@ static bool ma_reject(const qf_node *n, qf_node **act, char *why, size_t size)
 static bool ma_want(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
 {
     (void)g;
+    if (!ma_candidate(n)) return false;
     char why[320];
     if (!ma_reject(n, user, why, sizeof why)) return true;
     qf_pass_skip(ctx, n, "%s", why);

@@ -7,12 +7,14 @@
  *
  *   xq ─DQ─▶ x ─Conv(group g, DQ(Wq), DQ(bq))─▶ [act] ─Q(s_y, z_y)─▶ yq
  * becomes
- *   xq ─DQ─▶ x ─Split(axis 1, g)─▶ x_i ─Q(s_x, z_x)─DQ─▶ Conv_i(DQ(Wq_i), DQ(bq_i)) ─▶ [act_i]
+ *   xq ─Split(axis 1, g)─▶ xq_i ─DQ(s_x, z_x)─▶ Conv_i(DQ(Wq_i), DQ(bq_i)) ─▶ [act_i]
  *        ─Q(s_y, z_y)─DQ─▶ Concat(axis 1) ─Q(s_y, z_y)─▶ yq
  *
- * Exact in int8 and in float: every piece is requantized at the qparams it
- * already has (x_i at the input's, each group's output at the output's), so
- * Q(DQ(·)) is the identity there; each Conv_i sums exactly the products the
+ * Exact in int8 and in float: the Split moves the input's integers (ONNX's
+ * Split takes int8; the int8 executor and the TFLite export run it as an int8
+ * SPLIT), each part is dequantized as the whole input was, each group's
+ * output is requantized at the output's qparams, which the Concat's Q applies
+ * again (the identity on values of that grid); each Conv_i sums exactly the products the
  * grouped convolution sums for its output channels, with their own
  * per-channel weight scales and bias; the Concat of values on one grid,
  * quantized to that grid, copies them. In float the Conv_i compute the same
@@ -24,13 +26,14 @@
  * same integers. The TFLite export splits what is left on its lowered copy
  * (split_group_conv); after this pass nothing is left.
  *
- * Conditions (else a skip with the reason): input a per-tensor DQ; weight a
+ * Conditions (else a skip with the reason): input a per-tensor DQ (the Split
+ * reads its integer input); weight a
  * DQ of an int8 constant [M, C/g, k...] with per-channel (axis 0) or
  * per-tensor constant qparams; bias absent, a DQ of an int32 constant [M] or
  * a float32 constant [M]; the output read only by a QuantizeLinear of
  * per-tensor qparams, directly or through one Relu / Clip; nothing on the
  * way a graph output; C, M divisible by g. New nodes: `<conv>_split`,
- * `<conv>_g<i>` (and their Q / DQ `<conv>_g<i>_xq` ...); the Concat takes
+ * `<conv>_g<i>` (their DQ / Q `<conv>_g<i>_x`, `_w`, `_b`, `_yq`, `_y`); the Concat takes
  * the grouped convolution's name. */
 #include <stdio.h>
 #include <string.h>
@@ -214,22 +217,23 @@ static qf_status gq_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
      * a topological order */
     qf_node *const pos = m->qy;
     snprintf(name, sizeof name, "%.480s_split", n->name);
+    /* the Split moves the input's integers (the DQ's input): exact, and the
+     * parts need no Q of their own */
     qf_node *sp =
-        qf_graph_insert_node(g, pos, false, QF_OP_SPLIT, name, 1, &n->inputs[0], (int)group);
+        qf_graph_insert_node(g, pos, false, QF_OP_SPLIT, name, 1, &m->dx->inputs[0], (int)group);
     if (!sp) return QF_ERR_NOMEM;
     QF_TRY(qf_node_set_attr_int(g, sp, "axis", 1));
+    /* from opset 18 a Split without its `split` input names its part count */
+    if (g->opset >= 18) QF_TRY(qf_node_set_attr_int(g, sp, "num_outputs", group));
     QF_TRY(qf_node_infer(g, sp));
     qf_value **cin = qf_graph_alloc(g, sizeof *cin * (size_t)group);
     if (!cin) return QF_ERR_NOMEM;
     for (int64_t i = 0; i < group; i++) {
         qf_value *in[4];
         qf_node *k, *made;
-        /* x_i back on the input's grid */
+        /* the part's integers dequantized as the whole input was */
         in[0] = sp->outputs[i];
         int nq = gq_qp(m->dx, in);
-        snprintf(name, sizeof name, "%.460s_g%lld_xq", n->name, (long long)i);
-        QF_TRY(gq_node(g, pos, QF_OP_QUANTIZE, name, in, nq, NULL, &made));
-        in[0] = made->outputs[0];
         snprintf(name, sizeof name, "%.460s_g%lld_x", n->name, (long long)i);
         QF_TRY(gq_node(g, pos, QF_OP_DEQUANTIZE, name, in, nq, NULL, &made));
         qf_value *xi = made->outputs[0];

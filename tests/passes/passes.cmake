@@ -43,3 +43,13 @@ qf_add_c_test(NAME passes_neutron SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_neutron
   TIMEOUT 60)
 qf_add_c_test(NAME passes_neutron_ref PROGRAM test_neutron_passes LABELS passes neutron TIMEOUT 60
   ENVIRONMENT QFOLD_ENGINE=ref)
+# ... and on a PyTorch model through fuse, quantize (on / off / generic), qat,
+# finalize and export --target neutron: floats unchanged, integers bit-identical.
+if(QF_NODE)
+  foreach(c float quantize export qat)
+    add_test(NAME passes_neutron_${c}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/neutron_models.py $<TARGET_FILE:qfold> ${QF_NODE}
+              ${QF_TEST_DIR}/ref/ort_run.js ${QF_PASSES_WORK}/neutron_${c} ${c})
+    set_tests_properties(passes_neutron_${c} PROPERTIES LABELS "passes;neutron" TIMEOUT 180 SKIP_RETURN_CODE 77)
+  endforeach()
+endif()

@@ -209,7 +209,17 @@ static void test_div_to_mul_inexact_moves(void)
 
 /* --- fuse_linear_add ---------------------------------------------------------- */
 
-enum { LA_BIAS, LA_NO_BIAS, LA_SWAPPED, LA_ROW, LA_ONE, LA_TWO_READERS, LA_MATRIX, LA_TENSOR };
+enum {
+    LA_BIAS,
+    LA_NO_BIAS,
+    LA_SWAPPED,
+    LA_ROW,
+    LA_ONE,
+    LA_TWO_READERS,
+    LA_MATRIX,
+    LA_TENSOR,
+    LA_MUL
+};
 
 static qf_graph *la_graph(int variant)
 {
@@ -234,7 +244,7 @@ static qf_graph *la_graph(int variant)
         ain[0] = cv;
         ain[1] = l->outputs[0];
     }
-    qf_node *a = node(g, QF_OP_ADD, "add", 2, ain);
+    qf_node *a = node(g, variant == LA_MUL ? QF_OP_MUL : QF_OP_ADD, "add", 2, ain);
     REQUIRE_OK(qf_graph_rename_value(g, a->outputs[0], "y"));
     REQUIRE_OK(qf_graph_add_output(g, a->outputs[0]));
     if (variant == LA_TWO_READERS) {
@@ -251,7 +261,8 @@ static void la_case(int variant, bool taken, const char *skip)
     char what[64];
     snprintf(what, sizeof what, "fuse_linear_add variant %d", variant);
     run_pass(g, "fuse_linear_add", taken ? 1 : 0, skip, what);
-    CHECKF(count_op(g, QF_OP_ADD) == (taken ? 0 : 1), "%s: %d Add", what, count_op(g, QF_OP_ADD));
+    CHECKF(count_op(g, QF_OP_ADD) == (taken || variant == LA_MUL ? 0 : 1), "%s: %d Add", what,
+           count_op(g, QF_OP_ADD));
     CHECKF(strcmp(g->outputs[0]->name, "y") == 0, "%s: output 0 is '%s'", what,
            g->outputs[0]->name);
     if (taken) {
@@ -282,11 +293,20 @@ static void test_fuse_linear_add(void)
     la_case(LA_TWO_READERS, false, "read more than once");
     la_case(LA_MATRIX, false, "not one per output feature");
     la_case(LA_TENSOR, false, "not a constant");
+    la_case(LA_MUL, false, NULL); /* no Add reads it: no candidate, no line */
 }
 
 /* --- move_act_before_concat ---------------------------------------------------- */
 
-enum { MA_RELU, MA_SIGMOID, MA_LINEAR, MA_OTHER_INPUT, MA_TWO_READERS, MA_NOT_ACT };
+enum {
+    MA_RELU,
+    MA_SIGMOID,
+    MA_LINEAR,
+    MA_OTHER_INPUT,
+    MA_TWO_READERS,
+    MA_NOT_ACT,
+    MA_NOT_ACT_AT_ALL
+};
 
 static qf_graph *ma_graph(int variant)
 {
@@ -325,9 +345,10 @@ static qf_graph *ma_graph(int variant)
     qf_node *cc = node(g, QF_OP_CONCAT, "cat", 2, parts);
     REQUIRE_OK(qf_node_set_attr_int(g, cc, "axis", 1));
     qf_node *a = node(g,
-                      variant == MA_SIGMOID   ? QF_OP_SIGMOID
-                      : variant == MA_NOT_ACT ? QF_OP_EXP
-                                              : QF_OP_RELU,
+                      variant == MA_SIGMOID          ? QF_OP_SIGMOID
+                      : variant == MA_NOT_ACT        ? QF_OP_LEAKY_RELU
+                      : variant == MA_NOT_ACT_AT_ALL ? QF_OP_ABS
+                                                     : QF_OP_RELU,
                       "act", 1, &cc->outputs[0]);
     REQUIRE_OK(qf_graph_rename_value(g, a->outputs[0], "y"));
     REQUIRE_OK(qf_graph_add_output(g, a->outputs[0]));
@@ -342,9 +363,10 @@ static void ma_case(int variant, bool taken, const char *skip)
     char what[64];
     snprintf(what, sizeof what, "move_act_before_concat variant %d", variant);
     run_pass(g, "move_act_before_concat", taken ? 1 : 0, skip, what);
-    const qf_op act = variant == MA_SIGMOID   ? QF_OP_SIGMOID
-                      : variant == MA_NOT_ACT ? QF_OP_EXP
-                                              : QF_OP_RELU;
+    const qf_op act = variant == MA_SIGMOID          ? QF_OP_SIGMOID
+                      : variant == MA_NOT_ACT        ? QF_OP_LEAKY_RELU
+                      : variant == MA_NOT_ACT_AT_ALL ? QF_OP_ABS
+                                                     : QF_OP_RELU;
     CHECKF(count_op(g, act) == (taken ? 2 : 1), "%s: %d activations", what, count_op(g, act));
     CHECKF(strcmp(g->outputs[0]->name, "y") == 0, "%s: output 0 is '%s'", what,
            g->outputs[0]->name);
@@ -369,6 +391,7 @@ static void test_move_act_before_concat(void)
     ma_case(MA_OTHER_INPUT, false, "input 1 is not a 2-D convolution");
     ma_case(MA_TWO_READERS, false, "other readers");
     ma_case(MA_NOT_ACT, false, "not an activation the NPU fuses");
+    ma_case(MA_NOT_ACT_AT_ALL, false, NULL); /* no activation reads it: no candidate, no line */
 }
 
 /* --- QDQ graphs: split_group_conv_qdq, fold_dq_q ------------------------------- */
@@ -389,7 +412,7 @@ static qf_value *qdq(qf_graph *g, const char *name, qf_value *x, float s, int8_t
     return node(g, QF_OP_DEQUANTIZE, n, 3, in)->outputs[0];
 }
 
-enum { GC_PLAIN, GC_RELU, GC_NO_BIAS, GC_DEPTHWISE, GC_FLOAT_WEIGHT, GC_TWO_READERS };
+enum { GC_PLAIN, GC_RELU, GC_NO_BIAS, GC_DEPTHWISE, GC_FLOAT_WEIGHT, GC_TWO_READERS, GC_NO_XZP };
 
 /* x [1, 4, 7, 7] -Q-DQ- Conv(group 2 | 4, DQ(int8 W per channel), DQ(int32 b)) [-Relu] -Q-DQ- y */
 static qf_graph *gc_graph(int variant)
@@ -400,7 +423,12 @@ static qf_graph *gc_graph(int variant)
     const int64_t xd[4] = {1, 4, 7, 7}, wd[4] = {6 + 2 * dw, dw ? 1 : 2, 3, 3}, md[1] = {wd[0]};
     const int64_t m = wd[0], wn = m * wd[1] * 9;
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, xd);
-    qf_value *xq = qdq(g, "x", x, 0.03f, 5);
+    qf_value *xq = qdq(g, "x", x, 0.03f, variant == GC_NO_XZP ? 0 : 5);
+    if (variant == GC_NO_XZP) { /* an int8 DQ without its zero point (0) */
+        qf_node *d = xq->producer;
+        REQUIRE_OK(qf_node_set_input(g, d, 2, NULL));
+        d->ninputs = 2;
+    }
     int8_t wq[8 * 2 * 9];
     float sw[8], wf[8 * 2 * 9];
     int8_t zw[8] = {0};
@@ -464,6 +492,7 @@ static void run_int8(const qf_graph *g, qf_tensor *y, int qconvs, const char *wh
 static void gc_case(int variant, bool taken, const char *skip)
 {
     qf_graph *g = gc_graph(variant), *ref = gc_graph(variant);
+    if (variant == GC_RELU) g->opset = ref->opset = 18; /* the Split then names its part count */
     char what[64];
     snprintf(what, sizeof what, "split_group_conv_qdq variant %d", variant);
     run_pass(g, "split_group_conv_qdq", taken ? 1 : 0, skip, what);
@@ -474,6 +503,13 @@ static void gc_case(int variant, bool taken, const char *skip)
         {
             if (n->op == QF_OP_CONV)
                 CHECKF(qf_node_attr_int(n, "group", 1) == 1, "%s: '%s' grouped", what, n->name);
+        }
+        qf_graph_for_each_node(g, n)
+        {
+            if (n->op == QF_OP_SPLIT)
+                CHECKF(qf_node_attr_int(n, "num_outputs", 0) == (g->opset >= 18 ? 2 : 0),
+                       "%s: Split num_outputs %lld at opset %lld", what,
+                       (long long)qf_node_attr_int(n, "num_outputs", 0), (long long)g->opset);
         }
         CHECKF(count_op(g, QF_OP_SPLIT) == 1 && count_op(g, QF_OP_CONCAT) == 1,
                "%s: %d Split, %d Concat", what, count_op(g, QF_OP_SPLIT),
@@ -491,8 +527,8 @@ static void gc_case(int variant, bool taken, const char *skip)
     compare(&a, &b, 0, 0, what); /* float: on the output's grid, bit for bit */
     qf_tensor_free(&a);
     qf_tensor_free(&b);
-    if (variant != GC_FLOAT_WEIGHT &&
-        variant != GC_TWO_READERS) { /* (a float output: not lowered) */
+    if (variant != GC_FLOAT_WEIGHT && variant != GC_TWO_READERS &&
+        variant != GC_NO_XZP) { /* (not lowered) */
         char w8[80];
         snprintf(w8, sizeof w8, "%s (int8)", what);
         run_int8(ref, &a, 1, w8);
@@ -512,6 +548,7 @@ static void test_split_group_conv_qdq(void)
     gc_case(GC_NO_BIAS, true, NULL);
     gc_case(GC_FLOAT_WEIGHT, false, "weight is not a DequantizeLinear");
     gc_case(GC_TWO_READERS, false, "not read by one QuantizeLinear");
+    gc_case(GC_NO_XZP, true, NULL); /* the Split moves integers: no zero point needed */
     /* depthwise is the NPU's own form: no rewrite, no skip line */
     gc_case(GC_DEPTHWISE, false, NULL);
 }

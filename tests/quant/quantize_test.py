@@ -125,8 +125,10 @@ def case_fashion():
         # Q and a DQ per activation and a DQ per weight and bias.
         conv = rep["quantize_convert"]["passes"][0]
         c = rep["counts"]
-        check([p["pass"] for p in rep["quantize_prepare"]["passes"]][:3]
-              == ["fuse_hard_swish", "equalize", "quant_annotate"]
+        # (neutron: the Neutron-ready float passes first, pipeline neutron)
+        first = ["div_to_mul", "fuse_linear_add", "move_act_before_concat"] if target == "neutron" else []
+        check([p["pass"] for p in rep["quantize_prepare"]["passes"]][:3 + len(first)]
+              == first + ["fuse_hard_swish", "equalize", "quant_annotate"]
               and conv["pass"] == "quant_convert"
               and conv["rewrites"] == 2 * c["activations"] + c["weights"] + c["biases"], "pipelines: %r" % conv)
         # Conv weights per channel; the Linear (Gemm) weights per tensor in
