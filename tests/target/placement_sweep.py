@@ -20,8 +20,10 @@ partitions, NPU <-> CPU transitions, and every CPU node grouped by the rule
 that put it there, with the fixes `check` proposes.
 
 The check: every CPU node carries a rule (a non-empty text saying why); a
-node on the CPU without one, a report without the keys the format promises,
-or `check` failing on a model is a problem. The table (--out, default
+node on the CPU without one, NPU <-> CPU transitions with no node listed on
+the CPU (a CPU placement the node list hides), node counts that disagree
+with the summary, a report without the keys the format promises, or `check`
+failing on a model is a problem. The table (--out, default
 stdout) lists them too. Exit status 1 when any problem was found, else 0; a
 model torch itself cannot build or export is listed as skipped (not
 qfold's business, as in arch_sweep.py).
@@ -126,6 +128,12 @@ def summarize(rep):
         fix = unnamed(n.get("fix") or "")
         if fix and fix not in gr["fixes"] and len(gr["fixes"]) < 3:
             gr["fixes"].append(fix)
+    # A transition is an edge between an NPU node and a CPU one: with no CPU
+    # node listed, the CPU placements are in nodes the list does not show
+    # (ones qfold's passes made), and so unexplained.
+    if cpu == 0 and s["transitions"] > 0:
+        problems.append("%d NPU <-> CPU transitions but no node listed on the CPU: the CPU placements are "
+                        "in nodes the report does not list" % s["transitions"])
     if (npu, cpu) != (s["npu_nodes"], s["cpu_nodes"]):
         problems.append("the nodes list %d NPU / %d CPU compute nodes, the summary %d / %d"
                         % (npu, cpu, s["npu_nodes"], s["cpu_nodes"]))
