@@ -11,13 +11,15 @@
 #   make fuzz     build the libFuzzer targets with clang (build-fuzz/) and run
 #                 each FUZZ_SECONDS (default 60) on the examples and test models
 #   make accuracy full-dataset accuracy of the quantizer (not in CI; docs/ACCURACY.md)
+#   make placement  `qfold check --target neutron` on the torchvision models and
+#                 the examples (not in CI; writes docs/NEUTRON_PLACEMENT.md)
 #   make install  install (PREFIX=/usr/local)
 BUILD ?= build
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all configure build deps deps-build test check test-asan test-asan-run demo accuracy install clean fuzz
+.PHONY: all configure build deps deps-build test check test-asan test-asan-run demo accuracy placement install clean fuzz
 
 all: build
 
@@ -109,6 +111,13 @@ demo: deps
 accuracy: deps
 	$(MAKE) build
 	scripts/accuracy.sh $(BUILD)/qfold
+
+# The torchvision models go through the reference cache (built once, then
+# reused while their inputs are unchanged); the table is committed.
+placement: deps
+	$(MAKE) build
+	QF_REF_CACHE=$(REF_CACHE) /usr/bin/python3 tests/target/placement_sweep.py $(BUILD)/qfold \
+		--work $(abspath $(BUILD))/placement --out docs/NEUTRON_PLACEMENT.md
 
 FUZZ_SECONDS ?= 60
 fuzz:

@@ -174,8 +174,15 @@ typedef struct qf_quant_profile {
     qf_qformat linear_weight;     /* linear / Gemm / MatMul weights */
     float min_scale;              /* smallest scale an activation gets (observer eps) */
     bool fuse_activation;         /* no quantization between conv/linear and a following ReLU */
+    bool fuse_any_clip;           /* ... nor a Clip(0, x) of any x (else only x = 6 or none: RELU6 / RELU) */
+    bool concat_shares;           /* Concat's inputs and output on one set of qparams, observed on the
+                                     union of their ranges (else the output has the first input's) */
+    bool matmul_symmetric;        /* a MatMul of two activations reads both per-tensor symmetric
+                                     [qmin + 1, qmax], zero point 0, min/max observed */
     bool reduction_shares;        /* reductions share their input's qparams (else own) */
     qf_qequalize equalize;        /* cross-layer equalization first (pass equalize) */
+    bool neutron_passes;          /* the Neutron-ready graph: pipeline neutron before annotation,
+                                   * neutron_qdq after conversion (quantize, qat, finalize) */
     /* The ops it quantizes (by the pattern of their row): every op that has
      * one, or those set in ops[]. */
     bool every_op;
@@ -200,7 +207,8 @@ const char *const *qf_quant_profile_names(void);
 /* Override one rule: "KEY=VALUE" with KEY one of reduction-scale (own|shared),
  * linear-weights / conv-weights (per-tensor|per-channel), activation-observer
  * (histogram|minmax|moving-average), fuse-activation (on|off), min-scale (a
- * positive number). QF_ERR_INVALID naming the key and the accepted values. */
+ * positive number), concat-scale (shared|first), matmul-inputs
+ * (symmetric|activation). QF_ERR_INVALID naming the key and the accepted values. */
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule);
 
 typedef enum qf_qspec_kind {

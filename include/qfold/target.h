@@ -25,6 +25,7 @@
 
 #include "qfold/graph.h"
 #include "qfold/status.h"
+#include "qfold/tflite.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,6 +104,26 @@ qf_status qf_check_report_dot(const qf_check_result *r, const qf_graph *g, char 
 void qf_check_print(const qf_check_result *r, FILE *f);
 /* The summary line alone: "NPU: x of y ops, z % of MACs, k partitions, t transitions". */
 void qf_check_print_summary(const qf_check_result *r, FILE *f);
+
+/* The deployment report of `export --target` (src/target/deploy_report.c):
+ * the TFLite export's report (qf_tflite_report_json: same text, members
+ * added) with each TFLite op placed as its ONNX node was by the check c (run
+ * on the graph tr was exported from; an op the export adds, such as a
+ * TRANSPOSE, names the node it serves). Per op: "placement" ("npu" / "cpu"),
+ * "rule" and "fix" (CPU), "note", "partition" (NPU) and "macs_padded" (NPU:
+ * the op's MACs scaled by its node's macs_padded / macs); at the top
+ * "placement": {"target", "ops", "npu_ops", "cpu_ops", "macs", "npu_macs",
+ * "cpu_macs" (npu_macs + cpu_macs = macs = totals.macs), "npu_mac_fraction",
+ * "npu_macs_padded", "padding_macs", "npu_mac_utilisation" (npu_macs /
+ * npu_macs_padded), "check": {"from_float", "npu_nodes", "cpu_nodes",
+ * "partitions", "transitions"}}. max_lsb as qf_tflite_report_json's. */
+qf_status qf_target_report_json(const qf_tflite_result *tr, const double *max_lsb, const qf_check_result *c,
+                                char **json, size_t *len);
+/* The line `export --target` adds to its summary: "neutron: NPU: x of y ops,
+ * z % of MACs, MAC utilisation u % (channels padded to multiples of
+ * num_macs); p partitions, t transitions" (ops: TFLite ops; u: npu_macs /
+ * npu_macs_padded, left out when the NPU has no MACs). */
+qf_status qf_target_report_print(const qf_tflite_result *tr, const qf_check_result *c, FILE *f);
 
 #ifdef __cplusplus
 }

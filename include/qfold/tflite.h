@@ -87,6 +87,22 @@ void qf_tflite_result_free(qf_tflite_result *r);
  * LSB measured for that op (a NaN: not measured, written as null). */
 qf_status qf_tflite_report_json(const qf_tflite_result *r, const double *max_lsb, char **json, size_t *len);
 
+/* What a layer above the export adds to the report (the deployment
+ * target's placement of each op, qfold/target.h), as JSON text spliced in:
+ * op: NULL, or r->nops entries, each NULL or members ("\"k\": v, ...", no
+ * leading or trailing comma) appended to op i's object after its own;
+ * top: NULL, or members appended to the top-level object after "ops". The
+ * report's own text is unchanged: without extras it is byte for byte what
+ * qf_tflite_report_json writes. */
+typedef struct qf_tflite_report_extra {
+    const char *const *op;
+    const char *top;
+} qf_tflite_report_extra;
+
+/* qf_tflite_report_json with extras (x may be NULL). */
+qf_status qf_tflite_report_json_extra(const qf_tflite_result *r, const double *max_lsb,
+                                      const qf_tflite_report_extra *x, char **json, size_t *len);
+
 /* A short human summary (a few lines) on f. */
 void qf_tflite_report_print(const qf_tflite_result *r, FILE *f);
 

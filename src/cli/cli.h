@@ -133,6 +133,11 @@ char *qf_cli_bytes(unsigned long long v, char *buf, size_t size);
  * (quantize.c: `qfold quantize` and `qfold qat`). */
 struct qf_quant_profile;
 int qf_cli_quant_profile(const char *target, const char *const *sets, int nsets, struct qf_quant_profile *p);
+/* The Neutron-ready passes' lines in report r (NULL: none): per pass of the
+ * pipelines neutron / neutron_qdq that ran, its rewrites and skips and the
+ * first skip reasons (target_passes.c). */
+struct qf_pass_report;
+void qf_cli_target_passes_print(FILE *f, const struct qf_pass_report *r);
 /* Top-1 hits of g's first output (class scores [N, classes]) over the samples
  * of src against labels (int64 [N]), in batches of `batch` (eval.c: as `qfold
  * eval` counts them). */

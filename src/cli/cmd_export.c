@@ -7,11 +7,30 @@
 
 #include "cli.h"
 #include "qfold/io.h"
+#include "qfold/pass.h"
+#include "qfold/target.h"
 #include "qfold/tflite.h"
+
+/* `--target T` of a target `check` knows: the placement of the exported
+ * graph (the ops of the report and of the summary line). Other names
+ * (generic) have no placement: *c stays empty. */
+static qf_status qf_cli_export_place(const qf_graph *g, const char *target, qf_check_result *c, bool *placed)
+{
+    *placed = false;
+    if (!target) return QF_OK;
+    for (const char *const *t = qf_target_names(); *t; t++) {
+        if (strcmp(*t, target) != 0) continue;
+        qf_target_spec spec;
+        QF_TRY(qf_target_spec_init(&spec, target));
+        QF_TRY(qf_target_check(g, &spec, c));
+        *placed = true;
+    }
+    return QF_OK;
+}
 
 static int qf_cli_export(int argc, char **argv)
 {
-    const char *in = NULL, *outp = NULL, *report = NULL, *v;
+    const char *in = NULL, *outp = NULL, *report = NULL, *target = NULL, *v;
     const char *data[QF_CLI_EXPORT_MAX_DATA];
     int ndata = 0;
     int64_t count = 0;
@@ -21,6 +40,7 @@ static int qf_cli_export(int argc, char **argv)
     while (qf_cli_args_next(&a)) {
         if (qf_cli_args_value(&a, "-o", "--output", &v)) outp = v;
         else if (qf_cli_args_value(&a, "--report", NULL, &v)) report = v;
+        else if (qf_cli_args_value(&a, "--target", NULL, &v)) target = v;
         else if (qf_cli_args_flag(&a, "--float-io", NULL)) o.float_io = true;
         else if (qf_cli_args_flag(&a, "--all-outputs", NULL)) o.all_outputs = true; /* debug, not in the help */
         else if (qf_cli_args_value(&a, "--batch", NULL, &v)) {
@@ -46,6 +66,8 @@ static int qf_cli_export(int argc, char **argv)
     if (a.failed) return QF_EXIT_USAGE;
     if (!in) return qf_cli_usage_error(&qf_cli_cmd_export, "no input model");
     if (!outp) return qf_cli_usage_error(&qf_cli_cmd_export, "no output file (-o OUT.tflite)");
+    if (target && strcmp(target, "neutron") != 0)
+        return qf_cli_value_error(a.cmd, "unknown --target '%s' (targets: neutron)", target);
     if ((ndata || count) && !report)
         return qf_cli_usage_error(&qf_cli_cmd_export, "--data / --count fill the report: give --report R.json");
     qf_cli_outputs out;
@@ -59,24 +81,42 @@ static int qf_cli_export(int argc, char **argv)
     }
     qf_graph *g = NULL;
     qf_tflite_result r = {0};
+    qf_check_result cr = {0};
+    bool placed = false;
     char *text = NULL;
     size_t len = 0;
     const char *tmp = NULL;
     int wi = -1;
+    qf_pass_report *tp = NULL;
     qf_status st = qf_onnx_load(in, &g);
+    /* --target neutron: the Neutron-ready QDQ passes first (pipeline neutron_qdq) */
+    if (st == QF_OK && target) st = qf_pipeline_run(g, "neutron_qdq", &(qf_pass_options){.verify = true}, &tp);
     if (st == QF_OK) st = qf_tflite_export(g, &o, &r);
     if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 0, &tmp)) == QF_OK)
         st = qf_file_write_atomic(tmp, r.data, r.size);
+    if (st == QF_OK) {
+        wi = -1;
+        st = qf_cli_export_place(g, target, &cr, &placed);
+    }
     if (st == QF_OK && report) {
         wi = -1;
         if (ndata) st = qf_cli_export_lsb(g, &r, data, ndata, count, &max_lsb);
-        if (st == QF_OK) st = qf_tflite_report_json(&r, max_lsb, &text, &len);
+        if (st == QF_OK)
+            st = placed ? qf_target_report_json(&r, max_lsb, &cr, &text, &len)
+                        : qf_tflite_report_json(&r, max_lsb, &text, &len);
         if (st == QF_OK && (st = qf_cli_outputs_stage(&out, wi = 1, &tmp)) == QF_OK)
             st = qf_file_write_atomic(tmp, text, len);
     }
     if (st != QF_OK) rc = wi >= 0 ? qf_cli_fail_write(&out, wi, st) : qf_cli_fail(st);
-    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) qf_tflite_report_print(&r, stderr);
+    else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) {
+        qf_tflite_report_print(&r, stderr);
+        qf_status pst = placed ? qf_target_report_print(&r, &cr, stderr) : QF_OK;
+        if (pst != QF_OK) rc = qf_cli_fail(pst);
+        qf_cli_target_passes_print(stderr, tp);
+    }
+    qf_pass_report_free(tp);
     qf_cli_outputs_free(&out);
+    qf_check_result_free(&cr);
     qf_free(text);
     qf_free(max_lsb);
     qf_tflite_result_free(&r);
@@ -87,8 +127,8 @@ static int qf_cli_export(int argc, char **argv)
 const qf_cli_command qf_cli_cmd_export = {
     .name = "export",
     .summary = "an int8 QDQ model -> an int8 TFLite flatbuffer (NHWC), with a deployment report",
-    .usage = "qfold export IN.onnx -o OUT.tflite [--float-io] [--batch N] [--report R.json [--data X.npy [--count "
-             "N]]]",
+    .usage = "qfold export IN.onnx -o OUT.tflite [--target neutron] [--float-io] [--batch N] [--report R.json "
+             "[--data X.npy [--count N]]]",
     .details =
         "IN is an int8 QDQ model: what `qfold quantize`, `qat` or `finalize` write, or one\n"
         "quantized by another tool in the same form (ONNX Runtime's quantize_static, QDQ;\n"
@@ -112,6 +152,13 @@ const qf_cli_command qf_cli_cmd_export = {
         "name ends in .tflite.\n\n"
         "options:\n"
         "  -o, --output FILE   the .tflite file (temporary file + rename; never the input)\n"
+        "  --target neutron    first the Neutron-ready QDQ passes (pipeline neutron_qdq: grouped\n"
+        "                      convolutions split per group, redundant DQ -> Q pairs folded;\n"
+        "                      exact in int8), one line each on stderr; then each op placed\n"
+        "                      on the NPU or the CPU as `qfold check` places its node (the\n"
+        "                      report's per-op placement, rule, fix and padded MACs, its\n"
+        "                      \"placement\" totals; a summary line `NPU: x of y ops, z % of\n"
+        "                      MACs`)\n"
         "  --float-io          float32 inputs and outputs (QUANTIZE / DEQUANTIZE at the\n"
         "                      boundaries); without it they are int8 with their qparams\n"
         "  --batch N           every input's first dim N (default: the model's; dynamic: 1)\n"

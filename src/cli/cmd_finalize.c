@@ -110,6 +110,7 @@ static void qf_fin_summary(const qf_fin_args *fa, const qf_quant_profile *p, con
     if (fs->float_biases) printf("  left float  %d biases (their op's input is not dequantized)\n", fs->float_biases);
     printf("  target      %d of %d weights differ from %s's range or granularity (kept as trained)\n", differ,
            fs->nweights, p->name);
+    qf_cli_target_passes_print(stdout, r);
     /* A BatchNorm left in the model: why (the skips of the fold). */
     qf_graph_for_each_node(g, n) {
         if (n->op != QF_OP_BATCH_NORM) continue;
@@ -241,7 +242,7 @@ static int qf_cli_finalize(int argc, char **argv)
     if (st == QF_OK) st = qf_fin_weight_range(fa.in, g, &fs);
     if (st == QF_OK) st = qf_quant_register_passes();
     qf_pass_options opt = {.verify = true, .user = &fs};
-    if (st == QF_OK) st = qf_pipeline_run(g, "finalize", &opt, &r);
+    if (st == QF_OK) st = qf_pipeline_run(g, p->neutron_passes ? "finalize_neutron" : "finalize", &opt, &r);
     if (st == QF_OK) st = qf_graph_verify_shapes(g);
     if (st == QF_OK && fa.verbose) qf_pass_report_print(r, stdout);
     /* Both files or neither: staged, then renamed together. */

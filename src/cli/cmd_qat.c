@@ -146,6 +146,7 @@ typedef struct qf_qat_run {
     bool interrupted;
     int failed_write;            /* the output whose write failed (a full disk), else -1 */
     qf_quantize_result eq;       /* equalize=auto: the PTQ trial that decided it */
+    qf_pass_report *prepare_rep, *finalize_rep; /* the Neutron-ready passes' lines come from them */
 } qf_qat_run;
 
 static int qf_qat_fake_quants(const qf_graph *g)
@@ -172,7 +173,7 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
     if (st == QF_ERR_NOMEM) return st;
     if (st != QF_OK) eq = QF_QEQ_OFF; /* a model PTQ cannot take (QAT checks it below): no equalization */
     run->profile.equalize = eq;
-    QF_TRY(qf_qat_prepare(g, &run->q, NULL));
+    QF_TRY(qf_qat_prepare(g, &run->q, &run->prepare_rep));
     run->nfq = qf_qat_fake_quants(g);
     QF_TRY(qf_qat_calibrate(g, qf_npy_source_get(s->src), &s->labels, &run->q, &run->calibrated));
     qf_tr_begin(s, &run->q.train);
@@ -191,7 +192,7 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
         st = qf_qat_keep(g, &run->profile, out, keep, &run->failed_write);
         if (st != QF_OK) return run->failed_write >= 0 ? st : qf_error_prefix(st, "--keep-qat: ");
     }
-    QF_TRY(qf_qat_finalize(g, &run->q, NULL));
+    QF_TRY(qf_qat_finalize(g, &run->q, &run->finalize_rep));
     const char *tmp = NULL;
     /* A write that fails (a full disk) is reported as `train` reports it:
      * naming the output, exit 1. */
@@ -225,6 +226,8 @@ static void qf_qat_summary(const qf_qat_args *qa, const qf_qat_run *run)
         qf_quant_eq_summary(&run->eq, line, sizeof line);
         printf("equalize: %s (PTQ trial)\n", line);
     }
+    qf_cli_target_passes_print(stdout, run->prepare_rep);
+    qf_cli_target_passes_print(stdout, run->finalize_rep);
     if (qa->keep_qat) printf("training graph written to %s\n", qa->keep_qat);
 }
 
@@ -237,6 +240,11 @@ static int qf_cli_qat(int argc, char **argv)
     qf_status st = rc == QF_EXIT_OK ? qf_quant_register_passes() : QF_OK;
     if (st != QF_OK) rc = qf_cli_fail(st);
     run.q.prepare = qa.exact ? "qat_prepare_exact" : "qat_prepare";
+    /* the Neutron-ready passes of the target (quant.h's neutron_passes) */
+    if (run.profile.neutron_passes) {
+        run.q.prepare = qa.exact ? "qat_prepare_exact_neutron" : "qat_prepare_neutron";
+        run.q.finalize = "qat_finalize_neutron";
+    }
     if (rc == QF_EXIT_OK) rc = qf_qat_need(qa.exact ? "--qat-bn exact" : "qat", true, run.q.prepare);
     if (rc == QF_EXIT_OK) rc = qf_qat_need("qat", true, run.q.finalize);
     if (rc == QF_EXIT_OK && qa.keep_qat) rc = qf_qat_need("--keep-qat", false, "qat_export");
@@ -280,6 +288,8 @@ done:
     qf_tr_args_free(&qa.tr);
     qf_quant_annotation_free(run.sess.annotation);
     qf_quantize_result_free(&run.eq);
+    qf_pass_report_free(run.prepare_rep);
+    qf_pass_report_free(run.finalize_rep);
     return rc;
 }
 

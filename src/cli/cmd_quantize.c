@@ -198,6 +198,8 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         qf_quant_eq_summary(r, line, sizeof line);
         printf("  equalize    %s\n", line);
     }
+    qf_cli_target_passes_print(stdout, r->prepare);
+    qf_cli_target_passes_print(stdout, r->convert);
     printf("  left float  %d op%s\n", r->nleft_float, r->nleft_float == 1 ? "" : "s");
     for (int i = 0; i < r->nleft_float && i < 10; i++)
         printf("    %s '%s': %s\n", r->left_float[i].op, r->left_float[i].name, r->left_float[i].reason);

@@ -32,6 +32,11 @@ extern const qf_pass qf_pass_qat_bn_remove;
 extern const qf_pass qf_pass_fuse_hard_swish;
 extern const qf_pass qf_pass_split_group_conv;
 extern const qf_pass qf_pass_conv1d_to_2d;
+extern const qf_pass qf_pass_div_to_mul;
+extern const qf_pass qf_pass_fuse_linear_add;
+extern const qf_pass qf_pass_move_act_before_concat;
+extern const qf_pass qf_pass_split_group_conv_qdq;
+extern const qf_pass qf_pass_fold_dq_q;
 
 static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_fold_constants,
@@ -46,6 +51,11 @@ static const qf_pass *const qf_builtin_passes[] = {
     &qf_pass_fuse_hard_swish,
     &qf_pass_split_group_conv,
     &qf_pass_conv1d_to_2d,
+    &qf_pass_div_to_mul,
+    &qf_pass_fuse_linear_add,
+    &qf_pass_move_act_before_concat,
+    &qf_pass_split_group_conv_qdq,
+    &qf_pass_fold_dq_q,
 };
 
 /* Pipelines mirror the Neutron backend's default pass lists. qat_prepare
@@ -59,6 +69,29 @@ static const qf_pipeline qf_pipeline_ptq = {
     .name = "ptq",
     .summary = "post-training: canonicalize, fold BatchNorm into the op before / after it, dce",
     .passes = qf_ptq_passes,
+};
+
+/* The Neutron-ready graph (ExecuTorch's NXP aten / edge passes where they
+ * change what the NPU takes): `neutron` on the float graph after ptq, before
+ * annotation; `neutron_qdq` on the QDQ graph (quantize's and qat's end,
+ * finalize, export --target neutron). The quant layer composes them into its
+ * pipelines (quantize_prepare_neutron, ...) for a profile with
+ * neutron_passes. */
+static const char *const qf_neutron_passes[] = {"div_to_mul", "fuse_linear_add", "move_act_before_concat", NULL};
+
+static const qf_pipeline qf_pipeline_neutron = {
+    .name = "neutron",
+    .summary = "Neutron-ready float graph: Div by a constant as Mul, Linear + Add into the bias, an activation "
+               "before a Concat of convs",
+    .passes = qf_neutron_passes,
+};
+
+static const char *const qf_neutron_qdq_passes[] = {"split_group_conv_qdq", "fold_dq_q", "dce", NULL};
+
+static const qf_pipeline qf_pipeline_neutron_qdq = {
+    .name = "neutron_qdq",
+    .summary = "Neutron-ready QDQ graph: grouped convs split per group, redundant DQ -> Q pairs folded",
+    .passes = qf_neutron_qdq_passes,
 };
 
 
@@ -83,6 +116,8 @@ static void qf_reg_init_locked(void)
     if (qf_reg.init) return;
     for (int i = 0; i < QF_COUNT_OF(qf_builtin_passes); i++) qf_reg.passes[qf_reg.npasses++] = qf_builtin_passes[i];
     qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_ptq;
+    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_neutron;
+    qf_reg.pipelines[qf_reg.npipelines++] = &qf_pipeline_neutron_qdq;
     qf_reg.init = true;
 }
 

@@ -15,6 +15,7 @@
  * qparams (its one fixed member's: a group grows only by members annotated
  * for the first time).
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -89,20 +90,141 @@ static bool want_quantized(ann *c, const qf_value *v)
 /* out (a node's output, annotated for the first time) takes in's qparams:
  * it joins in's group. Groups only grow by such fresh members, so a group
  * holds at most one fixed member (its first). */
+static const qf_qformat *group_format(ann *c, uint32_t v);
+
 static void share(ann *c, const qf_value *out, const qf_value *in)
 {
-    set_spec(c, out, (qf_qspec){.kind = QF_QSPEC_SHARE, .format = c->p->activation, .axis = -1, .share = in->id});
+    const qf_qformat *f = group_format(c, in->id);
+    set_spec(c, out,
+             (qf_qspec){.kind = QF_QSPEC_SHARE, .format = f ? *f : c->p->activation, .axis = -1, .share = in->id});
     c->a->parent[qf_quant_group(c->a, out->id)] = qf_quant_group(c->a, in->id);
 }
 
 /* Relu, relu6, or Clip with a constant min of 0: the ReLU range that an int8
- * conv/linear can clamp to without a quantization step in between. */
-static bool relu_range(const qf_node *n)
+ * conv/linear can clamp to without a quantization step in between. Without
+ * the profile's fuse_any_clip only the ranges of RELU and RELU6 (a Clip max
+ * of 6 or none), the fused activations of TFLite's and the Neutron
+ * converter's conv: a conv fused with another clamp has no form there. */
+static bool relu_range(const ann *c, const qf_node *n)
 {
     if (n->op == QF_OP_RELU || n->op == QF_OP_RELU6) return true;
     if (n->op != QF_OP_CLIP || n->ninputs < 2 || !n->inputs[1] || !qf_value_is_const(n->inputs[1])) return false;
     const qf_value *m = n->inputs[1];
-    return qf_tensor_numel(&m->type) == 1 && qf_tensor_get_f64(&m->type, 0) == 0.0;
+    if (qf_tensor_numel(&m->type) != 1 || qf_tensor_get_f64(&m->type, 0) != 0.0) return false;
+    if (c->p->fuse_any_clip) return true;
+    const qf_value *mx = n->ninputs > 2 ? n->inputs[2] : NULL;
+    if (!mx) return true;
+    if (!qf_value_is_const(mx) || qf_tensor_numel(&mx->type) != 1) return false;
+    const double hi = qf_tensor_get_f64(&mx->type, 0);
+    return hi == 6.0 || (isinf(hi) && hi > 0);
+}
+
+/* The qparams of v's group when it has a fixed member (a group holds at
+ * most one: annotation joins two fixed groups only when theirs are the
+ * same), else NULL. */
+static const qf_qparams *group_fixed(ann *c, uint32_t v)
+{
+    qf_quant_annotation *a = c->a;
+    const uint32_t r = qf_quant_group(a, v);
+    for (int k = 0; k < a->nvalues; k++)
+        if (a->spec[k].kind == QF_QSPEC_FIXED && qf_quant_group(a, (uint32_t)k) == r) return &a->spec[k].fixed;
+    return NULL;
+}
+
+/* The format every observed / shared member of v's group carries
+ * (calibration reads one of them), or NULL for a group without one. */
+static const qf_qformat *group_format(ann *c, uint32_t v)
+{
+    qf_quant_annotation *a = c->a;
+    const uint32_t r = qf_quant_group(a, v);
+    for (int k = 0; k < a->nvalues; k++) {
+        const qf_qspec_kind kind = a->spec[k].kind;
+        if ((kind == QF_QSPEC_OBSERVE || kind == QF_QSPEC_SHARE) && qf_quant_group(a, (uint32_t)k) == r)
+            return &a->spec[k].format;
+    }
+    return NULL;
+}
+
+static void group_set_format(ann *c, uint32_t v, qf_qformat f)
+{
+    qf_quant_annotation *a = c->a;
+    const uint32_t r = qf_quant_group(a, v);
+    for (int k = 0; k < a->nvalues; k++) {
+        const qf_qspec_kind kind = a->spec[k].kind;
+        if ((kind == QF_QSPEC_OBSERVE || kind == QF_QSPEC_SHARE) && qf_quant_group(a, (uint32_t)k) == r)
+            a->spec[k].format = f;
+    }
+}
+
+/* Join the groups of u and v (the caller checked that at most one of them,
+ * or two of the same qparams, is fixed): a fixed group's root stays the
+ * root, and a symmetric format (a MatMul's input) wins over the affine one,
+ * so that the joined group is observed one way. */
+static void join(ann *c, const qf_value *u, const qf_value *v)
+{
+    qf_quant_annotation *a = c->a;
+    const uint32_t ru = qf_quant_group(a, u->id), rv = qf_quant_group(a, v->id);
+    if (ru == rv) return;
+    const qf_qformat *fu = group_format(c, ru), *fv = group_format(c, rv);
+    qf_qformat f = fu ? *fu : fv ? *fv : c->p->activation;
+    if (fv && fv->scheme == QF_QSCHEME_SYMMETRIC) f = *fv;
+    if (group_fixed(c, rv)) a->parent[ru] = rv;
+    else a->parent[rv] = ru;
+    if (fu || fv) group_set_format(c, ru, f);
+}
+
+/* Concat: the output shares the first input's qparams, the other inputs
+ * keep theirs (the int8 concat requantizes them); with the profile's
+ * concat_shares every input joins the output's group instead, one observer
+ * over all of them (the union of their ranges, as the Neutron quantizer's
+ * SharedQuantizationSpec makes one observer of every edge), so the int8
+ * concat copies. A fixed-qparams input (a Sigmoid's output) keeps its own
+ * and is requantized: its range fixed on the others would clip them; the
+ * group is then the observed inputs' (the fixed input's alone when there
+ * is no other, and several fixed inputs join when their qparams are one). */
+static qf_status ann_concat(ann *c, const qf_node *n)
+{
+    const qf_value *y = n->outputs[0];
+    if (!is_f32(y)) return ann_skip(c, n, "input is not float32");
+    for (int i = 0; i < n->ninputs; i++)
+        if (!is_f32(n->inputs[i])) return ann_skip(c, n, "input is not float32");
+    for (int i = 0; i < n->ninputs; i++) want_quantized(c, n->inputs[i]);
+    if (!c->p->concat_shares) {
+        share(c, y, n->inputs[0]);
+        return QF_OK;
+    }
+    /* the group: the first observed input's, else the first fixed one's */
+    const qf_value *base = NULL;
+    for (int i = 0; i < n->ninputs && !base; i++)
+        if (!group_fixed(c, n->inputs[i]->id)) base = n->inputs[i];
+    if (!base) base = n->inputs[0];
+    const qf_qparams *bf = group_fixed(c, base->id);
+    share(c, y, base);
+    for (int i = 0; i < n->ninputs; i++) {
+        const qf_qparams *f = group_fixed(c, n->inputs[i]->id);
+        if (f && !(bf && f->scale == bf->scale && f->zero_point == bf->zero_point)) continue;
+        join(c, base, n->inputs[i]);
+    }
+    return QF_OK;
+}
+
+/* A MatMul of two activations with the profile's matmul_symmetric: each
+ * input's group observed per-tensor symmetric in [qmin + 1, qmax] with a
+ * min/max observer (the Neutron quantizer's BMM inputs; its converter
+ * requires zero points 0). A group is a value's qparams wherever it is
+ * read: the producer's output takes them (the quantizer requantizes the
+ * edge instead; the value carries one set here). A fixed group keeps its
+ * qparams (a Tanh's have zero point 0; a Softmax's or Sigmoid's -128 would
+ * need a requantization on the edge: see docs). */
+static void matmul_inputs_symmetric(ann *c, const qf_node *n)
+{
+    qf_qformat f = c->p->activation;
+    f.scheme = QF_QSCHEME_SYMMETRIC;
+    f.qmin = c->p->activation.qmin + 1;
+    f.per_channel = false;
+    f.observer = QF_OBSERVER_MIN_MAX;
+    for (int i = 0; i < 2; i++)
+        if (!group_fixed(c, n->inputs[i]->id)) group_set_format(c, n->inputs[i]->id, f);
 }
 
 /* The output of a conv / linear: fused into the ReLU that is its only
@@ -118,7 +240,7 @@ static void producer_output(ann *c, const qf_node *n)
         y = y->uses[0].node->outputs[0];
     }
     if (c->p->fuse_activation && y->nuses == 1 && !y->is_output && y->uses[0].slot == 0 &&
-        pattern_of(c, y->uses[0].node) == QF_QPAT_ACTIVATION && relu_range(y->uses[0].node)) {
+        pattern_of(c, y->uses[0].node) == QF_QPAT_ACTIVATION && relu_range(c, y->uses[0].node)) {
         c->fused[y->uses[0].node->id] = true;
         return;
     }
@@ -175,6 +297,7 @@ static qf_status ann_conv_linear(ann *c, const qf_node *n, const qf_op_quant *r)
             /* Two activations: both inputs and the output observed. */
             if (!want_quantized(c, n->inputs[0]) || !want_quantized(c, n->inputs[1]))
                 return ann_skip(c, n, "input is not float32");
+            if (c->p->matmul_symmetric) matmul_inputs_symmetric(c, n);
             observe(c, n->outputs[0]);
             return QF_OK;
         }
@@ -227,16 +350,7 @@ static qf_status ann_same(ann *c, const qf_node *n)
         }
     for (int i = 0; i < n->ninputs; i++) want_quantized(c, n->inputs[i]);
     share(c, y, n->inputs[0]);
-    for (int i = 1; i < n->ninputs; i++) {
-        const uint32_t r0 = qf_quant_group(a, n->inputs[0]->id), ri = qf_quant_group(a, n->inputs[i]->id);
-        if (ri == r0) continue;
-        /* the root of a fixed group stays the root: its spec is the one */
-        bool ri_fixed = false;
-        for (int k = 0; k < a->nvalues && !ri_fixed; k++)
-            ri_fixed = a->spec[k].kind == QF_QSPEC_FIXED && qf_quant_group(a, (uint32_t)k) == ri;
-        if (ri_fixed) a->parent[r0] = ri;
-        else a->parent[ri] = r0;
-    }
+    for (int i = 1; i < n->ninputs; i++) join(c, n->inputs[0], n->inputs[i]);
     return QF_OK;
 }
 
@@ -266,13 +380,8 @@ static qf_status ann_node(ann *c, const qf_node *n)
         return ann_share(c, n, x, y);
     case QF_QPAT_SHARE:
         return ann_share(c, n, x, y);
-    case QF_QPAT_CONCAT: {
-        for (int i = 0; i < n->ninputs; i++)
-            if (!is_f32(n->inputs[i])) return ann_skip(c, n, "input is not float32");
-        for (int i = 0; i < n->ninputs; i++) want_quantized(c, n->inputs[i]);
-        share(c, y, x);
-        return QF_OK;
-    }
+    case QF_QPAT_CONCAT:
+        return ann_concat(c, n);
     case QF_QPAT_FIXED:
         if (!is_f32(y) || !want_quantized(c, x)) return ann_skip(c, n, "input is not float32");
         set_spec(c, y, (qf_qspec){.kind = QF_QSPEC_FIXED, .format = c->p->activation, .axis = -1, .fixed = r->fixed});

@@ -5,11 +5,17 @@
  * backends/nxp/quantizer): activations int8 [-128, 127] per-tensor affine
  * through a histogram observer with scale >= 2^-12; conv weights per-channel
  * symmetric [-127, 127]; linear weights per-tensor symmetric; int32 bias;
- * conv/linear + ReLU fused; pools, reshapes, pad, slice, concat sharing
- * their input's qparams; softmax / sigmoid / tanh at fixed qparams;
- * add / sub / mul quantized on every side.
+ * conv/linear + ReLU / ReLU6 fused (the Neutron converter's fused
+ * activations; a Clip to another range is not); pools, reshapes, pad, slice
+ * sharing their input's qparams; a concat's inputs and output on one set of
+ * qparams (its converter requires them equal: the quantizer's
+ * SharedQuantizationSpec, one observer over every input); softmax / sigmoid
+ * / tanh at fixed qparams; add / sub / mul quantized on every side; a MatMul
+ * of two activations with per-tensor symmetric inputs (its BMM converter
+ * requires zero points 0).
  * generic: per-channel weights everywhere, min/max observers, reductions
- * with their own output qparams, and a few more ops with their own qparams.
+ * with their own output qparams, concat inputs requantized to the first's,
+ * and a few more ops with their own qparams.
  */
 #include <math.h>
 #include <pthread.h>
@@ -47,8 +53,12 @@ static const qf_quant_profile qf_profile_neutron = {
     .linear_weight = {QF_QSCHEME_SYMMETRIC, -127, 127, false, QF_OBSERVER_MIN_MAX},
     .min_scale = 0x1p-12f,
     .fuse_activation = true,
+    .fuse_any_clip = false,
+    .concat_shares = true,
+    .matmul_symmetric = true,
     .reduction_shares = true,
     .equalize = QF_QEQ_AUTO,
+    .neutron_passes = true,
     .ops = {QF_NEUTRON_OPS, QF_NEUTRON_HARD_OPS},
 };
 
@@ -60,6 +70,9 @@ static const qf_quant_profile qf_profile_generic = {
     .linear_weight = {QF_QSCHEME_SYMMETRIC, -127, 127, true, QF_OBSERVER_MIN_MAX},
     .min_scale = 0x1p-23f, /* FLT_EPSILON, torch's default */
     .fuse_activation = true,
+    .fuse_any_clip = true, /* the int8 executor clamps to any range */
+    .concat_shares = false,
+    .matmul_symmetric = false,
     .reduction_shares = false,
     .equalize = QF_QEQ_AUTO,
     .every_op = true, /* with LeakyRelu, HardSwish, HardSigmoid at their own qparams */
@@ -136,6 +149,30 @@ static qf_status set_fuse(qf_quant_profile *p, const char *v)
     return QF_OK;
 }
 
+static qf_status set_neutron_passes(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "on")) p->neutron_passes = true;
+    else if (!strcmp(v, "off")) p->neutron_passes = false;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
+static qf_status set_concat(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "shared")) p->concat_shares = true;
+    else if (!strcmp(v, "first")) p->concat_shares = false;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
+static qf_status set_matmul(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "symmetric")) p->matmul_symmetric = true;
+    else if (!strcmp(v, "activation")) p->matmul_symmetric = false;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
 static qf_status set_equalize(qf_quant_profile *p, const char *v)
 {
     if (!strcmp(v, "per-tensor")) p->equalize = QF_QEQ_PER_TENSOR;
@@ -163,6 +200,9 @@ static const qf_profile_key qf_profile_keys[] = {
     {"fuse-activation", "on|off", set_fuse},
     {"min-scale", "a number in (0, 1]", set_min_scale},
     {"equalize", "auto|per-tensor|all|off", set_equalize},
+    {"neutron-passes", "on|off", set_neutron_passes},
+    {"concat-scale", "shared|first", set_concat},
+    {"matmul-inputs", "symmetric|activation", set_matmul},
 };
 
 #define QF_NKEYS (sizeof qf_profile_keys / sizeof qf_profile_keys[0])

@@ -112,7 +112,9 @@ qf_status qf_quant_qat_insert(qf_graph *g, qf_quant_annotation *a, const qf_quan
             if (!group[r].scale)
                 st = qat_make_bufs(g, g->values[r]->name, 1, fixed ? rs->fixed.scale : 1.0f,
                                    fixed ? (float)rs->fixed.zero_point : 0.0f, &group[r]);
-            if (st == QF_OK) st = qat_insert(g, v, &group[r], &p->activation, -1, p->min_scale, !fixed, &fq);
+            /* the group's format (a MatMul's input: symmetric), one for all its members */
+            const qf_qformat *f = s->kind == QF_QSPEC_FIXED ? &p->activation : &s->format;
+            if (st == QF_OK) st = qat_insert(g, v, &group[r], f, -1, p->min_scale, !fixed, &fq);
             /* qat_convert: its qparams are given, not observed. */
             if (st == QF_OK && fixed) st = qf_node_set_attr_int(g, fq, "fixed", 1);
         }

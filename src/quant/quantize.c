@@ -183,6 +183,55 @@ static const qf_pipeline qz_qat_finalize = {
     .passes = qz_qat_finalize_passes,
 };
 
+/* The same pipelines for a profile with neutron_passes (the neutron one):
+ * the Neutron-ready float passes (built-in pipeline `neutron`) after
+ * canonicalize / before annotation, the QDQ ones (`neutron_qdq`) after the
+ * conversion to QDQ. */
+static const char *const qz_prepare_neutron_passes[] = {"div_to_mul", "fuse_linear_add", "move_act_before_concat",
+                                                        "fuse_hard_swish", "equalize", "quant_annotate", NULL};
+static const qf_pipeline qz_prepare_neutron = {
+    .name = "quantize_prepare_neutron",
+    .summary = "quantize_prepare after the Neutron-ready float passes (pipeline neutron)",
+    .passes = qz_prepare_neutron_passes,
+};
+static const char *const qz_convert_neutron_passes[] = {"quant_convert", "dce", "split_group_conv_qdq", "fold_dq_q",
+                                                        "dce", NULL};
+static const qf_pipeline qz_convert_neutron = {
+    .name = "quantize_convert_neutron",
+    .summary = "quantize_convert, then the Neutron-ready QDQ passes (pipeline neutron_qdq)",
+    .passes = qz_convert_neutron_passes,
+};
+static const char *const qz_qat_prepare_neutron_passes[] = {
+    "canonicalize", "div_to_mul",       "fuse_linear_add", "move_act_before_concat", "fuse_hard_swish",
+    "equalize",     "quant_qat_insert", "qat_bn_add",      NULL};
+static const qf_pipeline qz_qat_prepare_neutron = {
+    .name = "qat_prepare_neutron",
+    .summary = "qat_prepare with the Neutron-ready float passes after canonicalize",
+    .passes = qz_qat_prepare_neutron_passes,
+};
+static const char *const qz_qat_prepare_exact_neutron_passes[] = {
+    "canonicalize", "div_to_mul",       "fuse_linear_add",  "move_act_before_concat", "fuse_hard_swish",
+    "equalize",     "quant_qat_insert", "qat_bn_add_exact", NULL};
+static const qf_pipeline qz_qat_prepare_exact_neutron = {
+    .name = "qat_prepare_exact_neutron",
+    .summary = "qat_prepare_exact with the Neutron-ready float passes after canonicalize",
+    .passes = qz_qat_prepare_exact_neutron_passes,
+};
+static const char *const qz_qat_finalize_neutron_passes[] = {
+    "qat_bn_remove", "fuse_batch_norm", "dce", "qat_convert", "dce", "split_group_conv_qdq", "fold_dq_q", "dce", NULL};
+static const qf_pipeline qz_qat_finalize_neutron = {
+    .name = "qat_finalize_neutron",
+    .summary = "qat_finalize, then the Neutron-ready QDQ passes (pipeline neutron_qdq)",
+    .passes = qz_qat_finalize_neutron_passes,
+};
+static const char *const qz_finalize_neutron_passes[] = {"qat_fold_exported", "dce", "split_group_conv_qdq",
+                                                         "fold_dq_q", "dce", NULL};
+static const qf_pipeline qz_finalize_neutron = {
+    .name = "finalize_neutron",
+    .summary = "finalize, then the Neutron-ready QDQ passes (pipeline neutron_qdq)",
+    .passes = qz_finalize_neutron_passes,
+};
+
 qf_status qf_quant_register_passes(void)
 {
     /* quant_qat_insert, qat_convert, qat_export: the pipelines qat_prepare /
@@ -191,9 +240,18 @@ qf_status qf_quant_register_passes(void)
     static const qf_pass *const passes[] = {&qf_pass_quant_annotate, &qf_pass_quant_convert,
                                             &qf_pass_quant_lower_int8, &qf_pass_qat_convert, &qf_pass_qat_export,
                                             &qf_pass_quant_qat_insert, &qf_pass_quant_equalize};
-    static const qf_pipeline *const pipelines[] = {&qz_prepare, &qz_convert, &qz_qat_prepare, &qz_qat_prepare_exact,
-                                                   &qz_qat_finalize};
-    QF_TRY(qf_pass_register(passes, 7, pipelines, 5));
+    static const qf_pipeline *const pipelines[] = {&qz_prepare,
+                                                   &qz_convert,
+                                                   &qz_qat_prepare,
+                                                   &qz_qat_prepare_exact,
+                                                   &qz_qat_finalize,
+                                                   &qz_prepare_neutron,
+                                                   &qz_convert_neutron,
+                                                   &qz_qat_prepare_neutron,
+                                                   &qz_qat_prepare_exact_neutron,
+                                                   &qz_qat_finalize_neutron,
+                                                   &qz_finalize_neutron};
+    QF_TRY(qf_pass_register(passes, 7, pipelines, 11));
     return qf_quant_finalize_register();
 }
 
@@ -245,7 +303,8 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     QF_TRY(qf_graph_infer_shapes(g));
     qf_quant_session sess = {.profile = p};
     qf_pass_options po = {.verify = true, .user = &sess};
-    qf_status st = qf_pipeline_run(g, "quantize_prepare", &po, &out->prepare);
+    qf_status st =
+        qf_pipeline_run(g, p->neutron_passes ? "quantize_prepare_neutron" : "quantize_prepare", &po, &out->prepare);
     qf_quant_annotation *a = sess.annotation;
     if (st == QF_OK) st = qf_quant_calib_init(&sess.calib, g, a, p);
     qf_quant_calib *c = sess.calib;
@@ -276,7 +335,9 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
     if (st == QF_OK) st = qz_left_float(a, out);
-    if (st == QF_OK) st = qf_pipeline_run(g, "quantize_convert", &po, &out->convert);
+    if (st == QF_OK)
+        st = qf_pipeline_run(g, p->neutron_passes ? "quantize_convert_neutron" : "quantize_convert", &po,
+                             &out->convert);
     out->stats = sess.stats;
     out->tensors = sess.tensors;
     out->ntensors = sess.ntensors;

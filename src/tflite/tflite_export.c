@@ -552,6 +552,12 @@ static void json_shape(qf_strbuf *b, int ndim, const int32_t *s)
 
 qf_status qf_tflite_report_json(const qf_tflite_result *r, const double *max_lsb, char **json, size_t *len)
 {
+    return qf_tflite_report_json_extra(r, max_lsb, NULL, json, len);
+}
+
+qf_status qf_tflite_report_json_extra(const qf_tflite_result *r, const double *max_lsb,
+                                      const qf_tflite_report_extra *x, char **json, size_t *len)
+{
     qf_strbuf b = {0};
     qf_strbuf_printf(&b,
                      "{\n  \"format\": \"tflite\",\n  \"schema_version\": 3,\n  \"totals\": {\"model_bytes\": %zu, "
@@ -581,10 +587,20 @@ qf_status qf_tflite_report_json(const qf_tflite_result *r, const double *max_lsb
         }
         qf_strbuf_printf(&b, "], \"macs\": %lld, \"weight_bytes\": %lld, \"max_lsb\": ", (long long)f->macs,
                          (long long)f->weight_bytes);
-        if (max_lsb && isfinite(max_lsb[i])) qf_strbuf_printf(&b, "%.17g}", max_lsb[i]);
-        else qf_strbuf_puts(&b, "null}");
+        if (max_lsb && isfinite(max_lsb[i])) qf_strbuf_printf(&b, "%.17g", max_lsb[i]);
+        else qf_strbuf_puts(&b, "null");
+        if (x && x->op && x->op[i]) {
+            qf_strbuf_puts(&b, ", ");
+            qf_strbuf_puts(&b, x->op[i]);
+        }
+        qf_strbuf_puts(&b, "}");
     }
-    qf_strbuf_puts(&b, "\n  ]\n}\n");
+    qf_strbuf_puts(&b, "\n  ]");
+    if (x && x->top) {
+        qf_strbuf_puts(&b, ",\n  ");
+        qf_strbuf_puts(&b, x->top);
+    }
+    qf_strbuf_puts(&b, "\n}\n");
     *json = qf_strbuf_take(&b, len);
     return *json ? QF_OK : qf_error(QF_ERR_NOMEM, "out of memory writing the export report");
 }

@@ -34,3 +34,22 @@ qf_add_c_test(NAME passes_fuse_hard_swish SOURCES ${CMAKE_CURRENT_LIST_DIR}/test
   TIMEOUT 60)
 qf_add_c_test(NAME passes_fuse_hard_swish_ref PROGRAM test_fuse_hard_swish LABELS passes TIMEOUT 60
   ENVIRONMENT QFOLD_ENGINE=ref)
+
+# The Neutron-ready passes (div_to_mul, fuse_linear_add, move_act_before_concat,
+# split_group_conv_qdq, fold_dq_q) on IR-built graphs: report counts, skip
+# reasons, the same floats (bit for bit where claimed) and, for the QDQ
+# passes, the same integers on the int8 executor.
+qf_add_c_test(NAME passes_neutron SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_neutron_passes.c LABELS passes neutron
+  TIMEOUT 60)
+qf_add_c_test(NAME passes_neutron_ref PROGRAM test_neutron_passes LABELS passes neutron TIMEOUT 60
+  ENVIRONMENT QFOLD_ENGINE=ref)
+# ... and on a PyTorch model through fuse, quantize (on / off / generic), qat,
+# finalize and export --target neutron: floats unchanged, integers bit-identical.
+if(QF_NODE)
+  foreach(c float quantize export qat)
+    add_test(NAME passes_neutron_${c}
+      COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/neutron_models.py $<TARGET_FILE:qfold> ${QF_NODE}
+              ${QF_TEST_DIR}/ref/ort_run.js ${QF_PASSES_WORK}/neutron_${c} ${c})
+    set_tests_properties(passes_neutron_${c} PROPERTIES LABELS "passes;neutron" TIMEOUT 180 SKIP_RETURN_CODE 77)
+  endforeach()
+endif()

@@ -344,6 +344,106 @@ static void test_float_left(void)
     qf_graph_free(b.g);
 }
 
+/* The annotation itself, to read its groups. */
+static qf_quant_annotation *annotate_raw(gb *b, const char *profile)
+{
+    if (qf_graph_infer_shapes(b->g) != QF_OK) abort();
+    qf_quant_annotation *a = NULL;
+    CHECK_OK(qf_quant_annotate(b->g, qf_quant_profile_find(profile), &a));
+    return a;
+}
+
+/* neutron, as the Neutron quantizer's cat (one observer shared by every
+ * input and the output): two observed inputs and the output in one group,
+ * a Sigmoid's fixed output in its own (requantized by the concat), also as
+ * the first input; generic: the output the first input's, the other input
+ * its own. */
+static void test_concat_shared(void)
+{
+    for (int prof = 0; prof < 2; prof++) {
+        gb b = gb_begin();
+        qf_value *x = gb_input(&b, "x", 4, X4), *z = gb_input(&b, "z", 4, X4);
+        qf_node *sg = gb_node(&b, QF_OP_SIGMOID, "sig", 1, &x);
+        qf_value *cin[3] = {sg->outputs[0], x, z};
+        qf_node *cat = gb_node(&b, QF_OP_CONCAT, "cat", 3, cin);
+        qf_node_set_attr_int(b.g, cat, "axis", 1);
+        qf_graph_add_output(b.g, cat->outputs[0]);
+        qf_quant_annotation *a = annotate_raw(&b, prof ? "generic" : "neutron");
+        REQUIRE(a, "no annotation");
+        const uint32_t gx = qf_quant_group(a, x->id), gz = qf_quant_group(a, z->id),
+                       gy = qf_quant_group(a, cat->outputs[0]->id), gs = qf_quant_group(a, sg->outputs[0]->id);
+        CHECK(a->spec[sg->outputs[0]->id].kind == QF_QSPEC_FIXED && gs != gx && gs != gz);
+        if (prof == 0) CHECKF(gx == gz && gz == gy, "neutron: groups x %u z %u cat %u", gx, gz, gy);
+        else CHECKF(gy == gs && gx != gz, "generic: groups sig %u x %u z %u cat %u", gs, gx, gz, gy);
+        qf_quant_annotation_free(a);
+        qf_graph_free(b.g);
+    }
+}
+
+/* A MatMul of two activations: in neutron both inputs' groups per-tensor
+ * symmetric [-127, 127] on a min/max observer (the BMM converter wants zero
+ * points 0), and a value sharing with one of them too; generic observes them
+ * as any activation. */
+static void test_matmul_symmetric(void)
+{
+    static const int64_t A3[3] = {1, 4, 6}, B3[3] = {1, 6, 5};
+    gb b = gb_begin();
+    qf_value *x = gb_input(&b, "x", 3, A3), *z = gb_input(&b, "z", 3, B3);
+    qf_node *r = gb_node(&b, QF_OP_RELU, "relu", 1, &x);
+    qf_value *min[2] = {r->outputs[0], z};
+    qf_node *mm = gb_node(&b, QF_OP_MATMUL, "mm", 2, min);
+    qf_graph_add_output(b.g, mm->outputs[0]);
+    char *t = annotate(&b, "neutron", NULL);
+    HAS(t, "x: observe minmax symmetric [-127, 127]");
+    HAS(t, "relu_y: share x");
+    HAS(t, "z: observe minmax symmetric [-127, 127]");
+    HAS(t, "mm_y: observe histogram affine [-128, 127]");
+    free(t);
+    qf_quant_annotation *a = annotate_raw(&b, "neutron");
+    REQUIRE(a, "no annotation");
+    CHECK(a->spec[r->outputs[0]->id].format.scheme == QF_QSCHEME_SYMMETRIC);
+    qf_quant_annotation_free(a);
+    t = annotate(&b, "neutron", "matmul-inputs=activation");
+    HAS(t, "x: observe histogram affine [-128, 127]");
+    free(t);
+    t = annotate(&b, "generic", NULL);
+    HAS(t, "x: observe minmax affine [-128, 127]");
+    HAS(t, "z: observe minmax affine [-128, 127]");
+    free(t);
+    qf_graph_free(b.g);
+}
+
+/* Clip(0, 3) after a conv: the Neutron converter's (and TFLite's) fused
+ * activations are RELU and RELU6 only, so neutron quantizes the conv's
+ * output and the clip shares it; generic fuses any [0, x]. Clip(0, 6) is
+ * fused in both. */
+static void test_clip_fused_range(void)
+{
+    for (int k = 0; k < 2; k++) {
+        gb b = gb_begin();
+        qf_value *in[3] = {gb_input(&b, "x", 4, X4), gb_const(&b, "W", 4, W4, 0.3f), gb_const(&b, "b", 1, B1, 0.1f)};
+        qf_node *conv = gb_node(&b, QF_OP_CONV, "conv", 3, in);
+        int64_t one = 1;
+        qf_value *ain[3] = {conv->outputs[0], gb_const(&b, "lo", 1, &one, 0.0f),
+                            gb_const(&b, "hi", 1, &one, k ? 6.0f : 3.0f)};
+        qf_node *c = gb_node(&b, QF_OP_CLIP, "act", 3, ain);
+        qf_graph_add_output(b.g, c->outputs[0]);
+        char *t = annotate(&b, "neutron", NULL);
+        if (k) {
+            HASNT(t, "conv_y:");
+        } else {
+            HAS(t, "conv_y: observe histogram affine [-128, 127]");
+            HAS(t, "act_y: share conv_y");
+        }
+        free(t);
+        t = annotate(&b, "generic", NULL);
+        HASNT(t, "conv_y:");
+        HAS(t, "act_y: observe minmax affine [-128, 127]");
+        free(t);
+        qf_graph_free(b.g);
+    }
+}
+
 static void test_profile_set(void)
 {
     qf_quant_profile p = *qf_quant_profile_find("neutron");
@@ -367,6 +467,10 @@ static void test_profile_set(void)
     CHECK(p.min_scale == 0.001f);
     CHECK_OK(qf_quant_profile_set(&p, "activation-observer=minmax"));
     CHECK(p.activation.observer == QF_OBSERVER_MIN_MAX);
+    CHECK_OK(qf_quant_profile_set(&p, "concat-scale=first"));
+    CHECK(!p.concat_shares);
+    CHECK_STATUS(qf_quant_profile_set(&p, "matmul-inputs=zero"), QF_ERR_INVALID);
+    CHECK_MSG("matmul-inputs takes symmetric|activation");
     /* the built-in table is untouched */
     CHECK(qf_quant_profile_find("neutron")->activation.observer == QF_OBSERVER_HISTOGRAM);
 }
@@ -381,6 +485,9 @@ int main(void)
     RUN(test_conv_transpose_axis);
     RUN(test_reduction);
     RUN(test_concat_and_binary);
+    RUN(test_concat_shared);
+    RUN(test_matmul_symmetric);
+    RUN(test_clip_fused_range);
     RUN(test_float_left);
     RUN(test_profile_set);
     RUN(test_prelu_max_min_abs);
