@@ -207,8 +207,9 @@ const char *const *qf_quant_profile_names(void);
 /* Override one rule: "KEY=VALUE" with KEY one of reduction-scale (own|shared),
  * linear-weights / conv-weights (per-tensor|per-channel), activation-observer
  * (histogram|minmax|moving-average), fuse-activation (on|off), min-scale (a
- * positive number), concat-scale (shared|first), matmul-inputs
- * (symmetric|activation). QF_ERR_INVALID naming the key and the accepted values. */
+ * positive number), equalize, concat-scale (shared|first), matmul-inputs
+ * (symmetric|activation), neutron-passes (on|off). QF_ERR_INVALID naming the
+ * key and the accepted values. */
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule);
 
 typedef enum qf_qspec_kind {

@@ -31,7 +31,8 @@
  * DQ of an int8 constant [M, C/g, k...] with per-channel (axis 0) or
  * per-tensor constant qparams; bias absent, a DQ of an int32 constant [M] or
  * a float32 constant [M]; the output read only by a QuantizeLinear of
- * per-tensor qparams, directly or through one Relu / Clip; nothing on the
+ * per-tensor qparams, directly or through one Relu / Clip; at most 10 groups
+ * (ExecuTorch's bound: more stay grouped); nothing on the
  * way a graph output; C, M divisible by g. New nodes: `<conv>_split`,
  * `<conv>_g<i>` (their DQ / Q `<conv>_g<i>_x`, `_w`, `_b`, `_yq`, `_y`); the Concat takes
  * the grouped convolution's name. */
@@ -41,6 +42,9 @@
 #include "qfold/pass.h"
 #include "qfold/schema.h"
 #include "rewrite.h"
+
+/* The most groups split (ExecuTorch's group_conv_convertible_into_multiple_convolutions). */
+#define QF_SPLIT_GROUP_MAX 10
 
 typedef struct gq_match {
     qf_node *dx, *dw, *db, *act, *qy; /* db / act NULL when absent */
@@ -101,6 +105,12 @@ static bool gq_reject(const qf_node *n, gq_match *m, char *why, size_t size)
                     why, size, "bias qparams are not constants per output channel or per tensor");
         }
     }
+    /* ExecuTorch's NXP backend splits 2 to 10 groups (an empirical bound on
+     * the branches its converter takes); more stay grouped, on the CPU */
+    if (group > QF_SPLIT_GROUP_MAX)
+        return qf_rewrite_why(why, size,
+                              "%lld groups: more than %d (ExecuTorch's NXP backend splits 2 to %d)",
+                              (long long)group, QF_SPLIT_GROUP_MAX, QF_SPLIT_GROUP_MAX);
     if (c % group || mo % group)
         return qf_rewrite_why(why, size, "channels do not split into %lld groups",
                               (long long)group);

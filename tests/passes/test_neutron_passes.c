@@ -412,7 +412,17 @@ static qf_value *qdq(qf_graph *g, const char *name, qf_value *x, float s, int8_t
     return node(g, QF_OP_DEQUANTIZE, n, 3, in)->outputs[0];
 }
 
-enum { GC_PLAIN, GC_RELU, GC_NO_BIAS, GC_DEPTHWISE, GC_FLOAT_WEIGHT, GC_TWO_READERS, GC_NO_XZP };
+enum {
+    GC_PLAIN,
+    GC_RELU,
+    GC_NO_BIAS,
+    GC_DEPTHWISE,
+    GC_FLOAT_WEIGHT,
+    GC_TWO_READERS,
+    GC_NO_XZP,
+    GC_TEN,
+    GC_ELEVEN
+};
 
 /* x [1, 4, 7, 7] -Q-DQ- Conv(group 2 | 4, DQ(int8 W per channel), DQ(int32 b)) [-Relu] -Q-DQ- y */
 static qf_graph *gc_graph(int variant)
@@ -420,7 +430,10 @@ static qf_graph *gc_graph(int variant)
     qf_graph *g;
     REQUIRE_OK(qf_graph_init(&g));
     const int dw = variant == GC_DEPTHWISE;
-    const int64_t xd[4] = {1, 4, 7, 7}, wd[4] = {6 + 2 * dw, dw ? 1 : 2, 3, 3}, md[1] = {wd[0]};
+    /* groups: 2; 4 depthwise; 10 and 11 (ExecuTorch's limit is 10) of 2 channels each */
+    const int64_t group = dw ? 4 : variant == GC_TEN ? 10 : variant == GC_ELEVEN ? 11 : 2;
+    const int64_t xd[4] = {1, group > 4 ? 2 * group : 4, 7, 7},
+                  wd[4] = {group > 4 ? 2 * group : 6 + 2 * dw, dw ? 1 : 2, 3, 3}, md[1] = {wd[0]};
     const int64_t m = wd[0], wn = m * wd[1] * 9;
     qf_value *x = qf_graph_add_input(g, "x", QF_DTYPE_F32, 4, xd);
     qf_value *xq = qdq(g, "x", x, 0.03f, variant == GC_NO_XZP ? 0 : 5);
@@ -429,11 +442,11 @@ static qf_graph *gc_graph(int variant)
         REQUIRE_OK(qf_node_set_input(g, d, 2, NULL));
         d->ninputs = 2;
     }
-    int8_t wq[8 * 2 * 9];
-    float sw[8], wf[8 * 2 * 9];
-    int8_t zw[8] = {0};
-    int32_t bq[8];
-    float sb[8];
+    int8_t wq[22 * 2 * 9];
+    float sw[22], wf[22 * 2 * 9];
+    int8_t zw[22] = {0};
+    int32_t bq[22];
+    float sb[22];
     for (int64_t i = 0; i < wn; i++) wq[i] = (int8_t)((i * 53 % 255) - 127);
     for (int64_t o = 0; o < m; o++) {
         sw[o] = 0.002f * (float)(o + 1);
@@ -461,7 +474,7 @@ static qf_graph *gc_graph(int variant)
         cin[2] = d->outputs[0];
     }
     qf_node *c = node(g, QF_OP_CONV, "conv", variant == GC_NO_BIAS ? 2 : 3, cin);
-    REQUIRE_OK(qf_node_set_attr_int(g, c, "group", dw ? 4 : 2));
+    REQUIRE_OK(qf_node_set_attr_int(g, c, "group", group));
     REQUIRE_OK(qf_node_set_attr_ints(g, c, "pads", (const int64_t[]){1, 1, 1, 1}, 4));
     REQUIRE_OK(qf_node_set_attr_ints(g, c, "strides", (const int64_t[]){2, 1}, 2));
     REQUIRE_OK(qf_node_set_attr_ints(g, c, "kernel_shape", (const int64_t[]){3, 3}, 2));
@@ -496,8 +509,9 @@ static void gc_case(int variant, bool taken, const char *skip)
     char what[64];
     snprintf(what, sizeof what, "split_group_conv_qdq variant %d", variant);
     run_pass(g, "split_group_conv_qdq", taken ? 1 : 0, skip, what);
-    CHECKF(count_op(g, QF_OP_CONV) == (taken ? 2 : 1), "%s: %d Conv", what,
-           count_op(g, QF_OP_CONV));
+    const int parts =
+        taken ? (int)qf_node_attr_int(qf_graph_find_node(ref, "conv"), "group", 1) : 1;
+    CHECKF(count_op(g, QF_OP_CONV) == parts, "%s: %d Conv", what, count_op(g, QF_OP_CONV));
     if (taken) {
         qf_graph_for_each_node(g, n)
         {
@@ -507,7 +521,7 @@ static void gc_case(int variant, bool taken, const char *skip)
         qf_graph_for_each_node(g, n)
         {
             if (n->op == QF_OP_SPLIT)
-                CHECKF(qf_node_attr_int(n, "num_outputs", 0) == (g->opset >= 18 ? 2 : 0),
+                CHECKF(qf_node_attr_int(n, "num_outputs", 0) == (g->opset >= 18 ? parts : 0),
                        "%s: Split num_outputs %lld at opset %lld", what,
                        (long long)qf_node_attr_int(n, "num_outputs", 0), (long long)g->opset);
         }
@@ -532,7 +546,7 @@ static void gc_case(int variant, bool taken, const char *skip)
         char w8[80];
         snprintf(w8, sizeof w8, "%s (int8)", what);
         run_int8(ref, &a, 1, w8);
-        run_int8(g, &b, taken ? 2 : 1, w8);
+        run_int8(g, &b, parts, w8);
         compare(&a, &b, 0, 0, w8); /* the same integers */
         qf_tensor_free(&a);
         qf_tensor_free(&b);
@@ -551,6 +565,8 @@ static void test_split_group_conv_qdq(void)
     gc_case(GC_NO_XZP, true, NULL); /* the Split moves integers: no zero point needed */
     /* depthwise is the NPU's own form: no rewrite, no skip line */
     gc_case(GC_DEPTHWISE, false, NULL);
+    gc_case(GC_TEN, true, NULL); /* ExecuTorch splits 2 to 10 groups */
+    gc_case(GC_ELEVEN, false, "11 groups: more than 10");
 }
 
 enum { FQ_SAME, FQ_OTHER_SCALE, FQ_OTHER_TYPE, FQ_OUTPUT };
