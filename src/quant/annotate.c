@@ -201,6 +201,8 @@ static qf_status ann_concat(ann *c, const qf_node *n)
     const qf_qparams *bf = group_fixed(c, base->id);
     share(c, y, base);
     for (int i = 0; i < n->ninputs; i++) {
+        const qf_qspec_kind kind = c->a->spec[n->inputs[i]->id].kind;
+        if (kind == QF_QSPEC_WEIGHT || kind == QF_QSPEC_BIAS) continue; /* a conv's constant: its own */
         const qf_qparams *f = group_fixed(c, n->inputs[i]->id);
         if (f && !(bf && f->scale == bf->scale && f->zero_point == bf->zero_point)) continue;
         join(c, base, n->inputs[i]);

@@ -402,6 +402,36 @@ qf_status qf_tfl_emit_qconv(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     int64_t macs = N * g.out[0] * g.out[1] * M * kh * kw * Cg;
     qf_tfl_op *op;
     int32_t in[3] = {xi, wi, bi};
+    /* TFLite's int8 DEPTHWISE_CONV_2D (2.2, and its micro kernels) clamps to
+     * [-128, 127] whatever its fused activation (their TODO: "use calculated
+     * value for clamping"). Where the activation clamps something (a ReLU
+     * output whose zero point is above -128: qparams it shares with other
+     * values, a Concat's; a ReLU6 below 127), the clamp is a 1x1 MAX_POOL_2D
+     * with that activation after a depthwise conv into a tensor of the same
+     * qparams: the same integers. */
+    const int64_t hi6 = (int64_t)fmin(127.0, yq.zp + round(6.0 / yq.scale));
+    if (dw && ((act != QF_TFL_ACT_NONE && yq.zp > -128) || (act == QF_TFL_ACT_RELU6 && hi6 < 127))) {
+        const qf_tfl_tensor yt = e->t[yi];
+        char name[512];
+        snprintf(name, sizeof name, "%.480s_unclamped", yt.name);
+        int ui = qf_tfl_add_tensor(e, name, QF_TFL_INT8, yt.ndim, yt.shape, NULL, 0, yt.nq, yt.scale, yt.zero_point,
+                                   0, false);
+        QF_TRY(qf_tfl_need(ui));
+        QF_TRY(qf_tfl_add_op(e, n, QF_TFL_DEPTHWISE_CONV_2D, in, 3, &ui, 1, macs, &op));
+        op->padding = padding;
+        op->stride_h = (int)g.s[0];
+        op->stride_w = (int)g.s[1];
+        op->dilation_h = (int)g.d[0];
+        op->dilation_w = (int)g.d[1];
+        op->activation = QF_TFL_ACT_NONE;
+        op->depth_multiplier = (int)(M / C);
+        QF_TRY(qf_tfl_add_op(e, n, QF_TFL_MAX_POOL_2D, &ui, 1, &yi, 1, 0, &op));
+        op->padding = QF_TFL_PAD_VALID;
+        op->filter_w = op->filter_h = 1;
+        op->stride_h = op->stride_w = 1;
+        op->activation = act;
+        return QF_OK;
+    }
     QF_TRY(qf_tfl_add_op(e, n, dw ? QF_TFL_DEPTHWISE_CONV_2D : QF_TFL_CONV_2D, in, 3, &yi, 1, macs, &op));
     op->padding = padding;
     op->stride_h = (int)g.s[0];

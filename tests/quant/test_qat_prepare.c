@@ -140,8 +140,45 @@ static void test_qat_prepare(void)
     qf_graph_free(g);
 }
 
+/* A MatMul of two activations under neutron: both inputs' fake_quants
+ * symmetric [-127, 127] (the group's format, as PTQ observes them: the
+ * Neutron BMM converter wants zero points 0); its output's affine
+ * [-128, 127]. */
+static void test_qat_matmul_symmetric(void)
+{
+    qf_graph *g = NULL;
+    REQUIRE_OK(qf_graph_init(&g));
+    g->opset = 13;
+    int64_t ad[] = {2, 4, 6}, bd[] = {2, 6, 5};
+    qf_value *in[2] = {qf_graph_add_input(g, "a", QF_DTYPE_F32, 3, ad),
+                       qf_graph_add_input(g, "b", QF_DTYPE_F32, 3, bd)};
+    qf_node *mm = qf_graph_add_node(g, QF_OP_MATMUL, "mm", 2, in, 1);
+    REQUIRE(mm, "matmul");
+    REQUIRE_OK(qf_graph_add_output(g, mm->outputs[0]));
+    REQUIRE_OK(qf_graph_infer_shapes(g));
+    qf_quant_annotation *a = NULL;
+    REQUIRE_OK(qf_quant_annotate_qat(g, qf_quant_profile_find("neutron"), &a));
+    int made = 0;
+    REQUIRE_OK(qf_quant_qat_insert(g, a, qf_quant_profile_find("neutron"), &made));
+    qf_quant_annotation_free(a);
+    REQUIRE_OK(qf_graph_verify(g));
+    CHECKF(made == 3, "%d fake_quants", made);
+    for (int i = 0; i < 2; i++) {
+        const qf_node *f = fq_of(g, i ? "b" : "a");
+        CHECKF(f && qf_node_attr_int(f, "symmetric", 0) == 1 && qf_node_attr_int(f, "quant_min", 0) == -127 &&
+                   qf_node_attr_int(f, "quant_max", 0) == 127,
+               "MatMul input %d: fake_quant not symmetric [-127, 127]", i);
+    }
+    const qf_node *fo = g->outputs[0]->producer;
+    CHECKF(fo && fo->op == QF_OP_FAKE_QUANT && qf_node_attr_int(fo, "symmetric", 1) == 0 &&
+               qf_node_attr_int(fo, "quant_min", 0) == -128,
+           "MatMul output: fake_quant not affine [-128, 127]");
+    qf_graph_free(g);
+}
+
 int main(void)
 {
     RUN(test_qat_prepare);
+    RUN(test_qat_matmul_symmetric);
     return qf_check_report();
 }
