@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "neutron.h"
-#include "neutron_nv.h"
+#include "neutron_rule_util.h"
 #include "qfold/op.h"
 
 /* SDK 3.x activation_supported_on_target: main input and output int8 or
@@ -23,7 +23,7 @@
 static bool act_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
-    return qf_nv_io_quantized(n, 1, true, why);
+    return qf_nrule_io_quantized(n, 1, true, why);
 }
 
 /* SDK 2.x converters of sigmoid, tanh, leaky_relu, abs, relu: no rule of
@@ -31,7 +31,7 @@ static bool act_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 static bool act_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
-    return qf_nv_io_quantized(n, 1, false, why);
+    return qf_nrule_io_quantized(n, 1, false, why);
 }
 
 /* The bounds of a clamp: Relu (0, none), Relu6 (0, 6), Clip from its inputs
@@ -61,7 +61,7 @@ static bool clip_bounds(const qf_nview *n, bool *has_lo, float *lo, bool *has_hi
         if (!n->in[s].v) continue;
         float b;
         int cnt = 0;
-        if (!qf_nv_const_floats(n, s, &b, 1, &cnt) || cnt != 1) return false;
+        if (!qf_nrule_const_floats(n, s, &b, 1, &cnt) || cnt != 1) return false;
         if (s == 1)
             *has_lo = true, *lo = b;
         else
@@ -102,11 +102,11 @@ static bool clip_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
         return qf_neutron_refuse(why, "make the bounds constants",
                                  "the Clip bounds are computed at run time");
     if (!hl && !hh) return qf_neutron_refuse(why, "remove it", "Clip without bounds does nothing");
-    if (!qf_nv_io_quantized(n, 1, true, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, true, why)) return false;
     if (relu_compatible(hl, lo, hh, hi)) return true;
     /* Any other bounds become Min / Max, which do not rescale: the input and
      * the output must be quantized alike (ClampConverter._io_quant_is_same). */
-    if (qf_nv_same_qparams(&n->in[0], &n->out[0])) return true;
+    if (qf_nrule_same_qparams(&n->in[0], &n->out[0])) return true;
     char a[96], b[96], l[32], h[32];
     return qf_neutron_refuse(
         why,
@@ -115,7 +115,8 @@ static bool clip_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
         "Clip(%s, %s) is not a ReLU form, so it runs as Min / Max, which needs the output "
         "quantized like the input: input %s, output %s",
         bound_str(hl, lo, l, sizeof l), bound_str(hh, hi, h, sizeof h),
-        qf_nv_qparams_str(&n->in[0], a, sizeof a), qf_nv_qparams_str(&n->out[0], b, sizeof b));
+        qf_nrule_qparams_str(&n->in[0], a, sizeof a),
+        qf_nrule_qparams_str(&n->out[0], b, sizeof b));
 }
 
 /* v1.3.0's clamp / hardtanh: only the four ReLU forms. */
@@ -181,7 +182,7 @@ static bool alone(const qf_nview *n, const qf_npart *p)
 static bool lone_act_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     const qf_value *x = n->in[0].v;
-    int cd = qf_nv_channel_dim(n->g, x);
+    int cd = qf_nrule_channel_dim(n->g, x);
     int64_t c = cd >= 0 ? x->type.dims[cd] : 1;
     if (c % t->num_macs == 0) return true;
     char fix[160];
@@ -303,16 +304,16 @@ static bool neg_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 static bool prelu_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
-    if (!qf_nv_io_quantized(n, 2, true, why)) return false;
+    if (!qf_nrule_io_quantized(n, 2, true, why)) return false;
     const qf_value *x = n->in[0].v, *slope = n->nin > 1 ? n->in[1].v : NULL;
-    if (x && slope && x->type.ndim > 2 && qf_nv_numel(slope) != 1 &&
-        !qf_nv_channels_first(n->g, x)) {
+    if (x && slope && x->type.ndim > 2 && qf_nrule_numel(slope) != 1 &&
+        !qf_nrule_channels_first(n->g, x)) {
         char sx[96];
         return qf_neutron_refuse(
             why, "use one slope for all channels, or apply PRelu to a Conv's output",
             "PRelu with a slope per channel on %s, which is not in the "
             "channels-first layout (no Conv / pool / Resize around it)",
-            qf_nv_shape_str(x, sx, sizeof sx));
+            qf_nrule_shape_str(x, sx, sizeof sx));
     }
     return true;
 }
@@ -320,14 +321,14 @@ static bool prelu_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 /* v1.3.0's prelu: 4-D, channels a multiple of num_macs, H*W <= 4096. */
 static bool prelu_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
-    if (!qf_nv_io_quantized(n, 2, false, why)) return false;
+    if (!qf_nrule_io_quantized(n, 2, false, why)) return false;
     const qf_value *o = n->out[0].v;
     if (o->type.ndim != 4)
         return qf_neutron_refuse(why, "",
                                  "PRelu on a %d-D tensor: SDK 2.x takes PRelu on 4-D tensors only",
                                  o->type.ndim);
     /* The channels are dim 1 of a channels-first tensor, else the last. */
-    bool cf = qf_nv_channels_first(n->g, o);
+    bool cf = qf_nrule_channels_first(n->g, o);
     int64_t c = o->type.dims[cf ? 1 : 3],
             hw = cf ? o->type.dims[2] * o->type.dims[3] : o->type.dims[1] * o->type.dims[2];
     if (c % t->num_macs != 0) {
@@ -379,8 +380,8 @@ static bool is_one_over(const qf_node *d)
 bool qf_neutron_is_rsqrt_sqrt(const qf_node *sqrt_node)
 {
     const qf_node *c[2];
-    return qf_nv_compute_consumers(sqrt_node->outputs[0], c, 2) == 1 && is_one_over(c[0]) &&
-           qf_nv_compute_producer(c[0]->inputs[c[0]->op == QF_OP_DIV ? 1 : 0]) == sqrt_node;
+    return qf_nrule_compute_consumers(sqrt_node->outputs[0], c, 2) == 1 && is_one_over(c[0]) &&
+           qf_nrule_compute_producer(c[0]->inputs[c[0]->op == QF_OP_DIV ? 1 : 0]) == sqrt_node;
 }
 
 static bool sqrt_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
@@ -396,7 +397,7 @@ static bool sqrt_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 
 static bool reciprocal_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
-    const qf_node *s = qf_nv_compute_producer(n->in[0].v);
+    const qf_node *s = qf_nrule_compute_producer(n->in[0].v);
     if (!s || s->op != QF_OP_SQRT || !qf_neutron_is_rsqrt_sqrt(s))
         return qf_neutron_refuse(
             why, "", "Neutron has no reciprocal: only 1/sqrt(x) (Rsqrt) runs on the NPU");

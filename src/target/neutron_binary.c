@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "neutron.h"
-#include "neutron_nv.h"
+#include "neutron_rule_util.h"
 #include "qfold/op.h"
 
 #define QUANTIZE_FIX "quantize the model (qfold quantize --target neutron)"
@@ -19,15 +19,15 @@
  * output's element count. */
 static bool broadcast_ok(const qf_nview *n, qf_nwhy *why)
 {
-    int64_t out = qf_nv_numel(n->out[0].v);
+    int64_t out = qf_nrule_numel(n->out[0].v);
     for (int i = 0; i < n->nin; i++)
-        if (n->in[i].v && qf_nv_numel(n->in[i].v) == out) return true;
+        if (n->in[i].v && qf_nrule_numel(n->in[i].v) == out) return true;
     char a[96], b[96], o[96];
     return qf_neutron_refuse(
         why, "give one input the output's full shape (the NPU broadcasts only the other one)",
         "both inputs are broadcast: neither %s nor %s has the output %s's %lld elements",
-        qf_nv_shape_str(n->in[0].v, a, sizeof a), qf_nv_shape_str(n->in[1].v, b, sizeof b),
-        qf_nv_shape_str(n->out[0].v, o, sizeof o), (long long)out);
+        qf_nrule_shape_str(n->in[0].v, a, sizeof a), qf_nrule_shape_str(n->in[1].v, b, sizeof b),
+        qf_nrule_shape_str(n->out[0].v, o, sizeof o), (long long)out);
 }
 
 /* SDK 2.x: no broadcasting at all (NodeConverter.uses_shape_broadcasting:
@@ -46,7 +46,7 @@ static bool same_shapes_ok(const qf_nview *n, qf_nwhy *why)
                 "give both inputs the same shape (or use neutron-flow=sdk3: eIQ Neutron SDK 3.x "
                 "broadcasts)",
                 "inputs of shapes %s and %s are broadcast: SDK 2.x takes %s only on equal shapes",
-                qf_nv_shape_str(a, sa, sizeof sa), qf_nv_shape_str(b, sb, sizeof sb),
+                qf_nrule_shape_str(a, sa, sizeof sa), qf_nrule_shape_str(b, sb, sizeof sb),
                 qf_op_onnx_name(n->node->op));
         }
     }
@@ -56,13 +56,13 @@ static bool same_shapes_ok(const qf_nview *n, qf_nwhy *why)
 static bool add_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
-    return broadcast_ok(n, why) && qf_nv_io_quantized(n, 2, true, why);
+    return broadcast_ok(n, why) && qf_nrule_io_quantized(n, 2, true, why);
 }
 
 static bool add_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
-    return qf_nv_io_quantized(n, 2, false, why) && same_shapes_ok(n, why);
+    return qf_nrule_io_quantized(n, 2, false, why) && same_shapes_ok(n, why);
 }
 
 /* v1.3.0's mul_tensor: besides equal shapes, a dimension of the output must
@@ -80,7 +80,7 @@ static bool mul_dims8(const qf_nview *n, qf_nwhy *why)
     char so[96];
     return qf_neutron_refuse(why, "pad the channels to a multiple of 8",
                              "no dimension of the output %s is a multiple of 8 (SDK 2.x Mul)",
-                             qf_nv_shape_str(o, so, sizeof so));
+                             qf_nrule_shape_str(o, so, sizeof so));
 }
 
 static bool mul_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
@@ -100,7 +100,7 @@ static bool div_divisor_ok(const qf_nview *n, qf_nwhy *why)
             "by a constant runs, as a multiplication by its reciprocal");
     float d[4096];
     int nd = 0;
-    if (qf_nv_const_floats(n, 1, d, 4096, &nd))
+    if (qf_nrule_const_floats(n, 1, d, 4096, &nd))
         for (int i = 0; i < nd; i++)
             if (d[i] == 0.0f || !isfinite(d[i]))
                 return qf_neutron_refuse(
@@ -113,9 +113,9 @@ static bool div_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     /* Div(1, Sqrt(x)) is how PyTorch writes torch.rsqrt in ONNX: the pair is
      * Neutron's Rsqrt (neutron_act.c). */
-    const qf_node *s = n->nin > 1 ? qf_nv_compute_producer(n->in[1].v) : NULL;
+    const qf_node *s = n->nin > 1 ? qf_nrule_compute_producer(n->in[1].v) : NULL;
     if (s && s->op == QF_OP_SQRT && qf_neutron_is_rsqrt_sqrt(s)) {
-        if (!qf_nv_io_quantized(n, 0, true, why)) return false;
+        if (!qf_nrule_io_quantized(n, 0, true, why)) return false;
         const qf_nq *x = &n->in[1];
         if (!x->quantized || (x->qtype != QF_DTYPE_I8 && x->qtype != QF_DTYPE_U8))
             return qf_neutron_refuse(why, QUANTIZE_FIX,
@@ -131,7 +131,7 @@ static bool div_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
     /* A 0-d divisor is PyTorch's `x / 2.0`: the pass multiplies by a
      * constant of the quotient's full shape, so nothing is broadcast. */
     if (n->in[1].v->type.ndim == 0)
-        return qf_nv_io_quantized(n, 2, false, why) && mul_dims8(n, why);
+        return qf_nrule_io_quantized(n, 2, false, why) && mul_dims8(n, why);
     return mul_sdk2(n, t, why);
 }
 
@@ -146,39 +146,16 @@ static bool maxmin_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why
         return qf_neutron_refuse(
             why, n->nin > 2 ? "chain two-input nodes instead" : "remove it (it copies its input)",
             "%s of %d inputs: the Neutron converter takes exactly 2", op, n->nin);
-    if (!broadcast_ok(n, why) || !qf_nv_io_quantized(n, 2, true, why)) return false;
-    for (int i = 0; i < n->nin; i++)
-        if (!qf_nv_same_qparams(&n->in[i], &n->out[0])) {
-            char a[96], b[96];
-            return qf_neutron_refuse(
-                why,
-                "quantize the inputs and the output with one scale and zero point (qfold's "
-                "neutron profile does)",
-                "%s needs its inputs quantized like its output: input %d has %s, the output %s", op,
-                i, qf_nv_qparams_str(&n->in[i], a, sizeof a),
-                qf_nv_qparams_str(&n->out[0], b, sizeof b));
-        }
-    return true;
+    return broadcast_ok(n, why) && qf_nrule_io_quantized(n, 2, true, why) &&
+           qf_nrule_shared_qparams(n, 2, why);
 }
 
 /* cat: every input shares the output's quantization (both generations: the
  * IR's Concatenation does not rescale). */
 static bool concat_qparams_ok(const qf_nview *n, bool int8_types, qf_nwhy *why)
 {
-    if (!qf_nv_io_quantized(n, n->nin, int8_types, why)) return false;
-    for (int i = 0; i < n->nin; i++)
-        if (!qf_nv_same_qparams(&n->in[i], &n->out[0])) {
-            char a[96], b[96];
-            return qf_neutron_refuse(
-                why,
-                "quantize every input of the Concat with the output's scale and zero point "
-                "(qfold quantize --target neutron does)",
-                "Concat input %d has %s, the output %s: the NPU needs every input quantized "
-                "like the output",
-                i, qf_nv_qparams_str(&n->in[i], a, sizeof a),
-                qf_nv_qparams_str(&n->out[0], b, sizeof b));
-        }
-    return true;
+    return qf_nrule_io_quantized(n, n->nin, int8_types, why) &&
+           qf_nrule_shared_qparams(n, n->nin, why);
 }
 
 static bool concat_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
@@ -219,7 +196,7 @@ static bool concat_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why
         return qf_neutron_refuse(why, "remove it (it copies its input)",
                                  "Concat of %d input: SDK 2.x needs at least 2", n->nin);
     const qf_value *o = n->out[0].v;
-    bool cf = qf_nv_channels_first(n->g, o);
+    bool cf = qf_nrule_channels_first(n->g, o);
     int rank = o->type.ndim, cd = cf ? 1 : rank - 1;
     bool equal = true;
     for (int i = 1; i < n->nin; i++) {
@@ -263,11 +240,11 @@ static bool concat_partition(const qf_nview *n, const qf_npart *p, const qf_targ
     if (t->flow != QF_NEUTRON_SDK2 || n->nout < 1) return true;
     bool all_inside = true;
     for (int i = 0; i < n->nin; i++) {
-        const qf_node *src = qf_nv_compute_producer(n->in[i].v);
-        if (!src || !qf_nv_in_partition(p, src)) all_inside = false;
+        const qf_node *src = qf_nrule_compute_producer(n->in[i].v);
+        if (!src || !qf_nrule_in_partition(p, src)) all_inside = false;
     }
     if (all_inside) return true;
-    bool cf = qf_nv_channels_first(n->g, n->out[0].v);
+    bool cf = qf_nrule_channels_first(n->g, n->out[0].v);
     int rank = n->out[0].v->type.ndim, dim = nhwc_dim(concat_axis(n), rank, cf);
     for (int i = 0; i < n->nin; i++) {
         const qf_value *v = n->in[i].v;
@@ -281,7 +258,7 @@ static bool concat_partition(const qf_nview *n, const qf_npart *p, const qf_targ
                 why, "",
                 "Concat reads input %d %s from outside its NPU partition and every dimension "
                 "before the joined one is 1 (a Neutron converter limitation in SDK 2.x)",
-                i, qf_nv_shape_str(v, s, sizeof s));
+                i, qf_nrule_shape_str(v, s, sizeof s));
         }
     }
     return true;

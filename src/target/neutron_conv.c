@@ -171,7 +171,7 @@ static bool nc_split(const qf_nview *n, const nc_conv *c, qf_neutron_flow flow)
  * weights, int32 constant bias (ConvolutionConverter._is_conv_quant_supported). */
 static bool nc_conv_quant_sdk3(const qf_nview *n, qf_nwhy *why)
 {
-    if (!qf_nrule_io_int8(n, 0, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, true, why)) return false;
     if (!qf_nrule_in_type(n, 1, QF_DTYPE_I8, "the weights", why)) return false;
     bool has_bias = n->nin > 2 && n->in[2].v;
     if (has_bias && !qf_nrule_in_type(n, 2, QF_DTYPE_I32, "the bias values", why)) return false;
@@ -278,7 +278,7 @@ static bool nc_conv_transpose_sdk3(const qf_nview *n, const qf_target_spec *t, q
 static bool nc_conv_common_sdk2(const qf_nview *n, nc_conv *c, qf_nwhy *why)
 {
     if (!nc_conv_read(n, c)) return nc_refuse_rank(n, why);
-    if (!qf_nrule_quantized(n, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, false, why)) return false;
     /* The output of the (split) convolution: batch 1. */
     if (c->n > 1) /* a dynamic batch (-1) counts as 1, as ExecuTorch exports it */
         return qf_neutron_refuse(
@@ -392,7 +392,7 @@ static bool nc_fc_sdk3(const qf_nview *n, int wslot, int bslot, qf_nwhy *why)
         return qf_neutron_refuse(why, "",
                                  "weights of rank %d: the NPU's fully connected layer takes rank 2",
                                  w->type.ndim);
-    if (!qf_nrule_io_int8(n, 0, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, true, why)) return false;
     if (!qf_nrule_in_type(n, wslot, QF_DTYPE_I8, "the weights", why)) return false;
     if (bslot >= 0 && !qf_nrule_in_type(n, bslot, QF_DTYPE_I32, "the bias values", why))
         return false;
@@ -443,7 +443,7 @@ static bool nc_gemm_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *wh
 static bool nc_gemm_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
-    if (!qf_nrule_quantized(n, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, false, why)) return false;
     const qf_value *w = n->in[1].v;
     if (w && w->type.ndim != 2)
         return qf_neutron_refuse(why, "",
@@ -489,7 +489,7 @@ static bool nc_matmul_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *
     if (kind == NC_NONE) return nc_matmul_none(n, why);
     if (kind == NC_MM) return nc_fc_sdk3(n, 1, -1, why);
     /* bmm: both operands int8 / uint8 with zero point 0. */
-    if (!qf_nrule_io_int8(n, 0, why) || !qf_nrule_io_int8(n, 1, why)) return false;
+    if (!qf_nrule_io_quantized(n, 2, true, why)) return false;
     for (int i = 0; i < 2; i++) {
         const qf_nq *q = &n->in[i];
         for (int64_t j = 0; j < q->nscale; j++)
@@ -511,7 +511,7 @@ static bool nc_matmul_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *
     if (!a || !b) return qf_neutron_refuse(why, "", "an operand is missing");
     nc_mm_kind kind = nc_matmul_kind(a->type.ndim, b->type.ndim);
     if (kind == NC_NONE) return nc_matmul_none(n, why);
-    if (!qf_nrule_quantized(n, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, false, why)) return false;
     if (kind == NC_MM) return true; /* v1.3.0's mm: weights of rank 2, nothing else */
     int64_t m = t->num_macs > 0 ? t->num_macs : 1, dm, dk, dn;
     nc_bmm_dims(a, b, &dm, &dk, &dn);

@@ -133,7 +133,7 @@ static bool np_max_pool_ir(const qf_nview *n, const np_pool *p, qf_nwhy *why)
                 why, "do not use the Indices output (return_indices=False)",
                 "the Indices output is used: the NPU computes the maxima only");
     }
-    return qf_nrule_shared_qparams(n, why);
+    return qf_nrule_shared_qparams(n, 1, why);
 }
 
 static bool np_max_pool_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
@@ -142,7 +142,7 @@ static bool np_max_pool_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy
     np_pool p;
     if (!np_pool_read(n, &p)) return np_refuse_rank(n, why);
     if (!np_max_pool_ir(n, &p, why)) return false;
-    if (!qf_nrule_io_int8(n, 0, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, true, why)) return false;
     /* The converter pads with a separate Pad: the stride limit is the
      * unpadded one (4096), and the pad limits of the pool do not apply. */
     return np_window_limit(&p, false, why);
@@ -153,7 +153,7 @@ static bool np_max_pool_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy
     np_pool p;
     if (!np_pool_read(n, &p)) return np_refuse_rank(n, why);
     if (!np_max_pool_ir(n, &p, why)) return false;
-    if (!qf_nrule_quantized(n, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, false, why)) return false;
     int64_t m = t->num_macs > 0 ? t->num_macs : 1;
     if (p.n > 1) /* a dynamic batch counts as 1 */
         return qf_neutron_refuse(
@@ -195,7 +195,7 @@ static bool np_avg_pool_ir(const qf_nview *n, const np_pool *p, qf_nwhy *why)
         return qf_neutron_refuse(
             why, "use ceil_mode=0 (pad the input by one row / column if the last window matters)",
             "ceil_mode = 1: Neutron computes the output size with floor only");
-    return qf_nrule_shared_qparams(n, why);
+    return qf_nrule_shared_qparams(n, 1, why);
 }
 
 static bool np_avg_pool_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
@@ -204,7 +204,7 @@ static bool np_avg_pool_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy
     np_pool p;
     if (!np_pool_read(n, &p)) return np_refuse_rank(n, why);
     if (!np_avg_pool_ir(n, &p, why)) return false;
-    if (!qf_nrule_io_int8(n, 0, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, true, why)) return false;
     return np_window_limit(&p, true, why);
 }
 
@@ -214,7 +214,7 @@ static bool np_avg_pool_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy
     np_pool p;
     if (!np_pool_read(n, &p)) return np_refuse_rank(n, why);
     if (!np_avg_pool_ir(n, &p, why)) return false;
-    return qf_nrule_quantized(n, why);
+    return qf_nrule_io_quantized(n, 1, false, why);
 }
 
 /* adaptive_avg_pool2d to 1 x 1: kernel = stride = H x W. */
@@ -234,8 +234,8 @@ static bool np_global_avg_pool_sdk3(const qf_nview *n, const qf_target_spec *t, 
     (void)t;
     np_pool p;
     if (!np_global_read(n, &p, why)) return false;
-    if (!qf_nrule_shared_qparams(n, why)) return false;
-    if (!qf_nrule_io_int8(n, 0, why)) return false;
+    if (!qf_nrule_shared_qparams(n, 1, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, true, why)) return false;
     if (p.kh > NP_MAX_WINDOW || p.kw > NP_MAX_WINDOW)
         return qf_neutron_refuse(
             why, "average in two steps (an AveragePool first, then the global one)",
@@ -249,8 +249,8 @@ static bool np_global_avg_pool_sdk2(const qf_nview *n, const qf_target_spec *t, 
     (void)t;
     np_pool p;
     if (!np_global_read(n, &p, why)) return false;
-    if (!qf_nrule_shared_qparams(n, why)) return false;
-    return qf_nrule_quantized(n, why);
+    if (!qf_nrule_shared_qparams(n, 1, why)) return false;
+    return qf_nrule_io_quantized(n, 1, false, why);
 }
 
 /* --- ReduceMean / ReduceSum / ReduceMax ---------------------------------- */
@@ -290,8 +290,8 @@ static bool np_reduce_axes(const qf_nview *n, bool *mask, int rank)
 static bool np_reduce_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
-    if (!qf_nrule_shared_qparams(n, why)) return false;
-    return qf_nrule_io_int8(n, 0, why);
+    if (!qf_nrule_shared_qparams(n, 1, why)) return false;
+    return qf_nrule_io_quantized(n, 1, true, why);
 }
 
 /* v1.3.0's mean.dim: rank 4, keepdim, over H and W only (in the layout
@@ -299,8 +299,8 @@ static bool np_reduce_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *
  * pool). */
 static bool np_reduce_mean_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
-    if (!qf_nrule_shared_qparams(n, why)) return false;
-    if (!qf_nrule_quantized(n, why)) return false;
+    if (!qf_nrule_shared_qparams(n, 1, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, false, why)) return false;
     const qf_value *x = n->in[0].v, *y = n->out[0].v;
     int rank = x ? x->type.ndim : 0;
     if (rank != 4)
@@ -309,7 +309,7 @@ static bool np_reduce_mean_sdk2(const qf_nview *n, const qf_target_spec *t, qf_n
     if (!qf_node_attr_int(n->node, "keepdims", 1))
         return qf_neutron_refuse(why, "use keepdims=1 and reshape after the mean",
                                  "keepdims = 0: SDK 2.x keeps the reduced dims only");
-    bool cf = qf_nrule_channels_first(n->g, n->node);
+    bool cf = qf_nrule_channels_first(n->g, n->in[0].v);
     bool mask[4];
     if (np_reduce_axes(n, mask, 4)) {
         /* NCHW: H, W are axes 2, 3; a tensor with no conv around is seen
@@ -385,7 +385,7 @@ static bool np_softmax_read(const qf_nview *n, np_softmax *s, qf_nwhy *why)
         s->chan_axis = 1;
         return true;
     }
-    s->cf = s->rank >= 3 && qf_nrule_channels_first(n->g, n->node);
+    s->cf = s->rank >= 3 && qf_nrule_channels_first(n->g, n->in[0].v);
     s->chan_axis = s->cf ? 1 : s->rank - 1;
     s->channels = x->type.dims[s->chan_axis];
     s->spatial = s->channels > 0 && numel >= 0 ? numel / s->channels : -1;
@@ -407,7 +407,7 @@ static bool np_softmax_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy 
     (void)t;
     np_softmax s;
     if (!np_softmax_read(n, &s, why)) return false;
-    if (!qf_nrule_io_int8(n, 0, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, true, why)) return false;
     if (s.channels > 2040)
         return qf_neutron_refuse(
             why, "split the softmax axis (two softmaxes and a rescale) or reduce it to <= 2040",
@@ -431,7 +431,7 @@ static bool np_softmax_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy 
         return qf_neutron_refuse(why, "reshape the vector to [1, N]",
                                  "a 1-D softmax: SDK 2.x takes rank >= 2 only");
     if (!np_softmax_read(n, &s, why)) return false;
-    if (!qf_nrule_quantized(n, why)) return false;
+    if (!qf_nrule_io_quantized(n, 1, false, why)) return false;
     int64_t m = t->num_macs > 0 ? t->num_macs : 1, pipes = t->num_pipes > 0 ? t->num_pipes : 1;
     /* channels < 4096 / num_pipes * 4, in ExecuTorch's float division */
     double cmax = 4096.0 / (double)pipes * 4.0;

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "neutron.h"
-#include "neutron_nv.h"
+#include "neutron_rule_util.h"
 #include "qfold/op.h"
 
 #define MAXR QF_MAX_DIMS
@@ -176,9 +176,9 @@ static bool view_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 static bool fc_after_flatten(const qf_nview *n, const qf_npart *p)
 {
     const qf_node *c[2];
-    if (qf_nv_compute_consumers(n->node->outputs[0], c, 2) != 1) return false;
+    if (qf_nrule_compute_consumers(n->node->outputs[0], c, 2) != 1) return false;
     const qf_node *fc = c[0];
-    if ((fc->op != QF_OP_GEMM && fc->op != QF_OP_MATMUL) || !qf_nv_in_partition(p, fc))
+    if ((fc->op != QF_OP_GEMM && fc->op != QF_OP_MATMUL) || !qf_nrule_in_partition(p, fc))
         return false;
     const qf_value *x = n->in[0].v, *y = n->out[0].v, *w = fc->ninputs > 1 ? fc->inputs[1] : NULL;
     if (!w || y->type.ndim != 2 || x->type.dims[0] != y->type.dims[0] || w->type.ndim != 2)
@@ -195,7 +195,7 @@ static bool view_partition(const qf_nview *n, const qf_npart *p, const qf_target
     if (!qf_neutron_noop_partition(n, p, t, why)) return false;
     if (t->flow != QF_NEUTRON_SDK2) return true;
     const qf_value *x = n->in[0].v, *y = n->out[0].v;
-    bool cf_in = qf_nv_channels_first(n->g, x), cf_out = qf_nv_channels_first(n->g, y);
+    bool cf_in = qf_nrule_channels_first(n->g, x), cf_out = qf_nrule_channels_first(n->g, y);
     int rx = x->type.ndim, ry = y->type.ndim, pn[MAXR], ph[MAXR];
     int64_t xs[MAXR], ys[MAXR], xcl[MAXR];
     dims_of(x, xs);
@@ -217,8 +217,8 @@ static bool view_partition(const qf_nview *n, const qf_npart *p, const qf_target
                 why, fix,
                 "%s of channels-first %s to %s needs a transpose to NCHW that SDK 2.x cannot "
                 "do: %s",
-                qf_op_onnx_name(n->node->op), qf_nv_shape_str(x, sx, sizeof sx),
-                qf_nv_shape_str(y, sy, sizeof sy), what);
+                qf_op_onnx_name(n->node->op), qf_nrule_shape_str(x, sx, sizeof sx),
+                qf_nrule_shape_str(y, sy, sizeof sy), what);
         }
     }
     if (cf_out) {
@@ -227,7 +227,7 @@ static bool view_partition(const qf_nview *n, const qf_npart *p, const qf_target
             return qf_neutron_refuse(
                 why, "pad the channels and W to multiples of num_macs",
                 "%s to channels-first %s needs a transpose to NHWC that SDK 2.x cannot do: %s",
-                qf_op_onnx_name(n->node->op), qf_nv_shape_str(y, sy, sizeof sy), what);
+                qf_op_onnx_name(n->node->op), qf_nrule_shape_str(y, sy, sizeof sy), what);
     }
     return true;
 }
@@ -242,37 +242,17 @@ static int transpose_perm(const qf_nview *n, int *p)
     return r;
 }
 
-/* _has_shared_q_params_if_quantized: the IR's Transpose does not rescale. */
-static bool shared_qparams(const qf_nview *n, qf_nwhy *why)
-{
-    if (!n->in[0].quantized || !n->out[0].quantized) return true;
-    const qf_nq *a = &n->in[0], *b = &n->out[0];
-    bool same = a->nscale == b->nscale;
-    for (int64_t i = 0; same && i < a->nscale; i++)
-        same = a->scale[i] == b->scale[i] &&
-               (a->zero_point ? a->zero_point[i] : 0) == (b->zero_point ? b->zero_point[i] : 0);
-    if (same) return true;
-    char sa[96], sb[96];
-    return qf_neutron_refuse(
-        why,
-        "quantize the output with the input's scale and zero point (qfold's neutron profile "
-        "does)",
-        "%s needs its output quantized like its input: input %s, output %s",
-        qf_op_onnx_name(n->node->op), qf_nv_qparams_str(a, sa, sizeof sa),
-        qf_nv_qparams_str(b, sb, sizeof sb));
-}
-
 static bool transpose_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
     if (n->in[0].is_static) return true; /* computed on constants, removed by the converter */
-    return qf_nv_io_quantized(n, 1, true, why) && shared_qparams(n, why);
+    return qf_nrule_io_quantized(n, 1, true, why) && qf_nrule_shared_qparams(n, 1, why);
 }
 
 static bool transpose_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     if (n->in[0].is_static) return true;
-    if (!shared_qparams(n, why)) return false;
+    if (!qf_nrule_shared_qparams(n, 1, why)) return false;
     int p[MAXR], pn[MAXR], ph[MAXR], tmp[MAXR], mp[MAXR];
     int r = transpose_perm(n, p), m = t->num_macs;
     int64_t xs[MAXR], xcl[MAXR], ys[MAXR];
@@ -282,8 +262,8 @@ static bool transpose_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *
     perm_to_nchw(r, pn);
     perm_apply(xs, ph, r, xcl);
     if (perm_invariant(xs, p, r) && perm_invariant(xcl, p, r)) return true;
-    bool cf_in = qf_nv_channels_first(n->g, n->in[0].v),
-         cf_out = qf_nv_channels_first(n->g, n->out[0].v);
+    bool cf_in = qf_nrule_channels_first(n->g, n->in[0].v),
+         cf_out = qf_nrule_channels_first(n->g, n->out[0].v);
     char w1[160], w2[160], w3[160];
     /* get_supported_transpositions: the main permutation, the layout
      * transposes before / after it, and their merged forms. */
@@ -314,7 +294,7 @@ static bool transpose_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *
         "keep the batch at 1 and pad C and H*W to multiples of num_macs, or use "
         "neutron-flow=sdk3 (Neutron-C in SDK 3.x transposes anything)",
         "Transpose %s of %s%s: %s", perm_str(p, r, sp, sizeof sp),
-        qf_nv_shape_str(n->in[0].v, sx, sizeof sx), cf_in ? " (channels first)" : "",
+        qf_nrule_shape_str(n->in[0].v, sx, sizeof sx), cf_in ? " (channels first)" : "",
         main_ok ? "the layout transposes around it are not supported" : w1);
 }
 
@@ -351,17 +331,17 @@ static int slice_params(const qf_nview *n, slice1 *s, int max)
 {
     int64_t st[MAXR], en[MAXR], ax[MAXR], sp[MAXR];
     int ns = 0, ne = 0, na = 0, np = 0;
-    if (!qf_nv_const_ints(n, 1, st, MAXR, &ns) || !qf_nv_const_ints(n, 2, en, MAXR, &ne) ||
+    if (!qf_nrule_const_ints(n, 1, st, MAXR, &ns) || !qf_nrule_const_ints(n, 2, en, MAXR, &ne) ||
         ns != ne)
         return -1;
     int r = n->in[0].v->type.ndim;
     if (n->nin > 3 && n->in[3].v) {
-        if (!qf_nv_const_ints(n, 3, ax, MAXR, &na) || na != ns) return -1;
+        if (!qf_nrule_const_ints(n, 3, ax, MAXR, &na) || na != ns) return -1;
     } else {
         for (int i = 0; i < ns; i++) ax[i] = i;
     }
     if (n->nin > 4 && n->in[4].v) {
-        if (!qf_nv_const_ints(n, 4, sp, MAXR, &np) || np != ns) return -1;
+        if (!qf_nrule_const_ints(n, 4, sp, MAXR, &np) || np != ns) return -1;
     } else {
         for (int i = 0; i < ns; i++) sp[i] = 1;
     }
@@ -387,7 +367,7 @@ static bool slice_axis_sdk2(const qf_nview *n, int axis, const qf_target_spec *t
 {
     const qf_value *x = n->in[0].v;
     int r = x->type.ndim, m = t->num_macs;
-    bool cf = qf_nv_channels_first(n->g, x);
+    bool cf = qf_nrule_channels_first(n->g, x);
     int64_t xs[MAXR], xl[MAXR];
     int ph[MAXR];
     dims_of(x, xs);
@@ -410,7 +390,7 @@ static bool slice_axis_sdk2(const qf_nview *n, int axis, const qf_target_spec *t
                 why, "slice along the channels instead, or use neutron-flow=sdk3",
                 "slicing %s along axis %d: SDK 2.x slices only the channels and cannot move "
                 "axis %d there (%s)",
-                qf_nv_shape_str(x, sx, sizeof sx), axis, axis, what);
+                qf_nrule_shape_str(x, sx, sizeof sx), axis, axis, what);
     }
     if (xl[d] % m != 0) {
         char fix[96];
@@ -420,7 +400,7 @@ static bool slice_axis_sdk2(const qf_nview *n, int axis, const qf_target_spec *t
             why, fix,
             "the sliced axis %d of %s has %lld elements, not a multiple of num_macs = %d "
             "(SDK 2.x)",
-            axis, qf_nv_shape_str(x, sx, sizeof sx), (long long)xl[d], m);
+            axis, qf_nrule_shape_str(x, sx, sizeof sx), (long long)xl[d], m);
     }
     return true;
 }
@@ -500,14 +480,14 @@ static bool pad_amounts(const qf_nview *n, int64_t *beg, int64_t *end)
     int64_t p[2 * MAXR], ax[MAXR];
     const int64_t *attr = qf_node_attr_ints(n->node, "pads", &cnt);
     if (n->nin > 1 && n->in[1].v) {
-        if (!qf_nv_const_ints(n, 1, p, 2 * MAXR, &cnt)) return false;
+        if (!qf_nrule_const_ints(n, 1, p, 2 * MAXR, &cnt)) return false;
     } else if (attr && cnt <= 2 * MAXR) {
         memcpy(p, attr, sizeof(int64_t) * (size_t)cnt);
     } else {
         cnt = 0;
     }
     if (n->nin > 3 && n->in[3].v) {
-        if (!qf_nv_const_ints(n, 3, ax, MAXR, &na)) return false;
+        if (!qf_nrule_const_ints(n, 3, ax, MAXR, &na)) return false;
     } else {
         na = r;
         for (int i = 0; i < r; i++) ax[i] = i;
@@ -542,9 +522,9 @@ static bool pad_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
 {
     (void)t;
     int64_t beg[MAXR], end[MAXR];
-    if (!pad_common(n, why, beg, end) || !qf_nv_io_quantized(n, 1, true, why)) return false;
+    if (!pad_common(n, why, beg, end) || !qf_nrule_io_quantized(n, 1, true, why)) return false;
     /* constant_pad_nd: the IR's Pad does not rescale (shared qparams). */
-    if (strcmp(pad_mode(n), "constant") == 0) return shared_qparams(n, why);
+    if (strcmp(pad_mode(n), "constant") == 0) return qf_nrule_shared_qparams(n, 1, why);
     return true;
 }
 
@@ -556,8 +536,8 @@ static bool pad_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why)
     if (strcmp(pad_mode(n), "reflect") == 0)
         return qf_neutron_refuse(why, "use constant padding, or neutron-flow=sdk3",
                                  "no Neutron converter for reflect padding in SDK 2.x");
-    if (!shared_qparams(n, why)) return false;
-    int cd = qf_nv_channel_dim(n->g, n->in[0].v);
+    if (!qf_nrule_shared_qparams(n, 1, why)) return false;
+    int cd = qf_nrule_channel_dim(n->g, n->in[0].v);
     if (cd >= 0 && (beg[cd] != 0 || end[cd] != 0))
         return qf_neutron_refuse(
             why,
@@ -663,7 +643,7 @@ static bool resize_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why
 {
     (void)t;
     resize_t r;
-    if (!resize_read(n, &r, why) || !qf_nv_io_quantized(n, 1, true, why)) return false;
+    if (!resize_read(n, &r, why) || !qf_nrule_io_quantized(n, 1, true, why)) return false;
     static const int ok[] = {1, 2, 4, 8};
     for (int k = 0; k < 2; k++) {
         double s = k ? r.sw : r.sh;
