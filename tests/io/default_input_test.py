@@ -21,7 +21,7 @@ Cases:
   ONNX Runtime, and they differ); a gamma of the wrong shape is refused; the
   wrong count of -i names the inputs and which have defaults.
 - fuse: `fuse` does not fold the BatchNormalization into the Conv (its
-  scale is not a constant), writes gamma as input and initializer again
+  scale is not a constant; the report says so), writes gamma as input and initializer again
   (the round trip: onnx's checker, ir_version >= 4), and the fused model
   runs as the original, fed or not.
 - ir3: the same model at IR version 3: gamma is a constant (one input),
@@ -143,7 +143,8 @@ def case_fuse():
     import onnx
     m = model(work("m.onnx"))
     f = work("fused.onnx")
-    qfold("fuse", m, "-o", f)
+    out = qfold("fuse", m, "-o", f)[1]
+    check("'gamma' is a graph input with a default" in out, "fuse does not say why the BN is kept:\n" + out)
     fm = onnx.load(f)
     onnx.checker.check_model(fm)
     check(fm.ir_version >= 4, "fuse wrote ir_version %d: below 4 gamma would be a constant" % fm.ir_version)
