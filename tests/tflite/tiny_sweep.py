@@ -34,9 +34,10 @@ measured on resnet8). Bit-exactness is a statement about every output value
 and holds or fails on any subset (64 inputs are 64 x the model's outputs
 compared exactly; each op's integers are checked on their own by
 tests/tflite/armnn_test.py); ArmNN's agreement bound stays 98 %, and a
-broken op or layout gives agreement near chance, far below it. The
-statistic that needs the 200 (ONNX Runtime's agreement within 2 %) is
-cheap and keeps them.
+broken op or layout gives agreement near chance, far below it. ONNX
+Runtime's agreement (>= 98 %: four samples of 200, where a float-simulated
+requantization flips a close top-1) is the statistic that needs the sample
+size; it is cheap and keeps the 200.
 """
 import json
 import os
