@@ -306,8 +306,9 @@ qf_status qf_graph_bind_input(qf_graph *g, int i, qf_tensor *t);
  * input (kind QF_VALUE_INPUT) whose type.data holds the default: it is not a
  * constant (qf_value_is_const is false), so no pass folds it, and export
  * writes it as an input and an initializer again.
- * qf_graph_make_input: constant v (its payload read if still in the file)
- * becomes such an input, appended to the input list.
+ * qf_graph_make_input: constant v, its payload in memory (qf_value_load it
+ * first if it is still in the file), becomes such an input, appended to the
+ * input list.
  * qf_graph_input_use_default: input i, which has a default, is not fed: it
  * becomes the constant of its default and leaves the input list. */
 qf_status qf_graph_make_input(qf_graph *g, qf_value *v);

@@ -235,6 +235,7 @@ static qf_status qf_import_input_default(qf_import *im, qf_value *v, const qf_te
             qf_dtype_name(ty->dtype), qf_shape_str(ty->ndim, ty->dims, a, sizeof a),
             qf_dtype_name(v->type.dtype), qf_shape_str(v->type.ndim, v->type.dims, b, sizeof b));
     }
+    if (v->deferred) QF_TRY(qf_value_load(im->g, v));
     return qf_graph_make_input(im->g, v);
 }
 

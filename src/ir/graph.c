@@ -232,11 +232,12 @@ qf_status qf_graph_rename_value(qf_graph *g, qf_value *v, const char *name)
 
 qf_status qf_graph_make_input(qf_graph *g, qf_value *v)
 {
-    if (v->producer || !qf_value_is_const(v))
+    /* A payload still in the file is the caller's to read (qf_value_load):
+     * an input's data is in memory, and deferred.c builds on this file. */
+    if (v->producer || !v->type.data || v->deferred || !qf_value_is_const(v))
         return qf_error(QF_ERR_INTERNAL,
-                        "'%s' is not a constant: it cannot become an input with a default",
+                        "'%s' is not a constant in memory: it cannot become an input with a default",
                         v->name);
-    if (v->deferred) QF_TRY(qf_value_load(g, v));
     QF_TRY(qf_grow((void **)&g->inputs, &g->cap_inputs, g->ninputs + 1, sizeof *g->inputs));
     v->kind = QF_VALUE_INPUT;
     g->inputs[g->ninputs++] = v;
