@@ -99,7 +99,9 @@ int qf_get_threads(void);
 qf_status qf_plan_init(qf_plan **out, qf_graph *g);
 void qf_plan_free(qf_plan *p);
 
-/* inputs in graph input order; dtype and shape must match the graph's. */
+/* inputs in graph input order; dtype and shape must match the graph's. An
+ * entry NULL for an input with a default (qf_value_has_default) runs it with
+ * its default. */
 qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs);
 int qf_plan_num_outputs(const qf_plan *p);
 /* A borrowed view of output i (graph output order). */

@@ -53,7 +53,8 @@ struct qf_value {
     uint32_t id;          /* index in graph->values */
     const char *name;     /* unique in the graph */
     qf_value_kind kind;
-    qf_tensor type;       /* dtype + shape; .data = payload for constants, else NULL */
+    qf_tensor type;       /* dtype + shape; .data = payload for constants, the default of an
+                           * input that has one (qf_graph_make_input), else NULL */
     qf_node *producer;    /* NULL for inputs and constants */
     int producer_slot;
     qf_use *uses;
@@ -299,6 +300,20 @@ qf_status qf_graph_set_input_shape(qf_graph *g, int i, int ndim, const int64_t *
  * leaves the input list. Used for shape-like int64 inputs (a Reshape's shape
  * fed as an input) so that shapes stay static. */
 qf_status qf_graph_bind_input(qf_graph *g, int i, qf_tensor *t);
+/* Inputs with a default: ONNX (IR version >= 4) reads an initializer that is
+ * also listed as a graph input as that input's default value, which a run may
+ * override (ONNX Runtime's "overridable initializer"). Such a value is a graph
+ * input (kind QF_VALUE_INPUT) whose type.data holds the default: it is not a
+ * constant (qf_value_is_const is false), so no pass folds it, and export
+ * writes it as an input and an initializer again.
+ * qf_graph_make_input: constant v, its payload in memory (qf_value_load it
+ * first if it is still in the file), becomes such an input, appended to the
+ * input list.
+ * qf_graph_input_use_default: input i, which has a default, is not fed: it
+ * becomes the constant of its default and leaves the input list. */
+qf_status qf_graph_make_input(qf_graph *g, qf_value *v);
+qf_status qf_graph_input_use_default(qf_graph *g, int i);
+bool qf_value_has_default(const qf_value *v); /* a graph input with a default */
 
 /* --- printing ------------------------------------------------------------- */
 void qf_graph_print(const qf_graph *g, FILE *f);

@@ -107,8 +107,9 @@ static void qf_print_values_text(FILE *f, const char *title, qf_value *const *vs
     fprintf(f, "%s (%d):\n", title, n);
     for (int i = 0; i < n; i++) {
         char shape[256];
-        fprintf(f, "  %-*s  %s %s\n", width, vs[i]->name, qf_cli_dtype_label(vs[i]),
-                qf_shape_str(vs[i]->type.ndim, vs[i]->type.dims, shape, sizeof shape));
+        fprintf(f, "  %-*s  %s %s%s\n", width, vs[i]->name, qf_cli_dtype_label(vs[i]),
+                qf_shape_str(vs[i]->type.ndim, vs[i]->type.dims, shape, sizeof shape),
+                qf_value_has_default(vs[i]) ? "  (default: its initializer)" : "");
     }
 }
 
@@ -160,6 +161,7 @@ static void qf_print_values_json(qf_strbuf *b, qf_value *const *vs, int n)
         qf_strbuf_json_string(b, qf_cli_dtype_label(vs[i]));
         qf_strbuf_puts(b, ", \"shape\": ");
         qf_json_shape(b, vs[i]->type.ndim, vs[i]->type.dims);
+        if (qf_value_has_default(vs[i])) qf_strbuf_puts(b, ", \"default\": true");
         qf_strbuf_puts(b, "}");
     }
     qf_strbuf_puts(b, "]");

@@ -235,9 +235,36 @@ static int qf_run_save(const qf_run_args *ra, qf_run_state *s, qf_cli_outputs *o
     return rc;
 }
 
-static int qf_run_check_counts(const qf_run_args *ra, const qf_graph *g)
+/* One -i per graph input, or one per input without a default (an ONNX
+ * initializer listed as a graph input): those with a default then run with
+ * it, as ONNX Runtime runs an overridable initializer nobody feeds. */
+static int qf_run_check_counts(const qf_run_args *ra, qf_graph *g)
 {
     char names[1024];
+    int need = 0;
+    for (int i = 0; i < g->ninputs; i++) need += !qf_value_has_default(g->inputs[i]);
+    if (ra->nin != g->ninputs && ra->nin == need) {
+        for (int i = g->ninputs - 1; i >= 0; i--)
+            if (qf_value_has_default(g->inputs[i])) {
+                qf_status st = qf_graph_input_use_default(g, i);
+                if (st != QF_OK) return qf_cli_fail(st);
+            }
+    } else if (ra->nin != g->ninputs && need != g->ninputs) {
+        char req[1024] = "";
+        qf_value **vs = qf_calloc((size_t)g->ninputs, sizeof *vs);
+        if (!vs) return qf_cli_fail(QF_ERR_NOMEM);
+        int k = 0;
+        for (int i = 0; i < g->ninputs; i++)
+            if (!qf_value_has_default(g->inputs[i])) vs[k++] = g->inputs[i];
+        qf_run_names(vs, k, req, sizeof req);
+        qf_free(vs);
+        return qf_cli_error(
+            QF_EXIT_USAGE,
+            "'%s' has %d inputs (%s), %d of them with a default: give %d -i (%s%s), "
+            "or %d to override the defaults, got %d",
+            ra->model, g->ninputs, qf_run_names(g->inputs, g->ninputs, names, sizeof names),
+            g->ninputs - need, need, need ? "" : "none", req, g->ninputs, ra->nin);
+    }
     if (ra->nin != g->ninputs)
         return qf_cli_error(QF_EXIT_USAGE, "'%s' has %d input%s (%s): give %d -i, got %d",
                             ra->model, g->ninputs, g->ninputs == 1 ? "" : "s",
@@ -331,7 +358,10 @@ const qf_cli_command qf_cli_cmd_run = {
              "                 [--simulate | --requant tflite|onnx]",
     .details =
         "Inputs follow the graph's input order, outputs its output order; give one -i per\n"
-        "graph input and one -o per graph output ('qfold inspect' lists them).\n\n"
+        "graph input and one -o per graph output ('qfold inspect' lists them). An input with\n"
+        "a default (an initializer of the same name, ONNX IR version >= 4) may be left out:\n"
+        "give one -i per input without a default, in order, and the others take their\n"
+        "defaults; or one -i per input to override them.\n\n"
         "options:\n"
         "  -i, --input FILE    a .npy array for the next graph input: same dtype, same rank,\n"
         "                      same size in every dimension the graph fixes (a dynamic\n"

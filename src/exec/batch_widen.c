@@ -386,7 +386,11 @@ qf_status qf_batch_widen_init(qf_batch_widen **out, qf_graph *g)
         const qf_value *v = g->inputs[i];
         memcpy(w->in_dims[i], v->type.dims, sizeof w->in_dims[i]);
         w->batched[v->id] = true;
-        if (v->type.ndim < 1 || v->type.dims[0] != w->fixed) {
+        if (v->type.data) {
+            snprintf(w->why, sizeof w->why,
+                     "input '%s' has a default value (an initializer) of a fixed shape", v->name);
+            w->ok = false;
+        } else if (v->type.ndim < 1 || v->type.dims[0] != w->fixed) {
             snprintf(w->why, sizeof w->why, "input '%s' does not have the first input's batch size",
                      v->name);
             w->ok = false;

@@ -867,9 +867,14 @@ qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
                         g->ninputs == 1 ? "" : "s", ninputs);
     for (int i = 0; i < ninputs; i++) {
         const qf_value *v = g->inputs[i];
-        QF_TRY(qf_exec_check_input(v, inputs[i]));
+        /* NULL: an input with a default (an ONNX initializer listed as a
+         * graph input) takes it. */
+        const qf_tensor *t = inputs[i] ? inputs[i] : qf_value_has_default(v) ? &v->type : NULL;
+        if (!t)
+            return qf_error(QF_ERR_INVALID, "input '%s' is not given and has no default", v->name);
+        QF_TRY(qf_exec_check_input(v, t));
         /* A view on the caller's data: the kernels only read it. */
-        p->vt[v->id].data = inputs[i]->data;
+        p->vt[v->id].data = t->data;
     }
     for (int k = 0; k < p->nviews; k++) p->views[k].data = p->view_src[k]->data;
     for (int i = 0; i < p->nsteps; i++) {

@@ -587,16 +587,18 @@ static qf_status qf_ex_graph(qf_export *ex, Onnx__GraphProto *gp)
     size_t count = ex->nextra;
     for (int i = 0; i < g->nvalues; i++) {
         const qf_value *v = g->values[i];
-        if (v && !v->producer && v->kind != QF_VALUE_INPUT && qf_value_has_data(v) &&
-            (ex->used[i] || v->is_output))
+        if (v && !v->producer && qf_value_has_data(v) &&
+            (v->kind == QF_VALUE_INPUT || ex->used[i] || v->is_output))
             count++;
     }
     gp->initializer = qf_ex_alloc(ex, sizeof *gp->initializer * (count ? count : 1));
     if (!gp->initializer) return QF_ERR_NOMEM;
     for (int i = 0; i < g->nvalues; i++) {
         const qf_value *v = g->values[i];
-        if (!v || v->producer || v->kind == QF_VALUE_INPUT || !qf_value_has_data(v) ||
-            !(ex->used[i] || v->is_output))
+        /* An input with a default is written as an input and an initializer
+         * of the same name, as it came (ir_version >= 4: overridable). */
+        if (!v || v->producer || !qf_value_has_data(v) ||
+            !(v->kind == QF_VALUE_INPUT || ex->used[i] || v->is_output))
             continue;
         Onnx__TensorProto *tp = qf_ex_tensor(ex, v->name, &v->type);
         if (!tp) return QF_ERR_NOMEM;

@@ -220,6 +220,25 @@ static qf_status qf_import_initializers(qf_import *im)
     return QF_OK;
 }
 
+/* Graph input `what` of type ty, whose default is initializer v: the two
+ * must agree (dtype, rank, every dim the input fixes). */
+static qf_status qf_import_input_default(qf_import *im, qf_value *v, const qf_tensor *ty, int store,
+                                         const char *what)
+{
+    bool ok = ty->dtype == v->type.dtype && ty->ndim == v->type.ndim &&
+              store == (v->store & QF_STORE_DTYPE);
+    for (int d = 0; ok && d < ty->ndim; d++) ok = ty->dims[d] < 0 || ty->dims[d] == v->type.dims[d];
+    if (!ok) {
+        char a[160], b[160];
+        return qf_error(
+            QF_ERR_INVALID, "%s is %s %s, but its initializer (the input's default) is %s %s", what,
+            qf_dtype_name(ty->dtype), qf_shape_str(ty->ndim, ty->dims, a, sizeof a),
+            qf_dtype_name(v->type.dtype), qf_shape_str(v->type.ndim, v->type.dims, b, sizeof b));
+    }
+    if (v->deferred) QF_TRY(qf_value_load(im->g, v));
+    return qf_graph_make_input(im->g, v);
+}
+
 static qf_status qf_import_inputs(qf_import *im)
 {
     const Onnx__GraphProto *gp = im->gp;
@@ -228,15 +247,24 @@ static qf_status qf_import_inputs(qf_import *im)
         const char *name = qf_str(vi->name);
         if (!*name) return qf_error(QF_ERR_INVALID, "graph input %zu has no name", i);
         qf_value *old = qf_graph_find_value(im->g, name);
-        /* An input that is also an initializer is a constant with a default
-         * value (old exporters list every weight as an input): keep the constant. */
-        if (old && old->kind == QF_VALUE_CONSTANT) continue;
-        if (old) return qf_error(QF_ERR_INVALID, "graph input '%s' is listed twice", name);
+        if (old && old->kind == QF_VALUE_INPUT)
+            return qf_error(QF_ERR_INVALID, "graph input '%s' is listed twice", name);
+        /* An input that is also an initializer: below IR version 4 every
+         * initializer had to be listed as an input, and the pair is a constant
+         * (ONNX Runtime's reading too); from IR version 4 the initializer is
+         * the input's default, which a run may override: an input with a
+         * default, which no pass folds (ONNX Runtime: an "overridable
+         * initializer", not a constant for its optimizers). */
+        if (old && im->g->ir_version < 4) continue;
         char what[300];
         snprintf(what, sizeof what, "graph input '%.256s'", name);
         qf_tensor ty;
         int store;
         QF_TRY(qf_import_value_type(vi, what, &ty, &store));
+        if (old) {
+            QF_TRY(qf_import_input_default(im, old, &ty, store, what));
+            continue;
+        }
         qf_value *v = qf_graph_add_input(im->g, name, ty.dtype, ty.ndim, ty.dims);
         if (!v) return QF_ERR_NOMEM;
         v->store = store;

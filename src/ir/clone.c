@@ -44,6 +44,11 @@ static qf_status clone_body(const qf_graph *s, qf_graph *d, qf_value **map)
         if (!(map[v->id] = qf_graph_add_input(d, v->name, v->type.dtype, v->type.ndim, v->type.dims)))
             return QF_ERR_NOMEM;
         map[v->id]->store = v->store;
+        if (v->type.data) { /* its default */
+            qf_tensor t;
+            QF_TRY(qf_tensor_copy(&t, &v->type));
+            qf_value_set_data(map[v->id], &t);
+        }
     }
     for (int i = 0; i < s->nvalues; i++) {
         const qf_value *v = s->values[i];

@@ -230,6 +230,37 @@ qf_status qf_graph_rename_value(qf_graph *g, qf_value *v, const char *name)
     return qf_name_map_put(&g->impl->value_names, v->name, v);
 }
 
+qf_status qf_graph_make_input(qf_graph *g, qf_value *v)
+{
+    /* A payload still in the file is the caller's to read (qf_value_load):
+     * an input's data is in memory, and deferred.c builds on this file. */
+    if (v->producer || !v->type.data || v->deferred || !qf_value_is_const(v))
+        return qf_error(QF_ERR_INTERNAL,
+                        "'%s' is not a constant in memory: it cannot become an input with a default",
+                        v->name);
+    QF_TRY(qf_grow((void **)&g->inputs, &g->cap_inputs, g->ninputs + 1, sizeof *g->inputs));
+    v->kind = QF_VALUE_INPUT;
+    g->inputs[g->ninputs++] = v;
+    return QF_OK;
+}
+
+qf_status qf_graph_input_use_default(qf_graph *g, int i)
+{
+    if (i < 0 || i >= g->ninputs) return qf_error(QF_ERR_INVALID, "graph has no input %d", i);
+    qf_value *v = g->inputs[i];
+    if (!v->type.data)
+        return qf_error(QF_ERR_INVALID, "input '%s' has no default value: feed it", v->name);
+    memmove(&g->inputs[i], &g->inputs[i + 1], sizeof *g->inputs * (size_t)(g->ninputs - i - 1));
+    g->ninputs--;
+    v->kind = QF_VALUE_CONSTANT;
+    return QF_OK;
+}
+
+bool qf_value_has_default(const qf_value *v)
+{
+    return v && v->kind == QF_VALUE_INPUT && v->type.data;
+}
+
 bool qf_value_is_const(const qf_value *v)
 {
     return v && (v->type.data || v->deferred) && (v->kind == QF_VALUE_CONSTANT || v->kind == QF_VALUE_PARAMETER ||

@@ -39,6 +39,14 @@ bool qf_bn_check(const qf_graph *g, const qf_node *bn, char *buf, size_t size)
     int64_t c = -1;
     for (int i = 0; i < 4; i++) {
         const qf_value *p = bn->inputs[QF_BN_IN_SCALE + i];
+        if (qf_value_has_default(p)) {
+            /* ONNX Runtime does not fold such an input either. */
+            snprintf(buf, size,
+                     "BN %s '%s' is a graph input with a default (an initializer listed as an "
+                     "input: overridable, not a constant)",
+                     qf_bn_param_names[i], p->name);
+            return true;
+        }
         if (!p || !qf_value_is_const(p)) {
             snprintf(buf, size, "BN %s is not a constant", qf_bn_param_names[i]);
             return true;

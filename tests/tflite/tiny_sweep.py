@@ -16,15 +16,28 @@ generic):
 2. `qfold export` to .tflite (int8 inputs and outputs);
 3. `qfold run` of the QDQ model on 200 held-out inputs, the default engine;
 4. TensorFlow Lite 2.2's interpreter (tests/ref/tflite_run.py) on the
-   .tflite with the same inputs quantized as the model's QuantizeLinear does:
-   bit-exact with step 3 (the README's promise: `run` computes what the
-   .tflite computes);
+   .tflite with the first 64 of those inputs quantized as the model's
+   QuantizeLinear does: bit-exact with step 3 (the README's promise: `run`
+   computes what the .tflite computes);
 5. ArmNN 20.08's TfLite parser on CpuRef (tests/tflite/armnn_run.py) runs it
-   (it rounds some requantizations apart from TFLite: agreement, not bits);
+   on the same 64 (it rounds some requantizations apart from TFLite:
+   agreement, not bits: top-1 agreement with step 3 >= 98 %: one sample of
+   64 at most, the U-Net counted per pixel);
 6. ONNX Runtime with its default optimizations (QDQ groups fused into its
-   integer kernels) on the QDQ model: top-1 agreement with step 3 >= 98 %
-   (for the autoencoder, which has no classes: its per-sample reconstruction
-   error within 2 % of qfold's).
+   integer kernels) on the QDQ model, all 200 inputs: top-1 agreement with
+   step 3 >= 98 % (for the autoencoder, which has no classes: its per-sample
+   reconstruction error within 2 % of qfold's).
+
+The two runtimes see 64 inputs, not 200 (issue 33's test-time budget:
+ArmNN's CpuRef backend took ~70 % of a case's CPU time, TFLite ~17 %,
+measured on resnet8). Bit-exactness is a statement about every output value
+and holds or fails on any subset (64 inputs are 64 x the model's outputs
+compared exactly; each op's integers are checked on their own by
+tests/tflite/armnn_test.py); ArmNN's agreement bound stays 98 %, and a
+broken op or layout gives agreement near chance, far below it. ONNX
+Runtime's agreement (>= 98 %: four samples of 200, where a float-simulated
+requantization flips a close top-1) is the statistic that needs the sample
+size; it is cheap and keeps the 200.
 """
 import json
 import os
@@ -43,6 +56,7 @@ ARGS = None  # set by qfcli.main
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 RUNNERS = {"TFLite": os.path.join(HERE, "..", "ref", "tflite_run.py"), "ArmNN": os.path.join(HERE, "armnn_run.py")}
 NCALIB, NTEST = 64, 200
+NRT = 64  # inputs TFLite and ArmNN run (the first NRT of the NTEST): see the module doc
 TRAIN_STEPS = 150
 MIN_AGREE = 0.98
 
@@ -314,9 +328,9 @@ def from_tfl(a, like):
 def agreement(name, a, b):
     """Top-1 agreement of two outputs (classes on axis 1: per sample, or per
     pixel for the U-Net); for the autoencoder the fraction of samples whose
-    reconstruction error agrees within 2 %."""
+    reconstruction error agrees within 2 % (a and b: the first len(a) inputs)."""
     if name == "fcae":
-        x = np.load(work("x.npy"))
+        x = np.load(work("x.npy"))[:len(a)]
         ea, eb = ((a - x) ** 2).mean(1), ((b - x) ** 2).mean(1)
         return float((np.abs(ea - eb) <= 0.02 * np.maximum(ea, eb)).mean())
     return float((a.argmax(1) == b.argmax(1)).mean())
@@ -345,17 +359,17 @@ def sweep(name):
             qfold("run", q, "-i", work("x.npy"), "-o", work("yq.npy"))
             yq = np.load(work("yq.npy"))
             (ishape, si, zi), (oshape, so, zo) = tfl_io(t)
-            xq = np.clip(np.rint(x / si) + zi, -128, 127).astype(np.int8)
+            xq = np.clip(np.rint(x[:NRT] / si) + zi, -128, 127).astype(np.int8)
             xq = to_tfl(xq, ishape)
             res = {}
             for rt in RUNNERS:
-                yt = from_tfl(runtime(rt, t, xq), yq)
+                yt = from_tfl(runtime(rt, t, xq), yq[:NRT])
                 res[rt] = ((yt.astype(np.float64) - zo) * so).astype(np.float32)
-            d = np.abs(res["TFLite"].astype(np.float64) - yq) / so
+            d = np.abs(res["TFLite"].astype(np.float64) - yq[:NRT]) / so
             check(d.max() <= 1e-3, "%s: TFLite 2.2 differs from `qfold run` by up to %.2f LSB (%.4f of outputs)"
                   % (case, d.max(), float((d > 0.5).mean())))
-            ag_armnn = agreement(name, res["ArmNN"], yq)
-            da = np.abs(res["ArmNN"].astype(np.float64) - yq) / so
+            ag_armnn = agreement(name, res["ArmNN"], yq[:NRT])
+            da = np.abs(res["ArmNN"].astype(np.float64) - yq[:NRT]) / so
             check(ag_armnn >= MIN_AGREE, "%s: ArmNN agrees with qfold on %.4f only (max %.1f LSB, mean %.3f LSB)"
                   % (case, ag_armnn, da.max(), da.mean()))
             env = dict(os.environ, QF_ORT_OPT="all", QF_ORT_CHUNK="0" if dynamic else "1")
@@ -365,8 +379,9 @@ def sweep(name):
                   % (case, p.stderr[-2000:]))
             ag_ort = agreement(name, np.load(work("out0.npy")), yq)
             check(ag_ort >= MIN_AGREE, "%s: ONNX Runtime agrees with qfold on %.4f only" % (case, ag_ort))
-            print("ok %-30s TFLite 2.2 bit-exact; ArmNN agreement %.4f (max %.1f LSB, mean %.3f LSB); ORT "
-                  "agreement %.4f" % (case, ag_armnn, da.max(), da.mean(), ag_ort))
+            print("ok %-30s TFLite 2.2 bit-exact (%d inputs); ArmNN agreement %.4f (%d inputs; max %.1f LSB, mean "
+                  "%.3f LSB); ORT agreement %.4f (%d inputs)" % (case, NRT, ag_armnn, NRT, da.max(), da.mean(), ag_ort,
+                                                                 NTEST))
 
 
 def _case(name):
