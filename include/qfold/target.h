@@ -41,12 +41,16 @@ typedef struct qf_target_spec {
     qf_neutron_flow flow;
     int num_macs;         /* MACs per pipe (Neutron-C in the i.MX RT700: 8) */
     int num_pipes;        /* 8 */
+    bool neutron_passes;  /* a float model: quantized with the Neutron passes
+                           * (quantize's neutron-passes rule; default on) */
 } qf_target_spec;
 
 /* The defaults of target `name` ("neutron"); QF_ERR_INVALID naming the known
  * targets otherwise. */
 qf_status qf_target_spec_init(qf_target_spec *t, const char *name);
-/* One KEY=VALUE (`--set`): neutron-flow=sdk3|sdk2, num-macs=N, num-pipes=N.
+/* One KEY=VALUE (`--set`): neutron-flow=sdk3|sdk2, num-macs=N, num-pipes=N,
+ * neutron-passes=on|off (a float model only: quantized as `quantize --set
+ * neutron-passes=...` does).
  * QF_ERR_INVALID naming the key and its values. */
 qf_status qf_target_spec_set(qf_target_spec *t, const char *rule);
 /* The names of the targets, NULL-terminated. */

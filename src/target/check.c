@@ -107,7 +107,9 @@ static int ck_consumer(const qf_ck *c, int i, int depth)
             int k = ck_idx(c, v->uses[u].node);
             if (k < 0) continue;
             if (c->kind[k] == CK_COMPUTE || c->kind[k] == CK_FUSED) return c->owner[k];
-            if (depth < 4 && ck_is_qdq(c->node[k])) {
+            /* through Q / DQ nodes, and through a constant computation (a
+             * Transpose of a dequantized weight) to the node reading it */
+            if (depth < 4 && (ck_is_qdq(c->node[k]) || c->kind[k] == CK_CONST)) {
                 int r = ck_consumer(c, k, depth + 1);
                 if (r >= 0) return r;
             }
@@ -153,23 +155,50 @@ static void ck_classify(qf_ck *c)
         bool konst = c->kind[i] == CK_COMPUTE;
         for (int k = 0; konst && k < n->ninputs; k++) {
             const qf_value *v = n->inputs[k];
-            if (v && !qf_value_is_const(v) &&
-                !(v->producer && c->kind[ck_idx(c, v->producer)] == CK_CONST))
+            const qf_node *p = v ? v->producer : NULL;
+            /* a constant, a constant computation, or a dequantized constant */
+            if (v && !qf_value_is_const(v) && !(p && c->kind[ck_idx(c, p)] == CK_CONST) &&
+                !(p && p->op == QF_OP_DEQUANTIZE && p->inputs[0] && qf_value_is_const(p->inputs[0])))
                 konst = false;
         }
         if (konst) c->kind[i] = CK_CONST;
     }
-    /* Fused activations: Conv / Gemm / MatMul -> act with nothing between
-     * (no QuantizeLinear: the act's Q quantizes the cluster's output), the
-     * producer's output read by the act alone. */
+    /* A MatMul's bias: MatMul -> Add of a constant (or a dequantized one),
+     * the MatMul's output read by the Add alone, is one linear (qfold writes
+     * a Linear on a 3-D input so, as PyTorch's exporter does; ExecuTorch
+     * sees aten.linear with its bias). */
+    for (int i = 0; i < c->n; i++) {
+        const qf_node *a = c->node[i];
+        if (a->op != QF_OP_ADD || a->ninputs != 2 || c->kind[i] != CK_COMPUTE) continue;
+        for (int s = 0; s < 2; s++) {
+            const qf_value *x = a->inputs[s], *b = a->inputs[1 - s];
+            const qf_node *bp = b ? b->producer : NULL;
+            if (!x || !b || !x->producer || x->producer->op != QF_OP_MATMUL) continue;
+            int p = ck_idx(c, x->producer);
+            bool konst = qf_value_is_const(b) || (bp && bp->op == QF_OP_DEQUANTIZE &&
+                                                  bp->inputs[0] && qf_value_is_const(bp->inputs[0]));
+            if (!konst || b->type.ndim != 1 || c->kind[p] != CK_COMPUTE || x->nuses != 1 ||
+                x->is_output || c->fused[p] >= 0)
+                continue;
+            c->kind[i] = CK_FUSED;
+            c->owner[i] = p;
+            c->fused[p] = i;
+            break;
+        }
+    }
+    /* Fused activations: Conv / Gemm / MatMul (with its bias Add) -> act
+     * with nothing between (no QuantizeLinear: the act's Q quantizes the
+     * cluster's output), the producer's output read by the act alone. */
     for (int i = 0; i < c->n; i++) {
         const qf_node *a = c->node[i];
         if (!ck_fusable(a->op) || !a->inputs[0] || !a->inputs[0]->producer) continue;
         const qf_value *x = a->inputs[0];
         int p = ck_idx(c, x->producer);
-        if (!ck_absorbs(x->producer->op) || c->kind[p] != CK_COMPUTE || x->nuses != 1 ||
-            x->is_output || c->fused[p] >= 0)
+        if (c->kind[p] == CK_FUSED && x->producer->op == QF_OP_ADD && c->fused[c->owner[p]] == p)
+            p = c->owner[p]; /* after a MatMul's bias */
+        else if (!ck_absorbs(x->producer->op) || c->kind[p] != CK_COMPUTE || c->fused[p] >= 0)
             continue;
+        if (x->nuses != 1 || x->is_output) continue;
         c->kind[i] = CK_FUSED;
         c->owner[i] = p;
         c->fused[p] = i;
@@ -200,6 +229,8 @@ static void ck_classify(qf_ck *c)
 }
 
 /* --- 2. views ------------------------------------------------------------ */
+
+static bool ck_int8(qf_dtype d) { return d == QF_DTYPE_I8 || d == QF_DTYPE_U8; }
 
 /* Operand from a Q / DQ node q (inputs: x, scale, zero point). */
 static qf_status ck_qparams(qf_ck *c, const qf_node *q, qf_nq *r)
@@ -249,6 +280,22 @@ static qf_status ck_view(qf_ck *c, int i)
             QF_TRY(ck_qparams(c, v->producer, r));
             r->qtype = x->type.dtype;
             r->is_static = qf_value_is_const(x);
+        } else if (v->producer && c->kind[ck_idx(c, v->producer)] == CK_CONST) {
+            /* a constant computation (qfold's Linear on a 3-D input reads
+             * Transpose(DQ(W^T))): static, quantized as the DQ under it */
+            r->is_static = true;
+            const qf_node *p = v->producer;
+            for (int d = 0; d < 4 && p && p->op != QF_OP_DEQUANTIZE; d++)
+                p = p->ninputs && p->inputs[0] ? p->inputs[0]->producer : NULL;
+            if (p && p->op == QF_OP_DEQUANTIZE && p->inputs[0]) {
+                QF_TRY(ck_qparams(c, p, r));
+                r->qtype = p->inputs[0]->type.dtype;
+                if (r->nscale > 1) r->axis = -1; /* its axis is the DQ's, before the layout change */
+            }
+        } else if (v->producer && v->producer->op == QF_OP_QUANTIZE && ck_int8(v->type.dtype)) {
+            /* integers straight from a QuantizeLinear (split_group_conv_qdq's
+             * Split): quantized as that Q writes them */
+            QF_TRY(ck_qparams(c, v->producer, r));
         }
     }
     /* An output is quantized by the Q after the cluster (after the fused
@@ -261,11 +308,13 @@ static qf_status ck_view(qf_ck *c, int i)
         if (!r->v) continue;
         r->qtype = r->v->type.dtype;
         const qf_value *y = k == 0 ? last->outputs[0] : n->outputs[k];
+        /* integers read by DequantizeLinear nodes: quantized as they read them */
+        qf_op want = y && ck_int8(y->type.dtype) ? QF_OP_DEQUANTIZE : QF_OP_QUANTIZE;
         for (int u = 0; y && u < y->nuses; u++) {
             const qf_node *q = y->uses[u].node;
-            if (q->op != QF_OP_QUANTIZE) continue;
+            if (q->op != want) continue;
             QF_TRY(ck_qparams(c, q, r));
-            r->qtype = q->outputs[0]->type.dtype;
+            r->qtype = want == QF_OP_QUANTIZE ? q->outputs[0]->type.dtype : y->type.dtype;
             break;
         }
     }
@@ -280,8 +329,6 @@ static qf_status ck_view(qf_ck *c, int i)
 }
 
 /* --- 3. the verdict ------------------------------------------------------- */
-
-static bool ck_int8(qf_dtype d) { return d == QF_DTYPE_I8 || d == QF_DTYPE_U8; }
 
 /* What every converter requires before its own rules (ExecuTorch's
  * partitioner takes only nodes in a QDQ cluster; NodeConverter's
@@ -301,9 +348,10 @@ static bool ck_cluster(const qf_ck *c, int i, qf_nwhy *why)
     for (int k = 0; k < w->nout; k++) {
         const qf_value *y = k == 0 ? last->outputs[0] : w->node->outputs[k];
         if (!y || (!y->nuses && !y->is_output)) continue;
+        qf_op want = ck_int8(y->type.dtype) ? QF_OP_DEQUANTIZE : QF_OP_QUANTIZE;
         bool all = y->nuses > 0;
         for (int u = 0; u < y->nuses; u++)
-            if (y->uses[u].node->op != QF_OP_QUANTIZE) all = false;
+            if (y->uses[u].node->op != want) all = false;
         if (!all)
             return qf_neutron_refuse(
                 why, fix, "not quantized: output '%s' does not go to a QuantizeLinear", y->name);
@@ -671,6 +719,13 @@ static const char *ck_str(qf_check_result *r, const char *s)
 }
 
 /* Fill r->nodes[k] from node i of the checked graph (name and op given). */
+/* Whether `piece` is named "<name>_...": a node a pass made of node `name`. */
+static bool ck_piece(const char *name, const char *piece)
+{
+    size_t len = strlen(name);
+    return strncmp(piece, name, len) == 0 && piece[len] == '_';
+}
+
 static qf_status ck_fill(const qf_ck *c, qf_check_result *r, int k, int i, const char *name,
                          const char *op, const char *note)
 {
@@ -704,6 +759,12 @@ static qf_status ck_fill(const qf_ck *c, qf_check_result *r, int k, int i, const
     } else if (o < 0) {
         e->rule = ck_str(r, "a constant computation no NPU node reads");
         e->fix = NULL;
+    } else if (o == i && ck_piece(name, c->node[i]->name)) {
+        /* one of the nodes a pass split a node of the float model into */
+        snprintf(buf, sizeof buf, "its part %s '%s' is not delegated: %s", qf_op_label(c->node[i]),
+                 c->node[i]->name, c->why[i].rule[0] ? c->why[i].rule : "not delegated");
+        e->rule = ck_str(r, buf);
+        e->fix = ck_str(r, c->why[i].fix);
     } else if (o != i || strcmp(name, c->node[i]->name) != 0) {
         /* a cluster's Q / DQ, a fused activation, a node of a float model
          * that went into another (a folded BatchNorm) */
@@ -833,6 +894,7 @@ static qf_status ck_quantize(const qf_graph *g, const qf_target_spec *t, qf_grap
      * reads shapes and how operands are quantized, not the qparams' values). */
     p.equalize = QF_QEQ_OFF;
     QF_TRY(qf_quant_profile_set(&p, "activation-observer=minmax"));
+    if (!t->neutron_passes) QF_TRY(qf_quant_profile_set(&p, "neutron-passes=off"));
     QF_TRY(qf_quant_register_passes());
     qf_tensor data[QF_QUANT_MAX_INPUTS] = {0};
     const qf_tensor *ptrs[QF_QUANT_MAX_INPUTS];
@@ -865,8 +927,10 @@ static qf_status ck_quantize(const qf_graph *g, const qf_target_spec *t, qf_grap
  *   1. a checked node of the same name (passes keep names: canonicalize's
  *      Gemm -> linear -> Gemm, a Clip(0, 6) as relu6 -> Clip);
  *   2. checked nodes named "<name>_..." (a node a pass replaced or split
- *      names its pieces so: "<conv>_g0", "<mul>_hard_swish"): placed on the
- *      CPU if any piece is, its MACs their sum;
+ *      names its pieces so: "<conv>_g0", "<mul>_hard_swish"), with the
+ *      node of rule 1 when that one is now another op (the Concat of a
+ *      split grouped Conv keeps its name): placed on the CPU if any piece
+ *      is, its MACs their sum;
  *   3. a pass event on the node whose reason quotes another node ("folded
  *      into Conv 'c1'"): that node's placement, the reason as the note;
  *   4. a pass event on another node that quotes this one ("matmul + add
@@ -961,21 +1025,24 @@ static int ck_map_resolve(ck_map *m, int k, int depth)
                 st = ck_map_note(m, k, "runs as %s '%s'", qf_op_label(n), n->name);
         }
     }
-    /* 2. pieces named "<name>_..." */
-    size_t len = strlen(o->name);
+    /* 2. pieces named "<name>_...", also when a piece kept the name (a
+     * grouped Conv split into "<conv>_split", "<conv>_g<k>" and the Concat
+     * "<conv>"): on the CPU if any piece is, its MACs their sum */
+    bool renamed = n && strcmp(qf_op_label(n), qf_op_label(o)) != 0;
     int pieces = 0, first = -1;
-    for (int i = 0; r < 0 && i < c->n; i++) {
+    for (int i = 0; (r < 0 || renamed) && i < c->n; i++) {
         const qf_node *p = c->node[i];
         if (c->kind[i] != CK_COMPUTE && c->kind[i] != CK_FUSED) continue;
-        if (strncmp(p->name, o->name, len) != 0 || p->name[len] != '_' ||
-            qf_graph_find_node(m->orig, p->name))
+        if (!ck_piece(o->name, p->name) || qf_graph_find_node(m->orig, p->name))
             continue;
         if (first < 0 || (ck_npu(c, first) && !ck_npu(c, i))) first = i;
         pieces++;
         m->macs[k] += c->macs[i];
         m->macs_padded[k] += c->macs_padded[i];
     }
-    if (r < 0 && first >= 0) {
+    if (r >= 0 && first >= 0) {
+        if (ck_npu(c, r) && !ck_npu(c, first)) r = first;
+    } else if (r < 0 && first >= 0) {
         r = first;
         if (ev)
             st = ck_map_note(m, k, "%s%s", ev->reason, "");

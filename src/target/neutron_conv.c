@@ -497,7 +497,8 @@ static bool nc_matmul_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy *
                 return qf_neutron_refuse(
                     why,
                     "quantize both operands symmetrically (zero point 0; qfold quantize "
-                    "--target neutron does)",
+                    "--target neutron does, except for a Softmax / Sigmoid output, whose "
+                    "fixed zero point is -128: requantize that edge)",
                     "operand %d has zero point %d: a batched product (bmm) needs both zero "
                     "points 0",
                     i, (int)q->zero_point[j]);

@@ -410,7 +410,9 @@ static bool np_softmax_sdk3(const qf_nview *n, const qf_target_spec *t, qf_nwhy 
     if (!qf_nrule_io_quantized(n, 1, true, why)) return false;
     if (s.channels > 2040)
         return qf_neutron_refuse(
-            why, "split the softmax axis (two softmaxes and a rescale) or reduce it to <= 2040",
+            why,
+            "reduce the softmax axis to <= 2040 (fewer classes), or leave this softmax on the "
+            "CPU (the last op of a classifier: one transition)",
             "channels (the softmax axis) = %lld > 2040", (long long)s.channels);
     if (s.spatial > 4096)
         return qf_neutron_refuse(

@@ -108,7 +108,8 @@ bool qf_nrule_shared_qparams(const qf_nview *n, int nin_check, qf_nwhy *why)
         return qf_neutron_refuse(
             why,
             "give every input the output's scale and zero point (one scale and zero point for "
-            "all; qfold quantize --target neutron does)",
+            "all; qfold quantize --target neutron does, except for an input with fixed "
+            "qparams, a Softmax / Sigmoid / Tanh output: requantize that input)",
             "%s input %d has %s, the output %s: %s needs its inputs quantized like its output", op,
             i, a, b, op);
     }
@@ -378,5 +379,24 @@ bool qf_nrule_fix(qf_nwhy *why, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why->fix, sizeof why->fix, fmt, ap);
     va_end(ap);
+    return false;
+}
+
+/* --- neutron.h's helpers ----------------------------------------------------- */
+
+int64_t qf_neutron_round_up(int64_t a, int64_t m)
+{
+    if (m <= 1) return a;
+    return (a + m - 1) / m * m;
+}
+
+bool qf_neutron_refuse(qf_nwhy *why, const char *fix, const char *fmt, ...)
+{
+    if (!why) return false;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why->rule, sizeof why->rule, fmt, ap);
+    va_end(ap);
+    snprintf(why->fix, sizeof why->fix, "%s", fix ? fix : "");
     return false;
 }

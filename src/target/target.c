@@ -17,7 +17,11 @@ qf_status qf_target_spec_init(qf_target_spec *t, const char *name)
     /* ExecuTorch's i.MX RT700 test target (tests/neutron-imxrt700.ini):
      * Neutron-C, 8 MACs per pipe, 8 pipes; the current (SDK 3.x) rules. */
     *t = (qf_target_spec){
-        .name = qf_target_list[0], .flow = QF_NEUTRON_SDK3, .num_macs = 8, .num_pipes = 8};
+        .name = qf_target_list[0],
+        .flow = QF_NEUTRON_SDK3,
+        .num_macs = 8,
+        .num_pipes = 8,
+        .neutron_passes = true};
     return QF_OK;
 }
 
@@ -38,7 +42,8 @@ qf_status qf_target_spec_set(qf_target_spec *t, const char *rule)
     const char *eq = rule ? strchr(rule, '=') : NULL;
     if (!eq)
         return qf_error(QF_ERR_INVALID,
-                        "'%s' is not KEY=VALUE (keys: neutron-flow, num-macs, num-pipes)",
+                        "'%s' is not KEY=VALUE (keys: neutron-flow, num-macs, num-pipes, "
+                        "neutron-passes)",
                         rule ? rule : "");
     size_t klen = (size_t)(eq - rule);
     const char *v = eq + 1;
@@ -59,8 +64,15 @@ qf_status qf_target_spec_set(qf_target_spec *t, const char *rule)
         return qf_target_count("num-macs", v, &t->num_macs);
     if (klen == 9 && strncmp(rule, "num-pipes", klen) == 0)
         return qf_target_count("num-pipes", v, &t->num_pipes);
+    if (klen == 14 && strncmp(rule, "neutron-passes", klen) == 0) {
+        if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
+            return qf_error(QF_ERR_INVALID, "neutron-passes takes on or off, got '%s'", v);
+        t->neutron_passes = strcmp(v, "on") == 0;
+        return QF_OK;
+    }
     return qf_error(
         QF_ERR_INVALID,
-        "unknown key '%.*s' in '%s' (keys: neutron-flow=sdk3|sdk2, num-macs=N, num-pipes=N)",
+        "unknown key '%.*s' in '%s' (keys: neutron-flow=sdk3|sdk2, num-macs=N, num-pipes=N, "
+        "neutron-passes=on|off)",
         (int)klen, rule, rule);
 }

@@ -22,6 +22,16 @@ Cases:
                       with one line and writes nothing, no temporary file left;
                       a float model checks the same with $TMPDIR missing (the
                       quantized model is read back from memory)
+  grouped             a Conv of 4 groups (+ BatchNorm + ReLU, made by
+                      PyTorch): checked as a float model, one Conv on the NPU
+                      with all its MACs and the split noted; its QDQ form
+                      (`quantize --target neutron`: the int8 input split,
+                      Split -> 4 Conv -> Concat) all on the NPU in one
+                      partition, no transition, the same MACs
+  linear3d            a Linear (+ ReLU) on a 3-D tensor, which qfold quantizes
+                      as Transpose(DQ(W^T)) -> MatMul -> Add(DQ(bias)): the
+                      MatMul on the NPU with its bias and ReLU, as a float
+                      model and as its QDQ form
   ort_uint8           the QDQ model in ONNX Runtime quantize_static's form
                       (uint8 activations; made with onnx.helper from qfold's
                       int8 model, as no Python onnxruntime is installed here):
@@ -237,6 +247,69 @@ def case_outputs():
     _, _, err = qfcli.run_qfold(ARGS.qfold, ["check", tiny(), "--json", j], env=env, expect=0, timeout=240)
     with open(j) as f:
         check(f.read() == first, "another report with TMPDIR missing")
+
+
+def case_grouped():
+    try:
+        import torch
+    except ImportError:
+        raise Skip("no torch")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv2d(32, 32, 3, padding=1, groups=4), torch.nn.BatchNorm2d(32),
+                            torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        m[1].running_mean.uniform_(-0.3, 0.3)
+        m[1].running_var.uniform_(0.5, 2.0)
+    src = work("grouped.onnx")
+    torch.onnx.export(m, torch.randn(1, 32, 8, 8), src, opset_version=13, input_names=["x"], output_names=["y"])
+    macs = 32 * (32 // 4) * 3 * 3 * 8 * 8
+    a = report(src)
+    convs = [n for n in a["nodes"] if n["op"] == "Conv"]
+    check(len(convs) == 1, "float model: %d Conv nodes reported" % len(convs))
+    c = convs[0]
+    check(c["placement"] == "npu" and c["macs"] == macs and "4 groups" in (c["note"] or ""),
+          "float model: the grouped Conv %s" % c)
+    check(a["summary"]["transitions"] == 0 and a["summary"]["cpu_nodes"] == 0, "float model: %s" % a["summary"])
+    import numpy as np
+    x = work("grouped_x.npy")
+    np.save(x, np.random.default_rng(0).standard_normal((8, 32, 8, 8)).astype(np.float32))
+    q = work("grouped_q.onnx")
+    qfold("quantize", src, "-o", q, "--target", "neutron", "--calib", x)
+    b = report(q)
+    ops = sorted(n["op"] for n in b["nodes"] if not n["qdq"] and n["op"] != "Relu")
+    check(ops == ["Concat", "Conv", "Conv", "Conv", "Conv", "Split"], "QDQ model: compute nodes %s" % ops)
+    cpu = [(n["name"], n["rule"]) for n in b["nodes"] if n["placement"] == "cpu" and not n["qdq"]]
+    check(not cpu, "QDQ model: on the CPU %s" % cpu)
+    check(b["summary"]["transitions"] == 0 and len(b["partitions"]) == 1, "QDQ model: %s" % b["summary"])
+    check(sum(n["macs"] for n in b["nodes"]) == macs, "QDQ model: MACs %d, want %d" %
+          (sum(n["macs"] for n in b["nodes"]), macs))
+
+
+def case_linear3d():
+    try:
+        import torch
+    except ImportError:
+        raise Skip("no torch")
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 24), torch.nn.ReLU(), torch.nn.Linear(24, 8)).eval()
+    src = work("linear3d.onnx")
+    torch.onnx.export(m, torch.randn(1, 4, 16), src, opset_version=13, input_names=["x"], output_names=["y"])
+    import numpy as np
+    x = work("linear3d_x.npy")
+    np.save(x, np.random.default_rng(0).standard_normal((8, 1, 4, 16)).astype(np.float32)[:, 0])
+    q = work("linear3d_q.onnx")
+    qfold("quantize", src, "-o", q, "--target", "neutron", "--calib", x)
+    import onnx
+    ops = [n.op_type for n in onnx.load(q).graph.node]
+    check("Transpose" in ops and "Add" in ops, "the QDQ form is not Transpose(DQ(W^T)) -> MatMul -> Add: %s" % ops)
+    for path in (src, q):
+        r = report(path)
+        cpu = [(n["name"], n["rule"]) for n in r["nodes"] if n["placement"] == "cpu" and not n["qdq"]]
+        check(not cpu, "%s: on the CPU %s" % (os.path.basename(path), cpu))
+        mm = [n for n in r["nodes"] if n["op"] == "MatMul" and not n["qdq"]]
+        check(len(mm) == 2 and sum(n["macs"] for n in mm) == 4 * (16 * 24 + 24 * 8),
+              "%s: MatMul nodes %s" % (os.path.basename(path), mm))
+        check(r["summary"]["transitions"] == 0 and len(r["partitions"]) == 1, "%s: %s" % (path, r["summary"]))
 
 
 def _uint8_form(src, dst):

@@ -141,6 +141,9 @@ def qdq_conv_dynamic_weights():
 
 
 SDK2 = ["--set", "neutron-flow=sdk2"]
+# A float model quantized without the Neutron passes: a grouped Conv stays one node, judged by
+# the Conv row as ExecuTorch's SplitGroupConvolution would split it.
+NOPASS = ["--set", "neutron-passes=off"]
 
 
 def mm_const(a_shape, k, n, opset=OPSET):
@@ -183,12 +186,24 @@ CASES = [
     ("conv_macs_sdk2", lambda: conv([1, 7281, 3, 3], [1, 7281, 3, 3], [1, 1, 1, 1]), SDK2, "npu", None),
     # Grouped: judged per group after SplitGroupConvolution (2 <= groups <= 10).
     ("conv_group_split_in", lambda: conv([1, 14560, 3, 3], [2, 7280, 3, 3], [1, 2, 1, 1], group=2), [], "npu", None),
-    ("conv_group_split_out", lambda: conv([1, 14576, 3, 3], [2, 7288, 3, 3], [1, 2, 1, 1], group=2), [], "cpu",
+    ("conv_group_split_out", lambda: conv([1, 14576, 3, 3], [2, 7288, 3, 3], [1, 2, 1, 1], group=2), NOPASS, "cpu",
      "each of the 2 per-group convolutions: kh*kw*ceil(Cin, 8) = 3*3*7288"),
-    ("conv_group10_sdk2", lambda: conv([1, 20, 4, 4], [20, 2, 3, 3], [1, 20, 2, 2], group=10), SDK2, "npu", None),
+    # ... and as qfold's split_group_conv_qdq writes it (Split -> Conv per group -> Concat, the
+    # default for a float model): the part that fails is named.
+    ("conv_group_split_out_parts", lambda: conv([1, 14576, 3, 3], [2, 7288, 3, 3], [1, 2, 1, 1], group=2), [],
+     "cpu", re.compile(r"its part Conv 'n_g\d' is not delegated: kh\*kw\*ceil\(Cin, 8\) = 3\*3\*7288 = 65592")),
+    ("conv_group10_sdk2", lambda: conv([1, 20, 4, 4], [20, 2, 3, 3], [1, 20, 2, 2], group=10), SDK2 + NOPASS, "npu",
+     None),
+    # Split into parts: the Split is DecomposeSplitToSlices' slices, in SDK 2.x on an axis of a
+    # multiple of num_macs elements (80: on the NPU; 20: the Split on the CPU).
+    ("conv_group10_sdk2_parts", lambda: conv([1, 80, 4, 4], [80, 8, 3, 3], [1, 80, 2, 2], group=10), SDK2, "npu",
+     None),
+    ("conv_group10_sdk2_parts_c20", lambda: conv([1, 20, 4, 4], [20, 2, 3, 3], [1, 20, 2, 2], group=10), SDK2, "cpu",
+     "its part Split 'n_split' is not delegated: the sliced axis 1 of [1, 20, 4, 4] has 20 elements"),
     ("conv_group11_sdk2", lambda: conv([1, 22, 4, 4], [22, 2, 3, 3], [1, 22, 2, 2], group=11), SDK2, "cpu",
      "groups = 11"),
-    ("conv_group_nobias_sdk2", lambda: conv([1, 20, 4, 4], [20, 2, 3, 3], [1, 20, 2, 2], bias=False, group=10), SDK2,
+    ("conv_group_nobias_sdk2", lambda: conv([1, 20, 4, 4], [20, 2, 3, 3], [1, 20, 2, 2], bias=False, group=10),
+     SDK2 + NOPASS,
      "cpu", "does not split"),
     ("conv_group11", lambda: conv([1, 22, 4, 4], [22, 2, 3, 3], [1, 22, 2, 2], group=11), [], "npu", None),
     # Depthwise (groups = Cin = Cout): the converter counts every input channel.

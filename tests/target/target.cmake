@@ -5,7 +5,7 @@ qf_add_c_test(NAME target_check_unit SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_targ
               LABELS target TIMEOUT 60)
 
 if(QF_PYTHON3)
-  foreach(case float_vs_quantized every_node_once strict dot truncated bad_set outputs ort_uint8)
+  foreach(case float_vs_quantized every_node_once strict dot truncated bad_set outputs grouped linear3d ort_uint8)
     add_test(NAME target_check_cli_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/check_test.py --qfold $<TARGET_FILE:qfold>
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/target_check ${case})
