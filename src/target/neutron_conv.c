@@ -6,7 +6,7 @@
  * bmm_converter.py, with shared/conv_utils.py and the aten passes
  * SplitGroupConvolution and ConvertConv1dToConv2dPass, at commit cff6f4dd
  * (eIQ Neutron SDK 3.x: the sdk3 rules) and at v1.3.0 (Neutron SW 2.2: the
- * sdk2 rules). docs/notes/h-rules-a.md tables every check with its source.
+ * sdk2 rules). docs/NEUTRON_RULES.md tables every check with its source.
  *
  * ONNX against aten, the form ExecuTorch sees:
  * - A 1-D Conv / ConvTranspose is a 2-D one with H = 1 (kernel 1 x k,

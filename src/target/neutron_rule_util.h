@@ -4,7 +4,7 @@
  * false on a "no", like a rule; the readers only read.
  *
  *   if (!qf_nrule_io_quantized(n, 1, true, why)) return false; // input 0, output int8 / uint8
- *   if (!qf_nrule_shared_qparams(n, why)) return false;
+ *   if (!qf_nrule_shared_qparams(n, 1, why)) return false;
  *   int cd = qf_nrule_channel_dim(n->g, n->in[0].v);           // 1 or the last dim
  */
 #ifndef QF_TARGET_NEUTRON_RULE_UTIL_H

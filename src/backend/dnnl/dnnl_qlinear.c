@@ -450,7 +450,7 @@ static qf_status qdnnl_attr(const qf_kernel_io *io, const qf_qconv_state *ref, c
  * output element, 4x what the int8 output takes) leave the caches before
  * qfold reads them back to requantize; pieces of at most QDNNL_CHUNK_SUMS
  * sums (128 KB) stay in L2 (32 K: mobilenet_v2 batch 8 ran 20 % faster
- * than with 64 K, docs/notes/h-exact2.md). A pointwise convolution (kernel 1, stride 1, no
+ * than with 64 K). A pointwise convolution (kernel 1, stride 1, no
  * padding) on channels-last data is the same convolution over any run of
  * positions (a 1 x run image); any other runs whole images. The pieces are
  * equal (a divisor of the positions or of the batch), so one primitive
