@@ -1183,6 +1183,8 @@ static qf_status ck_result_float(const qf_ck *c, const qf_graph *orig,
                 snprintf(buf, sizeof buf, "left in float by the quantizer: %s",
                          res->quant.left_float[f].reason);
                 if (!(e->rule = ck_str(r, buf))) st = QF_ERR_NOMEM;
+                /* not "quantize it": qfold's quantizer is what left it */
+                e->fix = NULL;
             }
     }
     for (int k = 0; k < orig->nnodes && m.note; k++) qf_free(m.note[k]);
