@@ -264,6 +264,9 @@ qf_status qf_node_set_attr_float(qf_graph *g, qf_node *n, const char *name, floa
 qf_status qf_node_set_attr_string(qf_graph *g, qf_node *n, const char *name, const char *v);
 qf_status qf_node_set_attr_ints(qf_graph *g, qf_node *n, const char *name, const int64_t *v, int count);
 qf_status qf_node_set_attr_floats(qf_graph *g, qf_node *n, const char *name, const float *v, int count);
+/* The int, float and string attributes (one or a list) of `like` (NULL:
+ * none) onto n; tensor attributes are not copied. */
+qf_status qf_node_copy_attrs(qf_graph *g, qf_node *n, const qf_node *like);
 /* Takes ownership of t's data. */
 qf_status qf_node_set_attr_tensor(qf_graph *g, qf_node *n, const char *name, qf_tensor *t);
 void qf_node_remove_attr(qf_node *n, const char *name);

@@ -637,6 +637,25 @@ qf_status qf_node_set_attr_floats(qf_graph *g, qf_node *n, const char *name, con
     return QF_OK;
 }
 
+qf_status qf_node_copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
+{
+    qf_status st = QF_OK;
+    for (int i = 0; like && i < like->nattrs && st == QF_OK; i++) {
+        const qf_attr *a = &like->attrs[i];
+        if (a->type == QF_ATTR_INT)
+            st = qf_node_set_attr_int(g, n, a->name, a->i);
+        else if (a->type == QF_ATTR_INTS)
+            st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
+        else if (a->type == QF_ATTR_FLOAT)
+            st = qf_node_set_attr_float(g, n, a->name, a->f);
+        else if (a->type == QF_ATTR_FLOATS)
+            st = qf_node_set_attr_floats(g, n, a->name, a->floats, a->n);
+        else if (a->type == QF_ATTR_STRING)
+            st = qf_node_set_attr_string(g, n, a->name, a->s);
+    }
+    return st;
+}
+
 qf_status qf_node_set_attr_tensor(qf_graph *g, qf_node *n, const char *name, qf_tensor *t)
 {
     qf_attr *a = qf_attr_slot(g, n, name, QF_ATTR_TENSOR);

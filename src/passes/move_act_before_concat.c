@@ -84,26 +84,6 @@ static bool ma_want(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
     return false;
 }
 
-/* The int, float and string attributes of `like` onto n. */
-static qf_status ma_copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
-{
-    qf_status st = QF_OK;
-    for (int i = 0; i < like->nattrs && st == QF_OK; i++) {
-        const qf_attr *a = &like->attrs[i];
-        if (a->type == QF_ATTR_INT)
-            st = qf_node_set_attr_int(g, n, a->name, a->i);
-        else if (a->type == QF_ATTR_INTS)
-            st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
-        else if (a->type == QF_ATTR_FLOAT)
-            st = qf_node_set_attr_float(g, n, a->name, a->f);
-        else if (a->type == QF_ATTR_FLOATS)
-            st = qf_node_set_attr_floats(g, n, a->name, a->floats, a->n);
-        else if (a->type == QF_ATTR_STRING)
-            st = qf_node_set_attr_string(g, n, a->name, a->s);
-    }
-    return st;
-}
-
 static qf_status ma_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
 {
     qf_node *act = *(qf_node **)user;
@@ -114,7 +94,7 @@ static qf_status ma_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
         snprintf(name, sizeof name, "%.480s_%d", act->name, i);
         qf_node *k = qf_graph_insert_node(g, v->producer, true, act->op, name, 1, &v, 1);
         if (!k) return QF_ERR_NOMEM;
-        QF_TRY(ma_copy_attrs(g, k, act));
+        QF_TRY(qf_node_copy_attrs(g, k, act));
         QF_TRY(qf_node_infer(g, k));
         QF_TRY(qf_node_set_input(g, n, i, k->outputs[0]));
     }

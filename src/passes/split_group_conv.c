@@ -29,26 +29,6 @@
 #include "qfold/pass.h"
 #include "qfold/schema.h"
 
-/* The int, float and string attributes of `like` onto n. */
-static qf_status sg_copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
-{
-    qf_status st = QF_OK;
-    for (int i = 0; i < like->nattrs && st == QF_OK; i++) {
-        const qf_attr *a = &like->attrs[i];
-        if (a->type == QF_ATTR_INT)
-            st = qf_node_set_attr_int(g, n, a->name, a->i);
-        else if (a->type == QF_ATTR_INTS)
-            st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
-        else if (a->type == QF_ATTR_FLOAT)
-            st = qf_node_set_attr_float(g, n, a->name, a->f);
-        else if (a->type == QF_ATTR_FLOATS)
-            st = qf_node_set_attr_floats(g, n, a->name, a->floats, a->n);
-        else if (a->type == QF_ATTR_STRING)
-            st = qf_node_set_attr_string(g, n, a->name, a->s);
-    }
-    return st;
-}
-
 /* Part `i` of `parts` equal parts of constant v along axis 0: a new
  * constant named <v>_g<i>; v itself when it is a scalar or one value. */
 static qf_status sg_part(qf_graph *g, qf_value *v, int64_t i, int64_t parts, qf_value **out)
@@ -153,7 +133,7 @@ static qf_status sg_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
         sg_name(name, sizeof name, n, suffix);
         qf_node *k = qf_graph_insert_node(g, n, false, n->op, name, n->ninputs, in, 1);
         if (!k) return QF_ERR_NOMEM;
-        QF_TRY(sg_copy_attrs(g, k, n));
+        QF_TRY(qf_node_copy_attrs(g, k, n));
         QF_TRY(qf_node_set_attr_int(g, k, "group", 1));
         QF_TRY(qf_node_infer(g, k));
         cin[2 + 3 * i] = k->outputs[0];

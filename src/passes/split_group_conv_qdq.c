@@ -198,26 +198,6 @@ static int gq_qp(const qf_node *q, qf_value **in)
     return 2;
 }
 
-/* The int, float and string attributes of `like` onto n. */
-static qf_status gq_copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
-{
-    qf_status st = QF_OK;
-    for (int i = 0; i < like->nattrs && st == QF_OK; i++) {
-        const qf_attr *a = &like->attrs[i];
-        if (a->type == QF_ATTR_INT)
-            st = qf_node_set_attr_int(g, n, a->name, a->i);
-        else if (a->type == QF_ATTR_INTS)
-            st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
-        else if (a->type == QF_ATTR_FLOAT)
-            st = qf_node_set_attr_float(g, n, a->name, a->f);
-        else if (a->type == QF_ATTR_FLOATS)
-            st = qf_node_set_attr_floats(g, n, a->name, a->floats, a->n);
-        else if (a->type == QF_ATTR_STRING)
-            st = qf_node_set_attr_string(g, n, a->name, a->s);
-    }
-    return st;
-}
-
 static qf_status gq_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
 {
     const gq_match *m = user;
@@ -268,7 +248,7 @@ static qf_status gq_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
         snprintf(name, sizeof name, "%.460s_g%lld", n->name, (long long)i);
         k = qf_graph_insert_node(g, pos, false, n->op, name, nc, cv, 1);
         if (!k) return QF_ERR_NOMEM;
-        QF_TRY(gq_copy_attrs(g, k, n));
+        QF_TRY(qf_node_copy_attrs(g, k, n));
         QF_TRY(qf_node_set_attr_int(g, k, "group", 1));
         QF_TRY(qf_node_infer(g, k));
         made = k;
@@ -278,7 +258,7 @@ static qf_status gq_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
             snprintf(name, sizeof name, "%.460s_g%lld_act", n->name, (long long)i);
             k = qf_graph_insert_node(g, pos, false, m->act->op, name, m->act->ninputs, ain, 1);
             if (!k) return QF_ERR_NOMEM;
-            QF_TRY(gq_copy_attrs(g, k, m->act));
+            QF_TRY(qf_node_copy_attrs(g, k, m->act));
             QF_TRY(qf_node_infer(g, k));
             made = k;
         }

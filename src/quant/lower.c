@@ -169,22 +169,6 @@ static bool int8_weight(const qf_node *dqw, int axis)
     return qf_tensor_numel(&dqw->inputs[1]->type) == 1 || qf_node_attr_int(dqw, "axis", 1) == axis;
 }
 
-/* The int, float and string attributes (one or a list) of `like` (NULL:
- * none) onto n. */
-static qf_status copy_attrs(qf_graph *g, qf_node *n, const qf_node *like)
-{
-    qf_status st = QF_OK;
-    for (int i = 0; like && i < like->nattrs && st == QF_OK; i++) {
-        const qf_attr *a = &like->attrs[i];
-        if (a->type == QF_ATTR_INT) st = qf_node_set_attr_int(g, n, a->name, a->i);
-        else if (a->type == QF_ATTR_INTS) st = qf_node_set_attr_ints(g, n, a->name, a->ints, a->n);
-        else if (a->type == QF_ATTR_FLOAT) st = qf_node_set_attr_float(g, n, a->name, a->f);
-        else if (a->type == QF_ATTR_FLOATS) st = qf_node_set_attr_floats(g, n, a->name, a->floats, a->n);
-        else if (a->type == QF_ATTR_STRING) st = qf_node_set_attr_string(g, n, a->name, a->s);
-    }
-    return st;
-}
-
 /* The integer conv of a group: QLinearConv(in) {attrs of `like`, the
  * requantization, the clamp}, output typed `type`. */
 static qf_node *int8_conv(qf_graph *g, const char *name, qf_value *const *in, int nin, const qf_node *like,
@@ -192,7 +176,7 @@ static qf_node *int8_conv(qf_graph *g, const char *name, qf_value *const *in, in
 {
     qf_node *ql = qf_graph_add_node(g, QF_OP_QLINEAR_CONV, name, nin, in, 1);
     if (!ql) return NULL;
-    qf_status st = copy_attrs(g, ql, like);
+    qf_status st = qf_node_copy_attrs(g, ql, like);
     if (st == QF_OK && rq == QF_REQUANT_FIXED_POINT) st = qf_node_set_attr_int(g, ql, "qfold_requant", 1);
     if (st == QF_OK) st = qf_node_set_attr_ints(g, ql, "qfold_clamp", clamp, 2);
     return st == QF_OK ? ql : NULL;
@@ -329,7 +313,7 @@ qf_status qf_lower_max_pool(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_r
     qf_value *in = dqx->inputs[0];
     qf_node *mp = qf_graph_add_node(g, QF_OP_MAX_POOL, name, 1, &in, 1);
     if (!mp) return QF_ERR_NOMEM;
-    QF_TRY(copy_attrs(g, mp, n));
+    QF_TRY(qf_node_copy_attrs(g, mp, n));
     mp->outputs[0]->type = q->outputs[0]->type;
     if (ctx) qf_pass_rewrite(ctx, n, NULL, "int8 max pool -> '%s'", q->outputs[0]->name);
     QF_TRY(qf_graph_replace_uses(g, q->outputs[0], mp->outputs[0]));
@@ -396,7 +380,7 @@ qf_status qf_lower_resize(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_req
     for (int i = 1; i < n->ninputs && i < 4; i++) in[i] = n->inputs[i];
     qf_node *rs = qf_graph_add_node(g, QF_OP_RESIZE, name, n->ninputs < 4 ? n->ninputs : 4, in, 1);
     if (!rs) return QF_ERR_NOMEM;
-    QF_TRY(copy_attrs(g, rs, n));
+    QF_TRY(qf_node_copy_attrs(g, rs, n));
     rs->outputs[0]->type = q->outputs[0]->type;
     if (ctx)
         qf_pass_rewrite(ctx, n, NULL, "int8 %s resize -> '%s'", linear ? "linear" : "nearest",
@@ -465,7 +449,7 @@ qf_status qf_lower_replace_group(qf_graph *g, qf_pass_ctx *ctx, const qf_node *n
     snprintf(name, sizeof name, "%s_int8", n->name);
     qf_node *k = qf_graph_add_node(g, op, name, nin, in, 1);
     if (!k) return QF_ERR_NOMEM;
-    QF_TRY(copy_attrs(g, k, like));
+    QF_TRY(qf_node_copy_attrs(g, k, like));
     if (clamp) QF_TRY(qf_node_set_attr_ints(g, k, "qfold_clamp", clamp, 2));
     k->outputs[0]->type = q->outputs[0]->type;
     if (ctx)
