@@ -718,13 +718,14 @@ static const char *ck_str(qf_check_result *r, const char *s)
     return s && *s ? qf_arena_strdup(r->arena, s) : NULL;
 }
 
-/* Fill r->nodes[k] from node i of the checked graph (name and op given). */
 /* Whether `piece` is named "<name>_...": a node a pass made of node `name`. */
 static bool ck_piece(const char *name, const char *piece)
 {
     size_t len = strlen(name);
     return strncmp(piece, name, len) == 0 && piece[len] == '_';
 }
+
+/* Fill r->nodes[k] from node i of the checked graph (name and op given). */
 
 static qf_status ck_fill(const qf_ck *c, qf_check_result *r, int k, int i, const char *name,
                          const char *op, const char *note)
@@ -1001,6 +1002,24 @@ static const qf_pass_event *ck_map_event(const ck_map *m, const char *name)
     return last;
 }
 
+/* Whether checked node `piece` is a piece of original node `name`: named
+ * "<name>_...", not an original node itself, nor a piece of a longer
+ * original name ("/Conv_1_g0" is "/Conv_1"'s, not "/Conv"'s). */
+static bool ck_piece_of(const qf_graph *orig, const char *name, const char *piece)
+{
+    if (!ck_piece(name, piece) || qf_graph_find_node(orig, piece)) return false;
+    char buf[512];
+    size_t len = strlen(name), plen = strlen(piece);
+    if (plen >= sizeof buf) return true;
+    for (size_t j = len + 1; j < plen; j++) {
+        if (piece[j] != '_') continue;
+        memcpy(buf, piece, j);
+        buf[j] = '\0';
+        if (qf_graph_find_node(orig, buf)) return false;
+    }
+    return true;
+}
+
 static int ck_map_resolve(ck_map *m, int k, int depth)
 {
     if (m->state[k] == 2) return m->res[k];
@@ -1033,8 +1052,7 @@ static int ck_map_resolve(ck_map *m, int k, int depth)
     for (int i = 0; (r < 0 || renamed) && i < c->n; i++) {
         const qf_node *p = c->node[i];
         if (c->kind[i] != CK_COMPUTE && c->kind[i] != CK_FUSED) continue;
-        if (!ck_piece(o->name, p->name) || qf_graph_find_node(m->orig, p->name))
-            continue;
+        if (!ck_piece_of(m->orig, o->name, p->name)) continue;
         if (first < 0 || (ck_npu(c, first) && !ck_npu(c, i))) first = i;
         pieces++;
         m->macs[k] += c->macs[i];

@@ -284,6 +284,26 @@ def case_grouped():
     check(sum(n["macs"] for n in b["nodes"]) == macs, "QDQ model: MACs %d, want %d" %
           (sum(n["macs"] for n in b["nodes"]), macs))
 
+    # Two grouped convs named '/Conv' and '/Conv_1' (functional calls): the parts of '/Conv_1'
+    # ('/Conv_1_g0', ...) are not counted as '/Conv''s.
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1 = torch.nn.Parameter(torch.randn(16, 4, 3, 3))
+            self.w2 = torch.nn.Parameter(torch.randn(16, 8, 1, 1))
+
+        def forward(self, x):
+            y = torch.nn.functional.conv2d(x, self.w1, torch.zeros(16), padding=1, groups=4)
+            return torch.nn.functional.conv2d(y, self.w2, torch.zeros(16), groups=2)
+
+    two = work("grouped_two.onnx")
+    torch.onnx.export(Two().eval(), torch.randn(1, 16, 8, 8), two, opset_version=13, input_names=["x"],
+                      output_names=["y"])
+    r = {n["name"]: n for n in report(two)["nodes"]}
+    want = {"/Conv": 16 * 4 * 9 * 64, "/Conv_1": 16 * 8 * 64}
+    got = {k: r[k]["macs"] if k in r else None for k in want}
+    check(got == want, "two grouped convs: MACs %s, want %s" % (got, want))
+
 
 def case_linear3d():
     try:
