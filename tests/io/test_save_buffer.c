@@ -179,6 +179,7 @@ static void too_big(void)
     int64_t n = ((int64_t)1 << 29) + 1;
     qf_tensor t = {.dtype = QF_DTYPE_F32, .ndim = 1, .dims = {n}};
     t.data = qf_malloc((size_t)n * 4);
+    t.owns = true; /* the graph frees it */
     if (!t.data) {
         qf_graph_free(g);
         printf("too_big: skipped (2 GiB of address space refused)\n");

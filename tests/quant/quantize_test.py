@@ -360,7 +360,12 @@ def case_decoder():
     np.save(work("calib.npy"), images(32))
     # 512 images, 5120 logits: TFLite's rounding puts ~0.05 % of them 2 LSB
     # from ONNX's (measured: 99.96 - 100 % within 1 LSB over the two targets
-    # and engines), too few to count on a smaller sample.
+    # and engines), too few to count on a smaller sample. neutron's TFLite
+    # requantization since its MatMul reads both inputs symmetric (g on half
+    # its int8 steps: more rounding ties): 99.92 % on the oneDNN engine's
+    # calibration, 99.88 % on the reference kernels' (4 and 6 logits 2 LSB
+    # apart; the same against ORT's integer kernels below), the calibrations'
+    # own spread; so 99.8 % there.
     x = images(512)
     for target in ("neutron", "generic"):
         out = work("q_%s.onnx" % target)
@@ -376,7 +381,8 @@ def case_decoder():
             frac = float((d <= 1.0 + 1e-4).mean())
             print("%s, %s vs ORT as written: %.2f%% within 1 LSB, %.2f%% equal, max %.1f LSB"
                   % (target, what, 100 * frac, 100 * float((d < 0.5).mean()), d.max()))
-            check(frac >= 0.999 and d.max() <= 2 + 1e-4, "%s, %s vs ORT as written: %.3f%% within 1 LSB, max %.1f"
+            want = 0.998 if (target, what) == ("neutron", "int8 tflite requant") else 0.999
+            check(frac >= want and d.max() <= 2 + 1e-4, "%s, %s vs ORT as written: %.3f%% within 1 LSB, max %.1f"
                   % (target, what, 100 * frac, d.max()))
         # neutron reads the MatMul's inputs per-tensor symmetric (zero point 0,
         # as the Neutron BMM converter requires): g (a SiLU's mean, mostly
@@ -384,7 +390,8 @@ def case_decoder():
         # g reaches h = g g^T and the logits doubled: 1 of the 5120 logits
         # 2 LSB apart in the float simulation (measured; 1 LSB with
         # --set matmul-inputs=activation)
-        lsb_agreement(out, x, 0.999, 2 if target == "neutron" else 1)
+        lsb_agreement(out, x, 0.999, 2 if target == "neutron" else 1,
+                      tflite=(0.998 if target == "neutron" else 0.999, 2))
 
 
 def group_convt_export(groups, path):
