@@ -214,3 +214,25 @@ qf_status qf_pass_for_each_op(qf_graph *g, qf_pass_ctx *ctx, qf_op op, qf_pass_m
     qf_free(nodes);
     return st;
 }
+
+qf_status qf_rewrite_const_part(qf_graph *g, qf_value *v, int64_t i, int64_t parts, qf_value **out)
+{
+    *out = v;
+    if (!v || qf_tensor_numel(&v->type) == 1) return QF_OK;
+    const qf_tensor *t = &v->type;
+    int64_t dims[QF_MAX_DIMS];
+    memcpy(dims, t->dims, sizeof dims);
+    dims[0] /= parts;
+    qf_tensor p;
+    QF_TRY(qf_tensor_init(&p, t->dtype, t->ndim, dims));
+    const size_t bytes = (size_t)qf_tensor_numel(&p) * qf_dtype_size(t->dtype);
+    memcpy(p.data, (const char *)t->data + (size_t)i * bytes, bytes);
+    char name[512];
+    snprintf(name, sizeof name, "%.480s_g%lld", v->name, (long long)i);
+    *out = qf_graph_add_constant(g, name, v->kind, &p);
+    if (!*out) {
+        qf_tensor_free(&p);
+        return QF_ERR_NOMEM;
+    }
+    return QF_OK;
+}

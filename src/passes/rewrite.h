@@ -70,6 +70,12 @@ qf_status qf_rewrite_install_const(qf_graph *g, qf_node *n, int slot, qf_tensor 
 qf_value *qf_rewrite_new_const_f32(qf_graph *g, const char *name, qf_value_kind kind,
                                    const double *vals, int ndim, const int64_t *dims);
 
+/* Part i of `parts` equal parts of constant v along axis 0 (a grouped
+ * conv's weights, bias, per-channel qparams): a new constant of v's kind
+ * named <v>_g<i>; v itself when it is NULL or holds one value. */
+qf_status qf_rewrite_const_part(qf_graph *g, qf_value *v, int64_t i, int64_t parts,
+                                qf_value **out);
+
 /* Remove the constants among vals[0..n) that nothing reads any more and
  * that are not graph outputs. NULL entries, non-constants and repeats (one
  * constant in two slots) are passed over. */

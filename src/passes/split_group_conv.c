@@ -28,32 +28,7 @@
 
 #include "qfold/pass.h"
 #include "qfold/schema.h"
-
-/* Part `i` of `parts` equal parts of constant v along axis 0: a new
- * constant named <v>_g<i>; v itself when it is a scalar or one value. */
-static qf_status sg_part(qf_graph *g, qf_value *v, int64_t i, int64_t parts, qf_value **out)
-{
-    const qf_tensor *t = &v->type;
-    if (t->ndim == 0 || qf_tensor_numel(t) == 1) {
-        *out = v;
-        return QF_OK;
-    }
-    int64_t dims[QF_MAX_DIMS];
-    memcpy(dims, t->dims, sizeof dims);
-    dims[0] /= parts;
-    qf_tensor p;
-    QF_TRY(qf_tensor_init(&p, t->dtype, t->ndim, dims));
-    const size_t bytes = (size_t)qf_tensor_numel(&p) * qf_dtype_size(t->dtype);
-    memcpy(p.data, (const char *)t->data + (size_t)i * bytes, bytes);
-    char name[512];
-    snprintf(name, sizeof name, "%.480s_g%lld", v->name, (long long)i);
-    *out = qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, &p);
-    if (!*out) {
-        qf_tensor_free(&p);
-        return QF_ERR_NOMEM;
-    }
-    return QF_OK;
-}
+#include "rewrite.h"
 
 /* n's name with "<suffix>" put before a lowered node's "_int8". */
 static void sg_name(char *buf, size_t size, const qf_node *n, const char *suffix)
@@ -122,12 +97,12 @@ static qf_status sg_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
         for (int k = 0; k < n->ninputs && k < 9; k++) in[k] = n->inputs[k];
         in[0] = sp->outputs[i];
         /* the weight's axis 0: a conv's output channels, a ConvTranspose's input channels */
-        QF_TRY(sg_part(g, n->inputs[3], i, group, &in[3]));
+        QF_TRY(qf_rewrite_const_part(g, n->inputs[3], i, group, &in[3]));
         if (!convt) {
-            QF_TRY(sg_part(g, n->inputs[4], i, group, &in[4]));
-            QF_TRY(sg_part(g, n->inputs[5], i, group, &in[5]));
+            QF_TRY(qf_rewrite_const_part(g, n->inputs[4], i, group, &in[4]));
+            QF_TRY(qf_rewrite_const_part(g, n->inputs[5], i, group, &in[5]));
         }
-        if (n->ninputs > 8 && n->inputs[8]) QF_TRY(sg_part(g, n->inputs[8], i, group, &in[8]));
+        if (n->ninputs > 8 && n->inputs[8]) QF_TRY(qf_rewrite_const_part(g, n->inputs[8], i, group, &in[8]));
         char suffix[32];
         snprintf(suffix, sizeof suffix, "_g%lld", (long long)i);
         sg_name(name, sizeof name, n, suffix);

@@ -149,30 +149,6 @@ static bool gq_want(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
     return false;
 }
 
-/* Part i of `parts` along axis 0 of constant v (v itself when it holds one
- * value or is NULL). */
-static qf_status gq_part(qf_graph *g, qf_value *v, int64_t i, int64_t parts, qf_value **out)
-{
-    *out = v;
-    if (!v || qf_tensor_numel(&v->type) == 1) return QF_OK;
-    const qf_tensor *t = &v->type;
-    int64_t dims[QF_MAX_DIMS];
-    memcpy(dims, t->dims, sizeof dims);
-    dims[0] /= parts;
-    qf_tensor p;
-    QF_TRY(qf_tensor_init(&p, t->dtype, t->ndim, dims));
-    const size_t bytes = (size_t)qf_tensor_numel(&p) * qf_dtype_size(t->dtype);
-    memcpy(p.data, (const char *)t->data + (size_t)i * bytes, bytes);
-    char name[512];
-    snprintf(name, sizeof name, "%.480s_g%lld", v->name, (long long)i);
-    *out = qf_graph_add_constant(g, name, v->kind, &p);
-    if (!*out) {
-        qf_tensor_free(&p);
-        return QF_ERR_NOMEM;
-    }
-    return QF_OK;
-}
-
 /* A node of op with inputs in[0..nin) and one output, before pos, with
  * the axis attribute of `axis_of` (a DQ / Q) when given; shapes inferred. */
 static qf_status gq_node(qf_graph *g, qf_node *pos, qf_op op, const char *name, qf_value **in,
@@ -230,7 +206,7 @@ static qf_status gq_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
         /* the group's weight and bias */
         qf_value *win[3] = {0};
         int nw = m->dw->ninputs;
-        for (int s = 0; s < nw; s++) QF_TRY(gq_part(g, m->dw->inputs[s], i, group, &win[s]));
+        for (int s = 0; s < nw; s++) QF_TRY(qf_rewrite_const_part(g, m->dw->inputs[s], i, group, &win[s]));
         snprintf(name, sizeof name, "%.460s_g%lld_w", n->name, (long long)i);
         QF_TRY(gq_node(g, pos, QF_OP_DEQUANTIZE, name, win, nw, m->dw, &made));
         qf_value *cv[3] = {xi, made->outputs[0], NULL};
@@ -238,12 +214,12 @@ static qf_status gq_apply(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, void *user)
         if (m->db) {
             qf_value *bin[3] = {0};
             int nb = m->db->ninputs;
-            for (int s = 0; s < nb; s++) QF_TRY(gq_part(g, m->db->inputs[s], i, group, &bin[s]));
+            for (int s = 0; s < nb; s++) QF_TRY(qf_rewrite_const_part(g, m->db->inputs[s], i, group, &bin[s]));
             snprintf(name, sizeof name, "%.460s_g%lld_b", n->name, (long long)i);
             QF_TRY(gq_node(g, pos, QF_OP_DEQUANTIZE, name, bin, nb, m->db, &made));
             cv[nc++] = made->outputs[0];
         } else if (n->ninputs > 2 && n->inputs[2]) {
-            QF_TRY(gq_part(g, n->inputs[2], i, group, &cv[nc++]));
+            QF_TRY(qf_rewrite_const_part(g, n->inputs[2], i, group, &cv[nc++]));
         }
         snprintf(name, sizeof name, "%.460s_g%lld", n->name, (long long)i);
         k = qf_graph_insert_node(g, pos, false, n->op, name, nc, cv, 1);
