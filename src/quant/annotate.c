@@ -313,7 +313,9 @@ static qf_status ann_conv_linear(ann *c, const qf_node *n, const qf_op_quant *r)
 static qf_status ann_share(ann *c, const qf_node *n, const qf_value *x, const qf_value *y)
 {
     if (!is_f32(y) || !want_quantized(c, x)) return ann_skip(c, n, "input is not float32");
-    share(c, y, x);
+    /* every float output (a Split's parts; not a MaxPool's int64 indices) */
+    for (int k = 0; k < n->noutputs; k++)
+        if (n->outputs[k] && is_f32(n->outputs[k])) share(c, n->outputs[k], x);
     return QF_OK;
 }
 

@@ -117,9 +117,9 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     [QF_OP_QMEAN] = {INT8_OUT_QPARAMS(3)},
     [QF_OP_QSUM] = {INT8_OUT_QPARAMS(3)},
     [QF_OP_QLUT] = {INT8_OUT_QPARAMS(3)},
-    /* an int8 Split (a grouped conv's input, split_group_conv): every part
-     * has the input's qparams */
-    [QF_OP_SPLIT] = {INT8_PASSES},
+    /* Split: every part has the input's qparams (also the int8 Split of a
+     * grouped conv's input, split_group_conv) */
+    [QF_OP_SPLIT] = {SHARE, INT8_PASSES},
 
     /* the made-up ops of the extra-op test build (empty in every other) */
     QF_EXTRA_OP_QUANT_ROWS

@@ -32,7 +32,7 @@
     [QF_OP_MATMUL] = true, [QF_OP_RELU] = true, [QF_OP_RELU6] = true, [QF_OP_CLIP] = true,             \
     [QF_OP_MAX_POOL] = true, [QF_OP_AVG_POOL] = true, [QF_OP_FLATTEN] = true, [QF_OP_RESHAPE] = true,  \
     [QF_OP_TRANSPOSE] = true, [QF_OP_SQUEEZE] = true, [QF_OP_UNSQUEEZE] = true, [QF_OP_PAD] = true,    \
-    [QF_OP_RESIZE] = true,                                                                             \
+    [QF_OP_RESIZE] = true, [QF_OP_SPLIT] = true,                                                       \
     [QF_OP_SLICE] = true, [QF_OP_DROPOUT] = true, [QF_OP_IDENTITY] = true, [QF_OP_CONCAT] = true,      \
     [QF_OP_SOFTMAX] = true, [QF_OP_SIGMOID] = true, [QF_OP_TANH] = true, [QF_OP_ADD] = true,           \
     [QF_OP_SUB] = true, [QF_OP_MUL] = true, [QF_OP_GLOBAL_AVG_POOL] = true, [QF_OP_REDUCE_MEAN] = true,  \

@@ -1198,8 +1198,15 @@ static qf_status ck_result_float(const qf_ck *c, const qf_graph *orig,
         for (int f = 0; st == QF_OK && unq && f < res->quant.nleft_float; f++)
             if (strcmp(res->quant.left_float[f].name, o->name) == 0) {
                 char buf[600];
-                snprintf(buf, sizeof buf, "left in float by the quantizer: %s",
-                         res->quant.left_float[f].reason);
+                const char *why = res->quant.left_float[f].reason;
+                if (strncmp(why, "the profile has no int8 form", 28) == 0)
+                    /* a limit of qfold's quantizer, not of the NPU */
+                    snprintf(buf, sizeof buf,
+                             "left in float by the quantizer: qfold has no int8 %s (the NPU "
+                             "takes only quantized ops)",
+                             qf_op_label(o));
+                else
+                    snprintf(buf, sizeof buf, "left in float by the quantizer: %s", why);
                 if (!(e->rule = ck_str(r, buf))) st = QF_ERR_NOMEM;
                 /* not "quantize it": qfold's quantizer is what left it */
                 e->fix = NULL;

@@ -216,9 +216,11 @@ static bool concat_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy *why
                 snprintf(w, sizeof w, "input %d", i);
             else
                 snprintf(w, sizeof w, "the output");
-            char fix[128];
-            snprintf(fix, sizeof fix, "pad the channels to a multiple of %d (%lld)", m,
-                     (long long)qf_neutron_round_up(c, m));
+            char fix[224];
+            snprintf(fix, sizeof fix,
+                     "pad the channels of %s to %lld and of every other input and the output "
+                     "to a multiple of %d, or join equal-shaped inputs along the channels",
+                     w, (long long)qf_neutron_round_up(c, m), m);
             return qf_neutron_refuse(
                 why, fix,
                 "%s has %lld channels, not a multiple of num_macs = %d (SDK 2.x Concat; only "

@@ -331,7 +331,9 @@ static bool nc_conv_transpose_sdk2(const qf_nview *n, const qf_target_spec *t, q
                                  (long long)c.dh, (long long)c.dw);
     if (c.kh != 1)
         return qf_neutron_refuse(
-            why, "use a 1-D transposed convolution (kernel 1 x k), or the SDK 3.x flow",
+            why,
+            "make it 1-D: kernel 1 x k with stride 1 and no padding on H, an even k with "
+            "stride W = k, Cin and Cout multiples of num_macs; or use the SDK 3.x flow",
             "kernel height %lld: SDK 2.x takes transposed convolutions with kernel height 1 only",
             (long long)c.kh);
     if (c.sh != 1)

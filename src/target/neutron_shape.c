@@ -209,9 +209,8 @@ static bool view_partition(const qf_nview *n, const qf_npart *p, const qf_target
             !(!cf_out && fc_after_flatten(n, p))) {
             char fix[160];
             snprintf(fix, sizeof fix,
-                     "pad the channels to a multiple of %d, or feed the flattened tensor straight "
-                     "into a Gemm on the "
-                     "NPU",
+                     "make H*W and the channels multiples of %d (batch 1), or feed the "
+                     "flattened tensor straight into a Gemm on the NPU",
                      t->num_macs);
             return qf_neutron_refuse(
                 why, fix,
@@ -225,7 +224,7 @@ static bool view_partition(const qf_nview *n, const qf_npart *p, const qf_target
         perm_to_nhwc(ry, ph);
         if (!tsup2(ys, ph, ry, t->num_macs, what, sizeof what))
             return qf_neutron_refuse(
-                why, "pad the channels and W to multiples of num_macs",
+                why, "make W, the channels and H*W multiples of num_macs (batch 1)",
                 "%s to channels-first %s needs a transpose to NHWC that SDK 2.x cannot do: %s",
                 qf_op_onnx_name(n->node->op), qf_nrule_shape_str(y, sy, sizeof sy), what);
     }

@@ -335,29 +335,42 @@ qf_status qf_tfl_emit_pad_node(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     return qf_tfl_add_op(e, n, row->builtin, in, 2, &yi, 1, 0, &op);
 }
 
-/* SPLIT of int8 data into equal parts (a grouped conv's input: the pass
- * split_group_conv), the axis mapped to NHWC; every part keeps the input's
- * qparams (TFLite's int8 SPLIT copies). */
+/* SPLIT into equal parts, the axis mapped to NHWC: of int8 data (a grouped
+ * conv's input: the pass split_group_conv) or in QDQ form (DQ -> Split -> a
+ * Q per part); every part keeps the input's qparams (TFLite's int8 SPLIT
+ * copies). */
 qf_status qf_tfl_emit_split(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
-    const qf_value *x = n->inputs[0];
-    const int r = x->type.ndim;
-    if (x->type.dtype != QF_DTYPE_I8)
+    const qf_value *x;
+    qf_tfl_qp xq, yq;
+    if (n->inputs[0]->type.dtype != QF_DTYPE_I8 && n->inputs[0]->type.dtype != QF_DTYPE_F32)
         return qf_tfl_refuse(e, n, "a Split of %s data (only int8 is exported)",
-                             qf_dtype_name(x->type.dtype));
+                             qf_dtype_name(n->inputs[0]->type.dtype));
+    QF_TRY(qf_tfl_group_in(e, n, 0, &x, &xq));
+    const int r = x->type.ndim;
     int64_t axis = qf_node_attr_int(n, "axis", 0);
     if (axis < 0) axis += r;
-    qf_tfl_qp xq, yq;
-    if (!qf_tfl_act_qp(x, &xq))
-        return qf_tfl_refuse(e, n, "int8 input '%s' has no per-tensor qparams", x->name);
     int32_t *out = qf_tfl_ex_alloc(e, sizeof *out * (size_t)n->noutputs);
     if (!out) return QF_ERR_NOMEM;
     for (int i = 0; i < n->noutputs; i++) {
         const qf_value *y = n->outputs[i];
         if (y->type.dims[axis] != n->outputs[0]->type.dims[axis])
             return qf_tfl_refuse(e, n, "parts of unequal sizes (TFLite's SPLIT makes equal ones)");
-        if (!qf_tfl_act_qp(y, &yq) || yq.scale != xq.scale || yq.zp != xq.zp)
+        const qf_node *q = NULL;
+        if (y->type.dtype != QF_DTYPE_I8) {
+            /* a float part: requantized by one per-tensor QuantizeLinear */
+            q = y->nuses == 1 && !y->is_output ? y->uses[0].node : NULL;
+            if (!q || q->op != QF_OP_QUANTIZE || q->ninputs != 3 ||
+                !qf_tfl_qp_from(q->inputs[1], q->inputs[2], &yq))
+                return qf_tfl_refuse(
+                    e, n, "part '%s' is not requantized to int8 by one per-tensor QuantizeLinear",
+                    y->name);
+            y = q->outputs[0];
+        } else if (!qf_tfl_act_qp(y, &yq))
+            return qf_tfl_refuse(e, n, "int8 part '%s' has no per-tensor qparams", y->name);
+        if (yq.scale != xq.scale || yq.zp != xq.zp)
             return qf_tfl_refuse(e, n, "a part '%s' of other qparams than the input's", y->name);
+        if (q) e->skip[q->id] = true;
         QF_TRY(qf_tfl_act_tensor(e, n, y, &out[i]));
     }
     int xi;

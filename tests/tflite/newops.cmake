@@ -1,7 +1,7 @@
-# PRelu, Max, Min, Abs (issue 29) through quantize -> run -> ONNX Runtime ->
+# PRelu, Max, Min, Abs (issue 29), Split (issue 30) through quantize -> run -> ONNX Runtime ->
 # export -> TFLite 2.2 and ArmNN (tests/tflite/newops_test.py).
 if(QF_PYTHON3 AND QF_FLATC AND QF_NODE)
-  foreach(case model sweep)
+  foreach(case model split sweep)
     add_test(NAME tflite_newops_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/newops_test.py --qfold $<TARGET_FILE:qfold>
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/tflite_newops --schema-py ${QF_TFLITE_TEST_PY} ${case})

@@ -12,6 +12,10 @@ neutron and generic, every op checked as armnn_test.export_and_check checks
 (each op alone on TFLite 2.2 bit-exact and on ArmNN within 1 LSB of qfold's
 integer reference, the whole model, --batch 4), ONNX Runtime's run of the
 QDQ model within a few LSB of qfold's and >= 98 % top-1 agreement.
+split: a CNN with torch.split (two equal parts, each to its own conv, then
+cat): Split quantized with its parts at the input's qparams (ExecuTorch's
+NeutronQuantizer quantizes it, as DecomposeSplitToSlices' slices), the
+same checks as model, and exported as one SPLIT.
 sweep: each op alone on every int8 input with zero points other than 0:
 TFLite 2.2 and ArmNN against `QFOLD_ENGINE=ref qfold run`, bit for bit.
 """
@@ -111,6 +115,79 @@ def case_model():
         check(top1 >= 0.98, "%s: top-1 agreement with ONNX Runtime %.3f < 0.98" % (target, top1))
         rep = at.export_and_check(qdq, x[:64], calib)
         print("%s: exported ops %s" % (target, ", ".join(sorted({o["op"] for o in rep["ops"]}))))
+
+
+def split_export(path):
+    """The split test CNN exported by PyTorch 1.13 (through refcache)."""
+    import torch
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+            self.a = nn.Conv2d(8, 8, 1)
+            self.b = nn.Conv2d(8, 8, 3, padding=1)
+            self.fc = nn.Linear(16, 6)
+
+        def forward(self, x):
+            p, q = torch.split(torch.relu(self.c1(x)), 8, dim=1)
+            y = torch.cat([self.a(p), torch.relu(self.b(q))], 1)
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(y, 1), 1))
+
+    torch.manual_seed(31)
+    net = Net().eval()
+    torch.onnx.export(net, torch.zeros(1, 3, 10, 10), path, opset_version=13, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def case_split():
+    at.ARGS = ARGS
+    model = work("split.onnx")
+    refcache.call(split_export, model, base=ARGS.work)
+    import onnx
+    import onnx.numpy_helper
+    check("Split" in {n.op_type for n in onnx.load(model).graph.node}, "the export has no Split")
+    rng = np.random.default_rng(31)
+    calib = work("split_calib.npy")
+    np.save(calib, rng.standard_normal((32, 3, 10, 10)).astype(np.float32))
+    x = rng.standard_normal((200, 3, 10, 10)).astype(np.float32)
+    for target in ("neutron", "generic"):
+        qdq = work("split_%s.onnx" % target)
+        # generic: its Concat's inputs at their own qparams make a requantizing CONCATENATION,
+        # 1 LSB apart on ArmNN 20.08 for 5 % of its outputs, 31 % after the classifier (measured):
+        # not the op under test, so the Concat shares here
+        extra = (["--set", "linear-weights=per-tensor", "--set", "concat-scale=shared"] if target == "generic"
+                 else [])
+        rep_q = work("split_quantize_%s.json" % target)
+        at.qfold("quantize", model, "-o", qdq, "--calib", calib, "--target", target, "--report", rep_q, *extra)
+        floats = json.load(open(rep_q))["left_float"]
+        check(not floats, "%s: ops left in float: %s" % (target, floats))
+        g = onnx.load(qdq).graph
+        init = {i.name: onnx.numpy_helper.to_array(i) for i in g.initializer}
+        sp = [n for n in g.node if n.op_type == "Split"][0]
+        prod = {o: n for n in g.node for o in n.output}
+        use = {}
+        for n in g.node:
+            for i in n.input:
+                use.setdefault(i, []).append(n)
+        dq = prod[sp.input[0]]
+        check(dq.op_type == "DequantizeLinear", "%s: the Split does not read a DQ" % target)
+        for o in sp.output:
+            q = use.get(o, [])
+            check([u.op_type for u in q] == ["QuantizeLinear"] and
+                  all(init[a] == init[b] for a, b in zip(q[0].input[1:], dq.input[1:])),
+                  "%s: part %s is not requantized at the input's qparams" % (target, o))
+        np.save(work("x.npy"), x)
+        at.qfold("run", qdq, "-i", work("x.npy"), "-o", work("y.npy"))
+        y = np.load(work("y.npy"))
+        yo = ort(qdq, x)
+        top1 = float((y.argmax(1) == yo.argmax(1)).mean())
+        print("%s: qfold run vs ONNX Runtime on the QDQ model: top-1 agreement %.3f" % (target, top1))
+        check(top1 >= 0.98, "%s: top-1 agreement with ONNX Runtime %.3f < 0.98" % (target, top1))
+        rep = at.export_and_check(qdq, x[:64], calib)
+        ops = [o["op"] for o in rep["ops"]]
+        check(ops.count("SPLIT") == 1, "%s: exported ops %s" % (target, ops))
 
 
 def _sweep_model(path, op, qin, qout, const=None, cq=None):
