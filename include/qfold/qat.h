@@ -10,6 +10,7 @@
  *   QF_TRY(qf_qat_prepare(g, &q, NULL));           // fake_quants + simulated BN fusion
  *   QF_TRY(qf_qat_calibrate(g, &data, &labels, &q, NULL));
  *   QF_TRY(qf_qat_train(g, &data, &labels, NULL, NULL, &q, &r));
+ *   QF_TRY(qf_qat_bn_reestimate(g, &data, &labels, &q, 512, NULL, NULL)); // optional
  *   QF_TRY(qf_qat_finalize(g, &q, NULL));          // the folded int8 QDQ model
  *   qf_quant_annotation_free(s.annotation);
  *
@@ -84,6 +85,22 @@ qf_status qf_qat_calibrate(qf_graph *g, const qf_data_source *data, const qf_ten
  * qfold_frozen again: the graph is an inference graph. */
 qf_status qf_qat_train(qf_graph *g, const qf_data_source *data, const qf_tensor *labels, const qf_data_source *val,
                        const qf_tensor *val_labels, const qf_qat_config *c, qf_train_result *res);
+
+/* BatchNorm re-estimation after training (AIMET's reestimate_bn_stats):
+ * the running statistics of every BatchNorm (and of the exact form's
+ * qat_bn_stats) replaced by the plain mean of the batch statistics over the
+ * first `count` samples of data in file order, in batches of c->train.batch:
+ * the training forward of the fake-quantized model (BatchNorm on batch
+ * statistics, no backward, no optimizer step, the observers stopped so the
+ * scales stay as trained), each batch weighing the same, as PyTorch's BN
+ * with momentum None (cumulative average), whatever the statistics were
+ * before. A last batch of one sample is left out (no batch variance). Each
+ * node's momentum and each fake_quant's observe are put back afterwards.
+ * Call it between qf_qat_train and qf_qat_finalize. *bns (may be NULL) gets
+ * the number of nodes re-estimated, *samples (may be NULL) the samples run;
+ * a count of 0 or a graph without BatchNorm does nothing. */
+qf_status qf_qat_bn_reestimate(qf_graph *g, const qf_data_source *data, const qf_tensor *labels,
+                               const qf_qat_config *c, int64_t count, int *bns, int64_t *samples);
 
 /* The finalize pipeline: the simulation removed, BN folded through the
  * weight fake-quants, the fake_quants converted to QDQ. A fake_quant or

@@ -1,12 +1,14 @@
 /* qfold qat IN.onnx -o OUT.onnx --data X.npy --labels Y.npy [--val-data XV.npy --val-labels YV.npy]
  *           [--target neutron|generic] [--set RULE=VALUE ...] [--freeze-bn WHEN] [--freeze-observers WHEN]
- *           [--calib-count N] [--qat-bn approx|exact] [--keep-qat QAT.onnx] [every option of qfold train]
+ *           [--calib-count N] [--qat-bn approx|exact] [--bn-reestimate N] [--keep-qat QAT.onnx]
+ *           [every option of qfold train]
  *
  * Quantization-aware training of a float model with BatchNorm (qfold/qat.h):
  * the pipeline qat_prepare (fake_quants for the target, BN simulated as
  * folded into its conv / linear), the observers calibrated on the first
  * --calib-count samples, qf_train with the QAT schedules and `qfold train`'s
- * progress bar, log and plot (train_common.h), then qat_finalize: the folded
+ * progress bar, log and plot (train_common.h), with --bn-reestimate the
+ * BatchNorm statistics re-estimated, then qat_finalize: the folded
  * int8 QDQ model. With validation data the summary gives the float model's
  * top-1 before and the int8 model's after, run by qfold's integer executor
  * as `qfold eval` runs it.
@@ -32,6 +34,7 @@ typedef struct qf_qat_args {
     bool exact;
     qf_qat_when freeze_bn, freeze_observers;
     int64_t calib_count;
+    int64_t bn_reestimate; /* samples; 0: off */
 } qf_qat_args;
 
 static int qf_qat_when_arg(const qf_cli_command *cmd, const char *opt, const char *v, qf_qat_when *w)
@@ -72,6 +75,11 @@ static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
             if (strcmp(v, "approx") && strcmp(v, "exact"))
                 return qf_cli_value_error(cmd, "--qat-bn takes approx or exact, got '%s'", v);
             qa->exact = strcmp(v, "exact") == 0;
+        } else if (qf_cli_args_value(&a, "--bn-reestimate", NULL, &v)) {
+            if (a.failed) break;
+            if (!qf_tr_int(v, 0, INT64_MAX, &k))
+                return qf_cli_value_error(cmd, "--bn-reestimate takes a number of samples >= 0, got '%s'", v);
+            qa->bn_reestimate = k;
         } else if (qf_cli_args_value(&a, "--keep-qat", NULL, &v)) {
             qa->keep_qat = v;
         } else {
@@ -142,6 +150,8 @@ typedef struct qf_qat_run {
     qf_train_result r;
     int nfq;
     int64_t calibrated;
+    int reest_bns;               /* --bn-reestimate: the nodes re-estimated, on reest_samples samples */
+    int64_t reest_samples;
     double float_acc, int8_acc, seconds;
     bool interrupted;
     int failed_write;            /* the output whose write failed (a full disk), else -1 */
@@ -185,6 +195,11 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
         st = QF_OK;
     }
     QF_TRY(st);
+    /* --bn-reestimate: the running statistics of the model as trained,
+     * before --keep-qat's copy and the fold (both take them). */
+    if (qa->bn_reestimate > 0)
+        QF_TRY(qf_qat_bn_reestimate(g, qf_npy_source_get(s->src), &s->labels, &run->q, qa->bn_reestimate,
+                                    &run->reest_bns, &run->reest_samples));
     /* Outputs: 0 the model, then --log, --plot, then --keep-qat. */
     int wi = 0;
     if (qa->keep_qat) {
@@ -221,6 +236,14 @@ static void qf_qat_summary(const qf_qat_args *qa, const qf_qat_run *run)
     if (qa->tr.nval)
         printf("val top-1: float %.2f %% before, int8 %.2f %% after (%+.2f pt)\n", 100 * run->float_acc,
                100 * run->int8_acc, 100 * (run->int8_acc - run->float_acc));
+    if (qa->bn_reestimate > 0) {
+        if (run->reest_bns)
+            printf("bn re-estimation: %d BatchNorm%s on %lld samples (mean of the batch statistics, batches of %lld)\n",
+                   run->reest_bns, run->reest_bns == 1 ? "" : "s", (long long)run->reest_samples,
+                   (long long)qa->tr.c.batch);
+        else
+            printf("bn re-estimation: no BatchNorm to re-estimate\n");
+    }
     if (run->eq.eq_trial) {
         char line[160];
         qf_quant_eq_summary(&run->eq, line, sizeof line);
@@ -299,7 +322,7 @@ const qf_cli_command qf_cli_cmd_qat = {
     .usage = "qfold qat IN.onnx -o OUT.onnx --data X.npy --labels Y.npy [--val-data XV.npy --val-labels YV.npy]\n"
              "                 [--target neutron|generic] [--set RULE=VALUE ...] [--freeze-bn WHEN]\n"
              "                 [--freeze-observers WHEN] [--calib-count N] [--qat-bn approx|exact]\n"
-             "                 [--keep-qat QAT.onnx]\n"
+             "                 [--bn-reestimate N] [--keep-qat QAT.onnx]\n"
              "                 " QF_TR_USAGE_OPTIONS,
     .details =
         "Quantization-aware training of a float model with BatchNorm: fake-quantizes what the\n"
@@ -328,6 +351,12 @@ const qf_cli_command qf_cli_cmd_qat = {
         "                      (default); 0 / 0ep: from the start\n"
         "  --qat-bn approx|exact   the simulated fusion: PyTorch's (default) or the exact two-pass\n"
         "                      method for channels with gamma = 0 or a tiny running variance\n"
+        "  --bn-reestimate N   after training, before the fold: every BatchNorm's running statistics\n"
+        "                      re-estimated on the first N samples of --data (file order, batches\n"
+        "                      of --batch): the fake-quantized model's training forward with the\n"
+        "                      weights and observers fixed, the plain mean of the batch statistics\n"
+        "                      (as AIMET's reestimate_bn_stats; PyTorch's BN with momentum None);\n"
+        "                      0: off (default)\n"
         "  --keep-qat FILE     also write the training graph (Q/DQ pairs and the simulated fusion,\n"
         "                      in the form PyTorch exports a QAT model; the weights' trained range\n"
         "                      in metadata_props \"qfold.weight_range\" for qfold finalize; with\n"

@@ -157,11 +157,41 @@ qf_status qf_qat_finalize(qf_graph *g, const qf_qat_config *c, qf_pass_report **
 
 /* --- calibration ---------------------------------------------------------------------- */
 
+/* The first n samples of data and labels: views of the same rows (at most
+ * 16 inputs, as training takes). */
+typedef struct qat_rows {
+    qf_tensor views[16], lab;
+    const qf_tensor *ptrs[16];
+    qf_data_source src;
+} qat_rows;
+
+static void qat_first_rows(const qf_data_source *data, const qf_tensor *labels, int64_t n, qat_rows *r)
+{
+    for (int i = 0; i < data->ninputs; i++) {
+        const qf_tensor *d = data->inputs[i];
+        int64_t dims[QF_MAX_DIMS];
+        memcpy(dims, d->dims, sizeof dims);
+        dims[0] = n;
+        qf_tensor_view(&r->views[i], d->dtype, d->ndim, dims, d->data);
+        r->ptrs[i] = &r->views[i];
+    }
+    r->src = (qf_data_source){.ninputs = data->ninputs, .inputs = r->ptrs, .read = data->read, .ud = data->ud};
+    int64_t ldims[QF_MAX_DIMS];
+    memcpy(ldims, labels->dims, sizeof ldims);
+    if (labels->ndim >= 1 && ldims[0] > n) ldims[0] = n;
+    qf_tensor_view(&r->lab, labels->dtype, labels->ndim, ldims, labels->data);
+}
+
+static int64_t qat_samples(const qf_data_source *data)
+{
+    return data->ninputs >= 1 && data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
+}
+
 qf_status qf_qat_calibrate(qf_graph *g, const qf_data_source *data, const qf_tensor *labels, const qf_qat_config *c,
                            int64_t *samples)
 {
     if (samples) *samples = 0;
-    int64_t n = data->ninputs >= 1 && data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
+    int64_t n = qat_samples(data);
     if (c->calib_count < 0) return qf_error(QF_ERR_INVALID, "calibration: %lld samples", (long long)c->calib_count);
     if (c->calib_count < n) n = c->calib_count;
     if (n < 1) return QF_OK;
@@ -169,21 +199,8 @@ qf_status qf_qat_calibrate(qf_graph *g, const qf_data_source *data, const qf_ten
         return qf_error(QF_ERR_UNSUPPORTED, "calibration: the model has %d inputs, training takes 1 to 16",
                         data->ninputs);
     /* The first n samples: the same source with n rows. */
-    qf_tensor views[16], lab;
-    const qf_tensor *ptrs[16];
-    for (int i = 0; i < data->ninputs; i++) {
-        const qf_tensor *d = data->inputs[i];
-        int64_t dims[QF_MAX_DIMS];
-        memcpy(dims, d->dims, sizeof dims);
-        dims[0] = n;
-        qf_tensor_view(&views[i], d->dtype, d->ndim, dims, d->data);
-        ptrs[i] = &views[i];
-    }
-    qf_data_source first = {.ninputs = data->ninputs, .inputs = ptrs, .read = data->read, .ud = data->ud};
-    int64_t ldims[QF_MAX_DIMS];
-    memcpy(ldims, labels->dims, sizeof ldims);
-    if (labels->ndim >= 1 && ldims[0] > n) ldims[0] = n;
-    qf_tensor_view(&lab, labels->dtype, labels->ndim, ldims, labels->data);
+    qat_rows rows;
+    qat_first_rows(data, labels, n, &rows);
 
     qf_train_config tc = c->train;
     tc.epochs = 1;
@@ -192,9 +209,145 @@ qf_status qf_qat_calibrate(qf_graph *g, const qf_data_source *data, const qf_ten
     tc.on_step = NULL;
     tc.on_epoch = NULL;
     if (qf_qat_set_bn_frozen(g, true) < 0 || qf_qat_set_observe(g, true) < 0) return QF_ERR_NOMEM;
-    qf_status st = qf_train(g, &first, &lab, NULL, NULL, &tc, NULL);
+    qf_status st = qf_train(g, &rows.src, &rows.lab, NULL, NULL, &tc, NULL);
     qf_qat_set_bn_frozen(g, false);
     if (st != QF_OK) return qf_error_prefix(st, "calibration: ");
+    if (samples) *samples = n;
+    return QF_OK;
+}
+
+/* --- BatchNorm re-estimation -------------------------------------------------------- */
+
+/* The nodes that hold running statistics and update them in a training
+ * forward: BatchNormalization (the approximate form's, and a BN no conv
+ * owns) and the exact form's qat_bn_stats. */
+static bool qat_updates_stats(const qf_node *n)
+{
+    return n->op == QF_OP_BATCH_NORM || n->op == QF_OP_QAT_BN_STATS;
+}
+
+typedef struct qat_reest {
+    qf_graph *g;
+    qf_node **bn;
+    int nbn;
+} qat_reest;
+
+/* The momentum (ONNX's m: running = running·m + batch·(1 − m)) of the batch
+ * after k done: m = k / (k + 1) makes the running statistics after batch k
+ * the plain mean of the k batch statistics (k = 0: the first batch's
+ * statistics, the old ones forgotten), PyTorch's cumulative moving average
+ * (momentum None: factor 1 / num_batches_tracked). */
+static qf_status qat_reest_momentum(qat_reest *r, int64_t k)
+{
+    const float m = (float)((double)k / (double)(k + 1));
+    for (int i = 0; i < r->nbn; i++) QF_TRY(qf_node_set_attr_float(r->g, r->bn[i], "momentum", m));
+    return QF_OK;
+}
+
+static qf_status qat_reest_on_step(void *ud, qf_train_step_info *info)
+{
+    return qat_reest_momentum(ud, info->step);
+}
+
+qf_status qf_qat_bn_reestimate(qf_graph *g, const qf_data_source *data, const qf_tensor *labels,
+                               const qf_qat_config *c, int64_t count, int *bns, int64_t *samples)
+{
+    if (bns) *bns = 0;
+    if (samples) *samples = 0;
+    if (count < 0) return qf_error(QF_ERR_INVALID, "BN re-estimation: %lld samples", (long long)count);
+    int64_t n = qat_samples(data);
+    if (count < n) n = count;
+    /* A last batch of one sample has no batch variance (BatchNorm1d refuses
+     * it in training, as torch does): it is left out. */
+    const int64_t b = c->train.batch < n ? c->train.batch : n;
+    if (n > 1 && b > 1 && n % b == 1) n--;
+    if (data->ninputs > 16)
+        return qf_error(QF_ERR_UNSUPPORTED, "BN re-estimation: the model has %d inputs, training takes 1 to 16",
+                        data->ninputs);
+    qat_reest r = {.g = g};
+    qf_graph_for_each_node(g, nd) r.nbn += qat_updates_stats(nd);
+    if (n < 1 || r.nbn == 0) return QF_OK;
+    /* Each node's momentum and each fake_quant's observe, put back after. */
+    int nfq = 0;
+    qf_graph_for_each_node(g, nd) nfq += nd->op == QF_OP_FAKE_QUANT;
+    r.bn = qf_malloc(sizeof *r.bn * (size_t)r.nbn);
+    qf_attr *mom = qf_malloc(sizeof *mom * (size_t)r.nbn);
+    int64_t *obs = qf_malloc(sizeof *obs * (size_t)(nfq + 1));
+    float *avg = qf_malloc(sizeof *avg * (size_t)(nfq + 1));
+    qf_status st = r.bn && mom && obs && avg ? QF_OK : QF_ERR_NOMEM;
+    int i = 0, f = 0;
+    if (st == QF_OK) {
+        qf_graph_for_each_node(g, nd)
+        {
+            if (nd->op == QF_OP_FAKE_QUANT) {
+                avg[f] = qf_node_attr_float(nd, "averaging_constant", -1.0f);
+                obs[f++] = qf_node_attr_int(nd, "observe", -1);
+            }
+            if (!qat_updates_stats(nd)) continue;
+            const qf_attr *a = qf_node_attr(nd, "momentum");
+            mom[i] = a ? *a : (qf_attr){.name = NULL}; /* no name: none */
+            r.bn[i++] = nd;
+        }
+    }
+    /* Training mode, no optimizer step: the batch statistics of the
+     * fake-quantized model as trained; BatchNorm must not be frozen. The
+     * activations' observers stop: their scales stay what training learnt.
+     * A weight's fake_quant sees W·γ/sqrt(running_var + ε) (the simulated
+     * fold), which moves with the statistics re-estimated here, and the fold
+     * after puts the new ones into it: its observer follows the product at
+     * once (averaging constant 1: the min / max of this batch's W·s). With
+     * the trained moving average (0.01) its grid would lag and clamp a W·s
+     * whose statistics moved by much (running_var 10 times too large: the
+     * re-estimated variance off by 76 %). */
+    if (st == QF_OK && (qf_qat_set_bn_frozen(g, false) < 0 || qf_qat_set_observe(g, false) < 0)) st = QF_ERR_NOMEM;
+    qf_graph_for_each_node(g, nd)
+    {
+        if (st != QF_OK || nd->op != QF_OP_FAKE_QUANT || !qf_node_attr_int(nd, "weight", 0)) continue;
+        st = qf_node_set_attr_int(g, nd, "observe", 1);
+        if (st == QF_OK) st = qf_node_set_attr_float(g, nd, "averaging_constant", 1.0f);
+    }
+    if (st == QF_OK) st = qat_reest_momentum(&r, 0);
+    if (st == QF_OK) {
+        qat_rows rows;
+        qat_first_rows(data, labels, n, &rows);
+        qf_train_config tc = c->train;
+        tc.epochs = 1;
+        tc.shuffle = false;
+        tc.forward_only = true;
+        tc.on_step = qat_reest_on_step;
+        tc.on_epoch = NULL;
+        tc.ud = &r;
+        st = qf_train(g, &rows.src, &rows.lab, NULL, NULL, &tc, NULL);
+        if (st != QF_OK) st = qf_error_prefix(st, "BN re-estimation: ");
+    }
+    /* The attributes as they were (whatever happened: the graph goes on). */
+    if (obs && avg) {
+        f = 0;
+        qf_graph_for_each_node(g, nd)
+        {
+            if (nd->op != QF_OP_FAKE_QUANT) continue;
+            const int64_t o = obs[f];
+            const float ac = avg[f++];
+            if (o < 0) qf_node_remove_attr(nd, "observe");
+            else if (qf_node_set_attr_int(g, nd, "observe", o) != QF_OK && st == QF_OK) st = QF_ERR_NOMEM;
+            if (ac < 0) qf_node_remove_attr(nd, "averaging_constant");
+            else if (qf_node_set_attr_float(g, nd, "averaging_constant", ac) != QF_OK && st == QF_OK)
+                st = QF_ERR_NOMEM;
+        }
+    }
+    for (int k = 0; mom && k < i; k++) {
+        qf_status s2 = QF_OK;
+        if (!mom[k].name) qf_node_remove_attr(r.bn[k], "momentum");
+        else if (mom[k].type == QF_ATTR_FLOAT) s2 = qf_node_set_attr_float(g, r.bn[k], "momentum", mom[k].f);
+        else if (mom[k].type == QF_ATTR_INT) s2 = qf_node_set_attr_int(g, r.bn[k], "momentum", mom[k].i);
+        if (s2 != QF_OK && st == QF_OK) st = s2;
+    }
+    qf_free(avg);
+    qf_free(obs);
+    qf_free(mom);
+    qf_free(r.bn);
+    if (st != QF_OK) return st;
+    if (bns) *bns = r.nbn;
     if (samples) *samples = n;
     return QF_OK;
 }

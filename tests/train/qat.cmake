@@ -8,7 +8,7 @@
 qf_add_c_test(NAME unit_qat SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_qat.c LABELS unit train qat TIMEOUT 120)
 
 if(QF_PYTHON3 AND QF_NODE)
-  foreach(case int8 keep_qat torch_schedules exact help errors example)
+  foreach(case int8 keep_qat torch_schedules exact bn_reestimate bn_reestimate_fashion help errors example)
     add_test(NAME qat_cli_${case}
       COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_cli_test.py --qfold $<TARGET_FILE:qfold>
               --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/qat_cli ${case})

@@ -144,6 +144,7 @@ typedef struct qs_job {
     const qx_state *st;
     const float *y0, *b;
     float *mean, *var;
+    double m; /* the momentum, read at run time */
 } qs_job;
 
 /* Channels lo..hi-1: batch mean and unbiased variance of Y0 + b (each
@@ -153,7 +154,7 @@ static void qs_update_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const qs_job *j = ctx;
     const qx_state *st = j->st;
-    const double cnt = (double)(st->outer * st->inner), m = st->momentum;
+    const double cnt = (double)(st->outer * st->inner), m = j->m;
     for (int64_t c = lo; c < hi; c++) {
         const float bc = j->b ? j->b[c] : 0.0f;
         double s = 0.0, ss = 0.0;
@@ -190,9 +191,12 @@ static qf_status qf_qat_bn_stats_forward_f32(const qf_kernel_io *io)
                             "node '%s' (%s): training needs more than 1 value per channel (Y0 has %lld)", n->name,
                             qf_op_label(n), (long long)(st->outer * st->inner));
         /* In place, as BatchNormalization's training forward: the trainer
-         * made the running statistics writable. */
+         * made the running statistics writable. The momentum is read at run
+         * time, as BatchNormalization reads it: BN re-estimation after QAT
+         * (qf_qat_bn_reestimate) changes it between two steps of one plan. */
         qs_job j = {st, io->in[QS_Y0]->data, io->nin > QS_BIAS && io->in[QS_BIAS] ? io->in[QS_BIAS]->data : NULL,
-                    io->in[QS_MEAN]->data, io->in[QS_VAR]->data};
+                    io->in[QS_MEAN]->data, io->in[QS_VAR]->data,
+                    qf_node_attr_float(n, "momentum", (float)st->momentum)};
         qf_parallel_for(st->ch, qx_grain(st), qs_update_slice, &j);
     }
     memcpy(io->out[0]->data, io->in[QS_VAR]->data, sizeof(float) * (size_t)st->ch);
