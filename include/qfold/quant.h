@@ -493,16 +493,27 @@ typedef struct qf_quantize_result {
 
 #define QF_QUANT_EQ_SAMPLES 512
 #define QF_QUANT_EQ_MARGIN_DB 1.0     /* equalize=auto keeps per-tensor when the SQNR gains this much */
-#define QF_QUANT_EQ_ALL_MARGIN_DB 6.0 /* ... and all when it gains this much over the best other */
+#define QF_QUANT_EQ_ALL_MARGIN_DB 6.0 /* ... all when it gains this much (both over the model without;
+                                         of those that clear theirs, the best measured is kept) */
 #define QF_QUANT_EQ_ALL_BYTES ((size_t)32 << 20) /* all is tried on models with at most these weights */
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);
 /* "off", "per-tensor", "all", "auto": the --set equalize= spelling. */
 const char *qf_quant_eq_rule_name(qf_qequalize e);
+/* The margin over the model without equalization a rule needs to be kept
+ * by equalize=auto (QF_QUANT_EQ_MARGIN_DB, QF_QUANT_EQ_ALL_MARGIN_DB; 0 for
+ * off). */
+double qf_quant_eq_margin(qf_qequalize rule);
+/* The rule equalize=auto measured highest above the one it kept but refused
+ * (it missed its margin over the model without), QF_QEQ_OFF for none. */
+qf_qequalize qf_quant_eq_refused(const qf_quantize_result *r);
 /* The equalize=auto trial in one line for a summary: the rule kept and
  * every rule's output SQNR, e.g. "all kept: int8 outputs' SQNR 25.9 dB
- * (per-tensor 13.2, without 13.3)". */
+ * (per-tensor 13.2, without 13.3)", and a rule measured higher that was
+ * refused: "not kept: int8 outputs' SQNR 17.0 dB without (all 19.5,
+ * per-tensor 17.0); all refused: +2.5 dB over without, below its 6 dB margin
+ * (--set equalize=all keeps it)". 320 bytes hold it. */
 void qf_quant_eq_summary(const qf_quantize_result *r, char *buf, size_t n);
 void qf_quantize_result_free(qf_quantize_result *r);
 /* Whether the equalize pass, with profile p's rule (per-tensor or all),

@@ -245,7 +245,7 @@ static void qf_qat_summary(const qf_qat_args *qa, const qf_qat_run *run)
             printf("bn re-estimation: no BatchNorm to re-estimate\n");
     }
     if (run->eq.eq_trial) {
-        char line[160];
+        char line[320];
         qf_quant_eq_summary(&run->eq, line, sizeof line);
         printf("equalize: %s (PTQ trial)\n", line);
     }

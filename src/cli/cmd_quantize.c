@@ -194,7 +194,7 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
                    t->node ? t->node : "?", t->zero_channels, t->nch);
     }
     if (r->eq_trial) {
-        char line[160];
+        char line[320];
         qf_quant_eq_summary(r, line, sizeof line);
         printf("  equalize    %s\n", line);
     }
@@ -300,7 +300,17 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
             qf_qz_json_num(b, r->eq_sqnr[k]);
             sep = ", ";
         }
-        qf_strbuf_puts(b, "}}");
+        /* A rule measured higher than the one kept: refused, below its
+         * margin over the model without equalization. */
+        const qf_qequalize x = qf_quant_eq_refused(r);
+        qf_strbuf_puts(b, "}, \"refused\": ");
+        if (x != QF_QEQ_OFF) {
+            qf_strbuf_printf(b, "{\"rule\": \"%s\", \"over_without_db\": ", qf_quant_eq_rule_name(x));
+            qf_qz_json_num(b, r->eq_sqnr[x] - r->eq_sqnr[QF_QEQ_OFF]);
+            qf_strbuf_printf(b, ", \"margin_db\": %g}}", qf_quant_eq_margin(x));
+        } else {
+            qf_strbuf_puts(b, "null}");
+        }
     } else {
         qf_strbuf_puts(b, "null");
     }

@@ -423,10 +423,12 @@ static size_t qz_weight_bytes(const qf_graph *g)
 }
 
 /* One candidate of the trial: a copy of the float model `ref` quantized with
- * `rule`, its graph outputs' SQNR measured on the first samples; the better
- * of it and the model in g (SQNR *best, rule *kept) stays in g and out. */
+ * `rule`, its graph outputs' SQNR measured on the first samples; it replaces
+ * the model in g (SQNR *best, rule *kept) in g and out when it measures
+ * higher and clears the rule's margin over the model without equalization
+ * (out->eq_sqnr[QF_QEQ_OFF]). */
 static qf_status qz_eq_try(qf_graph *g, qf_graph *ref, const qf_data_source *data, const qf_quantize_options *opt,
-                           const qf_quant_profile *p, qf_qequalize rule, double margin, const char *pass,
+                           const qf_quant_profile *p, qf_qequalize rule, const char *pass,
                            qf_quantize_result *out, qf_qequalize *kept, double *best)
 {
     qf_quant_profile pc = *p;
@@ -442,7 +444,7 @@ static qf_status qz_eq_try(qf_graph *g, qf_graph *ref, const qf_data_source *dat
         out->eq_sqnr[rule] = db;
         out->eq_tried[rule] = true;
         double cal = out->calibrate_ms + r.calibrate_ms, conv = out->convert_ms + r.convert_ms;
-        if (db > *best && db >= *best + margin) {
+        if (db > *best && db >= out->eq_sqnr[QF_QEQ_OFF] + qf_quant_eq_margin(rule)) {
             qz_swap_graphs(g, c);
             qf_quantize_result t = *out;
             *out = r;
@@ -483,7 +485,12 @@ static qf_status qz_quantize(qf_graph *g, const qf_data_source *data,
      * bundled CNN it gains 5.0 dB yet loses 0.08 point with neutron and 0.4
      * point (below PyTorch) with generic; on a CNN whose block channels are
      * scaled apart (tests/ref/fx_qat.py --spread 8) it gains 12.6 dB and wins
-     * back 2.2 points. That trial runs only on models of at most
+     * back 2.2 points. Of the candidates that clear their margin over the
+     * model without equalization, the one measured best is kept: all over
+     * per-tensor when all measures higher (a depthwise-separable CNN with
+     * both kinds of pair skewed: per-tensor alone leaves its depthwise pairs
+     * unbalanced); a rule measured higher that misses its margin is named in
+     * the summary (qf_quant_eq_summary). That trial runs only on models of at most
      * QF_QUANT_EQ_ALL_BYTES of weights (the size the Neutron NPU runs): above,
      * it would double the calibration of every CNN with a conv pair. */
     QF_TRY(qf_quant_register_passes());
@@ -512,11 +519,11 @@ static qf_status qz_quantize(qf_graph *g, const qf_data_source *data,
     }
     if (st == QF_OK && n_pt) {
         snprintf(label, sizeof label, "equalize=auto trial %d/%d: equalize per-tensor", pass++, npasses);
-        st = qz_eq_try(g, ref, data, opt, p, QF_QEQ_PER_TENSOR, QF_QUANT_EQ_MARGIN_DB, label, out, &kept, &best);
+        st = qz_eq_try(g, ref, data, opt, p, QF_QEQ_PER_TENSOR, label, out, &kept, &best);
     }
     if (st == QF_OK && n_all > n_pt) {
         snprintf(label, sizeof label, "equalize=auto trial %d/%d: equalize all", pass++, npasses);
-        st = qz_eq_try(g, ref, data, opt, p, QF_QEQ_ALL, QF_QUANT_EQ_ALL_MARGIN_DB, label, out, &kept, &best);
+        st = qz_eq_try(g, ref, data, opt, p, QF_QEQ_ALL, label, out, &kept, &best);
     }
     if (st == QF_OK) {
         out->eq_trial = true;
@@ -551,6 +558,23 @@ const char *qf_quant_eq_rule_name(qf_qequalize e)
     return "?";
 }
 
+double qf_quant_eq_margin(qf_qequalize rule)
+{
+    return rule == QF_QEQ_ALL ? QF_QUANT_EQ_ALL_MARGIN_DB : rule == QF_QEQ_PER_TENSOR ? QF_QUANT_EQ_MARGIN_DB : 0.0;
+}
+
+qf_qequalize qf_quant_eq_refused(const qf_quantize_result *r)
+{
+    if (!r->eq_trial) return QF_QEQ_OFF;
+    const int k = r->eq_rule <= QF_QEQ_ALL ? (int)r->eq_rule : QF_QEQ_OFF;
+    int refused = QF_QEQ_OFF;
+    for (int j = QF_QEQ_PER_TENSOR; j <= QF_QEQ_ALL; j++) {
+        if (j == k || !r->eq_tried[j] || r->eq_sqnr[j] <= r->eq_sqnr[k]) continue;
+        if (refused == QF_QEQ_OFF || r->eq_sqnr[j] > r->eq_sqnr[refused]) refused = j;
+    }
+    return (qf_qequalize)refused;
+}
+
 void qf_quant_eq_summary(const qf_quantize_result *r, char *buf, size_t n)
 {
     int k = r->eq_rule <= QF_QEQ_ALL ? (int)r->eq_rule : QF_QEQ_OFF;
@@ -564,7 +588,14 @@ void qf_quant_eq_summary(const qf_quantize_result *r, char *buf, size_t n)
                       j == QF_QEQ_OFF ? "without" : qf_quant_eq_rule_name((qf_qequalize)j), r->eq_sqnr[j]);
         sep = ", ";
     }
-    if (w >= 0 && (size_t)w < n) snprintf(buf + w, n - (size_t)w, ")");
+    if (w >= 0 && (size_t)w < n) w += snprintf(buf + w, n - (size_t)w, ")");
+    /* A rule measured higher than the one kept missed its margin over the
+     * model without equalization: say so, and how to have it anyway. */
+    const qf_qequalize x = qf_quant_eq_refused(r);
+    if (x != QF_QEQ_OFF && w >= 0 && (size_t)w < n)
+        snprintf(buf + w, n - (size_t)w, "; %s refused: %+.1f dB over without, below its %.0f dB margin "
+                 "(--set equalize=%s keeps it)", qf_quant_eq_rule_name(x), r->eq_sqnr[x] - r->eq_sqnr[QF_QEQ_OFF],
+                 qf_quant_eq_margin(x), qf_quant_eq_rule_name(x));
 }
 
 qf_status qf_quant_equalize_choose(const qf_graph *g, const qf_data_source *data, int64_t max_samples,
