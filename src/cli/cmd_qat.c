@@ -77,8 +77,8 @@ static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
             qa->exact = strcmp(v, "exact") == 0;
         } else if (qf_cli_args_value(&a, "--bn-reestimate", NULL, &v)) {
             if (a.failed) break;
-            if (!qf_tr_int(v, 0, INT64_MAX, &k))
-                return qf_cli_value_error(cmd, "--bn-reestimate takes a number of samples >= 0, got '%s'", v);
+            if (!qf_tr_int(v, 1, INT64_MAX, &k))
+                return qf_cli_value_error(cmd, "--bn-reestimate takes a number of samples >= 1, got '%s'", v);
             qa->bn_reestimate = k;
         } else if (qf_cli_args_value(&a, "--keep-qat", NULL, &v)) {
             qa->keep_qat = v;
@@ -356,7 +356,7 @@ const qf_cli_command qf_cli_cmd_qat = {
         "                      of --batch): the fake-quantized model's training forward with the\n"
         "                      weights and observers fixed, the plain mean of the batch statistics\n"
         "                      (as AIMET's reestimate_bn_stats; PyTorch's BN with momentum None);\n"
-        "                      0: off (default)\n"
+        "                      N >= 1 (default: off)\n"
         "  --keep-qat FILE     also write the training graph (Q/DQ pairs and the simulated fusion,\n"
         "                      in the form PyTorch exports a QAT model; the weights' trained range\n"
         "                      in metadata_props \"qfold.weight_range\" for qfold finalize; with\n"

@@ -433,10 +433,11 @@ def case_bn_reestimate():
     check("bn re-estimation" not in out, "a re-estimation line without the option")
     for i, (mu, var) in enumerate(bn_stats(work("bnre_t0.onnx"))):
         check(float(np.min(var / ref["var%d" % i])) > 1.5, "BN %d: statistics restored without --bn-reestimate" % i)
-    # A bad value: named, nothing written.
-    _, _, err = qfold("qat", work("bnre.onnx"), "-o", work("bad.onnx"), "--bn-reestimate", "-3", *common, expect=2)
-    error_line(err, "--bn-reestimate", "'-3'")
-    check(not os.path.exists(work("bad.onnx")), "output written after a bad --bn-reestimate")
+    # A bad value (none, negative, not a number): one line naming it, nothing written.
+    for bad in ("0", "-3", "many", "2.5"):
+        _, _, err = qfold("qat", work("bnre.onnx"), "-o", work("bad.onnx"), "--bn-reestimate", bad, *common, expect=2)
+        error_line(err, "--bn-reestimate", "'%s'" % bad)
+        check(not os.path.exists(work("bad.onnx")), "output written after --bn-reestimate %s" % bad)
 
 
 def case_bn_reestimate_fashion():
@@ -445,7 +446,13 @@ def case_bn_reestimate_fashion():
     without: the int8 model's top-1 on 2000 test images is not worse with it
     (measured, seeds 1-3: +0.15 to +0.85 point), and with --freeze-bn 16
     (the statistics frozen half way, stale for the weights after) it wins
-    back most of the loss (+1.45 to +1.95 points; float 89.55 %)."""
+    back most of the loss (+1.45 to +1.95 points; float 89.55 %). With it
+    the int8 model lands within a point of float (measured, seed 1: 0.80
+    point under without a schedule, 0.50 with --freeze-bn 16; PTQ equals
+    float on these images; at PyTorch QAT's budget of train_qat_fashion,
+    4,000 images, seeds 7-9, 5,000 test images: 0.18-0.36 point under with
+    N = 512, 0.08-0.12 with N = 4000, 0.18-0.22 without, PyTorch FX QAT
+    0.26-0.48)."""
     sys.path.insert(0, root("examples", "fashion_mnist"))
     from train import load
     xt, yt = load("train")
@@ -459,10 +466,13 @@ def case_bn_reestimate_fashion():
         for name, extra in (("with", ("--bn-reestimate", 512)), ("without", ())):
             _, out, _ = qfold("qat", root("examples", "fashion_mnist", "fashion_cnn.onnx"), "-o",
                               work("f_%s.onnx" % name), *extra, *sched, *common)
-            got = re.search(r"int8 ([\d.]+) % after", out)
+            got = re.search(r"float ([\d.]+) % before, int8 ([\d.]+) % after", out)
             check(got, "no accuracy line:\n" + out)
-            acc[name] = float(got.group(1))
-        print("%s: int8 top-1 with %.2f %%, without %.2f %%" % (sched or "no schedule", acc["with"], acc["without"]))
+            fl, acc[name] = float(got.group(1)), float(got.group(2))
+        print("%s: int8 top-1 with %.2f %%, without %.2f %% (float %.2f %%)"
+              % (sched or "no schedule", acc["with"], acc["without"], fl))
+        check(acc["with"] >= fl - 1.0, "%s: int8 top-1 %.2f %% with --bn-reestimate, float %.2f %%"
+              % (sched or "no schedule", acc["with"], fl))
         check(acc["with"] >= acc["without"] + gain, "%s: int8 top-1 %.2f %% with --bn-reestimate, %.2f %% without"
               % (sched or "no schedule", acc["with"], acc["without"]))
 
