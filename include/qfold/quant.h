@@ -621,7 +621,8 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count);
 typedef struct qf_quantize_model_options {
     qf_quantize_options quantize; /* profile, batch, max_samples, progress */
     int64_t sqnr_samples;         /* 0: QF_QUANTIZE_MODEL_SQNR_SAMPLES; < 0: no SQNR */
-    bool local_sqnr;              /* each layer's local SQNR too (qf_quant_measure_sqnr_ex) */
+    bool no_local_sqnr;           /* skip the local SQNR (measured by default: one more run of the
+                                   * int8 model over the SQNR samples, qf_quant_measure_sqnr_ex) */
     const char *name;             /* the model in messages; NULL: "the model" */
 } qf_quantize_model_options;
 typedef struct qf_quantize_model_result {
@@ -629,6 +630,10 @@ typedef struct qf_quantize_model_result {
     qf_quantize_result quant;
     qf_quant_sqnr *sqnr; /* worst first (NaN last) */
     int nsqnr;
+    /* the indices in sqnr of the (at most 3) worst local SQNRs, worst first:
+     * the layers whose own quantization loses the most */
+    int worst_local[3];
+    int nworst_local;
     double passes_ms, sqnr_ms; /* wall times of the ptq pipeline and the SQNR measurement */
 } qf_quantize_model_result;
 /* true when g has a QuantizeLinear or DequantizeLinear node. */

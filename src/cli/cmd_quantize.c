@@ -28,7 +28,7 @@ typedef struct qf_qz_args {
     const char *sets[QF_QZ_MAX_SETS];
     int nsets;
     int64_t count, batch;
-    bool verify, debug_layers;
+    bool verify;
     qf_cli_exclude exclude;
 } qf_qz_args;
 
@@ -80,8 +80,6 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
             if (a.failed) break;
             int rc = qf_cli_exclude_add(a.cmd, &qa->exclude, v);
             if (rc != QF_EXIT_OK) return rc;
-        } else if (qf_cli_args_flag(&a, "--debug-layers", NULL)) {
-            qa->debug_layers = true;
         } else if (qf_cli_args_flag(&a, "--verify", NULL)) {
             qa->verify = true;
         } else if (!qa->in && qf_cli_args_positional(&a, &v)) {
@@ -249,29 +247,19 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
     for (int i = 0; i < r->nleft_float && i < 10; i++)
         printf("    %s '%s': %s\n", r->left_float[i].op, r->left_float[i].name, r->left_float[i].reason);
     if (r->nleft_float > 10) printf("    ... %d more in the report\n", r->nleft_float - 10);
-    if (s->m.nsqnr && !qa->debug_layers) {
-        printf("  lowest SQNR (int8 model vs float, per layer output):\n");
-        for (int i = 0; i < s->m.nsqnr && i < 5; i++)
-            printf("    %-40s %6.1f dB\n", s->m.sqnr[i].name, s->m.sqnr[i].sqnr_db);
-    } else if (s->m.nsqnr) {
-        /* --debug-layers: the local SQNR (the layer alone quantized, its
-         * inputs float) next to the cumulative one, and the three layers
-         * whose own quantization loses the most */
-        printf("  lowest SQNR (int8 model vs float, per layer output; local: that layer alone quantized):\n");
+    if (s->m.nsqnr) {
+        /* cumulative: the int8 model against the float one; local: the layer
+         * alone quantized, its inputs the float model's (a layer that loses
+         * accuracy has both low, the layers after it only the cumulative) */
+        printf("  lowest SQNR (int8 model vs float, per layer output; local: that layer alone in int8):\n");
         printf("    %-40s %10s %8s\n", "", "cumulative", "local");
         for (int i = 0; i < s->m.nsqnr && i < 5; i++)
             printf("    %-40s %7.1f dB %5.1f dB\n", s->m.sqnr[i].name, s->m.sqnr[i].sqnr_db, s->m.sqnr[i].local_db);
-        int worst[3] = {-1, -1, -1};
-        for (int k = 0; k < 3; k++)
-            for (int i = 0; i < s->m.nsqnr; i++) {
-                if (isnan(s->m.sqnr[i].local_db) || i == worst[0] || i == worst[1]) continue;
-                if (worst[k] < 0 || s->m.sqnr[i].local_db < s->m.sqnr[worst[k]].local_db) worst[k] = i;
-            }
-        printf("  worst local SQNR:");
-        for (int k = 0; k < 3 && worst[k] >= 0; k++)
-            printf("%s %s %.1f dB (cumulative %.1f)", k ? "," : "", s->m.sqnr[worst[k]].name,
-                   s->m.sqnr[worst[k]].local_db, s->m.sqnr[worst[k]].sqnr_db);
-        printf("\n");
+    }
+    for (int k = 0; k < s->m.nworst_local; k++) {
+        const qf_quant_sqnr *w = &s->m.sqnr[s->m.worst_local[k]];
+        printf("%s %s %.1f dB (cumulative %.1f)%s", k ? "," : "  worst local SQNR:", w->name, w->local_db, w->sqnr_db,
+               k + 1 == s->m.nworst_local ? "\n" : "");
     }
     /* Every phase, adding up to the total: calibrate is every calibration
      * (equalize=auto's trials run one each), equalize the rest of the
@@ -398,11 +386,14 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
         qf_strbuf_json_string(b, s->m.sqnr[i].name);
         qf_strbuf_puts(b, ", \"db\": ");
         qf_qz_json_num(b, s->m.sqnr[i].sqnr_db);
-        if (qa->debug_layers) {
-            qf_strbuf_puts(b, ", \"local_db\": ");
-            qf_qz_json_num(b, s->m.sqnr[i].local_db);
-        }
+        qf_strbuf_puts(b, ", \"local_db\": ");
+        qf_qz_json_num(b, s->m.sqnr[i].local_db);
         qf_strbuf_puts(b, "}");
+    }
+    qf_strbuf_puts(b, "],\n  \"worst_local_sqnr\": [");
+    for (int k = 0; k < s->m.nworst_local; k++) {
+        qf_strbuf_puts(b, k ? ", " : "");
+        qf_strbuf_json_string(b, s->m.sqnr[s->m.worst_local[k]].name);
     }
     qf_strbuf_puts(b, "]");
 }
@@ -422,7 +413,7 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     s->t_load = qf_clock_seconds() * 1e3 - t0;
     qf_quantize_model_options mo = {.quantize = {.profile = p, .batch = qa->batch, .max_samples = qa->count,
                                                  .exclude = qa->exclude.entries, .nexclude = qa->exclude.n},
-                                    .name = qa->in, .local_sqnr = qa->debug_layers};
+                                    .name = qa->in};
     if (isatty(STDERR_FILENO)) mo.quantize.progress = qf_qz_progress;
     QF_TRY(qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m));
     return qf_cli_exclude_record(s->g, s->m.quant.left_float, s->m.quant.nleft_float);

@@ -784,6 +784,16 @@ static qf_status qz_pairs(qf_graph *ref, qf_graph *q, bool outputs_only, qz_sqnr
         r->pairs[r->npairs] = (qz_pair){.ref_id = fv->id, .q_id = d->id, .moves = qz_moves(n->inputs[0]->producer)};
         r->by_ref[fv->id] = r->by_q[d->id] = (uint32_t)++r->npairs;
     }
+    /* A graph output left in float (an excluded last layer) is compared as
+     * it is: its cumulative SQNR is what the model loses there. */
+    for (int i = 0; i < q->noutputs && r->npairs < q->nnodes; i++) {
+        const qf_value *d = q->outputs[i], *fv = qf_graph_find_value(ref, d->name);
+        if (!d->producer || d->producer->op == QF_OP_DEQUANTIZE || d->type.dtype != QF_DTYPE_F32 || r->by_q[d->id] ||
+            !fv || !fv->producer || fv->type.dtype != QF_DTYPE_F32 || r->by_ref[fv->id])
+            continue;
+        r->pairs[r->npairs] = (qz_pair){.ref_id = fv->id, .q_id = d->id};
+        r->by_ref[fv->id] = r->by_q[d->id] = (uint32_t)++r->npairs;
+    }
     r->res = qf_calloc((size_t)(r->npairs ? r->npairs : 1), sizeof *r->res);
     if (!r->res) return QF_ERR_NOMEM;
     for (int k = 0; k < r->npairs; k++) {

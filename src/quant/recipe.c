@@ -1,6 +1,7 @@
 /* The quantize recipe (qfold/quant.h, qf_quantize_model): the steps of
  * `qfold quantize` between reading the files and writing them, so that a
  * program gets the same model and the same figures from one call. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,24 @@ static int qf_recipe_by_sqnr(const void *a, const void *b)
 {
     double x = ((const qf_quant_sqnr *)a)->sqnr_db, y = ((const qf_quant_sqnr *)b)->sqnr_db;
     return (x > y) - (x < y);
+}
+
+/* out->worst_local: the three lowest finite local SQNRs (an op that only
+ * moves int8 values, or a float one, adds no error of its own: +inf). */
+static void qf_recipe_worst_local(qf_quantize_model_result *out)
+{
+    out->nworst_local = 0;
+    for (int k = 0; k < 3; k++) {
+        int w = -1;
+        for (int i = 0; i < out->nsqnr; i++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= out->worst_local[j] == i;
+            if (taken || !isfinite(out->sqnr[i].local_db)) continue;
+            if (w < 0 || out->sqnr[i].local_db < out->sqnr[w].local_db) w = i;
+        }
+        if (w < 0) break;
+        out->worst_local[out->nworst_local++] = w;
+    }
 }
 
 /* The excluded nodes that the ptq passes left (names / from compacted in
@@ -112,8 +131,9 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
          * QF_QUANT_SQNR_BYTES. */
         int64_t batch = o.quantize.batch ? o.quantize.batch : 32;
         if (st == QF_OK)
-            st = qf_quant_measure_sqnr_ex(ref, g, data, batch, n, o.local_sqnr, &out->sqnr, &out->nsqnr);
+            st = qf_quant_measure_sqnr_ex(ref, g, data, batch, n, !o.no_local_sqnr, &out->sqnr, &out->nsqnr);
         if (st == QF_OK) qsort(out->sqnr, (size_t)out->nsqnr, sizeof *out->sqnr, qf_recipe_by_sqnr);
+        if (st == QF_OK) qf_recipe_worst_local(out);
         out->sqnr_ms = (qf_clock_seconds() - t2 + (t0 - tc)) * 1e3;
     }
     qf_graph_free(ref);
