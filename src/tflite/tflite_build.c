@@ -91,8 +91,9 @@ qf_status qf_tfl_refuse(qf_tfl_ex *e, const qf_node *n, const char *fmt, ...)
     const char *name = qf_tfl_node_name(e, n);
     if (tfl_user_excluded(e->g, name))
         return qf_error(QF_ERR_UNSUPPORTED,
-                        "tflite export: node '%s' (%s): %s; it was excluded by the user (`qfold quantize "
-                        "--exclude` kept it in float): quantize without excluding it to export",
+                        "tflite export: node '%s' (%s): %s; it was excluded by the user (the --exclude of "
+                        "`qfold quantize` or `qfold qat` kept it in float): quantize without excluding it "
+                        "to export",
                         name, op, why);
     return qf_error(QF_ERR_UNSUPPORTED, "tflite export: node '%s' (%s): %s", name, op, why);
 }
