@@ -517,14 +517,17 @@ const qf_cli_command qf_cli_cmd_quantize = {
     .summary = "post-training int8 quantization for a target: fold, calibrate, write an ONNX QDQ model",
     .usage = "qfold quantize IN.onnx -o OUT.onnx --calib X.npy [--calib X2.npy ...] [--target neutron|generic]\n"
              "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--report R.json]\n"
-             "                      [--verify]",
+             "                      [--exclude NAME|OPTYPE[,...]] [--verify]",
     .details =
         "Folds BatchNorm (pipeline ptq), annotates the graph with the target's int8 patterns,\n"
         "runs the calibration data through it to observe every quantized tensor's range,\n"
         "then writes an ONNX QDQ model (opset >= 13): int8 weights and int32 biases behind\n"
         "DequantizeLinear, QuantizeLinear -> DequantizeLinear on activations. Prints what\n"
         "was quantized, the ops left in float with the reason, and the layers whose int8\n"
-        "output is furthest from the float one (SQNR on up to 128 calibration samples).\n"
+        "output is furthest from the float one (SQNR on up to 128 calibration samples):\n"
+        "cumulative (the whole int8 model) and local (that layer alone in int8, its inputs\n"
+        "the float model's), and the three worst local ones: the layer that loses accuracy\n"
+        "has a low local SQNR, the layers after it that only inherit the loss a good one.\n"
         "An output name ending in .tflite gets the int8 TFLite model instead (as `qfold\n"
         "export` writes it from the QDQ model; not with --verify).\n\n"
         "options:\n"
@@ -550,10 +553,17 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       of two activations with zero point 0 on both inputs)\n"
         "  --calib-count N      use the first N samples only\n"
         "  --batch B            samples per calibration run (default 32)\n"
+        "  --exclude NAME|OPTYPE[,...]  keep these nodes in float (node names or ONNX op types\n"
+        "                       of the model as given, e.g. /head/Gemm or Gemm; repeatable),\n"
+        "                       between DequantizeLinear and QuantizeLinear; listed as left\n"
+        "                       in float, reason \"excluded\" (report and metadata\n"
+        "                       qfold.excluded); an entry matching no node is an error.\n"
+        "                       `qfold export` refuses such a node (a float island)\n"
         "  --verify             load the written model back and check that it computes what the\n"
         "                       quantized graph computes (first calibration samples); nothing\n"
         "                       is written when it does not\n"
         "  --report FILE        a JSON report: the passes, every tensor's scale, zero point and\n"
-        "                       observed range, the ops left in float, per-layer SQNR\n",
+        "                       observed range, the ops left in float, per-layer SQNR\n"
+        "                       (db: cumulative, local_db: local; worst_local_sqnr)\n",
     .fn = qf_cli_quantize,
 };
