@@ -246,6 +246,36 @@ typedef struct qf_quant_annotation {
 
 /* Annotate g (sorted, shapes inferred) for profile p. Nothing in g changes. */
 qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out);
+/* The same with nodes kept in float whatever the profile takes (`qfold
+ * quantize --exclude`): a node is excluded when its name or its op type
+ * (qf_op_label: the ONNX op_type, qfold's name for an internal op) is one
+ * of exclude[0 .. nexclude-1]. An excluded node gets no quantization of its
+ * own (its constant weights stay float, nothing fuses into it or it into a
+ * neighbour); a quantized neighbour still quantizes the values it shares
+ * with it, so it sits between DequantizeLinear and QuantizeLinear as any
+ * float island. It is listed in skips with the reason "excluded". An entry
+ * that matches no node is QF_ERR_INVALID naming it. qat: as
+ * qf_quant_annotate_qat. */
+typedef struct qf_quant_annotate_options {
+    bool qat;
+    const char *const *exclude;
+    int nexclude;
+} qf_quant_annotate_options;
+qf_status qf_quant_annotate_ex(const qf_graph *g, const qf_quant_profile *p, const qf_quant_annotate_options *o,
+                               qf_quant_annotation **out);
+/* The reason of an excluded node in skips / left_float. */
+#define QF_QUANT_EXCLUDED "excluded"
+/* The names of the nodes of g (as loaded, before any pass) that `entries`
+ * exclude (a node name or an op type each, as qf_quant_annotate_ex matches
+ * them), for a caller whose passes change op types before annotation
+ * (canonicalize makes a Gemm qfold's internal `linear`, keeping its name):
+ * *names (each and the array from qf_malloc; qf_quant_exclude_free), *from
+ * the index of the entry each came from (may be NULL). An entry matching no
+ * node is QF_ERR_INVALID: "exclude: 'X' is neither the name nor the op type
+ * of a node of <model>" (model: NULL = "the model"). */
+qf_status qf_quant_exclude_resolve(const qf_graph *g, const char *const *entries, int nentries, const char *model,
+                                   char ***names, int **from, int *count);
+void qf_quant_exclude_free(char **names, int *from, int count);
 /* The same for QAT: a BatchNormalization that is the only reader of a conv /
  * linear belongs to its pattern (nothing quantized between the op and the
  * BN; the BN's output is what the ReLU fusion or the observer sees), as the
@@ -343,6 +373,8 @@ qf_status qf_quant_convert(qf_graph *g, const qf_quant_annotation *a, const qf_q
  * travels in qf_pass_options.user as a qf_quant_session. */
 typedef struct qf_quant_session {
     const qf_quant_profile *profile;     /* in: the target */
+    const char *const *exclude;          /* in: nodes kept in float (qf_quant_annotate_ex), may be NULL */
+    int nexclude;
     qf_quant_annotation *annotation;     /* set by quant_annotate (owned by the session) */
     qf_quant_calib *calib;               /* in, for quant_convert: calibrated (owned by the session) */
     qf_quant_convert_stats stats;        /* set by quant_convert */
@@ -410,6 +442,10 @@ typedef struct qf_quant_finalize_weight {
  * int8 range its weights were trained with, "QMIN,QMAX" (e.g. "-127,127"):
  * the file's Q/DQ pairs can only say int8's [-128, 127]. */
 #define QF_QUANT_WEIGHT_RANGE_KEY "qfold.weight_range"
+/* The metadata_props key under which `qfold quantize` / `qfold qat` record
+ * the nodes they kept in float because --exclude named them, one node name
+ * a line: the TFLite export refuses such a node with that reason. */
+#define QF_QUANT_EXCLUDED_KEY "qfold.excluded"
 
 typedef struct qf_quant_finalize_session {
     /* in: the range the weights were trained with (weight_range set: the
@@ -454,6 +490,13 @@ typedef struct qf_quantize_options {
      * except at observed values): the same statistics up to float rounding,
      * slower; tests compare the two. */
     bool plain_calibration;
+    /* Nodes kept in float (`--exclude`): node names or op types of g as
+     * qf_quantize gets it (qf_quant_annotate_ex); qf_quantize_model takes
+     * them on the model as loaded (qf_quant_exclude_resolve) and gives
+     * qf_quantize the names of the nodes they match. Each is in left_float
+     * with the reason QF_QUANT_EXCLUDED. */
+    const char *const *exclude;
+    int nexclude;
 } qf_quantize_options;
 
 
@@ -544,10 +587,28 @@ typedef struct qf_quant_sqnr {
     char *name;
     double sqnr_db;
     double signal, noise;          /* the two sums */
+    /* The local SQNR (qf_quant_measure_sqnr_ex with local; else NaN): the
+     * same comparison when the layer that writes the value is the only one
+     * quantized, its inputs float (see below). */
+    double local_db;
+    double local_noise;            /* its noise sum (its signal is `signal`) */
 } qf_quant_sqnr;
 
 qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
                                 int64_t max_samples, qf_quant_sqnr **out, int *count);
+/* The same, with `local`: each value's local SQNR too, from one more run of
+ * q per batch in which every dequantized activation that has a float value
+ * in ref (and every quantized graph input) is replaced, right after its
+ * DequantizeLinear, by the float model's value (the input's data): each
+ * layer of q (the nodes between its inputs' DequantizeLinear and its
+ * output's QuantizeLinear: a conv with its fused ReLU, a pool, an Add...)
+ * then computes on the float model's inputs with its own int8 weights, its
+ * own arithmetic and its output's quantization, and its output is compared
+ * with the float model's. A layer that loses accuracy is told apart from
+ * the layers after it that only inherit the loss: their cumulative SQNR is
+ * low, their local SQNR is not. Costs one more run of q per batch. */
+qf_status qf_quant_measure_sqnr_ex(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
+                                   int64_t max_samples, bool local, qf_quant_sqnr **out, int *count);
 void qf_quant_sqnr_free(qf_quant_sqnr *s, int count);
 
 /* --- the quantize recipe: what `qfold quantize` does, in one call ------------
@@ -571,6 +632,8 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count);
 typedef struct qf_quantize_model_options {
     qf_quantize_options quantize; /* profile, batch, max_samples, progress */
     int64_t sqnr_samples;         /* 0: QF_QUANTIZE_MODEL_SQNR_SAMPLES; < 0: no SQNR */
+    bool no_local_sqnr;           /* skip the local SQNR (measured by default: one more run of the
+                                   * int8 model over the SQNR samples, qf_quant_measure_sqnr_ex) */
     const char *name;             /* the model in messages; NULL: "the model" */
 } qf_quantize_model_options;
 typedef struct qf_quantize_model_result {
@@ -578,6 +641,10 @@ typedef struct qf_quantize_model_result {
     qf_quantize_result quant;
     qf_quant_sqnr *sqnr; /* worst first (NaN last) */
     int nsqnr;
+    /* the indices in sqnr of the (at most 3) worst local SQNRs, worst first:
+     * the layers whose own quantization loses the most */
+    int worst_local[3];
+    int nworst_local;
     double passes_ms, sqnr_ms; /* wall times of the ptq pipeline and the SQNR measurement */
 } qf_quantize_model_result;
 /* true when g has a QuantizeLinear or DequantizeLinear node. */

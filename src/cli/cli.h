@@ -133,6 +133,26 @@ char *qf_cli_bytes(unsigned long long v, char *buf, size_t size);
  * (quantize.c: `qfold quantize` and `qfold qat`). */
 struct qf_quant_profile;
 int qf_cli_quant_profile(const char *target, const char *const *sets, int nsets, struct qf_quant_profile *p);
+/* --exclude NAME|OPTYPE[,...] (repeatable; quantize.c: `qfold quantize` and
+ * `qfold qat`): every entry of every occurrence, in order, in entries[]
+ * (pointing into copies held by the struct; qf_cli_exclude_free). */
+#define QF_CLI_MAX_EXCLUDE 256
+typedef struct qf_cli_exclude {
+    const char *entries[QF_CLI_MAX_EXCLUDE];
+    int n;
+    char *copies[QF_CLI_MAX_EXCLUDE];
+    int ncopies;
+} qf_cli_exclude;
+/* Adds the entries of one --exclude value; a usage error (printed) for an
+ * empty entry or too many. */
+int qf_cli_exclude_add(const qf_cli_command *cmd, qf_cli_exclude *x, const char *value);
+void qf_cli_exclude_free(qf_cli_exclude *x);
+/* Records the left_float nodes excluded (reason QF_QUANT_EXCLUDED) of a
+ * quantization in g's metadata_props QF_QUANT_EXCLUDED_KEY (nothing when
+ * there is none). */
+struct qf_graph;
+struct qf_quant_float_node;
+qf_status qf_cli_exclude_record(struct qf_graph *g, const struct qf_quant_float_node *left, int nleft);
 /* The Neutron-ready passes' lines in report r (NULL: none): per pass of the
  * pipelines neutron / neutron_qdq that ran, its rewrites and skips and the
  * first skip reasons (target_passes.c). */

@@ -1,6 +1,7 @@
 /* qfold qat IN.onnx -o OUT.onnx --data X.npy --labels Y.npy [--val-data XV.npy --val-labels YV.npy]
  *           [--target neutron|generic] [--set RULE=VALUE ...] [--freeze-bn WHEN] [--freeze-observers WHEN]
- *           [--calib-count N] [--qat-bn approx|exact] [--bn-reestimate N] [--keep-qat QAT.onnx]
+ *           [--calib-count N] [--qat-bn approx|exact] [--bn-reestimate N]
+ *           [--exclude NAME|OPTYPE[,...]] [--keep-qat QAT.onnx]
  *           [every option of qfold train]
  *
  * Quantization-aware training of a float model with BatchNorm (qfold/qat.h):
@@ -35,6 +36,7 @@ typedef struct qf_qat_args {
     qf_qat_when freeze_bn, freeze_observers;
     int64_t calib_count;
     int64_t bn_reestimate; /* samples; 0: off */
+    qf_cli_exclude exclude;
 } qf_qat_args;
 
 static int qf_qat_when_arg(const qf_cli_command *cmd, const char *opt, const char *v, qf_qat_when *w)
@@ -80,6 +82,9 @@ static int qf_qat_parse(int argc, char **argv, qf_qat_args *qa)
             if (!qf_tr_int(v, 1, INT64_MAX, &k))
                 return qf_cli_value_error(cmd, "--bn-reestimate takes a number of samples >= 1, got '%s'", v);
             qa->bn_reestimate = k;
+        } else if (qf_cli_args_value(&a, "--exclude", NULL, &v)) {
+            if (a.failed) break;
+            if ((rc = qf_cli_exclude_add(cmd, &qa->exclude, v)) != QF_EXIT_OK) return rc;
         } else if (qf_cli_args_value(&a, "--keep-qat", NULL, &v)) {
             qa->keep_qat = v;
         } else {
@@ -143,6 +148,9 @@ static qf_status qf_qat_keep(const qf_graph *g, const qf_quant_profile *p, qf_cl
     return st;
 }
 
+struct qf_qat_run;
+static qf_status qf_qat_record_excluded(qf_graph *g, const struct qf_qat_run *run);
+
 typedef struct qf_qat_run {
     qf_qat_config q;
     qf_quant_profile profile;
@@ -157,7 +165,24 @@ typedef struct qf_qat_run {
     int failed_write;            /* the output whose write failed (a full disk), else -1 */
     qf_quantize_result eq;       /* equalize=auto: the PTQ trial that decided it */
     qf_pass_report *prepare_rep, *finalize_rep; /* the Neutron-ready passes' lines come from them */
+    char **excluded;             /* --exclude: the nodes it names in the model as loaded */
+    int nexcluded;
 } qf_qat_run;
+
+/* The excluded nodes the int8 model still has (a BatchNormalization folds
+ * away), in metadata QF_QUANT_EXCLUDED_KEY as `quantize` records them. */
+static qf_status qf_qat_record_excluded(qf_graph *g, const qf_qat_run *run)
+{
+    qf_quant_float_node *left = qf_calloc((size_t)run->nexcluded + 1, sizeof *left);
+    if (!left) return QF_ERR_NOMEM;
+    int n = 0;
+    for (int i = 0; i < run->nexcluded; i++)
+        if (qf_graph_find_node(g, run->excluded[i]))
+            left[n++] = (qf_quant_float_node){.name = run->excluded[i], .reason = (char *)QF_QUANT_EXCLUDED};
+    qf_status st = qf_cli_exclude_record(g, left, n);
+    qf_free(left);
+    return st;
+}
 
 static int qf_qat_fake_quants(const qf_graph *g)
 {
@@ -172,6 +197,13 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
 {
     qf_graph *g = s->g;
     const bool val = qa->tr.nval > 0;
+    /* --exclude: resolved on the model as loaded (canonicalize makes a Gemm
+     * `linear`); quant_qat_insert leaves those nodes without fake_quants of
+     * their own, so they stay float in the int8 model */
+    QF_TRY(qf_quant_exclude_resolve(g, qa->exclude.entries, qa->exclude.n, qa->tr.in, &run->excluded, NULL,
+                                    &run->nexcluded));
+    run->sess.exclude = (const char *const *)run->excluded;
+    run->sess.nexclude = run->nexcluded;
     if (val) QF_TRY(qf_qat_top1(g, s, qa->tr.c.batch, "the float model", &run->float_acc));
     /* equalize=auto: cross-layer equalization before QAT when it helps PTQ
      * on the calibration samples (a quantized copy decides; qat_prepare's
@@ -208,6 +240,7 @@ static qf_status qf_qat_work(qf_qat_args *qa, qf_tr_state *s, qf_qat_run *run, q
         if (st != QF_OK) return run->failed_write >= 0 ? st : qf_error_prefix(st, "--keep-qat: ");
     }
     QF_TRY(qf_qat_finalize(g, &run->q, &run->finalize_rep));
+    QF_TRY(qf_qat_record_excluded(g, run));
     const char *tmp = NULL;
     /* A write that fails (a full disk) is reported as `train` reports it:
      * naming the output, exit 1. */
@@ -251,6 +284,8 @@ static void qf_qat_summary(const qf_qat_args *qa, const qf_qat_run *run)
     }
     qf_cli_target_passes_print(stdout, run->prepare_rep);
     qf_cli_target_passes_print(stdout, run->finalize_rep);
+    for (int i = 0; i < run->nexcluded; i++)
+        printf("%s '%s'%s", i ? "," : "left float (excluded):", run->excluded[i], i + 1 == run->nexcluded ? "\n" : "");
     if (qa->keep_qat) printf("training graph written to %s\n", qa->keep_qat);
 }
 
@@ -273,6 +308,7 @@ static int qf_cli_qat(int argc, char **argv)
     if (rc == QF_EXIT_OK && qa.keep_qat) rc = qf_qat_need("--keep-qat", false, "qat_export");
     if (rc != QF_EXIT_OK) {
         qf_tr_args_free(&qa.tr);
+        qf_cli_exclude_free(&qa.exclude);
         return rc;
     }
     qf_cli_outputs out;
@@ -313,6 +349,8 @@ done:
     qf_quantize_result_free(&run.eq);
     qf_pass_report_free(run.prepare_rep);
     qf_pass_report_free(run.finalize_rep);
+    qf_quant_exclude_free(run.excluded, NULL, run.nexcluded);
+    qf_cli_exclude_free(&qa.exclude);
     return rc;
 }
 
@@ -322,7 +360,7 @@ const qf_cli_command qf_cli_cmd_qat = {
     .usage = "qfold qat IN.onnx -o OUT.onnx --data X.npy --labels Y.npy [--val-data XV.npy --val-labels YV.npy]\n"
              "                 [--target neutron|generic] [--set RULE=VALUE ...] [--freeze-bn WHEN]\n"
              "                 [--freeze-observers WHEN] [--calib-count N] [--qat-bn approx|exact]\n"
-             "                 [--bn-reestimate N] [--keep-qat QAT.onnx]\n"
+             "                 [--bn-reestimate N] [--exclude NAME|OPTYPE[,...]] [--keep-qat QAT.onnx]\n"
              "                 " QF_TR_USAGE_OPTIONS,
     .details =
         "Quantization-aware training of a float model with BatchNorm: fake-quantizes what the\n"
@@ -338,6 +376,8 @@ const qf_cli_command qf_cli_cmd_qat = {
         "options:\n"
         "  --target NAME       neutron (default: NXP eIQ Neutron's scheme) or generic\n"
         "  --set RULE=VALUE    override one rule of the target (see qfold help quantize)\n"
+        "  --exclude NAME|OPTYPE[,...]   keep these nodes (node names or ONNX op types) in float,\n"
+        "                      no fake_quants of their own (see qfold help quantize)\n"
         "  --calib-count N     samples (the first N of --data, file order) the observers see before\n"
         "                      training (default 256; 0: none, the first training step initializes\n"
         "                      them, as PyTorch's prepare_qat_fx does); training-mode forwards\n"

@@ -29,6 +29,7 @@ typedef struct qf_qz_args {
     int nsets;
     int64_t count, batch;
     bool verify;
+    qf_cli_exclude exclude;
 } qf_qz_args;
 
 /* Everything the command holds, released in one place. */
@@ -75,6 +76,10 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
                 return qf_cli_value_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
         } else if (qf_cli_args_value(&a, "--report", NULL, &v)) {
             qa->report = v;
+        } else if (qf_cli_args_value(&a, "--exclude", NULL, &v)) {
+            if (a.failed) break;
+            int rc = qf_cli_exclude_add(a.cmd, &qa->exclude, v);
+            if (rc != QF_EXIT_OK) return rc;
         } else if (qf_cli_args_flag(&a, "--verify", NULL)) {
             qa->verify = true;
         } else if (!qa->in && qf_cli_args_positional(&a, &v)) {
@@ -119,6 +124,44 @@ int qf_cli_quant_profile(const char *target, const char *const *sets, int nsets,
         if (st != QF_OK) return qf_cli_error(QF_EXIT_USAGE, "--set: %s", qf_error_message());
     }
     return QF_EXIT_OK;
+}
+
+int qf_cli_exclude_add(const qf_cli_command *cmd, qf_cli_exclude *x, const char *value)
+{
+    if (x->ncopies == QF_CLI_MAX_EXCLUDE) return qf_cli_usage_error(cmd, "more than %d --exclude", QF_CLI_MAX_EXCLUDE);
+    char *c = qf_strdup(value);
+    if (!c) return qf_cli_fail(QF_ERR_NOMEM);
+    x->copies[x->ncopies++] = c;
+    for (char *e = c;;) {
+        char *comma = strchr(e, ',');
+        if (comma) *comma = 0;
+        if (!*e) return qf_cli_usage_error(cmd, "--exclude '%s': an empty node name or op type", value);
+        if (x->n == QF_CLI_MAX_EXCLUDE)
+            return qf_cli_usage_error(cmd, "--exclude: more than %d entries", QF_CLI_MAX_EXCLUDE);
+        x->entries[x->n++] = e;
+        if (!comma) break;
+        e = comma + 1;
+    }
+    return QF_EXIT_OK;
+}
+
+void qf_cli_exclude_free(qf_cli_exclude *x)
+{
+    for (int i = 0; i < x->ncopies; i++) qf_free(x->copies[i]);
+    x->ncopies = x->n = 0;
+}
+
+qf_status qf_cli_exclude_record(qf_graph *g, const qf_quant_float_node *left, int nleft)
+{
+    qf_strbuf b = {0};
+    for (int i = 0; i < nleft; i++) {
+        if (strcmp(left[i].reason, QF_QUANT_EXCLUDED) != 0) continue;
+        if (b.len) qf_strbuf_puts(&b, "\n");
+        qf_strbuf_puts(&b, left[i].name);
+    }
+    qf_status st = b.oom ? QF_ERR_NOMEM : b.len ? qf_onnx_metadata_set(g, QF_QUANT_EXCLUDED_KEY, b.p) : QF_OK;
+    qf_strbuf_free(&b);
+    return st;
 }
 
 /* Calibration file i for graph input v (t: its dtype and shape): a batch
@@ -205,9 +248,18 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         printf("    %s '%s': %s\n", r->left_float[i].op, r->left_float[i].name, r->left_float[i].reason);
     if (r->nleft_float > 10) printf("    ... %d more in the report\n", r->nleft_float - 10);
     if (s->m.nsqnr) {
-        printf("  lowest SQNR (int8 model vs float, per layer output):\n");
+        /* cumulative: the int8 model against the float one; local: the layer
+         * alone quantized, its inputs the float model's (a layer that loses
+         * accuracy has both low, the layers after it only the cumulative) */
+        printf("  lowest SQNR (int8 model vs float, per layer output; local: that layer alone in int8):\n");
+        printf("    %-40s %10s %8s\n", "", "cumulative", "local");
         for (int i = 0; i < s->m.nsqnr && i < 5; i++)
-            printf("    %-40s %6.1f dB\n", s->m.sqnr[i].name, s->m.sqnr[i].sqnr_db);
+            printf("    %-40s %7.1f dB %5.1f dB\n", s->m.sqnr[i].name, s->m.sqnr[i].sqnr_db, s->m.sqnr[i].local_db);
+    }
+    for (int k = 0; k < s->m.nworst_local; k++) {
+        const qf_quant_sqnr *w = &s->m.sqnr[s->m.worst_local[k]];
+        printf("%s %s %.1f dB (cumulative %.1f)%s", k ? "," : "  worst local SQNR:", w->name, w->local_db, w->sqnr_db,
+               k + 1 == s->m.nworst_local ? "\n" : "");
     }
     /* Every phase, adding up to the total: calibrate is every calibration
      * (equalize=auto's trials run one each), equalize the rest of the
@@ -344,7 +396,14 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
         qf_strbuf_json_string(b, s->m.sqnr[i].name);
         qf_strbuf_puts(b, ", \"db\": ");
         qf_qz_json_num(b, s->m.sqnr[i].sqnr_db);
+        qf_strbuf_puts(b, ", \"local_db\": ");
+        qf_qz_json_num(b, s->m.sqnr[i].local_db);
         qf_strbuf_puts(b, "}");
+    }
+    qf_strbuf_puts(b, "],\n  \"worst_local_sqnr\": [");
+    for (int k = 0; k < s->m.nworst_local; k++) {
+        qf_strbuf_puts(b, k ? ", " : "");
+        qf_strbuf_json_string(b, s->m.sqnr[s->m.worst_local[k]].name);
     }
     qf_strbuf_puts(b, "]");
 }
@@ -356,12 +415,18 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     double t0 = qf_clock_seconds() * 1e3;
     QF_TRY(qf_onnx_load(qa->in, &s->g));
     QF_TRY(qf_quantize_model_check(s->g, qa->in)); /* before the data is read */
+    char **names = NULL;
+    int nnames = 0;
+    QF_TRY(qf_quant_exclude_resolve(s->g, qa->exclude.entries, qa->exclude.n, qa->in, &names, NULL, &nnames));
+    qf_quant_exclude_free(names, NULL, nnames);
     QF_TRY(qf_qz_load_data(qa, s));
     s->t_load = qf_clock_seconds() * 1e3 - t0;
-    qf_quantize_model_options mo = {.quantize = {.profile = p, .batch = qa->batch, .max_samples = qa->count},
+    qf_quantize_model_options mo = {.quantize = {.profile = p, .batch = qa->batch, .max_samples = qa->count,
+                                                 .exclude = qa->exclude.entries, .nexclude = qa->exclude.n},
                                     .name = qa->in};
     if (isatty(STDERR_FILENO)) mo.quantize.progress = qf_qz_progress;
-    return qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m);
+    QF_TRY(qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m));
+    return qf_cli_exclude_record(s->g, s->m.quant.left_float, s->m.quant.nleft_float);
 }
 
 #define QF_QZ_VERIFY_SAMPLES 8
@@ -401,11 +466,15 @@ static int qf_cli_quantize(int argc, char **argv)
     int rc = qf_qz_parse(argc, argv, &qa);
     qf_quant_profile p;
     if (rc == QF_EXIT_OK) rc = qf_cli_quant_profile(qa.target, qa.sets, qa.nsets, &p);
-    if (rc != QF_EXIT_OK) return rc;
+    if (rc != QF_EXIT_OK) {
+        qf_cli_exclude_free(&qa.exclude);
+        return rc;
+    }
     qf_cli_outputs out;
     qf_cli_outputs_init(&out);
     if ((rc = qf_qz_outputs(&qa, &out)) != QF_EXIT_OK) {
         qf_cli_outputs_free(&out);
+        qf_cli_exclude_free(&qa.exclude);
         return rc;
     }
     qf_qz_state s = {0};
@@ -449,6 +518,7 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_npy_source_free(s.src);
     for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_npy_close(s.files[i]);
     qf_graph_free(s.g);
+    qf_cli_exclude_free(&qa.exclude);
     return rc;
 }
 
@@ -457,14 +527,17 @@ const qf_cli_command qf_cli_cmd_quantize = {
     .summary = "post-training int8 quantization for a target: fold, calibrate, write an ONNX QDQ model",
     .usage = "qfold quantize IN.onnx -o OUT.onnx --calib X.npy [--calib X2.npy ...] [--target neutron|generic]\n"
              "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--report R.json]\n"
-             "                      [--verify]",
+             "                      [--exclude NAME|OPTYPE[,...]] [--verify]",
     .details =
         "Folds BatchNorm (pipeline ptq), annotates the graph with the target's int8 patterns,\n"
         "runs the calibration data through it to observe every quantized tensor's range,\n"
         "then writes an ONNX QDQ model (opset >= 13): int8 weights and int32 biases behind\n"
         "DequantizeLinear, QuantizeLinear -> DequantizeLinear on activations. Prints what\n"
         "was quantized, the ops left in float with the reason, and the layers whose int8\n"
-        "output is furthest from the float one (SQNR on up to 128 calibration samples).\n"
+        "output is furthest from the float one (SQNR on up to 128 calibration samples):\n"
+        "cumulative (the whole int8 model) and local (that layer alone in int8, its inputs\n"
+        "the float model's), and the three worst local ones: the layer that loses accuracy\n"
+        "has a low local SQNR, the layers after it that only inherit the loss a good one.\n"
         "An output name ending in .tflite gets the int8 TFLite model instead (as `qfold\n"
         "export` writes it from the QDQ model; not with --verify).\n\n"
         "options:\n"
@@ -492,10 +565,17 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       of two activations with zero point 0 on both inputs)\n"
         "  --calib-count N      use the first N samples only\n"
         "  --batch B            samples per calibration run (default 32)\n"
+        "  --exclude NAME|OPTYPE[,...]  keep these nodes in float (node names or ONNX op types\n"
+        "                       of the model as given, e.g. /head/Gemm or Gemm; repeatable),\n"
+        "                       between DequantizeLinear and QuantizeLinear; listed as left\n"
+        "                       in float, reason \"excluded\" (report and metadata\n"
+        "                       qfold.excluded); an entry matching no node is an error.\n"
+        "                       `qfold export` refuses such a node (a float island)\n"
         "  --verify             load the written model back and check that it computes what the\n"
         "                       quantized graph computes (first calibration samples); nothing\n"
         "                       is written when it does not\n"
         "  --report FILE        a JSON report: the passes, every tensor's scale, zero point and\n"
-        "                       observed range, the ops left in float, per-layer SQNR\n",
+        "                       observed range, the ops left in float, per-layer SQNR\n"
+        "                       (db: cumulative, local_db: local; worst_local_sqnr)\n",
     .fn = qf_cli_quantize,
 };

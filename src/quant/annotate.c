@@ -21,6 +21,7 @@
 
 #include "op_quant.h"
 #include "qfold/quant.h"
+#include "qfold/schema.h"
 
 typedef struct ann {
     const qf_graph *g;
@@ -28,6 +29,8 @@ typedef struct ann {
     qf_quant_annotation *a;
     bool *fused; /* by node id: an activation whose producer conv/linear fused it, or (QAT) its BN */
     bool qat;    /* QAT: a conv / linear's BatchNorm belongs to its pattern */
+    const qf_quant_annotate_options *o;
+    bool *excluded; /* by node id: kept in float (--exclude) */
 } ann;
 
 uint32_t qf_quant_group(qf_quant_annotation *a, uint32_t v)
@@ -64,6 +67,7 @@ static bool is_f32_const(const qf_value *v) { return is_f32(v) && qf_value_is_co
 /* How n is quantized: its row's pattern, when the profile takes its op. */
 static qf_qpattern pattern_of(const ann *c, const qf_node *n)
 {
+    if (c->excluded[n->id]) return QF_QPAT_NONE;
     return qf_quant_profile_takes(c->p, n->op) ? qf_op_quant_get(n->op)->pattern : QF_QPAT_NONE;
 }
 
@@ -237,7 +241,7 @@ static void producer_output(ann *c, const qf_node *n)
 {
     const qf_value *y = n->outputs[0];
     if (c->qat && y->nuses == 1 && !y->is_output && y->uses[0].slot == 0 &&
-        y->uses[0].node->op == QF_OP_BATCH_NORM) {
+        y->uses[0].node->op == QF_OP_BATCH_NORM && !c->excluded[y->uses[0].node->id]) {
         c->fused[y->uses[0].node->id] = true;
         y = y->uses[0].node->outputs[0];
     }
@@ -364,6 +368,7 @@ static qf_status ann_node(ann *c, const qf_node *n)
     const qf_value *x = n->ninputs > 0 ? n->inputs[0] : NULL;
     const qf_value *y = n->noutputs > 0 ? n->outputs[0] : NULL;
     if (n->op == QF_OP_BATCH_NORM && c->fused[n->id]) return QF_OK; /* QAT: its producer's pattern */
+    if (c->excluded[n->id]) return ann_skip(c, n, QF_QUANT_EXCLUDED);
     switch (pattern_of(c, n)) {
     case QF_QPAT_NONE: {
         /* Only ops on float tensors are worth a line: shape arithmetic is not. */
@@ -432,9 +437,30 @@ void qf_quant_annotation_free(qf_quant_annotation *a)
     qf_free(a);
 }
 
-static qf_status annotate(const qf_graph *g, const qf_quant_profile *p, bool qat, qf_quant_annotation **out)
+static bool exclude_match(const qf_node *n, const char *e) { return !strcmp(n->name, e) || !strcmp(qf_op_label(n), e); }
+
+/* excluded[n->id] for every node an entry names (by name or op type); an
+ * entry that names none is an error. */
+static qf_status mark_excluded(const qf_graph *g, const qf_quant_annotate_options *o, bool *excluded)
+{
+    for (int i = 0; i < o->nexclude; i++) {
+        bool any = false;
+        for (const qf_node *n = g->first; n; n = n->next)
+            if (exclude_match(n, o->exclude[i])) any = excluded[n->id] = true;
+        if (!any)
+            return qf_error(QF_ERR_INVALID,
+                            "exclude: '%s' is neither the name nor the op type of a node of the graph being "
+                            "quantized (after the folds and the target's passes)",
+                            o->exclude[i]);
+    }
+    return QF_OK;
+}
+
+static qf_status annotate(const qf_graph *g, const qf_quant_profile *p, const qf_quant_annotate_options *o,
+                          qf_quant_annotation **out)
 {
     *out = NULL;
+    const bool qat = o->qat;
     qf_quant_annotation *a = qf_calloc(1, sizeof *a);
     if (!a) return QF_ERR_NOMEM;
     size_t nv = (size_t)(g->nvalues ? g->nvalues : 1);
@@ -442,16 +468,19 @@ static qf_status annotate(const qf_graph *g, const qf_quant_profile *p, bool qat
     a->spec = qf_calloc(nv, sizeof *a->spec);
     a->parent = qf_malloc(sizeof *a->parent * nv);
     bool *fused = qf_calloc((size_t)g->next_node_id + 1, sizeof *fused);
-    if (!a->spec || !a->parent || !fused) {
+    bool *excluded = qf_calloc((size_t)g->next_node_id + 1, sizeof *excluded);
+    if (!a->spec || !a->parent || !fused || !excluded) {
         qf_free(fused);
+        qf_free(excluded);
         qf_quant_annotation_free(a);
         return QF_ERR_NOMEM;
     }
     for (size_t i = 0; i < nv; i++) a->parent[i] = (uint32_t)i;
-    ann c = {g, p, a, fused, qat};
-    qf_status st = QF_OK;
+    ann c = {g, p, a, fused, qat, o, excluded};
+    qf_status st = mark_excluded(g, o, excluded);
     for (const qf_node *n = g->first; n && st == QF_OK; n = n->next) st = ann_node(&c, n);
     qf_free(fused);
+    qf_free(excluded);
     if (st != QF_OK) {
         qf_quant_annotation_free(a);
         return st;
@@ -462,12 +491,59 @@ static qf_status annotate(const qf_graph *g, const qf_quant_profile *p, bool qat
 
 qf_status qf_quant_annotate(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out)
 {
-    return annotate(g, p, false, out);
+    return annotate(g, p, &(qf_quant_annotate_options){0}, out);
 }
 
 qf_status qf_quant_annotate_qat(const qf_graph *g, const qf_quant_profile *p, qf_quant_annotation **out)
 {
-    return annotate(g, p, true, out);
+    return annotate(g, p, &(qf_quant_annotate_options){.qat = true}, out);
+}
+
+qf_status qf_quant_annotate_ex(const qf_graph *g, const qf_quant_profile *p, const qf_quant_annotate_options *o,
+                               qf_quant_annotation **out)
+{
+    return annotate(g, p, o ? o : &(qf_quant_annotate_options){0}, out);
+}
+
+void qf_quant_exclude_free(char **names, int *from, int count)
+{
+    for (int i = 0; names && i < count; i++) qf_free(names[i]);
+    qf_free(names);
+    qf_free(from);
+}
+
+qf_status qf_quant_exclude_resolve(const qf_graph *g, const char *const *entries, int nentries, const char *model,
+                                   char ***names, int **from, int *count)
+{
+    *names = NULL;
+    *count = 0;
+    if (from) *from = NULL;
+    size_t cap = (size_t)g->nnodes * (size_t)(nentries > 0 ? nentries : 1) + 1;
+    char **nm = qf_calloc(cap, sizeof *nm);
+    int *fr = qf_calloc(cap, sizeof *fr);
+    int k = 0;
+    qf_status st = nm && fr ? QF_OK : QF_ERR_NOMEM;
+    for (int i = 0; i < nentries && st == QF_OK; i++) {
+        bool any = false;
+        for (const qf_node *n = g->first; n && st == QF_OK; n = n->next) {
+            if (!exclude_match(n, entries[i])) continue;
+            any = true;
+            fr[k] = i;
+            if (!(nm[k++] = qf_strdup(n->name))) st = QF_ERR_NOMEM;
+        }
+        if (st == QF_OK && !any)
+            st = qf_error(QF_ERR_INVALID, "exclude: '%s' is neither the name nor the op type of a node of %s",
+                          entries[i], model ? model : "the model");
+    }
+    if (st != QF_OK) {
+        qf_quant_exclude_free(nm, fr, k);
+        return st;
+    }
+    *names = nm;
+    *count = k;
+    if (from) *from = fr;
+    else qf_free(fr);
+    return QF_OK;
 }
 
 static const char *observer_name(qf_observer_kind k)
@@ -550,7 +626,9 @@ static qf_status quant_annotate_run(qf_graph *g, qf_pass_ctx *ctx, bool *changed
     QF_TRY(unshare_biases(g, ctx, s->profile, changed));
     qf_quant_annotation_free(s->annotation);
     s->annotation = NULL;
-    QF_TRY(qf_quant_annotate(g, s->profile, &s->annotation));
+    QF_TRY(qf_quant_annotate_ex(g, s->profile,
+                                &(qf_quant_annotate_options){.exclude = s->exclude, .nexclude = s->nexclude},
+                                &s->annotation));
     for (int i = 0; i < s->annotation->nskips; i++)
         qf_pass_skip(ctx, s->annotation->skips[i].node, "left in float: %s", s->annotation->skips[i].reason);
     return QF_OK;

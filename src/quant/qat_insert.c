@@ -139,7 +139,9 @@ static qf_status quant_qat_insert_run(qf_graph *g, qf_pass_ctx *ctx, bool *chang
         return qf_error(QF_ERR_INVALID, "pass 'quant_qat_insert' needs a quantization session (qfold qat)");
     qf_quant_annotation_free(s->annotation);
     s->annotation = NULL;
-    QF_TRY(qf_quant_annotate_qat(g, s->profile, &s->annotation));
+    QF_TRY(qf_quant_annotate_ex(
+        g, s->profile, &(qf_quant_annotate_options){.qat = true, .exclude = s->exclude, .nexclude = s->nexclude},
+        &s->annotation));
     qf_quant_annotation *a = s->annotation;
     for (int i = 0; i < a->nskips; i++) qf_pass_skip(ctx, a->skips[i].node, "left in float: %s", a->skips[i].reason);
     int made = 0;

@@ -301,7 +301,7 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
         if (g->values[i]) g->values[i]->store = 0;
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
-    qf_quant_session sess = {.profile = p};
+    qf_quant_session sess = {.profile = p, .exclude = opt->exclude, .nexclude = opt->nexclude};
     qf_pass_options po = {.verify = true, .user = &sess};
     qf_status st =
         qf_pipeline_run(g, p->neutron_passes ? "quantize_prepare_neutron" : "quantize_prepare", &po, &out->prepare);
@@ -624,16 +624,24 @@ typedef struct qz_pair {
     float *buf;      /* the reference tensor of the current batch, NCHW */
     size_t bytes, cap;
     bool have;
+    bool moves;      /* written by an op that only moves int8 values on its input's qparams */
 } qz_pair;
 
 typedef struct qz_sqnr_run {
     qz_pair *pairs;
     int npairs;
     uint32_t *by_ref, *by_q;  /* value id -> pair index + 1 (0: none) */
+    uint32_t *by_qin;         /* q's value id -> 1 + the graph input its Q -> DQ dequantizes (0: none) */
     uint32_t nref, nq;
     double *part;             /* per piece: signal, noise */
     size_t part_cap;
     qf_quant_sqnr *res;
+    /* the local SQNR: q runs a second time per batch (local_pass), each
+     * paired DQ's output compared, then replaced by the float value */
+    bool local, local_pass;
+    const qf_data_source *data;
+    const void *const *rows;  /* the batch's rows of each graph input */
+    int64_t count;            /* ... and how many */
 } qz_sqnr_run;
 
 /* buf with room for `bytes` (NULL: out of memory; the old buffer is then
@@ -694,15 +702,39 @@ static void qz_cmp_body(void *ctx, int64_t lo, int64_t hi)
     }
 }
 
+/* A graph input's float data in place of its DequantizeLinear's output t
+ * (the local pass): the batch's rows, a padded batch's extra rows repeating
+ * the last sample as the batcher pads them. */
+static void qz_input_float(const qz_sqnr_run *r, int in, const qf_tensor *t)
+{
+    const qf_tensor *d = r->data->inputs[in];
+    size_t row = d->ndim >= 1 ? (size_t)qf_shape_numel(d->ndim - 1, d->dims + 1) * qf_dtype_size(d->dtype) : 0;
+    size_t bytes = qf_tensor_nbytes(t);
+    if (d->dtype != QF_DTYPE_F32 || !row || !r->count || bytes % row) return;
+    size_t have = (size_t)r->count * row, at = 0;
+    char *dst = t->data;
+    for (; at + row <= bytes; at += row) {
+        size_t from = at < have ? at : have - row;
+        memcpy(dst + at, (const char *)r->rows[in] + from, row);
+    }
+}
+
 /* The quantized model runs plain (NCHW, nothing fused: its convolutions
  * read weights computed at run time, which run on the reference kernels
  * anyway, and a plain plan has no reorders around them); each paired value
- * is compared with the reference's of the same batch as it is written. */
+ * is compared with the reference's of the same batch as it is written. In
+ * the local pass the DequantizeLinear's output is then overwritten with the
+ * reference's value (the plan hook may: later steps read what it leaves),
+ * so that every layer computes on float inputs. */
 static qf_status qz_q_hook(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
 {
     qz_sqnr_run *r = ud;
     for (int i = 0; i < nout; i++) {
         uint32_t id = n->outputs[i]->id;
+        if (r->local_pass && id < r->nq && r->by_qin[id]) {
+            qz_input_float(r, (int)r->by_qin[id] - 1, outs[i]);
+            continue;
+        }
         if (id >= r->nq || !r->by_q[id]) continue;
         int k = (int)r->by_q[id] - 1;
         qz_pair *pr = &r->pairs[k];
@@ -715,12 +747,42 @@ static qf_status qz_q_hook(void *ud, const qf_node *n, const qf_tensor *const *o
         qz_cmp c = {pr->buf, outs[i]->data, ne, part};
         qf_parallel_for(pieces, 1, qz_cmp_body, &c);
         for (int64_t j = 0; j < pieces; j++) {
-            r->res[k].signal += part[2 * j];
-            r->res[k].noise += part[2 * j + 1];
+            if (r->local_pass) {
+                if (!pr->moves) r->res[k].local_noise += part[2 * j + 1];
+            } else {
+                r->res[k].signal += part[2 * j];
+                r->res[k].noise += part[2 * j + 1];
+            }
         }
-        pr->have = false;
+        if (r->local_pass) memcpy(outs[i]->data, pr->buf, bytes);
+        if (r->local_pass || !r->local) pr->have = false;
     }
     return QF_OK;
+}
+
+/* Whether two scalar qparams constants (scale or zero point) are equal. */
+static bool qz_same_const(const qf_value *a, const qf_value *b)
+{
+    if (a == b) return true;
+    if (!a || !b || !qf_value_is_const(a) || !qf_value_is_const(b) || qf_tensor_numel(&a->type) != 1 ||
+        qf_tensor_numel(&b->type) != 1)
+        return false;
+    return qf_tensor_get_f64(&a->type, 0) == qf_tensor_get_f64(&b->type, 0);
+}
+
+/* Whether the value Q node qn quantizes is written by an op that moves
+ * int8 values (MaxPool, Reshape, Flatten, Transpose, ...) from a
+ * DequantizeLinear of the same qparams: in int8 it adds no error, so its
+ * local SQNR is infinite (measured on float inputs it would repeat its
+ * input's rounding). */
+static bool qz_moves(const qf_node *qn)
+{
+    const qf_node *p = qn->inputs[0] ? qn->inputs[0]->producer : NULL;
+    if (!p || !qf_quant_op_passes_qparams(p->op) || p->ninputs < 1 || !p->inputs[0]) return false;
+    const qf_node *dq = p->inputs[0]->producer;
+    if (!dq || dq->op != QF_OP_DEQUANTIZE || dq->ninputs < 2 || qn->ninputs < 2) return false;
+    const qf_value *zq = qn->ninputs > 2 ? qn->inputs[2] : NULL, *zd = dq->ninputs > 2 ? dq->inputs[2] : NULL;
+    return qz_same_const(qn->inputs[1], dq->inputs[1]) && (zq == zd || qz_same_const(zq, zd));
 }
 
 /* Pair every Q -> DQ of q with the float value of ref it stands for: the Q's
@@ -732,19 +794,34 @@ static qf_status qz_pairs(qf_graph *ref, qf_graph *q, bool outputs_only, qz_sqnr
     r->nq = (uint32_t)q->nvalues;
     r->by_ref = qf_calloc(r->nref ? r->nref : 1, sizeof *r->by_ref);
     r->by_q = qf_calloc(r->nq ? r->nq : 1, sizeof *r->by_q);
+    r->by_qin = qf_calloc(r->nq ? r->nq : 1, sizeof *r->by_qin);
     r->pairs = qf_calloc((size_t)(q->nnodes ? q->nnodes : 1), sizeof *r->pairs);
-    if (!r->by_ref || !r->by_q || !r->pairs) return QF_ERR_NOMEM;
+    if (!r->by_ref || !r->by_q || !r->by_qin || !r->pairs) return QF_ERR_NOMEM;
     for (const qf_node *n = q->first; n; n = n->next) {
         if (n->op != QF_OP_DEQUANTIZE || !n->inputs[0] || !n->inputs[0]->producer ||
             n->inputs[0]->producer->op != QF_OP_QUANTIZE)
             continue;
         const qf_value *u = n->inputs[0]->producer->inputs[0], *d = n->outputs[0];
+        /* a quantized graph input: the local pass gives its layers the data */
+        for (int i = 0; i < q->ninputs && r->local; i++)
+            if (q->inputs[i] == u && u->type.dtype == QF_DTYPE_F32 && i < r->data->ninputs)
+                r->by_qin[d->id] = (uint32_t)i + 1;
         const qf_value *fv = qf_graph_find_value(ref, u->name);
         if (!fv || !fv->producer) fv = qf_graph_find_value(ref, d->name);
         if (!fv || !fv->producer || fv->type.dtype != QF_DTYPE_F32 || r->by_ref[fv->id]) continue;
         /* equalize=auto's trials compare the graph outputs only: the other
          * values then stay in the reference plan's fused chains */
         if (outputs_only && !fv->is_output) continue;
+        r->pairs[r->npairs] = (qz_pair){.ref_id = fv->id, .q_id = d->id, .moves = qz_moves(n->inputs[0]->producer)};
+        r->by_ref[fv->id] = r->by_q[d->id] = (uint32_t)++r->npairs;
+    }
+    /* A graph output left in float (an excluded last layer) is compared as
+     * it is: its cumulative SQNR is what the model loses there. */
+    for (int i = 0; i < q->noutputs && r->npairs < q->nnodes; i++) {
+        const qf_value *d = q->outputs[i], *fv = qf_graph_find_value(ref, d->name);
+        if (!d->producer || d->producer->op == QF_OP_DEQUANTIZE || d->type.dtype != QF_DTYPE_F32 || r->by_q[d->id] ||
+            !fv || !fv->producer || fv->type.dtype != QF_DTYPE_F32 || r->by_ref[fv->id])
+            continue;
         r->pairs[r->npairs] = (qz_pair){.ref_id = fv->id, .q_id = d->id};
         r->by_ref[fv->id] = r->by_q[d->id] = (uint32_t)++r->npairs;
     }
@@ -763,15 +840,30 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count)
     qf_free(s);
 }
 
+static qf_status qz_measure(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
+                            int64_t max_samples, bool outputs_only, bool local, qf_quant_sqnr **out, int *count);
+
 qf_status qf_quant_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
                                 int64_t max_samples, qf_quant_sqnr **out, int *count)
 {
-    return qz_measure_sqnr(ref, q, data, batch, max_samples, false, out, count);
+    return qz_measure(ref, q, data, batch, max_samples, false, false, out, count);
+}
+
+qf_status qf_quant_measure_sqnr_ex(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
+                                   int64_t max_samples, bool local, qf_quant_sqnr **out, int *count)
+{
+    return qz_measure(ref, q, data, batch, max_samples, false, local, out, count);
 }
 
 static qf_status qz_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_source *data,
                                  int64_t batch, int64_t max_samples, bool outputs_only,
                                  qf_quant_sqnr **out, int *count)
+{
+    return qz_measure(ref, q, data, batch, max_samples, outputs_only, false, out, count);
+}
+
+static qf_status qz_measure(qf_graph *ref, qf_graph *q, const qf_data_source *data, int64_t batch,
+                            int64_t max_samples, bool outputs_only, bool local, qf_quant_sqnr **out, int *count)
 {
     *out = NULL;
     *count = 0;
@@ -780,7 +872,7 @@ static qf_status qz_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_sourc
     int64_t n = data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
     if (max_samples > 0 && max_samples < n) n = max_samples;
     if (batch < 1) batch = QF_QUANT_SQNR_BATCH;
-    qz_sqnr_run r = {0};
+    qz_sqnr_run r = {.local = local, .data = data};
     qf_status st = qz_pairs(ref, q, outputs_only, &r);
     /* The kept activations of one sample (dims past the first, as inferred);
      * the batch shrinks until a batch's fit QF_QUANT_SQNR_BYTES. */
@@ -817,8 +909,15 @@ static qf_status qz_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_sourc
     for (int64_t first = 0; first < n && st == QF_OK; first += batch) {
         int64_t count_b = n - first < batch ? n - first : batch;
         st = data->read(data, first, count_b, rows);
+        for (int k = 0; k < r.npairs; k++) r.pairs[k].have = false;
         if (st == QF_OK) st = qf_batcher_run(rb, rows, count_b);
+        r.local_pass = false;
         if (st == QF_OK) st = qf_batcher_run(qb, rows, count_b);
+        r.rows = rows;
+        r.count = count_b;
+        r.local_pass = true;
+        if (st == QF_OK && local) st = qf_batcher_run(qb, rows, count_b);
+        r.local_pass = false;
     }
     qf_status cst = qf_batcher_close(rb);
     if (st == QF_OK) st = cst;
@@ -830,11 +929,13 @@ static qf_status qz_measure_sqnr(qf_graph *ref, qf_graph *q, const qf_data_sourc
         if (r.res) {
             qf_quant_sqnr *s = &r.res[k];
             s->sqnr_db = s->noise > 0.0 ? 10.0 * log10(s->signal / s->noise) : INFINITY;
+            s->local_db = !local ? NAN : s->local_noise > 0.0 ? 10.0 * log10(s->signal / s->local_noise) : INFINITY;
         }
     }
     qf_free(r.pairs);
     qf_free(r.by_ref);
     qf_free(r.by_q);
+    qf_free(r.by_qin);
     if (st != QF_OK) {
         qf_quant_sqnr_free(r.res, r.npairs);
         return st;

@@ -1,7 +1,9 @@
 /* The quantize recipe (qfold/quant.h, qf_quantize_model): the steps of
  * `qfold quantize` between reading the files and writing them, so that a
  * program gets the same model and the same figures from one call. */
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/clock.h"
 #include "qfold/pass.h"
@@ -31,6 +33,58 @@ static int qf_recipe_by_sqnr(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* out->worst_local: the three lowest finite local SQNRs (an op that only
+ * moves int8 values, or a float one, adds no error of its own: +inf). */
+static void qf_recipe_worst_local(qf_quantize_model_result *out)
+{
+    out->nworst_local = 0;
+    for (int k = 0; k < 3; k++) {
+        int w = -1;
+        for (int i = 0; i < out->nsqnr; i++) {
+            bool taken = false;
+            for (int j = 0; j < k; j++) taken |= out->worst_local[j] == i;
+            if (taken || !isfinite(out->sqnr[i].local_db)) continue;
+            if (w < 0 || out->sqnr[i].local_db < out->sqnr[w].local_db) w = i;
+        }
+        if (w < 0) break;
+        out->worst_local[out->nworst_local++] = w;
+    }
+}
+
+/* The excluded nodes that the ptq passes left (names / from compacted in
+ * place, *count updated): an entry all of whose nodes the passes folded
+ * into others (a BatchNormalization) is an error, as excluding it would
+ * keep nothing in float. */
+static qf_status qf_recipe_exclude_folded(const qf_graph *g, const char *const *entries, int nentries,
+                                          char **names, int *from, int *count)
+{
+    for (int e = 0; e < nentries; e++) {
+        bool left = false;
+        const char *gone = NULL;
+        for (int i = 0; i < *count; i++) {
+            if (from[i] != e) continue;
+            if (qf_graph_find_node(g, names[i])) left = true;
+            else if (!gone) gone = names[i];
+        }
+        if (!left && gone)
+            return qf_error(QF_ERR_INVALID,
+                            "exclude: '%s': node '%s' is folded into another node by the ptq passes before "
+                            "quantization (exclude the node it was folded into)",
+                            entries[e], gone);
+    }
+    int k = 0;
+    for (int i = 0; i < *count; i++) {
+        if (!qf_graph_find_node(g, names[i])) {
+            qf_free(names[i]);
+            continue;
+        }
+        names[k] = names[i];
+        from[k++] = from[i];
+    }
+    *count = k;
+    return QF_OK;
+}
+
 qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
                             const qf_quantize_model_options *opt, qf_quantize_model_result *out)
 {
@@ -45,12 +99,23 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
     double tc = qf_clock_seconds();
     qf_graph *ref = NULL;
     if (o.sqnr_samples >= 0) QF_TRY(qf_graph_clone(g, &ref));
+    /* --exclude: op types as the model was given (canonicalize makes a
+     * Gemm `linear`), node names as the quantizer will see them. */
+    char **ex = NULL;
+    int *ex_from = NULL, nex = 0;
+    qf_status st = qf_quant_exclude_resolve(g, o.quantize.exclude, o.quantize.nexclude, o.name, &ex, &ex_from, &nex);
     double t0 = qf_clock_seconds();
     qf_pass_options po = {.verify = true};
-    qf_status st = qf_pipeline_run(g, "ptq", &po, &out->passes);
+    if (st == QF_OK) st = qf_pipeline_run(g, "ptq", &po, &out->passes);
     double t1 = qf_clock_seconds();
     out->passes_ms = (t1 - t0) * 1e3;
-    if (st == QF_OK) st = qf_quantize(g, data, &o.quantize, &out->quant);
+    if (st == QF_OK)
+        st = qf_recipe_exclude_folded(g, o.quantize.exclude, o.quantize.nexclude, ex, ex_from, &nex);
+    qf_quantize_options qo = o.quantize;
+    qo.exclude = (const char *const *)ex;
+    qo.nexclude = nex;
+    if (st == QF_OK) st = qf_quantize(g, data, &qo, &out->quant);
+    qf_quant_exclude_free(ex, ex_from, nex);
     double tq = qf_clock_seconds();
     if (st == QF_OK) st = qf_graph_verify_shapes(g);
     double t2 = qf_clock_seconds();
@@ -66,8 +131,9 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
          * QF_QUANT_SQNR_BYTES. */
         int64_t batch = o.quantize.batch ? o.quantize.batch : 32;
         if (st == QF_OK)
-            st = qf_quant_measure_sqnr(ref, g, data, batch, n, &out->sqnr, &out->nsqnr);
+            st = qf_quant_measure_sqnr_ex(ref, g, data, batch, n, !o.no_local_sqnr, &out->sqnr, &out->nsqnr);
         if (st == QF_OK) qsort(out->sqnr, (size_t)out->nsqnr, sizeof *out->sqnr, qf_recipe_by_sqnr);
+        if (st == QF_OK) qf_recipe_worst_local(out);
         out->sqnr_ms = (qf_clock_seconds() - t2 + (t0 - tc)) * 1e3;
     }
     qf_graph_free(ref);

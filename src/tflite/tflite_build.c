@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qfold/io.h"
 #include "qfold/quant.h"
 #include "qfold/schema.h"
 #include "tflite_build.h"
@@ -52,6 +53,30 @@ const char *qf_tfl_node_name(qf_tfl_ex *e, const qf_node *n)
     return n->name;
 }
 
+/* Whether `qfold quantize --exclude` kept node `name` in float: it is in
+ * g's metadata QF_QUANT_EXCLUDED_KEY (one name a line), or a piece of such
+ * a node (a grouped conv split per group: "<name>_g<k>"). */
+static bool tfl_user_excluded(const qf_graph *g, const char *name)
+{
+    enum { CAP = 1 << 16 };
+    char *buf = qf_malloc(CAP);
+    bool found = false, hit = false;
+    if (buf && qf_onnx_metadata(g, QF_QUANT_EXCLUDED_KEY, buf, CAP, &found) == QF_OK && found) {
+        for (char *p = buf; p && !hit;) {
+            char *nl = strchr(p, '\n');
+            size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            if (!strncmp(name, p, len)) {
+                const char *t = name + len;
+                if (!*t) hit = true;
+                else if (t[0] == '_' && t[1] == 'g' && t[2]) hit = strspn(t + 2, "0123456789") == strlen(t + 2);
+            }
+            p = nl ? nl + 1 : NULL;
+        }
+    }
+    qf_free(buf);
+    return hit;
+}
+
 qf_status qf_tfl_refuse(qf_tfl_ex *e, const qf_node *n, const char *fmt, ...)
 {
     char why[512];
@@ -63,7 +88,14 @@ qf_status qf_tfl_refuse(qf_tfl_ex *e, const qf_node *n, const char *fmt, ...)
     /* the node being emitted is named by its row's ONNX op (a lowered QLinearConv
      * as "Conv", or as "Gemm" when its emitter finds a Linear layer) */
     const char *op = n == e->node && e->source ? e->source : qf_op_label(n);
-    return qf_error(QF_ERR_UNSUPPORTED, "tflite export: node '%s' (%s): %s", qf_tfl_node_name(e, n), op, why);
+    const char *name = qf_tfl_node_name(e, n);
+    if (tfl_user_excluded(e->g, name))
+        return qf_error(QF_ERR_UNSUPPORTED,
+                        "tflite export: node '%s' (%s): %s; it was excluded by the user (the --exclude of "
+                        "`qfold quantize` or `qfold qat` kept it in float): quantize without excluding it "
+                        "to export",
+                        name, op, why);
+    return qf_error(QF_ERR_UNSUPPORTED, "tflite export: node '%s' (%s): %s", name, op, why);
 }
 
 /* ---- layout ------------------------------------------------------------------ */
