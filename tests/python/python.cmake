@@ -24,3 +24,16 @@ if(QF_PYTHON3)
   set_tests_properties(python_package PROPERTIES LABELS "python" TIMEOUT 600 SKIP_RETURN_CODE 77
     ENVIRONMENT "${QF_PY_ENV}")
 endif()
+
+# The example script of the README's Python section (examples/python/
+# quickstart.py: PyTorch fine-tuning -> fuse -> quantize -> eval -> export),
+# a few steps: it exits 1 when qfold's float top-1 is not PyTorch's. Not in
+# the sanitizer pass: PyTorch in a process with ASan's runtime preloaded
+# tests PyTorch, not qfold (the package's own tests run there).
+if(QF_PYTHON3 AND NOT QF_SANITIZE)
+  add_test(NAME python_example
+    COMMAND ${QF_PYTHON3} ${PROJECT_SOURCE_DIR}/examples/python/quickstart.py --steps 20
+            --out ${QF_TEST_WORK}/python_example)
+  set_tests_properties(python_example PROPERTIES LABELS "python;examples" TIMEOUT 300
+    ENVIRONMENT "QFOLD_LIBRARY=$<TARGET_FILE:qfold_shared>;PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTECODE=1")
+endif()
