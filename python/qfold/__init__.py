@@ -750,3 +750,101 @@ def export_tflite(model: Union[Model, str, bytes], float_io: bool = False, batch
         lib.qf_tflite_result_free(ctypes.byref(r))
         lib.qf_pass_report_free(rep)
         lib.qf_graph_free(g)
+
+
+# --- train --------------------------------------------------------------------------
+
+_LOSSES = {"cross_entropy": 0, "mse": 1}
+
+
+def train(model: Union[Model, str, bytes], data, labels, epochs: Optional[int] = None, batch: Optional[int] = None,
+          optimizer: Optional[str] = None, lr: Optional[float] = None, momentum: Optional[float] = None,
+          weight_decay: Optional[float] = None, nesterov: Optional[bool] = None, loss: str = "cross_entropy",
+          seed: Optional[int] = None, shuffle: Optional[bool] = None, clip_norm: Optional[float] = None,
+          freeze: Optional[Sequence[str]] = None, on_step=None) -> Tuple[Model, dict]:
+    """Train a float model, as `qfold train` (PyTorch 1.13's arithmetic:
+    torch.optim.SGD / Adam / AdamW): data as quantize's calib (arrays,
+    batches or .npy paths), labels int64 class indices [N] (loss
+    "cross_entropy") or float32 targets (loss "mse"). An option left None is
+    the CLI's default (qf_train_defaults). optimizer "sgd" | "adam" |
+    "adamw"; freeze: parameter names kept fixed.
+
+    on_step(info) runs after every optimizer step with a dict (epoch, step,
+    steps_per_epoch, total_steps, loss, accuracy, lr); returning False stops
+    the training there (the result says "stopped": True). An exception in it
+    (Ctrl-C's KeyboardInterrupt among them: training checks for it after
+    every step) stops the training too and is raised again.
+
+    Returns (the trained model, {"steps", "epochs", "final_loss",
+    "parameters", "weights", "stopped"}); the given model is not changed.
+    DivergedError when the loss or a gradient goes NaN / Inf."""
+    src = _model(model)
+    c = lib.qf_train_defaults()
+    if epochs is not None:
+        c.epochs = int(epochs)
+    if batch is not None:
+        c.batch = int(batch)
+    if optimizer is not None:
+        k = ctypes.c_int()
+        check(lib.qf_optim_parse(optimizer.encode(), ctypes.byref(k)))
+        c.optim.kind = k.value
+    for name, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay), ("clip_norm", clip_norm)):
+        if v is not None:
+            setattr(c.optim if name != "clip_norm" else c, name, float(v))
+    if nesterov is not None:
+        c.optim.nesterov = bool(nesterov)
+    if loss not in _LOSSES:
+        raise InputError("unknown loss '%s' (losses: cross_entropy, mse)" % loss, "INVALID")
+    c.loss = _LOSSES[loss]
+    if seed is not None:
+        c.seed = int(seed)
+    if shuffle is not None:
+        c.shuffle = bool(shuffle)
+    frozen = (ctypes.c_char_p * (len(freeze or ()) + 1))(*[f.encode() for f in (freeze or ())], None)
+    if freeze:
+        c.freeze = frozen
+    state = {"stopped": False, "error": None}
+
+    def _step(ud, info):
+        try:
+            i = info.contents
+            if on_step is not None and on_step({"epoch": i.epoch, "step": i.step,
+                                                "steps_per_epoch": i.steps_per_epoch,
+                                                "total_steps": i.total_steps, "loss": i.loss,
+                                                "accuracy": i.accuracy, "lr": i.lr}) is False:
+                state["stopped"] = True
+                return 10  # QF_ERR_INTERRUPTED
+            return 0
+        except BaseException as e:  # KeyboardInterrupt too: stop here, raise it after the call
+            state["error"] = e
+            return 10
+
+    cb = _lib.STEP_FN(_step)  # also without on_step: Ctrl-C is noticed after each step
+    c.on_step = cb
+    d = _Data(src, data, "training data")
+    g = None
+    try:
+        lab = np.ascontiguousarray(labels, dtype=np.int64 if loss == "cross_entropy" else np.float32)
+        if lab.ndim < 1 or lab.shape[0] != d.samples:
+            raise InputError("labels: expected %d, got %s" % (d.samples, list(lab.shape)), "SHAPE")
+        lt = _view(lab)
+        g = src._reloaded()
+        r = _lib.TrainResult()
+        st = lib.qf_train(g, d.source, ctypes.byref(lt), None, None, ctypes.byref(c), ctypes.byref(r))
+        if state["error"] is not None:
+            raise state["error"]
+        if not (st == 10 and state["stopped"]):
+            check(st)
+        out = Model(g, src.name)
+        g = None
+        result = {"steps": r.steps, "epochs": r.epochs_done, "final_loss": r.final_loss, "parameters": r.nparams,
+                  "weights": r.nweights, "stopped": state["stopped"]}
+        out.report = result
+        return out, result
+    finally:
+        d.close()
+        if g:
+            lib.qf_graph_free(g)
+
+
+__all__ += ["train"]

@@ -145,6 +145,37 @@ class EngineEnv(ctypes.Structure):  # qf_engine_env (qfold/exec.h)
     _fields_ = [("name", c_char_p), ("value", ctypes.c_char * 24)]
 
 
+class OptimConfig(ctypes.Structure):  # qf_optim_config (qfold/train.h)
+    _fields_ = [("kind", c_int), ("lr", c_double), ("momentum", c_double), ("dampening", c_double),
+                ("nesterov", c_bool), ("weight_decay", c_double), ("beta1", c_double), ("beta2", c_double),
+                ("eps", c_double)]
+
+
+class Schedule(ctypes.Structure):  # qf_schedule
+    _fields_ = [("kind", c_int), ("warmup", c_int64), ("step_size", c_int64), ("gamma", c_double),
+                ("min_lr", c_double), ("total", c_int64)]
+
+
+class TrainStepInfo(ctypes.Structure):  # qf_train_step_info
+    _fields_ = [("epoch", c_int), ("step", c_int64), ("steps_per_epoch", c_int64), ("total_steps", c_int64),
+                ("loss", c_double), ("accuracy", c_double), ("lr", c_double)]
+
+
+STEP_FN = ctypes.CFUNCTYPE(c_int, c_void_p, POINTER(TrainStepInfo))
+
+
+class TrainConfig(ctypes.Structure):  # qf_train_config
+    _fields_ = [("epochs", c_int), ("batch", c_int64), ("optim", OptimConfig), ("sched", Schedule), ("loss", c_int),
+                ("seed", ctypes.c_uint64), ("shuffle", c_bool), ("clip_norm", c_double),
+                ("freeze", POINTER(c_char_p)), ("forward_only", c_bool), ("on_step", STEP_FN),
+                ("on_epoch", c_void_p), ("ud", c_void_p)]
+
+
+class TrainResult(ctypes.Structure):  # qf_train_result
+    _fields_ = [("steps", c_int64), ("epochs_done", c_int), ("final_loss", c_double), ("val_accuracy", c_double),
+                ("nparams", c_int), ("nweights", c_int64)]
+
+
 # The structs tests/python/abi_layout.c measures, by their C names.
 MIRRORED = {"qf_tensor": Tensor, "qf_value": Value, "qf_node": Node, "qf_graph": Graph,
             "qf_data_source": DataSource, "qf_pass_options": PassOptions, "qf_onnx_save_options": OnnxSaveOptions,
@@ -154,7 +185,9 @@ MIRRORED = {"qf_tensor": Tensor, "qf_value": Value, "qf_node": Node, "qf_graph":
             "qf_quantize_result": QuantizeResult, "qf_quantize_model_result": QuantizeModelResult,
             "qf_quantize_report_info": QuantizeReportInfo, "qf_classify_options": ClassifyOptions,
             "qf_classify_result": ClassifyResult, "qf_tflite_options": TfliteOptions,
-            "qf_tflite_result": TfliteResult, "qf_engine_env": EngineEnv}
+            "qf_tflite_result": TfliteResult, "qf_engine_env": EngineEnv, "qf_optim_config": OptimConfig,
+            "qf_schedule": Schedule, "qf_train_step_info": TrainStepInfo, "qf_train_config": TrainConfig,
+            "qf_train_result": TrainResult}
 
 P = POINTER
 GRAPH_P = P(Graph)
@@ -212,6 +245,10 @@ SIGNATURES = {
     "qf_tflite_export": (c_int, [GRAPH_P, P(TfliteOptions), P(TfliteResult)]),
     "qf_tflite_result_free": (None, [P(TfliteResult)]),
     "qf_tflite_report_json": (c_int, [P(TfliteResult), c_void_p, P(c_void_p), P(c_size_t)]),
+    "qf_train_defaults": (TrainConfig, []),
+    "qf_train": (c_int, [GRAPH_P, P(DataSource), P(Tensor), P(DataSource), P(Tensor), P(TrainConfig),
+                         P(TrainResult)]),
+    "qf_optim_parse": (c_int, [c_char_p, P(c_int)]),
     "qf_tensor_init": (c_int, [P(Tensor), c_int, c_int, P(c_int64)]),
     "qf_npy_open": (c_int, [c_char_p, P(c_void_p)]),
     "qf_npy_info": (P(Tensor), [c_void_p]),

@@ -1,8 +1,8 @@
 /* The size and field offsets of every struct the Python package mirrors
  * (python/qfold/_lib.py), as JSON: the package's tests compare them with
  * the ctypes mirrors, so that a header change the mirror misses fails a
- * test instead of corrupting memory. Generated from the mirror's field
- * lists; a field the header lacks fails to compile. */
+ * test instead of corrupting memory. Written by abi_layout_gen.py from the
+ * mirror's field lists; a field the header lacks fails to compile. */
 #include <stddef.h>
 #include <stdio.h>
 
@@ -11,6 +11,7 @@
 #include "qfold/pass.h"
 #include "qfold/quant.h"
 #include "qfold/tflite.h"
+#include "qfold/train.h"
 
 #define FIELD(T, f) printf("%s\"%s\": %zu", first ? "" : ", ", #f, offsetof(T, f)), first = 0
 #define BEGIN(T) printf("%s\"%s\": {\"size\": %zu, \"fields\": {", nstruct++ ? ",\n " : "", #T, sizeof(T)), first = 1
@@ -209,6 +210,57 @@ int main(void)
     BEGIN(qf_engine_env);
     FIELD(qf_engine_env, name);
     FIELD(qf_engine_env, value);
+    END();
+    BEGIN(qf_optim_config);
+    FIELD(qf_optim_config, kind);
+    FIELD(qf_optim_config, lr);
+    FIELD(qf_optim_config, momentum);
+    FIELD(qf_optim_config, dampening);
+    FIELD(qf_optim_config, nesterov);
+    FIELD(qf_optim_config, weight_decay);
+    FIELD(qf_optim_config, beta1);
+    FIELD(qf_optim_config, beta2);
+    FIELD(qf_optim_config, eps);
+    END();
+    BEGIN(qf_schedule);
+    FIELD(qf_schedule, kind);
+    FIELD(qf_schedule, warmup);
+    FIELD(qf_schedule, step_size);
+    FIELD(qf_schedule, gamma);
+    FIELD(qf_schedule, min_lr);
+    FIELD(qf_schedule, total);
+    END();
+    BEGIN(qf_train_step_info);
+    FIELD(qf_train_step_info, epoch);
+    FIELD(qf_train_step_info, step);
+    FIELD(qf_train_step_info, steps_per_epoch);
+    FIELD(qf_train_step_info, total_steps);
+    FIELD(qf_train_step_info, loss);
+    FIELD(qf_train_step_info, accuracy);
+    FIELD(qf_train_step_info, lr);
+    END();
+    BEGIN(qf_train_config);
+    FIELD(qf_train_config, epochs);
+    FIELD(qf_train_config, batch);
+    FIELD(qf_train_config, optim);
+    FIELD(qf_train_config, sched);
+    FIELD(qf_train_config, loss);
+    FIELD(qf_train_config, seed);
+    FIELD(qf_train_config, shuffle);
+    FIELD(qf_train_config, clip_norm);
+    FIELD(qf_train_config, freeze);
+    FIELD(qf_train_config, forward_only);
+    FIELD(qf_train_config, on_step);
+    FIELD(qf_train_config, on_epoch);
+    FIELD(qf_train_config, ud);
+    END();
+    BEGIN(qf_train_result);
+    FIELD(qf_train_result, steps);
+    FIELD(qf_train_result, epochs_done);
+    FIELD(qf_train_result, final_loss);
+    FIELD(qf_train_result, val_accuracy);
+    FIELD(qf_train_result, nparams);
+    FIELD(qf_train_result, nweights);
     END();
     printf("}\n");
     (void)first;

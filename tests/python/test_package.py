@@ -333,3 +333,41 @@ def test_engine_settings():
     with pytest.raises(qfold.InputError, match="unknown engine"):
         qfold.set_engine("gpu")
     assert isinstance(qfold.engine_about(), str)
+
+
+# --- train ----------------------------------------------------------------------------
+
+def test_train_against_cli(fashion, calib, test_set, work, cli):
+    x, y = calib[:40], test_set[1]
+    xp, yp = save(work, "train_x.npy", x), save(work, "train_y.npy", y)
+    out = os.path.join(work, "trained_cli.onnx")
+    cli("train", fashion, "-o", out, "--data", xp, "--labels", yp, "--epochs", "2", "--batch", "8", "--lr", "0.05",
+        "--optimizer", "adam", "--seed", "7")
+    steps = []
+    t, r = qfold.train(qfold.load(fashion), x, y, epochs=2, batch=8, lr=0.05, optimizer="adam", seed=7,
+                       on_step=steps.append)
+    assert t.to_onnx_bytes() == read(out)
+    assert r["steps"] == 10 and len(steps) == 10 and not r["stopped"] and r["epochs"] == 2
+    assert [s["step"] for s in steps] == list(range(1, 11)) and steps[-1]["loss"] == r["final_loss"]
+    assert all(s["lr"] == 0.05 for s in steps)
+    # batches of different sizes are the same set
+    t2, _ = qfold.train(fashion, [x[:3], x[3:30], x[30:]], y, epochs=2, batch=8, lr=0.05, optimizer="adam", seed=7)
+    assert t2.to_onnx_bytes() == read(out)
+
+
+def test_train_stop_and_ctrl_c(fashion, calib, test_set):
+    import signal
+    x, y = calib[:40], test_set[1]
+    t, r = qfold.train(fashion, x, y, batch=4, on_step=lambda s: s["step"] < 3)
+    assert r["stopped"] and r["steps"] == 3
+    seen = []
+
+    def ctrl_c(s):
+        seen.append(s["step"])
+        if s["step"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C: Python raises KeyboardInterrupt here
+    with pytest.raises(KeyboardInterrupt):
+        qfold.train(fashion, x, y, batch=4, on_step=ctrl_c)
+    assert seen == [1, 2]
+    with pytest.raises(qfold.InputError, match="unknown optimizer|optimizer"):
+        qfold.train(fashion, x, y, optimizer="lion")
