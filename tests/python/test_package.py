@@ -325,7 +325,8 @@ def test_gil_released(quantized, calib):
     elapsed = time.perf_counter() - t0
     done.set()
     t.join()
-    assert len(ticks) > 0.2 * elapsed / 0.001 * 0.5 or len(ticks) > 20, (len(ticks), elapsed)
+    # with the GIL held through the call the ticker would not run at all until it returns
+    assert len(ticks) >= 10, (len(ticks), elapsed)
 
 
 def test_engine_settings():
