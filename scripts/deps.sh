@@ -10,7 +10,8 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 
 build_pkgs=(build-essential cmake pkg-config libprotobuf-c-dev protobuf-c-compiler
             libonnx-dev libdnnl-dev flatbuffers-compiler libflatbuffers-dev)
-test_pkgs=(python3-torch python3-torchvision python3-onnx python3-numpy nodejs npm dataset-fashion-mnist
+test_pkgs=(python3-torch python3-torchvision python3-onnx python3-numpy python3-pytest python3-venv python3-pip
+           python3-setuptools nodejs npm dataset-fashion-mnist
            python3-flatbuffers python3-pyarmnn libarmnn-cpuref-backend22)
 
 want=("${build_pkgs[@]}")

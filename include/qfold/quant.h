@@ -211,6 +211,11 @@ const char *const *qf_quant_profile_names(void);
  * (symmetric|activation), neutron-passes (on|off). QF_ERR_INVALID naming the
  * key and the accepted values. */
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule);
+/* A copy of built-in profile `target` (NULL: "neutron") with `sets`
+ * ("KEY=VALUE", qf_quant_profile_set) applied in order, in *out (freed with
+ * qf_free): what `--target T --set ...` make of a profile. QF_ERR_INVALID
+ * "unknown target 'T' (targets: neutron, generic)" or the rule's message. */
+qf_status qf_quant_profile_make(const char *target, const char *const *sets, int nsets, qf_quant_profile **out);
 
 typedef enum qf_qspec_kind {
     QF_QSPEC_FLOAT = 0, /* not quantized */
@@ -653,6 +658,24 @@ qf_status qf_quantize_model_check(const qf_graph *g, const char *name);
 qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data, const qf_quantize_model_options *opt,
                             qf_quantize_model_result *out);
 void qf_quantize_model_result_free(qf_quantize_model_result *r);
+
+/* The report `qfold quantize --report` writes, as one JSON object (*json
+ * from qf_malloc, the caller frees; src/quant/report.c): the ptq pipeline's
+ * pass report (qf_pass_report_json) with the quantization's members: input,
+ * output, target, set, calibration (samples, batch, batch_note, files),
+ * counts, tensors (every quantized tensor's scale, zero point and observed
+ * range), equalize, left_float, the quantizer's two pipelines and the
+ * per-layer SQNR, worst first. `info` (may be NULL) names what the result
+ * does not hold: the files (NULL: null) and the rules applied to p. */
+typedef struct qf_quantize_report_info {
+    const char *input, *output;          /* the model files (NULL: null) */
+    const char *const *sets;             /* the rules applied to the profile ("KEY=VALUE"), in order */
+    int nsets;
+    const char *const *files;            /* the calibration data's files (NULL entries: null) */
+    int nfiles;
+} qf_quantize_report_info;
+qf_status qf_quantize_model_report_json(const qf_quantize_model_result *m, const qf_quant_profile *p,
+                                        const qf_quantize_report_info *info, char **json, size_t *len);
 
 #ifdef __cplusplus
 }

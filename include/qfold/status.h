@@ -46,6 +46,9 @@ qf_status qf_error_prefix(qf_status code, const char *fmt, ...)
 const char *qf_error_message(void);
 void qf_error_clear(void);
 const char *qf_status_name(qf_status st);
+/* The library's version, "MAJOR.MINOR.PATCH" (the project's; `qfold
+ * --version` prints the same): a binding checks it against its own. */
+const char *qf_version(void);
 
 /* Propagate a failing status. */
 #define QF_TRY(expr)                         \

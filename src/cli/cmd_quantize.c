@@ -12,7 +12,6 @@
 
 #include "core/clock.h"
 #include "cli.h"
-#include "core/strbuf.h"
 #include "qfold/io.h"
 #include "qfold/pass.h"
 #include "qfold/quant.h"
@@ -118,11 +117,11 @@ int qf_cli_quant_profile(const char *target, const char *const *sets, int nsets,
         const char *const *names = qf_quant_profile_names();
         return qf_cli_error(QF_EXIT_USAGE, "unknown --target '%s' (targets: %s, %s)", name, names[0], names[1]);
     }
-    *p = *base;
-    for (int i = 0; i < nsets; i++) {
-        qf_status st = qf_quant_profile_set(p, sets[i]);
-        if (st != QF_OK) return qf_cli_error(QF_EXIT_USAGE, "--set: %s", qf_error_message());
-    }
+    qf_quant_profile *made = NULL;
+    if (qf_quant_profile_make(name, sets, nsets, &made) != QF_OK)
+        return qf_cli_error(QF_EXIT_USAGE, "--set: %s", qf_error_message());
+    *p = *made;
+    qf_free(made);
     return QF_EXIT_OK;
 }
 
@@ -202,19 +201,6 @@ static void qf_qz_progress(void *ud, const char *pass, int64_t done, int64_t tot
 
 /* --- output ------------------------------------------------------------------------ */
 
-static const char *qf_qz_kind(qf_qspec_kind k)
-{
-    switch (k) {
-    case QF_QSPEC_OBSERVE: return "activation";
-    case QF_QSPEC_SHARE: return "shared";
-    case QF_QSPEC_FIXED: return "fixed";
-    case QF_QSPEC_WEIGHT: return "weight";
-    case QF_QSPEC_BIAS: return "bias";
-    case QF_QSPEC_FLOAT: break;
-    }
-    return "float";
-}
-
 static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const qf_qz_state *s)
 {
     const qf_quantize_result *r = &s->m.quant;
@@ -270,142 +256,6 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
            s->t_load, s->m.passes_ms, r->calibrate_ms,
            r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0, r->equalize_ms,
            r->convert_ms, s->m.sqnr_ms, s->t_save, s->t_total);
-}
-
-static void qf_qz_json_num(qf_strbuf *b, double x)
-{
-    if (isfinite(x)) qf_strbuf_printf(b, "%.9g", x);
-    else qf_strbuf_puts(b, "null");
-}
-
-/* The quantization members of the report (after the passes' members). */
-static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf_qz_state *s, qf_strbuf *b)
-{
-    const qf_quantize_result *r = &s->m.quant;
-    qf_strbuf_puts(b, "\"input\": ");
-    qf_strbuf_json_string(b, qa->in);
-    qf_strbuf_puts(b, ",\n  \"output\": ");
-    qf_strbuf_json_string(b, qa->out);
-    qf_strbuf_puts(b, ",\n  \"target\": ");
-    qf_strbuf_json_string(b, p->name);
-    qf_strbuf_puts(b, ",\n  \"set\": [");
-    for (int i = 0; i < qa->nsets; i++) {
-        qf_strbuf_puts(b, i ? ", " : "");
-        qf_strbuf_json_string(b, qa->sets[i]);
-    }
-    qf_strbuf_printf(b,
-                     "],\n  \"calibration\": {\"samples\": %lld, \"batch\": %lld, \"batch_note\": ",
-                     (long long)r->samples, (long long)r->batch);
-    if (r->batch_note)
-        qf_strbuf_json_string(b, r->batch_note);
-    else
-        qf_strbuf_puts(b, "null");
-    qf_strbuf_puts(b, ", \"files\": [");
-    for (int i = 0; i < qa->ncalib; i++) {
-        qf_strbuf_puts(b, i ? ", " : "");
-        qf_strbuf_json_string(b, qa->calib[i]);
-    }
-    qf_strbuf_printf(b, "]},\n  \"counts\": {\"activations\": %d, \"weights\": %d, \"biases\": %d, "
-                        "\"zero_weights\": %d, \"left_float\": %d},\n  \"tensors\": [",
-                     r->stats.activations, r->stats.weights, r->stats.biases, r->stats.zero_weights, r->nleft_float);
-    for (int i = 0; i < r->ntensors; i++) {
-        const qf_quant_tensor *t = &r->tensors[i];
-        qf_strbuf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
-        qf_strbuf_json_string(b, t->name);
-        qf_strbuf_printf(b, ", \"kind\": \"%s\", \"scale\": ", qf_qz_kind(t->kind));
-        if (t->nch == 1) {
-            qf_qz_json_num(b, t->scale[0]);
-        } else {
-            qf_strbuf_puts(b, "[");
-            for (int k = 0; k < t->nch; k++) {
-                qf_strbuf_puts(b, k ? ", " : "");
-                qf_qz_json_num(b, t->scale[k]);
-            }
-            qf_strbuf_puts(b, "]");
-        }
-        qf_strbuf_printf(b, ", \"zero_point\": %d", (int)t->zero_point);
-        if (t->kind == QF_QSPEC_OBSERVE || t->kind == QF_QSPEC_SHARE) {
-            qf_strbuf_puts(b, ", \"range\": [");
-            qf_qz_json_num(b, t->min);
-            qf_strbuf_puts(b, ", ");
-            qf_qz_json_num(b, t->max);
-            qf_strbuf_puts(b, "]");
-        }
-        if (t->shares) {
-            qf_strbuf_puts(b, ", \"shares\": ");
-            qf_strbuf_json_string(b, t->shares);
-        }
-        if (t->node) {
-            qf_strbuf_puts(b, ", \"node\": ");
-            qf_strbuf_json_string(b, t->node);
-        }
-        if (t->kind == QF_QSPEC_WEIGHT) qf_strbuf_printf(b, ", \"zero_channels\": %d", t->zero_channels);
-        qf_strbuf_puts(b, "}");
-    }
-    qf_strbuf_puts(b, "],\n  \"equalize\": ");
-    if (r->eq_trial) {
-        qf_strbuf_printf(b, "{\"kept\": \"%s\", \"output_sqnr_db\": {", qf_quant_eq_rule_name(r->eq_rule));
-        const char *sep = "";
-        for (int k = QF_QEQ_OFF; k <= QF_QEQ_ALL; k++) {
-            if (!r->eq_tried[k]) continue;
-            qf_strbuf_printf(b, "%s\"%s\": ", sep, qf_quant_eq_rule_name((qf_qequalize)k));
-            qf_qz_json_num(b, r->eq_sqnr[k]);
-            sep = ", ";
-        }
-        /* A rule measured higher than the one kept: refused, below its
-         * margin over the model without equalization. */
-        const qf_qequalize x = qf_quant_eq_refused(r);
-        qf_strbuf_puts(b, "}, \"refused\": ");
-        if (x != QF_QEQ_OFF) {
-            qf_strbuf_printf(b, "{\"rule\": \"%s\", \"over_without_db\": ", qf_quant_eq_rule_name(x));
-            qf_qz_json_num(b, r->eq_sqnr[x] - r->eq_sqnr[QF_QEQ_OFF]);
-            qf_strbuf_printf(b, ", \"margin_db\": %g}}", qf_quant_eq_margin(x));
-        } else {
-            qf_strbuf_puts(b, "null}");
-        }
-    } else {
-        qf_strbuf_puts(b, "null");
-    }
-    qf_strbuf_puts(b, ",\n  \"left_float\": [");
-    for (int i = 0; i < r->nleft_float; i++) {
-        qf_strbuf_puts(b, i ? ", " : "");
-        qf_strbuf_puts(b, "{\"node\": ");
-        qf_strbuf_json_string(b, r->left_float[i].name);
-        qf_strbuf_puts(b, ", \"op\": ");
-        qf_strbuf_json_string(b, r->left_float[i].op);
-        qf_strbuf_puts(b, ", \"reason\": ");
-        qf_strbuf_json_string(b, r->left_float[i].reason);
-        qf_strbuf_puts(b, "}");
-    }
-    qf_strbuf_puts(b, "]");
-    /* The quantizer's own pipelines, as the passes' report is (the top level
-     * of the report is the ptq pipeline's). */
-    const qf_pass_report *reps[2] = {r->prepare, r->convert};
-    const char *names[2] = {"quantize_prepare", "quantize_convert"};
-    for (int k = 0; k < 2; k++) {
-        char *text = NULL;
-        size_t len = 0;
-        qf_strbuf_printf(b, ",\n  \"%s\": ", names[k]);
-        if (reps[k] && qf_pass_report_json(reps[k], NULL, &text, &len) == QF_OK) qf_strbuf_append(b, text, len);
-        else qf_strbuf_puts(b, "null");
-        qf_free(text);
-    }
-    qf_strbuf_puts(b, ",\n  \"sqnr_db\": [");
-    for (int i = 0; i < s->m.nsqnr; i++) {
-        qf_strbuf_puts(b, i ? ",\n    {\"value\": " : "\n    {\"value\": ");
-        qf_strbuf_json_string(b, s->m.sqnr[i].name);
-        qf_strbuf_puts(b, ", \"db\": ");
-        qf_qz_json_num(b, s->m.sqnr[i].sqnr_db);
-        qf_strbuf_puts(b, ", \"local_db\": ");
-        qf_qz_json_num(b, s->m.sqnr[i].local_db);
-        qf_strbuf_puts(b, "}");
-    }
-    qf_strbuf_puts(b, "],\n  \"worst_local_sqnr\": [");
-    for (int k = 0; k < s->m.nworst_local; k++) {
-        qf_strbuf_puts(b, k ? ", " : "");
-        qf_strbuf_json_string(b, s->m.sqnr[s->m.worst_local[k]].name);
-    }
-    qf_strbuf_puts(b, "]");
 }
 
 /* --- the command --------------------------------------------------------------------- */
@@ -478,7 +328,6 @@ static int qf_cli_quantize(int argc, char **argv)
         return rc;
     }
     qf_qz_state s = {0};
-    qf_strbuf extra = {0};
     char *text = NULL;
     size_t len = 0;
     double t0 = (qf_clock_seconds() * 1e3);
@@ -486,8 +335,9 @@ static int qf_cli_quantize(int argc, char **argv)
     double t1 = (qf_clock_seconds() * 1e3);
     /* Both files or neither: the report is built before anything is written. */
     if (st == QF_OK && qa.report) {
-        qf_qz_json(&qa, &p, &s, &extra);
-        st = extra.oom ? QF_ERR_NOMEM : qf_pass_report_json(s.m.passes, extra.p, &text, &len);
+        qf_quantize_report_info info = {.input = qa.in, .output = qa.out, .sets = qa.sets, .nsets = qa.nsets,
+                                        .files = qa.calib, .nfiles = qa.ncalib};
+        st = qf_quantize_model_report_json(&s.m, &p, &info, &text, &len);
     }
     /* Both to their temporary names, then renamed together. */
     const char *tmp = NULL;
@@ -513,7 +363,6 @@ static int qf_cli_quantize(int argc, char **argv)
     qf_cli_outputs_free(&out);
     qf_compare_result_free(&cmp);
     qf_free(text);
-    qf_strbuf_free(&extra);
     qf_quantize_model_result_free(&s.m);
     qf_npy_source_free(s.src);
     for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_npy_close(s.files[i]);

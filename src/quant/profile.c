@@ -237,3 +237,26 @@ qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule)
     return qf_error(QF_ERR_INVALID, "profile rule '%s': unknown key '%.*s'; the keys are %s", rule, (int)klen,
                     rule, keys_text(keys, sizeof keys));
 }
+
+qf_status qf_quant_profile_make(const char *target, const char *const *sets, int nsets, qf_quant_profile **out)
+{
+    *out = NULL;
+    const char *name = target ? target : "neutron";
+    const qf_quant_profile *base = qf_quant_profile_find(name);
+    if (!base) {
+        const char *const *names = qf_quant_profile_names();
+        return qf_error(QF_ERR_INVALID, "unknown target '%s' (targets: %s, %s)", name, names[0], names[1]);
+    }
+    qf_quant_profile *p = qf_malloc(sizeof *p);
+    if (!p) return QF_ERR_NOMEM;
+    *p = *base;
+    for (int i = 0; i < nsets; i++) {
+        qf_status st = qf_quant_profile_set(p, sets[i]);
+        if (st != QF_OK) {
+            qf_free(p);
+            return st;
+        }
+    }
+    *out = p;
+    return QF_OK;
+}
