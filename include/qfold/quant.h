@@ -158,6 +158,16 @@ typedef enum qf_qpattern {
  * with AUTO left undecided, does nothing. */
 typedef enum qf_qequalize { QF_QEQ_OFF = 0, QF_QEQ_PER_TENSOR, QF_QEQ_ALL, QF_QEQ_AUTO } qf_qequalize;
 
+/* Bias correction after the conversion to QDQ (qf_quantize, src/quant/
+ * bias_correct.c): for every quantized Conv / ConvTranspose / Gemm, the mean
+ * per output channel over the calibration data of (its output in the QDQ
+ * model - its output in the float model) is taken from its int32 bias (a
+ * layer without a bias gets one), layer after layer in topological order
+ * (each layer's input is the already corrected QDQ model's). EMPIRICAL
+ * keeps it; AUTO keeps it when the graph outputs' SQNR against float on the
+ * calibration data improves by QF_QUANT_BC_MARGIN_DB. */
+typedef enum qf_qbias { QF_QBIAS_OFF = 0, QF_QBIAS_EMPIRICAL, QF_QBIAS_AUTO } qf_qbias;
+
 /* How one class of tensors is quantized. */
 typedef struct qf_qformat {
     qf_qscheme scheme;
@@ -181,6 +191,7 @@ typedef struct qf_quant_profile {
                                      [qmin + 1, qmax], zero point 0, min/max observed */
     bool reduction_shares;        /* reductions share their input's qparams (else own) */
     qf_qequalize equalize;        /* cross-layer equalization first (pass equalize) */
+    qf_qbias bias_correction;     /* bias correction after the conversion (off in both built-in profiles) */
     bool neutron_passes;          /* the Neutron-ready graph: pipeline neutron before annotation,
                                    * neutron_qdq after conversion (quantize, qat, finalize) */
     /* The ops it quantizes (by the pattern of their row): every op that has
@@ -208,7 +219,8 @@ const char *const *qf_quant_profile_names(void);
  * linear-weights / conv-weights (per-tensor|per-channel), activation-observer
  * (histogram|minmax|moving-average), fuse-activation (on|off), min-scale (a
  * positive number), equalize, concat-scale (shared|first), matmul-inputs
- * (symmetric|activation), neutron-passes (on|off). QF_ERR_INVALID naming the
+ * (symmetric|activation), neutron-passes (on|off), bias-correction
+ * (off|empirical|auto). QF_ERR_INVALID naming the
  * key and the accepted values. */
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule);
 
@@ -461,6 +473,16 @@ typedef struct qf_quant_float_node {
     char *name, *op, *reason;
 } qf_quant_float_node;
 
+/* What bias correction did (qf_quant_bias_correct, below). */
+typedef struct qf_quant_bc_stats {
+    int layers;           /* biases corrected */
+    int added;            /* of those, biases added (the layer had none) */
+    int skipped;          /* Conv / ConvTranspose / Gemm left as they were (no float counterpart or form) */
+    int passes;           /* runs of q over the data */
+    int64_t samples;      /* samples per run */
+    double max_abs_error; /* the largest |mean error| corrected, in output units */
+} qf_quant_bc_stats;
+
 typedef struct qf_quantize_result {
     int64_t samples;               /* calibration samples seen */
     qf_pass_report *prepare, *convert; /* the two pipelines' reports */
@@ -489,15 +511,36 @@ typedef struct qf_quantize_result {
      * that size, and batch_note says why (NULL otherwise). */
     int64_t batch;
     char *batch_note;
+    /* Bias correction (the profile's rule not off): the rule, whether the
+     * corrected model was kept (empirical: always; auto: when its graph
+     * outputs' SQNR against float on the first QF_QUANT_EQ_SAMPLES
+     * calibration samples beat the uncorrected one's by
+     * QF_QUANT_BC_MARGIN_DB), both SQNRs (dB), what it did, its wall time
+     * (its runs, copies and SQNRs; with calibrate_ms, convert_ms and
+     * equalize_ms all of qf_quantize's time). */
+    qf_qbias bc_rule;
+    bool bc_kept;
+    double bc_sqnr_before, bc_sqnr_after;
+    qf_quant_bc_stats bc;
+    double bc_ms;
+    /* Internal: the float graph as converted (qf_quantize frees it). */
+    qf_graph *bc_float;
 } qf_quantize_result;
 
 #define QF_QUANT_EQ_SAMPLES 512
 #define QF_QUANT_EQ_MARGIN_DB 1.0     /* equalize=auto keeps per-tensor when the SQNR gains this much */
 #define QF_QUANT_EQ_ALL_MARGIN_DB 6.0 /* ... and all when it gains this much over the best other */
 #define QF_QUANT_EQ_ALL_BYTES ((size_t)32 << 20) /* all is tried on models with at most these weights */
+#define QF_QUANT_BC_SAMPLES 512      /* bias correction measures on at most these calibration samples */
+#define QF_QUANT_BC_MARGIN_DB 0.0    /* bias-correction=auto keeps it when the SQNR gains more than this */
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);
+/* "off", "empirical", "auto": the --set bias-correction= spelling. */
+const char *qf_quant_bc_rule_name(qf_qbias b);
+/* The bias correction in one line for a summary, e.g. "empirical, 23
+ * layers, int8 outputs' SQNR 31.2 -> 33.0 dB (kept)"; "" when it did not run. */
+void qf_quant_bc_summary(const qf_quantize_result *r, char *buf, size_t n);
 /* "off", "per-tensor", "all", "auto": the --set equalize= spelling. */
 const char *qf_quant_eq_rule_name(qf_qequalize e);
 /* The equalize=auto trial in one line for a summary: the rule kept and
@@ -518,6 +561,33 @@ bool qf_quant_equalize_candidates(const qf_graph *g, const qf_quant_profile *p);
  * free it with qf_quantize_result_free). g is not changed. */
 qf_status qf_quant_equalize_choose(const qf_graph *g, const qf_data_source *data, int64_t max_samples,
                                    const qf_quant_profile *p, qf_qequalize *out, qf_quantize_result *trial);
+
+/* Bias correction (the profile's bias_correction rule; src/quant/
+ * bias_correct.c): q is the QDQ graph qf_quant_convert made from the float
+ * graph f (f's values keep their names in q). For every Conv /
+ * ConvTranspose / Gemm of q with int8 weights behind a DequantizeLinear and
+ * its output in f, the mean error per output channel of its output (q - f,
+ * over the first max_samples of data, `batch` at a time) is taken from its
+ * int32 bias, in stages of layers that do not depend on one another, so
+ * that each layer's error is measured with the corrections of the layers
+ * before it in place; a layer without a bias gets one. f is run once, q
+ * once per stage. q is rewritten in place (its shapes inferred again). */
+qf_status qf_quant_bias_correct(qf_graph *q, qf_graph *f, const qf_data_source *data, int64_t max_samples,
+                                int64_t batch, qf_quant_bc_stats *stats);
+/* The mean error per output channel of every layer bias correction would
+ * correct, measured in one run of q as it stands (a copy of it) and one of
+ * f; bias_scale: the int32 bias's scale per channel (tests: after the
+ * correction each |mean_error| is within about half of it on the same
+ * data). */
+typedef struct qf_quant_bias_error {
+    char *name;          /* the layer (node of q) */
+    int64_t channels;
+    double *mean_error;  /* channels entries: mean(q output) - mean(f output) */
+    double *bias_scale;  /* channels entries */
+} qf_quant_bias_error;
+qf_status qf_quant_bias_errors(qf_graph *q, qf_graph *f, const qf_data_source *data, int64_t max_samples,
+                               int64_t batch, qf_quant_bias_error **out, int *count);
+void qf_quant_bias_errors_free(qf_quant_bias_error *e, int count);
 
 /* Per-layer error of a quantized model: for every activation `name` of the
  * float graph `ref` that the QDQ graph `q` dequantizes (value

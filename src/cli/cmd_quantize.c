@@ -198,6 +198,11 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         qf_quant_eq_summary(r, line, sizeof line);
         printf("  equalize    %s\n", line);
     }
+    if (r->bc_rule != QF_QBIAS_OFF) {
+        char line[200];
+        qf_quant_bc_summary(r, line, sizeof line);
+        printf("  bias correction %s\n", line);
+    }
     qf_cli_target_passes_print(stdout, r->prepare);
     qf_cli_target_passes_print(stdout, r->convert);
     printf("  left float  %d op%s\n", r->nleft_float, r->nleft_float == 1 ? "" : "s");
@@ -213,11 +218,12 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
      * (equalize=auto's trials run one each), equalize the rest of the
      * trials (their copies and output SQNR). */
     printf("  time: load %.1f ms, passes %.1f ms, calibrate %.1f ms (%.1f samples/s), equalize "
-           "%.1f ms, "
-           "convert %.1f ms, sqnr %.1f ms, save %.1f ms, total %.1f ms\n",
+           "%.1f ms, ",
            s->t_load, s->m.passes_ms, r->calibrate_ms,
-           r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0, r->equalize_ms,
-           r->convert_ms, s->m.sqnr_ms, s->t_save, s->t_total);
+           r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0, r->equalize_ms);
+    if (r->bc_rule != QF_QBIAS_OFF) printf("bias correction %.1f ms, ", r->bc_ms);
+    printf("convert %.1f ms, sqnr %.1f ms, save %.1f ms, total %.1f ms\n", r->convert_ms, s->m.sqnr_ms, s->t_save,
+           s->t_total);
 }
 
 static void qf_qz_json_num(qf_strbuf *b, double x)
@@ -301,6 +307,22 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
             sep = ", ";
         }
         qf_strbuf_puts(b, "}}");
+    } else {
+        qf_strbuf_puts(b, "null");
+    }
+    qf_strbuf_puts(b, ",\n  \"bias_correction\": ");
+    if (r->bc_rule != QF_QBIAS_OFF) {
+        qf_strbuf_printf(b,
+                         "{\"rule\": \"%s\", \"kept\": %s, \"layers\": %d, \"biases_added\": %d, "
+                         "\"layers_skipped\": %d, \"passes\": %d, \"samples\": %lld, \"max_abs_mean_error\": ",
+                         qf_quant_bc_rule_name(r->bc_rule), r->bc_kept ? "true" : "false", r->bc.layers, r->bc.added,
+                         r->bc.skipped, r->bc.passes, (long long)r->bc.samples);
+        qf_qz_json_num(b, r->bc.max_abs_error);
+        qf_strbuf_puts(b, ", \"output_sqnr_db\": {\"without\": ");
+        qf_qz_json_num(b, r->bc_sqnr_before);
+        qf_strbuf_puts(b, ", \"with\": ");
+        qf_qz_json_num(b, r->bc_sqnr_after);
+        qf_strbuf_printf(b, "}, \"ms\": %.1f}", r->bc_ms);
     } else {
         qf_strbuf_puts(b, "null");
     }
@@ -477,7 +499,11 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       concat-scale=shared|first (neutron: shared; a Concat's inputs\n"
         "                       quantized like its output, or the first input's qparams),\n"
         "                       matmul-inputs=symmetric|activation (neutron: symmetric; a MatMul\n"
-        "                       of two activations with zero point 0 on both inputs)\n"
+        "                       of two activations with zero point 0 on both inputs),\n"
+        "                       bias-correction=off|empirical|auto (default off; empirical: each\n"
+        "                       Conv / ConvTranspose / Gemm's mean output error per channel on\n"
+        "                       the calibration data, layer after layer, taken from its int32\n"
+        "                       bias; auto: kept when the int8 outputs' SQNR improves)\n"
         "  --calib-count N      use the first N samples only\n"
         "  --batch B            samples per calibration run (default 32)\n"
         "  --verify             load the written model back and check that it computes what the\n"

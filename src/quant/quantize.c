@@ -108,6 +108,7 @@ void qf_quantize_result_free(qf_quantize_result *r)
     }
     qf_free(r->left_float);
     qf_free(r->batch_note);
+    qf_graph_free(r->bc_float);
     qf_pass_report_free(r->prepare);
     qf_pass_report_free(r->convert);
     memset(r, 0, sizeof *r);
@@ -335,6 +336,9 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
     if (st == QF_OK) st = qz_left_float(a, out);
+    /* Bias correction compares the QDQ model with the float graph it is
+     * converted from (after equalization and the Neutron passes). */
+    if (st == QF_OK && p->bias_correction != QF_QBIAS_OFF) st = qf_graph_clone(g, &out->bc_float);
     if (st == QF_OK)
         st = qf_pipeline_run(g, p->neutron_passes ? "quantize_convert_neutron" : "quantize_convert", &po,
                              &out->convert);
@@ -527,17 +531,80 @@ static qf_status qz_quantize(qf_graph *g, const qf_data_source *data,
     return st;
 }
 
+/* Bias correction of the QDQ model g against the float graph it was
+ * converted from (out->bc_float), on the first QF_QUANT_BC_SAMPLES
+ * calibration samples; the graph outputs' SQNR before and after on the
+ * first QF_QUANT_EQ_SAMPLES (equalize=auto's measure). auto corrects a
+ * copy and keeps it only when the SQNR gains more than
+ * QF_QUANT_BC_MARGIN_DB; empirical corrects g itself. */
+static qf_status qz_bias_correct(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
+                                 qf_qbias rule, qf_quantize_result *out)
+{
+    double t0 = qf_clock_seconds() * 1e3;
+    out->bc_rule = rule;
+    qf_graph *f = out->bc_float;
+    if (!f) return qf_error(QF_ERR_INTERNAL, "bias correction: no float graph kept");
+    int64_t nm = out->samples < QF_QUANT_EQ_SAMPLES ? out->samples : QF_QUANT_EQ_SAMPLES;
+    int64_t nb = out->samples < QF_QUANT_BC_SAMPLES ? out->samples : QF_QUANT_BC_SAMPLES;
+    int64_t batch = opt->batch ? opt->batch : 32;
+    qf_graph *c = NULL;
+    qf_status st = qz_measure_outputs(f, g, data, opt, nm, &out->bc_sqnr_before);
+    if (st == QF_OK && rule == QF_QBIAS_AUTO) st = qf_graph_clone(g, &c);
+    qf_graph *target = c ? c : g;
+    if (st == QF_OK) st = qf_quant_bias_correct(target, f, data, nb, batch, &out->bc);
+    if (st == QF_OK) st = qz_measure_outputs(f, target, data, opt, nm, &out->bc_sqnr_after);
+    if (st == QF_OK) {
+        out->bc_kept = rule == QF_QBIAS_EMPIRICAL ||
+                       (out->bc_sqnr_after > out->bc_sqnr_before + QF_QUANT_BC_MARGIN_DB);
+        if (c && out->bc_kept) qz_swap_graphs(g, c);
+    }
+    qf_graph_free(c);
+    out->bc_ms = qf_clock_seconds() * 1e3 - t0;
+    return st;
+}
+
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out)
 {
     double t0 = qf_clock_seconds() * 1e3;
     QF_TRY(qz_quantize(g, data, opt, out));
-    /* Whatever the calibrations and conversions did not take is
-     * equalize=auto's: which rules change the model, the trials' copies and
-     * output SQNR (0 but for the bookkeeping without a trial). */
-    double rest = qf_clock_seconds() * 1e3 - t0 - out->calibrate_ms - out->convert_ms;
+    const qf_quant_profile *p = opt->profile ? opt->profile : qf_quant_profile_find("neutron");
+    qf_status st = QF_OK;
+    if (p->bias_correction != QF_QBIAS_OFF) st = qz_bias_correct(g, data, opt, p->bias_correction, out);
+    qf_graph_free(out->bc_float);
+    out->bc_float = NULL;
+    if (st != QF_OK) {
+        qf_quantize_result_free(out);
+        return st;
+    }
+    /* Whatever the calibrations, conversions and bias correction did not
+     * take is equalize=auto's: which rules change the model, the trials'
+     * copies and output SQNR (0 but for the bookkeeping without a trial). */
+    double rest = qf_clock_seconds() * 1e3 - t0 - out->calibrate_ms - out->convert_ms - out->bc_ms;
     out->equalize_ms = rest > 0.0 ? rest : 0.0;
     return QF_OK;
+}
+
+const char *qf_quant_bc_rule_name(qf_qbias b)
+{
+    switch (b) {
+    case QF_QBIAS_OFF: return "off";
+    case QF_QBIAS_EMPIRICAL: return "empirical";
+    case QF_QBIAS_AUTO: return "auto";
+    }
+    return "?";
+}
+
+void qf_quant_bc_summary(const qf_quantize_result *r, char *buf, size_t n)
+{
+    if (r->bc_rule == QF_QBIAS_OFF) {
+        if (n) buf[0] = 0;
+        return;
+    }
+    snprintf(buf, n, "%s, %d layer%s (%d bias%s added, %d pass%s), int8 outputs' SQNR %.1f -> %.1f dB (%s)",
+             qf_quant_bc_rule_name(r->bc_rule), r->bc.layers, r->bc.layers == 1 ? "" : "s", r->bc.added,
+             r->bc.added == 1 ? "" : "es", r->bc.passes, r->bc.passes == 1 ? "" : "es", r->bc_sqnr_before,
+             r->bc_sqnr_after, r->bc_kept ? "kept" : "not kept");
 }
 
 const char *qf_quant_eq_rule_name(qf_qequalize e)
@@ -578,7 +645,10 @@ qf_status qf_quant_equalize_choose(const qf_graph *g, const qf_data_source *data
     qf_pass_report *r = NULL;
     qf_status st = qf_pipeline_run(c, "ptq", NULL, &r);
     qf_pass_report_free(r);
-    qf_quantize_options opt = {.profile = p, .max_samples = max_samples};
+    /* the trial decides equalization only: no bias correction in it */
+    qf_quant_profile pc = *p;
+    pc.bias_correction = QF_QBIAS_OFF;
+    qf_quantize_options opt = {.profile = &pc, .max_samples = max_samples};
     if (st == QF_OK) st = qf_quantize(c, data, &opt, trial);
     qf_graph_free(c);
     if (st != QF_OK) return st;

@@ -1,0 +1,388 @@
+/* Empirical bias correction of a QDQ model (Nagel et al., "Data-Free
+ * Quantization Through Weight Equalization and Bias Correction", 2019;
+ * NNCF's BiasCorrection, AIMET's empirical form).
+ *
+ * A quantized layer's error has a mean per output channel: the weights'
+ * rounding error times the mean input (W_q - W) E[x], and what the layers
+ * before it lost to their own grids. It shifts every reader's input by a
+ * constant per channel, which a ReLU, a pool and the next layer pass on and
+ * the activation grids cannot see. For each quantized Conv / ConvTranspose /
+ * Gemm of q, with f the float graph q was converted from (same value names):
+ *
+ *   e_c = mean over the samples and positions of (y_q[c] - y_f[c])
+ *   b_q[c] -= round(e_c / s_b[c])        (the int32 bias, s_b = s_x * s_W[c])
+ *
+ * y_q is the layer's output (before a fused activation: the int8 model's
+ * int32 accumulator times s_b) in q as it stands, y_f the float model's, so
+ * that the errors of earlier layers count; a layer's correction changes its
+ * readers' inputs, so layers are corrected in stages: stage 1 holds the
+ * layers with no quantized layer before them, stage k those whose latest
+ * predecessor is in stage k - 1; the layers of one stage are independent of
+ * one another and are measured in one run of q over the data, after the
+ * corrections of the stages before. A chain of K layers takes K runs of q;
+ * the float means are taken in one run of f.
+ *
+ * q runs as written (DequantizeLinear -> float op -> QuantizeLinear, the
+ * plain plan, NCHW): its conv outputs are the int8 model's accumulators
+ * times s_b up to float32 summation order, and every int8 activation the
+ * integer executor's to within one LSB on the rare ties its fixed-point
+ * requantization rounds the other way (qf_quant_int8_diff measures that).
+ * The lowered graph would hide the accumulator behind the requantization
+ * and a fused ReLU's clamp.
+ *
+ * A layer without a bias gets an int32 one (zeros at s_x * s_W, behind a
+ * DequantizeLinear, as convert writes biases) before the first run. Layers
+ * left out (counted in stats->skipped): an output f has no value of that
+ * name for (a grouped conv split per group after the conversion), an input
+ * or weight not behind a DequantizeLinear of constant qparams, a bias that
+ * is not an int32 DequantizeLinear. A MatMul with a constant weight has no
+ * bias slot in ONNX and is left as it is. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ops/math/quant_math.h"
+#include "../passes/rewrite.h"
+#include "qdq.h"
+#include "qfold/quant.h"
+#include "qfold/schema.h"
+
+typedef struct bc_layer {
+    qf_node *node;    /* the layer in q */
+    uint32_t f_id;    /* its output in f */
+    int stage;        /* 1, 2, ... */
+    int64_t channels; /* output channels (axis 1) */
+    double *sum_q, *sum_f;
+    int64_t count_q, count_f; /* elements summed per channel */
+} bc_layer;
+
+typedef struct bc_run {
+    bc_layer *layers;
+    int nlayers;
+    uint32_t *by_node;  /* q node id -> layer + 1 */
+    uint32_t nnode;
+    uint32_t *by_fval;  /* f value id -> layer + 1 */
+    uint32_t nfval;
+    int stage;          /* the run's stage in q; 0: the float run */
+    int64_t rows;       /* samples of the batch being run (a fixed batch pads) */
+    const qf_data_source *data;
+} bc_run;
+
+/* The first samples of the caller's source, the batch's row count kept. */
+static qf_status bc_read(const qf_data_source *src, int64_t first, int64_t count, const void **rows)
+{
+    bc_run *r = src->ud;
+    r->rows = count;
+    return r->data->read(r->data, first, count, rows);
+}
+
+/* Per-channel sums over the batch's real rows of t, [N, C, ...]. */
+static void bc_accumulate(const qf_tensor *t, int64_t rows, int64_t channels, double *sum, int64_t *count)
+{
+    int64_t n = t->ndim >= 1 ? t->dims[0] : 0;
+    if (rows < n) n = rows;
+    int64_t numel = qf_tensor_numel(t), per_row = t->dims[0] ? numel / t->dims[0] : 0;
+    int64_t inner = channels ? per_row / channels : 0;
+    const float *d = t->data;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t c = 0; c < channels; c++) {
+            const float *p = d + (i * channels + c) * inner;
+            double s = 0.0;
+            for (int64_t k = 0; k < inner; k++) s += p[k];
+            sum[c] += s;
+        }
+    *count += n * inner;
+}
+
+static qf_status bc_hook_q(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
+{
+    (void)nout;
+    bc_run *r = ud;
+    if (n->id >= r->nnode || !r->by_node[n->id]) return QF_OK;
+    bc_layer *l = &r->layers[r->by_node[n->id] - 1];
+    if (l->stage == r->stage) bc_accumulate(outs[0], r->rows, l->channels, l->sum_q, &l->count_q);
+    return QF_OK;
+}
+
+static qf_status bc_hook_f(void *ud, const qf_node *n, const qf_tensor *const *outs, int nout)
+{
+    bc_run *r = ud;
+    for (int i = 0; i < nout; i++) {
+        uint32_t id = n->outputs[i]->id;
+        if (id >= r->nfval || !r->by_fval[id]) continue;
+        bc_layer *l = &r->layers[r->by_fval[id] - 1];
+        bc_accumulate(outs[i], r->rows, l->channels, l->sum_f, &l->count_f);
+    }
+    return QF_OK;
+}
+
+/* The constant scalar or vector behind a DequantizeLinear's slot. */
+static const qf_value *bc_dq_const(const qf_value *v, int slot)
+{
+    const qf_node *dq = v ? v->producer : NULL;
+    if (!dq || dq->op != QF_OP_DEQUANTIZE || slot >= dq->ninputs || !dq->inputs[slot]) return NULL;
+    const qf_value *c = dq->inputs[slot];
+    return qf_value_is_const(c) ? c : NULL;
+}
+
+/* Whether v is a DequantizeLinear of a constant `dt` tensor with float32 scales. */
+static bool bc_is_dq_of(const qf_value *v, qf_dtype dt)
+{
+    const qf_value *q = bc_dq_const(v, 0), *s = bc_dq_const(v, 1);
+    return q && s && q->type.dtype == dt && s->type.dtype == QF_DTYPE_F32;
+}
+
+/* An int32 bias of zeros at s_x * s_W (a float32 product, as convert),
+ * behind a DequantizeLinear, as input 2 of layer n. */
+static qf_status bc_add_bias(qf_graph *q, qf_node *n, int64_t channels)
+{
+    const qf_value *sx = bc_dq_const(n->inputs[0], 1), *sw = bc_dq_const(n->inputs[1], 1);
+    int64_t nw = qf_tensor_numel(&sw->type);
+    float s_in = ((const float *)sx->type.data)[0];
+    float *scale = qf_malloc(sizeof *scale * (size_t)channels);
+    if (!scale) return QF_ERR_NOMEM;
+    for (int64_t c = 0; c < channels; c++) scale[c] = s_in * ((const float *)sw->type.data)[nw == 1 ? 0 : c % nw];
+    char name[512];
+    snprintf(name, sizeof name, "%s_bias", n->name);
+    qf_tensor zf, zq;
+    qf_status st = qf_tensor_init(&zf, QF_DTYPE_F32, 1, &channels);
+    if (st == QF_OK) st = qf_rewrite_install_const(q, n, 2, &zf, name);
+    if (st == QF_OK) st = qf_tensor_init(&zq, QF_DTYPE_I32, 1, &channels);
+    if (st == QF_OK) st = qf_qdq_const(q, n->inputs[2], &zq, scale, nw == 1 ? 1 : channels, nw == 1 ? -1 : 0);
+    qf_free(scale);
+    return st;
+}
+
+/* The layers of q that f has, in q's order; biases added where missing. */
+static qf_status bc_find_layers(qf_graph *q, qf_graph *f, bc_run *r, qf_quant_bc_stats *stats)
+{
+    r->layers = qf_calloc((size_t)(q->nnodes ? q->nnodes : 1), sizeof *r->layers);
+    if (!r->layers) return QF_ERR_NOMEM;
+    bool added = false;
+    for (qf_node *n = q->first; n; n = n->next) {
+        if (n->op != QF_OP_CONV && n->op != QF_OP_CONV_TRANSPOSE && n->op != QF_OP_GEMM) continue;
+        const qf_value *y = n->outputs[0];
+        const qf_value *fy = qf_graph_find_value(f, y->name);
+        const qf_value *sx = bc_dq_const(n->inputs[0], 1);
+        bool ok = fy && fy->producer && fy->producer->op == n->op && y->type.ndim >= 2 &&
+                  y->type.dtype == QF_DTYPE_F32 && y->type.dims[1] > 0 && sx && qf_tensor_numel(&sx->type) == 1 &&
+                  sx->type.dtype == QF_DTYPE_F32 && n->ninputs >= 2 && bc_is_dq_of(n->inputs[1], QF_DTYPE_I8);
+        int64_t channels = ok ? y->type.dims[1] : 0;
+        const qf_value *b = n->ninputs > 2 ? n->inputs[2] : NULL;
+        if (ok && b) {
+            const qf_value *bq = bc_dq_const(b, 0), *bs = bc_dq_const(b, 1);
+            ok = bc_is_dq_of(b, QF_DTYPE_I32) && qf_tensor_numel(&bq->type) == channels &&
+                 (qf_tensor_numel(&bs->type) == 1 || qf_tensor_numel(&bs->type) == channels);
+        }
+        if (ok && !b) {
+            const qf_value *sw = bc_dq_const(n->inputs[1], 1);
+            int64_t nw = qf_tensor_numel(&sw->type);
+            ok = nw >= 1 && channels % nw == 0;
+        }
+        if (!ok) {
+            stats->skipped++;
+            continue;
+        }
+        if (!b) {
+            QF_TRY(bc_add_bias(q, n, channels));
+            stats->added++;
+            added = true;
+        }
+        bc_layer *l = &r->layers[r->nlayers++];
+        l->node = n;
+        l->f_id = fy->id;
+        l->channels = channels;
+        l->sum_q = qf_calloc((size_t)channels, sizeof *l->sum_q);
+        l->sum_f = qf_calloc((size_t)channels, sizeof *l->sum_f);
+        if (!l->sum_q || !l->sum_f) return QF_ERR_NOMEM;
+    }
+    if (added) {
+        QF_TRY(qf_graph_toposort(q));
+        QF_TRY(qf_graph_infer_shapes(q));
+    }
+    return QF_OK;
+}
+
+/* Stage of every layer: 1 + the largest stage of a layer before it. */
+static qf_status bc_stages(qf_graph *q, bc_run *r, int *nstages)
+{
+    *nstages = 0;
+    r->nnode = q->next_node_id;
+    r->by_node = qf_calloc(r->nnode ? r->nnode : 1, sizeof *r->by_node);
+    int *vstage = qf_calloc((size_t)(q->nvalues ? q->nvalues : 1), sizeof *vstage);
+    if (!r->by_node || !vstage) {
+        qf_free(vstage);
+        return QF_ERR_NOMEM;
+    }
+    for (int k = 0; k < r->nlayers; k++) r->by_node[r->layers[k].node->id] = (uint32_t)k + 1;
+    for (const qf_node *n = q->first; n; n = n->next) {
+        int s = 0;
+        for (int i = 0; i < n->ninputs; i++)
+            if (n->inputs[i] && vstage[n->inputs[i]->id] > s) s = vstage[n->inputs[i]->id];
+        if (r->by_node[n->id]) {
+            s++;
+            r->layers[r->by_node[n->id] - 1].stage = s;
+            if (s > *nstages) *nstages = s;
+        }
+        for (int i = 0; i < n->noutputs; i++) vstage[n->outputs[i]->id] = s;
+    }
+    qf_free(vstage);
+    return QF_OK;
+}
+
+/* One run over the first n samples: of f (hook_f) or of q (hook_q, the layers of r->stage). */
+static qf_status bc_pass(qf_graph *g, const qf_data_source *data, int64_t n, int64_t batch, bc_run *r,
+                         qf_plan_hook hook)
+{
+    qf_tensor views[QF_QUANT_MAX_INPUTS];
+    const qf_tensor *ptrs[QF_QUANT_MAX_INPUTS];
+    for (int i = 0; i < data->ninputs; i++) {
+        const qf_tensor *d = data->inputs[i];
+        int64_t dims[QF_MAX_DIMS];
+        memcpy(dims, d->dims, sizeof dims);
+        if (d->ndim >= 1 && dims[0] > n) dims[0] = n;
+        qf_tensor_view(&views[i], d->dtype, d->ndim, dims, d->data);
+        ptrs[i] = &views[i];
+    }
+    r->data = data;
+    qf_data_source src = {.ninputs = data->ninputs, .inputs = ptrs, .read = bc_read, .ud = r};
+    qf_batch_options bo = {.batch = batch, .hook = hook, .hook_ud = r, .widen = true};
+    return qf_run_source(g, &src, &bo);
+}
+
+static void bc_free(bc_run *r)
+{
+    for (int k = 0; r->layers && k < r->nlayers; k++) {
+        qf_free(r->layers[k].sum_q);
+        qf_free(r->layers[k].sum_f);
+    }
+    qf_free(r->layers);
+    qf_free(r->by_node);
+    qf_free(r->by_fval);
+    memset(r, 0, sizeof *r);
+}
+
+/* Layers found, float means taken (r ready for the q runs). */
+static qf_status bc_prepare(qf_graph *q, qf_graph *f, const qf_data_source *data, int64_t n, int64_t batch,
+                            bc_run *r, int *nstages, qf_quant_bc_stats *stats)
+{
+    int ndata = data->ninputs;
+    if (ndata < 1 || ndata > QF_QUANT_MAX_INPUTS)
+        return qf_error(QF_ERR_INVALID, "bias correction: %d calibration inputs", ndata);
+    QF_TRY(qf_graph_toposort(q));
+    QF_TRY(bc_find_layers(q, f, r, stats));
+    QF_TRY(bc_stages(q, r, nstages));
+    r->nfval = (uint32_t)f->nvalues;
+    r->by_fval = qf_calloc(r->nfval ? r->nfval : 1, sizeof *r->by_fval);
+    if (!r->by_fval) return QF_ERR_NOMEM;
+    for (int k = 0; k < r->nlayers; k++) r->by_fval[r->layers[k].f_id] = (uint32_t)k + 1;
+    if (!r->nlayers) return QF_OK;
+    r->stage = 0;
+    return bc_pass(f, data, n, batch, r, bc_hook_f);
+}
+
+static double bc_mean(const double *sum, int64_t c, int64_t count) { return count ? sum[c] / (double)count : 0.0; }
+
+/* Subtract layer l's mean error from its int32 bias. */
+static qf_status bc_apply(bc_layer *l, qf_quant_bc_stats *stats)
+{
+    qf_value *bq = (qf_value *)bc_dq_const(l->node->inputs[2], 0);
+    const qf_value *bs = bc_dq_const(l->node->inputs[2], 1);
+    int64_t ns = qf_tensor_numel(&bs->type);
+    const float *scale = bs->type.data;
+    qf_tensor t;
+    QF_TRY(qf_tensor_copy(&t, &bq->type));
+    int32_t *d = t.data;
+    for (int64_t c = 0; c < l->channels; c++) {
+        double e = bc_mean(l->sum_q, c, l->count_q) - bc_mean(l->sum_f, c, l->count_f);
+        double s = (double)scale[ns == 1 ? 0 : c];
+        d[c] = qf_saturate_s32_f64(qf_round_half_even_f64((double)d[c] - e / s));
+        double a = fabs(e);
+        if (a > stats->max_abs_error) stats->max_abs_error = a;
+    }
+    qf_value_set_data(bq, &t);
+    stats->layers++;
+    return QF_OK;
+}
+
+qf_status qf_quant_bias_correct(qf_graph *q, qf_graph *f, const qf_data_source *data, int64_t max_samples,
+                                int64_t batch, qf_quant_bc_stats *stats)
+{
+    memset(stats, 0, sizeof *stats);
+    int64_t n = data->ninputs >= 1 && data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
+    if (max_samples > 0 && max_samples < n) n = max_samples;
+    if (n < 1) return qf_error(QF_ERR_SHAPE, "bias correction: the calibration data holds no samples");
+    bc_run r = {0};
+    int nstages = 0;
+    qf_status st = bc_prepare(q, f, data, n, batch, &r, &nstages, stats);
+    for (int s = 1; s <= nstages && st == QF_OK; s++) {
+        r.stage = s;
+        st = bc_pass(q, data, n, batch, &r, bc_hook_q);
+        stats->passes++;
+        for (int k = 0; k < r.nlayers && st == QF_OK; k++)
+            if (r.layers[k].stage == s) st = bc_apply(&r.layers[k], stats);
+    }
+    stats->samples = n;
+    bc_free(&r);
+    return st;
+}
+
+void qf_quant_bias_errors_free(qf_quant_bias_error *e, int count)
+{
+    for (int i = 0; e && i < count; i++) {
+        qf_free(e[i].name);
+        qf_free(e[i].mean_error);
+        qf_free(e[i].bias_scale);
+    }
+    qf_free(e);
+}
+
+qf_status qf_quant_bias_errors(qf_graph *q, qf_graph *f, const qf_data_source *data, int64_t max_samples,
+                               int64_t batch, qf_quant_bias_error **out, int *count)
+{
+    *out = NULL;
+    *count = 0;
+    int64_t n = data->ninputs >= 1 && data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
+    if (max_samples > 0 && max_samples < n) n = max_samples;
+    if (n < 1) return qf_error(QF_ERR_SHAPE, "bias errors: the data holds no samples");
+    /* Every layer in one run of q: stage 0 marks them all. */
+    bc_run r = {0};
+    int nstages = 0;
+    qf_quant_bc_stats stats = {0};
+    /* on a copy: a layer without a bias gets one of zeros (the same outputs) */
+    qf_graph *qc = NULL;
+    qf_status st = qf_graph_clone(q, &qc);
+    if (st == QF_OK) st = bc_prepare(qc, f, data, n, batch, &r, &nstages, &stats);
+    for (int k = 0; k < r.nlayers; k++) r.layers[k].stage = 1;
+    r.stage = 1;
+    if (st == QF_OK && r.nlayers) st = bc_pass(qc, data, n, batch, &r, bc_hook_q);
+    qf_quant_bias_error *e = st == QF_OK ? qf_calloc((size_t)(r.nlayers ? r.nlayers : 1), sizeof *e) : NULL;
+    if (st == QF_OK && !e) st = QF_ERR_NOMEM;
+    for (int k = 0; k < r.nlayers && st == QF_OK; k++) {
+        bc_layer *l = &r.layers[k];
+        const qf_value *bs = bc_dq_const(l->node->inputs[2], 1);
+        int64_t ns = qf_tensor_numel(&bs->type);
+        e[k].name = qf_strdup(l->node->name);
+        e[k].channels = l->channels;
+        e[k].mean_error = qf_malloc(sizeof *e[k].mean_error * (size_t)l->channels);
+        e[k].bias_scale = qf_malloc(sizeof *e[k].bias_scale * (size_t)l->channels);
+        *count = k + 1;
+        if (!e[k].name || !e[k].mean_error || !e[k].bias_scale) {
+            st = QF_ERR_NOMEM;
+            break;
+        }
+        for (int64_t c = 0; c < l->channels; c++) {
+            e[k].mean_error[c] = bc_mean(l->sum_q, c, l->count_q) - bc_mean(l->sum_f, c, l->count_f);
+            e[k].bias_scale[c] = ((const float *)bs->type.data)[ns == 1 ? 0 : c];
+        }
+    }
+    bc_free(&r);
+    qf_graph_free(qc);
+    if (st != QF_OK) {
+        qf_quant_bias_errors_free(e, *count);
+        *count = 0;
+        return st;
+    }
+    *out = e;
+    return QF_OK;
+}
