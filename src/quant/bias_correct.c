@@ -7,7 +7,7 @@
  * before it lost to their own grids. It shifts every reader's input by a
  * constant per channel, which a ReLU, a pool and the next layer pass on and
  * the activation grids cannot see. For each quantized Conv / ConvTranspose /
- * Gemm of q, with f the float graph q was converted from (same value names):
+ * Gemm (or qfold's linear, what the folds make of a Gemm) of q, with f the float graph q was converted from (same value names):
  *
  *   e_c = mean over the samples and positions of (y_q[c] - y_f[c])
  *   b_q[c] -= round(e_c / s_b[c])        (the int32 bias, s_b = s_x * s_W[c])
@@ -153,6 +153,21 @@ static qf_status bc_add_bias(qf_graph *q, qf_node *n, int64_t channels)
     return st;
 }
 
+/* A graph output's name goes to the DequantizeLinear after it (the file's
+ * interface keeps its names): y -> Q -> DQ(named as f's output). */
+static const qf_value *bc_graph_output(const qf_graph *f, const qf_value *y)
+{
+    if (y->nuses != 1 || y->uses[0].node->op != QF_OP_QUANTIZE) return NULL;
+    const qf_value *yq = y->uses[0].node->outputs[0];
+    for (int i = 0; i < yq->nuses; i++) {
+        const qf_node *dq = yq->uses[i].node;
+        if (dq->op != QF_OP_DEQUANTIZE || !dq->outputs[0]->is_output) continue;
+        const qf_value *fy = qf_graph_find_value(f, dq->outputs[0]->name);
+        if (fy) return fy;
+    }
+    return NULL;
+}
+
 /* The layers of q that f has, in q's order; biases added where missing. */
 static qf_status bc_find_layers(qf_graph *q, qf_graph *f, bc_run *r, qf_quant_bc_stats *stats)
 {
@@ -160,9 +175,11 @@ static qf_status bc_find_layers(qf_graph *q, qf_graph *f, bc_run *r, qf_quant_bc
     if (!r->layers) return QF_ERR_NOMEM;
     bool added = false;
     for (qf_node *n = q->first; n; n = n->next) {
-        if (n->op != QF_OP_CONV && n->op != QF_OP_CONV_TRANSPOSE && n->op != QF_OP_GEMM) continue;
+        if (n->op != QF_OP_CONV && n->op != QF_OP_CONV_TRANSPOSE && n->op != QF_OP_GEMM && n->op != QF_OP_LINEAR)
+            continue;
         const qf_value *y = n->outputs[0];
         const qf_value *fy = qf_graph_find_value(f, y->name);
+        if (!fy) fy = bc_graph_output(f, y);
         const qf_value *sx = bc_dq_const(n->inputs[0], 1);
         bool ok = fy && fy->producer && fy->producer->op == n->op && y->type.ndim >= 2 &&
                   y->type.dtype == QF_DTYPE_F32 && y->type.dims[1] > 0 && sx && qf_tensor_numel(&sx->type) == 1 &&
