@@ -26,6 +26,7 @@
 #include "qfold/graph.h"
 #include "qfold/op.h"
 #include "qfold/pass.h"
+#include "qfold/quant_bias.h"
 #include "qfold/status.h"
 #include "qfold/tensor.h"
 
@@ -158,16 +159,6 @@ typedef enum qf_qpattern {
  * with AUTO left undecided, does nothing. */
 typedef enum qf_qequalize { QF_QEQ_OFF = 0, QF_QEQ_PER_TENSOR, QF_QEQ_ALL, QF_QEQ_AUTO } qf_qequalize;
 
-/* Bias correction after the conversion to QDQ (qf_quantize, src/quant/
- * bias_correct.c): for every quantized Conv / ConvTranspose / Gemm, the mean
- * per output channel over the calibration data of (its output in the QDQ
- * model - its output in the float model) is taken from its int32 bias (a
- * layer without a bias gets one), layer after layer in topological order
- * (each layer's input is the already corrected QDQ model's). EMPIRICAL
- * keeps it; AUTO keeps it when the graph outputs' SQNR against float on the
- * calibration data improves by QF_QUANT_BC_MARGIN_DB. */
-typedef enum qf_qbias { QF_QBIAS_OFF = 0, QF_QBIAS_EMPIRICAL, QF_QBIAS_AUTO } qf_qbias;
-
 /* How one class of tensors is quantized. */
 typedef struct qf_qformat {
     qf_qscheme scheme;
@@ -220,7 +211,7 @@ const char *const *qf_quant_profile_names(void);
  * (histogram|minmax|moving-average), fuse-activation (on|off), min-scale (a
  * positive number), equalize, concat-scale (shared|first), matmul-inputs
  * (symmetric|activation), neutron-passes (on|off), bias-correction
- * (off|empirical|auto). QF_ERR_INVALID naming the
+ * (off|empirical|analytical|auto). QF_ERR_INVALID naming the
  * key and the accepted values. */
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule);
 
@@ -466,22 +457,17 @@ typedef struct qf_quantize_options {
      * except at observed values): the same statistics up to float rounding,
      * slower; tests compare the two. */
     bool plain_calibration;
+    /* The BatchNorm statistics of the model before its fold (borrowed;
+     * qf_quant_bn_stats_collect): bias-correction=analytical / auto use
+     * them; NULL: analytical corrects nothing. qf_quantize_model collects
+     * them itself. */
+    const qf_quant_bn_stats *bn_stats;
 } qf_quantize_options;
 
 
 typedef struct qf_quant_float_node {
     char *name, *op, *reason;
 } qf_quant_float_node;
-
-/* What bias correction did (qf_quant_bias_correct, below). */
-typedef struct qf_quant_bc_stats {
-    int layers;           /* biases corrected */
-    int added;            /* of those, biases added (the layer had none) */
-    int skipped;          /* Conv / ConvTranspose / Gemm left as they were (no float counterpart or form) */
-    int passes;           /* runs of q over the data */
-    int64_t samples;      /* samples per run */
-    double max_abs_error; /* the largest |mean error| corrected, in output units */
-} qf_quant_bc_stats;
 
 typedef struct qf_quantize_result {
     int64_t samples;               /* calibration samples seen */
@@ -511,20 +497,27 @@ typedef struct qf_quantize_result {
      * that size, and batch_note says why (NULL otherwise). */
     int64_t batch;
     char *batch_note;
-    /* Bias correction (the profile's rule not off): the rule, whether the
-     * corrected model was kept (empirical: always; auto: when its graph
-     * outputs' SQNR against float on the first QF_QUANT_EQ_SAMPLES
-     * calibration samples beat the uncorrected one's by
-     * QF_QUANT_BC_MARGIN_DB), both SQNRs (dB), what it did, its wall time
-     * (its runs, copies and SQNRs; with calibrate_ms, convert_ms and
-     * equalize_ms all of qf_quantize's time). */
-    qf_qbias bc_rule;
+    /* Bias correction (the profile's rule not off): the rule; the form its
+     * figures are of (empirical or analytical: auto's best); whether the
+     * corrected model was kept (empirical, analytical: always; auto: when
+     * the form's graph outputs' SQNR against float on the first
+     * QF_QUANT_EQ_SAMPLES calibration samples beat the uncorrected one's by
+     * more than QF_QUANT_BC_MARGIN_DB); both SQNRs (dB); what it did; auto:
+     * the other form's SQNR and figures (bc_alt_sqnr NaN when it was not
+     * tried: analytical without BatchNorm statistics for any layer); the
+     * wall time (its runs, copies and SQNRs; with calibrate_ms, convert_ms
+     * and equalize_ms all of qf_quantize's time). */
+    qf_qbias bc_rule, bc_form;
     bool bc_kept;
     double bc_sqnr_before, bc_sqnr_after;
     qf_quant_bc_stats bc;
+    double bc_alt_sqnr;
+    qf_quant_bc_stats bc_alt;
     double bc_ms;
-    /* Internal: the float graph as converted (qf_quantize frees it). */
+    /* Internal: the float graph as converted, the BatchNorm statistics
+     * anchored on it (qf_quantize frees both). */
     qf_graph *bc_float;
+    qf_quant_bn_stats *bc_bn;
 } qf_quantize_result;
 
 #define QF_QUANT_EQ_SAMPLES 512
@@ -536,10 +529,11 @@ typedef struct qf_quantize_result {
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);
-/* "off", "empirical", "auto": the --set bias-correction= spelling. */
+/* "off", "empirical", "analytical", "auto": the --set bias-correction= spelling. */
 const char *qf_quant_bc_rule_name(qf_qbias b);
 /* The bias correction in one line for a summary, e.g. "empirical, 23
- * layers, int8 outputs' SQNR 31.2 -> 33.0 dB (kept)"; "" when it did not run. */
+ * layers (0 biases added, 9 passes), int8 outputs' SQNR 31.2 -> 33.0 dB
+ * (kept)"; auto adds the other form's figure; "" when it did not run. */
 void qf_quant_bc_summary(const qf_quantize_result *r, char *buf, size_t n);
 /* "off", "per-tensor", "all", "auto": the --set equalize= spelling. */
 const char *qf_quant_eq_rule_name(qf_qequalize e);
@@ -561,33 +555,6 @@ bool qf_quant_equalize_candidates(const qf_graph *g, const qf_quant_profile *p);
  * free it with qf_quantize_result_free). g is not changed. */
 qf_status qf_quant_equalize_choose(const qf_graph *g, const qf_data_source *data, int64_t max_samples,
                                    const qf_quant_profile *p, qf_qequalize *out, qf_quantize_result *trial);
-
-/* Bias correction (the profile's bias_correction rule; src/quant/
- * bias_correct.c): q is the QDQ graph qf_quant_convert made from the float
- * graph f (f's values keep their names in q). For every Conv /
- * ConvTranspose / Gemm of q with int8 weights behind a DequantizeLinear and
- * its output in f, the mean error per output channel of its output (q - f,
- * over the first max_samples of data, `batch` at a time) is taken from its
- * int32 bias, in stages of layers that do not depend on one another, so
- * that each layer's error is measured with the corrections of the layers
- * before it in place; a layer without a bias gets one. f is run once, q
- * once per stage. q is rewritten in place (its shapes inferred again). */
-qf_status qf_quant_bias_correct(qf_graph *q, qf_graph *f, const qf_data_source *data, int64_t max_samples,
-                                int64_t batch, qf_quant_bc_stats *stats);
-/* The mean error per output channel of every layer bias correction would
- * correct, measured in one run of q as it stands (a copy of it) and one of
- * f; bias_scale: the int32 bias's scale per channel (tests: after the
- * correction each |mean_error| is within about half of it on the same
- * data). */
-typedef struct qf_quant_bias_error {
-    char *name;          /* the layer (node of q) */
-    int64_t channels;
-    double *mean_error;  /* channels entries: mean(q output) - mean(f output) */
-    double *bias_scale;  /* channels entries */
-} qf_quant_bias_error;
-qf_status qf_quant_bias_errors(qf_graph *q, qf_graph *f, const qf_data_source *data, int64_t max_samples,
-                               int64_t batch, qf_quant_bias_error **out, int *count);
-void qf_quant_bias_errors_free(qf_quant_bias_error *e, int count);
 
 /* Per-layer error of a quantized model: for every activation `name` of the
  * float graph `ref` that the QDQ graph `q` dequantizes (value
@@ -622,7 +589,8 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count);
  * QuantizeLinear / DequantizeLinear nodes): QF_ERR_INVALID "'<name>' is
  * already quantized ...". qf_quantize_model then, on g in place: that check;
  * the ptq pipeline (BatchNorm folds, verified); qf_quantize on `data`
- * (opt->quantize); the shapes verified; and the per-layer SQNR of the result
+ * (opt->quantize; the BatchNorm statistics taken before the fold for a
+ * bias-correction rule analytical or auto); the shapes verified; and the per-layer SQNR of the result
  * against the folded float model (a copy of g taken before the passes, folded
  * the same way) on the first sqnr_samples calibration samples, sorted worst
  * first. The result holds what `qfold quantize` prints and reports. */

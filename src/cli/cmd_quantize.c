@@ -199,7 +199,7 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         printf("  equalize    %s\n", line);
     }
     if (r->bc_rule != QF_QBIAS_OFF) {
-        char line[200];
+        char line[320];
         qf_quant_bc_summary(r, line, sizeof line);
         printf("  bias correction %s\n", line);
     }
@@ -313,16 +313,29 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
     qf_strbuf_puts(b, ",\n  \"bias_correction\": ");
     if (r->bc_rule != QF_QBIAS_OFF) {
         qf_strbuf_printf(b,
-                         "{\"rule\": \"%s\", \"kept\": %s, \"layers\": %d, \"biases_added\": %d, "
+                         "{\"rule\": \"%s\", \"form\": \"%s\", \"kept\": %s, \"layers\": %d, \"biases_added\": %d, "
                          "\"layers_skipped\": %d, \"passes\": %d, \"samples\": %lld, \"max_abs_mean_error\": ",
-                         qf_quant_bc_rule_name(r->bc_rule), r->bc_kept ? "true" : "false", r->bc.layers, r->bc.added,
-                         r->bc.skipped, r->bc.passes, (long long)r->bc.samples);
+                         qf_quant_bc_rule_name(r->bc_rule), qf_quant_bc_rule_name(r->bc_form),
+                         r->bc_kept ? "true" : "false", r->bc.layers, r->bc.added, r->bc.skipped, r->bc.passes,
+                         (long long)r->bc.samples);
         qf_qz_json_num(b, r->bc.max_abs_error);
         qf_strbuf_puts(b, ", \"output_sqnr_db\": {\"without\": ");
         qf_qz_json_num(b, r->bc_sqnr_before);
         qf_strbuf_puts(b, ", \"with\": ");
         qf_qz_json_num(b, r->bc_sqnr_after);
-        qf_strbuf_printf(b, "}, \"ms\": %.1f}", r->bc_ms);
+        qf_strbuf_puts(b, "}, \"other\": ");
+        /* auto: the form not chosen (null: not tried) */
+        if (r->bc_rule == QF_QBIAS_AUTO && !isnan(r->bc_alt_sqnr)) {
+            qf_strbuf_printf(b, "{\"form\": \"%s\", \"layers\": %d, \"output_sqnr_db\": ",
+                             qf_quant_bc_rule_name(r->bc_form == QF_QBIAS_EMPIRICAL ? QF_QBIAS_ANALYTICAL
+                                                                                    : QF_QBIAS_EMPIRICAL),
+                             r->bc_alt.layers);
+            qf_qz_json_num(b, r->bc_alt_sqnr);
+            qf_strbuf_puts(b, "}");
+        } else {
+            qf_strbuf_puts(b, "null");
+        }
+        qf_strbuf_printf(b, ", \"ms\": %.1f}", r->bc_ms);
     } else {
         qf_strbuf_puts(b, "null");
     }
@@ -500,10 +513,13 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       quantized like its output, or the first input's qparams),\n"
         "                       matmul-inputs=symmetric|activation (neutron: symmetric; a MatMul\n"
         "                       of two activations with zero point 0 on both inputs),\n"
-        "                       bias-correction=off|empirical|auto (default off; empirical: each\n"
-        "                       Conv / ConvTranspose / Gemm's mean output error per channel on\n"
-        "                       the calibration data, layer after layer, taken from its int32\n"
-        "                       bias; auto: kept when the int8 outputs' SQNR improves)\n"
+        "                       bias-correction=off|empirical|analytical|auto (default off; each\n"
+        "                       Conv / ConvTranspose / Gemm's mean output error per channel taken\n"
+        "                       from its int32 bias; empirical: measured on the calibration data,\n"
+        "                       layer after layer; analytical: data-free, (W_q - W) E[x] with E[x]\n"
+        "                       from the BatchNorm folded into the layer before (+ ReLU); auto:\n"
+        "                       both tried, the better kept when the int8 outputs' SQNR improves;\n"
+        "                       quantize only: qat refuses it, its training adapts the biases)\n"
         "  --calib-count N      use the first N samples only\n"
         "  --batch B            samples per calibration run (default 32)\n"
         "  --verify             load the written model back and check that it computes what the\n"

@@ -187,6 +187,7 @@ static qf_status set_bias_correction(qf_quant_profile *p, const char *v)
 {
     if (!strcmp(v, "off")) p->bias_correction = QF_QBIAS_OFF;
     else if (!strcmp(v, "empirical")) p->bias_correction = QF_QBIAS_EMPIRICAL;
+    else if (!strcmp(v, "analytical")) p->bias_correction = QF_QBIAS_ANALYTICAL;
     else if (!strcmp(v, "auto")) p->bias_correction = QF_QBIAS_AUTO;
     else return QF_ERR_INVALID;
     return QF_OK;
@@ -212,7 +213,7 @@ static const qf_profile_key qf_profile_keys[] = {
     {"neutron-passes", "on|off", set_neutron_passes},
     {"concat-scale", "shared|first", set_concat},
     {"matmul-inputs", "symmetric|activation", set_matmul},
-    {"bias-correction", "off|empirical|auto", set_bias_correction},
+    {"bias-correction", "off|empirical|analytical|auto", set_bias_correction},
 };
 
 #define QF_NKEYS (sizeof qf_profile_keys / sizeof qf_profile_keys[0])

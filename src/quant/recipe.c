@@ -45,6 +45,17 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
     double tc = qf_clock_seconds();
     qf_graph *ref = NULL;
     if (o.sqnr_samples >= 0) QF_TRY(qf_graph_clone(g, &ref));
+    /* The data-free bias correction reads the BatchNorms the fold consumes. */
+    const qf_quant_profile *prof = o.quantize.profile ? o.quantize.profile : qf_quant_profile_find("neutron");
+    qf_quant_bn_stats *bn = NULL;
+    if (!o.quantize.bn_stats && (prof->bias_correction == QF_QBIAS_ANALYTICAL || prof->bias_correction == QF_QBIAS_AUTO)) {
+        qf_status sb = qf_quant_bn_stats_collect(g, &bn);
+        if (sb != QF_OK) {
+            qf_graph_free(ref);
+            return sb;
+        }
+        o.quantize.bn_stats = bn;
+    }
     double t0 = qf_clock_seconds();
     qf_pass_options po = {.verify = true};
     qf_status st = qf_pipeline_run(g, "ptq", &po, &out->passes);
@@ -71,6 +82,7 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
         out->sqnr_ms = (qf_clock_seconds() - t2 + (t0 - tc)) * 1e3;
     }
     qf_graph_free(ref);
+    qf_quant_bn_stats_free(bn);
     return st;
 }
 
