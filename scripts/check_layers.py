@@ -77,6 +77,7 @@ PUBLIC = {
     "exec.h": "exec",
     "pass.h": "passes",
     "quant.h": "quant",
+    "quant_bias.h": "quant",
     "train.h": "train",
     "qat.h": "train",
     "io.h": "io",

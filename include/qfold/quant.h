@@ -26,6 +26,7 @@
 #include "qfold/graph.h"
 #include "qfold/op.h"
 #include "qfold/pass.h"
+#include "qfold/quant_bias.h"
 #include "qfold/status.h"
 #include "qfold/tensor.h"
 
@@ -181,6 +182,7 @@ typedef struct qf_quant_profile {
                                      [qmin + 1, qmax], zero point 0, min/max observed */
     bool reduction_shares;        /* reductions share their input's qparams (else own) */
     qf_qequalize equalize;        /* cross-layer equalization first (pass equalize) */
+    qf_qbias bias_correction;     /* bias correction after the conversion (off in both built-in profiles) */
     bool neutron_passes;          /* the Neutron-ready graph: pipeline neutron before annotation,
                                    * neutron_qdq after conversion (quantize, qat, finalize) */
     /* The ops it quantizes (by the pattern of their row): every op that has
@@ -208,7 +210,8 @@ const char *const *qf_quant_profile_names(void);
  * linear-weights / conv-weights (per-tensor|per-channel), activation-observer
  * (histogram|minmax|moving-average), fuse-activation (on|off), min-scale (a
  * positive number), equalize, concat-scale (shared|first), matmul-inputs
- * (symmetric|activation), neutron-passes (on|off). QF_ERR_INVALID naming the
+ * (symmetric|activation), neutron-passes (on|off), bias-correction
+ * (off|empirical|analytical|auto). QF_ERR_INVALID naming the
  * key and the accepted values. */
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule);
 /* A copy of built-in profile `target` (NULL: "neutron") with `sets`
@@ -502,6 +505,11 @@ typedef struct qf_quantize_options {
      * with the reason QF_QUANT_EXCLUDED. */
     const char *const *exclude;
     int nexclude;
+    /* The BatchNorm statistics of the model before its fold (borrowed;
+     * qf_quant_bn_stats_collect): bias-correction=analytical / auto use
+     * them; NULL: analytical corrects nothing. qf_quantize_model collects
+     * them itself. */
+    const qf_quant_bn_stats *bn_stats;
 } qf_quantize_options;
 
 
@@ -537,6 +545,27 @@ typedef struct qf_quantize_result {
      * that size, and batch_note says why (NULL otherwise). */
     int64_t batch;
     char *batch_note;
+    /* Bias correction (the profile's rule not off): the rule; the form its
+     * figures are of (empirical or analytical: auto's best); whether the
+     * corrected model was kept (empirical, analytical: always; auto: when
+     * the form's graph outputs' SQNR against float on the first
+     * QF_QUANT_EQ_SAMPLES calibration samples beat the uncorrected one's by
+     * more than QF_QUANT_BC_MARGIN_DB); both SQNRs (dB); what it did; auto:
+     * the other form's SQNR and figures (bc_alt_sqnr NaN when it was not
+     * tried: analytical without BatchNorm statistics for any layer); the
+     * wall time (its runs, copies and SQNRs; with calibrate_ms, convert_ms
+     * and equalize_ms all of qf_quantize's time). */
+    qf_qbias bc_rule, bc_form;
+    bool bc_kept;
+    double bc_sqnr_before, bc_sqnr_after;
+    qf_quant_bc_stats bc;
+    double bc_alt_sqnr;
+    qf_quant_bc_stats bc_alt;
+    double bc_ms;
+    /* Internal: the float graph as converted, the BatchNorm statistics
+     * anchored on it (qf_quantize frees both). */
+    qf_graph *bc_float;
+    qf_quant_bn_stats *bc_bn;
 } qf_quantize_result;
 
 #define QF_QUANT_EQ_SAMPLES 512
@@ -544,9 +573,17 @@ typedef struct qf_quantize_result {
 #define QF_QUANT_EQ_ALL_MARGIN_DB 6.0 /* ... all when it gains this much (both over the model without;
                                          of those that clear theirs, the best measured is kept) */
 #define QF_QUANT_EQ_ALL_BYTES ((size_t)32 << 20) /* all is tried on models with at most these weights */
+#define QF_QUANT_BC_SAMPLES 512      /* bias correction measures on at most these calibration samples */
+#define QF_QUANT_BC_MARGIN_DB 0.0    /* bias-correction=auto keeps it when the SQNR gains more than this */
 
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out);
+/* "off", "empirical", "analytical", "auto": the --set bias-correction= spelling. */
+const char *qf_quant_bc_rule_name(qf_qbias b);
+/* The bias correction in one line for a summary, e.g. "empirical, 23
+ * layers (0 biases added, 9 passes), int8 outputs' SQNR 31.2 -> 33.0 dB
+ * (kept)"; auto adds the other form's figure; "" when it did not run. */
+void qf_quant_bc_summary(const qf_quantize_result *r, char *buf, size_t n);
 /* "off", "per-tensor", "all", "auto": the --set equalize= spelling. */
 const char *qf_quant_eq_rule_name(qf_qequalize e);
 /* The margin over the model without equalization a rule needs to be kept
@@ -629,7 +666,8 @@ void qf_quant_sqnr_free(qf_quant_sqnr *s, int count);
  * QuantizeLinear / DequantizeLinear nodes): QF_ERR_INVALID "'<name>' is
  * already quantized ...". qf_quantize_model then, on g in place: that check;
  * the ptq pipeline (BatchNorm folds, verified); qf_quantize on `data`
- * (opt->quantize); the shapes verified; and the per-layer SQNR of the result
+ * (opt->quantize; the BatchNorm statistics taken before the fold for a
+ * bias-correction rule analytical or auto); the shapes verified; and the per-layer SQNR of the result
  * against the folded float model (a copy of g taken before the passes, folded
  * the same way) on the first sqnr_samples calibration samples, sorted worst
  * first. The result holds what `qfold quantize` prints and reports. */

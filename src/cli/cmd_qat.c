@@ -295,6 +295,13 @@ static int qf_cli_qat(int argc, char **argv)
     qf_qat_run run = {.q = qf_qat_defaults(), .failed_write = -1};
     int rc = qf_qat_parse(argc, argv, &qa);
     if (rc == QF_EXIT_OK) rc = qf_cli_quant_profile(qa.target, qa.sets, qa.nsets, &run.profile);
+    /* Bias correction is post-training: QAT trains the biases with the
+     * quantization noise in place, and its finalize folds BatchNorms the
+     * training moved. */
+    if (rc == QF_EXIT_OK && run.profile.bias_correction != QF_QBIAS_OFF)
+        rc = qf_cli_value_error(&qf_cli_cmd_qat, "--set bias-correction=%s: qat does not apply bias correction (its "
+                                "training adapts the biases to the quantization); use it with quantize",
+                                qf_quant_bc_rule_name(run.profile.bias_correction));
     qf_status st = rc == QF_EXIT_OK ? qf_quant_register_passes() : QF_OK;
     if (st != QF_OK) rc = qf_cli_fail(st);
     run.q.prepare = qa.exact ? "qat_prepare_exact" : "qat_prepare";
@@ -375,7 +382,8 @@ const qf_cli_command qf_cli_cmd_qat = {
         "`qfold export` writes it).\n\n"
         "options:\n"
         "  --target NAME       neutron (default: NXP eIQ Neutron's scheme) or generic\n"
-        "  --set RULE=VALUE    override one rule of the target (see qfold help quantize)\n"
+        "  --set RULE=VALUE    override one rule of the target (see qfold help quantize; not\n"
+        "                      bias-correction, which is post-training only)\n"
         "  --exclude NAME|OPTYPE[,...]   keep these nodes (node names or ONNX op types) in float,\n"
         "                      no fake_quants of their own (see qfold help quantize)\n"
         "  --calib-count N     samples (the first N of --data, file order) the observers see before\n"

@@ -183,6 +183,16 @@ static qf_status set_equalize(qf_quant_profile *p, const char *v)
     return QF_OK;
 }
 
+static qf_status set_bias_correction(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "off")) p->bias_correction = QF_QBIAS_OFF;
+    else if (!strcmp(v, "empirical")) p->bias_correction = QF_QBIAS_EMPIRICAL;
+    else if (!strcmp(v, "analytical")) p->bias_correction = QF_QBIAS_ANALYTICAL;
+    else if (!strcmp(v, "auto")) p->bias_correction = QF_QBIAS_AUTO;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
 static qf_status set_min_scale(qf_quant_profile *p, const char *v)
 {
     char *end = NULL;
@@ -203,6 +213,7 @@ static const qf_profile_key qf_profile_keys[] = {
     {"neutron-passes", "on|off", set_neutron_passes},
     {"concat-scale", "shared|first", set_concat},
     {"matmul-inputs", "symmetric|activation", set_matmul},
+    {"bias-correction", "off|empirical|analytical|auto", set_bias_correction},
 };
 
 #define QF_NKEYS (sizeof qf_profile_keys / sizeof qf_profile_keys[0])
@@ -224,7 +235,7 @@ static const char *keys_text(char *buf, size_t size)
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule)
 {
     const char *eq = strchr(rule, '=');
-    char keys[512];
+    char keys[768];
     if (!eq) return qf_error(QF_ERR_INVALID, "profile rule '%s': expected KEY=VALUE, one of %s", rule, keys_text(keys, sizeof keys));
     size_t klen = (size_t)(eq - rule);
     for (size_t i = 0; i < QF_NKEYS; i++) {

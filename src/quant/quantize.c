@@ -108,6 +108,8 @@ void qf_quantize_result_free(qf_quantize_result *r)
     }
     qf_free(r->left_float);
     qf_free(r->batch_note);
+    qf_graph_free(r->bc_float);
+    qf_quant_bn_stats_free(r->bc_bn);
     qf_pass_report_free(r->prepare);
     qf_pass_report_free(r->convert);
     memset(r, 0, sizeof *r);
@@ -301,6 +303,10 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
         if (g->values[i]) g->values[i]->store = 0;
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
+    /* The BatchNorm statistics anchored on the folded graph before
+     * equalization rescales it (analytical bias correction follows that). */
+    if (p->bias_correction != QF_QBIAS_OFF && p->bias_correction != QF_QBIAS_EMPIRICAL && opt->bn_stats)
+        QF_TRY(qf_quant_bn_stats_anchor(opt->bn_stats, g, &out->bc_bn));
     qf_quant_session sess = {.profile = p, .exclude = opt->exclude, .nexclude = opt->nexclude};
     qf_pass_options po = {.verify = true, .user = &sess};
     qf_status st =
@@ -335,6 +341,9 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
     if (st == QF_OK) st = qz_left_float(a, out);
+    /* Bias correction compares the QDQ model with the float graph it is
+     * converted from (after equalization and the Neutron passes). */
+    if (st == QF_OK && p->bias_correction != QF_QBIAS_OFF) st = qf_graph_clone(g, &out->bc_float);
     if (st == QF_OK)
         st = qf_pipeline_run(g, p->neutron_passes ? "quantize_convert_neutron" : "quantize_convert", &po,
                              &out->convert);
@@ -534,17 +543,124 @@ static qf_status qz_quantize(qf_graph *g, const qf_data_source *data,
     return st;
 }
 
+/* One form of bias correction on c (a copy of the QDQ model or the model
+ * itself), its graph outputs' SQNR against f into *db. */
+static qf_status qz_bc_form(qf_graph *c, qf_graph *f, const qf_data_source *data, const qf_quantize_options *opt,
+                            qf_qbias form, const qf_quantize_result *out, qf_quant_bc_stats *st, double *db)
+{
+    int64_t nm = out->samples < QF_QUANT_EQ_SAMPLES ? out->samples : QF_QUANT_EQ_SAMPLES;
+    int64_t nb = out->samples < QF_QUANT_BC_SAMPLES ? out->samples : QF_QUANT_BC_SAMPLES;
+    if (form == QF_QBIAS_EMPIRICAL) QF_TRY(qf_quant_bias_correct(c, f, data, nb, opt->batch ? opt->batch : 32, st));
+    else QF_TRY(qf_quant_bias_correct_analytic(c, f, out->bc_bn, st));
+    return qz_measure_outputs(f, c, data, opt, nm, db);
+}
+
+/* Bias correction of the QDQ model g against the float graph it was
+ * converted from (out->bc_float): empirical on the first
+ * QF_QUANT_BC_SAMPLES calibration samples, analytical from the BatchNorm
+ * statistics (out->bc_bn); the graph outputs' SQNR before and after on the
+ * first QF_QUANT_EQ_SAMPLES (equalize=auto's measure). empirical and
+ * analytical correct g itself; auto corrects a copy with each (analytical
+ * only when it has statistics for a layer: else it would measure the
+ * uncorrected model again) and keeps the better when its SQNR gains more
+ * than QF_QUANT_BC_MARGIN_DB. */
+static qf_status qz_bias_correct(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
+                                 qf_qbias rule, qf_quantize_result *out)
+{
+    double t0 = qf_clock_seconds() * 1e3;
+    out->bc_rule = rule;
+    out->bc_alt_sqnr = NAN;
+    qf_graph *f = out->bc_float;
+    if (!f) return qf_error(QF_ERR_INTERNAL, "bias correction: no float graph kept");
+    int64_t nm = out->samples < QF_QUANT_EQ_SAMPLES ? out->samples : QF_QUANT_EQ_SAMPLES;
+    qf_status st = qz_measure_outputs(f, g, data, opt, nm, &out->bc_sqnr_before);
+    if (rule != QF_QBIAS_AUTO) {
+        out->bc_form = rule;
+        if (st == QF_OK) st = qz_bc_form(g, f, data, opt, rule, out, &out->bc, &out->bc_sqnr_after);
+        out->bc_kept = true;
+        out->bc_ms = qf_clock_seconds() * 1e3 - t0;
+        return st;
+    }
+    qf_graph *ce = NULL, *ca = NULL;
+    qf_quant_bc_stats se = {0}, sa = {0};
+    double de = -INFINITY, da = NAN;
+    if (st == QF_OK) st = qf_graph_clone(g, &ce);
+    if (st == QF_OK) st = qz_bc_form(ce, f, data, opt, QF_QBIAS_EMPIRICAL, out, &se, &de);
+    if (st == QF_OK && out->bc_bn && out->bc_bn->count) st = qf_graph_clone(g, &ca);
+    if (st == QF_OK && ca) st = qf_quant_bias_correct_analytic(ca, f, out->bc_bn, &sa);
+    if (st == QF_OK && ca && sa.layers) st = qz_measure_outputs(f, ca, data, opt, nm, &da);
+    if (st == QF_OK) {
+        bool analytical = !isnan(da) && da > de;
+        out->bc_form = analytical ? QF_QBIAS_ANALYTICAL : QF_QBIAS_EMPIRICAL;
+        out->bc = analytical ? sa : se;
+        out->bc_alt = analytical ? se : sa;
+        out->bc_sqnr_after = analytical ? da : de;
+        out->bc_alt_sqnr = analytical ? de : da;
+        out->bc_kept = out->bc_sqnr_after > out->bc_sqnr_before + QF_QUANT_BC_MARGIN_DB;
+        if (out->bc_kept) qz_swap_graphs(g, analytical ? ca : ce);
+    }
+    qf_graph_free(ce);
+    qf_graph_free(ca);
+    out->bc_ms = qf_clock_seconds() * 1e3 - t0;
+    return st;
+}
+
 qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize_options *opt,
                       qf_quantize_result *out)
 {
     double t0 = qf_clock_seconds() * 1e3;
     QF_TRY(qz_quantize(g, data, opt, out));
-    /* Whatever the calibrations and conversions did not take is
-     * equalize=auto's: which rules change the model, the trials' copies and
-     * output SQNR (0 but for the bookkeeping without a trial). */
-    double rest = qf_clock_seconds() * 1e3 - t0 - out->calibrate_ms - out->convert_ms;
+    const qf_quant_profile *p = opt->profile ? opt->profile : qf_quant_profile_find("neutron");
+    qf_status st = QF_OK;
+    if (p->bias_correction != QF_QBIAS_OFF) st = qz_bias_correct(g, data, opt, p->bias_correction, out);
+    qf_graph_free(out->bc_float);
+    out->bc_float = NULL;
+    qf_quant_bn_stats_free(out->bc_bn);
+    out->bc_bn = NULL;
+    if (st != QF_OK) {
+        qf_quantize_result_free(out);
+        return st;
+    }
+    /* Whatever the calibrations, conversions and bias correction did not
+     * take is equalize=auto's: which rules change the model, the trials'
+     * copies and output SQNR (0 but for the bookkeeping without a trial). */
+    double rest = qf_clock_seconds() * 1e3 - t0 - out->calibrate_ms - out->convert_ms - out->bc_ms;
     out->equalize_ms = rest > 0.0 ? rest : 0.0;
     return QF_OK;
+}
+
+const char *qf_quant_bc_rule_name(qf_qbias b)
+{
+    switch (b) {
+    case QF_QBIAS_OFF: return "off";
+    case QF_QBIAS_EMPIRICAL: return "empirical";
+    case QF_QBIAS_ANALYTICAL: return "analytical";
+    case QF_QBIAS_AUTO: return "auto";
+    }
+    return "?";
+}
+
+void qf_quant_bc_summary(const qf_quantize_result *r, char *buf, size_t n)
+{
+    if (r->bc_rule == QF_QBIAS_OFF) {
+        if (n) buf[0] = 0;
+        return;
+    }
+    /* auto names the form its figures are of, then the other one's SQNR */
+    char form[48] = "", alt[96] = "";
+    if (r->bc_rule == QF_QBIAS_AUTO) {
+        snprintf(form, sizeof form, ": %s", qf_quant_bc_rule_name(r->bc_form));
+        qf_qbias other = r->bc_form == QF_QBIAS_EMPIRICAL ? QF_QBIAS_ANALYTICAL : QF_QBIAS_EMPIRICAL;
+        if (isnan(r->bc_alt_sqnr))
+            snprintf(alt, sizeof alt, "; %s: no layer with BatchNorm statistics", qf_quant_bc_rule_name(other));
+        else
+            snprintf(alt, sizeof alt, "; %s: %d layer%s, %.1f dB", qf_quant_bc_rule_name(other), r->bc_alt.layers,
+                     r->bc_alt.layers == 1 ? "" : "s", r->bc_alt_sqnr);
+    }
+    snprintf(buf, n, "%s%s, %d layer%s (%d bias%s added, %d skipped, %d pass%s), int8 outputs' SQNR %.1f -> %.1f dB (%s%s)",
+             qf_quant_bc_rule_name(r->bc_rule), form, r->bc.layers, r->bc.layers == 1 ? "" : "s", r->bc.added,
+             r->bc.added == 1 ? "" : "es", r->bc.skipped, r->bc.passes, r->bc.passes == 1 ? "" : "es",
+             r->bc_sqnr_before, r->bc_sqnr_after, r->bc_kept ? "kept" : "not kept", alt);
 }
 
 const char *qf_quant_eq_rule_name(qf_qequalize e)
@@ -609,7 +725,10 @@ qf_status qf_quant_equalize_choose(const qf_graph *g, const qf_data_source *data
     qf_pass_report *r = NULL;
     qf_status st = qf_pipeline_run(c, "ptq", NULL, &r);
     qf_pass_report_free(r);
-    qf_quantize_options opt = {.profile = p, .max_samples = max_samples};
+    /* the trial decides equalization only: no bias correction in it */
+    qf_quant_profile pc = *p;
+    pc.bias_correction = QF_QBIAS_OFF;
+    qf_quantize_options opt = {.profile = &pc, .max_samples = max_samples};
     if (st == QF_OK) st = qf_quantize(c, data, &opt, trial);
     qf_graph_free(c);
     if (st != QF_OK) return st;

@@ -104,6 +104,14 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
     char **ex = NULL;
     int *ex_from = NULL, nex = 0;
     qf_status st = qf_quant_exclude_resolve(g, o.quantize.exclude, o.quantize.nexclude, o.name, &ex, &ex_from, &nex);
+    /* The data-free bias correction reads the BatchNorms the fold consumes. */
+    const qf_quant_profile *prof = o.quantize.profile ? o.quantize.profile : qf_quant_profile_find("neutron");
+    qf_quant_bn_stats *bn = NULL;
+    if (st == QF_OK && !o.quantize.bn_stats &&
+        (prof->bias_correction == QF_QBIAS_ANALYTICAL || prof->bias_correction == QF_QBIAS_AUTO)) {
+        st = qf_quant_bn_stats_collect(g, &bn);
+        if (st == QF_OK) o.quantize.bn_stats = bn;
+    }
     double t0 = qf_clock_seconds();
     qf_pass_options po = {.verify = true};
     if (st == QF_OK) st = qf_pipeline_run(g, "ptq", &po, &out->passes);
@@ -137,6 +145,7 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
         out->sqnr_ms = (qf_clock_seconds() - t2 + (t0 - tc)) * 1e3;
     }
     qf_graph_free(ref);
+    qf_quant_bn_stats_free(bn);
     return st;
 }
 

@@ -126,6 +126,35 @@ static void qf_qr_members(const qf_quantize_model_result *m, const qf_quant_prof
     } else {
         qf_strbuf_puts(b, "null");
     }
+    qf_strbuf_puts(b, ",\n  \"bias_correction\": ");
+    if (r->bc_rule != QF_QBIAS_OFF) {
+        qf_strbuf_printf(b,
+                         "{\"rule\": \"%s\", \"form\": \"%s\", \"kept\": %s, \"layers\": %d, \"biases_added\": %d, "
+                         "\"layers_skipped\": %d, \"passes\": %d, \"samples\": %lld, \"max_abs_mean_error\": ",
+                         qf_quant_bc_rule_name(r->bc_rule), qf_quant_bc_rule_name(r->bc_form),
+                         r->bc_kept ? "true" : "false", r->bc.layers, r->bc.added, r->bc.skipped, r->bc.passes,
+                         (long long)r->bc.samples);
+        qf_qr_num(b, r->bc.max_abs_error);
+        qf_strbuf_puts(b, ", \"output_sqnr_db\": {\"without\": ");
+        qf_qr_num(b, r->bc_sqnr_before);
+        qf_strbuf_puts(b, ", \"with\": ");
+        qf_qr_num(b, r->bc_sqnr_after);
+        qf_strbuf_puts(b, "}, \"other\": ");
+        /* auto: the form not chosen (null: not tried) */
+        if (r->bc_rule == QF_QBIAS_AUTO && !isnan(r->bc_alt_sqnr)) {
+            qf_strbuf_printf(b, "{\"form\": \"%s\", \"layers\": %d, \"output_sqnr_db\": ",
+                             qf_quant_bc_rule_name(r->bc_form == QF_QBIAS_EMPIRICAL ? QF_QBIAS_ANALYTICAL
+                                                                                    : QF_QBIAS_EMPIRICAL),
+                             r->bc_alt.layers);
+            qf_qr_num(b, r->bc_alt_sqnr);
+            qf_strbuf_puts(b, "}");
+        } else {
+            qf_strbuf_puts(b, "null");
+        }
+        qf_strbuf_printf(b, ", \"ms\": %.1f}", r->bc_ms);
+    } else {
+        qf_strbuf_puts(b, "null");
+    }
     qf_strbuf_puts(b, ",\n  \"left_float\": [");
     for (int i = 0; i < r->nleft_float; i++) {
         qf_strbuf_puts(b, i ? ", " : "");
