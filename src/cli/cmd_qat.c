@@ -237,6 +237,10 @@ static int qf_cli_qat(int argc, char **argv)
     qf_qat_run run = {.q = qf_qat_defaults(), .failed_write = -1};
     int rc = qf_qat_parse(argc, argv, &qa);
     if (rc == QF_EXIT_OK) rc = qf_cli_quant_profile(qa.target, qa.sets, qa.nsets, &run.profile);
+    /* QAT trains the weights through their fake_quants: nothing to round after. */
+    if (rc == QF_EXIT_OK && run.profile.weight_rounding != QF_QROUND_NEAREST)
+        rc = qf_cli_usage_error(&qf_cli_cmd_qat, "--set weight-rounding=adaround is for `qfold quantize`: QAT "
+                                                 "learns its weights' rounding by training");
     qf_status st = rc == QF_EXIT_OK ? qf_quant_register_passes() : QF_OK;
     if (st != QF_OK) rc = qf_cli_fail(st);
     run.q.prepare = qa.exact ? "qat_prepare_exact" : "qat_prepare";

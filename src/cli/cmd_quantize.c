@@ -1,5 +1,5 @@
 /* qfold quantize IN.onnx -o OUT.onnx --calib X.npy [--calib X2.npy ...] [--target neutron|generic]
- *                [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--report R.json]
+ *                [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--seed S] [--report R.json]
  *
  * Post-training quantization: the ptq pipeline (BatchNorm folds), then
  * annotate for the target, calibrate on the data, convert to ONNX QDQ, and
@@ -28,6 +28,7 @@ typedef struct qf_qz_args {
     const char *sets[QF_QZ_MAX_SETS];
     int nsets;
     int64_t count, batch;
+    uint64_t seed;
     bool verify;
 } qf_qz_args;
 
@@ -73,6 +74,12 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
             if (a.failed) break;
             if ((qa->batch = qf_qz_number(v, 1, 1 << 20)) < 0)
                 return qf_cli_value_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
+        } else if (qf_cli_args_value(&a, "--seed", NULL, &v)) {
+            if (a.failed) break;
+            int64_t seed = qf_qz_number(v, 0, INT64_MAX);
+            if (seed < 0) return qf_cli_value_error(a.cmd, "--seed takes a number from 0 to %lld, got '%s'",
+                                                    (long long)INT64_MAX, v);
+            qa->seed = (uint64_t)seed;
         } else if (qf_cli_args_value(&a, "--report", NULL, &v)) {
             qa->report = v;
         } else if (qf_cli_args_flag(&a, "--verify", NULL)) {
@@ -157,6 +164,24 @@ static void qf_qz_progress(void *ud, const char *pass, int64_t done, int64_t tot
     fflush(stderr);
 }
 
+/* One line per layer as AdaRound finishes it (it takes seconds a layer). */
+static void qf_qz_adaround_progress(void *ud, const qf_quant_adaround_layer *l, int index, int count)
+{
+    (void)ud;
+    if (l->reason) {
+        fprintf(stderr, "adaround %d/%d '%s': skipped: %s\n", index, count, l->node, l->reason);
+    } else {
+        double rel = l->err_nearest > 0.0 ? 100.0 * (l->err_adaround - l->err_nearest) / l->err_nearest : 0.0;
+        fprintf(stderr,
+                "adaround %d/%d '%s': %d iterations, %lld samples, reconstruction error %.4g -> %.4g (%+.1f %%), "
+                "%lld of %lld weights rounded the other way%s, %.2f s\n",
+                index, count, l->node, l->iters, (long long)l->samples, l->err_nearest, l->err_adaround, rel,
+                (long long)l->changed, (long long)l->weights, l->kept ? "" : " (not kept: nearest is better)",
+                l->ms / 1e3);
+    }
+    fflush(stderr);
+}
+
 /* --- output ------------------------------------------------------------------------ */
 
 static const char *qf_qz_kind(qf_qspec_kind k)
@@ -198,6 +223,21 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         qf_quant_eq_summary(r, line, sizeof line);
         printf("  equalize    %s\n", line);
     }
+    if (r->nadaround) {
+        int kept = 0, skipped = 0;
+        double before = 0.0, after = 0.0;
+        for (int i = 0; i < r->nadaround; i++) {
+            const qf_quant_adaround_layer *l = &r->adaround[i];
+            skipped += l->reason != NULL;
+            if (l->reason) continue;
+            kept += l->kept;
+            before += l->err_nearest;
+            after += l->kept ? l->err_adaround : l->err_nearest;
+        }
+        printf("  adaround    %d of %d layers rounded by AdaRound (%d kept nearest, %d skipped); summed "
+               "reconstruction error %.4g -> %.4g\n",
+               kept, r->nadaround, r->nadaround - kept - skipped, skipped, before, after);
+    }
     qf_cli_target_passes_print(stdout, r->prepare);
     qf_cli_target_passes_print(stdout, r->convert);
     printf("  left float  %d op%s\n", r->nleft_float, r->nleft_float == 1 ? "" : "s");
@@ -214,10 +254,10 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
      * trials (their copies and output SQNR). */
     printf("  time: load %.1f ms, passes %.1f ms, calibrate %.1f ms (%.1f samples/s), equalize "
            "%.1f ms, "
-           "convert %.1f ms, sqnr %.1f ms, save %.1f ms, total %.1f ms\n",
+           "convert %.1f ms, adaround %.1f ms, sqnr %.1f ms, save %.1f ms, total %.1f ms\n",
            s->t_load, s->m.passes_ms, r->calibrate_ms,
            r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0, r->equalize_ms,
-           r->convert_ms, s->m.sqnr_ms, s->t_save, s->t_total);
+           r->convert_ms, r->adaround_ms, s->m.sqnr_ms, s->t_save, s->t_total);
 }
 
 static void qf_qz_json_num(qf_strbuf *b, double x)
@@ -304,6 +344,35 @@ static void qf_qz_json(const qf_qz_args *qa, const qf_quant_profile *p, const qf
     } else {
         qf_strbuf_puts(b, "null");
     }
+    qf_strbuf_printf(b, ",\n  \"weight_rounding\": \"%s\", \"adaround\": ", qf_quant_rounding_name(p->weight_rounding));
+    if (p->weight_rounding == QF_QROUND_ADAROUND) {
+        qf_strbuf_printf(b, "{\"iterations\": %d, \"reg\": %.9g, \"seed\": %llu, \"layers\": [",
+                         p->adaround_iters, (double)p->adaround_reg, (unsigned long long)qa->seed);
+        for (int i = 0; i < r->nadaround; i++) {
+            const qf_quant_adaround_layer *l = &r->adaround[i];
+            qf_strbuf_puts(b, i ? ",\n    {\"node\": " : "\n    {\"node\": ");
+            qf_strbuf_json_string(b, l->node);
+            qf_strbuf_puts(b, ", \"weight\": ");
+            if (l->weight) qf_strbuf_json_string(b, l->weight);
+            else qf_strbuf_puts(b, "null");
+            if (l->reason) {
+                qf_strbuf_puts(b, ", \"skipped\": ");
+                qf_strbuf_json_string(b, l->reason);
+            } else {
+                qf_strbuf_printf(b, ", \"iterations\": %d, \"samples\": %lld, \"weights\": %lld, \"changed\": %lld, "
+                                    "\"error_nearest\": ",
+                                 l->iters, (long long)l->samples, (long long)l->weights, (long long)l->changed);
+                qf_qz_json_num(b, l->err_nearest);
+                qf_strbuf_puts(b, ", \"error_adaround\": ");
+                qf_qz_json_num(b, l->err_adaround);
+                qf_strbuf_printf(b, ", \"kept\": %s, \"ms\": %.1f", l->kept ? "true" : "false", l->ms);
+            }
+            qf_strbuf_puts(b, "}");
+        }
+        qf_strbuf_puts(b, "]}");
+    } else {
+        qf_strbuf_puts(b, "null");
+    }
     qf_strbuf_puts(b, ",\n  \"left_float\": [");
     for (int i = 0; i < r->nleft_float; i++) {
         qf_strbuf_puts(b, i ? ", " : "");
@@ -348,9 +417,11 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     QF_TRY(qf_quantize_model_check(s->g, qa->in)); /* before the data is read */
     QF_TRY(qf_qz_load_data(qa, s));
     s->t_load = qf_clock_seconds() * 1e3 - t0;
-    qf_quantize_model_options mo = {.quantize = {.profile = p, .batch = qa->batch, .max_samples = qa->count},
-                                    .name = qa->in};
+    qf_quantize_model_options mo = {
+        .quantize = {.profile = p, .batch = qa->batch, .max_samples = qa->count, .seed = qa->seed},
+        .name = qa->in};
     if (isatty(STDERR_FILENO)) mo.quantize.progress = qf_qz_progress;
+    mo.quantize.adaround_progress = qf_qz_adaround_progress;
     return qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m);
 }
 
@@ -446,8 +517,8 @@ const qf_cli_command qf_cli_cmd_quantize = {
     .name = "quantize",
     .summary = "post-training int8 quantization for a target: fold, calibrate, write an ONNX QDQ model",
     .usage = "qfold quantize IN.onnx -o OUT.onnx --calib X.npy [--calib X2.npy ...] [--target neutron|generic]\n"
-             "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--report R.json]\n"
-             "                      [--verify]",
+             "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--seed S]\n"
+             "                      [--report R.json] [--verify]",
     .details =
         "Folds BatchNorm (pipeline ptq), annotates the graph with the target's int8 patterns,\n"
         "runs the calibration data through it to observe every quantized tensor's range,\n"
@@ -477,9 +548,19 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       concat-scale=shared|first (neutron: shared; a Concat's inputs\n"
         "                       quantized like its output, or the first input's qparams),\n"
         "                       matmul-inputs=symmetric|activation (neutron: symmetric; a MatMul\n"
-        "                       of two activations with zero point 0 on both inputs)\n"
+        "                       of two activations with zero point 0 on both inputs),\n"
+        "                       weight-rounding=nearest|adaround (default nearest; adaround:\n"
+        "                       each Conv / ConvTranspose / Gemm's int8 weights rounded up or\n"
+        "                       down as learned on the calibration data (AdaRound, Nagel et al.\n"
+        "                       2020), layer by layer, its input from the int8 model; kept where\n"
+        "                       it reconstructs the layer's float output better; a line per\n"
+        "                       layer on stderr), adaround-iters=N (Adam steps per layer,\n"
+        "                       default 1000), adaround-reg=X (the rounding regulariser's\n"
+        "                       weight, default 0.01; 0: none)\n"
         "  --calib-count N      use the first N samples only\n"
-        "  --batch B            samples per calibration run (default 32)\n"
+        "  --batch B            samples per calibration run (default 32; AdaRound's batch too)\n"
+        "  --seed S             weight-rounding=adaround: the order of its batches (default 0;\n"
+        "                       the same seed, the same model byte for byte)\n"
         "  --verify             load the written model back and check that it computes what the\n"
         "                       quantized graph computes (first calibration samples); nothing\n"
         "                       is written when it does not\n"

@@ -108,6 +108,8 @@ void qf_quantize_result_free(qf_quantize_result *r)
     }
     qf_free(r->left_float);
     qf_free(r->batch_note);
+    qf_quant_adaround_free(r->adaround, r->nadaround);
+    qf_graph_free(r->float_ref);
     qf_pass_report_free(r->prepare);
     qf_pass_report_free(r->convert);
     memset(r, 0, sizeof *r);
@@ -335,6 +337,9 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     }
     if (st == QF_OK) st = qf_quant_calib_finish(c);
     if (st == QF_OK) st = qz_left_float(a, out);
+    /* AdaRound (qf_quantize, after the choice of equalize=auto) needs the
+     * float graph as it is converted: its weights and its layers' outputs. */
+    if (st == QF_OK && p->weight_rounding == QF_QROUND_ADAROUND) st = qf_graph_clone(g, &out->float_ref);
     if (st == QF_OK)
         st = qf_pipeline_run(g, p->neutron_passes ? "quantize_convert_neutron" : "quantize_convert", &po,
                              &out->convert);
@@ -535,9 +540,20 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
     /* Whatever the calibrations and conversions did not take is
      * equalize=auto's: which rules change the model, the trials' copies and
      * output SQNR (0 but for the bookkeeping without a trial). */
-    double rest = qf_clock_seconds() * 1e3 - t0 - out->calibrate_ms - out->convert_ms;
+    double t1 = qf_clock_seconds() * 1e3;
+    double rest = t1 - t0 - out->calibrate_ms - out->convert_ms;
     out->equalize_ms = rest > 0.0 ? rest : 0.0;
-    return QF_OK;
+    if (!out->float_ref) return QF_OK;
+    const qf_quant_profile *p = opt->profile ? opt->profile : qf_quant_profile_find("neutron");
+    qf_quant_adaround_options ao = {.iters = p->adaround_iters, .reg = p->adaround_reg, .batch = opt->batch,
+                                    .max_samples = opt->max_samples, .seed = opt->seed,
+                                    .progress = opt->adaround_progress, .progress_ud = opt->progress_ud};
+    qf_status st = qf_quant_adaround(g, out->float_ref, data, &ao, p, &out->adaround, &out->nadaround);
+    qf_graph_free(out->float_ref);
+    out->float_ref = NULL;
+    out->adaround_ms = qf_clock_seconds() * 1e3 - t1;
+    if (st != QF_OK) qf_quantize_result_free(out);
+    return st;
 }
 
 const char *qf_quant_eq_rule_name(qf_qequalize e)
