@@ -158,6 +158,13 @@ def case_layers():
         check(np.isclose(float(m.group(1)), l["error_nearest"], rtol=1e-3)
               and np.isclose(float(m.group(2)), l["error_adaround"], rtol=1e-3), "progress line: %s" % line)
     check("adaround    5 of 5 layers rounded by AdaRound" in so, "summary:\n" + so)
+    # The summary's time line: AdaRound's phase, the phases adding up to the total.
+    m = re.search(r"time: (.*)", so)
+    check(m, "no time line:\n" + so)
+    t = dict((k, float(v)) for k, v in re.findall(r"([a-z]+) ([0-9.]+) ms", m.group(1)))
+    phases = ("load", "passes", "calibrate", "equalize", "convert", "adaround", "sqnr", "save")
+    check(all(p in t for p in phases) and t["adaround"] > 0, "time line: %r" % t)
+    check(abs(sum(t[p] for p in phases) - t["total"]) <= 0.02 * t["total"] + 5.0, "phases: %r" % t)
 
     # The files: only the int8 weights differ, each by at most one step.
     _, wn = inits(work("near.onnx"))
