@@ -39,15 +39,15 @@
 #include "ops/math/quant_math.h"
 #include "qfold/quant.h"
 
-#define AR_ZETA 1.1f
-#define AR_GAMMA -0.1f
+#define AR_ZETA       1.1f
+#define AR_GAMMA      -0.1f
 #define AR_BETA_START 20.0
-#define AR_BETA_END 2.0
-#define AR_WARM 0.2 /* share of the iterations without the regulariser */
-#define AR_LR 1e-3
-#define AR_B1 0.9
-#define AR_B2 0.999
-#define AR_EPS 1e-8
+#define AR_BETA_END   2.0
+#define AR_WARM       0.2 /* share of the iterations without the regulariser */
+#define AR_LR         1e-3
+#define AR_B1         0.9
+#define AR_B2         0.999
+#define AR_EPS        1e-8
 
 void qf_quant_adaround_free(qf_quant_adaround_layer *l, int n)
 {
@@ -92,7 +92,7 @@ static void ar_shuffle(int64_t *order, int64_t n, uint64_t *rng)
 
 typedef struct ar_collect {
     const qf_value *v;
-    float *buf;       /* n rows of `row` floats, NCHW */
+    float *buf; /* n rows of `row` floats, NCHW */
     int64_t n, row, done;
     qf_status st;
 } ar_collect;
@@ -105,7 +105,8 @@ static qf_status ar_observe(void *ud, const qf_value *v, const qf_tensor *t, boo
     if (v != c->v || t->dtype != QF_DTYPE_F32) return QF_OK;
     int64_t rows = t->ndim ? t->dims[0] : 1, numel = qf_tensor_numel(t);
     if (rows < 1 || numel != rows * c->row)
-        return qf_error(QF_ERR_INTERNAL, "adaround: value '%s' has %lld elements, not %lld rows of %lld", v->name,
+        return qf_error(QF_ERR_INTERNAL,
+                        "adaround: value '%s' has %lld elements, not %lld rows of %lld", v->name,
                         (long long)numel, (long long)rows, (long long)c->row);
     int64_t take = c->n - c->done < rows ? c->n - c->done : rows;
     if (take <= 0) return QF_OK;
@@ -132,21 +133,26 @@ static qf_status ar_batch(void *ud, int64_t first, int64_t count, const qf_plan 
 }
 
 /* v's values on the samples of src (n of them) into buf (n * row floats). */
-static qf_status ar_collect_value(qf_graph *g, const qf_value *v, const qf_data_source *src, int64_t n, int64_t row,
-                                  int64_t batch, float *buf)
+static qf_status ar_collect_value(qf_graph *g, const qf_value *v, const qf_data_source *src,
+                                  int64_t n, int64_t row, int64_t batch, float *buf)
 {
     ar_collect c = {.v = v, .buf = buf, .n = n, .row = row};
     qf_plan_observer ob = {.wants = ar_wants, .observe = ar_observe, .ud = &c};
-    qf_batch_options bo = {.batch = batch, .observer = &ob, .on_batch = ar_batch, .ud = &c, .widen = true};
+    qf_batch_options bo = {
+        .batch = batch, .observer = &ob, .on_batch = ar_batch, .ud = &c, .widen = true};
     QF_TRY(qf_run_source(g, src, &bo));
-    if (c.done != n) return qf_error(QF_ERR_INTERNAL, "adaround: %lld of %lld samples of '%s' seen", (long long)c.done,
-                                     (long long)n, v->name);
+    if (c.done != n)
+        return qf_error(QF_ERR_INTERNAL, "adaround: %lld of %lld samples of '%s' seen",
+                        (long long)c.done, (long long)n, v->name);
     return QF_OK;
 }
 
 /* --- a constant, dequantized --------------------------------------------------------- */
 
-static const qf_value *ar_input(const qf_node *n, int i) { return i < n->ninputs ? n->inputs[i] : NULL; }
+static const qf_value *ar_input(const qf_node *n, int i)
+{
+    return i < n->ninputs ? n->inputs[i] : NULL;
+}
 
 /* v as float32 into *out (owned): a float32 constant, or a DequantizeLinear
  * of an int8 / int32 constant (per tensor, or per channel along its axis). */
@@ -158,15 +164,17 @@ static qf_status ar_const_f32(const qf_value *v, qf_tensor *out)
         return QF_OK;
     }
     const qf_node *dq = v->producer;
-    const qf_value *q = dq && dq->op == QF_OP_DEQUANTIZE ? ar_input(dq, 0) : NULL, *s = dq ? ar_input(dq, 1) : NULL,
-                   *z = dq ? ar_input(dq, 2) : NULL;
-    if (!q || !s || !qf_value_is_const(q) || !qf_value_is_const(s) || (z && !qf_value_is_const(z)) ||
-        s->type.dtype != QF_DTYPE_F32 || (q->type.dtype != QF_DTYPE_I8 && q->type.dtype != QF_DTYPE_I32))
+    const qf_value *q = dq && dq->op == QF_OP_DEQUANTIZE ? ar_input(dq, 0) : NULL,
+                   *s = dq ? ar_input(dq, 1) : NULL, *z = dq ? ar_input(dq, 2) : NULL;
+    if (!q || !s || !qf_value_is_const(q) || !qf_value_is_const(s) ||
+        (z && !qf_value_is_const(z)) || s->type.dtype != QF_DTYPE_F32 ||
+        (q->type.dtype != QF_DTYPE_I8 && q->type.dtype != QF_DTYPE_I32))
         return QF_ERR_UNSUPPORTED;
     int64_t ns = qf_tensor_numel(&s->type), nq = qf_tensor_numel(&q->type);
     int axis = ns > 1 ? (int)qf_node_attr_int(dq, "axis", 1) : -1;
     if (axis < 0 && ns > 1) axis += q->type.ndim;
-    if (ns > 1 && (axis < 0 || axis >= q->type.ndim || q->type.dims[axis] != ns)) return QF_ERR_UNSUPPORTED;
+    if (ns > 1 && (axis < 0 || axis >= q->type.ndim || q->type.dims[axis] != ns))
+        return QF_ERR_UNSUPPORTED;
     if (z && qf_tensor_numel(&z->type) != ns) return QF_ERR_UNSUPPORTED;
     int64_t inner = 1;
     for (int d = axis + 1; ns > 1 && d < q->type.ndim; d++) inner *= q->type.dims[d];
@@ -175,11 +183,15 @@ static qf_status ar_const_f32(const qf_value *v, qf_tensor *out)
     float *o = out->data;
     for (int64_t k = 0; k < nq; k++) {
         int64_t c = ns > 1 ? (k / inner) % ns : 0;
-        int32_t qk = q->type.dtype == QF_DTYPE_I8 ? ((const int8_t *)q->type.data)[k] : ((const int32_t *)q->type.data)[k];
+        int32_t qk = q->type.dtype == QF_DTYPE_I8 ? ((const int8_t *)q->type.data)[k]
+                                                  : ((const int32_t *)q->type.data)[k];
         int32_t zk = 0;
-        if (z && z->type.dtype == QF_DTYPE_I8) zk = ((const int8_t *)z->type.data)[c];
-        else if (z && z->type.dtype == QF_DTYPE_I32) zk = ((const int32_t *)z->type.data)[c];
-        else if (z && z->type.dtype == QF_DTYPE_U8) zk = ((const uint8_t *)z->type.data)[c];
+        if (z && z->type.dtype == QF_DTYPE_I8)
+            zk = ((const int8_t *)z->type.data)[c];
+        else if (z && z->type.dtype == QF_DTYPE_I32)
+            zk = ((const int32_t *)z->type.data)[c];
+        else if (z && z->type.dtype == QF_DTYPE_U8)
+            zk = ((const uint8_t *)z->type.data)[c];
         o[k] = qf_dequantize_f32(qk, ps[c], zk);
     }
     return QF_OK;
@@ -189,17 +201,18 @@ static qf_status ar_const_f32(const qf_value *v, qf_tensor *out)
 
 /* One layer AdaRound can take, found in the QDQ graph. */
 typedef struct ar_layer {
-    qf_node *node;        /* Conv / ConvTranspose / Gemm / linear */
-    qf_value *wq;         /* its int8 weight initializer */
-    const qf_node *dq;    /* the weight's DequantizeLinear */
-    const qf_node *act;   /* the fused activation after it, or NULL */
-    const qf_value *out;  /* the value the loss compares: node's output or act's */
-    const char *why;      /* not taken: why (static) */
+    qf_node *node;       /* Conv / ConvTranspose / Gemm / linear */
+    qf_value *wq;        /* its int8 weight initializer */
+    const qf_node *dq;   /* the weight's DequantizeLinear */
+    const qf_node *act;  /* the fused activation after it, or NULL */
+    const qf_value *out; /* the value the loss compares: node's output or act's */
+    const char *why;     /* not taken: why (static) */
 } ar_layer;
 
 static bool ar_is_layer(const qf_node *n)
 {
-    return n->op == QF_OP_CONV || n->op == QF_OP_CONV_TRANSPOSE || n->op == QF_OP_GEMM || n->op == QF_OP_LINEAR;
+    return n->op == QF_OP_CONV || n->op == QF_OP_CONV_TRANSPOSE || n->op == QF_OP_GEMM ||
+           n->op == QF_OP_LINEAR;
 }
 
 /* The activation the annotation fused after n (the Q follows it). */
@@ -265,8 +278,8 @@ static int64_t ar_row(const qf_value *v)
 
 typedef struct ar_net {
     qf_graph *g;
-    qf_value *w;           /* the parameter: Ws, rewritten before every forward */
-    qf_tensor x, t;        /* one batch of inputs and targets */
+    qf_value *w;    /* the parameter: Ws, rewritten before every forward */
+    qf_tensor x, t; /* one batch of inputs and targets */
     qf_grad_plan *gp;
 } ar_net;
 
@@ -284,15 +297,16 @@ static qf_status ar_net_const(qf_graph *g, const char *name, const qf_value *v, 
 {
     qf_tensor t;
     qf_status st = ar_const_f32(v, &t);
-    if (st == QF_ERR_UNSUPPORTED) return qf_error(st, "adaround: '%s' is not a constant it can read", v->name);
+    if (st == QF_ERR_UNSUPPORTED)
+        return qf_error(st, "adaround: '%s' is not a constant it can read", v->name);
     QF_TRY(st);
     *out = qf_graph_add_constant(g, name, QF_VALUE_CONSTANT, &t);
     qf_tensor_free(&t);
     return *out ? QF_OK : QF_ERR_NOMEM;
 }
 
-static qf_status ar_net_init(ar_net *m, const ar_layer *l, int64_t opset, int64_t batch, const qf_value *x,
-                             const qf_value *t, const qf_tensor *wf)
+static qf_status ar_net_init(ar_net *m, const ar_layer *l, int64_t opset, int64_t batch,
+                             const qf_value *x, const qf_value *t, const qf_tensor *wf)
 {
     memset(m, 0, sizeof *m);
     QF_TRY(qf_graph_init(&m->g));
@@ -320,7 +334,8 @@ static qf_status ar_net_init(ar_net *m, const ar_layer *l, int64_t opset, int64_
         qf_value *ain[3] = {y, NULL, NULL};
         int na = l->act->ninputs < 3 ? l->act->ninputs : 3;
         for (int i = 1; i < na; i++)
-            if (l->act->inputs[i]) QF_TRY(ar_net_const(g, i == 1 ? "lo" : "hi", l->act->inputs[i], &ain[i]));
+            if (l->act->inputs[i])
+                QF_TRY(ar_net_const(g, i == 1 ? "lo" : "hi", l->act->inputs[i], &ain[i]));
         qf_node *an = qf_graph_add_node(g, l->act->op, "act", na, ain, 1);
         if (!an) return QF_ERR_NOMEM;
         QF_TRY(qf_node_copy_attrs(g, an, l->act));
@@ -333,7 +348,8 @@ static qf_status ar_net_init(ar_net *m, const ar_layer *l, int64_t opset, int64_
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
     if (!qf_shape_equal(y->type.ndim, y->type.dims, vt->type.ndim, vt->type.dims))
-        return qf_error(QF_ERR_INTERNAL, "adaround: node '%s': the layer's output shape is not the float model's",
+        return qf_error(QF_ERR_INTERNAL,
+                        "adaround: node '%s': the layer's output shape is not the float model's",
                         n->name);
     QF_TRY(qf_tensor_init(&m->x, QF_DTYPE_F32, vx->type.ndim, vx->type.dims));
     QF_TRY(qf_tensor_init(&m->t, QF_DTYPE_F32, vt->type.ndim, vt->type.dims));
@@ -344,8 +360,8 @@ static qf_status ar_net_init(ar_net *m, const ar_layer *l, int64_t opset, int64_
 
 /* The mean squared error per element of the layer's output with weights
  * ws, over the n samples (n a multiple of the batch), in double. */
-static qf_status ar_net_error(ar_net *m, const float *ws, const float *x, const float *t, int64_t n, int64_t batch,
-                              int64_t xrow, int64_t trow, double *err)
+static qf_status ar_net_error(ar_net *m, const float *ws, const float *x, const float *t, int64_t n,
+                              int64_t batch, int64_t xrow, int64_t trow, double *err)
 {
     memcpy(m->w->type.data, ws, qf_tensor_nbytes(&m->w->type));
     double sum = 0.0;
@@ -364,14 +380,14 @@ static qf_status ar_net_error(ar_net *m, const float *ws, const float *x, const 
 
 typedef struct ar_step {
     int64_t numel;
-    const float *fl;     /* floor(W / s) */
-    const float *s;      /* each element's scale */
+    const float *fl; /* floor(W / s) */
+    const float *s;  /* each element's scale */
     float qmin, qmax;
-    float *v, *m1, *m2;  /* V and Adam's moments */
-    float *ws;           /* out: the soft weights */
-    const float *grad;   /* d recon / d Ws (mse_loss's mean) */
-    float gscale;        /* to AIMET's loss: the channel count */
-    float lambda, beta;  /* regulariser (lambda 0: warm-up) */
+    float *v, *m1, *m2; /* V and Adam's moments */
+    float *ws;          /* out: the soft weights */
+    const float *grad;  /* d recon / d Ws (mse_loss's mean) */
+    float gscale;       /* to AIMET's loss: the channel count */
+    float lambda, beta; /* regulariser (lambda 0: warm-up) */
     double step_size, bc2_sqrt;
 } ar_step;
 
@@ -411,7 +427,8 @@ static void ar_adam_body(void *ctx, int64_t lo, int64_t hi)
         if (a->lambda > 0.0f) {
             /* d/dh of lambda (1 - |2h - 1|^beta) = -2 lambda beta |2h - 1|^(beta - 1) sign(2h - 1) */
             float u = 2.0f * h - 1.0f, au = fabsf(u);
-            float dr = au > 0.0f ? -2.0f * a->lambda * a->beta * powf(au, a->beta - 1.0f) * (u > 0.0f ? 1.0f : -1.0f)
+            float dr = au > 0.0f ? -2.0f * a->lambda * a->beta * powf(au, a->beta - 1.0f) *
+                                       (u > 0.0f ? 1.0f : -1.0f)
                                  : 0.0f;
             g += dr * dh;
         }
@@ -478,10 +495,11 @@ static qf_status ar_layer_run(ar_ctx *c, const ar_layer *l, qf_quant_adaround_la
      * takes it), after the activation of the same name. */
     const qf_node *fn = qf_graph_find_node(c->ref, n->name);
     const qf_node *fa = l->act ? qf_graph_find_node(c->ref, l->act->name) : fn;
-    const qf_value *tref = fn && fa && fn->op == n->op && fa->op == (l->act ? l->act : n)->op &&
-                                   (fa == fn || (fn->outputs[0]->nuses == 1 && fn->outputs[0]->uses[0].node == fa))
-                               ? fa->outputs[0]
-                               : NULL;
+    const qf_value *tref =
+        fn && fa && fn->op == n->op && fa->op == (l->act ? l->act : n)->op &&
+                (fa == fn || (fn->outputs[0]->nuses == 1 && fn->outputs[0]->uses[0].node == fa))
+            ? fa->outputs[0]
+            : NULL;
     if (!wf || !qf_value_is_const(wf) || wf->type.dtype != QF_DTYPE_F32 || !wf->type.data ||
         !qf_shape_equal(wf->type.ndim, wf->type.dims, l->wq->type.ndim, l->wq->type.dims)) {
         rec->reason = "the float model has no weight of that name and shape (a rewritten layer)";
@@ -512,8 +530,9 @@ static qf_status ar_layer_run(ar_ctx *c, const ar_layer *l, qf_quant_adaround_la
     }
     int64_t inner = 1;
     for (int d = axis + 1; ns > 1 && d < l->wq->type.ndim; d++) inner *= l->wq->type.dims[d];
-    const qf_qformat *fmt = n->op == QF_OP_CONV || n->op == QF_OP_CONV_TRANSPOSE ? &c->p->conv_weight
-                                                                                   : &c->p->linear_weight;
+    const qf_qformat *fmt = n->op == QF_OP_CONV || n->op == QF_OP_CONV_TRANSPOSE
+                                ? &c->p->conv_weight
+                                : &c->p->linear_weight;
     /* Samples: as many of the first n as the inputs and targets of this
      * layer fit in QF_QUANT_ADAROUND_BYTES, a multiple of the batch. */
     int64_t ns_fit = (int64_t)(QF_QUANT_ADAROUND_BYTES / (sizeof(float) * (size_t)(xrow + trow)));
@@ -541,7 +560,8 @@ static qf_status ar_layer_run(ar_ctx *c, const ar_layer *l, qf_quant_adaround_la
     b.ws = qf_malloc(fw);
     b.wn = qf_malloc(fw);
     b.order = qf_malloc(sizeof(int64_t) * (size_t)nsamp);
-    if (!b.x || !b.t || !b.fl || !b.s || !b.v || !b.m1 || !b.m2 || !b.ws || !b.wn || !b.order) st = QF_ERR_NOMEM;
+    if (!b.x || !b.t || !b.fl || !b.s || !b.v || !b.m1 || !b.m2 || !b.ws || !b.wn || !b.order)
+        st = QF_ERR_NOMEM;
     /* X from the QDQ graph (the layers before already rounded), T from the
      * float one, on the same samples. */
     qf_tensor views[QF_QUANT_MAX_INPUTS];
@@ -554,7 +574,8 @@ static qf_status ar_layer_run(ar_ctx *c, const ar_layer *l, qf_quant_adaround_la
         qf_tensor_view(&views[i], d->dtype, d->ndim, dims, d->data);
         ptrs[i] = &views[i];
     }
-    qf_data_source sub = {.ninputs = c->src->ninputs, .inputs = ptrs, .read = c->src->read, .ud = c->src->ud};
+    qf_data_source sub = {
+        .ninputs = c->src->ninputs, .inputs = ptrs, .read = c->src->read, .ud = c->src->ud};
     if (st == QF_OK) st = ar_collect_value(c->g, x, &sub, nsamp, xrow, c->run_batch, b.x);
     if (st == QF_OK) st = ar_collect_value(c->ref, tref, &sub, nsamp, trow, c->run_batch, b.t);
     /* floor(W / s) and V where h(V) = W / s - floor(W / s), in the float
@@ -575,8 +596,15 @@ static qf_status ar_layer_run(ar_ctx *c, const ar_layer *l, qf_quant_adaround_la
 
     int iters = o->iters;
     int64_t warm = (int64_t)(AR_WARM * iters);
-    ar_step a = {.numel = numel, .fl = b.fl, .s = b.s, .qmin = (float)fmt->qmin, .qmax = (float)fmt->qmax,
-                 .v = b.v, .m1 = b.m1, .m2 = b.m2, .ws = b.ws,
+    ar_step a = {.numel = numel,
+                 .fl = b.fl,
+                 .s = b.s,
+                 .qmin = (float)fmt->qmin,
+                 .qmax = (float)fmt->qmax,
+                 .v = b.v,
+                 .m1 = b.m1,
+                 .m2 = b.m2,
+                 .ws = b.ws,
                  .gscale = (float)l->out->type.dims[1]};
     for (int64_t i = 0; i < nsamp; i++) b.order[i] = i;
     int64_t pos = nsamp;
@@ -604,7 +632,8 @@ static qf_status ar_layer_run(ar_ctx *c, const ar_layer *l, qf_quant_adaround_la
         } else {
             /* AIMET's schedule: beta from 20 down to 2 on a half cosine */
             double rel = iters - warm > 0 ? (double)(it - warm) / (double)(iters - warm) : 1.0;
-            a.beta = (float)(AR_BETA_END + 0.5 * (AR_BETA_START - AR_BETA_END) * (1.0 + cos(rel * 3.14159265358979323846)));
+            a.beta = (float)(AR_BETA_END + 0.5 * (AR_BETA_START - AR_BETA_END) *
+                                               (1.0 + cos(rel * 3.14159265358979323846)));
             a.lambda = (float)o->reg;
         }
         double step = (double)it + 1.0;
@@ -663,13 +692,20 @@ qf_status qf_quant_adaround(qf_graph *g, qf_graph *ref, const qf_data_source *da
     *count = 0;
     qf_quant_adaround_options o = *opt;
     if (o.iters <= 0) o.iters = QF_QUANT_ADAROUND_ITERS;
-    if (!(o.reg >= 0.0) || !isfinite(o.reg)) return qf_error(QF_ERR_INVALID, "adaround: regularisation %g", o.reg);
+    if (!(o.reg >= 0.0) || !isfinite(o.reg))
+        return qf_error(QF_ERR_INVALID, "adaround: regularisation %g", o.reg);
     int64_t n = data->inputs[0]->ndim >= 1 ? data->inputs[0]->dims[0] : 0;
     if (o.max_samples > 0 && o.max_samples < n) n = o.max_samples;
     if (n > QF_QUANT_ADAROUND_SAMPLES) n = QF_QUANT_ADAROUND_SAMPLES;
     if (n < 1) return qf_error(QF_ERR_SHAPE, "adaround: the calibration data holds no samples");
-    ar_ctx c = {.g = g, .ref = ref, .src = data, .n = n, .batch = o.batch > 0 ? o.batch : 32,
-                .run_batch = o.batch > 0 ? o.batch : 32, .opt = &o, .p = p,
+    ar_ctx c = {.g = g,
+                .ref = ref,
+                .src = data,
+                .n = n,
+                .batch = o.batch > 0 ? o.batch : 32,
+                .run_batch = o.batch > 0 ? o.batch : 32,
+                .opt = &o,
+                .p = p,
                 .rng = o.seed ^ 0x5ada0d5eedull};
     QF_TRY(qf_graph_toposort(g));
     QF_TRY(qf_graph_infer_shapes(g));
@@ -692,8 +728,10 @@ qf_status qf_quant_adaround(qf_graph *g, qf_graph *ref, const qf_data_source *da
             st = QF_ERR_NOMEM;
             break;
         }
-        if (l.why) r->reason = l.why;
-        else st = ar_layer_run(&c, &l, r);
+        if (l.why)
+            r->reason = l.why;
+        else
+            st = ar_layer_run(&c, &l, r);
         if (st == QF_OK && o.progress) o.progress(o.progress_ud, r, k, total);
     }
     *layers = recs;
