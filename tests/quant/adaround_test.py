@@ -127,7 +127,15 @@ def snr(ref, y):
     return 10 * np.log10(float((ref.astype(np.float64) ** 2).sum()) / max(1e-30, float(((ref - y) ** 2).sum())))
 
 
+def need_torch_onnx():
+    import importlib.util
+    for mod in ("torch", "onnx"):
+        if importlib.util.find_spec(mod) is None:
+            raise qfcli.Skip("%s is not installed" % mod)
+
+
 def case_layers():
+    need_torch_onnx()
     model = work("m.onnx")
     refcache.call(export_model, model, base=ARGS.work)
     np.save(work("calib.npy"), calib_data())
@@ -246,6 +254,7 @@ def onnx_nodes(path):
 
 
 def case_errors():
+    need_torch_onnx()
     model = work("m.onnx")
     refcache.call(export_model, model, base=ARGS.work)
     np.save(work("calib.npy"), calib_data())
