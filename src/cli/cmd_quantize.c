@@ -176,7 +176,7 @@ static void qf_qz_adaround_progress(void *ud, const qf_quant_adaround_layer *l, 
                 "adaround %d/%d '%s': %d iterations, %lld samples, reconstruction error %.4g -> %.4g (%+.1f %%), "
                 "%lld of %lld weights rounded the other way%s, %.2f s\n",
                 index, count, l->node, l->iters, (long long)l->samples, l->err_nearest, l->err_adaround, rel,
-                (long long)l->changed, (long long)l->weights, l->kept ? "" : " (not kept: nearest is better)",
+                (long long)l->changed, (long long)l->weights, l->kept ? "" : " (not kept: not below nearest)",
                 l->ms / 1e3);
     }
     fflush(stderr);
