@@ -159,6 +159,11 @@ typedef enum qf_qpattern {
  * with AUTO left undecided, does nothing. */
 typedef enum qf_qequalize { QF_QEQ_OFF = 0, QF_QEQ_PER_TENSOR, QF_QEQ_ALL, QF_QEQ_AUTO } qf_qequalize;
 
+/* How the int8 weights of Conv / ConvTranspose / Gemm are rounded: to the
+ * nearest (half to even), or learned up or down per weight by AdaRound on
+ * the calibration data after the conversion (qf_quant_adaround). */
+typedef enum qf_qrounding { QF_QROUND_NEAREST = 0, QF_QROUND_ADAROUND } qf_qrounding;
+
 /* How one class of tensors is quantized. */
 typedef struct qf_qformat {
     qf_qscheme scheme;
@@ -185,6 +190,13 @@ typedef struct qf_quant_profile {
     qf_qbias bias_correction;     /* bias correction after the conversion (off in both built-in profiles) */
     bool neutron_passes;          /* the Neutron-ready graph: pipeline neutron before annotation,
                                    * neutron_qdq after conversion (quantize, qat, finalize) */
+    /* weight-rounding, adaround-iters, adaround-reg: AdaRound after the
+     * conversion (quantize only); the built-in profiles: nearest,
+     * QF_QUANT_ADAROUND_ITERS, QF_QUANT_ADAROUND_REG (0 iterations: that
+     * default too). */
+    qf_qrounding weight_rounding;
+    int adaround_iters;
+    float adaround_reg;
     /* The ops it quantizes (by the pattern of their row): every op that has
      * one, or those set in ops[]. */
     bool every_op;
@@ -211,8 +223,9 @@ const char *const *qf_quant_profile_names(void);
  * (histogram|minmax|moving-average), fuse-activation (on|off), min-scale (a
  * positive number), equalize, concat-scale (shared|first), matmul-inputs
  * (symmetric|activation), neutron-passes (on|off), bias-correction
- * (off|empirical|analytical|auto). QF_ERR_INVALID naming the
- * key and the accepted values. */
+ * (off|empirical|analytical|auto), weight-rounding (nearest|adaround),
+ * adaround-iters (1 .. 1000000), adaround-reg (a number >= 0).
+ * QF_ERR_INVALID naming the key and the accepted values. */
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule);
 /* A copy of built-in profile `target` (NULL: "neutron") with `sets`
  * ("KEY=VALUE", qf_quant_profile_set) applied in order, in *out (freed with
@@ -473,6 +486,64 @@ void qf_quant_finalize_session_free(qf_quant_finalize_session *s);
 /* Register qat_fold_exported and the finalize pipeline (qf_quant_register_passes does). */
 qf_status qf_quant_finalize_register(void);
 
+/* --- AdaRound (src/quant/adaround.c) -------------------------------------------
+ *
+ * Learned rounding of the int8 weights (Nagel et al. 2020, "Up or Down?
+ * Adaptive Rounding"), run by qf_quantize after the conversion when the
+ * profile's weight_rounding is QF_QROUND_ADAROUND. For each Conv /
+ * ConvTranspose / Gemm of the QDQ graph qdq whose weight is an int8
+ * initializer behind a DequantizeLinear, in topological order: its input as
+ * qdq computes it (the layers before already rounded) and the float model
+ * ref's output of it (after the activation fused into it) on the first
+ * samples of data (at most QF_QUANT_ADAROUND_SAMPLES, and as many as fit in
+ * QF_QUANT_ADAROUND_BYTES per layer), then `iters` Adam steps (lr 1e-3) on
+ * V of W_soft = s clip(floor(W / s) + h(V), qmin, qmax), h the rectified
+ * sigmoid, minimizing the output's squared error summed over channels plus
+ * reg * sum(1 - |2 h(V) - 1|^beta) (beta 20 -> 2 after 20 % of the
+ * iterations); finally q = floor(W / s) + (h(V) >= 0.5), written into the
+ * int8 initializer when its error on the samples is below nearest
+ * rounding's. Every weight then differs from nearest rounding by at most
+ * one step; the bias is unchanged. ref: the float graph qdq was converted
+ * from (names shared). Deterministic for a seed (the batches' order). */
+#define QF_QUANT_ADAROUND_ITERS 1000
+#define QF_QUANT_ADAROUND_REG 0.01
+#define QF_QUANT_ADAROUND_SAMPLES 1024
+#define QF_QUANT_ADAROUND_BYTES ((size_t)256 << 20)
+
+typedef struct qf_quant_adaround_layer {
+    char *node;             /* the Conv / ConvTranspose / Gemm */
+    char *weight;           /* its int8 initializer (NULL: it has none) */
+    const char *reason;     /* not rounded by AdaRound: why (static text), else NULL */
+    int iters;              /* Adam steps run */
+    int64_t samples;        /* calibration samples its error is measured on */
+    int64_t weights;        /* weight elements */
+    int64_t changed;        /* of them, rounded the other way than nearest */
+    double err_nearest;     /* mean squared error of the layer's output against float, nearest rounding */
+    double err_adaround;    /* the same with AdaRound's rounding */
+    bool kept;              /* AdaRound's rounding written (its error is lower) */
+    double ms;              /* wall time of the layer */
+} qf_quant_adaround_layer;
+
+typedef struct qf_quant_adaround_options {
+    int iters;              /* 0: QF_QUANT_ADAROUND_ITERS */
+    double reg;             /* the regulariser's weight lambda (>= 0) */
+    int64_t batch;          /* samples per step and per collection run; 0: 32 */
+    int64_t max_samples;    /* the first samples of data only (0: all, at most QF_QUANT_ADAROUND_SAMPLES) */
+    uint64_t seed;          /* the batches' order */
+    /* After each layer (may be NULL): layer index (1-based) of count. */
+    void (*progress)(void *ud, const qf_quant_adaround_layer *l, int index, int count);
+    void *progress_ud;
+} qf_quant_adaround_options;
+
+/* *layers gets one entry per Conv / ConvTranspose / Gemm of qdq in order
+ * (free with qf_quant_adaround_free), also on failure. */
+qf_status qf_quant_adaround(qf_graph *qdq, qf_graph *ref, const qf_data_source *data,
+                            const qf_quant_adaround_options *opt, const qf_quant_profile *p,
+                            qf_quant_adaround_layer **layers, int *count);
+void qf_quant_adaround_free(qf_quant_adaround_layer *l, int n);
+/* "nearest", "adaround" */
+const char *qf_quant_rounding_name(qf_qrounding r);
+
 /* --- the whole post-training quantization ------------------------------------
  *
  * Annotate g for the profile, calibrate on `data` (a source with one array
@@ -510,6 +581,10 @@ typedef struct qf_quantize_options {
      * them; NULL: analytical corrects nothing. qf_quantize_model collects
      * them itself. */
     const qf_quant_bn_stats *bn_stats;
+    /* weight-rounding=adaround: the batches' order (0 is a seed too) and a
+     * line's worth after each layer (may be NULL; progress_ud its ud). */
+    uint64_t seed;
+    void (*adaround_progress)(void *ud, const qf_quant_adaround_layer *l, int index, int count);
 } qf_quantize_options;
 
 
@@ -566,6 +641,13 @@ typedef struct qf_quantize_result {
      * anchored on it (qf_quantize frees both). */
     qf_graph *bc_float;
     qf_quant_bn_stats *bc_bn;
+    /* weight-rounding=adaround: every Conv / ConvTranspose / Gemm with what
+     * AdaRound did to it, and its wall time (not in the other phases). */
+    qf_quant_adaround_layer *adaround;
+    int nadaround;
+    double adaround_ms;
+    uint64_t adaround_seed; /* the seed it ran with (qf_quantize_options.seed) */
+    qf_graph *float_ref;   /* internal: the float graph as converted, for AdaRound */
 } qf_quantize_result;
 
 #define QF_QUANT_EQ_SAMPLES 512

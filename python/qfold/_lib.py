@@ -93,15 +93,23 @@ PROGRESS_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p, c_int64, c_int64)
 
 class QuantizeOptions(ctypes.Structure):  # qf_quantize_options (qfold/quant.h)
     _fields_ = [("profile", c_void_p), ("batch", c_int64), ("max_samples", c_int64), ("progress", PROGRESS_FN),
-                ("progress_ud", c_void_p), ("plain_calibration", c_bool)]
+                ("progress_ud", c_void_p), ("plain_calibration", c_bool), ("exclude", POINTER(c_char_p)),
+                ("nexclude", c_int), ("bn_stats", c_void_p), ("seed", ctypes.c_uint64),
+                ("adaround_progress", c_void_p)]
 
 
 class QuantizeModelOptions(ctypes.Structure):  # qf_quantize_model_options
-    _fields_ = [("quantize", QuantizeOptions), ("sqnr_samples", c_int64), ("name", c_char_p)]
+    _fields_ = [("quantize", QuantizeOptions), ("sqnr_samples", c_int64), ("no_local_sqnr", c_bool),
+                ("name", c_char_p)]
 
 
 class ConvertStats(ctypes.Structure):  # qf_quant_convert_stats
     _fields_ = [("activations", c_int), ("weights", c_int), ("biases", c_int), ("zero_weights", c_int)]
+
+
+class BcStats(ctypes.Structure):  # qf_quant_bc_stats (qfold/quant_bias.h)
+    _fields_ = [("layers", c_int), ("added", c_int), ("skipped", c_int), ("passes", c_int), ("samples", c_int64),
+                ("max_abs_error", c_double)]
 
 
 class QuantizeResult(ctypes.Structure):  # qf_quantize_result
@@ -109,12 +117,16 @@ class QuantizeResult(ctypes.Structure):  # qf_quantize_result
                 ("ntensors", c_int), ("left_float", c_void_p), ("nleft_float", c_int), ("stats", ConvertStats),
                 ("calibrate_ms", c_double), ("convert_ms", c_double), ("eq_trial", c_bool),
                 ("eq_tried", c_bool * 3), ("eq_sqnr", c_double * 3), ("eq_rule", c_int), ("equalize_ms", c_double),
-                ("batch", c_int64), ("batch_note", c_char_p)]
+                ("batch", c_int64), ("batch_note", c_char_p), ("bc_rule", c_int), ("bc_form", c_int),
+                ("bc_kept", c_bool), ("bc_sqnr_before", c_double), ("bc_sqnr_after", c_double), ("bc", BcStats),
+                ("bc_alt_sqnr", c_double), ("bc_alt", BcStats), ("bc_ms", c_double), ("bc_float", c_void_p),
+                ("bc_bn", c_void_p), ("adaround", c_void_p), ("nadaround", c_int), ("adaround_ms", c_double),
+                ("adaround_seed", ctypes.c_uint64), ("float_ref", c_void_p)]
 
 
 class QuantizeModelResult(ctypes.Structure):  # qf_quantize_model_result
     _fields_ = [("passes", c_void_p), ("quant", QuantizeResult), ("sqnr", c_void_p), ("nsqnr", c_int),
-                ("passes_ms", c_double), ("sqnr_ms", c_double)]
+                ("worst_local", c_int * 3), ("nworst_local", c_int), ("passes_ms", c_double), ("sqnr_ms", c_double)]
 
 
 class QuantizeReportInfo(ctypes.Structure):  # qf_quantize_report_info
@@ -180,7 +192,7 @@ class TrainResult(ctypes.Structure):  # qf_train_result
 MIRRORED = {"qf_tensor": Tensor, "qf_value": Value, "qf_node": Node, "qf_graph": Graph,
             "qf_data_source": DataSource, "qf_pass_options": PassOptions, "qf_onnx_save_options": OnnxSaveOptions,
             "qf_verify_options": VerifyOptions, "qf_compare_output": CompareOutput,
-            "qf_compare_result": CompareResult, "qf_quantize_options": QuantizeOptions,
+            "qf_compare_result": CompareResult, "qf_quantize_options": QuantizeOptions, "qf_quant_bc_stats": BcStats,
             "qf_quantize_model_options": QuantizeModelOptions, "qf_quant_convert_stats": ConvertStats,
             "qf_quantize_result": QuantizeResult, "qf_quantize_model_result": QuantizeModelResult,
             "qf_quantize_report_info": QuantizeReportInfo, "qf_classify_options": ClassifyOptions,

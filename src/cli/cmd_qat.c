@@ -302,6 +302,10 @@ static int qf_cli_qat(int argc, char **argv)
         rc = qf_cli_value_error(&qf_cli_cmd_qat, "--set bias-correction=%s: qat does not apply bias correction (its "
                                 "training adapts the biases to the quantization); use it with quantize",
                                 qf_quant_bc_rule_name(run.profile.bias_correction));
+    /* QAT trains the weights through their fake_quants: nothing to round after. */
+    if (rc == QF_EXIT_OK && run.profile.weight_rounding != QF_QROUND_NEAREST)
+        rc = qf_cli_usage_error(&qf_cli_cmd_qat, "--set weight-rounding=adaround is for `qfold quantize`: QAT "
+                                                 "learns its weights' rounding by training");
     qf_status st = rc == QF_EXIT_OK ? qf_quant_register_passes() : QF_OK;
     if (st != QF_OK) rc = qf_cli_fail(st);
     run.q.prepare = qa.exact ? "qat_prepare_exact" : "qat_prepare";

@@ -1,5 +1,5 @@
 /* qfold quantize IN.onnx -o OUT.onnx --calib X.npy [--calib X2.npy ...] [--target neutron|generic]
- *                [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--report R.json]
+ *                [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--seed S] [--report R.json]
  *
  * Post-training quantization: the ptq pipeline (BatchNorm folds), then
  * annotate for the target, calibrate on the data, convert to ONNX QDQ, and
@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/strbuf.h"
 #include "cli.h"
 #include "qfold/io.h"
 #include "qfold/pass.h"
@@ -27,6 +28,7 @@ typedef struct qf_qz_args {
     const char *sets[QF_QZ_MAX_SETS];
     int nsets;
     int64_t count, batch;
+    uint64_t seed;
     bool verify;
     qf_cli_exclude exclude;
 } qf_qz_args;
@@ -73,6 +75,12 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
             if (a.failed) break;
             if ((qa->batch = qf_qz_number(v, 1, 1 << 20)) < 0)
                 return qf_cli_value_error(a.cmd, "--batch takes a number from 1 to %d, got '%s'", 1 << 20, v);
+        } else if (qf_cli_args_value(&a, "--seed", NULL, &v)) {
+            if (a.failed) break;
+            int64_t seed = qf_qz_number(v, 0, INT64_MAX);
+            if (seed < 0) return qf_cli_value_error(a.cmd, "--seed takes a number from 0 to %lld, got '%s'",
+                                                    (long long)INT64_MAX, v);
+            qa->seed = (uint64_t)seed;
         } else if (qf_cli_args_value(&a, "--report", NULL, &v)) {
             qa->report = v;
         } else if (qf_cli_args_value(&a, "--exclude", NULL, &v)) {
@@ -199,6 +207,24 @@ static void qf_qz_progress(void *ud, const char *pass, int64_t done, int64_t tot
     fflush(stderr);
 }
 
+/* One line per layer as AdaRound finishes it (it takes seconds a layer). */
+static void qf_qz_adaround_progress(void *ud, const qf_quant_adaround_layer *l, int index, int count)
+{
+    (void)ud;
+    if (l->reason) {
+        fprintf(stderr, "adaround %d/%d '%s': skipped: %s\n", index, count, l->node, l->reason);
+    } else {
+        double rel = l->err_nearest > 0.0 ? 100.0 * (l->err_adaround - l->err_nearest) / l->err_nearest : 0.0;
+        fprintf(stderr,
+                "adaround %d/%d '%s': %d iterations, %lld samples, reconstruction error %.4g -> %.4g (%+.1f %%), "
+                "%lld of %lld weights rounded the other way%s, %.2f s\n",
+                index, count, l->node, l->iters, (long long)l->samples, l->err_nearest, l->err_adaround, rel,
+                (long long)l->changed, (long long)l->weights, l->kept ? "" : " (not kept: not below nearest)",
+                l->ms / 1e3);
+    }
+    fflush(stderr);
+}
+
 /* --- output ------------------------------------------------------------------------ */
 
 static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const qf_qz_state *s)
@@ -232,6 +258,21 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
         qf_quant_bc_summary(r, line, sizeof line);
         printf("  bias correction %s\n", line);
     }
+    if (r->nadaround) {
+        int kept = 0, skipped = 0;
+        double before = 0.0, after = 0.0;
+        for (int i = 0; i < r->nadaround; i++) {
+            const qf_quant_adaround_layer *l = &r->adaround[i];
+            skipped += l->reason != NULL;
+            if (l->reason) continue;
+            kept += l->kept;
+            before += l->err_nearest;
+            after += l->kept ? l->err_adaround : l->err_nearest;
+        }
+        printf("  adaround    %d of %d layers rounded by AdaRound (%d kept nearest, %d skipped); summed "
+               "reconstruction error %.4g -> %.4g\n",
+               kept, r->nadaround, r->nadaround - kept - skipped, skipped, before, after);
+    }
     qf_cli_target_passes_print(stdout, r->prepare);
     qf_cli_target_passes_print(stdout, r->convert);
     printf("  left float  %d op%s\n", r->nleft_float, r->nleft_float == 1 ? "" : "s");
@@ -260,8 +301,8 @@ static void qf_qz_summary(const qf_qz_args *qa, const qf_quant_profile *p, const
            s->t_load, s->m.passes_ms, r->calibrate_ms,
            r->calibrate_ms > 0 ? (double)r->samples * 1e3 / r->calibrate_ms : 0.0, r->equalize_ms);
     if (r->bc_rule != QF_QBIAS_OFF) printf("bias correction %.1f ms, ", r->bc_ms);
-    printf("convert %.1f ms, sqnr %.1f ms, save %.1f ms, total %.1f ms\n", r->convert_ms, s->m.sqnr_ms, s->t_save,
-           s->t_total);
+    printf("convert %.1f ms, adaround %.1f ms, sqnr %.1f ms, save %.1f ms, total %.1f ms\n", r->convert_ms,
+           r->adaround_ms, s->m.sqnr_ms, s->t_save, s->t_total);
 }
 
 /* --- the command --------------------------------------------------------------------- */
@@ -278,9 +319,11 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     QF_TRY(qf_qz_load_data(qa, s));
     s->t_load = qf_clock_seconds() * 1e3 - t0;
     qf_quantize_model_options mo = {.quantize = {.profile = p, .batch = qa->batch, .max_samples = qa->count,
-                                                 .exclude = qa->exclude.entries, .nexclude = qa->exclude.n},
+                                                 .exclude = qa->exclude.entries, .nexclude = qa->exclude.n,
+                                                 .seed = qa->seed},
                                     .name = qa->in};
     if (isatty(STDERR_FILENO)) mo.quantize.progress = qf_qz_progress;
+    mo.quantize.adaround_progress = qf_qz_adaround_progress;
     QF_TRY(qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m));
     return qf_cli_exclude_record(s->g, s->m.quant.left_float, s->m.quant.nleft_float);
 }
@@ -381,8 +424,8 @@ const qf_cli_command qf_cli_cmd_quantize = {
     .name = "quantize",
     .summary = "post-training int8 quantization for a target: fold, calibrate, write an ONNX QDQ model",
     .usage = "qfold quantize IN.onnx -o OUT.onnx --calib X.npy [--calib X2.npy ...] [--target neutron|generic]\n"
-             "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--report R.json]\n"
-             "                      [--exclude NAME|OPTYPE[,...]] [--verify]",
+             "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--seed S]\n"
+             "                      [--report R.json] [--exclude NAME|OPTYPE[,...]] [--verify]",
     .details =
         "Folds BatchNorm (pipeline ptq), annotates the graph with the target's int8 patterns,\n"
         "runs the calibration data through it to observe every quantized tensor's range,\n"
@@ -425,8 +468,18 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "                       from the BatchNorm folded into the layer before (+ ReLU); auto:\n"
         "                       both tried, the better kept when the int8 outputs' SQNR improves;\n"
         "                       quantize only: qat refuses it, its training adapts the biases)\n"
+        "                       weight-rounding=nearest|adaround (default nearest; adaround:\n"
+        "                       each Conv / ConvTranspose / Gemm's int8 weights rounded up or\n"
+        "                       down as learned on the calibration data (AdaRound, Nagel et al.\n"
+        "                       2020), layer by layer, its input from the int8 model; kept where\n"
+        "                       it reconstructs the layer's float output better; a line per\n"
+        "                       layer on stderr), adaround-iters=N (Adam steps per layer,\n"
+        "                       default 1000), adaround-reg=X (the rounding regulariser's\n"
+        "                       weight, default 0.01; 0: none)\n"
         "  --calib-count N      use the first N samples only\n"
-        "  --batch B            samples per calibration run (default 32)\n"
+        "  --batch B            samples per calibration run (default 32; AdaRound's batch too)\n"
+        "  --seed S             weight-rounding=adaround: the order of its batches (default 0;\n"
+        "                       the same seed, the same model byte for byte)\n"
         "  --exclude NAME|OPTYPE[,...]  keep these nodes in float (node names or ONNX op types\n"
         "                       of the model as given, e.g. /head/Gemm or Gemm; repeatable),\n"
         "                       between DequantizeLinear and QuantizeLinear; listed as left\n"

@@ -59,6 +59,8 @@ static const qf_quant_profile qf_profile_neutron = {
     .reduction_shares = true,
     .equalize = QF_QEQ_AUTO,
     .neutron_passes = true,
+    .adaround_iters = QF_QUANT_ADAROUND_ITERS,
+    .adaround_reg = (float)QF_QUANT_ADAROUND_REG,
     .ops = {QF_NEUTRON_OPS, QF_NEUTRON_HARD_OPS},
 };
 
@@ -75,6 +77,8 @@ static const qf_quant_profile qf_profile_generic = {
     .matmul_symmetric = false,
     .reduction_shares = false,
     .equalize = QF_QEQ_AUTO,
+    .adaround_iters = QF_QUANT_ADAROUND_ITERS,
+    .adaround_reg = (float)QF_QUANT_ADAROUND_REG,
     .every_op = true, /* with LeakyRelu, HardSwish, HardSigmoid at their own qparams */
 };
 
@@ -202,6 +206,32 @@ static qf_status set_min_scale(qf_quant_profile *p, const char *v)
     return QF_OK;
 }
 
+static qf_status set_rounding(qf_quant_profile *p, const char *v)
+{
+    if (!strcmp(v, "nearest")) p->weight_rounding = QF_QROUND_NEAREST;
+    else if (!strcmp(v, "adaround")) p->weight_rounding = QF_QROUND_ADAROUND;
+    else return QF_ERR_INVALID;
+    return QF_OK;
+}
+
+static qf_status set_adaround_iters(qf_quant_profile *p, const char *v)
+{
+    char *end = NULL;
+    long long n = strtoll(v, &end, 10);
+    if (!*v || *end || n < 1 || n > 1000000) return QF_ERR_INVALID;
+    p->adaround_iters = (int)n;
+    return QF_OK;
+}
+
+static qf_status set_adaround_reg(qf_quant_profile *p, const char *v)
+{
+    char *end = NULL;
+    double d = strtod(v, &end);
+    if (!*v || *end || !(d >= 0.0) || !isfinite(d) || d > 1e6) return QF_ERR_INVALID;
+    p->adaround_reg = (float)d;
+    return QF_OK;
+}
+
 static const qf_profile_key qf_profile_keys[] = {
     {"reduction-scale", "own|shared", set_reduction},
     {"linear-weights", "per-tensor|per-channel", set_linear},
@@ -214,6 +244,9 @@ static const qf_profile_key qf_profile_keys[] = {
     {"concat-scale", "shared|first", set_concat},
     {"matmul-inputs", "symmetric|activation", set_matmul},
     {"bias-correction", "off|empirical|analytical|auto", set_bias_correction},
+    {"weight-rounding", "nearest|adaround", set_rounding},
+    {"adaround-iters", "a whole number from 1 to 1000000", set_adaround_iters},
+    {"adaround-reg", "a number from 0 to 1e6", set_adaround_reg},
 };
 
 #define QF_NKEYS (sizeof qf_profile_keys / sizeof qf_profile_keys[0])
@@ -235,7 +268,7 @@ static const char *keys_text(char *buf, size_t size)
 qf_status qf_quant_profile_set(qf_quant_profile *p, const char *rule)
 {
     const char *eq = strchr(rule, '=');
-    char keys[768];
+    char keys[1024];
     if (!eq) return qf_error(QF_ERR_INVALID, "profile rule '%s': expected KEY=VALUE, one of %s", rule, keys_text(keys, sizeof keys));
     size_t klen = (size_t)(eq - rule);
     for (size_t i = 0; i < QF_NKEYS; i++) {

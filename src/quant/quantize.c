@@ -110,6 +110,8 @@ void qf_quantize_result_free(qf_quantize_result *r)
     qf_free(r->batch_note);
     qf_graph_free(r->bc_float);
     qf_quant_bn_stats_free(r->bc_bn);
+    qf_quant_adaround_free(r->adaround, r->nadaround);
+    qf_graph_free(r->float_ref);
     qf_pass_report_free(r->prepare);
     qf_pass_report_free(r->convert);
     memset(r, 0, sizeof *r);
@@ -344,6 +346,9 @@ static qf_status qz_quantize_one(qf_graph *g, const qf_data_source *data, const 
     /* Bias correction compares the QDQ model with the float graph it is
      * converted from (after equalization and the Neutron passes). */
     if (st == QF_OK && p->bias_correction != QF_QBIAS_OFF) st = qf_graph_clone(g, &out->bc_float);
+    /* AdaRound (qf_quantize, after the choice of equalize=auto) needs the
+     * float graph as it is converted: its weights and its layers' outputs. */
+    if (st == QF_OK && p->weight_rounding == QF_QROUND_ADAROUND) st = qf_graph_clone(g, &out->float_ref);
     if (st == QF_OK)
         st = qf_pipeline_run(g, p->neutron_passes ? "quantize_convert_neutron" : "quantize_convert", &po,
                              &out->convert);
@@ -612,7 +617,20 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
     QF_TRY(qz_quantize(g, data, opt, out));
     const qf_quant_profile *p = opt->profile ? opt->profile : qf_quant_profile_find("neutron");
     qf_status st = QF_OK;
-    if (p->bias_correction != QF_QBIAS_OFF) st = qz_bias_correct(g, data, opt, p->bias_correction, out);
+    /* AdaRound first (the weights), then bias correction (the mean error
+     * the rounded weights leave); each needs the float graph as converted. */
+    if (out->float_ref) {
+        double ta = qf_clock_seconds() * 1e3;
+        qf_quant_adaround_options ao = {.iters = p->adaround_iters, .reg = p->adaround_reg, .batch = opt->batch,
+                                        .max_samples = opt->max_samples, .seed = opt->seed,
+                                        .progress = opt->adaround_progress, .progress_ud = opt->progress_ud};
+        out->adaround_seed = opt->seed;
+        st = qf_quant_adaround(g, out->float_ref, data, &ao, p, &out->adaround, &out->nadaround);
+        out->adaround_ms = qf_clock_seconds() * 1e3 - ta;
+    }
+    qf_graph_free(out->float_ref);
+    out->float_ref = NULL;
+    if (st == QF_OK && p->bias_correction != QF_QBIAS_OFF) st = qz_bias_correct(g, data, opt, p->bias_correction, out);
     qf_graph_free(out->bc_float);
     out->bc_float = NULL;
     qf_quant_bn_stats_free(out->bc_bn);
@@ -621,10 +639,11 @@ qf_status qf_quantize(qf_graph *g, const qf_data_source *data, const qf_quantize
         qf_quantize_result_free(out);
         return st;
     }
-    /* Whatever the calibrations, conversions and bias correction did not
-     * take is equalize=auto's: which rules change the model, the trials'
-     * copies and output SQNR (0 but for the bookkeeping without a trial). */
-    double rest = qf_clock_seconds() * 1e3 - t0 - out->calibrate_ms - out->convert_ms - out->bc_ms;
+    /* Whatever the calibrations, conversions, AdaRound and bias correction
+     * did not take is equalize=auto's: which rules change the model, the
+     * trials' copies and output SQNR (0 but for the bookkeeping without a
+     * trial). */
+    double rest = qf_clock_seconds() * 1e3 - t0 - out->calibrate_ms - out->convert_ms - out->bc_ms - out->adaround_ms;
     out->equalize_ms = rest > 0.0 ? rest : 0.0;
     return QF_OK;
 }

@@ -155,6 +155,35 @@ static void qf_qr_members(const qf_quantize_model_result *m, const qf_quant_prof
     } else {
         qf_strbuf_puts(b, "null");
     }
+    qf_strbuf_printf(b, ",\n  \"weight_rounding\": \"%s\", \"adaround\": ", qf_quant_rounding_name(p->weight_rounding));
+    if (p->weight_rounding == QF_QROUND_ADAROUND) {
+        qf_strbuf_printf(b, "{\"iterations\": %d, \"reg\": %.9g, \"seed\": %llu, \"layers\": [",
+                         p->adaround_iters, (double)p->adaround_reg, (unsigned long long)r->adaround_seed);
+        for (int i = 0; i < r->nadaround; i++) {
+            const qf_quant_adaround_layer *l = &r->adaround[i];
+            qf_strbuf_puts(b, i ? ",\n    {\"node\": " : "\n    {\"node\": ");
+            qf_strbuf_json_string(b, l->node);
+            qf_strbuf_puts(b, ", \"weight\": ");
+            if (l->weight) qf_strbuf_json_string(b, l->weight);
+            else qf_strbuf_puts(b, "null");
+            if (l->reason) {
+                qf_strbuf_puts(b, ", \"skipped\": ");
+                qf_strbuf_json_string(b, l->reason);
+            } else {
+                qf_strbuf_printf(b, ", \"iterations\": %d, \"samples\": %lld, \"weights\": %lld, \"changed\": %lld, "
+                                    "\"error_nearest\": ",
+                                 l->iters, (long long)l->samples, (long long)l->weights, (long long)l->changed);
+                qf_qr_num(b, l->err_nearest);
+                qf_strbuf_puts(b, ", \"error_adaround\": ");
+                qf_qr_num(b, l->err_adaround);
+                qf_strbuf_printf(b, ", \"kept\": %s, \"ms\": %.1f", l->kept ? "true" : "false", l->ms);
+            }
+            qf_strbuf_puts(b, "}");
+        }
+        qf_strbuf_puts(b, "]}");
+    } else {
+        qf_strbuf_puts(b, "null");
+    }
     qf_strbuf_puts(b, ",\n  \"left_float\": [");
     for (int i = 0; i < r->nleft_float; i++) {
         qf_strbuf_puts(b, i ? ", " : "");

@@ -174,7 +174,7 @@ def case_dynamic():
         # The time line: every phase, the trials' own time among them, adding
         # up to the total (each phase is one stretch of the same clock).
         t = time_phases(out_f)
-        phases = ("load", "passes", "calibrate", "equalize", "convert", "sqnr", "save")
+        phases = ("load", "passes", "calibrate", "equalize", "convert", "adaround", "sqnr", "save")
         check(all(p in t for p in phases) and "total" in t, "time line lacks a phase: %r" % t)
         if rep_f["equalize"] is not None:
             check(t["equalize"] > 0, "an equalize trial ran, yet the time line gives it 0 ms: %r" % t)

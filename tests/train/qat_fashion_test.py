@@ -103,22 +103,25 @@ def work(*parts):
     return os.path.join(ARGS.work, *parts)
 
 
-def qfold(*argv, timeout=3600):
-    return run_qfold(ARGS.qfold, argv, expect=0, timeout=timeout)[1]
+def qfold(*argv, timeout=3600, env=None):
+    return run_qfold(ARGS.qfold, argv, expect=0, timeout=timeout, env=env)[1]
 
 
-def qfold_top1(model, compare=None, requant=None):
+def qfold_top1(model, compare=None, requant=None, env=None):
     argv = ["eval", model, "--data", work("test_x.npy"), "--labels", work("test_y.npy"), "--json"]
     if compare:
         argv += ["--compare", compare]
     if requant:
         argv += ["--requant", requant]
-    return [m["top1"] for m in json.loads(qfold(*argv))["models"]]
+    return [m["top1"] for m in json.loads(qfold(*argv, env=env))["models"]]
 
 
 def qfold_on_onednn():
-    """Whether qfold's kernels are oneDNN's (`qfold --version`): its int8 convs
-    requantize in float there, as ONNX Runtime does."""
+    """Whether qfold's kernels are oneDNN's (`qfold --version`): under
+    QFOLD_INT8=fast its int8 convs requantize in float there, as ONNX Runtime
+    does (by default they compute TFLite's integer arithmetic, which moves a
+    few of 5,000 top-1 decisions against ONNX Runtime: 13 on the --skew 8
+    model once equalize=auto kept `all`)."""
     return "kernels: dnnl" in qfold("--version")
 
 
@@ -236,6 +239,7 @@ def run():
                   "qfold PTQ %.2f %% wins back less than a quarter of PyTorch PTQ's loss "
                   "(%.2f %%, float %.2f %%)" % (100 * ptq_top1, 100 * ref["ptq_top1"], 100 * f_top1))
     runs = []
+    onednn = qfold_on_onednn()
     t_qfold = 0.0
     for r in ref["qat"]:
         s = r["seed"]
@@ -246,9 +250,10 @@ def run():
         t_qfold += time.time() - t0
         q = qfold_top1(out)[0]
         qo = qfold_top1(out, requant="onnx")[0]
+        qf = qfold_top1(out, env=dict(os.environ, QFOLD_INT8="fast"))[0] if onednn else None
         o = ort_top1(out, y)
         losses = step_losses(log)
-        runs.append({"seed": s, "qfold": q, "qfold_onnx": qo, "ort": o, "torch": r["int8_top1"], "steps": len(losses),
+        runs.append({"seed": s, "qfold": q, "qfold_onnx": qo, "qfold_fast": qf, "ort": o, "torch": r["int8_top1"], "steps": len(losses),
                      "torch_steps": len(r["losses"])})
         print("seed %d: qfold qat int8 %.2f %% (ONNX Runtime %.2f %%, qfold with ONNX's requantization %.2f %%), "
               "PyTorch FX QAT int8 %.2f %%; mean loss %.6f / %.6f"
@@ -265,15 +270,14 @@ def run():
                  " / ".join("%.2f" % (100 * r["qfold"]) for r in runs)))
     if a.no_check:
         return 0
-    onednn = qfold_on_onednn()
     for r in runs:
         check(r["steps"] == r["torch_steps"], "seed %d: qfold ran %d steps, PyTorch %d"
               % (r["seed"], r["steps"], r["torch_steps"]))
         check(abs(r["ort"] - r["qfold_onnx"]) <= 0.002, "seed %d: ONNX Runtime %.2f %%, qfold eval --requant onnx "
               "%.2f %% on one model" % (r["seed"], 100 * r["ort"], 100 * r["qfold_onnx"]))
         if onednn:
-            check(abs(r["ort"] - r["qfold"]) <= 0.002, "seed %d: ONNX Runtime %.2f %%, qfold eval %.2f %% on one "
-                  "model" % (r["seed"], 100 * r["ort"], 100 * r["qfold"]))
+            check(abs(r["ort"] - r["qfold_fast"]) <= 0.002, "seed %d: ONNX Runtime %.2f %%, qfold eval under "
+                  "QFOLD_INT8=fast %.2f %% on one model" % (r["seed"], 100 * r["ort"], 100 * r["qfold_fast"]))
     if a.gain > 0:
         check(mq >= ptq_off_top1 + a.gain / 100, "qfold qat %.2f %% wins back less than %.1f point over qfold PTQ "
               "without equalization %.2f %%" % (100 * mq, a.gain, 100 * ptq_off_top1))
