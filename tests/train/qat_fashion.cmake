@@ -19,13 +19,17 @@ if(QF_PYTHON3 AND QF_NODE AND NOT QF_SANITIZE)
   # The same with the head reparametrized (fx_qat.py --skew 8, the float
   # function unchanged): PTQ without equalization loses ~1.8 point there,
   # qfold's default PTQ (equalize=auto) must win back a quarter of PyTorch
-  # PTQ's loss, QAT >= 0.8 over PTQ without equalization and within 0.5 of
-  # float (measured: +1.4 qfold, +0.9 PyTorch, 0.34 under float; means of
-  # three batch orders).
+  # PTQ's loss, QAT >= 0.8 over PTQ without equalization, not below qfold's
+  # PTQ and within 0.3 of float (issue 31's bar for QAT with BatchNorm
+  # re-estimation). equalize=auto keeps `all` there (it used to keep
+  # per-tensor): qfold PTQ 88.64 %, float 88.80 %. QAT with --bn-reestimate
+  # 4000 (the training images): 88.80 / 88.78 / 88.78 %; without it
+  # 88.54 / 88.40 / 88.60 %, below that PTQ (PyTorch FX QAT 88.42 / 87.92 /
+  # 87.38 %).
   add_test(NAME train_qat_fashion_skew
     COMMAND ${QF_PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/qat_fashion_test.py --qfold $<TARGET_FILE:qfold>
             --root ${PROJECT_SOURCE_DIR} --work ${QF_TEST_WORK}/qat_fashion_skew --skew 8 --gain 0.8
-            --float-margin 0.5)
+            --float-margin 0.3 --qat-arg=--bn-reestimate --qat-arg=4000)
   set_tests_properties(train_qat_fashion_skew PROPERTIES LABELS "train;qat;ref" TIMEOUT 900)
   # The hard depthwise-separable model of issue 10 (fx_qat.py --spread 8: the
   # blocks' channel ranges spread apart by up to 8x either way, float

@@ -166,6 +166,8 @@ def main():
                     help="spread the depthwise-separable blocks' channels as tests/ref/fx_qat.py --spread")
     ap.add_argument("--qat-set", action="append", default=[], metavar="RULE=VALUE",
                     help="a --set for qfold qat (qfold's PTQ is also run with it, for the figures)")
+    ap.add_argument("--qat-arg", action="append", default=[], metavar="ARG",
+                    help="an extra argument of qfold qat only (e.g. --qat-arg=--bn-reestimate --qat-arg=4000)")
     ap.add_argument("--gain", type=float, default=0.0,
                     help="with --skew or --spread: qfold's QAT mean must beat qfold's PTQ by this many points")
     ap.add_argument("--float-margin", type=float, default=0.5,
@@ -246,7 +248,7 @@ def run():
         out, log = work("qat_%d.onnx" % s), work("qat_%d.csv" % s)
         t0 = time.time()
         qfold("qat", work("float.onnx"), "-o", out, "--data", work("train_x.npy"), "--labels", work("train_y.npy"),
-              "--target", "neutron", "--optimizer", "sgd", "--seed", s, "--log", log, *recipe, *qat_set)
+              "--target", "neutron", "--optimizer", "sgd", "--seed", s, "--log", log, *recipe, *qat_set, *a.qat_arg)
         t_qfold += time.time() - t0
         q = qfold_top1(out)[0]
         qo = qfold_top1(out, requant="onnx")[0]
