@@ -108,6 +108,8 @@ SHARED = {
     "core/mem.h",
     # float16 / bfloat16 conversions: the Cast kernel, ONNX import / export, .npy
     "core/half.h",
+    # splitmix64, the one seeded generator (training order, dropout, AdaRound, compare)
+    "core/rand.h",
     "ops/op_table.h",
     # the quantization arithmetic the quant layer shares with the int8 kernels
     "ops/math/quant_math.h",

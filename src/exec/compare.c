@@ -5,19 +5,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/rand.h"
 #include "qfold/exec.h"
 
 #define QF_COMPARE_DEFAULT_TOL  1e-4
 #define QF_COMPARE_DEFAULT_SEED 0x5eedf00dull
 
-/* splitmix64: a fixed-seed generator, so a comparison is reproducible. */
-static uint64_t qf_compare_rng(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 qf_status qf_compare_make_inputs(const qf_graph *g, uint64_t seed, int batch, qf_tensor *ts)
 {
@@ -33,10 +26,10 @@ qf_status qf_compare_make_inputs(const qf_graph *g, uint64_t seed, int batch, qf
             return st;
         }
         /* One stream per input and batch; batch 0 is seed + i. */
-        uint64_t s = seed + (uint64_t)i + (uint64_t)batch * 0x9e3779b97f4a7c15ull;
+        uint64_t s = seed + (uint64_t)i + (uint64_t)batch * QF_SPLITMIX_GAMMA;
         int64_t n = qf_tensor_numel(&ts[i]);
         for (int64_t k = 0; k < n; k++) {
-            double x = (double)(qf_compare_rng(&s) >> 11) / (double)(1ull << 52) - 1.0;
+            double x = (double)(qf_splitmix64(&s) >> 11) / (double)(1ull << 52) - 1.0;
             if (v->type.dtype == QF_DTYPE_F32)
                 ((float *)ts[i].data)[k] = (float)x;
             else if (v->type.dtype == QF_DTYPE_F64)

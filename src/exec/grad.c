@@ -28,6 +28,7 @@
  */
 #include <string.h>
 
+#include "core/rand.h"
 #include "core/parallel.h"
 #include "backend/backend.h"
 #include "exec_impl.h"
@@ -81,13 +82,7 @@ typedef struct grad_buf {
     int next; /* next buffer starting at the same time, -1: none */
 } grad_buf;
 
-static uint64_t grad_mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
+static uint64_t grad_mix(uint64_t x) { return qf_mix64(x + QF_SPLITMIX_GAMMA); }
 
 static void grad_plan_release(qf_grad_plan *p)
 {

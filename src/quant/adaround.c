@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/rand.h"
 #include "core/clock.h"
 #include "core/parallel.h"
 #include "ops/math/quant_math.h"
@@ -59,34 +60,6 @@ void qf_quant_adaround_free(qf_quant_adaround_layer *l, int n)
 }
 
 /* --- the random batches ------------------------------------------------------------ */
-
-/* splitmix64 (Steele, Lea, Flood 2014), as the training loop's shuffle. */
-static uint64_t ar_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n) without modulo bias. */
-static uint64_t ar_below(uint64_t *s, uint64_t n)
-{
-    uint64_t reject = (0 - n) % n, x;
-    do x = ar_rand(s);
-    while (x < reject);
-    return x % n;
-}
-
-static void ar_shuffle(int64_t *order, int64_t n, uint64_t *rng)
-{
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)ar_below(rng, (uint64_t)i + 1);
-        int64_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
-}
 
 /* --- one value of a graph on the first samples ---------------------------------------- */
 
@@ -612,7 +585,7 @@ static qf_status ar_layer_run(ar_ctx *c, const ar_layer *l, qf_quant_adaround_la
     float *pw = m.w ? m.w->type.data : NULL;
     for (int it = 0; st == QF_OK && it < iters; it++) {
         if (pos + batch > nsamp) {
-            ar_shuffle(b.order, nsamp, &c->rng);
+            qf_rand_shuffle(b.order, nsamp, &c->rng);
             pos = 0;
         }
         for (int64_t r = 0; r < batch; r++) {

@@ -34,6 +34,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/rand.h"
 #include "core/clock.h"
 #include "qfold/schema.h"
 #include "qfold/train.h"
@@ -55,25 +56,6 @@ qf_train_config qf_train_defaults(void)
 
 /* --- the random order --------------------------------------------------------- */
 
-/* splitmix64 (Steele, Lea, Flood 2014; Vigna's reference constants). */
-static uint64_t qf_train_rand(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [0, n), n >= 1: draws below 2^64 mod n are rejected, so that
- * every value is equally likely (no modulo bias). */
-static uint64_t qf_train_below(uint64_t *s, uint64_t n)
-{
-    uint64_t reject = (0 - n) % n, x;
-    do x = qf_train_rand(s);
-    while (x < reject);
-    return x % n;
-}
-
 /* The sample order of one epoch: file order without shuffling; else the
  * previous epoch's order shuffled by Fisher-Yates (for i = n-1 down to 1,
  * swap i with a uniform j in [0, i]), the generator seeded once with the
@@ -84,20 +66,15 @@ static void qf_train_order(int64_t *order, int64_t n, bool shuffle, uint64_t *rn
         for (int64_t i = 0; i < n; i++) order[i] = i;
         return;
     }
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)qf_train_below(rng, (uint64_t)i + 1);
-        int64_t t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    qf_rand_shuffle(order, n, rng);
 }
 
 /* Dropout's stream of step `step`: the run's seed and the step, mixed. */
 static uint64_t qf_train_step_seed(uint64_t seed, int64_t step)
 {
     uint64_t s = seed ^ 0xd1b54a32d192ed03ull;
-    s += (uint64_t)step * 0x9e3779b97f4a7c15ull;
-    return qf_train_rand(&s);
+    s += (uint64_t)step * QF_SPLITMIX_GAMMA;
+    return qf_splitmix64(&s);
 }
 
 /* --- the trainer's state ------------------------------------------------------ */

@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/rand.h"
 #include "core/parallel.h"
 #include "ops/kernels.h"
 
@@ -65,12 +66,6 @@ typedef struct qf_dropout_job {
 } qf_dropout_job;
 
 /* SplitMix64's output function: a bijective 64-bit mix. */
-static inline uint64_t qf_dropout_mix(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 /* The mask is counter-based: element i's draw is SplitMix64's i-th output
  * from a state derived from the seed, so it depends on the seed and i only
@@ -79,7 +74,7 @@ static void qf_dropout_slice(void *ctx, int64_t lo, int64_t hi)
 {
     const qf_dropout_job *j = ctx;
     for (int64_t i = lo; i < hi; i++) {
-        uint64_t u = qf_dropout_mix(j->key + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull) >> 32;
+        uint64_t u = qf_mix64(j->key + (uint64_t)(i + 1) * QF_SPLITMIX_GAMMA) >> 32;
         uint8_t keep = u >= j->threshold;
         j->mask[i] = keep;
         j->y[i] = keep ? j->x[i] * j->scale : 0.0f;
@@ -102,7 +97,7 @@ static qf_status qf_dropout_train_forward(const qf_kernel_io *io)
     QF_TRY(qf_dropout_ratio(io, &ratio));
     double t = ratio * 4294967296.0;
     qf_dropout_job j = {.x = x->data, .y = io->out[0]->data, .mask = io->saved,
-                        .key = qf_dropout_mix(io->seed ^ 0x5851f42d4c957f2dull),
+                        .key = qf_mix64(io->seed ^ 0x5851f42d4c957f2dull),
                         .threshold = t >= 4294967296.0 ? 4294967296ull : (uint64_t)t,
                         .scale = qf_dropout_scale(ratio)};
     const int64_t n = qf_tensor_numel(x);
