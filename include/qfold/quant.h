@@ -779,6 +779,63 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data, const qf_qu
                             qf_quantize_model_result *out);
 void qf_quantize_model_result_free(qf_quantize_model_result *r);
 
+/* --- an accuracy target (`qfold quantize --max-drop`; src/quant/accuracy_target.c)
+ *
+ *   qf_quant_target_options o = {.model = mo, .eval = src, .labels = y, .max_drop = 1.0, .max_excluded = 3};
+ *   qf_graph *q; qf_quantize_model_result m; qf_quant_target_result t;
+ *   st = qf_quantize_to_target(g, calib, &o, &q, &m, &t);   // g: the float model as loaded, not changed
+ *   if (st == QF_OK && t.met) ... save q (m, t.profile: its summary and report) ...
+ *
+ * Quantizes copies of g (qf_quantize_model) and counts each one's int8 top-1
+ * on the eval data (lowered as `qfold eval` runs it: qf_quant_lower_int8,
+ * TFLite requantization; qf_classify) against the float model's. Trial 0 is
+ * the quantization as asked; while the drop (float top-1 - int8 top-1, in
+ * points) exceeds max_drop, it tries in turn bias-correction=auto and
+ * weight-rounding=adaround (each unless the profile has it on or `sets`
+ * names its key: the user's choice stands), then up to max_excluded times
+ * the layer with the worst local SQNR of the model kept (the node writing
+ * that value in g, with the Conv / ConvTranspose / Gemm / MatMul before it
+ * when that node is an activation fused after one) added to
+ * model.quantize.exclude. A trial is kept when its top-1 is higher than the
+ * best so far. *out gets the best model (also when the target is not met:
+ * t.met false), *m its result, t every trial. Each trial prints through
+ * opt->trial when set. */
+typedef struct qf_quant_target_trial {
+    char what[256];   /* "as asked", "bias-correction=auto", "exclude /c2/Conv,/Relu_1" */
+    const char *skipped; /* not run: why (static text); top1 / drop NaN */
+    double top1;      /* int8 top-1 on the eval data, percent */
+    double drop;      /* float top-1 - top1, points */
+    bool kept;        /* it became the model kept */
+} qf_quant_target_trial;
+typedef struct qf_quant_target_options {
+    qf_quantize_model_options model; /* as qf_quantize_model (profile, the user's exclude, ...) */
+    const char *const *sets;         /* the user's --set rules: a recovery whose key is among them is left */
+    int nsets;
+    const qf_data_source *eval;      /* the eval data, one array per graph input */
+    const int64_t *labels;           /* one class index per eval sample */
+    int64_t eval_batch;              /* 0: 64 */
+    double max_drop;                 /* top-1 points, >= 0 */
+    int max_excluded;                /* exclusion trials at most, >= 0 */
+    void (*trial)(void *ud, const qf_quant_target_trial *t, int index);
+    void *trial_ud;
+} qf_quant_target_options;
+typedef struct qf_quant_target_result {
+    double float_top1;               /* percent */
+    int64_t samples;                 /* eval samples */
+    double max_drop;
+    qf_quant_target_trial *trials;
+    int ntrials;
+    int best;                        /* the trial of the model kept */
+    bool met;                        /* its drop <= max_drop */
+    qf_quant_profile profile;        /* the kept model's profile (recoveries applied) */
+    char **exclude;                  /* the kept model's exclude entries (the user's, then the layers added) */
+    int nexclude;
+    double ms;                       /* wall time of it all */
+} qf_quant_target_result;
+qf_status qf_quantize_to_target(const qf_graph *g, const qf_data_source *calib, const qf_quant_target_options *opt,
+                                qf_graph **out, qf_quantize_model_result *m, qf_quant_target_result *t);
+void qf_quant_target_result_free(qf_quant_target_result *t);
+
 /* The report `qfold quantize --report` writes, as one JSON object (*json
  * from qf_malloc, the caller frees; src/quant/report.c): the ptq pipeline's
  * pass report (qf_pass_report_json) with the quantization's members: input,
@@ -793,6 +850,7 @@ typedef struct qf_quantize_report_info {
     int nsets;
     const char *const *files;            /* the calibration data's files (NULL entries: null) */
     int nfiles;
+    const qf_quant_target_result *target; /* --max-drop: the trials ("accuracy_target"); NULL: none */
 } qf_quantize_report_info;
 qf_status qf_quantize_model_report_json(const qf_quantize_model_result *m, const qf_quant_profile *p,
                                         const qf_quantize_report_info *info, char **json, size_t *len);

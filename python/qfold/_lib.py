@@ -131,7 +131,7 @@ class QuantizeModelResult(ctypes.Structure):  # qf_quantize_model_result
 
 class QuantizeReportInfo(ctypes.Structure):  # qf_quantize_report_info
     _fields_ = [("input", c_char_p), ("output", c_char_p), ("sets", POINTER(c_char_p)), ("nsets", c_int),
-                ("files", POINTER(c_char_p)), ("nfiles", c_int)]
+                ("files", POINTER(c_char_p)), ("nfiles", c_int), ("target", c_void_p)]
 
 
 class ClassifyOptions(ctypes.Structure):  # qf_classify_options (qfold/exec.h)

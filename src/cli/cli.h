@@ -158,6 +158,10 @@ qf_status qf_cli_exclude_record(struct qf_graph *g, const struct qf_quant_float_
  * first skip reasons (target_passes.c). */
 struct qf_pass_report;
 void qf_cli_target_passes_print(FILE *f, const struct qf_pass_report *r);
+/* Labels file `path` of n samples as int64 (int64, int32 or uint8, [n] or
+ * [n, 1]; t holds the file, *out is qf_malloc'd): eval's and quantize's. */
+struct qf_tensor;
+qf_status qf_cli_labels(const char *path, int64_t n, struct qf_tensor *t, int64_t **out);
 /* Top-1 hits of g's first output (class scores [N, classes]) over the samples
  * of src against labels (int64 [N]), in batches of `batch` (eval.c: as `qfold
  * eval` counts them). */

@@ -31,8 +31,9 @@ typedef struct qf_eval_result {
     const char *labels_path; /* the labels file, for messages (NULL: not named) */
 } qf_eval_result;
 
-/* The labels as int64 [N] (int64, int32 or uint8 .npy, [N] or [N, 1]). */
-static qf_status qf_eval_labels(const char *path, int64_t n, qf_tensor *t, int64_t **out)
+/* The labels as int64 [N] (int64, int32 or uint8 .npy, [N] or [N, 1]); also
+ * `quantize --eval-labels`'s. */
+qf_status qf_cli_labels(const char *path, int64_t n, qf_tensor *t, int64_t **out)
 {
     QF_TRY(qf_npy_load(path, t));
     int64_t count = t->ndim >= 1 ? t->dims[0] : 0;
@@ -83,7 +84,7 @@ static qf_status qf_eval_model(const qf_eval_args *ea, int i, qf_npy_file *const
     QF_TRY(qf_onnx_load(path, &g));
     r->path = path;
     qf_status st = qf_eval_check_data(ea, path, g, files, i == 0);
-    if (st == QF_OK && i == 0) st = qf_eval_labels(ea->labels, r->n, lab, labels);
+    if (st == QF_OK && i == 0) st = qf_cli_labels(ea->labels, r->n, lab, labels);
     r->labels = *labels;
     if (st == QF_OK && g->noutputs < 1) st = qf_error(QF_ERR_INVALID, "'%s' has no outputs", path);
     /* A QDQ model is evaluated as `qfold run` runs it: its conv groups in

@@ -31,6 +31,11 @@ typedef struct qf_qz_args {
     uint64_t seed;
     bool verify;
     qf_cli_exclude exclude;
+    /* --max-drop: the accuracy target (qf_quantize_to_target) */
+    const char *eval[QF_QZ_MAX_CALIB], *labels;
+    int neval;
+    double max_drop; /* NaN: none */
+    int max_excluded;
 } qf_qz_args;
 
 /* Everything the command holds, released in one place. */
@@ -39,6 +44,11 @@ typedef struct qf_qz_state {
     qf_npy_file *files[QF_QZ_MAX_CALIB]; /* the calibration data, read a batch at a time */
     qf_npy_source *src;
     qf_quantize_model_result m; /* the library's recipe: passes, quantization, SQNR */
+    qf_npy_file *efiles[QF_QZ_MAX_CALIB]; /* --eval-data, its labels */
+    qf_npy_source *esrc;
+    qf_tensor lab;
+    int64_t *labels;
+    qf_quant_target_result t; /* --max-drop's trials */
     double t_load, t_save, t_total; /* ms, for the summary (the recipe times its own steps) */
 } qf_qz_state;
 
@@ -87,6 +97,24 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
             if (a.failed) break;
             int rc = qf_cli_exclude_add(a.cmd, &qa->exclude, v);
             if (rc != QF_EXIT_OK) return rc;
+        } else if (qf_cli_args_value(&a, "--eval-data", NULL, &v)) {
+            if (a.failed) break;
+            if (qa->neval == QF_QZ_MAX_CALIB)
+                return qf_cli_usage_error(a.cmd, "more than %d --eval-data", QF_QZ_MAX_CALIB);
+            qa->eval[qa->neval++] = v;
+        } else if (qf_cli_args_value(&a, "--eval-labels", NULL, &v)) {
+            qa->labels = v;
+        } else if (qf_cli_args_value(&a, "--max-drop", NULL, &v)) {
+            if (a.failed) break;
+            char *end = NULL;
+            qa->max_drop = strtod(v, &end);
+            if (!*v || *end || !isfinite(qa->max_drop) || qa->max_drop < 0)
+                return qf_cli_value_error(a.cmd, "--max-drop takes top-1 points >= 0 (e.g. 1 or 0.5), got '%s'", v);
+        } else if (qf_cli_args_value(&a, "--max-excluded", NULL, &v)) {
+            if (a.failed) break;
+            int64_t k = qf_qz_number(v, 0, 1000);
+            if (k < 0) return qf_cli_value_error(a.cmd, "--max-excluded takes a number from 0 to 1000, got '%s'", v);
+            qa->max_excluded = (int)k;
         } else if (qf_cli_args_flag(&a, "--verify", NULL)) {
             qa->verify = true;
         } else if (!qa->in && qf_cli_args_positional(&a, &v)) {
@@ -101,6 +129,11 @@ static int qf_qz_parse(int argc, char **argv, qf_qz_args *qa)
     if (qa->verify && qf_cli_is_tflite(qa->out))
         return qf_cli_usage_error(a.cmd, "--verify loads an ONNX output back: not with a .tflite output");
     if (!qa->ncalib) return qf_cli_usage_error(a.cmd, "no calibration data given (--calib X.npy)");
+    bool target = !isnan(qa->max_drop);
+    if (target && (!qa->neval || !qa->labels))
+        return qf_cli_usage_error(a.cmd, "--max-drop needs labelled data: --eval-data X.npy --eval-labels Y.npy");
+    if (!target && (qa->neval || qa->labels))
+        return qf_cli_usage_error(a.cmd, "--eval-data / --eval-labels go with --max-drop P");
     return QF_EXIT_OK;
 }
 
@@ -113,6 +146,9 @@ static int qf_qz_outputs(const qf_qz_args *qa, qf_cli_outputs *out)
     if (rc == QF_EXIT_OK) rc = qf_cli_outputs_input(out, "the input model", qa->in);
     for (int i = 0; rc == QF_EXIT_OK && i < qa->ncalib; i++)
         rc = qf_cli_outputs_input(out, "the calibration data", qa->calib[i]);
+    for (int i = 0; rc == QF_EXIT_OK && i < qa->neval; i++)
+        rc = qf_cli_outputs_input(out, "the eval data", qa->eval[i]);
+    if (rc == QF_EXIT_OK && qa->labels) rc = qf_cli_outputs_input(out, "the eval labels", qa->labels);
     return rc;
 }
 
@@ -196,6 +232,40 @@ static qf_status qf_qz_load_data(const qf_qz_args *qa, qf_qz_state *s)
                             (long long)t->dims[0], qa->calib[0], (long long)t0->dims[0]);
     }
     return qf_npy_source_init(&s->src, s->files, qa->ncalib);
+}
+
+/* --eval-data against the model's inputs, --eval-labels against its count. */
+static qf_status qf_qz_load_eval(const qf_qz_args *qa, qf_qz_state *s)
+{
+    const qf_graph *g = s->g;
+    if (qa->neval != g->ninputs)
+        return qf_error(QF_ERR_INVALID, "'%s' has %d input%s: give one --eval-data per input, got %d", qa->in,
+                        g->ninputs, g->ninputs == 1 ? "" : "s", qa->neval);
+    for (int i = 0; i < qa->neval; i++) {
+        qf_status st = qf_npy_open(qa->eval[i], &s->efiles[i]);
+        if (st != QF_OK) return qf_error_prefix(st, "eval data '%s': ", qa->eval[i]);
+        const qf_tensor *t = qf_npy_info(s->efiles[i]), *t0 = qf_npy_info(s->efiles[0]);
+        st = qf_data_check(g->inputs[i], t);
+        if (st != QF_OK) return qf_error_prefix(st, "eval data '%s': ", qa->eval[i]);
+        QF_TRY(qf_npy_check_finite("eval data", qa->eval[i], g->inputs[i], s->efiles[i]));
+        if (t->dims[0] != t0->dims[0])
+            return qf_error(QF_ERR_SHAPE, "eval data '%s' holds %lld samples, '%s' %lld", qa->eval[i],
+                            (long long)t->dims[0], qa->eval[0], (long long)t0->dims[0]);
+    }
+    QF_TRY(qf_cli_labels(qa->labels, qf_npy_info(s->efiles[0])->dims[0], &s->lab, &s->labels));
+    return qf_npy_source_init(&s->esrc, s->efiles, qa->neval);
+}
+
+/* --max-drop: one line per trial as it ends. */
+static void qf_qz_trial(void *ud, const qf_quant_target_trial *t, int index)
+{
+    (void)ud;
+    if (t->skipped)
+        printf("target trial %d: %s: not tried (%s)\n", index, t->what, t->skipped);
+    else
+        printf("target trial %d: %s: int8 top-1 %.2f %%, drop %.2f points: %s\n", index, t->what, t->top1, t->drop,
+               t->kept ? "kept" : "not kept");
+    fflush(stdout);
 }
 
 static void qf_qz_progress(void *ud, const char *pass, int64_t done, int64_t total)
@@ -317,6 +387,7 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     QF_TRY(qf_quant_exclude_resolve(s->g, qa->exclude.entries, qa->exclude.n, qa->in, &names, NULL, &nnames));
     qf_quant_exclude_free(names, NULL, nnames);
     QF_TRY(qf_qz_load_data(qa, s));
+    if (!isnan(qa->max_drop)) QF_TRY(qf_qz_load_eval(qa, s));
     s->t_load = qf_clock_seconds() * 1e3 - t0;
     qf_quantize_model_options mo = {.quantize = {.profile = p, .batch = qa->batch, .max_samples = qa->count,
                                                  .exclude = qa->exclude.entries, .nexclude = qa->exclude.n,
@@ -324,7 +395,28 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
                                     .name = qa->in};
     if (isatty(STDERR_FILENO)) mo.quantize.progress = qf_qz_progress;
     mo.quantize.adaround_progress = qf_qz_adaround_progress;
-    QF_TRY(qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m));
+    if (!isnan(qa->max_drop)) {
+        qf_quant_target_options to = {.model = mo, .sets = qa->sets, .nsets = qa->nsets,
+                                      .eval = qf_npy_source_get(s->esrc), .labels = s->labels,
+                                      .max_drop = qa->max_drop, .max_excluded = qa->max_excluded, .trial = qf_qz_trial};
+        printf("target: top-1 drop <= %g points, at most %d exclusion%s\n", qa->max_drop, qa->max_excluded,
+               qa->max_excluded == 1 ? "" : "s");
+        qf_graph *q = NULL;
+        QF_TRY(qf_quantize_to_target(s->g, qf_npy_source_get(s->src), &to, &q, &s->m, &s->t));
+        qf_graph_free(s->g);
+        s->g = q;
+        const qf_quant_target_trial *b = &s->t.trials[s->t.best];
+        if (!s->t.met)
+            return qf_error(QF_ERR_MISMATCH,
+                            "quantize: top-1 drop <= %g points not reached: best int8 top-1 %.2f %% (trial %d, %s), "
+                            "drop %.2f points from float %.2f %% on %lld samples; nothing written",
+                            qa->max_drop, b->top1, s->t.best, b->what, b->drop, s->t.float_top1,
+                            (long long)s->t.samples);
+        printf("target: reached at trial %d (%s): int8 top-1 %.2f %%, float %.2f %%, drop %.2f points\n", s->t.best,
+               b->what, b->top1, s->t.float_top1, b->drop);
+    } else {
+        QF_TRY(qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m));
+    }
     return qf_cli_exclude_record(s->g, s->m.quant.left_float, s->m.quant.nleft_float);
 }
 
@@ -361,7 +453,7 @@ static qf_status qf_qz_verify(const qf_qz_state *s, const char *tmp, qf_compare_
 
 static int qf_cli_quantize(int argc, char **argv)
 {
-    qf_qz_args qa = {0};
+    qf_qz_args qa = {.max_drop = NAN, .max_excluded = 3};
     int rc = qf_qz_parse(argc, argv, &qa);
     qf_quant_profile p;
     if (rc == QF_EXIT_OK) rc = qf_cli_quant_profile(qa.target, qa.sets, qa.nsets, &p);
@@ -385,8 +477,9 @@ static int qf_cli_quantize(int argc, char **argv)
     /* Both files or neither: the report is built before anything is written. */
     if (st == QF_OK && qa.report) {
         qf_quantize_report_info info = {.input = qa.in, .output = qa.out, .sets = qa.sets, .nsets = qa.nsets,
-                                        .files = qa.calib, .nfiles = qa.ncalib};
-        st = qf_quantize_model_report_json(&s.m, &p, &info, &text, &len);
+                                        .files = qa.calib, .nfiles = qa.ncalib,
+                                        .target = s.t.ntrials ? &s.t : NULL};
+        st = qf_quantize_model_report_json(&s.m, s.t.ntrials ? &s.t.profile : &p, &info, &text, &len);
     }
     /* Both to their temporary names, then renamed together. */
     const char *tmp = NULL;
@@ -407,12 +500,17 @@ static int qf_cli_quantize(int argc, char **argv)
     } else if ((rc = qf_cli_outputs_commit(&out)) == QF_EXIT_OK) {
         s.t_save = (qf_clock_seconds() * 1e3) - t1;
         s.t_total = (qf_clock_seconds() * 1e3) - t0;
-        qf_qz_summary(&qa, &p, &s);
+        qf_qz_summary(&qa, s.t.ntrials ? &s.t.profile : &p, &s);
     }
     qf_cli_outputs_free(&out);
     qf_compare_result_free(&cmp);
     qf_free(text);
     qf_quantize_model_result_free(&s.m);
+    qf_quant_target_result_free(&s.t);
+    qf_npy_source_free(s.esrc);
+    for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_npy_close(s.efiles[i]);
+    qf_tensor_free(&s.lab);
+    qf_free(s.labels);
     qf_npy_source_free(s.src);
     for (int i = 0; i < QF_QZ_MAX_CALIB; i++) qf_npy_close(s.files[i]);
     qf_graph_free(s.g);
@@ -425,7 +523,8 @@ const qf_cli_command qf_cli_cmd_quantize = {
     .summary = "post-training int8 quantization for a target: fold, calibrate, write an ONNX QDQ model",
     .usage = "qfold quantize IN.onnx -o OUT.onnx --calib X.npy [--calib X2.npy ...] [--target neutron|generic]\n"
              "                      [--set RULE=VALUE ...] [--calib-count N] [--batch B] [--seed S]\n"
-             "                      [--report R.json] [--exclude NAME|OPTYPE[,...]] [--verify]",
+             "                      [--report R.json] [--exclude NAME|OPTYPE[,...]] [--verify]\n"
+             "                      [--eval-data X.npy --eval-labels Y.npy --max-drop P [--max-excluded K]]",
     .details =
         "Folds BatchNorm (pipeline ptq), annotates the graph with the target's int8 patterns,\n"
         "runs the calibration data through it to observe every quantized tensor's range,\n"
@@ -489,6 +588,20 @@ const qf_cli_command qf_cli_cmd_quantize = {
         "  --verify             load the written model back and check that it computes what the\n"
         "                       quantized graph computes (first calibration samples); nothing\n"
         "                       is written when it does not\n"
+        "  --max-drop P         an accuracy target: the int8 model's top-1 on --eval-data at most\n"
+        "                       P points below the float model's (P >= 0). Quantizes as asked,\n"
+        "                       then, while the drop exceeds P, tries in turn\n"
+        "                       bias-correction=auto and weight-rounding=adaround (each unless\n"
+        "                       on already or given by --set: your choice stands), then keeps\n"
+        "                       float the layer with the worst local SQNR (a Conv / Gemm with\n"
+        "                       its fused activation), one at a time; a trial is kept when its\n"
+        "                       top-1 is higher. A line per trial (what, int8 top-1, drop, kept\n"
+        "                       or not), in the report too (accuracy_target). Not reached:\n"
+        "                       exit 1, the best trial named, nothing written (model nor report)\n"
+        "  --eval-data FILE     .npy of labelled samples of the next graph input (one per input),\n"
+        "                       evaluated as `qfold eval` does (int8: its integer groups)\n"
+        "  --eval-labels FILE   .npy of their class indices (int64, int32 or uint8)\n"
+        "  --max-excluded K     --max-drop: at most K layers tried in float (default 3; 0: none)\n"
         "  --report FILE        a JSON report: the passes, every tensor's scale, zero point and\n"
         "                       observed range, the ops left in float, per-layer SQNR\n"
         "                       (db: cumulative, local_db: local; worst_local_sqnr)\n",

@@ -77,6 +77,32 @@ static void qf_qr_tensor(qf_strbuf *b, const qf_quant_tensor *t)
 }
 
 /* The quantization members of the report (after the passes' members). */
+/* --max-drop: the float top-1, the target, every trial and which was kept. */
+static void qf_qr_target(qf_strbuf *b, const qf_quant_target_result *t)
+{
+    qf_strbuf_puts(b, ",\n  \"accuracy_target\": {\"samples\": ");
+    qf_strbuf_printf(b, "%lld, \"float_top1\": ", (long long)t->samples);
+    qf_qr_num(b, t->float_top1);
+    qf_strbuf_puts(b, ", \"max_drop\": ");
+    qf_qr_num(b, t->max_drop);
+    qf_strbuf_printf(b, ", \"met\": %s, \"best\": %d, \"excluded\": ", t->met ? "true" : "false", t->best);
+    qf_qr_strings(b, (const char *const *)t->exclude, t->nexclude);
+    qf_strbuf_puts(b, ", \"trials\": [");
+    for (int i = 0; i < t->ntrials; i++) {
+        const qf_quant_target_trial *x = &t->trials[i];
+        qf_strbuf_puts(b, i ? ",\n    {\"what\": " : "\n    {\"what\": ");
+        qf_strbuf_json_string(b, x->what);
+        qf_strbuf_puts(b, ", \"top1\": ");
+        qf_qr_num(b, x->top1);
+        qf_strbuf_puts(b, ", \"drop\": ");
+        qf_qr_num(b, x->drop);
+        qf_strbuf_printf(b, ", \"kept\": %s, \"skipped\": ", x->kept ? "true" : "false");
+        qf_qr_string_or_null(b, x->skipped);
+        qf_strbuf_puts(b, "}");
+    }
+    qf_strbuf_puts(b, "]}");
+}
+
 static void qf_qr_members(const qf_quantize_model_result *m, const qf_quant_profile *p,
                           const qf_quantize_report_info *info, qf_strbuf *b)
 {
@@ -224,6 +250,7 @@ static void qf_qr_members(const qf_quantize_model_result *m, const qf_quant_prof
         qf_strbuf_json_string(b, m->sqnr[m->worst_local[k]].name);
     }
     qf_strbuf_puts(b, "]");
+    if (info->target) qf_qr_target(b, info->target);
 }
 
 qf_status qf_quantize_model_report_json(const qf_quantize_model_result *m, const qf_quant_profile *p,

@@ -208,6 +208,7 @@ int main(void)
     FIELD(qf_quantize_report_info, nsets);
     FIELD(qf_quantize_report_info, files);
     FIELD(qf_quantize_report_info, nfiles);
+    FIELD(qf_quantize_report_info, target);
     END();
     BEGIN(qf_classify_options);
     FIELD(qf_classify_options, batch);
