@@ -441,9 +441,8 @@ static bool np_softmax_sdk2(const qf_nview *n, const qf_target_spec *t, qf_nwhy 
         qf_neutron_refuse(why, NULL,
                           "channels (the softmax axis) = %lld is not a multiple of num_macs = %lld",
                           (long long)s.channels, (long long)m);
-        return qf_nrule_fix(why, "pad the softmax axis to %lld with a value near the input's smallest (its exp "
-                            "adds to the sum; a value far outside the input's range widens its "
-                            "int8 scale)",
+        return qf_nrule_fix(why, "pad the softmax axis to %lld with values near the smallest input (their exp "
+                            "adds to the sum; values far below widen the int8 scale)",
                             (long long)qf_neutron_round_up(s.channels, m));
     }
     if (s.channels >= 0 && (double)s.channels >= cmax)
