@@ -10,6 +10,8 @@
 #ifndef QF_FUZZ_COMMON_H
 #define QF_FUZZ_COMMON_H
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,14 +46,29 @@ static void *fuzz_alloc(void *ud, void *ptr, size_t nsize)
     return r + FUZZ_HDR;
 }
 
+static char fuzz_dir[64];
+
+/* At exit: the private directory and what the target left in it. */
+static void fuzz_cleanup(void)
+{
+    DIR *d = opendir(fuzz_dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) unlinkat(dirfd(d), e->d_name, 0);
+    closedir(d);
+    rmdir(fuzz_dir);
+}
+
 /* Install the hook and make a private directory (on tmpfs when there is
- * one: fsync is free there) named after `tag`; its path goes to dir. */
+ * one: fsync is free there) named after `tag`, removed at exit; its path
+ * goes to dir. */
 static void fuzz_setup(const char *tag, char *dir, size_t size)
 {
     qf_set_allocator(fuzz_alloc, NULL);
     const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    snprintf(dir, size, "%s/qf-fuzz-%s-%ld", base, tag, (long)getpid());
-    mkdir(dir, 0700);
+    snprintf(fuzz_dir, sizeof fuzz_dir, "%s/qf-fuzz-%s-%ld", base, tag, (long)getpid());
+    snprintf(dir, size, "%s", fuzz_dir);
+    if (mkdir(fuzz_dir, 0700) == 0) atexit(fuzz_cleanup);
 }
 
 /* A failure must come with a message. */

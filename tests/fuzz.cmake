@@ -1,18 +1,24 @@
-# The fuzz targets (fuzz/): built with clang in a build directory of their own
-# and run for a few seconds each on a corpus of the test models, so that their
-# build and the bad-input contract cannot rot between fuzz campaigns. Only in
-# the first pass of `make test`: the fuzz build carries its own sanitizers.
-# Skipped (77) without clang / libFuzzer. The first run builds the library
-# once more with clang (minutes on 2 cores); later runs rebuild what changed.
-if(NOT QF_SANITIZE AND NOT QF_FUZZ)
-  set(QF_FUZZ_SECONDS 10 CACHE STRING "Seconds each fuzz target runs in the fuzz_smoke test")
-  add_test(NAME fuzz_smoke
-    COMMAND sh ${PROJECT_SOURCE_DIR}/fuzz/run.sh ${PROJECT_SOURCE_DIR} ${CMAKE_BINARY_DIR}/fuzz-build
-            ${QF_FUZZ_SECONDS} ${PROJECT_SOURCE_DIR}/fuzz/seeds ${PROJECT_SOURCE_DIR}/examples
-            ${PROJECT_SOURCE_DIR}/tests ${QF_TEST_WORK})
-  # COST: the longest test of the pass (~3 min, mostly its clang build of the
-  # library on both cores) starts first on a clean clone too, as later runs
-  # start it from its measured time (tests/CMakeLists.txt's COST list).
-  set_tests_properties(fuzz_smoke PROPERTIES LABELS "fuzz" TIMEOUT 1800 SKIP_RETURN_CODE 77
-    FIXTURES_REQUIRED ref_models COST 1000)
-endif()
+# The fuzz targets (fuzz/) without libFuzzer: fuzz/replay.c runs each
+# target's LLVMFuzzerTestOneInput once on every seed (fuzz/seeds: the
+# reproducers of earlier findings; the examples; the reference models of the
+# ref_models fixture), built with the ordinary compiler. Both passes of `make
+# test`, the second under ASan + UBSan: the targets' code cannot rot and the
+# seeds keep the bad-input contract (a status and a message, no crash, no
+# leak through the capped allocation hook). Mutation is `make fuzz`'s (clang
+# and libFuzzer, fuzz/run.sh; its 10-s-per-target smoke run was in `make
+# test` until session 20: its clang build of the library cost ~3.5 minutes
+# of the 2-core CI's 20).
+foreach(t onnx npy)
+  add_executable(fuzz_replay_${t} ${PROJECT_SOURCE_DIR}/fuzz/fuzz_${t}.c ${PROJECT_SOURCE_DIR}/fuzz/replay.c)
+  target_compile_options(fuzz_replay_${t} PRIVATE ${QF_WARNINGS})
+  target_include_directories(fuzz_replay_${t} PRIVATE ${PROJECT_SOURCE_DIR}/fuzz)
+  target_link_libraries(fuzz_replay_${t} PRIVATE qfold_static)
+endforeach()
+add_test(NAME fuzz_replay_onnx
+  COMMAND fuzz_replay_onnx --suffix .onnx --max-bytes 65536 ${PROJECT_SOURCE_DIR}/fuzz/seeds
+          ${PROJECT_SOURCE_DIR}/examples ${QF_TEST_WORK}/models)
+add_test(NAME fuzz_replay_npy
+  COMMAND fuzz_replay_npy --suffix .npy --max-bytes 16384 ${PROJECT_SOURCE_DIR}/fuzz/seeds
+          ${PROJECT_SOURCE_DIR}/examples ${QF_TEST_WORK}/models)
+set_tests_properties(fuzz_replay_onnx fuzz_replay_npy PROPERTIES LABELS "fuzz" TIMEOUT 300
+  SKIP_RETURN_CODE 77 FIXTURES_REQUIRED ref_models)

@@ -2,7 +2,7 @@
 qf_add_c_test(NAME unit_ir SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_ir.c LABELS unit TIMEOUT 60)
 
 # Graphs at scale (tests/ir/scale_test.py): 10^6 edges into one node, a
-# 10^5-node chain in order and reversed; import, verify and the passes must
+# 10^5-node chain in order and reversed (2 * 10^4 under the sanitizers); import, verify and the passes must
 # finish in seconds (bound: 60 s per command, which the quadratic code missed;
 # 150 s under the sanitizers).
 foreach(case concat_wide relu_chain relu_reversed)
