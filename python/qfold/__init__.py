@@ -20,13 +20,17 @@ else the system's libqfold.so.0 (qfold._lib); its version must be
 qfold.__version__. Calls release the GIL (ctypes).
 """
 import ctypes
+import json
 import os
+import signal
+import threading
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib
-from ._lib import lib, check, take_text
+from ._lib import lib, take_text
+from ._lib import check as _ok
 from ._version import __version__
 from .errors import (Error, InputError, ProcessingError, MismatchError, Interrupted, DivergedError,
                      LibraryError)
@@ -71,7 +75,7 @@ def set_engine(name: str) -> None:
     oneDNN cannot be loaded). Process-wide, as QFOLD_ENGINE."""
     if name not in _ENGINES:
         raise InputError("unknown engine '%s' (engines: auto, ref, dnnl)" % name, "INVALID")
-    check(lib.qf_set_engine(_ENGINES[name]))
+    _ok(lib.qf_set_engine(_ENGINES[name]))
 
 
 def get_engine() -> str:
@@ -81,7 +85,7 @@ def get_engine() -> str:
 
 def set_threads(n: int) -> None:
     """Threads the kernels use (0: the machine's cores). Before the first run."""
-    check(lib.qf_set_threads(int(n)))
+    _ok(lib.qf_set_threads(int(n)))
 
 
 def get_threads() -> int:
@@ -91,6 +95,55 @@ def get_threads() -> int:
 def engine_about() -> str:
     """One phrase on the active kernels ("oneDNN 2.7.3", or why not)."""
     return _s(lib.qf_engine_about())
+
+
+class _Call:
+    """The frame of a long library call: threads and engine for this call
+    only (put back afterwards), and Ctrl-C. While the call runs, SIGINT (on
+    the main thread, when Python's default handler has it) asks the library
+    to stop (qf_interrupt_catch_sigint): it returns "interrupted" at its next
+    check (a plan run, a training step, an AdaRound iteration) and the call
+    raises KeyboardInterrupt. Python's own handler would only run once the
+    call returned."""
+
+    def __init__(self, threads=None, engine=None):
+        self.threads, self.engine = threads, engine
+
+    def __enter__(self):
+        self._saved = None
+        if self.threads is not None or self.engine is not None:
+            self._saved = (lib.qf_get_threads(), lib.qf_get_engine())
+            try:
+                if self.threads is not None:
+                    set_threads(self.threads)
+                if self.engine is not None:
+                    set_engine(self.engine)
+            except BaseException:
+                self._restore()
+                raise
+        self._caught = False
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            lib.qf_interrupt_clear()
+            self._caught = lib.qf_interrupt_catch_sigint() == 0
+        return self
+
+    def _restore(self):
+        if self._saved is not None:
+            lib.qf_set_threads(self._saved[0])
+            lib.qf_set_engine(self._saved[1])
+            self._saved = None
+
+    def __exit__(self, et, e, tb):
+        interrupted = False
+        if self._caught:
+            lib.qf_interrupt_release_sigint()
+            interrupted = lib.qf_interrupt_pending()
+            lib.qf_interrupt_clear()
+        self._restore()
+        if interrupted and (et is None or issubclass(et, (Interrupted, KeyboardInterrupt))):
+            raise KeyboardInterrupt
+        return False
 
 
 # --- tensors ------------------------------------------------------------------
@@ -159,9 +212,10 @@ class Model:
     inputs / outputs: TensorInfo lists; ops: {op: count}, most frequent
     first (as `qfold inspect`); to_onnx_bytes(); save(path); run(...)."""
 
-    def __init__(self, graph, name=None, report=None):
+    def __init__(self, graph, name=None, report=None, source=None):
         self._g = graph
         self.name = name
+        self._source = source  # what load() read (a path or bytes): the graph as read from it
         #: what made the model: the pass report (fuse) or the quantize report, as a dict
         self.report = report
         self._plan = None  # (key, graph, plan) of the last run
@@ -202,21 +256,31 @@ class Model:
     def _clone(self):
         out = _lib.GRAPH_P()
         self._graph  # noqa: B018 (closed check)
-        check(lib.qf_graph_clone(self._g, ctypes.byref(out)))
+        _ok(lib.qf_graph_clone(self._g, ctypes.byref(out)))
         return out
 
     def _reloaded(self):
         """A graph of its own as it would be read from the model's file: the
         model's bytes loaded again. A rewrite of it writes what the CLI writes
         for the file (a clone numbers the values anew, and the exporter writes
-        initializers in value order). A model over 2 GiB, which has no bytes
-        in memory, is cloned."""
+        initializers in value order). A model that load() read is read again
+        from its file or bytes (as the CLI reads it: import folds and orders
+        what a rewrite would write otherwise). A model over 2 GiB, which has
+        no bytes in memory, is cloned."""
+        self._graph  # noqa: B018 (closed check)
+        if self._source is not None:
+            g = _lib.GRAPH_P()
+            if isinstance(self._source, bytes):
+                _ok(lib.qf_onnx_load_buffer(self._source, len(self._source), b"the model", ctypes.byref(g)))
+            else:
+                _ok(lib.qf_onnx_load(_b(self._source), ctypes.byref(g)))
+            return g
         try:
             data = self.to_onnx_bytes()
         except InputError:
             return self._clone()
         g = _lib.GRAPH_P()
-        check(lib.qf_onnx_load_buffer(data, len(data), _b(self.name) or b"the model", ctypes.byref(g)))
+        _ok(lib.qf_onnx_load_buffer(data, len(data), _b(self.name) or b"the model", ctypes.byref(g)))
         return g
 
     def copy(self) -> "Model":
@@ -278,7 +342,7 @@ class Model:
         """The model as ONNX bytes: what `qfold` writes to a file for it."""
         self._graph  # noqa: B018
         data, size = ctypes.c_void_p(), ctypes.c_size_t()
-        check(lib.qf_onnx_save_buffer(self._g, ctypes.byref(data), ctypes.byref(size)))
+        _ok(lib.qf_onnx_save_buffer(self._g, ctypes.byref(data), ctypes.byref(size)))
         return take_text(data, size.value)
 
     def save(self, path, external_data: Union[bool, str, os.PathLike, None] = None) -> None:
@@ -292,7 +356,7 @@ class Model:
             o.always = True
         elif external_data not in (None, False):
             o.always, o.external_data = True, _b(external_data)
-        check(lib.qf_onnx_save_ex(self._g, _b(path), ctypes.byref(o)))
+        _ok(lib.qf_onnx_save_ex(self._g, _b(path), ctypes.byref(o)))
 
     # running
     def _feed(self, arrays, named):
@@ -345,20 +409,20 @@ class Model:
             for i in range(len(feed) - 1, -1, -1):  # binding removes an input: last first
                 a = feed[i]
                 if a is None:
-                    check(lib.qf_graph_input_use_default(g, i))
+                    _ok(lib.qf_graph_input_use_default(g, i))
                 elif a.dtype == np.int64:  # shape-like: a constant, so that shapes stay static
                     t = _lib.Tensor()
                     dims = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
-                    check(lib.qf_tensor_init(ctypes.byref(t), 7, a.ndim, dims))
+                    _ok(lib.qf_tensor_init(ctypes.byref(t), 7, a.ndim, dims))
                     if a.nbytes:
                         ctypes.memmove(t.data, a.ctypes.data, a.nbytes)
-                    check(lib.qf_graph_bind_input(g, i, ctypes.byref(t)))
+                    _ok(lib.qf_graph_bind_input(g, i, ctypes.byref(t)))
                 else:
                     dims = (ctypes.c_int64 * max(1, a.ndim))(*a.shape)
-                    check(lib.qf_graph_set_input_shape(g, i, a.ndim, dims))
+                    _ok(lib.qf_graph_set_input_shape(g, i, a.ndim, dims))
             if not simulate:  # a QDQ model runs its int8 groups in integers (as `qfold run`)
-                check(lib.qf_quant_lower_int8(g, None, 1 if requant == "onnx" else 0, None))
-            check(lib.qf_plan_init(ctypes.byref(plan), g))
+                _ok(lib.qf_quant_lower_int8(g, None, 1 if requant == "onnx" else 0, None))
+            _ok(lib.qf_plan_init(ctypes.byref(plan), g))
         except BaseException:
             lib.qf_graph_free(g)
             raise
@@ -380,7 +444,7 @@ class Model:
         _, g, plan = self._prepared(feed, simulate, requant)
         keep = [(a, _view(a)) for a in feed if a is not None and a.dtype != np.int64]
         ptrs = (ctypes.POINTER(_lib.Tensor) * max(1, len(keep)))(*[ctypes.pointer(t) for _, t in keep])
-        check(lib.qf_plan_run(plan, ptrs, len(keep)))
+        _ok(lib.qf_plan_run(plan, ptrs, len(keep)))
         outs = []
         gg = g.contents
         for i in range(lib.qf_plan_num_outputs(plan)):
@@ -399,10 +463,10 @@ def load(source: Union[str, os.PathLike, bytes, bytearray, memoryview]) -> Model
     g = _lib.GRAPH_P()
     if isinstance(source, (bytes, bytearray, memoryview)):
         buf = bytes(source)
-        check(lib.qf_onnx_load_buffer(buf, len(buf), b"the model", ctypes.byref(g)))
-        return Model(g, None)
-    check(lib.qf_onnx_load(_b(source), ctypes.byref(g)))
-    return Model(g, os.fspath(source))
+        _ok(lib.qf_onnx_load_buffer(buf, len(buf), b"the model", ctypes.byref(g)))
+        return Model(g, None, source=buf)
+    _ok(lib.qf_onnx_load(_b(source), ctypes.byref(g)))
+    return Model(g, os.fspath(source), source=os.path.abspath(os.fspath(source)))
 
 
 def _model(m) -> Model:
@@ -414,13 +478,13 @@ def _model(m) -> Model:
 # --- fuse ---------------------------------------------------------------------
 
 def _register():
-    check(lib.qf_quant_register_passes())
+    _ok(lib.qf_quant_register_passes())
 
 
 def _report_json(report, extra=None):
     import json
     text, size = ctypes.c_void_p(), ctypes.c_size_t()
-    check(lib.qf_pass_report_json(report, extra, ctypes.byref(text), ctypes.byref(size)))
+    _ok(lib.qf_pass_report_json(report, extra, ctypes.byref(text), ctypes.byref(size)))
     return json.loads(take_text(text, size.value).decode("utf-8"))
 
 
@@ -441,7 +505,7 @@ def fuse(model: Union[Model, str, bytes], verify: bool = False, tolerance: float
     try:
         opt = _lib.PassOptions(verify=True)
         st = lib.qf_pipeline_run(g, pipeline.encode(), ctypes.byref(opt), ctypes.byref(rep))
-        check(st)
+        _ok(st)
         report = _report_json(rep)
         out = Model(g, src.name, report)
         g = None
@@ -451,7 +515,7 @@ def fuse(model: Union[Model, str, bytes], verify: bool = False, tolerance: float
             vo = _lib.VerifyOptions(tolerance=tolerance, ref_name=b"original", cand_name=b"fused",
                                     change=b"fusing")
             try:
-                check(lib.qf_verify_graphs(orig, back._g, None, ctypes.byref(vo), ctypes.byref(res)))
+                _ok(lib.qf_verify_graphs(orig, back._g, None, ctypes.byref(vo), ctypes.byref(res)))
                 report["verify"] = {"ok": bool(res.ok), "tolerance": tolerance, "outputs": [
                     {"name": _s(res.outputs[i].name), "max_abs": res.outputs[i].max_abs,
                      "max_rel": res.outputs[i].max_rel, "ok": bool(res.outputs[i].ok)}
@@ -560,13 +624,13 @@ class _Data:
             st = lib.qf_data_check(g.inputs[i], t)
             if st:
                 raise _lib.error_for(st, "%s '%s': %s" % (what, os.fspath(p), _lib.message()))
-            check(lib.qf_npy_check_finite(what.encode(), _b(p), g.inputs[i], f))
+            _ok(lib.qf_npy_check_finite(what.encode(), _b(p), g.inputs[i], f))
             n0 = lib.qf_npy_info(self._files[0]).contents.dims[0]
             if t.contents.dims[0] != n0:
                 raise InputError("%s '%s' holds %d samples, '%s' %d" % (
                     what, os.fspath(p), t.contents.dims[0], os.fspath(paths[0]), n0), "SHAPE")
         npy = ctypes.c_void_p()
-        check(lib.qf_npy_source_init(ctypes.byref(npy), files, len(paths)))
+        _ok(lib.qf_npy_source_init(ctypes.byref(npy), files, len(paths)))
         self._npy = npy
         self._src = lib.qf_npy_source_get(npy).contents
         self.samples = lib.qf_npy_info(self._files[0]).contents.dims[0]
@@ -597,14 +661,66 @@ def _sets(rules):
     return [str(r) for r in rules]
 
 
+def _excludes(exclude):
+    """The --exclude entries: a list of names / op types, each may hold
+    several separated by commas (as the CLI's value)."""
+    if exclude is None:
+        return []
+    if isinstance(exclude, str):
+        exclude = [exclude]
+    out = []
+    for v in exclude:
+        for e in str(v).split(","):
+            if not e:
+                raise InputError("exclude '%s': an empty node name or op type" % v, "INVALID")
+            out.append(e)
+    return out
+
+
+def _cstrings(items):
+    """A NULL-terminated char* array (and the list keeping it alive)."""
+    enc = [i.encode() if isinstance(i, str) else i for i in items]
+    return (ctypes.c_char_p * (len(enc) + 1))(*enc, None)
+
+
+def _labels_array(labels, samples, what="labels"):
+    name = None
+    if isinstance(labels, (str, os.PathLike)):
+        name = os.fspath(labels)
+        labels = np.load(name)
+    labels = np.asarray(labels)
+    if labels.dtype.kind not in "iub":
+        raise InputError("%s: expected integer class indices, got %s" % (what, labels.dtype), "INVALID")
+    if labels.ndim != 1 or labels.shape[0] != samples:
+        raise InputError("%s%s: expected [%d], got %s" % (what, " '%s'" % name if name else "", samples,
+                                                        list(labels.shape)), "SHAPE")
+    return np.ascontiguousarray(labels, dtype=np.int64), name
+
+
 def quantize(model: Union[Model, str, bytes], calib, target: str = "neutron",
              set: Union[Dict[str, Any], Sequence[str], None] = None, batch: Optional[int] = None,
-             count: Optional[int] = None, sqnr_samples: Optional[int] = None, progress=None) -> Tuple[Model, dict]:
+             count: Optional[int] = None, sqnr_samples: Optional[int] = None,
+             exclude: Union[str, Sequence[str], None] = None, seed: Optional[int] = None,
+             eval_data=None, eval_labels=None, max_drop: Optional[float] = None, max_excluded: int = 3,
+             progress=None, on_trial=None, threads: Optional[int] = None,
+             engine: Optional[str] = None) -> Tuple[Model, dict]:
     """Post-training int8 quantization, as `qfold quantize`: BatchNorm folded
     (pipeline ptq), the graph annotated with the target's int8 patterns
-    (target "neutron" or "generic", rules overridden by `set`, e.g.
-    {"equalize": "off"} or ["equalize=off"], the --set keys), calibrated on
-    `calib`, converted to ONNX QDQ; per-layer SQNR against the float model.
+    (target "neutron" or "generic"), calibrated on `calib`, converted to ONNX
+    QDQ; per-layer SQNR against the float model.
+
+    set: the target's rules overridden, the CLI's --set (a dict or a list
+    of "KEY=VALUE"; `qfold help quantize` lists them), among them the
+    recovery options:
+        set={"bias-correction": "auto"}      # off | empirical | analytical | auto
+        set={"weight-rounding": "adaround", "adaround-iters": 500}
+        set={"equalize": "off"}              # auto (default) | off | per-tensor | all
+    exclude: nodes kept in float, node names or ONNX op types of the model
+    as given (["/head/Gemm"], ["Gemm"], "a,b"): listed in the report's
+    left_float with the reason "excluded" and recorded in the model's
+    metadata qfold.excluded (export_tflite refuses such a node).
+    seed: weight-rounding=adaround's batch order (the same seed, the same
+    model byte for byte).
 
     calib: an array [N, ...] (one input), a tuple of arrays (one per input),
     an iterable of batches of those (batches may differ in size; they are
@@ -614,24 +730,63 @@ def quantize(model: Union[Model, str, bytes], calib, target: str = "neutron",
     sqnr_samples: samples of the SQNR measurement (default 128, < 0: none);
     progress(pass, done, total): after each calibration batch.
 
+    An accuracy target (--max-drop): with max_drop (top-1 points) and
+    labelled eval_data / eval_labels (as eval's data and labels), the int8
+    model's top-1 must be at most max_drop points below the float model's:
+    quantized as asked, then, while the drop is larger, bias-correction=auto,
+    weight-rounding=adaround (each unless set names it) and up to
+    max_excluded layers kept in float are tried; on_trial(dict) after each
+    trial (what, top1, drop, kept, skipped). The report gets
+    "accuracy_target"; a target not reached raises MismatchError (its
+    .report the best trial's report, .model its model).
+
+    threads / engine: for this call only (as set_threads / set_engine).
+    Ctrl-C stops the call with KeyboardInterrupt.
+
     Returns (the quantized model, the report as a dict: what `qfold
     quantize --report` writes, with "output" null and the calibration
     "files" null for arrays). The given model is not changed."""
     src = _model(model)
     sets = _sets(set)
     arr = (ctypes.c_char_p * max(1, len(sets)))(*[s.encode() for s in sets])
+    entries = _excludes(exclude)
+    ex = _cstrings(entries)
+    target_mode = max_drop is not None
+    if target_mode:
+        if eval_data is None or eval_labels is None:
+            raise InputError("max_drop needs labelled data: eval_data= and eval_labels=", "INVALID")
+        if not (float(max_drop) >= 0 and np.isfinite(max_drop)):
+            raise InputError("max_drop takes top-1 points >= 0 (e.g. 1 or 0.5), got %r" % (max_drop,), "INVALID")
+        if not 0 <= int(max_excluded) <= 1000:
+            raise InputError("max_excluded takes a number from 0 to 1000, got %r" % (max_excluded,), "INVALID")
+    elif eval_data is not None or eval_labels is not None:
+        raise InputError("eval_data / eval_labels go with max_drop", "INVALID")
+    if seed is not None and not 0 <= int(seed) < 2 ** 63:
+        raise InputError("seed takes a number from 0 to %d, got %r" % (2 ** 63 - 1, seed), "INVALID")
     prof = ctypes.c_void_p()
-    check(lib.qf_quant_profile_make(target.encode(), arr, len(sets), ctypes.byref(prof)))
-    g = res = data = None
+    _ok(lib.qf_quant_profile_make(target.encode(), arr, len(sets), ctypes.byref(prof)))
+    g = res = data = edata = q = None
+    tres = _lib.QuantTargetResult() if target_mode else None
     try:
         name = _b(src.name) if src.name else b"the model"
-        check(lib.qf_quantize_model_check(src._g, name))
+        _ok(lib.qf_quantize_model_check(src._g, name))
+        if entries:  # before the data is read, as the CLI
+            names, count_ = ctypes.c_void_p(), ctypes.c_int()
+            _ok(lib.qf_quant_exclude_resolve(src._g, ex, len(entries), name, ctypes.byref(names), None,
+                                               ctypes.byref(count_)))
+            lib.qf_quant_exclude_free(names, None, count_.value)
         data = _Data(src, calib, "calibration data")
+        if target_mode:
+            edata = _Data(src, eval_data, "eval data")
+            lab, _ = _labels_array(eval_labels, edata.samples, "eval labels")
         g = src._reloaded()
         mo = _lib.QuantizeModelOptions()
         mo.quantize.profile = prof
         mo.quantize.batch = int(batch or 0)
         mo.quantize.max_samples = int(count or 0)
+        mo.quantize.exclude = ex if entries else None
+        mo.quantize.nexclude = len(entries)
+        mo.quantize.seed = int(seed or 0)
         mo.sqnr_samples = int(sqnr_samples or 0)
         mo.name = name
         errors = []
@@ -643,44 +798,94 @@ def quantize(model: Union[Model, str, bytes], calib, target: str = "neutron",
                     progress(_s(pass_), done, total)
                 except BaseException as e:  # raised again after the call
                     errors.append(e)
+                    lib.qf_interrupt_request()
             cb = _lib.PROGRESS_FN(_progress)
             mo.quantize.progress = cb
         res = _lib.QuantizeModelResult()
-        st = lib.qf_quantize_model(g, data.source, ctypes.byref(mo), ctypes.byref(res))
-        if errors:
-            raise errors[0]
-        check(st)
-        import json
+        with _Call(threads, engine):
+            if target_mode:
+                to = _lib.QuantTargetOptions(model=mo, sets=arr, nsets=len(sets), eval=ctypes.pointer(edata._src),
+                                             labels=lab.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+                                             max_drop=float(max_drop), max_excluded=int(max_excluded))
+                if on_trial is not None:
+                    def _trial(ud, t, index):
+                        if errors:
+                            return
+                        try:
+                            t = ctypes.cast(t, ctypes.POINTER(_lib.QuantTargetTrial)).contents
+                            on_trial(_trial_dict(t, index))
+                        except BaseException as e:
+                            errors.append(e)
+                            lib.qf_interrupt_request()
+                    tcb = _lib.TRIAL_FN(_trial)
+                    to.trial = tcb
+                q = _lib.GRAPH_P()
+                st = lib.qf_quantize_to_target(g, data.source, ctypes.byref(to), ctypes.byref(q), ctypes.byref(res),
+                                               ctypes.byref(tres))
+                lib.qf_graph_free(g)
+                g, q = q, None
+            else:
+                st = lib.qf_quantize_model(g, data.source, ctypes.byref(mo), ctypes.byref(res))
+            if errors:
+                lib.qf_interrupt_clear()
+                raise errors[0]
+            _ok(st)
+        _ok(lib.qf_onnx_record_excluded(g, ctypes.cast(res.quant.left_float, ctypes.c_void_p),
+                                          res.quant.nleft_float))
         files = [_b(p) for p in data.paths]
         info = _lib.QuantizeReportInfo(input=_b(src.name), output=None, sets=arr, nsets=len(sets),
                                        files=(ctypes.c_char_p * max(1, len(files)))(*files), nfiles=len(files))
+        rprof = prof
+        if target_mode and tres.ntrials:
+            info.target = ctypes.cast(ctypes.pointer(tres), ctypes.c_void_p)
+            rprof = ctypes.cast(ctypes.pointer(tres.profile), ctypes.c_void_p)
         text, size = ctypes.c_void_p(), ctypes.c_size_t()
-        check(lib.qf_quantize_model_report_json(ctypes.byref(res), prof, ctypes.byref(info), ctypes.byref(text),
+        _ok(lib.qf_quantize_model_report_json(ctypes.byref(res), rprof, ctypes.byref(info), ctypes.byref(text),
                                                 ctypes.byref(size)))
         report = json.loads(take_text(text, size.value).decode("utf-8"))
         out = Model(g, src.name, report)
         g = None
+        if target_mode and not tres.met:
+            b = tres.trials[tres.best]
+            err = MismatchError(
+                "quantize: top-1 drop <= %g points not reached: best int8 top-1 %.2f %% (trial %d, %s), drop %.2f "
+                "points from float %.2f %% on %d samples" % (max_drop, b.top1, tres.best, _s(b.what), b.drop,
+                                                              tres.float_top1, tres.samples), "MISMATCH")
+            err.report, err.model = report, out
+            raise err
         return out, report
     finally:
         if res is not None:
             lib.qf_quantize_model_result_free(ctypes.byref(res))
+        if tres is not None:
+            lib.qf_quant_target_result_free(ctypes.byref(tres))
         if data is not None:
             data.close()
+        if edata is not None:
+            edata.close()
         if g:
             lib.qf_graph_free(g)
         lib.qf_free(prof)
 
 
+def _trial_dict(t, index):
+    nan = float("nan")
+    return {"index": index, "what": _s(t.what), "skipped": _s(t.skipped),
+            "top1": None if t.skipped else t.top1, "drop": None if t.skipped else t.drop, "kept": bool(t.kept)}
+
+
 # --- eval -----------------------------------------------------------------------
 
-def eval(model: Union[Model, str, bytes], data, labels, batch: int = 64, simulate: bool = False) -> dict:
+def eval(model: Union[Model, str, bytes], data, labels, batch: int = 64, simulate: bool = False,
+         threads: Optional[int] = None, engine: Optional[str] = None) -> dict:
     """Top-1 / top-5 accuracy of a classifier, as `qfold eval`: the model's
     first output holds class scores [N, classes]; data as quantize's calib
     (arrays, batches or .npy paths), labels N class indices (an array or a
     .npy path). A quantized model runs its int8 groups in integers with
     TFLite's requantization (simulate=True: Q / DQ in float). Returns
     {"samples", "classes", "top1", "top5" (5 classes or more): fractions,
-    "predictions": each sample's top-1 class}."""
+    "predictions": each sample's top-1 class}. threads / engine: for this
+    call only; Ctrl-C stops it with KeyboardInterrupt."""
     src = _model(model)
     lab_name = None
     if isinstance(labels, (str, os.PathLike)):
@@ -699,10 +904,11 @@ def eval(model: Union[Model, str, bytes], data, labels, batch: int = 64, simulat
         lab = np.ascontiguousarray(labels, dtype=np.int64)
         g = src._clone()
         if not simulate:
-            check(lib.qf_quant_lower_int8(g, None, 0, None))
+            _ok(lib.qf_quant_lower_int8(g, None, 0, None))
         co = _lib.ClassifyOptions(batch=batch, model_name=_b(src.name), labels_name=_b(lab_name))
-        check(lib.qf_classify(g, d.source, lab.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), ctypes.byref(co),
-                              ctypes.byref(r)))
+        with _Call(threads, engine):
+            _ok(lib.qf_classify(g, d.source, lab.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), ctypes.byref(co),
+                                  ctypes.byref(r)))
         out = {"samples": r.n, "classes": r.classes, "top1": r.top1 / r.n if r.n else 0.0}
         if r.classes >= 5:
             out["top5"] = r.top5 / r.n if r.n else 0.0
@@ -735,16 +941,16 @@ def export_tflite(model: Union[Model, str, bytes], float_io: bool = False, batch
             if target != "neutron":
                 raise InputError("unknown target '%s' (targets: neutron)" % target, "INVALID")
             _register()
-            check(lib.qf_pipeline_run(g, b"neutron_qdq", ctypes.byref(_lib.PassOptions(verify=True)),
+            _ok(lib.qf_pipeline_run(g, b"neutron_qdq", ctypes.byref(_lib.PassOptions(verify=True)),
                                       ctypes.byref(rep)))
         o = _lib.TfliteOptions(float_io=float_io, batch=batch)
-        check(lib.qf_tflite_export(g, ctypes.byref(o), ctypes.byref(r)))
+        _ok(lib.qf_tflite_export(g, ctypes.byref(o), ctypes.byref(r)))
         data = ctypes.string_at(r.data, r.size)
         if not report:
             return data
         import json
         text, size = ctypes.c_void_p(), ctypes.c_size_t()
-        check(lib.qf_tflite_report_json(ctypes.byref(r), None, ctypes.byref(text), ctypes.byref(size)))
+        _ok(lib.qf_tflite_report_json(ctypes.byref(r), None, ctypes.byref(text), ctypes.byref(size)))
         return data, json.loads(take_text(text, size.value).decode("utf-8"))
     finally:
         lib.qf_tflite_result_free(ctypes.byref(r))
@@ -761,7 +967,8 @@ def train(model: Union[Model, str, bytes], data, labels, epochs: Optional[int] =
           optimizer: Optional[str] = None, lr: Optional[float] = None, momentum: Optional[float] = None,
           weight_decay: Optional[float] = None, nesterov: Optional[bool] = None, loss: str = "cross_entropy",
           seed: Optional[int] = None, shuffle: Optional[bool] = None, clip_norm: Optional[float] = None,
-          freeze: Optional[Sequence[str]] = None, on_step=None) -> Tuple[Model, dict]:
+          freeze: Optional[Sequence[str]] = None, on_step=None, threads: Optional[int] = None,
+          engine: Optional[str] = None) -> Tuple[Model, dict]:
     """Train a float model, as `qfold train` (PyTorch 1.13's arithmetic:
     torch.optim.SGD / Adam / AdamW): data as quantize's calib (arrays,
     batches or .npy paths), labels int64 class indices [N] (loss
@@ -777,16 +984,55 @@ def train(model: Union[Model, str, bytes], data, labels, epochs: Optional[int] =
 
     Returns (the trained model, {"steps", "epochs", "final_loss",
     "parameters", "weights", "stopped"}); the given model is not changed.
-    DivergedError when the loss or a gradient goes NaN / Inf."""
+    DivergedError when the loss or a gradient goes NaN / Inf. threads /
+    engine: for this call only."""
     src = _model(model)
-    c = lib.qf_train_defaults()
+    c = _train_config(lib.qf_train_defaults(), epochs, batch, optimizer, lr, momentum, weight_decay, nesterov, loss,
+                      seed, shuffle, clip_norm)
+    frozen = (ctypes.c_char_p * (len(freeze or ()) + 1))(*[f.encode() for f in (freeze or ())], None)
+    if freeze:
+        c.freeze = frozen
+    state = {"stopped": False, "error": None}
+    cb = _step_callback(on_step, state)  # also without on_step: Ctrl-C is noticed after each step
+    c.on_step = cb
+    d = _Data(src, data, "training data")
+    g = None
+    try:
+        lab = np.ascontiguousarray(labels, dtype=np.int64 if loss == "cross_entropy" else np.float32)
+        if lab.ndim < 1 or lab.shape[0] != d.samples:
+            raise InputError("labels: expected %d, got %s" % (d.samples, list(lab.shape)), "SHAPE")
+        lt = _view(lab)
+        g = src._reloaded()
+        r = _lib.TrainResult()
+        with _Call(threads, engine):
+            st = lib.qf_train(g, d.source, ctypes.byref(lt), None, None, ctypes.byref(c), ctypes.byref(r))
+            if state["error"] is not None:
+                raise state["error"]
+            if not (st == 10 and state["stopped"]):
+                _ok(st)
+        out = Model(g, src.name)
+        g = None
+        result = {"steps": r.steps, "epochs": r.epochs_done, "final_loss": r.final_loss, "parameters": r.nparams,
+                  "weights": r.nweights, "stopped": state["stopped"]}
+        out.report = result
+        return out, result
+    finally:
+        d.close()
+        if g:
+            lib.qf_graph_free(g)
+
+
+def _train_config(c, epochs, batch, optimizer, lr, momentum, weight_decay, nesterov, loss, seed, shuffle,
+                  clip_norm):
+    """qf_train_config c with the options given (None: c's)."""
+
     if epochs is not None:
         c.epochs = int(epochs)
     if batch is not None:
         c.batch = int(batch)
     if optimizer is not None:
         k = ctypes.c_int()
-        check(lib.qf_optim_parse(optimizer.encode(), ctypes.byref(k)))
+        _ok(lib.qf_optim_parse(optimizer.encode(), ctypes.byref(k)))
         c.optim.kind = k.value
     for name, v in (("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay), ("clip_norm", clip_norm)):
         if v is not None:
@@ -800,11 +1046,10 @@ def train(model: Union[Model, str, bytes], data, labels, epochs: Optional[int] =
         c.seed = int(seed)
     if shuffle is not None:
         c.shuffle = bool(shuffle)
-    frozen = (ctypes.c_char_p * (len(freeze or ()) + 1))(*[f.encode() for f in (freeze or ())], None)
-    if freeze:
-        c.freeze = frozen
-    state = {"stopped": False, "error": None}
+    return c
 
+
+def _step_callback(on_step, state):
     def _step(ud, info):
         try:
             i = info.contents
@@ -819,32 +1064,326 @@ def train(model: Union[Model, str, bytes], data, labels, epochs: Optional[int] =
             state["error"] = e
             return 10
 
-    cb = _lib.STEP_FN(_step)  # also without on_step: Ctrl-C is noticed after each step
-    c.on_step = cb
-    d = _Data(src, data, "training data")
-    g = None
+    return _lib.STEP_FN(_step)
+
+
+__all__ += ["train"]
+
+
+# --- check ----------------------------------------------------------------------------
+
+def check(model: Union[Model, str, bytes], target: str = "neutron",
+          set: Union[Dict[str, Any], Sequence[str], None] = None) -> dict:
+    """What of a model runs on the target's NPU and what on the CPU, with
+    the rule that failed and a fix, as `qfold check --json` writes it:
+    {"target", "from_float", "nodes": [{"name", "op", "placement", "rule",
+    "fix", "note", "partition", "macs", ...}], "partitions", "summary":
+    {"npu_nodes", "cpu_nodes", "npu_mac_fraction", "transitions", ...}}.
+    A float model is checked as quantize(target=...) would quantize it, a
+    QDQ model as it is. set: the target's parameters, e.g.
+    {"neutron-flow": "sdk2", "num-macs": 16}."""
+    src = _model(model)
+    src._graph  # noqa: B018 (closed check)
+    t = _lib.TargetSpec()
+    _ok(lib.qf_target_spec_init(ctypes.byref(t), target.encode()))
+    for rule in _sets(set):
+        _ok(lib.qf_target_spec_set(ctypes.byref(t), rule.encode()))
+    r = _lib.CheckResult()
     try:
-        lab = np.ascontiguousarray(labels, dtype=np.int64 if loss == "cross_entropy" else np.float32)
-        if lab.ndim < 1 or lab.shape[0] != d.samples:
-            raise InputError("labels: expected %d, got %s" % (d.samples, list(lab.shape)), "SHAPE")
-        lt = _view(lab)
-        g = src._reloaded()
-        r = _lib.TrainResult()
-        st = lib.qf_train(g, d.source, ctypes.byref(lt), None, None, ctypes.byref(c), ctypes.byref(r))
-        if state["error"] is not None:
-            raise state["error"]
-        if not (st == 10 and state["stopped"]):
-            check(st)
-        out = Model(g, src.name)
-        g = None
-        result = {"steps": r.steps, "epochs": r.epochs_done, "final_loss": r.final_loss, "parameters": r.nparams,
-                  "weights": r.nweights, "stopped": state["stopped"]}
-        out.report = result
-        return out, result
+        with _Call():
+            _ok(lib.qf_target_check(src._g, ctypes.byref(t), ctypes.byref(r)))
+        text, size = ctypes.c_void_p(), ctypes.c_size_t()
+        _ok(lib.qf_check_report_json(ctypes.byref(r), ctypes.byref(text), ctypes.byref(size)))
+        return json.loads(take_text(text, size.value).decode("utf-8"))
     finally:
-        d.close()
+        lib.qf_check_result_free(ctypes.byref(r))
+
+
+# --- finalize -------------------------------------------------------------------------
+
+def finalize(model: Union[Model, str, bytes], target: str = "neutron") -> Model:
+    """A QAT model exported from PyTorch (Q/DQ pairs on the weights, the
+    simulated Conv + BatchNorm chains) -> the folded int8 QDQ model, as
+    `qfold finalize`: the weights' trained range from metadata
+    "qfold.weight_range" when the model has it (`qat(keep_qat=True)` /
+    `qfold qat --keep-qat`), target "neutron" (the Neutron-ready passes) or
+    "generic". Returns a new model whose .report is the pass report with
+    the counts of `qfold finalize --report`: "folded" (BatchNorms),
+    "biases" (written as int32), "float_biases", "activations" (uint8
+    pairs made int8), "shared" (outputs given their input's qparams)."""
+    src = _model(model)
+    prof = lib.qf_quant_profile_find(target.encode())
+    if not prof:
+        raise InputError("unknown target '%s' (targets: neutron, generic)" % target, "INVALID")
+    p = ctypes.cast(prof, ctypes.POINTER(_lib.QuantProfile)).contents
+    if not src.quantized:
+        raise InputError("'%s' has no QuantizeLinear / DequantizeLinear: not a QAT model (a float model goes through "
+                         "`qfold quantize` or `qfold qat`)" % (src.name or "the model"), "INVALID")
+    fs = _lib.FinalizeSession()
+    g = src._reloaded()
+    rep = ctypes.c_void_p()
+    try:
+        buf = ctypes.create_string_buffer(64)
+        found = ctypes.c_bool()
+        st = lib.qf_onnx_metadata(g, b"qfold.weight_range", buf, 64, ctypes.byref(found))
+        if st:
+            raise _lib.error_for(st, "%s: %s" % (src.name or "the model", _lib.message()))
+        if found.value:
+            v = buf.value.decode()
+            try:
+                lo, hi = (int(x) for x in v.split(","))
+                ok = -128 <= lo <= 0 < hi <= 127
+            except ValueError:
+                ok = False
+            if not ok:
+                raise InputError("%s: metadata_props 'qfold.weight_range' is '%s': expected \"QMIN,QMAX\" within "
+                                 "int8's [-128, 127], QMIN <= 0 < QMAX" % (src.name or "the model", v), "INVALID")
+            fs.weight_range, fs.weight_qmin, fs.weight_qmax = True, lo, hi
+        _register()
+        opt = _lib.PassOptions(verify=True, user=ctypes.cast(ctypes.pointer(fs), ctypes.c_void_p))
+        with _Call():
+            _ok(lib.qf_pipeline_run(g, b"finalize_neutron" if p.neutron_passes else b"finalize", ctypes.byref(opt),
+                                      ctypes.byref(rep)))
+            _ok(lib.qf_graph_verify_shapes(g))
+        report = _report_json(rep)
+        report.update(folded=fs.folded, biases=fs.biases, float_biases=fs.float_biases,
+                      activations=fs.activations, shared=fs.shared)
+        out = Model(g, src.name, report)
+        g = None
+        return out
+    finally:
+        lib.qf_pass_report_free(rep)
+        lib.qf_quant_finalize_session_free(ctypes.byref(fs))
         if g:
             lib.qf_graph_free(g)
 
 
-__all__ += ["train"]
+# --- qat ------------------------------------------------------------------------------
+
+def _when(v, what):
+    """A QAT schedule switch: None / "never", an int (optimizer steps), "500", "2ep"."""
+    w = _lib.QatWhen()
+    if v is None:
+        return w
+    st = lib.qf_qat_when_parse(str(v).encode(), ctypes.byref(w))
+    if st:
+        raise InputError("%s takes optimizer steps (500), epochs (2ep) or never, got %r" % (what, v), "INVALID")
+    return w
+
+
+def _labelled(data, labels, what):
+    """(data, labels): labels given, or data an iterable of (x, y) batches
+    (x an array or a tuple of arrays, one per input), concatenated."""
+    if labels is not None:
+        return data, labels
+    xs, ys = [], []
+    for b in data:
+        if not isinstance(b, tuple) or len(b) != 2:
+            raise InputError("%s without labels: expected batches (x, y), got %s" % (what, type(b).__name__),
+                             "INVALID")
+        xs.append(b[0])
+        ys.append(np.asarray(b[1]))
+    if not xs:
+        raise InputError("%s: no batches" % what, "INVALID")
+    return xs, np.concatenate(ys, axis=0)
+
+
+_EQ_NAMES = {0: "off", 1: "per-tensor", 2: "all"}
+
+
+def qat(model: Union[Model, str, bytes], data, labels=None, target: str = "neutron",
+        set: Union[Dict[str, Any], Sequence[str], None] = None, exclude: Union[str, Sequence[str], None] = None,
+        epochs: Optional[int] = None, batch: Optional[int] = None, optimizer: Optional[str] = None,
+        lr: Optional[float] = None, momentum: Optional[float] = None, weight_decay: Optional[float] = None,
+        nesterov: Optional[bool] = None, seed: Optional[int] = None, shuffle: Optional[bool] = None,
+        clip_norm: Optional[float] = None, calib_count: Optional[int] = None, freeze_bn=None,
+        freeze_observers=None, qat_bn: str = "approx", bn_reestimate: Optional[int] = None,
+        val_data=None, val_labels=None, keep_qat: bool = False, on_step=None,
+        threads: Optional[int] = None, engine: Optional[str] = None) -> Tuple[Model, dict]:
+    """Quantization-aware training of a float classifier with BatchNorm, as
+    `qfold qat`: fake_quants for the target (set: its rules, as quantize's;
+    not bias-correction nor weight-rounding=adaround), every BatchNorm
+    simulated as folded into its conv / linear (qat_bn "approx": PyTorch's
+    ConvBn2d; "exact"), the observers calibrated on the first calib_count
+    samples (default 256), training with train's options, then the int8
+    QDQ model with BatchNorm folded through the weight fake-quants.
+
+    data / labels: as train's (arrays, a tuple of arrays per input, .npy
+    paths); or labels None and data an iterable of (x, y) batches (sizes may
+    differ; concatenated in memory). exclude: nodes kept in float (as
+    quantize's). freeze_bn / freeze_observers: when BatchNorm switches to
+    its running statistics / the observers stop: an int (optimizer steps),
+    "2ep" (epochs), "never" (default). bn_reestimate=N: after training,
+    every BatchNorm's statistics re-estimated on the first N samples (AIMET's
+    reestimate_bn_stats). val_data / val_labels: the result gets the float
+    model's top-1 before ("float_top1") and the int8 model's after
+    ("int8_top1"), as eval computes them.
+
+    on_step(info) after every optimizer step (as train's): returning False
+    stops training, and the model trained so far is finalized ("stopped":
+    True). Ctrl-C raises KeyboardInterrupt. keep_qat=True: the result's
+    "qat_model" is the training graph in PyTorch's exported QAT form (what
+    --keep-qat writes; qfold.finalize makes the int8 model of it).
+
+    Returns (the int8 QDQ model, {"steps", "epochs", "final_loss",
+    "fake_quants", "calibrated", "bn_reestimated", "excluded", "equalize",
+    "stopped", ...}); the given model is not changed."""
+    src = _model(model)
+    data, labels = _labelled(data, labels, "training data")
+    if val_data is not None and val_labels is None:
+        val_data, val_labels = _labelled(val_data, None, "validation data")
+    sets = _sets(set)
+    arr = (ctypes.c_char_p * max(1, len(sets)))(*[s.encode() for s in sets])
+    if qat_bn not in ("approx", "exact"):
+        raise InputError("qat_bn takes approx or exact, got %r" % (qat_bn,), "INVALID")
+    if calib_count is not None and int(calib_count) < 0:
+        raise InputError("calib_count takes a number of samples >= 0, got %r" % (calib_count,), "INVALID")
+    if bn_reestimate is not None and int(bn_reestimate) < 1:
+        raise InputError("bn_reestimate takes a number of samples >= 1, got %r" % (bn_reestimate,), "INVALID")
+    q = lib.qf_qat_defaults()
+    _train_config(q.train, epochs, batch, optimizer, lr, momentum, weight_decay, nesterov, "cross_entropy", seed,
+                  shuffle, clip_norm)
+    q.freeze_bn = _when(freeze_bn, "freeze_bn")
+    q.freeze_observers = _when(freeze_observers, "freeze_observers")
+    if calib_count is not None:
+        q.calib_count = int(calib_count)
+    profp = ctypes.c_void_p()
+    _ok(lib.qf_quant_profile_make(target.encode(), arr, len(sets), ctypes.byref(profp)))
+    prof = ctypes.cast(profp, ctypes.POINTER(_lib.QuantProfile)).contents
+    entries = _excludes(exclude)
+    ex = _cstrings(entries)
+    sess = _lib.QuantSession()
+    eq = _lib.QuantizeResult()
+    names, nnames = ctypes.c_void_p(), ctypes.c_int()
+    prep_rep, fin_rep = ctypes.c_void_p(), ctypes.c_void_p()
+    d = vd = g = None
+    try:
+        if prof.bias_correction != 0:
+            raise InputError("set bias-correction: qat does not apply bias correction (its training adapts the "
+                             "biases to the quantization); use it with quantize", "INVALID")
+        if prof.weight_rounding != 0:
+            raise InputError("set weight-rounding=adaround is for quantize: QAT learns its weights' rounding by "
+                             "training", "INVALID")
+        _register()
+        exact = qat_bn == "exact"
+        prepare = b"qat_prepare_exact" if exact else b"qat_prepare"
+        finalize_p = q.finalize
+        if prof.neutron_passes:
+            prepare = b"qat_prepare_exact_neutron" if exact else b"qat_prepare_neutron"
+            finalize_p = b"qat_finalize_neutron"
+        for pl in (prepare, finalize_p):
+            if not lib.qf_pipeline_find(pl):
+                raise InputError("qat needs the pipeline '%s', which this build of qfold does not have" % _s(pl),
+                                 "UNSUPPORTED")
+        q.prepare, q.finalize = prepare, finalize_p
+        sess.profile = profp
+        q.passes.user = ctypes.cast(ctypes.pointer(sess), ctypes.c_void_p)
+        state = {"stopped": False, "error": None}
+        cb = _step_callback(on_step, state)
+        q.train.on_step = cb
+        d = _Data(src, data, "training data")
+        lab, _ = _labels_array(labels, d.samples, "labels")
+        lt = _view(lab)
+        vlt = None
+        result = {}
+        if val_data is not None:
+            result["float_top1"] = eval(src, val_data, val_labels, batch=int(q.train.batch))["top1"]
+            vd = _Data(src, val_data, "validation data")
+            vlab, _ = _labels_array(val_labels, vd.samples, "validation labels")
+            vlt = _view(vlab)
+        g = src._reloaded()
+        name = _b(src.name) or b"the model"
+        with _Call(threads, engine):
+            _ok(lib.qf_quant_exclude_resolve(g, ex, len(entries), name, ctypes.byref(names), None,
+                                               ctypes.byref(nnames)))
+            sess.exclude = ctypes.cast(names, ctypes.POINTER(ctypes.c_char_p))
+            sess.nexclude = nnames.value
+            e = ctypes.c_int(prof.equalize)
+            st = lib.qf_quant_equalize_choose(g, d.source, q.calib_count if q.calib_count > 0 else 256, profp,
+                                              ctypes.byref(e), ctypes.byref(eq))
+            if st == 7:  # QF_ERR_NOMEM
+                _ok(st)
+            prof.equalize = e.value if st == 0 else 0  # a model PTQ cannot take: no equalization
+            _ok(lib.qf_qat_prepare(g, ctypes.byref(q), ctypes.byref(prep_rep)))
+            nfq = sum(1 for _ in _nodes_of(g, "fake_quant"))
+            calibrated = ctypes.c_int64()
+            _ok(lib.qf_qat_calibrate(g, d.source, ctypes.byref(lt), ctypes.byref(q), ctypes.byref(calibrated)))
+            r = _lib.TrainResult()
+            st = lib.qf_qat_train(g, d.source, ctypes.byref(lt), vd.source if vd else None,
+                                  ctypes.byref(vlt) if vlt is not None else None, ctypes.byref(q), ctypes.byref(r))
+            if state["error"] is not None:
+                raise state["error"]
+            if not (st == 10 and state["stopped"]):
+                _ok(st)
+            bns, reest = ctypes.c_int(), ctypes.c_int64()
+            if bn_reestimate:
+                _ok(lib.qf_qat_bn_reestimate(g, d.source, ctypes.byref(lt), ctypes.byref(q), int(bn_reestimate),
+                                               ctypes.byref(bns), ctypes.byref(reest)))
+            if keep_qat:
+                result["qat_model"] = _qat_export(g, prof)
+            _ok(lib.qf_qat_finalize(g, ctypes.byref(q), ctypes.byref(fin_rep)))
+        # the excluded nodes the int8 model still has (a BatchNormalization folds away)
+        excluded = [_s(ctypes.cast(names, ctypes.POINTER(ctypes.c_char_p))[i]) for i in range(nnames.value)]
+        left = [n for n in excluded if lib.qf_graph_find_node(g, n.encode())]
+        nodes = (_lib.QuantFloatNode * max(1, len(left)))(
+            *[_lib.QuantFloatNode(n.encode(), None, b"excluded") for n in left])
+        _ok(lib.qf_onnx_record_excluded(g, ctypes.cast(nodes, ctypes.c_void_p), len(left)))
+        out = Model(g, src.name)
+        g = None
+        result.update({"steps": r.steps, "epochs": r.epochs_done, "final_loss": r.final_loss,
+                       "fake_quants": nfq, "calibrated": calibrated.value, "stopped": state["stopped"],
+                       "bn_reestimated": {"batchnorms": bns.value, "samples": reest.value} if bn_reestimate else None,
+                       "excluded": excluded, "equalize": _EQ_NAMES.get(prof.equalize, str(prof.equalize)),
+                       "prepare": _report_json(prep_rep), "finalize": _report_json(fin_rep)})
+        if val_data is not None:
+            result["int8_top1"] = eval(out, val_data, val_labels, batch=int(q.train.batch))["top1"]
+        out.report = result
+        return out, result
+    finally:
+        lib.qf_quant_exclude_free(names, None, nnames.value)
+        lib.qf_quant_annotation_free(sess.annotation)
+        lib.qf_quantize_result_free(ctypes.byref(eq))
+        lib.qf_pass_report_free(prep_rep)
+        lib.qf_pass_report_free(fin_rep)
+        lib.qf_free(profp)
+        for x in (d, vd):
+            if x is not None:
+                x.close()
+        if g:
+            lib.qf_graph_free(g)
+
+
+def _nodes_of(g, opname):
+    op = lib.qf_op_from_name(opname.encode())
+    n = g.contents.first
+    while n:
+        if n.contents.op == op:
+            yield n
+        n = n.contents.next
+
+
+def _qat_export(g, prof):
+    """The training graph in PyTorch's exported QAT form (the pass
+    qat_export on a copy), the weights' trained range in metadata
+    "qfold.weight_range", as `qfold qat --keep-qat` writes it."""
+    copy = _lib.GRAPH_P()
+    _ok(lib.qf_graph_clone(g, ctypes.byref(copy)))
+    rep = ctypes.c_void_p()
+    try:
+        _ok(lib.qf_graph_toposort(copy))
+        _ok(lib.qf_graph_infer_shapes(copy))
+        _ok(lib.qf_passes_run(copy, _cstrings(["qat_export"]), ctypes.byref(_lib.PassOptions(verify=True)),
+                              ctypes.byref(rep)))
+        cw, lw = prof.conv_weight, prof.linear_weight
+        if cw.qmin == lw.qmin and cw.qmax == lw.qmax:
+            _ok(lib.qf_onnx_metadata_set(copy, b"qfold.weight_range", b"%d,%d" % (cw.qmin, cw.qmax)))
+        out = Model(copy, None)
+        copy = None
+        return load(out.to_onnx_bytes())
+    finally:
+        lib.qf_pass_report_free(rep)
+        if copy:
+            lib.qf_graph_free(copy)
+
+
+__all__ += ["check", "finalize", "qat"]
