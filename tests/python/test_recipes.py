@@ -247,3 +247,29 @@ def test_threads_engine_per_call(fashion, calib, test_set):
     with pytest.raises(qfold.InputError, match="threads"):
         qfold.eval(fashion, x, y, threads=99)
     assert (qfold.get_threads(), qfold.get_engine()) == (threads, engine)
+
+
+def test_run_fast_path(fashion, calib, work, cli):
+    """Repeated runs of one shape (the cached path) give what a first run
+    and `qfold run` give, in arrays of their own."""
+    m = qfold.load(fashion)
+    x1, x2 = calib[:1].copy(), calib[1:2].copy()
+    (a,) = m.run(x1)
+    (b,) = m.run(x2)
+    (c,) = m.run(x1)
+    assert m._fast is not None
+    assert np.array_equal(a, c) and not np.array_equal(a, b) and a is not c
+    a_before = a.copy()
+    m.run(x2)
+    assert np.array_equal(a, a_before)  # not a view of the plan's memory
+    (d,) = m.run(calib[:3])  # another shape: a new plan
+    assert np.array_equal(d[:1], a) or np.allclose(d[:1], a, rtol=1e-5, atol=1e-6)
+    xp, yp = save(work, "r_fast_x.npy", x2), os.path.join(work, "r_fast_y.npy")
+    cli("run", fashion, "-i", xp, "-o", yp)
+    (e,) = m.run(x2)
+    (e2,) = m.run(np.asfortranarray(x2))  # a non-contiguous layout is copied in the same
+    assert e.tobytes() == np.load(yp).tobytes() == e2.tobytes()
+    with pytest.raises(qfold.InputError, match="expects float32"):
+        m.run(x2.astype(np.float64))
+    m.close()
+    assert m._fast is None
