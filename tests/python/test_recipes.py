@@ -273,3 +273,29 @@ def test_run_fast_path(fashion, calib, work, cli):
         m.run(x2.astype(np.float64))
     m.close()
     assert m._fast is None
+
+
+def test_callbacks_take_the_gil(fashion, calib, test_set):
+    """A Python callback from the library (qat's on_step, on the calling
+    thread) runs while another Python thread keeps running during the call:
+    the GIL is released by the call and taken back by the callback."""
+    import time
+    x, y = calib[:40], test_set[1]
+    ticks, steps = [], []
+    done = threading.Event()
+
+    def tick():
+        while not done.is_set():
+            ticks.append(threading.get_ident())
+            time.sleep(0.001)
+
+    t = threading.Thread(target=tick)
+    t.start()
+    try:
+        qfold.qat(fashion, x, y, batch=4, calib_count=8,
+                  on_step=lambda s: steps.append((s["step"], threading.get_ident(), len(ticks))) or True)
+    finally:
+        done.set()
+        t.join()
+    assert len(steps) == 10 and all(s[1] == threading.get_ident() for s in steps)
+    assert steps[-1][2] > steps[0][2]  # the other thread ran between the steps
