@@ -1039,7 +1039,7 @@ def export_tflite(model: Union[Model, str, bytes], float_io: bool = False, batch
 _LOSSES = {"cross_entropy": 0, "mse": 1}
 
 
-def train(model: Union[Model, str, bytes], data, labels, epochs: Optional[int] = None, batch: Optional[int] = None,
+def train(model: Union[Model, str, bytes], data, labels=None, epochs: Optional[int] = None, batch: Optional[int] = None,
           optimizer: Optional[str] = None, lr: Optional[float] = None, momentum: Optional[float] = None,
           weight_decay: Optional[float] = None, nesterov: Optional[bool] = None, loss: str = "cross_entropy",
           seed: Optional[int] = None, shuffle: Optional[bool] = None, clip_norm: Optional[float] = None,
@@ -1048,9 +1048,10 @@ def train(model: Union[Model, str, bytes], data, labels, epochs: Optional[int] =
     """Train a float model, as `qfold train` (PyTorch 1.13's arithmetic:
     torch.optim.SGD / Adam / AdamW): data as quantize's calib (arrays,
     batches or .npy paths), labels int64 class indices [N] (loss
-    "cross_entropy") or float32 targets (loss "mse"). An option left None is
-    the CLI's default (qf_train_defaults). optimizer "sgd" | "adam" |
-    "adamw"; freeze: parameter names kept fixed.
+    "cross_entropy") or float32 targets (loss "mse"); or labels None and
+    data an iterable of (x, y) batches (of any sizes, concatenated). An
+    option left None is the CLI's default (qf_train_defaults). optimizer
+    "sgd" | "adam" | "adamw"; freeze: parameter names kept fixed.
 
     on_step(info) runs after every optimizer step with a dict (epoch, step,
     steps_per_epoch, total_steps, loss, accuracy, lr); returning False stops
@@ -1063,6 +1064,7 @@ def train(model: Union[Model, str, bytes], data, labels, epochs: Optional[int] =
     DivergedError when the loss or a gradient goes NaN / Inf. threads /
     engine: for this call only."""
     src = _model(model)
+    data, labels = _labelled(data, labels, "training data")
     c = _train_config(lib.qf_train_defaults(), epochs, batch, optimizer, lr, momentum, weight_decay, nesterov, loss,
                       seed, shuffle, clip_norm)
     frozen = (ctypes.c_char_p * (len(freeze or ()) + 1))(*[f.encode() for f in (freeze or ())], None)

@@ -299,3 +299,11 @@ def test_callbacks_take_the_gil(fashion, calib, test_set):
         t.join()
     assert len(steps) == 10 and all(s[1] == threading.get_ident() for s in steps)
     assert steps[-1][2] > steps[0][2]  # the other thread ran between the steps
+
+
+def test_train_batches_of_pairs(fashion, calib, test_set, work, cli):
+    """train takes an iterator of (x, y) batches of different sizes too."""
+    x, y = calib[:40], test_set[1]
+    a, _ = qfold.train(fashion, x, y, epochs=1, batch=8, seed=2)
+    b, _ = qfold.train(fashion, ((x[i:j], y[i:j]) for i, j in ((0, 7), (7, 8), (8, 40))), epochs=1, batch=8, seed=2)
+    assert a.to_onnx_bytes() == b.to_onnx_bytes()
