@@ -172,8 +172,14 @@ def test_qat_batches_of_different_sizes(fashion, calib, test_set, qat_cli):
     assert m.to_onnx_bytes() == read(out)
 
 
-def test_qat_stop_val_and_errors(fashion, calib, test_set):
+def test_qat_stop_val_and_errors(fashion, calib, test_set, work, cli, files):
     x, y = calib[:40], test_set[1]
+    # validation: the top-1 figures `qfold qat --val-data` prints
+    p = cli("qat", fashion, "-o", os.path.join(work, "r_qat_val.onnx"), "--data", files["tx"], "--labels",
+            files["ty"], "--val-data", files["tx"], "--val-labels", files["ty"], *QAT_ARGS)
+    _, rv = qfold.qat(fashion, x, y, epochs=1, batch=8, lr=0.01, seed=3, calib_count=16, val_data=x, val_labels=y)
+    assert ("val top-1: float %.2f %% before, int8 %.2f %% after" % (100 * rv["float_top1"], 100 * rv["int8_top1"])
+            in p.stdout)
     m, r = qfold.qat(fashion, x, y, batch=8, calib_count=8, on_step=lambda s: s["step"] < 2, val_data=x,
                      val_labels=y)
     assert r["stopped"] and r["steps"] == 2 and m.quantized  # what was trained, finalized
