@@ -1043,15 +1043,19 @@ def train(model: Union[Model, str, bytes], data, labels=None, epochs: Optional[i
           optimizer: Optional[str] = None, lr: Optional[float] = None, momentum: Optional[float] = None,
           weight_decay: Optional[float] = None, nesterov: Optional[bool] = None, loss: str = "cross_entropy",
           seed: Optional[int] = None, shuffle: Optional[bool] = None, clip_norm: Optional[float] = None,
-          freeze: Optional[Sequence[str]] = None, on_step=None, threads: Optional[int] = None,
-          engine: Optional[str] = None) -> Tuple[Model, dict]:
+          freeze: Optional[Sequence[str]] = None, on_step=None, schedule: Optional[str] = None,
+          step_size: Optional[int] = None, gamma: Optional[float] = None, warmup: Optional[int] = None,
+          threads: Optional[int] = None, engine: Optional[str] = None) -> Tuple[Model, dict]:
     """Train a float model, as `qfold train` (PyTorch 1.13's arithmetic:
     torch.optim.SGD / Adam / AdamW): data as quantize's calib (arrays,
     batches or .npy paths), labels int64 class indices [N] (loss
     "cross_entropy") or float32 targets (loss "mse"); or labels None and
     data an iterable of (x, y) batches (of any sizes, concatenated). An
     option left None is the CLI's default (qf_train_defaults). optimizer
-    "sgd" | "adam" | "adamw"; freeze: parameter names kept fixed.
+    "sgd" | "adam" | "adamw"; freeze: parameter names kept fixed; schedule
+    "constant" | "step" (x gamma every step_size steps) | "cosine", after
+    warmup steps of a linear ramp (--schedule, --step-size, --gamma,
+    --warmup).
 
     on_step(info) runs after every optimizer step with a dict (epoch, step,
     steps_per_epoch, total_steps, loss, accuracy, lr); returning False stops
@@ -1066,7 +1070,7 @@ def train(model: Union[Model, str, bytes], data, labels=None, epochs: Optional[i
     src = _model(model)
     data, labels = _labelled(data, labels, "training data")
     c = _train_config(lib.qf_train_defaults(), epochs, batch, optimizer, lr, momentum, weight_decay, nesterov, loss,
-                      seed, shuffle, clip_norm)
+                      seed, shuffle, clip_norm, schedule, step_size, gamma, warmup)
     frozen = (ctypes.c_char_p * (len(freeze or ()) + 1))(*[f.encode() for f in (freeze or ())], None)
     if freeze:
         c.freeze = frozen
@@ -1101,8 +1105,28 @@ def train(model: Union[Model, str, bytes], data, labels=None, epochs: Optional[i
 
 
 def _train_config(c, epochs, batch, optimizer, lr, momentum, weight_decay, nesterov, loss, seed, shuffle,
-                  clip_norm):
-    """qf_train_config c with the options given (None: c's)."""
+                  clip_norm, schedule=None, step_size=None, gamma=None, warmup=None):
+    """qf_train_config c with the options given (None: c's), checked as the
+    CLI checks them."""
+    if schedule is not None:
+        k = ctypes.c_int()
+        if lib.qf_sched_parse(str(schedule).encode(), ctypes.byref(k)):
+            raise InputError("schedule takes constant, step or cosine, got %r" % (schedule,), "INVALID")
+        c.sched.kind = k.value
+    if step_size is not None:
+        if int(step_size) < 1:
+            raise InputError("step_size takes a number of steps >= 1, got %r" % (step_size,), "INVALID")
+        c.sched.step_size = int(step_size)
+    if gamma is not None:
+        if not float(gamma) > 0:
+            raise InputError("gamma takes a factor > 0, got %r" % (gamma,), "INVALID")
+        c.sched.gamma = float(gamma)
+    if warmup is not None:
+        if int(warmup) < 0:
+            raise InputError("warmup takes a number of steps >= 0, got %r" % (warmup,), "INVALID")
+        c.sched.warmup = int(warmup)
+    if c.sched.kind == 1 and c.sched.step_size <= 0:
+        raise InputError("schedule step needs step_size (steps between rate changes)", "INVALID")
 
     if epochs is not None:
         c.epochs = int(epochs)
@@ -1276,6 +1300,8 @@ def qat(model: Union[Model, str, bytes], data, labels=None, target: str = "neutr
         nesterov: Optional[bool] = None, seed: Optional[int] = None, shuffle: Optional[bool] = None,
         clip_norm: Optional[float] = None, calib_count: Optional[int] = None, freeze_bn=None,
         freeze_observers=None, qat_bn: str = "approx", bn_reestimate: Optional[int] = None,
+        schedule: Optional[str] = None, step_size: Optional[int] = None, gamma: Optional[float] = None,
+        warmup: Optional[int] = None,
         val_data=None, val_labels=None, keep_qat: bool = False, on_step=None,
         threads: Optional[int] = None, engine: Optional[str] = None) -> Tuple[Model, dict]:
     """Quantization-aware training of a float classifier with BatchNorm, as
@@ -1320,7 +1346,7 @@ def qat(model: Union[Model, str, bytes], data, labels=None, target: str = "neutr
         raise InputError("bn_reestimate takes a number of samples >= 1, got %r" % (bn_reestimate,), "INVALID")
     q = lib.qf_qat_defaults()
     _train_config(q.train, epochs, batch, optimizer, lr, momentum, weight_decay, nesterov, "cross_entropy", seed,
-                  shuffle, clip_norm)
+                  shuffle, clip_norm, schedule, step_size, gamma, warmup)
     q.freeze_bn = _when(freeze_bn, "freeze_bn")
     q.freeze_observers = _when(freeze_observers, "freeze_observers")
     if calib_count is not None:

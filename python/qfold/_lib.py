@@ -325,6 +325,7 @@ SIGNATURES = {
     "qf_train": (c_int, [GRAPH_P, P(DataSource), P(Tensor), P(DataSource), P(Tensor), P(TrainConfig),
                          P(TrainResult)]),
     "qf_optim_parse": (c_int, [c_char_p, P(c_int)]),
+    "qf_sched_parse": (c_int, [c_char_p, P(c_int)]),
     "qf_tensor_init": (c_int, [P(Tensor), c_int, c_int, P(c_int64)]),
     "qf_npy_open": (c_int, [c_char_p, P(c_void_p)]),
     "qf_npy_info": (P(Tensor), [c_void_p]),

@@ -313,3 +313,15 @@ def test_train_batches_of_pairs(fashion, calib, test_set, work, cli):
     a, _ = qfold.train(fashion, x, y, epochs=1, batch=8, seed=2)
     b, _ = qfold.train(fashion, ((x[i:j], y[i:j]) for i, j in ((0, 7), (7, 8), (8, 40))), epochs=1, batch=8, seed=2)
     assert a.to_onnx_bytes() == b.to_onnx_bytes()
+
+
+def test_train_schedule_against_cli(fashion, calib, test_set, work, cli, files):
+    out = os.path.join(work, "r_sched.onnx")
+    cli("train", fashion, "-o", out, "--data", files["tx"], "--labels", files["ty"], "--epochs", "2", "--batch", "8",
+        "--schedule", "step", "--step-size", "3", "--gamma", "0.5", "--warmup", "2", "--lr", "0.05", "--seed", "4")
+    lrs = []
+    m, _ = qfold.train(fashion, calib[:40], test_set[1], epochs=2, batch=8, schedule="step", step_size=3, gamma=0.5,
+                       warmup=2, lr=0.05, seed=4, on_step=lambda s: lrs.append(s["lr"]))
+    assert m.to_onnx_bytes() == read(out) and len(set(lrs)) > 2
+    with pytest.raises(qfold.InputError, match="step_size"):
+        qfold.train(fashion, calib[:40], test_set[1], schedule="step")
