@@ -74,7 +74,7 @@ static int serve(qf_plan *plan, const qf_tensor *x)
                 qf_status st = qf_plan_run(plan, feed, 1);
                 double t1 = now_ms();
                 if (st != QF_OK) return fail("run", st);
-                printf(i ? " %.3f" : "%.3f", t1 - t0);
+                printf(i ? " %.4f" : "%.4f", t1 - t0);
             }
             printf("\n");
         } else if (!strncmp(line, "stat ", 5)) {

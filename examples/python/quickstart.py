@@ -6,15 +6,15 @@
 
 Fine-tunes the bundled Fashion-MNIST CNN (examples/fashion_mnist: its trained
 weights, fashion_cnn.pt) for a few SGD steps, exports it to ONNX in memory as
-qfold expects it (eval mode, BatchNorm kept, opset 13), then in qfold: folds
-BatchNorm (verified), quantizes for NXP's Neutron NPU on 256 training images,
+qfold expects it (qfold.torch.export: eval mode, BatchNorm kept, opset 13),
+then in qfold: folds BatchNorm (verified), checks what runs on Neutron's NPU,
+quantizes for NXP's Neutron NPU on 256 training images,
 compares float and int8 top-1 on 1,000 test images and writes the .tflite
 (with --out). Data: Debian's dataset-fashion-mnist; without it, seeded
 random images (the steps run the same, the accuracy means nothing).
 Needs PYTHONPATH=python and QFOLD_LIBRARY=build/libqfold.so in a source tree.
 """
 import argparse
-import io
 import os
 import sys
 import time
@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 import qfold
+import qfold.torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fashion_mnist"))
@@ -63,15 +64,11 @@ def main():
         loss.backward()
         opt.step()
     print("pytorch: %d SGD steps, last loss %.4f" % (args.steps, loss.item()))
+    # the ONNX model in memory, as qfold expects it: eval mode, BatchNorm kept, opset 13
+    m = qfold.torch.export(model, torch.zeros(1, 1, 28, 28), input_names=["image"], output_names=["logits"])
     model.eval()
-    buf = io.BytesIO()
-    torch.onnx.export(model, torch.zeros(1, 1, 28, 28), buf, opset_version=13,
-                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
-                      input_names=["image"], output_names=["logits"],
-                      dynamic_axes={"image": {0: "N"}, "logits": {0: "N"}})
 
-    # 2. qfold: load, fold BatchNorm (verified), quantize for Neutron
-    m = qfold.load(buf.getvalue())
+    # 2. qfold: fold BatchNorm (verified), check the placement on Neutron, quantize for it
     i = m.inputs[0]
     print("model: %d nodes, input %s %s %s, ops %s" % (m.nodes, i.name, i.dtype, ["N" if d is None else d for d in i.shape],
                                                       ", ".join("%s %d" % kv for kv in m.ops.items())))
@@ -80,6 +77,9 @@ def main():
     print("fuse: %d BatchNorms folded, verified (max rel diff %.2g) in %.0f ms" % (
         m.ops.get("BatchNormalization", 0), max(o["max_rel"] for o in fused.report["verify"]["outputs"]),
         1e3 * (time.perf_counter() - t)))
+    c = qfold.check(m, target="neutron")["summary"]
+    print("check: NPU %d of %d ops, %.1f %% of MACs, %d transitions" % (
+        c["npu_nodes"], c["npu_nodes"] + c["cpu_nodes"], 100 * c["npu_mac_fraction"], c["transitions"]))
     t = time.perf_counter()
     q, report = qfold.quantize(fused, calib=xtr[:256], target="neutron")
     worst = report["sqnr_db"][0]

@@ -103,6 +103,14 @@ qf_status qf_onnx_save_buffer(const qf_graph *g, void **data, size_t *size);
  * of that key. */
 qf_status qf_onnx_metadata(const qf_graph *g, const char *key, char *buf, size_t size, bool *found);
 qf_status qf_onnx_metadata_set(qf_graph *g, const char *key, const char *value);
+/* What `qfold quantize` / `qfold qat` record of --exclude: the entries of
+ * left[0 .. nleft-1] (qf_quantize_result.left_float) with the reason
+ * QF_QUANT_EXCLUDED ("excluded", qfold/quant.h), their node names one a line,
+ * in metadata_props "qfold.excluded" (QF_QUANT_EXCLUDED_KEY), which the
+ * TFLite export reads to refuse such a node with that reason. Nothing when
+ * there is none. */
+struct qf_quant_float_node;
+qf_status qf_onnx_record_excluded(qf_graph *g, const struct qf_quant_float_node *left, int nleft);
 
 /* Read one serialized TensorProto (the ONNX backend tests' input_0.pb). */
 qf_status qf_onnx_tensor_load(const char *path, qf_tensor *out);

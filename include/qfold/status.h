@@ -10,6 +10,7 @@
 #ifndef QFOLD_STATUS_H
 #define QFOLD_STATUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -49,6 +50,31 @@ const char *qf_status_name(qf_status st);
 /* The library's version, "MAJOR.MINOR.PATCH" (the project's; `qfold
  * --version` prints the same): a binding checks it against its own. */
 const char *qf_version(void);
+
+/* --- interruption (src/core/interrupt.c) ----------------------------------
+ *
+ * A request to stop the long work in progress, from any thread or a signal
+ * handler: the library's long loops (every plan run, every training forward
+ * and step, every AdaRound iteration) check it and return
+ * QF_ERR_INTERRUPTED "interrupted" at their next check; what was done so
+ * far is kept as each entry point documents (qf_train: the steps made).
+ * Process-wide; nothing sets it but the calls below (the CLI's own SIGINT
+ * handling does not use it). qf_interrupt_request and qf_interrupt_on_signal
+ * are async-signal-safe. */
+void qf_interrupt_request(void);
+bool qf_interrupt_pending(void);
+void qf_interrupt_clear(void);
+/* QF_ERR_INTERRUPTED (message "interrupted") when a request is pending,
+ * else QF_OK; the request stays pending until qf_interrupt_clear. */
+qf_status qf_interrupt_check(void);
+/* For a host whose own SIGINT handler cannot run while the library works
+ * (Python's runs only between bytecodes): qf_interrupt_catch_sigint makes
+ * SIGINT request an interruption, keeping the disposition it replaces;
+ * qf_interrupt_release_sigint puts that back (a no-op when not caught).
+ * Not nested; for the process's main thread. QF_ERR_IO when sigaction
+ * fails. */
+qf_status qf_interrupt_catch_sigint(void);
+void qf_interrupt_release_sigint(void);
 
 /* Propagate a failing status. */
 #define QF_TRY(expr)                         \

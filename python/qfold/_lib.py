@@ -188,6 +188,66 @@ class TrainResult(ctypes.Structure):  # qf_train_result
                 ("nparams", c_int), ("nweights", c_int64)]
 
 
+class QatWhen(ctypes.Structure):  # qf_qat_when (qfold/qat.h)
+    _fields_ = [("unit", c_int), ("at", c_int64)]
+
+
+class QatConfig(ctypes.Structure):  # qf_qat_config
+    _fields_ = [("train", TrainConfig), ("prepare", c_char_p), ("finalize", c_char_p), ("passes", PassOptions),
+                ("calib_count", c_int64), ("freeze_bn", QatWhen), ("freeze_observers", QatWhen)]
+
+
+class QFormat(ctypes.Structure):  # qf_qformat (qfold/quant.h)
+    _fields_ = [("scheme", c_int), ("qmin", c_int32), ("qmax", c_int32), ("per_channel", c_bool),
+                ("observer", c_int)]
+
+
+# QF_OP_COUNT: what qf_op_from_name answers for a name that is no op.
+OP_COUNT = None
+
+
+class QuantFloatNode(ctypes.Structure):  # qf_quant_float_node
+    _fields_ = [("name", c_char_p), ("op", c_char_p), ("reason", c_char_p)]
+
+
+class QuantSession(ctypes.Structure):  # qf_quant_session
+    _fields_ = [("profile", c_void_p), ("exclude", POINTER(c_char_p)), ("nexclude", c_int),
+                ("annotation", c_void_p), ("calib", c_void_p), ("stats", ConvertStats), ("tensors", c_void_p),
+                ("ntensors", c_int)]
+
+
+class FinalizeSession(ctypes.Structure):  # qf_quant_finalize_session
+    _fields_ = [("weight_range", c_bool), ("weight_qmin", c_int32), ("weight_qmax", c_int32),
+                ("weights", c_void_p), ("nweights", c_int), ("cap", c_int), ("folded", c_int), ("biases", c_int),
+                ("float_biases", c_int), ("activations", c_int), ("shared", c_int)]
+
+
+TRIAL_FN = ctypes.CFUNCTYPE(None, c_void_p, c_void_p, c_int)
+
+
+class QuantTargetTrial(ctypes.Structure):  # qf_quant_target_trial
+    _fields_ = [("what", ctypes.c_char * 256), ("skipped", c_char_p), ("top1", c_double), ("drop", c_double),
+                ("kept", c_bool)]
+
+
+class QuantTargetOptions(ctypes.Structure):  # qf_quant_target_options
+    _fields_ = [("model", QuantizeModelOptions), ("sets", POINTER(c_char_p)), ("nsets", c_int),
+                ("eval", POINTER(DataSource)), ("labels", POINTER(c_int64)), ("eval_batch", c_int64),
+                ("max_drop", c_double), ("max_excluded", c_int), ("trial", TRIAL_FN), ("trial_ud", c_void_p)]
+
+
+class TargetSpec(ctypes.Structure):  # qf_target_spec (qfold/target.h)
+    _fields_ = [("name", c_char_p), ("flow", c_int), ("num_macs", c_int), ("num_pipes", c_int),
+                ("neutron_passes", c_bool)]
+
+
+class CheckResult(ctypes.Structure):  # qf_check_result
+    _fields_ = [("target", TargetSpec), ("from_float", c_bool), ("nodes", c_void_p), ("nnodes", c_int),
+                ("partitions", c_void_p), ("partition_len", c_void_p), ("npartitions", c_int), ("npu_nodes", c_int),
+                ("cpu_nodes", c_int), ("macs_total", c_int64), ("macs_npu", c_int64), ("macs_npu_padded", c_int64),
+                ("npu_mac_fraction", c_double), ("transitions", c_int), ("arena", c_void_p)]
+
+
 # The structs tests/python/abi_layout.c measures, by their C names.
 MIRRORED = {"qf_tensor": Tensor, "qf_value": Value, "qf_node": Node, "qf_graph": Graph,
             "qf_data_source": DataSource, "qf_pass_options": PassOptions, "qf_onnx_save_options": OnnxSaveOptions,
@@ -199,7 +259,11 @@ MIRRORED = {"qf_tensor": Tensor, "qf_value": Value, "qf_node": Node, "qf_graph":
             "qf_classify_result": ClassifyResult, "qf_tflite_options": TfliteOptions,
             "qf_tflite_result": TfliteResult, "qf_engine_env": EngineEnv, "qf_optim_config": OptimConfig,
             "qf_schedule": Schedule, "qf_train_step_info": TrainStepInfo, "qf_train_config": TrainConfig,
-            "qf_train_result": TrainResult}
+            "qf_train_result": TrainResult, "qf_qat_when": QatWhen, "qf_qat_config": QatConfig,
+            "qf_qformat": QFormat, "qf_quant_float_node": QuantFloatNode, "qf_quant_session": QuantSession,
+            "qf_quant_finalize_session": FinalizeSession, "qf_quant_target_trial": QuantTargetTrial,
+            "qf_quant_target_options": QuantTargetOptions, "qf_target_spec": TargetSpec,
+            "qf_check_result": CheckResult}
 
 P = POINTER
 GRAPH_P = P(Graph)
@@ -261,6 +325,7 @@ SIGNATURES = {
     "qf_train": (c_int, [GRAPH_P, P(DataSource), P(Tensor), P(DataSource), P(Tensor), P(TrainConfig),
                          P(TrainResult)]),
     "qf_optim_parse": (c_int, [c_char_p, P(c_int)]),
+    "qf_sched_parse": (c_int, [c_char_p, P(c_int)]),
     "qf_tensor_init": (c_int, [P(Tensor), c_int, c_int, P(c_int64)]),
     "qf_npy_open": (c_int, [c_char_p, P(c_void_p)]),
     "qf_npy_info": (P(Tensor), [c_void_p]),
@@ -269,6 +334,43 @@ SIGNATURES = {
     "qf_npy_source_init": (c_int, [P(c_void_p), P(c_void_p), c_int]),
     "qf_npy_source_get": (P(DataSource), [c_void_p]),
     "qf_npy_source_free": (None, [c_void_p]),
+    "qf_qat_defaults": (QatConfig, []),
+    "qf_qat_when_parse": (c_int, [c_char_p, P(QatWhen)]),
+    "qf_qat_prepare": (c_int, [GRAPH_P, P(QatConfig), P(c_void_p)]),
+    "qf_qat_calibrate": (c_int, [GRAPH_P, P(DataSource), P(Tensor), P(QatConfig), P(c_int64)]),
+    "qf_qat_train": (c_int, [GRAPH_P, P(DataSource), P(Tensor), P(DataSource), P(Tensor), P(QatConfig),
+                             P(TrainResult)]),
+    "qf_qat_bn_reestimate": (c_int, [GRAPH_P, P(DataSource), P(Tensor), P(QatConfig), c_int64, P(c_int),
+                                     P(c_int64)]),
+    "qf_qat_finalize": (c_int, [GRAPH_P, P(QatConfig), P(c_void_p)]),
+    "qf_quant_exclude_resolve": (c_int, [GRAPH_P, P(c_char_p), c_int, c_char_p, P(c_void_p), P(c_void_p), P(c_int)]),
+    "qf_quant_exclude_free": (None, [c_void_p, c_void_p, c_int]),
+    "qf_quant_equalize_choose": (c_int, [GRAPH_P, P(DataSource), c_int64, c_void_p, P(c_int), P(QuantizeResult)]),
+    "qf_quantize_result_free": (None, [P(QuantizeResult)]),
+    "qf_quant_annotation_free": (None, [c_void_p]),
+    "qf_quant_profile_find": (c_void_p, [c_char_p]),
+    "qf_quant_finalize_session_free": (None, [P(FinalizeSession)]),
+    "qf_quantize_to_target": (c_int, [GRAPH_P, P(DataSource), P(QuantTargetOptions), P(GRAPH_P),
+                                      P(QuantizeModelResult), c_void_p]),
+    "qf_quant_target_result_free": (None, [c_void_p]),
+    "qf_onnx_record_excluded": (c_int, [GRAPH_P, c_void_p, c_int]),
+    "qf_onnx_metadata": (c_int, [GRAPH_P, c_char_p, c_char_p, c_size_t, P(c_bool)]),
+    "qf_graph_find_node": (c_void_p, [GRAPH_P, c_char_p]),
+    "qf_graph_verify_shapes": (c_int, [GRAPH_P]),
+    "qf_pipeline_find": (c_void_p, [c_char_p]),
+    "qf_passes_run": (c_int, [GRAPH_P, P(c_char_p), P(PassOptions), P(c_void_p)]),
+    "qf_graph_toposort": (c_int, [GRAPH_P]),
+    "qf_onnx_metadata_set": (c_int, [GRAPH_P, c_char_p, c_char_p]),
+    "qf_target_spec_init": (c_int, [P(TargetSpec), c_char_p]),
+    "qf_target_spec_set": (c_int, [P(TargetSpec), c_char_p]),
+    "qf_target_check": (c_int, [GRAPH_P, P(TargetSpec), P(CheckResult)]),
+    "qf_check_report_json": (c_int, [P(CheckResult), P(c_void_p), P(c_size_t)]),
+    "qf_check_result_free": (None, [P(CheckResult)]),
+    "qf_interrupt_request": (None, []),
+    "qf_interrupt_pending": (c_bool, []),
+    "qf_interrupt_clear": (None, []),
+    "qf_interrupt_catch_sigint": (c_int, []),
+    "qf_interrupt_release_sigint": (None, []),
 }
 
 
@@ -305,6 +407,27 @@ for _name, (_res, _args) in SIGNATURES.items():
     except AttributeError:
         raise LibraryError("%s has no %s(): it is not a libqfold %s" % (path, _name, __version__), "UNSUPPORTED")
     _f.restype, _f.argtypes = _res, _args
+
+OP_COUNT = lib.qf_op_from_name(b"")
+
+
+class QuantProfile(ctypes.Structure):  # qf_quant_profile (ops: QF_OP_COUNT entries, asked of the library)
+    _fields_ = [("name", c_char_p), ("summary", c_char_p), ("activation", QFormat), ("conv_weight", QFormat),
+                ("linear_weight", QFormat), ("min_scale", c_float), ("fuse_activation", c_bool),
+                ("fuse_any_clip", c_bool), ("concat_shares", c_bool), ("matmul_symmetric", c_bool),
+                ("reduction_shares", c_bool), ("equalize", c_int), ("bias_correction", c_int),
+                ("neutron_passes", c_bool), ("weight_rounding", c_int), ("adaround_iters", c_int),
+                ("adaround_reg", c_float), ("every_op", c_bool), ("ops", c_bool * OP_COUNT)]
+
+
+class QuantTargetResult(ctypes.Structure):  # qf_quant_target_result
+    _fields_ = [("float_top1", c_double), ("samples", c_int64), ("max_drop", c_double),
+                ("trials", POINTER(QuantTargetTrial)), ("ntrials", c_int), ("best", c_int), ("met", c_bool),
+                ("profile", QuantProfile), ("exclude", POINTER(c_char_p)), ("nexclude", c_int), ("ms", c_double)]
+
+
+MIRRORED["qf_quant_profile"] = QuantProfile
+MIRRORED["qf_quant_target_result"] = QuantTargetResult
 
 version = lib.qf_version().decode()
 if version != __version__:

@@ -147,12 +147,6 @@ typedef struct qf_cli_exclude {
  * empty entry or too many. */
 int qf_cli_exclude_add(const qf_cli_command *cmd, qf_cli_exclude *x, const char *value);
 void qf_cli_exclude_free(qf_cli_exclude *x);
-/* Records the left_float nodes excluded (reason QF_QUANT_EXCLUDED) of a
- * quantization in g's metadata_props QF_QUANT_EXCLUDED_KEY (nothing when
- * there is none). */
-struct qf_graph;
-struct qf_quant_float_node;
-qf_status qf_cli_exclude_record(struct qf_graph *g, const struct qf_quant_float_node *left, int nleft);
 /* The Neutron-ready passes' lines in report r (NULL: none): per pass of the
  * pipelines neutron / neutron_qdq that ran, its rewrites and skips and the
  * first skip reasons (target_passes.c). */

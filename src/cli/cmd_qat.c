@@ -179,7 +179,7 @@ static qf_status qf_qat_record_excluded(qf_graph *g, const qf_qat_run *run)
     for (int i = 0; i < run->nexcluded; i++)
         if (qf_graph_find_node(g, run->excluded[i]))
             left[n++] = (qf_quant_float_node){.name = run->excluded[i], .reason = (char *)QF_QUANT_EXCLUDED};
-    qf_status st = qf_cli_exclude_record(g, left, n);
+    qf_status st = qf_onnx_record_excluded(g, left, n);
     qf_free(left);
     return st;
 }

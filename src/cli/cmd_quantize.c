@@ -194,19 +194,6 @@ void qf_cli_exclude_free(qf_cli_exclude *x)
     x->ncopies = x->n = 0;
 }
 
-qf_status qf_cli_exclude_record(qf_graph *g, const qf_quant_float_node *left, int nleft)
-{
-    qf_strbuf b = {0};
-    for (int i = 0; i < nleft; i++) {
-        if (strcmp(left[i].reason, QF_QUANT_EXCLUDED) != 0) continue;
-        if (b.len) qf_strbuf_puts(&b, "\n");
-        qf_strbuf_puts(&b, left[i].name);
-    }
-    qf_status st = b.oom ? QF_ERR_NOMEM : b.len ? qf_onnx_metadata_set(g, QF_QUANT_EXCLUDED_KEY, b.p) : QF_OK;
-    qf_strbuf_free(&b);
-    return st;
-}
-
 /* Calibration file i for graph input v (t: its dtype and shape): a batch
  * axis first, the sample dims the graph fixes, at least one sample. */
 static qf_status qf_qz_check_data(const char *path, const qf_value *v, const qf_tensor *t)
@@ -417,7 +404,7 @@ static qf_status qf_qz_run(const qf_qz_args *qa, const qf_quant_profile *p, qf_q
     } else {
         QF_TRY(qf_quantize_model(s->g, qf_npy_source_get(s->src), &mo, &s->m));
     }
-    return qf_cli_exclude_record(s->g, s->m.quant.left_float, s->m.quant.nleft_float);
+    return qf_onnx_record_excluded(s->g, s->m.quant.left_float, s->m.quant.nleft_float);
 }
 
 #define QF_QZ_VERIFY_SAMPLES 8

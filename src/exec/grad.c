@@ -734,6 +734,7 @@ qf_status qf_grad_plan_forward(qf_grad_plan *p, const qf_tensor *const *inputs, 
 {
     const qf_graph *g = p->g;
     p->ready = false;
+    QF_TRY(qf_interrupt_check());
     if (ninputs != g->ninputs)
         return qf_error(QF_ERR_INVALID, "graph has %d input%s, got %d", g->ninputs, g->ninputs == 1 ? "" : "s",
                         ninputs);

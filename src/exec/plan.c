@@ -854,6 +854,7 @@ static qf_status qf_plan_observe(qf_plan *p, const qf_step *s)
 qf_status qf_plan_run(qf_plan *p, const qf_tensor *const *inputs, int ninputs)
 {
     const qf_graph *g = p->g;
+    QF_TRY(qf_interrupt_check());
     if (p->stale) {
         /* The hook must see every node's output as the reference executor
          * writes it: the plan is built again without NHWC and fusion. */

@@ -5,9 +5,11 @@
 #include <string.h>
 
 #include "../ir/graph_notes.h"
+#include "core/strbuf.h"
 #include "onnx_keep.h"
 #include "onnx_problems.h"
 #include "qfold/io.h"
+#include "qfold/quant.h"
 #include "qfold/schema.h"
 
 /* Graph note kinds (the notes' name field in parentheses). */
@@ -501,5 +503,18 @@ qf_status qf_onnx_metadata_set(qf_graph *g, const char *key, const char *value)
     qf_graph_note_remove(g, QF_KEEP_METADATA, key);
     qf_status st = qf_graph_note_add(g, QF_KEEP_METADATA, key, b, n);
     qf_free(b);
+    return st;
+}
+
+qf_status qf_onnx_record_excluded(qf_graph *g, const qf_quant_float_node *left, int nleft)
+{
+    qf_strbuf b = {0};
+    for (int i = 0; i < nleft; i++) {
+        if (strcmp(left[i].reason, QF_QUANT_EXCLUDED) != 0) continue;
+        if (b.len) qf_strbuf_puts(&b, "\n");
+        qf_strbuf_puts(&b, left[i].name);
+    }
+    qf_status st = b.oom ? QF_ERR_NOMEM : b.len ? qf_onnx_metadata_set(g, QF_QUANT_EXCLUDED_KEY, b.p) : QF_OK;
+    qf_strbuf_free(&b);
     return st;
 }

@@ -584,6 +584,7 @@ static qf_status ar_layer_run(ar_ctx *c, const ar_layer *l, qf_quant_adaround_la
     const qf_tensor *in[2] = {&m.x, &m.t};
     float *pw = m.w ? m.w->type.data : NULL;
     for (int it = 0; st == QF_OK && it < iters; it++) {
+        if ((st = qf_interrupt_check()) != QF_OK) break;
         if (pos + batch > nsamp) {
             qf_rand_shuffle(b.order, nsamp, &c->rng);
             pos = 0;

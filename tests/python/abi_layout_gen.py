@@ -8,6 +8,7 @@ import re
 HERE = os.path.dirname(os.path.abspath(__file__))
 src = open(os.path.join(HERE, "..", "..", "python", "qfold", "_lib.py")).read()
 pairs = re.findall(r'"(qf_\w+)": (\w+)', re.search(r"MIRRORED = \{(.*?)\}\n", src, re.S).group(1))
+pairs += re.findall(r'MIRRORED\["(qf_\w+)"\] = (\w+)', src)
 out = ["/* The size and field offsets of every struct the Python package mirrors",
        " * (python/qfold/_lib.py), as JSON: the package's tests compare them with",
        " * the ctypes mirrors, so that a header change the mirror misses fails a",
@@ -15,7 +16,8 @@ out = ["/* The size and field offsets of every struct the Python package mirrors
        " * mirror's field lists; a field the header lacks fails to compile. */",
        "#include <stddef.h>", "#include <stdio.h>", "",
        '#include "qfold/exec.h"', '#include "qfold/io.h"', '#include "qfold/pass.h"', '#include "qfold/quant.h"',
-       '#include "qfold/tflite.h"', '#include "qfold/train.h"', "",
+       '#include "qfold/qat.h"', '#include "qfold/target.h"', '#include "qfold/tflite.h"',
+       '#include "qfold/train.h"', "",
        '#define FIELD(T, f) printf("%s\\"%s\\": %zu", first ? "" : ", ", #f, offsetof(T, f)), first = 0',
        '#define BEGIN(T) printf("%s\\"%s\\": {\\"size\\": %zu, \\"fields\\": {", nstruct++ ? ",\\n " : "", #T, '
        'sizeof(T)), first = 1',
