@@ -26,7 +26,8 @@ Cases:
   whole model; TFLite only if it is later than 2.2).
 - check: `qfold check --target neutron` of the float model (quantized
   through memory) and of its QDQ model: every LeakyRelu on the NPU, no
-  "left in float" rule, no "no int8" text anywhere in the report.
+  "left in float" rule, no "no int8" text anywhere in the report; `export
+  --target neutron`'s report: every LEAKY_RELU placed on the NPU.
 """
 import collections
 import json
@@ -303,6 +304,12 @@ def case_check():
             check(n["placement"].lower() == "npu" and not (n.get("rule") or "").startswith("left in float"),
                   "%s: %s placed %s (%s)" % (what, n["name"], n["placement"], n.get("rule")))
         print("%s: LeakyRelu %s" % (what, ", ".join("%s %s" % (n["name"], n["placement"]) for n in leaky)))
+    # the export's deployment report places each LEAKY_RELU as check places its node
+    A.qfold("export", qdq, "-o", work("t.tflite"), "--target", "neutron", "--report", work("t.json"))
+    ops = json.load(open(work("t.json")))["ops"]
+    lr = [o for o in ops if o["op"] == "LEAKY_RELU"]
+    check(len(lr) == 3 and all(o.get("placement") == "npu" for o in lr),
+          "export --target neutron: LEAKY_RELU placements %r" % [(o["op"], o.get("placement")) for o in lr])
 
 
 if __name__ == "__main__":
