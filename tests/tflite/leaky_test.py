@@ -25,7 +25,8 @@ Cases:
   that run int8 LEAKY_RELU (ArmNN 20.08: each op alone within 1 LSB, the
   whole model; TFLite only if it is later than 2.2).
 - check: `qfold check --target neutron` of the float model (quantized
-  through memory) and of its QDQ model: every LeakyRelu on the NPU, no
+  through memory) and of its QDQ model, both rule generations
+  (neutron-flow sdk3 and sdk2): every LeakyRelu on the NPU, no
   "left in float" rule, no "no int8" text anywhere in the report; `export
   --target neutron`'s report: every LEAKY_RELU placed on the NPU.
 """
@@ -292,9 +293,11 @@ def case_check():
     _init()
     model, calib, _ = float_model("check")
     qdq = quantize(model, calib, "neutron", "check")
-    for path, what in ((model, "float model"), (qdq, "QDQ model")):
-        out = work("check_%s.json" % ("float" if path == model else "qdq"))
-        A.qfold("check", path, "--target", "neutron", "--json", out)
+    runs = [(p, w, flow) for p, w in ((model, "float model"), (qdq, "QDQ model")) for flow in ("sdk3", "sdk2")]
+    for path, what, flow in runs:
+        what = "%s (%s)" % (what, flow)
+        out = work("check_%s_%s.json" % ("float" if path == model else "qdq", flow))
+        A.qfold("check", path, "--target", "neutron", "--set", "neutron-flow=" + flow, "--json", out)
         text = open(out).read()
         check("no int8" not in text, "%s: the report still says 'no int8': %s" % (what, text[:400]))
         rep = json.loads(text)
