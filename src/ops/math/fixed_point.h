@@ -165,8 +165,8 @@ static inline bool qf_hard_sigmoid_form_ok(float s_x, float s_y)
 }
 
 /* int8 LeakyRelu as TFLite's LEAKY_RELU computes it (LeakyReluPrepare and
- * reference_ops::QuantizeLeakyRelu, the kernel its int8 path calls, 2.2 and
- * later): two requantizations of v = x - zp_x, the identity s_x / s_y for v
+ * reference_ops::QuantizeLeakyRelu, the kernel its int8 path calls from 2.3
+ * on, TFLite Micro's too; 2.2's LEAKY_RELU has no int8 path): two requantizations of v = x - zp_x, the identity s_x / s_y for v
  * >= 0 and alpha s_x / s_y for v < 0, each MultiplyByQuantizedMultiplier
  * (requant.h), + zp_y, clamped to int8. Prepare forms both multipliers in
  * float32 as TFLite does (s_x * alpha / s_y, left to right, then widened to
