@@ -23,7 +23,8 @@ Cases:
   ONNX Runtime on the QDQ model against `qfold run`; the export (3
   LEAKY_RELU) checked as armnn_test.export_and_check checks, on the runtimes
   that run int8 LEAKY_RELU (ArmNN 20.08: each op alone within 1 LSB, the
-  whole model; TFLite only if it is later than 2.2).
+  whole model; TFLite only if it is later than 2.2), and on TFLite 2.2 every
+  other op alone bit for bit, fed qfold's integer reference.
 - check: `qfold check --target neutron` of the float model (quantized
   through memory) and of its QDQ model, both rule generations
   (neutron-flow sdk3 and sdk2): every LeakyRelu on the NPU, no
@@ -231,6 +232,42 @@ def quantize(model, calib, target, tag):
     return qdq
 
 
+def tflite_all_but_leaky(qdq, x, target):
+    """Where TFLite (2.2) does not run LEAKY_RELU: every other op of the
+    export alone on it, fed qfold's integer reference, bit for bit (the
+    --all-outputs file export_and_check wrote, its LEAKY_RELU operators cut
+    out; their outputs come from the reference)."""
+    import copy
+    import importlib
+    import flatbuffers
+    tfl = A.tfl()
+    Model = importlib.import_module(tfl.__name__ + ".Model")
+    dbg = work("dbg.tflite")
+    m = Model.ModelT.InitFromObj(Model.Model.GetRootAs(open(dbg, "rb").read(), 0))
+    g = m.subgraphs[0]
+    leaky = tfl.BuiltinOperator.BuiltinOperator.LEAKY_RELU
+    names = [(t.name.decode() if isinstance(t.name, bytes) else t.name) for t in g.tensors]
+    outs = [names[i] for i in g.outputs]
+    in_name = names[g.inputs[0]]
+    cut = copy.copy(g)
+    cut.operators = [op for op in g.operators if m.operatorCodes[op.opcodeIndex].builtinCode != leaky]
+    check(len(cut.operators) == len(g.operators) - 3, "%s: %d LEAKY_RELU cut" % (target, len(g.operators) -
+                                                                                 len(cut.operators)))
+    m.subgraphs = [cut]
+    b = flatbuffers.Builder(1024)
+    b.Finish(m.Pack(b), file_identifier=b"TFL3")
+    path = work("no_leaky.tflite")
+    open(path, "wb").write(bytes(b.Output()))
+    (si, zi), _ = A.io_qparams(work("m.tflite"))
+    xq = A.fit(A.quantize_input(x, si, zi), A.tfl_input_shape(work("m.tflite")))
+    ref = A.int8_reference(qdq, x, outs + [in_name])
+    alone = A.per_op(path, ref, {in_name: xq}, "TFLite")
+    print("%s: each op but LEAKY_RELU alone on TFLite 2.2 vs qfold's integer reference (max LSB, fraction "
+          "differing): %s" % (target, ", ".join("%s %d %.4f" % v for v in alone.values())))
+    check(len(alone) == len(cut.operators) and all(v[1] == 0 for v in alone.values()),
+          "%s: TFLite 2.2 apart from qfold's integer reference: %r" % (target, alone))
+
+
 def case_model():
     _init()
     model, calib, rng = float_model("model")
@@ -270,8 +307,8 @@ def case_model():
         A.structure(out)
         (si, zi), _ = A.io_qparams(out)
         np.save(work("probe_x.npy"), A.fit(A.quantize_input(x[:4], si, zi), A.tfl_input_shape(out)))
-        keep = dict(A.RUNNERS)
-        A.RUNNERS = {rt: keep[rt] for rt in runners(out, work("probe_x.npy"))}
+        keep, rts = dict(A.RUNNERS), runners(out, work("probe_x.npy"))
+        A.RUNNERS = {rt: keep[rt] for rt in rts}
         # ArmNN 20.08 computes LEAKY_RELU in float (each alone within 1 LSB, 15 %
         # of its outputs at alpha 0.2): chained through ADD / MAX_POOL / MEAN /
         # FULLY_CONNECTED the output's flips average 0.32 LSB (measured, neutron),
@@ -280,6 +317,8 @@ def case_model():
             rep = A.export_and_check(qdq, x[:64], calib, whole_lsb=(4, 0.5))
         finally:
             A.RUNNERS = keep
+        if "TFLite" not in rts:
+            tflite_all_but_leaky(qdq, x[:64], target)
         ops = [o["op"] for o in rep["ops"]]
         print("%s: exported ops %s" % (target, ", ".join(ops)))
         check(ops.count("LEAKY_RELU") == 3, "%s: %d LEAKY_RELU in the export" % (target, ops.count("LEAKY_RELU")))
