@@ -40,6 +40,8 @@
  *                              export writes, tabulated; Sigmoid / Tanh /
  *                              Softmax stay DQ -> float -> Q: TFLite's
  *                              interpreter computes their int8 tables in float)
+ *   LeakyRelu (alpha >= 0)  -> QF_OP_QLUT (TFLite's int8 LEAKY_RELU: identity
+ *                              and alpha multipliers, tabulated)
  * A group is lowered only where its kernel takes it: per-tensor int8
  * activations, constant qparams, every fixed-point multiplier's shift within
  * the accumulator's range (else the kernel's prepare would refuse the node),
@@ -730,5 +732,41 @@ qf_status qf_lower_hard_sigmoid(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_in
     qf_node *k;
     QF_TRY(qf_lower_unary(g, ctx, n, QF_OP_QLUT, "hard sigmoid", hard_sigmoid_accepts, &k, done));
     if (*done) QF_TRY(qf_node_set_attr_string(g, k, "qfold_fn", "hard_sigmoid"));
+    return QF_OK;
+}
+
+/* A LeakyRelu between a DQ and a Q (no activation after it): QF_OP_QLUT
+ * with TFLite's int8 LEAKY_RELU (qf_leaky_relu_int8, fixed_point.h:
+ * identity and alpha multipliers, each MultiplyByQuantizedMultiplier),
+ * tabulated; alpha is written on the node (ONNX's default 0.01 when the
+ * model has none). A negative alpha or scales whose multipliers reach 2^23
+ * stay DQ -> LeakyRelu -> Q (a skip). */
+qf_status qf_lower_leaky_relu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
+{
+    (void)rq; /* TFLite's fixed point, tabulated */
+    *done = false;
+    const float alpha = qf_node_attr_float(n, "alpha", 0.01f);
+    const qf_node *dqx = n->ninputs >= 1 ? qf_lower_dq_of(n->inputs[0]) : NULL;
+    const qf_node *q, *act;
+    int64_t clamp[2];
+    /* the group qf_lower_unary takes, its qparams checked first with alpha */
+    if (n->noutputs != 1 || !dqx || !qf_lower_per_tensor_s8(dqx) || !qf_lower_group_tail(n, &q, &act, clamp) || act)
+        return QF_OK;
+    qf_leaky_relu_params p;
+    if (!qf_leaky_relu_prepare(qf_lower_qscale(dqx), qf_lower_qzp(dqx), qf_lower_qscale(q), qf_lower_qzp(q), alpha,
+                               &p)) {
+        if (ctx)
+            qf_pass_skip(ctx, n,
+                         "alpha %g with scales %g -> %g: outside TFLite's int8 LeakyRelu (alpha >= 0, "
+                         "multipliers below 2^23); left as DQ -> %s -> Q",
+                         (double)alpha, (double)qf_lower_qscale(dqx), (double)qf_lower_qscale(q), qf_op_label(n));
+        return QF_OK;
+    }
+    qf_node *k;
+    QF_TRY(qf_lower_unary(g, ctx, n, QF_OP_QLUT, "leaky relu", NULL, &k, done));
+    if (*done) {
+        QF_TRY(qf_node_set_attr_string(g, k, "qfold_fn", "leaky_relu"));
+        QF_TRY(qf_node_set_attr_float(g, k, "alpha", alpha));
+    }
     return QF_OK;
 }

@@ -44,6 +44,8 @@ qf_status qf_lower_hard_swish(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8
                               bool *done);
 qf_status qf_lower_hard_sigmoid(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
                                 bool *done);
+qf_status qf_lower_leaky_relu(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
+                              bool *done);
 /* lower_reduce.c */
 qf_status qf_lower_exp(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq,
                        bool *done);

@@ -97,7 +97,8 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     [QF_OP_REDUCE_MAX] = {SHARE, LOWER_ANY(qf_lower_reduce_max), INT8_PASSES},
 
     /* element-wise ops with their own output qparams */
-    [QF_OP_LEAKY_RELU] = {PAT(QF_QPAT_OWN)},
+    /* LeakyRelu: TFLite's int8 LEAKY_RELU (two multipliers), tabulated */
+    [QF_OP_LEAKY_RELU] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_leaky_relu)},
     /* PRelu: its slope an int8 constant per tensor (TFLite's PRELU alpha) */
     [QF_OP_PRELU] = {PAT(QF_QPAT_PRELU), LOWER(qf_lower_prelu)},
     [QF_OP_HARD_SWISH] = {PAT(QF_QPAT_OWN), LOWER(qf_lower_hard_swish)},

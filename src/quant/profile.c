@@ -41,9 +41,11 @@
 
 /* HardSwish is a Neutron op (ExecuTorch's hardswish converter); HardSigmoid
  * reaches it as what it decomposes into (add, ReLU6, mul: the TFLite export
- * writes ADD with RELU6 and MUL). Both at their own output qparams (the
- * profile's observer), as the Neutron quantizer's activation patterns. */
-#define QF_NEUTRON_HARD_OPS [QF_OP_HARD_SWISH] = true, [QF_OP_HARD_SIGMOID] = true
+ * writes ADD with RELU6 and MUL); LeakyRelu is one too (its leaky_relu
+ * converter, int8 I/O; the quantizer's LeakyReluPattern observes its input
+ * and its output). All at their own output qparams (the profile's
+ * observer), as the Neutron quantizer's activation patterns. */
+#define QF_NEUTRON_HARD_OPS [QF_OP_HARD_SWISH] = true, [QF_OP_HARD_SIGMOID] = true, [QF_OP_LEAKY_RELU] = true
 
 static const qf_quant_profile qf_profile_neutron = {
     .name = "neutron",

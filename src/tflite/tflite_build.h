@@ -8,7 +8,8 @@
  *                       DQ -> op -> Q groups; calls no other file here
  *   tflite_ops.c        emitters of the lowering's integer nodes (CONV_2D,
  *                       DEPTHWISE_CONV_2D, FULLY_CONNECTED, TRANSPOSE_CONV,
- *                       pools, MEAN, ADD / MUL, CONCATENATION, HARD_SWISH)
+ *                       pools, MEAN, ADD / MUL, CONCATENATION, HARD_SWISH,
+ *                       LEAKY_RELU)
  *   tflite_ops_qdq.c    emitters of the DQ -> op -> [act] -> Q forms the
  *                       lowering leaves (SUB, LOGISTIC, TANH, SOFTMAX, ...,
  *                       a lone activation) and the layout ops (RESHAPE,

@@ -775,17 +775,19 @@ static qf_status emit_hard_sigmoid(qf_tfl_ex *e, qf_node *n, qf_tfl_qp yq)
     return QF_OK;
 }
 
-/* HARD_SWISH, or a HardSigmoid's ADD and MUL, from the lowered QLUT (inputs:
- * x, s_x, zp_x, s_y, zp_y; qfold_fn names the function). */
+/* HARD_SWISH, LEAKY_RELU (alpha in its options: TFLite's int8 kernel is
+ * the table qlut.c computes), or a HardSigmoid's ADD and MUL, from the
+ * lowered QLUT (inputs: x, s_x, zp_x, s_y, zp_y; qfold_fn names the
+ * function). */
 qf_status qf_tfl_emit_qlut(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
 {
     qf_tfl_qp xq, yq;
     const char *fn = qf_node_attr_string(n, "qfold_fn", "");
     const bool flt = strcmp(fn, "exp") == 0 || strcmp(fn, "log") == 0;
-    const bool sigmoid = strcmp(fn, "hard_sigmoid") == 0;
-    if ((!flt && !sigmoid && strcmp(fn, "hard_swish") != 0) || !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) ||
-        !qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
-        return qf_tfl_refuse(e, n, "not an int8 HardSwish, HardSigmoid, Exp or Log of per-tensor qparams");
+    const bool sigmoid = strcmp(fn, "hard_sigmoid") == 0, leaky = strcmp(fn, "leaky_relu") == 0;
+    if ((!flt && !sigmoid && !leaky && strcmp(fn, "hard_swish") != 0) ||
+        !qf_tfl_qp_from(n->inputs[1], n->inputs[2], &xq) || !qf_tfl_qp_from(n->inputs[3], n->inputs[4], &yq))
+        return qf_tfl_refuse(e, n, "not an int8 HardSwish, HardSigmoid, LeakyRelu, Exp or Log of per-tensor qparams");
     if (sigmoid) {
         e->source = "HardSigmoid";
         return emit_hard_sigmoid(e, n, yq);
@@ -794,6 +796,12 @@ qf_status qf_tfl_emit_qlut(qf_tfl_ex *e, qf_node *n, const qf_tfl_row *row)
     QF_TRY(qf_tfl_act_tensor(e, n, n->inputs[0], &xi));
     QF_TRY(qf_tfl_act_tensor(e, n, n->outputs[0], &yi));
     qf_tfl_op *op;
+    if (leaky) {
+        e->source = "LeakyRelu";
+        QF_TRY(qf_tfl_add_op(e, n, QF_TFL_LEAKY_RELU, &xi, 1, &yi, 1, 0, &op));
+        op->alpha = qf_node_attr_float(n, "alpha", 0.01f);
+        return QF_OK;
+    }
     if (!flt) return qf_tfl_add_op(e, n, row->builtin, &xi, 1, &yi, 1, 0, &op);
     /* TFLite 2.2 has no int8 EXP / LOG: DEQUANTIZE -> float op -> QUANTIZE,
      * which the int8 table computes (src/ops/int8/qlut.c) */

@@ -60,9 +60,9 @@ const qf_tfl_row qf_tfl_rows[QF_OP_COUNT] = {
     [QF_OP_QADD] = {QF_TFL_ADD, qf_tfl_emit_qbinary, "Add"},
     [QF_OP_QMUL] = {QF_TFL_MUL, qf_tfl_emit_qbinary, "Mul"},
     [QF_OP_QCONCAT] = {QF_TFL_CONCATENATION, qf_tfl_emit_qconcat, "Concat"},
-    /* HARD_SWISH; a HardSigmoid: ADD + MUL; Exp / Log: DEQUANTIZE -> EXP / LOG -> QUANTIZE
-     * (TFLite 2.2 has no int8 form) */
-    [QF_OP_QLUT] = {QF_TFL_HARD_SWISH, qf_tfl_emit_qlut, "HardSwish / HardSigmoid / Exp / Log"},
+    /* HARD_SWISH; LEAKY_RELU; a HardSigmoid: ADD + MUL; Exp / Log: DEQUANTIZE -> EXP / LOG ->
+     * QUANTIZE (TFLite 2.2 has no int8 form) */
+    [QF_OP_QLUT] = {QF_TFL_HARD_SWISH, qf_tfl_emit_qlut, "HardSwish / HardSigmoid / LeakyRelu / Exp / Log"},
     /* DQ -> op -> [act] -> Q groups the lowering leaves */
     [QF_OP_SUB] = {QF_TFL_SUB, qf_tfl_emit_float},
     [QF_OP_ADD] = {QF_TFL_ADD, qf_tfl_emit_float}, /* qparams the lowering declined */

@@ -86,6 +86,10 @@ Offset<void> opts_SplitOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
 {
     return tflite::CreateSplitOptions(b, o.num_splits).Union();
 }
+Offset<void> opts_LeakyReluOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
+{
+    return tflite::CreateLeakyReluOptions(b, o.alpha).Union();
+}
 // The options tables without fields.
 Offset<void> opts_ResizeBilinearOptions(FlatBufferBuilder &b, const qf_tfl_op &o)
 {

@@ -62,6 +62,7 @@ enum { QF_TFL_FLOAT32 = 0, QF_TFL_INT32 = 2, QF_TFL_INT64 = 4, QF_TFL_INT8 = 9 }
     X(SUM, 74, ReducerOptions)                                \
     X(REDUCE_MAX, 82, ReducerOptions)                         \
     X(RESIZE_NEAREST_NEIGHBOR, 97, ResizeNearestNeighborOptions) \
+    X(LEAKY_RELU, 98, LeakyReluOptions)                       \
     X(ABS, 101, AbsOptions)                                   \
     X(QUANTIZE, 114, QuantizeOptions)                         \
     X(HARD_SWISH, 117, HardSwishOptions)
@@ -121,7 +122,8 @@ typedef struct qf_tfl_op {
     int padding, stride_w, stride_h, dilation_w, dilation_h, filter_w, filter_h;
     int depth_multiplier, activation, axis, keep_dims;
     int align_corners, half_pixel_centers; /* RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR */
-    float beta;
+    float beta;                      /* SOFTMAX */
+    float alpha;                     /* LEAKY_RELU */
     const int32_t *new_shape;        /* RESHAPE: also in its options, for readers that take it there */
     int new_shape_len;
     int num_splits;                  /* SPLIT */

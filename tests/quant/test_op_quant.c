@@ -84,7 +84,10 @@ static void test_real_rows(void)
     const qf_quant_profile *n = qf_quant_profile_find("neutron"),
                            *g = qf_quant_profile_find("generic");
     REQUIRE(n && g, "built-in profiles missing");
-    CHECK(qf_quant_profile_takes(n, QF_OP_CONV) && !qf_quant_profile_takes(n, QF_OP_LEAKY_RELU));
+    CHECK(qf_quant_profile_takes(n, QF_OP_CONV) && !qf_quant_profile_takes(n, QF_OP_QLINEAR_CONV));
+    /* LeakyRelu: own output qparams (the Neutron quantizer's LeakyReluPattern), lowered to int8 */
+    CHECK(qf_quant_profile_takes(n, QF_OP_LEAKY_RELU) && qf_quant_profile_takes(g, QF_OP_LEAKY_RELU));
+    CHECK(qf_op_quant_get(QF_OP_LEAKY_RELU)->pattern == QF_QPAT_OWN && qf_op_quant_get(QF_OP_LEAKY_RELU)->lower);
     CHECK(qf_quant_profile_takes(n, QF_OP_HARD_SWISH) && qf_quant_profile_takes(n, QF_OP_HARD_SIGMOID));
     CHECK(qf_quant_profile_takes(g, QF_OP_HARD_SWISH) &&
           !qf_quant_profile_takes(g, QF_OP_QLINEAR_CONV));

@@ -8,7 +8,9 @@
  *                     "hard_sigmoid" (alpha 1/6, beta 1/2: the ADD + RELU6 and
  *                     MUL of qf_hard_sigmoid_form, fixed_point.h, each with
  *                     TFLite's int8 arithmetic, qf_int8_binary of qadd.c),
- *                     "exp", "log" (TFLite 2.2's DEQUANTIZE -> EXP / LOG -> QUANTIZE)
+ *                     "exp", "log" (TFLite 2.2's DEQUANTIZE -> EXP / LOG -> QUANTIZE),
+ *                     "leaky_relu" (reference_ops::QuantizeLeakyRelu, fixed_point.h;
+ *                     attribute alpha, ONNX's default 0.01)
  *
  * Prepare tabulates f for the 256 int8 inputs; the kernel looks each value
  * up. (TFLite's LOGISTIC, TANH and SOFTMAX int8 kernels of its interpreter,
@@ -50,7 +52,7 @@ static qf_status qlut_check(const qf_node *n, const qf_tensor *const *in)
     }
     const char *fn = qf_node_attr_string(n, "qfold_fn", "");
     if (strcmp(fn, "hard_swish") != 0 && strcmp(fn, "hard_sigmoid") != 0 && strcmp(fn, "exp") != 0 &&
-        strcmp(fn, "log") != 0)
+        strcmp(fn, "log") != 0 && strcmp(fn, "leaky_relu") != 0)
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): unknown qfold_fn '%s'", n->name, qf_op_label(n), fn);
     return QF_OK;
 }
@@ -118,6 +120,16 @@ static qf_status qf_qlut_prepare(const qf_kernel_io *io, void *state)
         return QF_OK;
     }
     if (strcmp(fn, "hard_sigmoid") == 0) return qlut_hard_sigmoid(n, sx, zx, sy, zy, st->table);
+    if (strcmp(fn, "leaky_relu") == 0) {
+        const float alpha = qf_node_attr_float(n, "alpha", 0.01f);
+        qf_leaky_relu_params p;
+        if (!qf_leaky_relu_prepare(sx, zx, sy, zy, alpha, &p))
+            return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): alpha %g with scales %g -> %g is outside TFLite's "
+                            "int8 LeakyRelu (alpha >= 0, multipliers alpha * s_x / s_y and s_x / s_y below 2^23)",
+                            n->name, qf_op_label(n), (double)alpha, (double)sx, (double)sy);
+        for (int q = -128; q < 128; q++) st->table[(uint8_t)q] = qf_leaky_relu_int8(&p, (int8_t)q);
+        return QF_OK;
+    }
     qf_hard_swish_params p;
     if (!qf_hard_swish_prepare(sx, zx, sy, zy, &p))
         return qf_error(QF_ERR_UNSUPPORTED, "node '%s' (%s): scales %g -> %g are outside TFLite's int8 HardSwish "

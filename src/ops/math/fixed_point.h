@@ -3,8 +3,9 @@
  * RoundingDivideByPOT, TFLite's SaturatingDoublingHighMul and
  * SaturatingLeftShift), and the int8 HARD_SWISH built on them
  * (reference_ops::HardSwish with the HardSwishParams its Prepare computes);
- * the TFLite form of an int8 HardSigmoid (qf_hard_sigmoid_form, at the end),
- * written here from the algorithms' definitions. The 32-bit ones
+ * the TFLite form of an int8 HardSigmoid (qf_hard_sigmoid_form), and the
+ * int8 LEAKY_RELU (qf_leaky_relu_params, at the end), written here from the
+ * algorithms' definitions. The 32-bit ones
  * (MultiplyByQuantizedMultiplier and the multiplier's quantization) are in
  * requant.h.
  *
@@ -161,6 +162,52 @@ static inline bool qf_hard_sigmoid_form_ok(float s_x, float s_y)
     qf_hard_sigmoid_form_of(s_y, 0, &f);
     const double m = s_x > f.c3_scale ? s_x : f.c3_scale;
     return isfinite(f.t_scale) && 2.0 * m / ((double)(1 << 20) * f.t_scale) < 1.0;
+}
+
+/* int8 LeakyRelu as TFLite's LEAKY_RELU computes it (LeakyReluPrepare and
+ * reference_ops::QuantizeLeakyRelu, the kernel its int8 path calls from 2.3
+ * on, TFLite Micro's too; 2.2's LEAKY_RELU has no int8 path): two requantizations of v = x - zp_x, the identity s_x / s_y for v
+ * >= 0 and alpha s_x / s_y for v < 0, each MultiplyByQuantizedMultiplier
+ * (requant.h), + zp_y, clamped to int8. Prepare forms both multipliers in
+ * float32 as TFLite does (s_x * alpha / s_y, left to right, then widened to
+ * double for QuantizeMultiplier): a multiplier formed in double would differ
+ * in its last mantissa bit now and then, and so would an output.
+ *
+ *   qf_leaky_relu_params p;
+ *   if (qf_leaky_relu_prepare(s_x, zp_x, s_y, zp_y, alpha, &p)) ...   // once
+ *   int8_t y = qf_leaky_relu_int8(&p, x);                               // per value
+ */
+typedef struct qf_leaky_relu_params {
+    int32_t zp_x, zp_y;
+    int32_t id_mult, alpha_mult; /* Q31 mantissas (requant.h) */
+    int id_shift, alpha_shift;
+} qf_leaky_relu_params;
+
+/* False (no int8 form) for scales that are not positive and finite, an alpha
+ * that is negative or not finite (TFLite's Prepare would take a negative
+ * one, but qf_quantize_multiplier is defined for m >= 0 only), or a
+ * multiplier whose positive shift would overflow v * 2^shift for |v| <= 255
+ * (a multiplier of 2^23 or more: scales no calibration gives). */
+static inline bool qf_leaky_relu_prepare(float s_x, int32_t zp_x, float s_y, int32_t zp_y, float alpha,
+                                         qf_leaky_relu_params *p)
+{
+    if (!(s_x > 0.0f) || !(s_y > 0.0f) || !isfinite(s_x) || !isfinite(s_y) || !(alpha >= 0.0f) || !isfinite(alpha))
+        return false;
+    const float id = s_x / s_y, am = s_x * alpha / s_y;
+    if (!isfinite(id) || !isfinite(am)) return false;
+    p->zp_x = zp_x;
+    p->zp_y = zp_y;
+    qf_quantize_multiplier((double)id, &p->id_mult, &p->id_shift);
+    qf_quantize_multiplier((double)am, &p->alpha_mult, &p->alpha_shift);
+    return qf_requant_shift_fits(p->id_shift, 255) && qf_requant_shift_fits(p->alpha_shift, 255);
+}
+
+static inline int8_t qf_leaky_relu_int8(const qf_leaky_relu_params *p, int8_t x)
+{
+    const int32_t v = (int32_t)x - p->zp_x;
+    const int32_t y = p->zp_y + (v >= 0 ? qf_multiply_by_quantized_multiplier(v, p->id_mult, p->id_shift)
+                                        : qf_multiply_by_quantized_multiplier(v, p->alpha_mult, p->alpha_shift));
+    return (int8_t)(y < -128 ? -128 : y > 127 ? 127 : y);
 }
 
 #endif
