@@ -302,12 +302,15 @@ def main():
                      "--labels", path("test_y.npy"), "--json")
         j = json.loads(p.stdout)
         res["float_qfold"] = j["models"][0]["top1"]
-        return j["models"][1]["top1"], j["top1_agreement"], sqnr(float_logits, run(model_path))
+        logits = run(model_path)
+        preds[model_path] = logits.argmax(1)
+        return j["models"][1]["top1"], j["top1_agreement"], sqnr(float_logits, logits)
 
     def run(model_path):
         qfold(a, "run", model_path, "-i", path("test_x.npy"), "-o", path("logits.npy"))
         return np.load(path("logits.npy"))
 
+    preds = {}
     float_logits = run(path("float.onnx"))
     float_pred, torch_logits = predict(model, xt)
     plain = ["--set", "equalize=off", "--set", "bias-correction=off", "--set", "weight-rounding=nearest"]
@@ -353,6 +356,7 @@ def main():
             worst_readers = layer_of(path("float.onnx"), worst_value, readers=True)
         top1, agree, db = evaluate(out)
         row = {"name": name, "args": " ".join(s for s in extra), "top1": top1, "agreement": agree, "sqnr": db,
+               "pred": preds[out],
                "seconds": secs,
                "summary": [ln for ln in p.stdout.splitlines() if ln.strip().startswith(
                    ("equalize", "bias correction", "adaround", "worst local", "left float", "excluded"))]}
@@ -373,13 +377,13 @@ def main():
             p, secs = qfold(a, "qat", path("float.onnx"), "-o", out, *common, *extra)
             top1, agree, db = evaluate(out)
             res["rows"].append({"name": name, "args": " ".join(map(str, common[6:] + extra)),
-                                "top1": top1, "agreement": agree, "sqnr": db, "seconds": secs})
+                                "top1": top1, "agreement": agree, "sqnr": db, "seconds": secs, "pred": preds[out]})
             print("%-28s %.4f  (%.0f s)" % (name, res["rows"][-1]["top1"], secs), file=sys.stderr)
 
     if not a.no_fx:
         t0 = time.time()
         pr, lg = predict(fx_ptq(model, calib), xt)
-        res["rows"].append({"name": "PyTorch FX PTQ", "top1": float((pr == yt).mean()),
+        res["rows"].append({"name": "PyTorch FX PTQ", "top1": float((pr == yt).mean()), "pred": pr,
                             "sqnr": sqnr(torch_logits, lg),
                             "agreement": float((pr == float_pred).mean()), "seconds": time.time() - t0})
         print("FX PTQ %.4f (%.0f s)" % (res["rows"][-1]["top1"], res["rows"][-1]["seconds"]), file=sys.stderr)
@@ -387,26 +391,33 @@ def main():
             t0 = time.time()
             q, losses = fx_qat_run(model, xq, yq, a)
             pr, lg = predict(q, xt)
-            res["rows"].append({"name": "PyTorch FX QAT", "top1": float((pr == yt).mean()),
+            res["rows"].append({"name": "PyTorch FX QAT", "top1": float((pr == yt).mean()), "pred": pr,
                                 "sqnr": sqnr(torch_logits, lg),
                                 "agreement": float((pr == float_pred).mean()), "seconds": time.time() - t0,
                                 "mean_loss": float(np.mean(losses))})
             print("FX QAT %.4f (%.0f s)" % (res["rows"][-1]["top1"], res["rows"][-1]["seconds"]), file=sys.stderr)
+    base = res["rows"][0]["pred"] == yt
+    fhit = float_logits.argmax(1) == yt
+    res["float_won"], res["float_lost"] = int((fhit & ~base).sum()), int((base & ~fhit).sum())
+    for r in res["rows"]:
+        hit = r.pop("pred") == yt
+        r["won"], r["lost"] = int((hit & ~base).sum()), int((base & ~hit).sum())
     json.dump(res, open(path("results.json"), "w"), indent=1)
 
     f = res["float_qfold"]
     plain_top1 = res["rows"][0]["top1"]
     print("| model | top-1 (%d test images) | vs float (points) | share of plain PTQ's loss recovered "
-          "| top-1 agreement with float | logits' SQNR (dB) | seconds |" % a.test)
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    print("| float (PyTorch %.2f %%) | %.2f %% | | | | | %.0f (training) |"
-          % (100 * res["float_torch"], 100 * f, info["train_seconds"]))
+          "| images won / lost against plain PTQ | top-1 agreement with float | logits' SQNR (dB) | seconds |" % a.test)
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| float (PyTorch %.2f %%) | %.2f %% | | | %d / %d | | | %.0f (training) |"
+          % (100 * res["float_torch"], 100 * f, res["float_won"], res["float_lost"], info["train_seconds"]))
     for r in res["rows"]:
         t = r["top1"]
         rec = "%.0f %%" % (100 * (t - plain_top1) / (f - plain_top1)) if f - plain_top1 > 0.0005 else "-"
         name = r["name"] if r["name"].startswith(("qfold", "PyTorch")) else "qfold " + r["name"]
-        print("| %s | %.2f %% | %+.2f | %s | %.2f %% | %.1f | %.0f |"
-              % (name, 100 * t, 100 * (t - f), rec, 100 * r["agreement"], r["sqnr"], r["seconds"]))
+        print("| %s | %.2f %% | %+.2f | %s | %d / %d | %.2f %% | %.1f | %.0f |"
+              % (name, 100 * t, 100 * (t - f), rec, r["won"], r["lost"], 100 * r["agreement"], r["sqnr"],
+                 r["seconds"]))
 
 
 if __name__ == "__main__":
