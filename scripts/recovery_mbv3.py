@@ -336,7 +336,7 @@ def main():
         ("default (--target neutron)", []),
     ]
     only = set(a.only.split(",")) if a.only else None
-    worst = None
+    worst = worst_readers = worst_value = None  # set by the first row, plain PTQ
     for name, extra in rows:
         if only and name not in only and name != "plain PTQ":
             continue
