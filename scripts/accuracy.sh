@@ -70,3 +70,12 @@ echo
 echo "Spread blocks (--spread 8), 4000 train images, 1 epoch, lr 1e-4, seeds 7 / 8 / 9:"
 $py "$root/tests/train/qat_fashion_test.py" --qfold "$qfold" --root "$root" --work "$out/qat_spread" --spread 8 \
   --lr 0.0001 --test 10000 --no-check | grep -E "^spread|^qfold PTQ|^seed|^float"
+
+# Issue 31's recoveries on torchvision mobilenet_v3_small with random BatchNorm
+# (trained briefly on Fashion-MNIST at 3x32x32, cached under $out/mbv3): plain
+# PTQ, each recovery alone, all together, the default, qfold qat with and
+# without --bn-reestimate, PyTorch FX PTQ and FX QAT of the same model, the
+# Neutron scheme, the 10,000 test images (scripts/recovery_mbv3.py).
+echo
+echo "torchvision mobilenet_v3_small, random BatchNorm, Fashion-MNIST 3x32x32:"
+OMP_NUM_THREADS=1 $py "$root/scripts/recovery_mbv3.py" --qfold "$qfold" --work "$out/mbv3" --threads 1

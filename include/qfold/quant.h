@@ -688,6 +688,15 @@ void qf_quantize_result_free(qf_quantize_result *r);
  * already). Reads g only: equalize=auto asks it before it copies the graph
  * to learn whether equalization changes anything. */
 bool qf_quant_equalize_candidates(const qf_graph *g, const qf_quant_profile *p);
+/* ref, a float model folded by the ptq pipeline, rewritten by the float
+ * passes profile p's quantize_prepare pipeline runs before annotation (the
+ * Neutron-ready passes for a neutron_passes profile, fuse_hard_swish, then
+ * equalize with `rule`, OFF / PER_TENSOR / ALL): the float graph a model
+ * quantized with that rule was converted from, with the same value names.
+ * The per-layer SQNR compares against it: equalization rescales the
+ * channels between a pair, so the model as folded is not the reference of
+ * an equalized one's inner values. */
+qf_status qf_quant_float_as_prepared(qf_graph *ref, const qf_quant_profile *p, qf_qequalize rule);
 /* equalize=auto for a float model g that is not quantized by qf_quantize
  * (QAT): a copy of g, BatchNorm folded (pipeline ptq), is quantized with
  * profile p on the first max_samples of data (0: all), which decides as in

@@ -198,6 +198,11 @@ static const qf_pipeline qz_prepare_neutron = {
     .summary = "quantize_prepare after the Neutron-ready float passes (pipeline neutron)",
     .passes = qz_prepare_neutron_passes,
 };
+/* The float passes of the two prepare pipelines above (all but
+ * quant_annotate), in their order: qf_quant_float_as_prepared. */
+static const char *const qz_float_passes[] = {"fuse_hard_swish", "equalize", NULL};
+static const char *const qz_float_neutron_passes[] = {"div_to_mul", "fuse_linear_add", "move_act_before_concat",
+                                                      "fuse_hard_swish", "equalize", NULL};
 static const char *const qz_convert_neutron_passes[] = {"quant_convert", "dce", "split_group_conv_qdq", "fold_dq_q",
                                                         "dce", NULL};
 static const qf_pipeline qz_convert_neutron = {
@@ -425,6 +430,22 @@ static qf_status qz_eq_rewrites(const qf_graph *g, const qf_quant_profile *p, qf
     if (st == QF_OK) *rewrites = qf_pass_report_count(rep, QF_PASS_REWROTE, QF_OP_COUNT);
     qf_pass_report_free(rep);
     qf_graph_free(copy);
+    return st;
+}
+
+qf_status qf_quant_float_as_prepared(qf_graph *ref, const qf_quant_profile *p, qf_qequalize rule)
+{
+    if (rule == QF_QEQ_AUTO) return qf_error(QF_ERR_INVALID, "qf_quant_float_as_prepared: a rule, not auto");
+    QF_TRY(qf_quant_register_passes());
+    QF_TRY(qf_graph_toposort(ref));
+    QF_TRY(qf_graph_infer_shapes(ref));
+    qf_quant_profile pe = *p;
+    pe.equalize = rule;
+    qf_quant_session sess = {.profile = &pe};
+    qf_pass_options po = {.verify = false, .user = &sess};
+    qf_pass_report *rep = NULL;
+    qf_status st = qf_passes_run(ref, p->neutron_passes ? qz_float_neutron_passes : qz_float_passes, &po, &rep);
+    qf_pass_report_free(rep);
     return st;
 }
 

@@ -132,6 +132,12 @@ qf_status qf_quantize_model(qf_graph *g, const qf_data_source *data,
         qf_pass_report *r2 = NULL;
         st = qf_pipeline_run(ref, "ptq", NULL, &r2);
         qf_pass_report_free(r2);
+        /* Equalized: the inner values compared with the float model
+         * equalized the same way (the model as folded differs from it by the
+         * equalization's per-channel scales, not by quantization). */
+        qf_qequalize eq = out->quant.eq_trial ? out->quant.eq_rule : prof->equalize;
+        if (st == QF_OK && (eq == QF_QEQ_PER_TENSOR || eq == QF_QEQ_ALL))
+            st = qf_quant_float_as_prepared(ref, prof, eq);
         int64_t want = o.sqnr_samples ? o.sqnr_samples : QF_QUANTIZE_MODEL_SQNR_SAMPLES;
         int64_t n = out->quant.samples < want ? out->quant.samples : want;
         /* The calibration batch, made smaller by qf_quant_measure_sqnr when

@@ -28,6 +28,15 @@ Cases:
             computed here in PyTorch from the written file (the layer on the
             float model's input, the file's int8 weights, bias and output
             quantization).
+  local_equalized
+            the same CNN without the outlier, c1's output channels scaled
+            apart (channel c times k_c, log-uniform in [1/16, 16], c2's input
+            column c times 1/k_c: the float function unchanged), quantized
+            with --set equalize=all, which rebalances c1 / c2 and so rescales
+            c1's output channels: the output's SQNR gains over equalize=off,
+            and every value's cumulative and local SQNR in the report is at
+            least 20 dB (compared with the float model as folded rather than
+            as equalized, c1's rescaled output read a few dB).
 """
 import json
 import os
@@ -221,6 +230,61 @@ def outlier_export(path):
     net.eval()
     torch.onnx.export(net, torch.zeros(1, 3, 12, 12), path, opset_version=13, input_names=["x"],
                       output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def skewed_export(path):
+    """PATH: case_local_equalized's model (refcache)."""
+    import torch
+    import torch.nn as nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+            self.c2 = nn.Conv2d(16, 16, 3, padding=1)
+            self.fc = nn.Linear(16, 10)
+
+        def forward(self, x):
+            x = torch.relu(self.c1(x))
+            x = torch.relu(self.c2(x))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(0)
+    net = Net()
+    k = torch.exp(torch.empty(16).uniform_(-np.log(16), np.log(16)))
+    with torch.no_grad():
+        net.c1.weight.mul_(k[:, None, None, None])
+        net.c1.bias.mul_(k)
+        net.c2.weight.div_(k[None, :, None, None])
+    net.eval()
+    torch.onnx.export(net, torch.zeros(1, 3, 12, 12), path, opset_version=13, input_names=["x"],
+                      output_names=["y"], dynamic_axes={"x": {0: "N"}, "y": {0: "N"}})
+
+
+def case_local_equalized():
+    need("torch", "onnx")
+    model = work("skewed.onnx")
+    refcache.call(skewed_export, model, base=ARGS.work)
+    x = np.random.default_rng(0).standard_normal((64, 3, 12, 12)).astype(np.float32)
+    np.save(work("calib_eq.npy"), x)
+    figures = {}
+    for rule in ("off", "all"):
+        stdout, rep = quantize(model, work("q_eq_%s.onnx" % rule), work("calib_eq.npy"), "--set", "equalize=" + rule)
+        print(stdout)
+        by = {e["value"]: e for e in rep["sqnr_db"]}
+        check("y" in by, "no SQNR of the graph output: %r" % sorted(by))
+        figures[rule] = by
+    # Balanced, every value of the equalized model is within 20 dB of float
+    # (off: 15.6 dB at c2's output, the skewed grid's loss; compared with the
+    # float model as folded, c1's equalized output read 0-5 dB).
+    for v, e in figures["all"].items():
+        for key in ("db", "local_db"):
+            if e.get(key) is not None:
+                check(e[key] >= 20, "equalize=all: %s's %s %.1f dB (want >= 20): %r" % (v, key, e[key], e))
+    # equalize=all changed the model (c1's weights in the file differ) and
+    # the output's SQNR (it balances the pair: more, not less)
+    check(figures["all"]["y"]["db"] > figures["off"]["y"]["db"] + 3,
+          "equalize=all: output SQNR %.1f dB, off %.1f dB" % (figures["all"]["y"]["db"], figures["off"]["y"]["db"]))
 
 
 def case_local():
