@@ -28,8 +28,8 @@ BatchNorm frozen after 48 steps, lr 3e-4, 1e-4 on `spread`, per seed of
   qat        the recipe above, with and without --bn-reestimate N, from plain
              (equalize=off) and from the default;
 and `qfold eval` (the integer executor) of every int8 model on the test images.
-Prints per model a Markdown table: each cell the top-1 and the share of the
-column's PTQ gap to float it closes. --reuse keeps an earlier fx_qat.py run
+Prints per model a Markdown table: each cell the top-1 and, where the column's
+PTQ loses half a point or more, the share of that gap to float it closes. --reuse keeps an earlier fx_qat.py run
 in DIR/MODEL/ref.json (same arguments). Figures only: nothing is checked.
 """
 import argparse
@@ -131,7 +131,7 @@ def cell(v, base, f):
     vs = v if isinstance(v, list) else [v]
     m = mean(vs)
     s = ("%.2f %%" % m) if len(vs) == 1 else "%s: %.2f %%" % (" / ".join("%.2f" % x for x in vs), m)
-    if base is not None and f - base > 0.05:
+    if base is not None and f - base >= 0.5:  # a share of a smaller gap is a few images
         s += " (%+.0f %%)" % (100 * (m - base) / (f - base))
     return s
 
