@@ -71,6 +71,15 @@ echo "Spread blocks (--spread 8), 4000 train images, 1 epoch, lr 1e-4, seeds 7 /
 $py "$root/tests/train/qat_fashion_test.py" --qfold "$qfold" --root "$root" --work "$out/qat_spread" --spread 8 \
   --lr 0.0001 --test 10000 --no-check | grep -E "^spread|^qfold PTQ|^seed|^float"
 
+# Recovering what PTQ loses (issue 31): each recovery alone and together
+# (bias correction, AdaRound, equalization, the worst-local-SQNR layer kept
+# float), from plain PTQ and from the default, qfold qat with and without
+# --bn-reestimate, against PyTorch FX PTQ / FX QAT, on the bundled CNN and the
+# --skew 8 / --spread 8 models (4,000 training images for QAT, 512
+# calibration, 10,000 test images; scripts/recovery_table.py).
+echo
+$py "$root/scripts/recovery_table.py" --qfold "$qfold" --root "$root" --work "$out/recovery"
+
 # Issue 31's recoveries on torchvision mobilenet_v3_small with random BatchNorm
 # (trained briefly on Fashion-MNIST at 3x32x32, cached under $out/mbv3): plain
 # PTQ, each recovery alone, all together, the default, qfold qat with and

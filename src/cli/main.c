@@ -208,6 +208,27 @@ static void qf_cli_malloc_arenas(void)
 #endif
 }
 
+/* Whether the command runs training steps: train, qat, and quantize with
+ * AdaRound (--set weight-rounding=adaround, or --max-drop, whose trials may
+ * add it): per layer a thousand small forward and backward passes with
+ * qfold's own elementwise kernels between oneDNN's, the mix the training
+ * spin count is for. With the inference spin, two threads on a loaded 2-core
+ * machine took 42-51 s for the bundled CNN's AdaRound where one thread took
+ * 5.5 s and the training spin 6-7 s (bench/recover.md). */
+static bool qf_cli_trains(int argc, char **argv)
+{
+    if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "qat") == 0) return true;
+    if (strcmp(argv[1], "quantize") != 0) return false;
+    static const char ada[] = "weight-rounding=adaround";
+    for (int i = 2; i < argc; i++) {
+        size_t n = strlen(argv[i]), k = sizeof ada - 1;
+        if ((n >= k && strcmp(argv[i] + n - k, ada) == 0) || strcmp(argv[i], "--max-drop") == 0 ||
+            strncmp(argv[i], "--max-drop=", 11) == 0)
+            return true;
+    }
+    return false;
+}
+
 int main(int argc, char **argv)
 {
     qf_cli_malloc_arenas();
@@ -219,7 +240,7 @@ int main(int argc, char **argv)
     if (rc != QF_EXIT_OK) return rc;
     qf_cli_signals();
     /* Before --engine can load oneDNN: its threads' spin count for training. */
-    if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "qat") == 0) qf_engine_prefer_training();
+    if (qf_cli_trains(argc, argv)) qf_engine_prefer_training();
     rc = qf_cli_globals(&argc, argv);
     if (rc == QF_EXIT_OK) rc = qf_cli_extdata_strip(argc > 1 ? qf_cli_find(argv[1]) : NULL, &argc, argv);
     if (rc != QF_EXIT_OK) return rc;

@@ -234,10 +234,16 @@ static qf_value *shape_const(qf_graph *g, const char *name, int64_t a, int64_t b
 qf_status qf_lower_gemm(qf_graph *g, qf_pass_ctx *ctx, qf_node *n, qf_int8_requant_kind rq, bool *done)
 {
     *done = false;
-    if (qf_node_attr_int(n, "transA", 0) != 0 || qf_node_attr_float(n, "alpha", 1.0f) != 1.0f ||
-        qf_node_attr_float(n, "beta", 1.0f) != 1.0f || n->inputs[0]->type.ndim != 2)
+    /* qfold's own linear (canonicalize: a Gemm or MatMul + Add with a
+     * constant weight, [out, in]) is written as Gemm transB=1 when its input
+     * is 2-D: lowered as that Gemm, so that a graph in memory runs what its
+     * file runs once loaded. */
+    bool lin = n->op == QF_OP_LINEAR;
+    if (!lin && (qf_node_attr_int(n, "transA", 0) != 0 || qf_node_attr_float(n, "alpha", 1.0f) != 1.0f ||
+                 qf_node_attr_float(n, "beta", 1.0f) != 1.0f))
         return QF_OK;
-    bool tb = qf_node_attr_int(n, "transB", 0) != 0;
+    if (n->inputs[0]->type.ndim != 2) return QF_OK;
+    bool tb = lin || qf_node_attr_int(n, "transB", 0) != 0;
     const qf_node *dqx = qf_lower_dq_of(n->inputs[0]), *dqw = qf_lower_dq_of(n->inputs[1]);
     const qf_node *dqb = n->ninputs > 2 && n->inputs[2] ? qf_lower_dq_of(n->inputs[2]) : NULL;
     if (!dqx || !dqw || (n->ninputs > 2 && n->inputs[2] && !dqb)) return QF_OK;

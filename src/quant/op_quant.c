@@ -41,7 +41,8 @@ static const qf_op_quant qf_op_quant_rows[QF_OP_COUNT] = {
     [QF_OP_CONV] = {WEIGHTED(QF_QPAT_CONV, 1, 2, 0), LOWER_ANY(qf_lower_conv)},
     /* the weight is [C, M/group, k...]: output channels on axis 1 */
     [QF_OP_CONV_TRANSPOSE] = {WEIGHTED(QF_QPAT_CONV, 1, 2, 1), LOWER(qf_lower_conv_transpose)},
-    [QF_OP_LINEAR] = {WEIGHTED(QF_QPAT_LINEAR, 1, 2, 0)},
+    /* qfold's linear, [out, in]: lowered as the Gemm (transB) it is written as */
+    [QF_OP_LINEAR] = {WEIGHTED(QF_QPAT_LINEAR, 1, 2, 0), LOWER_ANY(qf_lower_gemm)},
     /* B is [in, out]; with transB [out, in] (axis 0: annotate decides) */
     [QF_OP_GEMM] = {WEIGHTED(QF_QPAT_LINEAR, 1, 2, 1), LOWER_ANY(qf_lower_gemm)},
     /* a constant B [in, out]; two activations observe both sides */

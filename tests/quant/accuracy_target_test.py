@@ -28,6 +28,19 @@ Cases:
               (adaround-iters=20): trials 0, 1, 2, none at 0 drop: exit 1, one
               line with the best top-1, its drop and trial, no model and no
               report written.
+  recovery    a recovery, not an exclusion, reaches the target: the bundled
+              Fashion-MNIST CNN with its head's channels scaled apart
+              (tests/ref/fx_qat.py --skew 8: float unchanged; PTQ with
+              per-tensor linear weights and activations loses points there),
+              128 calibration images, the first 1,000 test images, every
+              option as plain as it gets (equalize=off) but the target
+              --max-drop 1 --max-excluded 0: trial 0 drops more than a point,
+              trial 1 (bias-correction=auto) is kept and meets it; the
+              report's float top-1 is PyTorch's on those images, its
+              bias_correction kept, no layer left float; the written file
+              scores what the trial printed in `qfold eval`, and ONNX Runtime
+              runs it to the top-1 of `qfold eval --requant onnx` (its
+              requantization) within 0.2 point, within the target too.
   errors      --max-drop -1, nan, x; --max-excluded -1; --max-drop without
               --eval-data; --eval-data without --max-drop; labels of another
               count: exit 2, one line naming the option or file, nothing
@@ -36,6 +49,7 @@ Cases:
 import json
 import os
 import re
+import subprocess
 import sys
 
 import numpy as np
@@ -44,6 +58,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tools"))
 from qfcli import Skip, check, error_line, run_qfold  # noqa: E402
 import qfcli  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, "..", "ref"))
+import refcache  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 ARGS = None  # set by qfcli.main
 PER_TENSOR = ("--set", "conv-weights=per-tensor", "--set", "equalize=off")
@@ -186,6 +204,82 @@ def case_impossible():
     print(line)
     check(not os.path.exists(out) and not os.path.exists(out + ".json"), "something was written")
     check(not [f for f in os.listdir(ARGS.work) if f.startswith("imp.onnx")], "files left: %r" % os.listdir(ARGS.work))
+
+
+def skew_export(base):
+    """BASE/skew.onnx (fx_qat.py --skew 8 of the bundled CNN), BASE/calib.npy
+    (128 normalized training images), BASE/eval.npy, labels.npy (the first
+    1,000 test images); returns PyTorch's float top-1 (percent) on them.
+    Computed once per `make test` (refcache)."""
+    import fx_qat
+    import torch
+    xtr, _ = fx_qat.load("train")
+    xte, yte = fx_qat.load("test")
+    x, y = fx_qat.normalize(xte[:1000]), yte[:1000]
+    np.save(os.path.join(base, "calib.npy"), fx_qat.normalize(xtr[:128]))
+    np.save(os.path.join(base, "eval.npy"), x)
+    np.save(os.path.join(base, "labels.npy"), y)
+    model = fx_qat.Bundled()
+    model.load_state_dict(torch.load(os.path.join(ROOT, "examples", "fashion_mnist", "fashion_cnn.pt")))
+    model.eval()
+    fx_qat.skew(model, 8)
+    fx_qat.tt.export(model, os.path.join(base, "skew.onnx"), (1, 28, 28))
+    return 100 * fx_qat.top1(model, x, y)
+
+
+def case_recovery():
+    try:
+        import onnx
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise Skip("python module missing: %s" % e)
+    try:
+        ref_top1 = refcache.call(skew_export, ARGS.work, base=ARGS.work)
+    except FileNotFoundError as e:
+        raise Skip("the Fashion-MNIST data is not installed: %s" % e)
+    out = work("rec.onnx")
+    _, stdout, _ = qfold("quantize", work("skew.onnx"), "-o", out, "--calib", work("calib.npy"), "--eval-data",
+                         work("eval.npy"), "--eval-labels", work("labels.npy"), "--report", out + ".json",
+                         "--max-drop", "1", "--max-excluded", "0", "--set", "equalize=off")
+    print(stdout)
+    t = trials(stdout)
+    check(len(t) == 2, "trials: %r (want trial 0 and bias correction only)" % t)
+    check(t[0][1] == "as asked" and t[0][3] > 1, "trial 0 meets the target already: %r" % (t[0],))
+    check(t[1][1] == "bias-correction=auto" and t[1][4] and t[1][3] <= 1, "trial 1: %r" % (t[1],))
+    check("target: reached at trial 1 (bias-correction=auto)" in stdout, stdout)
+    with open(out + ".json") as f:
+        rep = json.load(f)
+    at = rep["accuracy_target"]
+    check(at["met"] and at["best"] == 1 and not at.get("excluded"), "report: %r" % at)
+    check(abs(at["float_top1"] - ref_top1) < 0.006 and at["samples"] == 1000,
+          "float top-1 %r on %r samples, PyTorch %.2f %%" % (at["float_top1"], at["samples"], ref_top1))
+    bc = rep["bias_correction"]
+    check(bc.get("kept") is True, "report's bias_correction: %r" % bc)
+    check(not rep["left_float"], "left float: %r" % rep["left_float"])
+    m = onnx.load(out)
+    inits = {i.name for i in m.graph.initializer}
+    layers = [n for n in m.graph.node if n.op_type in ("Conv", "Gemm", "MatMul")]
+    check(len(layers) == 7 and all(n.input[1] not in inits for n in layers),
+          "layers with float weights: %r" % [n.name for n in layers if n.input[1] in inits])
+    _, ev, _ = qfold("eval", out, "--data", work("eval.npy"), "--labels", work("labels.npy"), "--json")
+    top1 = json.loads(ev)["models"][0]["top1"] * 100
+    check(abs(top1 - t[1][2]) < 0.006, "qfold eval %.2f %%, trial 1 printed %.2f %%" % (top1, t[1][2]))
+    # ONNX Runtime runs the written model (tests/ref/ort_run.js); it
+    # requantizes in float, as `qfold eval --requant onnx` does.
+    ort_dir = work("ort_out")
+    os.makedirs(ort_dir, exist_ok=True)
+    p = subprocess.run(["node", os.path.join(ROOT, "tests", "ref", "ort_run.js"), out, ort_dir, work("eval.npy")],
+                       capture_output=True, text=True, timeout=300)
+    check(p.returncode == 0, "ONNX Runtime could not run %s:\n%s" % (out, p.stderr))
+    y = np.load(work("labels.npy"))
+    ort = 100 * float((np.load(os.path.join(ort_dir, "out0.npy")).argmax(1) == y).mean())
+    _, ev, _ = qfold("eval", out, "--data", work("eval.npy"), "--labels", work("labels.npy"), "--json",
+                     "--requant", "onnx")
+    qo = json.loads(ev)["models"][0]["top1"] * 100
+    print("ONNX Runtime %.2f %%, qfold eval --requant onnx %.2f %%, float (PyTorch) %.2f %%" % (ort, qo, ref_top1))
+    check(abs(ort - qo) <= 0.2, "ONNX Runtime %.2f %%, qfold eval --requant onnx %.2f %%" % (ort, qo))
+    check(ref_top1 - ort <= 1, "ONNX Runtime's top-1 %.2f %% drops more than 1 point from float %.2f %%"
+          % (ort, ref_top1))
 
 
 def case_errors():
