@@ -19,8 +19,9 @@ generic):
    .tflite with the first 64 of those inputs quantized as the model's
    QuantizeLinear does: bit-exact with step 3 (the README's promise: `run`
    computes what the .tflite computes);
-5. ArmNN 20.08's TfLite parser on CpuRef (tests/tflite/armnn_run.py) runs it
-   on the same 64 (it rounds some requantizations apart from TFLite:
+5. ArmNN 20.08's TfLite parser on CpuRef (tests/tflite/armnn_run.py), on one
+   export per target (opset 13 neutron, opset 17 generic: ArmNN was still
+   most of a case's time), runs it on the same 64 (it rounds some requantizations apart from TFLite:
    agreement, not bits: top-1 agreement with step 3 >= 98 %: one sample of
    64 at most, the U-Net counted per pixel);
 6. ONNX Runtime with its default optimizations (QDQ groups fused into its
@@ -361,17 +362,26 @@ def sweep(name):
             (ishape, si, zi), (oshape, so, zo) = tfl_io(t)
             xq = np.clip(np.rint(x[:NRT] / si) + zi, -128, 127).astype(np.int8)
             xq = to_tfl(xq, ishape)
+            # ArmNN (agreement, ~0.2 CPU s an inference on CpuRef: most of a
+            # case's time) on one export per target: each target and each
+            # export form once (opset 13 batch 1 neutron, opset 17 dynamic
+            # generic); TFLite's bit-exactness on all four.
+            armnn = (target == "neutron") == (opset == 13)
             res = {}
-            for rt in RUNNERS:
+            for rt in RUNNERS if armnn else ("TFLite",):
                 yt = from_tfl(runtime(rt, t, xq), yq[:NRT])
                 res[rt] = ((yt.astype(np.float64) - zo) * so).astype(np.float32)
             d = np.abs(res["TFLite"].astype(np.float64) - yq[:NRT]) / so
             check(d.max() <= 1e-3, "%s: TFLite 2.2 differs from `qfold run` by up to %.2f LSB (%.4f of outputs)"
                   % (case, d.max(), float((d > 0.5).mean())))
-            ag_armnn = agreement(name, res["ArmNN"], yq[:NRT])
-            da = np.abs(res["ArmNN"].astype(np.float64) - yq[:NRT]) / so
-            check(ag_armnn >= MIN_AGREE, "%s: ArmNN agrees with qfold on %.4f only (max %.1f LSB, mean %.3f LSB)"
-                  % (case, ag_armnn, da.max(), da.mean()))
+            armnn_said = "ArmNN not run (the other export of this target is checked)"
+            if armnn:
+                ag_armnn = agreement(name, res["ArmNN"], yq[:NRT])
+                da = np.abs(res["ArmNN"].astype(np.float64) - yq[:NRT]) / so
+                check(ag_armnn >= MIN_AGREE, "%s: ArmNN agrees with qfold on %.4f only (max %.1f LSB, mean %.3f LSB)"
+                      % (case, ag_armnn, da.max(), da.mean()))
+                armnn_said = "ArmNN agreement %.4f (%d inputs; max %.1f LSB, mean %.3f LSB)" % (
+                    ag_armnn, NRT, da.max(), da.mean())
             env = dict(os.environ, QF_ORT_OPT="all", QF_ORT_CHUNK="0" if dynamic else "1")
             p = subprocess.run(["node", os.path.join(HERE, "..", "ref", "ort_run.js"), q, ARGS.work, work("x.npy")],
                                capture_output=True, text=True, timeout=600, env=env)
@@ -379,9 +389,8 @@ def sweep(name):
                   % (case, p.stderr[-2000:]))
             ag_ort = agreement(name, np.load(work("out0.npy")), yq)
             check(ag_ort >= MIN_AGREE, "%s: ONNX Runtime agrees with qfold on %.4f only" % (case, ag_ort))
-            print("ok %-30s TFLite 2.2 bit-exact (%d inputs); ArmNN agreement %.4f (%d inputs; max %.1f LSB, mean "
-                  "%.3f LSB); ORT agreement %.4f (%d inputs)" % (case, NRT, ag_armnn, NRT, da.max(), da.mean(), ag_ort,
-                                                                 NTEST))
+            print("ok %-30s TFLite 2.2 bit-exact (%d inputs); %s; ORT agreement %.4f (%d inputs)"
+                  % (case, NRT, armnn_said, ag_ort, NTEST))
 
 
 def _case(name):
