@@ -161,45 +161,17 @@ def sqnr(ref, y):
     return float(10 * np.log10((ref ** 2).sum() / ((ref - y) ** 2).sum()))
 
 
-def fx_ptq(model, calib, batch=32):
-    from torch.ao.quantization.quantize_fx import convert_to_reference_fx, prepare_fx
-    prepared = prepare_fx(copy.deepcopy(model).eval(), mapping(False), (torch.zeros(1, 3, SIZE, SIZE),))
-    with torch.no_grad():
-        for i in range(0, len(calib), batch):
-            prepared(torch.from_numpy(calib[i:i + batch]))
-    return convert_to_reference_fx(prepared)
-
-
 def fx_qat_run(model, x, y, a):
-    """fx_qat.qat's loop with this model's qconfigs."""
-    from torch.ao.quantization import disable_observer
-    from torch.ao.quantization.quantize_fx import convert_to_reference_fx, prepare_qat_fx
+    """fx_qat.qat with this model's qconfigs, Dropout off (the ONNX model qfold
+    trains has none), observers and BatchNorm frozen together at a.freeze."""
+    import types
     m = copy.deepcopy(model)
     for d in m.modules():
         if isinstance(d, nn.Dropout):
             d.p = 0.0
-    prepared = prepare_qat_fx(m.train(), mapping(True), (torch.from_numpy(x[:2]),))
-    prepared.eval()
-    with torch.no_grad():
-        for i in range(0, a.calib_count, a.batch):
-            prepared(torch.from_numpy(x[i:min(i + a.batch, a.calib_count)]))
-    prepared.train()
-    opt = torch.optim.SGD(prepared.parameters(), lr=a.qat_lr, momentum=a.momentum)
-    losses, done = [], 0
-    for order in tt.qfold_orders(len(x), 1, a.seed):
-        for i in range(0, len(order), a.batch):
-            if done == a.freeze:
-                fx_qat.freeze_bn(prepared)
-                prepared.apply(disable_observer)
-            idx = order[i:i + a.batch]
-            loss = nn.functional.cross_entropy(prepared(torch.from_numpy(x[idx])), torch.from_numpy(y[idx]))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(float(loss))
-            done += 1
-    prepared.eval()
-    return convert_to_reference_fx(prepared), losses
+    args = types.SimpleNamespace(calib_count=a.calib_count, batch=a.batch, lr=a.qat_lr, momentum=a.momentum,
+                                 epochs=1, freeze_bn=a.freeze, freeze_observers=a.freeze)
+    return fx_qat.qat(m, x, y, args, a.seed, qconfigs=mapping(True))
 
 
 def layer_of(model_path, value, readers=False):
@@ -382,7 +354,7 @@ def main():
 
     if not a.no_fx:
         t0 = time.time()
-        pr, lg = predict(fx_ptq(model, calib), xt)
+        pr, lg = predict(fx_qat.ptq(model, calib, qconfigs=mapping(False)), xt)
         res["rows"].append({"name": "PyTorch FX PTQ", "top1": float((pr == yt).mean()), "pred": pr,
                             "sqnr": sqnr(torch_logits, lg),
                             "agreement": float((pr == float_pred).mean()), "seconds": time.time() - t0})

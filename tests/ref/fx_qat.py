@@ -266,9 +266,11 @@ def freeze_bn(model):
             m.freeze_bn_stats()
 
 
-def qat(model, x, y, args, seed):
+def qat(model, x, y, args, seed, qconfigs=None):
+    """FX QAT of `model` in qfold train's batch order for `seed`; `qconfigs`:
+    the Neutron scheme's (qat_qconfigs()) unless given."""
     example = (torch.from_numpy(x[:2]),)
-    prepared = prepare_qat_fx(copy.deepcopy(model).train(), qat_qconfigs(), example)
+    prepared = prepare_qat_fx(copy.deepcopy(model).train(), qconfigs or qat_qconfigs(), example)
     if args.calib_count > 0:
         prepared.eval()
         with torch.no_grad():
@@ -294,8 +296,11 @@ def qat(model, x, y, args, seed):
     return convert_to_reference_fx(prepared), losses
 
 
-def ptq(model, calib, batch=32):
-    prepared = prepare_fx(copy.deepcopy(model).eval(), ptq_qconfigs(), (torch.zeros(1, 1, 28, 28),))
+def ptq(model, calib, batch=32, qconfigs=None):
+    """FX PTQ of `model` calibrated on `calib`; `qconfigs`: ptq_qconfigs()
+    unless given."""
+    example = (torch.from_numpy(calib[:1]),)
+    prepared = prepare_fx(copy.deepcopy(model).eval(), qconfigs or ptq_qconfigs(), example)
     with torch.no_grad():
         for i in range(0, len(calib), batch):
             prepared(torch.from_numpy(calib[i:i + batch]))
